@@ -1,0 +1,3 @@
+"""Speculative-decoding regime harness."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,140 @@
+"""The ``bench`` command. The only place that turns errors into messages and exit codes.
+
+Exit codes: 0 success; 2 bad input (regime, workload, missing package); 3 engine/infrastructure
+failure (an arm's server would not start or died; results are still written); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from harness import __version__
+from harness.errors import EngineError, UserError
+
+EXIT_OK, EXIT_USAGE, EXIT_ENGINE, EXIT_INTERRUPTED = 0, 2, 3, 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench",
+        description="Benchmark speculative decoding (baseline, ngram, draft model, EAGLE-3, DFlash) "
+        "in an exact regime on a real engine.",
+        epilog="Quick start on a CPU-only machine: scripts/setup-cpu.sh, then "
+        ".venv/bin/bench run regimes/cpu_smoke.yaml",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run", help="launch every arm of a regime, measure, store results, print the mini-lab table",
+        description="Launch each arm's server in turn, warm it up, measure every workload at every "
+        "concurrency level, store raw samples and a summary under RESULTS_DIR/<regime>/<run-id>/, "
+        "and print the mini-lab table.",
+    )
+    run.add_argument("regime", type=Path, help="regime YAML file, e.g. regimes/cpu_smoke.yaml")
+    run.add_argument("--results-dir", type=Path, default=Path("results"), help="where runs are stored (default: results)")
+
+    validate = commands.add_parser(
+        "validate", help="check a regime file and print each arm's exact launch command; starts nothing",
+    )
+    validate.add_argument("regime", type=Path, help="regime YAML file")
+
+    show = commands.add_parser("show", help="re-derive and print the mini-lab table of a stored run")
+    show.add_argument("run_dir", type=Path, help="a run directory, results/<regime>/<run-id>")
+    return parser
+
+
+def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
+    from harness.runner import model_reference, plan_regime
+
+    plan = plan_regime(args.regime)
+    regime = plan.regime
+    model = model_reference(regime, args.regime, convert=False)
+    console.print(f"[green]{args.regime}: valid[/] (regime '{regime.name}', fingerprint {regime.fingerprint()})")
+    for workload in plan.workloads:
+        console.print(
+            f"  workload {workload.name}: {workload.definition.category}, {workload.definition.prompt_format} prompts, "
+            f"{len(workload.prompts)} per level"
+        )
+    console.print(
+        f"  load: concurrency {regime.load.concurrency}, max {regime.load.max_output_tokens} output tokens, "
+        f"{regime.load.warmup_requests} warm-up requests, temperature {regime.sampling.temperature}, seed {regime.sampling.seed}"
+    )
+    for arm in regime.arms:
+        spec = plan.launch_spec(arm, model, port=0)
+        argv = [("PORT" if prev == "--port" else part) for prev, part in zip([""] + spec.argv, spec.argv)]
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items()))
+        console.print(f"\n[bold]{arm.name}[/] ({arm.method}, K={arm.num_speculative_tokens or '-'}):", highlight=False)
+        console.print(f"  {env + ' ' if env else ''}{shlex.join(argv)}", highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
+def _print_results(summary: dict, console: Console) -> int:
+    from harness.table import failed_arms, minilab_tables
+
+    for table in minilab_tables(summary):
+        console.print(table)
+    failed = failed_arms(summary)
+    for arm in failed:
+        console.print(f"[red]arm {arm['name']}: {arm.get('status')}[/] {arm.get('error', '')}")
+    console.print(
+        "tau = 1 + accepted/drafts from the engine's counters over each window; speedup = arm tok/s / baseline "
+        "tok/s on the same prompts and concurrency; TPOT = (E2E - TTFT)/(tokens - 1) per request."
+    )
+    return EXIT_ENGINE if failed else EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    from harness.runner import run_regime
+
+    run, summary = run_regime(args.regime, args.results_dir, console)
+    code = _print_results(summary, console)
+    console.print(f"Results: {run.root}")
+    return code
+
+
+def _cmd_show(args: argparse.Namespace, console: Console) -> int:
+    from harness.results import RunDir
+    from harness.summary import summarize
+
+    if not (args.run_dir / "regime.json").is_file():
+        raise UserError(f"{args.run_dir}: not a run directory (no regime.json)")
+    return _print_results(summarize(RunDir(args.run_dir)), console)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console()
+    # SIGTERM/SIGHUP unwind like Ctrl-C, so every server context manager stops its process group.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGHUP, _raise_interrupt)
+    from harness.server import kill_all_started
+
+    handlers = {"run": _cmd_run, "validate": _cmd_validate, "show": _cmd_show}
+    try:
+        return handlers[args.command](args, console)
+    except UserError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        return EXIT_USAGE
+    except EngineError as exc:
+        console.print(f"[red]engine failure:[/] {exc}", highlight=False)
+        return EXIT_ENGINE
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: servers stopped; the partial run stays readable")
+        return EXIT_INTERRUPTED
+    finally:
+        kill_all_started()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

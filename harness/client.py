@@ -1,0 +1,156 @@
+"""The streaming OpenAI-compatible client: raw timestamps and token ids, no derived numbers.
+
+Each request streams (``stream: true`` with ``stream_options.include_usage``) and asks for
+``return_token_ids``, so output tokens are COUNTED FROM TOKEN IDS, never from chunks: under
+speculation one chunk carries several tokens, and chunk gaps are not per-token latencies.
+
+Times are ``time.perf_counter()`` seconds relative to the start of the measured window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from harness.engines import SERVED_MODEL_NAME
+from harness.regime import Load, Sampling
+from harness.workloads import LoadedWorkload, Prompt
+
+
+@dataclass
+class RequestRecord:
+    """Everything observed about one request, as raw as possible."""
+
+    workload: str
+    prompt_id: str
+    concurrency: int
+    prompt_format: str
+    t_send: float = 0.0
+    t_first_token: float | None = None
+    t_done: float | None = None
+    chunks: list[tuple[float, int]] = field(default_factory=list)  # (time, tokens in chunk)
+    token_ids: list[int] = field(default_factory=list)
+    prompt_token_count: int | None = None
+    usage_completion_tokens: int | None = None
+    finish_reason: str | None = None
+    text: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def request_body(prompt: Prompt, prompt_format: str, sampling: Sampling, load: Load) -> tuple[str, dict[str, Any]]:
+    """The endpoint path and JSON body for one prompt. Temperature is always sent explicitly."""
+    body: dict[str, Any] = {
+        "model": SERVED_MODEL_NAME,
+        "max_tokens": load.max_output_tokens,
+        "temperature": sampling.temperature,
+        "seed": sampling.seed,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+    }
+    if load.ignore_eos:
+        body["ignore_eos"] = True
+    if prompt_format == "chat":
+        body["messages"] = [{"role": "user", "content": prompt.text}]
+        return "/v1/chat/completions", body
+    body["prompt"] = prompt.text
+    return "/v1/completions", body
+
+
+def _absorb_chunk(record: RequestRecord, chunk: dict[str, Any], now: float) -> None:
+    usage = chunk.get("usage")
+    if usage:
+        record.usage_completion_tokens = usage.get("completion_tokens")
+        record.prompt_token_count = usage.get("prompt_tokens", record.prompt_token_count)
+    new_tokens = 0
+    for choice in chunk.get("choices") or []:
+        ids = choice.get("token_ids") or []
+        record.token_ids.extend(ids)
+        new_tokens += len(ids)
+        delta = choice.get("delta")
+        record.text += (delta.get("content") or "") if isinstance(delta, dict) else (choice.get("text") or "")
+        if choice.get("finish_reason"):
+            record.finish_reason = choice["finish_reason"]
+    if new_tokens:
+        if record.t_first_token is None:
+            record.t_first_token = now
+        record.chunks.append((now, new_tokens))
+
+
+async def send_request(
+    client: httpx.AsyncClient, record: RequestRecord, path: str, body: dict[str, Any], clock_zero: float
+) -> RequestRecord:
+    """Stream one request into ``record``; failures are recorded, never raised."""
+    record.t_send = time.perf_counter() - clock_zero
+    try:
+        async with client.stream("POST", path, json=body) as response:
+            if response.status_code != 200:
+                detail = (await response.aread()).decode(errors="replace")[:500]
+                record.error = f"HTTP {response.status_code}: {detail}"
+                return record
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[len("data:"):].strip()
+                if payload == "[DONE]":
+                    break
+                _absorb_chunk(record, json.loads(payload), time.perf_counter() - clock_zero)
+        if record.finish_reason is None:
+            record.error = "stream ended without a finish_reason"
+    except httpx.TimeoutException:
+        record.error = "timeout"
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        record.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        record.t_done = time.perf_counter() - clock_zero
+    return record
+
+
+@dataclass
+class WindowResult:
+    records: list[RequestRecord]
+    duration_s: float  # first send to last completion
+
+
+async def run_window(
+    base_url: str,
+    workload: LoadedWorkload,
+    prompts: list[Prompt],
+    concurrency: int,
+    sampling: Sampling,
+    load: Load,
+    on_request_done: Callable[[RequestRecord], None] | None = None,
+) -> WindowResult:
+    """Send ``prompts`` with at most ``concurrency`` in flight; return the raw records."""
+    fmt = workload.definition.prompt_format
+    semaphore = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    timeout = httpx.Timeout(load.request_timeout_s, connect=10.0)
+    clock_zero = time.perf_counter()
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
+
+        async def one(prompt: Prompt) -> RequestRecord:
+            async with semaphore:
+                record = RequestRecord(workload.name, prompt.prompt_id, concurrency, fmt)
+                path, body = request_body(prompt, fmt, sampling, load)
+                await send_request(client, record, path, body, clock_zero)
+            if on_request_done:
+                on_request_done(record)
+            return record
+
+        records = await asyncio.gather(*(one(p) for p in prompts))
+    return WindowResult(records=list(records), duration_s=time.perf_counter() - clock_zero)

@@ -1,0 +1,63 @@
+"""Engine adapters behind one small protocol, looked up by name and imported only when used.
+
+An adapter knows how to launch its engine for a regime + arm (argv and env, never a shell
+string), where its health endpoint is, and how to read its speculative-decoding counters.
+It never imports the engine itself: the engine runs in its own process.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from harness.errors import UserError
+from harness.probes.acceptance import SpecCounters
+from harness.regime import Arm, Regime
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything needed to start one server: the argument list and the extra environment."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class EngineAdapter(Protocol):
+    name: str
+    health_path: str
+    metrics_path: str
+
+    def launch_spec(
+        self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None
+    ) -> LaunchSpec:
+        """argv + env that start a server for this arm on 127.0.0.1:port (draft path already resolved)."""
+
+    def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
+        """Speculative-decoding counters from the metrics endpoint's text."""
+
+    def installed_version(self) -> str | None:
+        """The engine's version as installed here (without importing it), or None."""
+
+
+# Engine name -> module that defines ``ADAPTER``. Two engines do not need a plugin framework.
+_ADAPTER_MODULES = {"vllm": "harness.engines.vllm"}
+
+SERVED_MODEL_NAME = "target"  # the name every adapter serves the target under
+
+
+def get_adapter(name: str) -> EngineAdapter:
+    module = _ADAPTER_MODULES.get(name)
+    if module is None:
+        supported = ", ".join(sorted(_ADAPTER_MODULES))
+        raise UserError(f"engine '{name}' has no adapter yet (supported: {supported})")
+    return importlib.import_module(module).ADAPTER
+
+
+def resolve_draft(draft: str, regime_path: Path) -> str:
+    """Draft paths that look local resolve relative to the regime file; hub ids pass through."""
+    if draft.startswith((".", "/", "~")):
+        return str((regime_path.parent / Path(draft).expanduser()).resolve())
+    return draft

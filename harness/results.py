@@ -1,0 +1,127 @@
+"""Result files: raw samples written as the run goes, a summary derived from them.
+
+Layout of one run (``results/<regime-name>/<run-id>/``)::
+
+    regime.json                  resolved regime, its fingerprint, workloads with content hashes
+    environment.json             harness/engine/Python versions, CPU/GPU
+    arms/<arm>/launch.json       the exact argv and env the server was started with
+    arms/<arm>/server.log        the engine's own log
+    arms/<arm>/warmup.jsonl      warm-up requests (kept apart; never in metrics)
+    arms/<arm>/samples.jsonl     one raw RequestRecord per measured request
+    arms/<arm>/windows.jsonl     one line per measured window: duration, counter scrapes
+    arms/<arm>/status.json       ok | failed, with the error
+    summary.json                 metrics derived from all of the above (``bench`` rewrites it)
+
+JSON files are replaced atomically (temp file + ``os.replace``); JSONL files are appended one
+flushed line at a time, and a torn last line (a crash mid-write) is skipped on reading. A run
+directory is created exclusively and never overwritten.
+
+Schema history (``schema_version``):
+    1 - first version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+
+SCHEMA_VERSION = 1
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        handle.write(json.dumps(record, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a torn final line from an interrupted write
+    return rows
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: not found; is this a run directory?") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+class RunDir:
+    """Paths of one run directory; created exclusively so no run is ever overwritten."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    @classmethod
+    def create(cls, results_dir: Path, regime_name: str) -> RunDir:
+        parent = results_dir / regime_name
+        parent.mkdir(parents=True, exist_ok=True)
+        root = parent / new_run_id()
+        root.mkdir()  # raises if it exists: never write into someone else's run
+        return cls(root)
+
+    def arm_dir(self, arm: str) -> Path:
+        return self.root / "arms" / arm
+
+    def samples(self, arm: str) -> Path:
+        return self.arm_dir(arm) / "samples.jsonl"
+
+    def warmup(self, arm: str) -> Path:
+        return self.arm_dir(arm) / "warmup.jsonl"
+
+    def windows(self, arm: str) -> Path:
+        return self.arm_dir(arm) / "windows.jsonl"
+
+    def status(self, arm: str) -> Path:
+        return self.arm_dir(arm) / "status.json"
+
+    def server_log(self, arm: str) -> Path:
+        return self.arm_dir(arm) / "server.log"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+
+def load_summary(run_dir: Path) -> dict[str, Any]:
+    """Load a run's summary, refusing versions this harness does not know."""
+    summary = read_json(run_dir / "summary.json")
+    version = summary.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise UserError(
+            f"{run_dir / 'summary.json'}: schema_version {version!r} is not supported by this harness "
+            f"(it reads version {SCHEMA_VERSION}); use the harness version that wrote it"
+        )
+    return summary

@@ -1,0 +1,208 @@
+"""Run a regime: for each arm, start its server, warm up, measure every window, stop it.
+
+Data flows one way: regime -> engine adapter (argv/env) -> server -> client (raw records)
+-> result files. Metrics are derived from the stored raw files afterwards (``summary``), so a
+crash never loses what was already measured: every request is on disk as soon as it ends.
+
+An arm whose engine fails is recorded as failed (with its log tail) and the next arm runs.
+An interrupt stops the current server (the ``Server`` context manager) and propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from harness.client import RequestRecord, run_window
+from harness.engines import EngineAdapter, LaunchSpec, get_adapter, resolve_draft
+from harness.environment import collect_environment
+from harness.errors import EngineError, UserError
+from harness.models import converted_dir, resolve_package_gguf
+from harness.regime import Arm, Regime, load_regime, workload_paths
+from harness.results import RunDir, append_jsonl, read_json, write_json_atomic
+from harness.server import Server, free_port, log_tail
+from harness.summary import summarize
+from harness.workloads import LoadedWorkload, load_workload
+
+
+@dataclass
+class Plan:
+    """A regime resolved against this machine: everything needed before a server starts."""
+
+    regime: Regime
+    regime_path: Path
+    adapter: EngineAdapter
+    workloads: list[LoadedWorkload]
+
+    def launch_spec(self, arm: Arm, model: str, port: int) -> LaunchSpec:
+        draft = resolve_draft(arm.draft_model, self.regime_path) if arm.draft_model else None
+        return self.adapter.launch_spec(self.regime, arm, model, port, sys.executable, draft_model=draft)
+
+
+def plan_regime(regime_path: Path) -> Plan:
+    """Load and check a regime and its workloads; starts nothing."""
+    regime = load_regime(regime_path)
+    adapter = get_adapter(regime.engine.name)
+    workloads = [load_workload(path, regime.load.num_prompts) for path in workload_paths(regime, regime_path)]
+    names = [w.name for w in workloads]
+    if len(set(names)) != len(names):
+        raise UserError(f"{regime_path}: workloads: two workload files share a name ({', '.join(names)})")
+    return Plan(regime=regime, regime_path=regime_path, adapter=adapter, workloads=workloads)
+
+
+def model_reference(regime: Regime, regime_path: Path, convert: bool) -> str:
+    """The string handed to the engine as the target model; converts a packaged GGUF if asked."""
+    target = regime.target
+    if target.package is not None:
+        if not convert:  # where the conversion is (or will be) cached
+            return str(converted_dir(target.package.name, target.package.file))
+        return str(resolve_package_gguf(target.package.name, target.package.file))
+    return resolve_draft(target.path, regime_path)  # same rule: local-looking paths are relative to the regime
+
+
+def _regime_record(plan: Plan, model: str) -> dict[str, Any]:
+    return {
+        "source_path": str(plan.regime_path),
+        "fingerprint": plan.regime.fingerprint(),
+        "price_per_hour": plan.regime.price_per_hour(),
+        "resolved_model": model,
+        "regime": plan.regime.model_dump(mode="json"),
+        "workloads": [
+            {
+                "name": w.name,
+                "category": w.definition.category,
+                "prompt_format": w.definition.prompt_format,
+                "definition": w.definition.model_dump(mode="json"),
+                "content_sha256": w.content_sha256,
+                "prompt_ids": [p.prompt_id for p in w.prompts],
+            }
+            for w in plan.workloads
+        ],
+    }
+
+
+def _scrape(base_url: str, plan: Plan) -> dict[str, Any]:
+    try:
+        response = httpx.get(base_url + plan.adapter.metrics_path, timeout=10.0)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise EngineError(f"could not read {plan.adapter.metrics_path}: {exc}") from None
+    return plan.adapter.parse_spec_counters(response.text).to_json()
+
+
+class Runner:
+    def __init__(self, plan: Plan, results_dir: Path, console: Console):
+        self.plan = plan
+        self.results_dir = results_dir
+        self.console = console
+
+    def run(self) -> tuple[RunDir, dict[str, Any]]:
+        regime = self.plan.regime
+        version = self.plan.adapter.installed_version()
+        if version is None:
+            raise UserError(
+                f"engine '{regime.engine.name}' is not installed in {sys.executable}; "
+                "for the CPU default run scripts/setup-cpu.sh (or pip install -e '.[cpu]')"
+            )
+        with self.console.status("Resolving the target model (a packaged GGUF is converted once, ~30 s)..."):
+            model = model_reference(regime, self.plan.regime_path, convert=True)
+        run = RunDir.create(self.results_dir, regime.name)
+        self.console.print(f"Run directory: [bold]{run.root}[/]  (engine {version}, model {model})")
+        write_json_atomic(run.root / "regime.json", _regime_record(self.plan, model))
+        write_json_atomic(run.root / "environment.json", collect_environment(version))
+        try:
+            for index, arm in enumerate(regime.arms, start=1):
+                self.console.rule(f"arm {index}/{len(regime.arms)}: {arm.name} ({arm.method})")
+                self._run_arm(run, arm, model)
+                write_json_atomic(run.summary, summarize(run))
+        except BaseException:
+            write_json_atomic(run.summary, summarize(run))  # the partial run stays readable
+            raise
+        return run, read_json(run.summary)
+
+    def _run_arm(self, run: RunDir, arm: Arm, model: str) -> None:
+        port = free_port()
+        spec = self.plan.launch_spec(arm, model, port)
+        write_json_atomic(run.arm_dir(arm.name) / "launch.json", {"argv": spec.argv, "env": spec.env, "port": port})
+        server = Server(spec.argv, spec.env, port, run.server_log(arm.name), self.plan.adapter.health_path)
+        try:
+            with server:
+                startup_s = self._wait_ready(server)
+                write_json_atomic(run.status(arm.name), {"status": "running", "startup_s": startup_s})
+                self._warm_up(run, arm, server)
+                for workload in self.plan.workloads:
+                    for concurrency in self.plan.regime.load.concurrency:
+                        self._measure_window(run, arm, server, workload, concurrency)
+            write_json_atomic(run.status(arm.name), {"status": "ok", "startup_s": startup_s})
+        except EngineError as exc:
+            self.console.print(f"[red]arm {arm.name} failed:[/] {exc}")
+            write_json_atomic(run.status(arm.name), {"status": "failed", "error": str(exc)})
+        except BaseException:
+            write_json_atomic(run.status(arm.name), {"status": "interrupted"})
+            raise
+
+    def _wait_ready(self, server: Server) -> float:
+        timeout = self.plan.regime.engine.startup_timeout_s
+        with self.console.status("starting server...") as status:
+            def tick(elapsed: float) -> None:
+                status.update(f"starting server... {elapsed:.0f} s (log: {server.log_path})")
+            startup_s = server.wait_ready(timeout, on_tick=tick)
+        self.console.print(f"server ready in {startup_s:.0f} s")
+        return startup_s
+
+    def _warm_up(self, run: RunDir, arm: Arm, server: Server) -> None:
+        count = self.plan.regime.load.warmup_requests
+        if count == 0:
+            return
+        workload = self.plan.workloads[0]
+        prompts = (workload.prompts * count)[:count]
+        result = self._send(server, workload, prompts, 1, f"warm-up ({count} requests)", lambda r: append_jsonl(run.warmup(arm.name), r.to_json()))
+        self._check_alive(server, result.records)
+
+    def _measure_window(self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, concurrency: int) -> None:
+        before = _scrape(server.base_url, self.plan)
+        label = f"{workload.name} @ concurrency {concurrency}"
+        result = self._send(server, workload, workload.prompts, concurrency, label, lambda r: append_jsonl(run.samples(arm.name), r.to_json()))
+        self._check_alive(server, result.records)
+        after = _scrape(server.base_url, self.plan)
+        append_jsonl(run.windows(arm.name), {
+            "workload": workload.name,
+            "category": workload.definition.category,
+            "prompt_format": workload.definition.prompt_format,
+            "concurrency": concurrency,
+            "duration_s": result.duration_s,
+            "counters_before": before,
+            "counters_after": after,
+        })
+
+    def _send(self, server: Server, workload: LoadedWorkload, prompts: list, concurrency: int, label: str,
+              on_done: Callable[[RequestRecord], None]):
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=self.console, transient=False) as progress:
+            task = progress.add_task(label, total=len(prompts))
+
+            def done(record: RequestRecord) -> None:
+                on_done(record)
+                progress.advance(task)
+
+            regime = self.plan.regime
+            return asyncio.run(run_window(server.base_url, workload, prompts, concurrency, regime.sampling, regime.load, done))
+
+    def _check_alive(self, server: Server, records: list[RequestRecord]) -> None:
+        code = server.exit_code()
+        if code is not None:
+            raise EngineError(f"engine exited with status {code} while measuring; log {server.log_path}:\n{log_tail(server.log_path)}")
+        if records and all(not r.ok for r in records):
+            raise EngineError(f"every request failed (first error: {records[0].error})")
+
+
+def run_regime(regime_path: Path, results_dir: Path, console: Console) -> tuple[RunDir, dict[str, Any]]:
+    return Runner(plan_regime(regime_path), results_dir, console).run()

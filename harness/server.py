@@ -1,0 +1,160 @@
+"""The life of one engine server: start, wait until ready, stop without leaving anything behind.
+
+- The server runs in its own process group (``start_new_session``), so teardown can signal the
+  whole group: vLLM forks an engine-core process (and workers) that outlive a killed parent.
+- Output goes to a log file per arm, never to a pipe nobody reads.
+- Readiness polls the health endpoint with a SHORT client timeout, because vLLM binds its
+  socket before the model loads (a TCP connect succeeds early and requests hang), and checks
+  on every poll that the process is still alive, failing fast with the tail of the log.
+- Every started group is registered so an interrupted ``bench run`` can still stop it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from harness.errors import EngineError
+
+_LIVE_GROUPS: set[int] = set()
+
+
+def free_port() -> int:
+    """A port the OS just had free on 127.0.0.1 (the engine binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while any non-zombie process is in the group. A zombie (exited, not yet reaped)
+    still answers ``killpg(pgid, 0)``, so on Linux the group is read from /proc instead."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            # Fields after the ")" that closes the command name: state, ppid, pgrp, ...
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process went away while we looked
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def kill_group(pgid: int, grace_s: float = 20.0) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        _LIVE_GROUPS.discard(pgid)
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.2)
+    if _group_alive(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _LIVE_GROUPS.discard(pgid)
+
+
+def kill_all_started() -> None:
+    """Stop every server group this process started and has not stopped yet."""
+    for pgid in list(_LIVE_GROUPS):
+        kill_group(pgid, grace_s=5.0)
+
+
+class Server:
+    """One engine server process group. Use as a context manager so it is always stopped."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], port: int, log_path: Path, health_path: str):
+        self.argv = argv
+        self.extra_env = env
+        self.port = port
+        self.log_path = log_path
+        self.health_path = health_path
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.extra_env},
+                start_new_session=True,  # own process group: teardown reaches every child
+            )
+        _LIVE_GROUPS.add(self.process.pid)
+
+    def exit_code(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def wait_ready(self, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:
+        """Block until the health endpoint answers 200; return the seconds it took."""
+        started = time.monotonic()
+        url = self.base_url + self.health_path
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                elapsed = time.monotonic() - started
+                code = self.exit_code()
+                if code is not None:
+                    raise EngineError(
+                        f"engine exited with status {code} during start-up; log {self.log_path}:\n{log_tail(self.log_path)}"
+                    )
+                if elapsed > timeout_s:
+                    raise EngineError(
+                        f"engine not ready after {timeout_s:.0f} s; log {self.log_path}:\n{log_tail(self.log_path)}"
+                    )
+                try:
+                    if client.get(url).status_code == 200:
+                        return elapsed
+                except httpx.HTTPError:
+                    pass  # not listening yet, or listening but not serving yet
+                if on_tick:
+                    on_tick(elapsed)
+                time.sleep(1.0)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        kill_group(self.process.pid)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def __enter__(self) -> Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,95 @@
+"""Derive the summary (the mini-lab table's numbers) from a run directory's raw files.
+
+Raw samples are the truth; this module can be re-run on any run directory and gives the same
+summary. Units are in the names (``_ms``, ``_s``, ``tok_s``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.probes.acceptance import SpecCounters, acceptance
+from harness.probes.cost import usd_per_mtok
+from harness.probes.latency import percentile, tpot_s, ttft_s
+from harness.probes.throughput import output_tokens_per_s, speedup
+from harness.results import SCHEMA_VERSION, RunDir, read_json, read_jsonl
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value * 1000.0
+
+
+def window_metrics(window: dict[str, Any], records: list[dict[str, Any]], price_per_hour: float) -> dict[str, Any]:
+    """Metrics of one measured window from its raw request records and counter scrapes."""
+    ok = [r for r in records if r["error"] is None]
+    output_tokens = sum(len(r["token_ids"]) for r in ok)
+    ttfts = [v for r in ok if (v := ttft_s(r["t_send"], r["t_first_token"])) is not None]
+    tpots = [
+        v for r in ok if (v := tpot_s(r["t_send"], r["t_first_token"], r["t_done"], len(r["token_ids"]))) is not None
+    ]
+    tok_s = output_tokens_per_s(output_tokens, window["duration_s"])
+    delta = SpecCounters.from_json(window["counters_after"]).minus(SpecCounters.from_json(window["counters_before"]))
+    acc = acceptance(delta)
+    return {
+        "requests_total": len(records),
+        "requests_ok": len(ok),
+        "requests_errored": len(records) - len(ok),
+        "output_tokens": output_tokens,
+        "duration_s": window["duration_s"],
+        "output_tok_s": tok_s,
+        "ttft_ms_p50": _ms(percentile(ttfts, 50)),
+        "ttft_ms_p90": _ms(percentile(ttfts, 90)),
+        "tpot_ms_p50": _ms(percentile(tpots, 50)),
+        "tpot_ms_p90": _ms(percentile(tpots, 90)),
+        "tau": acc.tau,
+        "acceptance_rate": acc.acceptance_rate,
+        "per_position_acceptance": acc.per_position,
+        "drafts": acc.drafts,
+        "draft_tokens": acc.draft_tokens,
+        "accepted_tokens": acc.accepted_tokens,
+        "usd_per_mtok": usd_per_mtok(price_per_hour, tok_s),
+    }
+
+
+def summarize(run: RunDir) -> dict[str, Any]:
+    """The summary of a run directory, from its raw files only."""
+    regime_record = read_json(run.root / "regime.json")
+    regime = regime_record["regime"]
+    price = regime_record["price_per_hour"]
+    arms, rows = [], []
+    for arm in regime["arms"]:
+        name = arm["name"]
+        status = read_json(run.status(name)) if run.status(name).exists() else {"status": "not_run"}
+        arms.append({"name": name, "method": arm["method"], "num_speculative_tokens": arm["num_speculative_tokens"], **status})
+        samples = read_jsonl(run.samples(name))
+        for window in read_jsonl(run.windows(name)):
+            records = [
+                s for s in samples if s["workload"] == window["workload"] and s["concurrency"] == window["concurrency"]
+            ]
+            rows.append({
+                "arm": name,
+                "method": arm["method"],
+                "num_speculative_tokens": arm["num_speculative_tokens"],
+                "workload": window["workload"],
+                "category": window["category"],
+                "prompt_format": window["prompt_format"],
+                "concurrency": window["concurrency"],
+                **window_metrics(window, records, price),
+            })
+    _add_speedups(rows, baseline=next(a["name"] for a in regime["arms"] if a["method"] == "baseline"))
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run.root.name,
+        "regime_name": regime["name"],
+        "regime_fingerprint": regime_record["fingerprint"],
+        "baseline_arm": next(a["name"] for a in regime["arms"] if a["method"] == "baseline"),
+        "arms": arms,
+        "windows": rows,
+    }
+
+
+def _add_speedups(rows: list[dict[str, Any]], baseline: str) -> None:
+    base = {(r["workload"], r["concurrency"]): r["output_tok_s"] for r in rows if r["arm"] == baseline}
+    for row in rows:
+        row["speedup"] = speedup(row["output_tok_s"], base.get((row["workload"], row["concurrency"])))

@@ -1,0 +1,54 @@
+"""The mini-lab table in the terminal: arms x metrics, one table per workload and concurrency."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _speedup(value: float | None) -> str:
+    if value is None:
+        return "-"
+    colour = "green" if value > 1.0 else ("red" if value < 1.0 else "")
+    text = f"{value:.2f}x"
+    return f"[{colour}]{text}[/]" if colour else text
+
+
+def minilab_tables(summary: dict[str, Any]) -> list[Table]:
+    """One rich table per (workload, concurrency), rows in the regime's arm order."""
+    tables = []
+    keys = list(dict.fromkeys((w["workload"], w["concurrency"]) for w in summary["windows"]))
+    for workload, concurrency in keys:
+        rows = [w for w in summary["windows"] if (w["workload"], w["concurrency"]) == (workload, concurrency)]
+        first = rows[0]
+        table = Table(
+            title=f"{workload} ({first['category']}, {first['prompt_format']} prompts) @ concurrency {concurrency}",
+            title_justify="left",
+        )
+        for header in ("arm", "method", "K", "tau", "tok/s", "speedup", "TTFT p50 ms", "TPOT p50 ms", "TPOT p90 ms", "$/Mtok", "ok/total"):
+            table.add_column(header, justify="left" if header in ("arm", "method") else "right")
+        for row in rows:
+            table.add_row(
+                row["arm"],
+                row["method"],
+                str(row["num_speculative_tokens"] or "-"),
+                "1 (no spec)" if row["method"] == "baseline" else _fmt(row["tau"], ".2f"),
+                _fmt(row["output_tok_s"], ".1f"),
+                _speedup(row["speedup"]),
+                _fmt(row["ttft_ms_p50"], ".0f"),
+                _fmt(row["tpot_ms_p50"], ".1f"),
+                _fmt(row["tpot_ms_p90"], ".1f"),
+                _fmt(row["usd_per_mtok"], ".2f"),
+                f"{row['requests_ok']}/{row['requests_total']}",
+            )
+        tables.append(table)
+    return tables
+
+
+def failed_arms(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    return [arm for arm in summary["arms"] if arm.get("status") != "ok"]

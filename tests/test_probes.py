@@ -1,0 +1,83 @@
+"""Probe arithmetic on hand-made samples, and the summary derived from raw records."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.probes.acceptance import SpecCounters, acceptance
+from harness.probes.cost import usd_per_mtok
+from harness.probes.latency import percentile, tpot_s, ttft_s
+from harness.probes.throughput import output_tokens_per_s, speedup
+from harness.summary import _add_speedups, window_metrics
+
+
+def test_tau_from_counter_deltas() -> None:
+    before = SpecCounters(drafts=10, draft_tokens=40, accepted_tokens=5, accepted_per_position={0: 3, 1: 2})
+    after = SpecCounters(drafts=66, draft_tokens=264, accepted_tokens=118, accepted_per_position={0: 50, 1: 40, 2: 20, 3: 13})
+    acc = acceptance(after.minus(before))
+    assert acc.tau == pytest.approx(1 + 113 / 56)
+    assert acc.acceptance_rate == pytest.approx(113 / 224)
+    assert acc.per_position == pytest.approx([47 / 56, 38 / 56, 20 / 56, 13 / 56])
+
+
+def test_tau_absent_without_drafts() -> None:
+    acc = acceptance(SpecCounters())
+    assert acc.tau is None and acc.acceptance_rate is None and acc.per_position == []
+
+
+def test_ttft_tpot() -> None:
+    assert ttft_s(1.0, 1.25) == pytest.approx(0.25)
+    # 11 tokens: first at 1.25, done at 2.25 -> 10 inter-token intervals of 0.1 s
+    assert tpot_s(1.0, 1.25, 2.25, 11) == pytest.approx(0.1)
+    assert tpot_s(1.0, 1.25, 1.25, 1) is None
+    assert ttft_s(1.0, None) is None
+
+
+def test_percentile_matches_linear_interpolation() -> None:
+    assert percentile([4, 1, 3, 2], 50) == pytest.approx(2.5)
+    assert percentile([1, 2, 3, 4, 5], 90) == pytest.approx(4.6)
+    assert percentile([], 50) is None
+
+
+def test_throughput_speedup_cost() -> None:
+    assert output_tokens_per_s(1000, 20.0) == pytest.approx(50.0)
+    assert output_tokens_per_s(0, 20.0) is None
+    assert speedup(60.0, 40.0) == pytest.approx(1.5)
+    assert speedup(60.0, None) is None
+    # 8 GPUs at $3.50 = $28/h; 10,000 tok/s -> 36M tok/h -> $0.777.../Mtok
+    assert usd_per_mtok(28.0, 10_000.0) == pytest.approx(28.0 / 36.0)
+    assert usd_per_mtok(28.0, None) is None
+
+
+def _record(t_send: float, t_first: float, t_done: float, tokens: int, error: str | None = None) -> dict:
+    return {"t_send": t_send, "t_first_token": t_first, "t_done": t_done, "token_ids": list(range(tokens)), "error": error}
+
+
+def test_window_metrics_uses_token_ids_and_excludes_errors() -> None:
+    window = {
+        "duration_s": 4.0,
+        "counters_before": SpecCounters().to_json(),
+        "counters_after": SpecCounters(drafts=4, draft_tokens=16, accepted_tokens=8, accepted_per_position={0: 4, 1: 4}).to_json(),
+    }
+    records = [_record(0.0, 0.5, 2.5, 21), _record(0.0, 1.0, 4.0, 31), _record(0.0, 0.1, 0.2, 0, error="timeout")]
+    metrics = window_metrics(window, records, price_per_hour=0.36)
+    assert (metrics["requests_total"], metrics["requests_ok"], metrics["requests_errored"]) == (3, 2, 1)
+    assert metrics["output_tokens"] == 52
+    assert metrics["output_tok_s"] == pytest.approx(13.0)
+    assert metrics["ttft_ms_p50"] == pytest.approx(750.0)
+    assert metrics["tpot_ms_p50"] == pytest.approx(100.0)  # both requests: 2.0/20 and 3.0/30
+    assert metrics["tau"] == pytest.approx(3.0)
+    assert metrics["per_position_acceptance"] == pytest.approx([1.0, 1.0])
+    assert metrics["usd_per_mtok"] == pytest.approx(0.36 / (13.0 * 3600) * 1e6)
+
+
+def test_speedup_pairs_same_workload_and_concurrency() -> None:
+    rows = [
+        {"arm": "base", "workload": "w", "concurrency": 1, "output_tok_s": 40.0},
+        {"arm": "base", "workload": "w", "concurrency": 4, "output_tok_s": 100.0},
+        {"arm": "ng", "workload": "w", "concurrency": 1, "output_tok_s": 60.0},
+        {"arm": "ng", "workload": "w", "concurrency": 4, "output_tok_s": 90.0},
+        {"arm": "ng", "workload": "other", "concurrency": 1, "output_tok_s": 90.0},
+    ]
+    _add_speedups(rows, baseline="base")
+    assert [r["speedup"] for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])

