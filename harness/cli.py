@@ -114,7 +114,8 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    console = Console()
+    # Piped output (CI logs, files) would otherwise be cut to 80 columns and truncate the table.
+    console = Console() if sys.stdout.isatty() else Console(width=160)
     # SIGTERM/SIGHUP unwind like Ctrl-C, so every server context manager stops its process group.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.table import Table
 
 
@@ -27,17 +28,22 @@ def minilab_tables(summary: dict[str, Any]) -> list[Table]:
         rows = [w for w in summary["windows"] if (w["workload"], w["concurrency"]) == (workload, concurrency)]
         first = rows[0]
         table = Table(
-            title=f"{workload} ({first['category']}, {first['prompt_format']} prompts) @ concurrency {concurrency}",
+            title=f"{workload} ({first['category']}, {first['prompt_format']} prompts) @ concurrency {concurrency}; times in ms",
             title_justify="left",
+            box=box.SIMPLE_HEAD,  # light borders: the table fits an 80-column terminal
+            pad_edge=False,
+            collapse_padding=True,
         )
-        for header in ("arm", "method", "K", "tau", "tok/s", "speedup", "TTFT p50 ms", "TPOT p50 ms", "TPOT p90 ms", "$/Mtok", "ok/total"):
-            table.add_column(header, justify="left" if header in ("arm", "method") else "right")
+        for header in ("arm", "method", "tau", "tok/s", "speedup", "TTFT\np50", "TPOT\np50", "TPOT\np90", "$/Mtok", "ok"):
+            # fold, never truncate: a number cut to "12…" is worse than a wrapped one
+            text_column = header in ("arm", "method")
+            table.add_column(header, justify="left" if text_column else "right", overflow="fold", no_wrap=text_column,
+                             min_width=max(len(part) for part in header.split("\n")))
         for row in rows:
             table.add_row(
                 row["arm"],
-                row["method"],
-                str(row["num_speculative_tokens"] or "-"),
-                "1 (no spec)" if row["method"] == "baseline" else _fmt(row["tau"], ".2f"),
+                row["method"] + (f" K={row['num_speculative_tokens']}" if row["num_speculative_tokens"] else ""),
+                "1" if row["method"] == "baseline" else _fmt(row["tau"], ".2f"),
                 _fmt(row["output_tok_s"], ".1f"),
                 _speedup(row["speedup"]),
                 _fmt(row["ttft_ms_p50"], ".0f"),

