@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from harness import __version__
 from harness.errors import EngineError, UserError
@@ -51,21 +52,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
-    from harness.runner import model_reference, plan_regime
+    from harness.runner import describe_plan, model_reference, plan_regime
 
     plan = plan_regime(args.regime)
     regime = plan.regime
     model = model_reference(regime, args.regime, convert=False)
     console.print(f"[green]{args.regime}: valid[/] (regime '{regime.name}', fingerprint {regime.fingerprint()})")
-    for workload in plan.workloads:
-        console.print(
-            f"  workload {workload.name}: {workload.definition.category}, {workload.definition.prompt_format} prompts, "
-            f"{len(workload.prompts)} per level"
-        )
-    console.print(
-        f"  load: concurrency {regime.load.concurrency}, max {regime.load.max_output_tokens} output tokens, "
-        f"{regime.load.warmup_requests} warm-up requests, temperature {regime.sampling.temperature}, seed {regime.sampling.seed}"
-    )
+    console.print(describe_plan(plan), highlight=False)
     for arm in regime.arms:
         spec = plan.launch_spec(arm, model, port=0)
         argv = [("PORT" if prev == "--port" else part) for prev, part in zip([""] + spec.argv, spec.argv)]
@@ -82,7 +75,7 @@ def _print_results(summary: dict, console: Console) -> int:
         console.print(table)
     failed = failed_arms(summary)
     for arm in failed:
-        console.print(f"[red]arm {arm['name']}: {arm.get('status')}[/] {arm.get('error', '')}")
+        console.print(f"[red]arm {arm['name']}: {arm.get('status')}[/] {escape(arm.get('error', ''))}", soft_wrap=True)
     console.print(
         "tau = 1 + accepted/drafts from the engine's counters over each window; speedup = arm tok/s / baseline "
         "tok/s on the same prompts and concurrency; TPOT = (E2E - TTFT)/(tokens - 1) per request."
@@ -125,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handlers[args.command](args, console)
     except UserError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False)
+        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
     except EngineError as exc:
-        console.print(f"[red]engine failure:[/] {exc}", highlight=False)
+        console.print(f"[red]engine failure:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return EXIT_ENGINE
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: servers stopped; the partial run stays readable")

@@ -167,13 +167,13 @@ class Regime(StrictModel):
 
     name: str = Field(pattern=NAME_PATTERN, description="Regime name; results go to results/<name>/<run-id>/.")
     description: str = Field(default="", description="Free text shown in reports.")
-    hardware: Hardware
-    engine: Engine
-    target: TargetModel
+    hardware: Hardware = Field(description="What the regime runs on (GPU model and count, or cpu).")
+    engine: Engine = Field(description="Serving engine, version pin and launch options.")
+    target: TargetModel = Field(description="The target model, its dtype, quantization and context length.")
     tensor_parallel_size: int = Field(default=1, ge=1, description="Tensor-parallel degree (--tensor-parallel-size).")
-    sampling: Sampling
-    load: Load
-    cost: Cost
+    sampling: Sampling = Field(description="Sampling sent with every request; temperature must be explicit.")
+    load: Load = Field(description="Concurrency levels, prompts per window, output length, warm-up.")
+    cost: Cost = Field(description="Hardware price, for $/Mtok.")
     workloads: list[str] = Field(min_length=1, description="Workload files, relative to this regime file.")
     arms: list[Arm] = Field(min_length=1, description="Arms; exactly one must be the baseline.")
 

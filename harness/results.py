@@ -2,7 +2,7 @@
 
 Layout of one run (``results/<regime-name>/<run-id>/``)::
 
-    regime.json                  resolved regime, its fingerprint, workloads with content hashes
+    regime.json                  schema_version, resolved regime, its fingerprint, workloads with hashes
     environment.json             harness/engine/Python versions, CPU/GPU
     arms/<arm>/launch.json       the exact argv and env the server was started with
     arms/<arm>/server.log        the engine's own log
@@ -115,13 +115,13 @@ class RunDir:
         return self.root / "summary.json"
 
 
-def load_summary(run_dir: Path) -> dict[str, Any]:
-    """Load a run's summary, refusing versions this harness does not know."""
-    summary = read_json(run_dir / "summary.json")
-    version = summary.get("schema_version")
+def read_run_record(run: RunDir) -> dict[str, Any]:
+    """A run's ``regime.json``, refusing schema versions this harness does not know."""
+    record = read_json(run.root / "regime.json")
+    version = record.get("schema_version")
     if version != SCHEMA_VERSION:
         raise UserError(
-            f"{run_dir / 'summary.json'}: schema_version {version!r} is not supported by this harness "
-            f"(it reads version {SCHEMA_VERSION}); use the harness version that wrote it"
+            f"{run.root / 'regime.json'}: schema_version {version!r} is not supported by this harness "
+            f"(it reads version {SCHEMA_VERSION}); use the harness version that wrote the run"
         )
-    return summary
+    return record

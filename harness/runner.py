@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from harness.client import RequestRecord, run_window
@@ -27,7 +28,7 @@ from harness.environment import collect_environment
 from harness.errors import EngineError, UserError
 from harness.models import converted_dir, resolve_package_gguf
 from harness.regime import Arm, Regime, load_regime, workload_paths
-from harness.results import RunDir, append_jsonl, read_json, write_json_atomic
+from harness.results import SCHEMA_VERSION, RunDir, append_jsonl, read_json, write_json_atomic
 from harness.server import Server, free_port, log_tail
 from harness.summary import summarize
 from harness.workloads import LoadedWorkload, load_workload
@@ -68,8 +69,23 @@ def model_reference(regime: Regime, regime_path: Path, convert: bool) -> str:
     return resolve_draft(target.path, regime_path)  # same rule: local-looking paths are relative to the regime
 
 
+def describe_plan(plan: Plan) -> str:
+    """One paragraph stating what will be measured, defaults included."""
+    regime, load = plan.regime, plan.regime.load
+    mode = "eager (--enforce-eager)" if regime.engine.enforce_eager else "compiled (torch.compile / graphs)"
+    sampling = "greedy" if regime.sampling.temperature == 0 else f"temperature {regime.sampling.temperature}"
+    workloads = ", ".join(f"{w.name} ({w.definition.prompt_format})" for w in plan.workloads)
+    return (
+        f"{len(regime.arms)} arms ({', '.join(a.name for a in regime.arms)}) x workloads {workloads} x "
+        f"concurrency {load.concurrency}; {load.num_prompts} prompts per window, max {load.max_output_tokens} "
+        f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests per "
+        f"server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP {regime.tensor_parallel_size}."
+    )
+
+
 def _regime_record(plan: Plan, model: str) -> dict[str, Any]:
     return {
+        "schema_version": SCHEMA_VERSION,
         "source_path": str(plan.regime_path),
         "fingerprint": plan.regime.fingerprint(),
         "price_per_hour": plan.regime.price_per_hour(),
@@ -116,6 +132,7 @@ class Runner:
             model = model_reference(regime, self.plan.regime_path, convert=True)
         run = RunDir.create(self.results_dir, regime.name)
         self.console.print(f"Run directory: [bold]{run.root}[/]  (engine {version}, model {model})")
+        self.console.print(describe_plan(self.plan), highlight=False)
         write_json_atomic(run.root / "regime.json", _regime_record(self.plan, model))
         write_json_atomic(run.root / "environment.json", collect_environment(version))
         try:
@@ -143,7 +160,7 @@ class Runner:
                         self._measure_window(run, arm, server, workload, concurrency)
             write_json_atomic(run.status(arm.name), {"status": "ok", "startup_s": startup_s})
         except EngineError as exc:
-            self.console.print(f"[red]arm {arm.name} failed:[/] {exc}")
+            self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
             write_json_atomic(run.status(arm.name), {"status": "failed", "error": str(exc)})
         except BaseException:
             write_json_atomic(run.status(arm.name), {"status": "interrupted"})

