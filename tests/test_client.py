@@ -57,7 +57,7 @@ def test_request_bodies() -> None:
     assert path == "/v1/completions" and body["prompt"] == "def f():"
     assert body["temperature"] == 0 and body["seed"] == 0 and body["stream"] is True
     assert body["return_token_ids"] is True and body["stream_options"] == {"include_usage": True}
-    assert body["max_tokens"] == 128 and "ignore_eos" not in body
+    assert body["max_tokens"] == 96 and "ignore_eos" not in body
     path, body = request_body(prompt, "chat", regime.sampling, regime.load)
     assert path == "/v1/chat/completions" and body["messages"] == [{"role": "user", "content": "def f():"}]
     assert "prompt" not in body
