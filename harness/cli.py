@@ -61,7 +61,7 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
     console.print(describe_plan(plan), highlight=False)
     for arm in regime.arms:
         spec = plan.launch_spec(arm, model, port=0)
-        argv = [("PORT" if prev == "--port" else part) for prev, part in zip([""] + spec.argv, spec.argv)]
+        argv = [("PORT" if prev == "--port" else part) for prev, part in zip([""] + spec.argv[:-1], spec.argv, strict=True)]
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items()))
         console.print(f"\n[bold]{arm.name}[/] ({arm.method}, K={arm.num_speculative_tokens or '-'}):", highlight=False)
         console.print(f"  {env + ' ' if env else ''}{shlex.join(argv)}", highlight=False, soft_wrap=True)

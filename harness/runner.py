@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from harness.client import RequestRecord, run_window
+from harness.client import RequestRecord, WindowResult, run_window
 from harness.engines import EngineAdapter, LaunchSpec, get_adapter, resolve_draft
 from harness.environment import collect_environment
 from harness.errors import EngineError, UserError
@@ -31,7 +31,7 @@ from harness.regime import Arm, Regime, load_regime, workload_paths
 from harness.results import SCHEMA_VERSION, RunDir, append_jsonl, read_json, write_json_atomic
 from harness.server import Server, free_port, log_tail
 from harness.summary import summarize
-from harness.workloads import LoadedWorkload, load_workload
+from harness.workloads import LoadedWorkload, Prompt, load_workload
 
 
 @dataclass
@@ -181,13 +181,19 @@ class Runner:
             return
         workload = self.plan.workloads[0]
         prompts = (workload.prompts * count)[:count]
-        result = self._send(server, workload, prompts, 1, f"warm-up ({count} requests)", lambda r: append_jsonl(run.warmup(arm.name), r.to_json()))
+        def keep(record: RequestRecord) -> None:
+            append_jsonl(run.warmup(arm.name), record.to_json())
+
+        result = self._send(server, workload, prompts, 1, f"warm-up ({count} requests)", keep)
         self._check_alive(server, result.records)
 
     def _measure_window(self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, concurrency: int) -> None:
         before = _scrape(server.base_url, self.plan)
+        def keep(record: RequestRecord) -> None:  # on disk the moment it ends: a crash loses nothing
+            append_jsonl(run.samples(arm.name), record.to_json())
+
         label = f"{workload.name} @ concurrency {concurrency}"
-        result = self._send(server, workload, workload.prompts, concurrency, label, lambda r: append_jsonl(run.samples(arm.name), r.to_json()))
+        result = self._send(server, workload, workload.prompts, concurrency, label, keep)
         self._check_alive(server, result.records)
         after = _scrape(server.base_url, self.plan)
         append_jsonl(run.windows(arm.name), {
@@ -200,8 +206,10 @@ class Runner:
             "counters_after": after,
         })
 
-    def _send(self, server: Server, workload: LoadedWorkload, prompts: list, concurrency: int, label: str,
-              on_done: Callable[[RequestRecord], None]):
+    def _send(
+        self, server: Server, workload: LoadedWorkload, prompts: list[Prompt], concurrency: int, label: str,
+        on_done: Callable[[RequestRecord], None],
+    ) -> WindowResult:
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=self.console, transient=False) as progress:
             task = progress.add_task(label, total=len(prompts))

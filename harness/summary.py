@@ -6,7 +6,6 @@ summary. Units are in the names (``_ms``, ``_s``, ``tok_s``).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from harness.probes.acceptance import SpecCounters, acceptance
