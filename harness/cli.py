@@ -69,16 +69,20 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
 
 
 def _print_results(summary: dict, console: Console) -> int:
-    from harness.table import failed_arms, minilab_tables
+    from harness.table import exactness_table, failed_arms, minilab_tables
 
     for table in minilab_tables(summary):
         console.print(table)
+    exact = exactness_table(summary)
+    if exact is not None:
+        console.print(exact)
     failed = failed_arms(summary)
     for arm in failed:
         console.print(f"[red]arm {arm['name']}: {arm.get('status')}[/] {escape(arm.get('error', ''))}", soft_wrap=True)
     console.print(
         "tau = 1 + accepted/drafts from the engine's counters over each window; speedup = arm tok/s / baseline "
-        "tok/s on the same prompts and concurrency; TPOT = (E2E - TTFT)/(tokens - 1) per request."
+        "tok/s on the same prompts and concurrency; TPOT = (E2E - TTFT)/(tokens - 1) per request; same % = "
+        "prompts whose greedy token ids equal the baseline's (for the baseline: its own second pass)."
     )
     return EXIT_ENGINE if failed else EXIT_OK
 

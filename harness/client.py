@@ -34,8 +34,10 @@ class RequestRecord:
     t_send: float = 0.0
     t_first_token: float | None = None
     t_done: float | None = None
-    chunks: list[tuple[float, int]] = field(default_factory=list)  # (time, tokens in chunk)
+    chunks: list[tuple[float, int, str]] = field(default_factory=list)  # (time, tokens in chunk, its text)
     token_ids: list[int] = field(default_factory=list)
+    # Per output token, the engine's top logprobs as [token_id, logprob] pairs (when requested).
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     prompt_token_count: int | None = None
     usage_completion_tokens: int | None = None
     finish_reason: str | None = None
@@ -50,8 +52,14 @@ class RequestRecord:
         return asdict(self)
 
 
-def request_body(prompt: Prompt, prompt_format: str, sampling: Sampling, load: Load) -> tuple[str, dict[str, Any]]:
-    """The endpoint path and JSON body for one prompt. Temperature is always sent explicitly."""
+def request_body(
+    prompt: Prompt, prompt_format: str, sampling: Sampling, load: Load, top_logprobs: int = 0
+) -> tuple[str, dict[str, Any]]:
+    """The endpoint path and JSON body for one prompt. Temperature is always sent explicitly.
+
+    With ``top_logprobs`` the engine returns that many logprobs per token, keyed as
+    ``token_id:<id>`` (``return_tokens_as_token_ids``): two different tokens that decode to the
+    same text must not collapse into one entry, or a near tie would look like a wide margin."""
     body: dict[str, Any] = {
         "model": SERVED_MODEL_NAME,
         "max_tokens": load.max_output_tokens,
@@ -63,11 +71,35 @@ def request_body(prompt: Prompt, prompt_format: str, sampling: Sampling, load: L
     }
     if load.ignore_eos:
         body["ignore_eos"] = True
+    if top_logprobs:
+        body["return_tokens_as_token_ids"] = True
     if prompt_format == "chat":
         body["messages"] = [{"role": "user", "content": prompt.text}]
+        if top_logprobs:
+            body.update(logprobs=True, top_logprobs=top_logprobs)
         return "/v1/chat/completions", body
     body["prompt"] = prompt.text
+    if top_logprobs:
+        body["logprobs"] = top_logprobs
     return "/v1/completions", body
+
+
+def _token_id(key: str) -> int:
+    return int(key.rsplit(":", 1)[1])  # "token_id:123"
+
+
+def parse_top_logprobs(logprobs: dict[str, Any] | None) -> list[list[tuple[int, float]]]:
+    """Top logprobs per token from one chunk's ``logprobs``, in either OpenAI shape:
+    completions ``{"top_logprobs": [{"token_id:1": lp, ...}, ...]}`` or chat
+    ``{"content": [{"top_logprobs": [{"token": "token_id:1", "logprob": lp}, ...]}, ...]}``."""
+    if not logprobs:
+        return []
+    if "content" in logprobs:
+        return [
+            [(_token_id(top["token"]), top["logprob"]) for top in entry.get("top_logprobs") or []]
+            for entry in logprobs["content"] or []
+        ]
+    return [[(_token_id(k), v) for k, v in (entry or {}).items()] for entry in logprobs.get("top_logprobs") or []]
 
 
 def _absorb_chunk(record: RequestRecord, chunk: dict[str, Any], now: float) -> None:
@@ -75,19 +107,21 @@ def _absorb_chunk(record: RequestRecord, chunk: dict[str, Any], now: float) -> N
     if usage:
         record.usage_completion_tokens = usage.get("completion_tokens")
         record.prompt_token_count = usage.get("prompt_tokens", record.prompt_token_count)
-    new_tokens = 0
+    new_tokens, new_text = 0, ""
     for choice in chunk.get("choices") or []:
         ids = choice.get("token_ids") or []
         record.token_ids.extend(ids)
+        record.top_logprobs.extend(parse_top_logprobs(choice.get("logprobs")))
         new_tokens += len(ids)
         delta = choice.get("delta")
-        record.text += (delta.get("content") or "") if isinstance(delta, dict) else (choice.get("text") or "")
+        new_text += (delta.get("content") or "") if isinstance(delta, dict) else (choice.get("text") or "")
         if choice.get("finish_reason"):
             record.finish_reason = choice["finish_reason"]
+    record.text += new_text
     if new_tokens:
         if record.t_first_token is None:
             record.t_first_token = now
-        record.chunks.append((now, new_tokens))
+        record.chunks.append((now, new_tokens, new_text))
 
 
 async def send_request(
@@ -133,6 +167,7 @@ async def run_window(
     sampling: Sampling,
     load: Load,
     on_request_done: Callable[[RequestRecord], None] | None = None,
+    top_logprobs: int = 0,
 ) -> WindowResult:
     """Send ``prompts`` with at most ``concurrency`` in flight; return the raw records."""
     fmt = workload.definition.prompt_format
@@ -146,7 +181,7 @@ async def run_window(
         async def one(prompt: Prompt) -> RequestRecord:
             async with semaphore:
                 record = RequestRecord(workload.name, prompt.prompt_id, concurrency, fmt)
-                path, body = request_body(prompt, fmt, sampling, load)
+                path, body = request_body(prompt, fmt, sampling, load, top_logprobs)
                 await send_request(client, record, path, body, clock_zero)
             if on_request_done:
                 on_request_done(record)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from harness.config_file import StrictModel, load_model
+from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
 
 SpecMethod = Literal["baseline", "ngram", "draft_model", "eagle3", "dflash"]
 METHODS_WITH_DRAFT_MODEL = ("draft_model", "eagle3", "dflash")
@@ -129,6 +130,29 @@ class Cost(StrictModel):
         return self
 
 
+class Exactness(StrictModel):
+    """Greedy-exactness probe: every speculative arm's output vs the baseline's, per prompt."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Request top logprobs from EVERY arm (a small cost, the same for all arms, so speedups stay "
+        "fair) and compare each arm's token ids with the baseline's. Applies to greedy regimes only.",
+    )
+    top_logprobs: int = Field(default=2, ge=2, le=20, description="Top logprobs per token (2 gives the top-2 margin).")
+    near_tie_margin: float | None = Field(
+        default=None,
+        gt=0,
+        description="A divergence where the baseline's top-1 minus top-2 logprob is below this (nats) is a near "
+        "tie (numerics), above it 'diverged' (a suspected bug). Default by dtype: bfloat16 0.5, float16 0.1, "
+        "float32 0.01.",
+    )
+    noise_floor: bool = Field(
+        default=False,
+        description="Run the baseline's measured windows a second time on the same server and report "
+        "baseline-vs-baseline exactness: is the engine even deterministic in this regime?",
+    )
+
+
 class Arm(StrictModel):
     """One server configuration: a speculative method (or none) with its draft depth K."""
 
@@ -174,6 +198,7 @@ class Regime(StrictModel):
     sampling: Sampling = Field(description="Sampling sent with every request; temperature must be explicit.")
     load: Load = Field(description="Concurrency levels, prompts per window, output length, warm-up.")
     cost: Cost = Field(description="Hardware price, for $/Mtok.")
+    exactness: Exactness = Field(default_factory=Exactness, description="Greedy-exactness probe settings.")
     workloads: list[str] = Field(min_length=1, description="Workload files, relative to this regime file.")
     arms: list[Arm] = Field(min_length=1, description="Arms; exactly one must be the baseline.")
 
@@ -198,6 +223,15 @@ class Regime(StrictModel):
             if self.cost.usd_per_gpu_hour is None:
                 raise ValueError("a gpu regime is priced per GPU-hour (cost.usd_per_gpu_hour)")
         return self
+
+    def near_tie_margin(self) -> float:
+        if self.exactness.near_tie_margin is not None:
+            return self.exactness.near_tie_margin
+        return DEFAULT_NEAR_TIE_MARGIN[self.target.dtype]
+
+    def exactness_applies(self) -> bool:
+        """Exactness is only meaningful for greedy decoding."""
+        return self.exactness.enabled and self.sampling.temperature == 0
 
     @property
     def baseline_arm(self) -> Arm:

@@ -8,6 +8,7 @@ Layout of one run (``results/<regime-name>/<run-id>/``)::
     arms/<arm>/server.log        the engine's own log
     arms/<arm>/warmup.jsonl      warm-up requests (kept apart; never in metrics)
     arms/<arm>/samples.jsonl     one raw RequestRecord per measured request
+    arms/<arm>/noise_floor.jsonl baseline only, with exactness.noise_floor: the same windows again
     arms/<arm>/windows.jsonl     one line per measured window: duration, counter scrapes
     arms/<arm>/status.json       ok | failed, with the error
     summary.json                 metrics derived from all of the above (``bench`` rewrites it)
@@ -100,6 +101,9 @@ class RunDir:
 
     def warmup(self, arm: str) -> Path:
         return self.arm_dir(arm) / "warmup.jsonl"
+
+    def noise_floor(self, arm: str) -> Path:
+        return self.arm_dir(arm) / "noise_floor.jsonl"
 
     def windows(self, arm: str) -> Path:
         return self.arm_dir(arm) / "windows.jsonl"

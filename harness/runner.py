@@ -89,6 +89,7 @@ def _regime_record(plan: Plan, model: str) -> dict[str, Any]:
         "source_path": str(plan.regime_path),
         "fingerprint": plan.regime.fingerprint(),
         "price_per_hour": plan.regime.price_per_hour(),
+        "near_tie_margin": plan.regime.near_tie_margin(),
         "resolved_model": model,
         "regime": plan.regime.model_dump(mode="json"),
         "workloads": [
@@ -158,6 +159,8 @@ class Runner:
                 for workload in self.plan.workloads:
                     for concurrency in self.plan.regime.load.concurrency:
                         self._measure_window(run, arm, server, workload, concurrency)
+                if arm.method == "baseline" and self.plan.regime.exactness.noise_floor:
+                    self._noise_floor_pass(run, arm, server)
             write_json_atomic(run.status(arm.name), {"status": "ok", "startup_s": startup_s})
         except EngineError as exc:
             self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
@@ -206,6 +209,19 @@ class Runner:
             "counters_after": after,
         })
 
+    def _noise_floor_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
+        """The baseline's windows once more, same server, same prompts and concurrency: stored apart
+        and compared with the first pass, never mixed into throughput or latency."""
+
+        def keep(record: RequestRecord) -> None:
+            append_jsonl(run.noise_floor(arm.name), record.to_json())
+
+        for workload in self.plan.workloads:
+            for concurrency in self.plan.regime.load.concurrency:
+                label = f"noise floor: {workload.name} @ concurrency {concurrency}"
+                result = self._send(server, workload, workload.prompts, concurrency, label, keep)
+                self._check_alive(server, result.records)
+
     def _send(
         self, server: Server, workload: LoadedWorkload, prompts: list[Prompt], concurrency: int, label: str,
         on_done: Callable[[RequestRecord], None],
@@ -219,7 +235,10 @@ class Runner:
                 progress.advance(task)
 
             regime = self.plan.regime
-            return asyncio.run(run_window(server.base_url, workload, prompts, concurrency, regime.sampling, regime.load, done))
+            top_logprobs = regime.exactness.top_logprobs if regime.exactness_applies() else 0
+            return asyncio.run(run_window(
+                server.base_url, workload, prompts, concurrency, regime.sampling, regime.load, done, top_logprobs
+            ))
 
     def _check_alive(self, server: Server, records: list[RequestRecord]) -> None:
         code = server.exit_code()

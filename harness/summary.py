@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.probes.acceptance import SpecCounters, acceptance
 from harness.probes.cost import usd_per_mtok
+from harness.probes.exactness import compare, shares, text_around
 from harness.probes.latency import percentile, tpot_s, ttft_s
 from harness.probes.throughput import output_tokens_per_s, speedup
 from harness.results import SCHEMA_VERSION, RunDir, read_json, read_jsonl, read_run_record
@@ -51,6 +52,66 @@ def window_metrics(window: dict[str, Any], records: list[dict[str, Any]], price_
     }
 
 
+def _by_key(records: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """Successful records keyed by what makes a comparison like-with-like."""
+    return {(r["workload"], r["prompt_id"], r["concurrency"]): r for r in records if r["error"] is None}
+
+
+def compare_records(
+    reference: list[dict[str, Any]], candidate: list[dict[str, Any]], near_tie_margin: float
+) -> list[dict[str, Any]]:
+    """One entry per prompt present (and successful) on both sides at the same concurrency."""
+    ref_by_key, out = _by_key(reference), []
+    for key, cand in _by_key(candidate).items():
+        ref = ref_by_key.get(key)
+        if ref is None:
+            continue
+        result = compare(ref["token_ids"], cand["token_ids"], [
+            [lp for _, lp in position] for position in ref.get("top_logprobs") or []
+        ] or None, near_tie_margin).to_json()
+        entry = {"workload": key[0], "prompt_id": key[1], "concurrency": key[2], **result}
+        if result["position"] is not None:
+            position = result["position"]
+            entry["reference_text_before"], entry["reference_text_after"] = text_around(ref["chunks"], position)
+            entry["candidate_text_after"] = text_around(cand["chunks"], position)[1]
+        out.append(entry)
+    return out
+
+
+def _exactness_block(entries: list[dict[str, Any]], reference: str) -> dict[str, Any]:
+    return {"reference": reference, **shares([e["status"] for e in entries]), "prompts": entries}
+
+
+def exactness(run: RunDir, regime: dict[str, Any], baseline: str, near_tie_margin: float) -> dict[str, Any]:
+    """Per speculative arm: its outputs vs the baseline's; plus the baseline's own noise floor."""
+    reference = read_jsonl(run.samples(baseline))
+    arms = {
+        arm["name"]: _exactness_block(compare_records(reference, read_jsonl(run.samples(arm["name"])), near_tie_margin), baseline)
+        for arm in regime["arms"] if arm["name"] != baseline
+    }
+    repeat = read_jsonl(run.noise_floor(baseline))
+    noise = _exactness_block(compare_records(reference, repeat, near_tie_margin), f"{baseline} (first pass)") if repeat else None
+    return {
+        "applicable": True,
+        "near_tie_margin": near_tie_margin,
+        "pairing": "same workload, same prompt, same concurrency level; greedy, same seed and max tokens",
+        "arms": arms,
+        "noise_floor": noise,
+    }
+
+
+def _add_window_exactness(rows: list[dict[str, Any]], section: dict[str, Any], baseline: str) -> None:
+    blocks = dict(section["arms"]) if section.get("applicable") else {}
+    if section.get("noise_floor"):
+        blocks[baseline] = section["noise_floor"]
+    for row in rows:
+        entries = [
+            e for e in (blocks.get(row["arm"]) or {}).get("prompts", [])
+            if (e["workload"], e["concurrency"]) == (row["workload"], row["concurrency"])
+        ]
+        row["exactness"] = shares([e["status"] for e in entries]) if entries else None
+
+
 def summarize(run: RunDir) -> dict[str, Any]:
     """The summary of a run directory, from its raw files only."""
     regime_record = read_run_record(run)
@@ -76,15 +137,22 @@ def summarize(run: RunDir) -> dict[str, Any]:
                 "concurrency": window["concurrency"],
                 **window_metrics(window, records, price),
             })
-    _add_speedups(rows, baseline=next(a["name"] for a in regime["arms"] if a["method"] == "baseline"))
+    baseline = next(a["name"] for a in regime["arms"] if a["method"] == "baseline")
+    _add_speedups(rows, baseline=baseline)
+    if regime["exactness"]["enabled"] and regime["sampling"]["temperature"] == 0:
+        section = exactness(run, regime, baseline, regime_record["near_tie_margin"])
+    else:
+        section = {"applicable": False, "reason": "exactness is disabled or the regime does not decode greedily"}
+    _add_window_exactness(rows, section, baseline)
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": run.root.name,
         "regime_name": regime["name"],
         "regime_fingerprint": regime_record["fingerprint"],
-        "baseline_arm": next(a["name"] for a in regime["arms"] if a["method"] == "baseline"),
+        "baseline_arm": baseline,
         "arms": arms,
         "windows": rows,
+        "exactness": section,
     }
 
 

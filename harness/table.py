@@ -34,7 +34,7 @@ def minilab_tables(summary: dict[str, Any]) -> list[Table]:
             pad_edge=False,
             collapse_padding=True,
         )
-        for header in ("arm", "method", "tau", "tok/s", "speedup", "TTFT\np50", "TPOT\np50", "TPOT\np90", "$/Mtok", "ok"):
+        for header in ("arm", "method", "tau", "tok/s", "speedup", "TTFT\np50", "TPOT\np50", "TPOT\np90", "$/Mtok", "ok", "same\n%"):
             # fold, never truncate: a number cut to "12…" is worse than a wrapped one
             text_column = header in ("arm", "method")
             table.add_column(header, justify="left" if text_column else "right", overflow="fold", no_wrap=text_column,
@@ -51,6 +51,7 @@ def minilab_tables(summary: dict[str, Any]) -> list[Table]:
                 _fmt(row["tpot_ms_p90"], ".1f"),
                 _fmt(row["usd_per_mtok"], ".2f"),
                 f"{row['requests_ok']}/{row['requests_total']}",
+                _fmt((row.get("exactness") or {}).get("identical_pct"), ".0f"),
             )
         tables.append(table)
     return tables
@@ -58,3 +59,31 @@ def minilab_tables(summary: dict[str, Any]) -> list[Table]:
 
 def failed_arms(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [arm for arm in summary["arms"] if arm.get("status") != "ok"]
+
+
+def exactness_table(summary: dict[str, Any]) -> Table | None:
+    """Per arm: share of prompts whose greedy output is identical to the baseline's, and why not."""
+    section = summary.get("exactness") or {}
+    if not section.get("applicable"):
+        return None
+    blocks = [(name, block) for name, block in section["arms"].items()]
+    if section.get("noise_floor"):
+        blocks.insert(0, (f"{summary['baseline_arm']} (2nd pass)", section["noise_floor"]))
+    table = Table(
+        title=f"greedy exactness vs {summary['baseline_arm']}, same prompt and concurrency "
+        f"(near tie: top-2 margin < {section['near_tie_margin']} nats)",
+        title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+    )
+    for header in ("arm", "pairs", "identical\n%", "near_tie\n%", "diverged\n%", "unknown\n%", "first divergences\nprompt@position(status)"):
+        text_column = header in ("arm",) or header.startswith("first")
+        table.add_column(header, justify="left" if text_column else "right", overflow="fold", no_wrap=header == "arm")
+    for name, block in blocks:
+        firsts = [
+            f"{e['prompt_id']}@{e['position']}({e['status']})" for e in block["prompts"] if e["status"] != "identical"
+        ]
+        table.add_row(
+            name, str(block["compared"]),
+            *(_fmt(block[f"{status}_pct"], ".0f") for status in ("identical", "near_tie", "diverged", "unknown")),
+            ", ".join(firsts[:4]) + (f" +{len(firsts) - 4} more" if len(firsts) > 4 else ""),
+        )
+    return table

@@ -36,7 +36,7 @@ def _feed(chunks: list[str], fmt: str) -> RequestRecord:
 def test_completion_stream_counts_tokens_from_ids_not_chunks() -> None:
     record = _feed(COMPLETION_CHUNKS, "raw")
     assert record.token_ids == [472, 585, 304, 1758]  # 4 tokens in 3 content chunks
-    assert record.chunks == [(0.1, 1), (0.2, 2), (0.30000000000000004, 1)]
+    assert [(n, text) for _, n, text in record.chunks] == [(1, "\n   "), (2, " if n"), (1, " ==")]
     assert record.t_first_token == 0.1
     assert record.text == "\n    if n =="
     assert record.finish_reason == "length"
@@ -57,7 +57,16 @@ def test_request_bodies() -> None:
     assert path == "/v1/completions" and body["prompt"] == "def f():"
     assert body["temperature"] == 0 and body["seed"] == 0 and body["stream"] is True
     assert body["return_token_ids"] is True and body["stream_options"] == {"include_usage": True}
-    assert body["max_tokens"] == 96 and "ignore_eos" not in body
+    assert body["max_tokens"] == 96 and "ignore_eos" not in body and "logprobs" not in body
     path, body = request_body(prompt, "chat", regime.sampling, regime.load)
     assert path == "/v1/chat/completions" and body["messages"] == [{"role": "user", "content": "def f():"}]
     assert "prompt" not in body
+
+
+def test_logprob_requests_key_tokens_by_id() -> None:
+    regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
+    prompt = Prompt("p1", "hi")
+    _, body = request_body(prompt, "raw", regime.sampling, regime.load, top_logprobs=2)
+    assert body["logprobs"] == 2 and body["return_tokens_as_token_ids"] is True
+    _, body = request_body(prompt, "chat", regime.sampling, regime.load, top_logprobs=2)
+    assert body["logprobs"] is True and body["top_logprobs"] == 2 and body["return_tokens_as_token_ids"] is True

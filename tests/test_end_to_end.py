@@ -93,9 +93,35 @@ def test_summary_derives_tau_and_speedup(finished_run) -> None:
             assert len(row["per_position_acceptance"]) <= 4
 
 
+def test_exactness_record_is_well_formed(finished_run) -> None:
+    _, run = finished_run
+    for arm in ("baseline", "ngram_k4"):
+        for sample in read_jsonl(run / "arms" / arm / "samples.jsonl"):
+            # top-2 logprobs for every output token, requested from every arm alike
+            assert len(sample["top_logprobs"]) == len(sample["token_ids"])
+            assert all(len(position) >= 2 for position in sample["top_logprobs"])
+    section = json.loads((run / "summary.json").read_text())["exactness"]
+    assert section["applicable"] and section["near_tie_margin"] == 0.5
+    for block in (section["arms"]["ngram_k4"], section["noise_floor"]):
+        assert block["compared"] == 8  # every prompt at every concurrency level, paired like with like
+        total = sum(block[f"{s}_pct"] for s in ("identical", "near_tie", "diverged", "unknown"))
+        assert total == pytest.approx(100.0)
+        for entry in block["prompts"]:
+            assert entry["status"] in ("identical", "near_tie", "diverged", "unknown")
+            if entry["status"] == "identical":
+                assert entry["position"] is None
+            else:  # a position, and a classification backed by the stored margin
+                assert isinstance(entry["position"], int) and "reference_text_after" in entry
+                assert (entry["margin"] is None) == (entry["status"] == "unknown")
+                if entry["margin"] is not None:
+                    assert (entry["margin"] < 0.5) == (entry["status"] == "near_tie")
+    assert len(read_jsonl(run / "arms" / "baseline" / "noise_floor.jsonl")) == 8
+
+
 def test_table_printed_and_no_process_left(finished_run) -> None:
     proc, run = finished_run
     assert "code_humaneval" in proc.stdout and "chat_mtbench" in proc.stdout and "speedup" in proc.stdout
+    assert "greedy exactness vs baseline" in proc.stdout
     assert _engine_pids(run) == []
     shown = subprocess.run(BENCH + ["show", str(run)], capture_output=True, text=True, cwd=ROOT)
     assert shown.returncode == 0 and "ngram_k4" in shown.stdout
