@@ -75,11 +75,19 @@ def describe_plan(plan: Plan) -> str:
     mode = "eager (--enforce-eager)" if regime.engine.enforce_eager else "compiled (torch.compile / graphs)"
     sampling = "greedy" if regime.sampling.temperature == 0 else f"temperature {regime.sampling.temperature}"
     workloads = ", ".join(f"{w.name} ({w.definition.prompt_format})" for w in plan.workloads)
+    if regime.exactness_applies():
+        exactness = (
+            f"greedy exactness vs the baseline from top-{regime.exactness.top_logprobs} logprobs (all arms), "
+            f"near tie < {regime.near_tie_margin()} nats" + (", baseline noise floor (2nd pass)" if regime.exactness.noise_floor else "")
+        )
+    else:
+        exactness = "no exactness probe (disabled or not greedy)"
     return (
         f"{len(regime.arms)} arms ({', '.join(a.name for a in regime.arms)}) x workloads {workloads} x "
         f"concurrency {load.concurrency}; {load.num_prompts} prompts per window, max {load.max_output_tokens} "
         f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests per "
-        f"server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP {regime.tensor_parallel_size}."
+        f"server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP {regime.tensor_parallel_size}; "
+        f"{exactness}."
     )
 
 

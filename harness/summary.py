@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.probes.acceptance import SpecCounters, acceptance
 from harness.probes.cost import usd_per_mtok
-from harness.probes.exactness import compare, shares, text_around
+from harness.probes.exactness import compare_records, shares
 from harness.probes.latency import percentile, tpot_s, ttft_s
 from harness.probes.throughput import output_tokens_per_s, speedup
 from harness.results import SCHEMA_VERSION, RunDir, read_json, read_jsonl, read_run_record
@@ -50,32 +50,6 @@ def window_metrics(window: dict[str, Any], records: list[dict[str, Any]], price_
         "accepted_tokens": acc.accepted_tokens,
         "usd_per_mtok": usd_per_mtok(price_per_hour, tok_s),
     }
-
-
-def _by_key(records: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
-    """Successful records keyed by what makes a comparison like-with-like."""
-    return {(r["workload"], r["prompt_id"], r["concurrency"]): r for r in records if r["error"] is None}
-
-
-def compare_records(
-    reference: list[dict[str, Any]], candidate: list[dict[str, Any]], near_tie_margin: float
-) -> list[dict[str, Any]]:
-    """One entry per prompt present (and successful) on both sides at the same concurrency."""
-    ref_by_key, out = _by_key(reference), []
-    for key, cand in _by_key(candidate).items():
-        ref = ref_by_key.get(key)
-        if ref is None:
-            continue
-        result = compare(ref["token_ids"], cand["token_ids"], [
-            [lp for _, lp in position] for position in ref.get("top_logprobs") or []
-        ] or None, near_tie_margin).to_json()
-        entry = {"workload": key[0], "prompt_id": key[1], "concurrency": key[2], **result}
-        if result["position"] is not None:
-            position = result["position"]
-            entry["reference_text_before"], entry["reference_text_after"] = text_around(ref["chunks"], position)
-            entry["candidate_text_after"] = text_around(cand["chunks"], position)[1]
-        out.append(entry)
-    return out
 
 
 def _exactness_block(entries: list[dict[str, Any]], reference: str) -> dict[str, Any]:

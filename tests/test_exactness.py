@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.client import parse_top_logprobs
-from harness.probes.exactness import compare, first_divergence, shares, text_around, top2_margin
-from harness.summary import compare_records
+from harness.probes.exactness import compare, compare_records, first_divergence, shares, text_around, top2_margin
 
 EOS = 2
 MARGIN = 0.5
@@ -87,7 +86,7 @@ def _rec(prompt: str, concurrency: int, ids: list[int], error: str | None = None
     return {
         "workload": "w", "prompt_id": prompt, "concurrency": concurrency, "token_ids": ids, "error": error,
         "chunks": [(0.0, 1, f"<{t}>") for t in ids],
-        "top_logprobs": [[(t, -0.1), (0, -0.1 - m)] for t, m in zip(ids, margins or [1.0] * len(ids))],
+        "top_logprobs": [[(t, -0.1), (0, -0.1 - m)] for t, m in zip(ids, margins or [1.0] * len(ids), strict=True)],
     }
 
 

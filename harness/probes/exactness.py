@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Status = Literal["identical", "near_tie", "diverged", "unknown"]
 STATUSES: tuple[Status, ...] = ("identical", "near_tie", "diverged", "unknown")
@@ -32,7 +32,7 @@ DEFAULT_NEAR_TIE_MARGIN = {"bfloat16": 0.5, "float16": 0.1, "float32": 0.01, "au
 
 def first_divergence(reference: Sequence[int], candidate: Sequence[int]) -> int | None:
     """Index of the first differing token; the shorter length if one is a strict prefix; None if equal."""
-    for index, (ref, cand) in enumerate(zip(reference, candidate)):
+    for index, (ref, cand) in enumerate(zip(reference, candidate, strict=False)):
         if ref != cand:
             return index
     if len(reference) != len(candidate):
@@ -100,3 +100,28 @@ def text_around(chunks: Sequence[Sequence], position: int, width: int = 60) -> t
         (before if seen + n_tokens <= position else after).append(text)
         seen += n_tokens
     return "".join(before)[-width:], "".join(after)[:width]
+
+
+def _by_key(records: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """Successful records keyed by what makes a comparison like-with-like."""
+    return {(r["workload"], r["prompt_id"], r["concurrency"]): r for r in records if r["error"] is None}
+
+
+def compare_records(
+    reference: list[dict[str, Any]], candidate: list[dict[str, Any]], near_tie_margin: float
+) -> list[dict[str, Any]]:
+    """One entry per prompt present (and successful) on both sides at the same concurrency."""
+    ref_by_key, out = _by_key(reference), []
+    for key, cand in _by_key(candidate).items():
+        ref = ref_by_key.get(key)
+        if ref is None:
+            continue
+        ref_logprobs = [[lp for _, lp in position] for position in ref.get("top_logprobs") or []] or None
+        result = compare(ref["token_ids"], cand["token_ids"], ref_logprobs, near_tie_margin).to_json()
+        entry = {"workload": key[0], "prompt_id": key[1], "concurrency": key[2], **result}
+        if result["position"] is not None:
+            position = result["position"]
+            entry["reference_text_before"], entry["reference_text_after"] = text_around(ref["chunks"], position)
+            entry["candidate_text_after"] = text_around(cand["chunks"], position)[1]
+        out.append(entry)
+    return out
