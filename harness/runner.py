@@ -114,6 +114,18 @@ def _regime_record(plan: Plan, model: str) -> dict[str, Any]:
     }
 
 
+def _reset_prefix_cache(base_url: str, plan: Plan) -> bool:
+    """Empty the engine's prefix cache so a window does not reuse the previous one's prompts."""
+    path = plan.adapter.reset_prefix_cache_path
+    if path is None:
+        return False
+    try:
+        response = httpx.post(base_url + path, timeout=30.0)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200 and response.json().get("success", True) is not False
+
+
 def _scrape(base_url: str, plan: Plan) -> dict[str, Any]:
     try:
         response = httpx.get(base_url + plan.adapter.metrics_path, timeout=10.0)
@@ -199,6 +211,7 @@ class Runner:
         self._check_alive(server, result.records)
 
     def _measure_window(self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, concurrency: int) -> None:
+        cache_reset = _reset_prefix_cache(server.base_url, self.plan)
         before = _scrape(server.base_url, self.plan)
         def keep(record: RequestRecord) -> None:  # on disk the moment it ends: a crash loses nothing
             append_jsonl(run.samples(arm.name), record.to_json())
@@ -213,6 +226,7 @@ class Runner:
             "prompt_format": workload.definition.prompt_format,
             "concurrency": concurrency,
             "duration_s": result.duration_s,
+            "prefix_cache_reset": cache_reset,
             "counters_before": before,
             "counters_after": after,
         })
@@ -227,6 +241,7 @@ class Runner:
         for workload in self.plan.workloads:
             for concurrency in self.plan.regime.load.concurrency:
                 label = f"noise floor: {workload.name} @ concurrency {concurrency}"
+                _reset_prefix_cache(server.base_url, self.plan)  # the same cold start as the first pass
                 result = self._send(server, workload, workload.prompts, concurrency, label, keep)
                 self._check_alive(server, result.records)
 

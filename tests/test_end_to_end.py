@@ -68,7 +68,8 @@ def test_run_stores_raw_samples_per_arm(finished_run) -> None:
         assert all(len(s["token_ids"]) == s["usage_completion_tokens"] for s in samples)
         assert all(s["t_send"] <= s["t_first_token"] <= s["t_done"] for s in samples)
         assert len(read_jsonl(run / "arms" / arm / "warmup.jsonl")) == 1  # kept apart
-        assert len(read_jsonl(run / "arms" / arm / "windows.jsonl")) == 4
+        windows = read_jsonl(run / "arms" / arm / "windows.jsonl")
+        assert len(windows) == 4 and all(w["prefix_cache_reset"] for w in windows)  # each window starts cold
         assert "--enforce-eager" in json.loads((run / "arms" / arm / "launch.json").read_text())["argv"]
 
 

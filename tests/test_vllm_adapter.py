@@ -61,6 +61,7 @@ def test_cpu_env_and_eager(adapter) -> None:
     regime = load_regime(ROOT / "tests" / "regimes" / "cpu_e2e.yaml")
     spec = adapter.launch_spec(regime, regime.arms[0], "/m", 1, "/py")
     assert spec.env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert spec.env["VLLM_SERVER_DEV_MODE"] == "1"  # for /reset_prefix_cache between windows
     assert "--enforce-eager" in spec.argv
 
 

@@ -29,6 +29,7 @@ class EngineAdapter(Protocol):
     name: str
     health_path: str
     metrics_path: str
+    reset_prefix_cache_path: str | None  # POST here empties the prefix cache; None if unsupported
 
     def launch_spec(
         self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None

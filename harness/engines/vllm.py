@@ -24,6 +24,10 @@ class VllmAdapter:
     name = "vllm"
     health_path = "/health"
     metrics_path = "/metrics"
+    # Every measured window starts from a cold prefix cache: the same prompts are sent at each
+    # concurrency level (and again for the noise floor), and a warm cache would shrink TTFT and
+    # change the computation path of later windows. The route exists only in dev mode.
+    reset_prefix_cache_path = "/reset_prefix_cache"
 
     def speculative_config(self, arm: Arm, draft_model: str | None) -> dict | None:
         if arm.method == "baseline":
@@ -59,7 +63,7 @@ class VllmAdapter:
         if spec is not None:
             argv += ["--speculative-config", json.dumps(spec, sort_keys=True)]
         argv += regime.engine.extra_args
-        env = dict(regime.engine.env)
+        env = {"VLLM_SERVER_DEV_MODE": "1", **regime.engine.env}  # for reset_prefix_cache_path (bound to 127.0.0.1)
         if regime.hardware.kind == "cpu":
             # KV cache size in GiB for the CPU backend; 2 GiB is plenty for small models.
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
