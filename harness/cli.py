@@ -48,6 +48,17 @@ def _parser() -> argparse.ArgumentParser:
 
     show = commands.add_parser("show", help="re-derive and print the mini-lab table of a stored run")
     show.add_argument("run_dir", type=Path, help="a run directory, results/<regime>/<run-id>")
+
+    report = commands.add_parser(
+        "report", help="render a run (or two runs side by side) into one self-contained HTML file",
+        description="Render stored results into one HTML file that needs nothing from the network: the regime "
+        "and environment, the mini-lab tables, figures, greedy-exactness detail and metric definitions. With two "
+        "runs, put them side by side with the ratio B/A of each metric (refused across regimes unless --force).",
+    )
+    report.add_argument("run_dir", type=Path, help="a run directory, results/<regime>/<run-id>")
+    report.add_argument("other_run_dir", type=Path, nargs="?", help="a second run to compare with the first")
+    report.add_argument("-o", "--output", type=Path, help="output file (default: reports/<regime>-<run-id>.html)")
+    report.add_argument("--force", action="store_true", help="compare runs even when their regimes differ")
     return parser
 
 
@@ -105,6 +116,22 @@ def _cmd_show(args: argparse.Namespace, console: Console) -> int:
     return _print_results(summarize(RunDir(args.run_dir)), console)
 
 
+def _cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from harness.report import render_comparison, render_report
+    from harness.results import write_text_atomic
+
+    if args.other_run_dir is None:
+        html = render_report(args.run_dir)
+        default = Path("reports") / f"{args.run_dir.parent.name}-{args.run_dir.name}.html"
+    else:
+        html = render_comparison(args.run_dir, args.other_run_dir, args.force)
+        default = Path("reports") / f"compare-{args.run_dir.name}-vs-{args.other_run_dir.name}.html"
+    output = args.output or default
+    write_text_atomic(output, html)
+    console.print(f"Report: {output}")
+    return EXIT_OK
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -118,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, _raise_interrupt)
     from harness.server import kill_all_started
 
-    handlers = {"run": _cmd_run, "validate": _cmd_validate, "show": _cmd_show}
+    handlers = {"run": _cmd_run, "validate": _cmd_validate, "show": _cmd_show, "report": _cmd_report}
     try:
         return handlers[args.command](args, console)
     except UserError as exc:

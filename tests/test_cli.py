@@ -51,3 +51,14 @@ def test_show_golden_run() -> None:
 def test_help_lists_commands() -> None:
     out = bench("--help")
     assert out.returncode == 0 and all(cmd in out.stdout for cmd in ("run", "validate", "show"))
+
+
+def test_report_writes_one_file(tmp_path: Path) -> None:
+    out = bench("report", "tests/fixtures/run_v1", "-o", str(tmp_path / "r.html"))
+    assert out.returncode == 0 and (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]  # written atomically, no temp file left
+
+
+def test_report_of_a_non_run_dir(tmp_path: Path) -> None:
+    out = bench("report", str(tmp_path))
+    assert out.returncode == 2 and "not a run directory" in out.stdout

@@ -126,6 +126,9 @@ def test_table_printed_and_no_process_left(finished_run) -> None:
     assert _engine_pids(run) == []
     shown = subprocess.run(BENCH + ["show", str(run)], capture_output=True, text=True, cwd=ROOT)
     assert shown.returncode == 0 and "ngram_k4" in shown.stdout
+    page = run / "report.html"
+    made = subprocess.run(BENCH + ["report", str(run), "-o", str(page)], capture_output=True, text=True, cwd=ROOT)
+    assert made.returncode == 0 and page.read_text().count('<table class="minilab"') == 4
 
 
 def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:

@@ -1,0 +1,147 @@
+"""The HTML report a design review reads: one self-contained file, nothing fetched when opened.
+
+Everything comes from stored results (the summary is re-derived from the raw files), so the
+same run always renders the same bytes: no rendering timestamp, no random ids. Jinja2 runs
+with autoescaping on, so model output (``<script>``, ``</table>``, quotes) is shown as text.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from harness.errors import UserError
+from harness.report import figures
+from harness.results import RunDir, read_json, read_jsonl
+from harness.summary import summarize
+
+# Which way is better, per table column: the best value of each is highlighted.
+HIGHER_IS_BETTER = {"tau": True, "output_tok_s": True, "speedup": True, "ttft_ms_p50": False, "ttft_ms_p90": False,
+                    "tpot_ms_p50": False, "tpot_ms_p90": False, "usd_per_mtok": False}
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(lambda name: files("harness.report").joinpath("templates", name).read_text()),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = lambda value, spec=".2f": "–" if value is None else format(value, spec)
+    env.globals["zip"] = zip
+    return env
+
+
+def _best(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    best = {}
+    for key, higher in HIGHER_IS_BETTER.items():
+        values = [r[key] for r in rows if r[key] is not None and not (key == "tau" and r["method"] == "baseline")]
+        if len(values) > 1:
+            best[key] = max(values) if higher else min(values)
+    return best
+
+
+def _tables(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    keys = list(dict.fromkeys((w["workload"], w["concurrency"]) for w in summary["windows"]))
+    tables = []
+    for workload, concurrency in keys:
+        rows = [w for w in summary["windows"] if (w["workload"], w["concurrency"]) == (workload, concurrency)]
+        tables.append({"workload": workload, "concurrency": concurrency, "category": rows[0]["category"],
+                       "prompt_format": rows[0]["prompt_format"], "rows": rows, "best": _best(rows)})
+    return tables
+
+
+def _fingerprint(record: dict[str, Any], environment: dict[str, Any]) -> list[tuple[str, str]]:
+    regime = record["regime"]
+    hardware = regime["hardware"]
+    if hardware["kind"] == "gpu":
+        pinned = f"{hardware['gpu_count']} x {hardware['gpu_model']}"
+    else:
+        pinned = "CPU"
+    gpus = ", ".join(g["name"] for g in environment.get("gpus") or []) or "none"
+    arms = ", ".join(
+        f"{a['name']} ({a['method']}" + (f", K={a['num_speculative_tokens']}" if a["num_speculative_tokens"] else "") + ")"
+        for a in regime["arms"]
+    )
+    return [
+        ("regime", f"{regime['name']} (fingerprint {record['fingerprint']})"),
+        ("hardware pinned", pinned),
+        ("measured on", f"CPU {environment.get('cpu_model')} x {environment.get('cpu_count')}; GPUs: {gpus}"),
+        ("tensor parallel", str(regime["tensor_parallel_size"])),
+        ("target", f"{record['resolved_model']} ({regime['target']['dtype']}, quantization "
+                   f"{regime['target']['quantization'] or 'none'}, max len {regime['target']['max_model_len']})"),
+        ("engine", f"{environment.get('engine_version')} (pinned {regime['engine']['version'] or 'no pin'}; "
+                   f"{'eager' if regime['engine']['enforce_eager'] else 'compiled'} mode)"),
+        ("arms", arms),
+        ("sampling", f"temperature {regime['sampling']['temperature']}, seed {regime['sampling']['seed']}"),
+        ("load", f"concurrency {regime['load']['concurrency']}, {regime['load']['num_prompts']} prompts per window, "
+                 f"max {regime['load']['max_output_tokens']} output tokens"),
+        ("harness", f"{environment.get('harness_version')} (git {environment.get('harness_git_sha') or 'unknown'}), "
+                    f"Python {environment.get('python')}, torch {environment.get('torch')}"),
+    ]
+
+
+def _warnings(summary: dict[str, Any], record: dict[str, Any]) -> list[str]:
+    warnings = [f"Regime mismatch: {m}" for m in record.get("mismatches", [])]
+    for arm in summary["arms"]:
+        if arm.get("status") != "ok":
+            warnings.append(f"Arm {arm['name']} is {arm.get('status')}: {arm.get('error', '')}".strip())
+    return warnings
+
+
+def report_context(run_dir: Path) -> dict[str, Any]:
+    if not (run_dir / "regime.json").is_file():
+        raise UserError(f"{run_dir}: not a run directory (no regime.json)")
+    run = RunDir(run_dir)
+    summary = summarize(run)
+    record = read_json(run_dir / "regime.json")
+    environment = read_json(run_dir / "environment.json")
+    arms = [a["name"] for a in summary["arms"]]
+    workloads = list(dict.fromkeys(w["workload"] for w in summary["windows"]))
+    rows = summary["windows"]
+    samples = {arm: read_jsonl(run.samples(arm)) for arm in arms}
+    return {
+        "summary": summary,
+        "run_id": summary["run_id"],
+        "fingerprint": _fingerprint(record, environment),
+        "warnings": _warnings(summary, record),
+        "tables": _tables(summary),
+        "figures": [f for f in (
+            ("tau per arm and workload", figures.tau_figure(rows, arms, workloads)),
+            ("speedup vs concurrency", figures.speedup_figure(rows, arms, workloads, summary["baseline_arm"])),
+            ("per-position acceptance", figures.per_position_figure(rows)),
+            ("TPOT distribution", figures.tpot_figure(samples)),
+        ) if f[1] is not None],
+        "exactness": summary["exactness"],
+    }
+
+
+def render_report(run_dir: Path) -> str:
+    return _environment().get_template("report.html.j2").render(**report_context(run_dir))
+
+
+def render_comparison(run_a: Path, run_b: Path, force: bool) -> str:
+    """Two runs side by side with the ratio B / A of each metric, refused across regimes."""
+    a, b = report_context(run_a), report_context(run_b)
+    fp_a, fp_b = a["summary"]["regime_fingerprint"], b["summary"]["regime_fingerprint"]
+    if fp_a != fp_b and not force:
+        raise UserError(
+            f"{run_a} and {run_b} ran in different regimes (fingerprints {fp_a} vs {fp_b}); their numbers are not "
+            "comparable. Pass --force to put them side by side anyway (the page will say so)."
+        )
+    rows_b = {(w["arm"], w["workload"], w["concurrency"]): w for w in b["summary"]["windows"]}
+    pairs = []
+    for row_a in a["summary"]["windows"]:
+        row_b = rows_b.get((row_a["arm"], row_a["workload"], row_a["concurrency"]))
+        ratios = {}
+        for key in HIGHER_IS_BETTER:
+            va, vb = row_a[key], row_b[key] if row_b else None
+            ratios[key] = vb / va if va and vb is not None else None
+        pairs.append({"a": row_a, "b": row_b, "ratio": ratios})
+    return _environment().get_template("compare.html.j2").render(
+        a=a, b=b, pairs=pairs, metrics=list(HIGHER_IS_BETTER), same_regime=fp_a == fp_b,
+    )

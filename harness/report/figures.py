@@ -1,0 +1,131 @@
+"""The report's figures: matplotlib, rendered to PNG and embedded as data URIs.
+
+Deterministic on purpose: the Agg backend, fixed sizes, no timestamps in the PNG metadata, so
+the same results always give the same bytes and reports can be diffed.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections import defaultdict
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; also the only backend whose PNGs are byte-stable
+import matplotlib.pyplot as plt  # noqa: E402
+
+from harness.probes.latency import tpot_s  # noqa: E402
+
+
+def _png(fig: plt.Figure) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def aggregate_tau(rows: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
+    """tau per (arm, workload) over all its windows: 1 + sum(accepted) / sum(drafts)."""
+    drafts: dict[tuple[str, str], float] = defaultdict(float)
+    accepted: dict[tuple[str, str], float] = defaultdict(float)
+    for row in rows:
+        drafts[(row["arm"], row["workload"])] += row["drafts"]
+        accepted[(row["arm"], row["workload"])] += row["accepted_tokens"]
+    return {key: 1.0 + accepted[key] / n for key, n in drafts.items() if n > 0}
+
+
+def aggregate_per_position(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per-position acceptance rate per arm over all windows (counts re-weighted by drafts)."""
+    drafts: dict[str, float] = defaultdict(float)
+    accepted: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for row in rows:
+        drafts[row["arm"]] += row["drafts"]
+        for position, rate in enumerate(row["per_position_acceptance"]):
+            accepted[row["arm"]][position] += rate * row["drafts"]
+    return {
+        arm: [accepted[arm][p] / drafts[arm] for p in sorted(accepted[arm])]
+        for arm in accepted if drafts[arm] > 0
+    }
+
+
+def tau_figure(rows: list[dict[str, Any]], arms: list[str], workloads: list[str]) -> str | None:
+    taus = aggregate_tau(rows)
+    spec_arms = [a for a in arms if any((a, w) in taus for w in workloads)]
+    if not spec_arms:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    width = 0.8 / len(workloads)
+    for index, workload in enumerate(workloads):
+        xs = [i + index * width for i in range(len(spec_arms))]
+        ax.bar(xs, [taus.get((a, workload), 0.0) for a in spec_arms], width, label=workload)
+    ax.set_xticks([i + width * (len(workloads) - 1) / 2 for i in range(len(spec_arms))], spec_arms)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_ylabel("tau (mean acceptance length)")
+    ax.set_title("tau per arm and workload")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def speedup_figure(rows: list[dict[str, Any]], arms: list[str], workloads: list[str], baseline: str) -> str | None:
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    plotted = False
+    for arm in (a for a in arms if a != baseline):
+        for workload in workloads:
+            points = sorted(
+                (r["concurrency"], r["speedup"]) for r in rows
+                if r["arm"] == arm and r["workload"] == workload and r["speedup"] is not None
+            )
+            if points:
+                ax.plot([c for c, _ in points], [s for _, s in points], marker="o", label=f"{arm} / {workload}")
+                plotted = True
+    if not plotted:
+        plt.close(fig)
+        return None
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    levels = sorted({r["concurrency"] for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(level) for level in levels])
+    ax.minorticks_off()
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("speedup vs baseline")
+    ax.set_title("speedup vs concurrency (below the dashed line: a loss)")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def per_position_figure(rows: list[dict[str, Any]]) -> str | None:
+    curves = aggregate_per_position(rows)
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    for arm, rates in curves.items():
+        ax.plot(range(len(rates)), rates, marker="o", label=arm)
+    ax.set_xticks(range(max(len(rates) for rates in curves.values())))
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance rate")
+    ax.set_ylim(0, 1)
+    ax.set_title("per-position acceptance (accepted at position i / drafts)")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def tpot_figure(samples: dict[str, list[dict[str, Any]]]) -> str | None:
+    """TPOT distribution per arm, over every successful measured request."""
+    data, labels = [], []
+    for arm, records in samples.items():
+        values = [
+            v * 1000 for r in records if r["error"] is None
+            if (v := tpot_s(r["t_send"], r["t_first_token"], r["t_done"], len(r["token_ids"]))) is not None
+        ]
+        if values:
+            data.append(values)
+            labels.append(arm)
+    if not data:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    ax.boxplot(data, tick_labels=labels)
+    ax.set_ylabel("TPOT (ms)")
+    ax.set_title("TPOT per request, all windows")
+    return _png(fig)

@@ -1,0 +1,93 @@
+"""The HTML report: deterministic, self-contained, hostile model output inert (checked in a real
+headless Chromium), and comparisons refused across regimes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UserError
+from harness.report import render_comparison, render_report
+
+GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
+HOSTILE = '</table></pre><script>document.title="PWNED"</script>"\'<b>bold</b>'
+CHROMIUM = shutil.which("chromium")
+
+
+def _hostile_run(tmp_path: Path) -> Path:
+    """The golden run with one ngram output changed at token 5 to text that tries to break out."""
+    run = tmp_path / "run"
+    shutil.copytree(GOLDEN, run)
+    path = run / "arms" / "ngram_k4" / "samples.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records[0]["token_ids"][5] = 99999
+    records[0]["chunks"][5][2] = HOSTILE
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run
+
+
+def test_report_is_deterministic_and_self_contained() -> None:
+    first, second = render_report(GOLDEN), render_report(GOLDEN)
+    assert first == second
+    assert first.count('<table class="minilab"') == 4
+    assert "Metric definitions" in first and "fingerprint" in first
+    # nothing to fetch when opened: no external URLs, no scripts at all
+    assert "http://" not in first and "https://" not in first and "<script" not in first.lower()
+
+
+def test_hostile_output_is_escaped(tmp_path: Path) -> None:
+    html = render_report(_hostile_run(tmp_path))
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;document.title=&#34;PWNED&#34;&lt;/script&gt;" in html
+    assert "non-identical prompt" in html
+
+
+def test_compare_refuses_other_regimes_unless_forced(tmp_path: Path) -> None:
+    same = render_comparison(GOLDEN, GOLDEN, force=False)
+    assert "1.000" in same and "DIFFERENT regimes" not in same
+    other = tmp_path / "other"
+    shutil.copytree(GOLDEN, other)
+    record = json.loads((other / "regime.json").read_text())
+    record["fingerprint"] = "0" * 16
+    (other / "regime.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match="different regimes"):
+        render_comparison(GOLDEN, other, force=False)
+    assert "DIFFERENT regimes" in render_comparison(GOLDEN, other, force=True)
+
+
+def _chromium(*args: str) -> subprocess.CompletedProcess:
+    profile = tempfile.mkdtemp()
+    try:
+        return subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args],
+            capture_output=True, text=True, timeout=120,
+        )
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("BENCH_REQUIRE_BROWSER"),
+    reason="Debian's chromium is not installed (.ci/run installs it and sets BENCH_REQUIRE_BROWSER)",
+)
+def test_report_in_headless_chromium(tmp_path: Path) -> None:
+    assert CHROMIUM, "BENCH_REQUIRE_BROWSER is set but chromium is not installed"
+    page = tmp_path / "report.html"
+    page.write_text(render_report(_hostile_run(tmp_path)))
+    dom = _chromium("--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "PWNED" not in dom.stdout.split("</title>")[0]  # the injected script never ran
+    assert dom.stdout.count('class="minilab"') == 4 and "<td class=\"text\">ngram_k4</td>" in dom.stdout
+    assert "&lt;script&gt;document.title" in dom.stdout  # shown as text
+    assert "CONSOLE" not in dom.stderr and "Uncaught" not in dom.stderr
+    shot = tmp_path / "report.png"
+    taken = _chromium(f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri())
+    assert taken.returncode == 0 and shot.stat().st_size > 20_000
