@@ -38,8 +38,13 @@ def _parser() -> argparse.ArgumentParser:
         "concurrency level, store raw samples and a summary under RESULTS_DIR/<regime>/<run-id>/, "
         "and print the mini-lab table.",
     )
-    run.add_argument("regime", type=Path, help="regime YAML file, e.g. regimes/cpu_smoke.yaml")
+    run.add_argument("regime", type=Path, nargs="?", help="regime YAML file, e.g. regimes/cpu_smoke.yaml")
     run.add_argument("--results-dir", type=Path, default=Path("results"), help="where runs are stored (default: results)")
+    run.add_argument(
+        "--resume", type=Path, metavar="RUN_DIR",
+        help="continue an interrupted or partly failed run from its first arm without complete results "
+        "(uses the regime stored in the run; earlier files of an incomplete arm are kept as arms/<arm>.attempt-N)",
+    )
 
     validate = commands.add_parser(
         "validate", help="check a regime file and print each arm's exact launch command; starts nothing",
@@ -99,9 +104,14 @@ def _print_results(summary: dict, console: Console) -> int:
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
-    from harness.runner import run_regime
+    from harness.runner import resume_run, run_regime
 
-    run, summary = run_regime(args.regime, args.results_dir, console)
+    if (args.regime is None) == (args.resume is None):
+        raise UserError("give a regime file to start a run, or --resume RUN_DIR to continue one (not both)")
+    if args.resume is not None:
+        run, summary = resume_run(args.resume, console)
+    else:
+        run, summary = run_regime(args.regime, args.results_dir, console)
     code = _print_results(summary, console)
     console.print(f"Results: {run.root}")
     return code

@@ -157,6 +157,12 @@ async def send_request(
 class WindowResult:
     records: list[RequestRecord]
     duration_s: float  # first send to last completion
+    stalled: bool = False  # the no-progress watchdog stopped the window
+
+
+def _last_progress(started: list[RequestRecord]) -> float:
+    """Latest moment anything happened: a send, a chunk, a completion."""
+    return max(max(r.t_send, r.chunks[-1][0] if r.chunks else 0.0, r.t_done or 0.0) for r in started)
 
 
 async def run_window(
@@ -169,23 +175,56 @@ async def run_window(
     on_request_done: Callable[[RequestRecord], None] | None = None,
     top_logprobs: int = 0,
 ) -> WindowResult:
-    """Send ``prompts`` with at most ``concurrency`` in flight; return the raw records."""
+    """Send ``prompts`` with at most ``concurrency`` in flight; return the raw records.
+
+    Two guards against a hung engine: each request has a total deadline (``request_timeout_s``;
+    httpx's own timeout only bounds the gap between bytes), and a watchdog stops the whole window
+    when no request has made progress for ``stall_timeout_s`` while some are in flight."""
     fmt = workload.definition.prompt_format
     semaphore = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     timeout = httpx.Timeout(load.request_timeout_s, connect=10.0)
     clock_zero = time.perf_counter()
+    started: list[RequestRecord] = []
+    stalled = asyncio.Event()
 
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
 
         async def one(prompt: Prompt) -> RequestRecord:
             async with semaphore:
                 record = RequestRecord(workload.name, prompt.prompt_id, concurrency, fmt)
+                started.append(record)
                 path, body = request_body(prompt, fmt, sampling, load, top_logprobs)
-                await send_request(client, record, path, body, clock_zero)
+                try:
+                    await asyncio.wait_for(send_request(client, record, path, body, clock_zero), load.request_timeout_s)
+                except asyncio.TimeoutError:
+                    record.error = f"timeout: not complete after {load.request_timeout_s:.0f} s"
+                except asyncio.CancelledError:
+                    if not stalled.is_set():
+                        raise  # an interrupt, not our watchdog
+                    record.error = f"stalled: no token from any request for {load.stall_timeout_s:.0f} s"
             if on_request_done:
                 on_request_done(record)
             return record
 
-        records = await asyncio.gather(*(one(p) for p in prompts))
-    return WindowResult(records=list(records), duration_s=time.perf_counter() - clock_zero)
+        tasks = [asyncio.ensure_future(one(p)) for p in prompts]
+
+        async def watchdog() -> None:
+            while True:
+                await asyncio.sleep(min(1.0, load.stall_timeout_s / 4))
+                in_flight = [r for r in started if r.t_done is None]
+                now = time.perf_counter() - clock_zero
+                if in_flight and now - _last_progress(started) > load.stall_timeout_s:
+                    stalled.set()
+                    for task in tasks:
+                        task.cancel()
+                    return
+
+        guard = asyncio.ensure_future(watchdog())
+        try:
+            await asyncio.wait(tasks)  # every task ends: completed, or cancelled by the watchdog
+        finally:
+            guard.cancel()
+    # After a stall, prompts still waiting for a slot were never sent: they have no record.
+    records = [task.result() for task in tasks if not (stalled.is_set() and task.cancelled())]
+    return WindowResult(records=records, duration_s=time.perf_counter() - clock_zero, stalled=stalled.is_set())

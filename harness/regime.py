@@ -105,7 +105,11 @@ class Load(StrictModel):
     warmup_requests: int = Field(
         default=2, ge=0, description="Requests sent after start-up and before measuring; kept apart from results."
     )
-    request_timeout_s: float = Field(default=600, gt=0, description="Per-request timeout in seconds.")
+    request_timeout_s: float = Field(default=600, gt=0, description="Total time one request may take, in seconds.")
+    stall_timeout_s: float = Field(
+        default=120, gt=0,
+        description="No token from any in-flight request for this long ends the arm as failed (a hung engine).",
+    )
 
     @field_validator("concurrency")
     @classmethod

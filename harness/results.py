@@ -10,7 +10,9 @@ Layout of one run (``results/<regime-name>/<run-id>/``)::
     arms/<arm>/samples.jsonl     one raw RequestRecord per measured request
     arms/<arm>/noise_floor.jsonl baseline only, with exactness.noise_floor: the same windows again
     arms/<arm>/windows.jsonl     one line per measured window: duration, counter scrapes
-    arms/<arm>/status.json       ok | failed, with the error
+    arms/<arm>/status.json       running | ok | failed | interrupted, with the error
+    arms/<arm>.attempt-N/        an incomplete arm's files, moved aside by ``bench run --resume``
+    run.lock                     pid of the bench process writing the run (while it runs)
     summary.json                 metrics derived from all of the above (``bench`` rewrites it)
 
 JSON files are replaced atomically (temp file + ``os.replace``); JSONL files are appended one
@@ -27,6 +29,8 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +125,52 @@ class RunDir:
     @property
     def summary(self) -> Path:
         return self.root / "summary.json"
+
+    def arm_status(self, arm: str) -> str | None:
+        path = self.status(arm)
+        return read_json(path).get("status") if path.exists() else None
+
+    def set_aside(self, arm: str) -> Path | None:
+        """Move an incomplete arm's files to ``arms/<arm>.attempt-N`` before it runs again: nothing
+        already measured is deleted, and the summary only reads ``arms/<arm>``."""
+        source = self.arm_dir(arm)
+        if not source.exists():
+            return None
+        attempt = 1
+        while (target := source.with_name(f"{arm}.attempt-{attempt}")).exists():
+            attempt += 1
+        os.replace(source, target)
+        return target
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """One writer per run directory: a second ``bench run`` into it is refused while the first
+        lives; a lock left by a dead process is taken over."""
+        path = self.root / "run.lock"
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            holder = path.read_text().strip()
+            if holder.isdigit() and _pid_alive(int(holder)):
+                raise UserError(f"{self.root} is being written by another bench process (pid {holder})") from None
+            path.unlink(missing_ok=True)  # stale: its writer is gone
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"{os.getpid()}\n")
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def read_run_record(run: RunDir) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from harness.environment import collect_environment
 from harness.errors import EngineError, UserError
 from harness.models import converted_dir, resolve_package_gguf
 from harness.regime import Arm, Regime, load_regime, workload_paths
-from harness.results import SCHEMA_VERSION, RunDir, append_jsonl, read_json, write_json_atomic
+from harness.results import SCHEMA_VERSION, RunDir, append_jsonl, read_json, read_run_record, write_json_atomic
 from harness.server import Server, free_port, log_tail
 from harness.summary import summarize
 from harness.workloads import LoadedWorkload, Prompt, load_workload
@@ -48,15 +48,28 @@ class Plan:
         return self.adapter.launch_spec(self.regime, arm, model, port, sys.executable, draft_model=draft)
 
 
-def plan_regime(regime_path: Path) -> Plan:
+def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
     """Load and check a regime and its workloads; starts nothing."""
-    regime = load_regime(regime_path)
+    regime = regime if regime is not None else load_regime(regime_path)
+    _check_local_paths(regime, regime_path)
     adapter = get_adapter(regime.engine.name)
     workloads = [load_workload(path, regime.load.num_prompts) for path in workload_paths(regime, regime_path)]
     names = [w.name for w in workloads]
     if len(set(names)) != len(names):
         raise UserError(f"{regime_path}: workloads: two workload files share a name ({', '.join(names)})")
     return Plan(regime=regime, regime_path=regime_path, adapter=adapter, workloads=workloads)
+
+
+def _check_local_paths(regime: Regime, regime_path: Path) -> None:
+    """A model or draft written as a local path must exist now, not fail minutes into a run."""
+    references = [("target.path", regime.target.path)] + [
+        (f"arms[{i}].draft_model", arm.draft_model) for i, arm in enumerate(regime.arms)
+    ]
+    for field, reference in references:
+        if reference and reference.startswith((".", "/", "~")):
+            resolved = Path(resolve_draft(reference, regime_path))
+            if not resolved.exists():
+                raise UserError(f"{regime_path}: {field}: local model directory {reference} does not exist ({resolved})")
 
 
 def model_reference(regime: Regime, regime_path: Path, convert: bool) -> str:
@@ -141,30 +154,52 @@ class Runner:
         self.results_dir = results_dir
         self.console = console
 
-    def run(self) -> tuple[RunDir, dict[str, Any]]:
-        regime = self.plan.regime
+    def _engine_version(self) -> str:
         version = self.plan.adapter.installed_version()
         if version is None:
             raise UserError(
-                f"engine '{regime.engine.name}' is not installed in {sys.executable}; "
+                f"engine '{self.plan.regime.engine.name}' is not installed in {sys.executable}; "
                 "for the CPU default run scripts/setup-cpu.sh (or pip install -e '.[cpu]')"
             )
+        return version
+
+    def run(self) -> tuple[RunDir, dict[str, Any]]:
+        regime = self.plan.regime
+        version = self._engine_version()
         with self.console.status("Resolving the target model (a packaged GGUF is converted once, ~30 s)..."):
             model = model_reference(regime, self.plan.regime_path, convert=True)
         run = RunDir.create(self.results_dir, regime.name)
         self.console.print(f"Run directory: [bold]{run.root}[/]  (engine {version}, model {model})")
+        with run.lock():
+            write_json_atomic(run.root / "regime.json", _regime_record(self.plan, model))
+            write_json_atomic(run.root / "environment.json", collect_environment(version))
+            return run, self._run_arms(run, model)
+
+    def resume(self, run: RunDir, model: str) -> tuple[RunDir, dict[str, Any]]:
+        """Continue a run from its first arm without complete results; completed arms are kept
+        as they are, an incomplete arm's earlier files are moved aside (never deleted)."""
+        self._engine_version()
+        with run.lock():
+            self.console.print(f"Resuming [bold]{run.root}[/]")
+            return run, self._run_arms(run, model)
+
+    def _run_arms(self, run: RunDir, model: str) -> dict[str, Any]:
+        regime = self.plan.regime
         self.console.print(describe_plan(self.plan), highlight=False)
-        write_json_atomic(run.root / "regime.json", _regime_record(self.plan, model))
-        write_json_atomic(run.root / "environment.json", collect_environment(version))
         try:
             for index, arm in enumerate(regime.arms, start=1):
-                self.console.rule(f"arm {index}/{len(regime.arms)}: {arm.name} ({arm.method})")
+                title = f"arm {index}/{len(regime.arms)}: {arm.name} ({arm.method})"
+                if run.arm_status(arm.name) == "ok":
+                    self.console.rule(f"{title}: already complete, kept")
+                    continue
+                self.console.rule(title)
+                run.set_aside(arm.name)
                 self._run_arm(run, arm, model)
                 write_json_atomic(run.summary, summarize(run))
         except BaseException:
             write_json_atomic(run.summary, summarize(run))  # the partial run stays readable
             raise
-        return run, read_json(run.summary)
+        return read_json(run.summary)
 
     def _run_arm(self, run: RunDir, arm: Arm, model: str) -> None:
         port = free_port()
@@ -174,7 +209,7 @@ class Runner:
         try:
             with server:
                 startup_s = self._wait_ready(server)
-                write_json_atomic(run.status(arm.name), {"status": "running", "startup_s": startup_s})
+                write_json_atomic(run.status(arm.name), {"status": "running", "startup_s": startup_s, "pgid": server.process.pid})
                 self._warm_up(run, arm, server)
                 for workload in self.plan.workloads:
                     for concurrency in self.plan.regime.load.concurrency:
@@ -208,7 +243,7 @@ class Runner:
             append_jsonl(run.warmup(arm.name), record.to_json())
 
         result = self._send(server, workload, prompts, 1, f"warm-up ({count} requests)", keep)
-        self._check_alive(server, result.records)
+        self._check_alive(server, result)
 
     def _measure_window(self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, concurrency: int) -> None:
         cache_reset = _reset_prefix_cache(server.base_url, self.plan)
@@ -218,7 +253,7 @@ class Runner:
 
         label = f"{workload.name} @ concurrency {concurrency}"
         result = self._send(server, workload, workload.prompts, concurrency, label, keep)
-        self._check_alive(server, result.records)
+        self._check_alive(server, result)
         after = _scrape(server.base_url, self.plan)
         append_jsonl(run.windows(arm.name), {
             "workload": workload.name,
@@ -243,7 +278,7 @@ class Runner:
                 label = f"noise floor: {workload.name} @ concurrency {concurrency}"
                 _reset_prefix_cache(server.base_url, self.plan)  # the same cold start as the first pass
                 result = self._send(server, workload, workload.prompts, concurrency, label, keep)
-                self._check_alive(server, result.records)
+                self._check_alive(server, result)
 
     def _send(
         self, server: Server, workload: LoadedWorkload, prompts: list[Prompt], concurrency: int, label: str,
@@ -263,13 +298,37 @@ class Runner:
                 server.base_url, workload, prompts, concurrency, regime.sampling, regime.load, done, top_logprobs
             ))
 
-    def _check_alive(self, server: Server, records: list[RequestRecord]) -> None:
+    def _check_alive(self, server: Server, result: WindowResult) -> None:
+        """End the arm (as failed) when the engine died, hung or failed every request."""
         code = server.exit_code()
         if code is not None:
-            raise EngineError(f"engine exited with status {code} while measuring; log {server.log_path}:\n{log_tail(server.log_path)}")
-        if records and all(not r.ok for r in records):
-            raise EngineError(f"every request failed (first error: {records[0].error})")
+            raise EngineError(
+                f"engine exited with status {code} while measuring; log {server.log_path}:\n{log_tail(server.log_path)}"
+            )
+        if result.stalled:
+            raise EngineError(
+                f"engine hung: no token for {self.plan.regime.load.stall_timeout_s:.0f} s with requests in flight; "
+                f"log {server.log_path}:\n{log_tail(server.log_path)}"
+            )
+        if result.records and all(not r.ok for r in result.records):
+            raise EngineError(f"every request failed (first error: {result.records[0].error})")
 
 
 def run_regime(regime_path: Path, results_dir: Path, console: Console) -> tuple[RunDir, dict[str, Any]]:
     return Runner(plan_regime(regime_path), results_dir, console).run()
+
+
+def resume_run(run_dir: Path, console: Console) -> tuple[RunDir, dict[str, Any]]:
+    """Resume with the regime stored in the run, refusing if its workloads changed since."""
+    run = RunDir(run_dir)
+    record = read_run_record(run)
+    regime = Regime.model_validate(record["regime"])
+    plan = plan_regime(Path(record["source_path"]), regime)
+    stored = {w["name"]: w["content_sha256"] for w in record["workloads"]}
+    for workload in plan.workloads:
+        if stored.get(workload.name) != workload.content_sha256:
+            raise UserError(
+                f"{run_dir}: workload '{workload.name}' is not the one this run started with (its prompts changed); "
+                "resuming would mix two workloads. Start a new run instead."
+            )
+    return Runner(plan, run_dir.parent.parent, console).resume(run, record["resolved_model"])

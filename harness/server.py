@@ -67,6 +67,7 @@ def kill_group(pgid: int, grace_s: float = 20.0) -> None:
     """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``."""
     try:
         os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, signal.SIGCONT)  # a stopped (hung) process acts on SIGTERM only once continued
     except ProcessLookupError:
         _LIVE_GROUPS.discard(pgid)
         return

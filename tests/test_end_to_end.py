@@ -149,7 +149,7 @@ def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
     assert _engine_pids(run) == []
 
 
-def test_interrupt_stops_servers_and_keeps_partial_run(tmp_path: Path) -> None:
+def test_interrupt_then_resume(tmp_path: Path) -> None:
     results = tmp_path / "results"
     proc = subprocess.Popen(
         BENCH + ["run", str(REGIME), "--results-dir", str(results)],
@@ -169,4 +169,14 @@ def test_interrupt_stops_servers_and_keeps_partial_run(tmp_path: Path) -> None:
     assert _engine_pids(run) == []
     assert json.loads((run / "arms" / "baseline" / "status.json").read_text())["status"] == "interrupted"
     assert json.loads((run / "summary.json").read_text())["schema_version"] == SCHEMA_VERSION
-    assert read_jsonl(run / "arms" / "baseline" / "samples.jsonl")  # what was measured is kept
+    partial = read_jsonl(run / "arms" / "baseline" / "samples.jsonl")
+    assert partial  # what was measured is kept
+
+    resumed = subprocess.run(BENCH + ["run", "--resume", str(run)], capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert read_jsonl(run / "arms" / "baseline.attempt-1" / "samples.jsonl") == partial  # moved aside, not lost
+    summary = json.loads((run / "summary.json").read_text())
+    assert [a["status"] for a in summary["arms"]] == ["ok", "ok"] and len(summary["windows"]) == 8
+    assert not (run / "run.lock").exists() and _engine_pids(run) == []
+    again = subprocess.run(BENCH + ["run", "--resume", str(run)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert again.returncode == 0 and again.stdout.count("already complete") == 2  # nothing left to run

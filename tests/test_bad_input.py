@@ -1,0 +1,182 @@
+"""Bad input, table-driven and property-based: one clear message (file, line, dotted path),
+exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness.errors import UserError
+from harness.regime import load_regime
+from harness.runner import plan_regime
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD_TEXT = (ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace("../workloads/", f"{ROOT}/workloads/")
+GOOD = yaml.safe_load(GOOD_TEXT)
+
+
+def _set(path: str, value):
+    def mutate(data):
+        *parents, last = path.split(".")
+        node = data
+        for key in parents:
+            node = node[int(key)] if key.isdigit() else node[key]
+        if value is _DELETE:
+            del node[int(last) if last.isdigit() else last]
+        else:
+            node[int(last) if last.isdigit() else last] = value
+    return mutate
+
+
+_DELETE = object()
+
+# (id, mutation of the good regime, text the message must contain)
+CASES = [
+    ("unknown top key", _set("colour", "red"), "colour: unknown key"),
+    ("unknown nested key", _set("load.concurency", [1]), "load.concurency: unknown key"),
+    ("did you mean", _set("arms.1.num_spec_tokens", 4), "did you mean"),
+    ("name missing", _set("name", _DELETE), "name: required field is missing"),
+    ("name with slash", _set("name", "a/b"), "name: String should match pattern"),
+    ("hardware kind", _set("hardware.kind", "tpu"), "hardware.kind: Input should be 'gpu' or 'cpu'"),
+    ("gpu without model", _set("hardware", {"kind": "gpu", "gpu_count": 8}), "needs both gpu_model and gpu_count"),
+    ("cpu with gpu count", _set("hardware.gpu_count", 1), "kind 'cpu' takes no gpu_model"),
+    ("zero gpus", _set("hardware", {"kind": "gpu", "gpu_model": "H200", "gpu_count": 0}), "hardware.gpu_count"),
+    ("engine name", _set("engine.name", "tgi"), "engine.name: Input should be 'vllm' or 'sglang'"),
+    ("extra args not a list", _set("engine.extra_args", "--foo"), "engine.extra_args: Input should be a valid list"),
+    ("env value not a string", _set("engine.env", {"A": [1]}), "engine.env.A"),
+    ("startup timeout negative", _set("engine.startup_timeout_s", -1), "engine.startup_timeout_s"),
+    ("target both sources", _set("target.path", "/m"), "exactly one of 'path' or 'package'"),
+    ("target no source", _set("target.package", _DELETE), "exactly one of 'path' or 'package'"),
+    ("dtype", _set("target.dtype", "int4"), "target.dtype: Input should be"),
+    ("max model len zero", _set("target.max_model_len", 0), "target.max_model_len"),
+    ("max model len text", _set("target.max_model_len", "big"), "target.max_model_len: Input should be a valid integer"),
+    ("tp zero", _set("tensor_parallel_size", 0), "tensor_parallel_size"),
+    ("tp on cpu", _set("tensor_parallel_size", 2), "tensor_parallel_size 1"),
+    ("temperature missing", _set("sampling.temperature", _DELETE), "sampling.temperature: required field is missing"),
+    ("temperature negative", _set("sampling.temperature", -0.5), "sampling.temperature"),
+    ("seed text", _set("sampling.seed", "x"), "sampling.seed"),
+    ("concurrency empty", _set("load.concurrency", []), "load.concurrency"),
+    ("concurrency zero", _set("load.concurrency", [0, 1]), "every concurrency level must be >= 1"),
+    ("concurrency repeated", _set("load.concurrency", [4, 4]), "concurrency levels must be unique"),
+    ("num prompts zero", _set("load.num_prompts", 0), "load.num_prompts"),
+    ("max output tokens text", _set("load.max_output_tokens", "many"), "load.max_output_tokens"),
+    ("warmup negative", _set("load.warmup_requests", -1), "load.warmup_requests"),
+    ("no price", _set("cost", {}), "give exactly one of usd_per_gpu_hour"),
+    ("two prices", _set("cost.usd_per_gpu_hour", 1.0), "give exactly one of usd_per_gpu_hour"),
+    ("gpu price on cpu", _set("cost", {"usd_per_gpu_hour": 1.0}), "priced per machine-hour"),
+    ("no workloads", _set("workloads", []), "workloads"),
+    ("no arms", _set("arms", []), "arms"),
+    ("two baselines", _set("arms.1", {"name": "b2", "method": "baseline"}), "exactly one arm must have method 'baseline'"),
+    ("unknown method", _set("arms.1.method", "medusa"), "arms[1].method"),
+    ("k zero", _set("arms.1.num_speculative_tokens", 0), "arms[1].num_speculative_tokens"),
+    ("k negative", _set("arms.1.num_speculative_tokens", -3), "arms[1].num_speculative_tokens"),
+    ("k missing", _set("arms.1.num_speculative_tokens", _DELETE), "needs num_speculative_tokens"),
+    ("eagle3 without draft", _set("arms.1.method", "eagle3"), "needs draft_model"),
+    ("baseline with options", _set("arms.0.options", {"x": 1}), "a baseline arm takes no"),
+    ("duplicate arm names", _set("arms.1.name", "baseline"), "arm names must be unique"),
+    ("near tie zero", _set("exactness", {"near_tie_margin": 0}), "exactness.near_tie_margin"),
+    ("arms not a list", _set("arms", {"name": "x"}), "arms: Input should be a valid list"),
+    ("hardware not a mapping", _set("hardware", "cpu"), "hardware: Input should be a valid dictionary"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_malformed_regime(tmp_path: Path, mutate, expected: str) -> None:
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    mutate(data)
+    path = tmp_path / "regime.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(UserError) as info:
+        load_regime(path)
+    message = str(info.value)
+    assert expected in message
+    assert message.startswith(f"{path}:")  # file and line first
+
+
+TEXT_CASES = [
+    ("tab indentation", "name: x\n\thardware: {}\n", "malformed YAML"),
+    ("unclosed bracket", "name: [x\n", "malformed YAML"),
+    ("empty file", "", "expected a mapping"),
+    ("a list", "- 1\n", "expected a mapping"),
+    ("a scalar", "42\n", "expected a mapping"),
+    ("duplicate anchors nonsense", "a: *missing\n", "malformed YAML"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in TEXT_CASES], ids=[c[0] for c in TEXT_CASES])
+def test_malformed_yaml_text(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "regime.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=expected):
+        load_regime(path)
+
+
+@pytest.mark.parametrize(
+    ("workloads", "expected"),
+    [
+        (["missing.yaml"], "missing.yaml: file not found"),
+        ([f"{ROOT}/workloads/code_humaneval.yaml", f"{ROOT}/workloads/code_humaneval.yaml"], "share a name"),
+    ],
+)
+def test_bad_workload_references(tmp_path: Path, workloads: list[str], expected: str) -> None:
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    data["workloads"] = workloads
+    path = tmp_path / "regime.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match=expected):
+        plan_regime(path)
+
+
+def test_missing_local_model_path(tmp_path: Path) -> None:
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    data["target"] = {"path": "./no-such-model", "dtype": "bfloat16", "max_model_len": 1024}
+    path = tmp_path / "regime.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match="no-such-model.*does not exist"):
+        plan_regime(path)
+
+
+_yaml_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=True) | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(sorted({f"{k}" for k in GOOD} | {"load.concurrency", "arms.1", "arms.1.options",
+                                                             "target.package", "engine.env", "cost"})),
+       value=_yaml_values)
+def test_regime_loader_never_raises_anything_but_user_error(tmp_path: Path, path: str, value) -> None:
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    _set(path, value)(data)
+    file = tmp_path / "regime.yaml"
+    file.write_text(yaml.safe_dump(data, allow_unicode=True))
+    try:
+        load_regime(file)
+    except UserError:
+        pass
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=200))
+def test_regime_loader_survives_arbitrary_text(tmp_path: Path, text: str) -> None:
+    file = tmp_path / "regime.yaml"
+    file.write_bytes(text.encode("utf-8", "replace"))
+    try:
+        load_regime(file)
+    except UserError:
+        pass
+
+
+def test_cli_bad_input_exit_code_and_no_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "regime.yaml"
+    path.write_text("name: x\nhardware: [\n")
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path)], capture_output=True, text=True)
+    assert out.returncode == 2 and "malformed YAML" in out.stdout and "Traceback" not in out.stdout + out.stderr
