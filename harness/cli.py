@@ -45,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
         help="continue an interrupted or partly failed run from its first arm without complete results "
         "(uses the regime stored in the run; earlier files of an incomplete arm are kept as arms/<arm>.attempt-N)",
     )
+    run.add_argument(
+        "--allow-mismatch", action="store_true",
+        help="run even when the machine or the started engine does not match the regime's pins; every "
+        "mismatch is recorded in the results and shown by the report",
+    )
 
     validate = commands.add_parser(
         "validate", help="check a regime file and print each arm's exact launch command; starts nothing",
@@ -92,6 +97,9 @@ def _print_results(summary: dict, console: Console) -> int:
     exact = exactness_table(summary)
     if exact is not None:
         console.print(exact)
+    for arm in summary["arms"]:
+        for mismatch in arm.get("mismatches") or []:
+            console.print(f"[yellow]arm {arm['name']}: regime mismatch:[/] {escape(mismatch)}", soft_wrap=True)
     failed = failed_arms(summary)
     for arm in failed:
         console.print(f"[red]arm {arm['name']}: {arm.get('status')}[/] {escape(arm.get('error', ''))}", soft_wrap=True)
@@ -109,9 +117,9 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     if (args.regime is None) == (args.resume is None):
         raise UserError("give a regime file to start a run, or --resume RUN_DIR to continue one (not both)")
     if args.resume is not None:
-        run, summary = resume_run(args.resume, console)
+        run, summary = resume_run(args.resume, console, args.allow_mismatch)
     else:
-        run, summary = run_regime(args.regime, args.results_dir, console)
+        run, summary = run_regime(args.regime, args.results_dir, console, args.allow_mismatch)
     code = _print_results(summary, console)
     console.print(f"Results: {run.root}")
     return code

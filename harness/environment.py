@@ -60,8 +60,34 @@ def collect_cpu() -> dict[str, Any]:
     return {"cpu_model": model or platform.processor() or None, "cpu_count": os.cpu_count()}
 
 
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _optional(call: Any, *args: Any) -> Any:
+    """One NVML query that some GPUs or drivers do not support: None instead of an error."""
+    try:
+        return _text(call(*args))
+    except Exception:  # pynvml.NVMLError_NotSupported and friends
+        return None
+
+
+def _gpu_record(pynvml: Any, index: int) -> dict[str, Any]:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    memory = _optional(pynvml.nvmlDeviceGetMemoryInfo, handle)
+    power_limit = _optional(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    return {
+        "index": index,
+        "name": _text(pynvml.nvmlDeviceGetName(handle)),
+        "memory_total_mib": memory.total // 2**20 if memory is not None else None,
+        "power_limit_w": power_limit / 1000 if power_limit is not None else None,
+        "sm_clock_max_mhz": _optional(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM),
+        "memory_clock_max_mhz": _optional(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_MEM),
+    }
+
+
 def collect_gpus() -> dict[str, Any]:
-    """GPU names and count through NVML, when the nvidia-ml-py package and a driver exist."""
+    """GPUs through NVML, when the nvidia-ml-py package and a driver exist."""
     try:
         import pynvml  # nvidia-ml-py
     except ImportError:
@@ -71,19 +97,35 @@ def collect_gpus() -> dict[str, Any]:
     except Exception as exc:  # NVMLError subclasses: no driver, no device
         return {"gpus": [], "gpu_probe": f"NVML unavailable: {exc}"}
     try:
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
-            gpus.append({"index": index, "name": name.decode() if isinstance(name, bytes) else name})
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        return {"gpus": gpus, "gpu_driver": driver.decode() if isinstance(driver, bytes) else driver, "gpu_probe": "nvml"}
+        cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
+        return {
+            "gpus": [_gpu_record(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())],
+            "gpu_driver": _optional(pynvml.nvmlSystemGetDriverVersion),
+            "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
+            "gpu_probe": "nvml",
+        }
     finally:
         pynvml.nvmlShutdown()
 
 
+# Environment variables that change what an engine does; anything that looks like a secret is
+# recorded by name only.
+_ENV_PREFIXES = ("VLLM_", "SGLANG_", "CUDA_", "NCCL_", "HF_", "TORCH", "PYTORCH_", "OMP_", "BENCH_", "NVIDIA_")
+_SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+
+
+def collect_env_vars(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    environ = dict(os.environ if environ is None else environ)
+    recorded = {}
+    for name in sorted(environ):
+        if name.startswith(_ENV_PREFIXES):
+            secret = any(marker in name.upper() for marker in _SECRET_MARKERS)
+            recorded[name] = "<redacted>" if secret else environ[name]
+    return {"env": recorded}
+
+
 def collect_environment(engine_version: str | None) -> dict[str, Any]:
     record: dict[str, Any] = {"engine_version": engine_version}
-    for collector in (collect_harness, collect_python, collect_cpu, collect_gpus):
+    for collector in (collect_harness, collect_python, collect_cpu, collect_gpus, collect_env_vars):
         record.update(collector())
     return record

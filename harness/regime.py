@@ -203,6 +203,11 @@ class Regime(StrictModel):
     load: Load = Field(description="Concurrency levels, prompts per window, output length, warm-up.")
     cost: Cost = Field(description="Hardware price, for $/Mtok.")
     exactness: Exactness = Field(default_factory=Exactness, description="Greedy-exactness probe settings.")
+    allow_lossy_acceptance: bool = Field(
+        default=False,
+        description="Allow settings that make acceptance lossy or fake (vLLM rejection_sample_method synthetic/fly, "
+        "SGLang accept thresholds < 1, SGLANG_SIMULATE_ACC_LEN). Refused otherwise; always flagged in results.",
+    )
     workloads: list[str] = Field(min_length=1, description="Workload files, relative to this regime file.")
     arms: list[Arm] = Field(min_length=1, description="Arms; exactly one must be the baseline.")
 

