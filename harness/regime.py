@@ -126,12 +126,22 @@ class Cost(StrictModel):
 
     usd_per_gpu_hour: float | None = Field(default=None, gt=0, description="$ per GPU-hour (GPU regimes).")
     usd_per_machine_hour: float | None = Field(default=None, gt=0, description="$ per machine-hour (CPU regimes).")
+    usd_per_kwh: float | None = Field(
+        default=None, gt=0, description="Optional electricity price: adds energy $/Mtok from measured J/token."
+    )
 
     @model_validator(mode="after")
     def _one_price(self) -> Cost:
         if (self.usd_per_gpu_hour is None) == (self.usd_per_machine_hour is None):
             raise ValueError("give exactly one of usd_per_gpu_hour or usd_per_machine_hour")
         return self
+
+
+class Power(StrictModel):
+    """The power probe: NVML on GPUs, RAPL package counters on CPUs, else 'not available'."""
+
+    enabled: bool = Field(default=True, description="Sample power during every measured window.")
+    sample_period_s: float = Field(default=0.5, gt=0, description="Seconds between power samples.")
 
 
 class Exactness(StrictModel):
@@ -203,6 +213,7 @@ class Regime(StrictModel):
     load: Load = Field(description="Concurrency levels, prompts per window, output length, warm-up.")
     cost: Cost = Field(description="Hardware price, for $/Mtok.")
     exactness: Exactness = Field(default_factory=Exactness, description="Greedy-exactness probe settings.")
+    power: Power = Field(default_factory=Power, description="Power probe settings.")
     allow_lossy_acceptance: bool = Field(
         default=False,
         description="Allow settings that make acceptance lossy or fake (vLLM rejection_sample_method synthetic/fly, "

@@ -30,6 +30,7 @@ from harness.models import converted_dir, resolve_package_gguf
 from harness.regime import Arm, Regime, load_regime, workload_paths
 from harness.results import SCHEMA_VERSION, RunDir, append_jsonl, read_json, read_run_record, write_json_atomic
 from harness.server import Server, free_port, log_tail
+from harness.probes.power import PowerSampler, open_reader
 from harness.summary import summarize
 from harness.validation import check_environment, check_served, lossy_settings
 from harness.workloads import LoadedWorkload, Prompt, load_workload
@@ -155,6 +156,9 @@ class Runner:
         self.results_dir = results_dir
         self.console = console
         self.allow_mismatch = allow_mismatch
+        self.power_reader, self.power_note = (None, "disabled by the regime")
+        if plan.regime.power.enabled:
+            self.power_reader, self.power_note = open_reader()
 
     def _validate(self, environment: dict[str, Any]) -> tuple[list[str], list[str]]:
         """Refuse a regime this machine does not match (unless allowed) and lossy settings (unless
@@ -289,11 +293,17 @@ class Runner:
     def _measure_window(self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, concurrency: int) -> None:
         cache_reset = _reset_prefix_cache(server.base_url, self.plan)
         before = _scrape(server.base_url, self.plan)
+        sampler = PowerSampler(self.power_reader, self.plan.regime.power.sample_period_s) if self.power_reader else None
+        if sampler:
+            sampler.start()
         def keep(record: RequestRecord) -> None:  # on disk the moment it ends: a crash loses nothing
             append_jsonl(run.samples(arm.name), record.to_json())
 
         label = f"{workload.name} @ concurrency {concurrency}"
-        result = self._send(server, workload, workload.prompts, concurrency, label, keep)
+        try:
+            result = self._send(server, workload, workload.prompts, concurrency, label, keep)
+        finally:
+            readings = sampler.stop() if sampler else []
         self._check_alive(server, result)
         after = _scrape(server.base_url, self.plan)
         append_jsonl(run.windows(arm.name), {
@@ -305,6 +315,11 @@ class Runner:
             "prefix_cache_reset": cache_reset,
             "counters_before": before,
             "counters_after": after,
+            "power": {
+                "source": self.power_reader.source if self.power_reader else None,
+                "note": self.power_note,
+                "samples": [[r.t, r.watts, r.energy_j, r.throttled] for r in readings],
+            },
         })
 
     def _noise_floor_pass(self, run: RunDir, arm: Arm, server: Server) -> None:

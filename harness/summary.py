@@ -12,6 +12,7 @@ from harness.probes.acceptance import SpecCounters, acceptance
 from harness.probes.cost import usd_per_mtok
 from harness.probes.exactness import compare_records, shares
 from harness.probes.latency import percentile, tpot_s, ttft_s
+from harness.probes.power import summarize_power
 from harness.probes.throughput import output_tokens_per_s, speedup
 from harness.results import SCHEMA_VERSION, RunDir, read_json, read_jsonl, read_run_record
 
@@ -20,7 +21,9 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else value * 1000.0
 
 
-def window_metrics(window: dict[str, Any], records: list[dict[str, Any]], price_per_hour: float) -> dict[str, Any]:
+def window_metrics(
+    window: dict[str, Any], records: list[dict[str, Any]], price_per_hour: float, usd_per_kwh: float | None = None
+) -> dict[str, Any]:
     """Metrics of one measured window from its raw request records and counter scrapes."""
     ok = [r for r in records if r["error"] is None]
     output_tokens = sum(len(r["token_ids"]) for r in ok)
@@ -49,6 +52,19 @@ def window_metrics(window: dict[str, Any], records: list[dict[str, Any]], price_
         "draft_tokens": acc.draft_tokens,
         "accepted_tokens": acc.accepted_tokens,
         "usd_per_mtok": usd_per_mtok(price_per_hour, tok_s),
+        **_power_metrics(window.get("power"), output_tokens, usd_per_kwh),
+    }
+
+
+def _power_metrics(power: dict[str, Any] | None, output_tokens: int, usd_per_kwh: float | None) -> dict[str, Any]:
+    stats = summarize_power((power or {}).get("samples"), output_tokens)
+    j_per_token = stats["j_per_token"]
+    return {
+        "power_source": (power or {}).get("source"),
+        "power_note": (power or {}).get("note", "not recorded"),
+        **stats,
+        # J/token x 1e6 tokens / 3.6e6 J per kWh x $/kWh
+        "energy_usd_per_mtok": j_per_token * 1e6 / 3.6e6 * usd_per_kwh if j_per_token is not None and usd_per_kwh else None,
     }
 
 
@@ -109,7 +125,7 @@ def summarize(run: RunDir) -> dict[str, Any]:
                 "category": window["category"],
                 "prompt_format": window["prompt_format"],
                 "concurrency": window["concurrency"],
-                **window_metrics(window, records, price),
+                **window_metrics(window, records, price, regime["cost"].get("usd_per_kwh")),
             })
     baseline = next(a["name"] for a in regime["arms"] if a["method"] == "baseline")
     _add_speedups(rows, baseline=baseline)

@@ -74,6 +74,9 @@ def test_run_stores_raw_samples_per_arm(finished_run) -> None:
         assert len(read_jsonl(run / "arms" / arm / "warmup.jsonl")) == 1  # kept apart
         windows = read_jsonl(run / "arms" / arm / "windows.jsonl")
         assert len(windows) == 4 and all(w["prefix_cache_reset"] for w in windows)  # each window starts cold
+        for window in windows:  # power: measured where a source exists, else said to be absent
+            power = window["power"]
+            assert power["source"] in ("nvml", "rapl") or power["note"].startswith("not available (nvml:")
         assert "--enforce-eager" in json.loads((run / "arms" / arm / "launch.json").read_text())["argv"]
 
 

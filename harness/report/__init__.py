@@ -106,7 +106,12 @@ def report_context(run_dir: Path) -> dict[str, Any]:
     workloads = list(dict.fromkeys(w["workload"] for w in summary["windows"]))
     rows = summary["windows"]
     samples = {arm: read_jsonl(run.samples(arm)) for arm in arms}
+    power_windows = {arm: read_jsonl(run.windows(arm)) for arm in arms}
+    sources = sorted({w["power_source"] for w in rows if w["power_source"]})
+    notes = sorted({w["power_note"] for w in rows if w["power_note"]})
     return {
+        "power_note": f"measured with {', '.join(sources)}" if sources else (", ".join(notes) or "not recorded"),
+        "power_measured": bool(sources),
         "summary": summary,
         "run_id": summary["run_id"],
         "fingerprint": _fingerprint(record, environment),
@@ -117,6 +122,7 @@ def report_context(run_dir: Path) -> dict[str, Any]:
             ("speedup vs concurrency", figures.speedup_figure(rows, arms, workloads, summary["baseline_arm"])),
             ("per-position acceptance", figures.per_position_figure(rows)),
             ("TPOT distribution", figures.tpot_figure(samples)),
+            ("power over time", figures.power_figure(power_windows)),
         ) if f[1] is not None],
         "exactness": summary["exactness"],
     }

@@ -129,3 +129,25 @@ def tpot_figure(samples: dict[str, list[dict[str, Any]]]) -> str | None:
     ax.set_ylabel("TPOT (ms)")
     ax.set_title("TPOT per request, all windows")
     return _png(fig)
+
+
+def power_figure(windows: dict[str, list[dict[str, Any]]]) -> str | None:
+    """Power over each measured window, per arm (time from the window's first sample)."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    plotted = False
+    for arm, records in windows.items():
+        for window in records:
+            samples = [s for s in (window.get("power") or {}).get("samples", []) if s[1] is not None]
+            if len(samples) > 1:
+                t0 = samples[0][0]
+                ax.plot([s[0] - t0 for s in samples], [s[1] for s in samples], linewidth=0.8,
+                        label=f"{arm} / {window['workload']} @ {window['concurrency']}")
+                plotted = True
+    if not plotted:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("seconds into the window")
+    ax.set_ylabel("power (W)")
+    ax.set_title("power over time")
+    ax.legend(fontsize=6)
+    return _png(fig)
