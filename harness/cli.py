@@ -80,6 +80,18 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
     model = model_reference(regime, args.regime, convert=False)
     console.print(f"[green]{args.regime}: valid[/] (regime '{regime.name}', fingerprint {regime.fingerprint()})")
     console.print(describe_plan(plan), highlight=False)
+    from harness.environment import collect_environment
+    from harness.validation import check_environment, lossy_settings
+
+    for problem in lossy_settings(regime):
+        console.print(f"[yellow]lossy acceptance setting:[/] {escape(problem)}", soft_wrap=True)
+    mismatches = check_environment(regime, collect_environment(plan.adapter.installed_version()))
+    if mismatches:
+        console.print("This machine does not match the regime (`bench run` would stop; --allow-mismatch to run anyway):")
+        for mismatch in mismatches:
+            console.print(f"  [yellow]{escape(str(mismatch))}[/]", soft_wrap=True)
+    else:
+        console.print("This machine matches the regime's pins.")
     for arm in regime.arms:
         spec = plan.launch_spec(arm, model, port=0)
         argv = [("PORT" if prev == "--port" else part) for prev, part in zip([""] + spec.argv[:-1], spec.argv, strict=True)]

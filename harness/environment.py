@@ -7,7 +7,9 @@ nothing heavy is imported.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
+import json
 import os
 import platform
 import subprocess
@@ -124,8 +126,34 @@ def collect_env_vars(environ: dict[str, str] | None = None) -> dict[str, Any]:
     return {"env": recorded}
 
 
+def model_identity(reference: str) -> dict[str, Any]:
+    """Path plus a content hash of a local model's config and weights index (or its weight files'
+    names and sizes). A hub id is recorded as is: the engine resolves it on its own machine."""
+    path = Path(reference).expanduser()
+    if not path.is_dir():
+        return {"reference": reference, "local": False}
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors.index.json"):
+        if (path / name).is_file():
+            digest.update(name.encode() + (path / name).read_bytes())
+    for weights in sorted(path.glob("*.safetensors")):
+        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
+    return {"reference": reference, "local": True, "content_sha256": digest.hexdigest()}
+
+
+# The environment fields that define a regime; their hash is the environment fingerprint.
+FINGERPRINT_FIELDS = ("engine_version", "torch", "cpu_model", "cpu_count", "gpu_names", "gpu_driver", "cuda_driver")
+
+
+def environment_fingerprint(record: dict[str, Any]) -> str:
+    fields = {key: record.get(key) for key in FINGERPRINT_FIELDS}
+    fields["gpu_names"] = [g["name"] for g in record.get("gpus") or []]
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def collect_environment(engine_version: str | None) -> dict[str, Any]:
     record: dict[str, Any] = {"engine_version": engine_version}
     for collector in (collect_harness, collect_python, collect_cpu, collect_gpus, collect_env_vars):
         record.update(collector())
+    record["fingerprint"] = environment_fingerprint(record)
     return record

@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from harness.client import RequestRecord, WindowResult, run_window
 from harness.engines import EngineAdapter, LaunchSpec, get_adapter, resolve_draft
-from harness.environment import collect_environment
+from harness.environment import collect_environment, model_identity
 from harness.errors import EngineError, UserError
 from harness.models import converted_dir, resolve_package_gguf
 from harness.regime import Arm, Regime, load_regime, workload_paths
@@ -201,7 +201,10 @@ class Runner:
         with run.lock():
             record = {**_regime_record(self.plan, model), "mismatches": mismatches, "lossy_settings": lossy}
             write_json_atomic(run.root / "regime.json", record)
-            write_json_atomic(run.root / "environment.json", environment)
+            drafts = {a.name: model_identity(resolve_draft(a.draft_model, self.plan.regime_path))
+                      for a in regime.arms if a.draft_model}
+            write_json_atomic(run.root / "environment.json",
+                              {**environment, "target_identity": model_identity(model), "draft_identities": drafts})
             return run, self._run_arms(run, model)
 
     def resume(self, run: RunDir, model: str) -> tuple[RunDir, dict[str, Any]]:
@@ -260,7 +263,8 @@ class Runner:
     def _check_served(self, run: RunDir, arm: Arm, server: Server) -> list[str]:
         """What the started engine reports against the regime: stop the run on a mismatch
         unless allowed (then it is recorded in the arm's status)."""
-        found = [str(m) for m in check_served(self.plan.regime, self.plan.adapter.served_config(server.base_url))]
+        served = self.plan.adapter.served_config(server.base_url, server.log_path)
+        found = [str(m) for m in check_served(self.plan.regime, served, arm)]
         if found and not self.allow_mismatch:
             write_json_atomic(run.status(arm.name), {"status": "failed", "error": "regime mismatch", "mismatches": found})
             raise UserError(

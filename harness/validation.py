@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.regime import Regime
+from harness.regime import Arm, Regime
 
 # vLLM: rejection_sample_method "synthetic"/"fly" accept tokens without the exact rejection test.
 LOSSY_VLLM_REJECTION = {"synthetic", "fly"}
@@ -66,9 +66,27 @@ def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Misma
     return found
 
 
-def check_served(regime: Regime, served: dict[str, Any]) -> list[Mismatch]:
-    """After start-up: what the server says it runs (``/version``, ``/v1/models``)."""
+def check_served(regime: Regime, served: dict[str, Any], arm: Arm | None = None) -> list[Mismatch]:
+    """After start-up: what the server says it runs (version, max length, dtype, quantization,
+    and for ``arm`` its speculative method and K). Fields the engine did not report are skipped."""
     found: list[Mismatch] = []
+    target = regime.target
+    if target.dtype != "auto" and served.get("dtype") not in (None, target.dtype):
+        found.append(Mismatch("target.dtype", target.dtype, f"server reports {served['dtype']}"))
+    if "quantization" in served and served["quantization"] != target.quantization:
+        found.append(Mismatch("target.quantization", str(target.quantization), f"server reports {served['quantization']}"))
+    if arm is not None and "speculative" in served:
+        spec = served["speculative"]
+        index = regime.arms.index(arm)
+        if arm.method == "baseline" and spec is not None:
+            found.append(Mismatch(f"arms[{index}].method", "baseline", f"server speculates with {spec['method']}"))
+        elif arm.method != "baseline":
+            reported = spec or {"method": "none", "num_speculative_tokens": None}
+            if reported["method"] != arm.method:
+                found.append(Mismatch(f"arms[{index}].method", arm.method, f"server reports {reported['method']}"))
+            elif reported["num_speculative_tokens"] != arm.num_speculative_tokens:
+                found.append(Mismatch(f"arms[{index}].num_speculative_tokens", str(arm.num_speculative_tokens),
+                                      f"server reports {reported['num_speculative_tokens']}"))
     pin = regime.engine.version
     if pin and served.get("version") and not _version_matches(pin, served["version"]):
         found.append(Mismatch("engine.version", pin, f"server reports {served['version']}"))

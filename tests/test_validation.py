@@ -91,3 +91,34 @@ def test_lossy_regime_is_refused(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(tmp_path / "r")],
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and "lossy or fake acceptance" in out.stdout and "allow_lossy_acceptance" in out.stdout
+
+
+def test_served_config_from_the_real_startup_log() -> None:
+    from harness.engines.vllm import VllmAdapter
+
+    log = Path(__file__).parent / "fixtures" / "vllm_cpu_0.32.0_ngram_startup.log"
+    served = VllmAdapter().served_config("http://127.0.0.1:9", log)  # nothing listens: the log alone
+    assert served == {"dtype": "bfloat16", "quantization": None,
+                      "speculative": {"method": "ngram", "num_speculative_tokens": 4}}
+    assert check_served(CPU, served, CPU.arms[1]) == []
+    k2 = CPU.arms[1].model_copy(update={"num_speculative_tokens": 2})
+    regime = CPU.model_copy(update={"arms": [CPU.arms[0], k2]})
+    assert [str(m) for m in check_served(regime, served, k2)] == [
+        "arms[1].num_speculative_tokens: regime pins 2, found server reports 4"]
+    assert _fields(check_served(CPU, served, CPU.arms[0])) == ["arms[0].method"]  # a "baseline" that speculates
+    fp32 = CPU.model_copy(update={"target": CPU.target.model_copy(update={"dtype": "float32"})})
+    assert _fields(check_served(fp32, served)) == ["target.dtype"]
+
+
+def test_model_identity_and_environment_fingerprint(tmp_path: Path) -> None:
+    from harness.environment import environment_fingerprint, model_identity
+
+    (tmp_path / "config.json").write_text('{"hidden_size": 576}')
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 10)
+    first = model_identity(str(tmp_path))
+    (tmp_path / "config.json").write_text('{"hidden_size": 577}')
+    assert first["local"] and model_identity(str(tmp_path))["content_sha256"] != first["content_sha256"]
+    assert model_identity("org/model") == {"reference": "org/model", "local": False}
+    base = {"engine_version": "vllm 0.33.0", "gpus": [{"name": "NVIDIA H200"}] * 8, "python": "3.11"}
+    assert environment_fingerprint(base) == environment_fingerprint({**base, "python": "3.12"})
+    assert environment_fingerprint(base) != environment_fingerprint({**base, "gpus": [{"name": "NVIDIA H100"}] * 8})

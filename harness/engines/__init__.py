@@ -42,8 +42,9 @@ class EngineAdapter(Protocol):
     def installed_version(self) -> str | None:
         """The engine's version as installed here (without importing it), or None."""
 
-    def served_config(self, base_url: str) -> dict:
-        """What the running server reports about itself (version, max_model_len, ...)."""
+    def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
+        """What the running server reports about itself (version, max_model_len, dtype,
+        quantization, speculative method and K)."""
 
 
 # Engine name -> module that defines ``ADAPTER``. Two engines do not need a plugin framework.

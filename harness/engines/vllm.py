@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
+from pathlib import Path
 
 import httpx
 
@@ -85,9 +87,10 @@ class VllmAdapter:
                 totals[key] += sample.value  # summed over engines / label sets
         return SpecCounters(accepted_per_position=per_position, **totals)
 
-    def served_config(self, base_url: str) -> dict:
-        """What the running server says it is: ``/version`` and ``/v1/models`` (max_model_len)."""
-        served: dict = {}
+    def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
+        """What the running server says it is: ``/version``, ``/v1/models`` (max_model_len), and
+        from the engine's own start-up log line the dtype, quantization and speculative config."""
+        served: dict = _from_log(log_path.read_text(errors="replace")) if log_path and log_path.exists() else {}
         with httpx.Client(base_url=base_url, timeout=10.0) as client:
             try:
                 served["version"] = client.get("/version").json().get("version")
@@ -104,6 +107,23 @@ class VllmAdapter:
             except importlib.metadata.PackageNotFoundError:
                 continue
         return None
+
+
+_LOG_DTYPE = re.compile(r"Initializing a V1 LLM engine .*?\bdtype=torch\.(\w+)")
+_LOG_QUANT = re.compile(r"Initializing a V1 LLM engine .*?\bquantization=(\w+)")
+_LOG_SPEC = re.compile(r"speculative_config=(None|SpeculativeConfig\(method='(\w+)'.*?num_spec_tokens=(\d+)\))")
+
+
+def _from_log(text: str) -> dict:
+    """The engine's start-up config line: 'Initializing a V1 LLM engine (v0.32.0) with config: ...'."""
+    served: dict = {}
+    if match := _LOG_DTYPE.search(text):
+        served["dtype"] = match[1]
+    if match := _LOG_QUANT.search(text):
+        served["quantization"] = None if match[1] == "None" else match[1]
+    if match := _LOG_SPEC.search(text):
+        served["speculative"] = None if match[1] == "None" else {"method": match[2], "num_speculative_tokens": int(match[3])}
+    return served
 
 
 ADAPTER = VllmAdapter()

@@ -80,6 +80,8 @@ def _fingerprint(record: dict[str, Any], environment: dict[str, Any]) -> list[tu
         ("sampling", f"temperature {regime['sampling']['temperature']}, seed {regime['sampling']['seed']}"),
         ("load", f"concurrency {regime['load']['concurrency']}, {regime['load']['num_prompts']} prompts per window, "
                  f"max {regime['load']['max_output_tokens']} output tokens"),
+        ("environment fingerprint", str(environment.get("fingerprint", "not recorded"))),
+        ("target identity", str((environment.get("target_identity") or {}).get("content_sha256", "not hashed"))),
         ("harness", f"{environment.get('harness_version')} (git {environment.get('harness_git_sha') or 'unknown'}), "
                     f"Python {environment.get('python')}, torch {environment.get('torch')}"),
     ]
