@@ -109,6 +109,10 @@ def _print_results(summary: dict, console: Console) -> int:
     exact = exactness_table(summary)
     if exact is not None:
         console.print(exact)
+    for mismatch in summary.get("mismatches", []):
+        console.print(f"[yellow]regime mismatch (run with --allow-mismatch):[/] {escape(mismatch)}", soft_wrap=True)
+    for setting in summary.get("lossy_settings", []):
+        console.print(f"[yellow]lossy acceptance allowed:[/] {escape(setting)}", soft_wrap=True)
     for arm in summary["arms"]:
         for mismatch in arm.get("mismatches") or []:
             console.print(f"[yellow]arm {arm['name']}: regime mismatch:[/] {escape(mismatch)}", soft_wrap=True)

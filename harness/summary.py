@@ -140,6 +140,8 @@ def summarize(run: RunDir) -> dict[str, Any]:
         "regime_name": regime["name"],
         "regime_fingerprint": regime_record["fingerprint"],
         "baseline_arm": baseline,
+        "mismatches": regime_record.get("mismatches", []),
+        "lossy_settings": regime_record.get("lossy_settings", []),
         "arms": arms,
         "windows": rows,
         "exactness": section,
