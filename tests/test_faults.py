@@ -44,35 +44,30 @@ async def _stalling_server(ready: asyncio.Future) -> None:
         await server.serve_forever()
 
 
-def test_watchdog_ends_a_window_that_makes_no_progress() -> None:
+def _window_against_stalling_server(load: Load, prompts: list[Prompt], concurrency: int):
     async def scenario():
         ready = asyncio.get_running_loop().create_future()
         server = asyncio.ensure_future(_stalling_server(ready))
         port = await ready
-        load = Load(concurrency=[2], num_prompts=3, max_output_tokens=8, stall_timeout_s=1.0, request_timeout_s=60)
         try:
-            return await run_window(f"http://127.0.0.1:{port}", WORKLOAD, WORKLOAD.prompts, 2, Sampling(temperature=0), load)
+            return await run_window(f"http://127.0.0.1:{port}", WORKLOAD, prompts, concurrency, Sampling(temperature=0), load)
         finally:
             server.cancel()
 
-    result = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_watchdog_ends_a_window_that_makes_no_progress() -> None:
+    load = Load(concurrency=[2], num_prompts=3, max_output_tokens=8, stall_timeout_s=1.0, request_timeout_s=60)
+    result = _window_against_stalling_server(load, WORKLOAD.prompts, 2)
     assert result.stalled and result.duration_s < 10
     assert len(result.records) == 2  # the third prompt never got a slot, so it was never sent
     assert all(r.error.startswith("stalled") and r.token_ids == [7] for r in result.records)
 
 
 def test_request_deadline_is_total_not_per_read() -> None:
-    async def scenario():
-        ready = asyncio.get_running_loop().create_future()
-        server = asyncio.ensure_future(_stalling_server(ready))
-        port = await ready
-        load = Load(concurrency=[1], num_prompts=1, max_output_tokens=8, stall_timeout_s=60, request_timeout_s=1.0)
-        try:
-            return await run_window(f"http://127.0.0.1:{port}", WORKLOAD, WORKLOAD.prompts[:1], 1, Sampling(temperature=0), load)
-        finally:
-            server.cancel()
-
-    result = asyncio.run(scenario())
+    load = Load(concurrency=[1], num_prompts=1, max_output_tokens=8, stall_timeout_s=60, request_timeout_s=1.0)
+    result = _window_against_stalling_server(load, WORKLOAD.prompts[:1], 1)
     assert not result.stalled and result.records[0].error.startswith("timeout")
 
 
