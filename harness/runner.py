@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from harness.client import RequestRecord, WindowResult, run_window
-from harness.engines import EngineAdapter, LaunchSpec, get_adapter, resolve_draft
+from harness.engines import EngineAdapter, LaunchSpec, get_adapter, resolve_model_path
 from harness.environment import collect_environment, model_identity
 from harness.errors import EngineError, UserError
 from harness.models import converted_dir, resolve_package_gguf
@@ -46,7 +46,7 @@ class Plan:
     workloads: list[LoadedWorkload]
 
     def launch_spec(self, arm: Arm, model: str, port: int) -> LaunchSpec:
-        draft = resolve_draft(arm.draft_model, self.regime_path) if arm.draft_model else None
+        draft = resolve_model_path(arm.draft_model, self.regime_path) if arm.draft_model else None
         return self.adapter.launch_spec(self.regime, arm, model, port, sys.executable, draft_model=draft)
 
 
@@ -69,7 +69,7 @@ def _check_local_paths(regime: Regime, regime_path: Path) -> None:
     ]
     for field, reference in references:
         if reference and reference.startswith((".", "/", "~")):
-            resolved = Path(resolve_draft(reference, regime_path))
+            resolved = Path(resolve_model_path(reference, regime_path))
             if not resolved.exists():
                 raise UserError(f"{regime_path}: {field}: local model directory {reference} does not exist ({resolved})")
 
@@ -81,7 +81,7 @@ def model_reference(regime: Regime, regime_path: Path, convert: bool) -> str:
         if not convert:  # where the conversion is (or will be) cached
             return str(converted_dir(target.package.name, target.package.file))
         return str(resolve_package_gguf(target.package.name, target.package.file))
-    return resolve_draft(target.path, regime_path)  # same rule: local-looking paths are relative to the regime
+    return resolve_model_path(target.path, regime_path)
 
 
 def describe_plan(plan: Plan) -> str:
@@ -201,7 +201,7 @@ class Runner:
         with run.lock():
             record = {**_regime_record(self.plan, model), "mismatches": mismatches, "lossy_settings": lossy}
             write_json_atomic(run.root / "regime.json", record)
-            drafts = {a.name: model_identity(resolve_draft(a.draft_model, self.plan.regime_path))
+            drafts = {a.name: model_identity(resolve_model_path(a.draft_model, self.plan.regime_path))
                       for a in regime.arms if a.draft_model}
             write_json_atomic(run.root / "environment.json",
                               {**environment, "target_identity": model_identity(model), "draft_identities": drafts})

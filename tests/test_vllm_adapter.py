@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import get_adapter, resolve_draft
+from harness.engines import get_adapter, resolve_model_path
 from harness.errors import UserError
 from harness.probes.acceptance import acceptance
 from harness.regime import load_regime
@@ -104,5 +104,5 @@ def test_unknown_engine_is_a_user_error() -> None:
 
 
 def test_draft_paths(tmp_path: Path) -> None:
-    assert resolve_draft("org/model", tmp_path / "r.yaml") == "org/model"
-    assert resolve_draft("./drafts/x", tmp_path / "r.yaml") == str(tmp_path / "drafts" / "x")
+    assert resolve_model_path("org/model", tmp_path / "r.yaml") == "org/model"
+    assert resolve_model_path("./drafts/x", tmp_path / "r.yaml") == str(tmp_path / "drafts" / "x")

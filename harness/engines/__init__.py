@@ -61,8 +61,8 @@ def get_adapter(name: str) -> EngineAdapter:
     return importlib.import_module(module).ADAPTER
 
 
-def resolve_draft(draft: str, regime_path: Path) -> str:
-    """Draft paths that look local resolve relative to the regime file; hub ids pass through."""
-    if draft.startswith((".", "/", "~")):
-        return str((regime_path.parent / Path(draft).expanduser()).resolve())
-    return draft
+def resolve_model_path(reference: str, regime_path: Path) -> str:
+    """Target or draft references that look local resolve relative to the regime file; hub ids pass through."""
+    if reference.startswith((".", "/", "~")):
+        return str((regime_path.parent / Path(reference).expanduser()).resolve())
+    return reference
