@@ -73,11 +73,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
-    from harness.runner import describe_plan, model_reference, plan_regime
+    from harness.runner import describe_plan, plan_regime
 
     plan = plan_regime(args.regime)
     regime = plan.regime
-    model = model_reference(regime, args.regime, convert=False)
+    model = plan.resolve_models(build=False)
     console.print(f"[green]{args.regime}: valid[/] (regime '{regime.name}', fingerprint {regime.fingerprint()})")
     console.print(describe_plan(plan), highlight=False)
     from harness.environment import collect_environment
@@ -96,16 +96,19 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
         spec = plan.launch_spec(arm, model, port=0)
         argv = [("PORT" if prev == "--port" else part) for prev, part in zip([""] + spec.argv[:-1], spec.argv, strict=True)]
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items()))
-        console.print(f"\n[bold]{arm.name}[/] ({arm.method}, K={arm.num_speculative_tokens or '-'}):", highlight=False)
+        drafter = f", drafter: {plan.drafters[arm.name].provenance['label']}" if arm.name in plan.drafters else ""
+        console.print(f"\n[bold]{arm.name}[/] ({arm.method}, K={arm.num_speculative_tokens or '-'}{drafter}):", highlight=False)
         console.print(f"  {env + ' ' if env else ''}{shlex.join(argv)}", highlight=False, soft_wrap=True)
     return EXIT_OK
 
 
 def _print_results(summary: dict, console: Console) -> int:
-    from harness.table import exactness_table, failed_arms, minilab_tables
+    from harness.table import drafter_lines, exactness_table, failed_arms, minilab_tables
 
     for table in minilab_tables(summary):
         console.print(table)
+    for line in drafter_lines(summary):
+        console.print(escape(line), highlight=False, soft_wrap=True)
     exact = exactness_table(summary)
     if exact is not None:
         console.print(exact)

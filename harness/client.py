@@ -1,8 +1,9 @@
 """The streaming OpenAI-compatible client: raw timestamps and token ids, no derived numbers.
 
-Each request streams (``stream: true`` with ``stream_options.include_usage``) and asks for
-``return_token_ids``, so output tokens are COUNTED FROM TOKEN IDS, never from chunks: under
-speculation one chunk carries several tokens, and chunk gaps are not per-token latencies.
+Each request streams (``stream: true`` with ``stream_options.include_usage``) and asks the
+engine for token ids (the adapter's ``request_fields``), so output tokens are COUNTED FROM TOKEN
+IDS, never from chunks: under speculation one chunk carries several tokens, and chunk gaps are
+not per-token latencies.
 
 Times are ``time.perf_counter()`` seconds relative to the start of the measured window.
 """
@@ -36,8 +37,11 @@ class RequestRecord:
     t_done: float | None = None
     chunks: list[tuple[float, int, str]] = field(default_factory=list)  # (time, tokens in chunk, its text)
     token_ids: list[int] = field(default_factory=list)
-    # Per output token, the engine's top logprobs as [token_id, logprob] pairs (when requested).
-    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    # Per output token, the engine's top logprobs as [token_id, logprob] pairs (when requested);
+    # token_id is None where the engine keys logprobs by text (SGLang).
+    top_logprobs: list[list[tuple[int | None, float]]] = field(default_factory=list)
+    # The engine's own per-request speculative statistics, verbatim (SGLang's spec_tokens_details).
+    spec_details: dict[str, Any] | None = None
     prompt_token_count: int | None = None
     usage_completion_tokens: int | None = None
     finish_reason: str | None = None
@@ -53,13 +57,11 @@ class RequestRecord:
 
 
 def request_body(
-    prompt: Prompt, prompt_format: str, sampling: Sampling, load: Load, top_logprobs: int = 0
+    prompt: Prompt, prompt_format: str, sampling: Sampling, load: Load, top_logprobs: int = 0,
+    engine_fields: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The endpoint path and JSON body for one prompt. Temperature is always sent explicitly.
-
-    With ``top_logprobs`` the engine returns that many logprobs per token, keyed as
-    ``token_id:<id>`` (``return_tokens_as_token_ids``): two different tokens that decode to the
-    same text must not collapse into one entry, or a near tie would look like a wide margin."""
+    """The endpoint path and JSON body for one prompt. Temperature is always sent explicitly;
+    ``engine_fields`` (from the adapter) ask for token ids and per-request details."""
     body: dict[str, Any] = {
         "model": SERVED_MODEL_NAME,
         "max_tokens": load.max_output_tokens,
@@ -67,12 +69,10 @@ def request_body(
         "seed": sampling.seed,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "return_token_ids": True,
+        **(engine_fields or {}),
     }
     if load.ignore_eos:
         body["ignore_eos"] = True
-    if top_logprobs:
-        body["return_tokens_as_token_ids"] = True
     if prompt_format == "chat":
         body["messages"] = [{"role": "user", "content": prompt.text}]
         if top_logprobs:
@@ -84,8 +84,14 @@ def request_body(
     return "/v1/completions", body
 
 
-def _token_id(key: str) -> int:
-    return int(key.rsplit(":", 1)[1])  # "token_id:123"
+def _token_id(key: str) -> int | None:
+    """vLLM with return_tokens_as_token_ids keys "token_id:123"; a text key has no id."""
+    if key.startswith("token_id:"):
+        try:
+            return int(key[len("token_id:"):])
+        except ValueError:
+            return None
+    return None
 
 
 def parse_top_logprobs(logprobs: dict[str, Any] | None) -> list[list[tuple[int, float]]]:
@@ -102,7 +108,22 @@ def parse_top_logprobs(logprobs: dict[str, Any] | None) -> list[list[tuple[int, 
     return [[(_token_id(k), v) for k, v in (entry or {}).items()] for entry in logprobs.get("top_logprobs") or []]
 
 
+def _absorb_sglext(record: RequestRecord, sglext: dict[str, Any]) -> None:
+    """SGLang's response-level extension: per-request spec details and, on streaming chat, the
+    output token ids (sent once, at the end)."""
+    details = sglext.get("spec_tokens_details")
+    if isinstance(details, list):  # one per choice; we send n = 1
+        details = details[0] if details else None
+    if details:
+        record.spec_details = details
+    output_ids = sglext.get("output_ids")
+    if output_ids and not record.token_ids:
+        record.token_ids = list(output_ids[0])
+
+
 def _absorb_chunk(record: RequestRecord, chunk: dict[str, Any], now: float) -> None:
+    if chunk.get("sglext"):
+        _absorb_sglext(record, chunk["sglext"])
     usage = chunk.get("usage")
     if usage:
         record.usage_completion_tokens = usage.get("completion_tokens")
@@ -118,7 +139,9 @@ def _absorb_chunk(record: RequestRecord, chunk: dict[str, Any], now: float) -> N
         if choice.get("finish_reason"):
             record.finish_reason = choice["finish_reason"]
     record.text += new_text
-    if new_tokens:
+    # A chunk with text but no token ids (SGLang's streaming chat sends the ids at the end) still
+    # marks the first token's arrival; its token count is unknown (0).
+    if new_tokens or new_text:
         if record.t_first_token is None:
             record.t_first_token = now
         record.chunks.append((now, new_tokens, new_text))
@@ -174,6 +197,7 @@ async def run_window(
     load: Load,
     on_request_done: Callable[[RequestRecord], None] | None = None,
     top_logprobs: int = 0,
+    engine_fields: dict[str, Any] | None = None,
 ) -> WindowResult:
     """Send ``prompts`` with at most ``concurrency`` in flight; return the raw records.
 
@@ -194,7 +218,7 @@ async def run_window(
             async with semaphore:
                 record = RequestRecord(workload.name, prompt.prompt_id, concurrency, fmt)
                 started.append(record)
-                path, body = request_body(prompt, fmt, sampling, load, top_logprobs)
+                path, body = request_body(prompt, fmt, sampling, load, top_logprobs, engine_fields)
                 try:
                     await asyncio.wait_for(send_request(client, record, path, body, clock_zero), load.request_timeout_s)
                 except asyncio.TimeoutError:

@@ -70,23 +70,27 @@ def resolve_package_gguf(package: str, gguf_file: str) -> Path:
     target = converted_dir(package, gguf_file)
     if (target / "config.json").is_file():
         return target
+    return build_into_cache(
+        target, ["harness.models", str(gguf_path)], log_suffix=".convert.log",
+        failure=f"converting {gguf_path.name} to a HF directory failed; is the 'cpu' extra installed "
+        "(transformers, gguf, torch)?",
+    )
+
+
+def build_into_cache(target: Path, module_argv: list[str], log_suffix: str, failure: str) -> Path:
+    """Run ``python -m <module_argv> <tmp dir>`` in a child process (torch stays out of this
+    process, and a crash there cannot take the runner with it), then publish ``tmp`` as ``target``
+    atomically: a half-written directory is never seen as a cache entry."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    log = target.with_name(target.name + ".convert.log")
+    log = target.with_name(target.name + log_suffix)
     with open(log, "w") as log_file:
-        proc = subprocess.run(
-            [sys.executable, "-m", "harness.models", str(gguf_path), str(tmp)],
-            stdout=log_file, stderr=subprocess.STDOUT,
-        )
+        proc = subprocess.run([sys.executable, "-m", *module_argv, str(tmp)], stdout=log_file, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tail = log.read_text(errors="replace").splitlines()[-15:]
-        raise UserError(
-            f"converting {gguf_path.name} to a HF directory failed (exit {proc.returncode}); "
-            f"is the 'cpu' extra installed (transformers, gguf, torch)? Log {log}:\n" + "\n".join(tail)
-        )
-    # Atomic publish: a half-written directory is never seen as the cache entry.
+        raise UserError(f"{failure} (exit {proc.returncode}); log {log}:\n" + "\n".join(tail))
     try:
         os.replace(tmp, target)
     except OSError:  # another process published it first
@@ -113,5 +117,5 @@ def _convert(gguf_path: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m harness.models GGUF_FILE OUT_DIR
     _convert(Path(sys.argv[1]), Path(sys.argv[2]))

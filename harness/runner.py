@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from harness.client import RequestRecord, WindowResult, run_window
+from harness.drafters import ResolvedDrafter, resolve_drafters
 from harness.engines import EngineAdapter, LaunchSpec, get_adapter, resolve_model_path
 from harness.environment import collect_environment, model_identity
 from harness.errors import EngineError, UserError
@@ -44,9 +45,17 @@ class Plan:
     regime_path: Path
     adapter: EngineAdapter
     workloads: list[LoadedWorkload]
+    drafters: dict[str, ResolvedDrafter] = field(default_factory=dict)  # arm name -> drafter (set by resolve_models)
+
+    def resolve_models(self, build: bool) -> str:
+        """The target the engine loads and every arm's drafter. ``build`` converts packaged GGUFs and
+        builds untrained drafters (cached); without it only the paths they will have are computed."""
+        model = model_reference(self.regime, self.regime_path, convert=build)
+        self.drafters = resolve_drafters(self.regime, self.regime_path, model, build)
+        return model
 
     def launch_spec(self, arm: Arm, model: str, port: int) -> LaunchSpec:
-        draft = resolve_model_path(arm.draft_model, self.regime_path) if arm.draft_model else None
+        draft = self.drafters[arm.name].path if arm.draft_model is not None else None
         return self.adapter.launch_spec(self.regime, arm, model, port, sys.executable, draft_model=draft)
 
 
@@ -65,13 +74,13 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
 def _check_local_paths(regime: Regime, regime_path: Path) -> None:
     """A model or draft written as a local path must exist now, not fail minutes into a run."""
     references = [("target.path", regime.target.path)] + [
-        (f"arms[{i}].draft_model", arm.draft_model) for i, arm in enumerate(regime.arms)
+        (f"arms[{i}].draft_model.path", arm.draft_model.path) for i, arm in enumerate(regime.arms) if arm.draft_model
     ]
-    for field, reference in references:
+    for location, reference in references:
         if reference and reference.startswith((".", "/", "~")):
             resolved = Path(resolve_model_path(reference, regime_path))
             if not resolved.exists():
-                raise UserError(f"{regime_path}: {field}: local model directory {reference} does not exist ({resolved})")
+                raise UserError(f"{regime_path}: {location}: local model directory {reference} does not exist ({resolved})")
 
 
 def model_reference(regime: Regime, regime_path: Path, convert: bool) -> str:
@@ -115,6 +124,8 @@ def _regime_record(plan: Plan, model: str) -> dict[str, Any]:
         "near_tie_margin": plan.regime.near_tie_margin(),
         "resolved_model": model,
         "regime": plan.regime.model_dump(mode="json"),
+        # Per arm: where its drafter came from (untrained / published / trained here); tau depends on it.
+        "drafters": {name: {"path": d.path, **d.provenance} for name, d in plan.drafters.items()},
         "workloads": [
             {
                 "name": w.name,
@@ -138,7 +149,12 @@ def _reset_prefix_cache(base_url: str, plan: Plan) -> bool:
         response = httpx.post(base_url + path, timeout=30.0)
     except httpx.HTTPError:
         return False
-    return response.status_code == 200 and response.json().get("success", True) is not False
+    if response.status_code != 200:
+        return False
+    try:  # vLLM answers JSON, SGLang plain text ("Cache flushed.")
+        return response.json().get("success", True) is not False
+    except ValueError:
+        return True
 
 
 def _scrape(base_url: str, plan: Plan) -> dict[str, Any]:
@@ -194,15 +210,15 @@ class Runner:
         version = self._engine_version()
         environment = collect_environment(version)
         mismatches, lossy = self._validate(environment)
-        with self.console.status("Resolving the target model (a packaged GGUF is converted once, ~30 s)..."):
-            model = model_reference(regime, self.plan.regime_path, convert=True)
+        with self.console.status("Resolving the target and drafters (a packaged GGUF is converted once, ~30 s; "
+                                 "an untrained drafter is built once, ~10 s)..."):
+            model = self.plan.resolve_models(build=True)
         run = RunDir.create(self.results_dir, regime.name)
         self.console.print(f"Run directory: [bold]{run.root}[/]  (engine {version}, model {model})")
         with run.lock():
             record = {**_regime_record(self.plan, model), "mismatches": mismatches, "lossy_settings": lossy}
             write_json_atomic(run.root / "regime.json", record)
-            drafts = {a.name: model_identity(resolve_model_path(a.draft_model, self.plan.regime_path))
-                      for a in regime.arms if a.draft_model}
+            drafts = {name: model_identity(drafter.path) for name, drafter in self.plan.drafters.items()}
             write_json_atomic(run.root / "environment.json",
                               {**environment, "target_identity": model_identity(model), "draft_identities": drafts})
             return run, self._run_arms(run, model)
@@ -211,6 +227,7 @@ class Runner:
         """Continue a run from its first arm without complete results; completed arms are kept
         as they are, an incomplete arm's earlier files are moved aside (never deleted)."""
         self._validate(collect_environment(self._engine_version()))
+        self.plan.resolve_models(build=True)  # cached: the same target and drafters as the run's first part
         with run.lock():
             self.console.print(f"Resuming [bold]{run.root}[/]")
             return run, self._run_arms(run, model)
@@ -296,7 +313,8 @@ class Runner:
 
     def _measure_window(self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, concurrency: int) -> None:
         cache_reset = _reset_prefix_cache(server.base_url, self.plan)
-        before = _scrape(server.base_url, self.plan)
+        per_request = self.plan.adapter.acceptance_source == "per_request"
+        before = None if per_request else _scrape(server.base_url, self.plan)
         sampler = PowerSampler(self.power_reader, self.plan.regime.power.sample_period_s) if self.power_reader else None
         if sampler:
             sampler.start()
@@ -309,7 +327,7 @@ class Runner:
         finally:
             readings = sampler.stop() if sampler else []
         self._check_alive(server, result)
-        after = _scrape(server.base_url, self.plan)
+        after = None if per_request else _scrape(server.base_url, self.plan)
         append_jsonl(run.windows(arm.name), {
             "workload": workload.name,
             "category": workload.definition.category,
@@ -317,6 +335,8 @@ class Runner:
             "concurrency": concurrency,
             "duration_s": result.duration_s,
             "prefix_cache_reset": cache_reset,
+            # where tau comes from: counter scrapes around the window, or each request's own details
+            "acceptance_source": self.plan.adapter.acceptance_source,
             "counters_before": before,
             "counters_after": after,
             "power": {
@@ -354,8 +374,9 @@ class Runner:
 
             regime = self.plan.regime
             top_logprobs = regime.exactness.top_logprobs if regime.exactness_applies() else 0
+            fields = self.plan.adapter.request_fields(workload.definition.prompt_format, top_logprobs)
             return asyncio.run(run_window(
-                server.base_url, workload, prompts, concurrency, regime.sampling, regime.load, done, top_logprobs
+                server.base_url, workload, prompts, concurrency, regime.sampling, regime.load, done, top_logprobs, fields
             ))
 
     def _check_alive(self, server: Server, result: WindowResult) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.probes.acceptance import SpecCounters, acceptance
+from harness.probes.acceptance import SpecCounters, acceptance, request_counters
 from harness.probes.cost import usd_per_mtok
 from harness.probes.exactness import compare_records, shares
 from harness.probes.latency import percentile, tpot_s, ttft_s
@@ -19,6 +19,14 @@ from harness.results import SCHEMA_VERSION, RunDir, read_json, read_jsonl, read_
 
 def _ms(value: float | None) -> float | None:
     return None if value is None else value * 1000.0
+
+
+def window_counters(window: dict[str, Any], records: list[dict[str, Any]]) -> SpecCounters:
+    """The window's draft counters: scrape deltas (vLLM), or the sum of each request's own
+    details (SGLang); the same quantities either way, so tau has one definition."""
+    if window.get("acceptance_source", "server_counters") == "per_request":
+        return request_counters([r["spec_details"] for r in records if r.get("spec_details")])
+    return SpecCounters.from_json(window["counters_after"]).minus(SpecCounters.from_json(window["counters_before"]))
 
 
 def window_metrics(
@@ -32,8 +40,7 @@ def window_metrics(
         v for r in ok if (v := tpot_s(r["t_send"], r["t_first_token"], r["t_done"], len(r["token_ids"]))) is not None
     ]
     tok_s = output_tokens_per_s(output_tokens, window["duration_s"])
-    delta = SpecCounters.from_json(window["counters_after"]).minus(SpecCounters.from_json(window["counters_before"]))
-    acc = acceptance(delta)
+    acc = acceptance(window_counters(window, ok))
     return {
         "requests_total": len(records),
         "requests_ok": len(ok),
@@ -45,6 +52,7 @@ def window_metrics(
         "ttft_ms_p90": _ms(percentile(ttfts, 90)),
         "tpot_ms_p50": _ms(percentile(tpots, 50)),
         "tpot_ms_p90": _ms(percentile(tpots, 90)),
+        "acceptance_source": window.get("acceptance_source", "server_counters"),
         "tau": acc.tau,
         "acceptance_rate": acc.acceptance_rate,
         "per_position_acceptance": acc.per_position,
@@ -107,11 +115,14 @@ def summarize(run: RunDir) -> dict[str, Any]:
     regime_record = read_run_record(run)
     regime = regime_record["regime"]
     price = regime_record["price_per_hour"]
+    drafters = regime_record.get("drafters") or {}
     arms, rows = [], []
     for arm in regime["arms"]:
         name = arm["name"]
         status = read_json(run.status(name)) if run.status(name).exists() else {"status": "not_run"}
-        arms.append({"name": name, "method": arm["method"], "num_speculative_tokens": arm["num_speculative_tokens"], **status})
+        drafter = drafters.get(name)
+        arms.append({"name": name, "method": arm["method"], "num_speculative_tokens": arm["num_speculative_tokens"],
+                     "drafter": drafter, **status})
         samples = read_jsonl(run.samples(name))
         for window in read_jsonl(run.windows(name)):
             records = [
@@ -121,6 +132,7 @@ def summarize(run: RunDir) -> dict[str, Any]:
                 "arm": name,
                 "method": arm["method"],
                 "num_speculative_tokens": arm["num_speculative_tokens"],
+                "drafter": drafter["label"] if drafter else None,
                 "workload": window["workload"],
                 "category": window["category"],
                 "prompt_format": window["prompt_format"],

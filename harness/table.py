@@ -57,6 +57,16 @@ def minilab_tables(summary: dict[str, Any]) -> list[Table]:
     return tables
 
 
+def drafter_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per arm with a drafter: its tau belongs to that drafter as much as to the method."""
+    lines = []
+    for arm in summary["arms"]:
+        drafter = arm.get("drafter")
+        if drafter:
+            lines.append(f"{arm['name']}: drafter {drafter['label']} ({drafter['reference']})")
+    return lines
+
+
 def failed_arms(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [arm for arm in summary["arms"] if arm.get("status") != "ok"]
 

@@ -16,7 +16,7 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 def test_validate_prints_each_arms_launch_command() -> None:
     out = bench("validate", "regimes/h200_tp8.yaml")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("-m vllm.entrypoints.openai.api_server") == 4
+    assert out.stdout.count("-m vllm.entrypoints.openai.api_server") == 5
     assert "--tensor-parallel-size 8" in out.stdout
     assert '"method": "dflash"' in out.stdout and "--port PORT" in out.stdout
 

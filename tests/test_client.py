@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from harness.client import RequestRecord, _absorb_chunk, request_body
+from harness.engines import get_adapter
 from harness.regime import load_regime
 from harness.workloads import Prompt
 
@@ -53,7 +54,8 @@ def test_chat_stream_role_chunk_is_not_a_token() -> None:
 def test_request_bodies() -> None:
     regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
     prompt = Prompt("p1", "def f():")
-    path, body = request_body(prompt, "raw", regime.sampling, regime.load)
+    fields = get_adapter("vllm").request_fields("raw", 0)
+    path, body = request_body(prompt, "raw", regime.sampling, regime.load, engine_fields=fields)
     assert path == "/v1/completions" and body["prompt"] == "def f():"
     assert body["temperature"] == 0 and body["seed"] == 0 and body["stream"] is True
     assert body["return_token_ids"] is True and body["stream_options"] == {"include_usage": True}
@@ -66,7 +68,8 @@ def test_request_bodies() -> None:
 def test_logprob_requests_key_tokens_by_id() -> None:
     regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
     prompt = Prompt("p1", "hi")
-    _, body = request_body(prompt, "raw", regime.sampling, regime.load, top_logprobs=2)
+    vllm = get_adapter("vllm")
+    _, body = request_body(prompt, "raw", regime.sampling, regime.load, 2, vllm.request_fields("raw", 2))
     assert body["logprobs"] == 2 and body["return_tokens_as_token_ids"] is True
-    _, body = request_body(prompt, "chat", regime.sampling, regime.load, top_logprobs=2)
+    _, body = request_body(prompt, "chat", regime.sampling, regime.load, 2, vllm.request_fields("chat", 2))
     assert body["logprobs"] is True and body["top_logprobs"] == 2 and body["return_tokens_as_token_ids"] is True

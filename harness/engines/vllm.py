@@ -32,6 +32,7 @@ class VllmAdapter:
     # concurrency level (and again for the noise floor), and a warm cache would shrink TTFT and
     # change the computation path of later windows. The route exists only in dev mode.
     reset_prefix_cache_path = "/reset_prefix_cache"
+    acceptance_source = "server_counters"
 
     def speculative_config(self, arm: Arm, draft_model: str | None) -> dict | None:
         if arm.method == "baseline":
@@ -72,6 +73,14 @@ class VllmAdapter:
             # KV cache size in GiB for the CPU backend; 2 GiB is plenty for small models.
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
         return LaunchSpec(argv=argv, env=env)
+
+    def request_fields(self, prompt_format: str, top_logprobs: int) -> dict:
+        fields: dict = {"return_token_ids": True}
+        if top_logprobs:
+            # Logprobs keyed "token_id:<id>": two tokens with the same text must not collapse into
+            # one entry, or a near tie would look like a wide margin.
+            fields["return_tokens_as_token_ids"] = True
+        return fields
 
     def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
         totals = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0}

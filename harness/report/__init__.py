@@ -63,8 +63,11 @@ def _fingerprint(record: dict[str, Any], environment: dict[str, Any]) -> list[tu
     else:
         pinned = "CPU"
     gpus = ", ".join(g["name"] for g in environment.get("gpus") or []) or "none"
+    drafters = record.get("drafters") or {}
     arms = ", ".join(
-        f"{a['name']} ({a['method']}" + (f", K={a['num_speculative_tokens']}" if a["num_speculative_tokens"] else "") + ")"
+        f"{a['name']} ({a['method']}" + (f", K={a['num_speculative_tokens']}" if a["num_speculative_tokens"] else "")
+        + (f", drafter {drafters[a['name']]['label']}: {drafters[a['name']]['reference']}" if a["name"] in drafters else "")
+        + ")"
         for a in regime["arms"]
     )
     return [

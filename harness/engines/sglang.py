@@ -1,0 +1,139 @@
+"""SGLang adapter.
+
+Facts used here, from SGLang 0.5.23's own source (``srt/arg_groups/fields/*.py``,
+``srt/arg_groups/speculative_hook.py``, ``srt/entrypoints/openai/*``, ``srt/managers/
+tokenizer_manager.py``), checked by the contract tests against its real argument parser:
+
+- Launch ``python -m sglang.launch_server --model-path M``; speculation is
+  ``--speculative-algorithm NGRAM|EAGLE3|DFLASH|STANDALONE`` with ``--speculative-num-steps``,
+  ``--speculative-eagle-topk`` and ``--speculative-num-draft-tokens``. SGLang counts the verified
+  (bonus) token in num-draft-tokens: it reports ``proposed = verify_ct x (num_draft_tokens - 1)``,
+  so a draft depth K is ``num_draft_tokens = K + 1`` for every method (DFlash: the block size;
+  NGRAM: a breadth-1 trie, i.e. a chain of K tokens, like vLLM's ngram).
+- ``--disable-cuda-graph`` is not a CLI flag in 0.5.23: eager mode is
+  ``--disable-decode-cuda-graph --disable-prefill-cuda-graph``.
+- ACCEPTANCE IS PER REQUEST: with ``return_spec_tokens_details`` a streamed completion ends with
+  a chunk whose ``sglext.spec_tokens_details`` holds ``spec_verify_ct``,
+  ``spec_num_correct_drafts``, ``spec_num_proposed_drafts`` and a histogram of correct drafts per
+  verify step. Summed over a window's requests they give the same quantities as vLLM's
+  server counters: tau = 1 + correct / verify_ct (not SGLang's own ``spec_accept_length`` =
+  completion_tokens / verify_ct, which counts the prefill token). The server-wide
+  ``/server_info`` average is a lifetime mean polluted by warm-up, so it is not used.
+- Token ids: ``return_token_ids`` on ``/v1/completions`` (per chunk); on streaming
+  ``/v1/chat/completions`` it is refused, and ``return_output_ids_in_sglext`` returns them at the
+  end. Top logprobs are keyed by token TEXT (two tokens with one text collapse: such a position
+  has fewer than two entries and its margin is unknown, never wrong).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import httpx
+
+from harness.engines import SERVED_MODEL_NAME, LaunchSpec
+from harness.probes.acceptance import SpecCounters
+from harness.regime import Arm, Regime
+
+ALGORITHMS = {"ngram": "NGRAM", "eagle3": "EAGLE3", "dflash": "DFLASH", "draft_model": "STANDALONE"}
+METHODS = {algorithm: method for method, algorithm in ALGORITHMS.items()}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+class SglangAdapter:
+    name = "sglang"
+    # 200 only once a real one-token generation went through (503 while starting).
+    health_path = "/health_generate"
+    metrics_path = "/metrics"
+    reset_prefix_cache_path = "/flush_cache"  # empties the radix cache; refused while requests run
+    acceptance_source = "per_request"
+
+    def speculative_args(self, arm: Arm, draft_model: str | None) -> list[str]:
+        if arm.method == "baseline":
+            return []
+        k = arm.num_speculative_tokens
+        args = ["--speculative-algorithm", ALGORITHMS[arm.method], "--speculative-num-draft-tokens", str(k + 1)]
+        if arm.method == "ngram":
+            args += ["--speculative-ngram-min-bfs-breadth", "1", "--speculative-ngram-max-bfs-breadth", "1"]
+        elif arm.method in ("eagle3", "draft_model"):
+            args += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
+        if draft_model is not None:
+            args += ["--speculative-draft-model-path", draft_model]
+        for key, value in arm.options.items():  # more --speculative-* flags, by field name
+            if isinstance(value, bool):
+                args += [_flag(key)] if value else []
+            else:
+                args += [_flag(key), str(value)]
+        return args
+
+    def launch_spec(
+        self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None
+    ) -> LaunchSpec:
+        target = regime.target
+        argv = [
+            python, "-m", "sglang.launch_server",
+            "--model-path", model,
+            "--served-model-name", SERVED_MODEL_NAME,
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--dtype", target.dtype,
+            "--context-length", str(target.max_model_len),
+            "--tp-size", str(regime.tensor_parallel_size),
+            "--random-seed", str(regime.sampling.seed),
+            "--enable-metrics",
+        ]
+        if target.quantization:
+            argv += ["--quantization", target.quantization]
+        if regime.engine.enforce_eager:
+            argv += ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]
+        argv += self.speculative_args(arm, draft_model)
+        argv += regime.engine.extra_args
+        return LaunchSpec(argv=argv, env=dict(regime.engine.env))
+
+    def request_fields(self, prompt_format: str, top_logprobs: int) -> dict:
+        if prompt_format == "chat":  # return_token_ids is refused on streaming chat
+            return {"return_output_ids_in_sglext": True, "return_spec_tokens_details": True}
+        return {"return_token_ids": True, "return_spec_tokens_details": True}
+
+    def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
+        """SGLang has no cumulative draft counters on /metrics (only a last-interval gauge):
+        acceptance comes from each request's details (``probes.acceptance.request_counters``)."""
+        return SpecCounters()
+
+    def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
+        """``/server_info``: the resolved server arguments, as the engine applied them."""
+        with httpx.Client(base_url=base_url, timeout=10.0) as client:
+            try:
+                info = client.get("/server_info").json()
+            except (httpx.HTTPError, ValueError):
+                return {}
+        return served_from_server_info(info)
+
+    def installed_version(self) -> str | None:
+        try:
+            return f"sglang {importlib.metadata.version('sglang')}"
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+
+def served_from_server_info(info: dict) -> dict:
+    served: dict = {"version": info.get("version"), "max_model_len": info.get("context_length")}
+    if info.get("dtype") not in (None, "auto"):
+        served["dtype"] = info["dtype"]
+    if "quantization" in info:
+        served["quantization"] = info["quantization"]
+    if "speculative_algorithm" in info:
+        algorithm = info["speculative_algorithm"]
+        draft_tokens = info.get("speculative_num_draft_tokens")
+        served["speculative"] = None if algorithm is None else {
+            "method": METHODS.get(algorithm, algorithm),
+            "num_speculative_tokens": draft_tokens - 1 if isinstance(draft_tokens, int) else None,
+        }
+    return served
+
+
+ADAPTER = SglangAdapter()
