@@ -107,6 +107,18 @@ def lossy_settings(regime: Regime) -> list[str]:
             value = arm.options.get(key)
             if isinstance(value, (int, float)) and value < 1:
                 problems.append(f"arms[{index}].options.{key}: {value} < 1 accepts drafts the target would reject")
+    args = regime.engine.extra_args
+    for index, arg in enumerate(args):  # the same SGLang settings given as raw flags
+        flag, _, inline = arg.partition("=")
+        key = flag.lstrip("-").replace("-", "_")
+        if key in LOSSY_SGLANG_OPTIONS:
+            value = inline or (args[index + 1] if index + 1 < len(args) else "")
+            try:
+                lossy = float(value) < 1
+            except ValueError:
+                lossy = True  # unreadable: flag it rather than let it through
+            if lossy:
+                problems.append(f"engine.extra_args: {flag} {value} accepts drafts the target would reject")
     for name in FAKE_ACCEPTANCE_ENV:
         if name in regime.engine.env:
             problems.append(f"engine.env.{name}: simulates an acceptance length instead of measuring it")

