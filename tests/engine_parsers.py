@@ -16,6 +16,7 @@ Both parsers are built with ``allow_abbrev=False``: the real servers accept abbr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -72,17 +73,28 @@ def _absent(name: str) -> bool:
     return name not in sys.modules and importlib.util.find_spec(name) is None
 
 
-def _stand_ins() -> None:
-    """Only for modules that are NOT installed: the real ones are always preferred."""
+@contextlib.contextmanager
+def _stand_ins():
+    """Stand-ins only for modules that are NOT installed (the real ones are always preferred),
+    and only while SGLang's modules import: other libraries look for them in sys.modules
+    (matplotlib probes IPython) and must not find a stub there afterwards."""
+    added = []
     if _absent("triton"):
         triton = types.ModuleType("triton")
         triton.__path__ = []  # type: ignore[attr-defined]
         sys.modules["triton"] = triton
+        added.append("triton")
     if _absent("IPython"):
         ipython, display = types.ModuleType("IPython"), types.ModuleType("IPython.display")
         display.HTML = display.display = object  # type: ignore[attr-defined]
         ipython.display = display  # type: ignore[attr-defined]
         sys.modules.update({"IPython": ipython, "IPython.display": display})
+        added += ["IPython", "IPython.display"]
+    try:
+        yield
+    finally:
+        for name in added:
+            sys.modules.pop(name, None)
 
 
 def import_sglang_module(name: str) -> types.ModuleType:
@@ -93,8 +105,8 @@ def import_sglang_module(name: str) -> types.ModuleType:
             raise ImportError("sglang is not installed; scripts/setup-cpu.sh installs it with --no-deps for these tests")
         # The package object with its real spec and path, but its __init__ never executed.
         sys.modules["sglang"] = importlib.util.module_from_spec(spec)
-    _stand_ins()
-    return importlib.import_module(name)
+    with _stand_ins():
+        return importlib.import_module(name)
 
 
 def sglang_parser() -> argparse.ArgumentParser:
