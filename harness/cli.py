@@ -69,6 +69,21 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("other_run_dir", type=Path, nargs="?", help="a second run to compare with the first")
     report.add_argument("-o", "--output", type=Path, help="output file (default: reports/<regime>-<run-id>.html)")
     report.add_argument("--force", action="store_true", help="compare runs even when their regimes differ")
+
+    gate = commands.add_parser(
+        "gate", help="check a run against its regime's gates (and a baseline run); exit 1 on a regression",
+        description="Evaluate the gates of the run's regime (gates: floors, ceilings, golden tau, and with "
+        "--baseline the maximum regression against an earlier run) per arm, workload and concurrency, on the "
+        "stored per-request and per-repeat samples. A regression is called only when it exceeds the tolerance "
+        "AND its bootstrap interval excludes no change. Writes a JUnit XML file (one test case per gate and cell) "
+        "and a Markdown summary (also appended to $GITHUB_STEP_SUMMARY when set). Exit codes: 0 pass, "
+        "1 regression, 2 usage or configuration error, 3 infrastructure failure (an engine did not start).",
+    )
+    gate.add_argument("run_dir", type=Path, help="the run to check, results/<regime>/<run-id>")
+    gate.add_argument("--baseline", type=Path, metavar="RUN_DIR",
+                      help="an earlier run of the same regime conditions (e.g. the last good nightly run)")
+    gate.add_argument("--junit", type=Path, help="JUnit XML output (default: RUN_DIR/gate/junit.xml)")
+    gate.add_argument("--markdown", type=Path, help="Markdown summary output (default: RUN_DIR/gate/summary.md)")
     return parser
 
 
@@ -169,6 +184,42 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _cmd_gate(args: argparse.Namespace, console: Console) -> int:
+    import os
+
+    from harness.gate_report import junit_xml, markdown, verdict_table
+    from harness.gates import evaluate, exit_code, open_views
+    from harness.results import write_json_atomic, write_text_atomic
+
+    for directory in filter(None, (args.run_dir, args.baseline)):
+        if not (directory / "regime.json").is_file():
+            raise UserError(f"{directory}: not a run directory (no regime.json)")
+    view, baseline = open_views(args.run_dir, args.baseline)
+    if not view.regime.gates.rules and not view.regime.gates.golden_tau:
+        raise UserError(f"{args.run_dir}: its regime '{view.regime.name}' has no gates (add a gates: section)")
+    for arm in view.changed_arms:
+        console.print(f"[yellow]arm {arm} is configured differently from the baseline run's[/]", highlight=False)
+    checks = evaluate(view, baseline)
+    code = exit_code(checks)
+    console.print(verdict_table(checks))
+    title = f"{view.regime.name} run {args.run_dir.name}" + (f" vs {args.baseline.name}" if args.baseline else "")
+    summary_md = markdown(checks, title, code)
+    junit = args.junit or args.run_dir / "gate" / "junit.xml"
+    md = args.markdown or args.run_dir / "gate" / "summary.md"
+    write_text_atomic(junit, junit_xml(checks, view.regime.name).decode())
+    write_text_atomic(md, summary_md)
+    write_json_atomic(args.run_dir / "gate" / "checks.json", {
+        "baseline_run": str(args.baseline) if args.baseline else None, "exit_code": code,
+        "checks": [c.to_json() for c in checks],
+    })
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as step_summary:
+            step_summary.write(summary_md)
+    outcome = {0: "[green]pass[/]", 1: "[red]REGRESSION[/]", 3: "[red]INFRASTRUCTURE FAILURE[/]"}[code]
+    console.print(f"gate: {outcome} (exit {code}); JUnit {junit}, Markdown {md}")
+    return code
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -182,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, _raise_interrupt)
     from harness.server import kill_all_started
 
-    handlers = {"run": _cmd_run, "validate": _cmd_validate, "show": _cmd_show, "report": _cmd_report}
+    handlers = {"run": _cmd_run, "validate": _cmd_validate, "show": _cmd_show, "report": _cmd_report, "gate": _cmd_gate}
     try:
         return handlers[args.command](args, console)
     except UserError as exc:

@@ -32,6 +32,7 @@ class RequestRecord:
     prompt_id: str
     concurrency: int
     prompt_format: str
+    repeat: int = 0  # which repeat of the (workload, concurrency) window
     t_send: float = 0.0
     t_first_token: float | None = None
     t_done: float | None = None
@@ -198,6 +199,7 @@ async def run_window(
     on_request_done: Callable[[RequestRecord], None] | None = None,
     top_logprobs: int = 0,
     engine_fields: dict[str, Any] | None = None,
+    repeat: int = 0,
 ) -> WindowResult:
     """Send ``prompts`` with at most ``concurrency`` in flight; return the raw records.
 
@@ -216,7 +218,7 @@ async def run_window(
 
         async def one(prompt: Prompt) -> RequestRecord:
             async with semaphore:
-                record = RequestRecord(workload.name, prompt.prompt_id, concurrency, fmt)
+                record = RequestRecord(workload.name, prompt.prompt_id, concurrency, fmt, repeat)
                 started.append(record)
                 path, body = request_body(prompt, fmt, sampling, load, top_logprobs, engine_fields)
                 try:

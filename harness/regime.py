@@ -102,6 +102,11 @@ class Load(StrictModel):
     concurrency: list[int] = Field(min_length=1, description="Concurrency levels; one measured window per level.")
     num_prompts: int = Field(gt=0, description="Prompts per workload per concurrency level.")
     max_output_tokens: int = Field(gt=0, description="max_tokens of every request.")
+    repeats: int = Field(
+        default=1, ge=1, le=100,
+        description="Measure every (workload, concurrency) window this many times; each repeat is kept, so gates "
+        "can tell a regression from noise.",
+    )
     ignore_eos: bool = Field(default=False, description="Generate max_output_tokens regardless of EOS.")
     warmup_requests: int = Field(
         default=2, ge=0, description="Requests sent after start-up and before measuring; kept apart from results."
@@ -208,6 +213,55 @@ class DraftModel(StrictModel):
         return self
 
 
+GateMetric = Literal[
+    "tau", "speedup", "output_tok_s", "usd_per_mtok", "ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "tpot_ms_p90",
+    "identical_pct",
+]
+
+
+class Gate(StrictModel):
+    """One gate: a floor (min), a ceiling (max), or a maximum regression against a baseline run."""
+
+    arm: str = Field(description="Arm name, or '*' for every speculative arm.")
+    metric: GateMetric = Field(description="tau, speedup, output_tok_s, usd_per_mtok, ttft/tpot_ms_p50/p90 or identical_pct.")
+    workload: str | None = Field(default=None, description="Only this workload (default: every workload).")
+    concurrency: int | None = Field(default=None, ge=1, description="Only this concurrency level (default: every level).")
+    min: float | None = Field(default=None, description="Fail when the metric is significantly below this value.")
+    max: float | None = Field(default=None, description="Fail when the metric is significantly above this value.")
+    max_regression_pct: float | None = Field(
+        default=None, gt=0,
+        description="With `bench gate --baseline RUN`: fail when the metric is worse than the baseline run's by more "
+        "than this percentage AND the difference is statistically significant.",
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Gate:
+        given = [k for k in ("min", "max", "max_regression_pct") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a gate takes exactly one of min, max or max_regression_pct (got {len(given)})")
+        return self
+
+
+class GoldenTau(StrictModel):
+    """An expected tau for a (target, method, K, workload), like the values vLLM's CI holds."""
+
+    target: str = Field(description="The target as the regime names it: target.path, or 'package:file' for a package.")
+    method: SpecMethod = Field(description="The speculative method.")
+    num_speculative_tokens: int = Field(gt=0, description="K.")
+    workload: str = Field(description="Workload name.")
+    tau: float = Field(ge=1, description="Expected tau.")
+    tolerance: float = Field(gt=0, description="Allowed absolute deviation from the expected tau, either way.")
+
+
+class Gates(StrictModel):
+    """Regression gates for `bench gate`. Statistics: see harness/stats.py."""
+
+    confidence: float = Field(default=0.95, gt=0.5, lt=1, description="Confidence of the bootstrap intervals.")
+    bootstrap_resamples: int = Field(default=2000, ge=200, le=100_000, description="Bootstrap resamples per gate.")
+    rules: list[Gate] = Field(default_factory=list, description="Floors, ceilings and regression limits.")
+    golden_tau: list[GoldenTau] = Field(default_factory=list, description="Expected tau per (target, method, K, workload).")
+
+
 class Arm(StrictModel):
     """One server configuration: a speculative method (or none) with its draft depth K."""
 
@@ -269,6 +323,7 @@ class Regime(StrictModel):
     )
     workloads: list[str] = Field(min_length=1, description="Workload files, relative to this regime file.")
     arms: list[Arm] = Field(min_length=1, description="Arms; exactly one must be the baseline.")
+    gates: Gates = Field(default_factory=Gates, description="Regression gates checked by `bench gate`.")
 
     @model_validator(mode="after")
     def _consistent(self) -> Regime:
@@ -279,6 +334,11 @@ class Regime(StrictModel):
         baselines = [arm.name for arm in self.arms if arm.method == "baseline"]
         if len(baselines) != 1:
             raise ValueError(f"exactly one arm must have method 'baseline' (speedups are against it); found {len(baselines)}")
+        for index, gate in enumerate(self.gates.rules):
+            if gate.arm != "*" and gate.arm not in names:
+                raise ValueError(f"gates.rules[{index}].arm: no arm named '{gate.arm}' (arms: {', '.join(names)})")
+            if gate.concurrency is not None and gate.concurrency not in self.load.concurrency:
+                raise ValueError(f"gates.rules[{index}].concurrency: {gate.concurrency} is not one of load.concurrency")
         if self.hardware.kind == "cpu" and self.tensor_parallel_size != 1:
             raise ValueError("a cpu regime runs with tensor_parallel_size 1")
         if self.hardware.kind == "cpu" and self.cost.usd_per_machine_hour is None:
@@ -312,9 +372,22 @@ class Regime(StrictModel):
         return self.cost.usd_per_machine_hour  # type: ignore[return-value]
 
     def fingerprint(self) -> str:
-        """A stable hash of everything that defines the regime (not its name or description)."""
-        fields = self.model_dump(mode="json", exclude={"name", "description"})
+        """A stable hash of everything that defines the regime (not its name, description or gates)."""
+        fields = self.model_dump(mode="json", exclude={"name", "description", "gates"})
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+    def conditions_fingerprint(self) -> str:
+        """The conditions the arms are measured in (hardware, engine, target, TP, sampling, load, cost,
+        workloads...), without the arms themselves: two runs with equal conditions can be gated
+        against each other arm by arm, even when an arm's configuration changed between them."""
+        fields = self.model_dump(mode="json", exclude={"name", "description", "gates", "arms"})
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+    def target_reference(self) -> str:
+        """The target as golden tau entries name it."""
+        if self.target.package is not None:
+            return f"{self.target.package.name}:{self.target.package.file}"
+        return self.target.path or ""
 
 
 def load_regime(path: str | Path) -> Regime:

@@ -68,6 +68,12 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
     names = [w.name for w in workloads]
     if len(set(names)) != len(names):
         raise UserError(f"{regime_path}: workloads: two workload files share a name ({', '.join(names)})")
+    gates = regime.gates
+    for location, workload in [(f"gates.rules[{i}].workload", g.workload) for i, g in enumerate(gates.rules)] + [
+        (f"gates.golden_tau[{i}].workload", g.workload) for i, g in enumerate(gates.golden_tau)
+    ]:
+        if workload is not None and workload not in names:
+            raise UserError(f"{regime_path}: {location}: no workload named '{workload}' (workloads: {', '.join(names)})")
     return Plan(regime=regime, regime_path=regime_path, adapter=adapter, workloads=workloads)
 
 
@@ -108,7 +114,9 @@ def describe_plan(plan: Plan) -> str:
         exactness = "no exactness probe (disabled or not greedy)"
     return (
         f"{len(regime.arms)} arms ({', '.join(a.name for a in regime.arms)}) x workloads {workloads} x "
-        f"concurrency {load.concurrency}; {load.num_prompts} prompts per window, max {load.max_output_tokens} "
+        f"concurrency {load.concurrency}"
+        + (f", each window {load.repeats} times" if load.repeats > 1 else "")
+        + f"; {load.num_prompts} prompts per window, max {load.max_output_tokens} "
         f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests per "
         f"server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP {regime.tensor_parallel_size}; "
         f"{exactness}."
@@ -255,22 +263,25 @@ class Runner:
         spec = self.plan.launch_spec(arm, model, port)
         write_json_atomic(run.arm_dir(arm.name) / "launch.json", {"argv": spec.argv, "env": spec.env, "port": port})
         server = Server(spec.argv, spec.env, port, run.server_log(arm.name), self.plan.adapter.health_path)
+        phase = "startup"  # a failure before the server is ready is infrastructure, not a regression
         try:
             with server:
                 startup_s = self._wait_ready(server)
+                phase = "measuring"
                 running = {"status": "running", "startup_s": startup_s, "pgid": server.process.pid}
                 running["mismatches"] = self._check_served(run, arm, server)
                 write_json_atomic(run.status(arm.name), running)
                 self._warm_up(run, arm, server)
                 for workload in self.plan.workloads:
                     for concurrency in self.plan.regime.load.concurrency:
-                        self._measure_window(run, arm, server, workload, concurrency)
+                        for repeat in range(self.plan.regime.load.repeats):
+                            self._measure_window(run, arm, server, workload, concurrency, repeat)
                 if arm.method == "baseline" and self.plan.regime.exactness.noise_floor:
                     self._noise_floor_pass(run, arm, server)
             write_json_atomic(run.status(arm.name), {"status": "ok", "startup_s": startup_s, "mismatches": running["mismatches"]})
         except EngineError as exc:
             self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
-            write_json_atomic(run.status(arm.name), {"status": "failed", "error": str(exc)})
+            write_json_atomic(run.status(arm.name), {"status": "failed", "phase": phase, "error": str(exc)})
         except UserError:
             raise  # a refused regime: the check that raised has already written the arm's status
         except BaseException:
@@ -311,7 +322,9 @@ class Runner:
         result = self._send(server, workload, prompts, 1, f"warm-up ({count} requests)", keep)
         self._check_alive(server, result)
 
-    def _measure_window(self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, concurrency: int) -> None:
+    def _measure_window(
+        self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, concurrency: int, repeat: int = 0
+    ) -> None:
         cache_reset = _reset_prefix_cache(server.base_url, self.plan)
         per_request = self.plan.adapter.acceptance_source == "per_request"
         before = None if per_request else _scrape(server.base_url, self.plan)
@@ -321,9 +334,10 @@ class Runner:
         def keep(record: RequestRecord) -> None:  # on disk the moment it ends: a crash loses nothing
             append_jsonl(run.samples(arm.name), record.to_json())
 
-        label = f"{workload.name} @ concurrency {concurrency}"
+        repeats = self.plan.regime.load.repeats
+        label = f"{workload.name} @ concurrency {concurrency}" + (f" (repeat {repeat + 1}/{repeats})" if repeats > 1 else "")
         try:
-            result = self._send(server, workload, workload.prompts, concurrency, label, keep)
+            result = self._send(server, workload, workload.prompts, concurrency, label, keep, repeat)
         finally:
             readings = sampler.stop() if sampler else []
         self._check_alive(server, result)
@@ -333,6 +347,7 @@ class Runner:
             "category": workload.definition.category,
             "prompt_format": workload.definition.prompt_format,
             "concurrency": concurrency,
+            "repeat": repeat,
             "duration_s": result.duration_s,
             "prefix_cache_reset": cache_reset,
             # where tau comes from: counter scrapes around the window, or each request's own details
@@ -362,7 +377,7 @@ class Runner:
 
     def _send(
         self, server: Server, workload: LoadedWorkload, prompts: list[Prompt], concurrency: int, label: str,
-        on_done: Callable[[RequestRecord], None],
+        on_done: Callable[[RequestRecord], None], repeat: int = 0,
     ) -> WindowResult:
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=self.console, transient=False) as progress:
@@ -376,7 +391,8 @@ class Runner:
             top_logprobs = regime.exactness.top_logprobs if regime.exactness_applies() else 0
             fields = self.plan.adapter.request_fields(workload.definition.prompt_format, top_logprobs)
             return asyncio.run(run_window(
-                server.base_url, workload, prompts, concurrency, regime.sampling, regime.load, done, top_logprobs, fields
+                server.base_url, workload, prompts, concurrency, regime.sampling, regime.load, done, top_logprobs, fields,
+                repeat,
             ))
 
     def _check_alive(self, server: Server, result: WindowResult) -> None:

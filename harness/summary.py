@@ -12,7 +12,7 @@ from harness.probes.acceptance import SpecCounters, acceptance, request_counters
 from harness.probes.cost import usd_per_mtok
 from harness.probes.exactness import compare_records, shares
 from harness.probes.latency import percentile, tpot_s, ttft_s
-from harness.probes.power import summarize_power
+from harness.probes.power import combine_power, summarize_power
 from harness.probes.throughput import output_tokens_per_s, speedup
 from harness.results import SCHEMA_VERSION, RunDir, read_json, read_jsonl, read_run_record
 
@@ -29,30 +29,48 @@ def window_counters(window: dict[str, Any], records: list[dict[str, Any]]) -> Sp
     return SpecCounters.from_json(window["counters_after"]).minus(SpecCounters.from_json(window["counters_before"]))
 
 
-def window_metrics(
-    window: dict[str, Any], records: list[dict[str, Any]], price_per_hour: float, usd_per_kwh: float | None = None
+def cell_metrics(
+    windows: list[dict[str, Any]], records: list[dict[str, Any]], price_per_hour: float, usd_per_kwh: float | None = None
 ) -> dict[str, Any]:
-    """Metrics of one measured window from its raw request records and counter scrapes."""
+    """Metrics of one (workload, concurrency) cell from its raw records and counter scrapes, pooled
+    over the cell's repeats (tokens and time add up, counters add up, latencies are pooled per
+    request); ``per_repeat`` keeps each repeat's own window-level numbers for the gates."""
     ok = [r for r in records if r["error"] is None]
     output_tokens = sum(len(r["token_ids"]) for r in ok)
     ttfts = [v for r in ok if (v := ttft_s(r["t_send"], r["t_first_token"])) is not None]
     tpots = [
         v for r in ok if (v := tpot_s(r["t_send"], r["t_first_token"], r["t_done"], len(r["token_ids"]))) is not None
     ]
-    tok_s = output_tokens_per_s(output_tokens, window["duration_s"])
-    acc = acceptance(window_counters(window, ok))
+    duration = sum(w["duration_s"] for w in windows)
+    tok_s = output_tokens_per_s(output_tokens, duration)
+    counters, per_repeat, power = SpecCounters(), [], []
+    for window in windows:
+        repeat = window.get("repeat", 0)
+        mine = [r for r in ok if r.get("repeat", 0) == repeat]
+        delta = window_counters(window, mine)
+        counters = counters.plus(delta)
+        tokens = sum(len(r["token_ids"]) for r in mine)
+        repeat_tok_s = output_tokens_per_s(tokens, window["duration_s"])
+        per_repeat.append({
+            "repeat": repeat, "duration_s": window["duration_s"], "output_tokens": tokens, "output_tok_s": repeat_tok_s,
+            "tau": acceptance(delta).tau, "usd_per_mtok": usd_per_mtok(price_per_hour, repeat_tok_s),
+        })
+        power.append(summarize_power((window.get("power") or {}).get("samples"), tokens))
+    acc = acceptance(counters)
+    power_info = windows[0].get("power") or {}
     return {
+        "repeats": len(windows),
         "requests_total": len(records),
         "requests_ok": len(ok),
         "requests_errored": len(records) - len(ok),
         "output_tokens": output_tokens,
-        "duration_s": window["duration_s"],
+        "duration_s": duration,
         "output_tok_s": tok_s,
         "ttft_ms_p50": _ms(percentile(ttfts, 50)),
         "ttft_ms_p90": _ms(percentile(ttfts, 90)),
         "tpot_ms_p50": _ms(percentile(tpots, 50)),
         "tpot_ms_p90": _ms(percentile(tpots, 90)),
-        "acceptance_source": window.get("acceptance_source", "server_counters"),
+        "acceptance_source": windows[0].get("acceptance_source", "server_counters"),
         "tau": acc.tau,
         "acceptance_rate": acc.acceptance_rate,
         "per_position_acceptance": acc.per_position,
@@ -60,17 +78,17 @@ def window_metrics(
         "draft_tokens": acc.draft_tokens,
         "accepted_tokens": acc.accepted_tokens,
         "usd_per_mtok": usd_per_mtok(price_per_hour, tok_s),
-        **_power_metrics(window.get("power"), output_tokens, usd_per_kwh),
+        **_power_metrics(power_info, combine_power(power, output_tokens), usd_per_kwh),
+        "per_repeat": per_repeat,
     }
 
 
-def _power_metrics(power: dict[str, Any] | None, output_tokens: int, usd_per_kwh: float | None) -> dict[str, Any]:
-    stats = summarize_power((power or {}).get("samples"), output_tokens)
+def _power_metrics(power: dict[str, Any], stats: dict[str, Any], usd_per_kwh: float | None) -> dict[str, Any]:
     j_per_token = stats["j_per_token"]
     return {
-        "power_source": (power or {}).get("source"),
-        "power_note": (power or {}).get("note", "not recorded"),
-        **stats,
+        "power_source": power.get("source"),
+        "power_note": power.get("note", "not recorded"),
+        **{k: v for k, v in stats.items() if k != "duration_s"},
         # J/token x 1e6 tokens / 3.6e6 J per kWh x $/kWh
         "energy_usd_per_mtok": j_per_token * 1e6 / 3.6e6 * usd_per_kwh if j_per_token is not None and usd_per_kwh else None,
     }
@@ -124,20 +142,21 @@ def summarize(run: RunDir) -> dict[str, Any]:
         arms.append({"name": name, "method": arm["method"], "num_speculative_tokens": arm["num_speculative_tokens"],
                      "drafter": drafter, **status})
         samples = read_jsonl(run.samples(name))
-        for window in read_jsonl(run.windows(name)):
-            records = [
-                s for s in samples if s["workload"] == window["workload"] and s["concurrency"] == window["concurrency"]
-            ]
+        cells: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for window in read_jsonl(run.windows(name)):  # a cell's repeats, in the order measured
+            cells.setdefault((window["workload"], window["concurrency"]), []).append(window)
+        for (workload, concurrency), windows in cells.items():
+            records = [s for s in samples if s["workload"] == workload and s["concurrency"] == concurrency]
             rows.append({
                 "arm": name,
                 "method": arm["method"],
                 "num_speculative_tokens": arm["num_speculative_tokens"],
                 "drafter": drafter["label"] if drafter else None,
-                "workload": window["workload"],
-                "category": window["category"],
-                "prompt_format": window["prompt_format"],
-                "concurrency": window["concurrency"],
-                **window_metrics(window, records, price, regime["cost"].get("usd_per_kwh")),
+                "workload": workload,
+                "category": windows[0]["category"],
+                "prompt_format": windows[0]["prompt_format"],
+                "concurrency": concurrency,
+                **cell_metrics(windows, records, price, regime["cost"].get("usd_per_kwh")),
             })
     baseline = next(a["name"] for a in regime["arms"] if a["method"] == "baseline")
     _add_speedups(rows, baseline=baseline)
@@ -161,6 +180,11 @@ def summarize(run: RunDir) -> dict[str, Any]:
 
 
 def _add_speedups(rows: list[dict[str, Any]], baseline: str) -> None:
-    base = {(r["workload"], r["concurrency"]): r["output_tok_s"] for r in rows if r["arm"] == baseline}
+    """Speedup of the pooled cell, and per repeat against the baseline's same repeat."""
+    base = {(r["workload"], r["concurrency"]): r for r in rows if r["arm"] == baseline}
     for row in rows:
-        row["speedup"] = speedup(row["output_tok_s"], base.get((row["workload"], row["concurrency"])))
+        reference = base.get((row["workload"], row["concurrency"]))
+        row["speedup"] = speedup(row["output_tok_s"], reference["output_tok_s"] if reference else None)
+        base_repeats = {r["repeat"]: r["output_tok_s"] for r in reference["per_repeat"]} if reference else {}
+        for entry in row["per_repeat"]:
+            entry["speedup"] = speedup(entry["output_tok_s"], base_repeats.get(entry["repeat"]))

@@ -83,6 +83,18 @@ CASES = [
     ("near tie zero", _set("exactness", {"near_tie_margin": 0}), "exactness.near_tie_margin"),
     ("arms not a list", _set("arms", {"name": "x"}), "arms: Input should be a valid list"),
     ("hardware not a mapping", _set("hardware", "cpu"), "hardware: Input should be a valid dictionary"),
+    ("gate two kinds", _set("gates.rules.0", {"arm": "ngram_k4", "metric": "tau", "min": 1, "max": 5}),
+     "exactly one of min, max or max_regression_pct"),
+    ("gate unknown arm", _set("gates.rules.0.arm", "ngram_k8"), "gates.rules[0].arm: no arm named 'ngram_k8'"),
+    ("gate unknown metric", _set("gates.rules.0.metric", "taus"), "gates.rules[0].metric: Input should be"),
+    ("gate concurrency not run", _set("gates.rules.0.concurrency", 64), "64 is not one of load.concurrency"),
+    ("gate regression negative", _set("gates.rules.1.max_regression_pct", -5), "gates.rules[1].max_regression_pct"),
+    ("golden tau below one", _set("gates.golden_tau", [{"target": "x", "method": "ngram", "num_speculative_tokens": 4,
+                                                         "workload": "code_humaneval", "tau": 0.5, "tolerance": 1}]),
+     "gates.golden_tau[0].tau"),
+    ("repeats zero", _set("load.repeats", 0), "load.repeats"),
+    ("untrained for draft_model", _set("arms.4.draft_model", {"untrained": {}}), "builds EAGLE-3 or DFlash drafters only"),
+    ("draft model two sources", _set("arms.2.draft_model", {"path": "/x", "untrained": {}}), "give exactly one of"),
 ]
 
 
@@ -115,6 +127,15 @@ def test_malformed_yaml_text(tmp_path: Path, text: str, expected: str) -> None:
     path.write_text(text)
     with pytest.raises(UserError, match=expected):
         load_regime(path)
+
+
+def test_gate_names_a_workload_the_regime_lacks(tmp_path: Path) -> None:
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    data["gates"]["rules"][0]["workload"] = "poetry"
+    path = tmp_path / "regime.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match=r"gates.rules\[0\].workload: no workload named 'poetry'"):
+        plan_regime(path)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from harness.probes.acceptance import SpecCounters, acceptance
 from harness.probes.cost import usd_per_mtok
 from harness.probes.latency import percentile, tpot_s, ttft_s
 from harness.probes.throughput import output_tokens_per_s, speedup
-from harness.summary import _add_speedups, window_metrics
+from harness.summary import _add_speedups, cell_metrics
 
 
 def test_tau_from_counter_deltas() -> None:
@@ -60,7 +60,7 @@ def test_window_metrics_uses_token_ids_and_excludes_errors() -> None:
         "counters_after": SpecCounters(drafts=4, draft_tokens=16, accepted_tokens=8, accepted_per_position={0: 4, 1: 4}).to_json(),
     }
     records = [_record(0.0, 0.5, 2.5, 21), _record(0.0, 1.0, 4.0, 31), _record(0.0, 0.1, 0.2, 0, error="timeout")]
-    metrics = window_metrics(window, records, price_per_hour=0.36)
+    metrics = cell_metrics([window], records, price_per_hour=0.36)
     assert (metrics["requests_total"], metrics["requests_ok"], metrics["requests_errored"]) == (3, 2, 1)
     assert metrics["output_tokens"] == 52
     assert metrics["output_tok_s"] == pytest.approx(13.0)
@@ -69,15 +69,28 @@ def test_window_metrics_uses_token_ids_and_excludes_errors() -> None:
     assert metrics["tau"] == pytest.approx(3.0)
     assert metrics["per_position_acceptance"] == pytest.approx([1.0, 1.0])
     assert metrics["usd_per_mtok"] == pytest.approx(0.36 / (13.0 * 3600) * 1e6)
+    assert metrics["repeats"] == 1 and metrics["per_repeat"][0]["tau"] == pytest.approx(3.0)
+
+
+def test_repeats_pool_into_one_cell_and_stay_apart_per_repeat() -> None:
+    def window(repeat: int, duration: float, accepted: int) -> dict:
+        return {"repeat": repeat, "duration_s": duration, "counters_before": SpecCounters().to_json(),
+                "counters_after": SpecCounters(drafts=4, draft_tokens=16, accepted_tokens=accepted).to_json()}
+    records = [{**_record(0.0, 0.5, 2.5, 21), "repeat": 0}, {**_record(0.0, 0.5, 4.5, 41), "repeat": 1}]
+    metrics = cell_metrics([window(0, 2.0, 8), window(1, 4.0, 4)], records, price_per_hour=0.36)
+    assert metrics["repeats"] == 2 and metrics["duration_s"] == pytest.approx(6.0)
+    assert metrics["output_tok_s"] == pytest.approx(62 / 6.0)  # pooled: tokens and time add up
+    assert metrics["tau"] == pytest.approx(1 + 12 / 8)  # pooled counters
+    assert [r["tau"] for r in metrics["per_repeat"]] == pytest.approx([3.0, 2.0])
+    assert [r["output_tok_s"] for r in metrics["per_repeat"]] == pytest.approx([10.5, 10.25])
 
 
 def test_speedup_pairs_same_workload_and_concurrency() -> None:
-    rows = [
-        {"arm": "base", "workload": "w", "concurrency": 1, "output_tok_s": 40.0},
-        {"arm": "base", "workload": "w", "concurrency": 4, "output_tok_s": 100.0},
-        {"arm": "ng", "workload": "w", "concurrency": 1, "output_tok_s": 60.0},
-        {"arm": "ng", "workload": "w", "concurrency": 4, "output_tok_s": 90.0},
-        {"arm": "ng", "workload": "other", "concurrency": 1, "output_tok_s": 90.0},
-    ]
+    def row(arm: str, workload: str, concurrency: int, tok_s: float) -> dict:
+        return {"arm": arm, "workload": workload, "concurrency": concurrency, "output_tok_s": tok_s,
+                "per_repeat": [{"repeat": 0, "output_tok_s": tok_s}]}
+    rows = [row("base", "w", 1, 40.0), row("base", "w", 4, 100.0), row("ng", "w", 1, 60.0), row("ng", "w", 4, 90.0),
+            row("ng", "other", 1, 90.0)]
     _add_speedups(rows, baseline="base")
     assert [r["speedup"] for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])
+    assert [r["per_repeat"][0]["speedup"] for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])

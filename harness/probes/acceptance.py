@@ -65,6 +65,18 @@ class SpecCounters:
             },
         )
 
+    def plus(self, other: SpecCounters) -> SpecCounters:
+        """Two windows' deltas together (the repeats of one window)."""
+        positions = sorted(set(self.accepted_per_position) | set(other.accepted_per_position))
+        return SpecCounters(
+            drafts=self.drafts + other.drafts,
+            draft_tokens=self.draft_tokens + other.draft_tokens,
+            accepted_tokens=self.accepted_tokens + other.accepted_tokens,
+            accepted_per_position={
+                p: self.accepted_per_position.get(p, 0.0) + other.accepted_per_position.get(p, 0.0) for p in positions
+            },
+        )
+
     def to_json(self) -> dict:
         return {
             "drafts": self.drafts,

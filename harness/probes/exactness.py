@@ -104,7 +104,9 @@ def text_around(chunks: Sequence[Sequence], position: int, width: int = 60) -> t
 
 def _by_key(records: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
     """Successful records keyed by what makes a comparison like-with-like."""
-    return {(r["workload"], r["prompt_id"], r["concurrency"]): r for r in records if r["error"] is None}
+    return {
+        (r["workload"], r["prompt_id"], r["concurrency"], r.get("repeat", 0)): r for r in records if r["error"] is None
+    }
 
 
 def compare_records(
@@ -118,7 +120,7 @@ def compare_records(
             continue
         ref_logprobs = [[lp for _, lp in position] for position in ref.get("top_logprobs") or []] or None
         result = compare(ref["token_ids"], cand["token_ids"], ref_logprobs, near_tie_margin).to_json()
-        entry = {"workload": key[0], "prompt_id": key[1], "concurrency": key[2], **result}
+        entry = {"workload": key[0], "prompt_id": key[1], "concurrency": key[2], "repeat": key[3], **result}
         if result["position"] is not None:
             position = result["position"]
             entry["reference_text_before"], entry["reference_text_after"] = text_around(ref["chunks"], position)

@@ -1,0 +1,73 @@
+"""What `bench gate` writes: a terminal table, JUnit XML (one test case per gate and cell) and a
+short Markdown summary for CI annotations (also appended to ``$GITHUB_STEP_SUMMARY``)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from harness.gates import Check
+
+_COLOURS = {"pass": "green", "fail": "red", "error": "red", "inconclusive": "yellow", "skipped": "dim"}
+_ICONS = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "inconclusive": "inconclusive", "skipped": "skipped"}
+
+
+def verdict_table(checks: Sequence[Check]) -> Table:
+    table = Table(title="bench gate", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for header in ("verdict", "gate", "detail"):
+        table.add_column(header, overflow="fold", no_wrap=header == "verdict")
+    for check in checks:
+        colour = _COLOURS[check.verdict]
+        table.add_row(f"[{colour}]{_ICONS[check.verdict]}[/]", escape(check.name), escape(check.message))
+    return table
+
+
+def counts(checks: Sequence[Check]) -> dict[str, int]:
+    return {verdict: sum(c.verdict == verdict for c in checks) for verdict in _ICONS}
+
+
+def junit_xml(checks: Sequence[Check], suite: str) -> bytes:
+    """JUnit XML as CI systems read it: failures for regressions, errors for infrastructure,
+    skipped for gates that could not be evaluated; inconclusive gates pass with a note."""
+    tally = counts(checks)
+    root = ET.Element("testsuites", name="bench gate", tests=str(len(checks)),
+                      failures=str(tally["fail"]), errors=str(tally["error"]), skipped=str(tally["skipped"]))
+    testsuite = ET.SubElement(root, "testsuite", name=suite, tests=str(len(checks)),
+                              failures=str(tally["fail"]), errors=str(tally["error"]), skipped=str(tally["skipped"]))
+    for check in checks:
+        case = ET.SubElement(testsuite, "testcase", classname=f"{suite}.{check.arm}", name=check.name)
+        if check.verdict == "fail":
+            ET.SubElement(case, "failure", message=check.message, type=check.gate).text = check.message
+        elif check.verdict == "error":
+            ET.SubElement(case, "error", message=check.message, type="infrastructure").text = check.message
+        elif check.verdict == "skipped":
+            ET.SubElement(case, "skipped", message=check.message)
+        else:
+            ET.SubElement(case, "system-out").text = f"{check.verdict}: {check.message}"
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(checks: Sequence[Check], title: str, code: int) -> str:
+    tally = counts(checks)
+    outcome = {0: "passed", 1: "REGRESSION", 3: "INFRASTRUCTURE FAILURE"}.get(code, "error")
+    lines = [
+        f"### bench gate: {_cell(title)}: {outcome}",
+        "",
+        f"{tally['pass']} passed, {tally['fail']} failed, {tally['error']} errors, "
+        f"{tally['inconclusive']} inconclusive (within noise), {tally['skipped']} skipped.",
+        "",
+    ]
+    shown = [c for c in checks if c.verdict != "pass"] or list(checks)
+    if shown:
+        lines += ["| verdict | gate | detail |", "|---|---|---|"]
+        lines += [f"| {_ICONS[c.verdict]} | {_cell(c.name)} | {_cell(c.message)} |" for c in shown]
+    return "\n".join(lines) + "\n"

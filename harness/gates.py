@@ -1,0 +1,277 @@
+"""Regression gates: check a run against its regime's floors, ceilings and golden tau, and
+against a baseline run, without failing on noise.
+
+Every gate is evaluated per (arm, workload, concurrency) cell on SAMPLES, never on one number:
+
+- window-level metrics (tau, output_tok_s, usd_per_mtok, speedup): one value per repeat of the
+  window (``load.repeats``), statistic = mean;
+- latencies (ttft/tpot p50/p90): one value per request, pooled over repeats, statistic = the
+  percentile itself;
+- identical_pct: one 0/100 value per prompt (identical to the baseline's or not), statistic = mean.
+
+A floor or ceiling fails when the bootstrap interval of the statistic lies entirely beyond it; a
+relative gate fails when the change against the baseline run is worse than the tolerance AND its
+bootstrap interval excludes no change (a Mann-Whitney p-value is reported next to it). A point
+beyond the limit whose interval still reaches it is "inconclusive": shown, never failing.
+A failed or missing arm is a regression; an engine that never started is an infrastructure
+error (exit 3), not a regression.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from harness import stats
+from harness.errors import UserError
+from harness.probes.latency import tpot_s, ttft_s
+from harness.regime import Gates, Regime
+from harness.results import RunDir, read_jsonl, read_run_record
+
+HIGHER_IS_BETTER = {"tau": True, "speedup": True, "output_tok_s": True, "identical_pct": True, "usd_per_mtok": False,
+                    "ttft_ms_p50": False, "ttft_ms_p90": False, "tpot_ms_p50": False, "tpot_ms_p90": False}
+WINDOW_METRICS = ("tau", "speedup", "output_tok_s", "usd_per_mtok")
+
+Verdict = str  # "pass" | "fail" | "inconclusive" | "skipped" | "error"
+
+
+@dataclass
+class Check:
+    """One gate on one cell: what a JUnit test case and a terminal row show."""
+
+    name: str
+    gate: str  # where it comes from: "rules[0]", "golden_tau[1]", "arm"
+    arm: str
+    metric: str
+    workload: str | None
+    concurrency: int | None
+    verdict: Verdict
+    message: str
+    value: float | None = None
+    baseline_value: float | None = None
+    low: float | None = None  # interval of the value (absolute gates) or of the relative change (regression gates)
+    high: float | None = None
+    p_value: float | None = None
+    n: int = 0
+    n_baseline: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RunView:
+    """What the gates read from one run directory: its regime, summary rows, arm statuses, samples."""
+
+    def __init__(self, run: RunDir):
+        from harness.summary import summarize  # derived afresh from the raw files
+
+        self.run = run
+        self.record = read_run_record(run)
+        self.regime = Regime.model_validate(self.record["regime"])
+        self.summary = summarize(run)
+        self.rows = {(r["arm"], r["workload"], r["concurrency"]): r for r in self.summary["windows"]}
+        self.arms = {a["name"]: a for a in self.summary["arms"]}
+        self.changed_arms: list[str] = []  # arms configured differently in the baseline run
+        self._samples: dict[str, list[dict[str, Any]]] = {}
+
+    def cells(self, arm: str) -> list[tuple[str, int]]:
+        return [(w, c) for (a, w, c) in self.rows if a == arm]
+
+    def samples(self, arm: str, workload: str, concurrency: int, metric: str) -> list[float]:
+        row = self.rows.get((arm, workload, concurrency))
+        if row is None:
+            return []
+        if metric in WINDOW_METRICS:
+            return [v for r in row["per_repeat"] if (v := r.get(metric)) is not None]
+        if metric == "identical_pct":
+            section = self.summary.get("exactness") or {}
+            if not section.get("applicable"):
+                return []
+            block = section["noise_floor"] if arm == self.summary["baseline_arm"] else section["arms"].get(arm)
+            entries = (block or {}).get("prompts", [])
+            return [100.0 if e["status"] == "identical" else 0.0 for e in entries
+                    if (e["workload"], e["concurrency"]) == (workload, concurrency)]
+        if arm not in self._samples:
+            self._samples[arm] = [r for r in read_jsonl(self.run.samples(arm)) if r["error"] is None]
+        records = [r for r in self._samples[arm] if (r["workload"], r["concurrency"]) == (workload, concurrency)]
+        if metric.startswith("ttft"):
+            values = [ttft_s(r["t_send"], r["t_first_token"]) for r in records]
+        else:
+            values = [tpot_s(r["t_send"], r["t_first_token"], r["t_done"], len(r["token_ids"])) for r in records]
+        return [v * 1000.0 for v in values if v is not None]
+
+
+def _statistic(metric: str) -> stats.Statistic:
+    if metric.endswith("_p50"):
+        return stats.median
+    if metric.endswith("_p90"):
+        return stats.p90
+    return stats.mean
+
+
+def _cell_name(workload: str | None, concurrency: int | None) -> str:
+    return f"[{workload} @ {concurrency}]" if workload is not None else ""
+
+
+def _arm_problem(view: RunView, arm: str) -> tuple[Verdict, str] | None:
+    """A failed, interrupted or missing arm: a regression, except an engine that never started."""
+    status = view.arms.get(arm)
+    if status is None:
+        return "fail", f"arm {arm} is not in this run"
+    state = status.get("status")
+    if state == "ok":
+        return None
+    if state == "failed" and status.get("phase") == "startup":
+        return "error", f"infrastructure: the engine for {arm} did not start: {status.get('error', '')[:300]}"
+    return "fail", f"arm {arm} is {state}: {status.get('error', 'no results')}"[:400]
+
+
+def _absolute(name: str, where: str, arm: str, metric: str, workload: str, concurrency: int, values: list[float],
+              gates: Gates, low_bound: float | None, high_bound: float | None) -> Check:
+    check = Check(name, where, arm, metric, workload, concurrency, "pass", "", n=len(values))
+    if not values:
+        check.verdict, check.message = "fail", "no measurement for this cell"
+        return check
+    interval = stats.bootstrap_statistic(values, _statistic(metric), gates.bootstrap_resamples, gates.confidence)
+    check.value, check.low, check.high = interval.point, interval.low, interval.high
+    below = low_bound is not None and interval.point < low_bound
+    above = high_bound is not None and interval.point > high_bound
+    if not (below or above):
+        check.message = f"{interval.point:.4g} within limits"
+        return check
+    clearly = (below and interval.high < low_bound) or (above and interval.low > high_bound)
+    side = f"below {low_bound:g}" if below else f"above {high_bound:g}"
+    spread = f"interval {interval.low:.4g}..{interval.high:.4g}, n={len(values)}"
+    if clearly:
+        check.verdict = "fail"
+        check.message = f"{interval.point:.4g} is {side} ({spread})" + (
+            "; n=1: a single measurement, no noise estimate (set load.repeats)" if len(values) == 1 else "")
+    else:
+        check.verdict, check.message = "inconclusive", f"{interval.point:.4g} is {side} but not beyond the noise ({spread})"
+    return check
+
+
+def _relative(name: str, where: str, arm: str, metric: str, workload: str, concurrency: int, values: list[float],
+              reference: list[float], gates: Gates, tolerance_pct: float) -> Check:
+    check = Check(name, where, arm, metric, workload, concurrency, "pass", "", n=len(values), n_baseline=len(reference))
+    if not values:
+        check.verdict, check.message = "fail", "no measurement for this cell"
+        return check
+    if not reference:
+        check.verdict, check.message = "skipped", "the baseline run has no measurement for this cell"
+        return check
+    statistic = _statistic(metric)
+    change = stats.bootstrap_relative_change(reference, values, statistic, gates.bootstrap_resamples, gates.confidence)
+    sign = -1.0 if HIGHER_IS_BETTER[metric] else 1.0  # worse = positive
+    worse, worse_low, worse_high = sign * change.point, min(sign * change.low, sign * change.high), max(
+        sign * change.low, sign * change.high)
+    check.value, check.baseline_value = statistic(values), statistic(reference)
+    check.low, check.high = worse_low, worse_high
+    first, second = (reference, values) if HIGHER_IS_BETTER[metric] else (values, reference)
+    check.p_value = stats.mann_whitney_greater(first, second)[1]
+    described = (f"{check.value:.4g} vs {check.baseline_value:.4g}: {100 * worse:+.1f}% worse "
+                 f"(interval {100 * worse_low:+.1f}..{100 * worse_high:+.1f}%, Mann-Whitney p={check.p_value:.3g}, "
+                 f"n={len(values)}/{len(reference)}; limit {tolerance_pct:g}%)")
+    if worse * 100 <= tolerance_pct:
+        check.message = described
+    elif min(len(values), len(reference)) < 2:
+        check.verdict = "inconclusive"
+        check.message = "one measurement per side cannot be told from noise (set load.repeats >= 2): " + described
+    elif worse_low > 0:
+        check.verdict, check.message = "fail", "regression: " + described
+    else:
+        check.verdict, check.message = "inconclusive", "within noise: " + described
+    return check
+
+
+def evaluate(view: RunView, baseline: RunView | None = None) -> list[Check]:
+    """Every gate of the run's regime on every cell it covers."""
+    regime, gates = view.regime, view.regime.gates
+    speculative = [a.name for a in regime.arms if a.method != "baseline"]
+    checks: list[Check] = []
+    reported: set[str] = set()
+
+    def arm_ok(arm: str, metric: str) -> bool:
+        problem = _arm_problem(view, arm)
+        if problem is None:
+            return True
+        if arm not in reported:  # one test case per broken arm, however many gates name it
+            reported.add(arm)
+            checks.append(Check(f"{arm} ran", "arm", arm, metric, None, None, *problem))
+        return False
+
+    for index, gate in enumerate(gates.rules):
+        where = f"rules[{index}]"
+        for arm in (speculative if gate.arm == "*" else [gate.arm]):
+            if not arm_ok(arm, gate.metric):
+                continue
+            cells = [(w, c) for (w, c) in view.cells(arm)
+                     if gate.workload in (None, w) and gate.concurrency in (None, c)]
+            if not cells:
+                checks.append(Check(f"{arm} {gate.metric} {where}", where, arm, gate.metric, gate.workload,
+                                    gate.concurrency, "fail", "no measurement for the gate's workload/concurrency"))
+            for workload, concurrency in cells:
+                values = view.samples(arm, workload, concurrency, gate.metric)
+                if gate.max_regression_pct is not None:
+                    name = f"{arm} {gate.metric} regression <= {gate.max_regression_pct:g}% {_cell_name(workload, concurrency)}"
+                    if baseline is None:
+                        checks.append(Check(name, where, arm, gate.metric, workload, concurrency, "skipped",
+                                            "relative gate: no --baseline run given", n=len(values)))
+                        continue
+                    reference = baseline.samples(arm, workload, concurrency, gate.metric)
+                    checks.append(_relative(name, where, arm, gate.metric, workload, concurrency, values, reference,
+                                            gates, gate.max_regression_pct))
+                else:
+                    bound = f">= {gate.min:g}" if gate.min is not None else f"<= {gate.max:g}"
+                    name = f"{arm} {gate.metric} {bound} {_cell_name(workload, concurrency)}"
+                    checks.append(_absolute(name, where, arm, gate.metric, workload, concurrency, values, gates,
+                                            gate.min, gate.max))
+    target = regime.target_reference()
+    for index, golden in enumerate(gates.golden_tau):
+        where = f"golden_tau[{index}]"
+        if golden.target != target:
+            continue
+        for arm in regime.arms:
+            if (arm.method, arm.num_speculative_tokens) != (golden.method, golden.num_speculative_tokens):
+                continue
+            if not arm_ok(arm.name, "tau"):
+                continue
+            for workload, concurrency in view.cells(arm.name):
+                if workload != golden.workload:
+                    continue
+                name = f"{arm.name} tau = {golden.tau:g} +- {golden.tolerance:g} (golden) {_cell_name(workload, concurrency)}"
+                values = view.samples(arm.name, workload, concurrency, "tau")
+                checks.append(_absolute(name, where, arm.name, "tau", workload, concurrency, values, gates,
+                                        golden.tau - golden.tolerance, golden.tau + golden.tolerance))
+    return checks
+
+
+def open_views(run_dir: Any, baseline_dir: Any | None) -> tuple[RunView, RunView | None]:
+    """Both runs, refusing a comparison of runs made under different conditions."""
+    view = RunView(RunDir(run_dir))
+    if baseline_dir is None:
+        return view, None
+    baseline = RunView(RunDir(baseline_dir))
+    mine, theirs = view.regime.conditions_fingerprint(), baseline.regime.conditions_fingerprint()
+    if mine != theirs:
+        raise UserError(
+            f"{run_dir} and {baseline_dir} were measured under different conditions (regime fingerprints without the "
+            f"arms: {mine} vs {theirs}: hardware, engine, target, load, sampling or workloads differ); "
+            "gating one against the other would compare different regimes"
+        )
+    view.changed_arms = [
+        a.name for a in view.regime.arms
+        for b in baseline.regime.arms if a.name == b.name and a.model_dump() != b.model_dump()
+    ]
+    return view, baseline
+
+
+def exit_code(checks: Sequence[Check]) -> int:
+    """3 infrastructure error, 1 regression, 0 pass (inconclusive and skipped gates pass)."""
+    verdicts = {c.verdict for c in checks}
+    if "error" in verdicts:
+        return 3
+    if "fail" in verdicts:
+        return 1
+    return 0

@@ -1,0 +1,123 @@
+"""Statistics for the regression gates: pure functions on plain lists of samples.
+
+The gate calls a regression only when the effect is larger than the tolerance AND the
+measurements separate it from noise. Two tools, both distribution-free:
+
+- a percentile bootstrap confidence interval of the relative change of a statistic (mean, median
+  or p90) between a baseline sample and a current sample, each side resampled independently;
+- the Mann-Whitney U test (exact for small samples without ties, normal approximation with tie
+  and continuity corrections otherwise), reported next to it.
+
+Resampling uses its own seeded generator: the same samples always give the same verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+Statistic = Callable[[Sequence[float]], float]
+
+
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def median(values: Sequence[float]) -> float:
+    return quantile(values, 0.5)
+
+
+def p90(values: Sequence[float]) -> float:
+    return quantile(values, 0.9)
+
+
+@dataclass(frozen=True)
+class Interval:
+    point: float
+    low: float
+    high: float
+
+
+def _relative(current: float, baseline: float) -> float:
+    if baseline == 0:
+        return 0.0 if current == 0 else math.copysign(math.inf, current)
+    return (current - baseline) / abs(baseline)
+
+
+def bootstrap_relative_change(
+    baseline: Sequence[float], current: Sequence[float], statistic: Statistic = mean,
+    resamples: int = 2000, confidence: float = 0.95, seed: int = 0,
+) -> Interval:
+    """(stat(current) - stat(baseline)) / |stat(baseline)|, with a percentile bootstrap interval."""
+    if not baseline or not current:
+        raise ValueError("both samples need at least one value")
+    rng = random.Random(seed)
+    point = _relative(statistic(current), statistic(baseline))
+    draws = sorted(
+        _relative(statistic(rng.choices(current, k=len(current))), statistic(rng.choices(baseline, k=len(baseline))))
+        for _ in range(resamples)
+    )
+    tail = (1 - confidence) / 2
+    return Interval(point, quantile(draws, tail), quantile(draws, 1 - tail))
+
+
+def bootstrap_statistic(
+    sample: Sequence[float], statistic: Statistic = mean, resamples: int = 2000, confidence: float = 0.95, seed: int = 0,
+) -> Interval:
+    """stat(sample) with a percentile bootstrap interval (for absolute floors and ceilings)."""
+    if not sample:
+        raise ValueError("the sample needs at least one value")
+    rng = random.Random(seed)
+    draws = sorted(statistic(rng.choices(sample, k=len(sample))) for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    return Interval(statistic(sample), quantile(draws, tail), quantile(draws, 1 - tail))
+
+
+@lru_cache(maxsize=256)
+def _u_counts(n1: int, n2: int) -> tuple[int, ...]:
+    """Number of orderings of n1 + n2 distinct values giving each U (U = 0..n1*n2), by recursion on
+    which sample holds the largest value."""
+    if n1 == 0 or n2 == 0:
+        return (1,)
+    with_first = _u_counts(n1 - 1, n2)  # largest value in sample 1: it beats all n2 of sample 2
+    with_second = _u_counts(n1, n2 - 1)
+    counts = [0] * (n1 * n2 + 1)
+    for u, c in enumerate(with_first):
+        counts[u + n2] += c
+    for u, c in enumerate(with_second):
+        counts[u] += c
+    return tuple(counts)
+
+
+def mann_whitney_greater(first: Sequence[float], second: Sequence[float]) -> tuple[float, float]:
+    """U statistic of ``first`` and the one-sided p-value of "first tends to be greater than second"."""
+    n1, n2 = len(first), len(second)
+    if n1 == 0 or n2 == 0:
+        raise ValueError("both samples need at least one value")
+    u = sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in first for y in second)
+    has_ties = len(set(first) | set(second)) < n1 + n2
+    if not has_ties and n1 * n2 <= 400:
+        counts = _u_counts(n1, n2)
+        total = sum(counts)
+        return u, sum(counts[int(u):]) / total
+    mu = n1 * n2 / 2
+    pooled = sorted(list(first) + list(second))
+    tie_term = sum(t ** 3 - t for t in (pooled.count(v) for v in set(pooled)))
+    n = n1 + n2
+    variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
+    if variance <= 0:
+        return u, 1.0  # every value equal: no evidence either way
+    z = (u - mu - 0.5) / math.sqrt(variance)
+    return u, 0.5 * math.erfc(z / math.sqrt(2))

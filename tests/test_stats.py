@@ -1,0 +1,68 @@
+"""The gate statistics on synthetic samples: a real regression is caught, noise is not."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from harness import stats
+from harness.gates import _relative
+from harness.regime import Gates
+
+GATES = Gates()
+
+
+def _normal(mean: float, sd: float, n: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [rng.gauss(mean, sd) for _ in range(n)]
+
+
+def test_real_ten_percent_regression_with_low_noise_is_caught() -> None:
+    baseline, current = _normal(100.0, 1.0, 20, 1), _normal(90.0, 1.0, 20, 2)  # tok/s 10% lower
+    check = _relative("g", "rules[0]", "arm", "output_tok_s", "w", 1, current, baseline, GATES, tolerance_pct=5)
+    assert check.verdict == "fail" and check.low > 0.05 and check.p_value < 0.001
+    # the same on a lower-is-better metric: TPOT 10% higher
+    check = _relative("g", "rules[0]", "arm", "tpot_ms_p50", "w", 1, _normal(55.0, 0.5, 20, 3),
+                      _normal(50.0, 0.5, 20, 4), GATES, tolerance_pct=5)
+    assert check.verdict == "fail" and check.message.startswith("regression")
+
+
+def test_same_shift_buried_in_noise_is_not_called() -> None:
+    baseline, current = _normal(100.0, 30.0, 6, 5), _normal(90.0, 30.0, 6, 6)
+    check = _relative("g", "rules[0]", "arm", "output_tok_s", "w", 1, current, baseline, GATES, tolerance_pct=5)
+    assert check.verdict in ("pass", "inconclusive") and check.low <= 0 <= check.high
+
+
+def test_identical_runs_pass() -> None:
+    sample = _normal(100.0, 5.0, 10, 7)
+    check = _relative("g", "rules[0]", "arm", "output_tok_s", "w", 1, list(sample), list(sample), GATES, tolerance_pct=5)
+    assert check.verdict == "pass" and check.value == check.baseline_value
+
+
+def test_improvement_is_never_a_regression() -> None:
+    check = _relative("g", "rules[0]", "arm", "tau", "w", 1, [3.4, 3.5, 3.45], [2.0, 2.1, 2.05], GATES, tolerance_pct=5)
+    assert check.verdict == "pass" and check.high < 0  # "worse" is negative: it got better
+
+
+def test_small_exact_cases() -> None:
+    u, p = stats.mann_whitney_greater([4, 5, 6], [1, 2, 3])
+    assert u == 9 and p == pytest.approx(1 / 20)  # one ordering of 20 is this extreme
+    # R: wilcox.test(x, y, alternative = "greater") gives W = 58, p = 0.06646 (normal approx, ties)
+    x = [1.83, 0.50, 1.62, 2.48, 1.68, 1.88, 1.55, 3.06, 1.30]
+    y = [0.878, 0.647, 0.598, 2.05, 1.06, 1.29, 1.06, 3.14, 1.29]
+    u, p = stats.mann_whitney_greater(x, y)
+    assert u == 58 and p == pytest.approx(0.06646, abs=5e-5)
+    assert stats.mann_whitney_greater([1, 1], [1, 1])[1] == 1.0
+    assert stats.quantile([1, 2, 3, 4], 0.5) == 2.5 and stats.p90(list(range(11))) == pytest.approx(9.0)
+
+
+def test_bootstrap_is_deterministic_and_covers_the_point() -> None:
+    a, b = _normal(10, 1, 15, 8), _normal(11, 1, 15, 9)
+    first = stats.bootstrap_relative_change(a, b, stats.mean, 500)
+    assert first == stats.bootstrap_relative_change(a, b, stats.mean, 500)
+    assert first.low <= first.point <= first.high
+    single = stats.bootstrap_statistic([2.5])
+    assert (single.point, single.low, single.high) == (2.5, 2.5, 2.5)
+    with pytest.raises(ValueError):
+        stats.bootstrap_statistic([])
