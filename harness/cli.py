@@ -118,10 +118,13 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
 
 
 def _print_results(summary: dict, console: Console) -> int:
-    from harness.table import drafter_lines, exactness_table, failed_arms, minilab_tables
+    from harness.table import category_table, drafter_lines, exactness_table, failed_arms, minilab_tables
 
     for table in minilab_tables(summary):
         console.print(table)
+    categories = category_table(summary)
+    if categories is not None:
+        console.print(categories)
     for line in drafter_lines(summary):
         console.print(escape(line), highlight=False, soft_wrap=True)
     exact = exactness_table(summary)

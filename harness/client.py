@@ -75,7 +75,7 @@ def request_body(
     if load.ignore_eos:
         body["ignore_eos"] = True
     if prompt_format == "chat":
-        body["messages"] = [{"role": "user", "content": prompt.text}]
+        body["messages"] = prompt.chat_messages()
         if top_logprobs:
             body.update(logprobs=True, top_logprobs=top_logprobs)
         return "/v1/chat/completions", body

@@ -175,8 +175,43 @@ def summarize(run: RunDir) -> dict[str, Any]:
         "lossy_settings": regime_record.get("lossy_settings", []),
         "arms": arms,
         "windows": rows,
+        "categories": category_rows(rows, baseline),
         "exactness": section,
     }
+
+
+def category_rows(rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """Per (arm, category, concurrency), pooled over the workloads of that category: tokens and
+    time add up, tau from the summed draft counts, exactness over all their prompts."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["arm"], row["category"], row["concurrency"]), []).append(row)
+    out = []
+    for (arm, category, concurrency), members in groups.items():
+        drafts = sum(m["drafts"] for m in members)
+        accepted = sum(m["accepted_tokens"] for m in members)
+        compared = [m["exactness"] for m in members if m.get("exactness")]
+        pairs = sum(e["compared"] for e in compared)
+        identical = sum(e["compared"] * (e["identical_pct"] or 0) / 100 for e in compared)
+        out.append({
+            "arm": arm,
+            "method": members[0]["method"],
+            "num_speculative_tokens": members[0]["num_speculative_tokens"],
+            "category": category,
+            "concurrency": concurrency,
+            "workloads": [m["workload"] for m in members],
+            "output_tok_s": output_tokens_per_s(sum(m["output_tokens"] for m in members),
+                                                sum(m["duration_s"] for m in members)),
+            "tau": 1.0 + accepted / drafts if drafts > 0 else None,
+            "drafts": drafts,
+            "accepted_tokens": accepted,
+            "identical_pct": 100.0 * identical / pairs if pairs else None,
+            "exactness_pairs": pairs,
+        })
+    base = {(r["category"], r["concurrency"]): r["output_tok_s"] for r in out if r["arm"] == baseline}
+    for row in out:
+        row["speedup"] = speedup(row["output_tok_s"], base.get((row["category"], row["concurrency"])))
+    return out
 
 
 def _add_speedups(rows: list[dict[str, Any]], baseline: str) -> None:

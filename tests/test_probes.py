@@ -94,3 +94,23 @@ def test_speedup_pairs_same_workload_and_concurrency() -> None:
     _add_speedups(rows, baseline="base")
     assert [r["speedup"] for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])
     assert [r["per_repeat"][0]["speedup"] for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])
+
+
+def test_categories_pool_their_workloads() -> None:
+    from harness.summary import category_rows
+
+    def row(arm: str, workload: str, category: str, tokens: int, duration: float, drafts: float, accepted: float,
+            same: float | None) -> dict:
+        return {"arm": arm, "method": "baseline" if arm == "base" else "ngram", "num_speculative_tokens": None,
+                "workload": workload, "category": category, "concurrency": 1, "output_tokens": tokens,
+                "duration_s": duration, "drafts": drafts, "accepted_tokens": accepted,
+                "exactness": None if same is None else {"compared": 2, "identical_pct": same}}
+    rows = [row("base", "a", "extract", 100, 10.0, 0, 0, 100), row("base", "b", "extract", 100, 10.0, 0, 0, 100),
+            row("ng", "a", "extract", 100, 5.0, 10, 20, 100), row("ng", "b", "extract", 100, 15.0, 30, 20, 50),
+            row("ng", "c", "chat", 50, 10.0, 10, 5, None)]
+    cells = {(r["arm"], r["category"]): r for r in category_rows(rows, "base")}
+    extract = cells[("ng", "extract")]
+    assert extract["workloads"] == ["a", "b"] and extract["output_tok_s"] == pytest.approx(10.0)
+    assert extract["tau"] == pytest.approx(1 + 40 / 40) and extract["speedup"] == pytest.approx(1.0)
+    assert extract["identical_pct"] == pytest.approx(75.0) and extract["exactness_pairs"] == 4
+    assert cells[("ng", "chat")]["speedup"] is None  # no baseline measured that category

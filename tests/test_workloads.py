@@ -54,7 +54,7 @@ def test_local_jsonl(tmp_path: Path) -> None:
     ("data", "expected"),
     [
         ('{"prompt": "a"}\n{not json\n', "prompts.jsonl:2: not valid JSON"),
-        ('{"text": "a"}\n', "record 1: missing field 'prompt'"),
+        ('{"text": "a"}\n', "record 1: needs a 'prompt' string or a 'messages' list"),
         ('["a"]\n', "prompts.jsonl:1: expected a JSON object"),
         ('{"prompt": ""}\n', "must be a non-empty string"),
         ('{"prompt": "a"}\n', "has 1 prompts, the regime asks for load.num_prompts=2"),
@@ -77,5 +77,74 @@ def test_missing_package(tmp_path: Path) -> None:
 
 
 def test_bad_format_names_line(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match=r"w.yaml:3: source.format: Input should be 'humaneval', 'mtbench' or 'jsonl'"):
+    with pytest.raises(UserError, match=r"w.yaml:3: source.format: Input should be 'humaneval', 'mtbench', 'specbench', 'sharegpt' or 'jsonl'"):
         load_workload(_workload(tmp_path, LOCAL.replace("format: jsonl", "format: csv")), 1)
+
+
+FIXTURES = ROOT / "tests" / "fixtures" / "workloads"
+PROJECT_WORKLOADS = ["chat_open", "summarization", "extraction_long", "math_word_problems", "translation", "structured_json"]
+
+
+def _source(tmp_path: Path, fmt: str, file: str, category: str | None = None, prompt_format: str = "chat") -> Path:
+    path = tmp_path / "w.yaml"
+    extra = f"\n  category: {category}" if category else ""
+    path.write_text(f"name: w\ncategory: c\nsource:\n  path: {FIXTURES / file}\n  format: {fmt}{extra}\n"
+                    f"prompt_format: {prompt_format}\n")
+    return path
+
+
+@pytest.mark.parametrize("name", PROJECT_WORKLOADS)
+def test_project_categories_have_30_distinct_prompts(name: str) -> None:
+    workload = load_workload(ROOT / "workloads" / f"{name}.yaml", 30)
+    assert workload.definition.prompt_format == "chat" and workload.definition.category
+    assert len({p.prompt_id for p in workload.prompts}) == 30 and len({p.text for p in workload.prompts}) == 30
+
+
+def test_project_categories_are_distinct() -> None:
+    categories = [load_workload(ROOT / "workloads" / f"{name}.yaml", 1).definition.category for name in PROJECT_WORKLOADS]
+    assert len(set(categories)) == len(categories)
+
+
+def test_specbench_first_turns_filtered_by_category(tmp_path: Path) -> None:
+    workload = load_workload(_source(tmp_path, "specbench", "specbench_question.jsonl", category="translation"), 2)
+    assert sorted(p.prompt_id for p in workload.prompts) == ["specbench-1", "specbench-3"]
+    assert all(p.text.startswith("Translate German to English") for p in workload.prompts)
+    with pytest.raises(UserError, match="no record has category 'poetry'"):
+        load_workload(_source(tmp_path, "specbench", "specbench_question.jsonl", category="poetry"), 1)
+    with pytest.raises(UserError, match=r"specbench_broken.jsonl:2: not valid JSON"):
+        load_workload(_source(tmp_path, "specbench", "specbench_broken.jsonl"), 1)
+
+
+def test_mtbench_first_turns_filtered_by_category(tmp_path: Path) -> None:
+    workload = load_workload(_source(tmp_path, "mtbench", "mtbench_question.jsonl", category="writing"), 1)
+    assert [(p.prompt_id, p.text) for p in workload.prompts] == [("mtbench-81", "Write a haiku about rain.")]
+
+
+def test_sharegpt_first_human_turn(tmp_path: Path) -> None:
+    workload = load_workload(_source(tmp_path, "sharegpt", "sharegpt.json"), 2)
+    assert sorted((p.prompt_id, p.text) for p in workload.prompts) == [
+        ("conv-a", "How do I boil an egg?"), ("conv-b", "Name a prime number.")]
+    with pytest.raises(UserError, match="expected a JSON array"):
+        load_workload(_source(tmp_path, "sharegpt", "sharegpt_not_array.json"), 1)
+    with pytest.raises(UserError, match="record 1: no turn from 'human'"):
+        load_workload(_source(tmp_path, "sharegpt", "sharegpt_no_human.json"), 1)
+
+
+def test_jsonl_messages_are_sent_as_the_conversation(tmp_path: Path) -> None:
+    from harness.client import request_body
+    from harness.regime import load_regime
+
+    workload = load_workload(_source(tmp_path, "jsonl", "messages.jsonl"), 2)
+    prompts = {p.prompt_id: p for p in workload.prompts}
+    regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
+    _, body = request_body(prompts["m1"], "chat", regime.sampling, regime.load)
+    assert body["messages"] == [{"role": "system", "content": "You answer in one word."},
+                                {"role": "user", "content": "Capital of Peru?"}]
+    _, body = request_body(prompts["m2"], "chat", regime.sampling, regime.load)
+    assert body["messages"] == [{"role": "user", "content": "Say hello."}]
+    with pytest.raises(UserError, match="use prompt_format: chat"):
+        load_workload(_source(tmp_path, "jsonl", "messages.jsonl", prompt_format="raw"), 1)
+    with pytest.raises(UserError, match="record 1: each message needs a 'role'"):
+        load_workload(_source(tmp_path, "jsonl", "messages_bad_role.jsonl"), 1)
+    with pytest.raises(UserError, match="must not be the assistant's"):
+        load_workload(_source(tmp_path, "jsonl", "messages_ends_with_assistant.jsonl"), 1)

@@ -100,6 +100,19 @@ def _warnings(summary: dict[str, Any], record: dict[str, Any]) -> list[str]:
     return warnings
 
 
+def _categories(summary: dict[str, Any]) -> dict[str, Any]:
+    """Per category and concurrency level: tau, speedup and exactness of each speculative arm,
+    categories ordered by the first speculative arm's tau (the ordering is the finding)."""
+    rows = [r for r in summary.get("categories") or [] if r["method"] != "baseline"]
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    levels = sorted({r["concurrency"] for r in rows})
+    cells = {(r["category"], r["arm"], r["concurrency"]): r for r in rows}
+    first_level = levels[0] if levels else None
+    order = sorted({r["category"] for r in rows},
+                   key=lambda c: -((cells.get((c, arms[0], first_level)) or {}).get("tau") or 0))
+    return {"arms": arms, "levels": levels, "order": order, "cells": cells}
+
+
 def report_context(run_dir: Path) -> dict[str, Any]:
     if not (run_dir / "regime.json").is_file():
         raise UserError(f"{run_dir}: not a run directory (no regime.json)")
@@ -122,6 +135,7 @@ def report_context(run_dir: Path) -> dict[str, Any]:
         "fingerprint": _fingerprint(record, environment),
         "warnings": _warnings(summary, record),
         "tables": _tables(summary),
+        "categories": _categories(summary),
         "figures": [f for f in (
             ("tau per arm and workload", figures.tau_figure(rows, arms, workloads)),
             ("speedup vs concurrency", figures.speedup_figure(rows, arms, workloads, summary["baseline_arm"])),
