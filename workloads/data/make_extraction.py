@@ -45,7 +45,7 @@ def log_context(i: int) -> tuple[str, str]:
 
 def table_context(i: int) -> tuple[str, str]:
     rows = ["| sku | product | warehouse | stock | unit price (EUR) |", "|---|---|---|---|---|"]
-    for n in range(22):
+    for _ in range(22):
         rows.append(f"| KT-{rng.randint(1000, 9999)} | {rng.choice(PRODUCTS)} | {rng.choice(['Lyon', 'Gdansk', 'Porto', 'Leipzig'])} "
                     f"| {rng.randint(0, 60)} | {rng.randint(4, 120)}.{rng.choice(['00', '50', '90', '95'])} |")
     question = rng.choice([
@@ -58,7 +58,7 @@ def table_context(i: int) -> tuple[str, str]:
 
 def directory_context(i: int) -> tuple[str, str]:
     people = []
-    for n in range(16):
+    for _ in range(16):
         first, last = rng.choice(FIRST), rng.choice(LAST)
         people.append((first, last, rng.choice(TEAMS), f"{first.lower()}.{last.lower()}@northwind-labs.example",
                        f"+44 20 7946 {rng.randint(1000, 9999)}", f"Building {rng.choice('ABCD')}, room {rng.randint(100, 499)}"))
@@ -76,7 +76,7 @@ def notes_context(i: int) -> tuple[str, str]:
     topics = ["the release date", "the budget for the pilot", "hiring for the support team", "the office move",
               "the customer survey results", "the security audit", "the new pricing page"]
     turns, spoke = [], []
-    for n in range(14):
+    for _ in range(14):
         speaker, topic = rng.choice(speakers), rng.choice(topics)
         stance = rng.choice(["I think we should postpone", "I am in favour of moving ahead with",
                              "We need more data before deciding on", "Let me summarise where we are with",
