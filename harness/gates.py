@@ -75,6 +75,15 @@ class RunView:
         self.changed_arms: list[str] = []  # arms configured differently in the baseline run
         self._samples: dict[str, list[dict[str, Any]]] = {}
 
+    def use_gates_from(self, other: Regime, source: str) -> None:
+        """Apply another regime file's gates to this run; every arm they name must be in the run."""
+        names = {arm.name for arm in self.regime.arms}
+        for index, gate in enumerate(other.gates.rules):
+            if gate.arm != "*" and gate.arm not in names:
+                raise UserError(f"{source}: gates.rules[{index}].arm: the run has no arm '{gate.arm}' "
+                                f"(arms: {', '.join(sorted(names))})")
+        self.regime = self.regime.model_copy(update={"gates": other.gates})
+
     def cells(self, arm: str) -> list[tuple[str, int]]:
         return [(w, c) for (a, w, c) in self.rows if a == arm]
 

@@ -126,5 +126,13 @@ def test_refusals(tmp_path: Path) -> None:
     out = _gate(str(run), "--baseline", str(other))
     assert out.returncode == 2 and "different conditions" in out.stdout and "Traceback" not in out.stdout + out.stderr
     bare = _copy(tmp_path, "bare", {})
-    assert _gate(str(bare)).returncode == 2
+    assert _gate(str(bare)).returncode == 2  # no gates stored with the run ...
+    gates_file = tmp_path / "gates.yaml"
+    regime_text = (ROOT / "tests" / "regimes" / "cpu_e2e.yaml").read_text().replace("../../workloads/", f"{ROOT}/workloads/")
+    gates_file.write_text(regime_text + "gates:\n  rules:\n    - {arm: ngram_k4, metric: tau, min: 1.5}\n")
+    out = _gate(str(bare), "--gates", str(gates_file))  # ... but tuned gates from a regime file apply
+    assert out.returncode == 0 and "ngram_k4 tau >= 1.5" in out.stdout
+    gates_file.write_text(gates_file.read_text().replace("arm: ngram_k4, metric", "arm: ngram_k8, metric"))
+    out = _gate(str(bare), "--gates", str(gates_file))
+    assert out.returncode == 2 and "no arm named 'ngram_k8'" in out.stdout
     assert _gate(str(tmp_path / "nowhere")).returncode == 2
