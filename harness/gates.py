@@ -262,11 +262,12 @@ def open_views(run_dir: Any, baseline_dir: Any | None) -> tuple[RunView, RunView
     if baseline_dir is None:
         return view, None
     baseline = RunView(RunDir(baseline_dir))
-    mine, theirs = view.regime.conditions_fingerprint(), baseline.regime.conditions_fingerprint()
+    mine = view.regime.conditions_fingerprint(view.record["workloads"])
+    theirs = baseline.regime.conditions_fingerprint(baseline.record["workloads"])
     if mine != theirs:
         raise UserError(
             f"{run_dir} and {baseline_dir} were measured under different conditions (regime fingerprints without the "
-            f"arms: {mine} vs {theirs}: hardware, engine, target, load, sampling or workloads differ); "
+            f"arms: {mine} vs {theirs}: hardware, engine, target, load, sampling or prompts differ); "
             "gating one against the other would compare different regimes"
         )
     view.changed_arms = [

@@ -376,11 +376,13 @@ class Regime(StrictModel):
         fields = self.model_dump(mode="json", exclude={"name", "description", "gates"})
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
-    def conditions_fingerprint(self) -> str:
+    def conditions_fingerprint(self, workloads: list[dict[str, Any]]) -> str:
         """The conditions the arms are measured in (hardware, engine, target, TP, sampling, load, cost,
-        workloads...), without the arms themselves: two runs with equal conditions can be gated
+        and the prompts: ``workloads`` as stored with a run, by name, format and content hash, not
+        by file path), without the arms themselves: two runs with equal conditions can be gated
         against each other arm by arm, even when an arm's configuration changed between them."""
-        fields = self.model_dump(mode="json", exclude={"name", "description", "gates", "arms"})
+        fields = self.model_dump(mode="json", exclude={"name", "description", "gates", "arms", "workloads"})
+        fields["prompts"] = sorted((w["name"], w["prompt_format"], w["content_sha256"]) for w in workloads)
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
     def target_reference(self) -> str:

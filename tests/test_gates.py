@@ -123,6 +123,17 @@ def test_refusals(tmp_path: Path) -> None:
     (other / "regime.json").write_text(json.dumps(record))
     with pytest.raises(UserError, match="different conditions"):
         open_views(run, other)
+    moved = _copy(tmp_path, "moved", GATES)  # the same prompts read from another path: same conditions
+    record = json.loads((moved / "regime.json").read_text())
+    record["regime"]["workloads"] = [f"/elsewhere/{Path(w).name}" for w in record["regime"]["workloads"]]
+    (moved / "regime.json").write_text(json.dumps(record))
+    open_views(run, moved)
+    changed = _copy(tmp_path, "changed", GATES)  # other prompts: refused
+    record = json.loads((changed / "regime.json").read_text())
+    record["workloads"][0]["content_sha256"] = "0" * 64
+    (changed / "regime.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match="different conditions"):
+        open_views(run, changed)
     out = _gate(str(run), "--baseline", str(other))
     assert out.returncode == 2 and "different conditions" in out.stdout and "Traceback" not in out.stdout + out.stderr
     bare = _copy(tmp_path, "bare", {})
