@@ -114,7 +114,11 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
         spec = plan.launch_spec(arm, model, port=0)
         argv = [("PORT" if prev == "--port" else part) for prev, part in zip([""] + spec.argv[:-1], spec.argv, strict=True)]
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items()))
-        drafter = f", drafter: {plan.drafters[arm.name].provenance['label']}" if arm.name in plan.drafters else ""
+        drafter = ""
+        if arm.name in plan.drafters:
+            resolved = plan.drafters[arm.name]
+            built_later = resolved.provenance["source"] == "untrained" and not Path(resolved.path).exists()
+            drafter = f", drafter: {resolved.provenance['label']}" + (", built on first run" if built_later else "")
         console.print(f"\n[bold]{arm.name}[/] ({arm.method}, K={arm.num_speculative_tokens or '-'}{drafter}):", highlight=False)
         console.print(f"  {env + ' ' if env else ''}{shlex.join(argv)}", highlight=False, soft_wrap=True)
     return EXIT_OK
