@@ -342,6 +342,7 @@ class Runner:
             readings = sampler.stop() if sampler else []
         self._check_alive(server, result)
         after = None if per_request else _scrape(server.base_url, self.plan)
+        server_reported = self.plan.adapter.server_figures(server.base_url) if per_request else None
         append_jsonl(run.windows(arm.name), {
             "workload": workload.name,
             "category": workload.definition.category,
@@ -354,6 +355,7 @@ class Runner:
             "acceptance_source": self.plan.adapter.acceptance_source,
             "counters_before": before,
             "counters_after": after,
+            "server_reported": server_reported,
             "power": {
                 "source": self.power_reader.source if self.power_reader else None,
                 "note": self.power_note,

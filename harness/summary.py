@@ -71,6 +71,8 @@ def cell_metrics(
         "tpot_ms_p50": _ms(percentile(tpots, 50)),
         "tpot_ms_p90": _ms(percentile(tpots, 90)),
         "acceptance_source": windows[0].get("acceptance_source", "server_counters"),
+        # the engine's own server-wide figure after the cell's last window, labelled, never tau
+        "server_reported": windows[-1].get("server_reported"),
         "tau": acc.tau,
         "acceptance_rate": acc.acceptance_rate,
         "per_position_acceptance": acc.per_position,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.engines import get_adapter
-from harness.engines.sglang import served_from_server_info
+from harness.engines.sglang import server_figures_from_info, served_from_server_info
 from harness.probes.acceptance import acceptance, request_counters
 from harness.regime import load_regime
 from harness.validation import check_served
@@ -51,3 +51,10 @@ def test_server_info_mismatch_is_seen() -> None:
             "speculative_algorithm": "EAGLE3", "speculative_num_draft_tokens": 6}
     found = check_served(REGIME, served_from_server_info(info), arm)
     assert [m.field for m in found] == ["arms[3].num_speculative_tokens"]  # 6 draft tokens = K 5, not 3
+
+
+def test_server_wide_figure_is_kept_apart_and_labelled() -> None:
+    info = {"internal_states": [{"avg_spec_accept_length": 2.7, "last_gen_throughput": 310.0}], "version": "0.5.23"}
+    figures = server_figures_from_info(info)
+    assert figures["sglang_avg_spec_accept_length_lifetime"] == 2.7 and "tau comes from the requests" in figures["note"]
+    assert server_figures_from_info({"internal_states": [{}]}) is None  # a no-spec server reports none

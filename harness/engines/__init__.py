@@ -43,6 +43,10 @@ class EngineAdapter(Protocol):
         """Engine-specific request fields: token ids per output token (and, per request,
         acceptance details where the engine reports them that way)."""
 
+    def server_figures(self, base_url: str) -> dict | None:
+        """Server-wide acceptance figures the engine reports besides what tau is computed from,
+        stored labelled with each window (SGLang's lifetime mean); None when there are none."""
+
     def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
         """Speculative-decoding counters from the metrics endpoint's text."""
 

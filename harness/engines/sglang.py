@@ -104,6 +104,15 @@ class SglangAdapter:
         acceptance comes from each request's details (``probes.acceptance.request_counters``)."""
         return SpecCounters()
 
+    def server_figures(self, base_url: str) -> dict | None:
+        """SGLang's own server-wide acceptance figure, stored next to tau, never used as tau."""
+        with httpx.Client(base_url=base_url, timeout=10.0) as client:
+            try:
+                info = client.get("/server_info").json()
+            except (httpx.HTTPError, ValueError):
+                return None
+        return server_figures_from_info(info)
+
     def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
         """``/server_info``: the resolved server arguments, as the engine applied them."""
         with httpx.Client(base_url=base_url, timeout=10.0) as client:
@@ -118,6 +127,19 @@ class SglangAdapter:
             return f"sglang {importlib.metadata.version('sglang')}"
         except importlib.metadata.PackageNotFoundError:
             return None
+
+
+def server_figures_from_info(info: dict) -> dict | None:
+    states = info.get("internal_states") or []
+    values = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
+    values = [v for v in values if isinstance(v, (int, float))]
+    if not values:
+        return None
+    return {
+        "sglang_avg_spec_accept_length_lifetime": values[0] if len(values) == 1 else values,
+        "note": "SGLang's own server-wide mean since start-up: completion tokens / verify steps (counts the "
+        "prefill token), including warm-up and earlier windows. Context only; tau comes from the requests.",
+    }
 
 
 def served_from_server_info(info: dict) -> dict:

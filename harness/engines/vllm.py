@@ -96,6 +96,9 @@ class VllmAdapter:
                 totals[key] += sample.value  # summed over engines / label sets
         return SpecCounters(accepted_per_position=per_position, **totals)
 
+    def server_figures(self, base_url: str) -> dict | None:
+        return None  # the /metrics counters tau comes from are already the server-wide figures
+
     def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
         """What the running server says it is: ``/version``, ``/v1/models`` (max_model_len), and
         from the engine's own start-up log line the dtype, quantization and speculative config."""
