@@ -36,6 +36,7 @@ def test_report_is_deterministic_and_self_contained() -> None:
     first, second = render_report(GOLDEN), render_report(GOLDEN)
     assert first == second
     assert first.count('<table class="minilab"') == 4
+    assert first.count('<table class="categories"') == 1  # ngram per category (code, chat) at each level
     assert "Metric definitions" in first and "fingerprint" in first
     # nothing to fetch when opened: no external URLs, no scripts at all
     assert "http://" not in first and "https://" not in first and "<script" not in first.lower()
