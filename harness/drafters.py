@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.engines import resolve_model_path
+from harness.engines import is_local_reference, resolve_model_path
 from harness.errors import UserError
 from harness.models import build_into_cache, cache_root, converted_dir, resolve_package_gguf
 from harness.regime import Arm, DraftModel, Regime
@@ -42,10 +42,6 @@ class ResolvedDrafter:
     provenance: dict[str, Any]  # stored with results: source, trained, label, manifest
 
 
-def _is_local(reference: str) -> bool:
-    return reference.startswith((".", "/", "~"))
-
-
 def target_config(target_dir: str) -> dict[str, Any]:
     config = Path(target_dir) / "config.json"
     if not config.is_file():
@@ -58,8 +54,8 @@ def target_config(target_dir: str) -> dict[str, Any]:
 
 def untrained_dir(method: str, target_dir: str, seed: int) -> Path:
     """The cache entry for an untrained drafter: keyed by the target's config, method and seed."""
-    digest = hashlib.sha256((Path(target_dir) / "config.json").read_bytes()).hexdigest()[:12] \
-        if (Path(target_dir) / "config.json").is_file() else "pending"
+    config = Path(target_dir) / "config.json"
+    digest = hashlib.sha256(config.read_bytes()).hexdigest()[:12] if config.is_file() else "pending"
     return cache_root() / "drafters" / f"{method}-untrained-{digest}-seed{seed}-v{BUILDER_VERSION}"
 
 
@@ -85,10 +81,6 @@ def read_manifest(directory: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def provenance_label(provenance: dict[str, Any]) -> str:
-    return provenance["label"]
-
-
 def resolve_drafter(arm: Arm, regime: Regime, regime_path: Path, target_dir: str, build: bool) -> ResolvedDrafter:
     """The drafter of one arm. ``build`` False (``bench validate``) resolves paths without building
     or converting anything: the untrained drafter's path is where it will be cached."""
@@ -110,7 +102,7 @@ def resolve_drafter(arm: Arm, regime: Regime, regime_path: Path, target_dir: str
             "manifest": None,
         })
     reference = draft.path or ""
-    if _is_local(reference):
+    if is_local_reference(reference):
         path = resolve_model_path(reference, regime_path)
         manifest = read_manifest(path)
         if manifest is not None:

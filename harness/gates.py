@@ -173,8 +173,8 @@ def _relative(name: str, where: str, arm: str, metric: str, workload: str, concu
     statistic = _statistic(metric)
     change = stats.bootstrap_relative_change(reference, values, statistic, gates.bootstrap_resamples, gates.confidence)
     sign = -1.0 if HIGHER_IS_BETTER[metric] else 1.0  # worse = positive
-    worse, worse_low, worse_high = sign * change.point, min(sign * change.low, sign * change.high), max(
-        sign * change.low, sign * change.high)
+    worse = sign * change.point
+    worse_low, worse_high = sorted((sign * change.low, sign * change.high))
     check.value, check.baseline_value = statistic(values), statistic(reference)
     check.low, check.high = worse_low, worse_high
     first, second = (reference, values) if HIGHER_IS_BETTER[metric] else (values, reference)

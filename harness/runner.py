@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from harness.client import RequestRecord, WindowResult, run_window
 from harness.drafters import ResolvedDrafter, resolve_drafters
-from harness.engines import EngineAdapter, LaunchSpec, get_adapter, resolve_model_path
+from harness.engines import EngineAdapter, LaunchSpec, get_adapter, is_local_reference, resolve_model_path
 from harness.environment import collect_environment, model_identity
 from harness.errors import EngineError, UserError
 from harness.models import converted_dir, resolve_package_gguf
@@ -83,7 +83,7 @@ def _check_local_paths(regime: Regime, regime_path: Path) -> None:
         (f"arms[{i}].draft_model.path", arm.draft_model.path) for i, arm in enumerate(regime.arms) if arm.draft_model
     ]
     for location, reference in references:
-        if reference and reference.startswith((".", "/", "~")):
+        if reference and is_local_reference(reference):
             resolved = Path(resolve_model_path(reference, regime_path))
             if not resolved.exists():
                 raise UserError(f"{regime_path}: {location}: local model directory {reference} does not exist ({resolved})")

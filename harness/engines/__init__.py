@@ -72,8 +72,13 @@ def get_adapter(name: str) -> EngineAdapter:
     return importlib.import_module(module).ADAPTER
 
 
+def is_local_reference(reference: str) -> bool:
+    """A model reference written as a path (./, /, ~); anything else is a hub id."""
+    return reference.startswith((".", "/", "~"))
+
+
 def resolve_model_path(reference: str, regime_path: Path) -> str:
     """Target or draft references that look local resolve relative to the regime file; hub ids pass through."""
-    if reference.startswith((".", "/", "~")):
+    if is_local_reference(reference):
         return str((regime_path.parent / Path(reference).expanduser()).resolve())
     return reference
