@@ -9,6 +9,8 @@ So every speculative arm's results carry the drafter's PROVENANCE next to its ta
   whole code path on a real engine but accepts ~nothing: "untrained, mechanics only".
 - ``package``: a GGUF file from a PyPI package, converted like the target. When it is the
   target's own file, the arm is a self-draft: tau is ~K+1 by construction (mechanics only).
+- ``trained``: self-distilled here on the target's own answers (``harness.distill``), built on
+  first use; the prompts the regime measures are held out, and every run re-checks that.
 - ``path``: a local directory (a ``drafter_manifest.json`` written by the harness carries its
   provenance) or a hub id, i.e. a published drafter.
 
@@ -25,12 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
+from harness import distill
+from harness.distill import MANIFEST_NAME, TRAINING_PROMPTS_NAME, read_manifest
 from harness.engines import is_local_reference, resolve_model_path
 from harness.errors import UserError
 from harness.models import build_into_cache, cache_root, converted_dir, resolve_package_gguf
 from harness.regime import Arm, DraftModel, Regime
-
-MANIFEST_NAME = "drafter_manifest.json"
+from harness.workloads import LoadedWorkload, prompt_sha256
 # Bump when the untrained layouts change, so old cache entries are not reused.
 BUILDER_VERSION = 1
 UNTRAINED_NOTE = "random initialisation: runs the method's code path on the real engine, accepts ~nothing"
@@ -71,20 +76,31 @@ def build_untrained(method: str, target_dir: str, seed: int) -> Path:
     )
 
 
-def read_manifest(directory: str | Path) -> dict[str, Any] | None:
-    path = Path(directory) / MANIFEST_NAME
+def held_out_check(directory: str | Path, measured: list[LoadedWorkload]) -> dict[str, Any] | None:
+    """For a drafter trained here: how many of the prompts this run measures it was trained on
+    (should be 0: a drafter scored on its own training prompts flatters its tau)."""
+    path = Path(directory) / TRAINING_PROMPTS_NAME
     if not path.is_file():
         return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    trained_on = set(json.loads(path.read_text()).get("trained_on") or [])
+    hashes = [prompt_sha256(p) for w in measured for p in w.prompts]
+    return {"measured_prompts": len(hashes), "trained_on": sum(h in trained_on for h in hashes)}
 
 
-def resolve_drafter(arm: Arm, regime: Regime, regime_path: Path, target_dir: str, build: bool) -> ResolvedDrafter:
+def resolve_drafter(arm: Arm, regime: Regime, regime_path: Path, target_dir: str, build: bool,
+                    measured: list[LoadedWorkload], console: Console | None = None) -> ResolvedDrafter:
     """The drafter of one arm. ``build`` False (``bench validate``) resolves paths without building
-    or converting anything: the untrained drafter's path is where it will be cached."""
+    or converting anything: a built drafter's path is where it will be cached."""
     draft: DraftModel = arm.draft_model  # type: ignore[assignment]
+    if draft.trained is not None:
+        plan = distill.plan_distillation(arm, regime, regime_path, measured, target_dir)
+        path = distill.build(plan, regime, console or Console(stderr=True)) if build else plan.final_dir
+        manifest = read_manifest(path)
+        return ResolvedDrafter(str(path), {
+            "source": "trained", "trained": True, "reference": plan.describe(), "manifest": manifest,
+            "label": manifest["label"] if manifest else "self-distilled here",
+            "held_out": held_out_check(path, measured),
+        })
     if draft.untrained is not None:
         seed = draft.untrained.seed
         path = build_untrained(arm.method, target_dir, seed) if build else untrained_dir(arm.method, target_dir, seed)
@@ -109,16 +125,18 @@ def resolve_drafter(arm: Arm, regime: Regime, regime_path: Path, target_dir: str
             trained = bool(manifest.get("trained"))
             label = manifest.get("label") or ("trained here" if trained else "untrained, mechanics only")
             return ResolvedDrafter(path, {"source": "local", "trained": trained, "label": label,
-                                          "reference": reference, "manifest": manifest})
+                                          "reference": reference, "manifest": manifest,
+                                          "held_out": held_out_check(path, measured)})
         return ResolvedDrafter(path, {"source": "local", "trained": None, "label": f"local {Path(path).name}",
                                       "reference": reference, "manifest": None})
     return ResolvedDrafter(reference, {"source": "published", "trained": True, "label": f"published {reference}",
                                        "reference": reference, "manifest": None})
 
 
-def resolve_drafters(regime: Regime, regime_path: Path, target_dir: str, build: bool) -> dict[str, ResolvedDrafter]:
+def resolve_drafters(regime: Regime, regime_path: Path, target_dir: str, build: bool,
+                     measured: list[LoadedWorkload], console: Console | None = None) -> dict[str, ResolvedDrafter]:
     return {
-        arm.name: resolve_drafter(arm, regime, regime_path, target_dir, build)
+        arm.name: resolve_drafter(arm, regime, regime_path, target_dir, build, measured, console)
         for arm in regime.arms if arm.draft_model is not None
     }
 
@@ -126,12 +144,7 @@ def resolve_drafters(regime: Regime, regime_path: Path, target_dir: str, build: 
 # ---- the builder (child process) -------------------------------------------------------------
 
 
-def _aux_layer_ids(num_layers: int) -> list[int]:
-    """EAGLE-3's convention: a low, a middle and a high layer of the target."""
-    return sorted({min(2, num_layers - 1), num_layers // 2, max(0, num_layers - 3)})
-
-
-def _mask_token_id(target_dir: Path, config: dict[str, Any]) -> int:
+def mask_token_id(target_dir: Path, config: dict[str, Any]) -> int:
     """DFlash fills its block with a mask token. Models without one (SmolLM2) get a special token
     that no prompt or chat template uses, never an end-of-turn id."""
     reserved = {config.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")}
@@ -177,7 +190,7 @@ def _draft_config(method: str, config: dict[str, Any], target_dir: Path) -> tupl
     base.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
     hidden, layers = config["hidden_size"], config["num_hidden_layers"]
     if method == "eagle3":
-        aux = _aux_layer_ids(layers)
+        aux = distill.layer_ids(layers)
         draft = {
             **base, "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
             "draft_vocab_size": config["vocab_size"], "tie_word_embeddings": False, "torch_dtype": "bfloat16",
@@ -194,7 +207,7 @@ def _draft_config(method: str, config: dict[str, Any], target_dir: Path) -> tupl
             **base, "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "num_hidden_layers": 1,
             "block_size": 16, "num_target_layers": layers, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
             "attention_bias": False, "layer_types": ["full_attention"],
-            "dflash_config": {"mask_token_id": _mask_token_id(target_dir, config), "target_layer_ids": target_ids},
+            "dflash_config": {"mask_token_id": mask_token_id(target_dir, config), "target_layer_ids": target_ids},
         }
         shapes = {f"layers.0.{k}": v for k, v in _layer_shapes(config, hidden, qk_norm=True).items()}
         shapes |= {"fc.weight": (hidden, len(target_ids) * hidden), "hidden_norm.weight": (hidden,), "norm.weight": (hidden,)}

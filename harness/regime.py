@@ -21,7 +21,7 @@ from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
 
 SpecMethod = Literal["baseline", "ngram", "draft_model", "eagle3", "dflash"]
 METHODS_WITH_DRAFT_MODEL = ("draft_model", "eagle3", "dflash")
-UNTRAINED_METHODS = ("eagle3", "dflash")  # drafters the harness can build with random weights
+BUILT_DRAFTER_METHODS = ("eagle3", "dflash")  # drafters the harness builds itself (untrained or trained)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
@@ -183,6 +183,39 @@ class UntrainedDrafter(StrictModel):
     seed: int = Field(default=0, description="Seed of the random initialisation (part of the cache key).")
 
 
+class TrainedDrafter(StrictModel):
+    """A drafter the harness self-distils for the target (EAGLE-3 or DFlash): the target's own greedy
+    answers on the training prompts, its hidden states, and the ``speculators`` trainer. Built on
+    first use (``bench drafter build`` builds it ahead), cached by target, method, these settings
+    and the training prompts. Every prompt the regime MEASURES is held out: never trained on."""
+
+    workloads: list[str] = Field(
+        default_factory=list,
+        description="Workload files (relative to the regime file) whose whole prompt pools train the drafter; "
+        "default: the regime's own workloads. Prompts the regime measures are removed from the pool.",
+    )
+    max_prompts_per_workload: int | None = Field(
+        default=None, gt=0, description="Use at most this many training prompts per workload (file order); default all."
+    )
+    max_output_tokens: int = Field(default=256, gt=0, description="Length of the target's answers to learn from.")
+    concurrency: int = Field(default=16, gt=0, description="Concurrent requests while the target generates the answers.")
+    epochs: int = Field(default=5, gt=0, description="Training epochs (speculators' trainer).")
+    learning_rate: float = Field(default=1e-3, gt=0, description="AdamW learning rate (speculators' default).")
+    draft_vocab_size: int = Field(
+        default=8192, gt=0,
+        description="The drafter's output vocabulary: the most frequent tokens of the target's answers (a smaller "
+        "head trains several times faster on a CPU).",
+    )
+    total_seq_len: int = Field(default=2048, gt=0, description="Tokens packed into one training batch.")
+    validation_fraction: float = Field(
+        default=0.1, gt=0, lt=1,
+        description="Share of the training prompts kept for the trainer's validation accuracy per position "
+        "(separate from the held-out measured prompts).",
+    )
+    max_steps: int | None = Field(default=None, gt=0, description="Stop training after this many steps (for quick builds).")
+    seed: int = Field(default=0, description="Seed of the data shuffle and the trainer.")
+
+
 class DraftModel(StrictModel):
     """Where an arm's drafter comes from. Give exactly one source. A plain string is a path."""
 
@@ -199,6 +232,11 @@ class DraftModel(StrictModel):
         description="Build a randomly initialised EAGLE-3 or DFlash drafter for the target, cached "
         "(mechanics only: tau near 1).",
     )
+    trained: TrainedDrafter | None = Field(
+        default=None,
+        description="Self-distil an EAGLE-3 or DFlash drafter for the target on its own answers, built on first use "
+        "and cached (bench drafter build builds it ahead).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -207,9 +245,9 @@ class DraftModel(StrictModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> DraftModel:
-        given = [name for name in ("path", "package", "untrained") if getattr(self, name) is not None]
+        given = [name for name in ("path", "package", "untrained", "trained") if getattr(self, name) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of 'path', 'package' or 'untrained' (got {len(given)})")
+            raise ValueError(f"give exactly one of 'path', 'package', 'untrained' or 'trained' (got {len(given)})")
         return self
 
 
@@ -294,11 +332,13 @@ class Arm(StrictModel):
             raise ValueError(f"method '{self.method}' needs draft_model")
         if not needs_draft and self.draft_model is not None:
             raise ValueError(f"method '{self.method}' takes no draft_model")
-        if self.draft_model is not None and self.draft_model.untrained is not None and self.method not in UNTRAINED_METHODS:
-            raise ValueError(
-                f"draft_model.untrained builds EAGLE-3 or DFlash drafters only (method '{self.method}'); "
-                "for draft_model give a path or package"
-            )
+        draft = self.draft_model
+        for kind in ("untrained", "trained"):
+            if draft is not None and getattr(draft, kind) is not None and self.method not in BUILT_DRAFTER_METHODS:
+                raise ValueError(
+                    f"draft_model.{kind} builds EAGLE-3 or DFlash drafters only (method '{self.method}'); "
+                    "for draft_model give a path or package"
+                )
         return self
 
 

@@ -47,11 +47,16 @@ class Plan:
     workloads: list[LoadedWorkload]
     drafters: dict[str, ResolvedDrafter] = field(default_factory=dict)  # arm name -> drafter (set by resolve_models)
 
-    def resolve_models(self, build: bool) -> str:
+    def resolve_models(self, build: bool, console: Console | None = None) -> str:
         """The target the engine loads and every arm's drafter. ``build`` converts packaged GGUFs and
-        builds untrained drafters (cached); without it only the paths they will have are computed."""
-        model = model_reference(self.regime, self.regime_path, convert=build)
-        self.drafters = resolve_drafters(self.regime, self.regime_path, model, build)
+        builds drafters (cached; a trained one takes a while and shows its own progress on ``console``);
+        without it only the paths they will have are computed."""
+        if build and console is not None:
+            with console.status("Resolving the target (a packaged GGUF is converted once, ~30 s)..."):
+                model = model_reference(self.regime, self.regime_path, convert=True)
+        else:
+            model = model_reference(self.regime, self.regime_path, convert=build)
+        self.drafters = resolve_drafters(self.regime, self.regime_path, model, build, self.workloads, console)
         return model
 
     def launch_spec(self, arm: Arm, model: str, port: int) -> LaunchSpec:
@@ -218,9 +223,7 @@ class Runner:
         version = self._engine_version()
         environment = collect_environment(version)
         mismatches, lossy = self._validate(environment)
-        with self.console.status("Resolving the target and drafters (a packaged GGUF is converted once, ~30 s; "
-                                 "an untrained drafter is built once, ~10 s)..."):
-            model = self.plan.resolve_models(build=True)
+        model = self.plan.resolve_models(build=True, console=self.console)
         run = RunDir.create(self.results_dir, regime.name)
         self.console.print(f"Run directory: [bold]{run.root}[/]  (engine {version}, model {model})")
         with run.lock():
@@ -235,7 +238,7 @@ class Runner:
         """Continue a run from its first arm without complete results; completed arms are kept
         as they are, an incomplete arm's earlier files are moved aside (never deleted)."""
         self._validate(collect_environment(self._engine_version()))
-        self.plan.resolve_models(build=True)  # cached: the same target and drafters as the run's first part
+        self.plan.resolve_models(build=True, console=self.console)  # cached: the same target and drafters as before
         with run.lock():
             self.console.print(f"Resuming [bold]{run.root}[/]")
             return run, self._run_arms(run, model)

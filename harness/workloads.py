@@ -198,14 +198,27 @@ def _prompts_from_rows(source: WorkloadSource, rows: list[dict[str, Any]], file:
     return prompts
 
 
-def load_workload(path: Path, num_prompts: int) -> LoadedWorkload:
-    """Load a workload and pick ``num_prompts`` prompts with its fixed sample seed."""
+def load_prompt_pool(path: Path) -> tuple[Workload, list[Prompt]]:
+    """A workload's definition and EVERY prompt of its source, in file order (drafter training
+    draws from the whole pool; a measured window samples from it)."""
     definition = load_model(path, Workload)
     file = _source_file(definition, path)
     rows = _read_json_array(file) if definition.source.format == "sharegpt" else _read_jsonl(file)
     prompts = _prompts_from_rows(definition.source, rows, file)
     if definition.prompt_format == "raw" and any(p.messages is not None for p in prompts):
         raise UserError(f"{path}: prompt_format: 'messages' records are conversations; use prompt_format: chat")
+    return definition, prompts
+
+
+def prompt_sha256(prompt: Prompt) -> str:
+    """The identity of a prompt's CONTENT (text and conversation, not its id or format): a prompt
+    held out from drafter training stays held out wherever else the same text appears."""
+    return hashlib.sha256(json.dumps([prompt.text, prompt.messages]).encode()).hexdigest()
+
+
+def load_workload(path: Path, num_prompts: int) -> LoadedWorkload:
+    """Load a workload and pick ``num_prompts`` prompts with its fixed sample seed."""
+    definition, prompts = load_prompt_pool(path)
     if len(prompts) < num_prompts:
         raise UserError(f"{path}: has {len(prompts)} prompts, the regime asks for load.num_prompts={num_prompts}")
     chosen = random.Random(definition.sample_seed).sample(prompts, num_prompts)

@@ -77,7 +77,7 @@ def test_provenance_per_source(target: Path, tmp_path: Path) -> None:
     regime_path = ROOT / "regimes" / "h200_tp8.yaml"
     regime = load_regime(regime_path)
     eagle = next(a for a in regime.arms if a.method == "eagle3")
-    published = resolve_drafter(eagle, regime, regime_path, "meta-llama/Llama-3.1-8B-Instruct", build=False)
+    published = resolve_drafter(eagle, regime, regime_path, "meta-llama/Llama-3.1-8B-Instruct", build=False, measured=[])
     assert published.path == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
     assert published.provenance["label"] == "published yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 
@@ -85,14 +85,14 @@ def test_provenance_per_source(target: Path, tmp_path: Path) -> None:
     trained.mkdir()
     (trained / MANIFEST_NAME).write_text(json.dumps({"trained": True, "label": "self-distilled here, 5 epochs"}))
     local = eagle.model_copy(update={"draft_model": eagle.draft_model.model_copy(update={"path": str(trained)})})
-    resolved = resolve_drafter(local, regime, regime_path, "x", build=False)
+    resolved = resolve_drafter(local, regime, regime_path, "x", build=False, measured=[])
     assert resolved.provenance["trained"] is True and resolved.provenance["label"] == "self-distilled here, 5 epochs"
 
     smoke_path = ROOT / "regimes" / "cpu_smoke.yaml"
     smoke = load_regime(smoke_path)
     arms = {a.name: a for a in smoke.arms}
-    untrained = resolve_drafter(arms["dflash_untrained_k3"], smoke, smoke_path, str(target), build=False)
+    untrained = resolve_drafter(arms["dflash_untrained_k3"], smoke, smoke_path, str(target), build=False, measured=[])
     assert untrained.provenance["label"] == "untrained, mechanics only" and "dflash-untrained" in untrained.path
     assert not Path(untrained.path).exists()  # validate-only resolution builds nothing
-    self_draft = resolve_drafter(arms["self_draft_k3"], smoke, smoke_path, str(target), build=False)
+    self_draft = resolve_drafter(arms["self_draft_k3"], smoke, smoke_path, str(target), build=False, measured=[])
     assert self_draft.provenance["label"] == "self-draft (the target itself), mechanics only"

