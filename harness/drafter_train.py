@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress
+
+from harness.distill import progress_bar, read_answers
 
 DATA_DIR = "data"  # speculators' --data-path: the Arrow dataset, token_freq.pt, hidden_states/
 CHECKPOINTS_DIR = "checkpoints"
@@ -52,21 +54,12 @@ def _library_output_to(log_path: Path):
         terminal.close()
 
 
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
-    )
-
-
 # ---- stage: data -------------------------------------------------------------------------------
 
 
 def _samples(responses: Path, seed: int) -> list[dict[str, Any]]:
     """Prompt + the target's answer as one token sequence; loss only on the answer. Shuffled once
     with the build's seed, so the trainer's validation tail mixes every workload."""
-    from harness.distill import read_answers
-
     samples = []
     for row in read_answers(responses):
         if not row["output_token_ids"]:
@@ -123,8 +116,9 @@ def capture_hidden_states(work_dir: Path, console: Console) -> None:
     todo = [i for i in range(len(dataset)) if not (out_dir / f"hs_{i}.safetensors").is_file()]
     torch.manual_seed(build["seed"])
     torch.set_num_threads(max(1, os.cpu_count() or 1))
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # one device: targets that fit on one GPU
     model = AutoModelForCausalLM.from_pretrained(build["target_dir"], dtype=getattr(torch, build["hidden_states_dtype"]))
-    model.eval()
+    model.to(device).eval()
     layers = model.model.layers
     captured: dict[int, torch.Tensor] = {}
 
@@ -139,13 +133,13 @@ def capture_hidden_states(work_dir: Path, console: Console) -> None:
     handles = [layers[i].register_forward_pre_hook(before(i), with_kwargs=True) for i in build["layer_ids"]]
     handles.append(layers[-1].register_forward_hook(after))
     slots = list(build["layer_ids"]) + [len(layers)]
-    with _progress(console) as progress, torch.inference_mode():
+    with progress_bar(console) as progress, torch.inference_mode():
         task = progress.add_task("hidden states", total=len(dataset), completed=len(dataset) - len(todo), note="")
         for i in todo:
             ids = dataset[i]["input_ids"]
             captured.clear()
-            model.model(input_ids=ids.unsqueeze(0))
-            stacked = torch.stack([captured[s][0] for s in slots], dim=1).contiguous()  # [seq, slots, hidden]
+            model.model(input_ids=ids.unsqueeze(0).to(device))
+            stacked = torch.stack([captured[s][0] for s in slots], dim=1).cpu().contiguous()  # [seq, slots, hidden]
             tmp = out_dir / f"hs_{i}.safetensors.tmp"
             save_file({"token_ids": ids.clone(), "hidden_states": stacked}, str(tmp))
             os.replace(tmp, out_dir / f"hs_{i}.safetensors")
@@ -271,7 +265,7 @@ def train(work_dir: Path, console: Console) -> None:
 
     cli.create_train_val_loaders = measured_loaders
     cli.setup_metric_logger = with_recorder
-    with _progress(console) as progress:
+    with progress_bar(console) as progress:
         task = progress.add_task(f"training {build['method']}", total=None, note="loading")
         cli.main(TrainConfig.resolve(train_argv(build, work_dir)))
 

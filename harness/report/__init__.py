@@ -17,6 +17,7 @@ from harness.errors import UserError
 from harness.report import figures
 from harness.results import RunDir, read_json, read_jsonl
 from harness.summary import summarize
+from harness.table import drafter_note
 
 # Which way is better, per table column: the best value of each is highlighted.
 HIGHER_IS_BETTER = {"tau": True, "output_tok_s": True, "speedup": True, "ttft_ms_p50": False, "ttft_ms_p90": False,
@@ -66,7 +67,7 @@ def _fingerprint(record: dict[str, Any], environment: dict[str, Any]) -> list[tu
     drafters = record.get("drafters") or {}
     arms = ", ".join(
         f"{a['name']} ({a['method']}" + (f", K={a['num_speculative_tokens']}" if a["num_speculative_tokens"] else "")
-        + (f", drafter {drafters[a['name']]['label']}: {drafters[a['name']]['reference']}" if a["name"] in drafters else "")
+        + (f", drafter {drafter_note(drafters[a['name']])}" if a["name"] in drafters else "")
         + ")"
         for a in regime["arms"]
     )

