@@ -301,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]engine failure:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return EXIT_ENGINE
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: servers stopped; the partial run stays readable")
+        message = ("the drafter build resumes where it stopped when run again" if args.command == "drafter"
+                   else "the partial run stays readable")
+        console.print(f"[yellow]interrupted[/]: servers stopped; {message}")
         return EXIT_INTERRUPTED
     finally:
         kill_all_started()

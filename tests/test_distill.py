@@ -167,3 +167,23 @@ def test_validate_shows_the_distillation_plan(capsys) -> None:
     assert main(["validate", str(ROOT / "regimes" / "cpu_trained_drafters.yaml")]) == 0
     out = capsys.readouterr().out
     assert "drafter: self-distilled here" in out and "16 measured prompts held out" in out
+
+
+def test_provenance_lines_show_the_held_out_check() -> None:
+    from harness.report import _trained_drafters
+    from harness.table import drafter_note
+
+    manifest = {"kind": "trained", "method": "eagle3", "data": {"workloads": [{"name": "chat", "used": 70}],
+                "answered": 70, "answer_tokens": 9000}, "training": {"steps": 40, "epochs_completed": 5, "seconds": 300.0},
+                "validation": [{"accuracy_per_position": [0.1]}, {"accuracy_per_position": [0.4, 0.2, 0.1]}],
+                "versions": {"speculators": "0.9.0"}, "target": {"answers_dtype": "float32"}}
+    trained = {"label": "self-distilled here (70 prompts, 5 epochs, val acc@0 0.40)", "reference": "r",
+               "manifest": manifest, "held_out": {"measured_prompts": 16, "trained_on": 0}}
+    untrained = {"label": "untrained, mechanics only", "reference": "seed 0", "manifest": {"kind": "untrained"}}
+    assert drafter_note(trained).endswith("; trained on 0 of the 16 measured prompts")
+    leaked = {**trained, "held_out": {"measured_prompts": 16, "trained_on": 2}}
+    assert "its tau is flattered" in drafter_note(leaked)
+    assert drafter_note(untrained) == "untrained, mechanics only (seed 0)"
+    (row,) = _trained_drafters({"drafters": {"eagle3_trained": trained, "eagle3_untrained": untrained}})
+    assert row["arm"] == "eagle3_trained" and row["accuracy"] == "0.400 / 0.200 / 0.100"
+    assert row["held_out"] == "trained on 0 of the 16 measured prompts" and row["workloads"] == "chat (70)"

@@ -97,4 +97,6 @@ def test_trained_drafters_serve_with_provenance(built) -> None:
         assert f"{arm}: drafter self-distilled here" in built["run"].stdout
     page = run_dir / "report.html"
     made = _bench("report", str(run_dir), "-o", str(page), env=built["env"])
-    assert made.returncode == 0 and page.read_text().count("self-distilled here") >= 2
+    html = page.read_text()
+    assert made.returncode == 0 and html.count("self-distilled here") >= 2
+    assert "Drafters trained here" in html and html.count("trained on 0 of the 4 measured prompts") >= 2

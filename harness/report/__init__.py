@@ -114,6 +114,32 @@ def _categories(summary: dict[str, Any]) -> dict[str, Any]:
     return {"arms": arms, "levels": levels, "order": order, "cells": cells}
 
 
+def _trained_drafters(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per arm with a drafter trained here: what a reviewer asks before trusting its tau (what it
+    was trained on, whether the measured prompts were held out, how far training got)."""
+    rows = []
+    for arm, drafter in (record.get("drafters") or {}).items():
+        manifest = drafter.get("manifest") or {}
+        if manifest.get("kind") != "trained":
+            continue
+        data, training = manifest.get("data", {}), manifest.get("training", {})
+        validation = manifest.get("validation") or [{}]
+        held_out = drafter.get("held_out") or {}
+        rows.append({
+            "arm": arm, "method": manifest.get("method"),
+            "workloads": ", ".join(f"{w['name']} ({w['used']})" for w in data.get("workloads", [])),
+            "answered": data.get("answered"), "answer_tokens": data.get("answer_tokens"),
+            "held_out": (f"trained on {held_out['trained_on']} of the {held_out['measured_prompts']} measured prompts"
+                         if held_out else "not checked"),
+            "steps": training.get("steps"), "epochs": training.get("epochs_completed"),
+            "seconds": training.get("seconds"),
+            "accuracy": " / ".join(f"{a:.3f}" for a in validation[-1].get("accuracy_per_position", [])[:8]),
+            "versions": ", ".join(f"{k} {v}" for k, v in sorted((manifest.get("versions") or {}).items())),
+            "answers_dtype": (manifest.get("target") or {}).get("answers_dtype"),
+        })
+    return rows
+
+
 def report_context(run_dir: Path) -> dict[str, Any]:
     if not (run_dir / "regime.json").is_file():
         raise UserError(f"{run_dir}: not a run directory (no regime.json)")
@@ -137,6 +163,7 @@ def report_context(run_dir: Path) -> dict[str, Any]:
         "warnings": _warnings(summary, record),
         "tables": _tables(summary),
         "categories": _categories(summary),
+        "trained_drafters": _trained_drafters(record),
         "figures": [f for f in (
             ("tau per arm and workload", figures.tau_figure(rows, arms, workloads)),
             ("speedup vs concurrency", figures.speedup_figure(rows, arms, workloads, summary["baseline_arm"])),
