@@ -376,9 +376,9 @@ def publish(plan: DistillPlan, regime: Regime, build: dict[str, Any], stage_seco
         shutil.copy2(checkpoint / name, tmp / name)
     (tmp / "build").mkdir()
     shutil.copy2(plan.answers_file, tmp / "build" / "responses.jsonl")
-    for name in ("train_metrics.jsonl", "data.log", "train.log", "build.json"):
-        if (work / name).is_file():
-            shutil.copy2(work / name, tmp / "build" / name)
+    for name in ("train_metrics.jsonl", "data.log", "train.log", "build.json", "checkpoints/run.yaml"):
+        if (work / name).is_file():  # run.yaml: speculators' resolved training config (optimizer included)
+            shutil.copy2(work / name, tmp / "build" / Path(name).name)
     training_prompts = {"trained_on": sorted({p.sha256 for p in plan.prompts}), "held_out": plan.held_out}
     (tmp / TRAINING_PROMPTS_NAME).write_text(json.dumps(training_prompts, indent=1) + "\n")
     last = validation[-1] if validation else None

@@ -75,6 +75,7 @@ def test_build_runs_every_stage_and_publishes_a_manifest(built) -> None:
         answers = [json.loads(line) for line in (drafter / "build" / "responses.jsonl").read_text().splitlines()]
         assert len(answers) == 6 and all(a["prompt_token_ids"] and a["output_token_ids"] for a in answers)
         assert (drafter / "model.safetensors").is_file()
+        assert "optimizer" in (drafter / "build" / "run.yaml").read_text()  # the trainer's resolved config
     assert not list((built["cache"] / "drafters" / "work").iterdir())  # the bulky work files are gone
     # Both methods trained on ONE set of target answers.
     assert len(list((built["cache"] / "drafters" / "answers").iterdir())) == 1
