@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
         "and speculators' trainer fits the head; the checkpoint and a drafter_manifest.json (target identity, data "
         "split and hashes, steps, validation accuracy per position, library versions) are cached. The prompts the "
         "regime measures are held out. Interrupted builds resume where they stopped. The CPU regime's EAGLE-3 "
-        "takes about 25 minutes on 2 cores.",
+        "takes about 45 minutes on 2 cores.",
     )
     drafter_build.add_argument("regime", type=Path, help="regime YAML file, e.g. regimes/cpu_drafters.yaml")
     drafter_build.add_argument("--arm", help="only this arm's drafter")

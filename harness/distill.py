@@ -126,7 +126,7 @@ def data_dtype(regime: Regime) -> str:
     return regime.target.dtype if regime.target.dtype in ("bfloat16", "float16", "float32") else "bfloat16"
 
 
-def _config_sha256(target_dir: str) -> str | None:
+def config_sha256(target_dir: str) -> str | None:
     config = Path(target_dir) / "config.json"
     return hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None
 
@@ -167,7 +167,7 @@ def plan_distillation(
     if not prompts:
         raise UserError(f"{regime_path}: arm {arm.name}: draft_model.trained has no training prompts left once the "
                         "measured prompts are held out; add training workloads")
-    config_sha = _config_sha256(target_dir)
+    config_sha = config_sha256(target_dir)
     answers = {
         "builder": BUILDER_VERSION, "target_config": config_sha or "pending", "data_dtype": data_dtype(regime),
         "max_output_tokens": settings.max_output_tokens, "seed": regime.sampling.seed,
@@ -392,7 +392,7 @@ def publish(plan: DistillPlan, regime: Regime, build: dict[str, Any], stage_seco
         "label": label,
         "method": plan.method,
         "layout": f"speculators {plan.method} checkpoint ({json.loads((checkpoint / 'config.json').read_text()).get('architectures')})",
-        "target": {"path": plan.target_dir, "config_sha256": _config_sha256(plan.target_dir),
+        "target": {"path": plan.target_dir, "config_sha256": config_sha256(plan.target_dir),
                    "dtype": regime.target.dtype, "engine": regime.engine.name, "engine_version": regime.engine.version,
                    "answers_dtype": data_dtype(regime), "engine_mode": "eager" if regime.engine.enforce_eager else "compiled"},
         "data": {

@@ -20,7 +20,6 @@ the GGUF conversion in ``harness.models``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from dataclasses import dataclass
@@ -59,8 +58,7 @@ def target_config(target_dir: str) -> dict[str, Any]:
 
 def untrained_dir(method: str, target_dir: str, seed: int) -> Path:
     """The cache entry for an untrained drafter: keyed by the target's config, method and seed."""
-    config = Path(target_dir) / "config.json"
-    digest = hashlib.sha256(config.read_bytes()).hexdigest()[:12] if config.is_file() else "pending"
+    digest = (distill.config_sha256(target_dir) or "pending")[:12]
     return cache_root() / "drafters" / f"{method}-untrained-{digest}-seed{seed}-v{BUILDER_VERSION}"
 
 
@@ -247,7 +245,7 @@ def _build(method: str, target_dir: Path, out_dir: Path, seed: int) -> None:
         "parameters": sum(t.numel() for t in tensors.values()),
         "target": {
             "path": str(target_dir),
-            "config_sha256": hashlib.sha256((target_dir / "config.json").read_bytes()).hexdigest(),
+            "config_sha256": distill.config_sha256(str(target_dir)),
         },
         "torch_version": torch.__version__,
     }
