@@ -1,3 +1,21 @@
-"""Speculative-decoding regime harness."""
+"""Speculative-decoding regime harness.
+
+For notebooks: ``harness.load_run(path)`` loads a run directory as typed results with pandas
+tables (``.cells()``, ``.requests()``, ``.categories()``, ``.repeats()``). It is imported on first
+use, so ``import harness`` stays light (no pandas, no engine).
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+__all__ = ["__version__", "load_run"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "load_run":
+        from harness.results.frames import load_run
+
+        return load_run
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")

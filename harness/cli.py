@@ -7,10 +7,10 @@ failure (an arm's server would not start or died; results are still written); 13
 from __future__ import annotations
 
 import argparse
-import shlex
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -18,20 +18,13 @@ from rich.markup import escape
 from harness import __version__
 from harness.errors import EngineError, UserError
 
+if TYPE_CHECKING:
+    from harness.results import Summary
+
 EXIT_OK, EXIT_USAGE, EXIT_ENGINE, EXIT_INTERRUPTED = 0, 2, 3, 130
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bench",
-        description="Benchmark speculative decoding (baseline, ngram, draft model, EAGLE-3, DFlash) "
-        "in an exact regime on a real engine.",
-        epilog="Quick start on a CPU-only machine: scripts/setup-cpu.sh, then "
-        ".venv/bin/bench run regimes/cpu_smoke.yaml",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_run(commands: Any) -> None:
     run = commands.add_parser(
         "run", help="launch every arm of a regime, measure, store results, print the mini-lab table",
         description="Launch each arm's server in turn, warm it up, measure every workload at every "
@@ -51,14 +44,20 @@ def _parser() -> argparse.ArgumentParser:
         "mismatch is recorded in the results and shown by the report",
     )
 
+
+def _add_validate(commands: Any) -> None:
     validate = commands.add_parser(
         "validate", help="check a regime file and print each arm's exact launch command; starts nothing",
     )
     validate.add_argument("regime", type=Path, help="regime YAML file")
 
+
+def _add_show(commands: Any) -> None:
     show = commands.add_parser("show", help="re-derive and print the mini-lab table of a stored run")
     show.add_argument("run_dir", type=Path, help="a run directory, results/<regime>/<run-id>")
 
+
+def _add_report(commands: Any) -> None:
     report = commands.add_parser(
         "report", help="render a run (or two runs side by side) into one self-contained HTML file",
         description="Render stored results into one HTML file that needs nothing from the network: the regime "
@@ -70,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("-o", "--output", type=Path, help="output file (default: reports/<regime>-<run-id>.html)")
     report.add_argument("--force", action="store_true", help="compare runs even when their regimes differ")
 
+
+def _add_gate(commands: Any) -> None:
     gate = commands.add_parser(
         "gate", help="check a run against its regime's gates (and a baseline run); exit 1 on a regression",
         description="Evaluate the gates of the run's regime (gates: floors, ceilings, golden tau, and with "
@@ -88,6 +89,22 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument("--junit", type=Path, help="JUnit XML output (default: RUN_DIR/gate/junit.xml)")
     gate.add_argument("--markdown", type=Path, help="Markdown summary output (default: RUN_DIR/gate/summary.md)")
 
+
+def _add_export(commands: Any) -> None:
+    export = commands.add_parser(
+        "export", help="write a run's results as tables (cells, requests, categories, repeats) for pandas",
+        description="Derive a run's tables from its raw files, exactly as `bench show` and "
+        "`harness.load_run(RUN).cells()` see them, and write one file per table: cells (arm x workload x "
+        "concurrency), requests (one row per measured request), categories (arm x category x concurrency) and "
+        "repeats (one row per repeat of each cell). Column names carry their units.",
+    )
+    export.add_argument("run_dir", type=Path, help="a run directory, results/<regime>/<run-id>")
+    export.add_argument("--format", choices=("csv", "parquet", "jsonl"), default="csv",
+                        help="file format (default: csv)")
+    export.add_argument("-o", "--output-dir", type=Path, help="where to write the tables (default: RUN_DIR/export)")
+
+
+def _add_drafter(commands: Any) -> None:
     drafter = commands.add_parser(
         "drafter", help="build the drafters a regime trains itself (self-distilled EAGLE-3 / DFlash heads)",
     )
@@ -104,46 +121,55 @@ def _parser() -> argparse.ArgumentParser:
     drafter_build.add_argument("regime", type=Path, help="regime YAML file, e.g. regimes/cpu_drafters.yaml")
     drafter_build.add_argument("--arm", help="only this arm's drafter")
     drafter_build.add_argument("--method", choices=("eagle3", "dflash"), help="only the arms of this method")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench",
+        description="Benchmark speculative decoding (baseline, ngram, draft model, EAGLE-3, DFlash) "
+        "in an exact regime on a real engine.",
+        epilog="Quick start on a CPU-only machine: scripts/setup-cpu.sh, then "
+        ".venv/bin/bench run regimes/cpu_smoke.yaml",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_run, _add_validate, _add_show, _add_report, _add_gate, _add_export, _add_drafter):
+        add(commands)
     return parser
 
 
 def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
-    from harness.runner import describe_plan, plan_regime
+    from harness.environment import collect_environment
+    from harness.plan import describe_plan, plan_regime
 
     plan = plan_regime(args.regime)
     regime = plan.regime
     model = plan.resolve_models(build=False)
     console.print(f"[green]{args.regime}: valid[/] (regime '{regime.name}', fingerprint {regime.fingerprint()})")
     console.print(describe_plan(plan), highlight=False)
-    from harness.environment import collect_environment
-    from harness.validation import check_environment, lossy_settings
-
-    for problem in lossy_settings(regime):
+    preflight = plan.preflight(collect_environment(plan.adapter.installed_version()))
+    for problem in preflight.lossy:
         console.print(f"[yellow]lossy acceptance setting:[/] {escape(problem)}", soft_wrap=True)
-    mismatches = check_environment(regime, collect_environment(plan.adapter.installed_version()))
-    if mismatches:
+    if preflight.mismatches:
         console.print("This machine does not match the regime (`bench run` would stop; --allow-mismatch to run anyway):")
-        for mismatch in mismatches:
-            console.print(f"  [yellow]{escape(str(mismatch))}[/]", soft_wrap=True)
+        for mismatch in preflight.mismatches:
+            console.print(f"  [yellow]{escape(mismatch)}[/]", soft_wrap=True)
     else:
         console.print("This machine matches the regime's pins.")
-    for arm in regime.arms:
-        spec = plan.launch_spec(arm, model, port=0)
-        argv = [("PORT" if prev == "--port" else part) for prev, part in zip([""] + spec.argv[:-1], spec.argv, strict=True)]
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items()))
-        drafter = ""
-        if arm.name in plan.drafters:
-            resolved = plan.drafters[arm.name]
-            built_later = resolved.provenance["source"] in ("untrained", "trained") and not Path(resolved.path).exists()
-            drafter = f", drafter: {resolved.provenance['label']}" + (", built on first run" if built_later else "")
-            if resolved.provenance["source"] == "trained":
-                drafter += f"; {resolved.provenance['reference']}"
-        console.print(f"\n[bold]{arm.name}[/] ({arm.method}, K={arm.num_speculative_tokens or '-'}{drafter}):", highlight=False)
-        console.print(f"  {env + ' ' if env else ''}{shlex.join(argv)}", highlight=False, soft_wrap=True)
+    for command in plan.arm_commands(model):
+        arm = command.arm
+        console.print(f"\n[bold]{arm.name}[/] ({arm.method}, K={arm.num_speculative_tokens or '-'}{command.drafter}):",
+                      highlight=False)
+        console.print(f"  {command.command}", highlight=False, soft_wrap=True)
     return EXIT_OK
 
 
-def _print_results(summary: dict, console: Console) -> int:
+def _print_unread(summary: Summary, console: Console) -> None:
+    for note in summary.unread_lines:
+        console.print(f"[yellow]raw data not read:[/] {escape(note)}", soft_wrap=True)
+
+
+def _print_results(summary: Summary, console: Console) -> int:
     from harness.table import category_table, drafter_lines, exactness_table, failed_arms, minilab_tables
 
     for table in minilab_tables(summary):
@@ -156,16 +182,17 @@ def _print_results(summary: dict, console: Console) -> int:
     exact = exactness_table(summary)
     if exact is not None:
         console.print(exact)
-    for mismatch in summary.get("mismatches", []):
+    for mismatch in summary.mismatches:
         console.print(f"[yellow]regime mismatch (run with --allow-mismatch):[/] {escape(mismatch)}", soft_wrap=True)
-    for setting in summary.get("lossy_settings", []):
+    for setting in summary.lossy_settings:
         console.print(f"[yellow]lossy acceptance allowed:[/] {escape(setting)}", soft_wrap=True)
-    for arm in summary["arms"]:
-        for mismatch in arm.get("mismatches") or []:
-            console.print(f"[yellow]arm {arm['name']}: regime mismatch:[/] {escape(mismatch)}", soft_wrap=True)
+    for arm in summary.arms:
+        for mismatch in arm.mismatches:
+            console.print(f"[yellow]arm {arm.name}: regime mismatch:[/] {escape(mismatch)}", soft_wrap=True)
+    _print_unread(summary, console)
     failed = failed_arms(summary)
     for arm in failed:
-        console.print(f"[red]arm {arm['name']}: {arm.get('status')}[/] {escape(arm.get('error', ''))}", soft_wrap=True)
+        console.print(f"[red]arm {arm.name}: {arm.status}[/] {escape(arm.error or '')}", soft_wrap=True)
     console.print(
         "tau = 1 + accepted/drafts from the engine's counters over each window; speedup = arm tok/s / baseline "
         "tok/s on the same prompts and concurrency; TPOT = (E2E - TTFT)/(tokens - 1) per request; same % = "
@@ -189,20 +216,19 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_show(args: argparse.Namespace, console: Console) -> int:
-    from harness.results import RunDir
     from harness.summary import summarize
 
-    if not (args.run_dir / "regime.json").is_file():
-        raise UserError(f"{args.run_dir}: not a run directory (no regime.json)")
-    return _print_results(summarize(RunDir(args.run_dir)), console)
+    return _print_results(summarize(args.run_dir), console)
 
 
 def _cmd_report(args: argparse.Namespace, console: Console) -> int:
-    from harness.report import render_comparison, render_report
+    from harness.report import render_comparison, render_context, report_context
     from harness.results import write_text_atomic
 
     if args.other_run_dir is None:
-        html = render_report(args.run_dir)
+        context = report_context(args.run_dir)
+        _print_unread(context["summary"], console)
+        html = render_context(context)
         default = Path("reports") / f"{args.run_dir.parent.name}-{args.run_dir.name}.html"
     else:
         html = render_comparison(args.run_dir, args.other_run_dir, args.force)
@@ -210,6 +236,17 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
     output = args.output or default
     write_text_atomic(output, html)
     console.print(f"Report: {output}")
+    return EXIT_OK
+
+
+def _cmd_export(args: argparse.Namespace, console: Console) -> int:
+    from harness.results.frames import export, load_run
+
+    run = load_run(args.run_dir)
+    _print_unread(run.summary, console)
+    out_dir = args.output_dir or args.run_dir / "export"
+    for path in export(run, out_dir, args.format):
+        console.print(f"wrote {path}", highlight=False)
     return EXIT_OK
 
 
@@ -225,6 +262,8 @@ def _cmd_gate(args: argparse.Namespace, console: Console) -> int:
         if not (directory / "regime.json").is_file():
             raise UserError(f"{directory}: not a run directory (no regime.json)")
     view, baseline = open_views(args.run_dir, args.baseline)
+    for opened in filter(None, (view, baseline)):
+        _print_unread(opened.summary, console)
     if args.gates is not None:
         view.use_gates_from(load_regime(args.gates), str(args.gates))
     if not view.regime.gates.rules and not view.regime.gates.golden_tau:
@@ -254,14 +293,10 @@ def _cmd_gate(args: argparse.Namespace, console: Console) -> int:
 
 def _cmd_drafter(args: argparse.Namespace, console: Console) -> int:
     from harness import distill
-    from harness.runner import model_reference, plan_regime
+    from harness.plan import model_reference, plan_regime
 
     plan = plan_regime(args.regime)
-    arms = [a for a in plan.regime.arms if a.draft_model is not None and a.draft_model.trained is not None
-            and (args.arm is None or a.name == args.arm) and (args.method is None or a.method == args.method)]
-    if not arms:
-        wanted = " ".join(filter(None, (f"named {args.arm}" if args.arm else "", f"of method {args.method}" if args.method else "")))
-        raise UserError(f"{args.regime}: no arm {wanted + ' ' if wanted else ''}has a `draft_model: {{trained: ...}}` to build")
+    arms = plan.trained_arms(args.arm, args.method)
     with console.status("Resolving the target (a packaged GGUF is converted once, ~30 s)..."):
         model = model_reference(plan.regime, plan.regime_path, convert=True)
     for arm in arms:
@@ -291,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.server import kill_all_started
 
     handlers = {"run": _cmd_run, "validate": _cmd_validate, "show": _cmd_show, "report": _cmd_report, "gate": _cmd_gate,
-                "drafter": _cmd_drafter}
+                "export": _cmd_export, "drafter": _cmd_drafter}
     try:
         return handlers[args.command](args, console)
     except UserError as exc:

@@ -21,12 +21,14 @@ import httpx
 
 from harness.engines import SERVED_MODEL_NAME
 from harness.regime import Load, Sampling
+from harness.results.records import request_latencies
 from harness.workloads import LoadedWorkload, Prompt
 
 
 @dataclass
 class RequestRecord:
-    """Everything observed about one request, as raw as possible."""
+    """Everything observed about one request, as raw as possible, filled in while it streams
+    (a plain dataclass: the hot path; stored and read back as ``RequestSample``)."""
 
     workload: str
     prompt_id: str
@@ -54,7 +56,8 @@ class RequestRecord:
         return self.error is None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The stored sample (``harness.results.RequestSample``): the raw fields plus TTFT/TPOT."""
+        return {**asdict(self), **request_latencies(self.t_send, self.t_first_token, self.t_done, len(self.token_ids))}
 
 
 def request_body(

@@ -1,13 +1,10 @@
 """Regression gates: check a run against its regime's floors, ceilings and golden tau, and
 against a baseline run, without failing on noise.
 
-Every gate is evaluated per (arm, workload, concurrency) cell on SAMPLES, never on one number:
-
-- window-level metrics (tau, output_tok_s, usd_per_mtok, speedup): one value per repeat of the
-  window (``load.repeats``), statistic = mean;
-- latencies (ttft/tpot p50/p90): one value per request, pooled over repeats, statistic = the
-  percentile itself;
-- identical_pct: one 0/100 value per prompt (identical to the baseline's or not), statistic = mean.
+Every gate is evaluated per (arm, workload, concurrency) cell on SAMPLES, never on one number;
+which samples and which statistic is the metric registry's (``harness.metrics``): one value per
+repeat of the window (mean), per request pooled over repeats (the percentile itself), or per
+prompt compared with the baseline (0/100, mean).
 
 A floor or ceiling fails when the bootstrap interval of the statistic lies entirely beyond it; a
 relative gate fails when the change against the baseline run is worse than the tolerance AND its
@@ -25,13 +22,10 @@ from typing import Any
 
 from harness import stats
 from harness.errors import UserError
-from harness.probes.latency import tpot_s, ttft_s
+from harness.metrics import METRICS
 from harness.regime import Gates, Regime
-from harness.results import RunDir, read_jsonl, read_run_record
-
-HIGHER_IS_BETTER = {"tau": True, "speedup": True, "output_tok_s": True, "identical_pct": True, "usd_per_mtok": False,
-                    "ttft_ms_p50": False, "ttft_ms_p90": False, "tpot_ms_p50": False, "tpot_ms_p90": False}
-WINDOW_METRICS = ("tau", "speedup", "output_tok_s", "usd_per_mtok")
+from harness.results.raw import read_raw
+from harness.summary import summarize
 
 Verdict = str  # "pass" | "fail" | "inconclusive" | "skipped" | "error"
 
@@ -61,19 +55,14 @@ class Check:
 
 
 class RunView:
-    """What the gates read from one run directory: its regime, summary rows, arm statuses, samples."""
+    """What the gates read from one run directory: its regime, summary cells, arm statuses, samples."""
 
-    def __init__(self, run: RunDir):
-        from harness.summary import summarize  # derived afresh from the raw files
-
-        self.run = run
-        self.record = read_run_record(run)
-        self.regime = Regime.model_validate(self.record["regime"])
-        self.summary = summarize(run)
-        self.rows = {(r["arm"], r["workload"], r["concurrency"]): r for r in self.summary["windows"]}
-        self.arms = {a["name"]: a for a in self.summary["arms"]}
+    def __init__(self, run_dir: Any):
+        self.raw = read_raw(run_dir)
+        self.record = self.raw.record
+        self.regime = self.raw.regime
+        self.summary = summarize(self.raw)  # derived afresh from the raw files
         self.changed_arms: list[str] = []  # arms configured differently in the baseline run
-        self._samples: dict[str, list[dict[str, Any]]] = {}
 
     def use_gates_from(self, other: Regime, source: str) -> None:
         """Apply another regime file's gates to this run; every arm they name must be in the run."""
@@ -85,38 +74,27 @@ class RunView:
         self.regime = self.regime.model_copy(update={"gates": other.gates})
 
     def cells(self, arm: str) -> list[tuple[str, int]]:
-        return [(w, c) for (a, w, c) in self.rows if a == arm]
+        return [(c.workload, c.concurrency) for c in self.summary.cells if c.arm == arm]
 
-    def samples(self, arm: str, workload: str, concurrency: int, metric: str) -> list[float]:
-        row = self.rows.get((arm, workload, concurrency))
-        if row is None:
+    def samples(self, arm: str, workload: str, concurrency: int, name: str) -> list[float]:
+        """The gate samples of one metric in one cell, as the registry says where they come from."""
+        cell = self.summary.cell(arm, workload, concurrency)
+        if cell is None:
             return []
-        if metric in WINDOW_METRICS:
-            return [v for r in row["per_repeat"] if (v := r.get(metric)) is not None]
-        if metric == "identical_pct":
-            section = self.summary.get("exactness") or {}
-            if not section.get("applicable"):
-                return []
-            block = section["noise_floor"] if arm == self.summary["baseline_arm"] else section["arms"].get(arm)
-            entries = (block or {}).get("prompts", [])
-            return [100.0 if e["status"] == "identical" else 0.0 for e in entries
-                    if (e["workload"], e["concurrency"]) == (workload, concurrency)]
-        if arm not in self._samples:
-            self._samples[arm] = [r for r in read_jsonl(self.run.samples(arm)) if r["error"] is None]
-        records = [r for r in self._samples[arm] if (r["workload"], r["concurrency"]) == (workload, concurrency)]
-        if metric.startswith("ttft"):
-            values = [ttft_s(r["t_send"], r["t_first_token"]) for r in records]
-        else:
-            values = [tpot_s(r["t_send"], r["t_first_token"], r["t_done"], len(r["token_ids"])) for r in records]
-        return [v * 1000.0 for v in values if v is not None]
+        metric = METRICS[name]
+        if metric.samples == "repeat":
+            return [v for r in cell.per_repeat if (v := getattr(r, name)) is not None]
+        if metric.samples == "prompt":
+            block = self.summary.exactness.block(arm, self.summary.baseline_arm)
+            return [100.0 if e.status == "identical" else 0.0 for e in (block.prompts if block else [])
+                    if (e.workload, e.concurrency) == (workload, concurrency)]
+        records = [r for r in self.raw.arms[arm].samples if r.ok and (r.workload, r.concurrency) == (workload, concurrency)]
+        values = [getattr(r, metric.sample_field) for r in records]
+        return [v * metric.scale for v in values if v is not None]
 
 
-def _statistic(metric: str) -> stats.Statistic:
-    if metric.endswith("_p50"):
-        return stats.median
-    if metric.endswith("_p90"):
-        return stats.p90
-    return stats.mean
+def _statistic(name: str) -> stats.Statistic:
+    return stats.STATISTICS[METRICS[name].statistic]
 
 
 def _cell_name(workload: str | None, concurrency: int | None) -> str:
@@ -125,15 +103,14 @@ def _cell_name(workload: str | None, concurrency: int | None) -> str:
 
 def _arm_problem(view: RunView, arm: str) -> tuple[Verdict, str] | None:
     """A failed, interrupted or missing arm: a regression, except an engine that never started."""
-    status = view.arms.get(arm)
+    status = view.summary.arm(arm)
     if status is None:
         return "fail", f"arm {arm} is not in this run"
-    state = status.get("status")
-    if state == "ok":
+    if status.status == "ok":
         return None
-    if state == "failed" and status.get("phase") == "startup":
-        return "error", f"infrastructure: the engine for {arm} did not start: {status.get('error', '')[:300]}"
-    return "fail", f"arm {arm} is {state}: {status.get('error', 'no results')}"[:400]
+    if status.status == "failed" and status.phase == "startup":
+        return "error", f"infrastructure: the engine for {arm} did not start: {(status.error or '')[:300]}"
+    return "fail", f"arm {arm} is {status.status}: {status.error or 'no results'}"[:400]
 
 
 def _absolute(name: str, where: str, arm: str, metric: str, workload: str, concurrency: int, values: list[float],
@@ -172,12 +149,13 @@ def _relative(name: str, where: str, arm: str, metric: str, workload: str, concu
         return check
     statistic = _statistic(metric)
     change = stats.bootstrap_relative_change(reference, values, statistic, gates.bootstrap_resamples, gates.confidence)
-    sign = -1.0 if HIGHER_IS_BETTER[metric] else 1.0  # worse = positive
+    higher_is_better = METRICS[metric].higher_is_better
+    sign = -1.0 if higher_is_better else 1.0  # worse = positive
     worse = sign * change.point
     worse_low, worse_high = sorted((sign * change.low, sign * change.high))
     check.value, check.baseline_value = statistic(values), statistic(reference)
     check.low, check.high = worse_low, worse_high
-    first, second = (reference, values) if HIGHER_IS_BETTER[metric] else (values, reference)
+    first, second = (reference, values) if higher_is_better else (values, reference)
     check.p_value = stats.mann_whitney_greater(first, second)[1]
     described = (f"{check.value:.4g} vs {check.baseline_value:.4g}: {100 * worse:+.1f}% worse "
                  f"(interval {100 * worse_low:+.1f}..{100 * worse_high:+.1f}%, Mann-Whitney p={check.p_value:.3g}, "
@@ -258,10 +236,10 @@ def evaluate(view: RunView, baseline: RunView | None = None) -> list[Check]:
 
 def open_views(run_dir: Any, baseline_dir: Any | None) -> tuple[RunView, RunView | None]:
     """Both runs, refusing a comparison of runs made under different conditions."""
-    view = RunView(RunDir(run_dir))
+    view = RunView(run_dir)
     if baseline_dir is None:
         return view, None
-    baseline = RunView(RunDir(baseline_dir))
+    baseline = RunView(baseline_dir)
     mine = view.regime.conditions_fingerprint(view.record["workloads"])
     theirs = baseline.regime.conditions_fingerprint(baseline.record["workloads"])
     if mine != theirs:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from harness.config_file import StrictModel, load_model
+from harness.metrics import GATED
 from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
 
 SpecMethod = Literal["baseline", "ngram", "draft_model", "eagle3", "dflash"]
@@ -251,10 +252,7 @@ class DraftModel(StrictModel):
         return self
 
 
-GateMetric = Literal[
-    "tau", "speedup", "output_tok_s", "usd_per_mtok", "ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "tpot_ms_p90",
-    "identical_pct",
-]
+GateMetric = Literal[GATED]  # the registry's gated metrics (harness.metrics)
 
 
 class Gate(StrictModel):

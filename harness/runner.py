@@ -13,120 +13,24 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from harness.client import RequestRecord, WindowResult, run_window
-from harness.drafters import ResolvedDrafter, resolve_drafters
-from harness.engines import EngineAdapter, LaunchSpec, get_adapter, is_local_reference, resolve_model_path
 from harness.environment import collect_environment, model_identity
 from harness.errors import EngineError, UserError
-from harness.models import converted_dir, resolve_package_gguf
-from harness.regime import Arm, Regime, load_regime, workload_paths
-from harness.results import SCHEMA_VERSION, RunDir, append_jsonl, read_json, read_run_record, write_json_atomic
+from harness.plan import Plan, describe_plan, plan_regime
+from harness.power import PowerSampler, open_reader
+from harness.regime import Arm, Regime
+from harness.results import SCHEMA_VERSION, ArmStatus, RunDir, Summary, append_jsonl, read_run_record, write_json_atomic
 from harness.server import Server, free_port, log_tail
-from harness.probes.power import PowerSampler, open_reader
 from harness.summary import summarize
-from harness.validation import check_environment, check_served, lossy_settings
-from harness.workloads import LoadedWorkload, Prompt, load_workload
-
-
-@dataclass
-class Plan:
-    """A regime resolved against this machine: everything needed before a server starts."""
-
-    regime: Regime
-    regime_path: Path
-    adapter: EngineAdapter
-    workloads: list[LoadedWorkload]
-    drafters: dict[str, ResolvedDrafter] = field(default_factory=dict)  # arm name -> drafter (set by resolve_models)
-
-    def resolve_models(self, build: bool, console: Console | None = None, build_trained: bool | None = None) -> str:
-        """The target the engine loads and every arm's drafter. ``build`` converts packaged GGUFs and
-        builds drafters (cached; a trained one takes a while and shows its own progress on ``console``;
-        ``build_trained=False`` leaves trained ones unbuilt); without it only their paths are computed."""
-        if build and console is not None:
-            with console.status("Resolving the target (a packaged GGUF is converted once, ~30 s)..."):
-                model = model_reference(self.regime, self.regime_path, convert=True)
-        else:
-            model = model_reference(self.regime, self.regime_path, convert=build)
-        self.drafters = resolve_drafters(self.regime, self.regime_path, model, build, self.workloads, console,
-                                         build_trained=build if build_trained is None else build_trained)
-        return model
-
-    def launch_spec(self, arm: Arm, model: str, port: int) -> LaunchSpec:
-        draft = self.drafters[arm.name].path if arm.draft_model is not None else None
-        return self.adapter.launch_spec(self.regime, arm, model, port, sys.executable, draft_model=draft)
-
-
-def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
-    """Load and check a regime and its workloads; starts nothing."""
-    regime = regime if regime is not None else load_regime(regime_path)
-    _check_local_paths(regime, regime_path)
-    adapter = get_adapter(regime.engine.name)
-    workloads = [load_workload(path, regime.load.num_prompts) for path in workload_paths(regime, regime_path)]
-    names = [w.name for w in workloads]
-    if len(set(names)) != len(names):
-        raise UserError(f"{regime_path}: workloads: two workload files share a name ({', '.join(names)})")
-    gates = regime.gates
-    for location, workload in [(f"gates.rules[{i}].workload", g.workload) for i, g in enumerate(gates.rules)] + [
-        (f"gates.golden_tau[{i}].workload", g.workload) for i, g in enumerate(gates.golden_tau)
-    ]:
-        if workload is not None and workload not in names:
-            raise UserError(f"{regime_path}: {location}: no workload named '{workload}' (workloads: {', '.join(names)})")
-    return Plan(regime=regime, regime_path=regime_path, adapter=adapter, workloads=workloads)
-
-
-def _check_local_paths(regime: Regime, regime_path: Path) -> None:
-    """A model or draft written as a local path must exist now, not fail minutes into a run."""
-    references = [("target.path", regime.target.path)] + [
-        (f"arms[{i}].draft_model.path", arm.draft_model.path) for i, arm in enumerate(regime.arms) if arm.draft_model
-    ]
-    for location, reference in references:
-        if reference and is_local_reference(reference):
-            resolved = Path(resolve_model_path(reference, regime_path))
-            if not resolved.exists():
-                raise UserError(f"{regime_path}: {location}: local model directory {reference} does not exist ({resolved})")
-
-
-def model_reference(regime: Regime, regime_path: Path, convert: bool) -> str:
-    """The string handed to the engine as the target model; converts a packaged GGUF if asked."""
-    target = regime.target
-    if target.package is not None:
-        if not convert:  # where the conversion is (or will be) cached
-            return str(converted_dir(target.package.name, target.package.file))
-        return str(resolve_package_gguf(target.package.name, target.package.file))
-    return resolve_model_path(target.path, regime_path)
-
-
-def describe_plan(plan: Plan) -> str:
-    """One paragraph stating what will be measured, defaults included."""
-    regime, load = plan.regime, plan.regime.load
-    mode = "eager (--enforce-eager)" if regime.engine.enforce_eager else "compiled (torch.compile / graphs)"
-    sampling = "greedy" if regime.sampling.temperature == 0 else f"temperature {regime.sampling.temperature}"
-    workloads = ", ".join(f"{w.name} ({w.definition.prompt_format})" for w in plan.workloads)
-    if regime.exactness_applies():
-        exactness = (
-            f"greedy exactness vs the baseline from top-{regime.exactness.top_logprobs} logprobs (all arms), "
-            f"near tie < {regime.near_tie_margin()} nats" + (", baseline noise floor (2nd pass)" if regime.exactness.noise_floor else "")
-        )
-    else:
-        exactness = "no exactness probe (disabled or not greedy)"
-    return (
-        f"{len(regime.arms)} arms ({', '.join(a.name for a in regime.arms)}) x workloads {workloads} x "
-        f"concurrency {load.concurrency}"
-        + (f", each window {load.repeats} times" if load.repeats > 1 else "")
-        + f"; {load.num_prompts} prompts per window, max {load.max_output_tokens} "
-        f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests per "
-        f"server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP {regime.tensor_parallel_size}; "
-        f"{exactness}."
-    )
+from harness.validation import check_served
+from harness.workloads import LoadedWorkload, Prompt
 
 
 def _regime_record(plan: Plan, model: str) -> dict[str, Any]:
@@ -154,32 +58,6 @@ def _regime_record(plan: Plan, model: str) -> dict[str, Any]:
     }
 
 
-def _reset_prefix_cache(base_url: str, plan: Plan) -> bool:
-    """Empty the engine's prefix cache so a window does not reuse the previous one's prompts."""
-    path = plan.adapter.reset_prefix_cache_path
-    if path is None:
-        return False
-    try:
-        response = httpx.post(base_url + path, timeout=30.0)
-    except httpx.HTTPError:
-        return False
-    if response.status_code != 200:
-        return False
-    try:  # vLLM answers JSON, SGLang plain text ("Cache flushed.")
-        return response.json().get("success", True) is not False
-    except ValueError:
-        return True
-
-
-def _scrape(base_url: str, plan: Plan) -> dict[str, Any]:
-    try:
-        response = httpx.get(base_url + plan.adapter.metrics_path, timeout=10.0)
-        response.raise_for_status()
-    except httpx.HTTPError as exc:
-        raise EngineError(f"could not read {plan.adapter.metrics_path}: {exc}") from None
-    return plan.adapter.parse_spec_counters(response.text).to_json()
-
-
 class Runner:
     def __init__(self, plan: Plan, results_dir: Path, console: Console, allow_mismatch: bool = False):
         self.plan = plan
@@ -193,14 +71,13 @@ class Runner:
     def _validate(self, environment: dict[str, Any]) -> tuple[list[str], list[str]]:
         """Refuse a regime this machine does not match (unless allowed) and lossy settings (unless
         the regime allows them). Returns (mismatches, lossy settings) to record with the run."""
-        regime = self.plan.regime
-        lossy = lossy_settings(regime)
-        if lossy and not regime.allow_lossy_acceptance:
+        preflight = self.plan.preflight(environment)
+        lossy, mismatches = preflight.lossy, preflight.mismatches
+        if lossy and not self.plan.regime.allow_lossy_acceptance:
             raise UserError(
                 f"{self.plan.regime_path}: lossy or fake acceptance settings (set allow_lossy_acceptance: true to "
                 "measure them anyway; they are flagged in the results):\n  " + "\n  ".join(lossy)
             )
-        mismatches = [str(m) for m in check_environment(regime, environment)]
         if mismatches and not self.allow_mismatch:
             raise UserError(
                 f"{self.plan.regime_path}: this machine does not match the regime; nothing was started:\n  "
@@ -219,7 +96,7 @@ class Runner:
             )
         return version
 
-    def run(self) -> tuple[RunDir, dict[str, Any]]:
+    def run(self) -> tuple[RunDir, Summary]:
         regime = self.plan.regime
         version = self._engine_version()
         environment = collect_environment(version)
@@ -235,7 +112,7 @@ class Runner:
                               {**environment, "target_identity": model_identity(model), "draft_identities": drafts})
             return run, self._run_arms(run, model)
 
-    def resume(self, run: RunDir, model: str) -> tuple[RunDir, dict[str, Any]]:
+    def resume(self, run: RunDir, model: str) -> tuple[RunDir, Summary]:
         """Continue a run from its first arm without complete results; completed arms are kept
         as they are, an incomplete arm's earlier files are moved aside (never deleted)."""
         self._validate(collect_environment(self._engine_version()))
@@ -244,23 +121,23 @@ class Runner:
             self.console.print(f"Resuming [bold]{run.root}[/]")
             return run, self._run_arms(run, model)
 
-    def _run_arms(self, run: RunDir, model: str) -> dict[str, Any]:
+    def _run_arms(self, run: RunDir, model: str) -> Summary:
         regime = self.plan.regime
         self.console.print(describe_plan(self.plan), highlight=False)
         try:
             for index, arm in enumerate(regime.arms, start=1):
                 title = f"arm {index}/{len(regime.arms)}: {arm.name} ({arm.method})"
-                if run.arm_status(arm.name) == "ok":
+                if run.read_status(arm.name).status == "ok":
                     self.console.rule(f"{title}: already complete, kept")
                     continue
                 self.console.rule(title)
                 run.set_aside(arm.name)
                 self._run_arm(run, arm, model)
-                write_json_atomic(run.summary, summarize(run))
+                _write_summary(run)
         except BaseException:
-            write_json_atomic(run.summary, summarize(run))  # the partial run stays readable
+            _write_summary(run)  # the partial run stays readable
             raise
-        return read_json(run.summary)
+        return _write_summary(run)
 
     def _run_arm(self, run: RunDir, arm: Arm, model: str) -> None:
         port = free_port()
@@ -272,9 +149,9 @@ class Runner:
             with server:
                 startup_s = self._wait_ready(server)
                 phase = "measuring"
-                running = {"status": "running", "startup_s": startup_s, "pgid": server.process.pid}
-                running["mismatches"] = self._check_served(run, arm, server)
-                write_json_atomic(run.status(arm.name), running)
+                mismatches = self._check_served(run, arm, server)
+                run.write_status(arm.name, ArmStatus(status="running", startup_s=startup_s, pgid=server.process.pid,
+                                                     mismatches=mismatches))
                 self._warm_up(run, arm, server)
                 for workload in self.plan.workloads:
                     for concurrency in self.plan.regime.load.concurrency:
@@ -282,14 +159,14 @@ class Runner:
                             self._measure_window(run, arm, server, workload, concurrency, repeat)
                 if arm.method == "baseline" and self.plan.regime.exactness.noise_floor:
                     self._noise_floor_pass(run, arm, server)
-            write_json_atomic(run.status(arm.name), {"status": "ok", "startup_s": startup_s, "mismatches": running["mismatches"]})
+            run.write_status(arm.name, ArmStatus(status="ok", startup_s=startup_s, mismatches=mismatches))
         except EngineError as exc:
             self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
-            write_json_atomic(run.status(arm.name), {"status": "failed", "phase": phase, "error": str(exc)})
+            run.write_status(arm.name, ArmStatus(status="failed", phase=phase, error=str(exc)))
         except UserError:
             raise  # a refused regime: the check that raised has already written the arm's status
         except BaseException:
-            write_json_atomic(run.status(arm.name), {"status": "interrupted"})
+            run.write_status(arm.name, ArmStatus(status="interrupted"))
             raise
 
     def _check_served(self, run: RunDir, arm: Arm, server: Server) -> list[str]:
@@ -298,7 +175,7 @@ class Runner:
         served = self.plan.adapter.served_config(server.base_url, server.log_path)
         found = [str(m) for m in check_served(self.plan.regime, served, arm)]
         if found and not self.allow_mismatch:
-            write_json_atomic(run.status(arm.name), {"status": "failed", "error": "regime mismatch", "mismatches": found})
+            run.write_status(arm.name, ArmStatus(status="failed", error="regime mismatch", mismatches=found))
             raise UserError(
                 f"arm {arm.name}: the server does not run the regime:\n  " + "\n  ".join(found)
                 + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
@@ -329,9 +206,9 @@ class Runner:
     def _measure_window(
         self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, concurrency: int, repeat: int = 0
     ) -> None:
-        cache_reset = _reset_prefix_cache(server.base_url, self.plan)
+        cache_reset = self.plan.adapter.reset_prefix_cache(server.base_url)
         per_request = self.plan.adapter.acceptance_source == "per_request"
-        before = None if per_request else _scrape(server.base_url, self.plan)
+        before = None if per_request else self.plan.adapter.read_spec_counters(server.base_url).to_json()
         sampler = PowerSampler(self.power_reader, self.plan.regime.power.sample_period_s) if self.power_reader else None
         if sampler:
             sampler.start()
@@ -345,7 +222,7 @@ class Runner:
         finally:
             readings = sampler.stop() if sampler else []
         self._check_alive(server, result)
-        after = None if per_request else _scrape(server.base_url, self.plan)
+        after = None if per_request else self.plan.adapter.read_spec_counters(server.base_url).to_json()
         server_reported = self.plan.adapter.server_figures(server.base_url) if per_request else None
         append_jsonl(run.windows(arm.name), {
             "workload": workload.name,
@@ -377,7 +254,7 @@ class Runner:
         for workload in self.plan.workloads:
             for concurrency in self.plan.regime.load.concurrency:
                 label = f"noise floor: {workload.name} @ concurrency {concurrency}"
-                _reset_prefix_cache(server.base_url, self.plan)  # the same cold start as the first pass
+                self.plan.adapter.reset_prefix_cache(server.base_url)  # the same cold start as the first pass
                 result = self._send(server, workload, workload.prompts, concurrency, label, keep)
                 self._check_alive(server, result)
 
@@ -417,13 +294,19 @@ class Runner:
             raise EngineError(f"every request failed (first error: {result.records[0].error})")
 
 
+def _write_summary(run: RunDir) -> Summary:
+    summary = summarize(run)
+    write_json_atomic(run.summary, summary.model_dump(mode="json"))
+    return summary
+
+
 def run_regime(
     regime_path: Path, results_dir: Path, console: Console, allow_mismatch: bool = False
-) -> tuple[RunDir, dict[str, Any]]:
+) -> tuple[RunDir, Summary]:
     return Runner(plan_regime(regime_path), results_dir, console, allow_mismatch).run()
 
 
-def resume_run(run_dir: Path, console: Console, allow_mismatch: bool = False) -> tuple[RunDir, dict[str, Any]]:
+def resume_run(run_dir: Path, console: Console, allow_mismatch: bool = False) -> tuple[RunDir, Summary]:
     """Resume with the regime stored in the run, refusing if its workloads changed since."""
     run = RunDir(run_dir)
     record = read_run_record(run)

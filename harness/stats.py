@@ -27,7 +27,8 @@ def mean(values: Sequence[float]) -> float:
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
+    """The q-quantile, q in [0, 1], by linear interpolation between closest ranks (numpy's
+    default). The one quantile of the harness: summaries, gates and figures all use it."""
     ordered = sorted(values)
     position = (len(ordered) - 1) * q
     low = math.floor(position)
@@ -41,6 +42,10 @@ def median(values: Sequence[float]) -> float:
 
 def p90(values: Sequence[float]) -> float:
     return quantile(values, 0.9)
+
+
+# The statistic a metric reports (``harness.metrics.Metric.statistic``) as a function.
+STATISTICS: dict[str, Statistic] = {"mean": mean, "p50": median, "p90": p90}
 
 
 @dataclass(frozen=True)

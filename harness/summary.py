@@ -1,227 +1,208 @@
 """Derive the summary (the mini-lab table's numbers) from a run directory's raw files.
 
 Raw samples are the truth; this module can be re-run on any run directory and gives the same
-summary. Units are in the names (``_ms``, ``_s``, ``tok_s``).
+``Summary``. The formulas are the probes'; this module only pools samples into cells (arm x
+workload x concurrency, over repeats) and categories (over a category's workloads).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from harness.probes.acceptance import SpecCounters, acceptance, request_counters
-from harness.probes.cost import usd_per_mtok
+from harness.probes.acceptance import SpecCounters, acceptance, mean_acceptance_length, request_counters
+from harness.probes.cost import energy_usd_per_mtok, usd_per_mtok
 from harness.probes.exactness import compare_records, shares
-from harness.probes.latency import percentile, tpot_s, ttft_s
 from harness.probes.power import combine_power, summarize_power
 from harness.probes.throughput import output_tokens_per_s, speedup
-from harness.results import SCHEMA_VERSION, RunDir, read_json, read_jsonl, read_run_record
+from harness.regime import Arm
+from harness.results.files import RunDir
+from harness.results.model import (
+    ArmSummary,
+    CategoryMetrics,
+    CellMetrics,
+    ExactnessBlock,
+    ExactnessEntry,
+    ExactnessSection,
+    ExactnessShares,
+    RepeatMetrics,
+    Summary,
+)
+from harness.results.raw import RawRun, read_raw
+from harness.results.records import RequestSample, WindowRecord
+from harness.stats import quantile
+
+PAIRING = "same workload, same prompt, same concurrency level; greedy, same seed and max tokens"
 
 
-def _ms(value: float | None) -> float | None:
-    return None if value is None else value * 1000.0
+def _ms_quantile(values: list[float], q: float) -> float | None:
+    return quantile(values, q) * 1000.0 if values else None
 
 
-def window_counters(window: dict[str, Any], records: list[dict[str, Any]]) -> SpecCounters:
+def window_counters(window: WindowRecord, records: list[RequestSample]) -> SpecCounters:
     """The window's draft counters: scrape deltas (vLLM), or the sum of each request's own
     details (SGLang); the same quantities either way, so tau has one definition."""
-    if window.get("acceptance_source", "server_counters") == "per_request":
-        return request_counters([r["spec_details"] for r in records if r.get("spec_details")])
-    return SpecCounters.from_json(window["counters_after"]).minus(SpecCounters.from_json(window["counters_before"]))
+    if window.acceptance_source == "per_request":
+        return request_counters([r.spec_details for r in records if r.spec_details])
+    return window.counter_delta()
 
 
-def cell_metrics(
-    windows: list[dict[str, Any]], records: list[dict[str, Any]], price_per_hour: float, usd_per_kwh: float | None = None
-) -> dict[str, Any]:
-    """Metrics of one (workload, concurrency) cell from its raw records and counter scrapes, pooled
-    over the cell's repeats (tokens and time add up, counters add up, latencies are pooled per
-    request); ``per_repeat`` keeps each repeat's own window-level numbers for the gates."""
-    ok = [r for r in records if r["error"] is None]
-    output_tokens = sum(len(r["token_ids"]) for r in ok)
-    ttfts = [v for r in ok if (v := ttft_s(r["t_send"], r["t_first_token"])) is not None]
-    tpots = [
-        v for r in ok if (v := tpot_s(r["t_send"], r["t_first_token"], r["t_done"], len(r["token_ids"]))) is not None
-    ]
-    duration = sum(w["duration_s"] for w in windows)
-    tok_s = output_tokens_per_s(output_tokens, duration)
+def _repeats(windows: list[WindowRecord], ok: list[RequestSample], price_per_hour: float
+             ) -> tuple[SpecCounters, list[RepeatMetrics], list[dict[str, Any]]]:
+    """Each repeat's own window-level numbers (the gates' samples), the summed counters, and
+    each repeat's power figures."""
     counters, per_repeat, power = SpecCounters(), [], []
     for window in windows:
-        repeat = window.get("repeat", 0)
-        mine = [r for r in ok if r.get("repeat", 0) == repeat]
+        mine = [r for r in ok if r.repeat == window.repeat]
         delta = window_counters(window, mine)
         counters = counters.plus(delta)
-        tokens = sum(len(r["token_ids"]) for r in mine)
-        repeat_tok_s = output_tokens_per_s(tokens, window["duration_s"])
-        per_repeat.append({
-            "repeat": repeat, "duration_s": window["duration_s"], "output_tokens": tokens, "output_tok_s": repeat_tok_s,
-            "tau": acceptance(delta).tau, "usd_per_mtok": usd_per_mtok(price_per_hour, repeat_tok_s),
-        })
-        power.append(summarize_power((window.get("power") or {}).get("samples"), tokens))
+        tokens = sum(r.output_tokens for r in mine)
+        tok_s = output_tokens_per_s(tokens, window.duration_s)
+        per_repeat.append(RepeatMetrics(
+            repeat=window.repeat, duration_s=window.duration_s, output_tokens=tokens, output_tok_s=tok_s,
+            tau=acceptance(delta).tau, usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
+        ))
+        power.append(summarize_power(window.power.samples if window.power else None, tokens))
+    return counters, per_repeat, power
+
+
+def cell_metrics(arm: Arm, drafter: str | None, windows: list[WindowRecord], records: list[RequestSample],
+                 price_per_hour: float, usd_per_kwh: float | None) -> CellMetrics:
+    """One (arm, workload, concurrency) cell from its raw records and windows, pooled over the
+    cell's repeats: tokens and time add up, counters add up, latencies are pooled per request."""
+    ok = [r for r in records if r.ok]
+    output_tokens = sum(r.output_tokens for r in ok)
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    tpots = [r.tpot_s for r in ok if r.tpot_s is not None]
+    duration = sum(w.duration_s for w in windows)
+    tok_s = output_tokens_per_s(output_tokens, duration)
+    counters, per_repeat, power = _repeats(windows, ok, price_per_hour)
     acc = acceptance(counters)
-    power_info = windows[0].get("power") or {}
-    return {
-        "repeats": len(windows),
-        "requests_total": len(records),
-        "requests_ok": len(ok),
-        "requests_errored": len(records) - len(ok),
-        "output_tokens": output_tokens,
-        "duration_s": duration,
-        "output_tok_s": tok_s,
-        "ttft_ms_p50": _ms(percentile(ttfts, 50)),
-        "ttft_ms_p90": _ms(percentile(ttfts, 90)),
-        "tpot_ms_p50": _ms(percentile(tpots, 50)),
-        "tpot_ms_p90": _ms(percentile(tpots, 90)),
-        "acceptance_source": windows[0].get("acceptance_source", "server_counters"),
-        # the engine's own server-wide figure after the cell's last window, labelled, never tau
-        "server_reported": windows[-1].get("server_reported"),
-        "tau": acc.tau,
-        "acceptance_rate": acc.acceptance_rate,
-        "per_position_acceptance": acc.per_position,
-        "drafts": acc.drafts,
-        "draft_tokens": acc.draft_tokens,
-        "accepted_tokens": acc.accepted_tokens,
-        "usd_per_mtok": usd_per_mtok(price_per_hour, tok_s),
-        **_power_metrics(power_info, combine_power(power, output_tokens), usd_per_kwh),
-        "per_repeat": per_repeat,
-    }
+    power_stats = combine_power(power, output_tokens)
+    first = windows[0]
+    return CellMetrics(
+        arm=arm.name, method=arm.method, num_speculative_tokens=arm.num_speculative_tokens, drafter=drafter,
+        workload=first.workload, category=first.category, prompt_format=first.prompt_format,
+        concurrency=first.concurrency, repeats=len(windows), requests_total=len(records), requests_ok=len(ok),
+        requests_errored=len(records) - len(ok), output_tokens=output_tokens, duration_s=duration,
+        output_tok_s=tok_s, ttft_ms_p50=_ms_quantile(ttfts, 0.5), ttft_ms_p90=_ms_quantile(ttfts, 0.9),
+        tpot_ms_p50=_ms_quantile(tpots, 0.5), tpot_ms_p90=_ms_quantile(tpots, 0.9),
+        acceptance_source=first.acceptance_source,
+        server_reported=windows[-1].server_reported,  # the engine's own figure after the cell's last window
+        tau=acc.tau, acceptance_rate=acc.acceptance_rate, per_position_acceptance=acc.per_position,
+        drafts=acc.drafts, draft_tokens=acc.draft_tokens, accepted_tokens=acc.accepted_tokens,
+        usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
+        power_source=first.power.source if first.power else None,
+        power_note=first.power.note if first.power else "not recorded",
+        mean_w=power_stats["mean_w"], peak_w=power_stats["peak_w"], energy_j=power_stats["energy_j"],
+        j_per_token=power_stats["j_per_token"], throttled=power_stats["throttled"],
+        energy_usd_per_mtok=energy_usd_per_mtok(power_stats["j_per_token"], usd_per_kwh),
+        per_repeat=per_repeat, speedup=None, exactness=None,
+    )
 
 
-def _power_metrics(power: dict[str, Any], stats: dict[str, Any], usd_per_kwh: float | None) -> dict[str, Any]:
-    j_per_token = stats["j_per_token"]
-    return {
-        "power_source": power.get("source"),
-        "power_note": power.get("note", "not recorded"),
-        **{k: v for k, v in stats.items() if k != "duration_s"},
-        # J/token x 1e6 tokens / 3.6e6 J per kWh x $/kWh
-        "energy_usd_per_mtok": j_per_token * 1e6 / 3.6e6 * usd_per_kwh if j_per_token is not None and usd_per_kwh else None,
-    }
+def _block(reference: list[RequestSample], candidate: list[RequestSample], margin: float, label: str) -> ExactnessBlock:
+    entries = [ExactnessEntry.model_validate(e) for e in compare_records(reference, candidate, margin)]
+    return ExactnessBlock(reference=label, **shares([e.status for e in entries]), prompts=entries)
 
 
-def _exactness_block(entries: list[dict[str, Any]], reference: str) -> dict[str, Any]:
-    return {"reference": reference, **shares([e["status"] for e in entries]), "prompts": entries}
-
-
-def exactness(run: RunDir, regime: dict[str, Any], baseline: str, near_tie_margin: float) -> dict[str, Any]:
+def exactness(raw: RawRun) -> ExactnessSection:
     """Per speculative arm: its outputs vs the baseline's; plus the baseline's own noise floor."""
-    reference = read_jsonl(run.samples(baseline))
-    arms = {
-        arm["name"]: _exactness_block(compare_records(reference, read_jsonl(run.samples(arm["name"])), near_tie_margin), baseline)
-        for arm in regime["arms"] if arm["name"] != baseline
-    }
-    repeat = read_jsonl(run.noise_floor(baseline))
-    noise = _exactness_block(compare_records(reference, repeat, near_tie_margin), f"{baseline} (first pass)") if repeat else None
-    return {
-        "applicable": True,
-        "near_tie_margin": near_tie_margin,
-        "pairing": "same workload, same prompt, same concurrency level; greedy, same seed and max tokens",
-        "arms": arms,
-        "noise_floor": noise,
-    }
+    regime, baseline = raw.regime, raw.baseline_arm
+    if not regime.exactness_applies():
+        return ExactnessSection(applicable=False,
+                                reason="exactness is disabled or the regime does not decode greedily")
+    margin = raw.record["near_tie_margin"]
+    reference = raw.arms[baseline].samples
+    arms = {name: _block(reference, arm.samples, margin, baseline) for name, arm in raw.arms.items() if name != baseline}
+    repeat = raw.arms[baseline].noise_floor
+    noise = _block(reference, repeat, margin, f"{baseline} (first pass)") if repeat else None
+    return ExactnessSection(applicable=True, near_tie_margin=margin, pairing=PAIRING, arms=arms, noise_floor=noise)
 
 
-def _add_window_exactness(rows: list[dict[str, Any]], section: dict[str, Any], baseline: str) -> None:
-    blocks = dict(section["arms"]) if section.get("applicable") else {}
-    if section.get("noise_floor"):
-        blocks[baseline] = section["noise_floor"]
-    for row in rows:
-        entries = [
-            e for e in (blocks.get(row["arm"]) or {}).get("prompts", [])
-            if (e["workload"], e["concurrency"]) == (row["workload"], row["concurrency"])
-        ]
-        row["exactness"] = shares([e["status"] for e in entries]) if entries else None
+def _cell_exactness(cell: CellMetrics, section: ExactnessSection, baseline: str) -> ExactnessShares | None:
+    block = section.block(cell.arm, baseline)
+    entries = [e for e in (block.prompts if block else []) if (e.workload, e.concurrency) == (cell.workload, cell.concurrency)]
+    return ExactnessShares(**shares([e.status for e in entries])) if entries else None
 
 
-def summarize(run: RunDir) -> dict[str, Any]:
-    """The summary of a run directory, from its raw files only."""
-    regime_record = read_run_record(run)
-    regime = regime_record["regime"]
-    price = regime_record["price_per_hour"]
-    drafters = regime_record.get("drafters") or {}
-    arms, rows = [], []
-    for arm in regime["arms"]:
-        name = arm["name"]
-        status = read_json(run.status(name)) if run.status(name).exists() else {"status": "not_run"}
-        drafter = drafters.get(name)
-        arms.append({"name": name, "method": arm["method"], "num_speculative_tokens": arm["num_speculative_tokens"],
-                     "drafter": drafter, **status})
-        samples = read_jsonl(run.samples(name))
-        cells: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        for window in read_jsonl(run.windows(name)):  # a cell's repeats, in the order measured
-            cells.setdefault((window["workload"], window["concurrency"]), []).append(window)
-        for (workload, concurrency), windows in cells.items():
-            records = [s for s in samples if s["workload"] == workload and s["concurrency"] == concurrency]
-            rows.append({
-                "arm": name,
-                "method": arm["method"],
-                "num_speculative_tokens": arm["num_speculative_tokens"],
-                "drafter": drafter["label"] if drafter else None,
-                "workload": workload,
-                "category": windows[0]["category"],
-                "prompt_format": windows[0]["prompt_format"],
-                "concurrency": concurrency,
-                **cell_metrics(windows, records, price, regime["cost"].get("usd_per_kwh")),
-            })
-    baseline = next(a["name"] for a in regime["arms"] if a["method"] == "baseline")
-    _add_speedups(rows, baseline=baseline)
-    if regime["exactness"]["enabled"] and regime["sampling"]["temperature"] == 0:
-        section = exactness(run, regime, baseline, regime_record["near_tie_margin"])
-    else:
-        section = {"applicable": False, "reason": "exactness is disabled or the regime does not decode greedily"}
-    _add_window_exactness(rows, section, baseline)
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": run.root.name,
-        "regime_name": regime["name"],
-        "regime_fingerprint": regime_record["fingerprint"],
-        "baseline_arm": baseline,
-        "mismatches": regime_record.get("mismatches", []),
-        "lossy_settings": regime_record.get("lossy_settings", []),
-        "arms": arms,
-        "windows": rows,
-        "categories": category_rows(rows, baseline),
-        "exactness": section,
-    }
+def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
+    regime, drafter = raw.regime, (raw.record.get("drafters") or {}).get(arm.name)
+    label = drafter["label"] if drafter else None
+    cells: dict[tuple[str, int], list[WindowRecord]] = {}
+    for window in raw.arms[arm.name].windows:  # a cell's repeats, in the order measured
+        cells.setdefault((window.workload, window.concurrency), []).append(window)
+    samples = raw.arms[arm.name].samples
+    return [
+        cell_metrics(arm, label, windows, [s for s in samples if (s.workload, s.concurrency) == key],
+                     raw.record["price_per_hour"], regime.cost.usd_per_kwh)
+        for key, windows in cells.items()
+    ]
 
 
-def category_rows(rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
-    """Per (arm, category, concurrency), pooled over the workloads of that category: tokens and
-    time add up, tau from the summed draft counts, exactness over all their prompts."""
-    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["arm"], row["category"], row["concurrency"]), []).append(row)
+def _with_speedups(cells: list[CellMetrics], baseline: str) -> list[CellMetrics]:
+    """Speedup of the pooled cell, and per repeat against the baseline's same repeat."""
+    base = {(c.workload, c.concurrency): c for c in cells if c.arm == baseline}
     out = []
-    for (arm, category, concurrency), members in groups.items():
-        drafts = sum(m["drafts"] for m in members)
-        accepted = sum(m["accepted_tokens"] for m in members)
-        compared = [m["exactness"] for m in members if m.get("exactness")]
-        pairs = sum(e["compared"] for e in compared)
-        identical = sum(e["compared"] * (e["identical_pct"] or 0) / 100 for e in compared)
-        out.append({
-            "arm": arm,
-            "method": members[0]["method"],
-            "num_speculative_tokens": members[0]["num_speculative_tokens"],
-            "category": category,
-            "concurrency": concurrency,
-            "workloads": [m["workload"] for m in members],
-            "output_tok_s": output_tokens_per_s(sum(m["output_tokens"] for m in members),
-                                                sum(m["duration_s"] for m in members)),
-            "tau": 1.0 + accepted / drafts if drafts > 0 else None,
-            "drafts": drafts,
-            "accepted_tokens": accepted,
-            "identical_pct": 100.0 * identical / pairs if pairs else None,
-            "exactness_pairs": pairs,
-        })
-    base = {(r["category"], r["concurrency"]): r["output_tok_s"] for r in out if r["arm"] == baseline}
-    for row in out:
-        row["speedup"] = speedup(row["output_tok_s"], base.get((row["category"], row["concurrency"])))
+    for cell in cells:
+        reference = base.get((cell.workload, cell.concurrency))
+        base_repeats = {r.repeat: r.output_tok_s for r in reference.per_repeat} if reference else {}
+        per_repeat = [r.model_copy(update={"speedup": speedup(r.output_tok_s, base_repeats.get(r.repeat))})
+                      for r in cell.per_repeat]
+        value = speedup(cell.output_tok_s, reference.output_tok_s if reference else None)
+        out.append(cell.model_copy(update={"speedup": value, "per_repeat": per_repeat}))
     return out
 
 
-def _add_speedups(rows: list[dict[str, Any]], baseline: str) -> None:
-    """Speedup of the pooled cell, and per repeat against the baseline's same repeat."""
-    base = {(r["workload"], r["concurrency"]): r for r in rows if r["arm"] == baseline}
-    for row in rows:
-        reference = base.get((row["workload"], row["concurrency"]))
-        row["speedup"] = speedup(row["output_tok_s"], reference["output_tok_s"] if reference else None)
-        base_repeats = {r["repeat"]: r["output_tok_s"] for r in reference["per_repeat"]} if reference else {}
-        for entry in row["per_repeat"]:
-            entry["speedup"] = speedup(entry["output_tok_s"], base_repeats.get(entry["repeat"]))
+def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
+    drafter = (raw.record.get("drafters") or {}).get(arm.name)
+    status = raw.arms[arm.name].status
+    return ArmSummary(name=arm.name, method=arm.method, num_speculative_tokens=arm.num_speculative_tokens,
+                      drafter=drafter, **status.model_dump())
+
+
+def summarize(run: RunDir | Path | RawRun) -> Summary:
+    """The summary of a run directory, from its raw files only."""
+    raw = run if isinstance(run, RawRun) else read_raw(run)
+    baseline = raw.baseline_arm
+    cells = _with_speedups([c for arm in raw.regime.arms for c in _arm_cells(raw, arm)], baseline)
+    section = exactness(raw)
+    cells = [c.model_copy(update={"exactness": _cell_exactness(c, section, baseline)}) for c in cells]
+    return Summary(
+        run_id=raw.run.root.name,
+        regime_name=raw.regime.name,
+        regime_fingerprint=raw.record["fingerprint"],
+        baseline_arm=baseline,
+        mismatches=raw.record.get("mismatches", []),
+        lossy_settings=raw.record.get("lossy_settings", []),
+        arms=[_arm_summary(raw, arm) for arm in raw.regime.arms],
+        cells=cells,
+        categories=category_rows(cells, baseline),
+        exactness=section,
+        unread_lines=raw.unread.notes,
+    )
+
+
+def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetrics]:
+    """Per (arm, category, concurrency), pooled over the workloads of that category: tokens and
+    time add up, tau from the summed draft counts, exactness over all their prompts."""
+    groups: dict[tuple[str, str, int], list[CellMetrics]] = {}
+    for cell in cells:
+        groups.setdefault((cell.arm, cell.category, cell.concurrency), []).append(cell)
+    rows = []
+    for (arm, category, concurrency), members in groups.items():
+        drafts = sum(m.drafts for m in members)
+        accepted = sum(m.accepted_tokens for m in members)
+        compared = [m.exactness for m in members if m.exactness]
+        pairs = sum(e.compared for e in compared)
+        identical = sum(e.compared * (e.identical_pct or 0) / 100 for e in compared)
+        rows.append(CategoryMetrics(
+            arm=arm, method=members[0].method, num_speculative_tokens=members[0].num_speculative_tokens,
+            category=category, concurrency=concurrency, workloads=[m.workload for m in members],
+            output_tok_s=output_tokens_per_s(sum(m.output_tokens for m in members), sum(m.duration_s for m in members)),
+            tau=mean_acceptance_length(drafts, accepted), drafts=drafts, accepted_tokens=accepted,
+            identical_pct=100.0 * identical / pairs if pairs else None, exactness_pairs=pairs, speedup=None,
+        ))
+    base = {(r.category, r.concurrency): r.output_tok_s for r in rows if r.arm == baseline}
+    return [r.model_copy(update={"speedup": speedup(r.output_tok_s, base.get((r.category, r.concurrency)))})
+            for r in rows]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from harness.errors import UserError
 from harness.regime import load_regime
-from harness.runner import plan_regime
+from harness.plan import plan_regime
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD_TEXT = (ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace("../workloads/", f"{ROOT}/workloads/")

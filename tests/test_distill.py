@@ -17,7 +17,7 @@ from harness.drafter_train import _samples, train_argv
 from harness.drafters import held_out_check
 from harness.errors import UserError
 from harness.regime import load_regime
-from harness.runner import plan_regime
+from harness.plan import plan_regime
 from harness.workloads import load_prompt_pool, prompt_sha256
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from harness.client import RequestRecord, _absorb_chunk
 from harness.drafters import MANIFEST_NAME
 from harness.probes.acceptance import acceptance, request_counters
 from harness.regime import load_regime
-from harness.runner import Plan, plan_regime
+from harness.plan import Plan, plan_regime
 from harness.engines.sglang import served_from_server_info
 from harness.validation import check_served
 from tests import engine_parsers

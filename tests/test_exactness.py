@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.client import parse_top_logprobs
+from harness.results import RequestSample
 from harness.probes.exactness import compare, compare_records, first_divergence, shares, text_around, top2_margin
 
 EOS = 2
@@ -82,12 +83,12 @@ def test_parse_both_logprob_shapes() -> None:
     assert parse_top_logprobs(None) == []
 
 
-def _rec(prompt: str, concurrency: int, ids: list[int], error: str | None = None, margins=None) -> dict:
-    return {
-        "workload": "w", "prompt_id": prompt, "concurrency": concurrency, "token_ids": ids, "error": error,
-        "chunks": [(0.0, 1, f"<{t}>") for t in ids],
-        "top_logprobs": [[(t, -0.1), (0, -0.1 - m)] for t, m in zip(ids, margins or [1.0] * len(ids), strict=True)],
-    }
+def _rec(prompt: str, concurrency: int, ids: list[int], error: str | None = None, margins=None) -> RequestSample:
+    return RequestSample(
+        workload="w", prompt_id=prompt, concurrency=concurrency, prompt_format="raw", t_send=0.0, token_ids=ids,
+        error=error, chunks=[(0.0, 1, f"<{t}>") for t in ids],
+        top_logprobs=[[(t, -0.1), (0, -0.1 - m)] for t, m in zip(ids, margins or [1.0] * len(ids), strict=True)],
+    )
 
 
 def test_compare_records_pairs_same_prompt_and_concurrency_only() -> None:

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def nvml_reader():
-    from harness.probes.power import NvmlReader
+    from harness.power import NvmlReader
 
     try:
         reader = NvmlReader()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.probes.power import PowerReading, PowerSampler, RaplReader, open_reader, summarize_power
+from harness.power import PowerReading, PowerSampler, RaplReader, open_reader
+from harness.probes.power import summarize_power
 
 
 class FakeReader:

@@ -1,5 +1,6 @@
-"""Result files: a stored v1 run (recorded from the real CPU engine) re-derives to the same
-summary; unknown schema versions are refused; writes are atomic and torn lines tolerated."""
+"""Result files: a stored v1 run (recorded from the real CPU engine) loads and re-derives to the
+same summary; unknown schema versions are refused; writes are atomic; only a torn LAST line is
+ever skipped, and it is reported; the pandas view and the export read back equal."""
 
 from __future__ import annotations
 
@@ -7,32 +8,73 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from pydantic import ValidationError
 
+import harness
+from harness.cli import main
 from harness.errors import UserError
-from harness.results import RunDir, append_jsonl, read_jsonl, write_json_atomic
+from harness.results import (
+    SCHEMA_VERSION,
+    RequestSample,
+    RunDir,
+    Summary,
+    append_jsonl,
+    load_summary,
+    parse_summary,
+    read_jsonl,
+    write_json_atomic,
+)
+from harness.results.frames import export, load_run
 from harness.summary import summarize
 from harness.table import minilab_tables
 
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
 
 
-def test_golden_run_rederives_its_summary() -> None:
-    stored = json.loads((GOLDEN / "summary.json").read_text())
-    derived = summarize(RunDir(GOLDEN))
-    assert derived["windows"] == stored["windows"]  # JSON floats round-trip exactly
-    assert [a["status"] for a in derived["arms"]] == ["ok", "ok"]
-    assert len(minilab_tables(derived)) == 4
-
-
-def test_unknown_schema_version_is_refused(tmp_path: Path) -> None:
+@pytest.fixture
+def run_copy(tmp_path: Path) -> Path:
     run = tmp_path / "run"
     shutil.copytree(GOLDEN, run)
-    record = json.loads((run / "regime.json").read_text())
+    return run
+
+
+def test_golden_v1_summary_loads_and_equals_the_rederived_one() -> None:
+    stored = load_summary(GOLDEN / "summary.json")  # a version-1 file
+    derived = summarize(GOLDEN)
+    assert derived == stored  # JSON floats round-trip exactly
+    assert [a.status for a in derived.arms] == ["ok", "ok"]
+    assert len(minilab_tables(derived)) == 4
+    assert json.loads((GOLDEN / "summary.json").read_text())["windows"] == [
+        c.model_dump(mode="json") for c in derived.cells]
+
+
+def test_v2_summary_round_trips_and_is_frozen() -> None:
+    summary = summarize(GOLDEN)
+    dumped = summary.model_dump(mode="json")
+    assert dumped["schema_version"] == SCHEMA_VERSION == 2 and "cells" in dumped and "windows" not in dumped
+    assert parse_summary(json.loads(json.dumps(dumped)), "test") == summary
+    with pytest.raises(ValidationError):
+        summary.cells[0].tau = 9.0  # type: ignore[misc]
+
+
+def test_unknown_schema_version_is_refused(run_copy: Path) -> None:
+    record = json.loads((run_copy / "regime.json").read_text())
     record["schema_version"] = 99
-    (run / "regime.json").write_text(json.dumps(record))
+    (run_copy / "regime.json").write_text(json.dumps(record))
     with pytest.raises(UserError, match="schema_version 99 is not supported"):
-        summarize(RunDir(run))
+        summarize(run_copy)
+    with pytest.raises(UserError, match="schema_version 99 is not supported"):
+        parse_summary({"schema_version": 99}, "summary.json")
+
+
+def test_v1_samples_get_ttft_and_tpot_from_the_one_formula() -> None:
+    line = json.loads((GOLDEN / "arms" / "baseline" / "samples.jsonl").read_text().splitlines()[0])
+    assert "ttft_s" not in line
+    sample = RequestSample.model_validate(line)
+    assert sample.ttft_s == pytest.approx(line["t_first_token"] - line["t_send"])
+    assert sample.tpot_s == pytest.approx((line["t_done"] - line["t_first_token"]) / (len(line["token_ids"]) - 1))
 
 
 def test_run_dirs_are_never_reused(tmp_path: Path) -> None:
@@ -49,3 +91,96 @@ def test_atomic_json_and_torn_jsonl(tmp_path: Path) -> None:
     with open(tmp_path / "s.jsonl", "a") as handle:
         handle.write('{"i": 2, "trunc')  # a crash mid-write
     assert read_jsonl(tmp_path / "s.jsonl") == [{"i": 1}]
+
+
+def test_a_torn_last_sample_is_skipped_and_reported_everywhere(run_copy: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    samples = run_copy / "arms" / "ngram_k4" / "samples.jsonl"
+    with open(samples, "a") as handle:
+        handle.write('{"workload": "code_humaneval", "prompt_id": "cut')
+    summary = summarize(run_copy)
+    assert summary.cells == summarize(GOLDEN).cells  # the torn line never reached the numbers
+    assert len(summary.unread_lines) == 1 and "samples.jsonl: line 9 not read" in summary.unread_lines[0]
+    assert main(["show", str(run_copy)]) == 0
+    assert "raw data not read" in capsys.readouterr().out
+    assert main(["report", str(run_copy), "-o", str(tmp_path / "r.html")]) == 0
+    assert "raw data not read" in capsys.readouterr().out
+    assert "Raw data not read" in (tmp_path / "r.html").read_text()
+
+
+def test_a_corrupt_line_in_the_middle_is_an_error_not_a_lost_request(run_copy: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    samples = run_copy / "arms" / "ngram_k4" / "samples.jsonl"
+    lines = samples.read_text().splitlines(keepends=True)
+    lines[3] = lines[3][:40] + "\n"
+    samples.write_text("".join(lines))
+    with pytest.raises(UserError, match=r"samples.jsonl:4: not valid JSON"):
+        summarize(run_copy)
+    assert main(["show", str(run_copy)]) == 2
+    assert "samples.jsonl:4" in capsys.readouterr().out
+
+
+def test_a_corrupt_last_line_that_was_fully_written_is_an_error(run_copy: Path) -> None:
+    windows = run_copy / "arms" / "baseline" / "windows.jsonl"
+    windows.write_text(windows.read_text() + "not json\n")
+    with pytest.raises(UserError, match=r"windows.jsonl:5: not valid JSON"):
+        summarize(run_copy)
+
+
+def test_a_record_of_the_wrong_shape_names_its_file_and_field(run_copy: Path) -> None:
+    windows = run_copy / "arms" / "baseline" / "windows.jsonl"
+    windows.write_text(windows.read_text() + json.dumps({"workload": "w"}) + "\n")
+    with pytest.raises(UserError, match=r"windows.jsonl: record 5: category: Field required"):
+        summarize(run_copy)
+
+
+def test_a_summary_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    path.write_bytes(b'{"schema_version": 2, "run_id": "\xff"}')
+    with pytest.raises(UserError, match="not UTF-8"):
+        load_summary(path)
+
+
+def test_pandas_view_of_the_v1_fixture() -> None:
+    run = harness.load_run(GOLDEN)
+    assert isinstance(run.summary, Summary)
+    cells = run.cells()
+    assert len(cells) == 8 and {"arm", "workload", "concurrency", "tau", "output_tok_s", "tpot_ms_p50",
+                                "acceptance_pos_0", "identical_pct"} <= set(cells.columns)
+    ngram = cells[(cells.arm == "ngram_k4") & (cells.workload == "code_humaneval") & (cells.concurrency == 1)]
+    assert ngram.tau.item() == pytest.approx(run.summary.cell("ngram_k4", "code_humaneval", 1).tau)
+    requests = run.requests()
+    assert len(requests) == 16 and requests.ok.all()
+    assert requests.ttft_ms.notna().all() and (requests.e2e_ms >= requests.ttft_ms).all()
+    assert len(run.categories()) == 8 and len(run.repeats()) == 8
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "jsonl"])
+def test_export_reads_back_equal(tmp_path: Path, fmt: str) -> None:
+    run = load_run(GOLDEN)
+    files = export(run, tmp_path, fmt)  # type: ignore[arg-type]
+    assert [f.name for f in files] == [f"{t}.{fmt}" for t in ("cells", "requests", "categories", "repeats")]
+    for path in files:
+        frame = run.table(path.stem)
+        if fmt == "csv":
+            back = pd.read_csv(path)
+        elif fmt == "parquet":
+            back = pd.read_parquet(path)
+        else:
+            back = pd.read_json(path, orient="records", lines=True)
+        assert list(back.columns) == list(frame.columns) and len(back) == len(frame)
+        pd.testing.assert_frame_equal(_missing_as_none(back), _missing_as_none(frame), check_dtype=False,
+                                      check_exact=fmt == "parquet")
+
+
+def _missing_as_none(frame: pd.DataFrame) -> pd.DataFrame:
+    """CSV has no null: an empty field reads back as NaN where the frame held None."""
+    return frame.astype(object).where(frame.notna(), None)
+
+
+def test_bench_export_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(GOLDEN), "--format", "parquet", "-o", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "categories.parquet", "cells.parquet", "repeats.parquet", "requests.parquet"]
+    assert main(["export", str(tmp_path / "nope")]) == 2
+    assert "not a run directory" in capsys.readouterr().out

@@ -8,11 +8,14 @@ It never imports the engine itself: the engine runs in its own process.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from harness.errors import UserError
+import httpx
+
+from harness.errors import EngineError, UserError
 from harness.probes.acceptance import SpecCounters
 from harness.regime import Arm, Regime
 
@@ -50,6 +53,12 @@ class EngineAdapter(Protocol):
     def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
         """Speculative-decoding counters from the metrics endpoint's text."""
 
+    def read_spec_counters(self, base_url: str) -> SpecCounters:
+        """Scrape the metrics endpoint now (``scrape_spec_counters``); EngineError when it cannot."""
+
+    def reset_prefix_cache(self, base_url: str) -> bool:
+        """Empty the prefix cache (``post_prefix_cache_reset``); False when the engine would not."""
+
     def installed_version(self) -> str | None:
         """The engine's version as installed here (without importing it), or None."""
 
@@ -82,3 +91,30 @@ def resolve_model_path(reference: str, regime_path: Path) -> str:
     if is_local_reference(reference):
         return str((regime_path.parent / Path(reference).expanduser()).resolve())
     return reference
+
+
+# HTTP both adapters speak the same way; each adapter names its own paths.
+
+def scrape_spec_counters(base_url: str, metrics_path: str, parse: Callable[[str], SpecCounters]) -> SpecCounters:
+    """The engine's cumulative draft counters from its metrics endpoint, right now."""
+    try:
+        response = httpx.get(base_url + metrics_path, timeout=10.0)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise EngineError(f"could not read {metrics_path}: {exc}") from None
+    return parse(response.text)
+
+
+def post_prefix_cache_reset(base_url: str, path: str) -> bool:
+    """POST the engine's prefix-cache reset so a window does not reuse the previous one's prompts;
+    False when the route is missing or refused (the window records it)."""
+    try:
+        response = httpx.post(base_url + path, timeout=30.0)
+    except httpx.HTTPError:
+        return False
+    if response.status_code != 200:
+        return False
+    try:  # vLLM answers JSON, SGLang plain text ("Cache flushed.")
+        return response.json().get("success", True) is not False
+    except ValueError:
+        return True

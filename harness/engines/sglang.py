@@ -32,7 +32,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.engines import SERVED_MODEL_NAME, LaunchSpec
+from harness.engines import SERVED_MODEL_NAME, LaunchSpec, post_prefix_cache_reset, scrape_spec_counters
 from harness.probes.acceptance import SpecCounters
 from harness.regime import Arm, Regime
 
@@ -98,6 +98,12 @@ class SglangAdapter:
         if prompt_format == "chat":  # return_token_ids is refused on streaming chat
             return {"return_output_ids_in_sglext": True, "return_spec_tokens_details": True}
         return {"return_token_ids": True, "return_spec_tokens_details": True}
+
+    def read_spec_counters(self, base_url: str) -> SpecCounters:
+        return scrape_spec_counters(base_url, self.metrics_path, self.parse_spec_counters)
+
+    def reset_prefix_cache(self, base_url: str) -> bool:
+        return post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)
 
     def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
         """SGLang has no cumulative draft counters on /metrics (only a last-interval gauge):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.engines import SERVED_MODEL_NAME, LaunchSpec
+from harness.engines import SERVED_MODEL_NAME, LaunchSpec, post_prefix_cache_reset, scrape_spec_counters
 from harness.probes.acceptance import SpecCounters, parse_prometheus
 from harness.regime import Arm, Regime
 
@@ -81,6 +81,12 @@ class VllmAdapter:
             # one entry, or a near tie would look like a wide margin.
             fields["return_tokens_as_token_ids"] = True
         return fields
+
+    def read_spec_counters(self, base_url: str) -> SpecCounters:
+        return scrape_spec_counters(base_url, self.metrics_path, self.parse_spec_counters)
+
+    def reset_prefix_cache(self, base_url: str) -> bool:
+        return post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)
 
     def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
         totals = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0}

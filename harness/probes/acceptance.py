@@ -105,12 +105,17 @@ class Acceptance:
     accepted_tokens: float
 
 
+def mean_acceptance_length(drafts: float, accepted_tokens: float) -> float | None:
+    """tau = 1 + accepted / drafts; None when nothing was drafted (nothing to measure)."""
+    return 1.0 + accepted_tokens / drafts if drafts > 0 else None
+
+
 def acceptance(delta: SpecCounters) -> Acceptance:
     """Acceptance metrics from a window's counter delta (see the module docstring)."""
     drafts = delta.drafts
     per_position = [delta.accepted_per_position[p] / drafts for p in sorted(delta.accepted_per_position)] if drafts else []
     return Acceptance(
-        tau=1.0 + delta.accepted_tokens / drafts if drafts > 0 else None,
+        tau=mean_acceptance_length(drafts, delta.accepted_tokens),
         acceptance_rate=delta.accepted_tokens / delta.draft_tokens if delta.draft_tokens > 0 else None,
         per_position=per_position,
         drafts=drafts,

@@ -102,28 +102,25 @@ def text_around(chunks: Sequence[Sequence], position: int, width: int = 60) -> t
     return "".join(before)[-width:], "".join(after)[:width]
 
 
-def _by_key(records: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+def _by_key(records: Sequence[Any]) -> dict[tuple, Any]:
     """Successful records keyed by what makes a comparison like-with-like."""
-    return {
-        (r["workload"], r["prompt_id"], r["concurrency"], r.get("repeat", 0)): r for r in records if r["error"] is None
-    }
+    return {(r.workload, r.prompt_id, r.concurrency, r.repeat): r for r in records if r.error is None}
 
 
-def compare_records(
-    reference: list[dict[str, Any]], candidate: list[dict[str, Any]], near_tie_margin: float
-) -> list[dict[str, Any]]:
-    """One entry per prompt present (and successful) on both sides at the same concurrency."""
+def compare_records(reference: Sequence[Any], candidate: Sequence[Any], near_tie_margin: float) -> list[dict[str, Any]]:
+    """One entry per prompt present (and successful) on both sides at the same concurrency; records
+    are ``RequestSample``s (anything with their fields)."""
     ref_by_key, out = _by_key(reference), []
     for key, cand in _by_key(candidate).items():
         ref = ref_by_key.get(key)
         if ref is None:
             continue
-        ref_logprobs = [[lp for _, lp in position] for position in ref.get("top_logprobs") or []] or None
-        result = compare(ref["token_ids"], cand["token_ids"], ref_logprobs, near_tie_margin).to_json()
+        ref_logprobs = [[lp for _, lp in position] for position in ref.top_logprobs] or None
+        result = compare(ref.token_ids, cand.token_ids, ref_logprobs, near_tie_margin).to_json()
         entry = {"workload": key[0], "prompt_id": key[1], "concurrency": key[2], "repeat": key[3], **result}
         if result["position"] is not None:
             position = result["position"]
-            entry["reference_text_before"], entry["reference_text_after"] = text_around(ref["chunks"], position)
-            entry["candidate_text_after"] = text_around(cand["chunks"], position)[1]
+            entry["reference_text_before"], entry["reference_text_after"] = text_around(ref.chunks, position)
+            entry["candidate_text_after"] = text_around(cand.chunks, position)[1]
         out.append(entry)
     return out

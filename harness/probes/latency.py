@@ -1,4 +1,4 @@
-"""Per-request latency: TTFT and TPOT, and their percentiles.
+"""Per-request latency: TTFT and TPOT (percentiles over requests: ``harness.stats.quantile``).
 
     TTFT = time of the first token - time the request was sent
     TPOT = (E2E - TTFT) / (output_tokens - 1), output tokens counted from token ids
@@ -8,9 +8,6 @@ NOT used: under speculation one chunk carries ~tau tokens.
 """
 
 from __future__ import annotations
-
-import math
-from collections.abc import Sequence
 
 
 def ttft_s(t_send: float, t_first_token: float | None) -> float | None:
@@ -22,13 +19,3 @@ def tpot_s(t_send: float, t_first_token: float | None, t_done: float | None, out
     if t_first_token is None or t_done is None or output_tokens < 2:
         return None
     return (t_done - t_first_token) / (output_tokens - 1)
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default method), q in [0, 100]."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low, high = math.floor(rank), math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)

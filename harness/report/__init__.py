@@ -14,14 +14,12 @@ from typing import Any
 import jinja2
 
 from harness.errors import UserError
+from harness.metrics import COMPARED, HIGHLIGHTED, best
 from harness.report import figures
-from harness.results import RunDir, read_json, read_jsonl
+from harness.results.model import CellMetrics, Summary
+from harness.results.raw import RawRun, read_raw
 from harness.summary import summarize
 from harness.table import drafter_note
-
-# Which way is better, per table column: the best value of each is highlighted.
-HIGHER_IS_BETTER = {"tau": True, "output_tok_s": True, "speedup": True, "ttft_ms_p50": False, "ttft_ms_p90": False,
-                    "tpot_ms_p50": False, "tpot_ms_p90": False, "usd_per_mtok": False}
 
 
 def _environment() -> jinja2.Environment:
@@ -37,53 +35,53 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _best(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    best = {}
-    for key, higher in HIGHER_IS_BETTER.items():
-        values = [r[key] for r in rows if r[key] is not None and not (key == "tau" and r["method"] == "baseline")]
+def _best(rows: list[CellMetrics]) -> dict[str, Any]:
+    """The best value of each highlighted metric among the arms of one table (the registry says
+    which way is better); the baseline's tau (1 by definition) does not compete."""
+    found = {}
+    for key in HIGHLIGHTED:
+        values = [getattr(r, key) for r in rows
+                  if getattr(r, key) is not None and not (key == "tau" and r.method == "baseline")]
         if len(values) > 1:
-            best[key] = max(values) if higher else min(values)
-    return best
+            found[key] = best(key, values)
+    return found
 
 
-def _tables(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    keys = list(dict.fromkeys((w["workload"], w["concurrency"]) for w in summary["windows"]))
+def _tables(summary: Summary) -> list[dict[str, Any]]:
     tables = []
-    for workload, concurrency in keys:
-        rows = [w for w in summary["windows"] if (w["workload"], w["concurrency"]) == (workload, concurrency)]
-        tables.append({"workload": workload, "concurrency": concurrency, "category": rows[0]["category"],
-                       "prompt_format": rows[0]["prompt_format"], "rows": rows, "best": _best(rows)})
+    for workload, concurrency in summary.windows():
+        rows = [c for c in summary.cells if (c.workload, c.concurrency) == (workload, concurrency)]
+        tables.append({"workload": workload, "concurrency": concurrency, "category": rows[0].category,
+                       "prompt_format": rows[0].prompt_format, "rows": rows, "best": _best(rows)})
     return tables
 
 
-def _fingerprint(record: dict[str, Any], environment: dict[str, Any]) -> list[tuple[str, str]]:
-    regime = record["regime"]
-    hardware = regime["hardware"]
-    if hardware["kind"] == "gpu":
-        pinned = f"{hardware['gpu_count']} x {hardware['gpu_model']}"
-    else:
-        pinned = "CPU"
+def _fingerprint(raw: RawRun) -> list[tuple[str, str]]:
+    regime, record, environment = raw.regime, raw.record, raw.environment
+    hardware = regime.hardware
+    pinned = f"{hardware.gpu_count} x {hardware.gpu_model}" if hardware.kind == "gpu" else "CPU"
     gpus = ", ".join(g["name"] for g in environment.get("gpus") or []) or "none"
     drafters = record.get("drafters") or {}
     arms = ", ".join(
-        f"{a['name']} ({a['method']}" + (f", K={a['num_speculative_tokens']}" if a["num_speculative_tokens"] else "")
-        + (f", drafter {drafter_note(drafters[a['name']])}" if a["name"] in drafters else "")
+        f"{a.name} ({a.method}" + (f", K={a.num_speculative_tokens}" if a.num_speculative_tokens else "")
+        + (f", drafter {drafter_note(drafters[a.name])}" if a.name in drafters else "")
         + ")"
-        for a in regime["arms"]
+        for a in regime.arms
     )
+    target, load = regime.target, regime.load
     return [
-        ("regime", f"{regime['name']} (fingerprint {record['fingerprint']})"),
+        ("regime", f"{regime.name} (fingerprint {record['fingerprint']})"),
         ("hardware pinned", pinned),
         ("measured on", f"CPU {environment.get('cpu_model')} x {environment.get('cpu_count')}; GPUs: {gpus}"),
-        ("tensor parallel", str(regime["tensor_parallel_size"])),
-        ("target", f"{record['resolved_model']} ({regime['target']['dtype']}, quantization "
-                   f"{regime['target']['quantization'] or 'none'}, max len {regime['target']['max_model_len']})"),
-        ("engine", f"{environment.get('engine_version')} (pinned {regime['engine']['version'] or 'no pin'}; "
-                   f"{'eager' if regime['engine']['enforce_eager'] else 'compiled'} mode)"),
+        ("tensor parallel", str(regime.tensor_parallel_size)),
+        ("target", f"{record['resolved_model']} ({target.dtype}, quantization "
+                   f"{target.quantization or 'none'}, max len {target.max_model_len})"),
+        ("engine", f"{environment.get('engine_version')} (pinned {regime.engine.version or 'no pin'}; "
+                   f"{'eager' if regime.engine.enforce_eager else 'compiled'} mode)"),
         ("arms", arms),
-        ("sampling", f"temperature {regime['sampling']['temperature']}, seed {regime['sampling']['seed']}"),
-        ("load", f"concurrency {regime['load']['concurrency']}, {regime['load']['num_prompts']} prompts per window, "
-                 f"max {regime['load']['max_output_tokens']} output tokens"),
+        ("sampling", f"temperature {regime.sampling.temperature}, seed {regime.sampling.seed}"),
+        ("load", f"concurrency {load.concurrency}, {load.num_prompts} prompts per window, "
+                 f"max {load.max_output_tokens} output tokens"),
         ("environment fingerprint", str(environment.get("fingerprint", "not recorded"))),
         ("target identity", str((environment.get("target_identity") or {}).get("content_sha256", "not hashed"))),
         ("harness", f"{environment.get('harness_version')} (git {environment.get('harness_git_sha') or 'unknown'}), "
@@ -91,26 +89,31 @@ def _fingerprint(record: dict[str, Any], environment: dict[str, Any]) -> list[tu
     ]
 
 
-def _warnings(summary: dict[str, Any], record: dict[str, Any]) -> list[str]:
+def _warnings(summary: Summary, record: dict[str, Any]) -> list[str]:
     warnings = [f"Regime mismatch (run with --allow-mismatch): {m}" for m in record.get("mismatches", [])]
     warnings += [f"Lossy or fake acceptance allowed by the regime: {s}" for s in record.get("lossy_settings", [])]
-    for arm in summary["arms"]:
-        warnings += [f"Arm {arm['name']}: regime mismatch: {m}" for m in arm.get("mismatches") or []]
-        if arm.get("status") != "ok":
-            warnings.append(f"Arm {arm['name']} is {arm.get('status')}: {arm.get('error', '')}".strip())
+    warnings += [f"Raw data not read: {note}" for note in summary.unread_lines]
+    for arm in summary.arms:
+        warnings += [f"Arm {arm.name}: regime mismatch: {m}" for m in arm.mismatches]
+        if arm.status != "ok":
+            warnings.append(f"Arm {arm.name} is {arm.status}: {arm.error or ''}".strip())
     return warnings
 
 
-def _categories(summary: dict[str, Any]) -> dict[str, Any]:
+def _categories(summary: Summary) -> dict[str, Any]:
     """Per category and concurrency level: tau, speedup and exactness of each speculative arm,
     categories ordered by the first speculative arm's tau (the ordering is the finding)."""
-    rows = [r for r in summary.get("categories") or [] if r["method"] != "baseline"]
-    arms = list(dict.fromkeys(r["arm"] for r in rows))
-    levels = sorted({r["concurrency"] for r in rows})
-    cells = {(r["category"], r["arm"], r["concurrency"]): r for r in rows}
+    rows = [r for r in summary.categories if r.method != "baseline"]
+    arms = list(dict.fromkeys(r.arm for r in rows))
+    levels = sorted({r.concurrency for r in rows})
+    cells = {(r.category, r.arm, r.concurrency): r for r in rows}
     first_level = levels[0] if levels else None
-    order = sorted({r["category"] for r in rows},
-                   key=lambda c: -((cells.get((c, arms[0], first_level)) or {}).get("tau") or 0))
+
+    def first_tau(category: str) -> float:
+        cell = cells.get((category, arms[0], first_level))
+        return (cell.tau if cell else None) or 0
+
+    order = sorted({r.category for r in rows}, key=lambda c: -first_tau(c))
     return {"arms": arms, "levels": levels, "order": order, "cells": cells}
 
 
@@ -141,62 +144,62 @@ def _trained_drafters(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def report_context(run_dir: Path) -> dict[str, Any]:
-    if not (run_dir / "regime.json").is_file():
-        raise UserError(f"{run_dir}: not a run directory (no regime.json)")
-    run = RunDir(run_dir)
-    summary = summarize(run)
-    record = read_json(run_dir / "regime.json")
-    environment = read_json(run_dir / "environment.json")
-    arms = [a["name"] for a in summary["arms"]]
-    workloads = list(dict.fromkeys(w["workload"] for w in summary["windows"]))
-    rows = summary["windows"]
-    samples = {arm: read_jsonl(run.samples(arm)) for arm in arms}
-    power_windows = {arm: read_jsonl(run.windows(arm)) for arm in arms}
-    sources = sorted({w["power_source"] for w in rows if w["power_source"]})
-    notes = sorted({w["power_note"] for w in rows if w["power_note"]})
+    raw = read_raw(run_dir)
+    summary = summarize(raw)
+    record = raw.record
+    arms = [a.name for a in summary.arms]
+    workloads = list(dict.fromkeys(c.workload for c in summary.cells))
+    rows = summary.cells
+    samples = {name: arm.samples for name, arm in raw.arms.items()}
+    power_windows = {name: arm.windows for name, arm in raw.arms.items()}
+    sources = sorted({c.power_source for c in rows if c.power_source})
+    notes = sorted({c.power_note for c in rows if c.power_note})
     return {
         "power_note": f"measured with {', '.join(sources)}" if sources else (", ".join(notes) or "not recorded"),
         "power_measured": bool(sources),
         "summary": summary,
-        "run_id": summary["run_id"],
-        "fingerprint": _fingerprint(record, environment),
+        "run_id": summary.run_id,
+        "fingerprint": _fingerprint(raw),
         "warnings": _warnings(summary, record),
         "tables": _tables(summary),
         "categories": _categories(summary),
         "trained_drafters": _trained_drafters(record),
         "figures": [f for f in (
             ("tau per arm and workload", figures.tau_figure(rows, arms, workloads)),
-            ("speedup vs concurrency", figures.speedup_figure(rows, arms, workloads, summary["baseline_arm"])),
+            ("speedup vs concurrency", figures.speedup_figure(rows, arms, workloads, summary.baseline_arm)),
             ("per-position acceptance", figures.per_position_figure(rows)),
             ("TPOT distribution", figures.tpot_figure(samples)),
             ("power over time", figures.power_figure(power_windows)),
         ) if f[1] is not None],
-        "exactness": summary["exactness"],
+        "exactness": summary.exactness,
     }
 
 
+def render_context(context: dict[str, Any]) -> str:
+    return _environment().get_template("report.html.j2").render(**context)
+
+
 def render_report(run_dir: Path) -> str:
-    return _environment().get_template("report.html.j2").render(**report_context(run_dir))
+    return render_context(report_context(run_dir))
 
 
 def render_comparison(run_a: Path, run_b: Path, force: bool) -> str:
     """Two runs side by side with the ratio B / A of each metric, refused across regimes."""
     a, b = report_context(run_a), report_context(run_b)
-    fp_a, fp_b = a["summary"]["regime_fingerprint"], b["summary"]["regime_fingerprint"]
+    fp_a, fp_b = a["summary"].regime_fingerprint, b["summary"].regime_fingerprint
     if fp_a != fp_b and not force:
         raise UserError(
             f"{run_a} and {run_b} ran in different regimes (fingerprints {fp_a} vs {fp_b}); their numbers are not "
             "comparable. Pass --force to put them side by side anyway (the page will say so)."
         )
-    rows_b = {(w["arm"], w["workload"], w["concurrency"]): w for w in b["summary"]["windows"]}
     pairs = []
-    for row_a in a["summary"]["windows"]:
-        row_b = rows_b.get((row_a["arm"], row_a["workload"], row_a["concurrency"]))
+    for row_a in a["summary"].cells:
+        row_b = b["summary"].cell(row_a.arm, row_a.workload, row_a.concurrency)
         ratios = {}
-        for key in HIGHER_IS_BETTER:
-            va, vb = row_a[key], row_b[key] if row_b else None
+        for key in COMPARED:
+            va, vb = getattr(row_a, key), getattr(row_b, key) if row_b else None
             ratios[key] = vb / va if va and vb is not None else None
         pairs.append({"a": row_a, "b": row_b, "ratio": ratios})
     return _environment().get_template("compare.html.j2").render(
-        a=a, b=b, pairs=pairs, metrics=list(HIGHER_IS_BETTER), same_regime=fp_a == fp_b,
+        a=a, b=b, pairs=pairs, metrics=list(COMPARED), same_regime=fp_a == fp_b,
     )

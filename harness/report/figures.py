@@ -9,14 +9,15 @@ from __future__ import annotations
 import base64
 import io
 from collections import defaultdict
-from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display; also the only backend whose PNGs are byte-stable
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness.probes.latency import tpot_s  # noqa: E402
+from harness.probes.acceptance import mean_acceptance_length  # noqa: E402
+from harness.results.model import CellMetrics  # noqa: E402
+from harness.results.records import RequestSample, WindowRecord  # noqa: E402
 
 
 def _png(fig: plt.Figure) -> str:
@@ -26,31 +27,32 @@ def _png(fig: plt.Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def aggregate_tau(rows: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
-    """tau per (arm, workload) over all its windows: 1 + sum(accepted) / sum(drafts)."""
+def aggregate_tau(rows: list[CellMetrics]) -> dict[tuple[str, str], float]:
+    """tau per (arm, workload) over all its cells, from the summed draft counts."""
     drafts: dict[tuple[str, str], float] = defaultdict(float)
     accepted: dict[tuple[str, str], float] = defaultdict(float)
     for row in rows:
-        drafts[(row["arm"], row["workload"])] += row["drafts"]
-        accepted[(row["arm"], row["workload"])] += row["accepted_tokens"]
-    return {key: 1.0 + accepted[key] / n for key, n in drafts.items() if n > 0}
+        drafts[(row.arm, row.workload)] += row.drafts
+        accepted[(row.arm, row.workload)] += row.accepted_tokens
+    taus = {key: mean_acceptance_length(n, accepted[key]) for key, n in drafts.items()}
+    return {key: tau for key, tau in taus.items() if tau is not None}
 
 
-def aggregate_per_position(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+def aggregate_per_position(rows: list[CellMetrics]) -> dict[str, list[float]]:
     """Per-position acceptance rate per arm over all windows (counts re-weighted by drafts)."""
     drafts: dict[str, float] = defaultdict(float)
     accepted: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     for row in rows:
-        drafts[row["arm"]] += row["drafts"]
-        for position, rate in enumerate(row["per_position_acceptance"]):
-            accepted[row["arm"]][position] += rate * row["drafts"]
+        drafts[row.arm] += row.drafts
+        for position, rate in enumerate(row.per_position_acceptance):
+            accepted[row.arm][position] += rate * row.drafts
     return {
         arm: [accepted[arm][p] / drafts[arm] for p in sorted(accepted[arm])]
         for arm in accepted if drafts[arm] > 0
     }
 
 
-def tau_figure(rows: list[dict[str, Any]], arms: list[str], workloads: list[str]) -> str | None:
+def tau_figure(rows: list[CellMetrics], arms: list[str], workloads: list[str]) -> str | None:
     taus = aggregate_tau(rows)
     spec_arms = [a for a in arms if any((a, w) in taus for w in workloads)]
     if not spec_arms:
@@ -68,14 +70,14 @@ def tau_figure(rows: list[dict[str, Any]], arms: list[str], workloads: list[str]
     return _png(fig)
 
 
-def speedup_figure(rows: list[dict[str, Any]], arms: list[str], workloads: list[str], baseline: str) -> str | None:
+def speedup_figure(rows: list[CellMetrics], arms: list[str], workloads: list[str], baseline: str) -> str | None:
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     plotted = False
     for arm in (a for a in arms if a != baseline):
         for workload in workloads:
             points = sorted(
-                (r["concurrency"], r["speedup"]) for r in rows
-                if r["arm"] == arm and r["workload"] == workload and r["speedup"] is not None
+                (r.concurrency, r.speedup) for r in rows
+                if r.arm == arm and r.workload == workload and r.speedup is not None
             )
             if points:
                 ax.plot([c for c, _ in points], [s for _, s in points], marker="o", label=f"{arm} / {workload}")
@@ -84,7 +86,7 @@ def speedup_figure(rows: list[dict[str, Any]], arms: list[str], workloads: list[
         plt.close(fig)
         return None
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    levels = sorted({r["concurrency"] for r in rows})
+    levels = sorted({r.concurrency for r in rows})
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels, [str(level) for level in levels])
     ax.minorticks_off()
@@ -95,7 +97,7 @@ def speedup_figure(rows: list[dict[str, Any]], arms: list[str], workloads: list[
     return _png(fig)
 
 
-def per_position_figure(rows: list[dict[str, Any]]) -> str | None:
+def per_position_figure(rows: list[CellMetrics]) -> str | None:
     curves = aggregate_per_position(rows)
     if not curves:
         return None
@@ -111,14 +113,11 @@ def per_position_figure(rows: list[dict[str, Any]]) -> str | None:
     return _png(fig)
 
 
-def tpot_figure(samples: dict[str, list[dict[str, Any]]]) -> str | None:
+def tpot_figure(samples: dict[str, list[RequestSample]]) -> str | None:
     """TPOT distribution per arm, over every successful measured request."""
     data, labels = [], []
     for arm, records in samples.items():
-        values = [
-            v * 1000 for r in records if r["error"] is None
-            if (v := tpot_s(r["t_send"], r["t_first_token"], r["t_done"], len(r["token_ids"]))) is not None
-        ]
+        values = [r.tpot_s * 1000 for r in records if r.ok and r.tpot_s is not None]
         if values:
             data.append(values)
             labels.append(arm)
@@ -131,17 +130,17 @@ def tpot_figure(samples: dict[str, list[dict[str, Any]]]) -> str | None:
     return _png(fig)
 
 
-def power_figure(windows: dict[str, list[dict[str, Any]]]) -> str | None:
+def power_figure(windows: dict[str, list[WindowRecord]]) -> str | None:
     """Power over each measured window, per arm (time from the window's first sample)."""
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     plotted = False
     for arm, records in windows.items():
         for window in records:
-            samples = [s for s in (window.get("power") or {}).get("samples", []) if s[1] is not None]
+            samples = [s for s in (window.power.samples if window.power else []) if s[1] is not None]
             if len(samples) > 1:
                 t0 = samples[0][0]
                 ax.plot([s[0] - t0 for s in samples], [s[1] for s in samples], linewidth=0.8,
-                        label=f"{arm} / {window['workload']} @ {window['concurrency']}")
+                        label=f"{arm} / {window.workload} @ {window.concurrency}")
                 plotted = True
     if not plotted:
         plt.close(fig)

@@ -10,17 +10,22 @@ Layout of one run (``results/<regime-name>/<run-id>/``)::
     arms/<arm>/samples.jsonl     one raw RequestRecord per measured request
     arms/<arm>/noise_floor.jsonl baseline only, with exactness.noise_floor: the same windows again
     arms/<arm>/windows.jsonl     one line per measured window: duration, counter scrapes
-    arms/<arm>/status.json       running | ok | failed | interrupted, with the error
+    arms/<arm>/status.json       an ArmStatus: running | ok | failed | interrupted, with the error
     arms/<arm>.attempt-N/        an incomplete arm's files, moved aside by ``bench run --resume``
     run.lock                     pid of the bench process writing the run (while it runs)
     summary.json                 metrics derived from all of the above (``bench`` rewrites it)
 
 JSON files are replaced atomically (temp file + ``os.replace``); JSONL files are appended one
-flushed line at a time, and a torn last line (a crash mid-write) is skipped on reading. A run
-directory is created exclusively and never overwritten.
+flushed line at a time. On reading, a torn last line (a crash mid-write: no newline after it) is
+skipped and reported by every command that reads the run; any other bad line is an error. A run
+directory is created exclusively and never overwritten. The record types are ``records.py``'s
+models; the summary is ``model.py``'s ``Summary``.
 
-Schema history (``schema_version``):
+Schema history (``schema_version``, in ``regime.json`` and ``summary.json``):
     1 - first version.
+    2 - typed results: samples carry ``ttft_s``/``tpot_s``; the summary is the dump of
+        ``harness.results.Summary``: ``windows`` renamed ``cells`` (one per arm x workload x
+        concurrency), ``unread_lines`` added. Version-1 runs still load (``load_summary``).
 """
 
 from __future__ import annotations
@@ -32,11 +37,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from harness.errors import UserError
+from harness.results.records import ArmStatus
 
-SCHEMA_VERSION = 1
+# The version this harness writes, and the versions it reads (see the schema history above).
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+RecordT = TypeVar("RecordT", bound=BaseModel)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -62,23 +73,71 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
         os.fsync(handle.fileno())
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+class UnreadLines:
+    """Lines of JSONL files that were not read: only a torn LAST line (a write cut by a crash) is
+    ever skipped, and every reader of a run says how many, of which file."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def add(self, path: Path, number: int) -> None:
+        self.notes.append(f"{path}: line {number} not read (a torn last line: a write cut by a crash)")
+
+
+def read_jsonl(path: Path, unread: UnreadLines | None = None) -> list[dict[str, Any]]:
+    """Every line of a JSONL file; a missing file reads as empty. A line that is not a JSON object
+    is an error naming the file and line, except a last line with no newline (a write cut by a
+    crash): it is skipped and noted in ``unread``."""
     if not path.exists():
         return []
+    text = _read_utf8(path)
+    lines = text.split("\n")
+    torn_allowed = not text.endswith("\n")  # only then was the last line's write cut short
     rows = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a torn final line from an interrupted write
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and torn_allowed:
+                if unread is not None:
+                    unread.add(path, number)
+                continue
+            raise UserError(f"{path}:{number}: not valid JSON ({exc.msg}); the file is corrupt") from None
+        if not isinstance(row, dict):
+            raise UserError(f"{path}:{number}: expected a JSON object per line")
+        rows.append(row)
     return rows
 
 
-def read_json(path: Path) -> Any:
+def read_records(path: Path, model: type[RecordT], unread: UnreadLines | None = None) -> list[RecordT]:
+    """A JSONL file's lines as typed records; a line that is not a valid record names its file and line."""
+    records = []
+    for number, row in enumerate(read_jsonl(path, unread), start=1):
+        try:
+            records.append(model.model_validate(row))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "(line)"
+            raise UserError(f"{path}: record {number}: {where}: {first['msg']}") from None
+    return records
+
+
+def _read_utf8(path: Path) -> str:
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: not found; is this a run directory?") from None
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def read_json(path: Path) -> Any:
+    if not path.exists():
+        raise UserError(f"{path}: not found; is this a run directory?")
+    try:
+        return json.loads(_read_utf8(path))
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
 
@@ -126,9 +185,19 @@ class RunDir:
     def summary(self) -> Path:
         return self.root / "summary.json"
 
-    def arm_status(self, arm: str) -> str | None:
+    def read_status(self, arm: str) -> ArmStatus:
+        """The arm's status; ``not_run`` when it never started."""
         path = self.status(arm)
-        return read_json(path).get("status") if path.exists() else None
+        if not path.exists():
+            return ArmStatus(status="not_run")
+        try:
+            return ArmStatus.model_validate(read_json(path))
+        except ValidationError as exc:
+            raise UserError(f"{path}: not an arm status: {exc.errors()[0]['msg']}") from None
+
+    def write_status(self, arm: str, status: ArmStatus) -> None:
+        """The one place an arm's status is written."""
+        write_json_atomic(self.status(arm), status.model_dump(mode="json", exclude_none=True))
 
     def set_aside(self, arm: str) -> Path | None:
         """Move an incomplete arm's files to ``arms/<arm>.attempt-N`` before it runs again: nothing
@@ -177,9 +246,9 @@ def read_run_record(run: RunDir) -> dict[str, Any]:
     """A run's ``regime.json``, refusing schema versions this harness does not know."""
     record = read_json(run.root / "regime.json")
     version = record.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         raise UserError(
             f"{run.root / 'regime.json'}: schema_version {version!r} is not supported by this harness "
-            f"(it reads version {SCHEMA_VERSION}); use the harness version that wrote the run"
+            f"(it reads versions {', '.join(map(str, READABLE_VERSIONS))}); use the harness version that wrote the run"
         )
     return record

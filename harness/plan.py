@@ -1,0 +1,170 @@
+"""A regime resolved against this machine, before any server starts: the plan that ``bench run``,
+``bench validate`` and ``bench drafter build`` all go through.
+
+``plan_regime`` loads and checks the regime and its workloads; ``Plan.preflight`` compares it with
+the live environment (mismatches, lossy settings); ``Plan.resolve_models`` finds (or builds) the
+target and every drafter; ``Plan.arm_commands`` gives each arm's exact launch command.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from harness.drafters import ResolvedDrafter, resolve_drafters
+from harness.engines import EngineAdapter, LaunchSpec, get_adapter, is_local_reference, resolve_model_path
+from harness.errors import UserError
+from harness.models import converted_dir, resolve_package_gguf
+from harness.regime import Arm, Regime, load_regime, workload_paths
+from harness.validation import check_environment, lossy_settings
+from harness.workloads import LoadedWorkload, load_workload
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What differs between the regime and this machine, and the lossy settings it asks for."""
+
+    mismatches: list[str]
+    lossy: list[str]
+
+
+@dataclass(frozen=True)
+class ArmCommand:
+    arm: Arm
+    command: str  # env assignments + argv, shell-quoted, with PORT for the port
+    drafter: str  # "" or ", drafter: <label>..."
+
+
+@dataclass
+class Plan:
+    """A regime resolved against this machine: everything needed before a server starts."""
+
+    regime: Regime
+    regime_path: Path
+    adapter: EngineAdapter
+    workloads: list[LoadedWorkload]
+    drafters: dict[str, ResolvedDrafter] = field(default_factory=dict)  # arm name -> drafter (set by resolve_models)
+
+    def resolve_models(self, build: bool, console: Console | None = None, build_trained: bool | None = None) -> str:
+        """The target the engine loads and every arm's drafter. ``build`` converts packaged GGUFs and
+        builds drafters (cached; a trained one takes a while and shows its own progress on ``console``;
+        ``build_trained=False`` leaves trained ones unbuilt); without it only their paths are computed."""
+        if build and console is not None:
+            with console.status("Resolving the target (a packaged GGUF is converted once, ~30 s)..."):
+                model = model_reference(self.regime, self.regime_path, convert=True)
+        else:
+            model = model_reference(self.regime, self.regime_path, convert=build)
+        self.drafters = resolve_drafters(self.regime, self.regime_path, model, build, self.workloads, console,
+                                         build_trained=build if build_trained is None else build_trained)
+        return model
+
+    def launch_spec(self, arm: Arm, model: str, port: int) -> LaunchSpec:
+        draft = self.drafters[arm.name].path if arm.draft_model is not None else None
+        return self.adapter.launch_spec(self.regime, arm, model, port, sys.executable, draft_model=draft)
+
+    def preflight(self, environment: dict[str, Any]) -> Preflight:
+        """The regime against the live environment; the caller decides what refuses a run."""
+        mismatches = [str(m) for m in check_environment(self.regime, environment)]
+        return Preflight(mismatches=mismatches, lossy=lossy_settings(self.regime))
+
+    def arm_commands(self, model: str) -> list[ArmCommand]:
+        """Each arm's exact launch command (after ``resolve_models``), the port shown as PORT."""
+        commands = []
+        for arm in self.regime.arms:
+            spec = self.launch_spec(arm, model, port=0)
+            argv = [("PORT" if prev == "--port" else part)
+                    for prev, part in zip([""] + spec.argv[:-1], spec.argv, strict=True)]
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items()))
+            commands.append(ArmCommand(arm, f"{env + ' ' if env else ''}{shlex.join(argv)}", self._drafter_note(arm)))
+        return commands
+
+    def _drafter_note(self, arm: Arm) -> str:
+        if arm.name not in self.drafters:
+            return ""
+        resolved = self.drafters[arm.name]
+        source = resolved.provenance["source"]
+        built_later = source in ("untrained", "trained") and not Path(resolved.path).exists()
+        note = f", drafter: {resolved.provenance['label']}" + (", built on first run" if built_later else "")
+        if source == "trained":
+            note += f"; {resolved.provenance['reference']}"
+        return note
+
+    def trained_arms(self, arm: str | None = None, method: str | None = None) -> list[Arm]:
+        """The arms whose drafter the harness trains (``draft_model: {trained: ...}``), optionally
+        only one arm or one method; none is an error naming what was asked for."""
+        found = [a for a in self.regime.arms if a.draft_model is not None and a.draft_model.trained is not None
+                 and arm in (None, a.name) and method in (None, a.method)]
+        if not found:
+            wanted = " ".join(filter(None, (f"named {arm}" if arm else "", f"of method {method}" if method else "")))
+            raise UserError(f"{self.regime_path}: no arm {wanted + ' ' if wanted else ''}has a "
+                            "`draft_model: {trained: ...}` to build")
+        return found
+
+
+def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
+    """Load and check a regime and its workloads; starts nothing."""
+    regime = regime if regime is not None else load_regime(regime_path)
+    _check_local_paths(regime, regime_path)
+    adapter = get_adapter(regime.engine.name)
+    workloads = [load_workload(path, regime.load.num_prompts) for path in workload_paths(regime, regime_path)]
+    names = [w.name for w in workloads]
+    if len(set(names)) != len(names):
+        raise UserError(f"{regime_path}: workloads: two workload files share a name ({', '.join(names)})")
+    gates = regime.gates
+    for location, workload in [(f"gates.rules[{i}].workload", g.workload) for i, g in enumerate(gates.rules)] + [
+        (f"gates.golden_tau[{i}].workload", g.workload) for i, g in enumerate(gates.golden_tau)
+    ]:
+        if workload is not None and workload not in names:
+            raise UserError(f"{regime_path}: {location}: no workload named '{workload}' (workloads: {', '.join(names)})")
+    return Plan(regime=regime, regime_path=regime_path, adapter=adapter, workloads=workloads)
+
+
+def _check_local_paths(regime: Regime, regime_path: Path) -> None:
+    """A model or draft written as a local path must exist now, not fail minutes into a run."""
+    references = [("target.path", regime.target.path)] + [
+        (f"arms[{i}].draft_model.path", arm.draft_model.path) for i, arm in enumerate(regime.arms) if arm.draft_model
+    ]
+    for location, reference in references:
+        if reference and is_local_reference(reference):
+            resolved = Path(resolve_model_path(reference, regime_path))
+            if not resolved.exists():
+                raise UserError(f"{regime_path}: {location}: local model directory {reference} does not exist ({resolved})")
+
+
+def model_reference(regime: Regime, regime_path: Path, convert: bool) -> str:
+    """The string handed to the engine as the target model; converts a packaged GGUF if asked."""
+    target = regime.target
+    if target.package is not None:
+        if not convert:  # where the conversion is (or will be) cached
+            return str(converted_dir(target.package.name, target.package.file))
+        return str(resolve_package_gguf(target.package.name, target.package.file))
+    return resolve_model_path(target.path, regime_path)
+
+
+def describe_plan(plan: Plan) -> str:
+    """One paragraph stating what will be measured, defaults included."""
+    regime, load = plan.regime, plan.regime.load
+    mode = "eager (--enforce-eager)" if regime.engine.enforce_eager else "compiled (torch.compile / graphs)"
+    sampling = "greedy" if regime.sampling.temperature == 0 else f"temperature {regime.sampling.temperature}"
+    workloads = ", ".join(f"{w.name} ({w.definition.prompt_format})" for w in plan.workloads)
+    if regime.exactness_applies():
+        exactness = (
+            f"greedy exactness vs the baseline from top-{regime.exactness.top_logprobs} logprobs (all arms), "
+            f"near tie < {regime.near_tie_margin()} nats" + (", baseline noise floor (2nd pass)" if regime.exactness.noise_floor else "")
+        )
+    else:
+        exactness = "no exactness probe (disabled or not greedy)"
+    return (
+        f"{len(regime.arms)} arms ({', '.join(a.name for a in regime.arms)}) x workloads {workloads} x "
+        f"concurrency {load.concurrency}"
+        + (f", each window {load.repeats} times" if load.repeats > 1 else "")
+        + f"; {load.num_prompts} prompts per window, max {load.max_output_tokens} "
+        f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests per "
+        f"server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP {regime.tensor_parallel_size}; "
+        f"{exactness}."
+    )

@@ -1,0 +1,124 @@
+"""Results as tidy pandas tables, for notebooks and for ``bench export``.
+
+    import harness
+    run = harness.load_run("results/cpu_smoke/20261129-133555-0a3c1c")
+    run.cells()        # one row per arm x workload x concurrency
+    run.requests()     # one row per measured request
+    run.categories()   # one row per arm x category x concurrency
+    run.repeats()      # one row per repeat of each cell (the gates' window-level samples)
+
+Every table is derived from the raw files (the same ``Summary`` that ``bench show`` prints);
+column names carry their units (``_s``, ``_ms``, ``_pct``, ``tok_s``). Lists are spread into
+columns (``acceptance_pos_0``, ...) so CSV and parquet hold plain values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from harness.results.model import Summary
+from harness.results.raw import RawRun, read_raw
+from harness.summary import summarize
+
+ExportFormat = Literal["csv", "parquet", "jsonl"]
+TABLES = ("cells", "requests", "categories", "repeats")
+
+
+def _frame(rows: Iterable[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
+    """A frame with a fixed column order, also when there are no rows."""
+    return pd.DataFrame(list(rows), columns=columns)
+
+
+@dataclass
+class Run:
+    """One run directory, loaded: the typed ``summary`` and its tables as DataFrames."""
+
+    path: Path
+    summary: Summary
+    raw: RawRun
+
+    def cells(self) -> pd.DataFrame:
+        """One row per (arm, workload, concurrency): every cell metric, per-position acceptance spread
+        into ``acceptance_pos_<i>`` and exactness into ``identical_pct`` / ``near_tie_pct`` / ..."""
+        rows, positions = [], max((len(c.per_position_acceptance) for c in self.summary.cells), default=0)
+        for cell in self.summary.cells:
+            row = cell.model_dump(exclude={"per_repeat", "per_position_acceptance", "exactness", "server_reported"})
+            for index in range(positions):
+                values = cell.per_position_acceptance
+                row[f"acceptance_pos_{index}"] = values[index] if index < len(values) else None
+            shares = cell.exactness.model_dump() if cell.exactness else {}
+            row["exactness_compared"] = shares.get("compared", 0)
+            for status in ("identical", "near_tie", "diverged", "unknown"):
+                row[f"{status}_pct"] = shares.get(f"{status}_pct")
+            rows.append(row)
+        return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["arm", "workload", "concurrency"])
+
+    def repeats(self) -> pd.DataFrame:
+        """One row per repeat of each cell: the window-level samples the gates test."""
+        columns = ["arm", "workload", "category", "concurrency", "repeat", "duration_s", "output_tokens",
+                   "output_tok_s", "tau", "usd_per_mtok", "speedup"]
+        return _frame(({"arm": c.arm, "workload": c.workload, "category": c.category, "concurrency": c.concurrency,
+                        **r.model_dump()} for c in self.summary.cells for r in c.per_repeat), columns)
+
+    def requests(self) -> pd.DataFrame:
+        """One row per measured request (warm-up and noise-floor passes excluded), in seconds and ms."""
+        columns = ["arm", "method", "workload", "category", "prompt_format", "concurrency", "repeat", "prompt_id", "ok",
+                   "error", "finish_reason", "prompt_tokens", "output_tokens", "t_send_s", "ttft_ms", "tpot_ms",
+                   "e2e_ms"]
+        categories = {c.workload: c.category for c in self.summary.cells}
+        methods = {a.name: a.method for a in self.raw.regime.arms}
+
+        def ms(value: float | None) -> float | None:
+            return None if value is None else value * 1000.0
+
+        rows = (
+            {"arm": name, "method": methods[name], "workload": s.workload, "category": categories.get(s.workload),
+             "prompt_format": s.prompt_format, "concurrency": s.concurrency, "repeat": s.repeat,
+             "prompt_id": s.prompt_id, "ok": s.ok, "error": s.error, "finish_reason": s.finish_reason,
+             "prompt_tokens": s.prompt_token_count, "output_tokens": s.output_tokens, "t_send_s": s.t_send,
+             "ttft_ms": ms(s.ttft_s), "tpot_ms": ms(s.tpot_s), "e2e_ms": ms(s.e2e_s)}
+            for name, arm in self.raw.arms.items() for s in arm.samples
+        )
+        return _frame(rows, columns)
+
+    def categories(self) -> pd.DataFrame:
+        """One row per (arm, category, concurrency), pooled over the category's workloads."""
+        columns = list(self.summary.categories[0].model_dump()) if self.summary.categories else ["arm", "category"]
+        rows = []
+        for category in self.summary.categories:
+            row = category.model_dump()
+            row["workloads"] = ",".join(row["workloads"])
+            rows.append(row)
+        return _frame(rows, columns)
+
+    def table(self, name: str) -> pd.DataFrame:
+        if name not in TABLES:
+            raise ValueError(f"unknown table {name!r} (tables: {', '.join(TABLES)})")
+        return getattr(self, name)()
+
+
+def load_run(path: str | Path) -> Run:
+    """Load a run directory (any readable schema version) for analysis."""
+    raw = read_raw(Path(path))
+    return Run(path=Path(path), summary=summarize(raw), raw=raw)
+
+
+def export(run: Run, out_dir: Path, fmt: ExportFormat = "csv") -> list[Path]:
+    """Write every table of ``run`` into ``out_dir`` as ``<table>.<fmt>``; returns the files."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in TABLES:
+        frame, path = run.table(name), out_dir / f"{name}.{fmt}"
+        if fmt == "csv":
+            frame.to_csv(path, index=False)
+        elif fmt == "parquet":
+            frame.to_parquet(path, index=False)
+        else:
+            frame.to_json(path, orient="records", lines=True)
+        written.append(path)
+    return written

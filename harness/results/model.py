@@ -1,0 +1,207 @@
+"""The summary of a run as one typed model: what ``summary.json`` holds and every reader uses.
+
+Levels, from the finest:
+
+- ``RepeatMetrics``: one repeat of one window (the gates' samples for window-level metrics);
+- ``CellMetrics``: one arm x workload x concurrency cell, pooled over its repeats;
+- ``CategoryMetrics``: one arm x category x concurrency, pooled over the category's workloads;
+- ``ArmSummary``: an arm's configuration, drafter and status;
+- ``ExactnessSection``: greedy exactness per speculative arm (and the baseline's noise floor);
+- ``Summary``: all of it, with the run's identity.
+
+``summary.json`` is ``Summary.model_dump(mode="json")``; ``load_summary`` also reads version-1
+files (see the schema history in ``files.py``). Metric names carry their units; what each metric
+means, its direction and its samples are in ``harness.metrics``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from harness.errors import UserError
+from harness.probes.exactness import Status
+from harness.results.files import READABLE_VERSIONS, SCHEMA_VERSION, read_json
+from harness.results.records import ArmStatus, ResultModel
+
+
+class RepeatMetrics(ResultModel):
+    repeat: int
+    duration_s: float
+    output_tokens: int
+    output_tok_s: float | None
+    tau: float | None
+    usd_per_mtok: float | None
+    speedup: float | None = None  # against the baseline's same repeat
+
+
+class ExactnessShares(ResultModel):
+    """Per-status shares of the prompts compared with the reference (percent; None: none compared)."""
+
+    compared: int
+    identical_pct: float | None
+    near_tie_pct: float | None
+    diverged_pct: float | None
+    unknown_pct: float | None
+
+
+class CellMetrics(ResultModel):
+    """One arm on one workload at one concurrency level, pooled over the cell's repeats."""
+
+    arm: str
+    method: str
+    num_speculative_tokens: int | None
+    drafter: str | None  # the drafter's label (provenance in ArmSummary.drafter)
+    workload: str
+    category: str
+    prompt_format: str
+    concurrency: int
+    repeats: int
+    requests_total: int
+    requests_ok: int
+    requests_errored: int
+    output_tokens: int
+    duration_s: float
+    output_tok_s: float | None
+    ttft_ms_p50: float | None
+    ttft_ms_p90: float | None
+    tpot_ms_p50: float | None
+    tpot_ms_p90: float | None
+    acceptance_source: str
+    server_reported: dict[str, Any] | None  # the engine's own server-wide figure, labelled, never tau
+    tau: float | None  # None for the baseline and where nothing was drafted
+    acceptance_rate: float | None
+    per_position_acceptance: list[float]
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    usd_per_mtok: float | None
+    power_source: str | None
+    power_note: str
+    mean_w: float | None
+    peak_w: float | None
+    energy_j: float | None
+    j_per_token: float | None
+    throttled: bool | None
+    energy_usd_per_mtok: float | None
+    per_repeat: list[RepeatMetrics]
+    speedup: float | None
+    exactness: ExactnessShares | None  # vs the baseline (for the baseline: its noise floor)
+
+
+class CategoryMetrics(ResultModel):
+    """One arm on one category at one concurrency level, pooled over the category's workloads."""
+
+    arm: str
+    method: str
+    num_speculative_tokens: int | None
+    category: str
+    concurrency: int
+    workloads: list[str]
+    output_tok_s: float | None
+    tau: float | None
+    drafts: float
+    accepted_tokens: float
+    identical_pct: float | None
+    exactness_pairs: int
+    speedup: float | None
+
+
+class ArmSummary(ArmStatus):
+    """An arm's configuration, where its drafter came from, and its status."""
+
+    name: str
+    method: str
+    num_speculative_tokens: int | None
+    drafter: dict[str, Any] | None  # provenance: label, reference, source, manifest (drafters.py)
+
+
+class ExactnessEntry(ResultModel):
+    """One prompt's candidate output against the reference's."""
+
+    workload: str
+    prompt_id: str
+    concurrency: int
+    repeat: int
+    status: Status
+    position: int | None = None
+    reference_token: int | None = None
+    candidate_token: int | None = None
+    margin: float | None = None
+    reference_text_before: str | None = None
+    reference_text_after: str | None = None
+    candidate_text_after: str | None = None
+
+
+class ExactnessBlock(ExactnessShares):
+    reference: str  # what the candidate was compared with
+    prompts: list[ExactnessEntry]
+
+
+class ExactnessSection(ResultModel):
+    applicable: bool
+    reason: str | None = None  # why not applicable
+    near_tie_margin: float | None = None
+    pairing: str | None = None
+    arms: dict[str, ExactnessBlock] = {}
+    noise_floor: ExactnessBlock | None = None
+
+    def block(self, arm: str, baseline: str) -> ExactnessBlock | None:
+        """An arm's comparison with the baseline; for the baseline itself, its noise floor."""
+        if not self.applicable:
+            return None
+        return self.noise_floor if arm == baseline else self.arms.get(arm)
+
+
+class Summary(ResultModel):
+    schema_version: Literal[2] = SCHEMA_VERSION
+    run_id: str
+    regime_name: str
+    regime_fingerprint: str
+    baseline_arm: str
+    mismatches: list[str]
+    lossy_settings: list[str]
+    arms: list[ArmSummary]
+    cells: list[CellMetrics]
+    categories: list[CategoryMetrics]
+    exactness: ExactnessSection
+    unread_lines: list[str] = []  # torn last lines of raw files that were skipped (a crash mid-write)
+
+    def cell(self, arm: str, workload: str, concurrency: int) -> CellMetrics | None:
+        return next((c for c in self.cells if (c.arm, c.workload, c.concurrency) == (arm, workload, concurrency)), None)
+
+    def arm(self, name: str) -> ArmSummary | None:
+        return next((a for a in self.arms if a.name == name), None)
+
+    def windows(self) -> list[tuple[str, int]]:
+        """The (workload, concurrency) pairs measured, in the order they were first measured."""
+        return list(dict.fromkeys((c.workload, c.concurrency) for c in self.cells))
+
+
+def upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 summary as version 2: ``windows`` became ``cells``; nothing else moved."""
+    data = dict(data)
+    data["cells"] = data.pop("windows")
+    data["schema_version"] = 2
+    return data
+
+
+def parse_summary(data: Any, source: str) -> Summary:
+    """A summary dict of any readable version as a ``Summary``; errors name the source and field."""
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version not in READABLE_VERSIONS:
+        raise UserError(f"{source}: schema_version {version!r} is not supported by this harness (it reads versions "
+                        f"{', '.join(map(str, READABLE_VERSIONS))}); use the harness version that wrote it")
+    try:
+        return Summary.model_validate(upgrade_v1(data) if version == 1 else data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise UserError(f"{source}: {where}: {first['msg']}") from None
+
+
+def load_summary(path: Path) -> Summary:
+    """A stored ``summary.json`` (version 1 or 2)."""
+    return parse_summary(read_json(path), str(path))

@@ -1,0 +1,64 @@
+"""A run directory's raw files, read once into typed records: the input of every derived view
+(the summary, the gates, the report's figures, the pandas frames)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from harness.errors import UserError
+from harness.regime import Regime
+from harness.results.files import RunDir, UnreadLines, read_json, read_records, read_run_record
+from harness.results.records import ArmStatus, RequestSample, WindowRecord
+
+
+@dataclass
+class RawArm:
+    name: str
+    status: ArmStatus
+    samples: list[RequestSample]  # measured requests, in the order they completed
+    windows: list[WindowRecord]  # measured windows, in the order they ran
+    noise_floor: list[RequestSample]  # the baseline's second pass (empty for other arms)
+
+
+@dataclass
+class RawRun:
+    run: RunDir
+    record: dict[str, Any]  # regime.json: the resolved regime, its fingerprint, workloads, drafters
+    regime: Regime
+    environment: dict[str, Any]
+    arms: dict[str, RawArm]  # in the regime's arm order
+    unread: UnreadLines = field(default_factory=UnreadLines)
+
+    @property
+    def baseline_arm(self) -> str:
+        return self.regime.baseline_arm.name
+
+
+def read_raw(run_dir: Path | RunDir) -> RawRun:
+    """Every raw file of a run, validated; a directory without ``regime.json`` is refused."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+    if not (run.root / "regime.json").is_file():
+        raise UserError(f"{run.root}: not a run directory (no regime.json)")
+    record = read_run_record(run)
+    try:
+        regime = Regime.model_validate(record["regime"])
+    except ValidationError as exc:
+        raise UserError(f"{run.root / 'regime.json'}: regime: {exc.errors()[0]['msg']}") from None
+    environment_path = run.root / "environment.json"
+    environment = read_json(environment_path) if environment_path.exists() else {}
+    unread = UnreadLines()
+    arms = {
+        arm.name: RawArm(
+            name=arm.name,
+            status=run.read_status(arm.name),
+            samples=read_records(run.samples(arm.name), RequestSample, unread),
+            windows=read_records(run.windows(arm.name), WindowRecord, unread),
+            noise_floor=read_records(run.noise_floor(arm.name), RequestSample, unread),
+        )
+        for arm in regime.arms
+    }
+    return RawRun(run=run, record=record, regime=regime, environment=environment, arms=arms, unread=unread)

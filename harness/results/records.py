@@ -1,0 +1,124 @@
+"""The raw records of a run, as typed models: what the runner writes and every reader reads back.
+
+- ``RequestSample``: one line of ``samples.jsonl`` / ``noise_floor.jsonl`` / ``warmup.jsonl``
+  (what the client observed about one request, plus its TTFT and TPOT, computed once);
+- ``WindowRecord``: one line of ``windows.jsonl`` (one measured window: its duration, the counter
+  scrapes around it, its power samples);
+- ``ArmStatus``: an arm's ``status.json``.
+
+Version-1 files load too: fields added since then have defaults, and a v1 sample's TTFT/TPOT are
+derived on reading with the same formula the client uses when writing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from harness.probes.acceptance import SpecCounters
+from harness.probes.latency import tpot_s, ttft_s
+
+
+class ResultModel(BaseModel):
+    """Base for everything the harness writes and reads back: unknown keys are errors (a file from
+    a newer harness is refused, never half-read), values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RequestSample(ResultModel):
+    """Everything observed about one request. Times are seconds from the start of its window."""
+
+    workload: str
+    prompt_id: str
+    concurrency: int
+    prompt_format: str
+    repeat: int = 0  # which repeat of the (workload, concurrency) window
+    t_send: float
+    t_first_token: float | None = None
+    t_done: float | None = None
+    chunks: list[tuple[float, int, str]] = []  # (time, tokens in the chunk, its text)
+    token_ids: list[int] = []
+    # Per output token, the engine's top logprobs as (token id, logprob); id None where keyed by text.
+    top_logprobs: list[list[tuple[int | None, float]]] = []
+    spec_details: dict[str, Any] | None = None  # the engine's own per-request draft statistics, verbatim
+    prompt_token_count: int | None = None
+    usage_completion_tokens: int | None = None
+    finish_reason: str | None = None
+    text: str = ""
+    error: str | None = None
+    ttft_s: float | None = None  # first token - send (probes.latency.ttft_s)
+    tpot_s: float | None = None  # (E2E - TTFT) / (output tokens - 1) (probes.latency.tpot_s)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _latencies(cls, data: Any) -> Any:
+        """Version-1 samples carry no ttft_s/tpot_s: derive them with the client's own formula."""
+        if isinstance(data, dict) and "ttft_s" not in data:
+            data = {**data, **request_latencies(data.get("t_send", 0.0), data.get("t_first_token"),
+                                                data.get("t_done"), len(data.get("token_ids") or []))}
+        return data
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def output_tokens(self) -> int:
+        """Counted from token ids, never from chunks (a speculative chunk carries several)."""
+        return len(self.token_ids)
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.t_done is None else self.t_done - self.t_send
+
+
+def request_latencies(t_send: float, t_first_token: float | None, t_done: float | None,
+                      output_tokens: int) -> dict[str, float | None]:
+    """The derived fields of a request record, as the client writes them."""
+    return {"ttft_s": ttft_s(t_send, t_first_token), "tpot_s": tpot_s(t_send, t_first_token, t_done, output_tokens)}
+
+
+class WindowPower(ResultModel):
+    source: str | None = None  # "nvml", "rapl", or None: not measured
+    note: str = "not recorded"
+    samples: list[tuple[float, float | None, float | None, bool]] = []  # (t, W, cumulative J, throttled)
+
+
+class WindowRecord(ResultModel):
+    """One measured window: a workload at a concurrency level, one repeat."""
+
+    workload: str
+    category: str
+    prompt_format: str
+    concurrency: int
+    repeat: int = 0
+    duration_s: float  # first send to last completion
+    prefix_cache_reset: bool = False
+    # where tau comes from: "server_counters" (scrapes around the window) or "per_request" details
+    acceptance_source: Literal["server_counters", "per_request"] = "server_counters"
+    counters_before: dict[str, Any] | None = None  # SpecCounters.to_json()
+    counters_after: dict[str, Any] | None = None
+    server_reported: dict[str, Any] | None = None  # the engine's own server-wide figure, labelled, never tau
+    power: WindowPower | None = None
+
+    def counter_delta(self) -> SpecCounters:
+        """The window's counter delta (server_counters windows only)."""
+        if self.counters_before is None or self.counters_after is None:
+            return SpecCounters()
+        return SpecCounters.from_json(self.counters_after).minus(SpecCounters.from_json(self.counters_before))
+
+
+ArmState = Literal["not_run", "running", "ok", "failed", "interrupted"]
+
+
+class ArmStatus(ResultModel):
+    """An arm's ``status.json``: where it got to, and why it stopped if it did not finish."""
+
+    status: ArmState
+    phase: Literal["startup", "measuring"] | None = None  # where a failure happened
+    error: str | None = None
+    startup_s: float | None = None
+    pgid: int | None = None  # the server's process group while running (to find an orphan)
+    mismatches: list[str] = []  # regime mismatches recorded with --allow-mismatch
