@@ -292,7 +292,7 @@ def _cmd_gate(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_drafter(args: argparse.Namespace, console: Console) -> int:
-    from harness import distill
+    from harness.drafters import MANIFEST_NAME, distill, read_manifest
     from harness.plan import model_reference, plan_regime
 
     plan = plan_regime(args.regime)
@@ -301,11 +301,11 @@ def _cmd_drafter(args: argparse.Namespace, console: Console) -> int:
         model = model_reference(plan.regime, plan.regime_path, convert=True)
     for arm in arms:
         build_plan = distill.plan_distillation(arm, plan.regime, plan.regime_path, plan.workloads, model)
-        if (build_plan.final_dir / distill.MANIFEST_NAME).is_file():
+        if (build_plan.final_dir / MANIFEST_NAME).is_file():
             console.print(f"{arm.name}: already built: {build_plan.final_dir}")
             continue
         path = distill.build(build_plan, plan.regime, console)
-        manifest = distill.read_manifest(path) or {}
+        manifest = read_manifest(path) or {}
         for epoch in manifest.get("validation", []):
             accuracy = " / ".join(f"{a:.3f}" for a in epoch["accuracy_per_position"])
             console.print(f"  epoch {epoch['epoch']}: validation accuracy per position {accuracy}", highlight=False)

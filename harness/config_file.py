@@ -42,9 +42,12 @@ def _line_map(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:
 def read_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
     """Parse a YAML file; return the data and a map from field path to line number."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte {exc.start}: {exc.reason}); save the file as UTF-8") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read: {exc.strerror}") from None
     try:

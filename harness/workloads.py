@@ -105,26 +105,37 @@ def _source_file(workload: Workload, workload_path: Path) -> Path:
     return file
 
 
+def _read_text(file: Path) -> str:
+    """A prompt file's text (gzip-compressed when it ends in .gz), or a UserError saying why not."""
+    try:
+        data = gzip.decompress(file.read_bytes()) if file.suffix == ".gz" else file.read_bytes()
+    except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
+        raise UserError(f"{file}: cannot read: {exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UserError(f"{file}:{line}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
 def _read_jsonl(file: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if file.suffix == ".gz" else open
     rows = []
-    with opener(file, "rt", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{file}:{number}: not valid JSON: {exc.msg}") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{file}:{number}: expected a JSON object per line")
-            rows.append(row)
+    for number, line in enumerate(_read_text(file).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{file}:{number}: not valid JSON: {exc.msg}") from None
+        if not isinstance(row, dict):
+            raise UserError(f"{file}:{number}: expected a JSON object per line")
+        rows.append(row)
     return rows
 
 
 def _read_json_array(file: Path) -> list[dict[str, Any]]:
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(_read_text(file))
     except json.JSONDecodeError as exc:
         raise UserError(f"{file}:{exc.lineno}: not valid JSON: {exc.msg}") from None
     if not isinstance(data, list) or not all(isinstance(row, dict) for row in data):

@@ -201,3 +201,44 @@ def test_cli_bad_input_exit_code_and_no_traceback(tmp_path: Path) -> None:
     path.write_text("name: x\nhardware: [\n")
     out = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path)], capture_output=True, text=True)
     assert out.returncode == 2 and "malformed YAML" in out.stdout and "Traceback" not in out.stdout + out.stderr
+
+
+def test_regime_that_is_not_utf8_gets_the_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "regime.yaml"
+    path.write_bytes(yaml.safe_dump(GOOD).encode() + b"description: caf\xe9\n")  # Latin-1, as an old editor saves
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "validate", str(path)], capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stdout + out.stderr
+    lines = yaml.safe_dump(GOOD).count("\n") + 1
+    assert f"regime.yaml:{lines}: not UTF-8 text" in out.stdout
+
+
+@pytest.mark.parametrize("kind", ["yaml", "jsonl", "jsonl.gz", "sharegpt"])
+def test_workload_files_that_are_not_utf8_are_refused_with_file_and_line(tmp_path: Path, kind: str) -> None:
+    import gzip
+    import json
+
+    from harness.workloads import load_workload
+
+    workload = {"name": "w", "category": "chat", "prompt_format": "raw",
+                "source": {"path": "prompts.jsonl", "format": "jsonl"}, "sample_seed": 0}
+    good = json.dumps({"prompt": "hello"}).encode() + b"\n"
+    bad = json.dumps({"prompt": "x"}).encode()[:-2] + b'\xff"}\n'
+    if kind == "yaml":
+        (tmp_path / "prompts.jsonl").write_bytes(good)
+        (tmp_path / "w.yaml").write_bytes(yaml.safe_dump(workload).encode() + b"# \xff\n")
+        expected = r"w.yaml:\d+: not UTF-8"
+    elif kind == "jsonl":
+        (tmp_path / "prompts.jsonl").write_bytes(good + bad)
+        expected = "prompts.jsonl:2: not UTF-8"
+    elif kind == "jsonl.gz":
+        workload["source"]["path"] = "prompts.jsonl.gz"
+        (tmp_path / "prompts.jsonl.gz").write_bytes(gzip.compress(good + bad))
+        expected = "prompts.jsonl.gz:2: not UTF-8"
+    else:
+        workload["source"] = {"path": "share.json", "format": "sharegpt"}
+        (tmp_path / "share.json").write_bytes(b'[{"id": "a", "conversations": [{"from": "human", "value": "\xff"}]}]')
+        expected = "share.json:1: not UTF-8"
+    if kind != "yaml":
+        (tmp_path / "w.yaml").write_text(yaml.safe_dump(workload))
+    with pytest.raises(UserError, match=expected):
+        load_workload(tmp_path / "w.yaml", 1)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import distill
+from harness.drafters import distill
 from harness.cli import main
-from harness.drafter_train import _samples, train_argv
-from harness.drafters import held_out_check
+from harness.drafters.train_stages import _samples, train_argv
+from harness.drafters import TRAINING_PROMPTS_NAME, held_out_check
 from harness.errors import UserError
 from harness.regime import load_regime
 from harness.plan import plan_regime
@@ -150,7 +150,7 @@ def test_held_out_check_counts_overlap(tmp_path: Path) -> None:
     regime_plan = plan_regime(_regime_with(tmp_path))
     measured = regime_plan.workloads
     hashes = [prompt_sha256(p) for w in measured for p in w.prompts]
-    (tmp_path / distill.TRAINING_PROMPTS_NAME).write_text(json.dumps({"trained_on": hashes[:1] + ["x"]}))
+    (tmp_path / TRAINING_PROMPTS_NAME).write_text(json.dumps({"trained_on": hashes[:1] + ["x"]}))
     assert held_out_check(tmp_path, measured) == {"measured_prompts": 4, "trained_on": 1}
     assert held_out_check(tmp_path / "elsewhere", measured) is None
 

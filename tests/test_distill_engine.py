@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.distill import MANIFEST_NAME, TRAINING_PROMPTS_NAME
+from harness.drafters import MANIFEST_NAME, TRAINING_PROMPTS_NAME
 from harness.models import cache_root
 from harness.workloads import load_workload, prompt_sha256
 
@@ -92,7 +92,7 @@ def test_trained_drafters_serve_with_provenance(built) -> None:
         assert drafter["label"].startswith("self-distilled here (6 prompts")
         assert drafter["manifest"]["method"] == method  # the training manifest is stored with the results
         assert drafter["held_out"] == {"measured_prompts": 4, "trained_on": 0}
-        rows = [w for w in summary["windows"] if w["arm"] == arm]
+        rows = [w for w in summary["cells"] if w["arm"] == arm]
         assert rows and all(r["drafts"] > 0 and r["tau"] >= 1.0 for r in rows)
         assert all(r["drafter"] == drafter["label"] for r in rows)
         assert f"{arm}: drafter self-distilled here" in built["run"].stdout

@@ -31,7 +31,7 @@ def target_dir() -> str:
 
 
 def _stage(stage: str, work: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "harness.drafter_train", stage, str(work)],
+    proc = subprocess.run([sys.executable, "-m", "harness.drafters.train_stages", stage, str(work)],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     log = (work / f"{stage}.log").read_text(errors="replace") if (work / f"{stage}.log").is_file() else ""
     assert proc.returncode == 0, proc.stderr[-3000:] + log[-3000:]

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from harness.drafters import MANIFEST_NAME, _draft_config, build_untrained, resolve_drafter
+from harness.drafters import MANIFEST_NAME, resolve_drafter
+from harness.drafters.untrained import _draft_config, build_untrained
 from harness.errors import UserError
 from harness.regime import load_regime
 

@@ -45,7 +45,7 @@ def test_every_method_serves_with_counted_acceptance(drafter_run) -> None:
         launch = json.loads((run / "arms" / arm / "launch.json").read_text())["argv"]
         spec = json.loads(launch[launch.index("--speculative-config") + 1])
         assert spec["method"] == method and spec["num_speculative_tokens"] == 3 and Path(spec["model"]).is_dir()
-        rows = [w for w in summary["windows"] if w["arm"] == arm]
+        rows = [w for w in summary["cells"] if w["arm"] == arm]
         assert len(rows) == 2
         for row in rows:
             assert row["drafts"] > 0  # the engine ran the drafter and counted its proposals
@@ -69,7 +69,7 @@ def test_drafter_provenance_is_stored_and_shown(drafter_run) -> None:
         assert manifest["seed"] == 0 and manifest["parameters"] > 0
     assert record["self_draft_k3"]["label"] == "self-draft (the target itself), mechanics only"
     summary = json.loads((run / "summary.json").read_text())
-    labels = {w["arm"]: w["drafter"] for w in summary["windows"]}
+    labels = {w["arm"]: w["drafter"] for w in summary["cells"]}
     assert labels["baseline"] is None and labels["eagle3_untrained_k3"] == "untrained, mechanics only"
     assert "eagle3_untrained_k3: drafter untrained, mechanics only" in proc.stdout
     environment = json.loads((run / "environment.json").read_text())

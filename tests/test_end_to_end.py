@@ -14,9 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from harness.results import SCHEMA_VERSION, read_jsonl
+import harness
+from harness.results import SCHEMA_VERSION, load_summary, read_jsonl
+from harness.summary import summarize
 
 pytestmark = pytest.mark.engine
 
@@ -92,23 +95,40 @@ def test_allowed_mismatch_is_recorded_before_and_after_startup(finished_run) -> 
 
 def test_summary_derives_tau_and_speedup(finished_run) -> None:
     _, run = finished_run
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["schema_version"] == SCHEMA_VERSION and summary["baseline_arm"] == "baseline"
-    rows = {(w["arm"], w["workload"], w["concurrency"]): w for w in summary["windows"]}
+    summary = load_summary(run / "summary.json")  # the typed model, as written by the run
+    assert summary == summarize(run)  # re-derivable from the raw files alone
+    assert summary.schema_version == SCHEMA_VERSION and summary.baseline_arm == "baseline"
+    rows = {(c.arm, c.workload, c.concurrency): c for c in summary.cells}
     assert len(rows) == 8
     for (arm, workload, concurrency), row in rows.items():
         base = rows[("baseline", workload, concurrency)]
-        assert row["speedup"] == pytest.approx(row["output_tok_s"] / base["output_tok_s"])
-        assert row["usd_per_mtok"] > 0 and row["ttft_ms_p50"] > 0 and row["tpot_ms_p50"] > 0
+        assert row.speedup == pytest.approx(row.output_tok_s / base.output_tok_s)
+        assert row.usd_per_mtok > 0 and row.ttft_ms_p50 > 0 and row.tpot_ms_p50 > 0
         if arm == "baseline":
-            assert row["tau"] is None and row["drafts"] == 0
+            assert row.tau is None and row.drafts == 0
     ngram = [row for (arm, _, _), row in rows.items() if arm == "ngram_k4"]
-    assert sum(row["drafts"] for row in ngram) > 0  # the engine's counters moved
+    assert sum(row.drafts for row in ngram) > 0  # the engine's counters moved
     for row in ngram:
-        if row["drafts"]:
-            assert row["tau"] == pytest.approx(1 + row["accepted_tokens"] / row["drafts"])
-            assert 1.0 <= row["tau"] <= 1 + 4  # at most K tokens accepted per draft
-            assert len(row["per_position_acceptance"]) <= 4
+        if row.drafts:
+            assert row.tau == pytest.approx(1 + row.accepted_tokens / row.drafts)
+            assert 1.0 <= row.tau <= 1 + 4  # at most K tokens accepted per draft
+            assert len(row.per_position_acceptance) <= 4
+
+
+def test_pandas_view_and_export_of_a_fresh_run(finished_run, tmp_path: Path) -> None:
+    _, run = finished_run
+    loaded = harness.load_run(run)
+    cells, requests = loaded.cells(), loaded.requests()
+    assert len(cells) == 8 and len(requests) == 2 * 8
+    ngram = cells[cells.arm == "ngram_k4"].set_index(["workload", "concurrency"])
+    for (workload, concurrency), row in ngram.iterrows():
+        assert row.tau == pytest.approx(loaded.summary.cell("ngram_k4", workload, concurrency).tau, nan_ok=True)
+    stored = [json.loads(line) for line in (run / "arms" / "ngram_k4" / "samples.jsonl").read_text().splitlines()]
+    assert all(s["ttft_s"] == pytest.approx(s["t_first_token"] - s["t_send"]) for s in stored)  # written once
+    made = subprocess.run(BENCH + ["export", str(run), "--format", "parquet", "-o", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert made.returncode == 0, made.stdout + made.stderr
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cells.parquet"), cells)
 
 
 def test_exactness_record_is_well_formed(finished_run) -> None:
@@ -165,7 +185,7 @@ def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
     for arm in ("baseline", "ngram_k4"):
         status = json.loads((run / "arms" / arm / "status.json").read_text())
         assert status["status"] == "failed" and "--no-such-flag" in status["error"]
-    assert json.loads((run / "summary.json").read_text())["windows"] == []
+    assert json.loads((run / "summary.json").read_text())["cells"] == []
     assert _engine_pids(run) == []
 
 
@@ -197,7 +217,7 @@ def test_interrupt_then_resume(tmp_path: Path) -> None:
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert read_jsonl(run / "arms" / "baseline.attempt-1" / "samples.jsonl") == partial  # moved aside, not lost
     summary = json.loads((run / "summary.json").read_text())
-    assert [a["status"] for a in summary["arms"]] == ["ok", "ok"] and len(summary["windows"]) == 8
+    assert [a["status"] for a in summary["arms"]] == ["ok", "ok"] and len(summary["cells"]) == 8
     assert not (run / "run.lock").exists() and _engine_pids(run) == []
     again = subprocess.run(resume, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert again.returncode == 0 and again.stdout.count("already complete") == 2  # nothing left to run

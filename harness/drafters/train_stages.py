@@ -1,7 +1,7 @@
-"""The torch side of a self-distilled drafter build, run as child processes of ``harness.distill``:
+"""The torch side of a self-distilled drafter build, run as child processes of ``harness.drafters.distill``:
 
-    python -m harness.drafter_train data WORK_DIR    # dataset + token frequencies + hidden states
-    python -m harness.drafter_train train WORK_DIR   # speculators' trainer, adapted to the CPU
+    python -m harness.drafters.train_stages data WORK_DIR    # dataset + token frequencies + hidden states
+    python -m harness.drafters.train_stages train WORK_DIR   # speculators' trainer, adapted to the CPU
 
 Both read ``WORK_DIR/build.json`` (written by the parent) and are resumable: the data stage skips
 hidden-state files already written, the trainer resumes from its last epoch checkpoint.
@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from harness.distill import progress_bar, read_answers
+from harness.drafters.distill import progress_bar, read_answers
 
 DATA_DIR = "data"  # speculators' --data-path: the Arrow dataset, token_freq.pt, hidden_states/
 CHECKPOINTS_DIR = "checkpoints"
