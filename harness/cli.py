@@ -26,20 +26,27 @@ EXIT_OK, EXIT_USAGE, EXIT_ENGINE, EXIT_INTERRUPTED = 0, 2, 3, 130
 
 def _add_run(commands: Any) -> None:
     run = commands.add_parser(
-        "run", help="launch every arm of a regime, measure, store results, print the mini-lab table",
+        "run",
+        help="launch every arm of a regime, measure, store results, print the mini-lab table",
         description="Launch each arm's server in turn, warm it up, measure every workload at every "
         "concurrency level, store raw samples and a summary under RESULTS_DIR/<regime>/<run-id>/, "
         "and print the mini-lab table.",
     )
     run.add_argument("regime", type=Path, nargs="?", help="regime YAML file, e.g. regimes/cpu_smoke.yaml")
-    run.add_argument("--results-dir", type=Path, default=Path("results"), help="where runs are stored (default: results)")
     run.add_argument(
-        "--resume", type=Path, metavar="RUN_DIR",
-        help="continue an interrupted or partly failed run from its first arm without complete results "
-        "(uses the regime stored in the run; earlier files of an incomplete arm are kept as arms/<arm>.attempt-N)",
+        "--results-dir", type=Path, default=Path("results"), help="where runs are stored (default: results)"
     )
     run.add_argument(
-        "--allow-mismatch", action="store_true",
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue an interrupted or partly failed run from its first arm without complete results "
+        "(uses the regime stored in the run; earlier files of an incomplete arm are kept as "
+        "arms/<arm>.attempt-N)",
+    )
+    run.add_argument(
+        "--allow-mismatch",
+        action="store_true",
         help="run even when the machine or the started engine does not match the regime's pins; every "
         "mismatch is recorded in the results and shown by the report",
     )
@@ -47,7 +54,8 @@ def _add_run(commands: Any) -> None:
 
 def _add_validate(commands: Any) -> None:
     validate = commands.add_parser(
-        "validate", help="check a regime file and print each arm's exact launch command; starts nothing",
+        "validate",
+        help="check a regime file and print each arm's exact launch command; starts nothing",
     )
     validate.add_argument("regime", type=Path, help="regime YAML file")
 
@@ -59,63 +67,94 @@ def _add_show(commands: Any) -> None:
 
 def _add_report(commands: Any) -> None:
     report = commands.add_parser(
-        "report", help="render a run (or two runs side by side) into one self-contained HTML file",
-        description="Render stored results into one HTML file that needs nothing from the network: the regime "
-        "and environment, the mini-lab tables, figures, greedy-exactness detail and metric definitions. With two "
-        "runs, put them side by side with the ratio B/A of each metric (refused across regimes unless --force).",
+        "report",
+        help="render a run (or two runs side by side) into one self-contained HTML file",
+        description="Render stored results into one HTML file that needs nothing from the network: the "
+        "regime "
+        "and environment, the mini-lab tables, figures, greedy-exactness detail and metric definitions. "
+        "With two "
+        "runs, put them side by side with the ratio B/A of each metric (refused across regimes unless "
+        "--force).",
     )
     report.add_argument("run_dir", type=Path, help="a run directory, results/<regime>/<run-id>")
     report.add_argument("other_run_dir", type=Path, nargs="?", help="a second run to compare with the first")
-    report.add_argument("-o", "--output", type=Path, help="output file (default: reports/<regime>-<run-id>.html)")
+    report.add_argument(
+        "-o", "--output", type=Path, help="output file (default: reports/<regime>-<run-id>.html)"
+    )
     report.add_argument("--force", action="store_true", help="compare runs even when their regimes differ")
 
 
 def _add_gate(commands: Any) -> None:
     gate = commands.add_parser(
-        "gate", help="check a run against its regime's gates (and a baseline run); exit 1 on a regression",
+        "gate",
+        help="check a run against its regime's gates (and a baseline run); exit 1 on a regression",
         description="Evaluate the gates of the run's regime (gates: floors, ceilings, golden tau, and with "
         "--baseline the maximum regression against an earlier run) per arm, workload and concurrency, on the "
-        "stored per-request and per-repeat samples. A regression is called only when it exceeds the tolerance "
-        "AND the bootstrap interval of the change excludes zero. Writes a JUnit XML file (one test case per gate and cell) "
+        "stored per-request and per-repeat samples. A regression is called only when it exceeds the "
+        "tolerance "
+        "AND the bootstrap interval of the change excludes zero. Writes a JUnit XML file (one test case per "
+        "gate and cell) "
         "and a Markdown summary (also appended to $GITHUB_STEP_SUMMARY when set). Exit codes: 0 pass, "
         "1 regression, 2 usage or configuration error, 3 infrastructure failure (an engine did not start).",
     )
     gate.add_argument("run_dir", type=Path, help="the run to check, results/<regime>/<run-id>")
-    gate.add_argument("--baseline", type=Path, metavar="RUN_DIR",
-                      help="an earlier run of the same regime conditions (e.g. the last good nightly run)")
-    gate.add_argument("--gates", type=Path, metavar="REGIME",
-                      help="take the gates from this regime file instead of the ones stored with the run "
-                      "(to apply gates tuned after the run was made)")
+    gate.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="RUN_DIR",
+        help="an earlier run of the same regime conditions (e.g. the last good nightly run)",
+    )
+    gate.add_argument(
+        "--gates",
+        type=Path,
+        metavar="REGIME",
+        help="take the gates from this regime file instead of the ones stored with the run "
+        "(to apply gates tuned after the run was made)",
+    )
     gate.add_argument("--junit", type=Path, help="JUnit XML output (default: RUN_DIR/gate/junit.xml)")
-    gate.add_argument("--markdown", type=Path, help="Markdown summary output (default: RUN_DIR/gate/summary.md)")
+    gate.add_argument(
+        "--markdown", type=Path, help="Markdown summary output (default: RUN_DIR/gate/summary.md)"
+    )
 
 
 def _add_export(commands: Any) -> None:
     export = commands.add_parser(
-        "export", help="write a run's results as tables (cells, requests, categories, repeats) for pandas",
+        "export",
+        help="write a run's results as tables (cells, requests, categories, repeats) for pandas",
         description="Derive a run's tables from its raw files, exactly as `bench show` and "
         "`harness.load_run(RUN).cells()` see them, and write one file per table: cells (arm x workload x "
-        "concurrency), requests (one row per measured request), categories (arm x category x concurrency) and "
+        "concurrency), requests (one row per measured request), categories (arm x category x concurrency) "
+        "and "
         "repeats (one row per repeat of each cell). Column names carry their units.",
     )
     export.add_argument("run_dir", type=Path, help="a run directory, results/<regime>/<run-id>")
-    export.add_argument("--format", choices=("csv", "parquet", "jsonl"), default="csv",
-                        help="file format (default: csv)")
-    export.add_argument("-o", "--output-dir", type=Path, help="where to write the tables (default: RUN_DIR/export)")
+    export.add_argument(
+        "--format", choices=("csv", "parquet", "jsonl"), default="csv", help="file format (default: csv)"
+    )
+    export.add_argument(
+        "-o", "--output-dir", type=Path, help="where to write the tables (default: RUN_DIR/export)"
+    )
 
 
 def _add_drafter(commands: Any) -> None:
     drafter = commands.add_parser(
-        "drafter", help="build the drafters a regime trains itself (self-distilled EAGLE-3 / DFlash heads)",
+        "drafter",
+        help="build the drafters a regime trains itself (self-distilled EAGLE-3 / DFlash heads)",
     )
     drafter_commands = drafter.add_subparsers(dest="drafter_command", required=True, metavar="ACTION")
     drafter_build = drafter_commands.add_parser(
-        "build", help="self-distil the regime's trained drafters now (bench run would build them on first use)",
-        description="For every arm whose draft_model is `trained:` (or only --arm / --method): the target answers "
-        "the training prompts on the real engine (greedy), its hidden states are captured at the method's layers, "
-        "and speculators' trainer fits the head; the checkpoint and a drafter_manifest.json (target identity, data "
-        "split and hashes, steps, validation accuracy per position, library versions) are cached. The prompts the "
-        "regime measures are held out. Interrupted builds resume where they stopped. The CPU regime's EAGLE-3 "
+        "build",
+        help="self-distil the regime's trained drafters now (bench run would build them on first use)",
+        description="For every arm whose draft_model is `trained:` (or only --arm / --method): the target "
+        "answers "
+        "the training prompts on the real engine (greedy), its hidden states are captured at the method's "
+        "layers, "
+        "and speculators' trainer fits the head; the checkpoint and a drafter_manifest.json (target "
+        "identity, data "
+        "split and hashes, steps, validation accuracy per position, library versions) are cached. The "
+        "prompts the "
+        "regime measures are held out. Interrupted builds resume where they stopped. The CPU regime's "
+        "EAGLE-3 "
         "takes about 45 minutes on 2 cores.",
     )
     drafter_build.add_argument("regime", type=Path, help="regime YAML file, e.g. regimes/cpu_drafters.yaml")
@@ -145,21 +184,27 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
     plan = plan_regime(args.regime)
     regime = plan.regime
     model = plan.resolve_models(build=False)
-    console.print(f"[green]{args.regime}: valid[/] (regime '{regime.name}', fingerprint {regime.fingerprint()})")
+    console.print(
+        f"[green]{args.regime}: valid[/] (regime '{regime.name}', fingerprint {regime.fingerprint()})"
+    )
     console.print(describe_plan(plan), highlight=False)
     preflight = plan.preflight(collect_environment(plan.adapter.installed_version()))
     for problem in preflight.lossy:
         console.print(f"[yellow]lossy acceptance setting:[/] {escape(problem)}", soft_wrap=True)
     if preflight.mismatches:
-        console.print("This machine does not match the regime (`bench run` would stop; --allow-mismatch to run anyway):")
+        console.print(
+            "This machine does not match the regime (`bench run` would stop; --allow-mismatch to run anyway):"
+        )
         for mismatch in preflight.mismatches:
             console.print(f"  [yellow]{escape(mismatch)}[/]", soft_wrap=True)
     else:
         console.print("This machine matches the regime's pins.")
     for command in plan.arm_commands(model):
         arm = command.arm
-        console.print(f"\n[bold]{arm.name}[/] ({arm.method}, K={arm.num_speculative_tokens or '-'}{command.drafter}):",
-                      highlight=False)
+        console.print(
+            f"\n[bold]{arm.name}[/] ({arm.method}, K={arm.num_speculative_tokens or '-'}{command.drafter}):",
+            highlight=False,
+        )
         console.print(f"  {command.command}", highlight=False, soft_wrap=True)
     return EXIT_OK
 
@@ -183,7 +228,9 @@ def _print_results(summary: Summary, console: Console) -> int:
     if exact is not None:
         console.print(exact)
     for mismatch in summary.mismatches:
-        console.print(f"[yellow]regime mismatch (run with --allow-mismatch):[/] {escape(mismatch)}", soft_wrap=True)
+        console.print(
+            f"[yellow]regime mismatch (run with --allow-mismatch):[/] {escape(mismatch)}", soft_wrap=True
+        )
     for setting in summary.lossy_settings:
         console.print(f"[yellow]lossy acceptance allowed:[/] {escape(setting)}", soft_wrap=True)
     for arm in summary.arms:
@@ -194,7 +241,8 @@ def _print_results(summary: Summary, console: Console) -> int:
     for arm in failed:
         console.print(f"[red]arm {arm.name}: {arm.status}[/] {escape(arm.error or '')}", soft_wrap=True)
     console.print(
-        "tau = 1 + accepted/drafts from the engine's counters over each window; speedup = arm tok/s / baseline "
+        "tau = 1 + accepted/drafts from the engine's counters over each window; speedup = arm tok/s / "
+        "baseline "
         "tok/s on the same prompts and concurrency; TPOT = (E2E - TTFT)/(tokens - 1) per request; same % = "
         "prompts whose greedy token ids equal the baseline's (for the baseline: its own second pass)."
     )
@@ -267,22 +315,32 @@ def _cmd_gate(args: argparse.Namespace, console: Console) -> int:
     if args.gates is not None:
         view.use_gates_from(load_regime(args.gates), str(args.gates))
     if not view.regime.gates.rules and not view.regime.gates.golden_tau:
-        raise UserError(f"{args.run_dir}: its regime '{view.regime.name}' has no gates (add a gates: section)")
+        raise UserError(
+            f"{args.run_dir}: its regime '{view.regime.name}' has no gates (add a gates: section)"
+        )
     for arm in view.changed_arms:
-        console.print(f"[yellow]arm {arm} is configured differently from the baseline run's[/]", highlight=False)
+        console.print(
+            f"[yellow]arm {arm} is configured differently from the baseline run's[/]", highlight=False
+        )
     checks = evaluate(view, baseline)
     code = exit_code(checks)
     console.print(verdict_table(checks))
-    title = f"{view.regime.name} run {args.run_dir.name}" + (f" vs {args.baseline.name}" if args.baseline else "")
+    title = f"{view.regime.name} run {args.run_dir.name}" + (
+        f" vs {args.baseline.name}" if args.baseline else ""
+    )
     summary_md = markdown(checks, title, code)
     junit = args.junit or args.run_dir / "gate" / "junit.xml"
     md = args.markdown or args.run_dir / "gate" / "summary.md"
     write_text_atomic(junit, junit_xml(checks, view.regime.name).decode())
     write_text_atomic(md, summary_md)
-    write_json_atomic(args.run_dir / "gate" / "checks.json", {
-        "baseline_run": str(args.baseline) if args.baseline else None, "exit_code": code,
-        "checks": [c.to_json() for c in checks],
-    })
+    write_json_atomic(
+        args.run_dir / "gate" / "checks.json",
+        {
+            "baseline_run": str(args.baseline) if args.baseline else None,
+            "exit_code": code,
+            "checks": [c.to_json() for c in checks],
+        },
+    )
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as step_summary:
             step_summary.write(summary_md)
@@ -308,7 +366,9 @@ def _cmd_drafter(args: argparse.Namespace, console: Console) -> int:
         manifest = read_manifest(path) or {}
         for epoch in manifest.get("validation", []):
             accuracy = " / ".join(f"{a:.3f}" for a in epoch["accuracy_per_position"])
-            console.print(f"  epoch {epoch['epoch']}: validation accuracy per position {accuracy}", highlight=False)
+            console.print(
+                f"  epoch {epoch['epoch']}: validation accuracy per position {accuracy}", highlight=False
+            )
     return EXIT_OK
 
 
@@ -325,8 +385,15 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, _raise_interrupt)
     from harness.server import kill_all_started
 
-    handlers = {"run": _cmd_run, "validate": _cmd_validate, "show": _cmd_show, "report": _cmd_report, "gate": _cmd_gate,
-                "export": _cmd_export, "drafter": _cmd_drafter}
+    handlers = {
+        "run": _cmd_run,
+        "validate": _cmd_validate,
+        "show": _cmd_show,
+        "report": _cmd_report,
+        "gate": _cmd_gate,
+        "export": _cmd_export,
+        "drafter": _cmd_drafter,
+    }
     try:
         return handlers[args.command](args, console)
     except UserError as exc:
@@ -336,8 +403,11 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]engine failure:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return EXIT_ENGINE
     except KeyboardInterrupt:
-        message = ("the drafter build resumes where it stopped when run again" if args.command == "drafter"
-                   else "the partial run stays readable")
+        message = (
+            "the drafter build resumes where it stopped when run again"
+            if args.command == "drafter"
+            else "the partial run stays readable"
+        )
         console.print(f"[yellow]interrupted[/]: servers stopped; {message}")
         return EXIT_INTERRUPTED
     finally:

@@ -57,11 +57,18 @@ class RequestRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The stored sample (``harness.results.RequestSample``): the raw fields plus TTFT/TPOT."""
-        return {**asdict(self), **request_latencies(self.t_send, self.t_first_token, self.t_done, len(self.token_ids))}
+        return {
+            **asdict(self),
+            **request_latencies(self.t_send, self.t_first_token, self.t_done, len(self.token_ids)),
+        }
 
 
 def request_body(
-    prompt: Prompt, prompt_format: str, sampling: Sampling, load: Load, top_logprobs: int = 0,
+    prompt: Prompt,
+    prompt_format: str,
+    sampling: Sampling,
+    load: Load,
+    top_logprobs: int = 0,
     engine_fields: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The endpoint path and JSON body for one prompt. Temperature is always sent explicitly;
@@ -92,7 +99,7 @@ def _token_id(key: str) -> int | None:
     """vLLM with return_tokens_as_token_ids keys "token_id:123"; a text key has no id."""
     if key.startswith("token_id:"):
         try:
-            return int(key[len("token_id:"):])
+            return int(key[len("token_id:") :])
         except ValueError:
             return None
     return None
@@ -109,7 +116,9 @@ def parse_top_logprobs(logprobs: dict[str, Any] | None) -> list[list[tuple[int, 
             [(_token_id(top["token"]), top["logprob"]) for top in entry.get("top_logprobs") or []]
             for entry in logprobs["content"] or []
         ]
-    return [[(_token_id(k), v) for k, v in (entry or {}).items()] for entry in logprobs.get("top_logprobs") or []]
+    return [
+        [(_token_id(k), v) for k, v in (entry or {}).items()] for entry in logprobs.get("top_logprobs") or []
+    ]
 
 
 def _absorb_sglext(record: RequestRecord, sglext: dict[str, Any]) -> None:
@@ -165,7 +174,7 @@ async def send_request(
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
                     continue
-                payload = line[len("data:"):].strip()
+                payload = line[len("data:") :].strip()
                 if payload == "[DONE]":
                     break
                 _absorb_chunk(record, json.loads(payload), time.perf_counter() - clock_zero)
@@ -225,7 +234,9 @@ async def run_window(
                 started.append(record)
                 path, body = request_body(prompt, fmt, sampling, load, top_logprobs, engine_fields)
                 try:
-                    await asyncio.wait_for(send_request(client, record, path, body, clock_zero), load.request_timeout_s)
+                    await asyncio.wait_for(
+                        send_request(client, record, path, body, clock_zero), load.request_timeout_s
+                    )
                 except asyncio.TimeoutError:
                     record.error = f"timeout: not complete after {load.request_timeout_s:.0f} s"
                 except asyncio.CancelledError:
@@ -256,4 +267,6 @@ async def run_window(
             guard.cancel()
     # After a stall, prompts still waiting for a slot were never sent: they have no record.
     records = [task.result() for task in tasks if not (stalled.is_set() and task.cancelled())]
-    return WindowResult(records=records, duration_s=time.perf_counter() - clock_zero, stalled=stalled.is_set())
+    return WindowResult(
+        records=records, duration_s=time.perf_counter() - clock_zero, stalled=stalled.is_set()
+    )

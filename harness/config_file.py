@@ -47,7 +47,9 @@ def read_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
         raise UserError(f"{path}: file not found") from None
     except UnicodeDecodeError as exc:
         line = exc.object[: exc.start].count(b"\n") + 1
-        raise UserError(f"{path}:{line}: not UTF-8 text (byte {exc.start}: {exc.reason}); save the file as UTF-8") from None
+        raise UserError(
+            f"{path}:{line}: not UTF-8 text (byte {exc.start}: {exc.reason}); save the file as UTF-8"
+        ) from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read: {exc.strerror}") from None
     try:
@@ -110,15 +112,23 @@ def _describe(error: dict[str, Any], model: type[BaseModel]) -> str:
     if kind == "missing":
         return "required field is missing"
     message = error["msg"]
-    if "input" in error and kind not in ("model_type", "dict_type") and not isinstance(error["input"], (dict, list)):
+    if (
+        "input" in error
+        and kind not in ("model_type", "dict_type")
+        and not isinstance(error["input"], (dict, list))
+    ):
         message += f" (got {error['input']!r})"
     return message
 
 
-def format_validation_error(path: Path, exc: ValidationError, lines: dict[Loc, int], model: type[BaseModel]) -> str:
+def format_validation_error(
+    path: Path, exc: ValidationError, lines: dict[Loc, int], model: type[BaseModel]
+) -> str:
     messages = []
     for error in exc.errors():
-        loc = tuple(part for part in error["loc"] if isinstance(part, int) or not str(part).startswith("function-"))
+        loc = tuple(
+            part for part in error["loc"] if isinstance(part, int) or not str(part).startswith("function-")
+        )
         line = _line_for(loc, lines)
         where = f"{path}:{line}" if line else str(path)
         field = dotted(loc) if loc else "(top level)"

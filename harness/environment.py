@@ -112,7 +112,18 @@ def collect_gpus() -> dict[str, Any]:
 
 # Environment variables that change what an engine does; anything that looks like a secret is
 # recorded by name only.
-_ENV_PREFIXES = ("VLLM_", "SGLANG_", "CUDA_", "NCCL_", "HF_", "TORCH", "PYTORCH_", "OMP_", "BENCH_", "NVIDIA_")
+_ENV_PREFIXES = (
+    "VLLM_",
+    "SGLANG_",
+    "CUDA_",
+    "NCCL_",
+    "HF_",
+    "TORCH",
+    "PYTORCH_",
+    "OMP_",
+    "BENCH_",
+    "NVIDIA_",
+)
 _SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 
 
@@ -142,7 +153,15 @@ def model_identity(reference: str) -> dict[str, Any]:
 
 
 # The environment fields that define a regime; their hash is the environment fingerprint.
-FINGERPRINT_FIELDS = ("engine_version", "torch", "cpu_model", "cpu_count", "gpu_names", "gpu_driver", "cuda_driver")
+FINGERPRINT_FIELDS = (
+    "engine_version",
+    "torch",
+    "cpu_model",
+    "cpu_count",
+    "gpu_names",
+    "gpu_driver",
+    "cuda_driver",
+)
 
 
 def environment_fingerprint(record: dict[str, Any]) -> str:

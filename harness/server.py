@@ -129,11 +129,13 @@ class Server:
                 code = self.exit_code()
                 if code is not None:
                     raise EngineError(
-                        f"engine exited with status {code} during start-up; log {self.log_path}:\n{log_tail(self.log_path)}"
+                        f"engine exited with status {code} during start-up; log "
+                        f"{self.log_path}:\n{log_tail(self.log_path)}"
                     )
                 if elapsed > timeout_s:
                     raise EngineError(
-                        f"engine not ready after {timeout_s:.0f} s; log {self.log_path}:\n{log_tail(self.log_path)}"
+                        f"engine not ready after {timeout_s:.0f} s; log "
+                        f"{self.log_path}:\n{log_tail(self.log_path)}"
                     )
                 try:
                     if client.get(url).status_code == 200:

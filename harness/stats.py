@@ -62,8 +62,12 @@ def _relative(current: float, baseline: float) -> float:
 
 
 def bootstrap_relative_change(
-    baseline: Sequence[float], current: Sequence[float], statistic: Statistic = mean,
-    resamples: int = 2000, confidence: float = 0.95, seed: int = 0,
+    baseline: Sequence[float],
+    current: Sequence[float],
+    statistic: Statistic = mean,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
 ) -> Interval:
     """(stat(current) - stat(baseline)) / |stat(baseline)|, with a percentile bootstrap interval."""
     if not baseline or not current:
@@ -71,7 +75,9 @@ def bootstrap_relative_change(
     rng = random.Random(seed)
     point = _relative(statistic(current), statistic(baseline))
     draws = sorted(
-        _relative(statistic(rng.choices(current, k=len(current))), statistic(rng.choices(baseline, k=len(baseline))))
+        _relative(
+            statistic(rng.choices(current, k=len(current))), statistic(rng.choices(baseline, k=len(baseline)))
+        )
         for _ in range(resamples)
     )
     tail = (1 - confidence) / 2
@@ -79,7 +85,11 @@ def bootstrap_relative_change(
 
 
 def bootstrap_statistic(
-    sample: Sequence[float], statistic: Statistic = mean, resamples: int = 2000, confidence: float = 0.95, seed: int = 0,
+    sample: Sequence[float],
+    statistic: Statistic = mean,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
 ) -> Interval:
     """stat(sample) with a percentile bootstrap interval (for absolute floors and ceilings)."""
     if not sample:
@@ -116,10 +126,10 @@ def mann_whitney_greater(first: Sequence[float], second: Sequence[float]) -> tup
     if not has_ties and n1 * n2 <= 400:
         counts = _u_counts(n1, n2)
         total = sum(counts)
-        return u, sum(counts[int(u):]) / total
+        return u, sum(counts[int(u) :]) / total
     mu = n1 * n2 / 2
     pooled = sorted(list(first) + list(second))
-    tie_term = sum(t ** 3 - t for t in (pooled.count(v) for v in set(pooled)))
+    tie_term = sum(t**3 - t for t in (pooled.count(v) for v in set(pooled)))
     n = n1 + n2
     variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
     if variance <= 0:

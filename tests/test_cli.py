@@ -10,7 +10,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, cwd=ROOT
+    )
 
 
 def test_validate_prints_each_arms_launch_command() -> None:
@@ -23,7 +25,9 @@ def test_validate_prints_each_arms_launch_command() -> None:
 
 def test_bad_regime_exits_2_with_location(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text((ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace("temperature: 0", "temprature: 0"))
+    bad.write_text(
+        (ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace("temperature: 0", "temprature: 0")
+    )
     out = bench("validate", str(bad))
     assert out.returncode == 2
     assert "Traceback" not in out.stdout + out.stderr
@@ -33,9 +37,16 @@ def test_bad_regime_exits_2_with_location(tmp_path: Path) -> None:
 
 def test_error_with_brackets_is_printed_verbatim(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text((ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace("num_speculative_tokens: 4", "num_speculative_tokens: -1"))
+    bad.write_text(
+        (ROOT / "regimes" / "cpu_smoke.yaml")
+        .read_text()
+        .replace("num_speculative_tokens: 4", "num_speculative_tokens: -1")
+    )
     out = bench("validate", str(bad))
-    assert out.returncode == 2 and "arms[1].num_speculative_tokens: Input should be greater than 0 (got -1)" in out.stdout
+    assert (
+        out.returncode == 2
+        and "arms[1].num_speculative_tokens: Input should be greater than 0 (got -1)" in out.stdout
+    )
 
 
 def test_show_on_a_non_run_dir(tmp_path: Path) -> None:

@@ -72,4 +72,6 @@ def test_logprob_requests_key_tokens_by_id() -> None:
     _, body = request_body(prompt, "raw", regime.sampling, regime.load, 2, vllm.request_fields("raw", 2))
     assert body["logprobs"] == 2 and body["return_tokens_as_token_ids"] is True
     _, body = request_body(prompt, "chat", regime.sampling, regime.load, 2, vllm.request_fields("chat", 2))
-    assert body["logprobs"] is True and body["top_logprobs"] == 2 and body["return_tokens_as_token_ids"] is True
+    assert (
+        body["logprobs"] is True and body["top_logprobs"] == 2 and body["return_tokens_as_token_ids"] is True
+    )

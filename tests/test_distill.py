@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.drafters import distill
 from harness.cli import main
+from harness.drafters import TRAINING_PROMPTS_NAME, distill, held_out_check
 from harness.drafters.train_stages import _samples, train_argv
-from harness.drafters import TRAINING_PROMPTS_NAME, held_out_check
 from harness.errors import UserError
-from harness.regime import load_regime
 from harness.plan import plan_regime
+from harness.regime import load_regime
 from harness.workloads import load_prompt_pool, prompt_sha256
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +26,9 @@ TINY = ROOT / "tests" / "regimes" / "cpu_distill.yaml"
 def _regime_with(tmp_path: Path, **trained) -> Path:
     """cpu_distill.yaml with the EAGLE-3 arm's `trained:` settings replaced, next to the workloads."""
     data = yaml.safe_load(TINY.read_text())
-    data["workloads"] = [str(ROOT / "workloads" / name) for name in ("code_humaneval.yaml", "chat_mtbench.yaml")]
+    data["workloads"] = [
+        str(ROOT / "workloads" / name) for name in ("code_humaneval.yaml", "chat_mtbench.yaml")
+    ]
     data["arms"][1]["draft_model"] = {"trained": trained}
     data["arms"] = data["arms"][:2]
     path = tmp_path / "regime.yaml"
@@ -56,7 +57,11 @@ def test_measured_prompts_are_held_out_of_training(tmp_path: Path) -> None:
 
 
 def test_training_workloads_and_per_workload_cap(tmp_path: Path) -> None:
-    plan = _plan(_regime_with(tmp_path, workloads=[str(ROOT / "workloads" / "chat_open.yaml")], max_prompts_per_workload=5))
+    plan = _plan(
+        _regime_with(
+            tmp_path, workloads=[str(ROOT / "workloads" / "chat_open.yaml")], max_prompts_per_workload=5
+        )
+    )
     assert [(w["name"], w["used"]) for w in plan.workloads] == [("chat_open", 5)]
     _, pool = load_prompt_pool(ROOT / "workloads" / "chat_open.yaml")
     assert [p.prompt.prompt_id for p in plan.prompts] == [p.prompt_id for p in pool[:5]]
@@ -80,14 +85,42 @@ def test_missing_training_workload_names_its_field(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("arm", "expected"),
     [
-        ({"name": "x", "method": "draft_model", "num_speculative_tokens": 2, "draft_model": {"trained": {}}},
-         "draft_model.trained builds EAGLE-3 or DFlash drafters only"),
-        ({"name": "x", "method": "eagle3", "num_speculative_tokens": 2, "draft_model": {"trained": {}, "path": "a"}},
-         "give exactly one of 'path', 'package', 'untrained' or 'trained' (got 2)"),
-        ({"name": "x", "method": "eagle3", "num_speculative_tokens": 2, "draft_model": {"trained": {"epochs": 0}}},
-         "arms[1].draft_model.trained.epochs"),
-        ({"name": "x", "method": "eagle3", "num_speculative_tokens": 2, "draft_model": {"trained": {"epoch": 3}}},
-         "arms[1].draft_model.trained.epoch"),
+        (
+            {
+                "name": "x",
+                "method": "draft_model",
+                "num_speculative_tokens": 2,
+                "draft_model": {"trained": {}},
+            },
+            "draft_model.trained builds EAGLE-3 or DFlash drafters only",
+        ),
+        (
+            {
+                "name": "x",
+                "method": "eagle3",
+                "num_speculative_tokens": 2,
+                "draft_model": {"trained": {}, "path": "a"},
+            },
+            "give exactly one of 'path', 'package', 'untrained' or 'trained' (got 2)",
+        ),
+        (
+            {
+                "name": "x",
+                "method": "eagle3",
+                "num_speculative_tokens": 2,
+                "draft_model": {"trained": {"epochs": 0}},
+            },
+            "arms[1].draft_model.trained.epochs",
+        ),
+        (
+            {
+                "name": "x",
+                "method": "eagle3",
+                "num_speculative_tokens": 2,
+                "draft_model": {"trained": {"epoch": 3}},
+            },
+            "arms[1].draft_model.trained.epoch",
+        ),
     ],
 )
 def test_bad_trained_settings(tmp_path: Path, arm: dict, expected: str) -> None:
@@ -102,9 +135,11 @@ def test_bad_trained_settings(tmp_path: Path, arm: dict, expected: str) -> None:
 
 def test_answers_file_survives_a_cut_line(tmp_path: Path) -> None:
     path = tmp_path / "answers.jsonl"
-    rows = [{"index": 1, "prompt_token_ids": [5, 6], "output_token_ids": [7, 8, 9]},
-            {"index": 0, "prompt_token_ids": [1], "output_token_ids": []},  # skipped by the engine
-            {"index": 2, "prompt_token_ids": [3, 4], "output_token_ids": [10]}]
+    rows = [
+        {"index": 1, "prompt_token_ids": [5, 6], "output_token_ids": [7, 8, 9]},
+        {"index": 0, "prompt_token_ids": [1], "output_token_ids": []},  # skipped by the engine
+        {"index": 2, "prompt_token_ids": [3, 4], "output_token_ids": [10]},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"index": 3, "prompt_tok')
     assert [r["index"] for r in distill.read_answers(path)] == [0, 1, 2]  # the cut prompt is asked again
     samples = {s["index"]: s for s in _samples(path, seed=0)}
@@ -116,10 +151,28 @@ def test_validation_accuracy_per_position_for_both_methods(tmp_path: Path) -> No
     lines = [
         {"time": 10.0, "train": {"loss": 3.0}, "global_step": 0, "epoch": 0},
         {"time": 20.0, "train": {"loss": 2.0}, "global_step": 7, "epoch": 0},
-        {"time": 30.0, "val": {"loss_epoch": 2.5, "full_acc_0_epoch": 0.4, "full_acc_1_epoch": 0.2, "full_acc_2_epoch": 0.1,
-                               "cond_acc_0_epoch": 0.4}, "epoch": 0},
-        {"time": 40.0, "val": {"loss_epoch": 1.5, "full_acc_epoch": 0.3, "position_2_acc_epoch": 0.2,
-                               "position_1_acc_epoch": 0.5, "eal_epoch": 1.7}, "epoch": 1},
+        {
+            "time": 30.0,
+            "val": {
+                "loss_epoch": 2.5,
+                "full_acc_0_epoch": 0.4,
+                "full_acc_1_epoch": 0.2,
+                "full_acc_2_epoch": 0.1,
+                "cond_acc_0_epoch": 0.4,
+            },
+            "epoch": 0,
+        },
+        {
+            "time": 40.0,
+            "val": {
+                "loss_epoch": 1.5,
+                "full_acc_epoch": 0.3,
+                "position_2_acc_epoch": 0.2,
+                "position_1_acc_epoch": 0.5,
+                "eal_epoch": 1.7,
+            },
+            "epoch": 1,
+        },
     ]
     (tmp_path / "train_metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     validation, steps, seconds = distill._metrics(tmp_path)
@@ -130,14 +183,35 @@ def test_validation_accuracy_per_position_for_both_methods(tmp_path: Path) -> No
 
 
 def test_trainer_flags() -> None:
-    build = {"method": "dflash", "target_dir": "/t", "layer_ids": [2, 15, 27], "draft_vocab_size": 8192,
-             "total_seq_len": 2048, "epochs": 5, "learning_rate": 1e-3, "validation_fraction": 0.1, "seed": 0,
-             "train_dtype": "float32", "mask_token_id": 16, "block_size": 16, "max_steps": None}
+    build = {
+        "method": "dflash",
+        "target_dir": "/t",
+        "layer_ids": [2, 15, 27],
+        "draft_vocab_size": 8192,
+        "total_seq_len": 2048,
+        "epochs": 5,
+        "learning_rate": 1e-3,
+        "validation_fraction": 0.1,
+        "seed": 0,
+        "train_dtype": "float32",
+        "mask_token_id": 16,
+        "block_size": 16,
+        "max_steps": None,
+    }
     argv = train_argv(build, Path("/w"))
     joined = " ".join(argv)
-    for flag in ("--speculator-type dflash", "--target-layer-ids 2 15 27", "--draft-attn-impl sdpa",
-                 "--loss-implementation eager", "--num-workers 0", "--hidden-states-dtype float32",
-                 "--train-data-ratio 0.9", "--optimizer adamw", "--mask-token-id 16", "--data-path /w/data"):
+    for flag in (
+        "--speculator-type dflash",
+        "--target-layer-ids 2 15 27",
+        "--draft-attn-impl sdpa",
+        "--loss-implementation eager",
+        "--num-workers 0",
+        "--hidden-states-dtype float32",
+        "--train-data-ratio 0.9",
+        "--optimizer adamw",
+        "--mask-token-id 16",
+        "--data-path /w/data",
+    ):
         assert flag in joined
     assert "--max-steps" not in argv
     from speculators.train.config import TrainConfig  # speculators' own parser accepts every flag
@@ -173,13 +247,26 @@ def test_provenance_lines_show_the_held_out_check() -> None:
     from harness.report import _trained_drafters
     from harness.table import drafter_note
 
-    manifest = {"kind": "trained", "method": "eagle3", "data": {"workloads": [{"name": "chat", "used": 70}],
-                "answered": 70, "answer_tokens": 9000}, "training": {"steps": 40, "epochs_completed": 5, "seconds": 300.0},
-                "validation": [{"accuracy_per_position": [0.1]}, {"accuracy_per_position": [0.4, 0.2, 0.1]}],
-                "versions": {"speculators": "0.9.0"}, "target": {"answers_dtype": "float32"}}
-    trained = {"label": "self-distilled here (70 prompts, 5 epochs, val acc@0 0.40)", "reference": "r",
-               "manifest": manifest, "held_out": {"measured_prompts": 16, "trained_on": 0}}
-    untrained = {"label": "untrained, mechanics only", "reference": "seed 0", "manifest": {"kind": "untrained"}}
+    manifest = {
+        "kind": "trained",
+        "method": "eagle3",
+        "data": {"workloads": [{"name": "chat", "used": 70}], "answered": 70, "answer_tokens": 9000},
+        "training": {"steps": 40, "epochs_completed": 5, "seconds": 300.0},
+        "validation": [{"accuracy_per_position": [0.1]}, {"accuracy_per_position": [0.4, 0.2, 0.1]}],
+        "versions": {"speculators": "0.9.0"},
+        "target": {"answers_dtype": "float32"},
+    }
+    trained = {
+        "label": "self-distilled here (70 prompts, 5 epochs, val acc@0 0.40)",
+        "reference": "r",
+        "manifest": manifest,
+        "held_out": {"measured_prompts": 16, "trained_on": 0},
+    }
+    untrained = {
+        "label": "untrained, mechanics only",
+        "reference": "seed 0",
+        "manifest": {"kind": "untrained"},
+    }
     assert drafter_note(trained).endswith("; trained on 0 of the 16 measured prompts")
     leaked = {**trained, "held_out": {"measured_prompts": 16, "trained_on": 2}}
     assert "its tau is flattered" in drafter_note(leaked)

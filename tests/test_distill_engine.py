@@ -26,8 +26,14 @@ TRAINED = {"eagle3_trained_k2": "eagle3", "dflash_trained_k2": "dflash"}
 
 
 def _bench(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
-                          timeout=1500, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,20 +56,33 @@ def built(tmp_path_factory) -> dict:
 
 def test_build_runs_every_stage_and_publishes_a_manifest(built) -> None:
     out = built["build"].stdout + built["build"].stderr
-    for stage in ("stage generate", "target answers", "stage data", "hidden states", "stage train", "training eagle3",
-                  "training dflash", "drafter published"):
+    for stage in (
+        "stage generate",
+        "target answers",
+        "stage data",
+        "hidden states",
+        "stage train",
+        "training eagle3",
+        "training dflash",
+        "drafter published",
+    ):
         assert stage in out
     assert "validation accuracy per position" in out
     assert "already built" in built["again"].stdout  # cached: nothing is rebuilt
-    measured = {prompt_sha256(p) for name in ("code_humaneval", "chat_mtbench")
-                for p in load_workload(ROOT / "workloads" / f"{name}.yaml", 2).prompts}
+    measured = {
+        prompt_sha256(p)
+        for name in ("code_humaneval", "chat_mtbench")
+        for p in load_workload(ROOT / "workloads" / f"{name}.yaml", 2).prompts
+    }
     for method in TRAINED.values():
         (drafter,) = (built["cache"] / "drafters").glob(f"{method}-trained-*")
         manifest = json.loads((drafter / MANIFEST_NAME).read_text())
         assert manifest["trained"] is True and manifest["method"] == method
         assert manifest["target"]["config_sha256"] and manifest["target"]["engine"] == "vllm"
         data = manifest["data"]
-        assert data["training_prompts"] == 6 and data["answered"] == 6 and data["held_out_measured_prompts"] == 4
+        assert (
+            data["training_prompts"] == 6 and data["answered"] == 6 and data["held_out_measured_prompts"] == 4
+        )
         assert data["answer_tokens"] > 0 and len(data["responses_sha256"]) == 64
         assert [w["used"] for w in data["workloads"]] == [3, 3]
         assert manifest["training"]["steps"] >= 1 and manifest["training"]["train_dtype"] == "float32"
@@ -72,7 +91,9 @@ def test_build_runs_every_stage_and_publishes_a_manifest(built) -> None:
         split = json.loads((drafter / TRAINING_PROMPTS_NAME).read_text())
         assert len(split["trained_on"]) == 6 and not set(split["trained_on"]) & measured
         assert set(split["held_out"]) == measured
-        answers = [json.loads(line) for line in (drafter / "build" / "responses.jsonl").read_text().splitlines()]
+        answers = [
+            json.loads(line) for line in (drafter / "build" / "responses.jsonl").read_text().splitlines()
+        ]
         assert len(answers) == 6 and all(a["prompt_token_ids"] and a["output_token_ids"] for a in answers)
         assert (drafter / "model.safetensors").is_file()
         assert "optimizer" in (drafter / "build" / "run.yaml").read_text()  # the trainer's resolved config

@@ -16,7 +16,10 @@ from harness.models import resolve_package_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = [
-    ("Write a haiku about rain.", "Soft rain on the roof,\nthe garden drinks in silence,\nclouds fold into night."),
+    (
+        "Write a haiku about rain.",
+        "Soft rain on the roof,\nthe garden drinks in silence,\nclouds fold into night.",
+    ),
     ("What is 12 times 11?", "12 times 11 is 132."),
     ("Name three primary colors.", "The three primary colors are red, blue and yellow."),
     ("def add(a, b):\n", "    return a + b\n"),
@@ -31,8 +34,13 @@ def target_dir() -> str:
 
 
 def _stage(stage: str, work: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "harness.drafters.train_stages", stage, str(work)],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.drafters.train_stages", stage, str(work)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
     log = (work / f"{stage}.log").read_text(errors="replace") if (work / f"{stage}.log").is_file() else ""
     assert proc.returncode == 0, proc.stderr[-3000:] + log[-3000:]
     return proc
@@ -46,14 +54,30 @@ def work(tmp_path_factory, target_dir: str) -> Path:
     work = tmp_path_factory.mktemp("distill-work")
     with open(work / "answers.jsonl", "w") as handle:
         for index, (prompt, answer) in enumerate(TEXTS):
-            handle.write(json.dumps({
-                "index": index, "prompt_token_ids": tokenizer.encode(prompt),
-                "output_token_ids": tokenizer.encode(answer, add_special_tokens=False),
-            }) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "index": index,
+                        "prompt_token_ids": tokenizer.encode(prompt),
+                        "output_token_ids": tokenizer.encode(answer, add_special_tokens=False),
+                    }
+                )
+                + "\n"
+            )
     build = {
-        "method": "eagle3", "target_dir": target_dir, "responses": str(work / "answers.jsonl"), "layer_ids": [2, 15, 27],
-        "seed": 0, "draft_vocab_size": 128, "total_seq_len": 128, "epochs": 1, "learning_rate": 1e-3,
-        "validation_fraction": 0.34, "max_steps": None, "hidden_states_dtype": "bfloat16", "train_dtype": "float32",
+        "method": "eagle3",
+        "target_dir": target_dir,
+        "responses": str(work / "answers.jsonl"),
+        "layer_ids": [2, 15, 27],
+        "seed": 0,
+        "draft_vocab_size": 128,
+        "total_seq_len": 128,
+        "epochs": 1,
+        "learning_rate": 1e-3,
+        "validation_fraction": 0.34,
+        "max_steps": None,
+        "hidden_states_dtype": "bfloat16",
+        "train_dtype": "float32",
     }
     (work / "build.json").write_text(json.dumps(build))
     _stage("data", work)
@@ -73,13 +97,21 @@ def test_dataset_and_hidden_states_in_speculators_format(work: Path, target_dir:
     row = dataset[0]
     source = json.loads((work / "answers.jsonl").read_text().splitlines()[int(row["source_index"])])
     assert row["input_ids"].tolist() == source["prompt_token_ids"] + source["output_token_ids"]
-    assert row["loss_mask"].tolist() == [0] * len(source["prompt_token_ids"]) + [1] * len(source["output_token_ids"])
+    assert row["loss_mask"].tolist() == [0] * len(source["prompt_token_ids"]) + [1] * len(
+        source["output_token_ids"]
+    )
     assert int(row["seq_len"]) == len(row["input_ids"])
-    assert set(freq) <= {t for line in (work / "answers.jsonl").read_text().splitlines()
-                         for t in json.loads(line)["output_token_ids"]}  # answer tokens only
+    assert set(freq) <= {
+        t
+        for line in (work / "answers.jsonl").read_text().splitlines()
+        for t in json.loads(line)["output_token_ids"]
+    }  # answer tokens only
     hidden = load_file(str(work / "data" / "hidden_states" / "hs_0.safetensors"))
     assert torch.equal(hidden["token_ids"], row["input_ids"])
-    assert hidden["hidden_states"].shape == (len(row["input_ids"]), 4, 576) and hidden["hidden_states"].dtype == torch.bfloat16
+    assert (
+        hidden["hidden_states"].shape == (len(row["input_ids"]), 4, 576)
+        and hidden["hidden_states"].dtype == torch.bfloat16
+    )
     # Layer id i is the INPUT of decoder layer i (transformers' hidden_states[i]); the last slot is
     # the final layer's output BEFORE the final norm (its logits are the target's next tokens).
     model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.bfloat16)

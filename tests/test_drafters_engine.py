@@ -30,7 +30,11 @@ def drafter_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     results = tmp_path_factory.mktemp("results")
     proc = subprocess.run(
         [sys.executable, "-m", "harness.cli", "run", str(REGIME), "--results-dir", str(results)],
-        capture_output=True, text=True, timeout=1500, cwd=ROOT, env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        cwd=ROOT,
+        env=dict(os.environ),
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     (run,) = sorted((results / "cpu_drafters").iterdir())
@@ -44,7 +48,9 @@ def test_every_method_serves_with_counted_acceptance(drafter_run) -> None:
     for arm, method in SPEC_ARMS.items():
         launch = json.loads((run / "arms" / arm / "launch.json").read_text())["argv"]
         spec = json.loads(launch[launch.index("--speculative-config") + 1])
-        assert spec["method"] == method and spec["num_speculative_tokens"] == 3 and Path(spec["model"]).is_dir()
+        assert (
+            spec["method"] == method and spec["num_speculative_tokens"] == 3 and Path(spec["model"]).is_dir()
+        )
         rows = [w for w in summary["cells"] if w["arm"] == arm]
         assert len(rows) == 2
         for row in rows:
@@ -75,6 +81,10 @@ def test_drafter_provenance_is_stored_and_shown(drafter_run) -> None:
     environment = json.loads((run / "environment.json").read_text())
     assert set(environment["draft_identities"]) == set(SPEC_ARMS)
     page = run / "report.html"
-    made = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(run), "-o", str(page)],
-                          capture_output=True, text=True, cwd=ROOT)
+    made = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "report", str(run), "-o", str(page)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert made.returncode == 0 and page.read_text().count("untrained, mechanics only") >= 4

@@ -48,7 +48,10 @@ def finished_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     results = tmp_path_factory.mktemp("results")
     proc = subprocess.run(
         BENCH + ["run", str(REGIME), "--results-dir", str(results), "--allow-mismatch"],
-        capture_output=True, text=True, timeout=1200, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=ROOT,
         env={**os.environ, "HF_TOKEN": SECRET},  # must never reach the stored environment record
     )
     runs = _run_dirs(results)
@@ -122,11 +125,19 @@ def test_pandas_view_and_export_of_a_fresh_run(finished_run, tmp_path: Path) -> 
     assert len(cells) == 8 and len(requests) == 2 * 8
     ngram = cells[cells.arm == "ngram_k4"].set_index(["workload", "concurrency"])
     for (workload, concurrency), row in ngram.iterrows():
-        assert row.tau == pytest.approx(loaded.summary.cell("ngram_k4", workload, concurrency).tau, nan_ok=True)
-    stored = [json.loads(line) for line in (run / "arms" / "ngram_k4" / "samples.jsonl").read_text().splitlines()]
+        assert row.tau == pytest.approx(
+            loaded.summary.cell("ngram_k4", workload, concurrency).tau, nan_ok=True
+        )
+    stored = [
+        json.loads(line) for line in (run / "arms" / "ngram_k4" / "samples.jsonl").read_text().splitlines()
+    ]
     assert all(s["ttft_s"] == pytest.approx(s["t_first_token"] - s["t_send"]) for s in stored)  # written once
-    made = subprocess.run(BENCH + ["export", str(run), "--format", "parquet", "-o", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT)
+    made = subprocess.run(
+        BENCH + ["export", str(run), "--format", "parquet", "-o", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert made.returncode == 0, made.stdout + made.stderr
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cells.parquet"), cells)
 
@@ -164,7 +175,9 @@ def test_table_printed_and_no_process_left(finished_run) -> None:
     shown = subprocess.run(BENCH + ["show", str(run)], capture_output=True, text=True, cwd=ROOT)
     assert shown.returncode == 0 and "ngram_k4" in shown.stdout
     page = run / "report.html"
-    made = subprocess.run(BENCH + ["report", str(run), "-o", str(page)], capture_output=True, text=True, cwd=ROOT)
+    made = subprocess.run(
+        BENCH + ["report", str(run), "-o", str(page)], capture_output=True, text=True, cwd=ROOT
+    )
     html = page.read_text()
     assert made.returncode == 0 and html.count('<table class="minilab"') == 4
     assert "Regime mismatch (run with --allow-mismatch): engine.version" in html
@@ -173,12 +186,17 @@ def test_table_printed_and_no_process_left(finished_run) -> None:
 def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
     """Every arm's server rejects a bogus flag: each arm is recorded as failed, exit code 3."""
     regime = tmp_path / "broken.yaml"
-    text = REGIME.read_text().replace("enforce_eager: true", "enforce_eager: true\n  extra_args: [--no-such-flag]")
+    text = REGIME.read_text().replace(
+        "enforce_eager: true", "enforce_eager: true\n  extra_args: [--no-such-flag]"
+    )
     text = text.replace('version: "0.31.0"', 'version: "0.32.0"')
     regime.write_text(text.replace("../../workloads/", f"{ROOT}/workloads/"))
     proc = subprocess.run(
         BENCH + ["run", str(regime), "--results-dir", str(tmp_path / "results")],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
     )
     assert proc.returncode == 3, proc.stdout[-2000:]
     run = _run_dirs(tmp_path / "results")[0]
@@ -193,7 +211,9 @@ def test_interrupt_then_resume(tmp_path: Path) -> None:
     results = tmp_path / "results"
     proc = subprocess.Popen(
         BENCH + ["run", str(REGIME), "--results-dir", str(results), "--allow-mismatch"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
     )
     try:
         deadline = time.monotonic() + 600
@@ -215,7 +235,9 @@ def test_interrupt_then_resume(tmp_path: Path) -> None:
     resume = BENCH + ["run", "--resume", str(run), "--allow-mismatch"]
     resumed = subprocess.run(resume, capture_output=True, text=True, timeout=1200, cwd=ROOT)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
-    assert read_jsonl(run / "arms" / "baseline.attempt-1" / "samples.jsonl") == partial  # moved aside, not lost
+    assert (
+        read_jsonl(run / "arms" / "baseline.attempt-1" / "samples.jsonl") == partial
+    )  # moved aside, not lost
     summary = json.loads((run / "summary.json").read_text())
     assert [a["status"] for a in summary["arms"]] == ["ok", "ok"] and len(summary["cells"]) == 8
     assert not (run / "run.lock").exists() and _engine_pids(run) == []

@@ -15,10 +15,10 @@ import pytest
 
 from harness.client import RequestRecord, _absorb_chunk
 from harness.drafters import MANIFEST_NAME
+from harness.engines.sglang import served_from_server_info
+from harness.plan import Plan, plan_regime
 from harness.probes.acceptance import acceptance, request_counters
 from harness.regime import load_regime
-from harness.plan import Plan, plan_regime
-from harness.engines.sglang import served_from_server_info
 from harness.validation import check_served
 from tests import engine_parsers
 
@@ -33,7 +33,8 @@ def _plans(engine: str) -> list[Path]:
 def _cases(engine: str) -> list:
     return [
         pytest.param(path, arm.name, id=f"{path.stem}:{arm.name}")
-        for path in _plans(engine) for arm in load_regime(path).arms
+        for path in _plans(engine)
+        for arm in load_regime(path).arms
     ]
 
 
@@ -78,7 +79,11 @@ def test_vllm_parser_accepts_every_arm(path: Path, arm_name: str, resolved, vllm
     assert unknown == []
     regime = plan.regime
     assert (engine_args.model, engine_args.tensor_parallel_size, engine_args.dtype, engine_args.seed) == (
-        model, regime.tensor_parallel_size, regime.target.dtype, regime.sampling.seed)
+        model,
+        regime.tensor_parallel_size,
+        regime.target.dtype,
+        regime.sampling.seed,
+    )
     assert engine_args.max_model_len == regime.target.max_model_len
     assert engine_args.enforce_eager is regime.engine.enforce_eager
     spec = engine_parsers.speculative_json(argv)
@@ -89,7 +94,9 @@ def test_vllm_parser_accepts_every_arm(path: Path, arm_name: str, resolved, vllm
     assert set(spec) <= keys, f"keys vLLM's SpeculativeConfig does not have: {set(spec) - keys}"
     assert spec["method"] in methods and spec["num_speculative_tokens"] == arm.num_speculative_tokens
     unbuilt = arm.name in plan.drafters and not Path(plan.drafters[arm.name].path).is_dir()
-    if regime.hardware.kind == "cpu" and not unbuilt:  # local models: vLLM's own config construction, pydantic checks
+    if (
+        regime.hardware.kind == "cpu" and not unbuilt
+    ):  # local models: vLLM's own config construction, pydantic checks
         config = engine_parsers.vllm_deep_check(engine_args, regime.tensor_parallel_size)
         assert (config.method, config.num_speculative_tokens) == (arm.method, arm.num_speculative_tokens)
         if arm.method in ("eagle3", "dflash"):
@@ -102,7 +109,11 @@ def test_vllm_contract_catches_breakage(resolved, vllm_parser) -> None:
     _, unknown = engine_parsers.vllm_engine_args(vllm_parser, argv + ["--speculative-tokens-max", "4"])
     assert "--speculative-tokens-max" in unknown  # an unknown flag is caught, never abbreviated
     spec_at = argv.index("--speculative-config") + 1
-    bad_key = argv[:spec_at] + [json.dumps({**json.loads(argv[spec_at]), "prompt_lookup_mn": 2})] + argv[spec_at + 1:]
+    bad_key = (
+        argv[:spec_at]
+        + [json.dumps({**json.loads(argv[spec_at]), "prompt_lookup_mn": 2})]
+        + argv[spec_at + 1 :]
+    )
     engine_args, _ = engine_parsers.vllm_engine_args(vllm_parser, bad_key)
     with pytest.raises(Exception, match="prompt_lookup_mn"):
         engine_parsers.vllm_deep_check(engine_args, 1)
@@ -120,28 +131,45 @@ def sglang_parser():
 
 @pytest.mark.parametrize("eager", [False, True], ids=["graphs", "eager"])
 @pytest.mark.parametrize(("path", "arm_name"), _cases("sglang"))
-def test_sglang_parser_accepts_every_arm(path: Path, arm_name: str, eager: bool, resolved, sglang_parser) -> None:
+def test_sglang_parser_accepts_every_arm(
+    path: Path, arm_name: str, eager: bool, resolved, sglang_parser
+) -> None:
     plan, model = resolved[path]
     if eager:
-        regime = plan.regime.model_copy(update={"engine": plan.regime.engine.model_copy(update={"enforce_eager": True})})
+        regime = plan.regime.model_copy(
+            update={"engine": plan.regime.engine.model_copy(update={"enforce_eager": True})}
+        )
         plan = Plan(regime, plan.regime_path, plan.adapter, plan.workloads, plan.drafters)
     argv, arm = _argv(plan, arm_name, model)
     args, unknown = engine_parsers.sglang_server_args(sglang_parser, argv)
     assert unknown == []
     regime = plan.regime
     assert (args.model_path, args.tp_size, args.random_seed, args.context_length, args.dtype) == (
-        model, regime.tensor_parallel_size, regime.sampling.seed, regime.target.max_model_len, regime.target.dtype)
+        model,
+        regime.tensor_parallel_size,
+        regime.sampling.seed,
+        regime.target.max_model_len,
+        regime.target.dtype,
+    )
     assert args.enable_metrics is True
     assert args.disable_decode_cuda_graph is eager and args.disable_prefill_cuda_graph is eager
     if arm.method == "baseline":
         assert args.speculative_algorithm is None
     else:
         algorithm = engine_parsers.sglang_algorithm(args.speculative_algorithm)  # SGLang's own name check
-        assert algorithm.name == {"ngram": "NGRAM", "eagle3": "EAGLE3", "dflash": "DFLASH", "draft_model": "STANDALONE"}[arm.method]
+        assert (
+            algorithm.name
+            == {"ngram": "NGRAM", "eagle3": "EAGLE3", "dflash": "DFLASH", "draft_model": "STANDALONE"}[
+                arm.method
+            ]
+        )
         # SGLang counts the verified token: proposed = verify_ct x (num_draft_tokens - 1)
         assert args.speculative_num_draft_tokens == arm.num_speculative_tokens + 1
         if arm.method in ("eagle3", "draft_model"):
-            assert (args.speculative_num_steps, args.speculative_eagle_topk) == (arm.num_speculative_tokens, 1)
+            assert (args.speculative_num_steps, args.speculative_eagle_topk) == (
+                arm.num_speculative_tokens,
+                1,
+            )
         if arm.draft_model is not None:
             assert args.speculative_draft_model_path == plan.drafters[arm.name].path
     # /server_info serialises the server args with resolved_dict(): our reading of it agrees with the regime
@@ -163,20 +191,42 @@ def test_sglang_stream_parses_into_one_schema() -> None:
     protocol = engine_parsers.import_sglang_module("sglang.srt.entrypoints.openai.protocol")
     choice = protocol.CompletionResponseStreamChoice
     chunks = [
-        protocol.CompletionStreamResponse(id="c", model="target", choices=[choice(index=0, text="def", token_ids=[7])]),
-        protocol.CompletionStreamResponse(id="c", model="target", choices=[
-            choice(index=0, text=" f(x)", token_ids=[8, 9, 10], finish_reason="length")]),
-        protocol.CompletionStreamResponse(id="c", model="target", choices=[], sglext=protocol.SglExt(
-            spec_tokens_details=protocol.SpecTokensDetails(
-                spec_verify_ct=3, spec_num_correct_drafts=2, spec_num_proposed_drafts=9,
-                spec_correct_drafts_histogram=[2, 0, 1]))),
-        protocol.CompletionStreamResponse(id="c", model="target", choices=[], usage=protocol.UsageInfo(
-            prompt_tokens=5, completion_tokens=4, total_tokens=9)),
+        protocol.CompletionStreamResponse(
+            id="c", model="target", choices=[choice(index=0, text="def", token_ids=[7])]
+        ),
+        protocol.CompletionStreamResponse(
+            id="c",
+            model="target",
+            choices=[choice(index=0, text=" f(x)", token_ids=[8, 9, 10], finish_reason="length")],
+        ),
+        protocol.CompletionStreamResponse(
+            id="c",
+            model="target",
+            choices=[],
+            sglext=protocol.SglExt(
+                spec_tokens_details=protocol.SpecTokensDetails(
+                    spec_verify_ct=3,
+                    spec_num_correct_drafts=2,
+                    spec_num_proposed_drafts=9,
+                    spec_correct_drafts_histogram=[2, 0, 1],
+                )
+            ),
+        ),
+        protocol.CompletionStreamResponse(
+            id="c",
+            model="target",
+            choices=[],
+            usage=protocol.UsageInfo(prompt_tokens=5, completion_tokens=4, total_tokens=9),
+        ),
     ]
     record = RequestRecord("w", "p", 1, "raw")
     for t, chunk in enumerate(chunks):
         _absorb_chunk(record, json.loads(chunk.model_dump_json(exclude_none=True)), float(t))
-    assert record.token_ids == [7, 8, 9, 10] and record.usage_completion_tokens == 4 and record.finish_reason == "length"
+    assert (
+        record.token_ids == [7, 8, 9, 10]
+        and record.usage_completion_tokens == 4
+        and record.finish_reason == "length"
+    )
     assert [n for _, n, _ in record.chunks] == [1, 3] and record.text == "def f(x)"
     result = acceptance(request_counters([record.spec_details]))
     # 3 verify steps: one accepted 2 drafts, two accepted none -> tau 1 + 2/3, position 0 and 1 once each
@@ -186,10 +236,14 @@ def test_sglang_stream_parses_into_one_schema() -> None:
     # Streaming chat: no token ids per chunk (refused by SGLang), the ids arrive at the end
     delta = protocol.DeltaMessage(content="Hi there")
     chat = [
-        protocol.ChatCompletionStreamResponse(id="c", model="target", choices=[
-            protocol.ChatCompletionResponseStreamChoice(index=0, delta=delta, finish_reason="stop")]),
-        protocol.ChatCompletionStreamResponse(id="c", model="target", choices=[], sglext=protocol.SglExt(
-            output_ids=[[11, 12]])),
+        protocol.ChatCompletionStreamResponse(
+            id="c",
+            model="target",
+            choices=[protocol.ChatCompletionResponseStreamChoice(index=0, delta=delta, finish_reason="stop")],
+        ),
+        protocol.ChatCompletionStreamResponse(
+            id="c", model="target", choices=[], sglext=protocol.SglExt(output_ids=[[11, 12]])
+        ),
     ]
     record = RequestRecord("w", "p", 1, "chat")
     for t, chunk in enumerate(chat):

@@ -40,7 +40,11 @@ def _strike_when_measuring(proc: subprocess.Popen, results: Path, arm: str, sig:
         assert proc.poll() is None, "bench run ended before the fault could be injected"
         assert time.monotonic() < deadline
         runs = list(results.glob("*/*/"))
-        if runs and _status(runs[0], arm).get("status") == "running" and read_jsonl(runs[0] / "arms" / arm / "samples.jsonl"):
+        if (
+            runs
+            and _status(runs[0], arm).get("status") == "running"
+            and read_jsonl(runs[0] / "arms" / arm / "samples.jsonl")
+        ):
             os.killpg(_status(runs[0], arm)["pgid"], sig)
             return runs[0]
         time.sleep(0.2)
@@ -50,7 +54,10 @@ def test_killed_and_hung_engines(tmp_path: Path) -> None:
     results = tmp_path / "results"
     proc = subprocess.Popen(
         BENCH + ["run", str(ROOT / "tests" / "regimes" / "cpu_faults.yaml"), "--results-dir", str(results)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
     )
     try:
         run = _strike_when_measuring(proc, results, "ngram_killed", signal.SIGKILL)
@@ -74,9 +81,14 @@ def test_killed_and_hung_engines(tmp_path: Path) -> None:
 
     summary = json.loads((run / "summary.json").read_text())
     assert {a["name"]: a["status"] for a in summary["arms"]} == {
-        "ngram_killed": "failed", "baseline": "ok", "ngram_hung": "failed"}
+        "ngram_killed": "failed",
+        "baseline": "ok",
+        "ngram_hung": "failed",
+    }
     assert "ngram_hung: failed" in output
     for arm in ("ngram_killed", "baseline", "ngram_hung"):
         launch = json.loads((run / "arms" / arm / "launch.json").read_text())
-        left = subprocess.run(["pgrep", "-f", f"--port {launch['port']}( |$)"], capture_output=True, text=True)
+        left = subprocess.run(
+            ["pgrep", "-f", f"--port {launch['port']}( |$)"], capture_output=True, text=True
+        )
         assert left.stdout == "", f"{arm}: processes left: {left.stdout}"

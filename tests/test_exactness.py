@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from harness.client import parse_top_logprobs
+from harness.probes.exactness import (
+    compare,
+    compare_records,
+    first_divergence,
+    shares,
+    text_around,
+    top2_margin,
+)
 from harness.results import RequestSample
-from harness.probes.exactness import compare, compare_records, first_divergence, shares, text_around, top2_margin
 
 EOS = 2
 MARGIN = 0.5
@@ -24,7 +31,12 @@ def test_identical() -> None:
 
 def test_diverge_at_zero_wide_margin_is_diverged() -> None:
     result = compare([5, 6, 7], [9, 6, 7], _lp(3.0, 1, 1), MARGIN)
-    assert (result.status, result.position, result.reference_token, result.candidate_token) == ("diverged", 0, 5, 9)
+    assert (result.status, result.position, result.reference_token, result.candidate_token) == (
+        "diverged",
+        0,
+        5,
+        9,
+    )
     assert result.margin == pytest.approx(3.0)
 
 
@@ -40,14 +52,24 @@ def test_margin_exactly_at_threshold_is_diverged() -> None:
 def test_eos_on_one_side() -> None:
     # the reference stopped at position 2; the candidate went on
     result = compare([5, 6, EOS], [5, 6, 7, 8], _lp(1, 1, 0.1), MARGIN)
-    assert (result.status, result.position, result.reference_token, result.candidate_token) == ("near_tie", 2, EOS, 7)
+    assert (result.status, result.position, result.reference_token, result.candidate_token) == (
+        "near_tie",
+        2,
+        EOS,
+        7,
+    )
 
 
 def test_different_lengths_strict_prefix() -> None:
     assert first_divergence([5, 6], [5, 6, 7]) == 2
     result = compare([5, 6], [5, 6, 7], _lp(1, 1), MARGIN)
     # no logprob where the reference has no token: say unknown, never guess
-    assert (result.status, result.position, result.reference_token, result.candidate_token) == ("unknown", 2, None, 7)
+    assert (result.status, result.position, result.reference_token, result.candidate_token) == (
+        "unknown",
+        2,
+        None,
+        7,
+    )
 
 
 def test_without_logprobs_is_unknown() -> None:
@@ -63,7 +85,13 @@ def test_top2_margin_is_order_free() -> None:
 
 def test_shares() -> None:
     out = shares(["identical", "identical", "near_tie", "unknown"])
-    assert out == {"compared": 4, "identical_pct": 50.0, "near_tie_pct": 25.0, "diverged_pct": 0.0, "unknown_pct": 25.0}
+    assert out == {
+        "compared": 4,
+        "identical_pct": 50.0,
+        "near_tie_pct": 25.0,
+        "diverged_pct": 0.0,
+        "unknown_pct": 25.0,
+    }
     assert shares([])["identical_pct"] is None
 
 
@@ -75,29 +103,62 @@ def test_text_around_uses_chunk_boundaries() -> None:
 
 
 def test_parse_both_logprob_shapes() -> None:
-    completion = {"tokens": ["token_id:5"], "token_logprobs": [-0.1], "top_logprobs": [{"token_id:5": -0.1, "token_id:9": -0.3}]}
+    completion = {
+        "tokens": ["token_id:5"],
+        "token_logprobs": [-0.1],
+        "top_logprobs": [{"token_id:5": -0.1, "token_id:9": -0.3}],
+    }
     assert parse_top_logprobs(completion) == [[(5, -0.1), (9, -0.3)]]
-    chat = {"content": [{"token": "token_id:5", "logprob": -0.1, "top_logprobs": [
-        {"token": "token_id:5", "logprob": -0.1}, {"token": "token_id:9", "logprob": -0.3}]}]}
+    chat = {
+        "content": [
+            {
+                "token": "token_id:5",
+                "logprob": -0.1,
+                "top_logprobs": [
+                    {"token": "token_id:5", "logprob": -0.1},
+                    {"token": "token_id:9", "logprob": -0.3},
+                ],
+            }
+        ]
+    }
     assert parse_top_logprobs(chat) == [[(5, -0.1), (9, -0.3)]]
     assert parse_top_logprobs(None) == []
 
 
-def _rec(prompt: str, concurrency: int, ids: list[int], error: str | None = None, margins=None) -> RequestSample:
+def _rec(
+    prompt: str, concurrency: int, ids: list[int], error: str | None = None, margins=None
+) -> RequestSample:
     return RequestSample(
-        workload="w", prompt_id=prompt, concurrency=concurrency, prompt_format="raw", t_send=0.0, token_ids=ids,
-        error=error, chunks=[(0.0, 1, f"<{t}>") for t in ids],
-        top_logprobs=[[(t, -0.1), (0, -0.1 - m)] for t, m in zip(ids, margins or [1.0] * len(ids), strict=True)],
+        workload="w",
+        prompt_id=prompt,
+        concurrency=concurrency,
+        prompt_format="raw",
+        t_send=0.0,
+        token_ids=ids,
+        error=error,
+        chunks=[(0.0, 1, f"<{t}>") for t in ids],
+        top_logprobs=[
+            [(t, -0.1), (0, -0.1 - m)] for t, m in zip(ids, margins or [1.0] * len(ids), strict=True)
+        ],
     )
 
 
 def test_compare_records_pairs_same_prompt_and_concurrency_only() -> None:
-    reference = [_rec("a", 1, [1, 2, 3]), _rec("a", 4, [1, 2, 4], margins=[1, 1, 0.1]), _rec("b", 1, [7], error="timeout")]
+    reference = [
+        _rec("a", 1, [1, 2, 3]),
+        _rec("a", 4, [1, 2, 4], margins=[1, 1, 0.1]),
+        _rec("b", 1, [7], error="timeout"),
+    ]
     candidate = [_rec("a", 1, [1, 2, 3]), _rec("a", 4, [1, 2, 3]), _rec("b", 1, [7]), _rec("c", 1, [1])]
     entries = {(e["prompt_id"], e["concurrency"]): e for e in compare_records(reference, candidate, MARGIN)}
     assert set(entries) == {("a", 1), ("a", 4)}  # b failed on the reference side, c has no reference
     assert entries[("a", 1)]["status"] == "identical"
     near = entries[("a", 4)]
-    assert (near["status"], near["position"], near["reference_token"], near["candidate_token"]) == ("near_tie", 2, 4, 3)
+    assert (near["status"], near["position"], near["reference_token"], near["candidate_token"]) == (
+        "near_tie",
+        2,
+        4,
+        3,
+    )
     assert near["reference_text_before"] == "<1><2>" and near["reference_text_after"] == "<4>"
     assert near["candidate_text_after"] == "<3>"

@@ -18,9 +18,14 @@ from harness.results import RunDir
 from harness.workloads import LoadedWorkload, Prompt, Workload
 
 WORKLOAD = LoadedWorkload(
-    definition=Workload.model_validate({
-        "name": "w", "category": "test", "source": {"path": "x.jsonl", "format": "jsonl"}, "prompt_format": "raw",
-    }),
+    definition=Workload.model_validate(
+        {
+            "name": "w",
+            "category": "test",
+            "source": {"path": "x.jsonl", "format": "jsonl"},
+            "prompt_format": "raw",
+        }
+    ),
     prompts=[Prompt("a", "hello"), Prompt("b", "world"), Prompt("c", "again")],
     content_sha256="0",
 )
@@ -33,7 +38,9 @@ async def _stalling_server(ready: asyncio.Future) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         chunk = b'data: {"choices":[{"text":"x","token_ids":[7],"finish_reason":null}]}\n\n'
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
         writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         await writer.drain()
         await asyncio.sleep(3600)
@@ -50,7 +57,9 @@ def _window_against_stalling_server(load: Load, prompts: list[Prompt], concurren
         server = asyncio.ensure_future(_stalling_server(ready))
         port = await ready
         try:
-            return await run_window(f"http://127.0.0.1:{port}", WORKLOAD, prompts, concurrency, Sampling(temperature=0), load)
+            return await run_window(
+                f"http://127.0.0.1:{port}", WORKLOAD, prompts, concurrency, Sampling(temperature=0), load
+            )
         finally:
             server.cancel()
 
@@ -58,7 +67,9 @@ def _window_against_stalling_server(load: Load, prompts: list[Prompt], concurren
 
 
 def test_watchdog_ends_a_window_that_makes_no_progress() -> None:
-    load = Load(concurrency=[2], num_prompts=3, max_output_tokens=8, stall_timeout_s=1.0, request_timeout_s=60)
+    load = Load(
+        concurrency=[2], num_prompts=3, max_output_tokens=8, stall_timeout_s=1.0, request_timeout_s=60
+    )
     result = _window_against_stalling_server(load, WORKLOAD.prompts, 2)
     assert result.stalled and result.duration_s < 10
     assert len(result.records) == 2  # the third prompt never got a slot, so it was never sent
@@ -66,19 +77,22 @@ def test_watchdog_ends_a_window_that_makes_no_progress() -> None:
 
 
 def test_request_deadline_is_total_not_per_read() -> None:
-    load = Load(concurrency=[1], num_prompts=1, max_output_tokens=8, stall_timeout_s=60, request_timeout_s=1.0)
+    load = Load(
+        concurrency=[1], num_prompts=1, max_output_tokens=8, stall_timeout_s=60, request_timeout_s=1.0
+    )
     result = _window_against_stalling_server(load, WORKLOAD.prompts[:1], 1)
     assert not result.stalled and result.records[0].error.startswith("timeout")
 
 
 def test_lock_refuses_a_live_writer_and_takes_over_a_dead_one(tmp_path: Path) -> None:
     run = RunDir.create(tmp_path, "r")
-    with run.lock():
-        with pytest.raises(UserError, match=f"another bench process \\(pid {os.getpid()}\\)"):
-            with run.lock():
-                pass
+    refused = pytest.raises(UserError, match=f"another bench process \\(pid {os.getpid()}\\)")
+    with run.lock(), refused, run.lock():
+        pass
     assert not (run.root / "run.lock").exists()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     (run.root / "run.lock").write_text(dead.stdout)
     with run.lock():
         assert (run.root / "run.lock").read_text().strip() == str(os.getpid())

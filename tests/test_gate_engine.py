@@ -20,8 +20,14 @@ BENCH = [sys.executable, "-m", "harness.cli"]
 
 
 def _run(regime: Path, results: Path) -> Path:
-    proc = subprocess.run(BENCH + ["run", str(regime), "--results-dir", str(results)],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT, env=dict(os.environ))
+    proc = subprocess.run(
+        BENCH + ["run", str(regime), "--results-dir", str(results)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        env=dict(os.environ),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     (run,) = (results / "cpu_gate").iterdir()
     return run
@@ -39,7 +45,9 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_run_against_itself_passes(runs) -> None:
     good, _ = runs
-    out = subprocess.run(BENCH + ["gate", str(good), "--baseline", str(good)], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        BENCH + ["gate", str(good), "--baseline", str(good)], capture_output=True, text=True, cwd=ROOT
+    )
     assert out.returncode == 0, out.stdout
     suite = ET.parse(good / "gate" / "junit.xml").getroot()
     assert int(suite.get("tests")) == 3 and suite.get("failures") == "0" and suite.get("errors") == "0"
@@ -48,11 +56,18 @@ def test_run_against_itself_passes(runs) -> None:
 def test_worse_configuration_is_a_regression(runs, tmp_path: Path) -> None:
     good, worse = runs
     junit = tmp_path / "junit.xml"
-    out = subprocess.run(BENCH + ["gate", str(worse), "--baseline", str(good), "--junit", str(junit)],
-                         capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        BENCH + ["gate", str(worse), "--baseline", str(good), "--junit", str(junit)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 1, out.stdout
     assert "arm ngram is configured differently" in out.stdout
-    failed = {case.get("name"): case.find("failure").get("message")
-              for case in ET.parse(junit).getroot().iter("testcase") if case.find("failure") is not None}
+    failed = {
+        case.get("name"): case.find("failure").get("message")
+        for case in ET.parse(junit).getroot().iter("testcase")
+        if case.find("failure") is not None
+    }
     assert list(failed) == ["ngram tau regression <= 10% [code_humaneval @ 1]"]
     assert failed["ngram tau regression <= 10% [code_humaneval @ 1]"].startswith("regression:")

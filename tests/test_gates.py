@@ -30,30 +30,49 @@ def _copy(tmp_path: Path, name: str, gates: dict) -> Path:
 
 
 def _gate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", "gate", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", "gate", *args], capture_output=True, text=True, cwd=ROOT
+    )
 
 
 def _scale_ngram_acceptance(run: Path, factor: float) -> None:
     """Pretend the ngram arm accepted fewer drafts (the counters are what tau is derived from)."""
     windows = read_jsonl(run / "arms" / "ngram_k4" / "windows.jsonl")
     for window in windows:
-        window["counters_after"]["accepted_tokens"] = (
-            window["counters_before"]["accepted_tokens"]
-            + factor * (window["counters_after"]["accepted_tokens"] - window["counters_before"]["accepted_tokens"]))
+        window["counters_after"]["accepted_tokens"] = window["counters_before"][
+            "accepted_tokens"
+        ] + factor * (
+            window["counters_after"]["accepted_tokens"] - window["counters_before"]["accepted_tokens"]
+        )
     (run / "arms" / "ngram_k4" / "windows.jsonl").write_text("".join(json.dumps(w) + "\n" for w in windows))
 
 
-GATES = {"rules": [
-    {"arm": "ngram_k4", "metric": "tau", "min": 2.0},
-    {"arm": "*", "metric": "tau", "max_regression_pct": 10},
-    {"arm": "ngram_k4", "metric": "tpot_ms_p50", "workload": "code_humaneval", "max_regression_pct": 5},
-    {"arm": "ngram_k4", "metric": "identical_pct", "min": 50},
-], "golden_tau": [
-    {"target": TARGET, "method": "ngram", "num_speculative_tokens": 4, "workload": "code_humaneval", "tau": 3.0,
-     "tolerance": 0.3},
-    {"target": "someone/else", "method": "ngram", "num_speculative_tokens": 4, "workload": "code_humaneval", "tau": 9,
-     "tolerance": 0.1},
-]}
+GATES = {
+    "rules": [
+        {"arm": "ngram_k4", "metric": "tau", "min": 2.0},
+        {"arm": "*", "metric": "tau", "max_regression_pct": 10},
+        {"arm": "ngram_k4", "metric": "tpot_ms_p50", "workload": "code_humaneval", "max_regression_pct": 5},
+        {"arm": "ngram_k4", "metric": "identical_pct", "min": 50},
+    ],
+    "golden_tau": [
+        {
+            "target": TARGET,
+            "method": "ngram",
+            "num_speculative_tokens": 4,
+            "workload": "code_humaneval",
+            "tau": 3.0,
+            "tolerance": 0.3,
+        },
+        {
+            "target": "someone/else",
+            "method": "ngram",
+            "num_speculative_tokens": 4,
+            "workload": "code_humaneval",
+            "tau": 9,
+            "tolerance": 0.1,
+        },
+    ],
+}
 
 
 def test_run_against_itself_passes_with_one_case_per_gate_and_cell(tmp_path: Path) -> None:
@@ -62,7 +81,9 @@ def test_run_against_itself_passes_with_one_case_per_gate_and_cell(tmp_path: Pat
     assert out.returncode == 0, out.stdout + out.stderr
     checks = json.loads((run / "gate" / "checks.json").read_text())["checks"]
     verdicts = {c["name"]: c["verdict"] for c in checks}
-    assert len(checks) == 4 + 4 + 2 + 4 + 2  # cells per rule; the golden entry of another target is not applied
+    assert (
+        len(checks) == 4 + 4 + 2 + 4 + 2
+    )  # cells per rule; the golden entry of another target is not applied
     assert set(verdicts.values()) == {"pass"}
     suite = ET.parse(run / "gate" / "junit.xml").getroot()
     assert suite.get("tests") == str(len(checks)) and suite.get("failures") == "0"
@@ -73,10 +94,21 @@ def test_regression_is_called_with_exit_1_and_named_in_junit(tmp_path: Path) -> 
     good = _copy(tmp_path, "good", GATES)
     worse = _copy(tmp_path, "worse", GATES)
     _scale_ngram_acceptance(worse, 0.5)
-    out = _gate(str(worse), "--baseline", str(good), "--junit", str(tmp_path / "j.xml"), "--markdown", str(tmp_path / "s.md"))
+    out = _gate(
+        str(worse),
+        "--baseline",
+        str(good),
+        "--junit",
+        str(tmp_path / "j.xml"),
+        "--markdown",
+        str(tmp_path / "s.md"),
+    )
     assert out.returncode == 1, out.stdout
-    failed = [case.get("name") for case in ET.parse(tmp_path / "j.xml").getroot().iter("testcase")
-              if case.find("failure") is not None]
+    failed = [
+        case.get("name")
+        for case in ET.parse(tmp_path / "j.xml").getroot().iter("testcase")
+        if case.find("failure") is not None
+    ]
     # one window per cell (no repeats): the relative tau gate cannot tell one pair from noise and stays
     # inconclusive; the absolute floor and the golden tau see it
     assert "ngram_k4 tau = 3 +- 0.3 (golden) [code_humaneval @ 1]" in failed
@@ -87,16 +119,22 @@ def test_regression_is_called_with_exit_1_and_named_in_junit(tmp_path: Path) -> 
 
 def test_relative_gate_needs_repeats(tmp_path: Path) -> None:
     """With two repeats per cell a halved acceptance is a significant regression."""
+
     def with_repeats(name: str, factor: float) -> Path:
-        run = _copy(tmp_path, name, {"rules": [{"arm": "ngram_k4", "metric": "tau", "max_regression_pct": 10}]})
+        run = _copy(
+            tmp_path, name, {"rules": [{"arm": "ngram_k4", "metric": "tau", "max_regression_pct": 10}]}
+        )
         if factor != 1:
             _scale_ngram_acceptance(run, factor)
         for arm in ("baseline", "ngram_k4"):
             for kind in ("windows", "samples"):
                 path = run / "arms" / arm / f"{kind}.jsonl"
                 lines = read_jsonl(path)
-                path.write_text("".join(json.dumps({**line, "repeat": r}) + "\n" for line in lines for r in (0, 1)))
+                path.write_text(
+                    "".join(json.dumps({**line, "repeat": r}) + "\n" for line in lines for r in (0, 1))
+                )
         return run
+
     good, worse = with_repeats("good", 1), with_repeats("worse", 0.5)
     view, baseline = open_views(worse, good)
     checks = evaluate(view, baseline)
@@ -107,10 +145,14 @@ def test_relative_gate_needs_repeats(tmp_path: Path) -> None:
 def test_failed_arms(tmp_path: Path) -> None:
     run = _copy(tmp_path, "run", {"rules": [{"arm": "ngram_k4", "metric": "tau", "min": 2.0}]})
     status = run / "arms" / "ngram_k4" / "status.json"
-    status.write_text(json.dumps({"status": "failed", "phase": "measuring", "error": "engine exited with status -9"}))
+    status.write_text(
+        json.dumps({"status": "failed", "phase": "measuring", "error": "engine exited with status -9"})
+    )
     checks = evaluate(RunView(RunDir(run)))
     assert [(c.name, c.verdict) for c in checks] == [("ngram_k4 ran", "fail")] and exit_code(checks) == 1
-    status.write_text(json.dumps({"status": "failed", "phase": "startup", "error": "engine exited with status 1"}))
+    status.write_text(
+        json.dumps({"status": "failed", "phase": "startup", "error": "engine exited with status 1"})
+    )
     assert exit_code(evaluate(RunView(RunDir(run)))) == 3  # infrastructure, not a regression
     assert _gate(str(run)).returncode == 3
 
@@ -135,11 +177,19 @@ def test_refusals(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="different conditions"):
         open_views(run, changed)
     out = _gate(str(run), "--baseline", str(other))
-    assert out.returncode == 2 and "different conditions" in out.stdout and "Traceback" not in out.stdout + out.stderr
+    assert (
+        out.returncode == 2
+        and "different conditions" in out.stdout
+        and "Traceback" not in out.stdout + out.stderr
+    )
     bare = _copy(tmp_path, "bare", {})
     assert _gate(str(bare)).returncode == 2  # no gates stored with the run ...
     gates_file = tmp_path / "gates.yaml"
-    regime_text = (ROOT / "tests" / "regimes" / "cpu_e2e.yaml").read_text().replace("../../workloads/", f"{ROOT}/workloads/")
+    regime_text = (
+        (ROOT / "tests" / "regimes" / "cpu_e2e.yaml")
+        .read_text()
+        .replace("../../workloads/", f"{ROOT}/workloads/")
+    )
     gates_file.write_text(regime_text + "gates:\n  rules:\n    - {arm: ngram_k4, metric: tau, min: 1.5}\n")
     out = _gate(str(bare), "--gates", str(gates_file))  # ... but tuned gates from a regime file apply
     assert out.returncode == 0 and "ngram_k4 tau >= 1.5" in out.stdout

@@ -15,7 +15,12 @@ class FakeReader:
     source = "fake"
 
     def __init__(self, watts: float, with_counter: bool, throttle_after: int | None = None):
-        self.watts, self.with_counter, self.throttle_after, self.calls = watts, with_counter, throttle_after, 0
+        self.watts, self.with_counter, self.throttle_after, self.calls = (
+            watts,
+            with_counter,
+            throttle_after,
+            0,
+        )
         self.t0 = time.perf_counter()
 
     def read(self) -> PowerReading:
@@ -44,7 +49,11 @@ def test_energy_from_counter_beats_integration() -> None:
     samples = [[0.0, 100.0, 1000.0, False], [1.0, 300.0, 1250.0, True], [2.0, 100.0, 1400.0, False]]
     stats = summarize_power(samples, output_tokens=40)
     assert stats["energy_j"] == pytest.approx(400.0) and stats["mean_w"] == pytest.approx(200.0)
-    assert stats["peak_w"] == 300.0 and stats["j_per_token"] == pytest.approx(10.0) and stats["throttled"] is True
+    assert (
+        stats["peak_w"] == 300.0
+        and stats["j_per_token"] == pytest.approx(10.0)
+        and stats["throttled"] is True
+    )
 
 
 def test_energy_by_trapezoid_without_counter() -> None:

@@ -7,16 +7,18 @@ import pytest
 from harness.probes.acceptance import SpecCounters, acceptance
 from harness.probes.cost import usd_per_mtok
 from harness.probes.latency import tpot_s, ttft_s
-from harness.stats import quantile
 from harness.probes.throughput import output_tokens_per_s, speedup
 from harness.regime import Arm
 from harness.results import CellMetrics, ExactnessShares, RepeatMetrics, RequestSample, WindowRecord
+from harness.stats import quantile
 from harness.summary import _with_speedups, category_rows, cell_metrics
 
 
 def test_tau_from_counter_deltas() -> None:
     before = SpecCounters(drafts=10, draft_tokens=40, accepted_tokens=5, accepted_per_position={0: 3, 1: 2})
-    after = SpecCounters(drafts=66, draft_tokens=264, accepted_tokens=118, accepted_per_position={0: 50, 1: 40, 2: 20, 3: 13})
+    after = SpecCounters(
+        drafts=66, draft_tokens=264, accepted_tokens=118, accepted_per_position={0: 50, 1: 40, 2: 20, 3: 13}
+    )
     acc = acceptance(after.minus(before))
     assert acc.tau == pytest.approx(1 + 113 / 56)
     assert acc.acceptance_rate == pytest.approx(113 / 224)
@@ -51,17 +53,36 @@ def test_throughput_speedup_cost() -> None:
     assert usd_per_mtok(28.0, None) is None
 
 
-def _record(t_send: float, t_first: float, t_done: float, tokens: int, error: str | None = None,
-            repeat: int = 0) -> RequestSample:
-    return RequestSample.model_validate({
-        "workload": "w", "prompt_id": "p", "concurrency": 1, "prompt_format": "raw", "repeat": repeat,
-        "t_send": t_send, "t_first_token": t_first, "t_done": t_done, "token_ids": list(range(tokens)), "error": error,
-    })
+def _record(
+    t_send: float, t_first: float, t_done: float, tokens: int, error: str | None = None, repeat: int = 0
+) -> RequestSample:
+    return RequestSample.model_validate(
+        {
+            "workload": "w",
+            "prompt_id": "p",
+            "concurrency": 1,
+            "prompt_format": "raw",
+            "repeat": repeat,
+            "t_send": t_send,
+            "t_first_token": t_first,
+            "t_done": t_done,
+            "token_ids": list(range(tokens)),
+            "error": error,
+        }
+    )
 
 
 def _window(repeat: int, duration: float, after: SpecCounters) -> WindowRecord:
-    return WindowRecord(workload="w", category="code", prompt_format="raw", concurrency=1, repeat=repeat,
-                        duration_s=duration, counters_before=SpecCounters().to_json(), counters_after=after.to_json())
+    return WindowRecord(
+        workload="w",
+        category="code",
+        prompt_format="raw",
+        concurrency=1,
+        repeat=repeat,
+        duration_s=duration,
+        counters_before=SpecCounters().to_json(),
+        counters_after=after.to_json(),
+    )
 
 
 ARM = Arm(name="ng", method="ngram", num_speculative_tokens=4)
@@ -69,8 +90,14 @@ ARM = Arm(name="ng", method="ngram", num_speculative_tokens=4)
 
 def test_window_metrics_uses_token_ids_and_excludes_errors() -> None:
     after = SpecCounters(drafts=4, draft_tokens=16, accepted_tokens=8, accepted_per_position={0: 4, 1: 4})
-    records = [_record(0.0, 0.5, 2.5, 21), _record(0.0, 1.0, 4.0, 31), _record(0.0, 0.1, 0.2, 0, error="timeout")]
-    metrics = cell_metrics(ARM, None, [_window(0, 4.0, after)], records, price_per_hour=0.36, usd_per_kwh=None)
+    records = [
+        _record(0.0, 0.5, 2.5, 21),
+        _record(0.0, 1.0, 4.0, 31),
+        _record(0.0, 0.1, 0.2, 0, error="timeout"),
+    ]
+    metrics = cell_metrics(
+        ARM, None, [_window(0, 4.0, after)], records, price_per_hour=0.36, usd_per_kwh=None
+    )
     assert (metrics.requests_total, metrics.requests_ok, metrics.requests_errored) == (3, 2, 1)
     assert metrics.output_tokens == 52
     assert metrics.output_tok_s == pytest.approx(13.0)
@@ -85,6 +112,7 @@ def test_window_metrics_uses_token_ids_and_excludes_errors() -> None:
 def test_repeats_pool_into_one_cell_and_stay_apart_per_repeat() -> None:
     def window(repeat: int, duration: float, accepted: int) -> WindowRecord:
         return _window(repeat, duration, SpecCounters(drafts=4, draft_tokens=16, accepted_tokens=accepted))
+
     records = [_record(0.0, 0.5, 2.5, 21, repeat=0), _record(0.0, 0.5, 4.5, 41, repeat=1)]
     metrics = cell_metrics(ARM, None, [window(0, 2.0, 8), window(1, 4.0, 4)], records, 0.36, None)
     assert metrics.repeats == 2 and metrics.duration_s == pytest.approx(6.0)
@@ -97,38 +125,104 @@ def test_repeats_pool_into_one_cell_and_stay_apart_per_repeat() -> None:
 def _cell(arm: str, workload: str, concurrency: int, tok_s: float, **fields: object) -> CellMetrics:
     """A cell with only what a test sets; the rest empty."""
     base = dict(
-        arm=arm, method="baseline" if arm == "base" else "ngram", num_speculative_tokens=None, drafter=None,
-        workload=workload, category="code", prompt_format="raw", concurrency=concurrency, repeats=1,
-        requests_total=1, requests_ok=1, requests_errored=0, output_tokens=0, duration_s=1.0, output_tok_s=tok_s,
-        ttft_ms_p50=None, ttft_ms_p90=None, tpot_ms_p50=None, tpot_ms_p90=None, acceptance_source="server_counters",
-        server_reported=None, tau=None, acceptance_rate=None, per_position_acceptance=[], drafts=0.0,
-        draft_tokens=0.0, accepted_tokens=0.0, usd_per_mtok=None, power_source=None, power_note="",
-        mean_w=None, peak_w=None, energy_j=None, j_per_token=None, throttled=None, energy_usd_per_mtok=None,
-        per_repeat=[RepeatMetrics(repeat=0, duration_s=1.0, output_tokens=0, output_tok_s=tok_s, tau=None,
-                                  usd_per_mtok=None)],
-        speedup=None, exactness=None,
+        arm=arm,
+        method="baseline" if arm == "base" else "ngram",
+        num_speculative_tokens=None,
+        drafter=None,
+        workload=workload,
+        category="code",
+        prompt_format="raw",
+        concurrency=concurrency,
+        repeats=1,
+        requests_total=1,
+        requests_ok=1,
+        requests_errored=0,
+        output_tokens=0,
+        duration_s=1.0,
+        output_tok_s=tok_s,
+        ttft_ms_p50=None,
+        ttft_ms_p90=None,
+        tpot_ms_p50=None,
+        tpot_ms_p90=None,
+        acceptance_source="server_counters",
+        server_reported=None,
+        tau=None,
+        acceptance_rate=None,
+        per_position_acceptance=[],
+        drafts=0.0,
+        draft_tokens=0.0,
+        accepted_tokens=0.0,
+        usd_per_mtok=None,
+        power_source=None,
+        power_note="",
+        mean_w=None,
+        peak_w=None,
+        energy_j=None,
+        j_per_token=None,
+        throttled=None,
+        energy_usd_per_mtok=None,
+        per_repeat=[
+            RepeatMetrics(
+                repeat=0, duration_s=1.0, output_tokens=0, output_tok_s=tok_s, tau=None, usd_per_mtok=None
+            )
+        ],
+        speedup=None,
+        exactness=None,
     )
     return CellMetrics(**{**base, **fields})
 
 
 def test_speedup_pairs_same_workload_and_concurrency() -> None:
-    rows = [_cell("base", "w", 1, 40.0), _cell("base", "w", 4, 100.0), _cell("ng", "w", 1, 60.0),
-            _cell("ng", "w", 4, 90.0), _cell("ng", "other", 1, 90.0)]
+    rows = [
+        _cell("base", "w", 1, 40.0),
+        _cell("base", "w", 4, 100.0),
+        _cell("ng", "w", 1, 60.0),
+        _cell("ng", "w", 4, 90.0),
+        _cell("ng", "other", 1, 90.0),
+    ]
     rows = _with_speedups(rows, baseline="base")
     assert [r.speedup for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])
     assert [r.per_repeat[0].speedup for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])
 
 
 def test_categories_pool_their_workloads() -> None:
-    def row(arm: str, workload: str, category: str, tokens: int, duration: float, drafts: float, accepted: float,
-            same: float | None) -> CellMetrics:
-        exactness = None if same is None else ExactnessShares(compared=2, identical_pct=same, near_tie_pct=None,
-                                                               diverged_pct=None, unknown_pct=None)
-        return _cell(arm, workload, 1, 0.0, category=category, output_tokens=tokens, duration_s=duration,
-                     drafts=drafts, accepted_tokens=accepted, exactness=exactness)
-    rows = [row("base", "a", "extract", 100, 10.0, 0, 0, 100), row("base", "b", "extract", 100, 10.0, 0, 0, 100),
-            row("ng", "a", "extract", 100, 5.0, 10, 20, 100), row("ng", "b", "extract", 100, 15.0, 30, 20, 50),
-            row("ng", "c", "chat", 50, 10.0, 10, 5, None)]
+    def row(
+        arm: str,
+        workload: str,
+        category: str,
+        tokens: int,
+        duration: float,
+        drafts: float,
+        accepted: float,
+        same: float | None,
+    ) -> CellMetrics:
+        exactness = (
+            None
+            if same is None
+            else ExactnessShares(
+                compared=2, identical_pct=same, near_tie_pct=None, diverged_pct=None, unknown_pct=None
+            )
+        )
+        return _cell(
+            arm,
+            workload,
+            1,
+            0.0,
+            category=category,
+            output_tokens=tokens,
+            duration_s=duration,
+            drafts=drafts,
+            accepted_tokens=accepted,
+            exactness=exactness,
+        )
+
+    rows = [
+        row("base", "a", "extract", 100, 10.0, 0, 0, 100),
+        row("base", "b", "extract", 100, 10.0, 0, 0, 100),
+        row("ng", "a", "extract", 100, 5.0, 10, 20, 100),
+        row("ng", "b", "extract", 100, 15.0, 30, 20, 50),
+        row("ng", "c", "chat", 50, 10.0, 10, 5, None),
+    ]
     cells = {(r.arm, r.category): r for r in category_rows(rows, "base")}
     extract = cells[("ng", "extract")]
     assert extract.workloads == ["a", "b"] and extract.output_tok_s == pytest.approx(10.0)

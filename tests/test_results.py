@@ -47,7 +47,8 @@ def test_golden_v1_summary_loads_and_equals_the_rederived_one() -> None:
     assert [a.status for a in derived.arms] == ["ok", "ok"]
     assert len(minilab_tables(derived)) == 4
     assert json.loads((GOLDEN / "summary.json").read_text())["windows"] == [
-        c.model_dump(mode="json") for c in derived.cells]
+        c.model_dump(mode="json") for c in derived.cells
+    ]
 
 
 def test_v2_summary_round_trips_and_is_frozen() -> None:
@@ -74,7 +75,9 @@ def test_v1_samples_get_ttft_and_tpot_from_the_one_formula() -> None:
     assert "ttft_s" not in line
     sample = RequestSample.model_validate(line)
     assert sample.ttft_s == pytest.approx(line["t_first_token"] - line["t_send"])
-    assert sample.tpot_s == pytest.approx((line["t_done"] - line["t_first_token"]) / (len(line["token_ids"]) - 1))
+    assert sample.tpot_s == pytest.approx(
+        (line["t_done"] - line["t_first_token"]) / (len(line["token_ids"]) - 1)
+    )
 
 
 def test_run_dirs_are_never_reused(tmp_path: Path) -> None:
@@ -93,8 +96,9 @@ def test_atomic_json_and_torn_jsonl(tmp_path: Path) -> None:
     assert read_jsonl(tmp_path / "s.jsonl") == [{"i": 1}]
 
 
-def test_a_torn_last_sample_is_skipped_and_reported_everywhere(run_copy: Path, tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_torn_last_sample_is_skipped_and_reported_everywhere(
+    run_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     samples = run_copy / "arms" / "ngram_k4" / "samples.jsonl"
     with open(samples, "a") as handle:
         handle.write('{"workload": "code_humaneval", "prompt_id": "cut')
@@ -108,8 +112,9 @@ def test_a_torn_last_sample_is_skipped_and_reported_everywhere(run_copy: Path, t
     assert "Raw data not read" in (tmp_path / "r.html").read_text()
 
 
-def test_a_corrupt_line_in_the_middle_is_an_error_not_a_lost_request(run_copy: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_corrupt_line_in_the_middle_is_an_error_not_a_lost_request(
+    run_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     samples = run_copy / "arms" / "ngram_k4" / "samples.jsonl"
     lines = samples.read_text().splitlines(keepends=True)
     lines[3] = lines[3][:40] + "\n"
@@ -145,8 +150,16 @@ def test_pandas_view_of_the_v1_fixture() -> None:
     run = harness.load_run(GOLDEN)
     assert isinstance(run.summary, Summary)
     cells = run.cells()
-    assert len(cells) == 8 and {"arm", "workload", "concurrency", "tau", "output_tok_s", "tpot_ms_p50",
-                                "acceptance_pos_0", "identical_pct"} <= set(cells.columns)
+    assert len(cells) == 8 and {
+        "arm",
+        "workload",
+        "concurrency",
+        "tau",
+        "output_tok_s",
+        "tpot_ms_p50",
+        "acceptance_pos_0",
+        "identical_pct",
+    } <= set(cells.columns)
     ngram = cells[(cells.arm == "ngram_k4") & (cells.workload == "code_humaneval") & (cells.concurrency == 1)]
     assert ngram.tau.item() == pytest.approx(run.summary.cell("ngram_k4", "code_humaneval", 1).tau)
     requests = run.requests()
@@ -169,8 +182,9 @@ def test_export_reads_back_equal(tmp_path: Path, fmt: str) -> None:
         else:
             back = pd.read_json(path, orient="records", lines=True)
         assert list(back.columns) == list(frame.columns) and len(back) == len(frame)
-        pd.testing.assert_frame_equal(_missing_as_none(back), _missing_as_none(frame), check_dtype=False,
-                                      check_exact=fmt == "parquet")
+        pd.testing.assert_frame_equal(
+            _missing_as_none(back), _missing_as_none(frame), check_dtype=False, check_exact=fmt == "parquet"
+        )
 
 
 def _missing_as_none(frame: pd.DataFrame) -> pd.DataFrame:
@@ -181,6 +195,10 @@ def _missing_as_none(frame: pd.DataFrame) -> pd.DataFrame:
 def test_bench_export_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", str(GOLDEN), "--format", "parquet", "-o", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "categories.parquet", "cells.parquet", "repeats.parquet", "requests.parquet"]
+        "categories.parquet",
+        "cells.parquet",
+        "repeats.parquet",
+        "requests.parquet",
+    ]
     assert main(["export", str(tmp_path / "nope")]) == 2
     assert "not a run directory" in capsys.readouterr().out

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.engines import get_adapter
-from harness.engines.sglang import server_figures_from_info, served_from_server_info
+from harness.engines.sglang import served_from_server_info, server_figures_from_info
 from harness.probes.acceptance import acceptance, request_counters
 from harness.regime import load_regime
 from harness.validation import check_served
@@ -21,22 +21,35 @@ def test_request_fields_per_endpoint() -> None:
     assert adapter.acceptance_source == "per_request"
     assert adapter.request_fields("raw", 2) == {"return_token_ids": True, "return_spec_tokens_details": True}
     # streaming chat refuses return_token_ids; the ids come once, at the end, in sglext
-    assert adapter.request_fields("chat", 2) == {"return_output_ids_in_sglext": True, "return_spec_tokens_details": True}
+    assert adapter.request_fields("chat", 2) == {
+        "return_output_ids_in_sglext": True,
+        "return_spec_tokens_details": True,
+    }
 
 
 def test_options_become_flags() -> None:
     arm = next(a for a in REGIME.arms if a.name == "ngram_k4")
-    arm = arm.model_copy(update={"options": {"speculative_ngram_max_trie_depth": 12, "speculative_ngram_capacity": 1000}})
+    arm = arm.model_copy(
+        update={"options": {"speculative_ngram_max_trie_depth": 12, "speculative_ngram_capacity": 1000}}
+    )
     args = get_adapter("sglang").speculative_args(arm, None)
     assert args[-4:] == ["--speculative-ngram-max-trie-depth", "12", "--speculative-ngram-capacity", "1000"]
 
 
 def test_request_counters_sum_like_server_counters() -> None:
     details = [
-        {"spec_verify_ct": 4, "spec_num_correct_drafts": 6, "spec_num_proposed_drafts": 12,
-         "spec_correct_drafts_histogram": [1, 0, 1, 2]},  # steps accepting 0, 2, 3, 3 drafts
-        {"spec_verify_ct": 2, "spec_num_correct_drafts": 1, "spec_num_proposed_drafts": 6,
-         "spec_correct_drafts_histogram": [1, 1]},
+        {
+            "spec_verify_ct": 4,
+            "spec_num_correct_drafts": 6,
+            "spec_num_proposed_drafts": 12,
+            "spec_correct_drafts_histogram": [1, 0, 1, 2],
+        },  # steps accepting 0, 2, 3, 3 drafts
+        {
+            "spec_verify_ct": 2,
+            "spec_num_correct_drafts": 1,
+            "spec_num_proposed_drafts": 6,
+            "spec_correct_drafts_histogram": [1, 1],
+        },
     ]
     result = acceptance(request_counters(details))
     assert result.tau == pytest.approx(1 + 7 / 6) and result.acceptance_rate == pytest.approx(7 / 18)
@@ -47,14 +60,26 @@ def test_request_counters_sum_like_server_counters() -> None:
 
 def test_server_info_mismatch_is_seen() -> None:
     arm = next(a for a in REGIME.arms if a.name == "eagle3_k3")
-    info = {"version": "0.5.23", "context_length": 8192, "dtype": "bfloat16", "quantization": None,
-            "speculative_algorithm": "EAGLE3", "speculative_num_draft_tokens": 6}
+    info = {
+        "version": "0.5.23",
+        "context_length": 8192,
+        "dtype": "bfloat16",
+        "quantization": None,
+        "speculative_algorithm": "EAGLE3",
+        "speculative_num_draft_tokens": 6,
+    }
     found = check_served(REGIME, served_from_server_info(info), arm)
     assert [m.field for m in found] == ["arms[3].num_speculative_tokens"]  # 6 draft tokens = K 5, not 3
 
 
 def test_server_wide_figure_is_kept_apart_and_labelled() -> None:
-    info = {"internal_states": [{"avg_spec_accept_length": 2.7, "last_gen_throughput": 310.0}], "version": "0.5.23"}
+    info = {
+        "internal_states": [{"avg_spec_accept_length": 2.7, "last_gen_throughput": 310.0}],
+        "version": "0.5.23",
+    }
     figures = server_figures_from_info(info)
-    assert figures["sglang_avg_spec_accept_length_lifetime"] == 2.7 and "tau comes from the requests" in figures["note"]
+    assert (
+        figures["sglang_avg_spec_accept_length_lifetime"] == 2.7
+        and "tau comes from the requests" in figures["note"]
+    )
     assert server_figures_from_info({"internal_states": [{}]}) is None  # a no-spec server reports none

@@ -7,10 +7,14 @@ import random
 import pytest
 
 from harness import stats
-from harness.gates import _relative
+from harness.gates import Check, _relative
 from harness.regime import Gates
 
 GATES = Gates()
+
+
+def _check(metric: str) -> Check:
+    return Check("g", "rules[0]", "arm", metric, "w", 1, "pass", "")
 
 
 def _normal(mean: float, sd: float, n: int, seed: int) -> list[float]:
@@ -20,28 +24,33 @@ def _normal(mean: float, sd: float, n: int, seed: int) -> list[float]:
 
 def test_real_ten_percent_regression_with_low_noise_is_caught() -> None:
     baseline, current = _normal(100.0, 1.0, 20, 1), _normal(90.0, 1.0, 20, 2)  # tok/s 10% lower
-    check = _relative("g", "rules[0]", "arm", "output_tok_s", "w", 1, current, baseline, GATES, tolerance_pct=5)
+    check = _relative(_check("output_tok_s"), current, baseline, GATES, tolerance_pct=5)
     assert check.verdict == "fail" and check.low > 0.05 and check.p_value < 0.001
     # the same on a lower-is-better metric: TPOT 10% higher
-    check = _relative("g", "rules[0]", "arm", "tpot_ms_p50", "w", 1, _normal(55.0, 0.5, 20, 3),
-                      _normal(50.0, 0.5, 20, 4), GATES, tolerance_pct=5)
+    check = _relative(
+        _check("tpot_ms_p50"),
+        _normal(55.0, 0.5, 20, 3),
+        _normal(50.0, 0.5, 20, 4),
+        GATES,
+        tolerance_pct=5,
+    )
     assert check.verdict == "fail" and check.message.startswith("regression")
 
 
 def test_same_shift_buried_in_noise_is_not_called() -> None:
     baseline, current = _normal(100.0, 30.0, 6, 5), _normal(90.0, 30.0, 6, 6)
-    check = _relative("g", "rules[0]", "arm", "output_tok_s", "w", 1, current, baseline, GATES, tolerance_pct=5)
+    check = _relative(_check("output_tok_s"), current, baseline, GATES, tolerance_pct=5)
     assert check.verdict in ("pass", "inconclusive") and check.low <= 0 <= check.high
 
 
 def test_identical_runs_pass() -> None:
     sample = _normal(100.0, 5.0, 10, 7)
-    check = _relative("g", "rules[0]", "arm", "output_tok_s", "w", 1, list(sample), list(sample), GATES, tolerance_pct=5)
+    check = _relative(_check("output_tok_s"), list(sample), list(sample), GATES, tolerance_pct=5)
     assert check.verdict == "pass" and check.value == check.baseline_value
 
 
 def test_improvement_is_never_a_regression() -> None:
-    check = _relative("g", "rules[0]", "arm", "tau", "w", 1, [3.4, 3.5, 3.45], [2.0, 2.1, 2.05], GATES, tolerance_pct=5)
+    check = _relative(_check("tau"), [3.4, 3.5, 3.45], [2.0, 2.1, 2.05], GATES, tolerance_pct=5)
     assert check.verdict == "pass" and check.high < 0  # "worse" is negative: it got better
 
 

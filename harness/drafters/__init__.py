@@ -10,5 +10,12 @@
 from harness.drafters.manifest import MANIFEST_NAME, TRAINING_PROMPTS_NAME, read_manifest
 from harness.drafters.resolve import ResolvedDrafter, held_out_check, resolve_drafter, resolve_drafters
 
-__all__ = ["MANIFEST_NAME", "TRAINING_PROMPTS_NAME", "ResolvedDrafter", "held_out_check", "read_manifest",
-           "resolve_drafter", "resolve_drafters"]
+__all__ = [
+    "MANIFEST_NAME",
+    "TRAINING_PROMPTS_NAME",
+    "ResolvedDrafter",
+    "held_out_check",
+    "read_manifest",
+    "resolve_drafter",
+    "resolve_drafters",
+]

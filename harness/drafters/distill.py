@@ -37,7 +37,14 @@ from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from harness.drafters.manifest import (
     BUILDER_VERSION,
@@ -46,7 +53,6 @@ from harness.drafters.manifest import (
     config_sha256,
     layer_ids,
     mask_token_id,
-    read_manifest,
 )
 from harness.engines import SERVED_MODEL_NAME, get_adapter
 from harness.errors import EngineError, UserError
@@ -101,7 +107,8 @@ class DistillPlan:
         s = self.settings
         return (
             f"self-distilled {self.method}: {len(self.prompts)} training prompts from "
-            f"{', '.join(w['name'] for w in self.workloads)} ({len(self.held_out)} measured prompts held out), "
+            f"{', '.join(w['name'] for w in self.workloads)} ({len(self.held_out)} measured prompts held "
+            f"out), "
             f"answers of {s.max_output_tokens} tokens, {s.epochs} epochs"
             + (f" (at most {s.max_steps} steps)" if s.max_steps else "")
             + f", draft vocab {s.draft_vocab_size}"
@@ -128,7 +135,9 @@ def plan_distillation(
     for i, entry in enumerate(settings.workloads):
         path = (regime_path.parent / entry).resolve()
         if not path.is_file():
-            raise UserError(f"{regime_path}: arms[{index}].draft_model.trained.workloads[{i}]: no workload file {path}")
+            raise UserError(
+                f"{regime_path}: arms[{index}].draft_model.trained.workloads[{i}]: no workload file {path}"
+            )
         paths.append(path)
     paths = paths or workload_paths(regime, regime_path)
     held_out = sorted({prompt_sha256(p) for w in measured for p in w.prompts})
@@ -149,20 +158,38 @@ def plan_distillation(
                 break
             seen.add(digest)
             used += 1
-            prompts.append(TrainingPrompt(len(prompts), definition.name, definition.prompt_format, prompt, digest))
+            prompts.append(
+                TrainingPrompt(len(prompts), definition.name, definition.prompt_format, prompt, digest)
+            )
         workloads.append({"name": definition.name, "file": str(path), "pool": len(pool), "used": used})
     if not prompts:
-        raise UserError(f"{regime_path}: arm {arm.name}: draft_model.trained has no training prompts left once the "
-                        "measured prompts are held out; add training workloads")
+        raise UserError(
+            f"{regime_path}: arm {arm.name}: draft_model.trained has no training prompts left once the "
+            "measured prompts are held out; add training workloads"
+        )
     config_sha = config_sha256(target_dir)
     answers = {
-        "builder": BUILDER_VERSION, "target_config": config_sha or "pending", "data_dtype": data_dtype(regime),
-        "max_output_tokens": settings.max_output_tokens, "seed": regime.sampling.seed,
+        "builder": BUILDER_VERSION,
+        "target_config": config_sha or "pending",
+        "data_dtype": data_dtype(regime),
+        "max_output_tokens": settings.max_output_tokens,
+        "seed": regime.sampling.seed,
         "prompts": [(p.prompt_format, p.sha256) for p in prompts],
     }
     identity = {**answers, "method": arm.method, "settings": settings.model_dump(mode="json")}
-    return DistillPlan(arm.name, arm.method, settings, target_dir, config_sha, prompts, held_out, excluded, workloads,
-                       key=_digest(identity), answers_key=_digest(answers))
+    return DistillPlan(
+        arm.name,
+        arm.method,
+        settings,
+        target_dir,
+        config_sha,
+        prompts,
+        held_out,
+        excluded,
+        workloads,
+        key=_digest(identity),
+        answers_key=_digest(answers),
+    )
 
 
 def _digest(value: Any) -> str:
@@ -172,8 +199,13 @@ def _digest(value: Any) -> str:
 def progress_bar(console: Console) -> Progress:
     """One bar per stage: done / total, a note (tokens, loss), elapsed and remaining time."""
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
     )
 
 
@@ -194,12 +226,24 @@ def read_answers(path: Path) -> list[dict[str, Any]]:
     return [rows[i] for i in sorted(rows)]
 
 
-async def _generate(plan: DistillPlan, regime: Regime, base_url: str, out: Path, todo: list[TrainingPrompt],
-                    progress: Progress, task: Any) -> None:
+async def _generate(
+    plan: DistillPlan,
+    regime: Regime,
+    base_url: str,
+    out: Path,
+    todo: list[TrainingPrompt],
+    progress: Progress,
+    task: Any,
+) -> None:
     settings = plan.settings
     limit = asyncio.Semaphore(settings.concurrency)
-    common = {"model": SERVED_MODEL_NAME, "max_tokens": settings.max_output_tokens, "temperature": 0,
-              "seed": regime.sampling.seed, "return_token_ids": True}
+    common = {
+        "model": SERVED_MODEL_NAME,
+        "max_tokens": settings.max_output_tokens,
+        "temperature": 0,
+        "seed": regime.sampling.seed,
+        "return_token_ids": True,
+    }
 
     async def one(client: httpx.AsyncClient, item: TrainingPrompt) -> None:
         if item.prompt_format == "chat":
@@ -208,8 +252,12 @@ async def _generate(plan: DistillPlan, regime: Regime, base_url: str, out: Path,
             url, body = "/v1/completions", {**common, "prompt": item.prompt.text}
         async with limit:
             response = await client.post(url, json=body)
-        row: dict[str, Any] = {"index": item.index, "workload": item.workload, "prompt_id": item.prompt.prompt_id,
-                               "prompt_sha256": item.sha256}
+        row: dict[str, Any] = {
+            "index": item.index,
+            "workload": item.workload,
+            "prompt_id": item.prompt.prompt_id,
+            "prompt_sha256": item.sha256,
+        }
         if response.status_code == 400:  # e.g. prompt + answer longer than max_model_len: skipped, recorded
             row.update(prompt_token_ids=[], output_token_ids=[], error=response.text[:300])
         else:
@@ -218,9 +266,14 @@ async def _generate(plan: DistillPlan, regime: Regime, base_url: str, out: Path,
             choice = data["choices"][0]
             prompt_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
             if prompt_ids is None or choice.get("token_ids") is None:
-                raise EngineError("the engine returned no token ids (return_token_ids); vLLM >= 0.10 is needed")
-            row.update(prompt_token_ids=prompt_ids, output_token_ids=choice["token_ids"],
-                       finish_reason=choice.get("finish_reason"))
+                raise EngineError(
+                    "the engine returned no token ids (return_token_ids); vLLM >= 0.10 is needed"
+                )
+            row.update(
+                prompt_token_ids=prompt_ids,
+                output_token_ids=choice["token_ids"],
+                finish_reason=choice.get("finish_reason"),
+            )
         with open(out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
         progress.update(task, advance=1)
@@ -239,12 +292,18 @@ def generate(plan: DistillPlan, regime: Regime, console: Console) -> Path:
     if not todo:
         return out
     if regime.engine.name != "vllm":
-        raise UserError(f"arm {plan.arm}: draft_model.trained generates the training answers with vLLM "
-                        f"(the regime's engine is {regime.engine.name}); build it from a vLLM regime of the same target")
+        raise UserError(
+            f"arm {plan.arm}: draft_model.trained generates the training answers with vLLM "
+            f"(the regime's engine is {regime.engine.name}); build it from a vLLM regime of the same target"
+        )
     adapter = get_adapter("vllm")
     port = free_port()
-    generating = regime.model_copy(update={"target": regime.target.model_copy(update={"dtype": data_dtype(regime)})})
-    spec = adapter.launch_spec(generating, Arm(name="distill", method="baseline"), plan.target_dir, port, sys.executable)
+    generating = regime.model_copy(
+        update={"target": regime.target.model_copy(update={"dtype": data_dtype(regime)})}
+    )
+    spec = adapter.launch_spec(
+        generating, Arm(name="distill", method="baseline"), plan.target_dir, port, sys.executable
+    )
     server = Server(spec.argv, spec.env, port, plan.work_dir / "generate_server.log", adapter.health_path)
     with server:
         with console.status("starting the target's server for the training answers..."):
@@ -262,21 +321,33 @@ def generate(plan: DistillPlan, regime: Regime, console: Console) -> Path:
 def _run_stage(plan: DistillPlan, stage: str) -> None:
     """``python -m harness.drafters.train_stages STAGE WORK_DIR``: torch stays out of this process; the
     child draws its own progress bar and keeps library output in WORK_DIR/STAGE.log."""
-    proc = subprocess.run([sys.executable, "-m", "harness.drafters.train_stages", stage, str(plan.work_dir)], stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.drafters.train_stages", stage, str(plan.work_dir)],
+        stdin=subprocess.DEVNULL,
+    )
     if proc.returncode != 0:
         log = plan.work_dir / f"{stage}.log"
         tail = log.read_text(errors="replace").splitlines()[-20:] if log.is_file() else ["(no log)"]
-        raise UserError(f"drafter build, stage '{stage}', failed (exit {proc.returncode}); the work so far is kept "
-                        f"and a rerun resumes it; log {log}:\n" + "\n".join(tail))
+        raise UserError(
+            f"drafter build, stage '{stage}', failed (exit {proc.returncode}); the work so far is kept "
+            f"and a rerun resumes it; log {log}:\n" + "\n".join(tail)
+        )
 
 
 def _build_settings(plan: DistillPlan, regime: Regime) -> dict[str, Any]:
     config = json.loads((Path(plan.target_dir) / "config.json").read_text())
     settings = plan.settings
     build = {
-        "method": plan.method, "target_dir": plan.target_dir, "responses": str(plan.answers_file), "layer_ids": layer_ids(config["num_hidden_layers"]),
-        "seed": settings.seed, "draft_vocab_size": settings.draft_vocab_size, "total_seq_len": settings.total_seq_len,
-        "epochs": settings.epochs, "learning_rate": settings.learning_rate, "max_steps": settings.max_steps,
+        "method": plan.method,
+        "target_dir": plan.target_dir,
+        "responses": str(plan.answers_file),
+        "layer_ids": layer_ids(config["num_hidden_layers"]),
+        "seed": settings.seed,
+        "draft_vocab_size": settings.draft_vocab_size,
+        "total_seq_len": settings.total_seq_len,
+        "epochs": settings.epochs,
+        "learning_rate": settings.learning_rate,
+        "max_steps": settings.max_steps,
         "validation_fraction": settings.validation_fraction,
         # float32 on a CPU, where bf16 matmuls are emulated (a training step measured ~17x slower in bf16).
         "hidden_states_dtype": data_dtype(regime),
@@ -300,12 +371,15 @@ def _metrics(work_dir: Path) -> tuple[list[dict[str, Any]], int, float | None]:
             steps = max(steps, int(row.get("global_step", 0)) + 1)
         elif "val" in row:
             val = row["val"]
-            validation.append({
-                "epoch": int(row.get("epoch", len(validation))) + 1,
-                "loss": val.get("loss_epoch"),
-                "accuracy_per_position": _per_position(val),
-                "metrics": val,  # everything the trainer reported, e.g. DFlash's expected acceptance length (eal)
-            })
+            validation.append(
+                {
+                    "epoch": int(row.get("epoch", len(validation))) + 1,
+                    "loss": val.get("loss_epoch"),
+                    "accuracy_per_position": _per_position(val),
+                    # everything the trainer reported, e.g. DFlash's expected acceptance length (eal)
+                    "metrics": val,
+                }
+            )
     seconds = times[-1] - times[0] if len(times) > 1 else None
     return validation, steps, seconds
 
@@ -323,10 +397,22 @@ def _per_position(val: dict[str, float]) -> list[float]:
 def _final_checkpoint(work_dir: Path) -> Path:
     """The last epoch the trainer saved (its symlinks name epochs; plain numbered dirs are checkpoints)."""
     checkpoints = work_dir / "checkpoints"
-    epochs = sorted((int(d.name) for d in checkpoints.iterdir() if d.is_dir() and not d.is_symlink() and d.name.isdigit()),
-                    reverse=True) if checkpoints.is_dir() else []
+    epochs = (
+        sorted(
+            (
+                int(d.name)
+                for d in checkpoints.iterdir()
+                if d.is_dir() and not d.is_symlink() and d.name.isdigit()
+            ),
+            reverse=True,
+        )
+        if checkpoints.is_dir()
+        else []
+    )
     if not epochs:
-        raise UserError(f"drafter build: the trainer saved no checkpoint in {checkpoints}; see {work_dir / 'train.log'}")
+        raise UserError(
+            f"drafter build: the trainer saved no checkpoint in {checkpoints}; see {work_dir / 'train.log'}"
+        )
     return checkpoints / str(epochs[0])
 
 
@@ -348,7 +434,9 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def publish(plan: DistillPlan, regime: Regime, build: dict[str, Any], stage_seconds: dict[str, float]) -> Path:
+def publish(
+    plan: DistillPlan, regime: Regime, build: dict[str, Any], stage_seconds: dict[str, float]
+) -> Path:
     work = plan.work_dir
     checkpoint = _final_checkpoint(work)
     validation, steps, train_seconds = _metrics(work)
@@ -369,37 +457,58 @@ def publish(plan: DistillPlan, regime: Regime, build: dict[str, Any], stage_seco
     last = validation[-1] if validation else None
     acc0 = last["accuracy_per_position"][0] if last and last["accuracy_per_position"] else None
     label = f"self-distilled here ({len(answered)} prompts, {len(validation)} epochs" + (
-        f", val acc@0 {acc0:.2f})" if acc0 is not None else ")")
+        f", val acc@0 {acc0:.2f})" if acc0 is not None else ")"
+    )
     manifest = {
         "schema_version": 1,
         "kind": "trained",
         "trained": True,
         "label": label,
         "method": plan.method,
-        "layout": f"speculators {plan.method} checkpoint ({json.loads((checkpoint / 'config.json').read_text()).get('architectures')})",
-        "target": {"path": plan.target_dir, "config_sha256": config_sha256(plan.target_dir),
-                   "dtype": regime.target.dtype, "engine": regime.engine.name, "engine_version": regime.engine.version,
-                   "answers_dtype": data_dtype(regime), "engine_mode": "eager" if regime.engine.enforce_eager else "compiled"},
+        "layout": f"speculators {plan.method} checkpoint "
+        f"({json.loads((checkpoint / 'config.json').read_text()).get('architectures')})",
+        "target": {
+            "path": plan.target_dir,
+            "config_sha256": config_sha256(plan.target_dir),
+            "dtype": regime.target.dtype,
+            "engine": regime.engine.name,
+            "engine_version": regime.engine.version,
+            "answers_dtype": data_dtype(regime),
+            "engine_mode": "eager" if regime.engine.enforce_eager else "compiled",
+        },
         "data": {
             "workloads": plan.workloads,
             "training_prompts": len(plan.prompts),
             "answered": len(answered),
-            "skipped": [{"prompt_id": r["prompt_id"], "error": r.get("error")} for r in responses if not r["output_token_ids"]],
+            "skipped": [
+                {"prompt_id": r["prompt_id"], "error": r.get("error")}
+                for r in responses
+                if not r["output_token_ids"]
+            ],
             "held_out_measured_prompts": len(plan.held_out),
             "excluded_from_pools": plan.excluded,
-            "training_prompts_sha256": hashlib.sha256(json.dumps(training_prompts["trained_on"]).encode()).hexdigest(),
+            "training_prompts_sha256": hashlib.sha256(
+                json.dumps(training_prompts["trained_on"]).encode()
+            ).hexdigest(),
             "responses_sha256": _sha256_file(plan.answers_file),
             "answer_tokens": sum(len(r["output_token_ids"]) for r in answered),
             "tokens": sum(len(r["prompt_token_ids"]) + len(r["output_token_ids"]) for r in answered),
             "max_output_tokens": plan.settings.max_output_tokens,
             "validation_fraction": plan.settings.validation_fraction,
         },
-        "hidden_states": {"layer_ids": build["layer_ids"], "plus": "final layer output (before the final norm)",
-                          "dtype": build["hidden_states_dtype"]},
+        "hidden_states": {
+            "layer_ids": build["layer_ids"],
+            "plus": "final layer output (before the final norm)",
+            "dtype": build["hidden_states_dtype"],
+        },
         "training": {
-            "library": "speculators", "settings": plan.settings.model_dump(mode="json"),
-            "train_dtype": build["train_dtype"], "steps": steps, "epochs_completed": len(validation),
-            "checkpoint": f"epoch {int(checkpoint.name) + 1}", "seconds": train_seconds,
+            "library": "speculators",
+            "settings": plan.settings.model_dump(mode="json"),
+            "train_dtype": build["train_dtype"],
+            "steps": steps,
+            "epochs_completed": len(validation),
+            "checkpoint": f"epoch {int(checkpoint.name) + 1}",
+            "seconds": train_seconds,
         },
         "validation": validation,
         "stage_seconds": stage_seconds,
@@ -413,7 +522,9 @@ def publish(plan: DistillPlan, regime: Regime, build: dict[str, Any], stage_seco
         os.replace(tmp, plan.final_dir)
     except OSError:  # published by another process meanwhile
         shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(work, ignore_errors=True)  # hidden states and optimizer state: hundreds of MB, no longer needed
+    shutil.rmtree(
+        work, ignore_errors=True
+    )  # hidden states and optimizer state: hundreds of MB, no longer needed
     return plan.final_dir
 
 
@@ -422,12 +533,18 @@ def build(plan: DistillPlan, regime: Regime, console: Console) -> Path:
     if (plan.final_dir / MANIFEST_NAME).is_file():
         return plan.final_dir
     if plan.target_config_sha256 is None:
-        raise UserError(f"arm {plan.arm}: the target {plan.target_dir} has no config.json; a trained drafter needs a local target")
+        raise UserError(
+            f"arm {plan.arm}: the target {plan.target_dir} has no config.json; a trained drafter needs a "
+            f"local target"
+        )
     plan.work_dir.mkdir(parents=True, exist_ok=True)
     settings = _build_settings(plan, regime)
     (plan.work_dir / "build.json").write_text(json.dumps(settings, indent=2) + "\n")
-    console.print(f"[bold]Building the drafter of arm {plan.arm}[/]: {plan.describe()}.\n"
-                  f"  work directory {plan.work_dir} (a rerun resumes where this one stops)", highlight=False)
+    console.print(
+        f"[bold]Building the drafter of arm {plan.arm}[/]: {plan.describe()}.\n"
+        f"  work directory {plan.work_dir} (a rerun resumes where this one stops)",
+        highlight=False,
+    )
     timings_path = plan.work_dir / "stage_seconds.json"
     timings = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
     for stage in ("generate", "data", "train"):

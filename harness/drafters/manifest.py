@@ -54,8 +54,13 @@ def mask_token_id(target_dir: Path, config: dict[str, Any]) -> int:
     tokenizer = target_dir / "tokenizer.json"
     if tokenizer.is_file():
         added = json.loads(tokenizer.read_text()).get("added_tokens") or []
-        unused = [t["id"] for t in added if t.get("special") and t["id"] not in reserved
-                  and not t["content"].startswith(("<|im_", "<|end", "<|begin", "<|start"))]
+        unused = [
+            t["id"]
+            for t in added
+            if t.get("special")
+            and t["id"] not in reserved
+            and not t["content"].startswith(("<|im_", "<|end", "<|begin", "<|start"))
+        ]
         if unused:
             return max(unused)
     return config["vocab_size"] - 1

@@ -53,9 +53,16 @@ def held_out_check(directory: str | Path, measured: list[LoadedWorkload]) -> dic
     return {"measured_prompts": len(hashes), "trained_on": sum(h in trained_on for h in hashes)}
 
 
-def resolve_drafter(arm: Arm, regime: Regime, regime_path: Path, target_dir: str, build: bool,
-                    measured: list[LoadedWorkload], console: Console | None = None,
-                    build_trained: bool | None = None) -> ResolvedDrafter:
+def resolve_drafter(
+    arm: Arm,
+    regime: Regime,
+    regime_path: Path,
+    target_dir: str,
+    build: bool,
+    measured: list[LoadedWorkload],
+    console: Console | None = None,
+    build_trained: bool | None = None,
+) -> ResolvedDrafter:
     """The drafter of one arm. ``build`` False (``bench validate``) resolves paths without building
     or converting anything: a built drafter's path is where it will be cached."""
     draft: DraftModel = arm.draft_model  # type: ignore[assignment]
@@ -64,27 +71,54 @@ def resolve_drafter(arm: Arm, regime: Regime, regime_path: Path, target_dir: str
         train = build if build_trained is None else build_trained
         path = distill.build(plan, regime, console or Console(stderr=True)) if train else plan.final_dir
         manifest = read_manifest(path)
-        return ResolvedDrafter(str(path), {
-            "source": "trained", "trained": True, "reference": plan.describe(), "manifest": manifest,
-            "label": manifest["label"] if manifest else "self-distilled here",
-            "held_out": held_out_check(path, measured),
-        })
+        return ResolvedDrafter(
+            str(path),
+            {
+                "source": "trained",
+                "trained": True,
+                "reference": plan.describe(),
+                "manifest": manifest,
+                "label": manifest["label"] if manifest else "self-distilled here",
+                "held_out": held_out_check(path, measured),
+            },
+        )
     if draft.untrained is not None:
         seed = draft.untrained.seed
-        path = build_untrained(arm.method, target_dir, seed) if build else untrained_dir(arm.method, target_dir, seed)
-        return ResolvedDrafter(str(path), {
-            "source": "untrained", "trained": False, "label": "untrained, mechanics only",
-            "reference": f"random init, seed {seed}", "manifest": read_manifest(path),
-        })
+        path = (
+            build_untrained(arm.method, target_dir, seed)
+            if build
+            else untrained_dir(arm.method, target_dir, seed)
+        )
+        return ResolvedDrafter(
+            str(path),
+            {
+                "source": "untrained",
+                "trained": False,
+                "label": "untrained, mechanics only",
+                "reference": f"random init, seed {seed}",
+                "manifest": read_manifest(path),
+            },
+        )
     if draft.package is not None:
         package = draft.package
-        path = resolve_package_gguf(package.name, package.file) if build else converted_dir(package.name, package.file)
+        path = (
+            resolve_package_gguf(package.name, package.file)
+            if build
+            else converted_dir(package.name, package.file)
+        )
         is_target = regime.target.package == package
-        return ResolvedDrafter(str(path), {
-            "source": "package", "trained": True, "reference": f"{package.name}:{package.file}",
-            "label": "self-draft (the target itself), mechanics only" if is_target else f"package {package.name}",
-            "manifest": None,
-        })
+        return ResolvedDrafter(
+            str(path),
+            {
+                "source": "package",
+                "trained": True,
+                "reference": f"{package.name}:{package.file}",
+                "label": "self-draft (the target itself), mechanics only"
+                if is_target
+                else f"package {package.name}",
+                "manifest": None,
+            },
+        )
     reference = draft.path or ""
     if is_local_reference(reference):
         path = resolve_model_path(reference, regime_path)
@@ -92,19 +126,52 @@ def resolve_drafter(arm: Arm, regime: Regime, regime_path: Path, target_dir: str
         if manifest is not None:
             trained = bool(manifest.get("trained"))
             label = manifest.get("label") or ("trained here" if trained else "untrained, mechanics only")
-            return ResolvedDrafter(path, {"source": "local", "trained": trained, "label": label,
-                                          "reference": reference, "manifest": manifest,
-                                          "held_out": held_out_check(path, measured)})
-        return ResolvedDrafter(path, {"source": "local", "trained": None, "label": f"local {Path(path).name}",
-                                      "reference": reference, "manifest": None})
-    return ResolvedDrafter(reference, {"source": "published", "trained": True, "label": f"published {reference}",
-                                       "reference": reference, "manifest": None})
+            return ResolvedDrafter(
+                path,
+                {
+                    "source": "local",
+                    "trained": trained,
+                    "label": label,
+                    "reference": reference,
+                    "manifest": manifest,
+                    "held_out": held_out_check(path, measured),
+                },
+            )
+        return ResolvedDrafter(
+            path,
+            {
+                "source": "local",
+                "trained": None,
+                "label": f"local {Path(path).name}",
+                "reference": reference,
+                "manifest": None,
+            },
+        )
+    return ResolvedDrafter(
+        reference,
+        {
+            "source": "published",
+            "trained": True,
+            "label": f"published {reference}",
+            "reference": reference,
+            "manifest": None,
+        },
+    )
 
 
-def resolve_drafters(regime: Regime, regime_path: Path, target_dir: str, build: bool,
-                     measured: list[LoadedWorkload], console: Console | None = None,
-                     build_trained: bool | None = None) -> dict[str, ResolvedDrafter]:
+def resolve_drafters(
+    regime: Regime,
+    regime_path: Path,
+    target_dir: str,
+    build: bool,
+    measured: list[LoadedWorkload],
+    console: Console | None = None,
+    build_trained: bool | None = None,
+) -> dict[str, ResolvedDrafter]:
     return {
-        arm.name: resolve_drafter(arm, regime, regime_path, target_dir, build, measured, console, build_trained)
-        for arm in regime.arms if arm.draft_model is not None
+        arm.name: resolve_drafter(
+            arm, regime, regime_path, target_dir, build, measured, console, build_trained
+        )
+        for arm in regime.arms
+        if arm.draft_model is not None
     }

@@ -41,7 +41,7 @@ def _library_output_to(log_path: Path):
     """Send fd 1/2 (and so every library's prints and logs) to a log file; yield a console on
     the original terminal for the progress bar."""
     terminal = os.fdopen(os.dup(2), "w", buffering=1)
-    log = open(log_path, "a", buffering=1)
+    log = open(log_path, "a", buffering=1)  # noqa: SIM115 - closed in the finally below
     saved = os.dup(1), os.dup(2)
     sys.stdout.flush(), sys.stderr.flush()
     os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
@@ -82,12 +82,14 @@ def write_dataset(work_dir: Path) -> Path:
     if (data_dir / "state.json").is_file() and (data_dir / "token_freq.pt").is_file():
         return data_dir
     samples = _samples(Path(build["responses"]), build["seed"])
-    dataset = Dataset.from_dict({
-        "input_ids": [s["input_ids"] for s in samples],
-        "loss_mask": [s["loss_mask"] for s in samples],
-        "seq_len": [len(s["input_ids"]) for s in samples],
-        "source_index": [s["index"] for s in samples],
-    })
+    dataset = Dataset.from_dict(
+        {
+            "input_ids": [s["input_ids"] for s in samples],
+            "loss_mask": [s["loss_mask"] for s in samples],
+            "seq_len": [len(s["input_ids"]) for s in samples],
+            "source_index": [s["index"] for s in samples],
+        }
+    )
     dataset = dataset.with_format("torch")
     dataset.save_to_disk(str(data_dir))
     (data_dir / "token_freq.pt").unlink(missing_ok=True)
@@ -117,7 +119,9 @@ def capture_hidden_states(work_dir: Path, console: Console) -> None:
     torch.manual_seed(build["seed"])
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     device = "cuda" if torch.cuda.is_available() else "cpu"  # one device: targets that fit on one GPU
-    model = AutoModelForCausalLM.from_pretrained(build["target_dir"], dtype=getattr(torch, build["hidden_states_dtype"]))
+    model = AutoModelForCausalLM.from_pretrained(
+        build["target_dir"], dtype=getattr(torch, build["hidden_states_dtype"])
+    )
     model.to(device).eval()
     layers = model.model.layers
     captured: dict[int, torch.Tensor] = {}
@@ -125,6 +129,7 @@ def capture_hidden_states(work_dir: Path, console: Console) -> None:
     def before(layer_id: int):
         def hook(_module, args, kwargs):
             captured[layer_id] = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+
         return hook
 
     def after(_module, _args, output):
@@ -134,12 +139,16 @@ def capture_hidden_states(work_dir: Path, console: Console) -> None:
     handles.append(layers[-1].register_forward_hook(after))
     slots = list(build["layer_ids"]) + [len(layers)]
     with progress_bar(console) as progress, torch.inference_mode():
-        task = progress.add_task("hidden states", total=len(dataset), completed=len(dataset) - len(todo), note="")
+        task = progress.add_task(
+            "hidden states", total=len(dataset), completed=len(dataset) - len(todo), note=""
+        )
         for i in todo:
             ids = dataset[i]["input_ids"]
             captured.clear()
             model.model(input_ids=ids.unsqueeze(0).to(device))
-            stacked = torch.stack([captured[s][0] for s in slots], dim=1).cpu().contiguous()  # [seq, slots, hidden]
+            stacked = (
+                torch.stack([captured[s][0] for s in slots], dim=1).cpu().contiguous()
+            )  # [seq, slots, hidden]
             tmp = out_dir / f"hs_{i}.safetensors.tmp"
             save_file({"token_ids": ids.clone(), "hidden_states": stacked}, str(tmp))
             os.replace(tmp, out_dir / f"hs_{i}.safetensors")
@@ -205,7 +214,8 @@ class _MetricsRecorder(logging.Handler):
         elif "val" in message:
             acc = message["val"].get("full_acc_0_epoch", message["val"].get("position_1_acc_epoch"))
             self.progress.console.print(
-                f"  epoch {message.get('epoch', 0) + 1}: validation loss {message['val'].get('loss_epoch', float('nan')):.3f}"
+                f"  epoch {message.get('epoch', 0) + 1}: validation loss "
+                f"{message['val'].get('loss_epoch', float('nan')):.3f}"
                 + (f", accuracy at position 0 {acc:.3f}" if acc is not None else "")
             )
 
@@ -214,25 +224,44 @@ def train_argv(build: dict[str, Any], work_dir: Path) -> list[str]:
     """speculators' own train flags (``speculators train --help``), CPU-friendly choices included:
     sdpa attention (no flex-attention compile), the eager loss, no dataloader workers."""
     argv = [
-        "--speculator-type", build["method"],
-        "--verifier-name-or-path", build["target_dir"],
-        "--data-path", str(work_dir / DATA_DIR),
-        "--save-path", str(work_dir / CHECKPOINTS_DIR),
-        "--target-layer-ids", *[str(i) for i in build["layer_ids"]],
-        "--draft-vocab-size", str(build["draft_vocab_size"]),
-        "--total-seq-len", str(build["total_seq_len"]),
-        "--epochs", str(build["epochs"]),
-        "--lr", str(build["learning_rate"]),
-        "--optimizer", build.get("optimizer", "adamw"),
-        "--train-data-ratio", str(1 - build["validation_fraction"]),
-        "--seed", str(build["seed"]),
-        "--hidden-states-dtype", build["train_dtype"],  # speculators' compute dtype (files are cast on load)
-        "--draft-attn-impl", "sdpa",
-        "--loss-implementation", "eager",
-        "--num-workers", "0",
-        "--on-missing", "raise",
-        "--log-dir", str(work_dir / "logs"),
-        "--log-freq", "1",
+        "--speculator-type",
+        build["method"],
+        "--verifier-name-or-path",
+        build["target_dir"],
+        "--data-path",
+        str(work_dir / DATA_DIR),
+        "--save-path",
+        str(work_dir / CHECKPOINTS_DIR),
+        "--target-layer-ids",
+        *[str(i) for i in build["layer_ids"]],
+        "--draft-vocab-size",
+        str(build["draft_vocab_size"]),
+        "--total-seq-len",
+        str(build["total_seq_len"]),
+        "--epochs",
+        str(build["epochs"]),
+        "--lr",
+        str(build["learning_rate"]),
+        "--optimizer",
+        build.get("optimizer", "adamw"),
+        "--train-data-ratio",
+        str(1 - build["validation_fraction"]),
+        "--seed",
+        str(build["seed"]),
+        "--hidden-states-dtype",
+        build["train_dtype"],  # speculators' compute dtype (files are cast on load)
+        "--draft-attn-impl",
+        "sdpa",
+        "--loss-implementation",
+        "eager",
+        "--num-workers",
+        "0",
+        "--on-missing",
+        "raise",
+        "--log-dir",
+        str(work_dir / "logs"),
+        "--log-freq",
+        "1",
     ]
     if build["method"] == "dflash":
         argv += ["--mask-token-id", str(build["mask_token_id"]), "--block-size", str(build["block_size"])]
@@ -253,15 +282,21 @@ def train(work_dir: Path, console: Console) -> None:
     def measured_loaders(*args, **kwargs):
         train_loader, val_loader = make_loaders(*args, **kwargs)
         loader_sizes["train"] = len(train_loader)
-        progress.update(task, total=len(train_loader) * build["epochs"] if not build.get("max_steps")
-                        else min(build["max_steps"], len(train_loader) * build["epochs"]))
+        progress.update(
+            task,
+            total=len(train_loader) * build["epochs"]
+            if not build.get("max_steps")
+            else min(build["max_steps"], len(train_loader) * build["epochs"]),
+        )
         return train_loader, val_loader
 
     setup_metric_logger = cli.setup_metric_logger
 
     def with_recorder(*args, **kwargs):  # speculators' logging config replaces earlier handlers
         setup_metric_logger(*args, **kwargs)
-        logging.getLogger("speculators.metrics").addHandler(_MetricsRecorder(work_dir / METRICS_FILE, progress, task))
+        logging.getLogger("speculators.metrics").addHandler(
+            _MetricsRecorder(work_dir / METRICS_FILE, progress, task)
+        )
 
     cli.create_train_val_loaders = measured_loaders
     cli.setup_metric_logger = with_recorder

@@ -21,6 +21,7 @@ from harness.drafters.manifest import (
     mask_token_id,
     target_config,
 )
+from harness.errors import UserError
 from harness.models import build_into_cache, cache_root
 
 UNTRAINED_NOTE = "random initialisation: runs the method's code path on the real engine, accepts ~nothing"
@@ -39,14 +40,19 @@ def build_untrained(method: str, target_dir: str, seed: int) -> Path:
     if (out / MANIFEST_NAME).is_file():
         return out
     return build_into_cache(
-        out, ["harness.drafters.untrained", method, target_dir, str(seed)], log_suffix=".build.log",
+        out,
+        ["harness.drafters.untrained", method, target_dir, str(seed)],
+        log_suffix=".build.log",
         failure=f"building the untrained {method} drafter failed",
     )
 
 
 def _layer_shapes(config: dict[str, Any], attn_input: int, qk_norm: bool) -> dict[str, tuple[int, ...]]:
     hidden, inter = config["hidden_size"], config["intermediate_size"]
-    heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
+    heads, kv_heads = (
+        config["num_attention_heads"],
+        config.get("num_key_value_heads", config["num_attention_heads"]),
+    )
     head_dim = config.get("head_dim") or hidden // heads
     shapes = {
         "self_attn.q_proj.weight": (heads * head_dim, attn_input),
@@ -65,12 +71,26 @@ def _layer_shapes(config: dict[str, Any], attn_input: int, qk_norm: bool) -> dic
     return shapes
 
 
-_COPIED = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
-           "max_position_embeddings", "rope_parameters", "rope_theta", "vocab_size", "hidden_act", "bos_token_id",
-           "eos_token_id")
+_COPIED = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "max_position_embeddings",
+    "rope_parameters",
+    "rope_theta",
+    "vocab_size",
+    "hidden_act",
+    "bos_token_id",
+    "eos_token_id",
+)
 
 
-def _draft_config(method: str, config: dict[str, Any], target_dir: Path) -> tuple[dict[str, Any], dict[str, tuple[int, ...]]]:
+def _draft_config(
+    method: str, config: dict[str, Any], target_dir: Path
+) -> tuple[dict[str, Any], dict[str, tuple[int, ...]]]:
     """(config.json, weight name -> shape) of a one-layer drafter in the layout vLLM loads."""
     base = {k: config[k] for k in _COPIED if k in config}
     base.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
@@ -78,25 +98,48 @@ def _draft_config(method: str, config: dict[str, Any], target_dir: Path) -> tupl
     if method == "eagle3":
         aux = layer_ids(layers)
         draft = {
-            **base, "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
-            "draft_vocab_size": config["vocab_size"], "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+            **base,
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            "num_hidden_layers": 1,
+            "draft_vocab_size": config["vocab_size"],
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
             "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux, "use_aux_hidden_state": True},
         }
         # The midlayer attends over [embedding, hidden] concatenated: its q/k/v take 2 x hidden.
         shapes = {f"midlayer.{k}": v for k, v in _layer_shapes(config, 2 * hidden, qk_norm=False).items()}
-        shapes |= {"midlayer.hidden_norm.weight": (hidden,), "fc.weight": (hidden, len(aux) * hidden), "norm.weight": (hidden,)}
+        shapes |= {
+            "midlayer.hidden_norm.weight": (hidden,),
+            "fc.weight": (hidden, len(aux) * hidden),
+            "norm.weight": (hidden,),
+        }
         return draft, shapes
     if method == "dflash":
         # z-lab's layout: DFlash layer ids are 0-based "after layer i" (vLLM adds 1).
         target_ids = sorted({1, layers // 2, layers - 2})
         draft = {
-            **base, "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "num_hidden_layers": 1,
-            "block_size": 16, "num_target_layers": layers, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-            "attention_bias": False, "layer_types": ["full_attention"],
-            "dflash_config": {"mask_token_id": mask_token_id(target_dir, config), "target_layer_ids": target_ids},
+            **base,
+            "architectures": ["DFlashDraftModel"],
+            "model_type": "qwen3",
+            "num_hidden_layers": 1,
+            "block_size": 16,
+            "num_target_layers": layers,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "attention_bias": False,
+            "layer_types": ["full_attention"],
+            "dflash_config": {
+                "mask_token_id": mask_token_id(target_dir, config),
+                "target_layer_ids": target_ids,
+            },
         }
         shapes = {f"layers.0.{k}": v for k, v in _layer_shapes(config, hidden, qk_norm=True).items()}
-        shapes |= {"fc.weight": (hidden, len(target_ids) * hidden), "hidden_norm.weight": (hidden,), "norm.weight": (hidden,)}
+        shapes |= {
+            "fc.weight": (hidden, len(target_ids) * hidden),
+            "hidden_norm.weight": (hidden,),
+            "norm.weight": (hidden,),
+        }
         return draft, shapes
     raise UserError(f"no untrained layout for method '{method}' (eagle3 or dflash)")
 
@@ -124,7 +167,10 @@ def _build(method: str, target_dir: Path, out_dir: Path, seed: int) -> None:
         "label": "untrained, mechanics only",
         "note": UNTRAINED_NOTE,
         "method": method,
-        "layout": {"eagle3": "EAGLE-3 original (LlamaForCausalLMEagle3)", "dflash": "z-lab DFlash (DFlashDraftModel)"}[method],
+        "layout": {
+            "eagle3": "EAGLE-3 original (LlamaForCausalLMEagle3)",
+            "dflash": "z-lab DFlash (DFlashDraftModel)",
+        }[method],
         "seed": seed,
         "builder_version": BUILDER_VERSION,
         "parameters": sum(t.numel() for t in tensors.values()),

@@ -87,7 +87,8 @@ def is_local_reference(reference: str) -> bool:
 
 
 def resolve_model_path(reference: str, regime_path: Path) -> str:
-    """Target or draft references that look local resolve relative to the regime file; hub ids pass through."""
+    """Target or draft references that look local resolve relative to the regime file; hub ids pass
+    through."""
     if is_local_reference(reference):
         return str((regime_path.parent / Path(reference).expanduser()).resolve())
     return reference
@@ -95,7 +96,10 @@ def resolve_model_path(reference: str, regime_path: Path) -> str:
 
 # HTTP both adapters speak the same way; each adapter names its own paths.
 
-def scrape_spec_counters(base_url: str, metrics_path: str, parse: Callable[[str], SpecCounters]) -> SpecCounters:
+
+def scrape_spec_counters(
+    base_url: str, metrics_path: str, parse: Callable[[str], SpecCounters]
+) -> SpecCounters:
     """The engine's cumulative draft counters from its metrics endpoint, right now."""
     try:
         response = httpx.get(base_url + metrics_path, timeout=10.0)

@@ -56,7 +56,12 @@ class SglangAdapter:
         if arm.method == "baseline":
             return []
         k = arm.num_speculative_tokens
-        args = ["--speculative-algorithm", ALGORITHMS[arm.method], "--speculative-num-draft-tokens", str(k + 1)]
+        args = [
+            "--speculative-algorithm",
+            ALGORITHMS[arm.method],
+            "--speculative-num-draft-tokens",
+            str(k + 1),
+        ]
         if arm.method == "ngram":
             args += ["--speculative-ngram-min-bfs-breadth", "1", "--speculative-ngram-max-bfs-breadth", "1"]
         elif arm.method in ("eagle3", "draft_model"):
@@ -75,15 +80,25 @@ class SglangAdapter:
     ) -> LaunchSpec:
         target = regime.target
         argv = [
-            python, "-m", "sglang.launch_server",
-            "--model-path", model,
-            "--served-model-name", SERVED_MODEL_NAME,
-            "--host", "127.0.0.1",
-            "--port", str(port),
-            "--dtype", target.dtype,
-            "--context-length", str(target.max_model_len),
-            "--tp-size", str(regime.tensor_parallel_size),
-            "--random-seed", str(regime.sampling.seed),
+            python,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model,
+            "--served-model-name",
+            SERVED_MODEL_NAME,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dtype",
+            target.dtype,
+            "--context-length",
+            str(target.max_model_len),
+            "--tp-size",
+            str(regime.tensor_parallel_size),
+            "--random-seed",
+            str(regime.sampling.seed),
             "--enable-metrics",
         ]
         if target.quantization:
@@ -157,10 +172,14 @@ def served_from_server_info(info: dict) -> dict:
     if "speculative_algorithm" in info:
         algorithm = info["speculative_algorithm"]
         draft_tokens = info.get("speculative_num_draft_tokens")
-        served["speculative"] = None if algorithm is None else {
-            "method": METHODS.get(algorithm, algorithm),
-            "num_speculative_tokens": draft_tokens - 1 if isinstance(draft_tokens, int) else None,
-        }
+        served["speculative"] = (
+            None
+            if algorithm is None
+            else {
+                "method": METHODS.get(algorithm, algorithm),
+                "num_speculative_tokens": draft_tokens - 1 if isinstance(draft_tokens, int) else None,
+            }
+        )
     return served
 
 

@@ -48,17 +48,28 @@ class VllmAdapter:
     ) -> LaunchSpec:
         target = regime.target
         argv = [
-            python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", model,
-            "--served-model-name", SERVED_MODEL_NAME,
-            "--host", "127.0.0.1",
-            "--port", str(port),
-            "--dtype", target.dtype,
-            "--max-model-len", str(target.max_model_len),
-            "--tensor-parallel-size", str(regime.tensor_parallel_size),
-            "--seed", str(regime.sampling.seed),
+            python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model,
+            "--served-model-name",
+            SERVED_MODEL_NAME,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dtype",
+            target.dtype,
+            "--max-model-len",
+            str(target.max_model_len),
+            "--tensor-parallel-size",
+            str(regime.tensor_parallel_size),
+            "--seed",
+            str(regime.sampling.seed),
             # Sampling comes only from our requests, never from the model's generation_config.
-            "--generation-config", "vllm",
+            "--generation-config",
+            "vllm",
         ]
         if target.quantization:
             argv += ["--quantization", target.quantization]
@@ -68,7 +79,10 @@ class VllmAdapter:
         if spec is not None:
             argv += ["--speculative-config", json.dumps(spec, sort_keys=True)]
         argv += regime.engine.extra_args
-        env = {"VLLM_SERVER_DEV_MODE": "1", **regime.engine.env}  # for reset_prefix_cache_path (bound to 127.0.0.1)
+        env = {
+            "VLLM_SERVER_DEV_MODE": "1",
+            **regime.engine.env,
+        }  # for reset_prefix_cache_path (bound to 127.0.0.1)
         if regime.hardware.kind == "cpu":
             # KV cache size in GiB for the CPU backend; 2 GiB is plenty for small models.
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
@@ -94,7 +108,7 @@ class VllmAdapter:
         for sample in parse_prometheus(metrics_text):
             if not sample.name.startswith(_COUNTER_PREFIX) or not sample.name.endswith("_total"):
                 continue
-            key = sample.name[len(_COUNTER_PREFIX):-len("_total")]
+            key = sample.name[len(_COUNTER_PREFIX) : -len("_total")]
             if key == "accepted_tokens_per_pos":
                 position = int(sample.labels["position"])
                 per_position[position] = per_position.get(position, 0.0) + sample.value
@@ -108,7 +122,9 @@ class VllmAdapter:
     def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
         """What the running server says it is: ``/version``, ``/v1/models`` (max_model_len), and
         from the engine's own start-up log line the dtype, quantization and speculative config."""
-        served: dict = _from_log(log_path.read_text(errors="replace")) if log_path and log_path.exists() else {}
+        served: dict = (
+            _from_log(log_path.read_text(errors="replace")) if log_path and log_path.exists() else {}
+        )
         with httpx.Client(base_url=base_url, timeout=10.0) as client:
             try:
                 served["version"] = client.get("/version").json().get("version")
@@ -129,7 +145,9 @@ class VllmAdapter:
 
 _LOG_DTYPE = re.compile(r"Initializing a V1 LLM engine .*?\bdtype=torch\.(\w+)")
 _LOG_QUANT = re.compile(r"Initializing a V1 LLM engine .*?\bquantization=(\w+)")
-_LOG_SPEC = re.compile(r"speculative_config=(None|SpeculativeConfig\(method='(\w+)'.*?num_spec_tokens=(\d+)\))")
+_LOG_SPEC = re.compile(
+    r"speculative_config=(None|SpeculativeConfig\(method='(\w+)'.*?num_spec_tokens=(\d+)\))"
+)
 
 
 def _from_log(text: str) -> dict:
@@ -140,7 +158,9 @@ def _from_log(text: str) -> dict:
     if match := _LOG_QUANT.search(text):
         served["quantization"] = None if match[1] == "None" else match[1]
     if match := _LOG_SPEC.search(text):
-        served["speculative"] = None if match[1] == "None" else {"method": match[2], "num_speculative_tokens": int(match[3])}
+        served["speculative"] = (
+            None if match[1] == "None" else {"method": match[2], "num_speculative_tokens": int(match[3])}
+        )
     return served
 
 

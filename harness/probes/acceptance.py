@@ -61,7 +61,8 @@ class SpecCounters:
             draft_tokens=self.draft_tokens - before.draft_tokens,
             accepted_tokens=self.accepted_tokens - before.accepted_tokens,
             accepted_per_position={
-                p: self.accepted_per_position.get(p, 0.0) - before.accepted_per_position.get(p, 0.0) for p in positions
+                p: self.accepted_per_position.get(p, 0.0) - before.accepted_per_position.get(p, 0.0)
+                for p in positions
             },
         )
 
@@ -73,7 +74,8 @@ class SpecCounters:
             draft_tokens=self.draft_tokens + other.draft_tokens,
             accepted_tokens=self.accepted_tokens + other.accepted_tokens,
             accepted_per_position={
-                p: self.accepted_per_position.get(p, 0.0) + other.accepted_per_position.get(p, 0.0) for p in positions
+                p: self.accepted_per_position.get(p, 0.0) + other.accepted_per_position.get(p, 0.0)
+                for p in positions
             },
         )
 
@@ -113,7 +115,11 @@ def mean_acceptance_length(drafts: float, accepted_tokens: float) -> float | Non
 def acceptance(delta: SpecCounters) -> Acceptance:
     """Acceptance metrics from a window's counter delta (see the module docstring)."""
     drafts = delta.drafts
-    per_position = [delta.accepted_per_position[p] / drafts for p in sorted(delta.accepted_per_position)] if drafts else []
+    per_position = (
+        [delta.accepted_per_position[p] / drafts for p in sorted(delta.accepted_per_position)]
+        if drafts
+        else []
+    )
     return Acceptance(
         tau=mean_acceptance_length(drafts, delta.accepted_tokens),
         acceptance_rate=delta.accepted_tokens / delta.draft_tokens if delta.draft_tokens > 0 else None,
@@ -137,4 +143,6 @@ def request_counters(details: list[dict]) -> SpecCounters:
         for correct, steps in enumerate(detail.get("spec_correct_drafts_histogram") or []):
             for position in range(correct):
                 per_position[position] = per_position.get(position, 0.0) + steps
-    return SpecCounters(drafts=drafts, draft_tokens=proposed, accepted_tokens=accepted, accepted_per_position=per_position)
+    return SpecCounters(
+        drafts=drafts, draft_tokens=proposed, accepted_tokens=accepted, accepted_per_position=per_position
+    )

@@ -1,8 +1,8 @@
 """Cost per million output tokens.
 
-    $/Mtok        = price per hour of the hardware used (GPU-hour price x GPUs, or machine-hour price)
-                    / (output tok/s x 3600) x 1e6
-    energy $/Mtok = J/token x 1e6 tokens / 3.6e6 J per kWh x $/kWh
+$/Mtok        = price per hour of the hardware used (GPU-hour price x GPUs, or machine-hour price)
+                / (output tok/s x 3600) x 1e6
+energy $/Mtok = J/token x 1e6 tokens / 3.6e6 J per kWh x $/kWh
 """
 
 from __future__ import annotations

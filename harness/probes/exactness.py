@@ -107,7 +107,9 @@ def _by_key(records: Sequence[Any]) -> dict[tuple, Any]:
     return {(r.workload, r.prompt_id, r.concurrency, r.repeat): r for r in records if r.error is None}
 
 
-def compare_records(reference: Sequence[Any], candidate: Sequence[Any], near_tie_margin: float) -> list[dict[str, Any]]:
+def compare_records(
+    reference: Sequence[Any], candidate: Sequence[Any], near_tie_margin: float
+) -> list[dict[str, Any]]:
     """One entry per prompt present (and successful) on both sides at the same concurrency; records
     are ``RequestSample``s (anything with their fields)."""
     ref_by_key, out = _by_key(reference), []

@@ -14,7 +14,9 @@ def ttft_s(t_send: float, t_first_token: float | None) -> float | None:
     return None if t_first_token is None else t_first_token - t_send
 
 
-def tpot_s(t_send: float, t_first_token: float | None, t_done: float | None, output_tokens: int) -> float | None:
+def tpot_s(
+    t_send: float, t_first_token: float | None, t_done: float | None, output_tokens: int
+) -> float | None:
     """None when undefined: no first token, or fewer than two output tokens."""
     if t_first_token is None or t_done is None or output_tokens < 2:
         return None

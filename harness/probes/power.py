@@ -11,7 +11,14 @@ from typing import Any
 
 def summarize_power(samples: list[list[Any]] | None, output_tokens: int) -> dict[str, Any]:
     """mean/peak W, energy (J), J per output token, throttled, from raw [t, W, J, throttled] rows."""
-    empty = {"duration_s": None, "mean_w": None, "peak_w": None, "energy_j": None, "j_per_token": None, "throttled": None}
+    empty = {
+        "duration_s": None,
+        "mean_w": None,
+        "peak_w": None,
+        "energy_j": None,
+        "j_per_token": None,
+        "throttled": None,
+    }
     if not samples or len(samples) < 2:
         return empty
     times = [s[0] for s in samples]
@@ -20,7 +27,9 @@ def summarize_power(samples: list[list[Any]] | None, output_tokens: int) -> dict
     if all(c is not None for c in counters):
         energy = counters[-1] - counters[0]
     elif len(watts) == len(samples):
-        energy = sum((times[i + 1] - times[i]) * (watts[i] + watts[i + 1]) / 2 for i in range(len(samples) - 1))
+        energy = sum(
+            (times[i + 1] - times[i]) * (watts[i] + watts[i + 1]) / 2 for i in range(len(samples) - 1)
+        )
     else:
         return empty
     duration = times[-1] - times[0]

@@ -1,7 +1,7 @@
 """Throughput and speedup.
 
-    output tok/s = total output tokens of successful requests / window wall time
-    speedup      = arm tok/s / baseline tok/s, same workload, same prompts, same concurrency
+output tok/s = total output tokens of successful requests / window wall time
+speedup      = arm tok/s / baseline tok/s, same workload, same prompts, same concurrency
 """
 
 from __future__ import annotations

@@ -24,7 +24,9 @@ from harness.table import drafter_note
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(lambda name: files("harness.report").joinpath("templates", name).read_text()),
+        loader=jinja2.FunctionLoader(
+            lambda name: files("harness.report").joinpath("templates", name).read_text()
+        ),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -40,8 +42,11 @@ def _best(rows: list[CellMetrics]) -> dict[str, Any]:
     which way is better); the baseline's tau (1 by definition) does not compete."""
     found = {}
     for key in HIGHLIGHTED:
-        values = [getattr(r, key) for r in rows
-                  if getattr(r, key) is not None and not (key == "tau" and r.method == "baseline")]
+        values = [
+            getattr(r, key)
+            for r in rows
+            if getattr(r, key) is not None and not (key == "tau" and r.method == "baseline")
+        ]
         if len(values) > 1:
             found[key] = best(key, values)
     return found
@@ -51,8 +56,16 @@ def _tables(summary: Summary) -> list[dict[str, Any]]:
     tables = []
     for workload, concurrency in summary.windows():
         rows = [c for c in summary.cells if (c.workload, c.concurrency) == (workload, concurrency)]
-        tables.append({"workload": workload, "concurrency": concurrency, "category": rows[0].category,
-                       "prompt_format": rows[0].prompt_format, "rows": rows, "best": _best(rows)})
+        tables.append(
+            {
+                "workload": workload,
+                "concurrency": concurrency,
+                "category": rows[0].category,
+                "prompt_format": rows[0].prompt_format,
+                "rows": rows,
+                "best": _best(rows),
+            }
+        )
     return tables
 
 
@@ -63,7 +76,8 @@ def _fingerprint(raw: RawRun) -> list[tuple[str, str]]:
     gpus = ", ".join(g["name"] for g in environment.get("gpus") or []) or "none"
     drafters = record.get("drafters") or {}
     arms = ", ".join(
-        f"{a.name} ({a.method}" + (f", K={a.num_speculative_tokens}" if a.num_speculative_tokens else "")
+        f"{a.name} ({a.method}"
+        + (f", K={a.num_speculative_tokens}" if a.num_speculative_tokens else "")
         + (f", drafter {drafter_note(drafters[a.name])}" if a.name in drafters else "")
         + ")"
         for a in regime.arms
@@ -74,24 +88,41 @@ def _fingerprint(raw: RawRun) -> list[tuple[str, str]]:
         ("hardware pinned", pinned),
         ("measured on", f"CPU {environment.get('cpu_model')} x {environment.get('cpu_count')}; GPUs: {gpus}"),
         ("tensor parallel", str(regime.tensor_parallel_size)),
-        ("target", f"{record['resolved_model']} ({target.dtype}, quantization "
-                   f"{target.quantization or 'none'}, max len {target.max_model_len})"),
-        ("engine", f"{environment.get('engine_version')} (pinned {regime.engine.version or 'no pin'}; "
-                   f"{'eager' if regime.engine.enforce_eager else 'compiled'} mode)"),
+        (
+            "target",
+            f"{record['resolved_model']} ({target.dtype}, quantization "
+            f"{target.quantization or 'none'}, max len {target.max_model_len})",
+        ),
+        (
+            "engine",
+            f"{environment.get('engine_version')} (pinned {regime.engine.version or 'no pin'}; "
+            f"{'eager' if regime.engine.enforce_eager else 'compiled'} mode)",
+        ),
         ("arms", arms),
         ("sampling", f"temperature {regime.sampling.temperature}, seed {regime.sampling.seed}"),
-        ("load", f"concurrency {load.concurrency}, {load.num_prompts} prompts per window, "
-                 f"max {load.max_output_tokens} output tokens"),
+        (
+            "load",
+            f"concurrency {load.concurrency}, {load.num_prompts} prompts per window, "
+            f"max {load.max_output_tokens} output tokens",
+        ),
         ("environment fingerprint", str(environment.get("fingerprint", "not recorded"))),
-        ("target identity", str((environment.get("target_identity") or {}).get("content_sha256", "not hashed"))),
-        ("harness", f"{environment.get('harness_version')} (git {environment.get('harness_git_sha') or 'unknown'}), "
-                    f"Python {environment.get('python')}, torch {environment.get('torch')}"),
+        (
+            "target identity",
+            str((environment.get("target_identity") or {}).get("content_sha256", "not hashed")),
+        ),
+        (
+            "harness",
+            f"{environment.get('harness_version')} (git {environment.get('harness_git_sha') or 'unknown'}), "
+            f"Python {environment.get('python')}, torch {environment.get('torch')}",
+        ),
     ]
 
 
 def _warnings(summary: Summary, record: dict[str, Any]) -> list[str]:
     warnings = [f"Regime mismatch (run with --allow-mismatch): {m}" for m in record.get("mismatches", [])]
-    warnings += [f"Lossy or fake acceptance allowed by the regime: {s}" for s in record.get("lossy_settings", [])]
+    warnings += [
+        f"Lossy or fake acceptance allowed by the regime: {s}" for s in record.get("lossy_settings", [])
+    ]
     warnings += [f"Raw data not read: {note}" for note in summary.unread_lines]
     for arm in summary.arms:
         warnings += [f"Arm {arm.name}: regime mismatch: {m}" for m in arm.mismatches]
@@ -128,18 +159,31 @@ def _trained_drafters(record: dict[str, Any]) -> list[dict[str, Any]]:
         data, training = manifest.get("data", {}), manifest.get("training", {})
         validation = manifest.get("validation") or [{}]
         held_out = drafter.get("held_out") or {}
-        rows.append({
-            "arm": arm, "method": manifest.get("method"),
-            "workloads": ", ".join(f"{w['name']} ({w['used']})" for w in data.get("workloads", [])),
-            "answered": data.get("answered"), "answer_tokens": data.get("answer_tokens"),
-            "held_out": (f"trained on {held_out['trained_on']} of the {held_out['measured_prompts']} measured prompts"
-                         if held_out else "not checked"),
-            "steps": training.get("steps"), "epochs": training.get("epochs_completed"),
-            "seconds": training.get("seconds"),
-            "accuracy": " / ".join(f"{a:.3f}" for a in validation[-1].get("accuracy_per_position", [])[:8]),
-            "versions": ", ".join(f"{k} {v}" for k, v in sorted((manifest.get("versions") or {}).items())),
-            "answers_dtype": (manifest.get("target") or {}).get("answers_dtype"),
-        })
+        rows.append(
+            {
+                "arm": arm,
+                "method": manifest.get("method"),
+                "workloads": ", ".join(f"{w['name']} ({w['used']})" for w in data.get("workloads", [])),
+                "answered": data.get("answered"),
+                "answer_tokens": data.get("answer_tokens"),
+                "held_out": (
+                    f"trained on {held_out['trained_on']} of the {held_out['measured_prompts']} measured "
+                    f"prompts"
+                    if held_out
+                    else "not checked"
+                ),
+                "steps": training.get("steps"),
+                "epochs": training.get("epochs_completed"),
+                "seconds": training.get("seconds"),
+                "accuracy": " / ".join(
+                    f"{a:.3f}" for a in validation[-1].get("accuracy_per_position", [])[:8]
+                ),
+                "versions": ", ".join(
+                    f"{k} {v}" for k, v in sorted((manifest.get("versions") or {}).items())
+                ),
+                "answers_dtype": (manifest.get("target") or {}).get("answers_dtype"),
+            }
+        )
     return rows
 
 
@@ -155,7 +199,9 @@ def report_context(run_dir: Path) -> dict[str, Any]:
     sources = sorted({c.power_source for c in rows if c.power_source})
     notes = sorted({c.power_note for c in rows if c.power_note})
     return {
-        "power_note": f"measured with {', '.join(sources)}" if sources else (", ".join(notes) or "not recorded"),
+        "power_note": f"measured with {', '.join(sources)}"
+        if sources
+        else (", ".join(notes) or "not recorded"),
         "power_measured": bool(sources),
         "summary": summary,
         "run_id": summary.run_id,
@@ -164,13 +210,20 @@ def report_context(run_dir: Path) -> dict[str, Any]:
         "tables": _tables(summary),
         "categories": _categories(summary),
         "trained_drafters": _trained_drafters(record),
-        "figures": [f for f in (
-            ("tau per arm and workload", figures.tau_figure(rows, arms, workloads)),
-            ("speedup vs concurrency", figures.speedup_figure(rows, arms, workloads, summary.baseline_arm)),
-            ("per-position acceptance", figures.per_position_figure(rows)),
-            ("TPOT distribution", figures.tpot_figure(samples)),
-            ("power over time", figures.power_figure(power_windows)),
-        ) if f[1] is not None],
+        "figures": [
+            f
+            for f in (
+                ("tau per arm and workload", figures.tau_figure(rows, arms, workloads)),
+                (
+                    "speedup vs concurrency",
+                    figures.speedup_figure(rows, arms, workloads, summary.baseline_arm),
+                ),
+                ("per-position acceptance", figures.per_position_figure(rows)),
+                ("TPOT distribution", figures.tpot_figure(samples)),
+                ("power over time", figures.power_figure(power_windows)),
+            )
+            if f[1] is not None
+        ],
         "exactness": summary.exactness,
     }
 
@@ -189,7 +242,8 @@ def render_comparison(run_a: Path, run_b: Path, force: bool) -> str:
     fp_a, fp_b = a["summary"].regime_fingerprint, b["summary"].regime_fingerprint
     if fp_a != fp_b and not force:
         raise UserError(
-            f"{run_a} and {run_b} ran in different regimes (fingerprints {fp_a} vs {fp_b}); their numbers are not "
+            f"{run_a} and {run_b} ran in different regimes (fingerprints {fp_a} vs {fp_b}); their numbers "
+            f"are not "
             "comparable. Pass --force to put them side by side anyway (the page will say so)."
         )
     pairs = []
@@ -200,6 +254,14 @@ def render_comparison(run_a: Path, run_b: Path, force: bool) -> str:
             va, vb = getattr(row_a, key), getattr(row_b, key) if row_b else None
             ratios[key] = vb / va if va and vb is not None else None
         pairs.append({"a": row_a, "b": row_b, "ratio": ratios})
-    return _environment().get_template("compare.html.j2").render(
-        a=a, b=b, pairs=pairs, metrics=list(COMPARED), same_regime=fp_a == fp_b,
+    return (
+        _environment()
+        .get_template("compare.html.j2")
+        .render(
+            a=a,
+            b=b,
+            pairs=pairs,
+            metrics=list(COMPARED),
+            same_regime=fp_a == fp_b,
+        )
     )

@@ -48,7 +48,8 @@ def aggregate_per_position(rows: list[CellMetrics]) -> dict[str, list[float]]:
             accepted[row.arm][position] += rate * row.drafts
     return {
         arm: [accepted[arm][p] / drafts[arm] for p in sorted(accepted[arm])]
-        for arm in accepted if drafts[arm] > 0
+        for arm in accepted
+        if drafts[arm] > 0
     }
 
 
@@ -70,17 +71,22 @@ def tau_figure(rows: list[CellMetrics], arms: list[str], workloads: list[str]) -
     return _png(fig)
 
 
-def speedup_figure(rows: list[CellMetrics], arms: list[str], workloads: list[str], baseline: str) -> str | None:
+def speedup_figure(
+    rows: list[CellMetrics], arms: list[str], workloads: list[str], baseline: str
+) -> str | None:
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     plotted = False
     for arm in (a for a in arms if a != baseline):
         for workload in workloads:
             points = sorted(
-                (r.concurrency, r.speedup) for r in rows
+                (r.concurrency, r.speedup)
+                for r in rows
                 if r.arm == arm and r.workload == workload and r.speedup is not None
             )
             if points:
-                ax.plot([c for c, _ in points], [s for _, s in points], marker="o", label=f"{arm} / {workload}")
+                ax.plot(
+                    [c for c, _ in points], [s for _, s in points], marker="o", label=f"{arm} / {workload}"
+                )
                 plotted = True
     if not plotted:
         plt.close(fig)
@@ -139,8 +145,12 @@ def power_figure(windows: dict[str, list[WindowRecord]]) -> str | None:
             samples = [s for s in (window.power.samples if window.power else []) if s[1] is not None]
             if len(samples) > 1:
                 t0 = samples[0][0]
-                ax.plot([s[0] - t0 for s in samples], [s[1] for s in samples], linewidth=0.8,
-                        label=f"{arm} / {window.workload} @ {window.concurrency}")
+                ax.plot(
+                    [s[0] - t0 for s in samples],
+                    [s[1] for s in samples],
+                    linewidth=0.8,
+                    label=f"{arm} / {window.workload} @ {window.concurrency}",
+                )
                 plotted = True
     if not plotted:
         plt.close(fig)

@@ -192,7 +192,8 @@ def parse_summary(data: Any, source: str) -> Summary:
     """A summary dict of any readable version as a ``Summary``; errors name the source and field."""
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version not in READABLE_VERSIONS:
-        raise UserError(f"{source}: schema_version {version!r} is not supported by this harness (it reads versions "
+        raise UserError(f"{source}: schema_version {version!r} is not supported by this harness (it reads "
+                        f"versions "
                         f"{', '.join(map(str, READABLE_VERSIONS))}); use the harness version that wrote it")
     try:
         return Summary.model_validate(upgrade_v1(data) if version == 1 else data)

@@ -13,10 +13,12 @@ SERVICES = ["auth", "billing", "search", "checkout", "inventory", "mailer", "gat
 MESSAGES = {
     "INFO": ["request completed in {n} ms", "cache warmed with {n} entries", "health check passed",
              "user session refreshed", "scheduled job started", "config reloaded from disk"],
-    "WARN": ["slow query took {n} ms", "retrying upstream call (attempt {k} of 3)", "queue depth at {n} messages",
+    "WARN": ["slow query took {n} ms", "retrying upstream call (attempt {k} of 3)", "queue depth at {n} "
+                                                                                    "messages",
              "certificate expires in {k} days"],
     "ERROR": ["connection refused by db-{k}.internal:5432", "payment provider returned HTTP 502",
-              "timeout after {n} ms waiting for lock orders_{k}", "failed to parse message id {n}: unexpected end of input"],
+              "timeout after {n} ms waiting for lock orders_{k}", "failed to parse message id {n}: "
+                                                                  "unexpected end of input"],
 }
 FIRST = ["Amara", "Bruno", "Chen", "Dalia", "Emeka", "Freya", "Goran", "Hana", "Ilse", "Jonas", "Keiko", "Luis",
          "Mira", "Nikhil", "Olga", "Pavel", "Quinn", "Rosa", "Sami", "Tariq", "Ulla", "Viktor", "Wen", "Yara"]
@@ -46,12 +48,14 @@ def log_context(i: int) -> tuple[str, str]:
 def table_context(i: int) -> tuple[str, str]:
     rows = ["| sku | product | warehouse | stock | unit price (EUR) |", "|---|---|---|---|---|"]
     for _ in range(22):
-        rows.append(f"| KT-{rng.randint(1000, 9999)} | {rng.choice(PRODUCTS)} | {rng.choice(['Lyon', 'Gdansk', 'Porto', 'Leipzig'])} "
+        rows.append(f"| KT-{rng.randint(1000, 9999)} | {rng.choice(PRODUCTS)} | "
+                    f"{rng.choice(['Lyon', 'Gdansk', 'Porto', 'Leipzig'])} "
                     f"| {rng.randint(0, 60)} | {rng.randint(4, 120)}.{rng.choice(['00', '50', '90', '95'])} |")
     question = rng.choice([
         "Copy the full table rows (with all columns) for every item with a stock below 10.",
         "Reproduce the rows for the Porto warehouse exactly, keeping the table format.",
-        "List the sku and product name of every row whose unit price is above 80 euros, exactly as written in the table.",
+        "List the sku and product name of every row whose unit price is above 80 euros, exactly as written "
+        "in the table.",
     ])
     return "Inventory snapshot:\n\n" + "\n".join(rows), question
 
@@ -61,7 +65,8 @@ def directory_context(i: int) -> tuple[str, str]:
     for _ in range(16):
         first, last = rng.choice(FIRST), rng.choice(LAST)
         people.append((first, last, rng.choice(TEAMS), f"{first.lower()}.{last.lower()}@northwind-labs.example",
-                       f"+44 20 7946 {rng.randint(1000, 9999)}", f"Building {rng.choice('ABCD')}, room {rng.randint(100, 499)}"))
+                       f"+44 20 7946 {rng.randint(1000, 9999)}", f"Building {rng.choice('ABCD')}, room "
+                                                                 f"{rng.randint(100, 499)}"))
     target = rng.choice(people)
     entries = [f"Name: {f} {l}\nTeam: {t}\nEmail: {e}\nPhone: {p}\nOffice: {o}" for f, l, t, e, p, o in people]
     question = rng.choice([
@@ -81,29 +86,37 @@ def notes_context(i: int) -> tuple[str, str]:
         stance = rng.choice(["I think we should postpone", "I am in favour of moving ahead with",
                              "We need more data before deciding on", "Let me summarise where we are with",
                              "My concern is the timeline for", "I spoke to the vendor yesterday about"])
-        detail = rng.choice(["and I can share the numbers by Friday.", "because two clients asked about it this week.",
-                             "if legal signs off on the contract.", "since the last estimate was too optimistic.",
-                             "and the team agreed to revisit it in March.", "so let's put it on next week's agenda."])
+        detail = rng.choice(["and I can share the numbers by Friday.", "because two clients asked about it "
+                                                                       "this week.",
+                             "if legal signs off on the contract.", "since the last estimate was too "
+                                                                    "optimistic.",
+                             "and the team agreed to revisit it in March.", "so let's put it on next week's "
+                                                                            "agenda."])
         turns.append(f"{speaker}: {stance} {topic}, {detail}")
         spoke.append(speaker)
     who = rng.choice(sorted(set(spoke)))
     question = rng.choice([
         f"Quote, word for word, everything {who} said in this meeting.",
-        "Copy every sentence that mentions the budget for the pilot, exactly as spoken, with the speaker's name.",
+        "Copy every sentence that mentions the budget for the pilot, exactly as spoken, with the speaker's "
+        "name.",
     ])
     return "Transcript of the weekly planning meeting:\n\n" + "\n".join(turns), question
 
 
 def terms_context(i: int) -> tuple[str, str]:
     clauses = [
-        "The subscription renews automatically at the end of each billing period unless cancelled at least {d} days before the renewal date.",
-        "Refunds are available within {d} days of purchase for annual plans; monthly plans are not refundable.",
+        "The subscription renews automatically at the end of each billing period unless cancelled at least "
+        "{d} days before the renewal date.",
+        "Refunds are available within {d} days of purchase for annual plans; monthly plans are not "
+        "refundable.",
         "The customer may export their data at any time in CSV or JSON format at no additional cost.",
         "The provider will notify the customer of planned maintenance at least {d} hours in advance by email.",
         "Service availability is guaranteed at {p} percent per calendar month, excluding planned maintenance.",
-        "If availability falls below the guarantee, the customer receives a credit of {p} percent of the monthly fee.",
+        "If availability falls below the guarantee, the customer receives a credit of {p} percent of the "
+        "monthly fee.",
         "Either party may terminate the agreement with {d} days' written notice.",
-        "The provider does not sell customer data to third parties and processes it only to deliver the service.",
+        "The provider does not sell customer data to third parties and processes it only to deliver the "
+        "service.",
         "Disputes are governed by the laws of the Netherlands and heard by the courts of Amsterdam.",
         "Prices may change once per year with at least {d} days' notice before the change takes effect.",
     ]
@@ -111,7 +124,8 @@ def terms_context(i: int) -> tuple[str, str]:
     text = "\n".join(f"{n}. " + c.format(d=rng.choice([7, 14, 30, 60]), p=rng.choice([5, 10, 99.5, 99.9]))
                      for n, c in enumerate(chosen, 1))
     k = rng.randint(1, 8)
-    question = rng.choice([f"Repeat clause {k} verbatim.", "Copy every clause that mentions a number of days, exactly as written."])
+    question = rng.choice([f"Repeat clause {k} verbatim.", "Copy every clause that mentions a number of "
+                                                           "days, exactly as written."])
     return "Terms of service (excerpt):\n\n" + text, question
 
 
