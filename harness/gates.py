@@ -223,43 +223,26 @@ def _rule_checks(view: RunView, baseline: RunView | None, index: int, arm: str) 
             )
         ]
     checks = []
+    if gate.max_regression_pct is not None:
+        kind = f"regression <= {gate.max_regression_pct:g}%"
+    else:
+        kind = f">= {gate.min:g}" if gate.min is not None else f"<= {gate.max:g}"
     for workload, concurrency in cells:
         values = view.samples(arm, workload, concurrency, gate.metric)
-        cell = _cell_name(workload, concurrency)
+        name = f"{arm} {gate.metric} {kind} {_cell_name(workload, concurrency)}"
+        check = Check(name, where, arm, gate.metric, workload, concurrency, "pass", "")
         if gate.max_regression_pct is None:
-            bound = f">= {gate.min:g}" if gate.min is not None else f"<= {gate.max:g}"
-            check = Check(
-                f"{arm} {gate.metric} {bound} {cell}",
-                where,
-                arm,
-                gate.metric,
-                workload,
-                concurrency,
-                "pass",
-                "",
-            )
             checks.append(_absolute(check, values, gates, gate.min, gate.max))
-            continue
-        check = Check(
-            f"{arm} {gate.metric} regression <= {gate.max_regression_pct:g}% {cell}",
-            where,
-            arm,
-            gate.metric,
-            workload,
-            concurrency,
-            "pass",
-            "",
-        )
-        if baseline is None:
+        elif baseline is None:
             check.verdict, check.message, check.n = (
                 "skipped",
                 "relative gate: no --baseline run given",
                 len(values),
             )
             checks.append(check)
-            continue
-        reference = baseline.samples(arm, workload, concurrency, gate.metric)
-        checks.append(_relative(check, values, reference, gates, gate.max_regression_pct))
+        else:
+            reference = baseline.samples(arm, workload, concurrency, gate.metric)
+            checks.append(_relative(check, values, reference, gates, gate.max_regression_pct))
     return checks
 
 

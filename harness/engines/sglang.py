@@ -79,28 +79,21 @@ class SglangAdapter:
         self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None
     ) -> LaunchSpec:
         target = regime.target
+        # one (flag, value) pair per line
+        # fmt: off
         argv = [
-            python,
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            model,
-            "--served-model-name",
-            SERVED_MODEL_NAME,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dtype",
-            target.dtype,
-            "--context-length",
-            str(target.max_model_len),
-            "--tp-size",
-            str(regime.tensor_parallel_size),
-            "--random-seed",
-            str(regime.sampling.seed),
+            python, "-m", "sglang.launch_server",
+            "--model-path", model,
+            "--served-model-name", SERVED_MODEL_NAME,
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--dtype", target.dtype,
+            "--context-length", str(target.max_model_len),
+            "--tp-size", str(regime.tensor_parallel_size),
+            "--random-seed", str(regime.sampling.seed),
             "--enable-metrics",
         ]
+        # fmt: on
         if target.quantization:
             argv += ["--quantization", target.quantization]
         if regime.engine.enforce_eager:

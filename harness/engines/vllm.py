@@ -47,30 +47,22 @@ class VllmAdapter:
         self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None
     ) -> LaunchSpec:
         target = regime.target
+        # one (flag, value) pair per line
+        # fmt: off
         argv = [
-            python,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            model,
-            "--served-model-name",
-            SERVED_MODEL_NAME,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dtype",
-            target.dtype,
-            "--max-model-len",
-            str(target.max_model_len),
-            "--tensor-parallel-size",
-            str(regime.tensor_parallel_size),
-            "--seed",
-            str(regime.sampling.seed),
+            python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", model,
+            "--served-model-name", SERVED_MODEL_NAME,
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--dtype", target.dtype,
+            "--max-model-len", str(target.max_model_len),
+            "--tensor-parallel-size", str(regime.tensor_parallel_size),
+            "--seed", str(regime.sampling.seed),
             # Sampling comes only from our requests, never from the model's generation_config.
-            "--generation-config",
-            "vllm",
+            "--generation-config", "vllm",
         ]
+        # fmt: on
         if target.quantization:
             argv += ["--quantization", target.quantization]
         if regime.engine.enforce_eager:
