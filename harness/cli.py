@@ -350,21 +350,14 @@ def _cmd_gate(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_drafter(args: argparse.Namespace, console: Console) -> int:
-    from harness.drafters import MANIFEST_NAME, distill, read_manifest
-    from harness.plan import model_reference, plan_regime
+    from harness.plan import plan_regime
 
     plan = plan_regime(args.regime)
-    arms = plan.trained_arms(args.arm, args.method)
-    with console.status("Resolving the target (a packaged GGUF is converted once, ~30 s)..."):
-        model = model_reference(plan.regime, plan.regime_path, convert=True)
-    for arm in arms:
-        build_plan = distill.plan_distillation(arm, plan.regime, plan.regime_path, plan.workloads, model)
-        if (build_plan.final_dir / MANIFEST_NAME).is_file():
-            console.print(f"{arm.name}: already built: {build_plan.final_dir}")
+    for arm, drafter, cached in plan.build_trained_drafters(console, args.arm, args.method):
+        if cached:
+            console.print(f"{arm.name}: already built: {drafter.path}")
             continue
-        path = distill.build(build_plan, plan.regime, console)
-        manifest = read_manifest(path) or {}
-        for epoch in manifest.get("validation", []):
+        for epoch in (drafter.provenance.get("manifest") or {}).get("validation", []):
             accuracy = " / ".join(f"{a:.3f}" for a in epoch["accuracy_per_position"])
             console.print(
                 f"  epoch {epoch['epoch']}: validation accuracy per position {accuracy}", highlight=False

@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from harness.drafters import ResolvedDrafter, resolve_drafters
+from harness.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, resolve_drafters
 from harness.engines import EngineAdapter, LaunchSpec, get_adapter, is_local_reference, resolve_model_path
 from harness.errors import UserError
 from harness.models import converted_dir, resolve_package_gguf
@@ -108,6 +108,25 @@ class Plan:
         if source == "trained":
             note += f"; {resolved.provenance['reference']}"
         return note
+
+    def build_trained_drafters(
+        self, console: Console, arm: str | None = None, method: str | None = None
+    ) -> list[tuple[Arm, ResolvedDrafter, bool]]:
+        """Build now (``bench drafter build``) the drafters ``bench run`` would build on first use,
+        through the same resolution: (arm, its drafter, whether it was already built)."""
+        arms = self.trained_arms(arm, method)
+        with console.status("Resolving the target (a packaged GGUF is converted once, ~30 s)..."):
+            model = model_reference(self.regime, self.regime_path, convert=True)
+        built = []
+        for chosen in arms:
+            unbuilt = resolve_drafter(chosen, self.regime, self.regime_path, model, False, self.workloads)
+            cached = Path(unbuilt.path, MANIFEST_NAME).is_file()
+            drafter = resolve_drafter(
+                chosen, self.regime, self.regime_path, model, True, self.workloads, console
+            )
+            self.drafters[chosen.name] = drafter
+            built.append((chosen, drafter, cached))
+        return built
 
     def trained_arms(self, arm: str | None = None, method: str | None = None) -> list[Arm]:
         """The arms whose drafter the harness trains (``draft_model: {trained: ...}``), optionally

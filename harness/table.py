@@ -61,7 +61,7 @@ def _table(title: str) -> Table:
 def minilab_tables(summary: Summary) -> list[Table]:
     """One rich table per (workload, concurrency), rows in the regime's arm order."""
     tables = []
-    for workload, concurrency in summary.windows():
+    for workload, concurrency in summary.window_keys():
         rows = [c for c in summary.cells if (c.workload, c.concurrency) == (workload, concurrency)]
         first = rows[0]
         # light borders: the table fits an 80-column terminal

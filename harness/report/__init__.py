@@ -54,7 +54,7 @@ def _best(rows: list[CellMetrics]) -> dict[str, Any]:
 
 def _tables(summary: Summary) -> list[dict[str, Any]]:
     tables = []
-    for workload, concurrency in summary.windows():
+    for workload, concurrency in summary.window_keys():
         rows = [c for c in summary.cells if (c.workload, c.concurrency) == (workload, concurrency)]
         tables.append(
             {

@@ -175,7 +175,7 @@ class Summary(ResultModel):
     def arm(self, name: str) -> ArmSummary | None:
         return next((a for a in self.arms if a.name == name), None)
 
-    def windows(self) -> list[tuple[str, int]]:
+    def window_keys(self) -> list[tuple[str, int]]:
         """The (workload, concurrency) pairs measured, in the order they were first measured."""
         return list(dict.fromkeys((c.workload, c.concurrency) for c in self.cells))
 
