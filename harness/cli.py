@@ -29,8 +29,8 @@ def _add_run(commands: Any) -> None:
         "run",
         help="launch every arm of a regime, measure, store results, print the mini-lab table",
         description="Launch each arm's server in turn, warm it up, measure every workload at every "
-        "concurrency level, store raw samples and a summary under RESULTS_DIR/<regime>/<run-id>/, "
-        "and print the mini-lab table.",
+        "concurrency level, store raw samples and a summary under RESULTS_DIR/<regime>/<run-id>/, and print "
+        "the mini-lab table.",
     )
     run.add_argument("regime", type=Path, nargs="?", help="regime YAML file, e.g. regimes/cpu_smoke.yaml")
     run.add_argument(
@@ -70,11 +70,9 @@ def _add_report(commands: Any) -> None:
         "report",
         help="render a run (or two runs side by side) into one self-contained HTML file",
         description="Render stored results into one HTML file that needs nothing from the network: the "
-        "regime "
-        "and environment, the mini-lab tables, figures, greedy-exactness detail and metric definitions. "
-        "With two "
-        "runs, put them side by side with the ratio B/A of each metric (refused across regimes unless "
-        "--force).",
+        "regime and environment, the mini-lab tables, figures, greedy-exactness detail and metric "
+        "definitions. With two runs, put them side by side with the ratio B/A of each metric (refused "
+        "across regimes unless --force).",
     )
     report.add_argument("run_dir", type=Path, help="a run directory, results/<regime>/<run-id>")
     report.add_argument("other_run_dir", type=Path, nargs="?", help="a second run to compare with the first")
@@ -89,13 +87,12 @@ def _add_gate(commands: Any) -> None:
         "gate",
         help="check a run against its regime's gates (and a baseline run); exit 1 on a regression",
         description="Evaluate the gates of the run's regime (gates: floors, ceilings, golden tau, and with "
-        "--baseline the maximum regression against an earlier run) per arm, workload and concurrency, on the "
-        "stored per-request and per-repeat samples. A regression is called only when it exceeds the "
-        "tolerance "
-        "AND the bootstrap interval of the change excludes zero. Writes a JUnit XML file (one test case per "
-        "gate and cell) "
-        "and a Markdown summary (also appended to $GITHUB_STEP_SUMMARY when set). Exit codes: 0 pass, "
-        "1 regression, 2 usage or configuration error, 3 infrastructure failure (an engine did not start).",
+        "--baseline the maximum regression against an earlier run) per arm, workload and concurrency, on "
+        "the stored per-request and per-repeat samples. A regression is called only when it exceeds the "
+        "tolerance AND the bootstrap interval of the change excludes zero. Writes a JUnit XML file (one "
+        "test case per gate and cell) and a Markdown summary (also appended to $GITHUB_STEP_SUMMARY when "
+        "set). Exit codes: 0 pass, 1 regression, 2 usage or configuration error, 3 infrastructure failure "
+        "(an engine did not start).",
     )
     gate.add_argument("run_dir", type=Path, help="the run to check, results/<regime>/<run-id>")
     gate.add_argument(
@@ -108,8 +105,8 @@ def _add_gate(commands: Any) -> None:
         "--gates",
         type=Path,
         metavar="REGIME",
-        help="take the gates from this regime file instead of the ones stored with the run "
-        "(to apply gates tuned after the run was made)",
+        help="take the gates from this regime file instead of the ones stored with the run (to apply gates "
+        "tuned after the run was made)",
     )
     gate.add_argument("--junit", type=Path, help="JUnit XML output (default: RUN_DIR/gate/junit.xml)")
     gate.add_argument(
@@ -124,8 +121,7 @@ def _add_export(commands: Any) -> None:
         description="Derive a run's tables from its raw files, exactly as `bench show` and "
         "`harness.load_run(RUN).cells()` see them, and write one file per table: cells (arm x workload x "
         "concurrency), requests (one row per measured request), categories (arm x category x concurrency) "
-        "and "
-        "repeats (one row per repeat of each cell). Column names carry their units.",
+        "and repeats (one row per repeat of each cell). Column names carry their units.",
     )
     export.add_argument("run_dir", type=Path, help="a run directory, results/<regime>/<run-id>")
     export.add_argument(
@@ -146,16 +142,11 @@ def _add_drafter(commands: Any) -> None:
         "build",
         help="self-distil the regime's trained drafters now (bench run would build them on first use)",
         description="For every arm whose draft_model is `trained:` (or only --arm / --method): the target "
-        "answers "
-        "the training prompts on the real engine (greedy), its hidden states are captured at the method's "
-        "layers, "
-        "and speculators' trainer fits the head; the checkpoint and a drafter_manifest.json (target "
-        "identity, data "
-        "split and hashes, steps, validation accuracy per position, library versions) are cached. The "
-        "prompts the "
-        "regime measures are held out. Interrupted builds resume where they stopped. The CPU regime's "
-        "EAGLE-3 "
-        "takes about 45 minutes on 2 cores.",
+        "answers the training prompts on the real engine (greedy), its hidden states are captured at the "
+        "method's layers, and speculators' trainer fits the head; the checkpoint and a "
+        "drafter_manifest.json (target identity, data split and hashes, steps, validation accuracy per "
+        "position, library versions) are cached. The prompts the regime measures are held out. Interrupted "
+        "builds resume where they stopped. The CPU regime's EAGLE-3 takes about 45 minutes on 2 cores.",
     )
     drafter_build.add_argument("regime", type=Path, help="regime YAML file, e.g. regimes/cpu_drafters.yaml")
     drafter_build.add_argument("--arm", help="only this arm's drafter")
@@ -165,10 +156,10 @@ def _add_drafter(commands: Any) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench",
-        description="Benchmark speculative decoding (baseline, ngram, draft model, EAGLE-3, DFlash) "
-        "in an exact regime on a real engine.",
-        epilog="Quick start on a CPU-only machine: scripts/setup-cpu.sh, then "
-        ".venv/bin/bench run regimes/cpu_smoke.yaml",
+        description="Benchmark speculative decoding (baseline, ngram, draft model, EAGLE-3, DFlash) in an "
+        "exact regime on a real engine.",
+        epilog="Quick start on a CPU-only machine: scripts/setup-cpu.sh, then .venv/bin/bench run "
+        "regimes/cpu_smoke.yaml",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -242,9 +233,9 @@ def _print_results(summary: Summary, console: Console) -> int:
         console.print(f"[red]arm {arm.name}: {arm.status}[/] {escape(arm.error or '')}", soft_wrap=True)
     console.print(
         "tau = 1 + accepted/drafts from the engine's counters over each window; speedup = arm tok/s / "
-        "baseline "
-        "tok/s on the same prompts and concurrency; TPOT = (E2E - TTFT)/(tokens - 1) per request; same % = "
-        "prompts whose greedy token ids equal the baseline's (for the baseline: its own second pass)."
+        "baseline tok/s on the same prompts and concurrency; TPOT = (E2E - TTFT)/(tokens - 1) per request; "
+        "same % = prompts whose greedy token ids equal the baseline's (for the baseline: its own second "
+        "pass)."
     )
     return EXIT_ENGINE if failed else EXIT_OK
 

@@ -83,8 +83,8 @@ def markdown(checks: Sequence[Check], title: str, code: int) -> str:
     lines = [
         f"### bench gate: {_cell(title)}: {outcome}",
         "",
-        f"{tally['pass']} passed, {tally['fail']} failed, {tally['error']} errors, "
-        f"{tally['inconclusive']} inconclusive (within noise), {tally['skipped']} skipped.",
+        f"{tally['pass']} passed, {tally['fail']} failed, {tally['error']} errors, {tally['inconclusive']} "
+        f"inconclusive (within noise), {tally['skipped']} skipped.",
         "",
     ]
     shown = [c for c in checks if c.verdict != "pass"] or list(checks)

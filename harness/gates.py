@@ -72,8 +72,8 @@ class RunView:
         for index, gate in enumerate(other.gates.rules):
             if gate.arm != "*" and gate.arm not in names:
                 raise UserError(
-                    f"{source}: gates.rules[{index}].arm: the run has no arm '{gate.arm}' "
-                    f"(arms: {', '.join(sorted(names))})"
+                    f"{source}: gates.rules[{index}].arm: the run has no arm '{gate.arm}' (arms: "
+                    f"{', '.join(sorted(names))})"
                 )
         self.regime = self.regime.model_copy(update={"gates": other.gates})
 
@@ -184,8 +184,8 @@ def _relative(
     first, second = (reference, values) if higher_is_better else (values, reference)
     check.p_value = stats.mann_whitney_greater(first, second)[1]
     described = (
-        f"{check.value:.4g} vs {check.baseline_value:.4g}: {100 * worse:+.1f}% worse "
-        f"(interval {100 * worse_low:+.1f}..{100 * worse_high:+.1f}%, Mann-Whitney p={check.p_value:.3g}, "
+        f"{check.value:.4g} vs {check.baseline_value:.4g}: {100 * worse:+.1f}% worse (interval "
+        f"{100 * worse_low:+.1f}..{100 * worse_high:+.1f}%, Mann-Whitney p={check.p_value:.3g}, "
         f"n={len(values)}/{len(reference)}; limit {tolerance_pct:g}%)"
     )
     if worse * 100 <= tolerance_pct:
@@ -309,8 +309,7 @@ def open_views(run_dir: Any, baseline_dir: Any | None) -> tuple[RunView, RunView
         raise UserError(
             f"{run_dir} and {baseline_dir} were measured under different conditions (regime fingerprints "
             f"without the arms: {mine} vs {theirs}: hardware, engine, target, load, sampling or prompts "
-            "differ); "
-            "gating one against the other would compare different regimes"
+            "differ); gating one against the other would compare different regimes"
         )
     view.changed_arms = [
         a.name

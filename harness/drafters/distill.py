@@ -108,8 +108,7 @@ class DistillPlan:
         return (
             f"self-distilled {self.method}: {len(self.prompts)} training prompts from "
             f"{', '.join(w['name'] for w in self.workloads)} ({len(self.held_out)} measured prompts held "
-            f"out), "
-            f"answers of {s.max_output_tokens} tokens, {s.epochs} epochs"
+            f"out), answers of {s.max_output_tokens} tokens, {s.epochs} epochs"
             + (f" (at most {s.max_steps} steps)" if s.max_steps else "")
             + f", draft vocab {s.draft_vocab_size}"
         )
@@ -293,8 +292,8 @@ def generate(plan: DistillPlan, regime: Regime, console: Console) -> Path:
         return out
     if regime.engine.name != "vllm":
         raise UserError(
-            f"arm {plan.arm}: draft_model.trained generates the training answers with vLLM "
-            f"(the regime's engine is {regime.engine.name}); build it from a vLLM regime of the same target"
+            f"arm {plan.arm}: draft_model.trained generates the training answers with vLLM (the regime's "
+            f"engine is {regime.engine.name}); build it from a vLLM regime of the same target"
         )
     adapter = get_adapter("vllm")
     port = free_port()
@@ -535,14 +534,14 @@ def build(plan: DistillPlan, regime: Regime, console: Console) -> Path:
     if plan.target_config_sha256 is None:
         raise UserError(
             f"arm {plan.arm}: the target {plan.target_dir} has no config.json; a trained drafter needs a "
-            f"local target"
+            "local target"
         )
     plan.work_dir.mkdir(parents=True, exist_ok=True)
     settings = _build_settings(plan, regime)
     (plan.work_dir / "build.json").write_text(json.dumps(settings, indent=2) + "\n")
     console.print(
-        f"[bold]Building the drafter of arm {plan.arm}[/]: {plan.describe()}.\n"
-        f"  work directory {plan.work_dir} (a rerun resumes where this one stops)",
+        f"[bold]Building the drafter of arm {plan.arm}[/]: {plan.describe()}.\n  work directory "
+        f"{plan.work_dir} (a rerun resumes where this one stops)",
         highlight=False,
     )
     timings_path = plan.work_dir / "stage_seconds.json"

@@ -36,8 +36,8 @@ def target_config(target_dir: str) -> dict[str, Any]:
     config = Path(target_dir) / "config.json"
     if not config.is_file():
         raise UserError(
-            f"a drafter is built from the target's config.json, but {config} does not exist; "
-            "drafters built here need a local (or packaged) target"
+            f"a drafter is built from the target's config.json, but {config} does not exist; drafters built "
+            "here need a local (or packaged) target"
         )
     return json.loads(config.read_text())
 

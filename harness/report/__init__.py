@@ -90,8 +90,8 @@ def _fingerprint(raw: RawRun) -> list[tuple[str, str]]:
         ("tensor parallel", str(regime.tensor_parallel_size)),
         (
             "target",
-            f"{record['resolved_model']} ({target.dtype}, quantization "
-            f"{target.quantization or 'none'}, max len {target.max_model_len})",
+            f"{record['resolved_model']} ({target.dtype}, quantization {target.quantization or 'none'}, max "
+            f"len {target.max_model_len})",
         ),
         (
             "engine",
@@ -102,8 +102,8 @@ def _fingerprint(raw: RawRun) -> list[tuple[str, str]]:
         ("sampling", f"temperature {regime.sampling.temperature}, seed {regime.sampling.seed}"),
         (
             "load",
-            f"concurrency {load.concurrency}, {load.num_prompts} prompts per window, "
-            f"max {load.max_output_tokens} output tokens",
+            f"concurrency {load.concurrency}, {load.num_prompts} prompts per window, max "
+            f"{load.max_output_tokens} output tokens",
         ),
         ("environment fingerprint", str(environment.get("fingerprint", "not recorded"))),
         (
@@ -168,7 +168,7 @@ def _trained_drafters(record: dict[str, Any]) -> list[dict[str, Any]]:
                 "answer_tokens": data.get("answer_tokens"),
                 "held_out": (
                     f"trained on {held_out['trained_on']} of the {held_out['measured_prompts']} measured "
-                    f"prompts"
+                    "prompts"
                     if held_out
                     else "not checked"
                 ),
@@ -243,8 +243,7 @@ def render_comparison(run_a: Path, run_b: Path, force: bool) -> str:
     if fp_a != fp_b and not force:
         raise UserError(
             f"{run_a} and {run_b} ran in different regimes (fingerprints {fp_a} vs {fp_b}); their numbers "
-            f"are not "
-            "comparable. Pass --force to put them side by side anyway (the page will say so)."
+            "are not comparable. Pass --force to put them side by side anyway (the page will say so)."
         )
     pairs = []
     for row_a in a["summary"].cells:

@@ -248,8 +248,8 @@ def read_run_record(run: RunDir) -> dict[str, Any]:
     version = record.get("schema_version")
     if version not in READABLE_VERSIONS:
         raise UserError(
-            f"{run.root / 'regime.json'}: schema_version {version!r} is not supported by this harness "
-            f"(it reads versions {', '.join(map(str, READABLE_VERSIONS))}); use the harness version that "
-            f"wrote the run"
+            f"{run.root / 'regime.json'}: schema_version {version!r} is not supported by this harness (it "
+            f"reads versions {', '.join(map(str, READABLE_VERSIONS))}); use the harness version that wrote "
+            "the run"
         )
     return record
