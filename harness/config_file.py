@@ -127,7 +127,10 @@ def format_validation_error(
     messages = []
     for error in exc.errors():
         loc = tuple(
-            part for part in error["loc"] if isinstance(part, int) or not str(part).startswith("function-")
+            # real keys and indexes only: no validator names, no union-branch tags
+            part
+            for part in error["loc"]
+            if isinstance(part, int) or not str(part).startswith(("function-", "tag-"))
         )
         line = _line_for(loc, lines)
         where = f"{path}:{line}" if line else str(path)

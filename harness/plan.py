@@ -20,7 +20,7 @@ from harness.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, re
 from harness.engines import EngineAdapter, LaunchSpec, get_adapter, is_local_reference, resolve_model_path
 from harness.errors import UserError
 from harness.models import converted_dir, resolve_package_gguf
-from harness.regime import Arm, Regime, load_regime, workload_paths
+from harness.regime import Arm, Load, Regime, load_regime, workload_paths
 from harness.validation import check_environment, lossy_settings
 from harness.workloads import LoadedWorkload, load_workload
 
@@ -197,6 +197,16 @@ def model_reference(regime: Regime, regime_path: Path, convert: bool) -> str:
     return resolve_model_path(target.path, regime_path)
 
 
+def _repeats_text(load: Load) -> str:
+    if isinstance(load.repeats, int):
+        return f", each window {load.repeats} times" if load.repeats > 1 else ""
+    adaptive = load.repeats
+    return (
+        f", each window {adaptive.min} to {adaptive.max} times until its speedup's 95% interval is within "
+        f"+-{100 * adaptive.target_rel_half_width:g}%"
+    )
+
+
 def describe_plan(plan: Plan) -> str:
     """One paragraph stating what will be measured, defaults included."""
     regime, load = plan.regime, plan.regime.load
@@ -214,7 +224,7 @@ def describe_plan(plan: Plan) -> str:
     return (
         f"{len(regime.arms)} arms ({', '.join(a.name for a in regime.arms)}) x workloads {workloads} x "
         f"concurrency {load.concurrency}"
-        + (f", each window {load.repeats} times" if load.repeats > 1 else "")
+        + _repeats_text(load)
         + f"; {load.num_prompts} prompts per window, max {load.max_output_tokens} "
         f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests "
         f"per server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP "

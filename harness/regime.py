@@ -9,12 +9,13 @@ file, line and dotted path.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, field_validator, model_validator
 
 from harness.config_file import StrictModel, load_model
 from harness.metrics import GATED
@@ -118,6 +119,27 @@ class Sampling(StrictModel):
     seed: int = Field(default=0, description="Per-request seed, also passed to the engine (--seed).")
 
 
+class AdaptiveRepeats(StrictModel):
+    """Pay for precision once: repeat a window until its speedup is known well enough."""
+
+    min: int = Field(
+        default=2, ge=2, le=100, description="Repeats always measured (at least 2: an interval)."
+    )
+    max: int = Field(ge=2, le=100, description="Repeats at most, whatever the precision reached.")
+    target_rel_half_width: float = Field(
+        gt=0,
+        lt=1,
+        description="Stop once the 95% bootstrap interval of the window's speedup (for the baseline: of its "
+        "tok/s) has a half-width of at most this fraction of its mean, e.g. 0.05 for +-5%.",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AdaptiveRepeats:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+
 class Load(StrictModel):
     """How much traffic each measured window sends."""
 
@@ -126,13 +148,25 @@ class Load(StrictModel):
     )
     num_prompts: int = Field(gt=0, description="Prompts per workload per concurrency level.")
     max_output_tokens: int = Field(gt=0, description="max_tokens of every request.")
-    repeats: int = Field(
+    repeats: Annotated[
+        Annotated[Annotated[int, Field(ge=1, le=100)], Tag("tag-count")]
+        | Annotated[AdaptiveRepeats, Tag("tag-adaptive")],
+        Discriminator(
+            lambda value: "tag-adaptive" if isinstance(value, dict | AdaptiveRepeats) else "tag-count"
+        ),
+    ] = Field(
         default=1,
-        ge=1,
-        le=100,
-        description="Measure every (workload, concurrency) window this many times; each repeat is kept, so "
-        "gates can tell a regression from noise.",
+        description="Measure every (workload, concurrency) window this many times (each repeat is kept, so "
+        "gates and studies can tell an effect from noise), or {min, max, target_rel_half_width}: repeat "
+        "until the speedup's interval is that narrow.",
     )
+
+    def min_repeats(self) -> int:
+        return self.repeats if isinstance(self.repeats, int) else self.repeats.min
+
+    def max_repeats(self) -> int:
+        return self.repeats if isinstance(self.repeats, int) else self.repeats.max
+
     ignore_eos: bool = Field(default=False, description="Generate max_output_tokens regardless of EOS.")
     warmup_requests: int = Field(
         default=2,
@@ -420,6 +454,87 @@ class Arm(StrictModel):
         return self
 
 
+# Regime-level paths a sweep may not vary: they define the study itself, or are the within-run load axis.
+FIXED_SWEEP_PATHS = ("name", "description", "arms", "workloads", "gates", "sweep", "load.concurrency")
+ARM_SWEEP_FIELDS = ("num_speculative_tokens", "draft_model")  # and options.<key>
+
+
+class Sweep(StrictModel):
+    """The axes of a study: each combination of regime-level values is one point (its own run);
+    arm-level values become arms of every point, sharing its baseline."""
+
+    regime: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="Regime-level axes: a dotted field path (tensor_parallel_size, target.dtype, "
+        "target.quantization, engine.enforce_eager, load.max_output_tokens, hardware.gpu_model, ...) -> the "
+        "values it takes. Every combination is one point of the study, run on its own servers.",
+    )
+    arms: dict[str, dict[str, list[Any]]] = Field(
+        default_factory=dict,
+        description="Arm-level axes: arm name -> field (num_speculative_tokens, options.<key>, draft_model) "
+        "-> values. Each combination becomes an arm of every point (<arm>_k<K>, ...), measured against the "
+        "point's one baseline.",
+    )
+
+    @field_validator("regime", "arms")
+    @classmethod
+    def _values(cls, axes: dict[str, Any]) -> dict[str, Any]:
+        for name, value in axes.items():
+            for field, values in value.items() if isinstance(value, dict) else [(name, value)]:
+                if not values:
+                    raise ValueError(f"{field}: give at least one value")
+                keys = [json.dumps(v, sort_keys=True) for v in values]
+                if len(set(keys)) != len(keys):
+                    raise ValueError(f"{field}: values must be distinct")
+        return axes
+
+
+def _field_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every dotted field path of a model, nested models included (for sweep paths)."""
+    paths = []
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        paths.append(path)
+        nested = [
+            a
+            for a in getattr(info.annotation, "__args__", (info.annotation,))
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
+        for sub in nested:
+            paths += _field_paths(sub, path + ".")
+    return paths
+
+
+def _check_sweep(regime: Regime) -> None:
+    sweep = regime.sweep
+    if sweep is None:
+        return
+    known = [p for p in _field_paths(Regime) if not p.startswith(("arms.", "gates.", "sweep."))]
+    for path in sweep.regime:
+        if path in FIXED_SWEEP_PATHS or path.startswith(tuple(f"{p}." for p in FIXED_SWEEP_PATHS)):
+            raise ValueError(
+                f"sweep.regime.{path}: cannot be swept (concurrency is the within-run load axis: "
+                "list its levels in load.concurrency; arms are swept under sweep.arms)"
+            )
+        if path not in known:
+            close = difflib.get_close_matches(path, known, n=1)
+            raise ValueError(
+                f"sweep.regime.{path}: no such field" + (f"; did you mean '{close[0]}'?" if close else "")
+            )
+    arms = {arm.name: arm for arm in regime.arms}
+    for name, fields in sweep.arms.items():
+        if name not in arms:
+            raise ValueError(f"sweep.arms.{name}: no arm named '{name}' (arms: {', '.join(arms)})")
+        if arms[name].method == "baseline":
+            raise ValueError(f"sweep.arms.{name}: the baseline has nothing to sweep")
+        for field in fields:
+            if field not in ARM_SWEEP_FIELDS and not field.startswith("options."):
+                raise ValueError(
+                    f"sweep.arms.{name}.{field}: sweepable arm fields are "
+                    f"{', '.join(ARM_SWEEP_FIELDS)} and options.<key>"
+                )
+
+
 class Regime(StrictModel):
     """A complete regime file."""
 
@@ -447,6 +562,11 @@ class Regime(StrictModel):
     workloads: list[str] = Field(min_length=1, description="Workload files, relative to this regime file.")
     arms: list[Arm] = Field(min_length=1, description="Arms; exactly one must be the baseline.")
     gates: Gates = Field(default_factory=Gates, description="Regression gates checked by `bench gate`.")
+    sweep: Sweep | None = Field(
+        default=None,
+        description="Make this regime a study: regime-level axes become points (each its own run), "
+        "arm-level axes become arms of every point. See harness/study/sweep.py.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Regime:
@@ -481,6 +601,7 @@ class Regime(StrictModel):
                 )
             if self.cost.usd_per_gpu_hour is None:
                 raise ValueError("a gpu regime is priced per GPU-hour (cost.usd_per_gpu_hour)")
+        _check_sweep(self)
         return self
 
     def near_tie_margin(self) -> float:
@@ -497,14 +618,15 @@ class Regime(StrictModel):
         return next(arm for arm in self.arms if arm.method == "baseline")
 
     def price_per_hour(self) -> float:
-        """$ per hour for the hardware this regime occupies (all its GPUs, or the machine)."""
+        """$ per hour for the hardware one server occupies: its tensor_parallel_size GPUs (a TP=2 server
+        on an 8-GPU node leaves six for other replicas), or the machine."""
         if self.cost.usd_per_gpu_hour is not None:
-            return self.cost.usd_per_gpu_hour * (self.hardware.gpu_count or 1)
+            return self.cost.usd_per_gpu_hour * self.tensor_parallel_size
         return self.cost.usd_per_machine_hour  # type: ignore[return-value]
 
     def fingerprint(self) -> str:
         """A stable hash of everything that defines the regime (not its name, description or gates)."""
-        fields = self.model_dump(mode="json", exclude={"name", "description", "gates"})
+        fields = self.model_dump(mode="json", exclude={"name", "description", "gates", "sweep"})
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
     def conditions_fingerprint(self, workloads: list[dict[str, Any]]) -> str:
@@ -512,7 +634,9 @@ class Regime(StrictModel):
         and the prompts: ``workloads`` as stored with a run, by name, format and content hash, not
         by file path), without the arms themselves: two runs with equal conditions can be gated
         against each other arm by arm, even when an arm's configuration changed between them."""
-        fields = self.model_dump(mode="json", exclude={"name", "description", "gates", "arms", "workloads"})
+        fields = self.model_dump(
+            mode="json", exclude={"name", "description", "gates", "arms", "workloads", "sweep"}
+        )
         fields["prompts"] = sorted((w["name"], w["prompt_format"], w["content_sha256"]) for w in workloads)
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 

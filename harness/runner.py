@@ -27,18 +27,23 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from harness import stats
 from harness.client import RequestRecord, WindowResult, run_window
 from harness.environment import collect_environment, model_identity
 from harness.errors import EngineError, UserError
 from harness.plan import Plan, describe_plan, plan_regime
 from harness.power import PowerSampler, open_reader
+from harness.probes.throughput import output_tokens_per_s
 from harness.regime import Arm, Regime
 from harness.results import (
     SCHEMA_VERSION,
     ArmStatus,
+    RequestSample,
     RunDir,
     Summary,
+    WindowRecord,
     append_jsonl,
+    read_records,
     read_run_record,
     write_json_atomic,
 )
@@ -75,6 +80,8 @@ def _regime_record(plan: Plan, model: str) -> dict[str, Any]:
 
 class Runner:
     def __init__(self, plan: Plan, results_dir: Path, console: Console, allow_mismatch: bool = False):
+        if plan.regime.sweep is not None:  # a study's points run one by one (harness.study.run)
+            raise UserError(f"{plan.regime_path}: a regime with a sweep: section is a study; run it as one")
         self.plan = plan
         self.results_dir = results_dir
         self.console = console
@@ -113,13 +120,15 @@ class Runner:
             )
         return version
 
-    def run(self) -> tuple[RunDir, Summary]:
+    def run(self, run_root: Path | None = None) -> tuple[RunDir, Summary]:
+        """A new run: under ``results_dir/<regime>/<run-id>``, or exactly at ``run_root`` (a study's
+        point); the directory is created exclusively either way."""
         regime = self.plan.regime
         version = self._engine_version()
         environment = collect_environment(version)
         mismatches, lossy = self._validate(environment)
         model = self.plan.resolve_models(build=True, console=self.console)
-        run = RunDir.create(self.results_dir, regime.name)
+        run = RunDir.create(self.results_dir, regime.name) if run_root is None else RunDir.create_at(run_root)
         self.console.print(f"Run directory: [bold]{run.root}[/]  (engine {version}, model {model})")
         with run.lock():
             record = {**_regime_record(self.plan, model), "mismatches": mismatches, "lossy_settings": lossy}
@@ -182,8 +191,7 @@ class Runner:
                 self._warm_up(run, arm, server)
                 for workload in self.plan.workloads:
                     for concurrency in self.plan.regime.load.concurrency:
-                        for repeat in range(self.plan.regime.load.repeats):
-                            self._measure_window(run, arm, server, workload, concurrency, repeat)
+                        self._measure_cell(run, arm, server, workload, concurrency)
                 if arm.method == "baseline" and self.plan.regime.exactness.noise_floor:
                     self._noise_floor_pass(run, arm, server)
             run.write_status(arm.name, ArmStatus(status="ok", startup_s=startup_s, mismatches=mismatches))
@@ -234,6 +242,47 @@ class Runner:
         result = self._send(server, workload, prompts, 1, f"warm-up ({count} requests)", keep)
         self._check_alive(server, result)
 
+    def _measure_cell(
+        self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, concurrency: int
+    ) -> None:
+        """A cell's repeats: a fixed count, or (adaptive repeats) until the 95% interval of the
+        speedup (for the baseline: of its tok/s) is as narrow as the regime asks, or the maximum."""
+        load = self.plan.regime.load
+        if isinstance(load.repeats, int):
+            for repeat in range(load.repeats):
+                self._measure_window(run, arm, server, workload, concurrency, repeat)
+            return
+        target = load.repeats.target_rel_half_width
+        reference = {} if arm.method == "baseline" else self._baseline_tok_s(run, workload.name, concurrency)
+        metric = "speedup" if reference else "output_tok_s"
+        values: list[float] = []
+
+        def precision(repeat: int, tok_s: float | None) -> dict[str, Any]:
+            if tok_s is not None:
+                base = reference.get(repeat) or (stats.mean(list(reference.values())) if reference else None)
+                values.append(tok_s / base if base else tok_s)
+            return {"metric": metric, "rel_half_width": stats.relative_half_width(values), "target": target}
+
+        for repeat in range(load.repeats.max):
+            reached = self._measure_window(run, arm, server, workload, concurrency, repeat, precision)
+            width = reached["rel_half_width"] if reached else None
+            if repeat + 1 >= load.repeats.min and width is not None and width <= target:
+                break
+
+    def _baseline_tok_s(self, run: RunDir, workload: str, concurrency: int) -> dict[int, float]:
+        """The baseline's tok/s per repeat in this cell, from its files (measured before this arm)."""
+        baseline = self.plan.regime.baseline_arm.name
+        samples = [s for s in read_records(run.samples(baseline), RequestSample) if s.ok]
+        out = {}
+        for window in read_records(run.windows(baseline), WindowRecord):
+            if (window.workload, window.concurrency) == (workload, concurrency):
+                key = (workload, concurrency, window.repeat)
+                tokens = sum(s.output_tokens for s in samples if (s.workload, s.concurrency, s.repeat) == key)
+                tok_s = output_tokens_per_s(tokens, window.duration_s)
+                if tok_s:
+                    out[window.repeat] = tok_s
+        return out
+
     def _measure_window(
         self,
         run: RunDir,
@@ -242,7 +291,9 @@ class Runner:
         workload: LoadedWorkload,
         concurrency: int,
         repeat: int = 0,
-    ) -> None:
+        precision: Callable[[int, float | None], dict[str, Any]] | None = None,
+    ) -> dict[str, Any] | None:
+        """One measured window; returns the precision reached after it (adaptive repeats)."""
         cache_reset = self.plan.adapter.reset_prefix_cache(server.base_url)
         per_request = self.plan.adapter.acceptance_source == "per_request"
         before = None if per_request else self.plan.adapter.read_spec_counters(server.base_url).to_json()
@@ -257,9 +308,9 @@ class Runner:
         def keep(record: RequestRecord) -> None:  # on disk the moment it ends: a crash loses nothing
             append_jsonl(run.samples(arm.name), record.to_json())
 
-        repeats = self.plan.regime.load.repeats
+        most = self.plan.regime.load.max_repeats()
         label = f"{workload.name} @ concurrency {concurrency}" + (
-            f" (repeat {repeat + 1}/{repeats})" if repeats > 1 else ""
+            f" (repeat {repeat + 1}/{most}{' at most' if precision else ''})" if most > 1 else ""
         )
         try:
             result = self._send(server, workload, workload.prompts, concurrency, label, keep, repeat)
@@ -268,6 +319,8 @@ class Runner:
         self._check_alive(server, result)
         after = None if per_request else self.plan.adapter.read_spec_counters(server.base_url).to_json()
         server_reported = self.plan.adapter.server_figures(server.base_url) if per_request else None
+        tokens = sum(len(r.token_ids) for r in result.records if r.ok)
+        reached = precision(repeat, output_tokens_per_s(tokens, result.duration_s)) if precision else None
         append_jsonl(
             run.windows(arm.name),
             {
@@ -288,8 +341,10 @@ class Runner:
                     "note": self.power_note,
                     "samples": [[r.t, r.watts, r.energy_j, r.throttled] for r in readings],
                 },
+                "precision": reached,
             },
         )
+        return reached
 
     def _noise_floor_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
         """The baseline's windows once more, same server, same prompts and concurrency: stored apart

@@ -100,6 +100,17 @@ def bootstrap_statistic(
     return Interval(statistic(sample), quantile(draws, tail), quantile(draws, 1 - tail))
 
 
+def relative_half_width(
+    values: Sequence[float], resamples: int = 2000, confidence: float = 0.95
+) -> float | None:
+    """Half the width of the bootstrap interval of the mean, as a fraction of the mean (None: fewer
+    than two values, or a zero mean): how precisely repeats pin a window's number down."""
+    if len(values) < 2:
+        return None
+    interval = bootstrap_statistic(values, mean, resamples, confidence)
+    return (interval.high - interval.low) / 2 / abs(interval.point) if interval.point else None
+
+
 @lru_cache(maxsize=256)
 def _u_counts(n1: int, n2: int) -> tuple[int, ...]:
     """Number of orderings of n1 + n2 distinct values giving each U (U = 0..n1*n2), by recursion on

@@ -80,6 +80,7 @@ def cell_metrics(
     records: list[RequestSample],
     price_per_hour: float,
     usd_per_kwh: float | None,
+    min_repeats: int | None = None,
 ) -> CellMetrics:
     """One (arm, workload, concurrency) cell from its raw records and windows, pooled over the
     cell's repeats: tokens and time add up, counters add up, latencies are pooled per request."""
@@ -133,7 +134,23 @@ def cell_metrics(
         per_repeat=per_repeat,
         speedup=None,
         exactness=None,
+        **_precision(windows, min_repeats),
     )
+
+
+def _precision(windows: list[WindowRecord], min_repeats: int | None) -> dict[str, Any]:
+    """Adaptive repeats: the precision the cell's last repeat reached, and what the repeats beyond
+    the minimum cost in engine seconds."""
+    last = windows[-1].precision
+    if last is None or min_repeats is None:
+        return {}
+    extra = sum(w.duration_s for w in windows if w.repeat >= min_repeats)
+    return {
+        "precision_metric": last.metric,
+        "rel_half_width": last.rel_half_width,
+        "precision_target": last.target,
+        "extra_repeat_s": extra,
+    }
 
 
 def _block(
@@ -189,20 +206,24 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
             [s for s in samples if (s.workload, s.concurrency) == key],
             raw.record["price_per_hour"],
             regime.cost.usd_per_kwh,
+            None if isinstance(regime.load.repeats, int) else regime.load.repeats.min,
         )
         for key, windows in cells.items()
     ]
 
 
 def _with_speedups(cells: list[CellMetrics], baseline: str) -> list[CellMetrics]:
-    """Speedup of the pooled cell, and per repeat against the baseline's same repeat."""
+    """Speedup of the pooled cell, and per repeat against the baseline's same repeat (with adaptive
+    repeats an arm may run more repeats than the baseline did: those pair with the baseline's pooled
+    tok/s)."""
     base = {(c.workload, c.concurrency): c for c in cells if c.arm == baseline}
     out = []
     for cell in cells:
         reference = base.get((cell.workload, cell.concurrency))
         base_repeats = {r.repeat: r.output_tok_s for r in reference.per_repeat} if reference else {}
+        pooled = reference.output_tok_s if reference else None
         per_repeat = [
-            r.model_copy(update={"speedup": speedup(r.output_tok_s, base_repeats.get(r.repeat))})
+            r.model_copy(update={"speedup": speedup(r.output_tok_s, base_repeats.get(r.repeat, pooled))})
             for r in cell.per_repeat
         ]
         value = speedup(cell.output_tok_s, reference.output_tok_s if reference else None)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from harness.metrics import METRICS
 from harness.probes.acceptance import mean_acceptance_length
-from harness.results.model import ArmSummary, Summary
+from harness.results.model import ArmSummary, CellMetrics, Summary
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -205,3 +205,19 @@ def exactness_table(summary: Summary) -> Table | None:
             ", ".join(firsts[:4]) + (f" +{len(firsts) - 4} more" if len(firsts) > 4 else ""),
         )
     return table
+
+
+def precision_line(cells: list[CellMetrics]) -> str | None:
+    """Adaptive repeats: the precision reached and what it cost, in one line."""
+    adaptive = [c for c in cells if c.precision_target is not None]
+    if not adaptive:
+        return None
+    extra_min = sum(c.extra_repeat_s for c in adaptive) / 60
+    reached = [c for c in adaptive if c.rel_half_width is not None and c.rel_half_width <= c.precision_target]
+    widths = sorted(c.rel_half_width for c in adaptive if c.rel_half_width is not None)
+    median = f"{100 * widths[len(widths) // 2]:.1f}%" if widths else "-"
+    return (
+        f"adaptive repeats: {len(reached)} of {len(adaptive)} cells reached their target half-width "
+        f"(+-{100 * adaptive[0].precision_target:g}%; median reached {median}); the repeats beyond the "
+        f"minimum cost {extra_min:.1f} engine-minutes"
+    )

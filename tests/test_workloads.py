@@ -105,8 +105,8 @@ def _source(
     path = tmp_path / "w.yaml"
     extra = f"\n  category: {category}" if category else ""
     path.write_text(
-        f"name: w\ncategory: c\nsource:\n  path: {FIXTURES / file}\n  format: {fmt}{extra}\n"
-        f"prompt_format: {prompt_format}\n"
+        f"name: w\ncategory: c\nsource:\n  path: {FIXTURES / file}\n  format: {fmt}{extra}\nprompt_format: "
+        f"{prompt_format}\n"
     )
     return path
 

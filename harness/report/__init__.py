@@ -22,7 +22,7 @@ from harness.summary import summarize
 from harness.table import drafter_note
 
 
-def _environment() -> jinja2.Environment:
+def template_environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FunctionLoader(
             lambda name: files("harness.report").joinpath("templates", name).read_text()
@@ -229,7 +229,7 @@ def report_context(run_dir: Path) -> dict[str, Any]:
 
 
 def render_context(context: dict[str, Any]) -> str:
-    return _environment().get_template("report.html.j2").render(**context)
+    return template_environment().get_template("report.html.j2").render(**context)
 
 
 def render_report(run_dir: Path) -> str:
@@ -254,7 +254,7 @@ def render_comparison(run_a: Path, run_b: Path, force: bool) -> str:
             ratios[key] = vb / va if va and vb is not None else None
         pairs.append({"a": row_a, "b": row_b, "ratio": ratios})
     return (
-        _environment()
+        template_environment()
         .get_template("compare.html.j2")
         .render(
             a=a,

@@ -160,6 +160,12 @@ class RunDir:
         root.mkdir()  # raises if it exists: never write into someone else's run
         return cls(root)
 
+    @classmethod
+    def create_at(cls, root: Path) -> RunDir:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        root.mkdir()  # raises if it exists
+        return cls(root)
+
     def arm_dir(self, arm: str) -> Path:
         return self.root / "arms" / arm
 

@@ -110,15 +110,15 @@ def load_run(path: str | Path) -> Run:
 
 def export(run: Run, out_dir: Path, fmt: ExportFormat = "csv") -> list[Path]:
     """Write every table of ``run`` into ``out_dir`` as ``<table>.<fmt>``; returns the files."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in TABLES:
-        frame, path = run.table(name), out_dir / f"{name}.{fmt}"
-        if fmt == "csv":
-            frame.to_csv(path, index=False)
-        elif fmt == "parquet":
-            frame.to_parquet(path, index=False)
-        else:
-            frame.to_json(path, orient="records", lines=True)
-        written.append(path)
-    return written
+    return [write_table(run.table(name), out_dir / f"{name}.{fmt}", fmt) for name in TABLES]
+
+
+def write_table(frame: pd.DataFrame, path: Path, fmt: ExportFormat) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "csv":
+        frame.to_csv(path, index=False)
+    elif fmt == "parquet":
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_json(path, orient="records", lines=True)
+    return path

@@ -89,6 +89,11 @@ class CellMetrics(ResultModel):
     per_repeat: list[RepeatMetrics]
     speedup: float | None
     exactness: ExactnessShares | None  # vs the baseline (for the baseline: its noise floor)
+    # adaptive repeats (load.repeats: {min, max, target_rel_half_width}); None/0 with a fixed count
+    precision_metric: str | None = None  # speedup, or output_tok_s for the baseline
+    rel_half_width: float | None = None  # achieved after the cell's last repeat
+    precision_target: float | None = None
+    extra_repeat_s: float = 0.0  # engine seconds spent on repeats beyond the minimum
 
 
 class CategoryMetrics(ResultModel):

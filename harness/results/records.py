@@ -86,6 +86,14 @@ class WindowPower(ResultModel):
     samples: list[tuple[float, float | None, float | None, bool]] = []  # (t, W, cumulative J, throttled)
 
 
+class WindowPrecision(ResultModel):
+    """Adaptive repeats: how precisely the cell was known after this window."""
+
+    metric: Literal["speedup", "output_tok_s"]  # speedup vs the baseline; tok/s for the baseline itself
+    rel_half_width: float | None  # of the 95% interval of the mean over the repeats so far
+    target: float
+
+
 class WindowRecord(ResultModel):
     """One measured window: a workload at a concurrency level, one repeat."""
 
@@ -102,6 +110,7 @@ class WindowRecord(ResultModel):
     counters_after: dict[str, Any] | None = None
     server_reported: dict[str, Any] | None = None  # the engine's own server-wide figure, labelled, never tau
     power: WindowPower | None = None
+    precision: WindowPrecision | None = None  # adaptive repeats only
 
     def counter_delta(self) -> SpecCounters:
         """The window's counter delta (server_counters windows only)."""

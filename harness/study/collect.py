@@ -1,0 +1,134 @@
+"""A study directory, loaded: each point's typed summary, the observations the analysis reads,
+the analysis itself, and the study's tidy table for pandas."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import UserError
+from harness.results.model import Summary
+from harness.study import analysis
+from harness.study.record import StudyDir, StudyPointRecord, StudyRecord
+from harness.summary import summarize
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def point_observations(
+    point: StudyPointRecord, summary: Summary, families: dict[str, str]
+) -> list[analysis.Observation]:
+    """One observation per cell of one point's run."""
+    base = {(c.workload, c.concurrency): c for c in summary.cells if c.arm == summary.baseline_arm}
+    axes = tuple((path, value) for path, value in point.axes)
+    out = []
+    for cell in summary.cells:
+        reference = base.get((cell.workload, cell.concurrency))
+        out.append(
+            analysis.Observation(
+                point=point.id,
+                axes=axes,
+                arm=cell.arm,
+                family=families.get(cell.arm, cell.arm),
+                method=cell.method,
+                k=cell.num_speculative_tokens,
+                workload=cell.workload,
+                concurrency=cell.concurrency,
+                speedup=cell.speedup,
+                speedup_repeats=tuple(r.speedup for r in cell.per_repeat if r.speedup is not None),
+                tau=cell.tau,
+                output_tok_s=cell.output_tok_s,
+                usd_per_mtok=cell.usd_per_mtok,
+                baseline_usd_per_mtok=reference.usd_per_mtok if reference else None,
+                identical_pct=cell.exactness.identical_pct if cell.exactness else None,
+            )
+        )
+    return out
+
+
+@dataclass
+class StudyResults:
+    """Everything a study's table, report and pandas view show, derived from its points' raw files."""
+
+    root: Path
+    record: StudyRecord
+    summaries: dict[str, Summary]  # point id -> summary, for the points that have results
+    missing: list[str]  # points without results yet (not run, or nothing measured)
+    observations: list[analysis.Observation] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.observations = [
+            o
+            for point in self.record.points
+            if point.id in self.summaries
+            for o in point_observations(point, self.summaries[point.id], self.record.families)
+        ]
+
+    def point(self, point_id: str) -> StudyPointRecord:
+        return next(p for p in self.record.points if p.id == point_id)
+
+    def label(self, point_id: str) -> str:
+        axes = self.point(point_id).axes
+        return ", ".join(f"{path}={value}" for path, value in axes) or point_id
+
+    def recommendations(self) -> list[analysis.Recommendation]:
+        return analysis.recommend(self.observations)
+
+    def break_evens(self) -> list[analysis.BreakEven]:
+        series: dict[tuple[str, str, str], list[analysis.Observation]] = {}
+        for o in self.observations:
+            if o.method != "baseline":
+                series.setdefault((o.point, o.arm, o.workload), []).append(o)
+        return [analysis.break_even(members) for members in series.values()]
+
+    def best_ks(self) -> list[analysis.BestK]:
+        return analysis.best_k(self.observations)
+
+    def flips(self) -> list[analysis.Flip]:
+        return analysis.flips(self.observations)
+
+    def cells(self) -> pd.DataFrame:
+        """The study's tidy table: every point's cells (``harness.load_run(...).cells()`` columns),
+        with the point id, each regime axis as a column, and the arm's family."""
+        import pandas as pd
+
+        from harness.results.frames import load_run
+
+        frames = []
+        for point in self.record.points:
+            if point.id not in self.summaries:
+                continue
+            frame = load_run(self.root / point.run_dir).cells()
+            frame.insert(0, "point", point.id)
+            for index, (path, value) in enumerate(point.axes, start=1):
+                frame.insert(index, path, [value] * len(frame))
+            frame.insert(
+                len(point.axes) + 1, "family", [self.record.families.get(a, a) for a in frame["arm"]]
+            )
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def load_study(path: Path) -> StudyResults:
+    """A study directory with every point's summary re-derived from its raw files."""
+    study = StudyDir(Path(path))
+    if not study.record_path.is_file():
+        raise UserError(f"{path}: not a study directory (no study.json)")
+    record = study.read()
+    summaries: dict[str, Summary] = {}
+    missing = []
+    for point in record.points:
+        run_dir = study.point_run(point).root
+        if (run_dir / "regime.json").is_file():
+            summary = summarize(run_dir)
+            if summary.cells:
+                summaries[point.id] = summary
+                continue
+        missing.append(point.id)
+    return StudyResults(root=study.root, record=record, summaries=summaries, missing=missing)
+
+
+def axis_values(record: StudyRecord) -> dict[str, Any]:
+    return dict(record.regime_axes)

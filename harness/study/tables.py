@@ -1,0 +1,126 @@
+"""What a study prints and writes for design docs: the recommendation per workload and load level
+(one column per point), the break-even points, the best K, and the flips; as rich tables for the
+terminal and as Markdown."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from harness.study.analysis import BestK, BreakEven, Recommendation
+from harness.study.collect import StudyResults
+from harness.table import precision_line
+
+
+def _short(rec: Recommendation | None) -> str:
+    if rec is None or rec.best_arm is None:
+        return "-"
+    if rec.arm is None:
+        return f"none ({rec.best_arm} {rec.speedup.point:.2f}x, {rec.speedup.verdict})"  # type: ignore[union-attr]
+    saving = f", -{rec.saving_pct:.0f}% $/Mtok" if rec.saving_pct is not None else ""
+    return f"{rec.arm} {rec.speedup.point:.2f}x{saving}"  # type: ignore[union-attr]
+
+
+def recommendation_rows(study: StudyResults) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: workload, concurrency, then one column per point."""
+    recs = {(r.point, r.workload, r.concurrency): r for r in study.recommendations()}
+    points = [p.id for p in study.record.points if p.id in study.summaries]
+    keys = sorted({(w, c) for (_, w, c) in recs}, key=lambda k: (k[0], k[1]))
+    header = ["workload", "concurrency"] + [f"{p}: {study.label(p)}" for p in points]
+    rows = [[w, str(c)] + [_short(recs.get((p, w, c))) for p in points] for w, c in keys]
+    return header, rows
+
+
+def break_even_rows(study: StudyResults) -> tuple[list[str], list[list[str]]]:
+    found: list[BreakEven] = sorted(study.break_evens(), key=lambda b: (b.point, b.workload, b.arm))
+    return ["point", "workload", "arm", "break-even"], [[b.point, b.workload, b.arm, b.text()] for b in found]
+
+
+def best_k_rows(study: StudyResults) -> tuple[list[str], list[list[str]]]:
+    found: list[BestK] = sorted(study.best_ks(), key=lambda b: (b.point, b.family, b.workload, b.concurrency))
+    rows = [
+        [
+            b.point,
+            b.family,
+            b.workload,
+            str(b.concurrency),
+            b.text(),
+            ", ".join(f"K={k}: {s:.2f}x" for k, s in b.by_k),
+        ]
+        for b in found
+    ]
+    return ["point", "family", "workload", "concurrency", "best K", "all K"], rows
+
+
+def _rich(title: str, header: list[str], rows: list[list[str]]) -> Table:
+    table = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
+    for column in header:
+        table.add_column(escape(column), overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    return table
+
+
+def terminal_tables(study: StudyResults) -> list[Table | str]:
+    """The study's answer, in the order a reader asks for it."""
+    out: list[Table | str] = [
+        _rich(
+            "recommendation: the arm to deploy per workload and load (speedup interval above 1), per point",
+            *recommendation_rows(study),
+        ),
+        _rich("break-even concurrency: where each arm's speedup crosses 1", *break_even_rows(study)),
+    ]
+    header, rows = best_k_rows(study)
+    if rows:
+        out.append(_rich("best K per method family (ties: K values it cannot be told from)", header, rows))
+    flips = study.flips()
+    out.append(
+        "flips between points that differ in one axis:"
+        if flips
+        else "flips: none between the points measured"
+    )
+    out += [f"  - {escape(f.text)}" for f in flips]
+    precision = precision_line([c for s in study.summaries.values() for c in s.cells])
+    if precision:
+        out.append(precision)
+    if study.missing:
+        out.append(
+            f"points without results yet: {', '.join(study.missing)} (bench run --resume {study.root})"
+        )
+    return out
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+
+
+def markdown(study: StudyResults) -> str:
+    """The same tables for a design doc (``analysis.md`` in the study directory)."""
+    record = study.record
+    lines = [f"# Study {record.name}: {study.root.name}", ""]
+    lines += [
+        f"Points: {len(record.points)} ({', '.join(f'{p.id}: {study.label(p.id)}' for p in record.points)}); "
+        f"arm families: {', '.join(sorted(set(record.families.values())))}.",
+        "",
+    ]
+    lines += ["## Recommendation", ""] + _markdown_table(*recommendation_rows(study)) + [""]
+    lines += ["## Break-even concurrency", ""] + _markdown_table(*break_even_rows(study)) + [""]
+    header, rows = best_k_rows(study)
+    if rows:
+        lines += ["## Best K", ""] + _markdown_table(header, rows) + [""]
+    lines += ["## Flips", ""] + (
+        [f"- {f.text}" for f in study.flips()] or ["None between the points measured."]
+    )
+    precision = precision_line([c for s in study.summaries.values() for c in s.cells])
+    if precision:
+        lines += ["", precision[0].upper() + precision[1:] + "."]
+    if study.missing:
+        lines += ["", f"Points without results yet: {', '.join(study.missing)}."]
+    return "\n".join(lines) + "\n"

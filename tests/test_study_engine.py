@@ -1,0 +1,108 @@
+"""A study end to end on the REAL CPU engine (tests/regimes/cpu_study_e2e.yaml: 2 points x
+baseline + ngram K=2 and K=4, eager mode): `bench validate` lists the points, `bench run` runs
+them into one study directory and prints the analysis, `bench report` renders the study page,
+and a resumed study never re-runs a finished point and gives the same tables."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.study.collect import load_study
+from harness.study.tables import best_k_rows, break_even_rows, markdown, recommendation_rows
+
+pytestmark = pytest.mark.engine
+
+ROOT = Path(__file__).resolve().parent.parent
+REGIME = ROOT / "tests" / "regimes" / "cpu_study_e2e.yaml"
+BENCH = [sys.executable, "-m", "harness.cli"]
+
+
+def _bench(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        BENCH + list(args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={"COLUMNS": "200", **__import__("os").environ},
+    )
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    results = tmp_path_factory.mktemp("results")
+    proc = _bench("run", str(REGIME), "--results-dir", str(results))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    (study_dir,) = sorted((results / "cpu_study_e2e").iterdir())
+    return proc, study_dir
+
+
+def test_validate_lists_the_points() -> None:
+    out = _bench("validate", str(REGIME), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 points" in out.stdout and "6 server start-ups" in out.stdout
+    assert "p0: load.max_output_tokens=24" in out.stdout and "p1: load.max_output_tokens=40" in out.stdout
+    assert "ngram_k2" in out.stdout and "ngram_k4" in out.stdout
+
+
+def test_study_runs_every_point_and_prints_the_analysis(study) -> None:
+    proc, study_dir = study
+    record = json.loads((study_dir / "study.json").read_text())
+    assert [p["id"] for p in record["points"]] == ["p0", "p1"]
+    assert record["families"] == {"baseline": "baseline", "ngram_k2": "ngram", "ngram_k4": "ngram"}
+    for point in ("p0", "p1"):
+        regime = json.loads((study_dir / "points" / point / "regime.json").read_text())["regime"]
+        assert [a["name"] for a in regime["arms"]] == ["baseline", "ngram_k2", "ngram_k4"]
+        assert regime["sweep"] is None
+    assert "recommendation" in proc.stdout and "break-even" in proc.stdout and "best K" in proc.stdout
+    loaded = load_study(study_dir)
+    assert loaded.missing == [] and len(loaded.recommendations()) == 2 * 2  # points x levels
+    cells = loaded.cells()
+    assert set(cells["point"]) == {"p0", "p1"} and set(cells["load.max_output_tokens"]) == {24, 40}
+    assert (study_dir / "analysis.md").read_text() == markdown(loaded)
+
+
+def test_study_report_links_every_point(study, tmp_path: Path) -> None:
+    _, study_dir = study
+    out = _bench("report", str(study_dir), "-o", str(tmp_path / "page"), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    page = (tmp_path / "page" / "index.html").read_text()
+    assert 'href="p0.html"' in page and 'href="p1.html"' in page and "Recommendation" in page
+    assert (tmp_path / "page" / "p1.html").is_file()
+
+
+def test_resume_never_reruns_a_finished_point(study, tmp_path: Path) -> None:
+    _, study_dir = study
+    copy = tmp_path / study_dir.name
+    shutil.copytree(study_dir, copy)
+    before = load_study(copy)
+    finished = {
+        p: (copy / "points" / "p0" / p).stat().st_mtime_ns
+        for p in ("summary.json", "arms/ngram_k4/samples.jsonl")
+    }
+    # as if interrupted in p1's last arm: its status says so
+    (copy / "points" / "p1" / "arms" / "ngram_k4" / "status.json").write_text('{"status": "interrupted"}')
+    proc = _bench("run", "--resume", str(copy))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    assert "p0 (load.max_output_tokens=24): complete, kept" in proc.stdout
+    assert {p: (copy / "points" / "p0" / p).stat().st_mtime_ns for p in finished} == finished
+    assert (copy / "points" / "p1" / "arms" / "ngram_k4.attempt-1").is_dir()  # moved aside, not lost
+    after = load_study(copy)
+    assert after.summaries["p0"] == before.summaries["p0"]
+    assert _p0_tables(after) == _p0_tables(before)  # the finished point's tables, unchanged
+
+
+def _p0_tables(results) -> tuple:
+    header, rows = recommendation_rows(results)
+    column = next(i for i, h in enumerate(header) if h.startswith("p0:"))
+    return (
+        [r[:2] + [r[column]] for r in rows],
+        [r for r in break_even_rows(results)[1] if r[0] == "p0"],
+        [r for r in best_k_rows(results)[1] if r[0] == "p0"],
+    )
