@@ -1,8 +1,9 @@
 """Speculative-decoding regime harness.
 
 For notebooks: ``harness.load_run(path)`` loads a run directory as typed results with pandas
-tables (``.cells()``, ``.requests()``, ``.categories()``, ``.repeats()``). It is imported on first
-use, so ``import harness`` stays light (no pandas, no engine).
+tables (``.cells()``, ``.requests()``, ``.categories()``, ``.repeats()``); ``harness.load_study(path)``
+loads a study (its analysis and ``.cells()`` over every point). Both are imported on first use, so
+``import harness`` stays light (no pandas, no engine).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "load_run"]
+__all__ = ["__version__", "load_run", "load_study"]
 
 
 def __getattr__(name: str) -> Any:
@@ -18,4 +19,8 @@ def __getattr__(name: str) -> Any:
         from harness.results.frames import load_run
 
         return load_run
+    if name == "load_study":
+        from harness.study.collect import load_study
+
+        return load_study
     raise AttributeError(f"module 'harness' has no attribute {name!r}")

@@ -335,7 +335,11 @@ def _cmd_show(args: argparse.Namespace, console: Console) -> int:
     from harness.summary import summarize
 
     if is_study_dir(args.run_dir):
-        return _print_study(load_study(args.run_dir), console)
+        from harness.study.run import write_analysis
+
+        results = load_study(args.run_dir)
+        write_analysis(results)  # derived: refreshed on every show
+        return _print_study(results, console)
     return _print_results(summarize(args.run_dir), console)
 
 

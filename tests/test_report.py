@@ -4,20 +4,17 @@ headless Chromium), and comparisons refused across regimes."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from harness.errors import UserError
 from harness.report import render_comparison, render_report
+from tests.browser import chromium, needs_browser
 
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
 HOSTILE = '</table></pre><script>document.title="PWNED"</script>"\'<b>bold</b>'
-CHROMIUM = shutil.which("chromium")
 
 
 def _hostile_run(tmp_path: Path) -> Path:
@@ -62,47 +59,16 @@ def test_compare_refuses_other_regimes_unless_forced(tmp_path: Path) -> None:
     assert "DIFFERENT regimes" in render_comparison(GOLDEN, other, force=True)
 
 
-def _chromium(*args: str) -> subprocess.CompletedProcess:
-    profile = tempfile.mkdtemp()
-    try:
-        return subprocess.run(
-            [
-                CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={profile}",
-                "--enable-logging=stderr",
-                "--v=0",
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-
-
-@pytest.mark.skipif(
-    CHROMIUM is None and not os.environ.get("BENCH_REQUIRE_BROWSER"),
-    reason="Debian's chromium is not installed (.ci/run installs it and sets BENCH_REQUIRE_BROWSER)",
-)
+@needs_browser
 def test_report_in_headless_chromium(tmp_path: Path) -> None:
-    assert CHROMIUM, "BENCH_REQUIRE_BROWSER is set but chromium is not installed"
     page = tmp_path / "report.html"
     page.write_text(render_report(_hostile_run(tmp_path)))
-    dom = _chromium("--dump-dom", page.as_uri())
+    dom = chromium("--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert "PWNED" not in dom.stdout.split("</title>")[0]  # the injected script never ran
     assert dom.stdout.count('class="minilab"') == 4 and '<td class="text">ngram_k4</td>' in dom.stdout
     assert "&lt;script&gt;document.title" in dom.stdout  # shown as text
     assert "CONSOLE" not in dom.stderr and "Uncaught" not in dom.stderr
     shot = tmp_path / "report.png"
-    taken = _chromium(f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri())
+    taken = chromium(f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri())
     assert taken.returncode == 0 and shot.stat().st_size > 20_000

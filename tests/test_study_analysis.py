@@ -138,3 +138,15 @@ def test_best_k_flip_and_no_flip_across_two_axes() -> None:
 def test_estimate_without_repeats_says_so() -> None:
     single = estimate(obs(1.2, repeats=(1.2,)))
     assert single.low is None and single.verdict == "pays" and "no interval" in single.text()
+
+
+def test_a_different_k_of_the_same_method_is_not_a_recommendation_flip() -> None:
+    # bf16 deploys ngram K=8, fp32 ngram K=4, and at fp32 the two K are tied: no flip at all
+    bf16 = [obs(1.33, k=8, arm="ngram_k8"), obs(1.29, k=4, arm="ngram_k4", repeats=(1.28, 1.29, 1.30))]
+    fp32 = [
+        obs(1.21, k=4, arm="ngram_k4", point="p1", axes=DTYPE_FP32),
+        obs(1.209, k=8, arm="ngram_k8", point="p1", axes=DTYPE_FP32, repeats=(1.199, 1.209, 1.219)),
+    ]
+    found = flips(bf16 + fp32)
+    assert all(f.what != "recommendation" for f in found)
+    assert not [f for f in found if f.what == "best_k"]  # K=4 at fp32 cannot be told from K=8

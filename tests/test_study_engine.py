@@ -6,6 +6,7 @@ and a resumed study never re-runs a finished point and gives the same tables."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from harness.study.collect import load_study
 from harness.study.tables import best_k_rows, break_even_rows, markdown, recommendation_rows
+from tests.browser import CHROMIUM, chromium
 
 pytestmark = pytest.mark.engine
 
@@ -30,7 +32,7 @@ def _bench(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
         cwd=ROOT,
-        env={"COLUMNS": "200", **__import__("os").environ},
+        env={"COLUMNS": "200", **os.environ},
     )
 
 
@@ -66,6 +68,11 @@ def test_study_runs_every_point_and_prints_the_analysis(study) -> None:
     cells = loaded.cells()
     assert set(cells["point"]) == {"p0", "p1"} and set(cells["load.max_output_tokens"]) == {24, 40}
     assert (study_dir / "analysis.md").read_text() == markdown(loaded)
+    for summary in loaded.summaries.values():  # adaptive repeats: the precision reached is stored
+        assert all(
+            c.precision_target == 0.5 and c.rel_half_width is not None and 2 <= c.repeats <= 3
+            for c in summary.cells
+        )
 
 
 def test_study_report_links_every_point(study, tmp_path: Path) -> None:
@@ -75,6 +82,9 @@ def test_study_report_links_every_point(study, tmp_path: Path) -> None:
     page = (tmp_path / "page" / "index.html").read_text()
     assert 'href="p0.html"' in page and 'href="p1.html"' in page and "Recommendation" in page
     assert (tmp_path / "page" / "p1.html").is_file()
+    if CHROMIUM or os.environ.get("BENCH_REQUIRE_BROWSER"):
+        dom = chromium("--dump-dom", (tmp_path / "page" / "index.html").as_uri())
+        assert dom.returncode == 0 and 'class="recommendation"' in dom.stdout and "Uncaught" not in dom.stderr
 
 
 def test_resume_never_reruns_a_finished_point(study, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ line and point; `bench validate` lists the points and their server start-ups."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -103,7 +104,7 @@ def test_validate_prints_every_point_and_its_commands() -> None:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={"COLUMNS": "200", **__import__("os").environ},
+        env={"COLUMNS": "200", **os.environ},
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "valid study" in out.stdout and "4 points, 28 server start-ups" in out.stdout

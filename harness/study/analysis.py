@@ -249,6 +249,7 @@ class Recommendation:
     concurrency: int
     arm: str | None  # None: no speculation (the baseline)
     best_arm: str | None  # the fastest speculative arm, recommended or not
+    family: str | None  # best_arm's family (its method before K was swept)
     speedup: Estimate | None  # of best_arm
     usd_per_mtok_before: float | None
     usd_per_mtok_after: float | None
@@ -281,7 +282,7 @@ def recommend(observations: Sequence[Observation]) -> list[Recommendation]:
     out = []
     for (point, workload, concurrency), members in groups.items():
         if not members:
-            out.append(Recommendation(point, workload, concurrency, None, None, None, None, None, None))
+            out.append(Recommendation(point, workload, concurrency, None, None, None, None, None, None, None))
             continue
         best = max(members, key=lambda o: o.speedup)  # type: ignore[arg-type, return-value]
         speedup = estimate(best)
@@ -293,6 +294,7 @@ def recommend(observations: Sequence[Observation]) -> list[Recommendation]:
                 concurrency,
                 best.arm if deploy else None,
                 best.arm,
+                best.family,
                 speedup,
                 best.baseline_usd_per_mtok,
                 best.usd_per_mtok,
@@ -329,6 +331,12 @@ def _label(recommendation: Recommendation) -> str:
     return recommendation.arm or "no speculation"
 
 
+def _choice(recommendation: Recommendation) -> str | None:
+    """What a recommendation flip compares: the method family to deploy, or none; a different K
+    of the same family is a best-K question (and may be a tie), not a different recommendation."""
+    return recommendation.family if recommendation.arm is not None else None
+
+
 def flips(observations: Sequence[Observation], seed: int = 0) -> list[Flip]:
     """Every place where the recommendation, the best K of a family or the sign of an arm's
     speedup changes between two points that differ in one regime axis, as sentences."""
@@ -356,7 +364,7 @@ def _recommendation_flips(recs: dict, where: tuple) -> list[Flip]:
     out = []
     for (point, workload, concurrency), a in recs.items():
         b = recs.get((q, workload, concurrency))
-        if point != p or b is None or _label(a) == _label(b):
+        if point != p or b is None or _choice(a) == _choice(b):
             continue
         text = (
             f"{workload} @ {concurrency}: the recommendation flips from {_label(a)} "
@@ -391,12 +399,14 @@ def _sign_flips(speed: dict, where: tuple) -> list[Flip]:
         b = speed.get((q, arm, workload, concurrency))
         if point != p or b is None or a.speedup is None or b.speedup is None:
             continue
-        if (a.speedup > 1.0) == (b.speedup > 1.0):
+        ea, eb = estimate(a), estimate(b)
+        # a sign flip is a gain on one side and a loss on the other, each beyond its own noise
+        if {ea.verdict, eb.verdict} != {"pays", "loses"}:  # type: ignore[union-attr]
             continue
-        verb_a, verb_b = ("gains" if s > 1 else "loses" for s in (a.speedup, b.speedup))
+        verb_a, verb_b = ("gains" if e.verdict == "pays" else "loses" for e in (ea, eb))  # type: ignore[union-attr]
         text = (
-            f"{workload} @ {concurrency}: {arm} {verb_a} at {axis}={va} ({a.speedup:.2f}x) and {verb_b} at "
-            f"{axis}={vb} ({b.speedup:.2f}x)"
+            f"{workload} @ {concurrency}: {arm} {verb_a} at {axis}={va} ({ea.text()}) and {verb_b} at "  # type: ignore[union-attr]
+            f"{axis}={vb} ({eb.text()})"  # type: ignore[union-attr]
         )
         out.append(Flip(axis, (va, vb), (p, q), workload, concurrency, "sign", arm, text))
     return out

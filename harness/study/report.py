@@ -100,6 +100,7 @@ def k_figures(study: StudyResults) -> list[tuple[str, str]]:
             ax.set_ylabel(label)
         left.legend(fontsize=7, title="concurrency", title_fontsize=7)
         fig.suptitle(f"{point} {family} on {workload}: tau and tok/s vs K", fontsize=9)
+        fig.tight_layout()
         out.append((f"{point} ({study.label(point)}), {family} on {workload}: tau and tok/s vs K", _png(fig)))
     return out
 

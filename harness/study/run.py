@@ -11,7 +11,7 @@ from rich.console import Console
 from harness.errors import UserError
 from harness.plan import Plan, plan_regime
 from harness.regime import Regime, load_regime
-from harness.results.files import RunDir
+from harness.results.files import RunDir, write_text_atomic
 from harness.runner import Runner, resume_run
 from harness.study.collect import StudyResults, load_study
 from harness.study.record import StudyDir, StudyPointRecord, StudyRecord
@@ -106,5 +106,10 @@ def _run_points(
             _set_aside_empty(run.root)
         Runner(plan, directory.root, console, allow_mismatch).run(run_root=run.root)
     results = load_study(directory.root)
-    (directory.root / ANALYSIS_FILE).write_text(markdown(results))
+    write_analysis(results)
     return directory, results
+
+
+def write_analysis(results: StudyResults) -> None:
+    """``analysis.md``: the study's tables as Markdown, for design docs."""
+    write_text_atomic(results.root / ANALYSIS_FILE, markdown(results))
