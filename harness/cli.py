@@ -30,9 +30,13 @@ def _add_run(commands: Any) -> None:
         help="launch every arm of a regime, measure, store results, print the mini-lab table",
         description="Launch each arm's server in turn, warm it up, measure every workload at every "
         "concurrency level, store raw samples and a summary under RESULTS_DIR/<regime>/<run-id>/, and print "
-        "the mini-lab table.",
+        "the mini-lab table. A regime with a sweep: section is a study: every point runs into "
+        "RESULTS_DIR/<regime>/study-<id>/points/<point>/ and the recommendation, break-even loads, best K "
+        "and flips are printed at the end.",
     )
-    run.add_argument("regime", type=Path, nargs="?", help="regime YAML file, e.g. regimes/cpu_smoke.yaml")
+    run.add_argument(
+        "regime", type=Path, nargs="?", help="regime YAML file, e.g. regimes/cpu_smoke.yaml (or a study)"
+    )
     run.add_argument(
         "--results-dir", type=Path, default=Path("results"), help="where runs are stored (default: results)"
     )
@@ -42,7 +46,7 @@ def _add_run(commands: Any) -> None:
         metavar="RUN_DIR",
         help="continue an interrupted or partly failed run from its first arm without complete results "
         "(uses the regime stored in the run; earlier files of an incomplete arm are kept as "
-        "arms/<arm>.attempt-N)",
+        "arms/<arm>.attempt-N); given a study directory, continue the study: finished points are kept",
     )
     run.add_argument(
         "--allow-mismatch",
@@ -499,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         message = (
             "the drafter build resumes where it stopped when run again"
             if args.command == "drafter"
-            else "the partial run stays readable"
+            else "the partial run stays readable; bench run --resume DIR continues it (a run or a study)"
         )
         console.print(f"[yellow]interrupted[/]: servers stopped; {message}")
         return EXIT_INTERRUPTED
