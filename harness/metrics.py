@@ -138,14 +138,6 @@ HIGHLIGHTED = tuple(name for name, metric in METRICS.items() if metric.highlight
 COMPARED = tuple(name for name, metric in METRICS.items() if metric.compared)
 
 
-def metric(name: str) -> Metric:
-    """The registry entry of ``name``; a KeyError names the known metrics."""
-    try:
-        return METRICS[name]
-    except KeyError:
-        raise KeyError(f"unknown metric {name!r} (known: {', '.join(METRICS)})") from None
-
-
 def best(name: str, values: list[float]) -> float:
     """The best of several values of one metric, in the metric's direction."""
     return max(values) if METRICS[name].higher_is_better else min(values)

@@ -142,6 +142,13 @@ def read_json(path: Path) -> Any:
         raise UserError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
 
 
+def create_exclusive(root: Path) -> Path:
+    """Create a run (or study) directory; raises if it exists: never write into someone else's."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    root.mkdir()
+    return root
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
@@ -154,17 +161,11 @@ class RunDir:
 
     @classmethod
     def create(cls, results_dir: Path, regime_name: str) -> RunDir:
-        parent = results_dir / regime_name
-        parent.mkdir(parents=True, exist_ok=True)
-        root = parent / new_run_id()
-        root.mkdir()  # raises if it exists: never write into someone else's run
-        return cls(root)
+        return cls.create_at(results_dir / regime_name / new_run_id())
 
     @classmethod
     def create_at(cls, root: Path) -> RunDir:
-        root.parent.mkdir(parents=True, exist_ok=True)
-        root.mkdir()  # raises if it exists
-        return cls(root)
+        return cls(create_exclusive(root))
 
     def arm_dir(self, arm: str) -> Path:
         return self.root / "arms" / arm

@@ -3,6 +3,7 @@ the analysis itself, and the study's tidy table for pandas."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,8 @@ class StudyResults:
     summaries: dict[str, Summary]  # point id -> summary, for the points that have results
     missing: list[str]  # points without results yet (not run, or nothing measured)
     observations: list[analysis.Observation] = field(default_factory=list)
+    # each analysis is computed once: the terminal, analysis.md and the page all read it
+    _derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.observations = [
@@ -73,21 +76,29 @@ class StudyResults:
         axes = self.point(point_id).axes
         return ", ".join(f"{path}={value}" for path, value in axes) or point_id
 
+    def _once(self, name: str, compute: Callable[[], Any]) -> Any:
+        if name not in self._derived:
+            self._derived[name] = compute()
+        return self._derived[name]
+
     def recommendations(self) -> list[analysis.Recommendation]:
-        return analysis.recommend(self.observations)
+        return self._once("recommendations", lambda: analysis.recommend(self.observations))
 
     def break_evens(self) -> list[analysis.BreakEven]:
-        series: dict[tuple[str, str, str], list[analysis.Observation]] = {}
-        for o in self.observations:
-            if o.method != "baseline":
-                series.setdefault((o.point, o.arm, o.workload), []).append(o)
-        return [analysis.break_even(members) for members in series.values()]
+        def compute() -> list[analysis.BreakEven]:
+            series: dict[tuple[str, str, str], list[analysis.Observation]] = {}
+            for o in self.observations:
+                if o.method != "baseline":
+                    series.setdefault((o.point, o.arm, o.workload), []).append(o)
+            return [analysis.break_even(members) for members in series.values()]
+
+        return self._once("break_evens", compute)
 
     def best_ks(self) -> list[analysis.BestK]:
-        return analysis.best_k(self.observations)
+        return self._once("best_ks", lambda: analysis.best_k(self.observations))
 
     def flips(self) -> list[analysis.Flip]:
-        return analysis.flips(self.observations)
+        return self._once("flips", lambda: analysis.flips(self.observations))
 
     def cells(self) -> pd.DataFrame:
         """The study's tidy table: every point's cells (``harness.load_run(...).cells()`` columns),
@@ -128,7 +139,3 @@ def load_study(path: Path) -> StudyResults:
                 continue
         missing.append(point.id)
     return StudyResults(root=study.root, record=record, summaries=summaries, missing=missing)
-
-
-def axis_values(record: StudyRecord) -> dict[str, Any]:
-    return dict(record.regime_axes)

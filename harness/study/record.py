@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from harness.errors import UserError
-from harness.results.files import RunDir, new_run_id, read_json, write_json_atomic
+from harness.results.files import RunDir, create_exclusive, new_run_id, read_json, write_json_atomic
 from harness.results.records import ResultModel
 
 STUDY_FILE = "study.json"
@@ -52,11 +52,7 @@ class StudyDir:
 
     @classmethod
     def create(cls, results_dir: Path, regime_name: str) -> StudyDir:
-        parent = results_dir / regime_name
-        parent.mkdir(parents=True, exist_ok=True)
-        root = parent / f"study-{new_run_id()}"
-        root.mkdir()  # never write into another study
-        return cls(root)
+        return cls(create_exclusive(results_dir / regime_name / f"study-{new_run_id()}"))
 
     @property
     def record_path(self) -> Path:

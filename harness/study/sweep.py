@@ -17,6 +17,7 @@ study up front, naming the point.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 from dataclasses import dataclass
@@ -125,8 +126,7 @@ def expand(regime: Regime, source: Path) -> StudyPlan:
     points = []
     for index, values in enumerate(itertools.product(*sweep.regime.values())):
         axes = tuple(zip(paths, values, strict=True))
-        data = {**base, "arms": arms}
-        data = _deep_copy(data)
+        data = copy.deepcopy({**base, "arms": arms})
         for path, value in axes:
             _set_path(data, path, value)
         try:
@@ -135,11 +135,3 @@ def expand(regime: Regime, source: Path) -> StudyPlan:
             raise _point_error(source, f"p{index}", axes, exc, data) from None
         points.append(StudyPoint(f"p{index}", axes, concrete))
     return StudyPlan(regime=regime, source=source, points=points, families=families)
-
-
-def _deep_copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _deep_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_deep_copy(v) for v in value]
-    return value
