@@ -65,8 +65,25 @@ def _add_validate(commands: Any) -> None:
 
 
 def _add_show(commands: Any) -> None:
-    show = commands.add_parser("show", help="re-derive and print the mini-lab table of a stored run")
+    show = commands.add_parser(
+        "show",
+        help="re-derive and print the mini-lab tables, verdict and findings of a stored run (or a study)",
+        description="Re-derive the summary of a stored run from its raw files and print it: the mini-lab "
+        "tables, the verdict per workload and load level, the findings paragraph, exactness and caveats. "
+        "--minilab prints only the lab's compact table in Markdown, for a design doc.",
+    )
     show.add_argument("run_dir", type=Path, help="a run directory, results/<regime>/<run-id>")
+    show.add_argument(
+        "--minilab",
+        action="store_true",
+        help="print only the compact table (one row per arm; tau, tok/s, TPOT, $/Mtok, identical per "
+        "workload, side by side) as Markdown",
+    )
+    show.add_argument(
+        "--concurrency",
+        type=int,
+        help="the load level of the --minilab table (default: the lowest measured)",
+    )
 
 
 def _add_report(commands: Any) -> None:
@@ -244,6 +261,7 @@ def _print_unread(summary: Summary, console: Console) -> None:
 
 def _print_results(summary: Summary, console: Console) -> int:
     from harness.table import (
+        answer_lines,
         category_table,
         drafter_lines,
         exactness_table,
@@ -254,6 +272,8 @@ def _print_results(summary: Summary, console: Console) -> int:
 
     for table in minilab_tables(summary):
         console.print(table)
+    for line in answer_lines(summary):  # the answer first, right after the tables
+        console.print(escape(line), highlight=False, soft_wrap=True)
     categories = category_table(summary)
     if categories is not None:
         console.print(categories)
@@ -262,15 +282,6 @@ def _print_results(summary: Summary, console: Console) -> int:
     exact = exactness_table(summary)
     if exact is not None:
         console.print(exact)
-    for mismatch in summary.mismatches:
-        console.print(
-            f"[yellow]regime mismatch (run with --allow-mismatch):[/] {escape(mismatch)}", soft_wrap=True
-        )
-    for setting in summary.lossy_settings:
-        console.print(f"[yellow]lossy acceptance allowed:[/] {escape(setting)}", soft_wrap=True)
-    for arm in summary.arms:
-        for mismatch in arm.mismatches:
-            console.print(f"[yellow]arm {arm.name}: regime mismatch:[/] {escape(mismatch)}", soft_wrap=True)
     _print_unread(summary, console)
     precision = precision_line(summary.cells)
     if precision:
@@ -344,7 +355,13 @@ def _cmd_show(args: argparse.Namespace, console: Console) -> int:
         results = load_study(args.run_dir)
         write_analysis(results)  # derived: refreshed on every show
         return _print_study(results, console)
-    return _print_results(summarize(args.run_dir), console)
+    summary = summarize(args.run_dir)
+    if args.minilab:
+        from harness.table import lab_markdown
+
+        print(lab_markdown(summary, args.concurrency), end="")  # plain: for pasting, no wrapping
+        return EXIT_OK
+    return _print_results(summary, console)
 
 
 def _cmd_report(args: argparse.Namespace, console: Console) -> int:
@@ -402,7 +419,7 @@ def _cmd_gate(args: argparse.Namespace, console: Console) -> int:
     import os
 
     from harness.gate_report import junit_xml, markdown, verdict_table
-    from harness.gates import evaluate, exit_code, open_views
+    from harness.gates import GATE_FILE, StoredGate, evaluate, exit_code, open_views
     from harness.regime import load_regime
     from harness.results import write_json_atomic, write_text_atomic
 
@@ -437,14 +454,10 @@ def _cmd_gate(args: argparse.Namespace, console: Console) -> int:
     md = args.markdown or args.run_dir / "gate" / "summary.md"
     write_text_atomic(junit, junit_xml(checks, view.regime.name).decode())
     write_text_atomic(md, summary_md)
-    write_json_atomic(
-        args.run_dir / "gate" / "checks.json",
-        {
-            "baseline_run": str(args.baseline) if args.baseline else None,
-            "exit_code": code,
-            "checks": [c.to_json() for c in checks],
-        },
+    stored = StoredGate(
+        baseline_run=str(args.baseline) if args.baseline else None, exit_code=code, checks=checks
     )
+    write_json_atomic(args.run_dir / GATE_FILE, stored.model_dump(mode="json"))
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as step_summary:
             step_summary.write(summary_md)

@@ -46,6 +46,9 @@ class RequestRecord:
     # The engine's own per-request speculative statistics, verbatim (SGLang's spec_tokens_details).
     spec_details: dict[str, Any] | None = None
     prompt_token_count: int | None = None
+    # The prompt as the engine tokenized it (chat template applied), where the engine returns it
+    # (vLLM with return_token_ids, in the first chunk): what prompt-lookup drafting can copy from.
+    prompt_token_ids: list[int] = field(default_factory=list)
     usage_completion_tokens: int | None = None
     finish_reason: str | None = None
     text: str = ""
@@ -141,6 +144,10 @@ def _absorb_chunk(record: RequestRecord, chunk: dict[str, Any], now: float) -> N
     if usage:
         record.usage_completion_tokens = usage.get("completion_tokens")
         record.prompt_token_count = usage.get("prompt_tokens", record.prompt_token_count)
+    if not record.prompt_token_ids:  # chat: on the chunk; completions: on its choice
+        record.prompt_token_ids = chunk.get("prompt_token_ids") or next(
+            (c["prompt_token_ids"] for c in chunk.get("choices") or () if c.get("prompt_token_ids")), []
+        )
     new_tokens, new_text = 0, ""
     for choice in chunk.get("choices") or []:
         ids = choice.get("token_ids") or []

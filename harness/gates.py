@@ -17,14 +17,19 @@ error (exit 3), not a regression.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from harness import stats
 from harness.errors import UserError
 from harness.metrics import METRICS
 from harness.regime import Gates, Regime
+from harness.results.files import read_json
 from harness.results.raw import read_raw
+from harness.results.records import ResultModel
 from harness.summary import summarize
 
 Verdict = str  # "pass" | "fail" | "inconclusive" | "skipped" | "error"
@@ -52,8 +57,28 @@ class Check:
     n: int = 0
     n_baseline: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+
+class StoredGate(ResultModel):
+    """``RUN_DIR/gate/checks.json``: the last ``bench gate`` of a run (the report shows its checks)."""
+
+    baseline_run: str | None
+    exit_code: int
+    checks: list[Check]
+
+
+GATE_FILE = Path("gate") / "checks.json"
+
+
+def read_gate(run_dir: Path) -> StoredGate | None:
+    """The run's stored gate verdicts, or None when ``bench gate`` has not run on it."""
+    path = run_dir / GATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        return StoredGate.model_validate(read_json(path))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UserError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
 
 
 class RunView:

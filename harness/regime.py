@@ -67,6 +67,14 @@ class Engine(StrictModel):
     startup_timeout_s: float = Field(
         default=900, gt=0, description="Seconds to wait for the server to become healthy."
     )
+    attention_backend: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Pin the attention backend, in the engine's own spelling (vLLM: FLASH_ATTN, "
+        "FLASHINFER, CPU_ATTN, ...; SGLang: fa3, flashinfer, triton, ...), passed as "
+        "--attention-backend. Unpinned, the engine chooses; either way the backend it selected is "
+        "recorded per arm and a pin it did not honour is a regime mismatch.",
+    )
     extra_args: list[str] = Field(
         default_factory=list,
         description="Extra engine arguments, passed verbatim as an argument list (never a shell).",

@@ -38,6 +38,7 @@ from harness.regime import Arm, Regime
 from harness.results import (
     SCHEMA_VERSION,
     ArmStatus,
+    AttentionBackend,
     RequestSample,
     RunDir,
     Summary,
@@ -181,20 +182,16 @@ class Runner:
             with server:
                 startup_s = self._wait_ready(server)
                 phase = "measuring"
-                mismatches = self._check_served(run, arm, server)
-                run.write_status(
-                    arm.name,
-                    ArmStatus(
-                        status="running", startup_s=startup_s, pgid=server.process.pid, mismatches=mismatches
-                    ),
-                )
+                mismatches, backend = self._check_served(run, arm, server)
+                served = {"startup_s": startup_s, "mismatches": mismatches, "attention_backend": backend}
+                run.write_status(arm.name, ArmStatus(status="running", pgid=server.process.pid, **served))
                 self._warm_up(run, arm, server)
                 for workload in self.plan.workloads:
                     for concurrency in self.plan.regime.load.concurrency:
                         self._measure_cell(run, arm, server, workload, concurrency)
                 if arm.method == "baseline" and self.plan.regime.exactness.noise_floor:
                     self._noise_floor_pass(run, arm, server)
-            run.write_status(arm.name, ArmStatus(status="ok", startup_s=startup_s, mismatches=mismatches))
+            run.write_status(arm.name, ArmStatus(status="ok", **served))
         except EngineError as exc:
             self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
             run.write_status(arm.name, ArmStatus(status="failed", phase=phase, error=str(exc)))
@@ -204,9 +201,12 @@ class Runner:
             run.write_status(arm.name, ArmStatus(status="interrupted"))
             raise
 
-    def _check_served(self, run: RunDir, arm: Arm, server: Server) -> list[str]:
+    def _check_served(
+        self, run: RunDir, arm: Arm, server: Server
+    ) -> tuple[list[str], AttentionBackend | None]:
         """What the started engine reports against the regime: stop the run on a mismatch
-        unless allowed (then it is recorded in the arm's status)."""
+        unless allowed (then it is recorded in the arm's status). Returns the mismatches and the
+        attention backend the engine selected."""
         served = self.plan.adapter.served_config(server.base_url, server.log_path)
         found = [str(m) for m in check_served(self.plan.regime, served, arm)]
         if found and not self.allow_mismatch:
@@ -216,7 +216,8 @@ class Runner:
                 + "\n  ".join(found)
                 + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
             )
-        return found
+        backend = served.get("attention_backend")
+        return found, AttentionBackend.model_validate(backend) if backend else None
 
     def _wait_ready(self, server: Server) -> float:
         timeout = self.plan.regime.engine.startup_timeout_s

@@ -11,10 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.probes.acceptance import SpecCounters, acceptance, mean_acceptance_length, request_counters
+from harness.probes.copying import copied_ngrams, copy_share_pct
 from harness.probes.cost import energy_usd_per_mtok, usd_per_mtok
 from harness.probes.exactness import compare_records, shares
 from harness.probes.power import combine_power, summarize_power
-from harness.probes.throughput import output_tokens_per_s, speedup
+from harness.probes.throughput import (
+    interval_from_repeats,
+    interval_from_requests,
+    output_tokens_per_s,
+    speedup,
+)
 from harness.regime import Arm
 from harness.results.files import RunDir
 from harness.results.model import (
@@ -92,6 +98,7 @@ def cell_metrics(
     tok_s = output_tokens_per_s(output_tokens, duration)
     counters, per_repeat, power = _repeats(windows, ok, price_per_hour)
     acc = acceptance(counters)
+    copies = [copied_ngrams(r.prompt_token_ids, r.token_ids) for r in ok]
     power_stats = combine_power(power, output_tokens)
     first = windows[0]
     return CellMetrics(
@@ -119,6 +126,8 @@ def cell_metrics(
         tau=acc.tau,
         acceptance_rate=acc.acceptance_rate,
         per_position_acceptance=acc.per_position,
+        copy_share_pct=copy_share_pct(copies),
+        output_ngrams=sum(total for _, total in copies),
         drafts=acc.drafts,
         draft_tokens=acc.draft_tokens,
         accepted_tokens=acc.accepted_tokens,
@@ -212,10 +221,15 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
     ]
 
 
-def _with_speedups(cells: list[CellMetrics], baseline: str) -> list[CellMetrics]:
+Samples = dict[tuple[str, str, int], list[RequestSample]]  # (arm, workload, concurrency) -> records
+
+
+def _with_speedups(
+    cells: list[CellMetrics], baseline: str, samples: Samples | None = None
+) -> list[CellMetrics]:
     """Speedup of the pooled cell, and per repeat against the baseline's same repeat (with adaptive
     repeats an arm may run more repeats than the baseline did: those pair with the baseline's pooled
-    tok/s)."""
+    tok/s); its interval from the repeats, or with one repeat from the requests (``samples``)."""
     base = {(c.workload, c.concurrency): c for c in cells if c.arm == baseline}
     out = []
     for cell in cells:
@@ -227,8 +241,30 @@ def _with_speedups(cells: list[CellMetrics], baseline: str) -> list[CellMetrics]
             for r in cell.per_repeat
         ]
         value = speedup(cell.output_tok_s, reference.output_tok_s if reference else None)
-        out.append(cell.model_copy(update={"speedup": value, "per_repeat": per_repeat}))
+        update: dict[str, Any] = {"speedup": value, "per_repeat": per_repeat}
+        if value is not None and cell.arm != baseline:
+            update.update(_interval(cell, value, per_repeat, baseline, samples or {}))
+        out.append(cell.model_copy(update=update))
     return out
+
+
+def _interval(
+    cell: CellMetrics, value: float, per_repeat: list[RepeatMetrics], baseline: str, samples: Samples
+) -> dict[str, Any]:
+    found = interval_from_repeats([r.speedup for r in per_repeat if r.speedup is not None])
+    if found is not None:
+        return {"speedup_low": found[0], "speedup_high": found[1], "speedup_interval": "repeats"}
+    key = (cell.workload, cell.concurrency)
+    reference = {(r.prompt_id, r.repeat): r for r in samples.get((baseline, *key), []) if r.ok}
+    pairs = [
+        (r.output_tokens, r.e2e_s or 0.0, ref.output_tokens, ref.e2e_s or 0.0)
+        for r in samples.get((cell.arm, *key), [])
+        if r.ok and (ref := reference.get((r.prompt_id, r.repeat)))
+    ]
+    found = interval_from_requests(pairs, value)
+    if found is None:
+        return {}
+    return {"speedup_low": found[0], "speedup_high": found[1], "speedup_interval": "requests"}
 
 
 def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
@@ -247,7 +283,11 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
     """The summary of a run directory, from its raw files only."""
     raw = run if isinstance(run, RawRun) else read_raw(run)
     baseline = raw.baseline_arm
-    cells = _with_speedups([c for arm in raw.regime.arms for c in _arm_cells(raw, arm)], baseline)
+    samples: Samples = {}
+    for name, arm_raw in raw.arms.items():
+        for sample in arm_raw.samples:
+            samples.setdefault((name, sample.workload, sample.concurrency), []).append(sample)
+    cells = _with_speedups([c for arm in raw.regime.arms for c in _arm_cells(raw, arm)], baseline, samples)
     section = exactness(raw)
     cells = [c.model_copy(update={"exactness": _cell_exactness(c, section, baseline)}) for c in cells]
     return Summary(
@@ -294,6 +334,7 @@ def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetri
                 accepted_tokens=accepted,
                 identical_pct=100.0 * identical / pairs if pairs else None,
                 exactness_pairs=pairs,
+                copy_share_pct=_pooled_copy_share(members),
                 speedup=None,
             )
         )
@@ -302,3 +343,9 @@ def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetri
         r.model_copy(update={"speedup": speedup(r.output_tok_s, base.get((r.category, r.concurrency)))})
         for r in rows
     ]
+
+
+def _pooled_copy_share(cells: list[CellMetrics]) -> float | None:
+    counted = [(c.copy_share_pct, c.output_ngrams) for c in cells if c.copy_share_pct is not None]
+    total = sum(n for _, n in counted)
+    return sum(pct * n for pct, n in counted) / total if total else None

@@ -7,6 +7,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
+from harness.errors import UserError
 from harness.metrics import METRICS
 from harness.probes.acceptance import mean_acceptance_length
 from harness.results.model import ArmSummary, CellMetrics, Summary
@@ -221,3 +222,118 @@ def precision_line(cells: list[CellMetrics]) -> str | None:
         f"(+-{100 * adaptive[0].precision_target:g}%; median reached {median}); the repeats beyond the "
         f"minimum cost {extra_min:.1f} engine-minutes"
     )
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A GitHub-flavoured Markdown table, pipes in cells escaped."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+
+
+# The lab's deliverable: {arms} x {tau, tok/s, TPOT, $/Mtok, outputs identical?} per workload.
+LAB_COLUMNS = ("tau", "tok/s", "TPOT p50 ms", "$/Mtok", "identical")
+
+
+def lab_concurrency(summary: Summary, concurrency: int | None = None) -> int:
+    """The load level the lab table shows: the one asked for, else the lowest measured."""
+    levels = sorted({c.concurrency for c in summary.cells})
+    if concurrency is None:
+        return levels[0]
+    if concurrency not in levels:
+        raise UserError(
+            f"concurrency {concurrency} was not measured in this run (levels: {', '.join(map(str, levels))})"
+        )
+    return concurrency
+
+
+def _identical_cell(summary: Summary, cell: CellMetrics) -> str:
+    if cell.arm == summary.baseline_arm:
+        return "reference"
+    shares = cell.exactness
+    if shares is None or not shares.compared:
+        return "-"
+    same = round(shares.compared * (shares.identical_pct or 0.0) / 100)
+    return ("yes " if same == shares.compared else "no ") + f"{same}/{shares.compared}"
+
+
+def lab_rows(summary: Summary, concurrency: int) -> tuple[list[str], list[list[str]]]:
+    """One row per arm, the workloads side by side (the lab's columns for each)."""
+    workloads = list(dict.fromkeys(c.workload for c in summary.cells))
+    header = ["arm"] + [f"{w}: {column}" for w in workloads for column in LAB_COLUMNS]
+    rows = []
+    for arm in summary.arms:
+        row = [arm.name]
+        for workload in workloads:
+            cell = summary.cell(arm.name, workload, concurrency)
+            if cell is None:
+                row += ["-"] * len(LAB_COLUMNS)
+                continue
+            tau = "1" if cell.method == "baseline" else _fmt(cell.tau, ".2f")
+            row += [
+                tau,
+                _fmt(cell.output_tok_s, ".1f"),
+                _fmt(cell.tpot_ms_p50, ".1f"),
+                _fmt(cell.usd_per_mtok, ".2f"),
+                _identical_cell(summary, cell),
+            ]
+        rows.append(row)
+    return header, rows
+
+
+def lab_markdown(summary: Summary, concurrency: int | None = None) -> str:
+    level = lab_concurrency(summary, concurrency)
+    header, rows = lab_rows(summary, level)
+    title = f"{summary.regime_name} run {summary.run_id}, concurrency {level}"
+    return (
+        "\n".join(
+            [
+                f"**{title}** (TPOT p50 in ms; identical: greedy token ids equal the baseline's)",
+                "",
+                *markdown_table(header, rows),
+            ]
+        )
+        + "\n"
+    )
+
+
+def answer_lines(summary: Summary) -> list[str]:
+    """The verdict per window, its caveats, the findings paragraph and the attention backends:
+    what the terminal prints first after the tables (plain text, rich markup escaped by the caller)."""
+    from harness.findings import findings
+    from harness.verdict import interval_note, run_caveats, window_verdicts
+
+    lines = [f"Verdict ({interval_note(summary)}):"]
+    lines += [f"  {v.text()}" for v in window_verdicts(summary)]
+    lines += [f"  caveat: {c}" for c in run_caveats(summary)]
+    paragraph = findings(summary)
+    if paragraph:
+        lines += ["Findings: " + " ".join(paragraph)]
+    backends = backend_line(summary)
+    if backends:
+        lines.append(backends)
+    return lines
+
+
+def backend_text(arm: ArmSummary) -> str:
+    backend = arm.attention_backend
+    if backend is None or backend.target is None:
+        return "not reported"
+    return backend.target + (f" (drafter {backend.drafter})" if backend.drafter else "")
+
+
+def backend_line(summary: Summary) -> str | None:
+    """The attention backend each arm's engine selected, in one line (once when all agree)."""
+    reported = [a for a in summary.arms if a.attention_backend is not None]
+    if not reported:
+        return None
+    texts = {a.name: backend_text(a) for a in summary.arms}
+    sources = sorted({a.attention_backend.source for a in reported if a.attention_backend})
+    if len(set(texts.values())) == 1:
+        body = f"{next(iter(texts.values()))} for every arm"
+    else:
+        body = ", ".join(f"{name} {text}" for name, text in texts.items())
+    return f"Attention backend: {body} ({'; '.join(sources)})."

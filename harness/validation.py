@@ -107,6 +107,7 @@ def check_served(regime: Regime, served: dict[str, Any], arm: Arm | None = None)
                         f"server reports {reported['num_speculative_tokens']}",
                     )
                 )
+    found += _attention_backend_mismatch(regime, served)
     pin = regime.engine.version
     if pin and served.get("version") and not _version_matches(pin, served["version"]):
         found.append(Mismatch("engine.version", pin, f"server reports {served['version']}"))
@@ -116,6 +117,16 @@ def check_served(regime: Regime, served: dict[str, Any], arm: Arm | None = None)
             Mismatch("target.max_model_len", str(regime.target.max_model_len), f"server reports {max_len}")
         )
     return found
+
+
+def _attention_backend_mismatch(regime: Regime, served: dict[str, Any]) -> list[Mismatch]:
+    """A pinned attention backend the engine did not select (names compared case-insensitively:
+    vLLM spells FLASH_ATTN, SGLang fa3)."""
+    pin = regime.engine.attention_backend
+    selected = (served.get("attention_backend") or {}).get("target")
+    if pin and selected and selected.lower() != pin.lower():
+        return [Mismatch("engine.attention_backend", pin, f"server selected {selected}")]
+    return []
 
 
 def lossy_settings(regime: Regime) -> list[str]:

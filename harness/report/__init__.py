@@ -14,12 +14,23 @@ from typing import Any
 import jinja2
 
 from harness.errors import UserError
+from harness.findings import findings
+from harness.gates import StoredGate, read_gate
 from harness.metrics import COMPARED, HIGHLIGHTED, best
 from harness.report import figures
 from harness.results.model import CellMetrics, Summary
 from harness.results.raw import RawRun, read_raw
 from harness.summary import summarize
-from harness.table import drafter_note
+from harness.table import (
+    LAB_COLUMNS,
+    backend_line,
+    backend_text,
+    drafter_note,
+    lab_concurrency,
+    lab_markdown,
+    lab_rows,
+)
+from harness.verdict import OUTCOME_TEXT, identical_text, interval_note, run_caveats, window_verdicts
 
 
 def template_environment() -> jinja2.Environment:
@@ -52,7 +63,7 @@ def _best(rows: list[CellMetrics]) -> dict[str, Any]:
     return found
 
 
-def _tables(summary: Summary) -> list[dict[str, Any]]:
+def _tables(summary: Summary, gate: StoredGate | None) -> list[dict[str, Any]]:
     tables = []
     for workload, concurrency in summary.window_keys():
         rows = [c for c in summary.cells if (c.workload, c.concurrency) == (workload, concurrency)]
@@ -64,12 +75,52 @@ def _tables(summary: Summary) -> list[dict[str, Any]]:
                 "prompt_format": rows[0].prompt_format,
                 "rows": rows,
                 "best": _best(rows),
+                # the gate's checks of these cells, next to them
+                "checks": [
+                    c
+                    for c in (gate.checks if gate else [])
+                    if (c.workload, c.concurrency) == (workload, concurrency)
+                ],
             }
         )
     return tables
 
 
-def _fingerprint(raw: RawRun) -> list[tuple[str, str]]:
+def _legend(summary: Summary) -> list[tuple[str, str]]:
+    """What is too long for a table column: each arm's drafter and attention backend."""
+    legend = []
+    for arm in summary.arms:
+        parts = []
+        if arm.drafter:
+            parts.append(f"drafter {drafter_note(arm.drafter)}")
+        parts.append(f"attention backend {backend_text(arm)}")
+        legend.append((arm.name, "; ".join(parts)))
+    return legend
+
+
+def _verdicts(summary: Summary) -> list[dict[str, Any]]:
+    rows = []
+    for verdict in window_verdicts(summary):
+        best = verdict.best
+        rows.append(
+            {
+                "where": f"{verdict.workload} @{verdict.concurrency}",
+                "verdict": verdict,
+                "answer": verdict.fastest,
+                "outcome": OUTCOME_TEXT.get(verdict.outcome, verdict.outcome),
+                "speedup": verdict.estimate.text() if verdict.estimate else "–",
+                "best": best.arm if best else "–",
+                "usd_before": verdict.baseline.usd_per_mtok,
+                "usd_after": best.usd_per_mtok if best else None,
+                "saving_pct": verdict.saving_pct,
+                "identical": identical_text(best) if best else "–",
+                "caveats": "; ".join(verdict.caveats),
+            }
+        )
+    return rows
+
+
+def _fingerprint(raw: RawRun, summary: Summary) -> list[tuple[str, str]]:
     regime, record, environment = raw.regime, raw.record, raw.environment
     hardware = regime.hardware
     pinned = f"{hardware.gpu_count} x {hardware.gpu_model}" if hardware.kind == "gpu" else "CPU"
@@ -99,6 +150,7 @@ def _fingerprint(raw: RawRun) -> list[tuple[str, str]]:
             f"{'eager' if regime.engine.enforce_eager else 'compiled'} mode)",
         ),
         ("arms", arms),
+        ("attention backend", backend_line(summary) or "not reported by the engine"),
         ("sampling", f"temperature {regime.sampling.temperature}, seed {regime.sampling.seed}"),
         (
             "load",
@@ -118,17 +170,10 @@ def _fingerprint(raw: RawRun) -> list[tuple[str, str]]:
     ]
 
 
-def _warnings(summary: Summary, record: dict[str, Any]) -> list[str]:
-    warnings = [f"Regime mismatch (run with --allow-mismatch): {m}" for m in record.get("mismatches", [])]
-    warnings += [
-        f"Lossy or fake acceptance allowed by the regime: {s}" for s in record.get("lossy_settings", [])
-    ]
-    warnings += [f"Raw data not read: {note}" for note in summary.unread_lines]
-    for arm in summary.arms:
-        warnings += [f"Arm {arm.name}: regime mismatch: {m}" for m in arm.mismatches]
-        if arm.status != "ok":
-            warnings.append(f"Arm {arm.name} is {arm.status}: {arm.error or ''}".strip())
-    return warnings
+def _warnings(summary: Summary) -> list[str]:
+    """Banners above the verdict: what qualifies every number of the run (the verdict's caveats),
+    and raw lines that could not be read."""
+    return run_caveats(summary) + [f"Raw data not read: {note}" for note in summary.unread_lines]
 
 
 def _categories(summary: Summary) -> dict[str, Any]:
@@ -187,9 +232,24 @@ def _trained_drafters(record: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _lab(summary: Summary) -> dict[str, Any]:
+    level = lab_concurrency(summary)
+    header, rows = lab_rows(summary, level)
+    workloads = list(dict.fromkeys(c.workload for c in summary.cells))
+    return {
+        "concurrency": level,
+        "workloads": workloads,
+        "columns": LAB_COLUMNS,
+        "rows": rows,
+        "markdown": lab_markdown(summary, level),
+        "header": header,
+    }
+
+
 def report_context(run_dir: Path) -> dict[str, Any]:
     raw = read_raw(run_dir)
     summary = summarize(raw)
+    gate = read_gate(run_dir)
     record = raw.record
     arms = [a.name for a in summary.arms]
     workloads = list(dict.fromkeys(c.workload for c in summary.cells))
@@ -203,11 +263,18 @@ def report_context(run_dir: Path) -> dict[str, Any]:
         if sources
         else (", ".join(notes) or "not recorded"),
         "power_measured": bool(sources),
+        "copy_measured": any(c.copy_share_pct is not None for c in rows),
         "summary": summary,
         "run_id": summary.run_id,
-        "fingerprint": _fingerprint(raw),
-        "warnings": _warnings(summary, record),
-        "tables": _tables(summary),
+        "fingerprint": _fingerprint(raw, summary),
+        "warnings": _warnings(summary),
+        "tables": _tables(summary, gate),
+        "legend": _legend(summary),
+        "verdicts": _verdicts(summary),
+        "interval_note": interval_note(summary),
+        "findings": findings(summary),
+        "lab": _lab(summary),
+        "gate": gate,
         "categories": _categories(summary),
         "trained_drafters": _trained_drafters(record),
         "figures": [

@@ -26,6 +26,10 @@ Schema history (``schema_version``, in ``regime.json`` and ``summary.json``):
     2 - typed results: samples carry ``ttft_s``/``tpot_s``; the summary is the dump of
         ``harness.results.Summary``: ``windows`` renamed ``cells`` (one per arm x workload x
         concurrency), ``unread_lines`` added. Version-1 runs still load (``load_summary``).
+    3 - the answer first: samples carry ``prompt_token_ids`` (the prompt as the engine tokenized
+        it), arm statuses the ``attention_backend`` the engine selected; summary cells carry the
+        speedup's interval (``speedup_low``/``speedup_high``/``speedup_interval``) and the output's
+        ``copy_share_pct``. Version-2 files load unchanged (every new field has a default).
 """
 
 from __future__ import annotations
@@ -45,8 +49,8 @@ from harness.errors import UserError
 from harness.results.records import ArmStatus
 
 # The version this harness writes, and the versions it reads (see the schema history above).
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 RecordT = TypeVar("RecordT", bound=BaseModel)
 
 

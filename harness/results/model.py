@@ -77,6 +77,9 @@ class CellMetrics(ResultModel):
     drafts: float
     draft_tokens: float
     accepted_tokens: float
+    # output n-grams that occur in the prompt (probes.copying); None where no prompt ids were returned
+    copy_share_pct: float | None = None
+    output_ngrams: int = 0  # the share's denominator, for pooling
     usd_per_mtok: float | None
     power_source: str | None
     power_note: str
@@ -88,6 +91,11 @@ class CellMetrics(ResultModel):
     energy_usd_per_mtok: float | None
     per_repeat: list[RepeatMetrics]
     speedup: float | None
+    # 95% interval of the speedup: from the repeats (bootstrap of their mean) or, with one repeat,
+    # from the requests (prompts resampled in pairs with the baseline's); None without either
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    speedup_interval: Literal["repeats", "requests"] | None = None
     exactness: ExactnessShares | None  # vs the baseline (for the baseline: its noise floor)
     # adaptive repeats (load.repeats: {min, max, target_rel_half_width}); None/0 with a fixed count
     precision_metric: str | None = None  # speedup, or output_tok_s for the baseline
@@ -112,6 +120,7 @@ class CategoryMetrics(ResultModel):
     identical_pct: float | None
     exactness_pairs: int
     speedup: float | None
+    copy_share_pct: float | None = None
 
 
 class ArmSummary(ArmStatus):
@@ -161,7 +170,7 @@ class ExactnessSection(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[3] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str
@@ -177,6 +186,9 @@ class Summary(ResultModel):
     def cell(self, arm: str, workload: str, concurrency: int) -> CellMetrics | None:
         return next((c for c in self.cells if (c.arm, c.workload, c.concurrency) == (arm, workload, concurrency)), None)
 
+    def cells_of(self, arm: str) -> list[CellMetrics]:
+        return [c for c in self.cells if c.arm == arm]
+
     def arm(self, name: str) -> ArmSummary | None:
         return next((a for a in self.arms if a.name == name), None)
 
@@ -185,11 +197,13 @@ class Summary(ResultModel):
         return list(dict.fromkeys((c.workload, c.concurrency) for c in self.cells))
 
 
-def upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 summary as version 2: ``windows`` became ``cells``; nothing else moved."""
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """An older summary as the current version: in version 2 ``windows`` became ``cells``; version
+    3 only added fields with defaults."""
     data = dict(data)
-    data["cells"] = data.pop("windows")
-    data["schema_version"] = 2
+    if data["schema_version"] == 1:
+        data["cells"] = data.pop("windows")
+    data["schema_version"] = SCHEMA_VERSION
     return data
 
 
@@ -201,7 +215,7 @@ def parse_summary(data: Any, source: str) -> Summary:
                         f"versions "
                         f"{', '.join(map(str, READABLE_VERSIONS))}); use the harness version that wrote it")
     try:
-        return Summary.model_validate(upgrade_v1(data) if version == 1 else data)
+        return Summary.model_validate(upgrade(data))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
@@ -209,5 +223,5 @@ def parse_summary(data: Any, source: str) -> Summary:
 
 
 def load_summary(path: Path) -> Summary:
-    """A stored ``summary.json`` (version 1 or 2)."""
+    """A stored ``summary.json`` (any readable version)."""
     return parse_summary(read_json(path), str(path))

@@ -44,6 +44,7 @@ class RequestSample(ResultModel):
     top_logprobs: list[list[tuple[int | None, float]]] = []
     spec_details: dict[str, Any] | None = None  # the engine's own per-request draft statistics, verbatim
     prompt_token_count: int | None = None
+    prompt_token_ids: list[int] = []  # as the engine tokenized the prompt; [] where it did not say
     usage_completion_tokens: int | None = None
     finish_reason: str | None = None
     text: str = ""
@@ -122,6 +123,14 @@ class WindowRecord(ResultModel):
 ArmState = Literal["not_run", "running", "ok", "failed", "interrupted"]
 
 
+class AttentionBackend(ResultModel):
+    """The attention backend the engine selected for the arm's server, in the engine's spelling."""
+
+    target: str | None
+    drafter: str | None = None  # where the engine reports a separate one for the draft
+    source: str  # where it was read (server log, /server_info), or how it was inferred
+
+
 class ArmStatus(ResultModel):
     """An arm's ``status.json``: where it got to, and why it stopped if it did not finish."""
 
@@ -131,3 +140,4 @@ class ArmStatus(ResultModel):
     startup_s: float | None = None
     pgid: int | None = None  # the server's process group while running (to find an orphan)
     mismatches: list[str] = []  # regime mismatches recorded with --allow-mismatch
+    attention_backend: AttentionBackend | None = None  # None: the engine did not say

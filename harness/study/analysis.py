@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from harness import stats
+from harness.probes.throughput import Estimate, interval_from_repeats
 
 RESAMPLES = 2000
 CONFIDENCE = 0.95
@@ -49,41 +50,15 @@ class Observation:
     identical_pct: float | None
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """A speedup with its interval; ``low``/``high`` are None with fewer than two repeats."""
-
-    point: float
-    low: float | None
-    high: float | None
-    n: int
-
-    @property
-    def verdict(self) -> Literal["pays", "loses", "indistinguishable", "unknown"]:
-        if self.low is None or self.high is None:
-            return "unknown" if self.point == 1.0 else ("pays" if self.point > 1.0 else "loses")
-        if self.low > 1.0:
-            return "pays"
-        if self.high < 1.0:
-            return "loses"
-        return "indistinguishable"
-
-    def text(self) -> str:
-        interval = (
-            f" [{self.low:.2f}, {self.high:.2f}]" if self.low is not None and self.high is not None else ""
-        )
-        return f"{self.point:.2f}x{interval}" + ("" if self.n > 1 else " (1 repeat, no interval)")
-
-
 def estimate(observation: Observation) -> Estimate | None:
     """The speedup of one cell with a bootstrap interval of the mean over its repeats."""
     if observation.speedup is None:
         return None
-    repeats = list(observation.speedup_repeats)
-    if len(repeats) < 2:
+    repeats = observation.speedup_repeats
+    interval = interval_from_repeats(repeats)
+    if interval is None:
         return Estimate(observation.speedup, None, None, len(repeats))
-    interval = stats.bootstrap_statistic(repeats, stats.mean, RESAMPLES, CONFIDENCE)
-    return Estimate(observation.speedup, interval.low, interval.high, len(repeats))
+    return Estimate(observation.speedup, *interval, len(repeats))
 
 
 # ---- break-even ------------------------------------------------------------------------------

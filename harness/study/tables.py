@@ -10,7 +10,7 @@ from rich.table import Table
 
 from harness.study.analysis import BestK, BreakEven, Recommendation
 from harness.study.collect import StudyResults
-from harness.table import precision_line
+from harness.table import markdown_table, precision_line
 
 
 def _short(rec: Recommendation | None) -> str:
@@ -93,14 +93,6 @@ def terminal_tables(study: StudyResults) -> list[Table | str]:
     return out
 
 
-def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|")
-
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-
-
 def markdown(study: StudyResults) -> str:
     """The same tables for a design doc (``analysis.md`` in the study directory)."""
     record = study.record
@@ -110,11 +102,11 @@ def markdown(study: StudyResults) -> str:
         f"arm families: {', '.join(sorted(set(record.families.values())))}.",
         "",
     ]
-    lines += ["## Recommendation", ""] + _markdown_table(*recommendation_rows(study)) + [""]
-    lines += ["## Break-even concurrency", ""] + _markdown_table(*break_even_rows(study)) + [""]
+    lines += ["## Recommendation", ""] + markdown_table(*recommendation_rows(study)) + [""]
+    lines += ["## Break-even concurrency", ""] + markdown_table(*break_even_rows(study)) + [""]
     header, rows = best_k_rows(study)
     if rows:
-        lines += ["## Best K", ""] + _markdown_table(header, rows) + [""]
+        lines += ["## Best K", ""] + markdown_table(header, rows) + [""]
     lines += ["## Flips", ""] + (
         [f"- {f.text}" for f in study.flips()] or ["None between the points measured."]
     )

@@ -1,0 +1,208 @@
+"""The findings paragraph: why tau and the speedup came out as they did, written from the numbers.
+
+Deterministic rules over the typed ``Summary`` (no language model, no canned text): every
+sentence is built from figures in the summary and names them, so a different run gives a
+different paragraph. The rules, in the order the sentences appear:
+
+1. **Copying** (why tau differs between workloads): per workload, the share of the baseline's
+   output 3-grams that occur in the prompt (``copy_share_pct``, what prompt lookup can accept),
+   next to tau of the arm that drafts from the prompt (ngram; else the arm with the highest
+   tau), and whether tau follows that share across workloads.
+2. **Categories**: the spread of that arm's tau over workload categories, when a category holds
+   several workloads (with one workload per category, rule 1 already says it).
+3. **Where the chain breaks**: per speculative arm, the per-position acceptance pooled over its
+   cells, and the position before which it drops most.
+4. **Acceptance or verification**: per speculative arm, tokens per step (tau) against the
+   speedup: each step costs tau / speedup baseline decode steps. High tau without a speedup means
+   verification (and drafting) is the limit in this regime; tau near 1 means acceptance is.
+5. **Load**: how the best arm's speedup moves between the lowest and highest concurrency.
+6. **Cost**: per workload and load level, $/Mtok at the baseline against the fastest arm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from harness.probes.acceptance import mean_acceptance_length
+from harness.probes.copying import COPY_NGRAM
+from harness.results.model import CellMetrics, Summary
+from harness.verdict import window_verdicts
+
+HIGH_TAU = 1.5  # tokens per step above which acceptance is not the limit
+LOW_TAU = 1.2  # below: drafts are almost never accepted
+
+
+def _pooled_tau(cells: Iterable[CellMetrics]) -> float | None:
+    cells = list(cells)
+    return mean_acceptance_length(sum(c.drafts for c in cells), sum(c.accepted_tokens for c in cells))
+
+
+def _speculative_arms(summary: Summary) -> list[str]:
+    return [a.name for a in summary.arms if a.method != "baseline" and summary.cells_of(a.name)]
+
+
+def _lookup_arm(summary: Summary) -> str | None:
+    """The arm whose acceptance copying explains: ngram (prompt lookup), else the highest tau."""
+    arms = _speculative_arms(summary)
+    ngram = [a for a in arms if summary.arm(a).method == "ngram"]  # type: ignore[union-attr]
+    if ngram:
+        return ngram[0]
+    ranked = [(t, a) for a in arms if (t := _pooled_tau(summary.cells_of(a))) is not None]
+    return max(ranked)[1] if ranked else None
+
+
+def _workloads(summary: Summary) -> list[str]:
+    return list(dict.fromkeys(c.workload for c in summary.cells))
+
+
+def copying_sentence(summary: Summary) -> str | None:
+    arm = _lookup_arm(summary)
+    if arm is None:
+        return None
+    rows = []
+    for workload in _workloads(summary):
+        base = [c for c in summary.cells_of(summary.baseline_arm) if c.workload == workload]
+        share = min(base, key=lambda c: c.concurrency).copy_share_pct if base else None
+        tau = _pooled_tau(c for c in summary.cells_of(arm) if c.workload == workload)
+        if share is not None and tau is not None:
+            rows.append((workload, share, tau))
+    if not rows:
+        return None
+    listed = "; ".join(f"{w}: {share:.0f}% copied, tau {tau:.2f}" for w, share, tau in rows)
+    text = (
+        f"Copying from the prompt (share of the output's {COPY_NGRAM}-token n-grams that occur in it) "
+        f"against {arm}'s tau: {listed}."
+    )
+    if len(rows) < 2:
+        return text
+    by_share = [w for w, _, _ in sorted(rows, key=lambda r: r[1])]
+    by_tau = [w for w, _, _ in sorted(rows, key=lambda r: r[2])]
+    spread = max(r[2] for r in rows) - min(r[2] for r in rows)
+    if by_share == by_tau:
+        return text + f" Tau rises with the copy share (a spread of {spread:.2f} tokens per step)."
+    return text + (
+        f" Tau does not follow the copy share (a spread of {spread:.2f}): acceptance here also "
+        "comes from repetition within the output or from text the prompt does not contain."
+    )
+
+
+def category_sentence(summary: Summary) -> str | None:
+    arm = _lookup_arm(summary)
+    workloads_per_category: dict[str, set[str]] = {}
+    for cell in summary.cells:
+        workloads_per_category.setdefault(cell.category, set()).add(cell.workload)
+    if arm is None or len(workloads_per_category) < 2:
+        return None
+    if all(len(w) == 1 for w in workloads_per_category.values()):
+        return None
+    taus = [
+        (tau, category)
+        for category in workloads_per_category
+        if (tau := _pooled_tau(c for c in summary.cells_of(arm) if c.category == category)) is not None
+    ]
+    if len(taus) < 2:
+        return None
+    (low, low_cat), (high, high_cat) = min(taus), max(taus)
+    return f"By category, {arm}'s tau ranges from {low:.2f} ({low_cat}) to {high:.2f} ({high_cat})."
+
+
+def _pooled_positions(cells: list[CellMetrics]) -> list[float]:
+    drafts = sum(c.drafts for c in cells)
+    if not drafts:
+        return []
+    width = max((len(c.per_position_acceptance) for c in cells), default=0)
+    return [
+        sum(c.per_position_acceptance[i] * c.drafts for c in cells if i < len(c.per_position_acceptance))
+        / drafts
+        for i in range(width)
+    ]
+
+
+def chain_sentence(summary: Summary, arm: str) -> str | None:
+    rates = _pooled_positions(summary.cells_of(arm))
+    if len(rates) < 2:
+        return None
+    drops = [previous - rate for previous, rate in zip([1.0, *rates], rates, strict=False)]
+    worst = max(range(len(drops)), key=lambda i: drops[i])
+    if drops[worst] < 0.01:
+        lowest = 100 * min(rates)
+        return f"{arm}'s chain does not break: every draft position is accepted in {lowest:.0f}% of steps."
+    return (
+        f"{arm} accepts its draft token at position 1 in {100 * rates[0]:.0f}% of steps and at position "
+        f"{len(rates)} in {100 * rates[-1]:.0f}%; the chain breaks most often at position {worst + 1} "
+        f"({100 * drops[worst]:.0f} points lost there)."
+    )
+
+
+def cost_of_step_sentence(summary: Summary, arm: str) -> str | None:
+    """Tokens per step against the speedup, at the cell where this arm accepted the most."""
+    cells = [c for c in summary.cells_of(arm) if c.tau is not None and c.speedup]
+    if not cells:
+        return None
+    cell = max(cells, key=lambda c: (c.tau, -c.concurrency))
+    tau, speed = cell.tau, cell.speedup
+    assert tau is not None and speed is not None
+    where = f"{cell.workload} @{cell.concurrency}"
+    cost = tau / speed
+    if tau < LOW_TAU:
+        return (
+            f"Acceptance is {arm}'s limit: its best tau is {tau:.2f} ({where}), so each step pays for "
+            f"drafting and verification and yields about one token ({speed:.2f}x)."
+        )
+    if speed < 1.0 and tau >= HIGH_TAU:
+        return (
+            f"Verification, not acceptance, is {arm}'s limit in this regime: it emits {tau:.2f} tokens per "
+            f"step on {where} yet runs at {speed:.2f}x, so each of its steps costs {cost:.1f} baseline "
+            "decode steps."
+        )
+    return (
+        f"{arm} turns tau {tau:.2f} into {speed:.2f}x on {where}: each of its steps costs {cost:.1f} "
+        "baseline decode steps."
+    )
+
+
+def load_sentence(summary: Summary) -> str | None:
+    levels = sorted({c.concurrency for c in summary.cells})
+    if len(levels) < 2:
+        return None
+    parts = []
+    verdicts = {(v.workload, v.concurrency): v for v in window_verdicts(summary)}
+    for workload in _workloads(summary):
+        first = verdicts.get((workload, levels[0]))
+        if first is None or first.best is None:
+            continue
+        last = summary.cell(first.best.arm, workload, levels[-1])
+        if last is None or last.speedup is None or first.best.speedup is None:
+            continue
+        parts.append(
+            f"{first.best.arm} on {workload} goes from {first.best.speedup:.2f}x at concurrency {levels[0]} "
+            f"to {last.speedup:.2f}x at {levels[-1]}"
+        )
+    return ("With load, " + "; ".join(parts) + ".") if parts else None
+
+
+def cost_sentence(summary: Summary) -> str | None:
+    parts = []
+    for verdict in window_verdicts(summary):
+        before = verdict.baseline.usd_per_mtok
+        where = f"{verdict.workload} @{verdict.concurrency}"
+        if before is None:
+            continue
+        if verdict.outcome == "pays" and verdict.best and verdict.best.usd_per_mtok is not None:
+            parts.append(
+                f"{where} {before:.2f} -> {verdict.best.usd_per_mtok:.2f} with {verdict.best.arm} "
+                f"(-{verdict.saving_pct:.0f}%)"
+            )
+        else:
+            parts.append(f"{where} stays at the baseline's {before:.2f} (no arm shown to pay)")
+    return ("$/Mtok: " + "; ".join(parts) + ".") if parts else None
+
+
+def findings(summary: Summary) -> list[str]:
+    """The paragraph's sentences, in order; empty when the run measured no speculative arm."""
+    arms = _speculative_arms(summary)
+    sentences = [copying_sentence(summary), category_sentence(summary)]
+    sentences += [chain_sentence(summary, arm) for arm in arms]
+    sentences += [cost_of_step_sentence(summary, arm) for arm in arms]
+    sentences += [load_sentence(summary), cost_sentence(summary)]
+    return [s for s in sentences if s]

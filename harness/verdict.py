@@ -1,0 +1,181 @@
+"""The answer first: per workload and load level, which arm to deploy and whether it pays.
+
+A pure function of the typed ``Summary``. Per (workload, concurrency) window:
+
+- the fastest arm (the baseline included) and the fastest speculative arm;
+- whether that speculative arm pays: its speedup's 95% interval (from the repeats, or with one
+  repeat from the requests) lies above 1 ("pays"), below 1 ("loses"), or spans 1
+  ("indistinguishable from the baseline");
+- $/Mtok at the baseline and at that arm, and the saving;
+- whether its greedy outputs stayed identical to the baseline's;
+- the caveats that qualify it, never hidden: a drafter that only exercises the mechanics, a
+  drafter trained on the measured prompts, a failed arm, regime mismatches, lossy settings, and a
+  baseline that does not reproduce itself (noise floor below 100%).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.probes.throughput import Estimate
+from harness.results.model import ArmSummary, CellMetrics, Summary
+
+OUTCOME_TEXT = {
+    "pays": "pays",
+    "loses": "loses",
+    "indistinguishable": "indistinguishable from the baseline",
+    "faster, no interval": "is faster",  # the estimate's text says there is no interval
+    "slower, no interval": "is slower",
+}
+
+
+@dataclass(frozen=True)
+class WindowVerdict:
+    workload: str
+    concurrency: int
+    baseline: CellMetrics
+    best: CellMetrics | None  # the fastest speculative arm; None when none produced a speedup
+    estimate: Estimate | None  # best's speedup with its interval
+    caveats: tuple[str, ...]  # about the best arm
+
+    @property
+    def outcome(self) -> str:
+        """pays / loses / indistinguishable; without an interval only faster or slower."""
+        if self.estimate is None:
+            return "no speculative arm measured"
+        if self.estimate.low is None:
+            return "faster, no interval" if self.estimate.point > 1.0 else "slower, no interval"
+        return self.estimate.verdict
+
+    @property
+    def fastest(self) -> str:
+        """The arm with the highest tok/s, the baseline included."""
+        if self.best is None or self.estimate is None or self.estimate.point <= 1.0:
+            return self.baseline.arm
+        return self.best.arm
+
+    @property
+    def saving_pct(self) -> float | None:
+        """$/Mtok saved by the best speculative arm against the baseline (negative: it costs more)."""
+        before, after = self.baseline.usd_per_mtok, self.best.usd_per_mtok if self.best else None
+        return 100.0 * (before - after) / before if before and after is not None else None
+
+    def text(self) -> str:
+        where = f"{self.workload} @{self.concurrency}"
+        if self.best is None or self.estimate is None:
+            tok_s = _num(self.baseline.output_tok_s, ".1f")
+            return f"{where}: no speculative arm measured; baseline {tok_s} tok/s"
+        head = (
+            f"{where}: {self.best.arm} {OUTCOME_TEXT[self.outcome]} at {self.estimate.text()}"
+            if self.fastest == self.best.arm
+            else f"{where}: baseline fastest; best speculative arm {self.best.arm} "
+            f"{OUTCOME_TEXT[self.outcome]} at {self.estimate.text()}"
+        )
+        parts = [head, f"$/Mtok {self._cost()}", identical_text(self.best)]
+        return "; ".join(parts) + (f" [{'; '.join(self.caveats)}]" if self.caveats else "")
+
+    def _cost(self) -> str:
+        before = self.baseline.usd_per_mtok
+        after = self.best.usd_per_mtok if self.best else None
+        if before is None or after is None:
+            return "not priced"
+        saving = self.saving_pct
+        change = "" if saving is None else f" ({-saving:+.0f}%)"
+        return f"{before:.2f} -> {after:.2f}{change}"
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def identical_text(cell: CellMetrics) -> str:
+    shares = cell.exactness
+    if shares is None or not shares.compared:
+        return "outputs not compared"
+    same = round(shares.compared * (shares.identical_pct or 0.0) / 100)
+    if same == shares.compared:
+        return f"outputs identical {same}/{shares.compared}"
+    near = round(shares.compared * (shares.near_tie_pct or 0.0) / 100)
+    return f"outputs identical {same}/{shares.compared}" + (f" ({near} near ties)" if near else "")
+
+
+def arm_caveats(arm: ArmSummary | None) -> list[str]:
+    """What qualifies an arm's numbers: where its drafter came from."""
+    if arm is None:
+        return []
+    found = []
+    drafter = arm.drafter or {}
+    label = str(drafter.get("label") or "")
+    if "mechanics only" in label:
+        found.append(f"{arm.name}: {label}")
+    held_out = drafter.get("held_out") or {}
+    if held_out.get("trained_on"):
+        found.append(
+            f"{arm.name}: drafter trained on {held_out['trained_on']} of the measured prompts (tau flattered)"
+        )
+    return found
+
+
+def estimate_of(cell: CellMetrics) -> Estimate | None:
+    """A cell's speedup with the interval the summary stored."""
+    if cell.speedup is None:
+        return None
+    return Estimate(cell.speedup, cell.speedup_low, cell.speedup_high, cell.repeats)
+
+
+def window_verdicts(summary: Summary) -> list[WindowVerdict]:
+    """One verdict per (workload, concurrency), in the order measured."""
+    verdicts = []
+    for workload, concurrency in summary.window_keys():
+        baseline = summary.cell(summary.baseline_arm, workload, concurrency)
+        if baseline is None:
+            continue  # the baseline failed: no speedup exists to judge (run_caveats says so)
+        speculative = [
+            c
+            for c in summary.cells
+            if (c.workload, c.concurrency) == (workload, concurrency)
+            and c.arm != summary.baseline_arm
+            and c.speedup is not None
+        ]
+        best = max(speculative, key=lambda c: c.speedup or 0.0, default=None)
+        verdicts.append(
+            WindowVerdict(
+                workload=workload,
+                concurrency=concurrency,
+                baseline=baseline,
+                best=best,
+                estimate=estimate_of(best) if best else None,
+                caveats=tuple(arm_caveats(summary.arm(best.arm))) if best else (),
+            )
+        )
+    return verdicts
+
+
+def run_caveats(summary: Summary) -> list[str]:
+    """What qualifies every verdict of the run."""
+    found = [f"regime mismatch (run with --allow-mismatch): {m}" for m in summary.mismatches]
+    found += [f"lossy acceptance allowed: {s}" for s in summary.lossy_settings]
+    found += [
+        f"arm {a.name}: regime mismatch: {m}"
+        for a in summary.arms
+        for m in a.mismatches
+        if m not in summary.mismatches
+    ]
+    found += [f"arm {a.name} is {a.status}: not in any verdict" for a in summary.arms if a.status != "ok"]
+    floor = summary.exactness.noise_floor if summary.exactness.applicable else None
+    if floor is not None and floor.identical_pct is not None and floor.identical_pct < 100.0:
+        found.append(
+            f"noise floor: the baseline reproduced itself on {floor.identical_pct:.0f}% of "
+            f"{floor.compared} prompts: an arm's divergences up to that share are numerics, not speculation"
+        )
+    return found
+
+
+def interval_note(summary: Summary) -> str:
+    sources = sorted({c.speedup_interval for c in summary.cells if c.speedup_interval})
+    names = {"repeats": "the repeats", "requests": "the requests (prompts resampled in pairs)"}
+    return (
+        "speedup with its 95% interval from " + " and ".join(names[s] for s in sources)
+        if sources
+        else "no speedup interval: too few repeats and prompts"
+    )
