@@ -8,9 +8,11 @@ from rich import box
 from rich.table import Table
 
 from harness.errors import UserError
+from harness.findings import findings
 from harness.metrics import METRICS
 from harness.probes.acceptance import mean_acceptance_length
 from harness.results.model import ArmSummary, CellMetrics, Summary
+from harness.verdict import identical_counts, interval_note, run_caveats, window_verdicts
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -253,11 +255,11 @@ def lab_concurrency(summary: Summary, concurrency: int | None = None) -> int:
 def _identical_cell(summary: Summary, cell: CellMetrics) -> str:
     if cell.arm == summary.baseline_arm:
         return "reference"
-    shares = cell.exactness
-    if shares is None or not shares.compared:
+    counts = identical_counts(cell)
+    if counts is None:
         return "-"
-    same = round(shares.compared * (shares.identical_pct or 0.0) / 100)
-    return ("yes " if same == shares.compared else "no ") + f"{same}/{shares.compared}"
+    same, _, compared = counts
+    return ("yes " if same == compared else "no ") + f"{same}/{compared}"
 
 
 def lab_rows(summary: Summary, concurrency: int) -> tuple[list[str], list[list[str]]]:
@@ -303,9 +305,6 @@ def lab_markdown(summary: Summary, concurrency: int | None = None) -> str:
 def answer_lines(summary: Summary) -> list[str]:
     """The verdict per window, its caveats, the findings paragraph and the attention backends:
     what the terminal prints first after the tables (plain text, rich markup escaped by the caller)."""
-    from harness.findings import findings
-    from harness.verdict import interval_note, run_caveats, window_verdicts
-
     lines = [f"Verdict ({interval_note(summary)}):"]
     lines += [f"  {v.text()}" for v in window_verdicts(summary)]
     lines += [f"  caveat: {c}" for c in run_caveats(summary)]

@@ -88,15 +88,24 @@ def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def identical_text(cell: CellMetrics) -> str:
+def identical_counts(cell: CellMetrics) -> tuple[int, int, int] | None:
+    """(identical, near ties, compared) prompts of a cell against the baseline; None: not compared."""
     shares = cell.exactness
     if shares is None or not shares.compared:
+        return None
+
+    def count(pct: float | None) -> int:
+        return round(shares.compared * (pct or 0.0) / 100)
+
+    return count(shares.identical_pct), count(shares.near_tie_pct), shares.compared
+
+
+def identical_text(cell: CellMetrics) -> str:
+    counts = identical_counts(cell)
+    if counts is None:
         return "outputs not compared"
-    same = round(shares.compared * (shares.identical_pct or 0.0) / 100)
-    if same == shares.compared:
-        return f"outputs identical {same}/{shares.compared}"
-    near = round(shares.compared * (shares.near_tie_pct or 0.0) / 100)
-    return f"outputs identical {same}/{shares.compared}" + (f" ({near} near ties)" if near else "")
+    same, near, compared = counts
+    return f"outputs identical {same}/{compared}" + (f" ({near} near ties)" if near else "")
 
 
 def arm_caveats(arm: ArmSummary | None) -> list[str]:

@@ -171,6 +171,11 @@ def test_table_printed_and_no_process_left(finished_run) -> None:
     proc, run = finished_run
     assert "code_humaneval" in proc.stdout and "chat_mtbench" in proc.stdout and "speedup" in proc.stdout
     assert "greedy exactness vs baseline" in proc.stdout
+    # the answer comes first after the mini-lab tables: the verdict, then the findings
+    last_table = proc.stdout.rindex("chat_mtbench (chat, chat prompts) @ concurrency")
+    verdict, findings = proc.stdout.index("Verdict ("), proc.stdout.index("Findings: ")
+    assert last_table < verdict < findings < proc.stdout.index("greedy exactness vs baseline")
+    assert "Attention backend: CPU_ATTN for every arm" in proc.stdout
     assert _engine_pids(run) == []
     shown = subprocess.run(BENCH + ["show", str(run)], capture_output=True, text=True, cwd=ROOT)
     assert shown.returncode == 0 and "ngram_k4" in shown.stdout
@@ -180,7 +185,23 @@ def test_table_printed_and_no_process_left(finished_run) -> None:
     )
     html = page.read_text()
     assert made.returncode == 0 and html.count('<table class="minilab"') == 4
-    assert "Regime mismatch (run with --allow-mismatch): engine.version" in html
+    assert "Caveat: regime mismatch (run with --allow-mismatch): engine.version" in html
+    assert html.index('id="verdict"') < html.index('id="findings"') < html.index('id="regime"')
+    minilab = subprocess.run(
+        BENCH + ["show", str(run), "--minilab"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert minilab.returncode == 0 and minilab.stdout.count("\n| ") == 3  # header + baseline + ngram_k4
+
+
+def test_attention_backend_and_copy_share_recorded(finished_run) -> None:
+    _, run = finished_run
+    summary = summarize(run)
+    for arm in summary.arms:
+        assert arm.attention_backend is not None and arm.attention_backend.target == "CPU_ATTN"
+    samples = read_jsonl(run / "arms" / "baseline" / "samples.jsonl")
+    for sample in samples:  # the prompt as the engine tokenized it, on both endpoints
+        assert len(sample["prompt_token_ids"]) == sample["prompt_token_count"] > 0
+    assert all(c.copy_share_pct is not None and 0 <= c.copy_share_pct <= 100 for c in summary.cells)
 
 
 def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:

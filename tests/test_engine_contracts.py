@@ -249,3 +249,41 @@ def test_sglang_stream_parses_into_one_schema() -> None:
     for t, chunk in enumerate(chat):
         _absorb_chunk(record, json.loads(chunk.model_dump_json(exclude_none=True)), float(t))
     assert record.token_ids == [11, 12] and record.t_first_token == 0.0 and record.text == "Hi there"
+
+
+# ---- a pinned attention backend ----------------------------------------------------------------
+
+
+def _pinned(plan: Plan, backend: str) -> Plan:
+    engine = plan.regime.engine.model_copy(update={"attention_backend": backend})
+    regime = plan.regime.model_copy(update={"engine": engine})
+    return Plan(regime, plan.regime_path, plan.adapter, plan.workloads, plan.drafters)
+
+
+def test_pinned_attention_backend_passes_both_real_parsers(resolved, vllm_parser, sglang_parser) -> None:
+    from vllm.config.attention import AttentionConfig
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    plan, model = resolved[ROOT / "regimes" / "h200_tp8.yaml"]
+    argv, _ = _argv(_pinned(plan, "FLASHINFER"), "baseline", model)
+    engine_args, unknown = engine_parsers.vllm_engine_args(vllm_parser, argv)
+    assert unknown == [] and engine_args.attention_backend == "FLASHINFER"
+    # the name is checked when vLLM builds its attention config: its own validator decides
+    assert AttentionConfig(backend=engine_args.attention_backend).backend == AttentionBackendEnum.FLASHINFER
+    wrong, _ = _argv(_pinned(plan, "FLASH_ATTENTION_9"), "baseline", model)
+    wrong_args, _ = engine_parsers.vllm_engine_args(vllm_parser, wrong)
+    with pytest.raises(Exception, match="Unknown attention backend: 'FLASH_ATTENTION_9'"):
+        AttentionConfig(backend=wrong_args.attention_backend)
+
+    plan, model = resolved[ROOT / "regimes" / "h200_tp1_qwen3_8b_sglang.yaml"]
+    pinned = _pinned(plan, "fa3")
+    argv, arm = _argv(pinned, "eagle3_k3", model)
+    args, unknown = engine_parsers.sglang_server_args(sglang_parser, argv)
+    assert unknown == [] and args.attention_backend == "fa3"
+    info = {**args.resolved_dict(), "version": pinned.regime.engine.version}
+    served = served_from_server_info(info)
+    assert served["attention_backend"]["target"] == "fa3"
+    assert check_served(pinned.regime, served, arm) == []
+    wrong, _ = _argv(_pinned(plan, "fa9"), "eagle3_k3", model)
+    with pytest.raises((SystemExit, Exception)):  # not one of SGLang's choices
+        engine_parsers.sglang_server_args(sglang_parser, wrong)

@@ -1,0 +1,269 @@
+"""The verdict, the findings paragraph and the lab table: pure functions of the typed summary.
+
+The summaries here are the stored v1 fixture (a real run: baseline and ngram K=4, two workloads,
+concurrency 1 and 2), with numbers changed where a test needs another answer: every sentence must
+change when the numbers it names change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.client import RequestRecord, _absorb_chunk
+from harness.errors import UserError
+from harness.findings import findings
+from harness.probes.copying import copied_ngrams, copy_share_pct
+from harness.probes.throughput import MIN_REQUEST_PAIRS, interval_from_requests
+from harness.results.model import CellMetrics, Summary
+from harness.summary import summarize
+from harness.table import answer_lines, lab_markdown
+from harness.verdict import run_caveats, window_verdicts
+
+GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
+
+
+@pytest.fixture(scope="module")
+def summary() -> Summary:
+    return summarize(GOLDEN)
+
+
+def with_cells(summary: Summary, **updates_by_key: dict) -> Summary:
+    """The summary with some cells changed; keys are 'arm/workload/concurrency'."""
+    cells = []
+    for cell in summary.cells:
+        update = updates_by_key.get(f"{cell.arm}/{cell.workload}/{cell.concurrency}")
+        cells.append(cell.model_copy(update=update) if update else cell)
+    return summary.model_copy(update={"cells": cells})
+
+
+def ngram(summary: Summary, workload: str, concurrency: int) -> CellMetrics:
+    found = summary.cell("ngram_k4", workload, concurrency)
+    assert found is not None
+    return found
+
+
+# ---- probes -----------------------------------------------------------------------------------
+
+
+def test_copy_share_counts_output_ngrams_found_in_the_prompt() -> None:
+    prompt = [1, 2, 3, 4, 5]
+    assert copied_ngrams(prompt, [2, 3, 4, 9, 9]) == (1, 3)  # (2,3,4) copied; (3,4,9), (4,9,9) not
+    assert copied_ngrams(prompt, [1, 2]) == (0, 0)  # shorter than one n-gram
+    assert copied_ngrams([], [1, 2, 3]) == (0, 0)  # no prompt ids: nothing counted, not "0% copied"
+    assert copy_share_pct([(1, 3), (3, 3)]) == pytest.approx(100 * 4 / 6)  # pooled, like tau
+    assert copy_share_pct([(0, 0)]) is None
+
+
+def test_request_interval_is_paired_deterministic_and_needs_enough_prompts() -> None:
+    # every prompt exactly 2x faster: no spread, the interval collapses onto the speedup
+    same = [(100, 1.0, 100, 2.0)] * 6
+    assert interval_from_requests(same, 2.0) == pytest.approx((2.0, 2.0))
+    # prompt difficulty differs a lot but each is 1.5x faster than ITS baseline: still tight,
+    # because prompts are resampled in pairs
+    paired = [(100, t / 1.5, 100, t) for t in (1.0, 3.0, 9.0, 0.5, 4.0, 2.0)]
+    low, high = interval_from_requests(paired, 1.5)
+    assert low == pytest.approx(1.5) and high == pytest.approx(1.5)
+    slower = (1.1, 1.9, 1.3, 1.6, 1.2, 1.8)  # the baseline's time over the arm's, per prompt
+    noisy = [(100, t, 100, t * s) for t, s in zip((1, 2, 3, 4, 5, 6), slower, strict=True)]
+    first = interval_from_requests(noisy, 1.5)
+    assert first == interval_from_requests(noisy, 1.5)  # seeded
+    assert first[0] < 1.5 < first[1]
+    assert interval_from_requests(noisy[: MIN_REQUEST_PAIRS - 1], 1.5) is None
+
+
+def test_client_keeps_the_prompt_token_ids_of_either_endpoint() -> None:
+    chat = RequestRecord("w", "p", 1, "chat")
+    _absorb_chunk(
+        chat, {"prompt_token_ids": [5, 6, 7], "choices": [{"delta": {"content": "a"}, "token_ids": [1]}]}, 0.1
+    )
+    _absorb_chunk(chat, {"choices": [{"delta": {"content": "b"}, "token_ids": [2]}]}, 0.2)
+    assert chat.prompt_token_ids == [5, 6, 7] and chat.token_ids == [1, 2]
+    raw = RequestRecord("w", "p", 1, "raw")
+    _absorb_chunk(raw, {"choices": [{"text": "a", "token_ids": [1], "prompt_token_ids": [8, 9]}]}, 0.1)
+    assert raw.prompt_token_ids == [8, 9]
+
+
+# ---- verdict ----------------------------------------------------------------------------------
+
+
+def test_verdict_follows_the_interval(summary: Summary) -> None:
+    changed = with_cells(
+        summary,
+        **{
+            "ngram_k4/code_humaneval/1": {
+                "speedup": 1.6,
+                "speedup_low": 1.4,
+                "speedup_high": 1.8,
+                "speedup_interval": "requests",
+                "usd_per_mtok": 2.0,
+            },
+            "ngram_k4/code_humaneval/2": {
+                "speedup": 0.8,
+                "speedup_low": 0.7,
+                "speedup_high": 0.9,
+                "speedup_interval": "requests",
+            },
+            "ngram_k4/chat_mtbench/1": {
+                "speedup": 1.05,
+                "speedup_low": 0.95,
+                "speedup_high": 1.15,
+                "speedup_interval": "requests",
+            },
+        },
+    )
+    verdicts = {(v.workload, v.concurrency): v for v in window_verdicts(changed)}
+    pays = verdicts[("code_humaneval", 1)]
+    assert pays.outcome == "pays" and pays.fastest == "ngram_k4"
+    assert pays.saving_pct == pytest.approx(100 * (3.36 - 2.0) / 3.36, abs=0.2)
+    assert pays.text().startswith(
+        "code_humaneval @1: ngram_k4 pays at 1.60x [1.40, 1.80]; $/Mtok 3.36 -> 2.00 (-41%)"
+    )
+    assert "outputs identical 2/2" in pays.text()
+    loses = verdicts[("code_humaneval", 2)]
+    assert loses.outcome == "loses" and loses.fastest == "baseline"
+    assert loses.text().startswith("code_humaneval @2: baseline fastest; best speculative arm ngram_k4 loses")
+    spans = verdicts[("chat_mtbench", 1)]
+    assert spans.outcome == "indistinguishable" and "indistinguishable from the baseline" in spans.text()
+    no_interval = verdicts[("chat_mtbench", 2)]
+    assert no_interval.outcome == "slower, no interval" and "(1 repeat, no interval)" in no_interval.text()
+
+
+def test_caveats_are_never_hidden(summary: Summary) -> None:
+    arms = [
+        a.model_copy(update={"drafter": {"label": "untrained, mechanics only", "reference": "random init"}})
+        if a.name == "ngram_k4"
+        else a
+        for a in summary.arms
+    ]
+    floor = summary.exactness.noise_floor.model_copy(update={"identical_pct": 75.0})  # type: ignore[union-attr]
+    exactness = summary.exactness.model_copy(update={"noise_floor": floor})
+    changed = summary.model_copy(
+        update={"arms": arms, "exactness": exactness, "lossy_settings": ["x allowed"]}
+    )
+    verdict = window_verdicts(changed)[0]
+    assert "ngram_k4: untrained, mechanics only" in verdict.caveats and "mechanics only" in verdict.text()
+    caveats = run_caveats(changed)
+    assert any(c.startswith("noise floor: the baseline reproduced itself on 75%") for c in caveats)
+    assert "lossy acceptance allowed: x allowed" in caveats
+    assert any("regime mismatch" in c for c in caveats)  # the fixture ran with --allow-mismatch
+    failed = changed.model_copy(update={"arms": [a.model_copy(update={"status": "failed"}) for a in arms]})
+    assert "arm ngram_k4 is failed: not in any verdict" in run_caveats(failed)
+
+
+# ---- findings ---------------------------------------------------------------------------------
+
+
+def test_findings_change_with_the_numbers(summary: Summary) -> None:
+    with_copy = with_cells(
+        summary,
+        **{
+            "baseline/code_humaneval/1": {"copy_share_pct": 40.0},
+            "baseline/chat_mtbench/1": {"copy_share_pct": 10.0},
+        },
+    )
+    text = " ".join(findings(with_copy))
+    # the fixture's ngram tau: 2.94 on code, 3.64 on chat, so tau does NOT follow the copy share
+    assert "code_humaneval: 40% copied, tau 2.94; chat_mtbench: 10% copied, tau 3.64" in text
+    assert "Tau does not follow the copy share (a spread of 0.71)" in text
+    swapped = with_cells(
+        with_copy,
+        **{
+            "baseline/code_humaneval/1": {"copy_share_pct": 5.0},
+            "baseline/chat_mtbench/1": {"copy_share_pct": 30.0},
+        },
+    )
+    other = " ".join(findings(swapped))
+    assert "code_humaneval: 5% copied" in other and "Tau rises with the copy share (a spread of 0.71" in other
+    # high tau without a speedup: verification, not acceptance, is the limit
+    assert "turns tau 3.64 into 1.03x on chat_mtbench @1: each of its steps costs 3.5" in text
+    slow = with_cells(with_copy, **{"ngram_k4/chat_mtbench/1": {"speedup": 0.5}})
+    assert (
+        "Verification, not acceptance, is ngram_k4's limit in this regime: it emits 3.64 tokens per step on "
+        "chat_mtbench @1 yet runs at 0.50x, so each of its steps costs 7.3 baseline decode steps"
+        in " ".join(findings(slow))
+    )
+    low_tau = with_cells(
+        summary,
+        **{f"ngram_k4/{w}/{c}": {"tau": 1.05} for w in ("code_humaneval", "chat_mtbench") for c in (1, 2)},
+    )
+    assert "Acceptance is ngram_k4's limit: its best tau is 1.05" in " ".join(findings(low_tau))
+
+
+def test_findings_name_the_chain_break_the_load_trend_and_the_cost(summary: Summary) -> None:
+    text = " ".join(findings(summary))
+    rates = [c.per_position_acceptance for c in summary.cells_of("ngram_k4")]
+    assert all(len(r) == 4 for r in rates)
+    assert "ngram_k4 accepts its draft token at position 1 in 87% of steps and at position 4 in 33%" in text
+    assert "With load, ngram_k4 on code_humaneval goes from 0.98x at concurrency 1 to 0.95x at 2" in text
+    assert "$/Mtok: code_humaneval @1 stays at the baseline's 3.36 (no arm shown to pay)" in text
+    paying = with_cells(
+        summary,
+        **{
+            "ngram_k4/code_humaneval/1": {
+                "speedup": 1.6,
+                "speedup_low": 1.4,
+                "speedup_high": 1.8,
+                "usd_per_mtok": 2.1,
+            }
+        },
+    )
+    assert "code_humaneval @1 3.36 -> 2.10 with ngram_k4 (-38%)" in " ".join(findings(paying))
+    broken = with_cells(
+        summary,
+        **{
+            f"ngram_k4/{w}/{c}": {"per_position_acceptance": [0.2, 0.1, 0.05, 0.0]}
+            for w in ("code_humaneval", "chat_mtbench")
+            for c in (1, 2)
+        },
+    )
+    assert "the chain breaks most often at position 1 (80 points lost there)" in " ".join(findings(broken))
+
+
+# ---- the lab table and the terminal ------------------------------------------------------------
+
+
+def test_lab_table_in_markdown(summary: Summary) -> None:
+    text = lab_markdown(summary)
+    lines = text.splitlines()
+    assert lines[0].startswith("**cpu_e2e run run_v1, concurrency 1**")
+    assert lines[2].startswith(
+        "| arm | code_humaneval: tau | code_humaneval: tok/s | code_humaneval: TPOT p50 ms"
+    )
+    assert lines[4] == "| baseline | 1 | 8.3 | 51.0 | 3.36 | reference | 1 | 8.4 | 50.7 | 3.29 | reference |"
+    assert (
+        lines[5] == "| ngram_k4 | 2.94 | 8.1 | 54.1 | 3.43 | yes 2/2 | 3.64 | 8.7 | 48.7 | 3.20 | yes 2/2 |"
+    )
+    assert "concurrency 2" in lab_markdown(summary, 2)
+    with pytest.raises(UserError, match="concurrency 8 was not measured in this run"):
+        lab_markdown(summary, 8)
+
+
+def test_answer_lines_start_with_the_verdict(summary: Summary) -> None:
+    lines = answer_lines(summary)
+    assert lines[0] == "Verdict (no speedup interval: too few repeats and prompts):"
+    assert lines[1].startswith(
+        "  code_humaneval @1: baseline fastest; best speculative arm ngram_k4 is slower at 0.98x"
+    )
+    assert any(line.startswith("Findings: ngram_k4 accepts") for line in lines)
+
+
+def test_backend_line_once_when_every_arm_agrees(summary: Summary) -> None:
+    from harness.results import AttentionBackend
+    from harness.table import backend_line
+
+    assert backend_line(summary) is None  # the v1 fixture predates the record
+    cpu = AttentionBackend(target="CPU_ATTN", source="inferred")
+    same = summary.model_copy(
+        update={"arms": [a.model_copy(update={"attention_backend": cpu}) for a in summary.arms]}
+    )
+    assert backend_line(same) == "Attention backend: CPU_ATTN for every arm (inferred)."
+    flash = AttentionBackend(target="FLASH_ATTN", drafter="FLEX_ATTENTION", source="server log")
+    mixed = same.model_copy(
+        update={"arms": [same.arms[0], same.arms[1].model_copy(update={"attention_backend": flash})]}
+    )
+    assert backend_line(mixed) == (
+        "Attention backend: baseline CPU_ATTN, ngram_k4 FLASH_ATTN (drafter FLEX_ATTENTION) "
+        "(inferred; server log)."
+    )
