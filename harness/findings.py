@@ -30,6 +30,7 @@ from harness.verdict import window_verdicts
 
 HIGH_TAU = 1.5  # tokens per step above which acceptance is not the limit
 LOW_TAU = 1.2  # below: drafts are almost never accepted
+LOW_FIRST_POSITION = 0.05  # a first draft token accepted less often than this: no chain to speak of
 
 
 def _pooled_tau(cells: Iterable[CellMetrics]) -> float | None:
@@ -120,8 +121,8 @@ def _pooled_positions(cells: list[CellMetrics]) -> list[float]:
 
 def chain_sentence(summary: Summary, arm: str) -> str | None:
     rates = _pooled_positions(summary.cells_of(arm))
-    if len(rates) < 2:
-        return None
+    if len(rates) < 2 or rates[0] < LOW_FIRST_POSITION:
+        return None  # nothing accepted to speak of: the cost-of-step sentence says acceptance is the limit
     drops = [previous - rate for previous, rate in zip([1.0, *rates], rates, strict=False)]
     worst = max(range(len(drops)), key=lambda i: drops[i])
     if drops[worst] < 0.01:

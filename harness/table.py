@@ -258,8 +258,8 @@ def _identical_cell(summary: Summary, cell: CellMetrics) -> str:
     counts = identical_counts(cell)
     if counts is None:
         return "-"
-    same, _, compared = counts
-    return ("yes " if same == compared else "no ") + f"{same}/{compared}"
+    same, near, compared = counts
+    return f"{same}/{compared}" + (f" ({near} near tie{'s' if near > 1 else ''})" if near else "")
 
 
 def lab_rows(summary: Summary, concurrency: int) -> tuple[list[str], list[list[str]]]:
@@ -290,16 +290,10 @@ def lab_markdown(summary: Summary, concurrency: int | None = None) -> str:
     level = lab_concurrency(summary, concurrency)
     header, rows = lab_rows(summary, level)
     title = f"{summary.regime_name} run {summary.run_id}, concurrency {level}"
-    return (
-        "\n".join(
-            [
-                f"**{title}** (TPOT p50 in ms; identical: greedy token ids equal the baseline's)",
-                "",
-                *markdown_table(header, rows),
-            ]
-        )
-        + "\n"
+    note = (
+        "TPOT p50 in ms; identical: prompts whose greedy token ids equal the baseline's (near ties: numerics)"
     )
+    return "\n".join([f"**{title}** ({note})", "", *markdown_table(header, rows)]) + "\n"
 
 
 def answer_lines(summary: Summary) -> list[str]:

