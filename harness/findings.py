@@ -72,7 +72,7 @@ def copying_sentence(summary: Summary) -> str | None:
     listed = "; ".join(f"{w}: {share:.0f}% copied, tau {tau:.2f}" for w, share, tau in rows)
     text = (
         f"Copying from the prompt (share of the output's {COPY_NGRAM}-token n-grams that occur in it) "
-        f"against {arm}'s tau: {listed}."
+        f"against {arm}'s tau over all load levels: {listed}."
     )
     if len(rows) < 2:
         return text
