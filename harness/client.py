@@ -46,8 +46,9 @@ class RequestRecord:
     # The engine's own per-request speculative statistics, verbatim (SGLang's spec_tokens_details).
     spec_details: dict[str, Any] | None = None
     prompt_token_count: int | None = None
-    # The prompt as the engine tokenized it (chat template applied), where the engine returns it
-    # (vLLM with return_token_ids, in the first chunk): what prompt-lookup drafting can copy from.
+    # The prompt as the engine tokenized it (chat template applied): what prompt-lookup drafting
+    # can copy from. vLLM and SGLang completions: in the first chunk (return_token_ids); SGLang's
+    # streaming chat: in sglext at the end (return_input_ids_in_sglext).
     prompt_token_ids: list[int] = field(default_factory=list)
     usage_completion_tokens: int | None = None
     finish_reason: str | None = None
@@ -126,7 +127,7 @@ def parse_top_logprobs(logprobs: dict[str, Any] | None) -> list[list[tuple[int, 
 
 def _absorb_sglext(record: RequestRecord, sglext: dict[str, Any]) -> None:
     """SGLang's response-level extension: per-request spec details and, on streaming chat, the
-    output token ids (sent once, at the end)."""
+    output and prompt token ids (sent once, at the end)."""
     details = sglext.get("spec_tokens_details")
     if isinstance(details, list):  # one per choice; we send n = 1
         details = details[0] if details else None
@@ -135,6 +136,9 @@ def _absorb_sglext(record: RequestRecord, sglext: dict[str, Any]) -> None:
     output_ids = sglext.get("output_ids")
     if output_ids and not record.token_ids:
         record.token_ids = list(output_ids[0])
+    input_ids = sglext.get("input_ids")
+    if input_ids and not record.prompt_token_ids:
+        record.prompt_token_ids = list(input_ids)
 
 
 def _absorb_chunk(record: RequestRecord, chunk: dict[str, Any], now: float) -> None:

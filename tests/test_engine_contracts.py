@@ -192,7 +192,9 @@ def test_sglang_stream_parses_into_one_schema() -> None:
     choice = protocol.CompletionResponseStreamChoice
     chunks = [
         protocol.CompletionStreamResponse(
-            id="c", model="target", choices=[choice(index=0, text="def", token_ids=[7])]
+            id="c",
+            model="target",
+            choices=[choice(index=0, text="def", token_ids=[7], prompt_token_ids=[1, 2, 3, 4, 5])],
         ),
         protocol.CompletionStreamResponse(
             id="c",
@@ -228,6 +230,7 @@ def test_sglang_stream_parses_into_one_schema() -> None:
         and record.finish_reason == "length"
     )
     assert [n for _, n, _ in record.chunks] == [1, 3] and record.text == "def f(x)"
+    assert record.prompt_token_ids == [1, 2, 3, 4, 5]  # return_token_ids: in the first choice
     result = acceptance(request_counters([record.spec_details]))
     # 3 verify steps: one accepted 2 drafts, two accepted none -> tau 1 + 2/3, position 0 and 1 once each
     assert result.tau == pytest.approx(1 + 2 / 3) and result.drafts == 3 and result.draft_tokens == 9
@@ -242,13 +245,17 @@ def test_sglang_stream_parses_into_one_schema() -> None:
             choices=[protocol.ChatCompletionResponseStreamChoice(index=0, delta=delta, finish_reason="stop")],
         ),
         protocol.ChatCompletionStreamResponse(
-            id="c", model="target", choices=[], sglext=protocol.SglExt(output_ids=[[11, 12]])
+            id="c",
+            model="target",
+            choices=[],
+            sglext=protocol.SglExt(output_ids=[[11, 12]], input_ids=[1, 2, 3]),
         ),
     ]
     record = RequestRecord("w", "p", 1, "chat")
     for t, chunk in enumerate(chat):
         _absorb_chunk(record, json.loads(chunk.model_dump_json(exclude_none=True)), float(t))
     assert record.token_ids == [11, 12] and record.t_first_token == 0.0 and record.text == "Hi there"
+    assert record.prompt_token_ids == [1, 2, 3]  # return_input_ids_in_sglext: at the end
 
 
 # ---- a pinned attention backend ----------------------------------------------------------------
@@ -287,3 +294,31 @@ def test_pinned_attention_backend_passes_both_real_parsers(resolved, vllm_parser
     wrong, _ = _argv(_pinned(plan, "fa9"), "eagle3_k3", model)
     with pytest.raises((SystemExit, Exception)):  # not one of SGLang's choices
         engine_parsers.sglang_server_args(sglang_parser, wrong)
+
+
+# ---- request bodies ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("prompt_format", ["raw", "chat"])
+def test_every_request_field_is_one_the_engine_declares(engine: str, prompt_format: str) -> None:
+    """Both engines accept unknown request fields with at most a warning, so a renamed field would
+    silently stop returning token ids or the prompt's ids: check each key against the engine's own
+    request model."""
+    from harness.client import request_body
+    from harness.engines import get_adapter
+    from harness.workloads import Prompt
+
+    regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
+    fields = get_adapter(engine).request_fields(prompt_format, top_logprobs=2)
+    prompt = Prompt(prompt_id="p", text="def f(x):", messages=None)
+    _, body = request_body(prompt, prompt_format, regime.sampling, regime.load, 2, fields)
+    if engine == "vllm":
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+    else:
+        protocol = engine_parsers.import_sglang_module("sglang.srt.entrypoints.openai.protocol")
+        ChatCompletionRequest, CompletionRequest = protocol.ChatCompletionRequest, protocol.CompletionRequest
+    model = ChatCompletionRequest if prompt_format == "chat" else CompletionRequest
+    assert set(body) <= set(model.model_fields), set(body) - set(model.model_fields)
+    model.model_validate(body)  # and the values have the types the engine expects

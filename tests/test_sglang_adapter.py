@@ -23,6 +23,7 @@ def test_request_fields_per_endpoint() -> None:
     # streaming chat refuses return_token_ids; the ids come once, at the end, in sglext
     assert adapter.request_fields("chat", 2) == {
         "return_output_ids_in_sglext": True,
+        "return_input_ids_in_sglext": True,  # the prompt's ids, for the copy share
         "return_spec_tokens_details": True,
     }
 

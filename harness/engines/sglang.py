@@ -21,8 +21,10 @@ tokenizer_manager.py``), checked by the contract tests against its real argument
   ``/server_info`` average is a lifetime mean polluted by warm-up, so it is not used.
 - Token ids: ``return_token_ids`` on ``/v1/completions`` (per chunk); on streaming
   ``/v1/chat/completions`` it is refused, and ``return_output_ids_in_sglext`` returns them at the
-  end. Top logprobs are keyed by token TEXT (two tokens with one text collapse: such a position
-  has fewer than two entries and its margin is unknown, never wrong).
+  end, and ``return_input_ids_in_sglext`` the prompt's ids (for the copy share) likewise; on
+  completions ``return_token_ids`` also puts the prompt's ids in the first chunk. Top logprobs
+  are keyed by token TEXT (two tokens with one text collapse: such a position has fewer than two
+  entries and its margin is unknown, never wrong).
 """
 
 from __future__ import annotations
@@ -106,7 +108,11 @@ class SglangAdapter:
 
     def request_fields(self, prompt_format: str, top_logprobs: int) -> dict:
         if prompt_format == "chat":  # return_token_ids is refused on streaming chat
-            return {"return_output_ids_in_sglext": True, "return_spec_tokens_details": True}
+            return {
+                "return_output_ids_in_sglext": True,
+                "return_input_ids_in_sglext": True,
+                "return_spec_tokens_details": True,
+            }
         return {"return_token_ids": True, "return_spec_tokens_details": True}
 
     def read_spec_counters(self, base_url: str) -> SpecCounters:
