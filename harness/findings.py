@@ -5,9 +5,10 @@ sentence is built from figures in the summary and names them, so a different run
 different paragraph. The rules, in the order the sentences appear:
 
 1. **Copying** (why tau differs between workloads): per workload, the share of the baseline's
-   output 3-grams that occur in the prompt (``copy_share_pct``, what prompt lookup can accept),
-   next to tau of the arm that drafts from the prompt (ngram; else the arm with the highest
-   tau), and whether tau follows that share across workloads.
+   output 3-grams found in the prompt (``copy_share_pct``) and in the prompt or the earlier
+   output (``context_share_pct``: what a prompt-lookup drafter can match), next to tau of the arm
+   that drafts from the sequence (ngram; else the arm with the highest tau), and which share, if
+   either, orders tau across workloads (Spearman rank correlation of at least 0.7).
 2. **Categories**: the spread of that arm's tau over workload categories, when a category holds
    several workloads (with one workload per category, rule 1 already says it).
 3. **Where the chain breaks**: per speculative arm, the per-position acceptance pooled over its
@@ -23,11 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from harness import stats
 from harness.probes.acceptance import mean_acceptance_length
 from harness.probes.copying import COPY_NGRAM
 from harness.results.model import CellMetrics, Summary
 from harness.verdict import window_verdicts
 
+STRONG_RANK = 0.7  # a rank correlation at least this high "explains" the ordering of tau
 HIGH_TAU = 1.5  # tokens per step above which acceptance is not the limit
 LOW_TAU = 1.2  # below: drafts are almost never accepted
 LOW_FIRST_POSITION = 0.05  # a first draft token accepted less often than this: no chain to speak of
@@ -63,28 +66,46 @@ def copying_sentence(summary: Summary) -> str | None:
     rows = []
     for workload in _workloads(summary):
         base = [c for c in summary.cells_of(summary.baseline_arm) if c.workload == workload]
-        share = min(base, key=lambda c: c.concurrency).copy_share_pct if base else None
+        first = min(base, key=lambda c: c.concurrency) if base else None
         tau = _pooled_tau(c for c in summary.cells_of(arm) if c.workload == workload)
-        if share is not None and tau is not None:
-            rows.append((workload, share, tau))
+        if first and first.copy_share_pct is not None and first.context_share_pct is not None and tau:
+            rows.append((workload, first.copy_share_pct, first.context_share_pct, tau))
     if not rows:
         return None
-    listed = "; ".join(f"{w}: {share:.0f}% copied, tau {tau:.2f}" for w, share, tau in rows)
+    listed = "; ".join(
+        f"{w}: {copy:.0f}% in the prompt, {ctx:.0f}% in the prompt or earlier output, tau {tau:.2f}"
+        for w, copy, ctx, tau in rows
+    )
     text = (
-        f"Copying from the prompt (share of the output's {COPY_NGRAM}-token n-grams that occur in it) "
-        f"against {arm}'s tau over all load levels: {listed}."
+        f"Share of the output's {COPY_NGRAM}-token n-grams found earlier in the sequence, against {arm}'s "
+        f"tau over all load levels: {listed}."
     )
     if len(rows) < 2:
         return text
-    by_share = [w for w, _, _ in sorted(rows, key=lambda r: r[1])]
-    by_tau = [w for w, _, _ in sorted(rows, key=lambda r: r[2])]
-    spread = max(r[2] for r in rows) - min(r[2] for r in rows)
-    if by_share == by_tau:
-        return text + f" Tau rises with the copy share (a spread of {spread:.2f} tokens per step)."
+    taus = [r[3] for r in rows]
+    by_prompt = stats.rank_correlation([r[1] for r in rows], taus)
+    by_context = stats.rank_correlation([r[2] for r in rows], taus)
+    over = f"over {len(rows)} workloads"
+    if by_prompt is not None and by_prompt >= STRONG_RANK and by_prompt >= (by_context or -1.0) - 0.2:
+        return text + (
+            f" Tau rises with the share copied from the prompt (rank correlation {by_prompt:.2f} {over}): "
+            "prompt lookup accepts what the output copies."
+        )
+    if by_context is not None and by_context >= STRONG_RANK:
+        return text + (
+            f" Tau follows the share found in the prompt or the earlier output (rank correlation "
+            f"{by_context:.2f} {over}) more than the share copied from the prompt ({_rho(by_prompt)}): "
+            "the output repeating itself, not the prompt, is much of what the drafter accepts."
+        )
     return text + (
-        f" Tau does not follow the copy share (a spread of {spread:.2f}): acceptance here also "
-        "comes from repetition within the output or from text the prompt does not contain."
+        f" Neither share explains tau (rank correlation {_rho(by_prompt)} with the prompt share, "
+        f"{_rho(by_context)} with the context share, {over}): acceptance here comes from text that "
+        "neither the prompt nor the earlier output contains verbatim."
     )
+
+
+def _rho(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.2f}"
 
 
 def category_sentence(summary: Summary) -> str | None:

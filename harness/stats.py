@@ -147,3 +147,27 @@ def mann_whitney_greater(first: Sequence[float], second: Sequence[float]) -> tup
         return u, 1.0  # every value equal: no evidence either way
     z = (u - mu - 0.5) / math.sqrt(variance)
     return u, 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for k in range(start, end + 1):
+            out[order[k]] = (start + end) / 2 + 1
+        start = end + 1
+    return out
+
+
+def rank_correlation(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rho (Pearson's correlation of the ranks); None when either side is constant."""
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = mean(rx), mean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    vx, vy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return cov / math.sqrt(vx * vy) if vx and vy else None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.probes.acceptance import SpecCounters, acceptance, mean_acceptance_length, request_counters
-from harness.probes.copying import copied_ngrams, copy_share_pct
+from harness.probes.copying import copied_ngrams, share_pct
 from harness.probes.cost import energy_usd_per_mtok, usd_per_mtok
 from harness.probes.exactness import compare_records, shares
 from harness.probes.power import combine_power, summarize_power
@@ -126,8 +126,9 @@ def cell_metrics(
         tau=acc.tau,
         acceptance_rate=acc.acceptance_rate,
         per_position_acceptance=acc.per_position,
-        copy_share_pct=copy_share_pct(copies),
-        output_ngrams=sum(total for _, total in copies),
+        copy_share_pct=share_pct(copies),
+        context_share_pct=share_pct(copies, "from_context"),
+        output_ngrams=sum(c.total for c in copies),
         drafts=acc.drafts,
         draft_tokens=acc.draft_tokens,
         accepted_tokens=acc.accepted_tokens,
@@ -334,7 +335,8 @@ def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetri
                 accepted_tokens=accepted,
                 identical_pct=100.0 * identical / pairs if pairs else None,
                 exactness_pairs=pairs,
-                copy_share_pct=_pooled_copy_share(members),
+                copy_share_pct=_pooled_share(members, "copy_share_pct"),
+                context_share_pct=_pooled_share(members, "context_share_pct"),
                 speedup=None,
             )
         )
@@ -345,7 +347,7 @@ def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetri
     ]
 
 
-def _pooled_copy_share(cells: list[CellMetrics]) -> float | None:
-    counted = [(c.copy_share_pct, c.output_ngrams) for c in cells if c.copy_share_pct is not None]
+def _pooled_share(cells: list[CellMetrics], name: str) -> float | None:
+    counted = [(getattr(c, name), c.output_ngrams) for c in cells if getattr(c, name) is not None]
     total = sum(n for _, n in counted)
     return sum(pct * n for pct, n in counted) / total if total else None

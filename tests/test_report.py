@@ -96,7 +96,7 @@ def test_report_opens_with_the_verdict_and_shows_gates_next_to_their_cells(tmp_p
     assert order == sorted(order)
     assert '<td class="text"><b>ngram_k4</b></td>' in html  # deployed where it pays
     assert "Caveat: mechanics only: eagle3_untrained_k3, dflash_untrained_k3, self_draft_k3" in html
-    assert "Tau rises with the copy share" in html and "53% copied" in html
+    assert "Tau rises with the share copied from the prompt" in html and "53% in the prompt" in html
     assert html.count('<ul class="gate-checks">') == 4  # under each mini-lab table
     assert "tau (rules[0])" in html  # ngram_k4's tau floor, next to the cells it judges
     assert "CPU_ATTN" in html and "attention backend" in html

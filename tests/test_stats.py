@@ -75,3 +75,14 @@ def test_bootstrap_is_deterministic_and_covers_the_point() -> None:
     assert (single.point, single.low, single.high) == (2.5, 2.5, 2.5)
     with pytest.raises(ValueError):
         stats.bootstrap_statistic([])
+
+
+def test_rank_correlation_known_values() -> None:
+    from harness.stats import rank_correlation, ranks
+
+    assert ranks([10, 30, 20, 20]) == [1.0, 4.0, 2.5, 2.5]  # ties share their average rank
+    assert rank_correlation([1, 2, 3, 4], [10, 20, 30, 45]) == pytest.approx(1.0)  # monotone, not linear
+    assert rank_correlation([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # scipy.stats.spearmanr([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) = 0.8
+    assert rank_correlation([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)
+    assert rank_correlation([1, 2, 3], [5, 5, 5]) is None  # a constant side: undefined

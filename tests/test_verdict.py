@@ -14,7 +14,7 @@ import pytest
 from harness.client import RequestRecord, _absorb_chunk
 from harness.errors import UserError
 from harness.findings import findings
-from harness.probes.copying import copied_ngrams, copy_share_pct
+from harness.probes.copying import CopyCounts, copied_ngrams, share_pct
 from harness.probes.throughput import MIN_REQUEST_PAIRS, interval_from_requests
 from harness.results.model import CellMetrics, Summary
 from harness.summary import summarize
@@ -47,13 +47,17 @@ def ngram(summary: Summary, workload: str, concurrency: int) -> CellMetrics:
 # ---- probes -----------------------------------------------------------------------------------
 
 
-def test_copy_share_counts_output_ngrams_found_in_the_prompt() -> None:
+def test_copy_and_context_shares_count_output_ngrams_found_before() -> None:
     prompt = [1, 2, 3, 4, 5]
-    assert copied_ngrams(prompt, [2, 3, 4, 9, 9]) == (1, 3)  # (2,3,4) copied; (3,4,9), (4,9,9) not
-    assert copied_ngrams(prompt, [1, 2]) == (0, 0)  # shorter than one n-gram
-    assert copied_ngrams([], [1, 2, 3]) == (0, 0)  # no prompt ids: nothing counted, not "0% copied"
-    assert copy_share_pct([(1, 3), (3, 3)]) == pytest.approx(100 * 4 / 6)  # pooled, like tau
-    assert copy_share_pct([(0, 0)]) is None
+    # (2,3,4) is in the prompt; (3,4,9) and (4,9,9) are not; (9,9,9) twice: the second time it
+    # repeats the output itself, which a prompt-lookup drafter searches too
+    counts = copied_ngrams(prompt, [2, 3, 4, 9, 9, 9, 9])
+    assert counts == (1, 2, 5)
+    assert copied_ngrams(prompt, [1, 2]) == (0, 0, 0)  # shorter than one n-gram
+    assert copied_ngrams([], [1, 2, 3]) == (0, 0, 0)  # no prompt ids: nothing counted, not "0% copied"
+    assert share_pct([counts, CopyCounts(3, 3, 3)]) == pytest.approx(100 * 4 / 8)  # pooled, like tau
+    assert share_pct([counts, CopyCounts(3, 3, 3)], "from_context") == pytest.approx(100 * 5 / 8)
+    assert share_pct([CopyCounts(0, 0, 0)]) is None
 
 
 def test_request_interval_is_paired_deterministic_and_needs_enough_prompts() -> None:
@@ -156,26 +160,29 @@ def test_caveats_are_never_hidden(summary: Summary) -> None:
 
 
 def test_findings_change_with_the_numbers(summary: Summary) -> None:
-    with_copy = with_cells(
-        summary,
-        **{
-            "baseline/code_humaneval/1": {"copy_share_pct": 40.0},
-            "baseline/chat_mtbench/1": {"copy_share_pct": 10.0},
-        },
-    )
+    def shares(code: tuple[float, float], chat: tuple[float, float]) -> dict:
+        return {
+            "baseline/code_humaneval/1": {"copy_share_pct": code[0], "context_share_pct": code[1]},
+            "baseline/chat_mtbench/1": {"copy_share_pct": chat[0], "context_share_pct": chat[1]},
+        }
+
+    # the fixture's ngram tau: 2.94 on code, 3.64 on chat
+    with_copy = with_cells(summary, **shares((40.0, 45.0), (10.0, 50.0)))
     text = " ".join(findings(with_copy))
-    # the fixture's ngram tau: 2.94 on code, 3.64 on chat, so tau does NOT follow the copy share
-    assert "code_humaneval: 40% copied, tau 2.94; chat_mtbench: 10% copied, tau 3.64" in text
-    assert "Tau does not follow the copy share (a spread of 0.71)" in text
-    swapped = with_cells(
-        with_copy,
-        **{
-            "baseline/code_humaneval/1": {"copy_share_pct": 5.0},
-            "baseline/chat_mtbench/1": {"copy_share_pct": 30.0},
-        },
+    assert (
+        "code_humaneval: 40% in the prompt, 45% in the prompt or earlier output, tau 2.94; "
+        "chat_mtbench: 10% in the prompt, 50% in the prompt or earlier output, tau 3.64." in text
     )
-    other = " ".join(findings(swapped))
-    assert "code_humaneval: 5% copied" in other and "Tau rises with the copy share (a spread of 0.71" in other
+    assert (
+        "Tau follows the share found in the prompt or the earlier output (rank correlation 1.00 over 2"
+        in text
+    )
+    swapped = " ".join(findings(with_cells(summary, **shares((5.0, 6.0), (30.0, 31.0)))))
+    assert (
+        "Tau rises with the share copied from the prompt (rank correlation 1.00 over 2 workloads)" in swapped
+    )
+    neither = " ".join(findings(with_cells(summary, **shares((40.0, 60.0), (10.0, 20.0)))))
+    assert "Neither share explains tau (rank correlation -1.00 with the prompt share, -1.00 with" in neither
     # high tau without a speedup: verification, not acceptance, is the limit
     assert "turns tau 3.64 into 1.03x on chat_mtbench @1: each of its steps costs 3.5" in text
     slow = with_cells(with_copy, **{"ngram_k4/chat_mtbench/1": {"speedup": 0.5}})

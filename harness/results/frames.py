@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from harness.probes.copying import copied_ngrams, copy_share_pct
+from harness.probes.copying import copied_ngrams, share_pct
 from harness.results.model import Summary
 from harness.results.raw import RawRun, read_raw
 from harness.summary import summarize
@@ -70,7 +70,7 @@ class Run:
         """One row per measured request (warm-up and noise-floor passes excluded), in seconds and ms."""
         columns = ["arm", "method", "workload", "category", "prompt_format", "concurrency", "repeat", "prompt_id", "ok",
                    "error", "finish_reason", "prompt_tokens", "output_tokens", "t_send_s", "ttft_ms", "tpot_ms",
-                   "e2e_ms", "copy_share_pct"]
+                   "e2e_ms", "copy_share_pct", "context_share_pct"]
         categories = {c.workload: c.category for c in self.summary.cells}
         methods = {a.name: a.method for a in self.raw.regime.arms}
 
@@ -83,7 +83,8 @@ class Run:
              "prompt_id": s.prompt_id, "ok": s.ok, "error": s.error, "finish_reason": s.finish_reason,
              "prompt_tokens": s.prompt_token_count, "output_tokens": s.output_tokens, "t_send_s": s.t_send,
              "ttft_ms": ms(s.ttft_s), "tpot_ms": ms(s.tpot_s), "e2e_ms": ms(s.e2e_s),
-             "copy_share_pct": copy_share_pct([copied_ngrams(s.prompt_token_ids, s.token_ids)])}
+             "copy_share_pct": share_pct([copied := copied_ngrams(s.prompt_token_ids, s.token_ids)]),
+             "context_share_pct": share_pct([copied], "from_context")}
             for name, arm in self.raw.arms.items() for s in arm.samples
         )
         return _frame(rows, columns)

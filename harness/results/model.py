@@ -79,7 +79,9 @@ class CellMetrics(ResultModel):
     accepted_tokens: float
     # output n-grams that occur in the prompt (probes.copying); None where no prompt ids were returned
     copy_share_pct: float | None = None
-    output_ngrams: int = 0  # the share's denominator, for pooling
+    # ... in the prompt or earlier in the output: what a prompt-lookup drafter can match
+    context_share_pct: float | None = None
+    output_ngrams: int = 0  # the shares' denominator, for pooling
     usd_per_mtok: float | None
     power_source: str | None
     power_note: str
@@ -121,6 +123,7 @@ class CategoryMetrics(ResultModel):
     exactness_pairs: int
     speedup: float | None
     copy_share_pct: float | None = None
+    context_share_pct: float | None = None
 
 
 class ArmSummary(ArmStatus):
