@@ -123,7 +123,13 @@ def test_report_fits_a_1280_pixel_window(tmp_path: Path) -> None:
     page.write_text(html.replace("</body>", probe + "</body>"))
     dom = chromium("--window-size=1280,900", "--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
-    width = int(dom.stdout.split('data-scroll-width="')[1].split('"')[0])
+    rendered = dom.stdout  # the page opens with the answer, as Chromium lays it out
+    assert (
+        rendered.index('<h2 id="verdict">')
+        < rendered.index('<h2 id="findings">')
+        < rendered.index('<h2 id="regime">')
+    )
+    width = int(rendered.split('data-scroll-width="')[1].split('"')[0])
     assert width <= 1280, f"the page is {width} px wide at a 1280 px window"
     shot = tmp_path / "report-1280.png"
     taken = chromium(f"--screenshot={shot}", "--window-size=1280,1600", (tmp_path / "measured.html").as_uri())
