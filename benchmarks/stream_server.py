@@ -30,14 +30,20 @@ def _chunk(chat: bool, first: bool, ids: list[int], logprobs: int, finish: str |
                     {
                         "token": f"token_id:{i}",
                         "logprob": -0.1,
-                        "top_logprobs": [{"token": f"token_id:{i + k}", "logprob": -0.1 * (k + 1)}
-                                         for k in range(logprobs)],
+                        "top_logprobs": [
+                            {"token": f"token_id:{i + k}", "logprob": -0.1 * (k + 1)} for k in range(logprobs)
+                        ],
                     }
                     for i in ids
                 ]
             }
-        body: dict = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0, "model": "target",
-                      "choices": [choice]}
+        body: dict = {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "target",
+            "choices": [choice],
+        }
         if first:
             body["prompt_token_ids"] = PROMPT_IDS
     else:
@@ -50,8 +56,13 @@ def _chunk(chat: bool, first: bool, ids: list[int], logprobs: int, finish: str |
                 "token_logprobs": [-0.1] * len(ids),
                 "top_logprobs": [{f"token_id:{i + k}": -0.1 * (k + 1) for k in range(logprobs)} for i in ids],
             }
-        body = {"id": "cmpl-bench", "object": "text_completion", "created": 0, "model": "target",
-                "choices": [choice]}
+        body = {
+            "id": "cmpl-bench",
+            "object": "text_completion",
+            "created": 0,
+            "model": "target",
+            "choices": [choice],
+        }
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
@@ -62,8 +73,11 @@ def stream_bytes(chat: bool, max_tokens: int, per_chunk: int, logprobs: int) -> 
         ids = list(range(sent, min(sent + per_chunk, max_tokens)))
         sent += len(ids)
         events.append(_chunk(chat, not events, ids, logprobs, "length" if sent >= max_tokens else None))
-    usage = {"prompt_tokens": len(PROMPT_IDS), "completion_tokens": max_tokens,
-             "total_tokens": len(PROMPT_IDS) + max_tokens}
+    usage = {
+        "prompt_tokens": len(PROMPT_IDS),
+        "completion_tokens": max_tokens,
+        "total_tokens": len(PROMPT_IDS) + max_tokens,
+    }
     events.append(b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n")
     events.append(b"data: [DONE]\n\n")
     return events
@@ -81,20 +95,25 @@ class StreamServer:
                 lines = head.decode("latin-1").split("\r\n")
                 path = lines[0].split(" ")[1]
                 length = next(
-                    (int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:")), 0
+                    (
+                        int(line.split(":", 1)[1])
+                        for line in lines
+                        if line.lower().startswith("content-length:")
+                    ),
+                    0,
                 )
                 request = json.loads(await reader.readexactly(length)) if length else {}
-                key = (
-                    path.endswith("/chat/completions"),
-                    int(request.get("max_tokens", 16)),
-                    int(request.get("top_logprobs") or (request.get("logprobs") if not isinstance(
-                        request.get("logprobs"), bool) else 0) or 0),
-                )
+                chat = path.endswith("/chat/completions")
+                # chat asks top logprobs with top_logprobs (logprobs: true); completions with logprobs: N
+                logprobs = request.get("top_logprobs") if chat else request.get("logprobs")
+                key = (chat, int(request.get("max_tokens", 16)), int(logprobs or 0))
                 events = self.cache.get(key)
                 if events is None:
                     events = self.cache[key] = stream_bytes(key[0], key[1], self.per_chunk, key[2])
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                             b"transfer-encoding: chunked\r\n\r\n")
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"transfer-encoding: chunked\r\n\r\n"
+                )
                 for event in events:
                     writer.write(b"%x\r\n%s\r\n" % (len(event), event))
                     await writer.drain()  # one event per write: the client sees each as it would
@@ -113,7 +132,9 @@ async def serve(port: int, per_chunk: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--tokens-per-chunk", type=int, default=1)
     args = parser.parse_args()

@@ -11,13 +11,13 @@ Times are ``time.perf_counter()`` seconds relative to the start of the measured 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
+import orjson
 
 from harness.engines import SERVED_MODEL_NAME
 from harness.regime import Load, Sampling
@@ -142,58 +142,94 @@ def _absorb_sglext(record: RequestRecord, sglext: dict[str, Any]) -> None:
 
 
 def _absorb_chunk(record: RequestRecord, chunk: dict[str, Any], now: float) -> None:
-    if chunk.get("sglext"):
-        _absorb_sglext(record, chunk["sglext"])
+    """One decoded event into ``record`` (called once per streamed chunk: kept to plain lookups)."""
+    sglext = chunk.get("sglext")
+    if sglext:
+        _absorb_sglext(record, sglext)
     usage = chunk.get("usage")
     if usage:
         record.usage_completion_tokens = usage.get("completion_tokens")
         record.prompt_token_count = usage.get("prompt_tokens", record.prompt_token_count)
-    if not record.prompt_token_ids:  # chat: on the chunk; completions: on its choice
+    choices = chunk.get("choices")
+    if record.t_first_token is None and not record.prompt_token_ids:
+        # the first chunk carries the prompt's ids: chat on the chunk, completions on its choice
         record.prompt_token_ids = chunk.get("prompt_token_ids") or next(
-            (c["prompt_token_ids"] for c in chunk.get("choices") or () if c.get("prompt_token_ids")), []
+            (c["prompt_token_ids"] for c in choices or () if c.get("prompt_token_ids")), []
         )
+    if not choices:
+        return
     new_tokens, new_text = 0, ""
-    for choice in chunk.get("choices") or []:
-        ids = choice.get("token_ids") or []
-        record.token_ids.extend(ids)
-        record.top_logprobs.extend(parse_top_logprobs(choice.get("logprobs")))
-        new_tokens += len(ids)
+    for choice in choices:
+        ids = choice.get("token_ids")
+        if ids:
+            record.token_ids.extend(ids)
+            new_tokens += len(ids)
+        logprobs = choice.get("logprobs")
+        if logprobs:
+            record.top_logprobs.extend(parse_top_logprobs(logprobs))
         delta = choice.get("delta")
-        new_text += (delta.get("content") or "") if isinstance(delta, dict) else (choice.get("text") or "")
+        new_text += (delta.get("content") or "") if delta is not None else (choice.get("text") or "")
         if choice.get("finish_reason"):
             record.finish_reason = choice["finish_reason"]
-    record.text += new_text
     # A chunk with text but no token ids (SGLang's streaming chat sends the ids at the end) still
     # marks the first token's arrival; its token count is unknown (0).
     if new_tokens or new_text:
+        record.text += new_text
         if record.t_first_token is None:
             record.t_first_token = now
         record.chunks.append((now, new_tokens, new_text))
 
 
+_JSON = {"content-type": "application/json"}
+
+
+def sse_events(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """Complete server-sent events' data payloads in ``buffer``, and what is left of it (an event
+    not yet complete). Events end with a blank line; only ``data:`` lines carry a payload."""
+    if b"\r" in buffer:  # the SSE spec allows CRLF; vLLM and SGLang send LF
+        buffer = buffer.replace(b"\r\n", b"\n")
+    *events, rest = buffer.split(b"\n\n")
+    payloads = []
+    for event in events:
+        if event.startswith(b"data:") and b"\n" not in event:  # the engines' one-line events
+            payloads.append(event[5:].strip())
+        else:
+            payloads += [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
+    return payloads, rest
+
+
 async def send_request(
-    client: httpx.AsyncClient, record: RequestRecord, path: str, body: dict[str, Any], clock_zero: float
+    session: aiohttp.ClientSession, record: RequestRecord, path: str, body: dict[str, Any], clock_zero: float
 ) -> RequestRecord:
-    """Stream one request into ``record``; failures are recorded, never raised."""
+    """Stream one request into ``record``; failures are recorded, never raised.
+
+    The hot path of every measured window, so it stays lean (its cost per token is measured by
+    ``benchmarks/client_overhead.py``): aiohttp's raw byte stream split into events here, orjson
+    to decode them, and one timestamp per network read (events that arrived together get the
+    time they arrived, not the time each was parsed)."""
     record.t_send = time.perf_counter() - clock_zero
     try:
-        async with client.stream("POST", path, json=body) as response:
-            if response.status_code != 200:
-                detail = (await response.aread()).decode(errors="replace")[:500]
-                record.error = f"HTTP {response.status_code}: {detail}"
+        async with session.post(path, data=orjson.dumps(body), headers=_JSON) as response:
+            if response.status != 200:
+                detail = (await response.read()).decode(errors="replace")[:500]
+                record.error = f"HTTP {response.status}: {detail}"
                 return record
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[len("data:") :].strip()
-                if payload == "[DONE]":
+            buffer, done = b"", False
+            async for data in response.content.iter_any():
+                now = time.perf_counter() - clock_zero
+                payloads, buffer = sse_events(buffer + data)
+                for payload in payloads:
+                    if payload == b"[DONE]":
+                        done = True
+                        break
+                    _absorb_chunk(record, orjson.loads(payload), now)
+                if done:
                     break
-                _absorb_chunk(record, json.loads(payload), time.perf_counter() - clock_zero)
         if record.finish_reason is None:
             record.error = "stream ended without a finish_reason"
-    except httpx.TimeoutException:
+    except TimeoutError:  # aiohttp's read timeout (asyncio.TimeoutError is TimeoutError)
         record.error = "timeout"
-    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+    except (aiohttp.ClientError, orjson.JSONDecodeError) as exc:
         record.error = f"{type(exc).__name__}: {exc}"
     finally:
         record.t_done = time.perf_counter() - clock_zero
@@ -227,17 +263,18 @@ async def run_window(
     """Send ``prompts`` with at most ``concurrency`` in flight; return the raw records.
 
     Two guards against a hung engine: each request has a total deadline (``request_timeout_s``;
-    httpx's own timeout only bounds the gap between bytes), and a watchdog stops the whole window
+    aiohttp's read timeout only bounds the gap between bytes), and a watchdog stops the whole window
     when no request has made progress for ``stall_timeout_s`` while some are in flight."""
     fmt = workload.definition.prompt_format
     semaphore = asyncio.Semaphore(concurrency)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    timeout = httpx.Timeout(load.request_timeout_s, connect=10.0)
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    # the read timeout bounds the gap between bytes; the request's total deadline is wait_for's
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=load.request_timeout_s)
     clock_zero = time.perf_counter()
     started: list[RequestRecord] = []
     stalled = asyncio.Event()
 
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
+    async with aiohttp.ClientSession(base_url=base_url, connector=connector, timeout=timeout) as client:
 
         async def one(prompt: Prompt) -> RequestRecord:
             async with semaphore:

@@ -75,3 +75,86 @@ def test_logprob_requests_key_tokens_by_id() -> None:
     assert (
         body["logprobs"] is True and body["top_logprobs"] == 2 and body["return_tokens_as_token_ids"] is True
     )
+
+
+# ---- the transport: server-sent events over a real socket ---------------------------------------
+
+
+def test_sse_events_split_complete_events_only() -> None:
+    from harness.client import sse_events
+
+    payloads, rest = sse_events(b'data: {"a":1}\n\ndata: {"b":2}\n\ndata: {"c"')
+    assert payloads == [b'{"a":1}', b'{"b":2}'] and rest == b'data: {"c"'
+    payloads, rest = sse_events(rest + b":3}\n\n")
+    assert payloads == [b'{"c":3}'] and rest == b""
+    # CRLF line endings, a comment line and an event with a name are all valid SSE
+    payloads, _ = sse_events(b": ping\r\n\r\nevent: x\r\ndata: [DONE]\r\n\r\n")
+    assert payloads == [b"[DONE]"]
+
+
+def test_client_streams_from_a_local_server(tmp_path: Path) -> None:
+    """The real transport end to end against benchmarks/stream_server.py (no engine): tokens,
+    the prompt's ids and top logprobs arrive whole, at every chunking."""
+    import asyncio
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from harness.client import run_window
+    from harness.regime import Load, Sampling
+    from harness.workloads import LoadedWorkload, Workload
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "stream_server.py"),
+            "--port",
+            str(port),
+            "--tokens-per-chunk",
+            "3",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the stream server did not start"
+                time.sleep(0.1)
+        source = {"path": "x.jsonl", "format": "jsonl"}
+        for fmt in ("raw", "chat"):
+            definition = Workload.model_validate(
+                {"name": "w", "category": "c", "prompt_format": fmt, "source": source}
+            )
+            prompts = [Prompt(f"p{i}", "def f():") for i in range(5)]
+            workload = LoadedWorkload(definition, prompts, "sha")
+            load = Load(concurrency=[2], num_prompts=5, max_output_tokens=10, ignore_eos=True)
+            result = asyncio.run(
+                run_window(
+                    f"http://127.0.0.1:{port}",
+                    workload,
+                    prompts,
+                    2,
+                    Sampling(temperature=0),
+                    load,
+                    top_logprobs=2,
+                    engine_fields=get_adapter("vllm").request_fields(fmt, 2),
+                )
+            )
+            assert len(result.records) == 5 and not result.stalled
+            for record in result.records:
+                assert record.ok, record.error
+                assert record.token_ids == list(range(10)) and record.usage_completion_tokens == 10
+                assert [n for _, n, _ in record.chunks] == [3, 3, 3, 1]  # speculation-sized chunks
+                assert record.prompt_token_ids == list(range(1000, 1100))
+                assert len(record.top_logprobs) == 10 and record.top_logprobs[0][0] == (0, -0.1)
+                assert record.t_send <= record.t_first_token <= record.t_done
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
