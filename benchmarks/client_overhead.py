@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import harness.client  # noqa: E402
 from harness.regime import Load, Sampling  # noqa: E402
+from harness.server import free_port  # noqa: E402
 from harness.workloads import LoadedWorkload, Prompt, Workload  # noqa: E402
 
 Client = Callable[
@@ -108,12 +109,6 @@ async def peer_client(url: str, concurrency: int, requests: int, tokens: int, lo
                 return out.output_tokens or 0
 
         return sum(await asyncio.gather(*(one(i) for i in range(requests))))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(port: int, per_chunk: int) -> subprocess.Popen:
