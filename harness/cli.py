@@ -268,6 +268,7 @@ def _print_results(summary: Summary, console: Console) -> int:
         failed_arms,
         minilab_tables,
         precision_line,
+        timing_line,
     )
 
     for table in minilab_tables(summary):
@@ -286,6 +287,9 @@ def _print_results(summary: Summary, console: Console) -> int:
     precision = precision_line(summary.cells)
     if precision:
         console.print(precision, highlight=False)
+    timing = timing_line(summary)
+    if timing:
+        console.print(timing, highlight=False, soft_wrap=True)
     failed = failed_arms(summary)
     for arm in failed:
         console.print(f"[red]arm {arm.name}: {arm.status}[/] {escape(arm.error or '')}", soft_wrap=True)

@@ -267,7 +267,16 @@ def _rule_checks(view: RunView, baseline: RunView | None, index: int, arm: str) 
             checks.append(check)
         else:
             reference = baseline.samples(arm, workload, concurrency, gate.metric)
-            checks.append(_relative(check, values, reference, gates, gate.max_regression_pct))
+            check = _relative(check, values, reference, gates, gate.max_regression_pct)
+            noisy = [
+                name
+                for name, v in (("this run", view), ("the baseline run", baseline))
+                if (cell := v.summary.cell(arm, workload, concurrency)) and cell.noisy_neighbour
+            ]
+            if check.verdict == "fail" and noisy:  # the change may be the neighbour's, not the engine's
+                check.verdict = "inconclusive"
+                check.message = f"measured beside a busy neighbour in {' and '.join(noisy)}: {check.message}"
+            checks.append(check)
     return checks
 
 

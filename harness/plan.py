@@ -215,9 +215,9 @@ def describe_plan(plan: Plan) -> str:
     workloads = ", ".join(f"{w.name} ({w.definition.prompt_format})" for w in plan.workloads)
     if regime.exactness_applies():
         exactness = (
-            f"greedy exactness vs the baseline from top-{regime.exactness.top_logprobs} logprobs (all "
-            f"arms), near tie < {regime.near_tie_margin()} nats"
-            + (", baseline noise floor (2nd pass)" if regime.exactness.noise_floor else "")
+            f"greedy exactness vs the baseline, near tie < {regime.near_tie_margin()} nats, from the top-"
+            f"{regime.exactness.top_logprobs} logprobs of a second, unmeasured baseline pass (also its noise "
+            "floor; measured windows never ask for logprobs)"
         )
     else:
         exactness = "no exactness probe (disabled or not greedy)"

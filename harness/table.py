@@ -308,7 +308,32 @@ def answer_lines(summary: Summary) -> list[str]:
     backends = backend_line(summary)
     if backends:
         lines.append(backends)
+    usage = cpu_line(summary)
+    if usage:
+        lines.append(usage)
     return lines
+
+
+def cpu_line(summary: Summary) -> str | None:
+    """Who used the CPU during the windows (the most of any cell), and which cells are flagged."""
+    cells = [c for c in summary.cells if c.engine_cpu_cores is not None]
+    if not cells:
+        return None
+
+    def most(name: str) -> float:
+        return max(getattr(c, name) or 0.0 for c in cells)
+
+    flagged = [f"{c.arm} {c.workload} @{c.concurrency}" for c in cells if c.noisy_neighbour or c.client_busy]
+    return (
+        f"CPU during the windows, in cores (the most of any cell): engine {most('engine_cpu_cores'):.2f}, "
+        f"harness client {most('client_cpu_cores'):.2f}, other processes {most('others_cpu_cores'):.2f}; "
+        f"hypervisor steal {100 * most('steal_share'):.0f}%. "
+        + (
+            f"Flagged (busy neighbour or busy client): {', '.join(flagged)}."
+            if flagged
+            else "No window flagged."
+        )
+    )
 
 
 def backend_text(arm: ArmSummary) -> str:
@@ -330,3 +355,19 @@ def backend_line(summary: Summary) -> str | None:
     else:
         body = ", ".join(f"{name} {text}" for name, text in texts.items())
     return f"Attention backend: {body} ({'; '.join(sources)})."
+
+
+def timing_line(summary: Summary) -> str | None:
+    """Where the run's wall time went, and what the harness itself cost on top of the engine."""
+    timing = summary.timing
+    if timing is None or timing.overhead_ratio is None:
+        return None
+    wall, startup, measured = (timing.total(n) for n in ("wall_s", "startup_s", "measured_s"))
+    other = wall - startup - measured
+    resumed = f" over {len(timing.invocations)} invocations" if len(timing.invocations) > 1 else ""
+    prepare, warmup = timing.total("prepare_s"), timing.total("warmup_s")
+    return (
+        f"Run time{resumed}: {wall / 60:.1f} min = {startup / 60:.1f} min of server start-ups + "
+        f"{measured / 60:.1f} min measuring + {other / 60:.1f} min else (preparation {prepare:.0f} s, "
+        f"warm-up {warmup:.0f} s, scrapes and shutdowns): {timing.overhead_ratio:.2f}x start-ups + measuring."
+    )

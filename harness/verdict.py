@@ -126,6 +126,24 @@ def arm_caveats(arm: ArmSummary | None) -> list[str]:
     return found
 
 
+def cpu_caveats(cells: list[CellMetrics]) -> list[str]:
+    """Windows whose numbers may not be the engine's: a busy neighbour, or a client that used most
+    of a core (``harness.probes.cpu``)."""
+    found = []
+    for cell in cells:
+        if cell.noisy_neighbour:
+            found.append(
+                f"{cell.arm} measured beside a busy neighbour (other processes {cell.others_cpu_cores:.2f} "
+                f"cores, hypervisor steal {100 * (cell.steal_share or 0):.0f}%)"
+            )
+        if cell.client_busy:
+            found.append(
+                f"{cell.arm}: the harness's client used {cell.client_cpu_cores:.2f} cores, its numbers "
+                "may be the client's"
+            )
+    return found
+
+
 def estimate_of(cell: CellMetrics) -> Estimate | None:
     """A cell's speedup with the interval the summary stored."""
     if cell.speedup is None:
@@ -155,7 +173,10 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
                 baseline=baseline,
                 best=best,
                 estimate=estimate_of(best) if best else None,
-                caveats=tuple(arm_caveats(summary.arm(best.arm))) if best else (),
+                caveats=tuple(
+                    (arm_caveats(summary.arm(best.arm)) if best else [])
+                    + cpu_caveats([baseline] + ([best] if best else []))
+                ),
             )
         )
     return verdicts

@@ -146,9 +146,11 @@ def test_exactness_record_is_well_formed(finished_run) -> None:
     _, run = finished_run
     for arm in ("baseline", "ngram_k4"):
         for sample in read_jsonl(run / "arms" / arm / "samples.jsonl"):
-            # top-2 logprobs for every output token, requested from every arm alike
-            assert len(sample["top_logprobs"]) == len(sample["token_ids"])
-            assert all(len(position) >= 2 for position in sample["top_logprobs"])
+            assert sample["top_logprobs"] == []  # measured windows never pay for logprobs
+    for sample in read_jsonl(run / "arms" / "baseline" / "noise_floor.jsonl"):
+        # the baseline's unmeasured second pass: top-2 logprobs for every output token
+        assert len(sample["top_logprobs"]) == len(sample["token_ids"])
+        assert all(len(position) >= 2 for position in sample["top_logprobs"])
     section = json.loads((run / "summary.json").read_text())["exactness"]
     assert section["applicable"] and section["near_tie_margin"] == 0.5
     for block in (section["arms"]["ngram_k4"], section["noise_floor"]):

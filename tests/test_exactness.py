@@ -162,3 +162,36 @@ def test_compare_records_pairs_same_prompt_and_concurrency_only() -> None:
     )
     assert near["reference_text_before"] == "<1><2>" and near["reference_text_after"] == "<4>"
     assert near["candidate_text_after"] == "<3>"
+
+
+def test_margins_come_from_the_second_pass_where_it_saw_the_same_prefix() -> None:
+    from harness.probes.exactness import with_logprobs_from
+    from harness.results import RequestSample
+
+    def sample(ids: list[int], logprobs: list | None = None, prompt: str = "p") -> RequestSample:
+        top = [[(t, -0.1), (t + 1, -0.3)] for t in ids] if logprobs is None else logprobs
+        return RequestSample(
+            workload="w",
+            prompt_id=prompt,
+            concurrency=1,
+            prompt_format="raw",
+            t_send=0.0,
+            token_ids=ids,
+            top_logprobs=top,
+        )
+
+    first = [sample([1, 2, 3, 4], []), sample([5, 6], [], prompt="q"), sample([7], [], prompt="r")]
+    second = [
+        sample([1, 2, 9, 9]),
+        sample([5, 6], prompt="q"),
+    ]  # p diverges at position 2; r has no second pass
+    merged = with_logprobs_from(first, second)
+    # positions 0..2 are valid for p: the prefix before position 2 is the same in both passes
+    assert len(merged[0].top_logprobs) == 3 and merged[1].top_logprobs == second[1].top_logprobs
+    assert merged[2].top_logprobs == []  # nothing to borrow: its margins stay unknown
+    own = sample([1, 2], [[(1, -0.5), (2, -0.6)], [(2, -0.1), (3, -0.2)]])
+    assert with_logprobs_from([own], second)[0] is own  # a record with its own logprobs keeps them
+    # classified with the borrowed margin: the candidate flips p at position 2, a near tie there
+    candidate = [sample([1, 2, 8, 4], [])]
+    [entry] = compare_records(merged[:1], candidate, 0.5)
+    assert entry["status"] == "near_tie" and entry["margin"] == pytest.approx(0.2)

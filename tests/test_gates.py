@@ -197,3 +197,41 @@ def test_refusals(tmp_path: Path) -> None:
     out = _gate(str(bare), "--gates", str(gates_file))
     assert out.returncode == 2 and "no arm named 'ngram_k8'" in out.stdout
     assert _gate(str(tmp_path / "nowhere")).returncode == 2
+
+
+def _cpu(line: dict, others_cores: float) -> dict:
+    """A window's CPU record: the engine busy, and other processes using ``others_cores`` cores."""
+    cpu = {"engine_s": 1.0, "client_s": 0.1, "others_s": others_cores * line["duration_s"], "steal_s": 0.0}
+    return {"cpu": {**cpu, "cores": 2.0}}
+
+
+def test_a_regression_beside_a_busy_neighbour_is_inconclusive(tmp_path: Path) -> None:
+    """The same significant regression as above, but the worse run's windows shared the machine
+    with another process using a whole core: the gate cannot blame the engine."""
+
+    def with_repeats(name: str, factor: float, others_cores: float) -> Path:
+        rules = {"rules": [{"arm": "ngram_k4", "metric": "tau", "max_regression_pct": 10}]}
+        run = _copy(tmp_path, name, rules)
+        if factor != 1:
+            _scale_ngram_acceptance(run, factor)
+        for arm in ("baseline", "ngram_k4"):
+            for kind in ("windows", "samples"):
+                path = run / "arms" / arm / f"{kind}.jsonl"
+                lines = [
+                    {**line, **(_cpu(line, others_cores) if kind == "windows" else {})}
+                    for line in read_jsonl(path)
+                ]
+                path.write_text(
+                    "".join(json.dumps({**line, "repeat": r}) + "\n" for line in lines for r in (0, 1))
+                )
+        return run
+
+    good, worse = with_repeats("good", 1, 0.0), with_repeats("worse", 0.5, 1.0)
+    view, baseline = open_views(worse, good)
+    assert all(c.noisy_neighbour and c.others_cpu_cores == pytest.approx(1.0) for c in view.summary.cells)
+    assert not any(c.noisy_neighbour for c in baseline.summary.cells)
+    checks = evaluate(view, baseline)
+    assert {c.verdict for c in checks} == {"inconclusive"} and exit_code(checks) == 0
+    assert all(
+        c.message.startswith("measured beside a busy neighbour in this run: regression:") for c in checks
+    )

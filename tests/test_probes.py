@@ -229,3 +229,26 @@ def test_categories_pool_their_workloads() -> None:
     assert extract.tau == pytest.approx(1 + 40 / 40) and extract.speedup == pytest.approx(1.0)
     assert extract.identical_pct == pytest.approx(75.0) and extract.exactness_pairs == 4
     assert cells[("ng", "chat")].speedup is None  # no baseline measured that category
+
+
+def test_cpu_accounting_splits_the_machine_by_whom() -> None:
+    import os
+
+    from harness.probes import cpu
+
+    before = cpu.CpuSnapshot(busy_s=100.0, steal_s=1.0, engine_s=10.0, client_s=2.0)
+    after = cpu.CpuSnapshot(busy_s=110.0, steal_s=1.5, engine_s=17.0, client_s=2.5)
+    used = cpu.window_cpu(before, after)
+    assert used is not None
+    assert (used["engine_s"], used["client_s"], used["others_s"], used["steal_s"]) == pytest.approx(
+        (7, 0.5, 2.5, 0.5)
+    )
+    # tick-granular counters can disagree by a tick: a neighbour is never negative
+    assert cpu.window_cpu(before, cpu.CpuSnapshot(100.0, 1.0, 10.02, 2.0))["others_s"] == 0.0
+    assert cpu.window_cpu(None, after) is None
+    # on this Linux machine: the real /proc, with this process's own group as the "engine"
+    start = cpu.snapshot(os.getpgid(0))
+    sum(i * i for i in range(300_000))  # burn some CPU in this process
+    end = cpu.snapshot(os.getpgid(0))
+    assert start is not None and end is not None
+    assert end.client_s > start.client_s and end.engine_s >= start.engine_s and end.busy_s >= start.busy_s

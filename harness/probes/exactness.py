@@ -3,7 +3,8 @@
 Per prompt, the candidate's output token ids are compared with the reference's (the baseline
 arm, same prompt, same concurrency level, same regime). Where they differ, the first divergent
 position is found and classified by the REFERENCE's margin between its top-1 and top-2
-logprobs at that position:
+logprobs at that position (taken from the baseline's unmeasured second pass, where it saw the same
+prefix: ``with_logprobs_from``):
 
     identical  the token sequences are equal
     near_tie   margin < threshold: the reference itself almost chose the other token, so a flip
@@ -100,6 +101,27 @@ def text_around(chunks: Sequence[Sequence], position: int, width: int = 60) -> t
         (before if seen + n_tokens <= position else after).append(text)
         seen += n_tokens
     return "".join(before)[-width:], "".join(after)[:width]
+
+
+def with_logprobs_from(reference: Sequence[Any], source: Sequence[Any]) -> list[Any]:
+    """The reference records (``RequestSample``s), each given the top logprobs of the ``source``
+    record of the same prompt (workload, prompt, concurrency), over the stretch where the two chose
+    the same tokens and one position beyond: the distribution at position p belongs to the reference
+    only if both saw the same prefix before p. A record that carries its own logprobs (runs made
+    before the logprob pass existed) keeps them."""
+    by_prompt = {
+        (s.workload, s.prompt_id, s.concurrency): s for s in source if s.error is None and s.top_logprobs
+    }
+    out = []
+    for ref in reference:
+        src = by_prompt.get((ref.workload, ref.prompt_id, ref.concurrency))
+        if ref.top_logprobs or src is None:
+            out.append(ref)
+            continue
+        split = first_divergence(ref.token_ids, src.token_ids)
+        valid = len(src.top_logprobs) if split is None else split + 1
+        out.append(ref.model_copy(update={"top_logprobs": src.top_logprobs[:valid]}))
+    return out
 
 
 def _by_key(records: Sequence[Any]) -> dict[tuple, Any]:

@@ -28,10 +28,19 @@ from harness.results.model import (
     load_summary,
     parse_summary,
 )
-from harness.results.records import ArmStatus, AttentionBackend, RequestSample, WindowPower, WindowRecord
+from harness.results.records import (
+    ArmStatus,
+    AttentionBackend,
+    Invocation,
+    RequestSample,
+    RunTiming,
+    WindowCpu,
+    WindowPower,
+    WindowRecord,
+)
 
 __all__ = [
-    "READABLE_VERSIONS", "SCHEMA_VERSION", "ArmStatus", "ArmSummary", "AttentionBackend", "CategoryMetrics", "CellMetrics",
+    "READABLE_VERSIONS", "SCHEMA_VERSION", "ArmStatus", "ArmSummary", "AttentionBackend", "Invocation", "RunTiming", "WindowCpu", "CategoryMetrics", "CellMetrics",
     "ExactnessBlock", "ExactnessEntry", "ExactnessSection", "ExactnessShares", "RepeatMetrics", "RequestSample",
     "RunDir", "Summary", "UnreadLines", "WindowPower", "WindowRecord", "append_jsonl", "load_summary",
     "parse_summary", "read_json", "read_jsonl", "read_records", "read_run_record", "write_json_atomic",

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from harness.errors import UserError
 from harness.probes.exactness import Status
 from harness.results.files import READABLE_VERSIONS, SCHEMA_VERSION, read_json
-from harness.results.records import ArmStatus, ResultModel
+from harness.results.records import ArmStatus, ResultModel, RunTiming
 
 
 class RepeatMetrics(ResultModel):
@@ -99,6 +99,13 @@ class CellMetrics(ResultModel):
     speedup_high: float | None = None
     speedup_interval: Literal["repeats", "requests"] | None = None
     exactness: ExactnessShares | None  # vs the baseline (for the baseline: its noise floor)
+    # who used the CPU during the cell's windows, in cores (probes.cpu); None where not recorded
+    client_cpu_cores: float | None = None  # the harness process
+    engine_cpu_cores: float | None = None
+    others_cpu_cores: float | None = None  # every other process on the machine
+    steal_share: float | None = None  # of the window's time, taken by the hypervisor
+    noisy_neighbour: bool = False  # others or steal above probes.cpu's thresholds: not the engine's number
+    client_busy: bool = False  # the client used most of a core: its numbers may be the client's
     # adaptive repeats (load.repeats: {min, max, target_rel_half_width}); None/0 with a fixed count
     precision_metric: str | None = None  # speedup, or output_tok_s for the baseline
     rel_half_width: float | None = None  # achieved after the cell's last repeat
@@ -185,6 +192,7 @@ class Summary(ResultModel):
     categories: list[CategoryMetrics]
     exactness: ExactnessSection
     unread_lines: list[str] = []  # torn last lines of raw files that were skipped (a crash mid-write)
+    timing: RunTiming | None = None  # where the run's wall time went (timing.json)
 
     def cell(self, arm: str, workload: str, concurrency: int) -> CellMetrics | None:
         return next((c for c in self.cells if (c.arm, c.workload, c.concurrency) == (arm, workload, concurrency)), None)

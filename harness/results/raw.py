@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from harness.errors import UserError
 from harness.regime import Regime
 from harness.results.files import RunDir, UnreadLines, read_json, read_records, read_run_record
-from harness.results.records import ArmStatus, RequestSample, WindowRecord
+from harness.results.records import ArmStatus, RequestSample, RunTiming, WindowRecord
 
 
 @dataclass
@@ -32,6 +32,7 @@ class RawRun:
     environment: dict[str, Any]
     arms: dict[str, RawArm]  # in the regime's arm order
     unread: UnreadLines = field(default_factory=UnreadLines)
+    timing: RunTiming | None = None  # timing.json; None for runs made before it was recorded
 
     @property
     def baseline_arm(self) -> str:
@@ -61,4 +62,8 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
         )
         for arm in regime.arms
     }
-    return RawRun(run=run, record=record, regime=regime, environment=environment, arms=arms, unread=unread)
+    timing_path = run.root / "timing.json"
+    timing = RunTiming.model_validate(read_json(timing_path)) if timing_path.exists() else None
+    return RawRun(
+        run=run, record=record, regime=regime, environment=environment, arms=arms, unread=unread, timing=timing
+    )

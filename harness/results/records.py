@@ -95,6 +95,16 @@ class WindowPrecision(ResultModel):
     target: float
 
 
+class WindowCpu(ResultModel):
+    """CPU seconds during the window, by whom (``harness.probes.cpu``)."""
+
+    engine_s: float  # the engine server's process group
+    client_s: float  # the harness process
+    others_s: float  # every other process on the machine
+    steal_s: float  # taken by the hypervisor for other guests
+    cores: float  # the machine's logical CPUs
+
+
 class WindowRecord(ResultModel):
     """One measured window: a workload at a concurrency level, one repeat."""
 
@@ -112,6 +122,7 @@ class WindowRecord(ResultModel):
     server_reported: dict[str, Any] | None = None  # the engine's own server-wide figure, labelled, never tau
     power: WindowPower | None = None
     precision: WindowPrecision | None = None  # adaptive repeats only
+    cpu: WindowCpu | None = None  # None: recorded before version 3, or no /proc on this machine
 
     def counter_delta(self) -> SpecCounters:
         """The window's counter delta (server_counters windows only)."""
@@ -141,3 +152,29 @@ class ArmStatus(ResultModel):
     pgid: int | None = None  # the server's process group while running (to find an orphan)
     mismatches: list[str] = []  # regime mismatches recorded with --allow-mismatch
     attention_backend: AttentionBackend | None = None  # None: the engine did not say
+
+
+class Invocation(ResultModel):
+    """One ``bench run`` (or ``--resume``) of a run directory: where its wall time went, in seconds."""
+
+    wall_s: float  # from the command's start to its end (or interruption)
+    prepare_s: float  # environment checks, model conversion and drafter builds before the first arm
+    startup_s: float  # engine servers starting, until healthy
+    measured_s: float  # measured windows, the baseline's noise-floor pass included
+    warmup_s: float  # warm-up requests (never measured)
+    interrupted: bool = False
+
+
+class RunTiming(ResultModel):
+    """``timing.json``: every invocation on the run, so anyone can check what the harness cost."""
+
+    invocations: list[Invocation]
+
+    def total(self, name: str) -> float:
+        return sum(getattr(i, name) for i in self.invocations)
+
+    @property
+    def overhead_ratio(self) -> float | None:
+        """Wall time / (start-ups + measured windows): 1.0 is a harness that costs nothing."""
+        core = self.total("startup_s") + self.total("measured_s")
+        return self.total("wall_s") / core if core > 0 else None
