@@ -26,10 +26,11 @@ Schema history (``schema_version``, in ``regime.json`` and ``summary.json``):
     2 - typed results: samples carry ``ttft_s``/``tpot_s``; the summary is the dump of
         ``harness.results.Summary``: ``windows`` renamed ``cells`` (one per arm x workload x
         concurrency), ``unread_lines`` added. Version-1 runs still load (``load_summary``).
-    3 - the answer first: samples carry ``prompt_token_ids`` (the prompt as the engine tokenized
-        it), arm statuses the ``attention_backend`` the engine selected; summary cells carry the
-        speedup's interval (``speedup_low``/``speedup_high``/``speedup_interval``) and the output's
-        ``copy_share_pct``. Version-2 files load unchanged (every new field has a default).
+    3 - samples carry ``prompt_token_ids`` (the prompt as the engine tokenized it) and, measured,
+        no top logprobs (only the baseline's second pass in ``noise_floor.jsonl`` asks for them);
+        arm statuses the ``attention_backend`` the engine selected; windows their ``cpu`` by whom;
+        ``timing.json`` per invocation; summary cells the speedup's interval, the copy and context
+        shares and the CPU shares and flags. Version-2 files load unchanged (new fields default).
 """
 
 from __future__ import annotations
