@@ -272,3 +272,30 @@ def test_backend_line_once_when_every_arm_agrees(summary: Summary) -> None:
         "Attention backend: baseline CPU_ATTN, ngram_k4 FLASH_ATTN (drafter FLEX_ATTENTION) "
         "(inferred; server log)."
     )
+
+
+def test_timing_and_cpu_lines(summary: Summary) -> None:
+    from harness.results import Invocation, RunTiming
+    from harness.table import cpu_line, timing_line
+
+    assert timing_line(summary) is None and cpu_line(summary) is None  # not recorded in version 1
+    first = Invocation(wall_s=300, prepare_s=5, startup_s=120, measured_s=150, warmup_s=10, interrupted=True)
+    second = Invocation(wall_s=90, prepare_s=5, startup_s=30, measured_s=50, warmup_s=4)
+    timed = summary.model_copy(update={"timing": RunTiming(invocations=[first, second])})
+    assert timed.timing.overhead_ratio == pytest.approx(390 / 350)
+    assert timing_line(timed) == (
+        "Run time over 2 invocations: 6.5 min = 2.5 min of server start-ups + 3.3 min measuring + "
+        "0.7 min else (preparation 10 s, warm-up 14 s, scrapes and shutdowns): 1.11x start-ups + measuring."
+    )
+    cpu = {"engine_cpu_cores": 1.9, "client_cpu_cores": 0.03, "others_cpu_cores": 0.6, "steal_share": 0.0}
+    busy = with_cells(summary, **{"ngram_k4/code_humaneval/1": {**cpu, "noisy_neighbour": True}})
+    line = cpu_line(busy)
+    assert line.startswith(
+        "CPU during the windows, in cores (the most of any cell): engine 1.90, harness client 0.03"
+    )
+    assert line.endswith("Flagged (busy neighbour or busy client): ngram_k4 code_humaneval @1.")
+    verdict = window_verdicts(busy)[0]
+    assert (
+        "ngram_k4 measured beside a busy neighbour (other processes 0.60 cores, hypervisor steal 0%)"
+        in verdict.caveats
+    )
