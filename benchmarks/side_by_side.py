@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE.parent))
 from harness.client import run_window  # noqa: E402
 from harness.engines import SERVED_MODEL_NAME  # noqa: E402
 from harness.plan import plan_regime  # noqa: E402
+from harness.probes.acceptance import acceptance  # noqa: E402
 from harness.regime import load_regime  # noqa: E402
 from harness.server import Server, free_port  # noqa: E402
 from harness.stats import median  # noqa: E402
@@ -46,6 +47,14 @@ parser = FlexibleArgumentParser()
 add_cli_args(parser)
 main(parser.parse_args(sys.argv[1:]))
 """
+
+
+def counted(plan, url: str, measure, *args) -> tuple:
+    """``measure(*args)`` between two scrapes of the engine's own draft counters: its (tok/s, TPOT)
+    and the tau of exactly that pass (None for the baseline)."""
+    before = plan.adapter.read_spec_counters(url)
+    result = measure(*args)
+    return (*result, acceptance(plan.adapter.read_spec_counters(url).minus(before)).tau)
 
 
 def harness_pass(
@@ -165,10 +174,26 @@ def main() -> None:
             for concurrency in args.concurrency:
                 ours, bare, peer = [], [], []
                 for _ in range(args.passes):
-                    ours.append(harness_pass(url, plan, prompts, concurrency, args.tokens, 0))
-                    bare.append(harness_pass(url, plan, prompts, concurrency, args.tokens, 2))
+                    ours.append(
+                        counted(plan, url, harness_pass, url, plan, prompts, concurrency, args.tokens, 0)
+                    )
+                    bare.append(
+                        counted(plan, url, harness_pass, url, plan, prompts, concurrency, args.tokens, 2)
+                    )
                     peer.append(
-                        peer_pass(url, plan, model, dataset, concurrency, len(prompts), args.tokens, out_dir)
+                        counted(
+                            plan,
+                            url,
+                            peer_pass,
+                            url,
+                            plan,
+                            model,
+                            dataset,
+                            concurrency,
+                            len(prompts),
+                            args.tokens,
+                            out_dir,
+                        )
                     )
 
                 def cells(values: list[tuple[float, float]], index: int, spec: str) -> str:
@@ -181,7 +206,12 @@ def main() -> None:
                     flush=True,
                 )
                 rates = [statistics.mean(v[0] for v in group) for group in (ours, bare, peer)]
-                print(f"|  | harness / peer: {rates[0] / rates[2]:.3f} | {rates[1] / rates[2]:.3f} | | | | |")
+                taus = " / ".join("-" if v[2] is None else f"{v[2]:.3f}" for v in ours + peer)
+                print(
+                    f"|  | harness / peer: {rates[0] / rates[2]:.3f} | {rates[1] / rates[2]:.3f} | | "
+                    f"tau (engine counters) harness, peer: {taus} | | |",
+                    flush=True,
+                )
     print(f"# server logs and the peer's result files: {out_dir}")
 
 
