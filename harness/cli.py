@@ -495,6 +495,9 @@ def main(argv: list[str] | None = None) -> int:
     # Piped output (CI logs, files) would otherwise be cut to 80 columns and truncate the table.
     console = Console() if sys.stdout.isatty() else Console(width=160)
     # SIGTERM/SIGHUP unwind like Ctrl-C, so every server context manager stops its process group.
+    # Ctrl-C itself too: left to asyncio.run, SIGINT only cancels the window's main task, and a task
+    # that completes anyway (its last request done, the HTTP session closing) swallows the interrupt.
+    signal.signal(signal.SIGINT, _raise_interrupt)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
     from harness.server import kill_all_started
