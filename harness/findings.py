@@ -28,7 +28,7 @@ from harness import stats
 from harness.probes.acceptance import mean_acceptance_length
 from harness.probes.copying import COPY_NGRAM
 from harness.results.model import CellMetrics, Summary
-from harness.verdict import window_verdicts
+from harness.verdict import WindowVerdict, window_verdicts
 
 STRONG_RANK = 0.7  # a rank correlation at least this high "explains" the ordering of tau
 HIGH_TAU = 1.5  # tokens per step above which acceptance is not the limit
@@ -183,14 +183,14 @@ def cost_of_step_sentence(summary: Summary, arm: str) -> str | None:
     )
 
 
-def load_sentence(summary: Summary) -> str | None:
+def load_sentence(summary: Summary, verdicts: list[WindowVerdict]) -> str | None:
     levels = sorted({c.concurrency for c in summary.cells})
     if len(levels) < 2:
         return None
     parts = []
-    verdicts = {(v.workload, v.concurrency): v for v in window_verdicts(summary)}
+    by_window = {(v.workload, v.concurrency): v for v in verdicts}
     for workload in _workloads(summary):
-        first = verdicts.get((workload, levels[0]))
+        first = by_window.get((workload, levels[0]))
         if first is None or first.best is None:
             continue
         last = summary.cell(first.best.arm, workload, levels[-1])
@@ -203,9 +203,9 @@ def load_sentence(summary: Summary) -> str | None:
     return ("With load, " + "; ".join(parts) + ".") if parts else None
 
 
-def cost_sentence(summary: Summary) -> str | None:
+def cost_sentence(verdicts: list[WindowVerdict]) -> str | None:
     parts = []
-    for verdict in window_verdicts(summary):
+    for verdict in verdicts:
         before = verdict.baseline.usd_per_mtok
         where = f"{verdict.workload} @{verdict.concurrency}"
         if before is None:
@@ -226,5 +226,6 @@ def findings(summary: Summary) -> list[str]:
     sentences = [copying_sentence(summary), category_sentence(summary)]
     sentences += [chain_sentence(summary, arm) for arm in arms]
     sentences += [cost_of_step_sentence(summary, arm) for arm in arms]
-    sentences += [load_sentence(summary), cost_sentence(summary)]
+    verdicts = window_verdicts(summary)  # once: both the load and the cost sentence read them
+    sentences += [load_sentence(summary, verdicts), cost_sentence(verdicts)]
     return [s for s in sentences if s]
