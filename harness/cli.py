@@ -173,7 +173,9 @@ def _add_drafter(commands: Any) -> None:
         "position, library versions) are cached. The prompts the regime measures are held out. Interrupted "
         "builds resume where they stopped. The CPU regime's EAGLE-3 takes about 45 minutes on 2 cores.",
     )
-    drafter_build.add_argument("regime", type=Path, help="regime YAML file, e.g. regimes/cpu_drafters.yaml")
+    drafter_build.add_argument(
+        "regime", type=Path, help="regime YAML file, e.g. regimes/cpu_trained_drafters.yaml"
+    )
     drafter_build.add_argument("--arm", help="only this arm's drafter")
     drafter_build.add_argument("--method", choices=("eagle3", "dflash"), help="only the arms of this method")
 

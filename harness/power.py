@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -46,19 +46,25 @@ _THROTTLE_MASK_NAMES = (
 )
 
 
+def open_nvml() -> tuple[Any, list[Any]]:
+    """nvidia-ml-py, initialised, and a handle per GPU. ImportError, NVMLError or RuntimeError
+    ("no GPU") mean "not available" here."""
+    import pynvml  # nvidia-ml-py
+
+    pynvml.nvmlInit()
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    if not handles:
+        pynvml.nvmlShutdown()
+        raise RuntimeError("NVML sees no GPU")
+    return pynvml, handles
+
+
 class NvmlReader:
     source = "nvml"
 
     def __init__(self) -> None:
-        import pynvml  # nvidia-ml-py; ImportError / NVMLError mean "not available"
-
-        pynvml.nvmlInit()
-        self._nvml = pynvml
-        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        if not self._handles:
-            pynvml.nvmlShutdown()
-            raise RuntimeError("NVML sees no GPU")
-        self._mask = sum(getattr(pynvml, name, 0) for name in _THROTTLE_MASK_NAMES)
+        self._nvml, self._handles = open_nvml()
+        self._mask = sum(getattr(self._nvml, name, 0) for name in _THROTTLE_MASK_NAMES)
 
     def read(self) -> PowerReading:
         nvml, watts, energy, throttled = self._nvml, 0.0, 0.0, False

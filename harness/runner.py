@@ -34,7 +34,7 @@ from harness.environment import collect_environment, model_identity
 from harness.errors import EngineError, UserError
 from harness.plan import Plan, describe_plan, plan_regime
 from harness.power import PowerSampler, open_reader
-from harness.probes import cpu
+from harness.probes import cpu, gpu
 from harness.probes.throughput import output_tokens_per_s
 from harness.regime import Arm, Regime
 from harness.results import (
@@ -98,6 +98,7 @@ class Runner:
         self.power_reader, self.power_note = (None, "disabled by the regime")
         if plan.regime.power.enabled:
             self.power_reader, self.power_note = open_reader()
+        self.gpu_reader = gpu.open_process_reader()  # None on a machine without NVML: nothing to watch
 
     def _validate(self, environment: dict[str, Any]) -> tuple[list[str], list[str]]:
         """Refuse a regime this machine does not match (unless allowed) and lossy settings (unless
@@ -334,10 +335,12 @@ class Runner:
             f" (repeat {repeat + 1}/{most}{' at most' if precision else ''})" if most > 1 else ""
         )
         cpu_before = cpu.snapshot(server.process.pid)
+        gpu_watch = gpu.watch(self.gpu_reader, server.process.pid)
         try:
             result = self._send(server, workload, workload.prompts, concurrency, label, keep, repeat)
         finally:
             readings = sampler.stop() if sampler else []
+            gpu_used = gpu_watch.stop() if gpu_watch else None
         cpu_used = cpu.window_cpu(cpu_before, cpu.snapshot(server.process.pid))
         self._check_alive(server, result)
         after = None if per_request else self.plan.adapter.read_spec_counters(server.base_url).to_json()
@@ -366,6 +369,7 @@ class Runner:
                 },
                 "precision": reached,
                 "cpu": cpu_used,
+                "gpu": gpu_used,
             },
         )
         return reached

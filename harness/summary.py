@@ -15,6 +15,7 @@ from harness.probes.copying import copied_ngrams, share_pct
 from harness.probes.cost import energy_usd_per_mtok, usd_per_mtok
 from harness.probes.cpu import BUSY_CLIENT_CORES, NOISY_OTHERS_CORES, NOISY_STEAL
 from harness.probes.exactness import compare_records, shares, with_logprobs_from
+from harness.probes.gpu import NOISY_GPU_SM_PCT
 from harness.probes.power import combine_power, summarize_power
 from harness.probes.throughput import (
     interval_from_repeats,
@@ -36,7 +37,7 @@ from harness.results.model import (
     Summary,
 )
 from harness.results.raw import RawRun, read_raw
-from harness.results.records import RequestSample, WindowRecord
+from harness.results.records import RequestSample, WindowGpu, WindowRecord
 from harness.stats import quantile
 
 PAIRING = "same workload, same prompt, same concurrency level; greedy, same seed and max tokens"
@@ -146,7 +147,7 @@ def cell_metrics(
         speedup=None,
         exactness=None,
         **_precision(windows, min_repeats),
-        **_cpu(windows),
+        **(_cpu(windows) | _gpu(windows)),  # a GPU neighbour sets noisy_neighbour, never clears it
     )
 
 
@@ -168,6 +169,28 @@ def _cpu(windows: list[WindowRecord]) -> dict[str, Any]:
         "steal_share": steal,
         "noisy_neighbour": others > NOISY_OTHERS_CORES or steal > NOISY_STEAL,
         "client_busy": client > BUSY_CLIENT_CORES,
+    }
+
+
+def _gpu(windows: list[WindowRecord]) -> dict[str, Any]:
+    """Other processes on the engine's GPUs, the most of any of the cell's windows. A window flags
+    the cell when the others' SM utilisation passes probes.gpu's threshold or, where NVML cannot
+    say per process, when any other compute process shared the engine's GPUs."""
+    watched = [w.gpu for w in windows if w.gpu is not None and w.gpu.attributed]
+    if not watched:
+        return {}
+
+    def others_sm(g: WindowGpu) -> float:
+        return sum(o.sm_pct or 0.0 for o in g.others)
+
+    sm = [others_sm(g) for g in watched if g.utilization_supported]
+    # where NVML cannot say per process, any other compute process on the engine's GPUs counts
+    busy = any(others_sm(g) > NOISY_GPU_SM_PCT if g.utilization_supported else g.others for g in watched)
+    flagged = {"noisy_neighbour": True} if busy else {}  # merged over _cpu's: never clears its flag
+    return {
+        "gpu_others_sm_pct": max(sm) if sm else None,
+        "gpu_other_processes": max(len(g.others) for g in watched),
+        **flagged,
     }
 
 

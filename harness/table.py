@@ -324,10 +324,19 @@ def cpu_line(summary: Summary) -> str | None:
         return max(getattr(c, name) or 0.0 for c in cells)
 
     flagged = [f"{c.arm} {c.workload} @{c.concurrency}" for c in cells if c.noisy_neighbour or c.client_busy]
+    watched = [c for c in summary.cells if c.gpu_other_processes is not None]
+    gpu = ""
+    if watched:
+        sm = [c.gpu_others_sm_pct for c in watched if c.gpu_others_sm_pct is not None]
+        count = max(c.gpu_other_processes or 0 for c in watched)
+        gpu = f"Other processes on the engine's GPUs: at most {count}" + (
+            f", using at most {max(sm):.0f}% of the SMs. " if sm else " (SM use per process not reported). "
+        )
     return (
         f"CPU during the windows, in cores (the most of any cell): engine {most('engine_cpu_cores'):.2f}, "
         f"harness client {most('client_cpu_cores'):.2f}, other processes {most('others_cpu_cores'):.2f}; "
         f"hypervisor steal {100 * most('steal_share'):.0f}%. "
+        + gpu
         + (
             f"Flagged (busy neighbour or busy client): {', '.join(flagged)}."
             if flagged

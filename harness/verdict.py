@@ -126,16 +126,25 @@ def arm_caveats(arm: ArmSummary | None) -> list[str]:
     return found
 
 
+def neighbour_text(cell: CellMetrics) -> str:
+    """What else ran during a cell's windows: on the CPU and, where watched, on its GPUs."""
+    parts = []
+    if cell.others_cpu_cores is not None:
+        steal = 100 * (cell.steal_share or 0)
+        parts.append(f"other processes {cell.others_cpu_cores:.2f} cores, hypervisor steal {steal:.0f}%")
+    if cell.gpu_other_processes:
+        sm = "" if cell.gpu_others_sm_pct is None else f" using {cell.gpu_others_sm_pct:.0f}% of the SMs"
+        parts.append(f"{cell.gpu_other_processes} other process(es) on its GPUs{sm}")
+    return "; ".join(parts)
+
+
 def cpu_caveats(cells: list[CellMetrics]) -> list[str]:
     """Windows whose numbers may not be the engine's: a busy neighbour, or a client that used most
     of a core (``harness.probes.cpu``)."""
     found = []
     for cell in cells:
         if cell.noisy_neighbour:
-            found.append(
-                f"{cell.arm} measured beside a busy neighbour (other processes {cell.others_cpu_cores:.2f} "
-                f"cores, hypervisor steal {100 * (cell.steal_share or 0):.0f}%)"
-            )
+            found.append(f"{cell.arm} measured beside a busy neighbour ({neighbour_text(cell)})")
         if cell.client_busy:
             found.append(
                 f"{cell.arm}: the harness's client used {cell.client_cpu_cores:.2f} cores, its numbers "

@@ -230,7 +230,7 @@ def test_held_out_check_counts_overlap(tmp_path: Path) -> None:
 
 
 def test_drafter_build_without_trained_arm_is_a_clear_error(capsys) -> None:
-    code = main(["drafter", "build", str(ROOT / "tests" / "regimes" / "cpu_drafters.yaml")])
+    code = main(["drafter", "build", str(ROOT / "tests" / "regimes" / "cpu_e2e.yaml")])
     assert code == 2
     assert "no arm has a `draft_model: {trained: ...}` to build" in capsys.readouterr().out
     code = main(["drafter", "build", str(TINY), "--arm", "nope"])

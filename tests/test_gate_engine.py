@@ -1,73 +1,55 @@
-"""`bench gate` end to end on the REAL CPU engine: a run gated against itself passes; the same
-regime with the ngram arm made worse (K=1 instead of 4) is a regression: exit code 1 and a JUnit
-file naming the failed gate. No speed is asserted; tau of greedy ngram is what moves."""
+"""`bench gate` end to end on the REAL CPU engine: a run gated against itself passes; a run whose
+ngram_k4 arm is made worse (K=1 instead of 4, tests/regimes/cpu_gate.yaml) gated against the
+study's point p0 (the same conditions, measured by tests/test_study_engine.py's session fixture)
+is a regression: exit code 1 and a JUnit file naming the failed gates. No speed is asserted; tau
+of greedy ngram is what moves."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import ROOT, bench
+
 pytestmark = pytest.mark.engine
 
-ROOT = Path(__file__).resolve().parent.parent
 REGIME = ROOT / "tests" / "regimes" / "cpu_gate.yaml"
-BENCH = [sys.executable, "-m", "harness.cli"]
-
-
-def _run(regime: Path, results: Path) -> Path:
-    proc = subprocess.run(
-        BENCH + ["run", str(regime), "--results-dir", str(results)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-        env=dict(os.environ),
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    (run,) = (results / "cpu_gate").iterdir()
-    return run
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("gate")
-    good = _run(REGIME, base / "good")
-    worse_regime = base / "cpu_gate_worse.yaml"
-    text = REGIME.read_text().replace("num_speculative_tokens: 4", "num_speculative_tokens: 1")
-    worse_regime.write_text(text.replace("../../workloads/", f"{ROOT}/workloads/"))
-    return good, _run(worse_regime, base / "worse")
+def runs(study, tmp_path_factory) -> tuple[Path, Path]:
+    """(the study's p0: ngram_k4 at K=4, the worse run: K=1), measured under the same conditions."""
+    results = tmp_path_factory.mktemp("gate")
+    proc = bench("run", str(REGIME), "--results-dir", str(results), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    (worse,) = (results / "cpu_gate").iterdir()
+    _, study_dir = study
+    return study_dir / "points" / "p0", worse
 
 
 def test_run_against_itself_passes(runs) -> None:
-    good, _ = runs
-    out = subprocess.run(
-        BENCH + ["gate", str(good), "--baseline", str(good)], capture_output=True, text=True, cwd=ROOT
-    )
+    _, worse = runs
+    out = bench("gate", str(worse), "--baseline", str(worse), timeout=300)
     assert out.returncode == 0, out.stdout
-    suite = ET.parse(good / "gate" / "junit.xml").getroot()
-    assert int(suite.get("tests")) == 3 and suite.get("failures") == "0" and suite.get("errors") == "0"
+    suite = ET.parse(worse / "gate" / "junit.xml").getroot()
+    # 3 rules x 2 cells (code_humaneval at concurrency 1 and 2)
+    assert int(suite.get("tests")) == 6 and suite.get("failures") == "0" and suite.get("errors") == "0"
 
 
 def test_worse_configuration_is_a_regression(runs, tmp_path: Path) -> None:
     good, worse = runs
     junit = tmp_path / "junit.xml"
-    out = subprocess.run(
-        BENCH + ["gate", str(worse), "--baseline", str(good), "--junit", str(junit)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    out = bench("gate", str(worse), "--baseline", str(good), "--junit", str(junit), timeout=300)
     assert out.returncode == 1, out.stdout
-    assert "arm ngram is configured differently" in out.stdout
+    assert "arm ngram_k4 is configured differently" in out.stdout
     failed = {
         case.get("name"): case.find("failure").get("message")
         for case in ET.parse(junit).getroot().iter("testcase")
         if case.find("failure") is not None
     }
-    assert list(failed) == ["ngram tau regression <= 10% [code_humaneval @ 1]"]
-    assert failed["ngram tau regression <= 10% [code_humaneval @ 1]"].startswith("regression:")
+    assert sorted(failed) == [
+        f"ngram_k4 tau regression <= 10% [code_humaneval @ {concurrency}]" for concurrency in (1, 2)
+    ]
+    assert all(message.startswith("regression:") for message in failed.values())

@@ -205,11 +205,20 @@ def _cpu(line: dict, others_cores: float) -> dict:
     return {"cpu": {**cpu, "cores": 2.0}}
 
 
-def test_a_regression_beside_a_busy_neighbour_is_inconclusive(tmp_path: Path) -> None:
-    """The same significant regression as above, but the worse run's windows shared the machine
-    with another process using a whole core: the gate cannot blame the engine."""
+def _gpu(others_sm_pct: float) -> dict:
+    """A window's NVML record: the engine on GPU 0 and one other process there using the SMs."""
+    other = {"device": 0, "pid": 4242, "name": "python", "memory_mib": 9000.0, "sm_pct": others_sm_pct}
+    watched = {"polls": 30, "engine_devices": [0], "attributed": True, "utilization_supported": True}
+    return {"gpu": {**watched, "others": [other] if others_sm_pct else []}}
 
-    def with_repeats(name: str, factor: float, others_cores: float) -> Path:
+
+@pytest.mark.parametrize("neighbour", ["cpu", "gpu"])
+def test_a_regression_beside_a_busy_neighbour_is_inconclusive(tmp_path: Path, neighbour: str) -> None:
+    """The same significant regression as above, but the worse run's windows shared the machine
+    with another process using a whole core (or 40% of the engine's GPU): the gate cannot blame
+    the engine."""
+
+    def with_repeats(name: str, factor: float, busy: bool) -> Path:
         rules = {"rules": [{"arm": "ngram_k4", "metric": "tau", "max_regression_pct": 10}]}
         run = _copy(tmp_path, name, rules)
         if factor != 1:
@@ -218,7 +227,9 @@ def test_a_regression_beside_a_busy_neighbour_is_inconclusive(tmp_path: Path) ->
             for kind in ("windows", "samples"):
                 path = run / "arms" / arm / f"{kind}.jsonl"
                 lines = [
-                    {**line, **(_cpu(line, others_cores) if kind == "windows" else {})}
+                    line
+                    if kind != "windows"
+                    else {**line, **(_cpu(line, busy * 1.0) if neighbour == "cpu" else _gpu(busy * 40.0))}
                     for line in read_jsonl(path)
                 ]
                 path.write_text(
@@ -226,9 +237,14 @@ def test_a_regression_beside_a_busy_neighbour_is_inconclusive(tmp_path: Path) ->
                 )
         return run
 
-    good, worse = with_repeats("good", 1, 0.0), with_repeats("worse", 0.5, 1.0)
+    good, worse = with_repeats("good", 1, False), with_repeats("worse", 0.5, True)
     view, baseline = open_views(worse, good)
-    assert all(c.noisy_neighbour and c.others_cpu_cores == pytest.approx(1.0) for c in view.summary.cells)
+    assert all(c.noisy_neighbour for c in view.summary.cells)
+    if neighbour == "cpu":
+        assert all(c.others_cpu_cores == pytest.approx(1.0) for c in view.summary.cells)
+    else:
+        assert all(c.gpu_others_sm_pct == 40.0 and c.gpu_other_processes == 1 for c in view.summary.cells)
+        assert all(c.gpu_other_processes == 0 for c in baseline.summary.cells)
     assert not any(c.noisy_neighbour for c in baseline.summary.cells)
     checks = evaluate(view, baseline)
     assert {c.verdict for c in checks} == {"inconclusive"} and exit_code(checks) == 0

@@ -61,7 +61,7 @@ def test_golden_v1_summary_loads_and_equals_the_rederived_one() -> None:
 def test_current_summary_round_trips_and_is_frozen() -> None:
     summary = summarize(GOLDEN)
     dumped = summary.model_dump(mode="json")
-    assert dumped["schema_version"] == SCHEMA_VERSION == 3 and "cells" in dumped and "windows" not in dumped
+    assert dumped["schema_version"] == SCHEMA_VERSION == 4 and "cells" in dumped and "windows" not in dumped
     assert parse_summary(json.loads(json.dumps(dumped)), "test") == summary
     with pytest.raises(ValidationError):
         summary.cells[0].tau = 9.0  # type: ignore[misc]

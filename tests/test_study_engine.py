@@ -1,15 +1,14 @@
 """A study end to end on the REAL CPU engine (tests/regimes/cpu_study_e2e.yaml: 2 points x
 baseline + ngram K=2 and K=4, eager mode): `bench validate` lists the points, `bench run` runs
 them into one study directory and prints the analysis, `bench report` renders the study page,
-and a resumed study never re-runs a finished point and gives the same tables."""
+and a resumed study never re-runs a finished point and gives the same tables. The study itself
+is run once per session (conftest.py's ``study``): the gate test gates a run against its p0."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,36 +16,13 @@ import pytest
 from harness.study.collect import load_study
 from harness.study.tables import best_k_rows, break_even_rows, markdown, recommendation_rows
 from tests.browser import CHROMIUM, chromium
+from tests.conftest import STUDY_REGIME, bench
 
 pytestmark = pytest.mark.engine
 
-ROOT = Path(__file__).resolve().parent.parent
-REGIME = ROOT / "tests" / "regimes" / "cpu_study_e2e.yaml"
-BENCH = [sys.executable, "-m", "harness.cli"]
-
-
-def _bench(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        BENCH + list(args),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env={"COLUMNS": "200", **os.environ},
-    )
-
-
-@pytest.fixture(scope="module")
-def study(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    results = tmp_path_factory.mktemp("results")
-    proc = _bench("run", str(REGIME), "--results-dir", str(results))
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
-    (study_dir,) = sorted((results / "cpu_study_e2e").iterdir())
-    return proc, study_dir
-
 
 def test_validate_lists_the_points() -> None:
-    out = _bench("validate", str(REGIME), timeout=300)
+    out = bench("validate", str(STUDY_REGIME), timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 points" in out.stdout and "6 server start-ups" in out.stdout
     assert "p0: load.max_output_tokens=24" in out.stdout and "p1: load.max_output_tokens=40" in out.stdout
@@ -77,7 +53,7 @@ def test_study_runs_every_point_and_prints_the_analysis(study) -> None:
 
 def test_study_report_links_every_point(study, tmp_path: Path) -> None:
     _, study_dir = study
-    out = _bench("report", str(study_dir), "-o", str(tmp_path / "page"), timeout=300)
+    out = bench("report", str(study_dir), "-o", str(tmp_path / "page"), timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     page = (tmp_path / "page" / "index.html").read_text()
     assert 'href="p0.html"' in page and 'href="p1.html"' in page and "Recommendation" in page
@@ -98,7 +74,7 @@ def test_resume_never_reruns_a_finished_point(study, tmp_path: Path) -> None:
     }
     # as if interrupted in p1's last arm: its status says so
     (copy / "points" / "p1" / "arms" / "ngram_k4" / "status.json").write_text('{"status": "interrupted"}')
-    proc = _bench("run", "--resume", str(copy))
+    proc = bench("run", "--resume", str(copy))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     assert "p0 (load.max_output_tokens=24): complete, kept" in proc.stdout
     assert {p: (copy / "points" / "p0" / p).stat().st_mtime_ns for p in finished} == finished

@@ -44,10 +44,9 @@ def _machine() -> tuple[float, float]:
     return (user + nice + system + irq + softirq) / TICK, steal / TICK
 
 
-def _process_group_s(pgid: int) -> float:
-    """utime + stime of every live process in the group (a process that exited mid-window loses
-    its share: the engine's workers live as long as the server)."""
-    total = 0
+def _group_members(pgid: int) -> list[tuple[int, list[str]]]:
+    """(pid, /proc/PID/stat fields after "pid (comm) ") of every live process in the group."""
+    members = []
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
@@ -55,10 +54,21 @@ def _process_group_s(pgid: int) -> float:
             stat = (entry / "stat").read_text()
         except OSError:
             continue  # gone between listing and reading
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state is fields[0]
+        fields = stat[stat.rindex(")") + 2 :].split()  # state is fields[0]
         if int(fields[2]) == pgid:  # pgrp
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / TICK
+            members.append((int(entry.name), fields))
+    return members
+
+
+def process_group_pids(pgid: int) -> set[int]:
+    """The pids of the group's live processes (the engine server and every worker it started)."""
+    return {pid for pid, _ in _group_members(pgid)} if (PROC / "stat").is_file() else set()
+
+
+def _process_group_s(pgid: int) -> float:
+    """utime + stime of every live process in the group (a process that exited mid-window loses
+    its share: the engine's workers live as long as the server)."""
+    return sum(int(fields[11]) + int(fields[12]) for _, fields in _group_members(pgid)) / TICK
 
 
 def snapshot(engine_pgid: int | None) -> CpuSnapshot | None:

@@ -34,13 +34,15 @@ from harness.results.records import (
     Invocation,
     RequestSample,
     RunTiming,
+    GpuNeighbour,
     WindowCpu,
+    WindowGpu,
     WindowPower,
     WindowRecord,
 )
 
 __all__ = [
-    "READABLE_VERSIONS", "SCHEMA_VERSION", "ArmStatus", "ArmSummary", "AttentionBackend", "Invocation", "RunTiming", "WindowCpu", "CategoryMetrics", "CellMetrics",
+    "READABLE_VERSIONS", "SCHEMA_VERSION", "ArmStatus", "ArmSummary", "AttentionBackend", "Invocation", "RunTiming", "WindowCpu", "WindowGpu", "GpuNeighbour", "CategoryMetrics", "CellMetrics",
     "ExactnessBlock", "ExactnessEntry", "ExactnessSection", "ExactnessShares", "RepeatMetrics", "RequestSample",
     "RunDir", "Summary", "UnreadLines", "WindowPower", "WindowRecord", "append_jsonl", "load_summary",
     "parse_summary", "read_json", "read_jsonl", "read_records", "read_run_record", "write_json_atomic",

@@ -31,6 +31,9 @@ Schema history (``schema_version``, in ``regime.json`` and ``summary.json``):
         arm statuses the ``attention_backend`` the engine selected; windows their ``cpu`` by whom;
         ``timing.json`` per invocation; summary cells the speedup's interval, the copy and context
         shares and the CPU shares and flags. Version-2 files load unchanged (new fields default).
+    4 - windows record the other processes on the engine's GPUs (``gpu``, from NVML); summary
+        cells their SM share and count, and ``noisy_neighbour`` counts a busy GPU neighbour too.
+        Version-3 files load unchanged (new fields default).
 """
 
 from __future__ import annotations
@@ -50,8 +53,8 @@ from harness.errors import UserError
 from harness.results.records import ArmStatus
 
 # The version this harness writes, and the versions it reads (see the schema history above).
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 RecordT = TypeVar("RecordT", bound=BaseModel)
 
 

@@ -104,7 +104,13 @@ class CellMetrics(ResultModel):
     engine_cpu_cores: float | None = None
     others_cpu_cores: float | None = None  # every other process on the machine
     steal_share: float | None = None  # of the window's time, taken by the hypervisor
-    noisy_neighbour: bool = False  # others or steal above probes.cpu's thresholds: not the engine's number
+    # other processes on the engine's GPUs (probes.gpu): their summed SM utilisation (%, the most of
+    # any window) and how many there were; None where no GPU was watched
+    gpu_others_sm_pct: float | None = None
+    gpu_other_processes: int | None = None
+    # others or steal above probes.cpu's thresholds, or a GPU neighbour above probes.gpu's: the
+    # window's numbers are not the engine's alone
+    noisy_neighbour: bool = False
     client_busy: bool = False  # the client used most of a core: its numbers may be the client's
     # adaptive repeats (load.repeats: {min, max, target_rel_half_width}); None/0 with a fixed count
     precision_metric: str | None = None  # speedup, or output_tok_s for the baseline
@@ -180,7 +186,7 @@ class ExactnessSection(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[3] = SCHEMA_VERSION
+    schema_version: Literal[4] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str
@@ -210,7 +216,7 @@ class Summary(ResultModel):
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """An older summary as the current version: in version 2 ``windows`` became ``cells``; version
-    3 only added fields with defaults."""
+    3 and 4 only added fields with defaults."""
     data = dict(data)
     if data["schema_version"] == 1:
         data["cells"] = data.pop("windows")

@@ -105,6 +105,26 @@ class WindowCpu(ResultModel):
     cores: float  # the machine's logical CPUs
 
 
+class GpuNeighbour(ResultModel):
+    """Another process on one of the engine's GPUs during a window (``harness.probes.gpu``)."""
+
+    device: int  # NVML index
+    pid: int  # as NVML reports it (the host's pid namespace)
+    name: str | None  # command name, where this machine can see the process
+    memory_mib: float | None  # the most it held during the window
+    sm_pct: float | None  # mean SM utilisation over the window; None: NVML cannot say per process
+
+
+class WindowGpu(ResultModel):
+    """The other processes on the engine's GPUs during a window."""
+
+    polls: int  # NVML polls during the window (one per second)
+    engine_devices: list[int]  # the GPUs where the engine's processes were seen
+    attributed: bool  # False: none of the engine's pids was visible (another pid namespace): no flag
+    utilization_supported: bool  # NVML reported SM utilisation per process
+    others: list[GpuNeighbour]
+
+
 class WindowRecord(ResultModel):
     """One measured window: a workload at a concurrency level, one repeat."""
 
@@ -123,6 +143,7 @@ class WindowRecord(ResultModel):
     power: WindowPower | None = None
     precision: WindowPrecision | None = None  # adaptive repeats only
     cpu: WindowCpu | None = None  # None: recorded before version 3, or no /proc on this machine
+    gpu: WindowGpu | None = None  # None: recorded before version 4, or no NVML (no GPU) here
 
     def counter_delta(self) -> SpecCounters:
         """The window's counter delta (server_counters windows only)."""

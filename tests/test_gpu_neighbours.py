@@ -1,0 +1,139 @@
+"""Other processes on the engine's GPUs (probes.gpu): attribution from NVML's process view, the
+reader's handling of NVML's answers, the watch thread, and the texts that name a GPU neighbour.
+NVML itself is replaced by a stand-in module here (no GPU on CI); tests/test_gpu_power.py runs the
+real NVML path on a GPU machine."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from types import SimpleNamespace
+
+import pytest
+
+from harness.probes import gpu
+from harness.probes.gpu import ProcessSample, window_gpu
+
+
+def test_neighbours_are_the_other_processes_on_the_engines_gpus() -> None:
+    engine, neighbour, elsewhere = 100, 200, 300
+    polls = [
+        [ProcessSample(0, engine, 8000.0, 60.0), ProcessSample(0, neighbour, 500.0, 30.0)],
+        [ProcessSample(0, engine, 8100.0, 70.0), ProcessSample(0, neighbour, 700.0, 0.0)],
+        [ProcessSample(0, engine, 8100.0, 65.0), ProcessSample(1, elsewhere, 100.0, 90.0)],
+    ]
+    used = window_gpu(polls, {engine})
+    assert used["attributed"] and used["engine_devices"] == [0] and used["utilization_supported"]
+    # GPU 1 is not the engine's: its process is nobody's business; the neighbour was in 2 of 3 polls
+    assert [(o["device"], o["pid"]) for o in used["others"]] == [(0, neighbour)]
+    assert used["others"][0]["sm_pct"] == pytest.approx(10.0) and used["others"][0]["memory_mib"] == 700.0
+    assert used["polls"] == 3
+
+
+def test_without_the_engines_pids_nothing_is_attributed() -> None:
+    """An engine in another pid namespace: NVML's pids are not ours; record, never flag."""
+    polls = [[ProcessSample(0, 7, 8000.0, None), ProcessSample(1, 8, 10.0, None)]]
+    used = window_gpu(polls, {100})
+    assert not used["attributed"] and used["engine_devices"] == []
+    assert not used["utilization_supported"] and [o["sm_pct"] for o in used["others"]] == [None, None]
+    assert window_gpu([], {100})["others"] == []
+
+
+class _NvmlError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+
+def _fake_pynvml(processes: dict[int, list[tuple[int, int | None]]], utilization: dict) -> types.ModuleType:
+    """A stand-in for nvidia-ml-py with the calls probes.gpu makes, answering as NVML does:
+    ``NOT_FOUND`` when no process used the SMs since the timestamp, ``NOT_SUPPORTED`` where the
+    device cannot say per process."""
+    nvml = types.ModuleType("pynvml")
+    nvml.NVMLError = _NvmlError
+    nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_NOT_FOUND = 3, 6
+    nvml.nvmlInit = nvml.nvmlShutdown = lambda: None
+    nvml.nvmlDeviceGetCount = lambda: len(processes)
+    nvml.nvmlDeviceGetHandleByIndex = lambda index: index
+
+    def running(handle: int) -> list:
+        return [SimpleNamespace(pid=pid, usedGpuMemory=memory) for pid, memory in processes[handle]]
+
+    def samples(handle: int, since_us: int) -> list:
+        found = utilization[handle]
+        if isinstance(found, int):
+            raise _NvmlError(found)
+        return [SimpleNamespace(pid=pid, timeStamp=since_us + 1, smUtil=sm) for pid, sm in found]
+
+    nvml.nvmlDeviceGetComputeRunningProcesses = running
+    nvml.nvmlDeviceGetProcessUtilization = samples
+    return nvml
+
+
+def test_the_reader_turns_nvmls_answers_into_samples(monkeypatch) -> None:
+    processes = {0: [(100, 2**30), (200, None)], 1: [(300, 2**20)], 2: []}
+    # GPU 0: per-process samples, one from a process that has left the list since; GPU 1: nobody
+    # used the SMs (NOT_FOUND); GPU 2: the device cannot say (NOT_SUPPORTED)
+    utilization = {0: [(100, 55), (100, 60), (999, 12)], 1: 6, 2: 3}
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(processes, utilization))
+    reader = gpu.open_process_reader()
+    assert reader is not None
+    found = reader.read(since_us=0)
+    reader.close()
+    assert found == [
+        ProcessSample(0, 100, 1024.0, 60.0),  # the higher of a process's samples
+        ProcessSample(0, 200, None, 0.0),  # listed, no SM sample: 0%, memory unknown
+        ProcessSample(0, 999, None, 12.0),  # used the SMs, gone by the time of the listing
+        ProcessSample(1, 300, 1.0, 0.0),
+    ]
+    processes[2].append((400, 2**20))
+    assert reader.read(0)[-1] == ProcessSample(2, 400, 1.0, None)
+
+
+def test_no_nvml_means_nothing_to_watch(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails, as on a CPU machine
+    assert gpu.open_process_reader() is None
+    assert gpu.watch(None, engine_pgid=1) is None
+
+
+def test_the_watch_polls_until_stopped() -> None:
+    class Reader:
+        def __init__(self) -> None:
+            self.since: list[int] = []
+
+        def read(self, since_us: int) -> list[ProcessSample]:
+            self.since.append(since_us)
+            if len(self.since) == 2:
+                raise RuntimeError("a failed poll loses one sample, never the window")
+            return [ProcessSample(0, 1, 10.0, 50.0), ProcessSample(0, 2, 10.0, 20.0)]
+
+    reader = Reader()
+    watch = gpu.GpuWatch(reader, ours={1}, period_s=0.01)
+    watch.start()
+    time.sleep(0.1)
+    used = watch.stop()
+    assert len(reader.since) >= 3 and reader.since == sorted(reader.since)  # each poll: since the last
+    assert used["polls"] == len(reader.since) - 1 and used["others"][0]["sm_pct"] == pytest.approx(20.0)
+    # a window shorter than one period still gets one poll, at its end
+    short = gpu.GpuWatch(Reader(), ours={1}, period_s=60)
+    short.start()
+    assert short.stop()["polls"] == 1
+
+
+def test_the_texts_name_a_gpu_neighbour() -> None:
+    from pathlib import Path
+
+    from harness.gates import RunView
+    from harness.results import CellMetrics, RunDir
+    from harness.table import cpu_line
+    from harness.verdict import neighbour_text
+
+    summary = RunView(RunDir(Path(__file__).parent / "fixtures" / "run_v3_smoke")).summary  # a real run
+    cell: CellMetrics = summary.cells[-1]
+    gpu = {"gpu_other_processes": 2, "gpu_others_sm_pct": 37.4, "noisy_neighbour": True}
+    busy = cell.model_copy(update=gpu)
+    assert neighbour_text(busy).endswith("; 2 other process(es) on its GPUs using 37% of the SMs")
+    line = cpu_line(summary.model_copy(update={"cells": [*summary.cells[:-1], busy]}))
+    assert "Other processes on the engine's GPUs: at most 2, using at most 37% of the SMs." in line
+    assert f"Flagged (busy neighbour or busy client): {busy.arm} {busy.workload} @{busy.concurrency}." in line
