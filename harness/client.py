@@ -22,7 +22,7 @@ import orjson
 from harness.engines import SERVED_MODEL_NAME
 from harness.regime import Load, Sampling
 from harness.results.records import request_latencies
-from harness.workloads import LoadedWorkload, Prompt
+from harness.workloads import ChatTemplate, LoadedWorkload, Prompt
 
 
 @dataclass
@@ -74,9 +74,11 @@ def request_body(
     load: Load,
     top_logprobs: int = 0,
     engine_fields: dict[str, Any] | None = None,
+    chat: ChatTemplate | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The endpoint path and JSON body for one prompt. Temperature is always sent explicitly;
-    ``engine_fields`` (from the adapter) ask for token ids and per-request details."""
+    ``engine_fields`` (from the adapter) ask for token ids and per-request details; ``chat`` (the
+    workload's effective chat settings) adds a system prompt and chat_template_kwargs."""
     body: dict[str, Any] = {
         "model": SERVED_MODEL_NAME,
         "max_tokens": load.max_output_tokens,
@@ -89,7 +91,9 @@ def request_body(
     if load.ignore_eos:
         body["ignore_eos"] = True
     if prompt_format == "chat":
-        body["messages"] = prompt.chat_messages()
+        chat = chat or ChatTemplate()
+        body["messages"] = chat.messages(prompt)
+        body.update(chat.request_fields())
         if top_logprobs:
             body.update(logprobs=True, top_logprobs=top_logprobs)
         return "/v1/chat/completions", body
@@ -280,7 +284,9 @@ async def run_window(
             async with semaphore:
                 record = RequestRecord(workload.name, prompt.prompt_id, concurrency, fmt, repeat)
                 started.append(record)
-                path, body = request_body(prompt, fmt, sampling, load, top_logprobs, engine_fields)
+                path, body = request_body(
+                    prompt, fmt, sampling, load, top_logprobs, engine_fields, workload.chat
+                )
                 try:
                     await asyncio.wait_for(
                         send_request(client, record, path, body, clock_zero), load.request_timeout_s

@@ -49,6 +49,16 @@ _ALL = (
         "mean acceptance length: 1 + accepted / drafts over the window (baseline: 1)",
     ),
     Metric(
+        "tokens_per_forward",
+        "tok/fwd",
+        "tokens/forward",
+        True,
+        "mean",
+        "repeat",
+        "output tokens per forward pass of the target, prefill token excluded: engine-neutral, unlike tau "
+        "(baseline: 1)",
+    ),
+    Metric(
         "output_tok_s",
         "tok/s",
         "tokens/s",

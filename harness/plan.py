@@ -8,6 +8,7 @@ target and every drafter; ``Plan.arm_commands`` gives each arm's exact launch co
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from harness.errors import UserError
 from harness.models import converted_dir, resolve_package_gguf
 from harness.regime import Arm, Load, Regime, load_regime, workload_paths
 from harness.validation import check_environment, lossy_settings
-from harness.workloads import LoadedWorkload, load_workload
+from harness.workloads import ChatTemplate, LoadedWorkload, load_workload
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,8 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
     regime = regime if regime is not None else load_regime(regime_path)
     _check_local_paths(regime, regime_path)
     adapter = get_adapter(regime.engine.name)
-    workloads = [load_workload(path, regime.load.num_prompts) for path in workload_paths(regime, regime_path)]
+    paths = workload_paths(regime, regime_path)
+    workloads = [load_workload(path, regime.load.num_prompts, regime.chat) for path in paths]
     names = [w.name for w in workloads]
     if len(set(names)) != len(names):
         raise UserError(f"{regime_path}: workloads: two workload files share a name ({', '.join(names)})")
@@ -207,12 +209,25 @@ def _repeats_text(load: Load) -> str:
     )
 
 
+def _chat_text(chat: ChatTemplate | None) -> str:
+    """A chat workload's settings as the plan states them (nothing for none)."""
+    if chat is None or chat.is_empty():
+        return ""
+    parts = [f"chat_template_kwargs {json.dumps(chat.template_kwargs)}"] if chat.template_kwargs else []
+    if chat.system_prompt is not None:
+        shown = chat.system_prompt if len(chat.system_prompt) <= 40 else chat.system_prompt[:40] + "..."
+        parts.append(f"system prompt {json.dumps(shown)}")
+    return "".join(f", {part}" for part in parts)
+
+
 def describe_plan(plan: Plan) -> str:
     """One paragraph stating what will be measured, defaults included."""
     regime, load = plan.regime, plan.regime.load
     mode = "eager (--enforce-eager)" if regime.engine.enforce_eager else "compiled (torch.compile / graphs)"
     sampling = "greedy" if regime.sampling.temperature == 0 else f"temperature {regime.sampling.temperature}"
-    workloads = ", ".join(f"{w.name} ({w.definition.prompt_format})" for w in plan.workloads)
+    workloads = ", ".join(
+        f"{w.name} ({w.definition.prompt_format}{_chat_text(w.chat)})" for w in plan.workloads
+    )
     if regime.exactness_applies():
         exactness = (
             f"greedy exactness vs the baseline, near tie < {regime.near_tie_margin()} nats, from the top-"

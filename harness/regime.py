@@ -20,6 +20,7 @@ from pydantic import BaseModel, Discriminator, Field, Tag, field_validator, mode
 from harness.config_file import StrictModel, load_model
 from harness.metrics import GATED
 from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
+from harness.workloads import ChatTemplate
 
 SpecMethod = Literal["baseline", "ngram", "draft_model", "eagle3", "dflash"]
 METHODS_WITH_DRAFT_MODEL = ("draft_model", "eagle3", "dflash")
@@ -560,6 +561,12 @@ class Regime(StrictModel):
         default=1, ge=1, description="Tensor-parallel degree (--tensor-parallel-size)."
     )
     sampling: Sampling = Field(description="Sampling sent with every request; temperature must be explicit.")
+    chat: ChatTemplate = Field(
+        default_factory=ChatTemplate,
+        description="Chat-template arguments and a system prompt for every chat request, on top of each chat "
+        "workload's own (e.g. template_kwargs: {enable_thinking: false}: Qwen3 answers without thinking). "
+        "Recorded per workload with the results; part of the conditions runs are compared under.",
+    )
     load: Load = Field(description="Concurrency levels, prompts per window, output length, warm-up.")
     cost: Cost = Field(description="Hardware price, for $/Mtok.")
     exactness: Exactness = Field(default_factory=Exactness, description="Greedy-exactness probe settings.")

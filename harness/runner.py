@@ -41,6 +41,7 @@ from harness.results import (
     SCHEMA_VERSION,
     ArmStatus,
     AttentionBackend,
+    DraftCounting,
     Invocation,
     RequestSample,
     RunDir,
@@ -78,6 +79,8 @@ def _regime_record(plan: Plan, model: str) -> dict[str, Any]:
                 "definition": w.definition.model_dump(mode="json"),
                 "content_sha256": w.content_sha256,
                 "prompt_ids": [p.prompt_id for p in w.prompts],
+                # chat workloads: what every request carried besides its messages (regime over workload)
+                "chat": w.chat.model_dump(mode="json") if w.chat else None,
             }
             for w in plan.workloads
         ],
@@ -203,8 +206,7 @@ class Runner:
                 startup_s = self._wait_ready(server)
                 self.clock["startup_s"] += startup_s
                 phase = "measuring"
-                mismatches, backend = self._check_served(run, arm, server)
-                served = {"startup_s": startup_s, "mismatches": mismatches, "attention_backend": backend}
+                served = {"startup_s": startup_s, **self._check_served(run, arm, server)}
                 run.write_status(arm.name, ArmStatus(status="running", pgid=server.process.pid, **served))
                 self._warm_up(run, arm, server)
                 for workload in self.plan.workloads:
@@ -222,12 +224,10 @@ class Runner:
             run.write_status(arm.name, ArmStatus(status="interrupted"))
             raise
 
-    def _check_served(
-        self, run: RunDir, arm: Arm, server: Server
-    ) -> tuple[list[str], AttentionBackend | None]:
+    def _check_served(self, run: RunDir, arm: Arm, server: Server) -> dict[str, Any]:
         """What the started engine reports against the regime: stop the run on a mismatch
-        unless allowed (then it is recorded in the arm's status). Returns the mismatches and the
-        attention backend the engine selected."""
+        unless allowed (then it is recorded in the arm's status). Returns the arm status's fields
+        from it: the mismatches, the attention backend the engine selected and how it counts drafts."""
         served = self.plan.adapter.served_config(server.base_url, server.log_path)
         found = [str(m) for m in check_served(self.plan.regime, served, arm)]
         if found and not self.allow_mismatch:
@@ -237,8 +237,12 @@ class Runner:
                 + "\n  ".join(found)
                 + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
             )
-        backend = served.get("attention_backend")
-        return found, AttentionBackend.model_validate(backend) if backend else None
+        backend, counting = served.get("attention_backend"), served.get("draft_counting")
+        return {
+            "mismatches": found,
+            "attention_backend": AttentionBackend.model_validate(backend) if backend else None,
+            "draft_counting": DraftCounting.model_validate(counting) if counting else None,
+        }
 
     def _wait_ready(self, server: Server) -> float:
         timeout = self.plan.regime.engine.startup_timeout_s

@@ -10,7 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.probes.acceptance import SpecCounters, acceptance, mean_acceptance_length, request_counters
+from harness.probes.acceptance import (
+    SpecCounters,
+    acceptance,
+    mean_acceptance_length,
+    request_counters,
+    tokens_per_forward,
+)
 from harness.probes.copying import copied_ngrams, share_pct
 from harness.probes.cost import energy_usd_per_mtok, usd_per_mtok
 from harness.probes.cpu import BUSY_CLIENT_CORES, NOISY_OTHERS_CORES, NOISY_STEAL
@@ -74,6 +80,7 @@ def _repeats(
                 output_tokens=tokens,
                 output_tok_s=tok_s,
                 tau=acceptance(delta).tau,
+                tokens_per_forward=tokens_per_forward(tokens, len(mine), delta.accepted_tokens),
                 usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
             )
         )
@@ -126,6 +133,7 @@ def cell_metrics(
         acceptance_source=first.acceptance_source,
         server_reported=windows[-1].server_reported,  # the engine's own figure after the cell's last window
         tau=acc.tau,
+        tokens_per_forward=tokens_per_forward(output_tokens, len(ok), counters.accepted_tokens),
         acceptance_rate=acc.acceptance_rate,
         per_position_acceptance=acc.per_position,
         copy_share_pct=share_pct(copies),

@@ -30,6 +30,7 @@ def _speedup(value: float | None) -> str:
 # The mini-lab's metric columns, by registry name (headers from the registry's labels).
 _CELL_COLUMNS = (
     "tau",
+    "tokens_per_forward",
     "output_tok_s",
     "speedup",
     "ttft_ms_p50",
@@ -47,6 +48,7 @@ def _header(name: str) -> str:
 
 _FORMATS = {
     "tau": ".2f",
+    "tokens_per_forward": ".2f",
     "output_tok_s": ".1f",
     "ttft_ms_p50": ".0f",
     "tpot_ms_p50": ".1f",
@@ -308,6 +310,9 @@ def answer_lines(summary: Summary) -> list[str]:
     backends = backend_line(summary)
     if backends:
         lines.append(backends)
+    counting = draft_counting_line(summary)
+    if counting:
+        lines.append(counting)
     usage = cpu_line(summary)
     if usage:
         lines.append(usage)
@@ -364,6 +369,24 @@ def backend_line(summary: Summary) -> str | None:
     else:
         body = ", ".join(f"{name} {text}" for name, text in texts.items())
     return f"Attention backend: {body} ({'; '.join(sources)})."
+
+
+def draft_counting_line(summary: Summary) -> str | None:
+    """How each speculative arm's engine counted a draft (tau's denominator), once when all agree:
+    ngram's tau differs between engines and model runners for the same outputs."""
+    arms = [a for a in summary.arms if a.method != "baseline" and a.draft_counting is not None]
+    if not arms:
+        return None
+    kinds = {a.name: a.draft_counting.semantics for a in arms if a.draft_counting}
+    sources = sorted({a.draft_counting.source for a in arms if a.draft_counting})
+    if len(set(kinds.values())) == 1:
+        body = f"{next(iter(kinds.values()))} for every speculative arm"
+    else:
+        body = ", ".join(f"{name} {kind}" for name, kind in kinds.items())
+    return (
+        f"Drafts counted as (tau's denominator): {body} ({'; '.join(sources)}); tok/fwd (output tokens per "
+        "target forward pass) does not depend on it."
+    )
 
 
 def timing_line(summary: Summary) -> str | None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from harness.config_file import StrictModel, load_model
 from harness.errors import UserError
@@ -61,6 +61,44 @@ class WorkloadSource(StrictModel):
     )
 
 
+class ChatTemplate(StrictModel):
+    """What a chat request carries besides its messages: arguments for the model's chat template
+    and a system prompt. Both change what the model is asked (Qwen3 thinks before answering unless
+    its template gets ``enable_thinking: false``), so both are recorded with the results and are
+    part of the conditions two runs are compared under."""
+
+    template_kwargs: dict[str, bool | int | float | str] = Field(
+        default_factory=dict,
+        description="Sent as chat_template_kwargs with every chat request (vLLM and SGLang both accept it), "
+        "e.g. {enable_thinking: false} for Qwen3.",
+    )
+    system_prompt: str | None = Field(
+        default=None,
+        description="A system message put before each conversation that does not start with its own.",
+    )
+
+    def over(self, base: ChatTemplate | None) -> ChatTemplate:
+        """These settings on top of ``base``'s (a regime's over its workload's): keys here win."""
+        if base is None:
+            return self
+        return ChatTemplate(
+            template_kwargs={**base.template_kwargs, **self.template_kwargs},
+            system_prompt=self.system_prompt if self.system_prompt is not None else base.system_prompt,
+        )
+
+    def messages(self, prompt: Prompt) -> list[dict[str, str]]:
+        messages = prompt.chat_messages()
+        if self.system_prompt is not None and messages[0]["role"] != "system":
+            return [{"role": "system", "content": self.system_prompt}, *messages]
+        return messages
+
+    def request_fields(self) -> dict[str, Any]:
+        return {"chat_template_kwargs": dict(self.template_kwargs)} if self.template_kwargs else {}
+
+    def is_empty(self) -> bool:
+        return not self.template_kwargs and self.system_prompt is None
+
+
 class Workload(StrictModel):
     """A workload definition file."""
 
@@ -73,6 +111,17 @@ class Workload(StrictModel):
         "engine applies the model's chat template)."
     )
     sample_seed: int = Field(default=0, description="Seed of the shuffle that picks which prompts are used.")
+    chat: ChatTemplate | None = Field(
+        default=None,
+        description="Chat workloads only: chat-template arguments and a system prompt for every request "
+        "(a regime's own chat: section is applied on top).",
+    )
+
+    @model_validator(mode="after")
+    def _chat_only(self) -> Workload:
+        if self.chat is not None and self.prompt_format != "chat":
+            raise ValueError("chat: applies to prompt_format: chat only (raw prompts have no chat template)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -94,7 +143,8 @@ class Prompt:
 class LoadedWorkload:
     definition: Workload
     prompts: list[Prompt]
-    content_sha256: str  # hash of the prompts actually used, stored with results
+    content_sha256: str  # hash of the prompts actually used (as sent: chat settings included)
+    chat: ChatTemplate | None = None  # chat workloads: the workload's settings with the regime's on top
 
     @property
     def name(self) -> str:
@@ -245,18 +295,22 @@ def prompt_sha256(prompt: Prompt) -> str:
     return hashlib.sha256(json.dumps([prompt.text, prompt.messages]).encode()).hexdigest()
 
 
-def load_workload(path: Path, num_prompts: int) -> LoadedWorkload:
-    """Load a workload and pick ``num_prompts`` prompts with its fixed sample seed."""
+def load_workload(path: Path, num_prompts: int, chat: ChatTemplate | None = None) -> LoadedWorkload:
+    """Load a workload and pick ``num_prompts`` prompts with its fixed sample seed. ``chat`` (the
+    regime's chat: section) applies on top of the workload's own to chat workloads."""
     definition, prompts = load_prompt_pool(path)
     if len(prompts) < num_prompts:
         raise UserError(
             f"{path}: has {len(prompts)} prompts, the regime asks for load.num_prompts={num_prompts}"
         )
     chosen = random.Random(definition.sample_seed).sample(prompts, num_prompts)
-    digest = hashlib.sha256(
-        json.dumps(
-            [definition.prompt_format]
-            + [[p.prompt_id, p.text] + ([p.messages] if p.messages else []) for p in chosen]
-        ).encode()
-    ).hexdigest()
-    return LoadedWorkload(definition=definition, prompts=chosen, content_sha256=digest)
+    effective = None
+    if definition.prompt_format == "chat":
+        effective = (chat or ChatTemplate()).over(definition.chat)
+    sent = [definition.prompt_format] + [
+        [p.prompt_id, p.text] + ([p.messages] if p.messages else []) for p in chosen
+    ]
+    if effective is not None and not effective.is_empty():  # no settings: the hash runs had before
+        sent.append(effective.model_dump(mode="json"))
+    digest = hashlib.sha256(json.dumps(sent).encode()).hexdigest()
+    return LoadedWorkload(definition=definition, prompts=chosen, content_sha256=digest, chat=effective)

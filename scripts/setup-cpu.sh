@@ -33,5 +33,21 @@ echo "setup-cpu: installing speculators, the drafter trainer (--no-deps, no torc
 "${pip[@]}" install --quiet --no-deps -r requirements/training.txt
 echo "setup-cpu: installing SGLang's parser for the contract tests (--no-deps, no GPU packages)..."
 "${pip[@]}" install --quiet --no-deps -r requirements/parsers.txt
+echo "setup-cpu: unpacking the pinned engine releases' Python sources for the contract tests..."
+parsers="$VENV/engine-parsers"
+rm -rf "$parsers" && mkdir -p "$parsers/wheels"
+"${pip[@]}" download --quiet --no-deps -d "$parsers/wheels" -r requirements/pinned-engines.txt
+"$VENV/bin/python" - "$parsers" <<'PY'
+import sys, zipfile
+from pathlib import Path
+
+root = Path(sys.argv[1])
+for wheel in sorted((root / "wheels").glob("*.whl")):
+    name, version = wheel.name.split("-")[:2]
+    with zipfile.ZipFile(wheel) as archive:  # Python sources only: no CUDA libraries
+        members = [m for m in archive.namelist() if m.endswith(".py") or ".dist-info/" in m]
+        archive.extractall(root / f"{name}-{version}", members)
+    wheel.unlink()
+PY
 "$VENV/bin/python" -c "import vllm, harness, speculators.train.trainer; print('setup-cpu: vllm', vllm.__version__, '- ready')"
 echo "$want" > "$stamp"

@@ -9,6 +9,12 @@
   registered only for modules that are absent and that the parser's import chain touches but
   never uses (``triton``, ``IPython.display``).
 
+- vLLM at the version a regime pins, when that is not the installed one: the pinned release's
+  Python sources, unpacked by scripts/setup-cpu.sh under ``<venv>/engine-parsers/vllm-<version>``
+  (requirements/pinned-engines.txt), imported in a subprocess with that directory first on the
+  path (``check_with_vllm_sources``). The parser, the speculative config and the request models
+  are pure Python and import on a CPU-only machine with the installed CPU torch.
+
 Both parsers are built with ``allow_abbrev=False``: the real servers accept abbreviations
 (``--speculative-num-step 3`` passes silently), which would hide a renamed flag.
 """
@@ -21,10 +27,15 @@ import dataclasses
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PINNED_SOURCES = Path(sys.prefix) / "engine-parsers"  # scripts/setup-cpu.sh unpacks them here
 
 
 def vllm_parser() -> argparse.ArgumentParser:
@@ -129,3 +140,78 @@ def sglang_server_args(parser: argparse.ArgumentParser, argv: list[str]) -> tupl
 def sglang_algorithm(name: str) -> Any:
     """SGLang's own parse of --speculative-algorithm (a free string to argparse)."""
     return import_sglang_module("sglang.srt.speculative.spec_info").SpeculativeAlgorithm.from_string(name)
+
+
+# ---- vLLM at a pinned version other than the installed one --------------------------------------
+
+
+def vllm_sources(version: str) -> Path | None:
+    """The unpacked Python sources of vLLM ``version`` (scripts/setup-cpu.sh), or None."""
+    directory = PINNED_SOURCES / f"vllm-{version}"
+    return directory if (directory / "vllm" / "__init__.py").is_file() else None
+
+
+def check_with_vllm_sources(sources: Path, cases: list[dict]) -> list[dict]:
+    """Each case checked by that vLLM's own parser and request models, in a subprocess (the
+    installed vllm stays importable in this one): ``{"argv": [...]}`` -> the engine arguments it
+    parses to, the unknown flags and the speculative config's keys and methods; ``{"body": {...},
+    "chat": bool}`` -> the request fields the request model does not declare and its error."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(sources), str(ROOT)]),
+        "VLLM_TARGET_DEVICE": "cpu",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.engine_parsers"],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"vLLM at {sources} could not check the cases:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _check_vllm_case(parser: argparse.ArgumentParser, case: dict) -> dict:
+    if "body" in case:
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+        model = ChatCompletionRequest if case["chat"] else CompletionRequest
+        try:
+            model.model_validate(case["body"])
+            error = None
+        except Exception as exc:  # pydantic's ValidationError: the message is the evidence
+            error = str(exc)
+        return {"undeclared": sorted(set(case["body"]) - set(model.model_fields)), "error": error}
+    engine_args, unknown = vllm_engine_args(parser, case["argv"])
+    keys, methods = vllm_speculative_fields()
+    return {
+        "unknown": unknown,
+        "model": engine_args.model,
+        "tensor_parallel_size": engine_args.tensor_parallel_size,
+        "dtype": engine_args.dtype,
+        "seed": engine_args.seed,
+        "max_model_len": engine_args.max_model_len,
+        "enforce_eager": engine_args.enforce_eager,
+        "speculative_keys": sorted(keys),
+        "speculative_methods": sorted(methods),
+    }
+
+
+def _main() -> None:
+    """``python -m tests.engine_parsers`` < cases.json: the checks, run with whatever vLLM comes
+    first on the path; prints one JSON line (the vLLM version and a result per case)."""
+    import vllm
+
+    cases = json.loads(sys.stdin.read())
+    parser = vllm_parser()
+    results = [{"vllm": vllm.__version__, **_check_vllm_case(parser, case)} for case in cases]
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    _main()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from harness.client import RequestRecord, _absorb_chunk, request_body
 from harness.engines import get_adapter
 from harness.regime import load_regime
@@ -158,3 +160,55 @@ def test_client_streams_from_a_local_server(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+# ---- chat settings: what a chat request carries besides its messages ----------------------------
+
+
+@pytest.mark.parametrize("regime_file", ["h200_tp1_qwen3_8b.yaml", "h200_tp1_qwen3_8b_sglang.yaml"])
+def test_qwen3_regimes_disable_thinking_on_every_chat_request(regime_file: str) -> None:
+    """Qwen3 thinks unless told not to: every chat request of the Qwen3 regimes says so, raw
+    completions (no chat template) carry nothing."""
+    from harness.engines import get_adapter
+    from harness.plan import plan_regime
+
+    plan = plan_regime(ROOT / "regimes" / regime_file)
+    adapter = get_adapter(plan.regime.engine.name)
+    bodies = {}
+    for workload in plan.workloads:
+        fields = adapter.request_fields(workload.definition.prompt_format, 0)
+        bodies[workload.definition.prompt_format] = [
+            request_body(
+                p,
+                workload.definition.prompt_format,
+                plan.regime.sampling,
+                plan.regime.load,
+                0,
+                fields,
+                workload.chat,
+            )[1]
+            for p in workload.prompts
+        ]
+    assert bodies["chat"] and all(
+        b["chat_template_kwargs"] == {"enable_thinking": False} for b in bodies["chat"]
+    )
+    assert all("chat_template_kwargs" not in b for b in bodies["raw"])
+
+
+def test_chat_settings_merge_and_the_system_prompt_goes_first() -> None:
+    from harness.workloads import ChatTemplate, Prompt
+
+    workload = ChatTemplate(template_kwargs={"enable_thinking": True, "x": 1}, system_prompt="workload's")
+    regime = ChatTemplate(template_kwargs={"enable_thinking": False})
+    merged = regime.over(workload)  # the regime pins: its keys win, the workload's others stay
+    assert (
+        merged.template_kwargs == {"enable_thinking": False, "x": 1} and merged.system_prompt == "workload's"
+    )
+    prompt = Prompt("p", "hi")
+    assert merged.messages(prompt) == [
+        {"role": "system", "content": "workload's"},
+        {"role": "user", "content": "hi"},
+    ]
+    conversation = Prompt("c", "hi", messages=(("system", "its own"), ("user", "hi")))
+    assert merged.messages(conversation)[0] == {"role": "system", "content": "its own"}  # never two
+    assert ChatTemplate().request_fields() == {} and ChatTemplate().is_empty()

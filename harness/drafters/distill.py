@@ -60,7 +60,7 @@ from harness.models import cache_root
 from harness.regime import Arm, Regime, TrainedDrafter, workload_paths
 from harness.results.files import read_jsonl
 from harness.server import Server, free_port
-from harness.workloads import LoadedWorkload, Prompt, load_prompt_pool, prompt_sha256
+from harness.workloads import ChatTemplate, LoadedWorkload, Prompt, load_prompt_pool, prompt_sha256
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors")
 
@@ -72,6 +72,13 @@ class TrainingPrompt:
     prompt_format: str
     prompt: Prompt
     sha256: str
+    chat: ChatTemplate | None = None  # chat prompts: the settings measured requests carry too
+
+    def identity(self) -> tuple:
+        """What the target's answer depends on besides the target: format, content, chat settings."""
+        if self.chat is None or self.chat.is_empty():
+            return (self.prompt_format, self.sha256)  # as before chat settings existed: builds stay cached
+        return (self.prompt_format, self.sha256, self.chat.model_dump(mode="json"))
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,7 @@ def plan_distillation(
     workloads, excluded, seen = [], 0, set()
     for path in paths:
         definition, pool = load_prompt_pool(path)
+        chat = regime.chat.over(definition.chat) if definition.prompt_format == "chat" else None
         used = 0
         for prompt in pool:
             digest = prompt_sha256(prompt)
@@ -158,7 +166,7 @@ def plan_distillation(
             seen.add(digest)
             used += 1
             prompts.append(
-                TrainingPrompt(len(prompts), definition.name, definition.prompt_format, prompt, digest)
+                TrainingPrompt(len(prompts), definition.name, definition.prompt_format, prompt, digest, chat)
             )
         workloads.append({"name": definition.name, "file": str(path), "pool": len(pool), "used": used})
     if not prompts:
@@ -173,7 +181,7 @@ def plan_distillation(
         "data_dtype": data_dtype(regime),
         "max_output_tokens": settings.max_output_tokens,
         "seed": regime.sampling.seed,
-        "prompts": [(p.prompt_format, p.sha256) for p in prompts],
+        "prompts": [p.identity() for p in prompts],
     }
     identity = {**answers, "method": arm.method, "settings": settings.model_dump(mode="json")}
     return DistillPlan(
@@ -246,7 +254,9 @@ async def _generate(
 
     async def one(client: httpx.AsyncClient, item: TrainingPrompt) -> None:
         if item.prompt_format == "chat":
-            url, body = "/v1/chat/completions", {**common, "messages": item.prompt.chat_messages()}
+            chat = item.chat or ChatTemplate()
+            url = "/v1/chat/completions"
+            body = {**common, "messages": chat.messages(item.prompt), **chat.request_fields()}
         else:
             url, body = "/v1/completions", {**common, "prompt": item.prompt.text}
         async with limit:

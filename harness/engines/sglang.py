@@ -165,7 +165,11 @@ def server_figures_from_info(info: dict) -> dict | None:
 
 
 def served_from_server_info(info: dict) -> dict:
-    served: dict = {"version": info.get("version"), "max_model_len": info.get("context_length")}
+    served: dict = {
+        "version": info.get("version"),
+        "max_model_len": info.get("context_length"),
+        "draft_counting": {"semantics": "verify_steps", "source": "SGLang: spec_verify_ct per request"},
+    }
     if info.get("dtype") not in (None, "auto"):
         served["dtype"] = info["dtype"]
     if "quantization" in info:

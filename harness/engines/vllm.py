@@ -126,6 +126,8 @@ class VllmAdapter:
                 served["max_model_len"] = models[0].get("max_model_len") if models else None
             except (httpx.HTTPError, ValueError):
                 pass  # an engine without these routes: nothing to check against
+        fallback = served.pop("v1_runner_fallback", False)
+        served["draft_counting"] = draft_counting(served.get("version"), fallback)
         return served
 
     def installed_version(self) -> str | None:
@@ -177,6 +179,29 @@ def attention_backend_from_log(text: str) -> dict | None:
     return None
 
 
+# vLLM 0.33 (config/vllm.py use_v2_model_runner) falls back from Model Runner V2 with a warning that
+# ends "...; using the V1 model runner instead." (no Triton, as on the CPU build, or an unsupported
+# feature); without it, 0.33+ runs V2. The two count drafts differently (probes.acceptance).
+_LOG_V1_FALLBACK = re.compile(r"using the V1 model runner instead")
+_V2_DEFAULT_SINCE = (0, 33)
+
+
+def draft_counting(version: str | None, v1_fallback: bool) -> dict:
+    """Which model runner counted the drafts, hence what a draft is (``DRAFT_COUNTING``)."""
+    if v1_fallback:
+        return {"semantics": "proposing_steps", "source": "server log: fell back to the V1 model runner"}
+    release = tuple(int(part) for part in re.findall(r"\d+", version or "")[:2])
+    if release and release >= _V2_DEFAULT_SINCE:
+        return {
+            "semantics": "every_step",
+            "source": f"vLLM {version}: Model Runner V2 by default, no fallback in the server log",
+        }
+    return {
+        "semantics": "proposing_steps",
+        "source": f"vLLM {version or '(version not reported)'}: the V1 model runner",
+    }
+
+
 def _from_log(text: str) -> dict:
     """The engine's start-up config line: 'Initializing a V1 LLM engine (v0.32.0) with config: ...',
     and the attention backend it selected."""
@@ -184,6 +209,7 @@ def _from_log(text: str) -> dict:
     backend = attention_backend_from_log(text)
     if backend is not None:
         served["attention_backend"] = backend
+    served["v1_runner_fallback"] = bool(_LOG_V1_FALLBACK.search(text))
     if match := _LOG_DTYPE.search(text):
         served["dtype"] = match[1]
     if match := _LOG_QUANT.search(text):

@@ -7,14 +7,48 @@ scrapes taken right before and right after a measured window, summed over engine
     acceptance rate              = d(accepted) / d(draft_tokens)
     per-position rate_i          = d(accepted_at_position_i) / d(drafts)
 
-``drafts`` counts one per request per step that HAD draft tokens; steps where ngram found no
-match are not counted, so tau is the mean acceptance length of the steps that speculated.
+What ``drafts`` counts is the engine's business, and it differs (``DRAFT_COUNTING``, recorded per
+arm): vLLM's V1 model runner (the CPU build) counts a step only when the drafter proposed
+something, vLLM 0.33's Model Runner V2 (the GPU default) counts every decode step as a K-token
+draft, a no-match ngram step included, and SGLang counts verify steps. Model drafters (EAGLE-3,
+DFlash, a draft model) propose at every step, so only ngram's tau moves with the definition.
+``tokens_per_forward`` is the engine-neutral figure next to it: output tokens per forward pass
+of the target, from token counts and accepted tokens alone; the speedup follows it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+# How the engine counted a "draft" (tau's denominator), by the key ArmStatus.draft_counting records.
+DRAFT_COUNTING = {
+    "proposing_steps": "one draft per request per decode step in which the drafter proposed tokens; a step "
+    "where ngram found no match is not a draft (vLLM's V1 model runner: the CPU build, and GPU runs that "
+    "fall back to it)",
+    "every_step": "every decode step is a K-token draft, an ngram step with no match included (filled with "
+    "a dummy token, rejected): vLLM 0.33's Model Runner V2, the GPU default. The same outputs give ngram a "
+    "lower tau than under proposing_steps",
+    "verify_steps": "one draft per verify step of each request (SGLang's spec_verify_ct); SGLang's NGRAM "
+    "keeps one corpus across requests (reset by /flush_cache), so a window's drafts depend on earlier "
+    "requests",
+}
+TOKENS_PER_FORWARD = (
+    "output tokens per forward pass of the target after each request's first token: (output - requests) / "
+    "((output - requests) - accepted), each decode step emitting one token of its own plus the drafts it "
+    "accepted; the same on every engine whatever it calls a draft (1 for the baseline)"
+)
+
+
+def tokens_per_forward(output_tokens: int, requests: int, accepted_tokens: float) -> float | None:
+    """``TOKENS_PER_FORWARD``. Exact but at a request's last step, where drafts accepted beyond its
+    stop (max tokens, EOS) are counted by the engine yet not output: a slight overestimate."""
+    decoded = output_tokens - requests  # the first token of each request comes from its prefill
+    steps = decoded - accepted_tokens
+    if decoded <= 0 or steps <= 0:
+        return None
+    return decoded / steps
+
 
 _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

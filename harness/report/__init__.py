@@ -17,6 +17,7 @@ from harness.errors import UserError
 from harness.findings import findings
 from harness.gates import StoredGate, read_gate
 from harness.metrics import COMPARED, HIGHLIGHTED, best
+from harness.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD
 from harness.report import figures
 from harness.results.model import CellMetrics, Summary
 from harness.results.raw import RawRun, read_raw
@@ -26,6 +27,7 @@ from harness.table import (
     backend_line,
     backend_text,
     cpu_line,
+    draft_counting_line,
     drafter_note,
     lab_concurrency,
     lab_markdown,
@@ -95,6 +97,8 @@ def _legend(summary: Summary) -> list[tuple[str, str]]:
         if arm.drafter:
             parts.append(f"drafter {drafter_note(arm.drafter)}")
         parts.append(f"attention backend {backend_text(arm)}")
+        if arm.method != "baseline" and arm.draft_counting is not None:
+            parts.append(f"drafts counted as {arm.draft_counting.semantics}")
         legend.append((arm.name, "; ".join(parts)))
     return legend
 
@@ -152,6 +156,7 @@ def _fingerprint(raw: RawRun, summary: Summary) -> list[tuple[str, str]]:
         ),
         ("arms", arms),
         ("attention backend", backend_line(summary) or "not reported by the engine"),
+        ("draft counting", draft_counting_line(summary) or "not recorded (no spec arm, or an older run)"),
         ("sampling", f"temperature {regime.sampling.temperature}, seed {regime.sampling.seed}"),
         (
             "load",
@@ -294,6 +299,8 @@ def report_context(run_dir: Path) -> dict[str, Any]:
             if f[1] is not None
         ],
         "exactness": summary.exactness,
+        "draft_counting": DRAFT_COUNTING,
+        "tokens_per_forward": TOKENS_PER_FORWARD,
     }
 
 

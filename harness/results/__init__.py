@@ -31,6 +31,7 @@ from harness.results.model import (
 from harness.results.records import (
     ArmStatus,
     AttentionBackend,
+    DraftCounting,
     Invocation,
     RequestSample,
     RunTiming,
@@ -42,7 +43,7 @@ from harness.results.records import (
 )
 
 __all__ = [
-    "READABLE_VERSIONS", "SCHEMA_VERSION", "ArmStatus", "ArmSummary", "AttentionBackend", "Invocation", "RunTiming", "WindowCpu", "WindowGpu", "GpuNeighbour", "CategoryMetrics", "CellMetrics",
+    "READABLE_VERSIONS", "SCHEMA_VERSION", "ArmStatus", "ArmSummary", "AttentionBackend", "DraftCounting", "Invocation", "RunTiming", "WindowCpu", "WindowGpu", "GpuNeighbour", "CategoryMetrics", "CellMetrics",
     "ExactnessBlock", "ExactnessEntry", "ExactnessSection", "ExactnessShares", "RepeatMetrics", "RequestSample",
     "RunDir", "Summary", "UnreadLines", "WindowPower", "WindowRecord", "append_jsonl", "load_summary",
     "parse_summary", "read_json", "read_jsonl", "read_records", "read_run_record", "write_json_atomic",

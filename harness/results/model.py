@@ -35,6 +35,7 @@ class RepeatMetrics(ResultModel):
     tau: float | None
     usd_per_mtok: float | None
     speedup: float | None = None  # against the baseline's same repeat
+    tokens_per_forward: float | None = None  # probes.acceptance.TOKENS_PER_FORWARD (version 4 on)
 
 
 class ExactnessShares(ResultModel):
@@ -72,6 +73,9 @@ class CellMetrics(ResultModel):
     acceptance_source: str
     server_reported: dict[str, Any] | None  # the engine's own server-wide figure, labelled, never tau
     tau: float | None  # None for the baseline and where nothing was drafted
+    # output tokens per target forward pass (probes.acceptance.TOKENS_PER_FORWARD): engine-neutral,
+    # unlike tau, whose drafts each engine counts its own way (the arm's draft_counting)
+    tokens_per_forward: float | None = None
     acceptance_rate: float | None
     per_position_acceptance: list[float]
     drafts: float

@@ -163,6 +163,13 @@ class AttentionBackend(ResultModel):
     source: str  # where it was read (server log, /server_info), or how it was inferred
 
 
+class DraftCounting(ResultModel):
+    """How the arm's engine counted a draft: tau's denominator (``probes.acceptance.DRAFT_COUNTING``)."""
+
+    semantics: Literal["proposing_steps", "every_step", "verify_steps"]
+    source: str  # the evidence: a server log line, the engine and version
+
+
 class ArmStatus(ResultModel):
     """An arm's ``status.json``: where it got to, and why it stopped if it did not finish."""
 
@@ -173,6 +180,7 @@ class ArmStatus(ResultModel):
     pgid: int | None = None  # the server's process group while running (to find an orphan)
     mismatches: list[str] = []  # regime mismatches recorded with --allow-mismatch
     attention_backend: AttentionBackend | None = None  # None: the engine did not say
+    draft_counting: DraftCounting | None = None  # None: recorded before version 4
 
 
 class Invocation(ResultModel):
