@@ -54,6 +54,14 @@ def _add_run(commands: Any) -> None:
         help="run even when the machine or the started engine does not match the regime's pins; every "
         "mismatch is recorded in the results and shown by the report",
     )
+    run.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        dest="json_out",
+        help="write {kind, dir, exit_code} to FILE for scripts and CI: dir as soon as the run (or study) "
+        "directory exists, exit_code when the command ends (null dir: nothing was created)",
+    )
 
 
 def _add_validate(commands: Any) -> None:
@@ -62,6 +70,12 @@ def _add_validate(commands: Any) -> None:
         help="check a regime file and print each arm's exact launch command; starts nothing",
     )
     validate.add_argument("regime", type=Path, help="regime YAML file")
+    validate.add_argument(
+        "--engine-requirement",
+        action="store_true",
+        help="print only the pip requirement of the engine release the regime pins (e.g. vllm==0.33.0), "
+        'for installing exactly that: pip install "$(bench validate REGIME --engine-requirement)"',
+    )
 
 
 def _add_show(commands: Any) -> None:
@@ -200,6 +214,9 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
     from harness.regime import load_regime
 
     regime = load_regime(args.regime)
+    if args.engine_requirement:
+        print(regime.engine_requirement(args.regime))  # plain: a script reads it
+        return EXIT_OK
     if regime.sweep is not None:
         return _validate_study(args.regime, regime, console)
     plan = plan_regime(args.regime, regime)
@@ -304,6 +321,24 @@ def _print_results(summary: Summary, console: Console) -> int:
     return EXIT_ENGINE if failed else EXIT_OK
 
 
+def _write_outcome(path: Path, kind: str | None, directory: Path | None, exit_code: int | None) -> None:
+    """``bench run --json FILE``: where the run went and how the command ended, for scripts (the
+    nightly workflow reads the run directory from here instead of diffing directory listings)."""
+    from harness.results import write_json_atomic
+
+    where = str(directory.resolve()) if directory else None
+    write_json_atomic(path, {"kind": kind, "dir": where, "exit_code": exit_code})
+
+
+def _finish_outcome(path: Path, exit_code: int) -> None:
+    """The command's exit code into the ``--json`` file, next to the directory it announced."""
+    from harness.results import read_json
+
+    record = read_json(path) if path.is_file() else {}
+    directory = Path(record["dir"]) if record.get("dir") else None
+    _write_outcome(path, record.get("kind"), directory, exit_code)
+
+
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from harness.regime import load_regime
     from harness.runner import resume_run, run_regime
@@ -312,16 +347,28 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 
     if (args.regime is None) == (args.resume is None):
         raise UserError("give a regime file to start a run, or --resume RUN_DIR to continue one (not both)")
-    if args.resume is not None and is_study_dir(args.resume):
+    if args.resume is not None:
+        study = is_study_dir(args.resume)
+    else:
+        study = load_regime(args.regime).sweep is not None
+    announce = None
+    if args.json_out is not None:
+        kind = "study" if study else "run"
+        _write_outcome(args.json_out, kind, args.resume, None)
+
+        def announce(directory: Path) -> None:
+            _write_outcome(args.json_out, kind, directory, None)
+
+    if args.resume is not None and study:
         directory, results = resume_study(args.resume, console, args.allow_mismatch)
         return _print_study(results, console)
-    if args.resume is None and load_regime(args.regime).sweep is not None:
-        directory, results = run_study(args.regime, args.results_dir, console, args.allow_mismatch)
+    if study:
+        directory, results = run_study(args.regime, args.results_dir, console, args.allow_mismatch, announce)
         return _print_study(results, console)
     if args.resume is not None:
         run, summary = resume_run(args.resume, console, args.allow_mismatch)
     else:
-        run, summary = run_regime(args.regime, args.results_dir, console, args.allow_mismatch)
+        run, summary = run_regime(args.regime, args.results_dir, console, args.allow_mismatch, announce)
     code = _print_results(summary, console)
     console.print(f"Results: {run.root}")
     return code
@@ -514,13 +561,13 @@ def main(argv: list[str] | None = None) -> int:
         "drafter": _cmd_drafter,
     }
     try:
-        return handlers[args.command](args, console)
+        code = handlers[args.command](args, console)
     except UserError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        return EXIT_USAGE
+        code = EXIT_USAGE
     except EngineError as exc:
         console.print(f"[red]engine failure:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        return EXIT_ENGINE
+        code = EXIT_ENGINE
     except KeyboardInterrupt:
         message = (
             "the drafter build resumes where it stopped when run again"
@@ -528,9 +575,12 @@ def main(argv: list[str] | None = None) -> int:
             else "the partial run stays readable; bench run --resume DIR continues it (a run or a study)"
         )
         console.print(f"[yellow]interrupted[/]: servers stopped; {message}")
-        return EXIT_INTERRUPTED
+        code = EXIT_INTERRUPTED
     finally:
         kill_all_started()
+    if getattr(args, "json_out", None) is not None:
+        _finish_outcome(args.json_out, code)
+    return code
 
 
 if __name__ == "__main__":

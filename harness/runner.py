@@ -102,6 +102,7 @@ class Runner:
         if plan.regime.power.enabled:
             self.power_reader, self.power_note = open_reader()
         self.gpu_reader = gpu.open_process_reader()  # None on a machine without NVML: nothing to watch
+        self.on_created: Callable[[Path], None] | None = None  # told the new run directory (bench run --json)
 
     def _validate(self, environment: dict[str, Any]) -> tuple[list[str], list[str]]:
         """Refuse a regime this machine does not match (unless allowed) and lossy settings (unless
@@ -144,6 +145,8 @@ class Runner:
         model = self.plan.resolve_models(build=True, console=self.console)
         run = RunDir.create(self.results_dir, regime.name) if run_root is None else RunDir.create_at(run_root)
         self.console.print(f"Run directory: [bold]{run.root}[/]  (engine {version}, model {model})")
+        if self.on_created is not None:
+            self.on_created(run.root)
         with run.lock():
             record = {**_regime_record(self.plan, model), "mismatches": mismatches, "lossy_settings": lossy}
             write_json_atomic(run.root / "regime.json", record)
@@ -468,9 +471,16 @@ def _write_summary(run: RunDir) -> Summary:
 
 
 def run_regime(
-    regime_path: Path, results_dir: Path, console: Console, allow_mismatch: bool = False
+    regime_path: Path,
+    results_dir: Path,
+    console: Console,
+    allow_mismatch: bool = False,
+    on_created: Callable[[Path], None] | None = None,
 ) -> tuple[RunDir, Summary]:
-    return Runner(plan_regime(regime_path), results_dir, console, allow_mismatch).run()
+    """A new run of the regime; ``on_created`` hears the run directory the moment it exists."""
+    runner = Runner(plan_regime(regime_path), results_dir, console, allow_mismatch)
+    runner.on_created = on_created
+    return runner.run()
 
 
 def resume_run(run_dir: Path, console: Console, allow_mismatch: bool = False) -> tuple[RunDir, Summary]:

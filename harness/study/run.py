@@ -4,6 +4,7 @@ one after the other; a finished point is never run again, an interrupted one res
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -47,10 +48,17 @@ def study_record(study: StudyPlan) -> StudyRecord:
 
 
 def run_study(
-    regime_path: Path, results_dir: Path, console: Console, allow_mismatch: bool = False
+    regime_path: Path,
+    results_dir: Path,
+    console: Console,
+    allow_mismatch: bool = False,
+    on_created: Callable[[Path], None] | None = None,
 ) -> tuple[StudyDir, StudyResults]:
+    """A new study; ``on_created`` hears the study directory the moment it exists."""
     study, plans = plan_study(regime_path)
     directory = StudyDir.create(results_dir, study.regime.name)
+    if on_created is not None:
+        on_created(directory.root)
     record = study_record(study)
     directory.write(record)
     console.print(
