@@ -170,9 +170,31 @@ def environment_fingerprint(record: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def collect_hub_token(environ: dict[str, str] | None = None, home: Path | None = None) -> dict[str, Any]:
+    """Whether a Hugging Face token is configured (gated models need one), never the token itself:
+    HF_TOKEN / HUGGING_FACE_HUB_TOKEN, or the file `huggingface-cli login` writes."""
+    environ = dict(os.environ if environ is None else environ)
+    if environ.get("HF_TOKEN") or environ.get("HUGGING_FACE_HUB_TOKEN"):
+        return {"hub_token": "environment"}
+    hf_home = Path(environ.get("HF_HOME") or (home or Path.home()) / ".cache" / "huggingface")
+    token_file = Path(environ.get("HF_TOKEN_PATH") or hf_home / "token")
+    try:
+        found = bool(token_file.read_text().strip())
+    except OSError:
+        found = False
+    return {"hub_token": "token file" if found else None}
+
+
 def collect_environment(engine_version: str | None) -> dict[str, Any]:
     record: dict[str, Any] = {"engine_version": engine_version}
-    for collector in (collect_harness, collect_python, collect_cpu, collect_gpus, collect_env_vars):
+    for collector in (
+        collect_harness,
+        collect_python,
+        collect_cpu,
+        collect_gpus,
+        collect_env_vars,
+        collect_hub_token,
+    ):
         record.update(collector())
     record["fingerprint"] = environment_fingerprint(record)
     return record

@@ -43,6 +43,36 @@ def _version_matches(pin: str, installed: str) -> bool:
     return version == pin or version.split("+")[0] == pin
 
 
+# Hub organisations whose models need an accepted licence and a token to download (the Llama, Gemma
+# and Mistral licences): without one every arm fails its start-up with a 401, hours into a night.
+GATED_HUB_PREFIXES = ("meta-llama/", "google/gemma", "mistralai/")
+
+
+def gated_models(regime: Regime) -> list[tuple[str, str]]:
+    """(regime field, hub id) of every gated hub model the regime's servers would download."""
+    found = []
+    if regime.target.path and regime.target.path.startswith(GATED_HUB_PREFIXES):
+        found.append(("target.path", regime.target.path))
+    for index, arm in enumerate(regime.arms):
+        path = arm.draft_model.path if arm.draft_model else None
+        if path and path.startswith(GATED_HUB_PREFIXES):
+            found.append((f"arms[{index}].draft_model", path))
+    return found
+
+
+def _hub_token_mismatches(regime: Regime, environment: dict[str, Any]) -> list[Mismatch]:
+    if environment.get("hub_token") or (environment.get("env") or {}).get("HF_HUB_OFFLINE") == "1":
+        return []  # a token, or offline from a cache filled beforehand
+    return [
+        Mismatch(
+            field,
+            f"{model}, a gated hub model (accept its licence, then configure a token)",
+            "no Hugging Face token (HF_TOKEN, HUGGING_FACE_HUB_TOKEN or `huggingface-cli login`)",
+        )
+        for field, model in gated_models(regime)
+    ]
+
+
 def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Mismatch]:
     """The regime's pins against the machine and the installed engine, before anything starts."""
     found: list[Mismatch] = []
@@ -70,7 +100,7 @@ def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Misma
     pin, installed = regime.engine.version, environment.get("engine_version")
     if pin and installed and not _version_matches(pin, installed):
         found.append(Mismatch("engine.version", pin, installed))
-    return found
+    return found + _hub_token_mismatches(regime, environment)
 
 
 def check_served(regime: Regime, served: dict[str, Any], arm: Arm | None = None) -> list[Mismatch]:

@@ -229,3 +229,42 @@ def test_a_pinned_attention_backend_the_engine_did_not_select_is_a_mismatch() ->
     assert [str(m) for m in check_served(regime, served)] == [
         "engine.attention_backend: regime pins flash_attn, found server selected CPU_ATTN"
     ]
+
+
+def test_gated_hub_models_need_a_token_before_anything_starts(tmp_path: Path) -> None:
+    """h200_tp8 serves Llama (target and draft): without a token every arm would fail its start-up
+    with a 401; the check says so up front, never printing a token."""
+    import os
+    import subprocess
+    import sys
+
+    from harness.environment import collect_hub_token
+    from harness.validation import check_environment
+
+    regime = load_regime(ROOT / "regimes" / "h200_tp8.yaml")
+    home = tmp_path / "home"
+    assert collect_hub_token({}, home) == {"hub_token": None}
+    assert collect_hub_token({"HF_TOKEN": "hf_x"}, home) == {"hub_token": "environment"}
+    (home / ".cache" / "huggingface").mkdir(parents=True)
+    (home / ".cache" / "huggingface" / "token").write_text("hf_secret\n")  # huggingface-cli login
+    assert collect_hub_token({}, home) == {"hub_token": "token file"}
+
+    missing = [str(m) for m in check_environment(regime, {"hub_token": None}) if "token" in str(m)]
+    assert [m.split(":")[0] for m in missing] == ["target.path", "arms[4].draft_model"]
+    assert "meta-llama/Llama-3.1-8B-Instruct, a gated hub model" in missing[0]
+    assert not [m for m in check_environment(regime, {"hub_token": "environment"}) if "token" in str(m)]
+    offline = {"hub_token": None, "env": {"HF_HUB_OFFLINE": "1"}}  # from a cache filled beforehand
+    assert not [m for m in check_environment(regime, offline) if "token" in str(m)]
+    qwen = load_regime(ROOT / "regimes" / "h200_tp1_qwen3_8b.yaml")  # no gated model
+    assert not [m for m in check_environment(qwen, {"hub_token": None}) if "token" in str(m)]
+
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+    env["HF_HOME"] = str(tmp_path / "empty")
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", "regimes/h200_tp8.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**env, "COLUMNS": "250"},
+    )
+    assert out.returncode == 0 and "no Hugging Face token (HF_TOKEN" in out.stdout
