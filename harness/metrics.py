@@ -61,6 +61,7 @@ _ALL = (
         "repeat",
         "output tokens per forward pass of the target, prefill token excluded: engine-neutral, unlike tau "
         "(baseline: 1)",
+        timed=False,
     ),
     Metric(
         "output_tok_s",

@@ -32,8 +32,10 @@ Schema history (``schema_version``, in ``regime.json`` and ``summary.json``):
         ``timing.json`` per invocation; summary cells the speedup's interval, the copy and context
         shares and the CPU shares and flags. Version-2 files load unchanged (new fields default).
     4 - windows record the other processes on the engine's GPUs (``gpu``, from NVML); summary
-        cells their SM share and count, and ``noisy_neighbour`` counts a busy GPU neighbour too.
-        Version-3 files load unchanged (new fields default).
+        cells their SM share and count, and ``noisy_neighbour`` counts a busy GPU neighbour too;
+        arm statuses their engine's ``draft_counting``; cells and repeats ``tokens_per_forward``;
+        the run's workload records their ``chat`` settings. Version-3 files load unchanged (new
+        fields default).
 """
 
 from __future__ import annotations
