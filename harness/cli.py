@@ -147,6 +147,12 @@ def _add_gate(commands: Any) -> None:
         help="take the gates from this regime file instead of the ones stored with the run (to apply gates "
         "tuned after the run was made)",
     )
+    gate.add_argument(
+        "--force",
+        action="store_true",
+        help="gate against a baseline run measured on a different machine (CPU, GPUs, driver, engine "
+        "build); refused otherwise, since the machine alone moves the numbers",
+    )
     gate.add_argument("--junit", type=Path, help="JUnit XML output (default: RUN_DIR/gate/junit.xml)")
     gate.add_argument(
         "--markdown", type=Path, help="Markdown summary output (default: RUN_DIR/gate/summary.md)"
@@ -483,7 +489,14 @@ def _cmd_gate(args: argparse.Namespace, console: Console) -> int:
             )
         if not (directory / "regime.json").is_file():
             raise UserError(f"{directory}: not a run directory (no regime.json)")
-    view, baseline = open_views(args.run_dir, args.baseline)
+    view, baseline = open_views(args.run_dir, args.baseline, args.force)
+    if view.machine_differences:
+        console.print(
+            "[yellow]gating against a run from a different machine (--force; this run vs the baseline):[/] "
+            + escape("; ".join(view.machine_differences)),
+            highlight=False,
+            soft_wrap=True,
+        )
     for opened in filter(None, (view, baseline)):
         _print_unread(opened.summary, console)
     if args.gates is not None:
@@ -503,6 +516,8 @@ def _cmd_gate(args: argparse.Namespace, console: Console) -> int:
         f" vs {args.baseline.name}" if args.baseline else ""
     )
     summary_md = markdown(checks, title, code)
+    if view.machine_differences:
+        summary_md += "\n**Forced across machines:** " + "; ".join(view.machine_differences) + "\n"
     junit = args.junit or args.run_dir / "gate" / "junit.xml"
     md = args.markdown or args.run_dir / "gate" / "summary.md"
     write_text_atomic(junit, junit_xml(checks, view.regime.name).decode())

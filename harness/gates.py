@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness import stats
+from harness.environment import machine_differences
 from harness.errors import UserError
 from harness.metrics import METRICS
 from harness.regime import Gates, Regime
@@ -90,6 +91,7 @@ class RunView:
         self.regime = self.raw.regime
         self.summary = summarize(self.raw)  # derived afresh from the raw files
         self.changed_arms: list[str] = []  # arms configured differently in the baseline run
+        self.machine_differences: list[str] = []  # vs the baseline run's machine (gated with --force)
 
     def use_gates_from(self, other: Regime, source: str) -> None:
         """Apply another regime file's gates to this run; every arm they name must be in the run."""
@@ -333,8 +335,9 @@ def evaluate(view: RunView, baseline: RunView | None = None) -> list[Check]:
     return checks
 
 
-def open_views(run_dir: Any, baseline_dir: Any | None) -> tuple[RunView, RunView | None]:
-    """Both runs, refusing a comparison of runs made under different conditions."""
+def open_views(run_dir: Any, baseline_dir: Any | None, force: bool = False) -> tuple[RunView, RunView | None]:
+    """Both runs, refusing a comparison of runs made under different conditions, or on different
+    machines unless forced (then the differences are kept for the banner)."""
     view = RunView(run_dir)
     if baseline_dir is None:
         return view, None
@@ -347,6 +350,15 @@ def open_views(run_dir: Any, baseline_dir: Any | None) -> tuple[RunView, RunView
             f"without the arms: {mine} vs {theirs}: hardware, engine, target, load, sampling or prompts "
             "differ); gating one against the other would compare different regimes"
         )
+    differences = machine_differences(view.raw.environment, baseline.raw.environment)
+    if differences and not force:
+        raise UserError(
+            f"{run_dir} and {baseline_dir} were measured on different machines (this run vs the baseline: "
+            f"{'; '.join(differences)}); "
+            "the machine alone moves the numbers. Pass --force to gate across machines anyway (the "
+            "result says so)"
+        )
+    view.machine_differences = differences
     view.changed_arms = [
         a.name
         for a in view.regime.arms

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Discriminator, Field, Tag, field_validator, model_validator
 
 from harness.config_file import StrictModel, load_model
+from harness.environment import CPU_FEATURES
 from harness.errors import UserError
 from harness.metrics import GATED
 from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
@@ -30,7 +31,7 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 class Hardware(StrictModel):
-    """What the regime runs on. GPU regimes pin the model and count; ``cpu`` pins nothing more."""
+    """What the regime runs on. GPU regimes pin the model and count; any regime may pin the CPU."""
 
     kind: Literal["gpu", "cpu"] = Field(
         description="'gpu' for accelerator regimes, 'cpu' for the CPU engine."
@@ -41,6 +42,27 @@ class Hardware(StrictModel):
     gpu_count: int | None = Field(
         default=None, ge=1, description="Number of GPUs the regime uses. Required for kind=gpu."
     )
+    cpu_model: str | None = Field(
+        default=None,
+        description="Part of the CPU's model name, e.g. 'EPYC' or 'Xeon Platinum 8480': pin it only when the "
+        "numbers must come from that CPU.",
+    )
+    cpu_count: int | None = Field(default=None, ge=1, description="At least this many logical CPUs.")
+    cpu_flags: list[str] = Field(
+        default_factory=list,
+        description="Instruction-set features the CPU must have, by /proc/cpuinfo name, e.g. [avx2] (what "
+        "the CPU engine needs) or [avx512_bf16] (its fast bf16 path). One of: "
+        + ", ".join(CPU_FEATURES)
+        + ".",
+    )
+
+    @field_validator("cpu_flags")
+    @classmethod
+    def _known_flags(cls, flags: list[str]) -> list[str]:
+        unknown = [f for f in flags if f not in CPU_FEATURES]
+        if unknown:
+            raise ValueError(f"unknown CPU feature {unknown[0]!r} (one of: {', '.join(CPU_FEATURES)})")
+        return flags
 
     @model_validator(mode="after")
     def _pins_match_kind(self) -> Hardware:

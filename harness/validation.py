@@ -73,6 +73,22 @@ def _hub_token_mismatches(regime: Regime, environment: dict[str, Any]) -> list[M
     ]
 
 
+def _cpu_mismatches(hardware: Any, environment: dict[str, Any]) -> list[Mismatch]:
+    found = []
+    model = environment.get("cpu_model") or "unknown"
+    if hardware.cpu_model and hardware.cpu_model.lower() not in model.lower():
+        found.append(Mismatch("hardware.cpu_model", hardware.cpu_model, model))
+    count = environment.get("cpu_count")
+    if hardware.cpu_count and (count or 0) < hardware.cpu_count:
+        found.append(Mismatch("hardware.cpu_count", f"at least {hardware.cpu_count}", str(count)))
+    flags = environment.get("cpu_flags")
+    missing = [f for f in hardware.cpu_flags if f not in (flags or [])]
+    if missing:
+        actual = f"missing {', '.join(missing)}" if flags is not None else "CPU features not readable here"
+        found.append(Mismatch("hardware.cpu_flags", ", ".join(hardware.cpu_flags), actual))
+    return found
+
+
 def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Mismatch]:
     """The regime's pins against the machine and the installed engine, before anything starts."""
     found: list[Mismatch] = []
@@ -97,6 +113,7 @@ def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Misma
         found.append(
             Mismatch("hardware.kind", "cpu", f"{len(gpus)} GPU(s) visible; a GPU engine build may use them")
         )
+    found += _cpu_mismatches(hardware, environment)
     pin, installed = regime.engine.version, environment.get("engine_version")
     if pin and installed and not _version_matches(pin, installed):
         found.append(Mismatch("engine.version", pin, installed))

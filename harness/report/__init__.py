@@ -13,6 +13,7 @@ from typing import Any
 
 import jinja2
 
+from harness.environment import machine_differences
 from harness.errors import UserError
 from harness.findings import findings
 from harness.gates import StoredGate, read_gate
@@ -321,6 +322,13 @@ def render_comparison(run_a: Path, run_b: Path, force: bool) -> str:
             f"{run_a} and {run_b} ran in different regimes (fingerprints {fp_a} vs {fp_b}); their numbers "
             "are not comparable. Pass --force to put them side by side anyway (the page will say so)."
         )
+    machines = machine_differences(read_raw(run_a).environment, read_raw(run_b).environment)
+    if machines and not force:
+        raise UserError(
+            f"{run_a} and {run_b} were measured on different machines (A vs B: {'; '.join(machines)}); the "
+            "machine alone moves the numbers. Pass --force to put them side by side anyway (the page will "
+            "say so)."
+        )
     pairs = []
     for row_a in a["summary"].cells:
         row_b = b["summary"].cell(row_a.arm, row_a.workload, row_a.concurrency)
@@ -338,5 +346,6 @@ def render_comparison(run_a: Path, run_b: Path, force: bool) -> str:
             pairs=pairs,
             metrics=list(COMPARED),
             same_regime=fp_a == fp_b,
+            machine_differences=machines,
         )
     )
