@@ -270,6 +270,7 @@ def _print_plan(plan: Any, console: Console) -> None:
             console.print(f"  [yellow]{escape(mismatch)}[/]", soft_wrap=True)
     else:
         console.print("This machine matches the regime's pins.")
+    fits = plan.drafter_fits(model)
     for command in plan.arm_commands(model):
         arm = command.arm
         console.print(
@@ -277,6 +278,19 @@ def _print_plan(plan: Any, console: Console) -> None:
             highlight=False,
         )
         console.print(f"  {command.command}", highlight=False, soft_wrap=True)
+        fit = fits.get(arm.name)
+        if fit is not None:
+            _print_fit(fit, console)
+
+
+def _print_fit(fit: Any, console: Console) -> None:
+    """An arm's drafter against the arm and the target (harness.drafters.fit)."""
+    if fit.unchecked:
+        console.print(f"  [yellow]drafter fit not checked:[/] {escape(fit.unchecked)}", soft_wrap=True)
+    for problem in fit.problems:
+        console.print(f"  [red]drafter does not fit:[/] {escape(problem)}", soft_wrap=True)
+    if fit.checked:
+        console.print(f"  drafter fit: {escape('; '.join(fit.checked))}", highlight=False, soft_wrap=True)
 
 
 def _print_unread(summary: Summary, console: Console) -> None:

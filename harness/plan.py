@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from harness.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, resolve_drafters
+from harness.drafters.fit import Fit, drafter_fit
 from harness.engines import EngineAdapter, LaunchSpec, get_adapter, is_local_reference, resolve_model_path
 from harness.errors import UserError
 from harness.models import converted_dir, resolve_package_gguf
@@ -78,6 +79,16 @@ class Plan:
     def launch_spec(self, arm: Arm, model: str, port: int) -> LaunchSpec:
         draft = self.drafters[arm.name].path if arm.draft_model is not None else None
         return self.adapter.launch_spec(self.regime, arm, model, port, sys.executable, draft_model=draft)
+
+    def drafter_fits(self, model: str) -> dict[str, Fit]:
+        """Per arm with a drafter, whether it fits the arm (after ``resolve_models``)."""
+        fits = {}
+        for arm in self.regime.arms:
+            drafter = self.drafters[arm.name].path if arm.name in self.drafters else None
+            fit = drafter_fit(arm, drafter, model, self.regime.tensor_parallel_size)
+            if fit is not None:
+                fits[arm.name] = fit
+        return fits
 
     def preflight(self, environment: dict[str, Any]) -> Preflight:
         """The regime against the live environment; the caller decides what refuses a run."""

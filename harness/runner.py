@@ -104,6 +104,20 @@ class Runner:
         self.gpu_reader = gpu.open_process_reader()  # None on a machine without NVML: nothing to watch
         self.on_created: Callable[[Path], None] | None = None  # told the new run directory (bench run --json)
 
+    def _check_drafters(self, model: str) -> list[str]:
+        """Each drafter against its arm and the target (``harness.drafters.fit``), once built: a
+        drafter that does not fit refuses the run unless mismatches are allowed (then recorded)."""
+        problems = [p for fit in self.plan.drafter_fits(model).values() for p in fit.problems]
+        if problems and not self.allow_mismatch:
+            raise UserError(
+                f"{self.plan.regime_path}: a drafter does not fit its arm:\n  "
+                + "\n  ".join(problems)
+                + "\nFix the arm, or pass --allow-mismatch to run anyway (recorded with the run)."
+            )
+        for problem in problems:
+            self.console.print(f"[yellow]drafter mismatch (allowed):[/] {escape(problem)}", soft_wrap=True)
+        return problems
+
     def _validate(self, environment: dict[str, Any]) -> tuple[list[str], list[str]]:
         """Refuse a regime this machine does not match (unless allowed) and lossy settings (unless
         the regime allows them). Returns (mismatches, lossy settings) to record with the run."""
@@ -143,6 +157,7 @@ class Runner:
         environment = collect_environment(version)
         mismatches, lossy = self._validate(environment)
         model = self.plan.resolve_models(build=True, console=self.console)
+        mismatches += self._check_drafters(model)
         run = RunDir.create(self.results_dir, regime.name) if run_root is None else RunDir.create_at(run_root)
         self.console.print(f"Run directory: [bold]{run.root}[/]  (engine {version}, model {model})")
         if self.on_created is not None:
