@@ -4,6 +4,7 @@ here in the layouts the harness builds and the hubs publish (z-lab DFlash, EAGLE
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -98,7 +99,7 @@ def test_bench_run_refuses_a_drafter_that_does_not_fit_before_any_server_starts(
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={"COLUMNS": "200", **__import__("os").environ},
+        env={"COLUMNS": "200", **os.environ},
         timeout=600,
     )
     assert out.returncode == 2, out.stdout[-2000:]
