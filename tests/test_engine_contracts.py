@@ -141,29 +141,61 @@ def test_vllm_parser_accepts_every_arm(path: Path, arm_name: str, resolved, vllm
             assert (Path(spec["model"]) / MANIFEST_NAME).is_file()  # the harness-built drafter it will load
 
 
-@pytest.mark.parametrize(
-    "path",
-    [pytest.param(p, id=p.stem) for p in _plans("vllm") if _checked_by(p) == "sources"],
-)
-def test_pinned_vllm_release_accepts_every_arm_and_request(path: Path, resolved) -> None:
-    """The regime's arms and request bodies, checked by the vLLM release the regime pins (its own
-    parser, speculative config and request models, from its sources, in a subprocess)."""
+PINNED = [p for p in _plans("vllm") if _checked_by(p) == "sources"]
+BREAKAGE = "breakage"  # the cases that must fail, checked in the same subprocess
+
+
+def _pinned_cases(plan, model: str) -> tuple[list, list[dict]]:
+    """A regime's arms (argv, arm) and its request bodies (measured, and the reference pass)."""
     from harness.client import request_body
 
-    plan, model = resolved[path]
     regime = plan.regime
     arms = [_argv(plan, arm.name, model) for arm in regime.arms]
     bodies = []
     for workload in plan.workloads:
         fmt = workload.definition.prompt_format
         fields = plan.adapter.request_fields(fmt, regime.exactness.top_logprobs)
-        for top_logprobs in (0, regime.exactness.top_logprobs):  # measured, and the reference pass
+        for top_logprobs in (0, regime.exactness.top_logprobs):
             _, body = request_body(
                 workload.prompts[0], fmt, regime.sampling, regime.load, top_logprobs, fields, workload.chat
             )
             bodies.append({"body": body, "chat": fmt == "chat"})
-    sources = engine_parsers.vllm_sources(regime.engine.version)
-    results = engine_parsers.check_with_vllm_sources(sources, [{"argv": argv} for argv, _ in arms] + bodies)
+    return arms, bodies
+
+
+@pytest.fixture(scope="module")
+def pinned_checks(resolved) -> dict:
+    """Every pinned-release case of every regime, checked in ONE subprocess per release (importing
+    a vLLM costs seconds): regime path (or BREAKAGE) -> (arms, bodies, results)."""
+    batches: dict = {}
+    for path in PINNED:
+        plan, model = resolved[path]
+        arms, bodies = _pinned_cases(plan, model)
+        batches.setdefault(plan.regime.engine.version, []).append((path, arms, bodies))
+    plan, model = resolved[ROOT / "regimes" / "h200_tp8.yaml"]
+    argv, arm = _argv(plan, "ngram_k4", model)
+    chat = {"model": "target", "messages": [{"role": "user", "content": "hi"}], "enable_thinking": False}
+    breakage = ([(argv + ["--speculative-tokens-max", "4"], arm)], [{"body": chat, "chat": True}])
+    batches.setdefault(plan.regime.engine.version, []).append((BREAKAGE, *breakage))
+    checked = {}
+    for version, entries in batches.items():
+        sources = engine_parsers.vllm_sources(version)
+        if sources is None:
+            pytest.fail(f"vLLM {version}'s sources are not unpacked: run scripts/setup-cpu.sh")
+        cases = [c for _, arms, bodies in entries for c in [{"argv": a} for a, _ in arms] + bodies]
+        results = iter(engine_parsers.check_with_vllm_sources(sources, cases))
+        for key, arms, bodies in entries:
+            checked[key] = (arms, bodies, [next(results) for _ in range(len(arms) + len(bodies))])
+    return checked
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in PINNED])
+def test_pinned_vllm_release_accepts_every_arm_and_request(path: Path, resolved, pinned_checks) -> None:
+    """The regime's arms and request bodies, checked by the vLLM release the regime pins (its own
+    parser, speculative config and request models, from its sources, in a subprocess)."""
+    plan, model = resolved[path]
+    regime = plan.regime
+    arms, bodies, results = pinned_checks[path]
     assert {r["vllm"] for r in results} == {regime.engine.version}
     for (argv, arm), result in zip(arms, results[: len(arms)], strict=True):
         assert result["unknown"] == [], f"{arm.name}: flags vLLM {regime.engine.version} does not know"
@@ -188,17 +220,9 @@ def test_pinned_vllm_release_accepts_every_arm_and_request(path: Path, resolved)
         assert result["undeclared"] == [] and result["error"] is None, (case, result)
 
 
-def test_pinned_release_check_catches_breakage(resolved) -> None:
+def test_pinned_release_check_catches_breakage(pinned_checks) -> None:
     """The subprocess check fails what the release refuses: an unknown flag, an undeclared field."""
-    sources = engine_parsers.vllm_sources("0.33.0")
-    if sources is None:
-        pytest.fail("vLLM 0.33.0's sources are not unpacked: run scripts/setup-cpu.sh")
-    plan, model = resolved[ROOT / "regimes" / "h200_tp8.yaml"]
-    argv, _ = _argv(plan, "ngram_k4", model)
-    chat = {"model": "target", "messages": [{"role": "user", "content": "hi"}], "enable_thinking": False}
-    flag, body = engine_parsers.check_with_vllm_sources(
-        sources, [{"argv": argv + ["--speculative-tokens-max", "4"]}, {"body": chat, "chat": True}]
-    )
+    _, _, (flag, body) = pinned_checks[BREAKAGE]
     assert "--speculative-tokens-max" in flag["unknown"]
     assert body["undeclared"] == ["enable_thinking"]  # belongs inside chat_template_kwargs
 
