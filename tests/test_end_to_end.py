@@ -215,13 +215,13 @@ def test_attention_backend_and_copy_share_recorded(finished_run) -> None:
         # the CPU build falls back to the V1 model runner, and says so: drafts are proposing steps
         assert arm.draft_counting is not None and arm.draft_counting.semantics == "proposing_steps"
         assert arm.draft_counting.source == "server log: fell back to the V1 model runner"
-    for (
-        cell
-    ) in summary.cells:  # engine-neutral next to tau: 1 for the baseline, more where drafts were accepted
-        assert cell.tokens_per_forward == (
-            1.0 if cell.arm == "baseline" else pytest.approx(cell.tokens_per_forward)
-        )
-        assert cell.tokens_per_forward >= 1.0
+    for cell in summary.cells:  # engine-neutral next to tau
+        if cell.arm == "baseline":
+            assert cell.tokens_per_forward == 1.0
+        elif cell.accepted_tokens:
+            # every decode step counts in tok/fwd, only proposing ones in tau: tok/fwd <= tau (a
+            # little slack: drafts accepted past a request's stop are counted, not output)
+            assert 1.0 < cell.tokens_per_forward <= cell.tau + 0.05
     samples = read_jsonl(run / "arms" / "baseline" / "samples.jsonl")
     for sample in samples:  # the prompt as the engine tokenized it, on both endpoints
         assert len(sample["prompt_token_ids"]) == sample["prompt_token_count"] > 0
