@@ -213,11 +213,37 @@ def test_trainer_flags() -> None:
         "--data-path /w/data",
     ):
         assert flag in joined
-    assert "--max-steps" not in argv
+    assert "--max-steps" not in argv and "--max-anchors" not in argv  # speculators' default
     from speculators.train.config import TrainConfig  # speculators' own parser accepts every flag
 
     config = TrainConfig.resolve(argv)
     assert config.flatten()["mask_token_id"] == 16 and config.flatten()["epochs"] == 5
+    bounded = TrainConfig.resolve(train_argv({**build, "block_size": 4, "max_anchors": 32}, Path("/w")))
+    assert (bounded.flatten()["block_size"], bounded.flatten()["max_anchors"]) == (4, 32)
+
+
+def test_dflash_builds_a_block_that_serves_the_arm_and_few_anchors(tmp_path: Path) -> None:
+    """The defaults that make a DFlash step affordable on a CPU (benchmarks/drafter_step.py: 21.8 s
+    a step with speculators' block 16 and 512 anchors, 0.21 s with block 4 and 32), part of the
+    build's identity; an explicit block too small for K is an error naming the field."""
+    data = yaml.safe_load(TINY.read_text())
+    data["workloads"] = [str(ROOT / "workloads" / n) for n in ("code_humaneval.yaml", "chat_mtbench.yaml")]
+    data["arms"] = [data["arms"][0], data["arms"][2]]  # baseline, dflash_trained_k2
+    path = tmp_path / "dflash.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    plan = _plan(path)
+    assert (plan.settings.block_size, plan.settings.max_anchors) == (3, 256 // 8)
+    data["arms"][1]["num_speculative_tokens"] = 5
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    other = _plan(path)
+    assert other.settings.block_size == 6 and other.key != plan.key  # another drafter, built apart
+    data["arms"][1]["draft_model"]["trained"]["block_size"] = 4
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(UserError, match="block_size: a block of 4 drafts at most 3 tokens, the arm asks K=5"):
+        load_regime(path)
+    eagle = _regime_with(tmp_path, max_anchors=8)
+    with pytest.raises(UserError, match="block_size and max_anchors apply to DFlash only"):
+        load_regime(eagle)
 
 
 def test_held_out_check_counts_overlap(tmp_path: Path) -> None:
@@ -274,3 +300,23 @@ def test_provenance_lines_show_the_held_out_check() -> None:
     (row,) = _trained_drafters({"drafters": {"eagle3_trained": trained, "eagle3_untrained": untrained}})
     assert row["arm"] == "eagle3_trained" and row["accuracy"] == "0.400 / 0.200 / 0.100"
     assert row["held_out"] == "trained on 0 of the 16 measured prompts" and row["workloads"] == "chat (70)"
+
+
+def test_the_truncation_trap_stops_a_build_before_training() -> None:
+    """Prompt + answer longer than the training sequence: the answer (all the supervision) is cut
+    first, a prompt that fills the sequence leaves an empty loss mask. Beyond 10% of the answer
+    tokens lost the data stage stops, saying what would fit."""
+    from harness.drafters.train_stages import check_truncation, truncation
+
+    samples = [
+        {"input_ids": [1] * 10 + [2] * 6, "loss_mask": [0] * 10 + [1] * 6},  # fits in 16
+        {"input_ids": [1] * 14 + [2] * 6, "loss_mask": [0] * 14 + [1] * 6},  # 2 of 6 answer tokens kept
+        {"input_ids": [1] * 18 + [2] * 6, "loss_mask": [0] * 18 + [1] * 6},  # the prompt fills it: emptied
+    ]
+    found = truncation(samples, 16)
+    assert (found["answer_tokens"], found["answer_tokens_kept"], found["samples_emptied"]) == (18, 8, 1)
+    assert found["lost_share"] == pytest.approx(10 / 18) and found["longest"] == 24
+    with pytest.raises(SystemExit, match=r"total_seq_len 16 cuts 56% of the answer tokens \(1 of 3 samples"):
+        check_truncation(found)
+    check_truncation(truncation(samples, 24))  # everything fits: nothing to say
+    assert truncation(samples, 24)["lost_share"] == 0.0

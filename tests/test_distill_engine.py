@@ -94,6 +94,8 @@ def test_build_runs_every_stage_and_publishes_a_manifest(built) -> None:
             data["training_prompts"] == 6 and data["answered"] == 6 and data["held_out_measured_prompts"] == 4
         )
         assert data["answer_tokens"] > 0 and len(data["responses_sha256"]) == 64
+        # checked before training: the training sequence kept every answer token
+        assert data["truncation"]["lost_share"] == 0.0 and data["truncation"]["total_seq_len"] == 256
         assert [w["used"] for w in data["workloads"]] == [3, 3]
         assert manifest["training"]["steps"] >= 1 and manifest["training"]["train_dtype"] == "float32"
         assert manifest["validation"] and all(v["accuracy_per_position"] for v in manifest["validation"])

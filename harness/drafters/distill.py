@@ -63,6 +63,7 @@ from harness.server import Server, free_port
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt, load_prompt_pool, prompt_sha256
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors")
+TRUNCATION_FILE = "truncation.json"  # the data stage's account of what total_seq_len cut
 
 
 @dataclass(frozen=True)
@@ -131,11 +132,25 @@ def data_dtype(regime: Regime) -> str:
     return regime.target.dtype if regime.target.dtype in ("bfloat16", "float16", "float32") else "bfloat16"
 
 
+def effective_settings(arm: Arm) -> TrainedDrafter:
+    """The arm's training settings with DFlash's defaults filled in (they are part of the build's
+    identity: a drafter built for K=3 has a block of 4, one for K=7 a block of 8)."""
+    settings: TrainedDrafter = arm.draft_model.trained  # type: ignore[union-attr]
+    if arm.method != "dflash":
+        return settings
+    return settings.model_copy(
+        update={
+            "block_size": settings.block_size or (arm.num_speculative_tokens or 1) + 1,
+            "max_anchors": settings.max_anchors or max(1, settings.total_seq_len // 8),
+        }
+    )
+
+
 def plan_distillation(
     arm: Arm, regime: Regime, regime_path: Path, measured: list[LoadedWorkload], target_dir: str
 ) -> DistillPlan:
     """The split: every prompt of the training pools except those the regime measures."""
-    settings: TrainedDrafter = arm.draft_model.trained  # type: ignore[union-attr]
+    settings: TrainedDrafter = effective_settings(arm)
     index = next(i for i, a in enumerate(regime.arms) if a.name == arm.name)
     paths = []
     for i, entry in enumerate(settings.workloads):
@@ -362,8 +377,12 @@ def _build_settings(plan: DistillPlan, regime: Regime) -> dict[str, Any]:
         "hidden_states_dtype": data_dtype(regime),
         "train_dtype": "float32" if regime.hardware.kind == "cpu" else "bfloat16",
     }
-    if plan.method == "dflash":
-        build |= {"mask_token_id": mask_token_id(Path(plan.target_dir), config), "block_size": 16}
+    if plan.method == "dflash":  # a block that serves the arm, few enough anchors for a CPU step
+        build |= {
+            "mask_token_id": mask_token_id(Path(plan.target_dir), config),
+            "block_size": settings.block_size,
+            "max_anchors": settings.max_anchors,
+        }
     return build
 
 
@@ -443,6 +462,11 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _truncation(work: Path) -> dict[str, Any] | None:
+    path = work / TRUNCATION_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def publish(
     plan: DistillPlan, regime: Regime, build: dict[str, Any], stage_seconds: dict[str, float]
 ) -> Path:
@@ -458,7 +482,15 @@ def publish(
         shutil.copy2(checkpoint / name, tmp / name)
     (tmp / "build").mkdir()
     shutil.copy2(plan.answers_file, tmp / "build" / "responses.jsonl")
-    for name in ("train_metrics.jsonl", "data.log", "train.log", "build.json", "checkpoints/run.yaml"):
+    kept = (
+        "train_metrics.jsonl",
+        "data.log",
+        "train.log",
+        "build.json",
+        "checkpoints/run.yaml",
+        TRUNCATION_FILE,
+    )
+    for name in kept:
         if (work / name).is_file():  # run.yaml: speculators' resolved training config (optimizer included)
             shutil.copy2(work / name, tmp / "build" / Path(name).name)
     training_prompts = {"trained_on": sorted({p.sha256 for p in plan.prompts}), "held_out": plan.held_out}
@@ -504,6 +536,8 @@ def publish(
             "tokens": sum(len(r["prompt_token_ids"]) + len(r["output_token_ids"]) for r in answered),
             "max_output_tokens": plan.settings.max_output_tokens,
             "validation_fraction": plan.settings.validation_fraction,
+            # what the training sequence length left of the supervision (checked before training)
+            "truncation": _truncation(work),
         },
         "hidden_states": {
             "layer_ids": build["layer_ids"],

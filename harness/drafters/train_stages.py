@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from harness.drafters.distill import progress_bar, read_answers
+from harness.drafters.distill import TRUNCATION_FILE, progress_bar, read_answers
 
 DATA_DIR = "data"  # speculators' --data-path: the Arrow dataset, token_freq.pt, hidden_states/
 CHECKPOINTS_DIR = "checkpoints"
@@ -71,6 +71,44 @@ def _samples(responses: Path, seed: int) -> list[dict[str, Any]]:
     return samples
 
 
+# The truncation trap: a sample longer than the training sequence is cut, its answer (where all the
+# supervision is) first; one whose prompt alone fills it keeps an empty loss mask and trains nothing,
+# while training "runs" with a plausible loss on what is left. Beyond this share of the answer
+# tokens lost the build stops before training, with the length that would fit.
+MAX_LOST_ANSWER_SHARE = 0.10
+
+
+def truncation(samples: list[dict[str, Any]], total_seq_len: int) -> dict[str, Any]:
+    """What cutting each sample at ``total_seq_len`` tokens does to its supervision."""
+    answer = sum(sum(s["loss_mask"]) for s in samples)
+    kept = [sum(s["loss_mask"][:total_seq_len]) for s in samples]
+    emptied = sum(1 for s, k in zip(samples, kept, strict=True) if sum(s["loss_mask"]) and not k)
+    lengths = sorted(len(s["input_ids"]) for s in samples)
+    return {
+        "total_seq_len": total_seq_len,
+        "samples": len(samples),
+        "answer_tokens": answer,
+        "answer_tokens_kept": sum(kept),
+        "lost_share": (answer - sum(kept)) / answer if answer else 0.0,
+        "samples_emptied": emptied,
+        "longest": lengths[-1] if lengths else 0,
+        "p95_length": lengths[int(0.95 * (len(lengths) - 1))] if lengths else 0,
+    }
+
+
+def check_truncation(found: dict[str, Any]) -> None:
+    """Stop a build whose training sequence would cut away the supervision (``truncation``)."""
+    if found["lost_share"] <= MAX_LOST_ANSWER_SHARE:
+        return
+    lost = 100 * found["lost_share"]
+    raise SystemExit(
+        f"draft_model.trained.total_seq_len {found['total_seq_len']} cuts {lost:.0f}% of the answer tokens "
+        f"({found['samples_emptied']} of {found['samples']} samples lose their whole answer: their loss "
+        f"mask is empty and they train nothing); the longest prompt + answer is {found['longest']} tokens "
+        f"and 95% fit in {found['p95_length']}. Raise total_seq_len or lower max_output_tokens."
+    )
+
+
 def write_dataset(work_dir: Path) -> Path:
     """speculators' on-disk training format: an Arrow dataset (input_ids, loss_mask, seq_len, torch
     format) and token_freq.pt (answer tokens only), which its trainer turns into the draft vocab."""
@@ -82,6 +120,9 @@ def write_dataset(work_dir: Path) -> Path:
     if (data_dir / "state.json").is_file() and (data_dir / "token_freq.pt").is_file():
         return data_dir
     samples = _samples(Path(build["responses"]), build["seed"])
+    found = truncation(samples, build["total_seq_len"])
+    (work_dir / TRUNCATION_FILE).write_text(json.dumps(found, indent=2))
+    check_truncation(found)
     dataset = Dataset.from_dict(
         {
             "input_ids": [s["input_ids"] for s in samples],
@@ -265,6 +306,8 @@ def train_argv(build: dict[str, Any], work_dir: Path) -> list[str]:
     ]
     if build["method"] == "dflash":
         argv += ["--mask-token-id", str(build["mask_token_id"]), "--block-size", str(build["block_size"])]
+        if build.get("max_anchors"):  # blocks drafted per packed sequence (speculators' default: 512)
+            argv += ["--max-anchors", str(build["max_anchors"])]
     if build.get("max_steps"):
         argv += ["--max-steps", str(build["max_steps"])]
     return argv
