@@ -320,3 +320,26 @@ def test_the_truncation_trap_stops_a_build_before_training() -> None:
         check_truncation(found)
     check_truncation(truncation(samples, 24))  # everything fits: nothing to say
     assert truncation(samples, 24)["lost_share"] == 0.0
+
+
+def test_a_stage_that_stops_making_progress_is_stopped(tmp_path: Path) -> None:
+    """A hung trainer writes nothing: the watchdog stops its process group after the stall time;
+    a stage that keeps writing runs to its end."""
+    import subprocess
+    import sys
+    import time
+
+    from harness.drafters.distill import last_progress, run_watched
+
+    hung = [sys.executable, "-c", "import time; time.sleep(60)"]
+    started = time.monotonic()
+    with pytest.raises(UserError, match="made no progress for .* min .*a hung trainer"):
+        run_watched(hung, tmp_path, stall_s=1.0, poll_s=0.2)
+    assert time.monotonic() - started < 10
+    log = tmp_path / "log"
+    writes = f"import time, pathlib\nfor i in range(6):\n    pathlib.Path({str(log)!r}).write_text(str(i)); "
+    busy = [sys.executable, "-c", writes + "time.sleep(0.4)"]
+    assert run_watched(busy, tmp_path, stall_s=1.0, poll_s=0.2) == 0  # 2.4 s, never idle for 1 s
+    assert last_progress(tmp_path) >= time.time() - 5
+    left = subprocess.run(["pgrep", "-f", "time.sleep\\(60\\)"], capture_output=True, text=True)
+    assert left.stdout == ""  # the hung stage's process is gone

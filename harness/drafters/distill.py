@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -342,18 +343,61 @@ def generate(plan: DistillPlan, regime: Regime, console: Console) -> Path:
 # ---- stages 3-4: child processes ---------------------------------------------------------------
 
 
+# A trainer whose worker died (out of memory) can leave the others spinning with no new output,
+# forever: a stage that writes nothing under its work directory for this long is stopped.
+STAGE_STALL_S = 20 * 60
+
+
+def last_progress(directory: Path) -> float:
+    """The newest modification time of anything under ``directory`` (logs, metrics, hidden states,
+    checkpoints: every stage writes there as it goes)."""
+    newest = directory.stat().st_mtime if directory.exists() else 0.0
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                newest = max(newest, os.stat(os.path.join(root, name)).st_mtime)
+            except OSError:
+                continue  # replaced between listing and stat
+    return newest
+
+
+def run_watched(argv: list[str], work_dir: Path, stall_s: float, poll_s: float = 30.0) -> int:
+    """Run a build stage; stop its whole process group when nothing under ``work_dir`` changed for
+    ``stall_s`` seconds. Returns its exit code; raises UserError for a stall."""
+    started = time.time()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=poll_s)
+            except subprocess.TimeoutExpired:
+                idle = time.time() - max(last_progress(work_dir), started)
+                if idle > stall_s:
+                    raise UserError(
+                        f"drafter build stage made no progress for {idle / 60:.1f} min (nothing written "
+                        f"under {work_dir}): a hung trainer (a worker out of memory?); stopped. The work so "
+                        "far is kept and a rerun resumes it."
+                    ) from None
+    finally:  # stalled or interrupted: SIGINT first (the trainer's own shutdown), then SIGKILL
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
 def _run_stage(plan: DistillPlan, stage: str) -> None:
     """``python -m harness.drafters.train_stages STAGE WORK_DIR``: torch stays out of this process; the
     child draws its own progress bar and keeps library output in WORK_DIR/STAGE.log."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.drafters.train_stages", stage, str(plan.work_dir)],
-        stdin=subprocess.DEVNULL,
-    )
-    if proc.returncode != 0:
+    argv = [sys.executable, "-m", "harness.drafters.train_stages", stage, str(plan.work_dir)]
+    returncode = run_watched(argv, plan.work_dir, STAGE_STALL_S)
+    if returncode != 0:
         log = plan.work_dir / f"{stage}.log"
         tail = log.read_text(errors="replace").splitlines()[-20:] if log.is_file() else ["(no log)"]
         raise UserError(
-            f"drafter build, stage '{stage}', failed (exit {proc.returncode}); the work so far is kept "
+            f"drafter build, stage '{stage}', failed (exit {returncode}); the work so far is kept "
             f"and a rerun resumes it; log {log}:\n" + "\n".join(tail)
         )
 
