@@ -108,15 +108,20 @@ class Runner:
         """Each drafter against its arm and the target (``harness.drafters.fit``), once built: a
         drafter that does not fit refuses the run unless mismatches are allowed (then recorded)."""
         problems = [p for fit in self.plan.drafter_fits(model).values() for p in fit.problems]
-        if problems and not self.allow_mismatch:
-            raise UserError(
-                f"{self.plan.regime_path}: a drafter does not fit its arm:\n  "
-                + "\n  ".join(problems)
-                + "\nFix the arm, or pass --allow-mismatch to run anyway (recorded with the run)."
-            )
-        for problem in problems:
-            self.console.print(f"[yellow]drafter mismatch (allowed):[/] {escape(problem)}", soft_wrap=True)
+        self._refuse_unless_allowed(problems, "a drafter does not fit its arm", "drafter mismatch")
         return problems
+
+    def _refuse_unless_allowed(self, found: list[str], why: str, label: str) -> None:
+        """Mismatches stop the run before anything starts, unless allowed: then each is printed
+        (and the caller records it with the run)."""
+        if found and not self.allow_mismatch:
+            raise UserError(
+                f"{self.plan.regime_path}: {why}; nothing was started:\n  "
+                + "\n  ".join(found)
+                + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
+            )
+        for item in found:
+            self.console.print(f"[yellow]{label} (allowed):[/] {escape(item)}", soft_wrap=True)
 
     def _validate(self, environment: dict[str, Any]) -> tuple[list[str], list[str]]:
         """Refuse a regime this machine does not match (unless allowed) and lossy settings (unless
@@ -129,14 +134,7 @@ class Runner:
                 "true to "
                 "measure them anyway; they are flagged in the results):\n  " + "\n  ".join(lossy)
             )
-        if mismatches and not self.allow_mismatch:
-            raise UserError(
-                f"{self.plan.regime_path}: this machine does not match the regime; nothing was started:\n  "
-                + "\n  ".join(mismatches)
-                + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
-            )
-        for mismatch in mismatches:
-            self.console.print(f"[yellow]regime mismatch (allowed):[/] {escape(mismatch)}", soft_wrap=True)
+        self._refuse_unless_allowed(mismatches, "this machine does not match the regime", "regime mismatch")
         return mismatches, lossy
 
     def _engine_version(self) -> str:
