@@ -335,6 +335,14 @@ class TrainedDrafter(StrictModel):
         default=None, gt=0, description="Stop training after this many steps (for quick builds)."
     )
     seed: int = Field(default=0, description="Seed of the data shuffle and the trainer.")
+    warm_start: str | None = Field(
+        default=None,
+        description="Continue a finished build instead of starting from random weights: the directory of "
+        "a drafter this harness trained for the same target and method (absolute, or relative to the "
+        "regime file). Its weights train for `epochs` more with a fresh warm-up + decay schedule (its "
+        "annealed one would leave the learning rate near zero); the build fails unless its first loss is "
+        "nearer where the source ended than where it began.",
+    )
     block_size: int | None = Field(
         default=None,
         ge=2,

@@ -343,3 +343,29 @@ def test_a_stage_that_stops_making_progress_is_stopped(tmp_path: Path) -> None:
     assert last_progress(tmp_path) >= time.time() - 5
     left = subprocess.run(["pgrep", "-f", "time.sleep\\(60\\)"], capture_output=True, text=True)
     assert left.stdout == ""  # the hung stage's process is gone
+
+
+def test_a_warm_start_continues_a_finished_build_of_the_same_method(tmp_path: Path) -> None:
+    """The source is checked (trained here, same method), becomes part of the build's identity and
+    gives the losses the first training loss is checked against."""
+    source = tmp_path / "eagle3-trained-x"
+    (source / "build").mkdir(parents=True)
+    manifest = {"trained": True, "method": "eagle3", "label": "self-distilled here", "target": {}}
+    (source / "drafter_manifest.json").write_text(json.dumps(manifest))
+    metrics = [{"train": {"loss": 28.2}}, {"val": {"loss_epoch": 20.0}}, {"train": {"loss": 14.7}}]
+    (source / "build" / "train_metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    cold = _plan(_regime_with(tmp_path))
+    warm = _plan(_regime_with(tmp_path, warm_start=str(source)))
+    assert warm.key != cold.key and warm.settings.warm_start == str(source)
+    regime = plan_regime(_regime_with(tmp_path, warm_start=str(source))).regime
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"num_hidden_layers": 30}))
+    warm = distill.DistillPlan(**{**warm.__dict__, "target_dir": str(target)})
+    build = distill._build_settings(warm, regime)
+    assert build["warm_start"] == {"from": str(source), "source_first_loss": 28.2, "source_last_loss": 14.7}
+    (source / "drafter_manifest.json").write_text(json.dumps({**manifest, "method": "dflash"}))
+    with pytest.raises(UserError, match="warm_start: .* is not a trained eagle3 drafter"):
+        _plan(_regime_with(tmp_path, warm_start=str(source)))
+    with pytest.raises(UserError, match="is not a drafter this harness trained"):
+        _plan(_regime_with(tmp_path, warm_start=str(tmp_path / "nothing")))

@@ -6,6 +6,7 @@ target's answers are made here with its tokenizer; the engine test gets them fro
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,64 @@ def test_tiny_training_run_then_resume(work: Path) -> None:
     metrics = [json.loads(line) for line in (work / "train_metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics if "val" in m] == [0, 1]
     assert (work / "checkpoints" / "1" / "model.safetensors").is_file()
+
+
+def test_a_warm_start_begins_where_its_source_ended(tmp_path: Path, target_dir: str) -> None:
+    """Continue a finished build: its weights (cast from the bf16 checkpoint to the float32 the
+    CPU trains in), a fresh schedule, and a first loss at the trained level, checked."""
+    from transformers import AutoTokenizer
+
+    from harness.drafters.train_stages import WARM_START_FILE, train_losses
+
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    source = tmp_path / "source"
+    source.mkdir()
+    with open(source / "answers.jsonl", "w") as handle:
+        for index, (prompt, answer) in enumerate(TEXTS * 4):
+            row = {
+                "index": index,
+                "prompt_token_ids": tokenizer.encode(prompt),
+                "output_token_ids": tokenizer.encode(answer, add_special_tokens=False),
+            }
+            handle.write(json.dumps(row) + "\n")
+    build = {
+        "method": "eagle3",
+        "target_dir": target_dir,
+        "responses": str(source / "answers.jsonl"),
+        "layer_ids": [2, 15, 27],
+        "seed": 0,
+        "draft_vocab_size": 128,
+        "total_seq_len": 128,
+        "epochs": 3,
+        "learning_rate": 3e-3,
+        "validation_fraction": 0.2,
+        "max_steps": None,
+        "hidden_states_dtype": "bfloat16",
+        "train_dtype": "float32",
+    }
+    (source / "build.json").write_text(json.dumps(build))
+    _stage("data", source)
+    _stage("train", source)
+    trained = train_losses(source / "train_metrics.jsonl")
+    assert trained[-1] < trained[0]  # it learned something to continue from
+    checkpoint = sorted((source / "checkpoints").glob("[0-9]*"))[-1]
+    assert json.loads((checkpoint / "config.json").read_text())["dtype"] == "bfloat16"  # as saved
+
+    warm = tmp_path / "warm"
+    shutil.copytree(source, warm, ignore=shutil.ignore_patterns("checkpoints", "logs", "train_metrics.jsonl"))
+    start = {"from": str(checkpoint), "source_first_loss": trained[0], "source_last_loss": trained[-1]}
+    (warm / "build.json").write_text(json.dumps({**build, "epochs": 1, "warm_start": start}))
+    _stage("train", warm)
+    record = json.loads((warm / WARM_START_FILE).read_text())
+    assert record["first_loss"] <= (trained[0] + trained[-1]) / 2  # begins at the trained level
+    assert "No previous training checkpoint found" in (warm / "train.log").read_text()  # a new schedule
+
+
+def test_a_warm_start_that_did_not_load_fails() -> None:
+    from harness.drafters.train_stages import check_warm_start
+
+    check_warm_start(15.2, source_first=28.2, source_last=14.7)
+    with pytest.raises(SystemExit, match="did not start from the trained weights: its first loss 27.9"):
+        check_warm_start(27.9, source_first=28.2, source_last=14.7)
+    with pytest.raises(SystemExit, match="logged no training loss"):
+        check_warm_start(None, source_first=28.2, source_last=14.7)

@@ -65,6 +65,7 @@ from harness.workloads import ChatTemplate, LoadedWorkload, Prompt, load_prompt_
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors")
 TRUNCATION_FILE = "truncation.json"  # the data stage's account of what total_seq_len cut
+WARM_START_FILE = "warm_start.json"  # a warm start's source and the first loss that proved it loaded
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,10 @@ def plan_distillation(
         "prompts": [p.identity() for p in prompts],
     }
     identity = {**answers, "method": arm.method, "settings": settings.model_dump(mode="json")}
+    warm = _warm_start_source(arm, settings, regime, regime_path, config_sha)
+    if warm is not None:  # continuing another build: its identity is part of this one's
+        identity["warm_start"] = _digest(json.loads((warm / MANIFEST_NAME).read_text()))
+        settings = settings.model_copy(update={"warm_start": str(warm)})
     return DistillPlan(
         arm.name,
         arm.method,
@@ -213,6 +218,27 @@ def plan_distillation(
         key=_digest(identity),
         answers_key=_digest(answers),
     )
+
+
+def _warm_start_source(
+    arm: Arm, settings: TrainedDrafter, regime: Regime, regime_path: Path, config_sha: str | None
+) -> Path | None:
+    """The finished build a warm start continues, checked: trained here, same method and target."""
+    if settings.warm_start is None:
+        return None
+    index = next(i for i, a in enumerate(regime.arms) if a.name == arm.name)
+    where = f"{regime_path}: arms[{index}].draft_model.trained.warm_start"
+    source = (regime_path.parent / Path(settings.warm_start).expanduser()).resolve()
+    manifest_file = source / MANIFEST_NAME
+    if not manifest_file.is_file() or not (source / "build" / "train_metrics.jsonl").is_file():
+        raise UserError(f"{where}: {source} is not a drafter this harness trained (no manifest and metrics)")
+    manifest = json.loads(manifest_file.read_text())
+    if not manifest.get("trained") or manifest.get("method") != arm.method:
+        raise UserError(f"{where}: {source} is not a trained {arm.method} drafter ({manifest.get('label')})")
+    theirs = (manifest.get("target") or {}).get("config_sha256")
+    if config_sha and theirs and theirs != config_sha:
+        raise UserError(f"{where}: {source} was trained for another target (config {theirs[:12]})")
+    return source
 
 
 def _digest(value: Any) -> str:
@@ -427,6 +453,17 @@ def _build_settings(plan: DistillPlan, regime: Regime) -> dict[str, Any]:
             "block_size": settings.block_size,
             "max_anchors": settings.max_anchors,
         }
+    if settings.warm_start:  # what the first loss is checked against (train_stages.check_warm_start)
+        from harness.drafters.train_stages import train_losses
+
+        losses = train_losses(Path(settings.warm_start) / "build" / "train_metrics.jsonl")
+        if not losses:
+            raise UserError(f"warm start: {settings.warm_start} recorded no training loss to continue from")
+        build["warm_start"] = {
+            "from": settings.warm_start,
+            "source_first_loss": losses[0],
+            "source_last_loss": losses[-1],
+        }
     return build
 
 
@@ -527,6 +564,7 @@ def publish(
     (tmp / "build").mkdir()
     shutil.copy2(plan.answers_file, tmp / "build" / "responses.jsonl")
     kept = (
+        WARM_START_FILE,
         "train_metrics.jsonl",
         "data.log",
         "train.log",
@@ -582,6 +620,10 @@ def publish(
             "validation_fraction": plan.settings.validation_fraction,
             # what the training sequence length left of the supervision (checked before training)
             "truncation": _truncation(work),
+            # continued from a finished build: where from, and the first loss that proved it loaded
+            "warm_start": json.loads((work / WARM_START_FILE).read_text())
+            if (work / WARM_START_FILE).is_file()
+            else None,
         },
         "hidden_states": {
             "layer_ids": build["layer_ids"],

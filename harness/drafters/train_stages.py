@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from harness.drafters.distill import TRUNCATION_FILE, progress_bar, read_answers
+from harness.drafters.distill import TRUNCATION_FILE, WARM_START_FILE, progress_bar, read_answers
 
 DATA_DIR = "data"  # speculators' --data-path: the Arrow dataset, token_freq.pt, hidden_states/
 CHECKPOINTS_DIR = "checkpoints"
@@ -261,6 +261,51 @@ class _MetricsRecorder(logging.Handler):
             )
 
 
+# A warm start continues a finished build: its weights, in the training dtype (speculators saves
+# bf16 checkpoints, which do not load into float32 training as they are), a fresh warm-up + decay
+# schedule (the finished run's annealed one would leave the learning rate near zero), and a check
+# that training begins at the trained level, not at random init's.
+WARM_START_DIR = "warm_start"
+
+
+def prepare_warm_start(work_dir: Path, source: Path, dtype: str) -> Path:
+    """The source drafter's weights cast to ``dtype``, with its config saying so (once)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    target = work_dir / WARM_START_DIR
+    if (target / "model.safetensors").is_file():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    weights = load_file(str(source / "model.safetensors"))
+    cast = {k: v.to(getattr(torch, dtype)) if v.is_floating_point() else v for k, v in weights.items()}
+    save_file(cast, str(target / "model.safetensors"))
+    config = json.loads((source / "config.json").read_text())
+    config.update({key: dtype for key in ("dtype", "torch_dtype") if key in config} or {"dtype": dtype})
+    (target / "config.json").write_text(json.dumps(config, indent=2))
+    return target
+
+
+def train_losses(metrics_file: Path) -> list[float]:
+    """The training loss of every logged step, in order."""
+    if not metrics_file.is_file():
+        return []
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    return [r["train"]["loss"] for r in rows if isinstance(r.get("train"), dict) and "loss" in r["train"]]
+
+
+def check_warm_start(first: float | None, source_first: float, source_last: float) -> None:
+    """A warm start must begin nearer the loss its source ended at than the one it began at (random
+    init): otherwise the weights were not loaded, and training "runs" from scratch."""
+    if first is None:
+        raise SystemExit("warm start: the trainer logged no training loss to check")
+    if first > (source_first + source_last) / 2:
+        raise SystemExit(
+            f"warm start did not start from the trained weights: its first loss {first:.3g} is nearer the "
+            f"source's random-init start ({source_first:.3g}) than where the source ended ({source_last:.3g})"
+        )
+
+
 def train_argv(build: dict[str, Any], work_dir: Path) -> list[str]:
     """speculators' own train flags (``speculators train --help``), CPU-friendly choices included:
     sdpa attention (no flex-attention compile), the eager loss, no dataloader workers."""
@@ -310,6 +355,8 @@ def train_argv(build: dict[str, Any], work_dir: Path) -> list[str]:
             argv += ["--max-anchors", str(build["max_anchors"])]
     if build.get("max_steps"):
         argv += ["--max-steps", str(build["max_steps"])]
+    if build.get("warm_start"):  # the weights only: a new run has its own warm-up + decay schedule
+        argv += ["--from-pretrained", str(work_dir / WARM_START_DIR)]
     return argv
 
 
@@ -318,6 +365,10 @@ def train(work_dir: Path, console: Console) -> None:
     _adapt_trainer_to_cpu()
     from speculators.train import cli
     from speculators.train.config import TrainConfig
+
+    warm = build.get("warm_start")
+    if warm:
+        prepare_warm_start(work_dir, Path(warm["from"]), build["train_dtype"])
 
     loader_sizes: dict[str, int] = {}
     make_loaders = cli.create_train_val_loaders
@@ -346,6 +397,12 @@ def train(work_dir: Path, console: Console) -> None:
     with progress_bar(console) as progress:
         task = progress.add_task(f"training {build['method']}", total=None, note="loading")
         cli.main(TrainConfig.resolve(train_argv(build, work_dir)))
+    if warm:
+        losses = train_losses(work_dir / METRICS_FILE)
+        first = losses[0] if losses else None
+        record = {**warm, "first_loss": first}
+        (work_dir / WARM_START_FILE).write_text(json.dumps(record, indent=2))
+        check_warm_start(first, warm["source_first_loss"], warm["source_last_loss"])
 
 
 if __name__ == "__main__":
