@@ -7,6 +7,7 @@ failure (an arm's server would not start or died; results are still written); 13
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
 import sys
 from pathlib import Path
@@ -341,7 +342,9 @@ def _print_results(summary: Summary, console: Console) -> int:
     return EXIT_ENGINE if failed else EXIT_OK
 
 
-def _write_outcome(path: Path, kind: str | None, directory: Path | None, exit_code: int | None) -> None:
+def _write_outcome(
+    path: Path, kind: str | None, directory: Path | None, exit_code: int | None = None
+) -> None:
     """``bench run --json FILE``: where the run went and how the command ended, for scripts (the
     nightly workflow reads the run directory from here instead of diffing directory listings)."""
     from harness.results import write_json_atomic
@@ -371,13 +374,10 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         study = is_study_dir(args.resume)
     else:
         study = load_regime(args.regime).sweep is not None
-    announce = None
+    announce = None  # tells --json the run (or study) directory the moment it exists
     if args.json_out is not None:
-        kind = "study" if study else "run"
-        _write_outcome(args.json_out, kind, args.resume, None)
-
-        def announce(directory: Path) -> None:
-            _write_outcome(args.json_out, kind, directory, None)
+        announce = functools.partial(_write_outcome, args.json_out, "study" if study else "run")
+        announce(args.resume)
 
     if args.resume is not None and study:
         directory, results = resume_study(args.resume, console, args.allow_mismatch)

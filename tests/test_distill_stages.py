@@ -47,25 +47,22 @@ def _stage(stage: str, work: Path) -> subprocess.CompletedProcess:
     return proc
 
 
-@pytest.fixture(scope="module")
-def work(tmp_path_factory, target_dir: str) -> Path:
+def _prepare(work: Path, target_dir: str, texts: list[tuple[str, str]], **build: object) -> dict:
+    """A work directory as a build leaves it before its data stage: the target's 'answers' (made
+    here with its tokenizer) and build.json (the tiny EAGLE-3 settings, ``build`` on top)."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
-    work = tmp_path_factory.mktemp("distill-work")
+    work.mkdir(exist_ok=True)
     with open(work / "answers.jsonl", "w") as handle:
-        for index, (prompt, answer) in enumerate(TEXTS):
-            handle.write(
-                json.dumps(
-                    {
-                        "index": index,
-                        "prompt_token_ids": tokenizer.encode(prompt),
-                        "output_token_ids": tokenizer.encode(answer, add_special_tokens=False),
-                    }
-                )
-                + "\n"
-            )
-    build = {
+        for index, (prompt, answer) in enumerate(texts):
+            row = {
+                "index": index,
+                "prompt_token_ids": tokenizer.encode(prompt),
+                "output_token_ids": tokenizer.encode(answer, add_special_tokens=False),
+            }
+            handle.write(json.dumps(row) + "\n")
+    settings = {
         "method": "eagle3",
         "target_dir": target_dir,
         "responses": str(work / "answers.jsonl"),
@@ -79,8 +76,16 @@ def work(tmp_path_factory, target_dir: str) -> Path:
         "max_steps": None,
         "hidden_states_dtype": "bfloat16",
         "train_dtype": "float32",
+        **build,
     }
-    (work / "build.json").write_text(json.dumps(build))
+    (work / "build.json").write_text(json.dumps(settings))
+    return settings
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, target_dir: str) -> Path:
+    work = tmp_path_factory.mktemp("distill-work")
+    _prepare(work, target_dir, TEXTS)
     _stage("data", work)
     return work
 
@@ -146,37 +151,10 @@ def test_tiny_training_run_then_resume(work: Path) -> None:
 def test_a_warm_start_begins_where_its_source_ended(tmp_path: Path, target_dir: str) -> None:
     """Continue a finished build: its weights (cast from the bf16 checkpoint to the float32 the
     CPU trains in), a fresh schedule, and a first loss at the trained level, checked."""
-    from transformers import AutoTokenizer
-
     from harness.drafters.train_stages import WARM_START_FILE, train_losses
 
-    tokenizer = AutoTokenizer.from_pretrained(target_dir)
     source = tmp_path / "source"
-    source.mkdir()
-    with open(source / "answers.jsonl", "w") as handle:
-        for index, (prompt, answer) in enumerate(TEXTS * 4):
-            row = {
-                "index": index,
-                "prompt_token_ids": tokenizer.encode(prompt),
-                "output_token_ids": tokenizer.encode(answer, add_special_tokens=False),
-            }
-            handle.write(json.dumps(row) + "\n")
-    build = {
-        "method": "eagle3",
-        "target_dir": target_dir,
-        "responses": str(source / "answers.jsonl"),
-        "layer_ids": [2, 15, 27],
-        "seed": 0,
-        "draft_vocab_size": 128,
-        "total_seq_len": 128,
-        "epochs": 3,
-        "learning_rate": 3e-3,
-        "validation_fraction": 0.2,
-        "max_steps": None,
-        "hidden_states_dtype": "bfloat16",
-        "train_dtype": "float32",
-    }
-    (source / "build.json").write_text(json.dumps(build))
+    build = _prepare(source, target_dir, TEXTS * 4, epochs=3, learning_rate=3e-3, validation_fraction=0.2)
     _stage("data", source)
     _stage("train", source)
     trained = train_losses(source / "train_metrics.jsonl")

@@ -300,6 +300,7 @@ def report_context(run_dir: Path) -> dict[str, Any]:
             if f[1] is not None
         ],
         "exactness": summary.exactness,
+        "environment": raw.environment,  # the machine, compared by render_comparison
         "draft_counting": DRAFT_COUNTING,
         "tokens_per_forward": TOKENS_PER_FORWARD,
     }
@@ -322,7 +323,7 @@ def render_comparison(run_a: Path, run_b: Path, force: bool) -> str:
             f"{run_a} and {run_b} ran in different regimes (fingerprints {fp_a} vs {fp_b}); their numbers "
             "are not comparable. Pass --force to put them side by side anyway (the page will say so)."
         )
-    machines = machine_differences(read_raw(run_a).environment, read_raw(run_b).environment)
+    machines = machine_differences(a["environment"], b["environment"])
     if machines and not force:
         raise UserError(
             f"{run_a} and {run_b} were measured on different machines (A vs B: {'; '.join(machines)}); the "
