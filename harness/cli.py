@@ -199,6 +199,14 @@ def _add_drafter(commands: Any) -> None:
     )
     drafter_build.add_argument("--arm", help="only this arm's drafter")
     drafter_build.add_argument("--method", choices=("eagle3", "dflash"), help="only the arms of this method")
+    drafter_build.add_argument(
+        "--continue-epochs",
+        type=int,
+        metavar="N",
+        help="train each chosen arm's finished drafter N epochs more: its weights, a fresh warm-up + decay "
+        "schedule, the first loss checked against where it ended; built and cached as a drafter of its own "
+        "(the arm keeps its drafter; the output says how to measure the continuation)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -551,15 +559,28 @@ def _cmd_gate(args: argparse.Namespace, console: Console) -> int:
 def _cmd_drafter(args: argparse.Namespace, console: Console) -> int:
     from harness.plan import plan_regime
 
+    if args.continue_epochs is not None and args.continue_epochs < 1:
+        raise UserError(
+            f"--continue-epochs: expected a positive number of epochs, got {args.continue_epochs}"
+        )
     plan = plan_regime(args.regime)
-    for arm, drafter, cached in plan.build_trained_drafters(console, args.arm, args.method):
+    built = plan.build_trained_drafters(console, args.arm, args.method, args.continue_epochs)
+    for arm, drafter, cached in built:
         if cached:
             console.print(f"{arm.name}: already built: {drafter.path}")
-            continue
-        for epoch in (drafter.provenance.get("manifest") or {}).get("validation", []):
-            accuracy = " / ".join(f"{a:.3f}" for a in epoch["accuracy_per_position"])
+        else:
+            for epoch in (drafter.provenance.get("manifest") or {}).get("validation", []):
+                accuracy = " / ".join(f"{a:.3f}" for a in epoch["accuracy_per_position"])
+                console.print(
+                    f"  epoch {epoch['epoch']}: validation accuracy per position {accuracy}", highlight=False
+                )
+        if args.continue_epochs is not None:
+            trained = arm.draft_model.trained  # type: ignore[union-attr]
             console.print(
-                f"  epoch {epoch['epoch']}: validation accuracy per position {accuracy}", highlight=False
+                f"{arm.name}: to measure the continuation, set the arm's draft_model.trained.warm_start: "
+                f"{trained.warm_start} and epochs: {trained.epochs} (or draft_model: {drafter.path})",
+                soft_wrap=True,
+                highlight=False,
             )
     return EXIT_OK
 

@@ -122,13 +122,21 @@ class Plan:
         return note
 
     def build_trained_drafters(
-        self, console: Console, arm: str | None = None, method: str | None = None
+        self,
+        console: Console,
+        arm: str | None = None,
+        method: str | None = None,
+        continue_epochs: int | None = None,
     ) -> list[tuple[Arm, ResolvedDrafter, bool]]:
         """Build now (``bench drafter build``) the drafters ``bench run`` would build on first use,
-        through the same resolution: (arm, its drafter, whether it was already built)."""
+        through the same resolution: (arm, its drafter, whether it was already built). With
+        ``continue_epochs``, train each arm's finished drafter that many epochs more instead (a warm
+        start from it: ``trained.warm_start``), as a drafter of its own; the arms keep theirs."""
         arms = self.trained_arms(arm, method)
         with console.status("Resolving the target (a packaged GGUF is converted once, ~30 s)..."):
             model = model_reference(self.regime, self.regime_path, convert=True)
+        if continue_epochs is not None:
+            arms = [self._continuation(a, model, continue_epochs) for a in arms]
         built = []
         for chosen in arms:
             unbuilt = resolve_drafter(chosen, self.regime, self.regime_path, model, False, self.workloads)
@@ -139,6 +147,20 @@ class Plan:
             self.drafters[chosen.name] = drafter
             built.append((chosen, drafter, cached))
         return built
+
+    def _continuation(self, arm: Arm, model: str, epochs: int) -> Arm:
+        """The arm with its finished drafter as the warm start of ``epochs`` more epochs."""
+        built = resolve_drafter(arm, self.regime, self.regime_path, model, False, self.workloads)
+        if not Path(built.path, MANIFEST_NAME).is_file():
+            raise UserError(
+                f"{self.regime_path}: arm {arm.name}: its drafter is not built yet ({built.path}), so there "
+                "is nothing to continue: bench drafter build without --continue-epochs builds it"
+            )
+        trained = arm.draft_model.trained.model_copy(  # type: ignore[union-attr]
+            update={"warm_start": str(built.path), "epochs": epochs}
+        )
+        draft = arm.draft_model.model_copy(update={"trained": trained})  # type: ignore[union-attr]
+        return arm.model_copy(update={"draft_model": draft})
 
     def trained_arms(self, arm: str | None = None, method: str | None = None) -> list[Arm]:
         """The arms whose drafter the harness trains (``draft_model: {trained: ...}``), optionally

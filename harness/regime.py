@@ -350,6 +350,13 @@ class TrainedDrafter(StrictModel):
         "block_size - 1 tokens, so the arm's K must fit. Default: K + 1, the smallest block that serves "
         "the arm (speculators' default is 16; a step's attention grows with it).",
     )
+    stall_timeout_s: float = Field(
+        default=1200,
+        gt=0,
+        description="Stop a build stage that writes nothing under its work directory (no metrics line, log "
+        "line or checkpoint) for this long: a hung trainer (one worker out of memory can leave the others "
+        "spinning). Not part of the build's identity.",
+    )
     max_anchors: int | None = Field(
         default=None,
         ge=1,

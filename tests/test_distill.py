@@ -75,6 +75,8 @@ def test_cache_keys(tmp_path: Path) -> None:
     shorter = _plan(_regime_with(tmp_path, epochs=2, max_output_tokens=64))
     assert shorter.answers_key != base.answers_key
     assert base.final_dir.name == f"eagle3-trained-{base.key}"
+    patient = _plan(_regime_with(tmp_path, epochs=2, stall_timeout_s=60))
+    assert patient.key == base.key and patient.settings.stall_timeout_s == 60  # when to give up: not what
 
 
 def test_missing_training_workload_names_its_field(tmp_path: Path) -> None:
@@ -332,10 +334,14 @@ def test_a_stage_that_stops_making_progress_is_stopped(tmp_path: Path) -> None:
     from harness.drafters.distill import last_progress, run_watched
 
     hung = [sys.executable, "-c", "import time; time.sleep(60)"]
+    stage_log = tmp_path / "train.log"
+    stage_log.write_text("".join(f"step {i} loss {9 - i / 10:.1f}\n" for i in range(30)))
     started = time.monotonic()
-    with pytest.raises(UserError, match="made no progress for .* min .*a hung trainer"):
-        run_watched(hung, tmp_path, stall_s=1.0, poll_s=0.2)
+    with pytest.raises(UserError, match="made no progress for .* min .*a hung trainer") as stalled:
+        run_watched(hung, tmp_path, stall_s=1.0, poll_s=0.2, log=stage_log)
     assert time.monotonic() - started < 10
+    message = str(stalled.value)  # the last lines of the stage's log, where it stopped
+    assert "step 29 loss 6.1" in message and "step 10 loss" in message and "step 9 loss" not in message
     log = tmp_path / "log"
     writes = f"import time, pathlib\nfor i in range(6):\n    pathlib.Path({str(log)!r}).write_text(str(i)); "
     busy = [sys.executable, "-c", writes + "time.sleep(0.4)"]
@@ -369,3 +375,30 @@ def test_a_warm_start_continues_a_finished_build_of_the_same_method(tmp_path: Pa
         _plan(_regime_with(tmp_path, warm_start=str(source)))
     with pytest.raises(UserError, match="is not a drafter this harness trained"):
         _plan(_regime_with(tmp_path, warm_start=str(tmp_path / "nothing")))
+
+
+def test_continue_epochs_warm_starts_from_the_arms_finished_drafter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench drafter build --continue-epochs N: the arm's own finished build becomes the warm start of N
+    more epochs, a drafter of its own; an arm whose drafter is not built has nothing to continue."""
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    plan = plan_regime(_regime_with(tmp_path, epochs=2))
+    arm = plan.regime.arms[1]
+    with pytest.raises(UserError, match="arm eagle3_.*: its drafter is not built yet .* nothing to continue"):
+        plan._continuation(arm, "/nonexistent", 3)
+    finished = _plan(_regime_with(tmp_path, epochs=2)).final_dir
+    (finished / "build").mkdir(parents=True)
+    manifest = {"trained": True, "method": "eagle3", "label": "self-distilled here", "target": {}}
+    (finished / "drafter_manifest.json").write_text(json.dumps(manifest))
+    (finished / "build" / "train_metrics.jsonl").write_text(json.dumps({"train": {"loss": 9.0}}) + "\n")
+    continued = plan._continuation(arm, "/nonexistent", 3)
+    trained = continued.draft_model.trained
+    assert (trained.warm_start, trained.epochs) == (str(finished), 3)
+    assert arm.draft_model.trained.warm_start is None  # the regime's arm is unchanged
+    again = distill.plan_distillation(
+        continued, plan.regime, plan.regime_path, plan.workloads, "/nonexistent"
+    )
+    assert again.key != _plan(_regime_with(tmp_path, epochs=3)).key and again.settings.warm_start == str(
+        finished
+    )

@@ -121,6 +121,8 @@ class DistillPlan:
             f"out), answers of {s.max_output_tokens} tokens, {s.epochs} epochs"
             + (f" (at most {s.max_steps} steps)" if s.max_steps else "")
             + f", draft vocab {s.draft_vocab_size}"
+            + (f", block {s.block_size}, {s.max_anchors} anchors" if self.method == "dflash" else "")
+            + (f", warm start from {s.warm_start}" if s.warm_start else "")
         )
 
 
@@ -200,7 +202,9 @@ def plan_distillation(
         "seed": regime.sampling.seed,
         "prompts": [p.identity() for p in prompts],
     }
-    identity = {**answers, "method": arm.method, "settings": settings.model_dump(mode="json")}
+    # how long a stage may stall changes when a build gives up, not what it builds
+    trained = settings.model_dump(mode="json", exclude={"stall_timeout_s"})
+    identity = {**answers, "method": arm.method, "settings": trained}
     warm = _warm_start_source(arm, settings, regime, regime_path, config_sha)
     if warm is not None:  # continuing another build: its identity is part of this one's
         identity["warm_start"] = _digest(json.loads((warm / MANIFEST_NAME).read_text()))
@@ -369,11 +373,6 @@ def generate(plan: DistillPlan, regime: Regime, console: Console) -> Path:
 # ---- stages 3-4: child processes ---------------------------------------------------------------
 
 
-# A trainer whose worker died (out of memory) can leave the others spinning with no new output,
-# forever: a stage that writes nothing under its work directory for this long is stopped.
-STAGE_STALL_S = 20 * 60
-
-
 def last_progress(directory: Path) -> float:
     """The newest modification time of anything under ``directory`` (logs, metrics, hidden states,
     checkpoints: every stage writes there as it goes)."""
@@ -387,9 +386,14 @@ def last_progress(directory: Path) -> float:
     return newest
 
 
-def run_watched(argv: list[str], work_dir: Path, stall_s: float, poll_s: float = 30.0) -> int:
+def run_watched(
+    argv: list[str], work_dir: Path, stall_s: float, poll_s: float = 30.0, log: Path | None = None
+) -> int:
     """Run a build stage; stop its whole process group when nothing under ``work_dir`` changed for
-    ``stall_s`` seconds. Returns its exit code; raises UserError for a stall."""
+    ``stall_s`` seconds (a trainer whose worker died out of memory can leave the others spinning
+    with no new output, forever). Returns its exit code; raises UserError for a stall, with the last
+    lines of ``log`` and, on a GPU, each device's power draw and memory at that moment (a hung
+    worker holds its memory; power, not utilisation, tells it is idle)."""
     started = time.time()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -399,10 +403,13 @@ def run_watched(argv: list[str], work_dir: Path, stall_s: float, poll_s: float =
             except subprocess.TimeoutExpired:
                 idle = time.time() - max(last_progress(work_dir), started)
                 if idle > stall_s:
+                    devices = gpu_snapshot()
                     raise UserError(
                         f"drafter build stage made no progress for {idle / 60:.1f} min (nothing written "
                         f"under {work_dir}): a hung trainer (a worker out of memory?); stopped. The work so "
                         "far is kept and a rerun resumes it."
+                        + (f"\nGPUs at that moment: {devices}" if devices else "")
+                        + (f"\nlast lines of {log}:\n" + "\n".join(log_tail(log)) if log else "")
                     ) from None
     finally:  # stalled or interrupted: SIGINT first (the trainer's own shutdown), then SIGKILL
         if proc.poll() is None:
@@ -414,17 +421,41 @@ def run_watched(argv: list[str], work_dir: Path, stall_s: float, poll_s: float =
                 proc.wait()
 
 
+def log_tail(log: Path, lines: int = 20) -> list[str]:
+    return log.read_text(errors="replace").splitlines()[-lines:] if log.is_file() else ["(no log)"]
+
+
+def gpu_snapshot() -> str | None:
+    """Power draw and memory in use per GPU, or None without NVML (a CPU machine)."""
+    from harness.power import open_nvml
+
+    try:
+        nvml, handles = open_nvml()
+    except Exception:  # ImportError, RuntimeError ("no GPU"), pynvml.NVMLError (no driver)
+        return None
+    try:
+        parts = []
+        for index, handle in enumerate(handles):
+            watts = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            parts.append(
+                f"GPU {index}: {watts:.0f} W, {memory.used / 2**30:.1f} of {memory.total / 2**30:.1f} GiB"
+            )
+        return "; ".join(parts)
+    finally:
+        nvml.nvmlShutdown()
+
+
 def _run_stage(plan: DistillPlan, stage: str) -> None:
     """``python -m harness.drafters.train_stages STAGE WORK_DIR``: torch stays out of this process; the
     child draws its own progress bar and keeps library output in WORK_DIR/STAGE.log."""
     argv = [sys.executable, "-m", "harness.drafters.train_stages", stage, str(plan.work_dir)]
-    returncode = run_watched(argv, plan.work_dir, STAGE_STALL_S)
+    log = plan.work_dir / f"{stage}.log"
+    returncode = run_watched(argv, plan.work_dir, plan.settings.stall_timeout_s, log=log)
     if returncode != 0:
-        log = plan.work_dir / f"{stage}.log"
-        tail = log.read_text(errors="replace").splitlines()[-20:] if log.is_file() else ["(no log)"]
         raise UserError(
             f"drafter build, stage '{stage}', failed (exit {returncode}); the work so far is kept "
-            f"and a rerun resumes it; log {log}:\n" + "\n".join(tail)
+            f"and a rerun resumes it; log {log}:\n" + "\n".join(log_tail(log))
         )
 
 
