@@ -14,7 +14,8 @@ different paragraph. The rules, in the order the sentences appear:
 3. **Where the chain breaks**: per speculative arm, the per-position acceptance pooled over its
    cells, and the position before which it drops most.
 4. **Acceptance or verification**: per speculative arm, tokens per step (tau) against the
-   speedup: each step costs tau / speedup baseline decode steps. High tau without a speedup means
+   speedup: each step costs (output tokens per target forward, else tau) / speedup baseline
+   decode steps. High tau without a speedup means
    verification (and drafting) is the limit in this regime; tau near 1 means acceptance is.
 5. **Load**: how the best arm's speedup moves between the lowest and highest concurrency.
 6. **Cost**: per workload and load level, $/Mtok at the baseline against the fastest arm.
@@ -165,7 +166,11 @@ def cost_of_step_sentence(summary: Summary, arm: str) -> str | None:
     tau, speed = cell.tau, cell.speedup
     assert tau is not None and speed is not None
     where = f"{cell.workload} @{cell.concurrency}"
-    cost = tau / speed
+    # what a step yields is output tokens per target forward where the engine's counters give it
+    # (tau counts only the steps that drafted on some engines); tau where they do not
+    per_step = cell.tokens_per_forward or tau
+    cost = per_step / speed
+    yields = f" ({cell.tokens_per_forward:.2f} tokens per target forward)" if cell.tokens_per_forward else ""
     if tau < LOW_TAU:
         return (
             f"Acceptance is {arm}'s limit: its best tau is {tau:.2f} ({where}), so each step pays for "
@@ -174,12 +179,12 @@ def cost_of_step_sentence(summary: Summary, arm: str) -> str | None:
     if speed < 1.0 and tau >= HIGH_TAU:
         return (
             f"Verification, not acceptance, is {arm}'s limit in this regime: it emits {tau:.2f} tokens per "
-            f"step on {where} yet runs at {speed:.2f}x, so each of its steps costs {cost:.1f} baseline "
-            "decode steps."
+            f"step on {where} yet runs at {speed:.2f}x, so each of its steps{yields} costs {cost:.1f} "
+            "baseline decode steps."
         )
     return (
-        f"{arm} turns tau {tau:.2f} into {speed:.2f}x on {where}: each of its steps costs {cost:.1f} "
-        "baseline decode steps."
+        f"{arm} turns tau {tau:.2f} into {speed:.2f}x on {where}: each of its steps{yields} costs "
+        f"{cost:.1f} baseline decode steps."
     )
 
 

@@ -184,13 +184,24 @@ def test_findings_change_with_the_numbers(summary: Summary) -> None:
     neither = " ".join(findings(with_cells(summary, **shares((40.0, 60.0), (10.0, 20.0)))))
     assert "Neither share explains tau (rank correlation -1.00 with the prompt share, -1.00 with" in neither
     # high tau without a speedup: verification, not acceptance, is the limit
-    assert "turns tau 3.64 into 1.03x on chat_mtbench @1: each of its steps costs 3.5" in text
+    # each step's cost follows the output tokens per target forward (1.57 here), not tau
+    assert (
+        "turns tau 3.64 into 1.03x on chat_mtbench @1: each of its steps (1.57 tokens per target forward) "
+        "costs 1.5 baseline decode steps" in text
+    )
     slow = with_cells(with_copy, **{"ngram_k4/chat_mtbench/1": {"speedup": 0.5}})
     assert (
         "Verification, not acceptance, is ngram_k4's limit in this regime: it emits 3.64 tokens per step on "
-        "chat_mtbench @1 yet runs at 0.50x, so each of its steps costs 7.3 baseline decode steps"
-        in " ".join(findings(slow))
+        "chat_mtbench @1 yet runs at 0.50x, so each of its steps (1.57 tokens per target forward) costs 3.1 "
+        "baseline decode steps" in " ".join(findings(slow))
     )
+    counted = with_cells(slow, **{"ngram_k4/chat_mtbench/1": {"speedup": 0.5, "tokens_per_forward": 2.1}})
+    assert (
+        "so each of its steps (2.10 tokens per target forward) costs 4.2 baseline decode steps"
+        in " ".join(findings(counted))
+    )
+    untracked = with_cells(slow, **{"ngram_k4/chat_mtbench/1": {"speedup": 0.5, "tokens_per_forward": None}})
+    assert "so each of its steps costs 7.3 baseline decode steps" in " ".join(findings(untracked))  # tau
     low_tau = with_cells(
         summary,
         **{f"ngram_k4/{w}/{c}": {"tau": 1.05} for w in ("code_humaneval", "chat_mtbench") for c in (1, 2)},
