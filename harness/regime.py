@@ -709,7 +709,9 @@ class Regime(StrictModel):
 
     def fingerprint(self) -> str:
         """A stable hash of everything that defines the regime (not its name, description or gates)."""
-        fields = self.model_dump(mode="json", exclude={"name", "description", "gates", "sweep"})
+        fields = self.model_dump(mode="json", exclude={"name", "description", "gates", "sweep", "arms"})
+        # when a drafter build gives up is not part of the regime (nor of the drafter's identity)
+        fields["arms"] = [arm.model_dump(mode="json", exclude=_NOT_OF_THE_ARM) for arm in self.arms]
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
     def conditions_fingerprint(self, workloads: list[dict[str, Any]]) -> str:
@@ -736,6 +738,9 @@ class Regime(StrictModel):
         if self.target.package is not None:
             return f"{self.target.package.name}:{self.target.package.file}"
         return self.target.path or ""
+
+
+_NOT_OF_THE_ARM = {"draft_model": {"trained": {"stall_timeout_s"}}}
 
 
 def load_regime(path: str | Path) -> Regime:

@@ -77,6 +77,11 @@ def test_cache_keys(tmp_path: Path) -> None:
     assert base.final_dir.name == f"eagle3-trained-{base.key}"
     patient = _plan(_regime_with(tmp_path, epochs=2, stall_timeout_s=60))
     assert patient.key == base.key and patient.settings.stall_timeout_s == 60  # when to give up: not what
+    fingerprints = {
+        plan_regime(_regime_with(tmp_path, epochs=2, **s)).regime.fingerprint()
+        for s in ({}, {"stall_timeout_s": 60})
+    }
+    assert len(fingerprints) == 1  # nor part of the regime
 
 
 def test_missing_training_workload_names_its_field(tmp_path: Path) -> None:
