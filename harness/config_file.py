@@ -111,7 +111,7 @@ def _describe(error: dict[str, Any], model: type[BaseModel]) -> str:
         return f"unknown key '{key}'{hint}"
     if kind == "missing":
         return "required field is missing"
-    message = error["msg"]
+    message = error["msg"].removeprefix("Value error, ")  # pydantic's wording for a validator's own message
     if (
         "input" in error
         and kind not in ("model_type", "dict_type")

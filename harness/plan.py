@@ -276,5 +276,7 @@ def describe_plan(plan: Plan) -> str:
         + f"; {load.num_prompts} prompts per window, max {load.max_output_tokens} "
         f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests "
         f"per server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP "
-        f"{regime.tensor_parallel_size}; {exactness}."
+        f"{regime.tensor_parallel_size}; {exactness}"
+        + (f"; SLO {regime.slo.describe()} (SLO share and goodput per cell)" if regime.slo else "")
+        + "."
     )

@@ -151,6 +151,34 @@ class Sampling(StrictModel):
     seed: int = Field(default=0, description="Per-request seed, also passed to the engine (--seed).")
 
 
+class Slo(StrictModel):
+    """Latency targets a request must meet to count as served well (harness.probes.slo): the share of
+    requests meeting all of them and the goodput (requests/s meeting them) become metrics of every
+    cell. Give any subset; each target in milliseconds."""
+
+    ttft_ms: float | None = Field(default=None, gt=0, description="Time to first token, at most (ms).")
+    tpot_ms: float | None = Field(
+        default=None, gt=0, description="Time per output token after the first, at most (ms)."
+    )
+    e2e_ms: float | None = Field(
+        default=None, gt=0, description="Whole request, send to last token, at most (ms)."
+    )
+
+    @model_validator(mode="after")
+    def _some_target(self) -> Slo:
+        if self.ttft_ms is None and self.tpot_ms is None and self.e2e_ms is None:
+            raise ValueError("give at least one target: ttft_ms, tpot_ms or e2e_ms (milliseconds, > 0)")
+        return self
+
+    def describe(self) -> str:
+        parts = [
+            f"{name} <= {value:g} ms"
+            for name, value in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms), ("E2E", self.e2e_ms))
+            if value is not None
+        ]
+        return ", ".join(parts)
+
+
 class AdaptiveRepeats(StrictModel):
     """Pay for precision once: repeat a window until its speedup is known well enough."""
 
@@ -634,6 +662,11 @@ class Regime(StrictModel):
     )
     load: Load = Field(description="Concurrency levels, prompts per window, output length, warm-up.")
     cost: Cost = Field(description="Hardware price, for $/Mtok.")
+    slo: Slo | None = Field(
+        default=None,
+        description="Latency targets (ttft_ms, tpot_ms, e2e_ms; any subset): adds SLO attainment and goodput "
+        "to every cell, the tables and the gates. Part of the conditions runs are compared under.",
+    )
     exactness: Exactness = Field(default_factory=Exactness, description="Greedy-exactness probe settings.")
     power: Power = Field(default_factory=Power, description="Power probe settings.")
     allow_lossy_acceptance: bool = Field(
@@ -667,6 +700,11 @@ class Regime(StrictModel):
             if gate.arm != "*" and gate.arm not in names:
                 raise ValueError(
                     f"gates.rules[{index}].arm: no arm named '{gate.arm}' (arms: {', '.join(names)})"
+                )
+            if gate.metric in ("slo_pct", "goodput_rps") and self.slo is None:
+                raise ValueError(
+                    f"gates.rules[{index}].metric: {gate.metric} needs SLO targets: add slo: {{ttft_ms, "
+                    "tpot_ms, e2e_ms}} (any of them, in ms)"
                 )
             if gate.concurrency is not None and gate.concurrency not in self.load.concurrency:
                 raise ValueError(
@@ -709,10 +747,14 @@ class Regime(StrictModel):
 
     def fingerprint(self) -> str:
         """A stable hash of everything that defines the regime (not its name, description or gates)."""
-        fields = self.model_dump(mode="json", exclude={"name", "description", "gates", "sweep", "arms"})
+        fields = self.model_dump(mode="json", exclude=_NOT_CONDITIONS | {"arms"} | self._unset_slo())
         # when a drafter build gives up is not part of the regime (nor of the drafter's identity)
         fields["arms"] = [arm.model_dump(mode="json", exclude=_NOT_OF_THE_ARM) for arm in self.arms]
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+    def _unset_slo(self) -> set[str]:
+        """Without SLO targets the field stays out of the hashes: fingerprints from before it existed hold."""
+        return {"slo"} if self.slo is None else set()
 
     def conditions_fingerprint(self, workloads: list[dict[str, Any]]) -> str:
         """The conditions the arms are measured in (hardware, engine, target, TP, sampling, load, cost,
@@ -720,7 +762,7 @@ class Regime(StrictModel):
         by file path), without the arms themselves: two runs with equal conditions can be gated
         against each other arm by arm, even when an arm's configuration changed between them."""
         fields = self.model_dump(
-            mode="json", exclude={"name", "description", "gates", "arms", "workloads", "sweep"}
+            mode="json", exclude=_NOT_CONDITIONS | {"arms", "workloads"} | self._unset_slo()
         )
         fields["prompts"] = sorted((w["name"], w["prompt_format"], w["content_sha256"]) for w in workloads)
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
@@ -740,6 +782,7 @@ class Regime(StrictModel):
         return self.target.path or ""
 
 
+_NOT_CONDITIONS = {"name", "description", "gates", "sweep"}
 _NOT_OF_THE_ARM = {"draft_model": {"trained": {"stall_timeout_s"}}}
 
 

@@ -24,13 +24,14 @@ from harness.probes.cpu import BUSY_CLIENT_CORES, NOISY_OTHERS_CORES, NOISY_STEA
 from harness.probes.exactness import compare_records, shares, with_logprobs_from
 from harness.probes.gpu import NOISY_GPU_SM_PCT
 from harness.probes.power import combine_power, summarize_power
+from harness.probes.slo import attainment_pct, goodput_rps
 from harness.probes.throughput import (
     interval_from_repeats,
     interval_from_requests,
     output_tokens_per_s,
     speedup,
 )
-from harness.regime import Arm
+from harness.regime import Arm, Slo
 from harness.results.files import RunDir
 from harness.results.model import (
     ArmSummary,
@@ -62,12 +63,19 @@ def window_counters(window: WindowRecord, records: list[RequestSample]) -> SpecC
     return window.counter_delta()
 
 
+def _slo_metrics(records: list[RequestSample], duration_s: float, slo: Slo | None) -> dict[str, float | None]:
+    if slo is None:
+        return {}
+    return {"slo_pct": attainment_pct(records, slo), "goodput_rps": goodput_rps(records, slo, duration_s)}
+
+
 def _repeats(
-    windows: list[WindowRecord], ok: list[RequestSample], price_per_hour: float
+    windows: list[WindowRecord], records: list[RequestSample], price_per_hour: float, slo: Slo | None
 ) -> tuple[SpecCounters, list[RepeatMetrics], list[dict[str, Any]]]:
     """Each repeat's own window-level numbers (the gates' samples), the summed counters, and
     each repeat's power figures."""
     counters, per_repeat, power = SpecCounters(), [], []
+    ok = [r for r in records if r.ok]
     for window in windows:
         mine = [r for r in ok if r.repeat == window.repeat]
         delta = window_counters(window, mine)
@@ -85,6 +93,7 @@ def _repeats(
                     tokens, len(mine), delta.accepted_tokens, sum(streamed_steps(r.chunks) for r in mine)
                 ),
                 usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
+                **_slo_metrics([r for r in records if r.repeat == window.repeat], window.duration_s, slo),
             )
         )
         power.append(summarize_power(window.power.samples if window.power else None, tokens))
@@ -99,6 +108,7 @@ def cell_metrics(
     price_per_hour: float,
     usd_per_kwh: float | None,
     min_repeats: int | None = None,
+    slo: Slo | None = None,
 ) -> CellMetrics:
     """One (arm, workload, concurrency) cell from its raw records and windows, pooled over the
     cell's repeats: tokens and time add up, counters add up, latencies are pooled per request."""
@@ -108,7 +118,7 @@ def cell_metrics(
     tpots = [r.tpot_s for r in ok if r.tpot_s is not None]
     duration = sum(w.duration_s for w in windows)
     tok_s = output_tokens_per_s(output_tokens, duration)
-    counters, per_repeat, power = _repeats(windows, ok, price_per_hour)
+    counters, per_repeat, power = _repeats(windows, records, price_per_hour, slo)
     acc = acceptance(counters)
     copies = [copied_ngrams(r.prompt_token_ids, r.token_ids) for r in ok]
     power_stats = combine_power(power, output_tokens)
@@ -148,6 +158,7 @@ def cell_metrics(
         draft_tokens=acc.draft_tokens,
         accepted_tokens=acc.accepted_tokens,
         usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
+        **_slo_metrics(records, duration, slo),
         power_source=first.power.source if first.power else None,
         power_note=first.power.note if first.power else "not recorded",
         mean_w=power_stats["mean_w"],
@@ -276,6 +287,7 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
             raw.record["price_per_hour"],
             regime.cost.usd_per_kwh,
             None if isinstance(regime.load.repeats, int) else regime.load.repeats.min,
+            regime.slo,
         )
         for key, windows in cells.items()
     ]
@@ -363,6 +375,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         exactness=section,
         unread_lines=raw.unread.notes,
         timing=raw.timing,
+        slo=raw.regime.slo,
     )
 
 

@@ -46,7 +46,12 @@ def _header(name: str) -> str:
     return label.replace(" ", "\n") if name.endswith(("_p50", "_p90")) else label
 
 
+# with SLO targets in the regime, two more: the share of requests within them and the goodput
+_SLO_COLUMNS = ("slo_pct", "goodput_rps")
+
 _FORMATS = {
+    "slo_pct": ".0f",
+    "goodput_rps": ".2f",
     "tau": ".2f",
     "tokens_per_forward": ".2f",
     "output_tok_s": ".1f",
@@ -66,15 +71,16 @@ def _table(title: str) -> Table:
 def minilab_tables(summary: Summary) -> list[Table]:
     """One rich table per (workload, concurrency), rows in the regime's arm order."""
     tables = []
+    columns = _CELL_COLUMNS + (_SLO_COLUMNS if summary.slo else ())
     for workload, concurrency in summary.window_keys():
         rows = [c for c in summary.cells if (c.workload, c.concurrency) == (workload, concurrency)]
         first = rows[0]
         # light borders: the table fits an 80-column terminal
         table = _table(
             f"{workload} ({first.category}, {first.prompt_format} prompts) @ concurrency {concurrency}; "
-            "times in ms"
+            "times in ms" + (f"; SLO {summary.slo.describe()}, goodput in requests/s" if summary.slo else "")
         )
-        headers = ["arm", "method"] + [_header(name) for name in _CELL_COLUMNS] + ["ok", "same\n%"]
+        headers = ["arm", "method"] + [_header(name) for name in columns] + ["ok", "same\n%"]
         for header in headers:
             # fold, never truncate: a number cut to "12…" is worse than a wrapped one
             text_column = header in ("arm", "method")
@@ -88,7 +94,7 @@ def minilab_tables(summary: Summary) -> list[Table]:
         for row in rows:
             values = [
                 _speedup(row.speedup) if name == "speedup" else _fmt(getattr(row, name), _FORMATS[name])
-                for name in _CELL_COLUMNS
+                for name in columns
             ]
             if row.method == "baseline":
                 values[0] = "1"

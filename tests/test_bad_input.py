@@ -143,6 +143,15 @@ CASES = [
         "gates.golden_tau[0].tau",
     ),
     ("repeats zero", _set("load.repeats", 0), "load.repeats"),
+    ("slo without a target", _set("slo", {}), "slo: give at least one target: ttft_ms, tpot_ms or e2e_ms"),
+    ("slo target not positive", _set("slo", {"ttft_ms": 0}), "slo.ttft_ms"),
+    ("slo target not a number", _set("slo", {"tpot_ms": "fast"}), "slo.tpot_ms"),
+    ("slo unknown target", _set("slo", {"itl_ms": 50}), "slo.itl_ms"),
+    (
+        "goodput gate without slo",
+        _set("gates", {"rules": [{"arm": "ngram_k4", "metric": "goodput_rps", "min": 1}]}),
+        "gates.rules[0].metric: goodput_rps needs SLO targets",
+    ),
     (
         "untrained for draft_model",
         _set("arms.4.draft_model", {"untrained": {}}),

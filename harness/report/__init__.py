@@ -164,6 +164,7 @@ def _fingerprint(raw: RawRun, summary: Summary) -> list[tuple[str, str]]:
             f"concurrency {load.concurrency}, {load.num_prompts} prompts per window, max "
             f"{load.max_output_tokens} output tokens",
         ),
+        ("SLO", regime.slo.describe() if regime.slo else "none set"),
         ("environment fingerprint", str(environment.get("fingerprint", "not recorded"))),
         (
             "target identity",

@@ -36,6 +36,9 @@ Schema history (``schema_version``, in ``regime.json`` and ``summary.json``):
         arm statuses their engine's ``draft_counting``; cells and repeats ``tokens_per_forward``;
         the run's workload records their ``chat`` settings. Version-3 files load unchanged (new
         fields default).
+    5 - a regime may set ``slo`` targets: summary cells and repeats carry ``slo_pct`` and
+        ``goodput_rps`` (``probes.slo``) and the summary the ``slo`` they were derived with.
+        Version-4 files load unchanged (new fields default).
 """
 
 from __future__ import annotations
@@ -55,8 +58,8 @@ from harness.errors import UserError
 from harness.results.records import ArmStatus
 
 # The version this harness writes, and the versions it reads (see the schema history above).
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 RecordT = TypeVar("RecordT", bound=BaseModel)
 
 

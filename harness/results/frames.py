@@ -22,6 +22,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from harness.probes.copying import copied_ngrams, share_pct
+from harness.probes.slo import meets
 from harness.results.model import Summary
 from harness.results.raw import RawRun, read_raw
 from harness.summary import summarize
@@ -62,7 +63,7 @@ class Run:
     def repeats(self) -> pd.DataFrame:
         """One row per repeat of each cell: the window-level samples the gates test."""
         columns = ["arm", "workload", "category", "concurrency", "repeat", "duration_s", "output_tokens",
-                   "output_tok_s", "tau", "usd_per_mtok", "speedup"]
+                   "output_tok_s", "tau", "tokens_per_forward", "usd_per_mtok", "speedup", "slo_pct", "goodput_rps"]
         return _frame(({"arm": c.arm, "workload": c.workload, "category": c.category, "concurrency": c.concurrency,
                         **r.model_dump()} for c in self.summary.cells for r in c.per_repeat), columns)
 
@@ -70,7 +71,8 @@ class Run:
         """One row per measured request (warm-up and noise-floor passes excluded), in seconds and ms."""
         columns = ["arm", "method", "workload", "category", "prompt_format", "concurrency", "repeat", "prompt_id", "ok",
                    "error", "finish_reason", "prompt_tokens", "output_tokens", "t_send_s", "ttft_ms", "tpot_ms",
-                   "e2e_ms", "copy_share_pct", "context_share_pct"]
+                   "e2e_ms", "within_slo", "copy_share_pct", "context_share_pct"]
+        slo = self.summary.slo  # within_slo: None without targets
         categories = {c.workload: c.category for c in self.summary.cells}
         methods = {a.name: a.method for a in self.raw.regime.arms}
 
@@ -83,6 +85,7 @@ class Run:
              "prompt_id": s.prompt_id, "ok": s.ok, "error": s.error, "finish_reason": s.finish_reason,
              "prompt_tokens": s.prompt_token_count, "output_tokens": s.output_tokens, "t_send_s": s.t_send,
              "ttft_ms": ms(s.ttft_s), "tpot_ms": ms(s.tpot_s), "e2e_ms": ms(s.e2e_s),
+             "within_slo": None if slo is None else meets(s, slo),
              "copy_share_pct": share_pct([copied := copied_ngrams(s.prompt_token_ids, s.token_ids)]),
              "context_share_pct": share_pct([copied], "from_context")}
             for name, arm in self.raw.arms.items() for s in arm.samples

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from harness.errors import UserError
 from harness.probes.exactness import Status
+from harness.regime import Slo
 from harness.results.files import READABLE_VERSIONS, SCHEMA_VERSION, read_json
 from harness.results.records import ArmStatus, ResultModel, RunTiming
 
@@ -36,6 +37,8 @@ class RepeatMetrics(ResultModel):
     usd_per_mtok: float | None
     speedup: float | None = None  # against the baseline's same repeat
     tokens_per_forward: float | None = None  # probes.acceptance.TOKENS_PER_FORWARD (version 4 on)
+    slo_pct: float | None = None  # requests meeting the regime's SLO, % (probes.slo; version 5 on)
+    goodput_rps: float | None = None  # requests meeting it per second of the window
 
 
 class ExactnessShares(ResultModel):
@@ -87,6 +90,10 @@ class CellMetrics(ResultModel):
     context_share_pct: float | None = None
     output_ngrams: int = 0  # the shares' denominator, for pooling
     usd_per_mtok: float | None
+    # with the regime's SLO targets (probes.slo): requests meeting all of them, % of those sent, and
+    # per second of window time; None without targets
+    slo_pct: float | None = None
+    goodput_rps: float | None = None
     power_source: str | None
     power_note: str
     mean_w: float | None
@@ -190,7 +197,7 @@ class ExactnessSection(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[4] = SCHEMA_VERSION
+    schema_version: Literal[5] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str
@@ -203,6 +210,7 @@ class Summary(ResultModel):
     exactness: ExactnessSection
     unread_lines: list[str] = []  # torn last lines of raw files that were skipped (a crash mid-write)
     timing: RunTiming | None = None  # where the run's wall time went (timing.json)
+    slo: Slo | None = None  # the targets slo_pct and goodput_rps were derived with (the run's regime)
 
     def cell(self, arm: str, workload: str, concurrency: int) -> CellMetrics | None:
         return next((c for c in self.cells if (c.arm, c.workload, c.concurrency) == (arm, workload, concurrency)), None)
@@ -220,7 +228,7 @@ class Summary(ResultModel):
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """An older summary as the current version: in version 2 ``windows`` became ``cells``; version
-    3 and 4 only added fields with defaults."""
+    3, 4 and 5 only added fields with defaults."""
     data = dict(data)
     if data["schema_version"] == 1:
         data["cells"] = data.pop("windows")

@@ -1,0 +1,123 @@
+"""SLO attainment and goodput (harness.probes.slo): the formula on constructed requests, then the
+summary, tables, report and gates of the stored fixture run with SLO targets added to its regime."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from harness.gates import RunView, evaluate
+from harness.probes.slo import attainment_pct, goodput_rps, meets
+from harness.regime import Slo
+from harness.results import RequestSample, read_jsonl
+from harness.summary import summarize
+from harness.table import minilab_tables
+
+GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
+
+
+def _request(ttft: float | None, done: float | None, tokens: int, error: str | None = None) -> RequestSample:
+    return RequestSample(
+        workload="w",
+        prompt_id="p",
+        concurrency=1,
+        prompt_format="raw",
+        t_send=1.0,
+        t_first_token=None if ttft is None else 1.0 + ttft,
+        t_done=None if done is None else 1.0 + done,
+        token_ids=list(range(tokens)),
+        error=error,
+    )
+
+
+def test_a_request_meets_the_slo_only_within_every_target() -> None:
+    fast = _request(0.1, 1.1, 11)  # TTFT 100 ms, TPOT 100 ms, E2E 1.1 s
+    slow_start = _request(0.6, 1.6, 11)  # TTFT 600 ms
+    slow_tokens = _request(0.1, 3.1, 11)  # TPOT 300 ms
+    failed = _request(0.1, None, 3, error="HTTP 500")
+    single = _request(0.1, 0.1, 1)  # one token: no TPOT, so no TPOT to miss
+    slo = Slo(ttft_ms=500, tpot_ms=200)
+    assert [meets(r, slo) for r in (fast, slow_start, slow_tokens, failed, single)] == [
+        True,
+        False,
+        False,
+        False,
+        True,
+    ]
+    assert meets(slow_tokens, Slo(ttft_ms=500))  # no TPOT target: no TPOT limit
+    assert not meets(fast, Slo(e2e_ms=1000))
+    requests = [fast, slow_start, slow_tokens, failed, single]
+    assert attainment_pct(requests, slo) == pytest.approx(40.0)  # 2 of 5 sent; the failed one counts
+    assert goodput_rps(requests, slo, duration_s=4.0) == pytest.approx(0.5)
+    assert attainment_pct([], slo) is None and goodput_rps(requests, slo, 0.0) is None
+
+
+def _with_slo(tmp_path: Path, slo: dict, gates: dict | None = None) -> Path:
+    run = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
+    shutil.copytree(GOLDEN, run)
+    record = json.loads((run / "regime.json").read_text())
+    record["regime"]["slo"] = slo
+    if gates is not None:
+        record["regime"]["gates"] = gates
+    (run / "regime.json").write_text(json.dumps(record))
+    return run
+
+
+def test_the_summary_derives_slo_share_and_goodput_from_the_samples(tmp_path: Path) -> None:
+    assert summarize(GOLDEN).slo is None and summarize(GOLDEN).cells[0].slo_pct is None  # no targets: none
+    samples = [
+        RequestSample.model_validate(r) for r in read_jsonl(GOLDEN / "arms" / "ngram_k4" / "samples.jsonl")
+    ]
+    mine = [s for s in samples if (s.workload, s.concurrency) == ("code_humaneval", 1)]
+    tpots = sorted(s.tpot_s for s in mine if s.tpot_s is not None)
+    assert tpots[0] < tpots[-1]
+    limit_ms = 500 * (tpots[0] + tpots[-1])  # between the fastest and the slowest request
+    summary = summarize(_with_slo(tmp_path, {"tpot_ms": limit_ms}))
+    cell = summary.cell("ngram_k4", "code_humaneval", 1)
+    within = sum(1 for s in mine if s.ok and s.tpot_s is not None and s.tpot_s * 1000 <= limit_ms)
+    assert summary.slo == Slo(tpot_ms=limit_ms)
+    assert cell.slo_pct == pytest.approx(100 * within / len(mine))
+    assert cell.goodput_rps == pytest.approx(within / cell.duration_s)
+    assert [r.slo_pct for r in cell.per_repeat] == [cell.slo_pct]  # one repeat: the same share
+    assert 0 < cell.slo_pct < 100
+    loose = summarize(_with_slo(tmp_path, {"tpot_ms": 10_000})).cell("ngram_k4", "code_humaneval", 1)
+    tight = summarize(_with_slo(tmp_path, {"tpot_ms": 1})).cell("ngram_k4", "code_humaneval", 1)
+    assert (loose.slo_pct, tight.slo_pct, tight.goodput_rps) == (100.0, 0.0, 0.0)
+    assert loose.goodput_rps == pytest.approx(cell.requests_ok / cell.duration_s)
+
+
+def test_tables_report_and_gates_carry_the_slo(tmp_path: Path) -> None:
+    from harness.report import render_report
+
+    gates = {"rules": [{"arm": "ngram_k4", "metric": "slo_pct", "min": 50}]}
+    run = _with_slo(tmp_path, {"ttft_ms": 400, "tpot_ms": 90}, gates)
+    summary = summarize(run)
+    console = Console(width=400, record=True)
+    for table in minilab_tables(summary):
+        console.print(table)
+    text = " ".join(console.export_text().split())  # titles wrap at the table's width
+    assert "SLO TTFT <= 400 ms, TPOT <= 90 ms, goodput in requests/s" in text and "in SLO %" in text
+    html = render_report(run)
+    assert "goodput req/s" in html and "SLO: TTFT &lt;= 400 ms, TPOT &lt;= 90 ms" in html
+    checks = evaluate(RunView(run))
+    assert {c.metric for c in checks} == {"slo_pct"}
+    for check in checks:
+        cell = summary.cell(check.arm, check.workload, check.concurrency)
+        assert check.verdict == ("pass" if cell.slo_pct >= 50 else "fail")
+    assert "in SLO" not in " ".join(str(t.title) for t in minilab_tables(summarize(GOLDEN)))
+    # notebooks: per request whether it met the targets, per repeat the share and the goodput
+    from harness import load_run
+
+    loaded = load_run(run)
+    requests, repeats = loaded.requests(), loaded.repeats()
+    mine = requests[
+        (requests.arm == "ngram_k4") & (requests.workload == "code_humaneval") & (requests.concurrency == 1)
+    ]
+    cell = summary.cell("ngram_k4", "code_humaneval", 1)
+    assert 100 * mine.within_slo.mean() == pytest.approx(cell.slo_pct)
+    assert set(repeats.goodput_rps) == {c.goodput_rps for c in summary.cells}
+    assert load_run(GOLDEN).requests().within_slo.isna().all()
