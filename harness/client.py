@@ -34,7 +34,10 @@ class RequestRecord:
     prompt_id: str
     concurrency: int
     prompt_format: str
-    repeat: int = 0  # which repeat of the (workload, concurrency) window
+    repeat: int = 0  # which repeat of the (workload, load level) window
+    request_rate: float | None = None  # the open-loop window's rate; None: closed loop
+    t_scheduled: float | None = None  # open loop: when it was due (s from the window's start)
+    t_dispatched: float | None = None  # open loop: when the client got to it, before any wait for a slot
     t_send: float = 0.0
     t_first_token: float | None = None
     t_done: float | None = None
@@ -263,8 +266,14 @@ async def run_window(
     top_logprobs: int = 0,
     engine_fields: dict[str, Any] | None = None,
     repeat: int = 0,
+    schedule: list[float] | None = None,
+    request_rate: float | None = None,
 ) -> WindowResult:
-    """Send ``prompts`` with at most ``concurrency`` in flight; return the raw records.
+    """Send ``prompts`` with at most ``concurrency`` in flight; return the raw records. Closed loop
+    (no ``schedule``): the next prompt goes as soon as a slot frees. Open loop: prompt i is due
+    ``schedule[i]`` seconds after the window starts (``harness.arrivals``), sent then if a slot is
+    free, else as soon as one is; each record keeps when it was due, when the client got to it and
+    when it was sent.
 
     Two guards against a hung engine: each request has a total deadline (``request_timeout_s``;
     aiohttp's read timeout only bounds the gap between bytes), and a watchdog stops the whole window
@@ -280,9 +289,12 @@ async def run_window(
 
     async with aiohttp.ClientSession(base_url=base_url, connector=connector, timeout=timeout) as client:
 
-        async def one(prompt: Prompt) -> RequestRecord:
+        async def one(prompt: Prompt, due: float | None) -> RequestRecord:
+            record = RequestRecord(workload.name, prompt.prompt_id, concurrency, fmt, repeat, request_rate)
+            if due is not None:  # open loop: wait for the due time, whatever is in flight
+                await asyncio.sleep(due - (time.perf_counter() - clock_zero))
+                record.t_scheduled, record.t_dispatched = due, time.perf_counter() - clock_zero
             async with semaphore:
-                record = RequestRecord(workload.name, prompt.prompt_id, concurrency, fmt, repeat)
                 started.append(record)
                 path, body = request_body(
                     prompt, fmt, sampling, load, top_logprobs, engine_fields, workload.chat
@@ -301,7 +313,8 @@ async def run_window(
                 on_request_done(record)
             return record
 
-        tasks = [asyncio.ensure_future(one(p)) for p in prompts]
+        dues = schedule if schedule is not None else [None] * len(prompts)
+        tasks = [asyncio.ensure_future(one(p, due)) for p, due in zip(prompts, dues, strict=True)]
 
         async def watchdog() -> None:
             while True:

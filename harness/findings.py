@@ -17,7 +17,8 @@ different paragraph. The rules, in the order the sentences appear:
    speedup: each step costs (output tokens per target forward, else tau) / speedup baseline
    decode steps. High tau without a speedup means
    verification (and drafting) is the limit in this regime; tau near 1 means acceptance is.
-5. **Load**: how the best arm's speedup moves between the lowest and highest concurrency.
+5. **Load**: how the best arm's speedup moves between the lowest and highest concurrency (and
+   request rate, for open-loop windows).
 6. **Cost**: per workload and load level, $/Mtok at the baseline against the fastest arm.
 """
 
@@ -67,7 +68,11 @@ def copying_sentence(summary: Summary) -> str | None:
     rows = []
     for workload in _workloads(summary):
         base = [c for c in summary.cells_of(summary.baseline_arm) if c.workload == workload]
-        first = min(base, key=lambda c: c.concurrency) if base else None
+        first = (
+            min(base, key=lambda c: (c.request_rate is not None, c.request_rate or 0, c.concurrency))
+            if base
+            else None
+        )
         tau = _pooled_tau(c for c in summary.cells_of(arm) if c.workload == workload)
         if first and first.copy_share_pct is not None and first.context_share_pct is not None and tau:
             rows.append((workload, first.copy_share_pct, first.context_share_pct, tau))
@@ -165,7 +170,7 @@ def cost_of_step_sentence(summary: Summary, arm: str) -> str | None:
     cell = max(cells, key=lambda c: (c.tau, -c.concurrency))
     tau, speed = cell.tau, cell.speedup
     assert tau is not None and speed is not None
-    where = f"{cell.workload} @{cell.concurrency}"
+    where = f"{cell.workload} {cell.level.short()}"
     # what a step yields is output tokens per target forward where the engine's counters give it
     # (tau counts only the steps that drafted on some engines); tau where they do not
     per_step = cell.tokens_per_forward or tau
@@ -189,22 +194,30 @@ def cost_of_step_sentence(summary: Summary, arm: str) -> str | None:
 
 
 def load_sentence(summary: Summary, verdicts: list[WindowVerdict]) -> str | None:
-    levels = sorted({c.concurrency for c in summary.cells})
-    if len(levels) < 2:
-        return None
+    """The best arm's speedup at the lightest and heaviest load, closed loop (by concurrency) and
+    open loop (by request rate) each."""
     parts = []
-    by_window = {(v.workload, v.concurrency): v for v in verdicts}
-    for workload in _workloads(summary):
-        first = by_window.get((workload, levels[0]))
-        if first is None or first.best is None:
+    by_window = {(v.workload, v.level): v for v in verdicts}
+    for open_loop in (False, True):
+        levels = [lv for lv in summary.levels() if (lv.request_rate is not None) == open_loop]
+        if len(levels) < 2:
             continue
-        last = summary.cell(first.best.arm, workload, levels[-1])
-        if last is None or last.speedup is None or first.best.speedup is None:
-            continue
-        parts.append(
-            f"{first.best.arm} on {workload} goes from {first.best.speedup:.2f}x at concurrency {levels[0]} "
-            f"to {last.speedup:.2f}x at {levels[-1]}"
-        )
+        for workload in _workloads(summary):
+            first = by_window.get((workload, levels[0]))
+            if first is None or first.best is None:
+                continue
+            last = summary.cell(first.best.arm, workload, levels[-1])
+            if last is None or last.speedup is None or first.best.speedup is None:
+                continue
+            low, high = (
+                (f"{levels[0].request_rate:g} req/s", f"{levels[-1].request_rate:g} req/s")
+                if open_loop
+                else (f"concurrency {levels[0].concurrency}", str(levels[-1].concurrency))
+            )
+            parts.append(
+                f"{first.best.arm} on {workload} goes from {first.best.speedup:.2f}x at {low} "
+                f"to {last.speedup:.2f}x at {high}"
+            )
     return ("With load, " + "; ".join(parts) + ".") if parts else None
 
 
@@ -212,7 +225,7 @@ def cost_sentence(verdicts: list[WindowVerdict]) -> str | None:
     parts = []
     for verdict in verdicts:
         before = verdict.baseline.usd_per_mtok
-        where = f"{verdict.workload} @{verdict.concurrency}"
+        where = f"{verdict.workload} {verdict.level.short()}"
         if before is None:
             continue
         if verdict.outcome == "pays" and verdict.best and verdict.best.usd_per_mtok is not None:

@@ -1,7 +1,7 @@
 """Regression gates: check a run against its regime's floors, ceilings and golden tau, and
 against a baseline run, without failing on noise.
 
-Every gate is evaluated per (arm, workload, concurrency) cell on SAMPLES, never on one number;
+Every gate is evaluated per (arm, workload, load level) cell on SAMPLES, never on one number;
 which samples and which statistic is the metric registry's (``harness.metrics``): one value per
 repeat of the window (mean), per request pooled over repeats (the percentile itself), or per
 prompt compared with the baseline (0/100, mean).
@@ -27,7 +27,7 @@ from harness import stats
 from harness.environment import machine_differences
 from harness.errors import UserError
 from harness.metrics import METRICS
-from harness.regime import Gates, Regime
+from harness.regime import Gate, Gates, LoadLevel, Regime
 from harness.results.files import read_json
 from harness.results.raw import read_raw
 from harness.results.records import ResultModel
@@ -57,6 +57,7 @@ class Check:
     p_value: float | None = None
     n: int = 0
     n_baseline: int = 0
+    request_rate: float | None = None  # open-loop cells: the window's rate (concurrency is its cap)
 
 
 class StoredGate(ResultModel):
@@ -104,12 +105,12 @@ class RunView:
                 )
         self.regime = self.regime.model_copy(update={"gates": other.gates})
 
-    def cells(self, arm: str) -> list[tuple[str, int]]:
-        return [(c.workload, c.concurrency) for c in self.summary.cells if c.arm == arm]
+    def cells(self, arm: str) -> list[tuple[str, LoadLevel]]:
+        return [(c.workload, c.level) for c in self.summary.cells if c.arm == arm]
 
-    def samples(self, arm: str, workload: str, concurrency: int, name: str) -> list[float]:
+    def samples(self, arm: str, workload: str, level: LoadLevel, name: str) -> list[float]:
         """The gate samples of one metric in one cell, as the registry says where they come from."""
-        cell = self.summary.cell(arm, workload, concurrency)
+        cell = self.summary.cell(arm, workload, level)
         if cell is None:
             return []
         metric = METRICS[name]
@@ -120,12 +121,10 @@ class RunView:
             return [
                 100.0 if e.status == "identical" else 0.0
                 for e in (block.prompts if block else [])
-                if (e.workload, e.concurrency) == (workload, concurrency)
+                if (e.workload, e.level) == (workload, level)
             ]
         records = [
-            r
-            for r in self.raw.arms[arm].samples
-            if r.ok and (r.workload, r.concurrency) == (workload, concurrency)
+            r for r in self.raw.arms[arm].samples if r.ok and (r.workload, r.level) == (workload, level)
         ]
         values = [getattr(r, metric.sample_field) for r in records]
         return [v * metric.scale for v in values if v is not None]
@@ -135,8 +134,26 @@ def _statistic(name: str) -> stats.Statistic:
     return stats.STATISTICS[METRICS[name].statistic]
 
 
-def _cell_name(workload: str | None, concurrency: int | None) -> str:
-    return f"[{workload} @ {concurrency}]" if workload is not None else ""
+def _cell_name(workload: str | None, level: LoadLevel | None) -> str:
+    if workload is None or level is None:
+        return f"[{workload}]" if workload is not None else ""
+    return f"[{workload} {level.short()}]".replace("@", "@ ")
+
+
+def _check(name: str, where: str, arm: str, metric: str, workload: str, level: LoadLevel) -> Check:
+    return Check(
+        name, where, arm, metric, workload, level.concurrency, "pass", "", request_rate=level.request_rate
+    )
+
+
+def _covers(gate: Gate, workload: str, level: LoadLevel) -> bool:
+    """A rule's narrowing: ``concurrency`` picks a closed-loop level, ``request_rate`` an open-loop one."""
+    closed = level.request_rate is None
+    return (
+        gate.workload in (None, workload)
+        and (gate.concurrency is None or (closed and level.concurrency == gate.concurrency))
+        and (gate.request_rate is None or level.request_rate == gate.request_rate)
+    )
 
 
 def _arm_problem(view: RunView, arm: str) -> tuple[Verdict, str] | None:
@@ -233,9 +250,7 @@ def _rule_checks(view: RunView, baseline: RunView | None, index: int, arm: str) 
     """One rule of ``gates.rules`` on one arm's cells."""
     gates = view.regime.gates
     gate, where = gates.rules[index], f"rules[{index}]"
-    cells = [
-        (w, c) for (w, c) in view.cells(arm) if gate.workload in (None, w) and gate.concurrency in (None, c)
-    ]
+    cells = [(w, level) for (w, level) in view.cells(arm) if _covers(gate, w, level)]
     if not cells:
         return [
             Check(
@@ -246,7 +261,7 @@ def _rule_checks(view: RunView, baseline: RunView | None, index: int, arm: str) 
                 gate.workload,
                 gate.concurrency,
                 "fail",
-                "no measurement for the gate's workload/concurrency",
+                "no measurement for the gate's workload/load level",
             )
         ]
     checks = []
@@ -254,10 +269,10 @@ def _rule_checks(view: RunView, baseline: RunView | None, index: int, arm: str) 
         kind = f"regression <= {gate.max_regression_pct:g}%"
     else:
         kind = f">= {gate.min:g}" if gate.min is not None else f"<= {gate.max:g}"
-    for workload, concurrency in cells:
-        values = view.samples(arm, workload, concurrency, gate.metric)
-        name = f"{arm} {gate.metric} {kind} {_cell_name(workload, concurrency)}"
-        check = Check(name, where, arm, gate.metric, workload, concurrency, "pass", "")
+    for workload, level in cells:
+        values = view.samples(arm, workload, level, gate.metric)
+        name = f"{arm} {gate.metric} {kind} {_cell_name(workload, level)}"
+        check = _check(name, where, arm, gate.metric, workload, level)
         if gate.max_regression_pct is None:
             checks.append(_absolute(check, values, gates, gate.min, gate.max))
         elif baseline is None:
@@ -268,20 +283,31 @@ def _rule_checks(view: RunView, baseline: RunView | None, index: int, arm: str) 
             )
             checks.append(check)
         else:
-            reference = baseline.samples(arm, workload, concurrency, gate.metric)
+            reference = baseline.samples(arm, workload, level, gate.metric)
             check = _relative(check, values, reference, gates, gate.max_regression_pct)
-            noisy = [
-                name
-                for name, v in (("this run", view), ("the baseline run", baseline))
-                if (cell := v.summary.cell(arm, workload, concurrency)) and cell.noisy_neighbour
-            ]
-            # a timed metric's change may be the neighbour's, not the engine's; tau and token
-            # comparisons are the engine's own counts whoever else ran
-            if check.verdict == "fail" and noisy and METRICS[gate.metric].timed:
-                check.verdict = "inconclusive"
-                check.message = f"measured beside a busy neighbour in {' and '.join(noisy)}: {check.message}"
+            reason = _not_the_engines_alone(view, baseline, arm, workload, level)
+            # a timed metric's change may be the neighbour's (or a lagging client's), not the engine's;
+            # tau and token comparisons are the engine's own counts whoever else ran
+            if check.verdict == "fail" and reason and METRICS[gate.metric].timed:
+                check.verdict, check.message = "inconclusive", f"{reason}: {check.message}"
             checks.append(check)
     return checks
+
+
+def _not_the_engines_alone(
+    view: RunView, baseline: RunView, arm: str, workload: str, level: LoadLevel
+) -> str | None:
+    """Why a cell's timed numbers may not be the engine's alone, in either run: a busy neighbour, or
+    a client that fell behind its arrival schedule."""
+    runs = (("this run", view), ("the baseline run", baseline))
+    cells = [(name, v.summary.cell(arm, workload, level)) for name, v in runs]
+    noisy = [name for name, cell in cells if cell and cell.noisy_neighbour]
+    behind = [name for name, cell in cells if cell and cell.behind_schedule]
+    if noisy:
+        return f"measured beside a busy neighbour in {' and '.join(noisy)}"
+    if behind:
+        return f"the client fell behind its arrival schedule in {' and '.join(behind)}"
+    return None
 
 
 def _golden_checks(view: RunView, index: int, arm: str) -> list[Check]:
@@ -289,14 +315,12 @@ def _golden_checks(view: RunView, index: int, arm: str) -> list[Check]:
     gates = view.regime.gates
     golden, where = gates.golden_tau[index], f"golden_tau[{index}]"
     checks = []
-    for workload, concurrency in view.cells(arm):
+    for workload, level in view.cells(arm):
         if workload != golden.workload:
             continue
-        name = (
-            f"{arm} tau = {golden.tau:g} +- {golden.tolerance:g} (golden) {_cell_name(workload, concurrency)}"
-        )
-        check = Check(name, where, arm, "tau", workload, concurrency, "pass", "")
-        values = view.samples(arm, workload, concurrency, "tau")
+        name = f"{arm} tau = {golden.tau:g} +- {golden.tolerance:g} (golden) {_cell_name(workload, level)}"
+        check = _check(name, where, arm, "tau", workload, level)
+        values = view.samples(arm, workload, level, "tau")
         checks.append(
             _absolute(check, values, gates, golden.tau - golden.tolerance, golden.tau + golden.tolerance)
         )

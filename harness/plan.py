@@ -232,6 +232,16 @@ def model_reference(regime: Regime, regime_path: Path, convert: bool) -> str:
     return resolve_model_path(target.path, regime_path)
 
 
+def _levels_text(load: Load) -> str:
+    """The load levels: closed-loop concurrency and open-loop request rates (with their arrivals)."""
+    parts = [f"concurrency {load.concurrency}"] if load.concurrency else []
+    if load.request_rate:
+        arrivals = load.arrival + (f", burstiness {load.burstiness:g}" if load.arrival == "gamma" else "")
+        cap = f"at most {load.max_concurrency} in flight" if load.max_concurrency else "no cap"
+        parts.append(f"request rate {load.request_rate} req/s ({arrivals} arrivals, {cap})")
+    return " and ".join(parts)
+
+
 def _repeats_text(load: Load) -> str:
     if isinstance(load.repeats, int):
         return f", each window {load.repeats} times" if load.repeats > 1 else ""
@@ -271,7 +281,7 @@ def describe_plan(plan: Plan) -> str:
         exactness = "no exactness probe (disabled or not greedy)"
     return (
         f"{len(regime.arms)} arms ({', '.join(a.name for a in regime.arms)}) x workloads {workloads} x "
-        f"concurrency {load.concurrency}"
+        + _levels_text(load)
         + _repeats_text(load)
         + f"; {load.num_prompts} prompts per window, max {load.max_output_tokens} "
         f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests "

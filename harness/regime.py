@@ -13,7 +13,7 @@ import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Discriminator, Field, Tag, field_validator, model_validator
 
@@ -200,13 +200,62 @@ class AdaptiveRepeats(StrictModel):
         return self
 
 
+class LoadLevel(NamedTuple):
+    """One load level a window is measured at: closed loop (exactly ``concurrency`` requests in flight,
+    the next sent as one completes) or open loop (requests due at ``request_rate`` per second whether or
+    not earlier ones completed, at most ``concurrency`` in flight)."""
+
+    concurrency: int
+    request_rate: float | None = None  # requests/s; None: closed loop
+
+    def label(self) -> str:
+        if self.request_rate is None:
+            return f"concurrency {self.concurrency}"
+        return f"{self.request_rate:g} req/s (<= {self.concurrency} in flight)"
+
+    def short(self) -> str:
+        """For keys and one-line verdicts: ``@4`` or ``@2req/s``."""
+        return f"@{self.concurrency}" if self.request_rate is None else f"@{self.request_rate:g}req/s"
+
+
 class Load(StrictModel):
     """How much traffic each measured window sends."""
 
     concurrency: list[int] = Field(
-        min_length=1, description="Concurrency levels; one measured window per level."
+        default_factory=list,
+        description="Closed-loop concurrency levels: one measured window per level, exactly that many "
+        "requests in flight. Give these, request_rate, or both.",
     )
-    num_prompts: int = Field(gt=0, description="Prompts per workload per concurrency level.")
+    request_rate: list[float] = Field(
+        default_factory=list,
+        description="Open-loop request rates (requests/s): one measured window per rate, requests due on a "
+        "schedule computed up front from the seed (the same for every arm), sent whether or not earlier ones "
+        "completed.",
+    )
+    arrival: Literal["poisson", "constant", "gamma"] = Field(
+        default="poisson",
+        description="How open-loop requests arrive: poisson (exponential gaps), constant (every 1/rate s), "
+        "or gamma (gaps with shape `burstiness`; poisson is gamma with burstiness 1).",
+    )
+    burstiness: float = Field(
+        default=1.0,
+        gt=0,
+        description="Gamma arrivals only: the gaps' shape; below 1 bunches requests, above 1 evens them out.",
+    )
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="Open loop: at most this many requests in flight; a due request waits for a slot (the "
+        "wait is recorded as client-side queueing). Default: no cap.",
+    )
+    schedule_tolerance_s: float = Field(
+        default=0.05,
+        gt=0,
+        description="Open loop: a request the client itself sent later than its due time by more than this "
+        "(beyond waiting for a max_concurrency slot) marks the window as behind schedule: the client, "
+        "not the server, set that load.",
+    )
+    num_prompts: int = Field(gt=0, description="Prompts per workload per load level (concurrency or rate).")
     max_output_tokens: int = Field(gt=0, description="max_tokens of every request.")
     repeats: Annotated[
         Annotated[Annotated[int, Field(ge=1, le=100)], Tag("tag-count")]
@@ -251,6 +300,37 @@ class Load(StrictModel):
         if len(set(levels)) != len(levels):
             raise ValueError("concurrency levels must be unique")
         return levels
+
+    @field_validator("request_rate")
+    @classmethod
+    def _rates_positive_unique(cls, rates: list[float]) -> list[float]:
+        if any(rate <= 0 for rate in rates):
+            raise ValueError("every request rate must be > 0 (requests/s)")
+        if len(set(rates)) != len(rates):
+            raise ValueError("request rates must be unique")
+        return rates
+
+    @model_validator(mode="after")
+    def _some_level(self) -> Load:
+        if not self.concurrency and not self.request_rate:
+            raise ValueError(
+                "give at least one load level: concurrency (closed loop) or request_rate (open loop)"
+            )
+        if not self.request_rate and self.max_concurrency is not None:
+            raise ValueError("max_concurrency caps open-loop windows: set request_rate too (or drop it)")
+        return self
+
+    def levels(self) -> list[LoadLevel]:
+        """Every window's load level, in the order measured: closed loop first, then the rates."""
+        cap = min(self.max_concurrency or self.num_prompts, self.num_prompts)
+        return [LoadLevel(c) for c in self.concurrency] + [LoadLevel(cap, r) for r in self.request_rate]
+
+    def open_loop_fields(self) -> set[str]:
+        """The open-loop settings, left out of fingerprints while no rate is set (so regimes written
+        before they existed keep theirs)."""
+        if self.request_rate:
+            return set()
+        return {"request_rate", "arrival", "burstiness", "max_concurrency", "schedule_tolerance_s"}
 
 
 class Cost(StrictModel):
@@ -448,7 +528,10 @@ class Gate(StrictModel):
     )
     workload: str | None = Field(default=None, description="Only this workload (default: every workload).")
     concurrency: int | None = Field(
-        default=None, ge=1, description="Only this concurrency level (default: every level)."
+        default=None, ge=1, description="Only this closed-loop concurrency level (default: every level)."
+    )
+    request_rate: float | None = Field(
+        default=None, gt=0, description="Only this open-loop request rate (default: every level)."
     )
     min: float | None = Field(
         default=None, description="Fail when the metric is significantly below this value."
@@ -560,7 +643,16 @@ class Arm(StrictModel):
 
 
 # Regime-level paths a sweep may not vary: they define the study itself, or are the within-run load axis.
-FIXED_SWEEP_PATHS = ("name", "description", "arms", "workloads", "gates", "sweep", "load.concurrency")
+FIXED_SWEEP_PATHS = (
+    "name",
+    "description",
+    "arms",
+    "workloads",
+    "gates",
+    "sweep",
+    "load.concurrency",
+    "load.request_rate",
+)
 ARM_SWEEP_FIELDS = ("num_speculative_tokens", "draft_model")  # and options.<key>
 
 
@@ -618,8 +710,9 @@ def _check_sweep(regime: Regime) -> None:
     for path in sweep.regime:
         if path in FIXED_SWEEP_PATHS or path.startswith(tuple(f"{p}." for p in FIXED_SWEEP_PATHS)):
             raise ValueError(
-                f"sweep.regime.{path}: cannot be swept (concurrency is the within-run load axis: "
-                "list its levels in load.concurrency; arms are swept under sweep.arms)"
+                f"sweep.regime.{path}: cannot be swept (concurrency and request rate are the within-run load "
+                "axes: list their levels in load.concurrency / load.request_rate; arms are swept under "
+                "sweep.arms)"
             )
         if path not in known:
             close = difflib.get_close_matches(path, known, n=1)
@@ -697,19 +790,7 @@ class Regime(StrictModel):
                 f"{len(baselines)}"
             )
         for index, gate in enumerate(self.gates.rules):
-            if gate.arm != "*" and gate.arm not in names:
-                raise ValueError(
-                    f"gates.rules[{index}].arm: no arm named '{gate.arm}' (arms: {', '.join(names)})"
-                )
-            if gate.metric in ("slo_pct", "goodput_rps") and self.slo is None:
-                raise ValueError(
-                    f"gates.rules[{index}].metric: {gate.metric} needs SLO targets: add slo: {{ttft_ms, "
-                    "tpot_ms, e2e_ms}} (any of them, in ms)"
-                )
-            if gate.concurrency is not None and gate.concurrency not in self.load.concurrency:
-                raise ValueError(
-                    f"gates.rules[{index}].concurrency: {gate.concurrency} is not one of load.concurrency"
-                )
+            self._check_gate(index, gate, names)
         if self.hardware.kind == "cpu" and self.tensor_parallel_size != 1:
             raise ValueError("a cpu regime runs with tensor_parallel_size 1")
         if self.hardware.kind == "cpu" and self.cost.usd_per_machine_hour is None:
@@ -724,6 +805,21 @@ class Regime(StrictModel):
                 raise ValueError("a gpu regime is priced per GPU-hour (cost.usd_per_gpu_hour)")
         _check_sweep(self)
         return self
+
+    def _check_gate(self, index: int, gate: Gate, names: list[str]) -> None:
+        """A rule names an arm, a metric and load levels the regime has."""
+        where = f"gates.rules[{index}]"
+        if gate.arm != "*" and gate.arm not in names:
+            raise ValueError(f"{where}.arm: no arm named '{gate.arm}' (arms: {', '.join(names)})")
+        if gate.metric in ("slo_pct", "goodput_rps") and self.slo is None:
+            raise ValueError(
+                f"{where}.metric: {gate.metric} needs SLO targets: add slo: {{ttft_ms, tpot_ms, e2e_ms}} "
+                "(any of them, in ms)"
+            )
+        if gate.request_rate is not None and gate.request_rate not in self.load.request_rate:
+            raise ValueError(f"{where}.request_rate: {gate.request_rate:g} is not one of load.request_rate")
+        if gate.concurrency is not None and gate.concurrency not in self.load.concurrency:
+            raise ValueError(f"{where}.concurrency: {gate.concurrency} is not one of load.concurrency")
 
     def near_tie_margin(self) -> float:
         if self.exactness.near_tie_margin is not None:
@@ -747,14 +843,18 @@ class Regime(StrictModel):
 
     def fingerprint(self) -> str:
         """A stable hash of everything that defines the regime (not its name, description or gates)."""
-        fields = self.model_dump(mode="json", exclude=_NOT_CONDITIONS | {"arms"} | self._unset_slo())
+        fields = self.model_dump(mode="json", exclude=_excluded(_NOT_CONDITIONS | {"arms"}) | self._unset())
         # when a drafter build gives up is not part of the regime (nor of the drafter's identity)
         fields["arms"] = [arm.model_dump(mode="json", exclude=_NOT_OF_THE_ARM) for arm in self.arms]
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
-    def _unset_slo(self) -> set[str]:
-        """Without SLO targets the field stays out of the hashes: fingerprints from before it existed hold."""
-        return {"slo"} if self.slo is None else set()
+    def _unset(self) -> dict[str, Any]:
+        """Settings left out of the hashes while unset (no SLO, no open-loop rate): fingerprints from
+        before they existed hold."""
+        unset: dict[str, Any] = {"slo": True} if self.slo is None else {}
+        if fields := self.load.open_loop_fields():
+            unset["load"] = fields
+        return unset
 
     def conditions_fingerprint(self, workloads: list[dict[str, Any]]) -> str:
         """The conditions the arms are measured in (hardware, engine, target, TP, sampling, load, cost,
@@ -762,7 +862,7 @@ class Regime(StrictModel):
         by file path), without the arms themselves: two runs with equal conditions can be gated
         against each other arm by arm, even when an arm's configuration changed between them."""
         fields = self.model_dump(
-            mode="json", exclude=_NOT_CONDITIONS | {"arms", "workloads"} | self._unset_slo()
+            mode="json", exclude=_excluded(_NOT_CONDITIONS | {"arms", "workloads"}) | self._unset()
         )
         fields["prompts"] = sorted((w["name"], w["prompt_format"], w["content_sha256"]) for w in workloads)
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
@@ -783,6 +883,12 @@ class Regime(StrictModel):
 
 
 _NOT_CONDITIONS = {"name", "description", "gates", "sweep"}
+
+
+def _excluded(names: set[str]) -> dict[str, Any]:
+    return dict.fromkeys(names, True)
+
+
 _NOT_OF_THE_ARM = {"draft_model": {"trained": {"stall_timeout_s"}}}
 
 

@@ -29,6 +29,7 @@ from rich.progress import (
 )
 
 from harness import stats
+from harness.arrivals import arrival_offsets
 from harness.client import RequestRecord, WindowResult, run_window
 from harness.environment import collect_environment, model_identity
 from harness.errors import EngineError, UserError
@@ -36,7 +37,7 @@ from harness.plan import Plan, describe_plan, plan_regime
 from harness.power import PowerSampler, open_reader
 from harness.probes import cpu, gpu
 from harness.probes.throughput import output_tokens_per_s
-from harness.regime import Arm, Regime
+from harness.regime import Arm, LoadLevel, Regime
 from harness.results import (
     SCHEMA_VERSION,
     ArmStatus,
@@ -226,8 +227,8 @@ class Runner:
                 run.write_status(arm.name, ArmStatus(status="running", pgid=server.process.pid, **served))
                 self._warm_up(run, arm, server)
                 for workload in self.plan.workloads:
-                    for concurrency in self.plan.regime.load.concurrency:
-                        self._measure_cell(run, arm, server, workload, concurrency)
+                    for level in self.plan.regime.load.levels():
+                        self._measure_cell(run, arm, server, workload, level)
                 if arm.method == "baseline" and self.plan.regime.exactness_applies():
                     self._reference_pass(run, arm, server)
             run.write_status(arm.name, ArmStatus(status="ok", **served))
@@ -281,21 +282,23 @@ class Runner:
         def keep(record: RequestRecord) -> None:
             append_jsonl(run.warmup(arm.name), record.to_json())
 
-        result = self._send(server, workload, prompts, 1, f"warm-up ({count} requests)", keep, measured=False)
+        result = self._send(
+            server, workload, prompts, LoadLevel(1), f"warm-up ({count} requests)", keep, measured=False
+        )
         self._check_alive(server, result)
 
     def _measure_cell(
-        self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, concurrency: int
+        self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, level: LoadLevel
     ) -> None:
         """A cell's repeats: a fixed count, or (adaptive repeats) until the 95% interval of the
         speedup (for the baseline: of its tok/s) is as narrow as the regime asks, or the maximum."""
         load = self.plan.regime.load
         if isinstance(load.repeats, int):
             for repeat in range(load.repeats):
-                self._measure_window(run, arm, server, workload, concurrency, repeat)
+                self._measure_window(run, arm, server, workload, level, repeat)
             return
         target = load.repeats.target_rel_half_width
-        reference = {} if arm.method == "baseline" else self._baseline_tok_s(run, workload.name, concurrency)
+        reference = {} if arm.method == "baseline" else self._baseline_tok_s(run, workload.name, level)
         metric = "speedup" if reference else "output_tok_s"
         values: list[float] = []
 
@@ -306,20 +309,20 @@ class Runner:
             return {"metric": metric, "rel_half_width": stats.relative_half_width(values), "target": target}
 
         for repeat in range(load.repeats.max):
-            reached = self._measure_window(run, arm, server, workload, concurrency, repeat, precision)
+            reached = self._measure_window(run, arm, server, workload, level, repeat, precision)
             width = reached["rel_half_width"] if reached else None
             if repeat + 1 >= load.repeats.min and width is not None and width <= target:
                 break
 
-    def _baseline_tok_s(self, run: RunDir, workload: str, concurrency: int) -> dict[int, float]:
+    def _baseline_tok_s(self, run: RunDir, workload: str, level: LoadLevel) -> dict[int, float]:
         """The baseline's tok/s per repeat in this cell, from its files (measured before this arm)."""
         baseline = self.plan.regime.baseline_arm.name
         samples = [s for s in read_records(run.samples(baseline), RequestSample) if s.ok]
         out = {}
         for window in read_records(run.windows(baseline), WindowRecord):
-            if (window.workload, window.concurrency) == (workload, concurrency):
-                key = (workload, concurrency, window.repeat)
-                tokens = sum(s.output_tokens for s in samples if (s.workload, s.concurrency, s.repeat) == key)
+            if (window.workload, window.level) == (workload, level):
+                key = (workload, level, window.repeat)
+                tokens = sum(s.output_tokens for s in samples if (s.workload, s.level, s.repeat) == key)
                 tok_s = output_tokens_per_s(tokens, window.duration_s)
                 if tok_s:
                     out[window.repeat] = tok_s
@@ -331,7 +334,7 @@ class Runner:
         arm: Arm,
         server: Server,
         workload: LoadedWorkload,
-        concurrency: int,
+        level: LoadLevel,
         repeat: int = 0,
         precision: Callable[[int, float | None], dict[str, Any]] | None = None,
     ) -> dict[str, Any] | None:
@@ -351,13 +354,16 @@ class Runner:
             append_jsonl(run.samples(arm.name), record.to_json())
 
         most = self.plan.regime.load.max_repeats()
-        label = f"{workload.name} @ concurrency {concurrency}" + (
+        label = f"{workload.name} @ {level.label()}" + (
             f" (repeat {repeat + 1}/{most}{' at most' if precision else ''})" if most > 1 else ""
         )
         cpu_before = cpu.snapshot(server.process.pid)
         gpu_watch = gpu.watch(self.gpu_reader, server.process.pid)
         try:
-            result = self._send(server, workload, workload.prompts, concurrency, label, keep, repeat)
+            schedule = self._schedule(workload, level, repeat)
+            result = self._send(
+                server, workload, workload.prompts, level, label, keep, repeat, schedule=schedule
+            )
         finally:
             readings = sampler.stop() if sampler else []
             gpu_used = gpu_watch.stop() if gpu_watch else None
@@ -373,8 +379,9 @@ class Runner:
                 "workload": workload.name,
                 "category": workload.definition.category,
                 "prompt_format": workload.definition.prompt_format,
-                "concurrency": concurrency,
+                "concurrency": level.concurrency,
                 "repeat": repeat,
+                **self._open_loop(level, schedule),
                 "duration_s": result.duration_s,
                 "prefix_cache_reset": cache_reset,
                 # where tau comes from: counter scrapes around the window, or each request's own details
@@ -406,11 +413,18 @@ class Runner:
             append_jsonl(run.noise_floor(arm.name), record.to_json())
 
         for workload in self.plan.workloads:
-            for concurrency in self.plan.regime.load.concurrency:
-                label = f"reference pass (logprobs, noise floor): {workload.name} @ concurrency {concurrency}"
+            for level in self.plan.regime.load.levels():
+                label = f"reference pass (logprobs, noise floor): {workload.name} @ {level.label()}"
                 self.plan.adapter.reset_prefix_cache(server.base_url)  # the same cold start as the first pass
                 result = self._send(
-                    server, workload, workload.prompts, concurrency, label, keep, logprobs=True
+                    server,
+                    workload,
+                    workload.prompts,
+                    level,
+                    label,
+                    keep,
+                    logprobs=True,
+                    schedule=self._schedule(workload, level, 0),
                 )
                 self._check_alive(server, result)
 
@@ -419,12 +433,13 @@ class Runner:
         server: Server,
         workload: LoadedWorkload,
         prompts: list[Prompt],
-        concurrency: int,
+        level: LoadLevel,
         label: str,
         on_done: Callable[[RequestRecord], None],
         repeat: int = 0,
         measured: bool = True,
         logprobs: bool = False,
+        schedule: list[float] | None = None,
     ) -> WindowResult:
         columns = (
             SpinnerColumn(),
@@ -448,17 +463,43 @@ class Runner:
                     server.base_url,
                     workload,
                     prompts,
-                    concurrency,
+                    level.concurrency,
                     regime.sampling,
                     regime.load,
                     done,
                     top_logprobs,
                     fields,
                     repeat,
+                    schedule,
+                    level.request_rate,
                 )
             )
         self.clock["measured_s" if measured else "warmup_s"] += result.duration_s
         return result
+
+    def _schedule(self, workload: LoadedWorkload, level: LoadLevel, repeat: int) -> list[float] | None:
+        """An open-loop window's due times: from the regime's seed and the window's identity, so every
+        arm (and the baseline's reference pass) gets the same schedule; None for closed loop."""
+        if level.request_rate is None:
+            return None
+        load = self.plan.regime.load
+        stream = f"{workload.name}/{level.request_rate}/{repeat}"
+        return arrival_offsets(
+            len(workload.prompts),
+            level.request_rate,
+            load.arrival,
+            load.burstiness,
+            self.plan.regime.sampling.seed,
+            stream,
+        )
+
+    def _open_loop(self, level: LoadLevel, schedule: list[float] | None) -> dict[str, Any]:
+        """The window record's open-loop fields (none for a closed-loop window)."""
+        if level.request_rate is None:
+            return {}
+        load = self.plan.regime.load
+        arrival = f"gamma (burstiness {load.burstiness:g})" if load.arrival == "gamma" else load.arrival
+        return {"request_rate": level.request_rate, "arrival": arrival, "schedule": schedule}
 
     def _check_alive(self, server: Server, result: WindowResult) -> None:
         """End the arm (as failed) when the engine died, hung or failed every request."""

@@ -24,6 +24,7 @@ from harness.probes.cpu import BUSY_CLIENT_CORES, NOISY_OTHERS_CORES, NOISY_STEA
 from harness.probes.exactness import compare_records, shares, with_logprobs_from
 from harness.probes.gpu import NOISY_GPU_SM_PCT
 from harness.probes.power import combine_power, summarize_power
+from harness.probes.schedule import achieved_rate_rps, behind_schedule, lag_p90_s, queueing_s
 from harness.probes.slo import attainment_pct, goodput_rps
 from harness.probes.throughput import (
     interval_from_repeats,
@@ -31,7 +32,7 @@ from harness.probes.throughput import (
     output_tokens_per_s,
     speedup,
 )
-from harness.regime import Arm, Slo
+from harness.regime import Arm, LoadLevel, Slo
 from harness.results.files import RunDir
 from harness.results.model import (
     ArmSummary,
@@ -109,6 +110,7 @@ def cell_metrics(
     usd_per_kwh: float | None,
     min_repeats: int | None = None,
     slo: Slo | None = None,
+    schedule_tolerance_s: float = 0.05,
 ) -> CellMetrics:
     """One (arm, workload, concurrency) cell from its raw records and windows, pooled over the
     cell's repeats: tokens and time add up, counters add up, latencies are pooled per request."""
@@ -132,6 +134,7 @@ def cell_metrics(
         category=first.category,
         prompt_format=first.prompt_format,
         concurrency=first.concurrency,
+        **_open_loop(first.request_rate, records, schedule_tolerance_s),
         repeats=len(windows),
         requests_total=len(records),
         requests_ok=len(ok),
@@ -173,6 +176,26 @@ def cell_metrics(
         **_precision(windows, min_repeats),
         **(_cpu(windows) | _gpu(windows)),  # a GPU neighbour sets noisy_neighbour, never clears it
     )
+
+
+def _open_loop(rate: float | None, records: list[RequestSample], tolerance_s: float) -> dict[str, Any]:
+    """An open-loop cell's schedule keeping (probes.schedule), pooled over its repeats: the achieved
+    rate is each repeat's, averaged (repeats restart the schedule)."""
+    if rate is None:
+        return {}
+    repeats = sorted({r.repeat for r in records})
+    rates = [
+        x for k in repeats if (x := achieved_rate_rps([r for r in records if r.repeat == k])) is not None
+    ]
+    queueing = [q for r in records if (q := queueing_s(r)) is not None]
+    lag = lag_p90_s(records)
+    return {
+        "request_rate": rate,
+        "achieved_rate_rps": sum(rates) / len(rates) if rates else None,
+        "schedule_lag_ms_p90": None if lag is None else lag * 1000.0,
+        "queueing_ms_p50": _ms_quantile(queueing, 0.5),
+        "behind_schedule": behind_schedule(records, tolerance_s),
+    }
 
 
 def _cpu(windows: list[WindowRecord]) -> dict[str, Any]:
@@ -264,9 +287,7 @@ def exactness(raw: RawRun) -> ExactnessSection:
 def _cell_exactness(cell: CellMetrics, section: ExactnessSection, baseline: str) -> ExactnessShares | None:
     block = section.block(cell.arm, baseline)
     entries = [
-        e
-        for e in (block.prompts if block else [])
-        if (e.workload, e.concurrency) == (cell.workload, cell.concurrency)
+        e for e in (block.prompts if block else []) if (e.workload, e.level) == (cell.workload, cell.level)
     ]
     return ExactnessShares(**shares([e.status for e in entries])) if entries else None
 
@@ -276,24 +297,25 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
     label = drafter["label"] if drafter else None
     cells: dict[tuple[str, int], list[WindowRecord]] = {}
     for window in raw.arms[arm.name].windows:  # a cell's repeats, in the order measured
-        cells.setdefault((window.workload, window.concurrency), []).append(window)
+        cells.setdefault((window.workload, window.level), []).append(window)
     samples = raw.arms[arm.name].samples
     return [
         cell_metrics(
             arm,
             label,
             windows,
-            [s for s in samples if (s.workload, s.concurrency) == key],
+            [s for s in samples if (s.workload, s.level) == key],
             raw.record["price_per_hour"],
             regime.cost.usd_per_kwh,
             None if isinstance(regime.load.repeats, int) else regime.load.repeats.min,
             regime.slo,
+            regime.load.schedule_tolerance_s,
         )
         for key, windows in cells.items()
     ]
 
 
-Samples = dict[tuple[str, str, int], list[RequestSample]]  # (arm, workload, concurrency) -> records
+Samples = dict[tuple[str, str, LoadLevel], list[RequestSample]]  # (arm, workload, load level) -> records
 
 
 def _with_speedups(
@@ -302,10 +324,10 @@ def _with_speedups(
     """Speedup of the pooled cell, and per repeat against the baseline's same repeat (with adaptive
     repeats an arm may run more repeats than the baseline did: those pair with the baseline's pooled
     tok/s); its interval from the repeats, or with one repeat from the requests (``samples``)."""
-    base = {(c.workload, c.concurrency): c for c in cells if c.arm == baseline}
+    base = {(c.workload, c.level): c for c in cells if c.arm == baseline}
     out = []
     for cell in cells:
-        reference = base.get((cell.workload, cell.concurrency))
+        reference = base.get((cell.workload, cell.level))
         base_repeats = {r.repeat: r.output_tok_s for r in reference.per_repeat} if reference else {}
         pooled = reference.output_tok_s if reference else None
         per_repeat = [
@@ -326,7 +348,7 @@ def _interval(
     found = interval_from_repeats([r.speedup for r in per_repeat if r.speedup is not None])
     if found is not None:
         return {"speedup_low": found[0], "speedup_high": found[1], "speedup_interval": "repeats"}
-    key = (cell.workload, cell.concurrency)
+    key = (cell.workload, cell.level)
     reference = {(r.prompt_id, r.repeat): r for r in samples.get((baseline, *key), []) if r.ok}
     pairs = [
         (r.output_tokens, r.e2e_s or 0.0, ref.output_tokens, ref.e2e_s or 0.0)
@@ -358,7 +380,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
     samples: Samples = {}
     for name, arm_raw in raw.arms.items():
         for sample in arm_raw.samples:
-            samples.setdefault((name, sample.workload, sample.concurrency), []).append(sample)
+            samples.setdefault((name, sample.workload, sample.level), []).append(sample)
     cells = _with_speedups([c for arm in raw.regime.arms for c in _arm_cells(raw, arm)], baseline, samples)
     section = exactness(raw)
     cells = [c.model_copy(update={"exactness": _cell_exactness(c, section, baseline)}) for c in cells]
@@ -382,11 +404,11 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
 def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetrics]:
     """Per (arm, category, concurrency), pooled over the workloads of that category: tokens and
     time add up, tau from the summed draft counts, exactness over all their prompts."""
-    groups: dict[tuple[str, str, int], list[CellMetrics]] = {}
+    groups: dict[tuple[str, str, LoadLevel], list[CellMetrics]] = {}
     for cell in cells:
-        groups.setdefault((cell.arm, cell.category, cell.concurrency), []).append(cell)
+        groups.setdefault((cell.arm, cell.category, cell.level), []).append(cell)
     rows = []
-    for (arm, category, concurrency), members in groups.items():
+    for (arm, category, level), members in groups.items():
         drafts = sum(m.drafts for m in members)
         accepted = sum(m.accepted_tokens for m in members)
         compared = [m.exactness for m in members if m.exactness]
@@ -398,7 +420,8 @@ def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetri
                 method=members[0].method,
                 num_speculative_tokens=members[0].num_speculative_tokens,
                 category=category,
-                concurrency=concurrency,
+                concurrency=level.concurrency,
+                request_rate=level.request_rate,
                 workloads=[m.workload for m in members],
                 output_tok_s=output_tokens_per_s(
                     sum(m.output_tokens for m in members), sum(m.duration_s for m in members)
@@ -413,9 +436,9 @@ def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetri
                 speedup=None,
             )
         )
-    base = {(r.category, r.concurrency): r.output_tok_s for r in rows if r.arm == baseline}
+    base = {(r.category, r.level): r.output_tok_s for r in rows if r.arm == baseline}
     return [
-        r.model_copy(update={"speedup": speedup(r.output_tok_s, base.get((r.category, r.concurrency)))})
+        r.model_copy(update={"speedup": speedup(r.output_tok_s, base.get((r.category, r.level)))})
         for r in rows
     ]
 

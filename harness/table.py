@@ -1,4 +1,4 @@
-"""The mini-lab table in the terminal: arms x metrics, one table per workload and concurrency."""
+"""The mini-lab table in the terminal: arms x metrics, one table per workload and load level."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from harness.errors import UserError
 from harness.findings import findings
 from harness.metrics import METRICS
 from harness.probes.acceptance import mean_acceptance_length
+from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 from harness.verdict import identical_counts, interval_note, run_caveats, window_verdicts
 
@@ -69,18 +70,20 @@ def _table(title: str) -> Table:
 
 
 def minilab_tables(summary: Summary) -> list[Table]:
-    """One rich table per (workload, concurrency), rows in the regime's arm order."""
+    """One rich table per (workload, load level), rows in the regime's arm order."""
     tables = []
     columns = _CELL_COLUMNS + (_SLO_COLUMNS if summary.slo else ())
-    for workload, concurrency in summary.window_keys():
-        rows = [c for c in summary.cells if (c.workload, c.concurrency) == (workload, concurrency)]
+    for workload, level in summary.window_keys():
+        rows = [c for c in summary.cells if (c.workload, c.level) == (workload, level)]
+        open_loop = level.request_rate is not None
         first = rows[0]
         # light borders: the table fits an 80-column terminal
         table = _table(
-            f"{workload} ({first.category}, {first.prompt_format} prompts) @ concurrency {concurrency}; "
+            f"{workload} ({first.category}, {first.prompt_format} prompts) @ {level.label()}; "
             "times in ms" + (f"; SLO {summary.slo.describe()}, goodput in requests/s" if summary.slo else "")
         )
         headers = ["arm", "method"] + [_header(name) for name in columns] + ["ok", "same\n%"]
+        headers += ["sent\nreq/s"] if open_loop else []
         for header in headers:
             # fold, never truncate: a number cut to "12…" is worse than a wrapped one
             text_column = header in ("arm", "method")
@@ -104,9 +107,16 @@ def minilab_tables(summary: Summary) -> list[Table]:
                 *values,
                 f"{row.requests_ok}/{row.requests_total}",
                 _fmt(row.exactness.identical_pct if row.exactness else None, ".0f"),
+                *([_sent_rate(row)] if open_loop else []),
             )
         tables.append(table)
     return tables
+
+
+def _sent_rate(cell: CellMetrics) -> str:
+    """The rate the client achieved; flagged where it fell behind its schedule (probes.schedule)."""
+    text = _fmt(cell.achieved_rate_rps, ".2f")
+    return f"[red]{text} behind schedule[/]" if cell.behind_schedule else text
 
 
 def category_table(summary: Summary) -> Table | None:
@@ -115,7 +125,7 @@ def category_table(summary: Summary) -> Table | None:
     rows = [r for r in summary.categories if r.method != "baseline"]
     if not rows:
         return None
-    levels = sorted({r.concurrency for r in rows})
+    levels = sorted({r.level for r in rows}, key=lambda lv: (lv.request_rate is not None, lv))
     arms = list(dict.fromkeys(r.arm for r in rows))
     pooled: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
@@ -127,15 +137,15 @@ def category_table(summary: Summary) -> Table | None:
         if r.identical_pct is not None:
             entry["pairs"] += r.exactness_pairs
             entry["same"] += r.identical_pct * r.exactness_pairs / 100
-        entry["speedup"][r.concurrency] = r.speedup
+        entry["speedup"][r.level] = r.speedup
 
     def tau(category: str, arm: str) -> float | None:
         entry = pooled.get((category, arm))
         return mean_acceptance_length(entry["drafts"], entry["accepted"]) if entry else None
 
     categories = sorted({c for c, _ in pooled}, key=lambda c: -(tau(c, arms[0]) or 0))
-    table = _table(f"per category (ordered by {arms[0]} tau; tau over all concurrency levels)")
-    for header in ["category", "arm", "tau", "same\n%"] + [f"speedup\n@{level}" for level in levels]:
+    table = _table(f"per category (ordered by {arms[0]} tau; tau over all load levels)")
+    for header in ["category", "arm", "tau", "same\n%"] + [f"speedup\n{level.short()}" for level in levels]:
         text_column = header in ("category", "arm")
         table.add_column(
             header, justify="left" if text_column else "right", overflow="fold", no_wrap=text_column
@@ -248,16 +258,18 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 LAB_COLUMNS = ("tau", "tok/s", "TPOT p50 ms", "$/Mtok", "identical")
 
 
-def lab_concurrency(summary: Summary, concurrency: int | None = None) -> int:
-    """The load level the lab table shows: the one asked for, else the lowest measured."""
-    levels = sorted({c.concurrency for c in summary.cells})
+def lab_level(summary: Summary, concurrency: int | LoadLevel | None = None) -> LoadLevel:
+    """The load level the lab table shows: the one asked for (a closed-loop concurrency, or a
+    level), else the first measured (the lowest concurrency, else the lowest rate)."""
+    levels = summary.levels()
     if concurrency is None:
         return levels[0]
-    if concurrency not in levels:
+    level = concurrency if isinstance(concurrency, LoadLevel) else LoadLevel(concurrency)
+    if level not in levels:
         raise UserError(
-            f"concurrency {concurrency} was not measured in this run (levels: {', '.join(map(str, levels))})"
+            f"{level.label()} was not measured in this run (levels: {', '.join(lv.label() for lv in levels)})"
         )
-    return concurrency
+    return level
 
 
 def _identical_cell(summary: Summary, cell: CellMetrics) -> str:
@@ -270,7 +282,7 @@ def _identical_cell(summary: Summary, cell: CellMetrics) -> str:
     return f"{same}/{compared}" + (f" ({near} near tie{'s' if near > 1 else ''})" if near else "")
 
 
-def lab_rows(summary: Summary, concurrency: int) -> tuple[list[str], list[list[str]]]:
+def lab_rows(summary: Summary, level: LoadLevel) -> tuple[list[str], list[list[str]]]:
     """One row per arm, the workloads side by side (the lab's columns for each)."""
     workloads = list(dict.fromkeys(c.workload for c in summary.cells))
     header = ["arm"] + [f"{w}: {column}" for w in workloads for column in LAB_COLUMNS]
@@ -278,7 +290,7 @@ def lab_rows(summary: Summary, concurrency: int) -> tuple[list[str], list[list[s
     for arm in summary.arms:
         row = [arm.name]
         for workload in workloads:
-            cell = summary.cell(arm.name, workload, concurrency)
+            cell = summary.cell(arm.name, workload, level)
             if cell is None:
                 row += ["-"] * len(LAB_COLUMNS)
                 continue
@@ -294,10 +306,10 @@ def lab_rows(summary: Summary, concurrency: int) -> tuple[list[str], list[list[s
     return header, rows
 
 
-def lab_markdown(summary: Summary, concurrency: int | None = None) -> str:
-    level = lab_concurrency(summary, concurrency)
+def lab_markdown(summary: Summary, concurrency: int | LoadLevel | None = None) -> str:
+    level = lab_level(summary, concurrency)
     header, rows = lab_rows(summary, level)
-    title = f"{summary.regime_name} run {summary.run_id}, concurrency {level}"
+    title = f"{summary.regime_name} run {summary.run_id}, {level.label()}"
     note = (
         "TPOT p50 in ms; identical: prompts whose greedy token ids equal the baseline's (near ties: numerics)"
     )
@@ -334,7 +346,7 @@ def cpu_line(summary: Summary) -> str | None:
     def most(name: str) -> float:
         return max(getattr(c, name) or 0.0 for c in cells)
 
-    flagged = [f"{c.arm} {c.workload} @{c.concurrency}" for c in cells if c.noisy_neighbour or c.client_busy]
+    flagged = [f"{c.arm} {c.workload} {c.level.short()}" for c in cells if c.noisy_neighbour or c.client_busy]
     watched = [c for c in summary.cells if c.gpu_other_processes is not None]
     gpu = ""
     if watched:

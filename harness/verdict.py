@@ -1,6 +1,6 @@
 """The answer first: per workload and load level, which arm to deploy and whether it pays.
 
-A pure function of the typed ``Summary``. Per (workload, concurrency) window:
+A pure function of the typed ``Summary``. Per (workload, load level) window:
 
 - the fastest arm (the baseline included) and the fastest speculative arm;
 - whether that speculative arm pays: its speedup's 95% interval (from the repeats, or with one
@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.probes.throughput import Estimate
+from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
 OUTCOME_TEXT = {
@@ -32,11 +33,15 @@ OUTCOME_TEXT = {
 @dataclass(frozen=True)
 class WindowVerdict:
     workload: str
-    concurrency: int
+    level: LoadLevel
     baseline: CellMetrics
     best: CellMetrics | None  # the fastest speculative arm; None when none produced a speedup
     estimate: Estimate | None  # best's speedup with its interval
     caveats: tuple[str, ...]  # about the best arm
+
+    @property
+    def concurrency(self) -> int:
+        return self.level.concurrency
 
     @property
     def outcome(self) -> str:
@@ -61,7 +66,7 @@ class WindowVerdict:
         return 100.0 * (before - after) / before if before and after is not None else None
 
     def text(self) -> str:
-        where = f"{self.workload} @{self.concurrency}"
+        where = f"{self.workload} {self.level.short()}"
         if self.best is None or self.estimate is None:
             tok_s = _num(self.baseline.output_tok_s, ".1f")
             return f"{where}: no speculative arm measured; baseline {tok_s} tok/s"
@@ -150,6 +155,12 @@ def cpu_caveats(cells: list[CellMetrics]) -> list[str]:
                 f"{cell.arm}: the harness's client used {cell.client_cpu_cores:.2f} cores, its numbers "
                 "may be the client's"
             )
+        if cell.behind_schedule:
+            found.append(
+                f"{cell.arm}: the client fell behind its arrival schedule (p90 lag "
+                f"{cell.schedule_lag_ms_p90:.0f} ms; sent {cell.achieved_rate_rps or 0:.2f} of "
+                f"{cell.request_rate:g} req/s): the load arrived lighter than stated"
+            )
     return found
 
 
@@ -161,16 +172,16 @@ def estimate_of(cell: CellMetrics) -> Estimate | None:
 
 
 def window_verdicts(summary: Summary) -> list[WindowVerdict]:
-    """One verdict per (workload, concurrency), in the order measured."""
+    """One verdict per (workload, load level), in the order measured."""
     verdicts = []
-    for workload, concurrency in summary.window_keys():
-        baseline = summary.cell(summary.baseline_arm, workload, concurrency)
+    for workload, level in summary.window_keys():
+        baseline = summary.cell(summary.baseline_arm, workload, level)
         if baseline is None:
             continue  # the baseline failed: no speedup exists to judge (run_caveats says so)
         speculative = [
             c
             for c in summary.cells
-            if (c.workload, c.concurrency) == (workload, concurrency)
+            if (c.workload, c.level) == (workload, level)
             and c.arm != summary.baseline_arm
             and c.speedup is not None
         ]
@@ -178,7 +189,7 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
         verdicts.append(
             WindowVerdict(
                 workload=workload,
-                concurrency=concurrency,
+                level=level,
                 baseline=baseline,
                 best=best,
                 estimate=estimate_of(best) if best else None,

@@ -94,18 +94,13 @@ def test_sse_events_split_complete_events_only() -> None:
     assert payloads == [b"[DONE]"]
 
 
-def test_client_streams_from_a_local_server(tmp_path: Path) -> None:
-    """The real transport end to end against benchmarks/stream_server.py (no engine): tokens,
-    the prompt's ids and top logprobs arrive whole, at every chunking."""
-    import asyncio
+@pytest.fixture(scope="module")
+def stream_server() -> str:
+    """benchmarks/stream_server.py (no engine): vLLM-shaped streams of 10 tokens, 3 per chunk."""
     import socket
     import subprocess
     import sys
     import time
-
-    from harness.client import run_window
-    from harness.regime import Load, Sampling
-    from harness.workloads import LoadedWorkload, Workload
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -129,37 +124,66 @@ def test_client_streams_from_a_local_server(tmp_path: Path) -> None:
             except OSError:
                 assert time.monotonic() < deadline, "the stream server did not start"
                 time.sleep(0.1)
-        source = {"path": "x.jsonl", "format": "jsonl"}
-        for fmt in ("raw", "chat"):
-            definition = Workload.model_validate(
-                {"name": "w", "category": "c", "prompt_format": fmt, "source": source}
-            )
-            prompts = [Prompt(f"p{i}", "def f():") for i in range(5)]
-            workload = LoadedWorkload(definition, prompts, "sha")
-            load = Load(concurrency=[2], num_prompts=5, max_output_tokens=10, ignore_eos=True)
-            result = asyncio.run(
-                run_window(
-                    f"http://127.0.0.1:{port}",
-                    workload,
-                    prompts,
-                    2,
-                    Sampling(temperature=0),
-                    load,
-                    top_logprobs=2,
-                    engine_fields=get_adapter("vllm").request_fields(fmt, 2),
-                )
-            )
-            assert len(result.records) == 5 and not result.stalled
-            for record in result.records:
-                assert record.ok, record.error
-                assert record.token_ids == list(range(10)) and record.usage_completion_tokens == 10
-                assert [n for _, n, _ in record.chunks] == [3, 3, 3, 1]  # speculation-sized chunks
-                assert record.prompt_token_ids == list(range(1000, 1100))
-                assert len(record.top_logprobs) == 10 and record.top_logprobs[0][0] == (0, -0.1)
-                assert record.t_send <= record.t_first_token <= record.t_done
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def _window(url: str, fmt: str, count: int, concurrency: int, **kwargs):
+    import asyncio
+
+    from harness.client import run_window
+    from harness.regime import Load, Sampling
+    from harness.workloads import LoadedWorkload, Workload
+
+    source = {"path": "x.jsonl", "format": "jsonl"}
+    definition = Workload.model_validate(
+        {"name": "w", "category": "c", "prompt_format": fmt, "source": source}
+    )
+    prompts = [Prompt(f"p{i}", "def f():") for i in range(count)]
+    workload = LoadedWorkload(definition, prompts, "sha")
+    load = Load(concurrency=[concurrency], num_prompts=count, max_output_tokens=10, ignore_eos=True)
+    return asyncio.run(
+        run_window(url, workload, prompts, concurrency, Sampling(temperature=0), load, **kwargs)
+    )
+
+
+def test_client_streams_from_a_local_server(stream_server: str) -> None:
+    """The real transport end to end against the local stream server: tokens, the prompt's ids and
+    top logprobs arrive whole, at every chunking."""
+    for fmt in ("raw", "chat"):
+        fields = get_adapter("vllm").request_fields(fmt, 2)
+        result = _window(stream_server, fmt, 5, 2, top_logprobs=2, engine_fields=fields)
+        assert len(result.records) == 5 and not result.stalled
+        for record in result.records:
+            assert record.ok, record.error
+            assert record.token_ids == list(range(10)) and record.usage_completion_tokens == 10
+            assert [n for _, n, _ in record.chunks] == [3, 3, 3, 1]  # speculation-sized chunks
+            assert record.prompt_token_ids == list(range(1000, 1100))
+            assert len(record.top_logprobs) == 10 and record.top_logprobs[0][0] == (0, -0.1)
+            assert record.t_send <= record.t_first_token <= record.t_done
+            assert record.t_scheduled is None and record.request_rate is None  # closed loop
+
+
+def test_open_loop_requests_go_when_due_not_when_a_slot_frees(stream_server: str) -> None:
+    """An open-loop window sends each request at its due time (recorded with when the client got to
+    it); with a cap, a due request waits for a slot and the wait is recorded as queueing."""
+    fields = get_adapter("vllm").request_fields("raw", 0)
+    schedule = [0.0, 0.25, 0.5, 0.75, 1.0]
+    result = _window(stream_server, "raw", 5, 5, engine_fields=fields, schedule=schedule, request_rate=4.0)
+    records = sorted(result.records, key=lambda r: r.t_scheduled)
+    assert [r.t_scheduled for r in records] == schedule and all(r.request_rate == 4.0 for r in records)
+    for record in records:
+        assert record.ok, record.error
+        assert record.t_scheduled <= record.t_dispatched <= record.t_send < record.t_done
+        assert record.t_dispatched - record.t_scheduled < 0.2  # on time (a loaded machine adds ms)
+    assert result.duration_s >= 1.0  # the window lasts as long as its schedule
+    # all due at once, one slot: each waits for the one before it to finish
+    capped = _window(stream_server, "raw", 4, 1, engine_fields=fields, schedule=[0.0] * 4, request_rate=100.0)
+    order = sorted(capped.records, key=lambda r: r.t_send)
+    assert all(later.t_send >= earlier.t_done for earlier, later in zip(order, order[1:], strict=False))
+    assert order[-1].t_send - order[-1].t_dispatched >= order[0].t_done - order[0].t_send  # it queued
 
 
 # ---- chat settings: what a chat request carries besides its messages ----------------------------

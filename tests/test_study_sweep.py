@@ -55,7 +55,7 @@ def test_a_tp_that_does_not_divide_the_gpus_fails_the_whole_study(tmp_path: Path
 @pytest.mark.parametrize(
     ("sweep", "expected"),
     [
-        ({"regime": {"load.concurrency": [[1], [2]]}}, "cannot be swept .*within-run load axis"),
+        ({"regime": {"load.concurrency": [[1], [2]]}}, "cannot be swept .*within-run load axes"),
         ({"regime": {"target.dtyp": ["float16"]}}, "no such field; did you mean 'target.dtype'"),
         ({"regime": {"target.dtype": []}}, "give at least one value"),
         ({"regime": {"target.dtype": ["bfloat16", "bfloat16"]}}, "values must be distinct"),

@@ -110,11 +110,11 @@ def with_logprobs_from(reference: Sequence[Any], source: Sequence[Any]) -> list[
     only if both saw the same prefix before p. A record that carries its own logprobs (runs made
     before the logprob pass existed) keeps them."""
     by_prompt = {
-        (s.workload, s.prompt_id, s.concurrency): s for s in source if s.error is None and s.top_logprobs
+        (s.workload, s.prompt_id, *_level(s)): s for s in source if s.error is None and s.top_logprobs
     }
     out = []
     for ref in reference:
-        src = by_prompt.get((ref.workload, ref.prompt_id, ref.concurrency))
+        src = by_prompt.get((ref.workload, ref.prompt_id, *_level(ref)))
         if ref.top_logprobs or src is None:
             out.append(ref)
             continue
@@ -124,9 +124,14 @@ def with_logprobs_from(reference: Sequence[Any], source: Sequence[Any]) -> list[
     return out
 
 
+def _level(record: Any) -> tuple[int, float | None]:
+    """The record's load level: its concurrency and, in an open-loop window, its request rate."""
+    return record.concurrency, getattr(record, "request_rate", None)
+
+
 def _by_key(records: Sequence[Any]) -> dict[tuple, Any]:
     """Successful records keyed by what makes a comparison like-with-like."""
-    return {(r.workload, r.prompt_id, r.concurrency, r.repeat): r for r in records if r.error is None}
+    return {(r.workload, r.prompt_id, *_level(r), r.repeat): r for r in records if r.error is None}
 
 
 def compare_records(
@@ -141,7 +146,16 @@ def compare_records(
             continue
         ref_logprobs = [[lp for _, lp in position] for position in ref.top_logprobs] or None
         result = compare(ref.token_ids, cand.token_ids, ref_logprobs, near_tie_margin).to_json()
-        entry = {"workload": key[0], "prompt_id": key[1], "concurrency": key[2], "repeat": key[3], **result}
+        workload, prompt_id, concurrency, rate, repeat = key
+        entry = {
+            "workload": workload,
+            "prompt_id": prompt_id,
+            "concurrency": concurrency,
+            "repeat": repeat,
+            **result,
+        }
+        if rate is not None:
+            entry["request_rate"] = rate
         if result["position"] is not None:
             position = result["position"]
             entry["reference_text_before"], entry["reference_text_after"] = text_around(ref.chunks, position)

@@ -30,7 +30,7 @@ from harness.table import (
     cpu_line,
     draft_counting_line,
     drafter_note,
-    lab_concurrency,
+    lab_level,
     lab_markdown,
     lab_rows,
 )
@@ -69,12 +69,12 @@ def _best(rows: list[CellMetrics]) -> dict[str, Any]:
 
 def _tables(summary: Summary, gate: StoredGate | None) -> list[dict[str, Any]]:
     tables = []
-    for workload, concurrency in summary.window_keys():
-        rows = [c for c in summary.cells if (c.workload, c.concurrency) == (workload, concurrency)]
+    for workload, level in summary.window_keys():
+        rows = [c for c in summary.cells if (c.workload, c.level) == (workload, level)]
         tables.append(
             {
                 "workload": workload,
-                "concurrency": concurrency,
+                "level": level,
                 "category": rows[0].category,
                 "prompt_format": rows[0].prompt_format,
                 "rows": rows,
@@ -83,7 +83,7 @@ def _tables(summary: Summary, gate: StoredGate | None) -> list[dict[str, Any]]:
                 "checks": [
                     c
                     for c in (gate.checks if gate else [])
-                    if (c.workload, c.concurrency) == (workload, concurrency)
+                    if (c.workload, c.concurrency, c.request_rate) == (workload, *level)
                 ],
             }
         )
@@ -110,7 +110,7 @@ def _verdicts(summary: Summary) -> list[dict[str, Any]]:
         best = verdict.best
         rows.append(
             {
-                "where": f"{verdict.workload} @{verdict.concurrency}",
+                "where": f"{verdict.workload} {verdict.level.short()}",
                 "verdict": verdict,
                 "answer": verdict.fastest,
                 "outcome": OUTCOME_TEXT.get(verdict.outcome, verdict.outcome),
@@ -161,8 +161,9 @@ def _fingerprint(raw: RawRun, summary: Summary) -> list[tuple[str, str]]:
         ("sampling", f"temperature {regime.sampling.temperature}, seed {regime.sampling.seed}"),
         (
             "load",
-            f"concurrency {load.concurrency}, {load.num_prompts} prompts per window, max "
-            f"{load.max_output_tokens} output tokens",
+            ", ".join(lv.label() for lv in load.levels())
+            + (f" ({load.arrival} arrivals)" if load.request_rate else "")
+            + f", {load.num_prompts} prompts per window, max {load.max_output_tokens} output tokens",
         ),
         ("SLO", regime.slo.describe() if regime.slo else "none set"),
         ("environment fingerprint", str(environment.get("fingerprint", "not recorded"))),
@@ -189,8 +190,8 @@ def _categories(summary: Summary) -> dict[str, Any]:
     categories ordered by the first speculative arm's tau (the ordering is the finding)."""
     rows = [r for r in summary.categories if r.method != "baseline"]
     arms = list(dict.fromkeys(r.arm for r in rows))
-    levels = sorted({r.concurrency for r in rows})
-    cells = {(r.category, r.arm, r.concurrency): r for r in rows}
+    levels = sorted({r.level for r in rows}, key=lambda lv: (lv.request_rate is not None, lv))
+    cells = {(r.category, r.arm, r.level): r for r in rows}
     first_level = levels[0] if levels else None
 
     def first_tau(category: str) -> float:
@@ -241,11 +242,11 @@ def _trained_drafters(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _lab(summary: Summary) -> dict[str, Any]:
-    level = lab_concurrency(summary)
+    level = lab_level(summary)
     header, rows = lab_rows(summary, level)
     workloads = list(dict.fromkeys(c.workload for c in summary.cells))
     return {
-        "concurrency": level,
+        "level": level,
         "workloads": workloads,
         "columns": LAB_COLUMNS,
         "rows": rows,
@@ -294,6 +295,10 @@ def report_context(run_dir: Path) -> dict[str, Any]:
                     "speedup vs concurrency",
                     figures.speedup_figure(rows, arms, workloads, summary.baseline_arm),
                 ),
+                (
+                    "goodput vs request rate" if summary.slo else "throughput vs request rate",
+                    figures.rate_figure(rows, arms, workloads, summary.slo is not None),
+                ),
                 ("per-position acceptance", figures.per_position_figure(rows)),
                 ("TPOT distribution", figures.tpot_figure(samples)),
                 ("power over time", figures.power_figure(power_windows)),
@@ -333,7 +338,7 @@ def render_comparison(run_a: Path, run_b: Path, force: bool) -> str:
         )
     pairs = []
     for row_a in a["summary"].cells:
-        row_b = b["summary"].cell(row_a.arm, row_a.workload, row_a.concurrency)
+        row_b = b["summary"].cell(row_a.arm, row_a.workload, row_a.level)
         ratios = {}
         for key in COMPARED:
             va, vb = getattr(row_a, key), getattr(row_b, key) if row_b else None

@@ -81,7 +81,10 @@ def speedup_figure(
             points = sorted(
                 (r.concurrency, r.speedup)
                 for r in rows
-                if r.arm == arm and r.workload == workload and r.speedup is not None
+                if r.arm == arm
+                and r.workload == workload
+                and r.speedup is not None
+                and r.request_rate is None
             )
             if points:
                 ax.plot(
@@ -92,13 +95,43 @@ def speedup_figure(
         plt.close(fig)
         return None
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    levels = sorted({r.concurrency for r in rows})
+    levels = sorted({r.concurrency for r in rows if r.request_rate is None})
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels, [str(level) for level in levels])
     ax.minorticks_off()
     ax.set_xlabel("concurrency")
     ax.set_ylabel("speedup vs baseline")
     ax.set_title("speedup vs concurrency (below the dashed line: a loss)")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def rate_figure(rows: list[CellMetrics], arms: list[str], workloads: list[str], slo: bool) -> str | None:
+    """Open-loop windows: goodput (with SLO targets; else completed requests/s) against the offered
+    request rate, per arm and workload, with the ideal (everything served) as a dashed line."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    plotted, rates = False, set()
+    for arm in arms:
+        for workload in workloads:
+            points = sorted(
+                (r.request_rate, r.goodput_rps if slo else r.requests_ok / r.duration_s)
+                for r in rows
+                if r.arm == arm and r.workload == workload and r.request_rate is not None and r.duration_s > 0
+            )
+            points = [(x, y) for x, y in points if y is not None]
+            if points:
+                ax.plot(
+                    [x for x, _ in points], [y for _, y in points], marker="o", label=f"{arm} / {workload}"
+                )
+                rates.update(x for x, _ in points)
+                plotted = True
+    if not plotted:
+        plt.close(fig)
+        return None
+    ax.plot(sorted(rates), sorted(rates), color="grey", linewidth=0.8, linestyle="--", label="offered")
+    ax.set_xlabel("offered request rate (requests/s)")
+    ax.set_ylabel("goodput (requests/s within SLO)" if slo else "completed requests/s")
+    ax.set_title("goodput vs request rate" if slo else "throughput vs request rate (no SLO set)")
     ax.legend(fontsize=7)
     return _png(fig)
 
@@ -149,7 +182,7 @@ def power_figure(windows: dict[str, list[WindowRecord]]) -> str | None:
                     [s[0] - t0 for s in samples],
                     [s[1] for s in samples],
                     linewidth=0.8,
-                    label=f"{arm} / {window.workload} @ {window.concurrency}",
+                    label=f"{arm} / {window.workload} {window.level.short()}",
                 )
                 plotted = True
     if not plotted:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from harness.probes.copying import copied_ngrams, share_pct
+from harness.probes.schedule import client_lag_s, queueing_s
 from harness.probes.slo import meets
 from harness.results.model import Summary
 from harness.results.raw import RawRun, read_raw
@@ -62,15 +63,16 @@ class Run:
 
     def repeats(self) -> pd.DataFrame:
         """One row per repeat of each cell: the window-level samples the gates test."""
-        columns = ["arm", "workload", "category", "concurrency", "repeat", "duration_s", "output_tokens",
+        columns = ["arm", "workload", "category", "concurrency", "request_rate", "repeat", "duration_s", "output_tokens",
                    "output_tok_s", "tau", "tokens_per_forward", "usd_per_mtok", "speedup", "slo_pct", "goodput_rps"]
         return _frame(({"arm": c.arm, "workload": c.workload, "category": c.category, "concurrency": c.concurrency,
-                        **r.model_dump()} for c in self.summary.cells for r in c.per_repeat), columns)
+                        "request_rate": c.request_rate, **r.model_dump()} for c in self.summary.cells for r in c.per_repeat), columns)
 
     def requests(self) -> pd.DataFrame:
         """One row per measured request (warm-up and noise-floor passes excluded), in seconds and ms."""
         columns = ["arm", "method", "workload", "category", "prompt_format", "concurrency", "repeat", "prompt_id", "ok",
-                   "error", "finish_reason", "prompt_tokens", "output_tokens", "t_send_s", "ttft_ms", "tpot_ms",
+                   "error", "finish_reason", "prompt_tokens", "output_tokens", "request_rate", "t_scheduled_s",
+                   "client_lag_ms", "queueing_ms", "t_send_s", "ttft_ms", "tpot_ms",
                    "e2e_ms", "within_slo", "copy_share_pct", "context_share_pct"]
         slo = self.summary.slo  # within_slo: None without targets
         categories = {c.workload: c.category for c in self.summary.cells}
@@ -83,7 +85,9 @@ class Run:
             {"arm": name, "method": methods[name], "workload": s.workload, "category": categories.get(s.workload),
              "prompt_format": s.prompt_format, "concurrency": s.concurrency, "repeat": s.repeat,
              "prompt_id": s.prompt_id, "ok": s.ok, "error": s.error, "finish_reason": s.finish_reason,
-             "prompt_tokens": s.prompt_token_count, "output_tokens": s.output_tokens, "t_send_s": s.t_send,
+             "prompt_tokens": s.prompt_token_count, "output_tokens": s.output_tokens,
+             "request_rate": s.request_rate, "t_scheduled_s": s.t_scheduled, "client_lag_ms": ms(client_lag_s(s)),
+             "queueing_ms": ms(queueing_s(s)), "t_send_s": s.t_send,
              "ttft_ms": ms(s.ttft_s), "tpot_ms": ms(s.tpot_s), "e2e_ms": ms(s.e2e_s),
              "within_slo": None if slo is None else meets(s, slo),
              "copy_share_pct": share_pct([copied := copied_ngrams(s.prompt_token_ids, s.token_ids)]),

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from harness.errors import UserError
 from harness.probes.exactness import Status
-from harness.regime import Slo
+from harness.regime import LoadLevel, Slo
 from harness.results.files import READABLE_VERSIONS, SCHEMA_VERSION, read_json
 from harness.results.records import ArmStatus, ResultModel, RunTiming
 
@@ -61,7 +61,7 @@ class CellMetrics(ResultModel):
     workload: str
     category: str
     prompt_format: str
-    concurrency: int
+    concurrency: int  # closed loop: in flight, exactly; open loop: at most
     repeats: int
     requests_total: int
     requests_ok: int
@@ -128,6 +128,18 @@ class CellMetrics(ResultModel):
     rel_half_width: float | None = None  # achieved after the cell's last repeat
     precision_target: float | None = None
     extra_repeat_s: float = 0.0  # engine seconds spent on repeats beyond the minimum
+    # open-loop windows (load.request_rate; probes.schedule): the rate asked for and the one the
+    # client achieved, how late the client got to requests (p90) and how long they waited for a
+    # max_concurrency slot (p50); behind_schedule: the client, not the server, set the load
+    request_rate: float | None = None
+    achieved_rate_rps: float | None = None
+    schedule_lag_ms_p90: float | None = None
+    queueing_ms_p50: float | None = None
+    behind_schedule: bool = False
+
+    @property
+    def level(self) -> LoadLevel:
+        return LoadLevel(self.concurrency, self.request_rate)
 
 
 class CategoryMetrics(ResultModel):
@@ -148,6 +160,11 @@ class CategoryMetrics(ResultModel):
     speedup: float | None
     copy_share_pct: float | None = None
     context_share_pct: float | None = None
+    request_rate: float | None = None  # open-loop windows: requests/s
+
+    @property
+    def level(self) -> LoadLevel:
+        return LoadLevel(self.concurrency, self.request_rate)
 
 
 class ArmSummary(ArmStatus):
@@ -167,6 +184,7 @@ class ExactnessEntry(ResultModel):
     concurrency: int
     repeat: int
     status: Status
+    request_rate: float | None = None  # open-loop windows
     position: int | None = None
     reference_token: int | None = None
     candidate_token: int | None = None
@@ -174,6 +192,10 @@ class ExactnessEntry(ResultModel):
     reference_text_before: str | None = None
     reference_text_after: str | None = None
     candidate_text_after: str | None = None
+
+    @property
+    def level(self) -> LoadLevel:
+        return LoadLevel(self.concurrency, self.request_rate)
 
 
 class ExactnessBlock(ExactnessShares):
@@ -212,8 +234,12 @@ class Summary(ResultModel):
     timing: RunTiming | None = None  # where the run's wall time went (timing.json)
     slo: Slo | None = None  # the targets slo_pct and goodput_rps were derived with (the run's regime)
 
-    def cell(self, arm: str, workload: str, concurrency: int) -> CellMetrics | None:
-        return next((c for c in self.cells if (c.arm, c.workload, c.concurrency) == (arm, workload, concurrency)), None)
+    def cell(
+        self, arm: str, workload: str, concurrency: int | LoadLevel, request_rate: float | None = None
+    ) -> CellMetrics | None:
+        """One cell; ``concurrency`` is a closed-loop level, or give the window's ``LoadLevel``."""
+        level = concurrency if isinstance(concurrency, LoadLevel) else LoadLevel(concurrency, request_rate)
+        return next((c for c in self.cells if (c.arm, c.workload, c.level) == (arm, workload, level)), None)
 
     def cells_of(self, arm: str) -> list[CellMetrics]:
         return [c for c in self.cells if c.arm == arm]
@@ -221,9 +247,16 @@ class Summary(ResultModel):
     def arm(self, name: str) -> ArmSummary | None:
         return next((a for a in self.arms if a.name == name), None)
 
-    def window_keys(self) -> list[tuple[str, int]]:
-        """The (workload, concurrency) pairs measured, in the order they were first measured."""
-        return list(dict.fromkeys((c.workload, c.concurrency) for c in self.cells))
+    def window_keys(self) -> list[tuple[str, LoadLevel]]:
+        """The (workload, load level) pairs measured, in the order they were first measured."""
+        return list(dict.fromkeys((c.workload, c.level) for c in self.cells))
+
+    def levels(self) -> list[LoadLevel]:
+        """The load levels measured: closed loop by concurrency, then open loop by rate."""
+        return sorted(
+            {c.level for c in self.cells},
+            key=lambda lv: (lv.request_rate is not None, lv.request_rate or 0, lv.concurrency),
+        )
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
@@ -240,9 +273,11 @@ def parse_summary(data: Any, source: str) -> Summary:
     """A summary dict of any readable version as a ``Summary``; errors name the source and field."""
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version not in READABLE_VERSIONS:
-        raise UserError(f"{source}: schema_version {version!r} is not supported by this harness (it reads "
-                        f"versions "
-                        f"{', '.join(map(str, READABLE_VERSIONS))}); use the harness version that wrote it")
+        raise UserError(
+            f"{source}: schema_version {version!r} is not supported by this harness (it reads "
+            f"versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}); use the harness version that wrote it"
+        )
     try:
         return Summary.model_validate(upgrade(data))
     except ValidationError as exc:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from harness.probes.acceptance import SpecCounters
 from harness.probes.latency import tpot_s, ttft_s
+from harness.regime import LoadLevel
 
 
 class ResultModel(BaseModel):
@@ -34,7 +35,10 @@ class RequestSample(ResultModel):
     prompt_id: str
     concurrency: int
     prompt_format: str
-    repeat: int = 0  # which repeat of the (workload, concurrency) window
+    repeat: int = 0  # which repeat of the (workload, load level) window
+    request_rate: float | None = None  # the open-loop window's rate (requests/s); None: closed loop
+    t_scheduled: float | None = None  # open loop: when the request was due
+    t_dispatched: float | None = None  # open loop: when the client got to it (then maybe waited for a slot)
     t_send: float
     t_first_token: float | None = None
     t_done: float | None = None
@@ -64,6 +68,10 @@ class RequestSample(ResultModel):
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def level(self) -> LoadLevel:
+        return LoadLevel(self.concurrency, self.request_rate)
 
     @property
     def output_tokens(self) -> int:
@@ -126,13 +134,16 @@ class WindowGpu(ResultModel):
 
 
 class WindowRecord(ResultModel):
-    """One measured window: a workload at a concurrency level, one repeat."""
+    """One measured window: a workload at a load level (a concurrency, or a request rate), one repeat."""
 
     workload: str
     category: str
     prompt_format: str
-    concurrency: int
+    concurrency: int  # closed loop: in flight, exactly; open loop: at most
     repeat: int = 0
+    request_rate: float | None = None  # open loop: requests/s; None: closed loop
+    arrival: str | None = None  # open loop: poisson | constant | gamma (with burstiness)
+    schedule: list[float] = []  # open loop: each request's due time, seconds from the window's start
     duration_s: float  # first send to last completion
     prefix_cache_reset: bool = False
     # where tau comes from: "server_counters" (scrapes around the window) or "per_request" details
@@ -144,6 +155,10 @@ class WindowRecord(ResultModel):
     precision: WindowPrecision | None = None  # adaptive repeats only
     cpu: WindowCpu | None = None  # None: recorded before version 3, or no /proc on this machine
     gpu: WindowGpu | None = None  # None: recorded before version 4, or no NVML (no GPU) here
+
+    @property
+    def level(self) -> LoadLevel:
+        return LoadLevel(self.concurrency, self.request_rate)
 
     def counter_delta(self) -> SpecCounters:
         """The window's counter delta (server_counters windows only)."""

@@ -21,11 +21,13 @@ if TYPE_CHECKING:
 def point_observations(
     point: StudyPointRecord, summary: Summary, families: dict[str, str]
 ) -> list[analysis.Observation]:
-    """One observation per cell of one point's run."""
-    base = {(c.workload, c.concurrency): c for c in summary.cells if c.arm == summary.baseline_arm}
+    """One observation per closed-loop cell of one point's run: the study's load axis is concurrency
+    (open-loop windows are read per run, in its goodput-vs-rate view)."""
+    closed = [c for c in summary.cells if c.request_rate is None]
+    base = {(c.workload, c.concurrency): c for c in closed if c.arm == summary.baseline_arm}
     axes = tuple((path, value) for path, value in point.axes)
     out = []
-    for cell in summary.cells:
+    for cell in closed:
         reference = base.get((cell.workload, cell.concurrency))
         out.append(
             analysis.Observation(
