@@ -38,6 +38,7 @@ class RequestRecord:
     request_rate: float | None = None  # the open-loop window's rate; None: closed loop
     t_scheduled: float | None = None  # open loop: when it was due (s from the window's start)
     t_dispatched: float | None = None  # open loop: when the client got to it, before any wait for a slot
+    seed: int | None = None  # the distribution check's per-sample seed; None: the regime's seed
     t_send: float = 0.0
     t_first_token: float | None = None
     t_done: float | None = None
@@ -78,6 +79,7 @@ def request_body(
     top_logprobs: int = 0,
     engine_fields: dict[str, Any] | None = None,
     chat: ChatTemplate | None = None,
+    seed: int | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The endpoint path and JSON body for one prompt. Temperature is always sent explicitly;
     ``engine_fields`` (from the adapter) ask for token ids and per-request details; ``chat`` (the
@@ -86,11 +88,15 @@ def request_body(
         "model": SERVED_MODEL_NAME,
         "max_tokens": load.max_output_tokens,
         "temperature": sampling.temperature,
-        "seed": sampling.seed,
+        "seed": sampling.seed if seed is None else seed,
         "stream": True,
         "stream_options": {"include_usage": True},
         **(engine_fields or {}),
     }
+    if sampling.top_p is not None:
+        body["top_p"] = sampling.top_p
+    if sampling.top_k is not None:
+        body["top_k"] = sampling.top_k
     if load.ignore_eos:
         body["ignore_eos"] = True
     if prompt_format == "chat":
@@ -123,13 +129,22 @@ def parse_top_logprobs(logprobs: dict[str, Any] | None) -> list[list[tuple[int, 
     if not logprobs:
         return []
     if "content" in logprobs:
-        return [
-            [(_token_id(top["token"]), top["logprob"]) for top in entry.get("top_logprobs") or []]
-            for entry in logprobs["content"] or []
-        ]
+        return [_with_sampled(entry) for entry in logprobs["content"] or []]
     return [
         [(_token_id(k), v) for k, v in (entry or {}).items()] for entry in logprobs.get("top_logprobs") or []
     ]
+
+
+def _with_sampled(entry: dict[str, Any]) -> list[tuple[int | None, float]]:
+    """A chat position's top logprobs plus the sampled token's own (outside the top-k when sampling
+    at temperature > 0 picked a less likely token: the distribution check needs its logprob)."""
+    tops = [(_token_id(top["token"]), top["logprob"]) for top in entry.get("top_logprobs") or []]
+    sampled = (
+        (_token_id(entry["token"]), entry["logprob"]) if "token" in entry and "logprob" in entry else None
+    )
+    if sampled is not None and sampled[0] is not None and sampled[0] not in {t for t, _ in tops}:
+        tops.append(sampled)
+    return tops
 
 
 def _absorb_sglext(record: RequestRecord, sglext: dict[str, Any]) -> None:
@@ -268,6 +283,7 @@ async def run_window(
     repeat: int = 0,
     schedule: list[float] | None = None,
     request_rate: float | None = None,
+    seeds: list[int] | None = None,
 ) -> WindowResult:
     """Send ``prompts`` with at most ``concurrency`` in flight; return the raw records. Closed loop
     (no ``schedule``): the next prompt goes as soon as a slot frees. Open loop: prompt i is due
@@ -289,15 +305,17 @@ async def run_window(
 
     async with aiohttp.ClientSession(base_url=base_url, connector=connector, timeout=timeout) as client:
 
-        async def one(prompt: Prompt, due: float | None) -> RequestRecord:
-            record = RequestRecord(workload.name, prompt.prompt_id, concurrency, fmt, repeat, request_rate)
+        async def one(prompt: Prompt, due: float | None, seed: int | None) -> RequestRecord:
+            record = RequestRecord(
+                workload.name, prompt.prompt_id, concurrency, fmt, repeat, request_rate, seed=seed
+            )
             if due is not None:  # open loop: wait for the due time, whatever is in flight
                 await asyncio.sleep(due - (time.perf_counter() - clock_zero))
                 record.t_scheduled, record.t_dispatched = due, time.perf_counter() - clock_zero
             async with semaphore:
                 started.append(record)
                 path, body = request_body(
-                    prompt, fmt, sampling, load, top_logprobs, engine_fields, workload.chat
+                    prompt, fmt, sampling, load, top_logprobs, engine_fields, workload.chat, seed
                 )
                 try:
                     await asyncio.wait_for(
@@ -314,7 +332,11 @@ async def run_window(
             return record
 
         dues = schedule if schedule is not None else [None] * len(prompts)
-        tasks = [asyncio.ensure_future(one(p, due)) for p, due in zip(prompts, dues, strict=True)]
+        per_prompt = seeds if seeds is not None else [None] * len(prompts)
+        tasks = [
+            asyncio.ensure_future(one(p, due, seed))
+            for p, due, seed in zip(prompts, dues, per_prompt, strict=True)
+        ]
 
         async def watchdog() -> None:
             while True:

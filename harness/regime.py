@@ -149,6 +149,50 @@ class Sampling(StrictModel):
         ge=0, description="Sampling temperature; 0 means greedy (needed for exactness)."
     )
     seed: int = Field(default=0, description="Per-request seed, also passed to the engine (--seed).")
+    top_p: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Nucleus sampling (temperature > 0 only); default: the engine's (1).",
+    )
+    top_k: int | None = Field(
+        default=None, ge=1, description="Sample among the k most likely tokens (temperature > 0 only)."
+    )
+
+    @model_validator(mode="after")
+    def _sampled_settings_need_sampling(self) -> Sampling:
+        if self.temperature == 0 and (self.top_p is not None or self.top_k is not None):
+            raise ValueError(
+                "top_p and top_k shape sampling: they need temperature > 0 (greedy ignores them)"
+            )
+        return self
+
+    def unset(self) -> set[str]:
+        """Fields left out of fingerprints while unset (regimes written before they existed keep theirs)."""
+        return {name for name in ("top_p", "top_k") if getattr(self, name) is None}
+
+
+class DistributionCheck(StrictModel):
+    """Lossless at temperature > 0 means the same output distribution (harness.probes.distribution):
+    every arm answers each prompt ``samples_per_prompt`` times with different seeds, unmeasured, and
+    per-sequence statistics are compared with the baseline's."""
+
+    enabled: bool = Field(default=True, description="Run the check whenever temperature > 0.")
+    samples_per_prompt: int = Field(
+        default=6, ge=1, le=100, description="Answers per prompt per arm (seeds seed, seed + 1, ...)."
+    )
+    alpha: float = Field(
+        default=0.01, gt=0, lt=1, description="Significance level, split over the three statistics."
+    )
+    min_effect: float = Field(
+        default=0.2,
+        gt=0,
+        le=1,
+        description="|Cliff's delta| at or above which a significant difference counts as 'shifted'.",
+    )
+    min_samples: int = Field(
+        default=30, ge=2, description="Sequences per side below which no 'consistent' verdict is given."
+    )
 
 
 class Slo(StrictModel):
@@ -761,6 +805,10 @@ class Regime(StrictModel):
         "to every cell, the tables and the gates. Part of the conditions runs are compared under.",
     )
     exactness: Exactness = Field(default_factory=Exactness, description="Greedy-exactness probe settings.")
+    distribution_check: DistributionCheck = Field(
+        default_factory=DistributionCheck,
+        description="At temperature > 0: the output-distribution check that replaces greedy exactness.",
+    )
     power: Power = Field(default_factory=Power, description="Power probe settings.")
     allow_lossy_acceptance: bool = Field(
         default=False,
@@ -791,6 +839,11 @@ class Regime(StrictModel):
             )
         for index, gate in enumerate(self.gates.rules):
             self._check_gate(index, gate, names)
+        if self.sampling.temperature > 0 and self.exactness.near_tie_margin is not None:
+            raise ValueError(
+                "exactness.near_tie_margin: a greedy-only setting, but sampling.temperature is "
+                f"{self.sampling.temperature:g} (sampled runs get the distribution check instead)"
+            )
         if self.hardware.kind == "cpu" and self.tensor_parallel_size != 1:
             raise ValueError("a cpu regime runs with tensor_parallel_size 1")
         if self.hardware.kind == "cpu" and self.cost.usd_per_machine_hour is None:
@@ -830,6 +883,10 @@ class Regime(StrictModel):
         """Exactness is only meaningful for greedy decoding."""
         return self.exactness.enabled and self.sampling.temperature == 0
 
+    def distribution_applies(self) -> bool:
+        """The distribution check replaces exactness when the regime samples."""
+        return self.distribution_check.enabled and self.sampling.temperature > 0
+
     @property
     def baseline_arm(self) -> Arm:
         return next(arm for arm in self.arms if arm.method == "baseline")
@@ -854,6 +911,10 @@ class Regime(StrictModel):
         unset: dict[str, Any] = {"slo": True} if self.slo is None else {}
         if fields := self.load.open_loop_fields():
             unset["load"] = fields
+        if fields := self.sampling.unset():
+            unset["sampling"] = fields
+        if self.distribution_check == DistributionCheck():
+            unset["distribution_check"] = True
         return unset
 
     def conditions_fingerprint(self, workloads: list[dict[str, Any]]) -> str:

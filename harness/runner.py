@@ -231,6 +231,8 @@ class Runner:
                         self._measure_cell(run, arm, server, workload, level)
                 if arm.method == "baseline" and self.plan.regime.exactness_applies():
                     self._reference_pass(run, arm, server)
+                if self.plan.regime.distribution_applies():
+                    self._distribution_pass(run, arm, server)
             run.write_status(arm.name, ArmStatus(status="ok", **served))
         except EngineError as exc:
             self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
@@ -428,6 +430,25 @@ class Runner:
                 )
                 self._check_alive(server, result)
 
+    def _distribution_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
+        """Temperature > 0: every prompt answered ``samples_per_prompt`` times with seeds seed,
+        seed + 1, ..., with the sampled tokens' logprobs (harness.probes.distribution), unmeasured and
+        stored apart; every arm gets the same prompts and seeds, closed loop at the regime's highest
+        concurrency (the batch shape does not change what is sampled, only how fast)."""
+
+        def keep(record: RequestRecord) -> None:
+            append_jsonl(run.distribution(arm.name), record.to_json())
+
+        regime = self.plan.regime
+        count = regime.distribution_check.samples_per_prompt
+        level = LoadLevel(max(regime.load.concurrency, default=min(8, regime.load.num_prompts)))
+        for workload in self.plan.workloads:
+            prompts = [p for p in workload.prompts for _ in range(count)]
+            seeds = [regime.sampling.seed + i for _ in workload.prompts for i in range(count)]
+            label = f"distribution check ({count} seeded samples per prompt): {workload.name}"
+            result = self._send(server, workload, prompts, level, label, keep, logprobs=True, seeds=seeds)
+            self._check_alive(server, result)
+
     def _send(
         self,
         server: Server,
@@ -440,6 +461,7 @@ class Runner:
         measured: bool = True,
         logprobs: bool = False,
         schedule: list[float] | None = None,
+        seeds: list[int] | None = None,
     ) -> WindowResult:
         columns = (
             SpinnerColumn(),
@@ -456,7 +478,11 @@ class Runner:
                 progress.advance(task)
 
             regime = self.plan.regime
-            top_logprobs = regime.exactness.top_logprobs if logprobs else 0
+            # the distribution check needs the sampled token's logprob and the top-1 beside it: vLLM lists
+            # the sampled token first, then the top-k, and its chat API keeps the first k entries, so 2
+            top_logprobs = (
+                (2 if regime.sampling.temperature > 0 else regime.exactness.top_logprobs) if logprobs else 0
+            )
             fields = self.plan.adapter.request_fields(workload.definition.prompt_format, top_logprobs)
             result = asyncio.run(
                 run_window(
@@ -472,6 +498,7 @@ class Runner:
                     repeat,
                     schedule,
                     level.request_rate,
+                    seeds,
                 )
             )
         self.clock["measured_s" if measured else "warmup_s"] += result.duration_s

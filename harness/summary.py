@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.probes import distribution
 from harness.probes.acceptance import (
     SpecCounters,
     acceptance,
@@ -38,6 +39,9 @@ from harness.results.model import (
     ArmSummary,
     CategoryMetrics,
     CellMetrics,
+    DistributionArm,
+    DistributionSection,
+    DistributionTest,
     ExactnessBlock,
     ExactnessEntry,
     ExactnessSection,
@@ -398,6 +402,34 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         unread_lines=raw.unread.notes,
         timing=raw.timing,
         slo=raw.regime.slo,
+        distribution=distribution_section(raw),
+    )
+
+
+def distribution_section(raw: RawRun) -> DistributionSection | None:
+    """Temperature > 0: each speculative arm's seeded samples against the baseline's
+    (harness.probes.distribution); None for greedy runs or when the check is off."""
+    regime = raw.regime
+    if not regime.distribution_applies():
+        return None
+    settings = regime.distribution_check
+    reference = [distribution.sequence_stats(s) for s in raw.arms[raw.baseline_arm].distribution if s.ok]
+    arms = {}
+    for name, arm in raw.arms.items():
+        mine = [distribution.sequence_stats(s) for s in arm.distribution if s.ok]
+        if name == raw.baseline_arm or not mine or not reference:
+            continue
+        tests = distribution.compare(reference, mine)
+        arms[name] = DistributionArm(
+            verdict=distribution.verdict(tests, settings.alpha, settings.min_effect, settings.min_samples),
+            tests=[DistributionTest(**vars(t)) for t in tests],
+        )
+    return DistributionSection(
+        samples_per_prompt=settings.samples_per_prompt,
+        alpha=settings.alpha,
+        min_effect=settings.min_effect,
+        min_samples=settings.min_samples,
+        arms=arms,
     )
 
 

@@ -38,6 +38,7 @@ class WindowVerdict:
     best: CellMetrics | None  # the fastest speculative arm; None when none produced a speedup
     estimate: Estimate | None  # best's speedup with its interval
     caveats: tuple[str, ...]  # about the best arm
+    distribution: str | None = None  # temperature > 0: the best arm's distribution-check verdict
 
     @property
     def concurrency(self) -> int:
@@ -76,7 +77,12 @@ class WindowVerdict:
             else f"{where}: baseline fastest; best speculative arm {self.best.arm} "
             f"{OUTCOME_TEXT[self.outcome]} at {self.estimate.text()}"
         )
-        parts = [head, f"$/Mtok {self._cost()}", identical_text(self.best)]
+        same = (
+            identical_text(self.best)
+            if self.distribution is None
+            else f"output distribution {self.distribution}"
+        )
+        parts = [head, f"$/Mtok {self._cost()}", same]
         return "; ".join(parts) + (f" [{'; '.join(self.caveats)}]" if self.caveats else "")
 
     def _cost(self) -> str:
@@ -87,6 +93,43 @@ class WindowVerdict:
         saving = self.saving_pct
         change = "" if saving is None else f" ({-saving:+.0f}%)"
         return f"{before:.2f} -> {after:.2f}{change}"
+
+
+def _distribution_verdict(summary: Summary, arm: str) -> str | None:
+    section = summary.distribution
+    if section is None:
+        return None
+    found = section.arms.get(arm)
+    return found.verdict if found else "not checked"
+
+
+_STATISTIC_TEXT = {
+    "mean_logprob": "mean logprob",
+    "output_tokens": "output tokens",
+    "top1_share": "top-1 share",
+}
+
+
+def distribution_lines(summary: Summary) -> list[str]:
+    """Temperature > 0: each speculative arm's distribution-check verdict with its evidence."""
+    section = summary.distribution
+    if section is None:
+        return []
+    lines = [
+        f"Distribution check ({section.samples_per_prompt} seeded samples per prompt per arm against "
+        f"{summary.baseline_arm}'s; two-sided Mann-Whitney at {section.alpha:g} / 3, shifted when also "
+        f"|Cliff's delta| >= {section.min_effect:g}):"
+    ]
+    for arm, result in section.arms.items():
+        tests = "; ".join(
+            f"{_STATISTIC_TEXT[t.statistic]} {_num(t.arm_median, '.3g')} vs {_num(t.baseline_median, '.3g')} "
+            f"(p {_num(t.p_value, '.2g')}, delta {_num(t.delta, '+.2f')})"
+            for t in result.tests
+        )
+        lines.append(f"  {arm}: {result.verdict}: {tests}")
+    if not section.arms:
+        lines.append("  no speculative arm has samples to compare")
+    return lines
 
 
 def _num(value: float | None, spec: str) -> str:
@@ -197,6 +240,7 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
                     (arm_caveats(summary.arm(best.arm)) if best else [])
                     + cpu_caveats([baseline] + ([best] if best else []))
                 ),
+                distribution=_distribution_verdict(summary, best.arm) if best else None,
             )
         )
     return verdicts

@@ -119,7 +119,11 @@ def _verdicts(summary: Summary) -> list[dict[str, Any]]:
                 "usd_before": verdict.baseline.usd_per_mtok,
                 "usd_after": best.usd_per_mtok if best else None,
                 "saving_pct": verdict.saving_pct,
-                "identical": identical_text(best) if best else "–",
+                "identical": (
+                    f"distribution {verdict.distribution}"
+                    if verdict.distribution
+                    else (identical_text(best) if best else "–")
+                ),
                 "caveats": "; ".join(verdict.caveats),
             }
         )

@@ -9,6 +9,7 @@ Layout of one run (``results/<regime-name>/<run-id>/``)::
     arms/<arm>/warmup.jsonl      warm-up requests (kept apart; never in metrics)
     arms/<arm>/samples.jsonl     one raw RequestRecord per measured request
     arms/<arm>/noise_floor.jsonl baseline only, with exactness.noise_floor: the same windows again
+    arms/<arm>/distribution.jsonl temperature > 0: N seeded samples per prompt (distribution check)
     arms/<arm>/windows.jsonl     one line per measured window: duration, counter scrapes
     arms/<arm>/status.json       an ArmStatus: running | ok | failed | interrupted, with the error
     arms/<arm>.attempt-N/        an incomplete arm's files, moved aside by ``bench run --resume``
@@ -38,7 +39,11 @@ Schema history (``schema_version``, in ``regime.json`` and ``summary.json``):
         fields default).
     5 - a regime may set ``slo`` targets: summary cells and repeats carry ``slo_pct`` and
         ``goodput_rps`` (``probes.slo``) and the summary the ``slo`` they were derived with.
-        Version-4 files load unchanged (new fields default).
+        Version-4 files load unchanged (new fields default). Open-loop windows carry
+        ``request_rate``, ``arrival`` and ``schedule``, their samples ``t_scheduled`` and
+        ``t_dispatched``, their cells the achieved rate, lag, queueing and ``behind_schedule``;
+        sampled runs (temperature > 0) an ``arms/<arm>/distribution.jsonl`` and the summary a
+        ``distribution`` section.
 """
 
 from __future__ import annotations
@@ -191,6 +196,10 @@ class RunDir:
 
     def noise_floor(self, arm: str) -> Path:
         return self.arm_dir(arm) / "noise_floor.jsonl"
+
+    def distribution(self, arm: str) -> Path:
+        """Temperature > 0: the arm's unmeasured samples for the distribution check."""
+        return self.arm_dir(arm) / "distribution.jsonl"
 
     def windows(self, arm: str) -> Path:
         return self.arm_dir(arm) / "windows.jsonl"

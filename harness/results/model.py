@@ -218,6 +218,33 @@ class ExactnessSection(ResultModel):
         return self.noise_floor if arm == baseline else self.arms.get(arm)
 
 
+class DistributionTest(ResultModel):
+    """One statistic of the distribution check: the arm's sequences against the baseline's."""
+
+    statistic: str  # mean_logprob | output_tokens | top1_share (probes.distribution)
+    n_baseline: int
+    n_arm: int
+    baseline_median: float | None
+    arm_median: float | None
+    p_value: float | None  # two-sided Mann-Whitney
+    delta: float | None  # Cliff's delta, arm vs baseline
+
+
+class DistributionArm(ResultModel):
+    verdict: Literal["consistent with lossless", "shifted", "inconclusive"]
+    tests: list[DistributionTest]
+
+
+class DistributionSection(ResultModel):
+    """Temperature > 0: each speculative arm's sampled outputs against the baseline's."""
+
+    samples_per_prompt: int
+    alpha: float
+    min_effect: float
+    min_samples: int
+    arms: dict[str, DistributionArm]
+
+
 class Summary(ResultModel):
     schema_version: Literal[5] = SCHEMA_VERSION
     run_id: str
@@ -233,6 +260,7 @@ class Summary(ResultModel):
     unread_lines: list[str] = []  # torn last lines of raw files that were skipped (a crash mid-write)
     timing: RunTiming | None = None  # where the run's wall time went (timing.json)
     slo: Slo | None = None  # the targets slo_pct and goodput_rps were derived with (the run's regime)
+    distribution: DistributionSection | None = None  # temperature > 0 only
 
     def cell(
         self, arm: str, workload: str, concurrency: int | LoadLevel, request_rate: float | None = None

@@ -22,6 +22,7 @@ class RawArm:
     samples: list[RequestSample]  # measured requests, in the order they completed
     windows: list[WindowRecord]  # measured windows, in the order they ran
     noise_floor: list[RequestSample]  # the baseline's second pass (empty for other arms)
+    distribution: list[RequestSample] = field(default_factory=list)  # temperature > 0: seeded samples
 
 
 @dataclass
@@ -59,6 +60,7 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
             samples=read_records(run.samples(arm.name), RequestSample, unread),
             windows=read_records(run.windows(arm.name), WindowRecord, unread),
             noise_floor=read_records(run.noise_floor(arm.name), RequestSample, unread),
+            distribution=read_records(run.distribution(arm.name), RequestSample, unread),
         )
         for arm in regime.arms
     }

@@ -39,6 +39,7 @@ class RequestSample(ResultModel):
     request_rate: float | None = None  # the open-loop window's rate (requests/s); None: closed loop
     t_scheduled: float | None = None  # open loop: when the request was due
     t_dispatched: float | None = None  # open loop: when the client got to it (then maybe waited for a slot)
+    seed: int | None = None  # distribution-check samples: the request's own seed
     t_send: float
     t_first_token: float | None = None
     t_done: float | None = None
