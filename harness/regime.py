@@ -207,6 +207,13 @@ class Slo(StrictModel):
     e2e_ms: float | None = Field(
         default=None, gt=0, description="Whole request, send to last token, at most (ms)."
     )
+    target_pct: float = Field(
+        default=99,
+        gt=0,
+        le=100,
+        description="The share of requests that must meet the targets: with open-loop rates, the highest "
+        "rate at which each arm still does is reported (interpolated between the measured rates).",
+    )
 
     @model_validator(mode="after")
     def _some_target(self) -> Slo:
@@ -215,6 +222,7 @@ class Slo(StrictModel):
         return self
 
     def describe(self) -> str:
+        """The targets, e.g. ``TTFT <= 2000 ms, TPOT <= 150 ms``."""
         parts = [
             f"{name} <= {value:g} ms"
             for name, value in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms), ("E2E", self.e2e_ms))

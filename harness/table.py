@@ -13,7 +13,14 @@ from harness.metrics import METRICS
 from harness.probes.acceptance import mean_acceptance_length
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
-from harness.verdict import distribution_lines, identical_counts, interval_note, run_caveats, window_verdicts
+from harness.verdict import (
+    capacity_lines,
+    distribution_lines,
+    identical_counts,
+    interval_note,
+    run_caveats,
+    window_verdicts,
+)
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -322,6 +329,7 @@ def answer_lines(summary: Summary) -> list[str]:
     lines = [f"Verdict ({interval_note(summary)}):"]
     lines += [f"  {v.text()}" for v in window_verdicts(summary)]
     lines += [f"  caveat: {c}" for c in run_caveats(summary)]
+    lines += capacity_lines(summary)
     lines += distribution_lines(summary)
     paragraph = findings(summary)
     if paragraph:

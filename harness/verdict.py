@@ -16,6 +16,7 @@ A pure function of the typed ``Summary``. Per (workload, load level) window:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from harness.probes.throughput import Estimate
 from harness.regime import LoadLevel
@@ -93,6 +94,67 @@ class WindowVerdict:
         saving = self.saving_pct
         change = "" if saving is None else f" ({-saving:+.0f}%)"
         return f"{before:.2f} -> {after:.2f}{change}"
+
+
+@dataclass(frozen=True)
+class SloCapacity:
+    """The highest open-loop rate at which an arm still served ``target_pct`` of the requests within
+    the SLO, from the measured rates: bounded when every rate (or none) met it, else interpolated."""
+
+    arm: str
+    workload: str
+    kind: Literal["at least", "below", "about"]
+    rate: float
+    between: tuple[float, float] | None = None  # the measured rates an interpolation lies between
+
+    def text(self) -> str:
+        where = f"{self.arm} on {self.workload}"
+        if self.kind == "at least":
+            return f"{where}: at least {self.rate:g} req/s (every rate measured met it)"
+        if self.kind == "below":
+            return f"{where}: below {self.rate:g} req/s (the lowest rate measured missed it)"
+        low, high = self.between or (self.rate, self.rate)
+        return f"{where}: about {self.rate:.2f} req/s (interpolated between {low:g} and {high:g})"
+
+
+def slo_capacity(summary: Summary) -> list[SloCapacity]:
+    """Per arm and workload with open-loop windows and SLO targets: the SLO capacity."""
+    if summary.slo is None:
+        return []
+    target = summary.slo.target_pct
+    found = []
+    for arm in summary.arms:
+        for workload in dict.fromkeys(c.workload for c in summary.cells):
+            points = sorted(
+                (c.request_rate, c.slo_pct)
+                for c in summary.cells_of(arm.name)
+                if c.workload == workload and c.request_rate is not None and c.slo_pct is not None
+            )
+            if points:
+                found.append(_capacity(arm.name, workload, points, target))
+    return found
+
+
+def _capacity(arm: str, workload: str, points: list[tuple[float, float]], target: float) -> SloCapacity:
+    if points[0][1] < target:
+        return SloCapacity(arm, workload, "below", points[0][0])
+    for (rate_a, pct_a), (rate_b, pct_b) in zip(points, points[1:], strict=False):
+        if pct_b < target:  # the first miss after a run of rates that met it: interpolate linearly
+            rate = rate_a + (pct_a - target) / (pct_a - pct_b) * (rate_b - rate_a)
+            return SloCapacity(arm, workload, "about", rate, (rate_a, rate_b))
+    return SloCapacity(arm, workload, "at least", points[-1][0])
+
+
+def capacity_lines(summary: Summary) -> list[str]:
+    found = slo_capacity(summary)
+    if not found:
+        return []
+    assert summary.slo is not None
+    head = (
+        f"SLO capacity (the highest request rate with {summary.slo.target_pct:g}% of requests within "
+        f"{summary.slo.describe()}):"
+    )
+    return [head] + [f"  {c.text()}" for c in found]
 
 
 def _distribution_verdict(summary: Summary, arm: str) -> str | None:

@@ -121,3 +121,31 @@ def test_tables_report_and_gates_carry_the_slo(tmp_path: Path) -> None:
     assert 100 * mine.within_slo.mean() == pytest.approx(cell.slo_pct)
     assert set(repeats.goodput_rps) == {c.goodput_rps for c in summary.cells}
     assert load_run(GOLDEN).requests().within_slo.isna().all()
+
+
+def test_slo_capacity_is_the_highest_rate_that_still_met_the_target() -> None:
+    """From open-loop cells: interpolated between the last rate that met the target share and the first
+    that missed it; a bound when every rate (or none) met it."""
+    from harness.verdict import capacity_lines, slo_capacity
+
+    base = summarize(GOLDEN)
+
+    def at_rates(shares: dict[str, tuple[float, float]]) -> list[str]:
+        cells = []
+        for cell in base.cells:
+            if cell.workload != "code_humaneval":
+                continue
+            rate = 0.5 if cell.concurrency == 1 else 1.0
+            pct = shares[cell.arm][0 if rate == 0.5 else 1]
+            cells.append(cell.model_copy(update={"request_rate": rate, "slo_pct": pct}))
+        summary = base.model_copy(update={"cells": cells, "slo": Slo(ttft_ms=500, target_pct=90)})
+        return [c.text() for c in slo_capacity(summary)] + capacity_lines(summary)[:1]
+
+    found = at_rates({"baseline": (100.0, 80.0), "ngram_k4": (100.0, 95.0)})
+    # baseline: 100% at 0.5, 80% at 1.0 -> 90% reached at 0.5 + (100 - 90) / (100 - 80) x 0.5 = 0.75
+    assert "baseline on code_humaneval: about 0.75 req/s (interpolated between 0.5 and 1)" in found
+    assert "ngram_k4 on code_humaneval: at least 1 req/s (every rate measured met it)" in found
+    assert "SLO capacity (the highest request rate with 90% of requests within TTFT <= 500 ms):" in found
+    missed = at_rates({"baseline": (50.0, 10.0), "ngram_k4": (100.0, 95.0)})
+    assert "baseline on code_humaneval: below 0.5 req/s (the lowest rate measured missed it)" in missed
+    assert slo_capacity(base) == []  # no SLO, no rates: nothing to say

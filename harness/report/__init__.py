@@ -34,7 +34,14 @@ from harness.table import (
     lab_markdown,
     lab_rows,
 )
-from harness.verdict import OUTCOME_TEXT, identical_text, interval_note, run_caveats, window_verdicts
+from harness.verdict import (
+    OUTCOME_TEXT,
+    identical_text,
+    interval_note,
+    run_caveats,
+    slo_capacity,
+    window_verdicts,
+)
 
 
 def template_environment() -> jinja2.Environment:
@@ -285,6 +292,7 @@ def report_context(run_dir: Path) -> dict[str, Any]:
         "legend": _legend(summary),
         "cpu_line": cpu_line(summary),
         "verdicts": _verdicts(summary),
+        "capacity": slo_capacity(summary),
         "interval_note": interval_note(summary),
         "findings": findings(summary),
         "lab": _lab(summary),
