@@ -277,8 +277,14 @@ def describe_plan(plan: Plan) -> str:
             f"{regime.exactness.top_logprobs} logprobs of a second, unmeasured baseline pass (also its noise "
             "floor; measured windows never ask for logprobs)"
         )
+    elif regime.distribution_applies():
+        check = regime.distribution_check
+        exactness = (
+            f"output-distribution check instead of a token diff: {check.samples_per_prompt} seeded samples "
+            "per prompt per arm, unmeasured, compared with the baseline's"
+        )
     else:
-        exactness = "no exactness probe (disabled or not greedy)"
+        exactness = "no exactness probe (disabled)"
     return (
         f"{len(regime.arms)} arms ({', '.join(a.name for a in regime.arms)}) x workloads {workloads} x "
         + _levels_text(load)
