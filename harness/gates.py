@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from harness import stats
 from harness.environment import machine_differences
 from harness.errors import UserError
-from harness.metrics import METRICS
+from harness.metrics import METRICS, PROMPT_STATUS
 from harness.regime import Gate, Gates, LoadLevel, Regime
 from harness.results.files import read_json
 from harness.results.raw import read_raw
@@ -118,8 +118,9 @@ class RunView:
             return [v for r in cell.per_repeat if (v := getattr(r, name)) is not None]
         if metric.samples == "prompt":
             block = self.summary.exactness.block(arm, self.summary.baseline_arm)
+            status = PROMPT_STATUS[name]
             return [
-                100.0 if e.status == "identical" else 0.0
+                100.0 if e.status == status else 0.0
                 for e in (block.prompts if block else [])
                 if (e.workload, e.level) == (workload, level)
             ]

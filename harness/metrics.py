@@ -164,7 +164,23 @@ _ALL = (
         compared=False,
         timed=False,
     ),
+    Metric(
+        "diverged_pct",
+        "diverged %",
+        "%",
+        False,
+        "mean",
+        "prompt",
+        "prompts whose greedy output left the baseline's where the baseline's top-2 margin exceeded the "
+        "near-tie margin: a suspected bug, not numerics (near ties are not counted)",
+        highlighted=False,
+        compared=False,
+        timed=False,
+    ),
 )
+
+# prompt-sourced metrics: the exactness status each 100-valued sample counts
+PROMPT_STATUS = {"identical_pct": "identical", "diverged_pct": "diverged"}
 
 METRICS: dict[str, Metric] = {metric.name: metric for metric in _ALL}
 GATED = tuple(name for name, metric in METRICS.items() if metric.gated)

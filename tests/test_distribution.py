@@ -74,7 +74,7 @@ def test_verdicts_consistent_shifted_and_inconclusive() -> None:
     assert test.p_value < 0.001 and test.delta < -0.5 and test.arm_median < test.baseline_median
     assert verdict(compare(baseline[:10], _draws(1, 10)), **settings) == "inconclusive"  # too few to say
     # significant but tiny: not called shifted, not called consistent either
-    nudged = compare(_draws(0, 5000), _draws(3, 5000, logprob_shift=-0.02))
+    nudged = compare(_draws(0, 1500), _draws(3, 1500, logprob_shift=-0.05))
     assert verdict(nudged, alpha=0.5, min_effect=0.2, min_samples=30) == "inconclusive"
 
 

@@ -262,3 +262,31 @@ def test_a_slowdown_beside_a_busy_neighbour_is_inconclusive(tmp_path: Path, neig
         for c in checks
         if c.metric == "output_tok_s"
     )
+
+
+def test_a_diverged_output_fails_the_diverged_ceiling_and_a_near_tie_does_not(tmp_path: Path) -> None:
+    """diverged_pct counts only prompts that left the baseline where its top-2 margin was wide (a
+    suspected bug), one 0/100 sample per prompt; the golden run has none."""
+    gates = {"rules": [{"arm": "ngram_k4", "metric": "diverged_pct", "max": 10}]}
+    clean = evaluate(RunView(_copy(tmp_path, "clean", gates)))
+    assert clean and all(c.verdict == "pass" for c in clean)
+    broken = _copy(tmp_path, "broken", gates)
+    baseline = {
+        (s["workload"], s["prompt_id"], s["concurrency"]): s
+        for s in read_jsonl(broken / "arms" / "baseline" / "samples.jsonl")
+    }
+    samples = read_jsonl(broken / "arms" / "ngram_k4" / "samples.jsonl")
+    for sample in samples:  # a different token where the baseline was sure of its choice
+        reference = baseline[(sample["workload"], sample["prompt_id"], sample["concurrency"])]
+        margins = [p[0][1] - p[1][1] for p in reference["top_logprobs"]]
+        position = next(i for i, m in enumerate(margins) if m > 2.0)
+        sample["token_ids"][position] = reference["top_logprobs"][position][1][0]
+    (broken / "arms" / "ngram_k4" / "samples.jsonl").write_text(
+        "".join(json.dumps(s) + "\n" for s in samples)
+    )
+    view = RunView(broken)
+    assert view.samples("ngram_k4", "code_humaneval", view.cells("ngram_k4")[0][1], "diverged_pct") == [
+        100.0,
+        100.0,
+    ]
+    assert {c.verdict for c in evaluate(view)} == {"fail"}
