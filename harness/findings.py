@@ -68,11 +68,7 @@ def copying_sentence(summary: Summary) -> str | None:
     rows = []
     for workload in _workloads(summary):
         base = [c for c in summary.cells_of(summary.baseline_arm) if c.workload == workload]
-        first = (
-            min(base, key=lambda c: (c.request_rate is not None, c.request_rate or 0, c.concurrency))
-            if base
-            else None
-        )
+        first = min(base, key=lambda c: c.level.order()) if base else None
         tau = _pooled_tau(c for c in summary.cells_of(arm) if c.workload == workload)
         if first and first.copy_share_pct is not None and first.context_share_pct is not None and tau:
             rows.append((workload, first.copy_share_pct, first.context_share_pct, tau))

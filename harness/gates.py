@@ -135,10 +135,9 @@ def _statistic(name: str) -> stats.Statistic:
     return stats.STATISTICS[METRICS[name].statistic]
 
 
-def _cell_name(workload: str | None, level: LoadLevel | None) -> str:
-    if workload is None or level is None:
-        return f"[{workload}]" if workload is not None else ""
-    return f"[{workload} {level.short()}]".replace("@", "@ ")
+def _cell_name(workload: str, level: LoadLevel) -> str:
+    load = level.concurrency if level.request_rate is None else f"{level.request_rate:g} req/s"
+    return f"[{workload} @ {load}]"
 
 
 def _check(name: str, where: str, arm: str, metric: str, workload: str, level: LoadLevel) -> Check:

@@ -265,6 +265,10 @@ class LoadLevel(NamedTuple):
             return f"concurrency {self.concurrency}"
         return f"{self.request_rate:g} req/s (<= {self.concurrency} in flight)"
 
+    def order(self) -> tuple[bool, float, int]:
+        """Sort key: closed loop by concurrency first, then open loop by rate."""
+        return (self.request_rate is not None, self.request_rate or 0.0, self.concurrency)
+
     def short(self) -> str:
         """For keys and one-line verdicts: ``@4`` or ``@2req/s``."""
         return f"@{self.concurrency}" if self.request_rate is None else f"@{self.request_rate:g}req/s"

@@ -132,7 +132,7 @@ def category_table(summary: Summary) -> Table | None:
     rows = [r for r in summary.categories if r.method != "baseline"]
     if not rows:
         return None
-    levels = sorted({r.level for r in rows}, key=lambda lv: (lv.request_rate is not None, lv))
+    levels = sorted({r.level for r in rows}, key=LoadLevel.order)
     arms = list(dict.fromkeys(r.arm for r in rows))
     pooled: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:

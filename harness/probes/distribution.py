@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.results.records import RequestSample
-from harness.stats import mann_whitney_two_sided
+from harness.stats import mann_whitney_two_sided, median
 
 STATISTICS = ("mean_logprob", "output_tokens", "top1_share")
 
@@ -73,8 +73,6 @@ class StatisticTest:
 
 
 def compare(baseline: Sequence[SequenceStats], arm: Sequence[SequenceStats]) -> list[StatisticTest]:
-    from harness.stats import median
-
     tests = []
     for name in STATISTICS:
         a = [v for s in baseline if (v := getattr(s, name)) is not None]

@@ -19,6 +19,7 @@ from harness.findings import findings
 from harness.gates import StoredGate, read_gate
 from harness.metrics import COMPARED, HIGHLIGHTED, best
 from harness.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD
+from harness.regime import LoadLevel
 from harness.report import figures
 from harness.results.model import CellMetrics, Summary
 from harness.results.raw import RawRun, read_raw
@@ -201,7 +202,7 @@ def _categories(summary: Summary) -> dict[str, Any]:
     categories ordered by the first speculative arm's tau (the ordering is the finding)."""
     rows = [r for r in summary.categories if r.method != "baseline"]
     arms = list(dict.fromkeys(r.arm for r in rows))
-    levels = sorted({r.level for r in rows}, key=lambda lv: (lv.request_rate is not None, lv))
+    levels = sorted({r.level for r in rows}, key=LoadLevel.order)
     cells = {(r.category, r.arm, r.level): r for r in rows}
     first_level = levels[0] if levels else None
 

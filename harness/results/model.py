@@ -283,7 +283,7 @@ class Summary(ResultModel):
         """The load levels measured: closed loop by concurrency, then open loop by rate."""
         return sorted(
             {c.level for c in self.cells},
-            key=lambda lv: (lv.request_rate is not None, lv.request_rate or 0, lv.concurrency),
+            key=LoadLevel.order,
         )
 
 
