@@ -63,6 +63,64 @@ def _add_run(commands: Any) -> None:
         help="write {kind, dir, exit_code} to FILE for scripts and CI: dir as soon as the run (or study) "
         "directory exists, exit_code when the command ends (null dir: nothing was created)",
     )
+    _add_executor_flags(run)
+
+
+def _add_executor_flags(parser: Any) -> None:
+    group = parser.add_argument_group(
+        "study executors",
+        "how a study's points run (ignored for a single run): each point is one job on one node",
+    )
+    group.add_argument(
+        "--executor",
+        choices=["local", "slurm", "ray"],
+        help="local (default): on this node, points on disjoint GPU sets side by side (CPU points one "
+        "at a time); slurm: one submitit job per point; ray: one Ray task per point. --resume uses the "
+        "study's own executor unless given",
+    )
+    group.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="GPUs of the node (local; the Ray instance the command starts): default, every GPU visible",
+    )
+    group.add_argument(
+        "--gpus-per-point",
+        type=int,
+        metavar="N",
+        help="GPUs each point gets (default: its tensor_parallel_size; CPU points none): e.g. 8 to keep "
+        "each point alone on an 8-GPU node",
+    )
+    group.add_argument("--partition", help="Slurm partition (slurm)")
+    group.add_argument("--account", help="Slurm account (slurm)")
+    group.add_argument(
+        "--time-limit",
+        type=int,
+        metavar="MIN",
+        help="each point's time limit in minutes (default: per arm its start-up timeout plus 2 min per "
+        "measured window)",
+    )
+    group.add_argument(
+        "--slurm-cluster",
+        choices=["slurm", "local", "debug"],
+        help="submitit's cluster (slurm): local and debug run the jobs on this machine without Slurm",
+    )
+    group.add_argument("--ray-address", help="an existing Ray cluster (ray); default: start one on this node")
+
+
+def _add_study_point(commands: Any) -> None:
+    point = commands.add_parser(
+        "study-point",
+        help="run one point of a study into its run directory (what an executor's job runs)",
+        description="Run one point of a study directory: the point's concrete regime, exactly as bench run "
+        "runs a regime, into RUN_DIR (relative to the study directory), recording where it ran in "
+        "placement.json. Executors start it; run it by hand only to debug a point.",
+    )
+    point.add_argument("study_dir", type=Path, help="the study directory (holds study.json)")
+    point.add_argument("point", help="the point's id, e.g. p0")
+    point.add_argument("--run-dir", required=True, help="the attempt's run directory, e.g. points/p0")
+    point.add_argument("--continue", dest="resume", action="store_true", help="continue RUN_DIR in place")
+    point.add_argument("--allow-mismatch", action="store_true", help="as for bench run")
 
 
 def _add_validate(commands: Any) -> None:
@@ -77,6 +135,7 @@ def _add_validate(commands: Any) -> None:
         help="print only the pip requirement of the engine release the regime pins (e.g. vllm==0.33.0), "
         'for installing exactly that: pip install "$(bench validate REGIME --engine-requirement)"',
     )
+    _add_executor_flags(validate)
 
 
 def _add_show(commands: Any) -> None:
@@ -219,7 +278,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_run, _add_validate, _add_show, _add_report, _add_gate, _add_export, _add_drafter):
+    adders = (
+        _add_run,
+        _add_validate,
+        _add_show,
+        _add_report,
+        _add_gate,
+        _add_export,
+        _add_drafter,
+        _add_study_point,
+    )
+    for add in adders:
         add(commands)
     return parser
 
@@ -233,7 +302,7 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
         print(regime.engine_requirement(args.regime))  # plain: a script reads it
         return EXIT_OK
     if regime.sweep is not None:
-        return _validate_study(args.regime, regime, console)
+        return _validate_study(args.regime, regime, _executor_options(args), console)
     plan = plan_regime(args.regime, regime)
     console.print(
         f"[green]{args.regime}: valid[/] (regime '{regime.name}', fingerprint {regime.fingerprint()})"
@@ -242,9 +311,35 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _validate_study(path: Path, regime: Any, console: Console) -> int:
-    from harness.study.run import plan_study
+def _executor_options(args: argparse.Namespace, base: Any = None) -> Any:
+    """The executor flags over ``base`` (a resumed study's own options); None when none was given."""
+    from harness.study.record import ExecutorOptions
 
+    flags = {
+        "name": args.executor,
+        "gpus": args.gpus,
+        "gpus_per_point": args.gpus_per_point,
+        "partition": args.partition,
+        "account": args.account,
+        "time_limit_min": args.time_limit,
+        "slurm_cluster": args.slurm_cluster,
+        "ray_address": args.ray_address,
+    }
+    given = {k: v for k, v in flags.items() if v is not None}
+    for name in ("gpus", "gpus_per_point", "time_limit_min"):
+        if given.get(name, 1) < (0 if name == "gpus" else 1):
+            raise UserError(f"--{name.replace('_min', '').replace('_', '-')} must be positive")
+    if not given:
+        return base
+    return (base or ExecutorOptions()).model_copy(update=given)
+
+
+def _validate_study(path: Path, regime: Any, options: Any, console: Console) -> int:
+    from harness.study.placement import plan_lines
+    from harness.study.record import ExecutorOptions
+    from harness.study.run import placement, plan_study
+
+    options = options or ExecutorOptions()
     study, plans = plan_study(path, regime)
     sweep = regime.sweep
     axes = [f"{p} in {v}" for p, v in sweep.regime.items()]
@@ -258,6 +353,29 @@ def _validate_study(path: Path, regime: Any, console: Console) -> int:
     for point, plan in zip(study.points, plans, strict=True):
         console.rule(f"{point.id}: {point.label()} (fingerprint {point.regime.fingerprint()})")
         _print_plan(plan, console)
+    ids = [p.id for p in study.points]
+    node = "this node"
+    try:
+        wanted, slots, devices = placement(ids, plans, options)
+    except UserError:
+        if options.gpus is not None or regime.hardware.kind != "gpu":
+            raise
+        # validating a GPU study away from its node: plan for the node the regime pins
+        options = options.model_copy(update={"gpus": regime.hardware.gpu_count})
+        wanted, slots, devices = placement(ids, plans, options)
+        node = "a node as hardware.gpu_count pins it (this machine has fewer GPUs)"
+    console.rule(f"executor {options.name}")
+    if slots is not None:
+        gpus = f"{len(devices)} GPUs ({','.join(devices)})" if devices else "no GPU (CPU-only)"
+        console.print(f"Placement on {node}, {gpus}: each point waits for the ones listed", highlight=False)
+        for line in plan_lines(slots, wanted, devices):
+            console.print(f"  {line}", highlight=False)
+    else:
+        for demand in wanted:
+            console.print(
+                f"  {demand.point}: one job, 1 node, {demand.gpus} GPUs, time limit {demand.minutes} min",
+                highlight=False,
+            )
     return EXIT_OK
 
 
@@ -388,10 +506,18 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         announce(args.resume)
 
     if args.resume is not None and study:
-        directory, results = resume_study(args.resume, console, args.allow_mismatch)
+        from harness.study.record import StudyDir
+
+        options = _executor_options(args, StudyDir(args.resume).read().executor)
+        directory, results = resume_study(args.resume, console, options, args.allow_mismatch)
         return _print_study(results, console)
     if study:
-        directory, results = run_study(args.regime, args.results_dir, console, args.allow_mismatch, announce)
+        from harness.study.record import ExecutorOptions
+
+        options = _executor_options(args) or ExecutorOptions()
+        directory, results = run_study(
+            args.regime, args.results_dir, console, options, args.allow_mismatch, announce
+        )
         return _print_study(results, console)
     if args.resume is not None:
         run, summary = resume_run(args.resume, console, args.allow_mismatch)
@@ -585,6 +711,12 @@ def _cmd_drafter(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _cmd_study_point(args: argparse.Namespace, console: Console) -> int:
+    from harness.study.jobs import run_point
+
+    return run_point(args.study_dir, args.point, args.run_dir, args.resume, console, args.allow_mismatch)
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -609,6 +741,7 @@ def main(argv: list[str] | None = None) -> int:
         "gate": _cmd_gate,
         "export": _cmd_export,
         "drafter": _cmd_drafter,
+        "study-point": _cmd_study_point,
     }
     try:
         code = handlers[args.command](args, console)

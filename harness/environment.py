@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
+from harness.devices import visible_handles
 
 
 def _dist_version(name: str) -> str | None:
@@ -119,13 +120,13 @@ def _optional(call: Any, *args: Any) -> Any:
         return None
 
 
-def _gpu_record(pynvml: Any, index: int) -> dict[str, Any]:
-    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+def _gpu_record(pynvml: Any, index: int, handle: Any) -> dict[str, Any]:
     memory = _optional(pynvml.nvmlDeviceGetMemoryInfo, handle)
     power_limit = _optional(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
     return {
         "index": index,
         "name": _text(pynvml.nvmlDeviceGetName(handle)),
+        "uuid": _optional(pynvml.nvmlDeviceGetUUID, handle),
         "memory_total_mib": memory.total // 2**20 if memory is not None else None,
         "power_limit_w": power_limit / 1000 if power_limit is not None else None,
         "sm_clock_max_mhz": _optional(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM),
@@ -146,7 +147,8 @@ def collect_gpus() -> dict[str, Any]:
     try:
         cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
         return {
-            "gpus": [_gpu_record(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())],
+            # only the GPUs CUDA_VISIBLE_DEVICES leaves this process (a study point's placement)
+            "gpus": [_gpu_record(pynvml, i, handle) for i, handle in visible_handles(pynvml)],
             "gpu_driver": _optional(pynvml.nvmlSystemGetDriverVersion),
             "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
             "gpu_probe": "nvml",
@@ -180,6 +182,24 @@ def collect_env_vars(environ: dict[str, str] | None = None) -> dict[str, Any]:
             secret = any(marker in name.upper() for marker in _SECRET_MARKERS)
             recorded[name] = "<redacted>" if secret else environ[name]
     return {"env": recorded}
+
+
+def collect_placement(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """Where a study point's job runs, when an executor started it (``BENCH_EXECUTOR``): the host,
+    the job id and the devices it was given. None for a plain run."""
+    environ = dict(os.environ if environ is None else environ)
+    executor = environ.get("BENCH_EXECUTOR")
+    if not executor:
+        return {"placement": None}
+    host = platform.node()
+    return {
+        "placement": {
+            "executor": executor,
+            "job_id": environ.get("BENCH_JOB_ID") or f"{executor}:{host}:{os.getpid()}",
+            "host": host,
+            "cuda_visible_devices": environ.get("CUDA_VISIBLE_DEVICES"),
+        }
+    }
 
 
 def model_identity(reference: str) -> dict[str, Any]:
@@ -239,6 +259,7 @@ def collect_environment(engine_version: str | None) -> dict[str, Any]:
         collect_gpus,
         collect_env_vars,
         collect_hub_token,
+        collect_placement,
     ):
         record.update(collector())
     record["fingerprint"] = environment_fingerprint(record)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.devices import visible_handles
+
 
 @dataclass(frozen=True)
 class PowerReading:
@@ -52,7 +54,7 @@ def open_nvml() -> tuple[Any, list[Any]]:
     import pynvml  # nvidia-ml-py
 
     pynvml.nvmlInit()
-    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    handles = [handle for _, handle in visible_handles(pynvml)]  # a placed point's GPUs only
     if not handles:
         pynvml.nvmlShutdown()
         raise RuntimeError("NVML sees no GPU")

@@ -40,7 +40,7 @@ def log_tail(path: Path, lines: int = 25) -> str:
         return "(no log)"
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     """True while any non-zombie process is in the group. A zombie (exited, not yet reaped)
     still answers ``killpg(pgid, 0)``, so on Linux the group is read from /proc instead."""
     proc = Path("/proc")
@@ -72,9 +72,9 @@ def kill_group(pgid: int, grace_s: float = 20.0) -> None:
         _LIVE_GROUPS.discard(pgid)
         return
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _group_alive(pgid):
+    while time.monotonic() < deadline and group_alive(pgid):
         time.sleep(0.2)
-    if _group_alive(pgid):
+    if group_alive(pgid):
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:

@@ -107,8 +107,10 @@ def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Misma
         else:
             if any(hardware.gpu_model.lower() not in g["name"].lower() for g in gpus):
                 found.append(Mismatch("hardware.gpu_model", hardware.gpu_model, ", ".join(names)))
-            if len(gpus) < hardware.gpu_count:
-                found.append(Mismatch("hardware.gpu_count", str(hardware.gpu_count), f"{len(gpus)} visible"))
+            # A study point placed by an executor gets the GPUs its server uses, not the whole node.
+            needed = regime.tensor_parallel_size if environment.get("placement") else hardware.gpu_count
+            if len(gpus) < needed:
+                found.append(Mismatch("hardware.gpu_count", str(needed), f"{len(gpus)} visible"))
     elif gpus:
         found.append(
             Mismatch("hardware.kind", "cpu", f"{len(gpus)} GPU(s) visible; a GPU engine build may use them")

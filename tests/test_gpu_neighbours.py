@@ -56,6 +56,7 @@ def _fake_pynvml(processes: dict[int, list[tuple[int, int | None]]], utilization
     nvml.nvmlInit = nvml.nvmlShutdown = lambda: None
     nvml.nvmlDeviceGetCount = lambda: len(processes)
     nvml.nvmlDeviceGetHandleByIndex = lambda index: index
+    nvml.nvmlDeviceGetUUID = lambda handle: f"GPU-{handle:08d}"
 
     def running(handle: int) -> list:
         return [SimpleNamespace(pid=pid, usedGpuMemory=memory) for pid, memory in processes[handle]]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import EngineError
-from harness.server import Server, _group_alive, free_port
+from harness.server import Server, group_alive, free_port
 
 CHILD = Path(__file__).parent / "lifecycle_child.py"
 
@@ -44,7 +44,7 @@ def test_ready_then_teardown_kills_grandchildren(tmp_path: Path) -> None:
         leader, grandchild = _pids(pid_file)
         assert _alive(grandchild)
     assert not _alive(leader) and not _alive(grandchild)
-    assert not _group_alive(leader)
+    assert not group_alive(leader)
 
 
 def test_death_during_startup_fails_fast_with_log_tail(tmp_path: Path) -> None:

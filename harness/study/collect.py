@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.environment import machine_identity
 from harness.errors import UserError
+from harness.results.files import read_json
 from harness.results.model import Summary
 from harness.study import analysis
 from harness.study.record import StudyDir, StudyPointRecord, StudyRecord
@@ -59,6 +61,7 @@ class StudyResults:
     record: StudyRecord
     summaries: dict[str, Summary]  # point id -> summary, for the points that have results
     missing: list[str]  # points without results yet (not run, or nothing measured)
+    run_dirs: dict[str, Path] = field(default_factory=dict)  # point id -> the attempt its results are from
     observations: list[analysis.Observation] = field(default_factory=list)
     # each analysis is computed once: the terminal, analysis.md and the page all read it
     _derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -70,6 +73,26 @@ class StudyResults:
             if point.id in self.summaries
             for o in point_observations(point, self.summaries[point.id], self.record.families)
         ]
+
+    def failed_jobs(self) -> dict[str, str]:
+        """Points whose newest job failed or was interrupted: the scheduler's reason."""
+        return {
+            p.id: f"attempt {p.attempts[-1].attempt}: {p.attempts[-1].reason or p.attempts[-1].state}"
+            for p in self.record.points
+            if p.attempts and p.attempts[-1].state in ("failed", "interrupted")
+        }
+
+    def machines(self) -> dict[str, str]:
+        """Each point's machine as the identity checks see it (CPU, GPU model and count), from its
+        environment.json; more than one value means the study spans machines."""
+        out = {}
+        for point_id, run_dir in self.run_dirs.items():
+            try:
+                identity = machine_identity(read_json(run_dir / "environment.json"))
+            except UserError:
+                continue
+            out[point_id] = identity["gpus"] or identity["cpu_model"] or "unknown"
+        return out
 
     def point(self, point_id: str) -> StudyPointRecord:
         return next(p for p in self.record.points if p.id == point_id)
@@ -113,7 +136,7 @@ class StudyResults:
         for point in self.record.points:
             if point.id not in self.summaries:
                 continue
-            frame = load_run(self.root / point.run_dir).cells()
+            frame = load_run(self.run_dirs[point.id]).cells()
             frame.insert(0, "point", point.id)
             for index, (path, value) in enumerate(point.axes, start=1):
                 frame.insert(index, path, [value] * len(frame))
@@ -124,6 +147,14 @@ class StudyResults:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _results_dir(study: StudyDir, point: StudyPointRecord) -> Path | None:
+    """The point's newest attempt that has a run (earlier attempts stay on disk, never mixed in)."""
+    for run_dir in [a.run_dir for a in reversed(point.attempts)] or [point.run_dir]:
+        if (study.root / run_dir / "regime.json").is_file():
+            return study.root / run_dir
+    return None
+
+
 def load_study(path: Path) -> StudyResults:
     """A study directory with every point's summary re-derived from its raw files."""
     study = StudyDir(Path(path))
@@ -131,13 +162,16 @@ def load_study(path: Path) -> StudyResults:
         raise UserError(f"{path}: not a study directory (no study.json)")
     record = study.read()
     summaries: dict[str, Summary] = {}
+    run_dirs: dict[str, Path] = {}
     missing = []
     for point in record.points:
-        run_dir = study.point_run(point).root
-        if (run_dir / "regime.json").is_file():
+        run_dir = _results_dir(study, point)
+        if run_dir is not None:
             summary = summarize(run_dir)
             if summary.cells:
-                summaries[point.id] = summary
+                summaries[point.id], run_dirs[point.id] = summary, run_dir
                 continue
         missing.append(point.id)
-    return StudyResults(root=study.root, record=record, summaries=summaries, missing=missing)
+    return StudyResults(
+        root=study.root, record=record, summaries=summaries, missing=missing, run_dirs=run_dirs
+    )

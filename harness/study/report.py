@@ -114,7 +114,7 @@ def render_study(study_dir: Path, out_dir: Path) -> Path:
         report = None
         if point.id in study.summaries:
             report = f"{point.id}.html"
-            write_text_atomic(out_dir / report, render_report(study.root / point.run_dir))
+            write_text_atomic(out_dir / report, render_report(study.run_dirs[point.id]))
         arms = [c.arm for c in study.summaries[point.id].cells] if point.id in study.summaries else []
         points.append(
             {

@@ -1,25 +1,36 @@
-"""Run a study: every point is an ordinary run (``harness.runner``) into the study directory,
-one after the other; a finished point is never run again, an interrupted one resumes."""
+"""Run a study: every point is one job (``harness.study.jobs``: an ordinary run of the point's
+concrete regime into the study directory) started by an executor (``harness.study.executors``:
+this node, Slurm or Ray). A finished point is never run again; a point whose job failed or was
+interrupted gets a new attempt: continued in place on the same machine and devices, in a new
+attempt directory anywhere else. Every attempt is recorded in study.json as it starts and ends."""
 
 from __future__ import annotations
 
 import os
+import platform
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from harness.errors import UserError
 from harness.plan import Plan, plan_regime
 from harness.regime import Regime, load_regime
-from harness.results.files import RunDir, write_text_atomic
-from harness.runner import Runner, resume_run
+from harness.results.files import RunDir, read_json, write_text_atomic
+from harness.server import group_alive, kill_group
 from harness.study.collect import StudyResults, load_study
-from harness.study.record import StudyDir, StudyPointRecord, StudyRecord
+from harness.study.executors import Executor, Job, JobOutcome, JobSpec, open_executor
+from harness.study.jobs import PLACEMENT_FILE, log_tail, now, point_command
+from harness.study.placement import Demand, Slot, plan_placement, point_gpus, time_limit_minutes
+from harness.study.record import ExecutorOptions, PointAttempt, StudyDir, StudyPointRecord, StudyRecord
 from harness.study.sweep import StudyPlan, expand
 from harness.study.tables import markdown
 
 ANALYSIS_FILE = "analysis.md"
+POLL_S = 0.5
+INTERRUPT_GRACE_S = 150  # a job's runner stops its server (up to 20 s) and writes its files
 
 
 def plan_study(regime_path: Path, regime: Regime | None = None) -> tuple[StudyPlan, list[Plan]]:
@@ -29,7 +40,7 @@ def plan_study(regime_path: Path, regime: Regime | None = None) -> tuple[StudyPl
     return study, [plan_regime(regime_path, point.regime) for point in study.points]
 
 
-def study_record(study: StudyPlan) -> StudyRecord:
+def study_record(study: StudyPlan, executor: ExecutorOptions) -> StudyRecord:
     sweep = study.regime.sweep
     return StudyRecord(
         name=study.regime.name,
@@ -44,34 +55,77 @@ def study_record(study: StudyPlan) -> StudyRecord:
             )
             for p in study.points
         ],
+        executor=executor,
     )
+
+
+def node_devices(options: ExecutorOptions) -> list[str]:
+    """The GPUs a local (or locally started Ray) executor may hand out, as CUDA_VISIBLE_DEVICES
+    entries: ``--gpus N`` of them, or every GPU this process sees; none on a CPU-only machine."""
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if options.gpus is not None:
+        names = [d for d in (inherited or "").split(",") if d] if inherited else []
+        return names[: options.gpus] if len(names) >= options.gpus else [str(i) for i in range(options.gpus)]
+    from harness.environment import collect_gpus
+
+    return [
+        str(g["index"]) if inherited is None else inherited.split(",")[i]
+        for i, g in enumerate(collect_gpus()["gpus"])
+    ]
+
+
+def demands(ids: list[str], plans: list[Plan], options: ExecutorOptions) -> list[Demand]:
+    """Each point's GPUs and time budget under these executor options."""
+    return [
+        Demand(
+            point,
+            point_gpus(plan.regime, options.gpus_per_point),
+            options.time_limit_min or time_limit_minutes(plan.regime),
+        )
+        for point, plan in zip(ids, plans, strict=True)
+    ]
+
+
+def placement(
+    ids: list[str], plans: list[Plan], options: ExecutorOptions
+) -> tuple[list[Demand], list[Slot] | None, list[str]]:
+    """Each point's demand and, for the local executor, the plan of who runs where on this node's
+    GPUs (their CUDA_VISIBLE_DEVICES names); a point that cannot fit refuses the whole study."""
+    wanted = demands(ids, plans, options)
+    if options.name != "local":
+        return wanted, None, []
+    devices = node_devices(options)
+    return wanted, plan_placement(wanted, len(devices)), devices
 
 
 def run_study(
     regime_path: Path,
     results_dir: Path,
     console: Console,
+    options: ExecutorOptions,
     allow_mismatch: bool = False,
     on_created: Callable[[Path], None] | None = None,
 ) -> tuple[StudyDir, StudyResults]:
     """A new study; ``on_created`` hears the study directory the moment it exists."""
     study, plans = plan_study(regime_path)
+    placement([p.id for p in study.points], plans, options)  # a point that cannot fit: refused now
     directory = StudyDir.create(results_dir, study.regime.name)
     if on_created is not None:
         on_created(directory.root)
-    record = study_record(study)
+    record = study_record(study, options)
     directory.write(record)
     console.print(
         f"Study directory: [bold]{directory.root}[/] ({len(study.points)} points, "
-        f"{study.server_starts()} server start-ups)"
+        f"{study.server_starts()} server start-ups, executor {options.name})"
     )
-    return _run_points(directory, record, plans, console, allow_mismatch)
+    return Dispatcher(directory, record, plans, console, allow_mismatch).run()
 
 
 def resume_study(
-    study_dir: Path, console: Console, allow_mismatch: bool = False
+    study_dir: Path, console: Console, options: ExecutorOptions | None = None, allow_mismatch: bool = False
 ) -> tuple[StudyDir, StudyResults]:
-    """Continue a study with the regime stored in it: finished points are kept as they are."""
+    """Continue a study with the regime stored in it: finished points are kept as they are; a
+    job still running is re-attached to where its executor can (Slurm; a local job on this node)."""
     directory = StudyDir(study_dir)
     record = directory.read()
     study, plans = plan_study(Path(record.source_path), Regime.model_validate(record.regime))
@@ -80,42 +134,287 @@ def resume_study(
             f"{study_dir}: the study's points no longer expand to the regimes it started with "
             "(a different harness version?); start a new study instead"
         )
-    console.print(f"Resuming study [bold]{directory.root}[/]")
-    return _run_points(directory, record, plans, console, allow_mismatch)
+    if options is not None and options != record.executor:
+        record = record.model_copy(update={"executor": options})
+    placement([p.id for p in record.points], plans, record.executor)
+    console.print(f"Resuming study [bold]{directory.root}[/] (executor {record.executor.name})")
+    return Dispatcher(directory, record, plans, console, allow_mismatch).run()
 
 
 def _complete(run: RunDir, plan: Plan) -> bool:
-    return all(run.read_status(arm.name).status == "ok" for arm in plan.regime.arms)
+    return (run.root / "regime.json").is_file() and all(
+        run.read_status(arm.name).status == "ok" for arm in plan.regime.arms
+    )
 
 
 def _set_aside_empty(root: Path) -> None:
     """A point directory created but never written (a crash right after mkdir) is moved aside."""
     attempt = 1
-    while (target := root.with_name(f"{root.name}.attempt-{attempt}")).exists():
+    while (target := root.with_name(f"{root.name}.empty-{attempt}")).exists():
         attempt += 1
     os.replace(root, target)
 
 
-def _run_points(
-    directory: StudyDir, record: StudyRecord, plans: list[Plan], console: Console, allow_mismatch: bool
-) -> tuple[StudyDir, StudyResults]:
-    for index, (point, plan) in enumerate(zip(record.points, plans, strict=True), start=1):
-        run = directory.point_run(point)
-        label = ", ".join(f"{path}={value}" for path, value in point.axes) or "no regime axis"
-        title = f"study point {index}/{len(record.points)}: {point.id} ({label})"
-        if (run.root / "regime.json").is_file() and _complete(run, plan):
-            console.rule(f"[bold]{title}: complete, kept")
+def _same_place(run_root: Path, devices: tuple[str, ...]) -> bool:
+    """Whether a point's earlier attempt ran here, on these devices: only then is it continued in
+    place (its finished arms kept), since a point's arms are compared with its own baseline."""
+    try:
+        placed = read_json(run_root / PLACEMENT_FILE)
+    except UserError:
+        return False
+    wanted = ",".join(devices) if devices else None
+    return placed.get("host") == platform.node() and placed.get("cuda_visible_devices") == wanted
+
+
+def stop_orphans(run_root: Path) -> list[int]:
+    """Stop the engine servers a killed job left behind (their groups are in the arms' status
+    files), when the job ran on this host; returns the groups stopped."""
+    try:
+        placed = read_json(run_root / PLACEMENT_FILE)
+    except UserError:
+        return []
+    if placed.get("host") != platform.node():
+        return []  # another node's: its scheduler ends the job's processes with the job
+    stopped = []
+    for status in sorted(run_root.glob("arms/*/status.json")):
+        try:
+            data = read_json(status)
+        except UserError:
             continue
-        console.rule(f"[bold]{title}")
-        if (run.root / "regime.json").is_file():
-            resume_run(run.root, console, allow_mismatch)
-            continue
-        if run.root.exists():
-            _set_aside_empty(run.root)
-        Runner(plan, directory.root, console, allow_mismatch).run(run_root=run.root)
-    results = load_study(directory.root)
-    write_analysis(results)
-    return directory, results
+        pgid = data.get("pgid")
+        if data.get("status") == "running" and isinstance(pgid, int) and group_alive(pgid):
+            kill_group(pgid, grace_s=10.0)
+            stopped.append(pgid)
+    return stopped
+
+
+class Dispatcher:
+    """Submits each point's job when its GPUs are free (local) or at once (a cluster schedules),
+    records every attempt in study.json as it starts and ends, and collects the results at the end."""
+
+    def __init__(
+        self,
+        directory: StudyDir,
+        record: StudyRecord,
+        plans: list[Plan],
+        console: Console,
+        allow_mismatch: bool,
+    ) -> None:
+        self.directory, self.record, self.plans = directory, record, plans
+        self.console, self.allow_mismatch = console, allow_mismatch
+        self.options = record.executor
+        self.running: dict[str, Job] = {}
+        self.ended: set[str] = set()  # points whose job ended (or needed none) in this invocation
+        self.followed: dict[str, int] = {}  # point -> bytes of its log already shown (a lone job's)
+        self.follow = False
+
+    # study.json ------------------------------------------------------------------------------
+    def _point(self, point_id: str) -> StudyPointRecord:
+        return next(p for p in self.record.points if p.id == point_id)
+
+    def _update(self, point_id: str, **changes: object) -> None:
+        points = []
+        for point in self.record.points:
+            if point.id == point_id:
+                attempts = [*point.attempts[:-1], point.attempts[-1].model_copy(update=changes)]
+                point = point.model_copy(update={"attempts": attempts})
+            points.append(point)
+        self._save(points)
+
+    def _save(self, points: list[StudyPointRecord]) -> None:
+        self.record = self.record.model_copy(update={"points": points})
+        self.directory.write(self.record)
+
+    # one point ----------------------------------------------------------------------------------
+    def _submit(self, executor: Executor, index: int, demand: Demand, devices: tuple[str, ...]) -> None:
+        point = self.record.points[index]
+        root = self.directory.root
+        resume, attempt = False, len(point.attempts) + 1
+        run_dir = point.current_run_dir()
+        if (root / run_dir / "regime.json").is_file():
+            if executor.name == "local" and (not point.attempts or _same_place(root / run_dir, devices)):
+                resume = True  # continued in place: same machine, same devices
+            else:
+                run_dir = f"{point.run_dir}.attempt-{attempt}"
+                while (root / run_dir).exists():
+                    attempt += 1
+                    run_dir = f"{point.run_dir}.attempt-{attempt}"
+        elif (root / run_dir).exists():
+            _set_aside_empty(root / run_dir)
+        log = f"logs/{point.id}.{attempt}.log"
+        spec = JobSpec(
+            point=point.id,
+            attempt=attempt,
+            name=f"{self.record.name}-{point.id}",
+            command=point_command(root, point.id, run_dir, resume, self.allow_mismatch),
+            log=root / log,
+            gpus=demand.gpus,
+            cpus=self.plans[index].regime.hardware.cpu_count or 1,
+            devices=devices,
+            time_limit_min=demand.minutes,
+        )
+        job = executor.submit(spec)
+        record = PointAttempt(
+            attempt=attempt,
+            run_dir=run_dir,
+            executor=executor.name,
+            job_id=job.job_id,
+            devices=list(devices),
+            log=log,
+            submitted_at=now(),
+        )
+        self._save(
+            [
+                p.model_copy(update={"attempts": [*p.attempts, record]}) if p.id == point.id else p
+                for p in self.record.points
+            ]
+        )
+        self.running[point.id] = job
+        where = f" on GPUs {','.join(devices)}" if devices else ""
+        how = "continuing its run" if resume else f"run {run_dir}"
+        self.console.print(
+            f"{point.id}: started{where} (job {job.job_id}, {how}, log {log})", highlight=False
+        )
+        if self.follow:
+            self.followed[point.id] = 0
+
+    def _ended(self, point_id: str, outcome: JobOutcome, started: float) -> None:
+        job = self.running.pop(point_id)
+        point = self._point(point_id)
+        attempt = point.attempts[-1]
+        run_root = self.directory.root / attempt.run_dir
+        self._follow(point_id, final=True)
+        tail = None
+        if outcome.state != "finished":
+            stopped = stop_orphans(run_root)
+            tail = log_tail(self.directory.root / attempt.log)
+            if stopped:
+                tail += f"\n(stopped the engine servers it left running: process groups {stopped})"
+        self._update(point_id, state=outcome.state, reason=outcome.reason, log_tail=tail, ended_at=now())
+        self.ended.add(point_id)
+        minutes = (time.monotonic() - started) / 60
+        if outcome.state == "finished":
+            self.console.print(
+                f"[green]{point_id}: finished[/] in {minutes:.1f} min ({job.job_id})", highlight=False
+            )
+        else:
+            self.console.print(
+                f"[red]{point_id}: {outcome.state}[/]: {escape(outcome.reason or '')} ({job.job_id}); "
+                f"log {attempt.log}, last lines:\n{escape(tail or '')}",
+                highlight=False,
+            )
+
+    def _follow(self, point_id: str, final: bool = False) -> None:
+        """Show a lone job's output as it comes (one point at a time: a CPU-only machine)."""
+        if point_id not in self.followed:
+            return
+        log = self.directory.root / self._point(point_id).attempts[-1].log
+        try:
+            with open(log, "rb") as handle:
+                handle.seek(self.followed[point_id])
+                chunk = handle.read()
+        except OSError:
+            return
+        complete = chunk if final else chunk[: chunk.rfind(b"\n") + 1]
+        self.followed[point_id] += len(complete)
+        if complete:
+            self.console.out(complete.decode(errors="replace"), end="", highlight=False)
+        if final:
+            del self.followed[point_id]
+
+    # the loop -------------------------------------------------------------------------------------
+    def run(self) -> tuple[StudyDir, StudyResults]:
+        root = self.directory.root
+        wanted, slots, devices = placement([p.id for p in self.record.points], self.plans, self.options)
+        # one point at a time (a CPU-only machine): its output is shown as it comes
+        self.follow = slots is not None and all(s.wave == i + 1 for i, s in enumerate(slots))
+        executor = open_executor(self.options, root)
+        try:
+            pending = self._resumable(executor)
+            started = {p: time.monotonic() for p in self.running}
+            while pending or self.running:
+                for index in list(pending):
+                    slot = slots[index] if slots is not None else None
+                    if slot is not None and not self._free(slot, slots):
+                        continue
+                    pending.remove(index)
+                    placed = tuple(devices[d] for d in slot.devices) if slot is not None else ()
+                    self._submit(executor, index, wanted[index], placed)
+                    started[self.record.points[index].id] = time.monotonic()
+                for point_id, job in list(self.running.items()):
+                    self._follow(point_id)
+                    outcome = job.poll()
+                    if outcome is not None:
+                        self._ended(point_id, outcome, started[point_id])
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            self._interrupt()
+            raise
+        finally:
+            executor.close()
+        results = load_study(root)
+        write_analysis(results)
+        return self.directory, results
+
+    def _resumable(self, executor: Executor) -> list[int]:
+        """The points still to run: complete ones are kept, a job still running is re-attached
+        where its executor can, and a job nobody can reach any more is recorded as failed."""
+        pending = []
+        for index, (point, plan) in enumerate(zip(self.record.points, self.plans, strict=True)):
+            title = f"study point {index + 1}/{len(self.record.points)}: {point.id} ({_label(point)})"
+            if _complete(RunDir(self.directory.root / point.current_run_dir()), plan):
+                self.console.print(f"{title}: complete, kept", highlight=False)
+                self.ended.add(point.id)
+                continue
+            last = point.attempts[-1] if point.attempts else None
+            if last is not None and last.state == "submitted":
+                job = executor.attach(last) if last.executor == executor.name else None
+                if job is not None:
+                    self.running[point.id] = job
+                    self.console.print(f"{title}: re-attached to job {job.job_id}", highlight=False)
+                    continue
+                reason = "the job is gone: it was not running when the study resumed"
+                self._update(point.id, state="failed", reason=reason, ended_at=now())
+            pending.append(index)
+        return pending
+
+    def _free(self, slot: Slot, slots: list[Slot]) -> bool:
+        """A point starts once every point planned before it on its GPUs has ended and no running
+        job holds one of them (or the machine, for a CPU point)."""
+        if any(p not in self.ended for p in slot.after):
+            return False
+        by_point = {s.point: s for s in slots}
+        for point_id in self.running:
+            other = by_point[point_id]
+            if not slot.devices or not other.devices or set(slot.devices) & set(other.devices):
+                return False
+        return True
+
+    def _interrupt(self) -> None:
+        """Ctrl-C: jobs this machine runs (local, a started Ray) are interrupted and waited for, so
+        their servers stop; Slurm jobs keep running and ``--resume`` re-attaches to them."""
+        if not self.running:
+            return
+        for job in self.running.values():
+            job.interrupt()
+        deadline = time.monotonic() + INTERRUPT_GRACE_S
+        try:
+            while self.running and time.monotonic() < deadline:
+                for point_id, job in list(self.running.items()):
+                    if self.options.name == "slurm" and self.options.slurm_cluster == "slurm":
+                        self.console.print(f"{point_id}: job {job.job_id} keeps running on Slurm")
+                        self.running.pop(point_id)
+                        continue
+                    outcome = job.poll()
+                    if outcome is not None:
+                        self._ended(point_id, outcome, time.monotonic())
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: stop waiting; --resume sorts out what is left
+
+
+def _label(point: StudyPointRecord) -> str:
+    return ", ".join(f"{path}={value}" for path, value in point.axes) or "no regime axis"
 
 
 def write_analysis(results: StudyResults) -> None:

@@ -64,6 +64,20 @@ def _rich(title: str, header: list[str], rows: list[list[str]]) -> Table:
     return table
 
 
+def caveats(study: StudyResults) -> list[str]:
+    """What the reader must know before trusting the tables: points whose job failed (the
+    scheduler's reason) and a study whose points ran on different machines."""
+    out = [
+        f"point {point} has no complete run: its job {reason}"
+        for point, reason in study.failed_jobs().items()
+    ]
+    machines = study.machines()
+    if len(set(machines.values())) > 1:
+        where = "; ".join(f"{p}: {m}" for p, m in machines.items())
+        out.append(f"the points ran on different machines ({where}): compare points only where they match")
+    return out
+
+
 def terminal_tables(study: StudyResults) -> list[Table | str]:
     """The study's answer, in the order a reader asks for it."""
     out: list[Table | str] = [
@@ -90,6 +104,7 @@ def terminal_tables(study: StudyResults) -> list[Table | str]:
         out.append(
             f"points without results yet: {', '.join(study.missing)} (bench run --resume {study.root})"
         )
+    out += [f"[yellow]caveat[/]: {escape(line)}" for line in caveats(study)]
     return out
 
 
@@ -115,4 +130,5 @@ def markdown(study: StudyResults) -> str:
         lines += ["", precision[0].upper() + precision[1:] + "."]
     if study.missing:
         lines += ["", f"Points without results yet: {', '.join(study.missing)}."]
+    lines += [f"- Caveat: {line}." for line in caveats(study)]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,39 @@
+"""Which GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` read the way CUDA reads it, applied to
+NVML, which always sees every GPU of the machine. A study point placed on GPUs 2 and 3 of a node
+must record, watch and draw the power of GPUs 2 and 3, not of the points running beside it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+
+def visible_indices(count: int, uuids: list[str], environ: Mapping[str, str] | None = None) -> list[int]:
+    """NVML indices of the GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible, in its order. Entries are
+    indices or (prefixes of) UUIDs; like CUDA, the list ends at the first entry that names no GPU."""
+    value = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return list(range(count))
+    out: list[int] = []
+    for token in (t.strip() for t in value.split(",")):
+        if token.isdigit() and int(token) < count:
+            index = int(token)
+        elif token.startswith(("GPU-", "MIG-")):
+            index = next((i for i, uuid in enumerate(uuids) if uuid.startswith(token)), -1)
+        else:
+            index = -1
+        if index < 0 or index in out:
+            break
+        out.append(index)
+    return out
+
+
+def visible_handles(pynvml: Any) -> list[tuple[int, Any]]:
+    """(NVML index, handle) of every visible GPU; ``pynvml`` already initialised."""
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    uuids = []
+    for handle in handles:
+        uuid = pynvml.nvmlDeviceGetUUID(handle)
+        uuids.append(uuid.decode() if isinstance(uuid, bytes) else uuid)
+    return [(i, handles[i]) for i in visible_indices(len(handles), uuids)]

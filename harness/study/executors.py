@@ -1,0 +1,304 @@
+"""Where a study's point jobs run: this node (``local``), Slurm through submitit, or Ray. Each
+executor only starts a job (``harness.study.jobs``' command for one point), says how it ended, and
+stops it on Ctrl-C; what to run, where, and what to record is ``harness.study.run``'s.
+
+- ``local`` starts the command as a child process on the GPUs the placement plan gave the point
+  (``CUDA_VISIBLE_DEVICES``), in its own process group so a Ctrl-C is forwarded deliberately.
+- ``slurm`` submits one job per point with submitit (one node, the point's GPUs, its time limit);
+  jobs outlive the ``bench run`` that submitted them and ``--resume`` re-attaches by job id.
+  submitit's ``local`` and ``debug`` clusters run the same jobs without Slurm (tests, dry runs).
+- ``ray`` runs one task per point with ``num_gpus`` on an existing cluster (``--ray-address``) or
+  on a Ray instance the command starts on this node; Ray picks the GPUs and sets
+  ``CUDA_VISIBLE_DEVICES``. Tasks die with the driver, so a resumed study resubmits them.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+from harness.errors import UserError
+from harness.study.jobs import run_job
+from harness.study.record import ExecutorOptions, JobState, PointAttempt
+
+EXIT_INTERRUPTED = 130
+
+
+class JobOutcome(NamedTuple):
+    state: JobState  # finished, failed or interrupted
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    point: str
+    attempt: int
+    name: str  # the scheduler's job name: <study>-<point>
+    command: list[str]
+    log: Path
+    gpus: int
+    cpus: int
+    devices: tuple[str, ...]  # local only: CUDA_VISIBLE_DEVICES from the placement plan
+    time_limit_min: int
+
+
+class Job(Protocol):
+    job_id: str
+
+    def poll(self) -> JobOutcome | None: ...  # None while it runs
+
+    def interrupt(self) -> None: ...  # the study's bench run was interrupted
+
+
+class Executor(Protocol):
+    name: str
+
+    def submit(self, spec: JobSpec) -> Job: ...
+
+    def attach(self, attempt: PointAttempt) -> Job | None: ...  # a job still running, or None
+
+    def close(self) -> None: ...
+
+
+def outcome_of(returncode: int) -> JobOutcome:
+    """A point command's exit status as a job outcome (``bench study-point`` exits 0 when every arm
+    has results, 3 when an arm or the engine failed, 2 when it refused to start, 130 interrupted)."""
+    if returncode == 0:
+        return JobOutcome("finished")
+    if returncode == EXIT_INTERRUPTED:
+        return JobOutcome("interrupted", "interrupted")
+    if returncode < 0:
+        return JobOutcome("failed", f"killed by {signal.Signals(-returncode).name}")
+    explained = {2: " (refused to start: see the log)", 3: " (an arm or the engine failed: see the run)"}
+    return JobOutcome("failed", f"exited with status {returncode}{explained.get(returncode, '')}")
+
+
+def _missing(package: str) -> UserError:
+    return UserError(
+        f"--executor needs {package}, which is not installed: pip install -e '.[cluster]' (submitit and Ray)"
+    )
+
+
+# --- local ---------------------------------------------------------------------------------------
+
+
+class LocalJob:
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.job_id = f"local:{platform.node()}:{process.pid}"
+
+    def poll(self) -> JobOutcome | None:
+        code = self.process.poll()
+        return None if code is None else outcome_of(code)
+
+    def interrupt(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGINT)  # its runner stops its servers and exits 130
+        except ProcessLookupError:
+            pass
+
+
+class OrphanJob:
+    """A local job whose ``bench run`` went away while it ran: watched by pid until it ends."""
+
+    def __init__(self, job_id: str, pid: int) -> None:
+        self.job_id, self.pid = job_id, pid
+
+    def poll(self) -> JobOutcome | None:
+        if _running(self.pid):
+            return None
+        return JobOutcome("failed", "ended while no bench run watched it: see its run")
+
+    def interrupt(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class LocalExecutor:
+    name = "local"  # the placement plan (harness.study.placement) chooses each point's GPUs
+
+    def submit(self, spec: JobSpec) -> Job:
+        env = {**os.environ, "BENCH_EXECUTOR": "local"}
+        env.pop("BENCH_JOB_ID", None)  # the job's id is its own pid (harness.environment)
+        if spec.devices:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.devices)
+        spec.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(spec.log, "ab") as out:
+            process = subprocess.Popen(
+                spec.command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True,
+            )  # fmt: skip
+        return LocalJob(process)
+
+    def attach(self, attempt: PointAttempt) -> Job | None:
+        kind, host, pid = (attempt.job_id or "::").split(":", 2)
+        if kind != "local" or host != platform.node() or not pid.isdigit() or not _running(int(pid)):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            return None
+        return OrphanJob(attempt.job_id, int(pid)) if "study-point" in cmdline else None
+
+    def close(self) -> None:
+        pass
+
+
+# --- slurm (submitit) ------------------------------------------------------------------------------
+
+
+def slurm_parameters(spec: JobSpec, options: ExecutorOptions) -> dict[str, Any]:
+    """submitit's AutoExecutor parameters for one point: one node, one task, its GPUs and time."""
+    params: dict[str, Any] = {
+        "name": spec.name,
+        "nodes": 1,
+        "tasks_per_node": 1,
+        "cpus_per_task": spec.cpus,
+        "timeout_min": spec.time_limit_min,
+    }
+    if spec.gpus:
+        params["gpus_per_node"] = spec.gpus
+    if options.partition:
+        params["slurm_partition"] = options.partition
+    if options.account:
+        params["slurm_account"] = options.account
+    return params
+
+
+class SlurmJob:
+    def __init__(self, job: Any, cancel_on_interrupt: bool) -> None:
+        self.job, self.job_id = job, f"slurm:{job.job_id}"
+        self.cancel_on_interrupt = cancel_on_interrupt
+
+    def poll(self) -> JobOutcome | None:
+        if not self.job.done():
+            return None
+        error = self.job.exception()
+        if error is None:
+            return outcome_of(self.job.result())
+        # TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED, OUT_OF_MEMORY ...: the scheduler's words
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return JobOutcome("failed", f"{self.job.state}: {first}")
+
+    def interrupt(self) -> None:
+        if self.cancel_on_interrupt:  # submitit's local cluster: its jobs are this machine's processes
+            self.job.cancel(check=False)
+        # a Slurm job keeps running; bench run --resume re-attaches to it
+
+
+class SlurmExecutor:
+    name = "slurm"  # Slurm allocates the GPUs
+
+    def __init__(self, options: ExecutorOptions, folder: Path) -> None:
+        try:
+            import submitit
+        except ImportError:
+            raise _missing("submitit") from None
+        self.options, self.folder, self.submitit = options, folder, submitit
+        try:
+            self.executor = submitit.AutoExecutor(folder=folder, cluster=options.slurm_cluster)
+        except RuntimeError as exc:  # "Could not detect srun": not on a Slurm cluster
+            raise UserError(f"--executor slurm: {exc}") from None
+
+    def submit(self, spec: JobSpec) -> Job:
+        params = slurm_parameters(spec, self.options)
+        if self.options.slurm_cluster != "slurm":  # submitit's local/debug clusters take no slurm_* keys
+            params = {k: v for k, v in params.items() if not k.startswith("slurm_")}
+        self.executor.update_parameters(**params)
+        job = self.executor.submit(run_job, spec.command, str(spec.log), "slurm", "", {})
+        return SlurmJob(job, cancel_on_interrupt=self.options.slurm_cluster == "local")
+
+    def attach(self, attempt: PointAttempt) -> Job | None:
+        kind, _, job_id = (attempt.job_id or ":").partition(":")
+        if kind != "slurm" or self.options.slurm_cluster != "slurm":
+            return None  # submitit's local and debug jobs end with the process that watched them
+        job = self.submitit.SlurmJob(folder=self.folder, job_id=job_id)
+        return SlurmJob(job, cancel_on_interrupt=False)
+
+    def close(self) -> None:
+        pass
+
+
+# --- ray -----------------------------------------------------------------------------------------
+
+
+def _ray_point(command: list[str], log: str) -> int:
+    import ray
+
+    return run_job(command, log, "ray", f"ray:{ray.get_runtime_context().get_task_id()}", {})
+
+
+class RayJob:
+    def __init__(self, ray: Any, ref: Any) -> None:
+        self.ray, self.ref = ray, ref
+        self.job_id = f"ray:{ref.task_id().hex()}"
+
+    def poll(self) -> JobOutcome | None:
+        ready, _ = self.ray.wait([self.ref], timeout=0)
+        if not ready:
+            return None
+        try:
+            return outcome_of(self.ray.get(self.ref))
+        except self.ray.exceptions.RayError as exc:  # the worker died, the node was lost, cancelled
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            return JobOutcome("failed", f"{type(exc).__name__}: {first}"[:300])
+
+    def interrupt(self) -> None:
+        self.ray.cancel(self.ref)  # KeyboardInterrupt in the task: run_job stops its command cleanly
+
+
+class RayExecutor:
+    name = "ray"  # Ray assigns the GPUs
+
+    def __init__(self, options: ExecutorOptions) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise _missing("ray") from None
+        self.ray = ray
+        self.started = options.ray_address is None
+        settings: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False}
+        if self.started:  # a local instance on this node, with the GPUs the command was given
+            settings |= {"num_gpus": options.gpus or 0, "object_store_memory": 100 * 2**20}
+        else:
+            settings["address"] = options.ray_address
+        try:
+            ray.init(**settings)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise UserError(f"--executor ray: could not start or reach Ray: {exc}") from None
+        self.task = ray.remote(max_retries=0)(_ray_point)
+
+    def submit(self, spec: JobSpec) -> Job:
+        ref = self.task.options(
+            num_gpus=spec.gpus, num_cpus=0 if spec.gpus else spec.cpus, name=spec.name
+        ).remote(spec.command, str(spec.log))
+        return RayJob(self.ray, ref)
+
+    def attach(self, attempt: PointAttempt) -> Job | None:
+        return None  # a task does not outlive its driver
+
+    def close(self) -> None:
+        self.ray.shutdown()
+
+
+def open_executor(options: ExecutorOptions, study_root: Path) -> Executor:
+    if options.name == "slurm":
+        return SlurmExecutor(options, study_root / "slurm")
+    if options.name == "ray":
+        return RayExecutor(options)
+    return LocalExecutor()

@@ -1,0 +1,127 @@
+"""What a study point's job runs, on whatever node the executor put it: one command,
+
+    python -m harness.cli study-point STUDY_DIR POINT_ID --run-dir points/<id>[.attempt-N] [--continue]
+
+the same for every executor. It runs the point's concrete regime exactly as ``bench run`` runs a
+regime (``harness.runner``), into its run directory inside the shared study directory, and writes
+``placement.json`` there: the host, the job id and the GPUs it ran on, so the machine-identity
+checks apply per point. Slurm and Ray run it through ``run_job``, a plain function that starts the
+command with the job's id in its environment and its output in the job's log.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from harness.environment import collect_gpus, collect_placement
+from harness.errors import UserError
+from harness.regime import Regime
+from harness.results.files import write_json_atomic
+from harness.runner import Runner, resume_run
+from harness.study.record import StudyDir
+
+PLACEMENT_FILE = "placement.json"
+LOG_TAIL_LINES = 30
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def point_command(
+    study_root: Path, point: str, run_dir: str, resume: bool, allow_mismatch: bool
+) -> list[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "study-point",
+        str(study_root),
+        point,
+        "--run-dir",
+        run_dir,
+    ]
+    return command + (["--continue"] if resume else []) + (["--allow-mismatch"] if allow_mismatch else [])
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def run_job(command: list[str], log: str, executor: str, job_id: str, extra_env: dict[str, str]) -> int:
+    """A scheduler's job (submitit's function, Ray's task): the point's command, its output in
+    ``log``; returns the command's exit status. The devices are the scheduler's: Slurm and Ray set
+    CUDA_VISIBLE_DEVICES for the job, and the command inherits it. Cancelled (Ray's cancel, Slurm's
+    signal), it interrupts the command, which stops its engine servers, instead of orphaning them."""
+    if not job_id and executor == "slurm":
+        import submitit
+
+        job_id = f"slurm:{submitit.JobEnvironment().job_id}"
+    env = {**os.environ, **extra_env, "BENCH_EXECUTOR": executor, "BENCH_JOB_ID": job_id}
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        child = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+        try:
+            return child.wait()
+        except BaseException:
+            child.send_signal(signal.SIGINT)
+            try:
+                child.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            raise
+
+
+def placement_record() -> dict[str, Any]:
+    """Where this process runs, for ``placement.json``: the executor's job, the host, the devices."""
+    placement = collect_placement()["placement"] or {
+        "executor": None,
+        "job_id": None,
+        "host": platform.node(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    gpus = collect_gpus()["gpus"]
+    return {
+        **placement,
+        "pid": os.getpid(),
+        "gpus": [{"index": g["index"], "name": g["name"], "uuid": g.get("uuid")} for g in gpus],
+        "started_at": now(),
+    }
+
+
+def run_point(
+    study_root: Path, point_id: str, run_dir: str, resume: bool, console: Console, allow_mismatch: bool
+) -> int:
+    """``bench study-point``: run (or continue) one point into ``run_dir``. Exit status 0 when every
+    arm finished with results, 3 otherwise (the run's own files say which arm and why)."""
+    from harness.study.run import plan_study
+
+    record = StudyDir(study_root).read()
+    ids = [p.id for p in record.points]
+    if point_id not in ids:
+        raise UserError(f"{study_root}: no point {point_id!r} (points: {', '.join(ids)})")
+    _, plans = plan_study(Path(record.source_path), Regime.model_validate(record.regime))
+    plan = plans[ids.index(point_id)]
+    root = study_root / run_dir
+    if resume and (root / "regime.json").is_file():
+        write_json_atomic(root / PLACEMENT_FILE, placement_record())
+        _, summary = resume_run(root, console, allow_mismatch)
+    else:
+        runner = Runner(plan, study_root, console, allow_mismatch)
+        runner.on_created = lambda path: write_json_atomic(path / PLACEMENT_FILE, placement_record())
+        _, summary = runner.run(run_root=root)
+    return 0 if summary.arms and all(arm.status == "ok" for arm in summary.arms) else 3
