@@ -6,11 +6,14 @@
 - Readiness polls the health endpoint with a SHORT client timeout, because vLLM binds its
   socket before the model loads (a TCP connect succeeds early and requests hang), and checks
   on every poll that the process is still alive, failing fast with the tail of the log.
-- Every started group is registered so an interrupted ``bench run`` can still stop it.
+- Every started group is registered so an interrupted ``bench run`` can still stop it, and named
+  in ``server.pgid`` beside its log until it is stopped, so that whoever finds a killed ``bench``
+  process's run (a study's executor) can stop what it left running (``stop_left_running``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -24,6 +27,7 @@ import httpx
 from harness.errors import EngineError
 
 _LIVE_GROUPS: set[int] = set()
+PGID_FILE = "server.pgid"
 
 
 def free_port() -> int:
@@ -88,6 +92,26 @@ def kill_all_started() -> None:
         kill_group(pgid, grace_s=5.0)
 
 
+def stop_left_running(directory: Path) -> list[int]:
+    """Stop the server groups named by ``server.pgid`` files under ``directory`` (a run whose
+    ``bench`` process was killed before it could stop them); returns the groups stopped. A group is
+    stopped only while its leader is still the server that was started (its command line names the
+    port in the arm's launch.json), never a process that reused the number."""
+    stopped = []
+    for pgid_file in sorted(directory.rglob(PGID_FILE)):
+        try:
+            pgid = int(pgid_file.read_text().strip())
+            port = str(json.loads((pgid_file.parent / "launch.json").read_text())["port"])
+            cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, KeyError):
+            continue
+        if port.encode() in cmdline and group_alive(pgid):
+            kill_group(pgid, grace_s=10.0)
+            stopped.append(pgid)
+        pgid_file.unlink(missing_ok=True)
+    return stopped
+
+
 class Server:
     """One engine server process group. Use as a context manager so it is always stopped."""
 
@@ -115,6 +139,7 @@ class Server:
                 start_new_session=True,  # own process group: teardown reaches every child
             )
         _LIVE_GROUPS.add(self.process.pid)
+        (self.log_path.parent / PGID_FILE).write_text(f"{self.process.pid}\n")
 
     def exit_code(self) -> int | None:
         return None if self.process is None else self.process.poll()
@@ -154,6 +179,7 @@ class Server:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        (self.log_path.parent / PGID_FILE).unlink(missing_ok=True)
 
     def __enter__(self) -> Server:
         self.start()

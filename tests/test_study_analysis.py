@@ -150,3 +150,11 @@ def test_a_different_k_of_the_same_method_is_not_a_recommendation_flip() -> None
     found = flips(bf16 + fp32)
     assert all(f.what != "recommendation" for f in found)
     assert not [f for f in found if f.what == "best_k"]  # K=4 at fp32 cannot be told from K=8
+
+
+def test_a_point_without_a_speculative_arm_measured_flips_nothing() -> None:
+    # p1's job died after its baseline: no speculative arm has results there, so there is no
+    # recommendation to compare with p0's, only a missing one
+    baseline_only = obs(1.0, arm="baseline", k=None, family="baseline", method="baseline", point="p1")
+    found = flips([obs(1.8), Observation(**{**baseline_only.__dict__, "axes": DTYPE_FP32})])
+    assert found == []

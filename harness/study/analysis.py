@@ -341,6 +341,8 @@ def _recommendation_flips(recs: dict, where: tuple) -> list[Flip]:
         b = recs.get((q, workload, concurrency))
         if point != p or b is None or _choice(a) == _choice(b):
             continue
+        if a.best_arm is None or b.best_arm is None:
+            continue  # a point without a speculative arm measured (its job failed): nothing to flip
         text = (
             f"{workload} @ {concurrency}: the recommendation flips from {_label(a)} "
             f"({a.best_arm} {a.speedup.text() if a.speedup else '-'}) at {axis}={va} to {_label(b)} "

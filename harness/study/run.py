@@ -19,7 +19,7 @@ from harness.errors import UserError
 from harness.plan import Plan, plan_regime
 from harness.regime import Regime, load_regime
 from harness.results.files import RunDir, read_json, write_text_atomic
-from harness.server import group_alive, kill_group
+from harness.server import stop_left_running
 from harness.study.collect import StudyResults, load_study
 from harness.study.executors import Executor, Job, JobOutcome, JobSpec, open_executor
 from harness.study.jobs import PLACEMENT_FILE, log_tail, now, point_command
@@ -167,25 +167,13 @@ def _same_place(run_root: Path, devices: tuple[str, ...]) -> bool:
 
 
 def stop_orphans(run_root: Path) -> list[int]:
-    """Stop the engine servers a killed job left behind (their groups are in the arms' status
-    files), when the job ran on this host; returns the groups stopped."""
+    """Stop the engine servers a killed job left behind, when the job ran on this host (another
+    node's scheduler ends a job's processes with the job); returns the groups stopped."""
     try:
         placed = read_json(run_root / PLACEMENT_FILE)
     except UserError:
         return []
-    if placed.get("host") != platform.node():
-        return []  # another node's: its scheduler ends the job's processes with the job
-    stopped = []
-    for status in sorted(run_root.glob("arms/*/status.json")):
-        try:
-            data = read_json(status)
-        except UserError:
-            continue
-        pgid = data.get("pgid")
-        if data.get("status") == "running" and isinstance(pgid, int) and group_alive(pgid):
-            kill_group(pgid, grace_s=10.0)
-            stopped.append(pgid)
-    return stopped
+    return stop_left_running(run_root) if placed.get("host") == platform.node() else []
 
 
 class Dispatcher:

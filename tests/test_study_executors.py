@@ -1,0 +1,297 @@
+"""Study executors without an engine: the placement plan for a node's GPUs, CUDA_VISIBLE_DEVICES
+applied to NVML, job outcomes, Slurm's submission parameters on submitit's own executor objects,
+the dispatcher's decisions (what starts when, where an attempt writes, what is recorded) with a
+stand-in executor, and submitit's local and debug clusters running the real `bench study-point`
+command for a point that refuses to start (seconds, no engine). The real CPU engine under the
+local and Ray executors is tests/test_study_executors_engine.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import platform
+import signal
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from harness.devices import visible_indices
+from harness.errors import UserError
+from harness.study import run as study_run
+from harness.study.executors import JobOutcome, JobSpec, outcome_of, slurm_parameters
+from harness.study.placement import Demand, plan_lines, plan_placement
+from harness.study.record import ExecutorOptions, PointAttempt, StudyDir
+from harness.study.run import Dispatcher, plan_study, study_record
+from tests.conftest import ROOT
+
+CLUSTER_REGIME = ROOT / "tests" / "regimes" / "cpu_cluster_e2e.yaml"
+
+
+# --- placement ---------------------------------------------------------------------------------
+
+
+def test_tp_1_2_4_8_on_an_8_gpu_node() -> None:
+    demands = [Demand(f"p{i}", tp, 60) for i, tp in enumerate((1, 2, 4, 8))]
+    slots = plan_placement(demands, 8)
+    assert [s.devices for s in slots] == [(0,), (2, 3), (4, 5, 6, 7), tuple(range(8))]
+    assert [s.after for s in slots] == [(), (), (), ("p0", "p1", "p2")]
+    assert [s.wave for s in slots] == [1, 1, 1, 2]
+    lines = plan_lines(slots, demands, [str(i) for i in range(8)])
+    assert lines[1] == "wave 1: p1 on GPUs 2,3, at once (budget 60 min)"
+    assert lines[3].startswith("wave 2: p3 on GPUs 0,1,2,3,4,5,6,7, after p0, p1, p2")
+
+
+def test_four_tp2_points_share_a_node_and_the_fifth_waits_for_the_first_free_pair() -> None:
+    demands = [Demand(f"p{i}", 2, minutes) for i, minutes in enumerate((30, 10, 20, 40, 5))]
+    slots = plan_placement(demands, 8)
+    assert [s.devices for s in slots[:4]] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert slots[4].devices == (2, 3) and slots[4].after == ("p1",)  # p1's pair frees first (10 min)
+    assert len({d for s in slots[:4] for d in s.devices}) == 8  # disjoint
+
+
+def test_cpu_points_run_one_at_a_time_and_a_point_too_big_refuses_the_plan() -> None:
+    slots = plan_placement([Demand("p0", 0, 5), Demand("p1", 0, 5), Demand("p2", 0, 5)], 0)
+    assert [(s.devices, s.after, s.wave) for s in slots] == [((), (), 1), ((), ("p0",), 2), ((), ("p1",), 3)]
+    with pytest.raises(UserError, match="p1 needs 8 GPUs and this node has 4"):
+        plan_placement([Demand("p0", 4, 5), Demand("p1", 8, 5)], 4)
+
+
+def test_cuda_visible_devices_as_cuda_reads_it() -> None:
+    uuids = ["GPU-aaaa-1", "GPU-bbbb-2", "GPU-cccc-3", "GPU-dddd-4"]
+    assert visible_indices(4, uuids, {}) == [0, 1, 2, 3]
+    assert visible_indices(4, uuids, {"CUDA_VISIBLE_DEVICES": "2,3"}) == [2, 3]
+    assert visible_indices(4, uuids, {"CUDA_VISIBLE_DEVICES": "GPU-cccc,GPU-aaaa-1"}) == [2, 0]
+    assert visible_indices(4, uuids, {"CUDA_VISIBLE_DEVICES": "1,7,2"}) == [1]  # ends at a bad entry
+    assert visible_indices(4, uuids, {"CUDA_VISIBLE_DEVICES": ""}) == []
+
+
+def test_job_outcomes() -> None:
+    assert outcome_of(0) == JobOutcome("finished")
+    assert outcome_of(130).state == "interrupted"
+    assert outcome_of(-signal.SIGKILL) == JobOutcome("failed", "killed by SIGKILL")
+    assert "an arm or the engine failed" in outcome_of(3).reason
+
+
+# --- Slurm's parameters, on submitit's own executor -----------------------------------------------
+
+
+def test_slurm_submission_on_submitits_executor(tmp_path: Path, monkeypatch) -> None:
+    submitit = pytest.importorskip("submitit")
+    monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 1))  # no srun here
+    options = ExecutorOptions(name="slurm", partition="gpu", account="inference")
+    spec = JobSpec("p1", 1, "h200_tp_study-p1", ["bench"], tmp_path / "p1.log", 2, 16, (), 798)
+    executor = submitit.AutoExecutor(folder=tmp_path, cluster="slurm")
+    executor.update_parameters(**slurm_parameters(spec, options))
+    script = executor._executor._make_submission_file_text("python -m job", "UID")
+    for line in (
+        "#SBATCH --gpus-per-node=2",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=inference",
+        "#SBATCH --time=798",
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --cpus-per-task=16",
+        "#SBATCH --job-name=h200_tp_study-p1",
+    ):
+        assert line in script, script
+
+
+# --- the dispatcher, with a stand-in executor ------------------------------------------------------
+
+
+class FakeJob:
+    def __init__(self, spec: JobSpec, outcome: JobOutcome, log_text: str, ticks: int) -> None:
+        self.spec, self.outcome, self.ticks = spec, outcome, ticks
+        self.job_id = f"fake:{spec.point}.{spec.attempt}"
+        spec.log.parent.mkdir(parents=True, exist_ok=True)
+        spec.log.write_text(log_text)
+
+    def poll(self) -> JobOutcome | None:
+        self.ticks -= 1
+        return self.outcome if self.ticks < 0 else None
+
+    def interrupt(self) -> None:
+        self.outcome, self.ticks = JobOutcome("interrupted", "interrupted"), 0
+
+
+class FakeExecutor:
+    """Records what it was asked to run; its jobs end after a few polls with the outcome asked
+    for. ``running_at_submit`` is how many other jobs ran when each one started."""
+
+    def __init__(self, name: str, outcomes: dict[str, JobOutcome], attachable: set[str] = frozenset()):
+        self.name, self.outcomes, self.attachable = name, outcomes, attachable
+        self.specs: list[JobSpec] = []
+        self.jobs: list[FakeJob] = []
+        self.running_at_submit: list[int] = []
+
+    def submit(self, spec: JobSpec) -> FakeJob:
+        self.running_at_submit.append(sum(1 for j in self.jobs if j.ticks >= 0))
+        self.specs.append(spec)
+        job = FakeJob(spec, self.outcomes.get(spec.point, JobOutcome("finished")), f"{spec.point} ran\n", 2)
+        self.jobs.append(job)
+        return job
+
+    def attach(self, attempt):
+        if attempt.job_id in self.attachable:
+            spec = JobSpec("re", 0, "", [], Path("/dev/null"), 0, 1, (), 1)
+            job = FakeJob.__new__(FakeJob)
+            job.spec, job.outcome, job.ticks, job.job_id = spec, JobOutcome("finished"), 1, attempt.job_id
+            return job
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def _finished_run(root: Path) -> None:
+    """What a point's finished run leaves that the dispatcher reads: every arm's status ok."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "regime.json").write_text("{}")
+    for arm in ("baseline", "ngram"):
+        (root / "arms" / arm).mkdir(parents=True, exist_ok=True)
+        (root / "arms" / arm / "status.json").write_text('{"status": "ok"}')
+
+
+def _study(tmp_path: Path, options: ExecutorOptions):
+    study, plans = plan_study(CLUSTER_REGIME)
+    directory = StudyDir.create(tmp_path, study.regime.name)
+    record = study_record(study, options)
+    directory.write(record)
+    return directory, record, plans
+
+
+def _dispatch(monkeypatch, directory, record, plans, executor: FakeExecutor) -> str:
+    monkeypatch.setattr(study_run, "open_executor", lambda options, root: executor)
+    monkeypatch.setattr(study_run, "load_study", lambda root: None)  # no run to summarise here
+    monkeypatch.setattr(study_run, "write_analysis", lambda results: None)
+    monkeypatch.setattr(study_run, "POLL_S", 0.0)
+    out = io.StringIO()
+    Dispatcher(directory, directory.read(), plans, Console(file=out, width=200), False).run()
+    return out.getvalue()
+
+
+def test_cpu_points_run_one_at_a_time_with_their_output_shown(tmp_path: Path, monkeypatch) -> None:
+    directory, record, plans = _study(tmp_path, ExecutorOptions(gpus=0))
+    executor = FakeExecutor("local", {})
+    out = _dispatch(monkeypatch, directory, record, plans, executor)
+    assert [s.point for s in executor.specs] == ["p0", "p1"] and executor.running_at_submit == [0, 0]
+    assert [s.devices for s in executor.specs] == [(), ()]
+    assert "p0 ran" in out and "p1 ran" in out  # a lone job's log, shown as it comes
+    saved = directory.read()
+    assert [(p.attempts[0].state, p.attempts[0].run_dir) for p in saved.points] == [
+        ("finished", "points/p0"),
+        ("finished", "points/p1"),
+    ]
+    assert executor.specs[1].command[-3:] == ["p1", "--run-dir", "points/p1"]
+
+
+def test_points_on_disjoint_gpus_run_side_by_side(tmp_path: Path, monkeypatch) -> None:
+    directory, record, plans = _study(tmp_path, ExecutorOptions(gpus=4, gpus_per_point=2))
+    executor = FakeExecutor("local", {})
+    out = _dispatch(monkeypatch, directory, record, plans, executor)
+    assert [s.devices for s in executor.specs] == [("0", "1"), ("2", "3")]
+    assert executor.running_at_submit == [0, 1]  # p1 started while p0 ran
+    assert "p0 ran" not in out  # two at once: events only, each log stays in its file
+    assert [p.attempts[0].devices for p in directory.read().points] == [["0", "1"], ["2", "3"]]
+
+
+def test_a_failed_job_is_recorded_and_its_point_gets_a_new_attempt(tmp_path: Path, monkeypatch) -> None:
+    directory, record, plans = _study(tmp_path, ExecutorOptions(name="ray"))
+    failing = FakeExecutor("ray", {"p1": JobOutcome("failed", "killed by SIGKILL")})
+    out = _dispatch(monkeypatch, directory, record, plans, failing)
+    p1 = directory.read().points[1].attempts[0]
+    assert (p1.state, p1.reason, p1.log_tail) == ("failed", "killed by SIGKILL", "p1 ran")
+    assert "p1: failed" in out and "killed by SIGKILL" in out
+    # the failed attempt had started its run: a cluster job lands anywhere, so a new directory
+    (directory.root / "points" / "p1").mkdir(parents=True)
+    (directory.root / "points" / "p1" / "regime.json").write_text("{}")
+    _finished_run(directory.root / "points" / "p0")
+    retry = FakeExecutor("ray", {})
+    out = _dispatch(monkeypatch, directory, directory.read(), plans, retry)
+    assert "p0 (load.max_output_tokens=12): complete, kept" in out
+    assert [s.point for s in retry.specs] == ["p1"]
+    assert retry.specs[0].command[-2:] == ["--run-dir", "points/p1.attempt-2"]
+    attempts = directory.read().points[1].attempts
+    assert [(a.attempt, a.run_dir, a.state) for a in attempts] == [
+        (1, "points/p1", "failed"),
+        (2, "points/p1.attempt-2", "finished"),
+    ]
+
+
+def test_on_the_same_node_and_gpus_a_point_continues_in_place(tmp_path: Path, monkeypatch) -> None:
+    directory, record, plans = _study(tmp_path, ExecutorOptions(gpus=4, gpus_per_point=2))
+    _dispatch(monkeypatch, directory, record, plans, FakeExecutor("local", {"p1": JobOutcome("failed", "x")}))
+    run = directory.root / "points" / "p1"
+    run.mkdir(parents=True)
+    (run / "regime.json").write_text("{}")
+    placed = {"host": platform.node(), "cuda_visible_devices": "2,3"}
+    (run / "placement.json").write_text(json.dumps(placed))
+    _finished_run(directory.root / "points" / "p0")
+    again = FakeExecutor("local", {"p1": JobOutcome("failed", "x")})
+    _dispatch(monkeypatch, directory, directory.read(), plans, again)
+    assert [s.command[-3:] for s in again.specs] == [["--run-dir", "points/p1", "--continue"]]
+    # elsewhere (other GPUs), the same point starts a new attempt directory instead
+    (run / "placement.json").write_text(json.dumps({**placed, "cuda_visible_devices": "0,1"}))
+    third = FakeExecutor("local", {})
+    _dispatch(monkeypatch, directory, directory.read(), plans, third)
+    assert [s.command[-2:] for s in third.specs] == [["--run-dir", "points/p1.attempt-3"]]
+
+
+def test_resume_re_attaches_to_a_running_job_or_records_it_gone(tmp_path: Path, monkeypatch) -> None:
+    directory, record, plans = _study(tmp_path, ExecutorOptions(name="slurm"))
+    points = [
+        p.model_copy(
+            update={
+                "attempts": [
+                    PointAttempt(
+                        attempt=1,
+                        run_dir=p.run_dir,
+                        executor="slurm",
+                        job_id=f"slurm:{100 + i}",
+                        log=f"logs/{p.id}.1.log",
+                        submitted_at="2026-11-30T00:00:00+00:00",
+                    )
+                ]
+            }
+        )
+        for i, p in enumerate(record.points)
+    ]
+    directory.write(record.model_copy(update={"points": points}))
+    executor = FakeExecutor("slurm", {}, attachable={"slurm:100"})
+    out = _dispatch(monkeypatch, directory, record, plans, executor)
+    assert "p0 (load.max_output_tokens=12): re-attached to job slurm:100" in out
+    assert [s.point for s in executor.specs] == ["p1"]  # p0's job was still running: not resubmitted
+    p1 = directory.read().points[1].attempts
+    assert p1[0].state == "failed" and "the job is gone" in p1[0].reason and p1[1].state == "finished"
+
+
+# --- submitit's local and debug clusters running the real point command --------------------------
+
+
+@pytest.mark.parametrize("cluster", ["debug", "local"])
+def test_submitit_runs_the_point_command_and_reports_its_refusal(tmp_path: Path, cluster: str) -> None:
+    pytest.importorskip("submitit")
+    regime = tmp_path / "refused.yaml"
+    text = CLUSTER_REGIME.read_text().replace("  kind: cpu\n", "  kind: cpu\n  cpu_model: NoSuchCPU 9000\n")
+    text = text.replace("../../workloads/", f"{ROOT}/workloads/")
+    regime.write_text(text)
+    out = io.StringIO()
+    options = ExecutorOptions(name="slurm", slurm_cluster=cluster, time_limit_min=5)
+    _, results = study_run.run_study(regime, tmp_path / "results", Console(file=out, width=200), options)
+    saved = results.record.points
+    assert [a.state for p in saved for a in p.attempts] == ["failed", "failed"]
+    first = saved[0].attempts[0]
+    assert first.reason.startswith("exited with status 2") and first.job_id.startswith("slurm:")
+    assert "NoSuchCPU" in first.log_tail  # the point's own refusal, from its log
+    assert results.missing == ["p0", "p1"] and "p0: failed" in out.getvalue()
+
+
+def test_a_version_1_study_reads_as_one_without_jobs(tmp_path: Path) -> None:
+    """tests/fixtures/study_v1: a study.json as the harness wrote it before executors existed."""
+    record = StudyDir(ROOT / "tests" / "fixtures" / "study_v1").read()
+    assert record.schema_version == 1 and record.executor == ExecutorOptions()
+    assert [(p.id, p.attempts, p.current_run_dir()) for p in record.points] == [
+        ("p0", [], "points/p0"),
+        ("p1", [], "points/p1"),
+    ]
