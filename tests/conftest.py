@@ -30,9 +30,13 @@ def bench(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="session")
 def study(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     """tests/regimes/cpu_study_e2e.yaml run on the REAL CPU engine: two points x baseline + ngram
-    K=2 and K=4 (the study tests read it; the gate test gates a worse run against its point p0)."""
+    K=2 and K=4 (the study tests read it; the gate test gates a worse run against its point p0).
+    The local executor runs the two points side by side, each on one logical GPU of a 2-GPU
+    "node": CPU points would run one at a time, and the suite's time is what this saves."""
     results = tmp_path_factory.mktemp("results")
-    proc = bench("run", str(STUDY_REGIME), "--results-dir", str(results))
+    proc = bench(
+        "run", str(STUDY_REGIME), "--results-dir", str(results), "--gpus", "2", "--gpus-per-point", "1"
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     (study_dir,) = sorted((results / "cpu_study_e2e").iterdir())
     return proc, study_dir

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import EngineError
-from harness.server import Server, group_alive, free_port
+from harness.server import Server, free_port, group_alive
 
 CHILD = Path(__file__).parent / "lifecycle_child.py"
 

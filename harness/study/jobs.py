@@ -25,7 +25,7 @@ from rich.console import Console
 from harness.environment import collect_gpus, collect_placement
 from harness.errors import UserError
 from harness.regime import Regime
-from harness.results.files import write_json_atomic
+from harness.results.files import read_json, write_json_atomic
 from harness.runner import Runner, resume_run
 from harness.study.record import StudyDir
 
@@ -118,7 +118,13 @@ def run_point(
     plan = plans[ids.index(point_id)]
     root = study_root / run_dir
     if resume and (root / "regime.json").is_file():
-        write_json_atomic(root / PLACEMENT_FILE, placement_record())
+        # the same host and devices (why it continues in place); this job is added to the record
+        try:
+            placed = read_json(root / PLACEMENT_FILE)
+        except UserError:
+            placed = placement_record()
+        continued = [*placed.get("continued_by", []), placement_record()]
+        write_json_atomic(root / PLACEMENT_FILE, {**placed, "continued_by": continued})
         _, summary = resume_run(root, console, allow_mismatch)
     else:
         runner = Runner(plan, study_root, console, allow_mismatch)
