@@ -260,9 +260,8 @@ class Dispatcher:
         self.running[point.id] = job
         where = f" on GPUs {','.join(devices)}" if devices else ""
         how = "continuing its run" if resume else f"run {run_dir}"
-        self.console.print(
-            f"{point.id}: started{where} (job {job.job_id}, {how}, log {log})", highlight=False
-        )
+        verb = "started" if executor.name == "local" else "submitted"  # a cluster queues it
+        self.console.print(f"{point.id}: {verb}{where} (job {job.job_id}, {how}, log {log})", highlight=False)
         if self.follow:
             self.followed[point.id] = 0
 
@@ -283,7 +282,8 @@ class Dispatcher:
         minutes = (time.monotonic() - started) / 60
         if outcome.state == "finished":
             self.console.print(
-                f"[green]{point_id}: finished[/] in {minutes:.1f} min ({job.job_id})", highlight=False
+                f"[green]{point_id}: finished[/] {minutes:.1f} min after it was submitted ({job.job_id})",
+                highlight=False,
             )
         else:
             self.console.print(
