@@ -11,7 +11,9 @@ from typing import Any
 
 def visible_indices(count: int, uuids: list[str], environ: Mapping[str, str] | None = None) -> list[int]:
     """NVML indices of the GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible, in its order. Entries are
-    indices or (prefixes of) UUIDs; like CUDA, the list ends at the first entry that names no GPU."""
+    indices or (prefixes of) UUIDs; like CUDA, the list ends at the first entry that names no GPU.
+    An index is read as NVML's (PCI bus order), which is CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID:
+    the local executor sets both; UUIDs (what Slurm's gres may give) are exact either way."""
     value = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
     if value is None:
         return list(range(count))

@@ -90,7 +90,7 @@ def _regime_record(plan: Plan, model: str) -> dict[str, Any]:
 
 class Runner:
     def __init__(self, plan: Plan, results_dir: Path, console: Console, allow_mismatch: bool = False):
-        if plan.regime.sweep is not None:  # a study's points run one by one (harness.study.run)
+        if plan.regime.sweep is not None:  # a study: each of its points is a job (harness.study.run)
             raise UserError(f"{plan.regime_path}: a regime with a sweep: section is a study; run it as one")
         self.plan = plan
         self.results_dir = results_dir

@@ -244,21 +244,29 @@ class RunDir:
     def lock(self) -> Iterator[None]:
         """One writer per run directory: a second ``bench run`` into it is refused while the first
         lives; a lock left by a dead process is taken over."""
-        path = self.root / "run.lock"
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            holder = path.read_text().strip()
-            if holder.isdigit() and _pid_alive(int(holder)):
-                raise UserError(f"{self.root} is being written by another bench process (pid {holder})") from None
-            path.unlink(missing_ok=True)  # stale: its writer is gone
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(f"{os.getpid()}\n")
-        try:
+        with writer_lock(self.root / "run.lock"):
             yield
-        finally:
-            path.unlink(missing_ok=True)
+
+
+@contextmanager
+def writer_lock(path: Path) -> Iterator[None]:
+    """``path`` holds the writer's pid while it lives: a second writer is refused; a lock left by
+    a dead process is taken over. (On one host: a study's bench run and its points' jobs share a
+    file system, and only the study's own command takes its lock.)"""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        holder = path.read_text().strip()
+        if holder.isdigit() and _pid_alive(int(holder)):
+            raise UserError(f"{path.parent} is being written by another bench process (pid {holder})") from None
+        path.unlink(missing_ok=True)  # stale: its writer is gone
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f"{os.getpid()}\n")
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def _pid_alive(pid: int) -> bool:

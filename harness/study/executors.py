@@ -135,8 +135,8 @@ class LocalExecutor:
     def submit(self, spec: JobSpec) -> Job:
         env = {**os.environ, "BENCH_EXECUTOR": "local"}
         env.pop("BENCH_JOB_ID", None)  # the job's id is its own pid (harness.environment)
-        if spec.devices:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.devices)
+        if spec.devices:  # NVML indices: make CUDA count the GPUs in NVML's (PCI bus) order
+            env |= {"CUDA_VISIBLE_DEVICES": ",".join(spec.devices), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         spec.log.parent.mkdir(parents=True, exist_ok=True)
         with open(spec.log, "ab") as out:
             process = subprocess.Popen(

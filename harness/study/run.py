@@ -18,7 +18,7 @@ from rich.markup import escape
 from harness.errors import UserError
 from harness.plan import Plan, plan_regime
 from harness.regime import Regime, load_regime
-from harness.results.files import RunDir, read_json, write_text_atomic
+from harness.results.files import RunDir, read_json, write_text_atomic, writer_lock
 from harness.server import stop_left_running
 from harness.study.collect import StudyResults, load_study
 from harness.study.executors import Executor, Job, JobOutcome, JobSpec, open_executor
@@ -60,18 +60,21 @@ def study_record(study: StudyPlan, executor: ExecutorOptions) -> StudyRecord:
 
 
 def node_devices(options: ExecutorOptions) -> list[str]:
-    """The GPUs a local (or locally started Ray) executor may hand out, as CUDA_VISIBLE_DEVICES
-    entries: ``--gpus N`` of them, or every GPU this process sees; none on a CPU-only machine."""
-    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if options.gpus is not None:
-        names = [d for d in (inherited or "").split(",") if d] if inherited else []
-        return names[: options.gpus] if len(names) >= options.gpus else [str(i) for i in range(options.gpus)]
+    """The GPUs the local executor hands out, as NVML indices (jobs get them with
+    CUDA_DEVICE_ORDER=PCI_BUS_ID, so CUDA counts them as NVML does): every GPU this process may
+    use, or the first ``--gpus N``. Where NVML sees none, ``--gpus N`` names N logical devices."""
     from harness.environment import collect_gpus
 
-    return [
-        str(g["index"]) if inherited is None else inherited.split(",")[i]
-        for i, g in enumerate(collect_gpus()["gpus"])
-    ]
+    visible = [str(g["index"]) for g in collect_gpus()["gpus"]]
+    if options.gpus is None:
+        return visible
+    if not visible:
+        return [str(i) for i in range(options.gpus)]
+    if options.gpus > len(visible):
+        raise UserError(
+            f"--gpus {options.gpus}: this process may use {len(visible)} GPUs ({', '.join(visible)})"
+        )
+    return visible[: options.gpus]
 
 
 def demands(ids: list[str], plans: list[Plan], options: ExecutorOptions) -> list[Demand]:
@@ -222,11 +225,11 @@ class Dispatcher:
         if (root / run_dir / "regime.json").is_file():
             if executor.name == "local" and (not point.attempts or _same_place(root / run_dir, devices)):
                 resume = True  # continued in place: same machine, same devices
-            else:
-                run_dir = f"{point.run_dir}.attempt-{attempt}"
-                while (root / run_dir).exists():
+            else:  # points/<id> holds attempt 1, whether or not study.json recorded it
+                attempt = max(attempt, 2)
+                while (root / f"{point.run_dir}.attempt-{attempt}").exists():
                     attempt += 1
-                    run_dir = f"{point.run_dir}.attempt-{attempt}"
+                run_dir = f"{point.run_dir}.attempt-{attempt}"
         elif (root / run_dir).exists():
             _set_aside_empty(root / run_dir)
         log = f"logs/{point.id}.{attempt}.log"
@@ -313,6 +316,10 @@ class Dispatcher:
     # the loop -------------------------------------------------------------------------------------
     def run(self) -> tuple[StudyDir, StudyResults]:
         root = self.directory.root
+        with writer_lock(root / "study.lock"):  # one bench run dispatches a study at a time
+            return self._run(root)
+
+    def _run(self, root: Path) -> tuple[StudyDir, StudyResults]:
         wanted, slots, devices = placement([p.id for p in self.record.points], self.plans, self.options)
         # one point at a time (a CPU-only machine): its output is shown as it comes
         self.follow = slots is not None and all(s.wave == i + 1 for i, s in enumerate(slots))
