@@ -69,7 +69,7 @@ def _add_run(commands: Any) -> None:
 def _add_executor_flags(parser: Any) -> None:
     group = parser.add_argument_group(
         "study executors",
-        "how a study's points run (ignored for a single run): each point is one job on one node",
+        "how a study's points run (a study only): each point is one job on one node",
     )
     group.add_argument(
         "--executor",
@@ -505,6 +505,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         announce = functools.partial(_write_outcome, args.json_out, "study" if study else "run")
         announce(args.resume)
 
+    if not study and _executor_options(args) is not None:
+        raise UserError("--executor and its options apply to a study (a regime with a sweep: section)")
     if args.resume is not None and study:
         from harness.study.record import StudyDir
 

@@ -337,3 +337,10 @@ def test_validate_prints_the_placement_plan_for_an_8_gpu_node() -> None:
     )
     assert too_small.returncode == 2 and "p3 needs 8 GPUs and this node has 4" in too_small.stdout
     assert "Traceback" not in too_small.stdout + too_small.stderr
+
+
+def test_executor_options_are_for_studies_only() -> None:
+    single = bench("run", str(ROOT / "tests" / "regimes" / "cpu_e2e.yaml"), "--executor", "ray")
+    assert single.returncode == 2 and "apply to a study" in single.stdout
+    negative = bench("validate", str(CLUSTER_REGIME), "--gpus-per-point", "0")
+    assert negative.returncode == 2 and "--gpus-per-point must be positive" in negative.stdout

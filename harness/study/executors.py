@@ -42,7 +42,7 @@ class JobSpec:
     command: list[str]
     log: Path
     gpus: int
-    cpus: int
+    cpus: int | None  # the regime's hardware.cpu_count pin; None: the scheduler's default
     devices: tuple[str, ...]  # local only: CUDA_VISIBLE_DEVICES from the placement plan
     time_limit_min: int
 
@@ -168,9 +168,10 @@ def slurm_parameters(spec: JobSpec, options: ExecutorOptions) -> dict[str, Any]:
         "name": spec.name,
         "nodes": 1,
         "tasks_per_node": 1,
-        "cpus_per_task": spec.cpus,
         "timeout_min": spec.time_limit_min,
     }
+    if spec.cpus:
+        params["cpus_per_task"] = spec.cpus
     if spec.gpus:
         params["gpus_per_node"] = spec.gpus
     if options.partition:
@@ -273,8 +274,10 @@ class RayExecutor:
         self.ray = ray
         self.started = options.ray_address is None
         settings: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False}
-        if self.started:  # a local instance on this node, with the GPUs the command was given
-            settings |= {"num_gpus": options.gpus or 0, "object_store_memory": 100 * 2**20}
+        if self.started:  # a local instance on this node: the GPUs --gpus says, else Ray's count
+            settings["object_store_memory"] = 100 * 2**20  # the jobs pass no data through Ray
+            if options.gpus is not None:
+                settings["num_gpus"] = options.gpus
         else:
             settings["address"] = options.ray_address
         try:
@@ -284,9 +287,16 @@ class RayExecutor:
         self.task = ray.remote(max_retries=0)(_ray_point)
 
     def submit(self, spec: JobSpec) -> Job:
-        ref = self.task.options(
-            num_gpus=spec.gpus, num_cpus=0 if spec.gpus else spec.cpus, name=spec.name
-        ).remote(spec.command, str(spec.log))
+        # A GPU point needs no CPU slot of Ray's; a CPU point takes the whole machine when Ray runs
+        # on this one (CPU points one at a time, as with the local executor), else what it pins.
+        cpus = spec.cpus or 1
+        if spec.gpus:
+            cpus = 0
+        elif self.started:
+            cpus = os.cpu_count() or cpus
+        ref = self.task.options(num_gpus=spec.gpus, num_cpus=cpus, name=spec.name).remote(
+            spec.command, str(spec.log)
+        )
         return RayJob(self.ray, ref)
 
     def attach(self, attempt: PointAttempt) -> Job | None:

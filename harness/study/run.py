@@ -240,7 +240,7 @@ class Dispatcher:
             command=point_command(root, point.id, run_dir, resume, self.allow_mismatch),
             log=root / log,
             gpus=demand.gpus,
-            cpus=self.plans[index].regime.hardware.cpu_count or 1,
+            cpus=self.plans[index].regime.hardware.cpu_count,
             devices=devices,
             time_limit_min=demand.minutes,
         )
