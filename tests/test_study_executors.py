@@ -344,3 +344,32 @@ def test_executor_options_are_for_studies_only() -> None:
     assert single.returncode == 2 and "apply to a study" in single.stdout
     negative = bench("validate", str(CLUSTER_REGIME), "--gpus-per-point", "0")
     assert negative.returncode == 2 and "--gpus-per-point must be positive" in negative.stdout
+
+
+def test_a_study_spanning_two_gpu_models_says_so(tmp_path: Path) -> None:
+    from harness.study.collect import StudyResults
+    from harness.study.tables import caveats
+
+    study, _ = plan_study(CLUSTER_REGIME)
+    record = study_record(study, ExecutorOptions(name="slurm"))
+    run_dirs = {}
+    for point, gpu in (("p0", "NVIDIA H200"), ("p1", "NVIDIA H100 80GB HBM3")):
+        run_dirs[point] = tmp_path / point
+        run_dirs[point].mkdir()
+        environment = {
+            "cpu_model": "Xeon",
+            "gpus": [{"name": gpu, "memory_total_mib": 1, "power_limit_w": 700}],
+        }
+        (run_dirs[point] / "environment.json").write_text(json.dumps(environment))
+    results = StudyResults(root=tmp_path, record=record, summaries={}, missing=[], run_dirs=run_dirs)
+    (line,) = caveats(results)
+    assert (
+        "ran on different machines" in line
+        and "p0: 1 x NVIDIA H200" in line
+        and "p1: 1 x NVIDIA H100" in line
+    )
+    # the same model everywhere: nothing to say
+    (run_dirs["p1"] / "environment.json").write_text((run_dirs["p0"] / "environment.json").read_text())
+    assert (
+        caveats(StudyResults(root=tmp_path, record=record, summaries={}, missing=[], run_dirs=run_dirs)) == []
+    )
