@@ -261,7 +261,8 @@ def test_interrupt_then_resume(tmp_path: Path) -> None:
     text = text.replace("concurrency: [1, 2]", "concurrency: [1]").replace(
         "max_output_tokens: 48", "max_output_tokens: 24"
     )
-    regime.write_text(text.replace(f"  - {ROOT}/workloads/chat_mtbench.yaml\n", ""))
+    text = text.replace(f"  - {ROOT}/workloads/chat_mtbench.yaml\n", "")
+    regime.write_text(text[: text.index("  - name: ngram_k4")])  # the baseline arm only
     proc = subprocess.Popen(
         BENCH + ["run", str(regime), "--results-dir", str(results), "--allow-mismatch"],
         stdout=subprocess.DEVNULL,
@@ -292,9 +293,7 @@ def test_interrupt_then_resume(tmp_path: Path) -> None:
         read_jsonl(run / "arms" / "baseline.attempt-1" / "samples.jsonl") == partial
     )  # moved aside, not lost
     summary = json.loads((run / "summary.json").read_text())
-    assert [a["status"] for a in summary["arms"]] == ["ok", "ok"] and len(
-        summary["cells"]
-    ) == 2  # arms x 1 workload x 1 level
+    assert [a["status"] for a in summary["arms"]] == ["ok"] and len(summary["cells"]) == 1
     assert not (run / "run.lock").exists() and _engine_pids(run) == []
     again = subprocess.run(resume, capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert again.returncode == 0 and again.stdout.count("already complete") == 2  # nothing left to run
+    assert again.returncode == 0 and again.stdout.count("already complete") == 1  # nothing left to run

@@ -158,15 +158,16 @@ def _set_aside_empty(root: Path) -> None:
     os.replace(root, target)
 
 
-def _same_place(run_root: Path, devices: tuple[str, ...]) -> bool:
-    """Whether a point's earlier attempt ran here, on these devices: only then is it continued in
-    place (its finished arms kept), since a point's arms are compared with its own baseline."""
+def _same_place(run_root: Path, devices: tuple[str, ...], cpu_point: bool) -> bool:
+    """Whether a point's earlier attempt ran here (and, for a GPU point, on these GPUs): only then
+    is it continued in place (its finished arms kept), since a point's arms are compared with its
+    own baseline. A CPU point's engine ignores the GPUs it was given: the machine is what counts."""
     try:
         placed = read_json(run_root / PLACEMENT_FILE)
     except UserError:
         return False
-    wanted = ",".join(devices) if devices else None
-    return placed.get("host") == platform.node() and placed.get("cuda_visible_devices") == wanted
+    same_gpus = cpu_point or placed.get("cuda_visible_devices") == (",".join(devices) if devices else None)
+    return placed.get("host") == platform.node() and same_gpus
 
 
 def stop_orphans(run_root: Path) -> list[int]:
@@ -223,7 +224,10 @@ class Dispatcher:
         resume, attempt = False, len(point.attempts) + 1
         run_dir = point.current_run_dir()
         if (root / run_dir / "regime.json").is_file():
-            if executor.name == "local" and (not point.attempts or _same_place(root / run_dir, devices)):
+            cpu_point = self.plans[index].regime.hardware.kind == "cpu"
+            if executor.name == "local" and (
+                not point.attempts or _same_place(root / run_dir, devices, cpu_point)
+            ):
                 resume = True  # continued in place: same machine, same devices
             else:  # points/<id> holds attempt 1, whether or not study.json recorded it
                 attempt = max(attempt, 2)
