@@ -231,8 +231,11 @@ def test_on_the_same_node_and_gpus_a_point_continues_in_place(tmp_path: Path, mo
     again = FakeExecutor("local", {"p1": JobOutcome("failed", "x")})
     _dispatch(monkeypatch, directory, directory.read(), plans, again)
     assert [s.command[-3:] for s in again.specs] == [["--run-dir", "points/p1", "--continue"]]
-    # elsewhere (other GPUs), the same point starts a new attempt directory instead
-    (run / "placement.json").write_text(json.dumps({**placed, "cuda_visible_devices": "0,1"}))
+    # a GPU point given other GPUs is somewhere else; a CPU point's engine ignores them
+    assert not study_run._same_place(run, ("0", "1"), cpu_point=False)
+    assert study_run._same_place(run, ("2", "3"), cpu_point=False) and study_run._same_place(run, (), True)
+    # elsewhere (another node), the same point starts a new attempt directory instead
+    (run / "placement.json").write_text(json.dumps({**placed, "host": "another-node"}))
     third = FakeExecutor("local", {})
     _dispatch(monkeypatch, directory, directory.read(), plans, third)
     assert [s.command[-2:] for s in third.specs] == [["--run-dir", "points/p1.attempt-3"]]
