@@ -124,6 +124,7 @@ class FakeExecutor:
         self.specs: list[JobSpec] = []
         self.jobs: list[FakeJob] = []
         self.running_at_submit: list[int] = []
+        self.completes: Path | None = None  # a run directory an attached job completes as it ends
 
     def submit(self, spec: JobSpec) -> FakeJob:
         self.running_at_submit.append(sum(1 for j in self.jobs if j.ticks >= 0))
@@ -133,10 +134,22 @@ class FakeExecutor:
         return job
 
     def attach(self, attempt):
+        """A job that still runs; like a re-attached local job, it cannot tell how it exited."""
         if attempt.job_id in self.attachable:
             spec = JobSpec("re", 0, "", [], Path("/dev/null"), 0, 1, (), 1)
             job = FakeJob.__new__(FakeJob)
-            job.spec, job.outcome, job.ticks, job.job_id = spec, JobOutcome("finished"), 1, attempt.job_id
+            unknown = JobOutcome("failed", "ended while no bench run watched it")
+            job.spec, job.outcome, job.ticks, job.job_id = spec, unknown, 1, attempt.job_id
+            if self.completes is not None:
+                poll, run = job.poll, self.completes
+
+                def poll_then_finish() -> JobOutcome | None:
+                    outcome = poll()
+                    if outcome is not None:
+                        _finished_run(run)
+                    return outcome
+
+                job.poll = poll_then_finish
             return job
         return None
 
@@ -262,9 +275,12 @@ def test_resume_re_attaches_to_a_running_job_or_records_it_gone(tmp_path: Path, 
     ]
     directory.write(record.model_copy(update={"points": points}))
     executor = FakeExecutor("slurm", {}, attachable={"slurm:100"})
+    executor.completes = directory.root / "points" / "p0"  # the re-attached job completes its run
     out = _dispatch(monkeypatch, directory, record, plans, executor)
     assert "p0 (load.max_output_tokens=12): re-attached to job slurm:100" in out
     assert [s.point for s in executor.specs] == ["p1"]  # p0's job was still running: not resubmitted
+    (p0,) = directory.read().points[0].attempts
+    assert p0.state == "finished" and p0.reason.endswith("its run is complete")
     p1 = directory.read().points[1].attempts
     assert p1[0].state == "failed" and "the job is gone" in p1[0].reason and p1[1].state == "finished"
 

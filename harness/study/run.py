@@ -278,6 +278,11 @@ class Dispatcher:
         attempt = point.attempts[-1]
         run_root = self.directory.root / attempt.run_dir
         self._follow(point_id, final=True)
+        plan = self.plans[[p.id for p in self.record.points].index(point_id)]
+        if outcome.state == "failed" and _complete(RunDir(run_root), plan):
+            # e.g. a job re-attached after its bench run went away, which cannot tell how it
+            # exited: its run says every arm finished, and that is what counts
+            outcome = JobOutcome("finished", f"{outcome.reason}; its run is complete")
         tail = None
         if outcome.state != "finished":
             stopped = stop_orphans(run_root)
