@@ -30,7 +30,7 @@ from harness.runner import Runner, resume_run
 from harness.study.record import StudyDir
 
 PLACEMENT_FILE = "placement.json"
-LOG_TAIL_LINES = 30
+LOG_TAIL_LINES = 30  # of a failed job's output, kept in study.json
 
 
 def now() -> str:
@@ -51,13 +51,6 @@ def point_command(
         run_dir,
     ]
     return command + (["--continue"] if resume else []) + (["--allow-mismatch"] if allow_mismatch else [])
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def run_job(command: list[str], log: str, executor: str, job_id: str, extra_env: dict[str, str]) -> int:

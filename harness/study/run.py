@@ -19,10 +19,10 @@ from harness.errors import UserError
 from harness.plan import Plan, plan_regime
 from harness.regime import Regime, load_regime
 from harness.results.files import RunDir, read_json, write_text_atomic, writer_lock
-from harness.server import stop_left_running
+from harness.server import log_tail, stop_left_running
 from harness.study.collect import StudyResults, load_study
 from harness.study.executors import Executor, Job, JobOutcome, JobSpec, open_executor
-from harness.study.jobs import PLACEMENT_FILE, log_tail, now, point_command
+from harness.study.jobs import LOG_TAIL_LINES, PLACEMENT_FILE, now, point_command
 from harness.study.placement import Demand, Slot, plan_placement, point_gpus, time_limit_minutes
 from harness.study.record import ExecutorOptions, PointAttempt, StudyDir, StudyPointRecord, StudyRecord
 from harness.study.sweep import StudyPlan, expand
@@ -205,15 +205,14 @@ class Dispatcher:
         return next(p for p in self.record.points if p.id == point_id)
 
     def _update(self, point_id: str, **changes: object) -> None:
-        points = []
-        for point in self.record.points:
-            if point.id == point_id:
-                attempts = [*point.attempts[:-1], point.attempts[-1].model_copy(update=changes)]
-                point = point.model_copy(update={"attempts": attempts})
-            points.append(point)
-        self._save(points)
+        """Change the point's newest attempt."""
+        point = self._point(point_id)
+        self._put(point, [*point.attempts[:-1], point.attempts[-1].model_copy(update=changes)])
 
-    def _save(self, points: list[StudyPointRecord]) -> None:
+    def _put(self, point: StudyPointRecord, attempts: list[PointAttempt]) -> None:
+        """The point with these attempts, written to study.json at once."""
+        changed = point.model_copy(update={"attempts": attempts})
+        points = [changed if p.id == point.id else p for p in self.record.points]
         self.record = self.record.model_copy(update={"points": points})
         self.directory.write(self.record)
 
@@ -258,12 +257,7 @@ class Dispatcher:
             log=log,
             submitted_at=now(),
         )
-        self._save(
-            [
-                p.model_copy(update={"attempts": [*p.attempts, record]}) if p.id == point.id else p
-                for p in self.record.points
-            ]
-        )
+        self._put(point, [*point.attempts, record])
         self.running[point.id] = job
         where = f" on GPUs {','.join(devices)}" if devices else ""
         how = "continuing its run" if resume else f"run {run_dir}"
@@ -286,7 +280,7 @@ class Dispatcher:
         tail = None
         if outcome.state != "finished":
             stopped = stop_orphans(run_root)
-            tail = log_tail(self.directory.root / attempt.log)
+            tail = log_tail(self.directory.root / attempt.log, LOG_TAIL_LINES)
             if stopped:
                 tail += f"\n(stopped the engine servers it left running: process groups {stopped})"
         self._update(point_id, state=outcome.state, reason=outcome.reason, log_tail=tail, ended_at=now())
