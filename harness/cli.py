@@ -337,7 +337,8 @@ def _executor_options(args: argparse.Namespace, base: Any = None) -> Any:
 def _validate_study(path: Path, regime: Any, options: Any, console: Console) -> int:
     from harness.study.placement import plan_lines
     from harness.study.record import ExecutorOptions
-    from harness.study.run import placement, plan_study
+    from harness.study.run import placement
+    from harness.study.sweep import plan_study
 
     options = options or ExecutorOptions()
     study, plans = plan_study(path, regime)

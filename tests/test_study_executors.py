@@ -22,7 +22,8 @@ from harness.study import run as study_run
 from harness.study.executors import JobOutcome, JobSpec, outcome_of, slurm_parameters
 from harness.study.placement import Demand, plan_lines, plan_placement
 from harness.study.record import ExecutorOptions, PointAttempt, StudyDir
-from harness.study.run import Dispatcher, plan_study, study_record
+from harness.study.run import Dispatcher, study_record
+from harness.study.sweep import plan_study
 from tests.conftest import ROOT, bench
 
 CLUSTER_REGIME = ROOT / "tests" / "regimes" / "cpu_cluster_e2e.yaml"

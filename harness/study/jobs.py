@@ -28,6 +28,7 @@ from harness.regime import Regime
 from harness.results.files import read_json, write_json_atomic
 from harness.runner import Runner, resume_run
 from harness.study.record import StudyDir
+from harness.study.sweep import plan_study
 
 PLACEMENT_FILE = "placement.json"
 LOG_TAIL_LINES = 30  # of a failed job's output, kept in study.json
@@ -101,8 +102,6 @@ def run_point(
 ) -> int:
     """``bench study-point``: run (or continue) one point into ``run_dir``. Exit status 0 when every
     arm finished with results, 3 otherwise (the run's own files say which arm and why)."""
-    from harness.study.run import plan_study
-
     record = StudyDir(study_root).read()
     ids = [p.id for p in record.points]
     if point_id not in ids:

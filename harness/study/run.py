@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness.errors import UserError
-from harness.plan import Plan, plan_regime
-from harness.regime import Regime, load_regime
+from harness.plan import Plan
+from harness.regime import Regime
 from harness.results.files import RunDir, read_json, write_text_atomic, writer_lock
 from harness.server import log_tail, stop_left_running
 from harness.study.collect import StudyResults, load_study
@@ -25,19 +25,12 @@ from harness.study.executors import Executor, Job, JobOutcome, JobSpec, open_exe
 from harness.study.jobs import LOG_TAIL_LINES, PLACEMENT_FILE, now, point_command
 from harness.study.placement import Demand, Slot, plan_placement, point_gpus, time_limit_minutes
 from harness.study.record import ExecutorOptions, PointAttempt, StudyDir, StudyPointRecord, StudyRecord
-from harness.study.sweep import StudyPlan, expand
+from harness.study.sweep import StudyPlan, plan_study
 from harness.study.tables import markdown
 
 ANALYSIS_FILE = "analysis.md"
 POLL_S = 0.5
 INTERRUPT_GRACE_S = 150  # a job's runner stops its server (up to 20 s) and writes its files
-
-
-def plan_study(regime_path: Path, regime: Regime | None = None) -> tuple[StudyPlan, list[Plan]]:
-    """Expand and validate every point (workloads, local paths) before anything starts."""
-    regime = regime if regime is not None else load_regime(regime_path)
-    study = expand(regime, regime_path)
-    return study, [plan_regime(regime_path, point.regime) for point in study.points]
 
 
 def study_record(study: StudyPlan, executor: ExecutorOptions) -> StudyRecord:

@@ -28,7 +28,8 @@ from pydantic import ValidationError
 
 from harness.config_file import dotted, read_yaml
 from harness.errors import UserError
-from harness.regime import Regime
+from harness.plan import Plan, plan_regime
+from harness.regime import Regime, load_regime
 
 
 @dataclass(frozen=True)
@@ -135,3 +136,10 @@ def expand(regime: Regime, source: Path) -> StudyPlan:
             raise _point_error(source, f"p{index}", axes, exc, data) from None
         points.append(StudyPoint(f"p{index}", axes, concrete))
     return StudyPlan(regime=regime, source=source, points=points, families=families)
+
+
+def plan_study(regime_path: Path, regime: Regime | None = None) -> tuple[StudyPlan, list[Plan]]:
+    """Expand and validate every point (workloads, local paths) before anything starts."""
+    regime = regime if regime is not None else load_regime(regime_path)
+    study = expand(regime, regime_path)
+    return study, [plan_regime(regime_path, point.regime) for point in study.points]
