@@ -347,8 +347,9 @@ def _validate_study(path: Path, regime: Any, options: Any, console: Console) -> 
     axes += [f"{arm}.{f} in {v}" for arm, fields in sweep.arms.items() for f, v in fields.items()]
     console.print(
         f"[green]{path}: valid study[/] (regime '{regime.name}'): {len(study.points)} points, "
-        f"{study.server_starts()} server start-ups (one per arm per point; on this project's 2-core CPU "
-        "machines a start-up took ~25 s in eager mode and ~2 min compiled). Axes: " + "; ".join(axes),
+        f"{study.server_starts()} server start-ups (load.server_starts per arm per point; on this "
+        "project's 2-core CPU machines a start-up took ~25 s in eager mode and ~2 min compiled). Axes: "
+        + "; ".join(axes),
         highlight=False,
     )
     for point, plan in zip(study.points, plans, strict=True):

@@ -115,7 +115,7 @@ class RunView:
             return []
         metric = METRICS[name]
         if metric.samples == "repeat":
-            return [v for r in cell.per_repeat if (v := getattr(r, name)) is not None]
+            return cell.independent_samples(name)  # one per server start-up when there are several
         if metric.samples == "prompt":
             block = self.summary.exactness.block(arm, self.summary.baseline_arm)
             status = PROMPT_STATUS[name]

@@ -211,37 +211,60 @@ class Runner:
         write_json_atomic(path, RunTiming(invocations=[*earlier, this]).model_dump(mode="json"))
 
     def _run_arm(self, run: RunDir, arm: Arm, model: str) -> None:
-        port = free_port()
-        spec = self.plan.launch_spec(arm, model, port)
-        write_json_atomic(
-            run.arm_dir(arm.name) / "launch.json", {"argv": spec.argv, "env": spec.env, "port": port}
-        )
-        server = Server(spec.argv, spec.env, port, run.server_log(arm.name), self.plan.adapter.health_path)
+        """The arm's server, started ``load.server_starts`` times one after another; each start-up is
+        warmed up and measures every window ``repeats`` times. The unmeasured passes (the baseline's
+        reference pass, the distribution check) run on the first start-up only."""
+        starts = self.plan.regime.load.server_starts
+        startups: list[float] = []
+        served: dict[str, Any] = {}
         phase = "startup"  # a failure before the server is ready is infrastructure, not a regression
         try:
-            with server:
-                startup_s = self._wait_ready(server)
-                self.clock["startup_s"] += startup_s
-                phase = "measuring"
-                served = {"startup_s": startup_s, **self._check_served(run, arm, server)}
-                run.write_status(arm.name, ArmStatus(status="running", pgid=server.process.pid, **served))
-                self._warm_up(run, arm, server)
-                for workload in self.plan.workloads:
-                    for level in self.plan.regime.load.levels():
-                        self._measure_cell(run, arm, server, workload, level)
-                if arm.method == "baseline" and self.plan.regime.exactness_applies():
-                    self._reference_pass(run, arm, server)
-                if self.plan.regime.distribution_applies():
-                    self._distribution_pass(run, arm, server)
+            for start in range(starts):
+                if starts > 1:
+                    self.console.print(f"server start-up {start + 1}/{starts}")
+                phase = "startup"
+                with self._server(run, arm, model, start) as server:
+                    startups.append(self._wait_ready(server))
+                    self.clock["startup_s"] += startups[-1]
+                    phase = "measuring"
+                    served = {
+                        "startup_s": startups[0],
+                        "startups_s": startups,
+                        **self._check_served(run, arm, server),
+                    }
+                    run.write_status(arm.name, ArmStatus(status="running", pgid=server.process.pid, **served))
+                    self._warm_up(run, arm, server)
+                    for workload in self.plan.workloads:
+                        for level in self.plan.regime.load.levels():
+                            self._measure_cell(run, arm, server, workload, level, start)
+                    if start == 0 and arm.method == "baseline" and self.plan.regime.exactness_applies():
+                        self._reference_pass(run, arm, server)
+                    if start == 0 and self.plan.regime.distribution_applies():
+                        self._distribution_pass(run, arm, server)
             run.write_status(arm.name, ArmStatus(status="ok", **served))
         except EngineError as exc:
             self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
-            run.write_status(arm.name, ArmStatus(status="failed", phase=phase, error=str(exc)))
+            run.write_status(
+                arm.name, ArmStatus(status="failed", phase=phase, error=str(exc), startups_s=startups)
+            )
         except UserError:
             raise  # a refused regime: the check that raised has already written the arm's status
         except BaseException:
-            run.write_status(arm.name, ArmStatus(status="interrupted"))
+            run.write_status(arm.name, ArmStatus(status="interrupted", startups_s=startups))
             raise
+
+    def _server(self, run: RunDir, arm: Arm, model: str, start: int) -> Server:
+        """The arm's server for one start-up: a fresh port, its exact argv in ``launch.json`` (the
+        latest start-up's: only the port differs between them), its own log."""
+        port = free_port()
+        spec = self.plan.launch_spec(arm, model, port)
+        write_json_atomic(
+            run.arm_dir(arm.name) / "launch.json",
+            {"argv": spec.argv, "env": spec.env, "port": port, "server_start": start},
+        )
+        return Server(
+            spec.argv, spec.env, port, run.server_log(arm.name, start), self.plan.adapter.health_path
+        )
 
     def _check_served(self, run: RunDir, arm: Arm, server: Server) -> dict[str, Any]:
         """What the started engine reports against the regime: stop the run on a mismatch
@@ -290,14 +313,23 @@ class Runner:
         self._check_alive(server, result)
 
     def _measure_cell(
-        self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, level: LoadLevel
+        self,
+        run: RunDir,
+        arm: Arm,
+        server: Server,
+        workload: LoadedWorkload,
+        level: LoadLevel,
+        start: int = 0,
     ) -> None:
-        """A cell's repeats: a fixed count, or (adaptive repeats) until the 95% interval of the
-        speedup (for the baseline: of its tok/s) is as narrow as the regime asks, or the maximum."""
+        """A cell's repeats on this start-up: a fixed count, or (adaptive repeats, one start-up) until
+        the 95% interval of the speedup (for the baseline: of its tok/s) is as narrow as the regime
+        asks, or the maximum."""
         load = self.plan.regime.load
         if isinstance(load.repeats, int):
             for repeat in range(load.repeats):
-                self._measure_window(run, arm, server, workload, level, repeat)
+                self._measure_window(
+                    run, arm, server, workload, level, load.repeat_index(start, repeat), start=start
+                )
             return
         target = load.repeats.target_rel_half_width
         reference = {} if arm.method == "baseline" else self._baseline_tok_s(run, workload.name, level)
@@ -339,8 +371,10 @@ class Runner:
         level: LoadLevel,
         repeat: int = 0,
         precision: Callable[[int, float | None], dict[str, Any]] | None = None,
+        start: int = 0,
     ) -> dict[str, Any] | None:
-        """One measured window; returns the precision reached after it (adaptive repeats)."""
+        """One measured window (``repeat`` counted over every start-up, ``start`` the server's
+        start-up); returns the precision reached after it (adaptive repeats)."""
         cache_reset = self.plan.adapter.reset_prefix_cache(server.base_url)
         per_request = self.plan.adapter.acceptance_source == "per_request"
         before = None if per_request else self.plan.adapter.read_spec_counters(server.base_url).to_json()
@@ -355,10 +389,14 @@ class Runner:
         def keep(record: RequestRecord) -> None:  # on disk the moment it ends: a crash loses nothing
             append_jsonl(run.samples(arm.name), record.to_json())
 
-        most = self.plan.regime.load.max_repeats()
+        load = self.plan.regime.load
+        most, starts = load.max_repeats(), load.server_starts
+        within = repeat - load.repeat_index(start, 0)
         label = f"{workload.name} @ {level.label()}" + (
-            f" (repeat {repeat + 1}/{most}{' at most' if precision else ''})" if most > 1 else ""
+            f" (repeat {within + 1}/{most}{' at most' if precision else ''})" if most > 1 else ""
         )
+        if starts > 1:
+            label += f" (start-up {start + 1}/{starts})"
         cpu_before = cpu.snapshot(server.process.pid)
         gpu_watch = gpu.watch(self.gpu_reader, server.process.pid)
         try:
@@ -383,6 +421,7 @@ class Runner:
                 "prompt_format": workload.definition.prompt_format,
                 "concurrency": level.concurrency,
                 "repeat": repeat,
+                "server_start": start,
                 **self._open_loop(level, schedule),
                 "duration_s": result.duration_s,
                 "prefix_cache_reset": cache_reset,

@@ -90,6 +90,7 @@ def _repeats(
         per_repeat.append(
             RepeatMetrics(
                 repeat=window.repeat,
+                server_start=window.server_start,
                 duration_s=window.duration_s,
                 output_tokens=tokens,
                 output_tok_s=tok_s,
@@ -349,9 +350,12 @@ def _with_speedups(
 def _interval(
     cell: CellMetrics, value: float, per_repeat: list[RepeatMetrics], baseline: str, samples: Samples
 ) -> dict[str, Any]:
-    found = interval_from_repeats([r.speedup for r in per_repeat if r.speedup is not None])
+    found = interval_from_repeats(
+        cell.model_copy(update={"per_repeat": per_repeat}).independent_samples("speedup")
+    )
     if found is not None:
-        return {"speedup_low": found[0], "speedup_high": found[1], "speedup_interval": "repeats"}
+        source = "server_starts" if cell.server_starts > 1 else "repeats"
+        return {"speedup_low": found[0], "speedup_high": found[1], "speedup_interval": source}
     key = (cell.workload, cell.level)
     reference = {(r.prompt_id, r.repeat): r for r in samples.get((baseline, *key), []) if r.ok}
     pairs = [

@@ -336,9 +336,16 @@ def run_caveats(summary: Summary) -> list[str]:
 
 def interval_note(summary: Summary) -> str:
     sources = sorted({c.speedup_interval for c in summary.cells if c.speedup_interval})
-    names = {"repeats": "the repeats", "requests": "the requests, prompts resampled in pairs"}
+    starts = max((c.server_starts for c in summary.cells), default=1)
+    names = {
+        "server_starts": f"{starts} server start-ups per arm",
+        "repeats": "the repeats",
+        "requests": "the requests, prompts resampled in pairs",
+    }
+    # the scope matters: repeats on one server cannot see what changes between its start-ups
+    scope = "" if starts > 1 else "; one server start-up per arm (load.server_starts)"
     return (
-        "speedup with its 95% interval from " + " and ".join(names[s] for s in sources)
+        "speedup with its 95% interval from " + " and ".join(names[s] for s in sources) + scope
         if sources
         else "no speedup interval: too few repeats and prompts"
     )

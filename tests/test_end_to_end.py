@@ -255,11 +255,11 @@ def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
 def test_interrupt_then_resume(tmp_path: Path) -> None:
     results = tmp_path / "results"
     # cpu_e2e cut to one workload at one level with short answers: what is tested is the
-    # interruption and the resume, not the windows
+    # interruption and the resume (and the server started twice: load.server_starts), not the windows
     regime = tmp_path / "cpu_e2e.yaml"
     text = REGIME.read_text().replace("../../workloads/", f"{ROOT}/workloads/")
     text = text.replace("concurrency: [1, 2]", "concurrency: [1]").replace(
-        "max_output_tokens: 48", "max_output_tokens: 24"
+        "max_output_tokens: 48", "max_output_tokens: 24\n  server_starts: 2"
     )
     text = text.replace(f"  - {ROOT}/workloads/chat_mtbench.yaml\n", "")
     regime.write_text(text[: text.index("  - name: ngram_k4")])  # the baseline arm only
@@ -294,6 +294,14 @@ def test_interrupt_then_resume(tmp_path: Path) -> None:
     )  # moved aside, not lost
     summary = json.loads((run / "summary.json").read_text())
     assert [a["status"] for a in summary["arms"]] == ["ok"] and len(summary["cells"]) == 1
+    # two start-ups of the server, one after the other, each with its own log and window
+    arm = run / "arms" / "baseline"
+    assert "start-up 2/2" in resumed.stdout and (arm / "server.log").is_file()
+    assert (arm / "server.start-2.log").is_file() and not (arm / "server.start-3.log").exists()
+    assert [(w["server_start"], w["repeat"]) for w in read_jsonl(arm / "windows.jsonl")] == [(0, 0), (1, 1)]
+    assert sorted({s["repeat"] for s in read_jsonl(arm / "samples.jsonl")}) == [0, 1]
+    assert len(json.loads((arm / "status.json").read_text())["startups_s"]) == 2
+    assert [r["server_start"] for r in summary["cells"][0]["per_repeat"]] == [0, 1]
     assert not (run / "run.lock").exists() and _engine_pids(run) == []
     again = subprocess.run(resume, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert again.returncode == 0 and again.stdout.count("already complete") == 1  # nothing left to run

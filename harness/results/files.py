@@ -5,7 +5,7 @@ Layout of one run (``results/<regime-name>/<run-id>/``)::
     regime.json                  schema_version, resolved regime, its fingerprint, workloads with hashes
     environment.json             harness/engine/Python versions, CPU/GPU
     arms/<arm>/launch.json       the exact argv and env the server was started with
-    arms/<arm>/server.log        the engine's own log
+    arms/<arm>/server.log        the engine's own log (server.start-N.log: its N-th start-up)
     arms/<arm>/warmup.jsonl      warm-up requests (kept apart; never in metrics)
     arms/<arm>/samples.jsonl     one raw RequestRecord per measured request
     arms/<arm>/noise_floor.jsonl baseline only, with exactness.noise_floor: the same windows again
@@ -44,6 +44,10 @@ Schema history (``schema_version``, in ``regime.json`` and ``summary.json``):
         ``t_dispatched``, their cells the achieved rate, lag, queueing and ``behind_schedule``;
         sampled runs (temperature > 0) an ``arms/<arm>/distribution.jsonl`` and the summary a
         ``distribution`` section.
+    6 - ``load.server_starts``: an arm's server may start several times; windows record their
+        ``server_start`` (their ``repeat`` counts over every start-up), repeats too, arm statuses every
+        start-up's time (``startups_s``), and a cell's speedup interval may come from its start-ups
+        (``speedup_interval: server_starts``). Version-5 files load unchanged (new fields default).
 """
 
 from __future__ import annotations
@@ -63,8 +67,8 @@ from harness.errors import UserError
 from harness.results.records import ArmStatus
 
 # The version this harness writes, and the versions it reads (see the schema history above).
-SCHEMA_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+SCHEMA_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 RecordT = TypeVar("RecordT", bound=BaseModel)
 
 
@@ -207,8 +211,10 @@ class RunDir:
     def status(self, arm: str) -> Path:
         return self.arm_dir(arm) / "status.json"
 
-    def server_log(self, arm: str) -> Path:
-        return self.arm_dir(arm) / "server.log"
+    def server_log(self, arm: str, server_start: int = 0) -> Path:
+        """The engine's log: ``server.log`` for the first start-up, ``server.start-N.log`` for start-up N
+        (``load.server_starts``)."""
+        return self.arm_dir(arm) / ("server.log" if server_start == 0 else f"server.start-{server_start + 1}.log")
 
     @property
     def summary(self) -> Path:

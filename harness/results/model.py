@@ -30,6 +30,7 @@ from harness.results.records import ArmStatus, ResultModel, RunTiming
 
 class RepeatMetrics(ResultModel):
     repeat: int
+    server_start: int = 0  # the start-up of the arm's server it was measured on (version 6 on)
     duration_s: float
     output_tokens: int
     output_tok_s: float | None
@@ -104,11 +105,12 @@ class CellMetrics(ResultModel):
     energy_usd_per_mtok: float | None
     per_repeat: list[RepeatMetrics]
     speedup: float | None
-    # 95% interval of the speedup: from the repeats (bootstrap of their mean) or, with one repeat,
-    # from the requests (prompts resampled in pairs with the baseline's); None without either
+    # 95% interval of the speedup: from the server start-ups (bootstrap of the mean of each start-up's
+    # repeats), the repeats (bootstrap of their mean) or, with one window, from the requests (prompts
+    # resampled in pairs with the baseline's); None without any
     speedup_low: float | None = None
     speedup_high: float | None = None
-    speedup_interval: Literal["repeats", "requests"] | None = None
+    speedup_interval: Literal["server_starts", "repeats", "requests"] | None = None
     exactness: ExactnessShares | None  # vs the baseline (for the baseline: its noise floor)
     # who used the CPU during the cell's windows, in cores (probes.cpu); None where not recorded
     client_cpu_cores: float | None = None  # the harness process
@@ -140,6 +142,21 @@ class CellMetrics(ResultModel):
     @property
     def level(self) -> LoadLevel:
         return LoadLevel(self.concurrency, self.request_rate)
+
+    @property
+    def server_starts(self) -> int:
+        """How many start-ups of the arm's server measured this cell."""
+        return len({r.server_start for r in self.per_repeat}) or 1
+
+    def independent_samples(self, name: str) -> list[float]:
+        """A repeat-level metric's samples for an interval or a test: with several server start-ups,
+        one per start-up (the mean of its repeats: repeats on one server share what its start-up
+        gave, so they are not independent draws of it); otherwise one per repeat."""
+        values = [(r.server_start, v) for r in self.per_repeat if (v := getattr(r, name)) is not None]
+        if self.server_starts == 1:
+            return [v for _, v in values]
+        starts = sorted({start for start, _ in values})
+        return [sum(m := [v for s, v in values if s == start]) / len(m) for start in starts]
 
 
 class CategoryMetrics(ResultModel):
@@ -246,7 +263,7 @@ class DistributionSection(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[5] = SCHEMA_VERSION
+    schema_version: Literal[6] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str

@@ -141,7 +141,8 @@ class WindowRecord(ResultModel):
     category: str
     prompt_format: str
     concurrency: int  # closed loop: in flight, exactly; open loop: at most
-    repeat: int = 0
+    repeat: int = 0  # within the cell, counted over every server start-up (Load.repeat_index)
+    server_start: int = 0  # which start-up of the arm's server measured it (load.server_starts; version 6 on)
     request_rate: float | None = None  # open loop: requests/s; None: closed loop
     arrival: str | None = None  # open loop: poisson | constant | gamma (with burstiness)
     schedule: list[float] = []  # open loop: each request's due time, seconds from the window's start
@@ -192,7 +193,8 @@ class ArmStatus(ResultModel):
     status: ArmState
     phase: Literal["startup", "measuring"] | None = None  # where a failure happened
     error: str | None = None
-    startup_s: float | None = None
+    startup_s: float | None = None  # the first start-up's
+    startups_s: list[float] = []  # every start-up of the arm's server so far (load.server_starts; version 6 on)
     pgid: int | None = None  # the server's process group while running (to find an orphan)
     mismatches: list[str] = []  # regime mismatches recorded with --allow-mismatch
     attention_backend: AttentionBackend | None = None  # None: the engine did not say

@@ -42,7 +42,7 @@ def point_observations(
                 workload=cell.workload,
                 concurrency=cell.concurrency,
                 speedup=cell.speedup,
-                speedup_repeats=tuple(r.speedup for r in cell.per_repeat if r.speedup is not None),
+                speedup_repeats=tuple(cell.independent_samples("speedup")),
                 tau=cell.tau,
                 output_tok_s=cell.output_tok_s,
                 usd_per_mtok=cell.usd_per_mtok,

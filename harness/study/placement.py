@@ -48,11 +48,12 @@ def point_gpus(regime: Regime, gpus_per_point: int | None = None) -> int:
 
 
 def time_limit_minutes(regime: Regime) -> int:
-    """A point's time budget: per arm, its start-up timeout plus ``WINDOW_BUDGET_MIN`` per measured
-    window (every workload x load level x the most repeats). An upper bound, for a scheduler's time
-    limit; ``--time-limit`` overrides it."""
-    windows = len(regime.workloads) * len(regime.load.levels()) * regime.load.max_repeats()
-    per_arm = regime.engine.startup_timeout_s / 60 + windows * WINDOW_BUDGET_MIN
+    """A point's time budget: per arm and server start-up, its start-up timeout plus
+    ``WINDOW_BUDGET_MIN`` per measured window (every workload x load level x the most repeats). An
+    upper bound, for a scheduler's time limit; ``--time-limit`` overrides it."""
+    load = regime.load
+    windows = len(regime.workloads) * len(load.levels()) * load.max_repeats()
+    per_arm = load.server_starts * (regime.engine.startup_timeout_s / 60 + windows * WINDOW_BUDGET_MIN)
     return math.ceil(per_arm * len(regime.arms))
 
 
