@@ -328,7 +328,8 @@ def _with_speedups(
 ) -> list[CellMetrics]:
     """Speedup of the pooled cell, and per repeat against the baseline's same repeat (with adaptive
     repeats an arm may run more repeats than the baseline did: those pair with the baseline's pooled
-    tok/s); its interval from the repeats, or with one repeat from the requests (``samples``)."""
+    tok/s); its interval from the server start-ups or the repeats (``CellMetrics.independent_samples``),
+    or with one window from the requests (``samples``)."""
     base = {(c.workload, c.level): c for c in cells if c.arm == baseline}
     out = []
     for cell in cells:

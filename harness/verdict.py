@@ -3,8 +3,8 @@
 A pure function of the typed ``Summary``. Per (workload, load level) window:
 
 - the fastest arm (the baseline included) and the fastest speculative arm;
-- whether that speculative arm pays: its speedup's 95% interval (from the repeats, or with one
-  repeat from the requests) lies above 1 ("pays"), below 1 ("loses"), or spans 1
+- whether that speculative arm pays: its speedup's 95% interval (from the server start-ups, the
+  repeats, or with one window from the requests) lies above 1 ("pays"), below 1 ("loses"), or spans 1
   ("indistinguishable from the baseline");
 - $/Mtok at the baseline and at that arm, and the saving;
 - whether its greedy outputs stayed identical to the baseline's;

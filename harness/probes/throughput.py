@@ -3,7 +3,8 @@
 output tok/s = total output tokens of successful requests / window wall time
 speedup      = arm tok/s / baseline tok/s, same workload, same prompts, same concurrency
 
-and the speedup's interval, from the repeats when a cell has several, else from its requests.
+and the speedup's interval, from the repeats when a cell has several (from the server start-ups
+when it has several: ``CellMetrics.independent_samples``), else from its requests.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A study is a set of points (concrete regimes differing in regime-level axes: dtype, TP, engine
 mode, ...), each a run whose arms may include several draft depths K of one method (an arm-level
-sweep). From their cells this module derives, with intervals from the repeats:
+sweep). From their cells this module derives, with intervals from the repeats (from the server
+start-ups where an arm's server started more than once: ``CellMetrics.independent_samples``):
 
 - the speedup of every arm at every load level;
 - the break-even concurrency: where the speedup crosses 1, interpolated on log2(concurrency);
@@ -42,7 +43,8 @@ class Observation:
     workload: str
     concurrency: int
     speedup: float | None  # pooled over repeats
-    speedup_repeats: tuple[float, ...]  # one per repeat, against the baseline's same repeat
+    # one per repeat against the baseline's same repeat; one per server start-up when there are several
+    speedup_repeats: tuple[float, ...]
     tau: float | None
     output_tok_s: float | None
     usd_per_mtok: float | None
