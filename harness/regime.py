@@ -330,8 +330,9 @@ class Load(StrictModel):
         default=1,
         ge=1,
         le=20,
-        description="Start each arm's server this many times, one after another, and measure every window "
-        "`repeats` times on each start-up: the speedup's interval then resamples start-ups, so it covers "
+        description="Start each arm's server this many times, in rounds (start-up 1 of every arm, then "
+        "start-up 2, ...), and measure every window `repeats` times on each start-up: the speedup's interval "
+        "then resamples start-ups, so it covers "
         "what changes from one start-up to the next (measured on a CPU: the baseline's tok/s by up to 15%), "
         "which repeats on one server cannot see. Needs a fixed repeats count.",
     )

@@ -184,20 +184,43 @@ class Runner:
             return run, self._run_arms(run, model)
 
     def _run_arms(self, run: RunDir, model: str) -> Summary:
+        """Every arm without complete results (complete arms are kept; an incomplete arm's earlier
+        files are moved aside first). With ``load.server_starts`` N > 1 the start-ups go in rounds:
+        start-up 1 of every arm, then start-up 2 of every arm, ...: a slow drift of the machine over
+        the run is spread over the arms instead of landing on the last ones."""
         regime = self.plan.regime
         self.clock["prepare_s"] = time.monotonic() - self.started
         self.console.print(describe_plan(self.plan), highlight=False)
+        starts = regime.load.server_starts
+        todo: list[tuple[int, Arm]] = []
+        for index, arm in enumerate(regime.arms, start=1):
+            if run.read_status(arm.name).status == "ok":
+                self.console.rule(
+                    f"arm {index}/{len(regime.arms)}: {arm.name} ({arm.method}): already complete, kept"
+                )
+            else:
+                todo.append((index, arm))
+        startups: dict[str, list[float]] = {arm.name: [] for _, arm in todo}
         try:
-            for index, arm in enumerate(regime.arms, start=1):
-                title = f"arm {index}/{len(regime.arms)}: {arm.name} ({arm.method})"
-                if run.read_status(arm.name).status == "ok":
-                    self.console.rule(f"{title}: already complete, kept")
-                    continue
-                self.console.rule(title)
-                run.set_aside(arm.name)
-                self._run_arm(run, arm, model)
-                _write_summary(run)
+            for start in range(starts):
+                for index, arm in todo:
+                    if start == 0:
+                        run.set_aside(arm.name)
+                    elif run.read_status(arm.name).status == "failed":
+                        continue  # failed on an earlier start-up: its status says why
+                    round_label = f"start-up {start + 1}/{starts}, " if starts > 1 else ""
+                    self.console.rule(
+                        f"{round_label}arm {index}/{len(regime.arms)}: {arm.name} ({arm.method})"
+                    )
+                    self._run_start_up(run, arm, model, start, startups[arm.name])
+                    _write_summary(run)
         except BaseException:
+            for _, arm in todo:  # arms waiting for their next start-up are not running any more
+                status = run.read_status(arm.name)
+                if status.status == "running":
+                    run.write_status(
+                        arm.name, status.model_copy(update={"status": "interrupted", "pgid": None})
+                    )
             self._write_timing(run, interrupted=True)
             _write_summary(run)  # the partial run stays readable
             raise
@@ -210,38 +233,32 @@ class Runner:
         this = Invocation(wall_s=time.monotonic() - self.started, interrupted=interrupted, **self.clock)
         write_json_atomic(path, RunTiming(invocations=[*earlier, this]).model_dump(mode="json"))
 
-    def _run_arm(self, run: RunDir, arm: Arm, model: str) -> None:
-        """The arm's server, started ``load.server_starts`` times one after another; each start-up is
-        warmed up and measures every window ``repeats`` times. The unmeasured passes (the baseline's
-        reference pass, the distribution check) run on the first start-up only."""
-        starts = self.plan.regime.load.server_starts
-        startups: list[float] = []
-        served: dict[str, Any] = {}
+    def _run_start_up(self, run: RunDir, arm: Arm, model: str, start: int, startups: list[float]) -> None:
+        """One start-up of the arm's server: warmed up, then every window ``repeats`` times. The
+        unmeasured passes (the baseline's reference pass, the distribution check) run on the first
+        start-up only. The arm is ``ok`` after its last start-up (``startups``: the earlier ones' times)."""
         phase = "startup"  # a failure before the server is ready is infrastructure, not a regression
         try:
-            for start in range(starts):
-                if starts > 1:
-                    self.console.print(f"server start-up {start + 1}/{starts}")
-                phase = "startup"
-                with self._server(run, arm, model, start) as server:
-                    startups.append(self._wait_ready(server))
-                    self.clock["startup_s"] += startups[-1]
-                    phase = "measuring"
-                    served = {
-                        "startup_s": startups[0],
-                        "startups_s": startups,
-                        **self._check_served(run, arm, server),
-                    }
-                    run.write_status(arm.name, ArmStatus(status="running", pgid=server.process.pid, **served))
-                    self._warm_up(run, arm, server)
-                    for workload in self.plan.workloads:
-                        for level in self.plan.regime.load.levels():
-                            self._measure_cell(run, arm, server, workload, level, start)
-                    if start == 0 and arm.method == "baseline" and self.plan.regime.exactness_applies():
-                        self._reference_pass(run, arm, server)
-                    if start == 0 and self.plan.regime.distribution_applies():
-                        self._distribution_pass(run, arm, server)
-            run.write_status(arm.name, ArmStatus(status="ok", **served))
+            with self._server(run, arm, model, start) as server:
+                startups.append(self._wait_ready(server))
+                self.clock["startup_s"] += startups[-1]
+                phase = "measuring"
+                served = {
+                    "startup_s": startups[0],
+                    "startups_s": startups,
+                    **self._check_served(run, arm, server),
+                }
+                run.write_status(arm.name, ArmStatus(status="running", pgid=server.process.pid, **served))
+                self._warm_up(run, arm, server)
+                for workload in self.plan.workloads:
+                    for level in self.plan.regime.load.levels():
+                        self._measure_cell(run, arm, server, workload, level, start)
+                if start == 0 and arm.method == "baseline" and self.plan.regime.exactness_applies():
+                    self._reference_pass(run, arm, server)
+                if start == 0 and self.plan.regime.distribution_applies():
+                    self._distribution_pass(run, arm, server)
+            last = start == self.plan.regime.load.server_starts - 1
+            run.write_status(arm.name, ArmStatus(status="ok" if last else "running", **served))
         except EngineError as exc:
             self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
             run.write_status(

@@ -11,12 +11,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 
 from harness.errors import UserError
 from harness.plan import describe_plan, plan_regime
 from harness.regime import load_regime
-from harness.results import read_jsonl
+from harness.results import RunDir, read_jsonl
 from harness.results.model import RepeatMetrics
+from harness.results.records import ArmStatus
+from harness.runner import Runner
 from harness.study.placement import time_limit_minutes
 from harness.summary import summarize
 from harness.verdict import interval_note
@@ -112,3 +115,54 @@ def test_repeats_on_one_start_up_are_averaged_into_one_sample() -> None:
     assert one_server.independent_samples("output_tok_s") == [10.0, 12.0, 14.0]
     starts = [at(0, 0, 10.0), at(0, 1, 12.0), at(1, 2, 20.0), at(1, 3, 22.0)]
     assert cell.model_copy(update={"per_repeat": starts}).independent_samples("output_tok_s") == [11.0, 21.0]
+
+
+def _rounds_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: set[tuple[int, str]]):
+    """A runner whose start-ups only record their order (and fail where ``fail`` says), so the
+    orchestration is tested without servers; the real start-ups are the engine test's."""
+    regime = _regime(tmp_path, server_starts=3)
+    runner = Runner(plan_regime(regime), tmp_path, Console(quiet=True))
+    runner.started = 0.0
+    order: list[tuple[int, str]] = []
+
+    def start_up(run, arm, model, start, startups):
+        order.append((start, arm.name))
+        startups.append(1.0)
+        failed = (start, arm.name) in fail
+        last = start == 2
+        state = "failed" if failed else ("ok" if last else "running")
+        run.write_status(arm.name, ArmStatus(status=state, startups_s=startups))
+
+    monkeypatch.setattr(runner, "_run_start_up", start_up)
+    monkeypatch.setattr("harness.runner._write_summary", lambda run: None)
+    monkeypatch.setattr(runner, "_write_timing", lambda run, interrupted: None)
+    return runner, RunDir.create_at(tmp_path / "run"), order
+
+
+def test_start_ups_go_in_rounds_and_a_failed_arm_sits_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, run, order = _rounds_runner(tmp_path, monkeypatch, fail={(1, "baseline")})
+    runner._run_arms(run, "model")
+    # start-up 1 of every arm, then start-up 2, ...: a drift of the machine is spread over the arms
+    assert order == [(0, "baseline"), (0, "ngram_k4"), (1, "baseline"), (1, "ngram_k4"), (2, "ngram_k4")]
+    assert run.read_status("baseline").status == "failed" and run.read_status("ngram_k4").status == "ok"
+
+
+def test_an_interrupt_between_start_ups_leaves_no_arm_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, run, order = _rounds_runner(tmp_path, monkeypatch, fail=set())
+    real = runner._run_start_up
+
+    def interrupted(run, arm, model, start, startups):
+        if (start, arm.name) == (1, "ngram_k4"):
+            raise KeyboardInterrupt
+        real(run, arm, model, start, startups)
+
+    monkeypatch.setattr(runner, "_run_start_up", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner._run_arms(run, "model")
+    # the baseline had finished start-up 2 of 3 and waited for its third: interrupted, not running
+    baseline = run.read_status("baseline")
+    assert baseline.status == "interrupted" and baseline.startups_s == [1.0, 1.0]
