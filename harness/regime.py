@@ -392,14 +392,10 @@ class Load(StrictModel):
             )
         return self
 
-    def windows_per_start(self) -> int:
-        """Repeats of each window on one server start-up (the most, with adaptive repeats)."""
-        return self.max_repeats()
-
     def repeat_index(self, server_start: int, repeat: int) -> int:
         """A window's repeat number within its cell, counted over every start-up of the arm's server:
         samples and windows stay unique per (prompt, repeat), and repeat k pairs with the baseline's k."""
-        return server_start * self.windows_per_start() + repeat
+        return server_start * self.max_repeats() + repeat
 
     def levels(self) -> list[LoadLevel]:
         """Every window's load level, in the order measured: closed loop first, then the rates."""

@@ -341,19 +341,15 @@ def _with_speedups(
             for r in cell.per_repeat
         ]
         value = speedup(cell.output_tok_s, reference.output_tok_s if reference else None)
-        update: dict[str, Any] = {"speedup": value, "per_repeat": per_repeat}
+        cell = cell.model_copy(update={"speedup": value, "per_repeat": per_repeat})
         if value is not None and cell.arm != baseline:
-            update.update(_interval(cell, value, per_repeat, baseline, samples or {}))
-        out.append(cell.model_copy(update=update))
+            cell = cell.model_copy(update=_interval(cell, value, baseline, samples or {}))
+        out.append(cell)
     return out
 
 
-def _interval(
-    cell: CellMetrics, value: float, per_repeat: list[RepeatMetrics], baseline: str, samples: Samples
-) -> dict[str, Any]:
-    found = interval_from_repeats(
-        cell.model_copy(update={"per_repeat": per_repeat}).independent_samples("speedup")
-    )
+def _interval(cell: CellMetrics, value: float, baseline: str, samples: Samples) -> dict[str, Any]:
+    found = interval_from_repeats(cell.independent_samples("speedup"))
     if found is not None:
         source = "server_starts" if cell.server_starts > 1 else "repeats"
         return {"speedup_low": found[0], "speedup_high": found[1], "speedup_interval": source}
