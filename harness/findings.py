@@ -24,23 +24,15 @@ different paragraph. The rules, in the order the sentences appear:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from harness import stats
-from harness.probes.acceptance import mean_acceptance_length
+from harness import pooling, stats
 from harness.probes.copying import COPY_NGRAM
-from harness.results.model import CellMetrics, Summary
+from harness.results.model import Summary
 from harness.verdict import WindowVerdict, window_verdicts
 
 STRONG_RANK = 0.7  # a rank correlation at least this high "explains" the ordering of tau
 HIGH_TAU = 1.5  # tokens per step above which acceptance is not the limit
 LOW_TAU = 1.2  # below: drafts are almost never accepted
 LOW_FIRST_POSITION = 0.05  # a first draft token accepted less often than this: no chain to speak of
-
-
-def _pooled_tau(cells: Iterable[CellMetrics]) -> float | None:
-    cells = list(cells)
-    return mean_acceptance_length(sum(c.drafts for c in cells), sum(c.accepted_tokens for c in cells))
 
 
 def _speculative_arms(summary: Summary) -> list[str]:
@@ -53,7 +45,7 @@ def _lookup_arm(summary: Summary) -> str | None:
     ngram = [a for a in arms if summary.arm(a).method == "ngram"]  # type: ignore[union-attr]
     if ngram:
         return ngram[0]
-    ranked = [(t, a) for a in arms if (t := _pooled_tau(summary.cells_of(a))) is not None]
+    ranked = [(t, a) for a in arms if (t := pooling.tau(summary.cells_of(a))) is not None]
     return max(ranked)[1] if ranked else None
 
 
@@ -69,7 +61,7 @@ def copying_sentence(summary: Summary) -> str | None:
     for workload in _workloads(summary):
         base = [c for c in summary.cells_of(summary.baseline_arm) if c.workload == workload]
         first = min(base, key=lambda c: c.level.order()) if base else None
-        tau = _pooled_tau(c for c in summary.cells_of(arm) if c.workload == workload)
+        tau = pooling.tau(c for c in summary.cells_of(arm) if c.workload == workload)
         if first and first.copy_share_pct is not None and first.context_share_pct is not None and tau:
             rows.append((workload, first.copy_share_pct, first.context_share_pct, tau))
     if not rows:
@@ -122,7 +114,7 @@ def category_sentence(summary: Summary) -> str | None:
     taus = [
         (tau, category)
         for category in workloads_per_category
-        if (tau := _pooled_tau(c for c in summary.cells_of(arm) if c.category == category)) is not None
+        if (tau := pooling.tau(c for c in summary.cells_of(arm) if c.category == category)) is not None
     ]
     if len(taus) < 2:
         return None
@@ -130,20 +122,8 @@ def category_sentence(summary: Summary) -> str | None:
     return f"By category, {arm}'s tau ranges from {low:.2f} ({low_cat}) to {high:.2f} ({high_cat})."
 
 
-def _pooled_positions(cells: list[CellMetrics]) -> list[float]:
-    drafts = sum(c.drafts for c in cells)
-    if not drafts:
-        return []
-    width = max((len(c.per_position_acceptance) for c in cells), default=0)
-    return [
-        sum(c.per_position_acceptance[i] * c.drafts for c in cells if i < len(c.per_position_acceptance))
-        / drafts
-        for i in range(width)
-    ]
-
-
 def chain_sentence(summary: Summary, arm: str) -> str | None:
-    rates = _pooled_positions(summary.cells_of(arm))
+    rates = pooling.per_position(summary.cells_of(arm))
     if len(rates) < 2 or rates[0] < LOW_FIRST_POSITION:
         return None  # nothing accepted to speak of: the cost-of-step sentence says acceptance is the limit
     drops = [previous - rate for previous, rate in zip([1.0, *rates], rates, strict=False)]

@@ -8,7 +8,8 @@ measurements separate it from noise. Two tools, both distribution-free:
 - the Mann-Whitney U test (exact for small samples without ties, normal approximation with tie
   and continuity corrections otherwise), reported next to it.
 
-Resampling uses its own seeded generator: the same samples always give the same verdict.
+Resampling uses its own seeded generator: the same samples always give the same verdict. Every
+bootstrap of the harness (gates, speedup intervals, break-even, best K) goes through ``bootstrap``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeVar
 
 Statistic = Callable[[Sequence[float]], float]
 
@@ -61,6 +63,44 @@ def _relative(current: float, baseline: float) -> float:
     return (current - baseline) / abs(baseline)
 
 
+Draw = TypeVar("Draw")
+
+
+@dataclass(frozen=True)
+class Draws:
+    """The statistic over bootstrap resamples, sorted; ``missing`` counts the resamples where it
+    was undefined (the statistic returned None)."""
+
+    values: tuple[float, ...]
+    missing: int
+    resamples: int
+
+    def bounds(self, confidence: float = 0.95) -> tuple[float, float]:
+        """The percentile interval: the draws' (1 - confidence) / 2 and 1 - that quantiles."""
+        tail = (1 - confidence) / 2
+        return quantile(self.values, tail), quantile(self.values, 1 - tail)
+
+
+def bootstrap(
+    samples: Sequence[Sequence[Draw]],
+    statistic: Callable[..., float | None],
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Draws:
+    """The one resampling loop of the harness: ``resamples`` times, every sample is resampled with
+    replacement (independently, in the order given, from one generator seeded with ``seed``: the
+    same samples always give the same draws) and ``statistic(*resampled)`` is recorded."""
+    rng = random.Random(seed)
+    values, missing = [], 0
+    for _ in range(resamples):
+        drawn = statistic(*[rng.choices(sample, k=len(sample)) for sample in samples])
+        if drawn is None:
+            missing += 1
+        else:
+            values.append(drawn)
+    return Draws(tuple(sorted(values)), missing, resamples)
+
+
 def bootstrap_relative_change(
     baseline: Sequence[float],
     current: Sequence[float],
@@ -72,16 +112,11 @@ def bootstrap_relative_change(
     """(stat(current) - stat(baseline)) / |stat(baseline)|, with a percentile bootstrap interval."""
     if not baseline or not current:
         raise ValueError("both samples need at least one value")
-    rng = random.Random(seed)
     point = _relative(statistic(current), statistic(baseline))
-    draws = sorted(
-        _relative(
-            statistic(rng.choices(current, k=len(current))), statistic(rng.choices(baseline, k=len(baseline)))
-        )
-        for _ in range(resamples)
+    draws = bootstrap(
+        [current, baseline], lambda c, b: _relative(statistic(c), statistic(b)), resamples, seed
     )
-    tail = (1 - confidence) / 2
-    return Interval(point, quantile(draws, tail), quantile(draws, 1 - tail))
+    return Interval(point, *draws.bounds(confidence))
 
 
 def bootstrap_statistic(
@@ -94,10 +129,8 @@ def bootstrap_statistic(
     """stat(sample) with a percentile bootstrap interval (for absolute floors and ceilings)."""
     if not sample:
         raise ValueError("the sample needs at least one value")
-    rng = random.Random(seed)
-    draws = sorted(statistic(rng.choices(sample, k=len(sample))) for _ in range(resamples))
-    tail = (1 - confidence) / 2
-    return Interval(statistic(sample), quantile(draws, tail), quantile(draws, 1 - tail))
+    draws = bootstrap([sample], statistic, resamples, seed)
+    return Interval(statistic(sample), *draws.bounds(confidence))
 
 
 def relative_half_width(

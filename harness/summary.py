@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness import pooling
+from harness.intervals import speedup_interval
 from harness.probes import distribution
 from harness.probes.acceptance import (
     SpecCounters,
     acceptance,
-    mean_acceptance_length,
     request_counters,
     streamed_steps,
     tokens_per_forward,
@@ -27,12 +28,7 @@ from harness.probes.gpu import NOISY_GPU_SM_PCT
 from harness.probes.power import combine_power, summarize_power
 from harness.probes.schedule import achieved_rate_rps, behind_schedule, lag_p90_s, queueing_s
 from harness.probes.slo import attainment_pct, goodput_rps
-from harness.probes.throughput import (
-    interval_from_repeats,
-    interval_from_requests,
-    output_tokens_per_s,
-    speedup,
-)
+from harness.probes.throughput import output_tokens_per_s, speedup
 from harness.regime import Arm, LoadLevel, Slo
 from harness.results.files import RunDir
 from harness.results.model import (
@@ -349,10 +345,6 @@ def _with_speedups(
 
 
 def _interval(cell: CellMetrics, value: float, baseline: str, samples: Samples) -> dict[str, Any]:
-    found = interval_from_repeats(cell.independent_samples("speedup"))
-    if found is not None:
-        source = "server_starts" if cell.server_starts > 1 else "repeats"
-        return {"speedup_low": found[0], "speedup_high": found[1], "speedup_interval": source}
     key = (cell.workload, cell.level)
     reference = {(r.prompt_id, r.repeat): r for r in samples.get((baseline, *key), []) if r.ok}
     pairs = [
@@ -360,10 +352,10 @@ def _interval(cell: CellMetrics, value: float, baseline: str, samples: Samples) 
         for r in samples.get((cell.arm, *key), [])
         if r.ok and (ref := reference.get((r.prompt_id, r.repeat)))
     ]
-    found = interval_from_requests(pairs, value)
+    found = speedup_interval(value, cell.independent_samples("speedup"), cell.server_starts, pairs)
     if found is None:
         return {}
-    return {"speedup_low": found[0], "speedup_high": found[1], "speedup_interval": "requests"}
+    return {"speedup_low": found.low, "speedup_high": found.high, "speedup_interval": found.source}
 
 
 def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
@@ -437,16 +429,12 @@ def distribution_section(raw: RawRun) -> DistributionSection | None:
 def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetrics]:
     """Per (arm, category, concurrency), pooled over the workloads of that category: tokens and
     time add up, tau from the summed draft counts, exactness over all their prompts."""
-    groups: dict[tuple[str, str, LoadLevel], list[CellMetrics]] = {}
-    for cell in cells:
-        groups.setdefault((cell.arm, cell.category, cell.level), []).append(cell)
     rows = []
+    groups = pooling.grouped(cells, lambda cell: (cell.arm, cell.category, cell.level))
     for (arm, category, level), members in groups.items():
-        drafts = sum(m.drafts for m in members)
-        accepted = sum(m.accepted_tokens for m in members)
-        compared = [m.exactness for m in members if m.exactness]
-        pairs = sum(e.compared for e in compared)
-        identical = sum(e.compared * (e.identical_pct or 0) / 100 for e in compared)
+        identical, pairs = pooling.identical_pct(
+            (e.identical_pct, e.compared) for m in members if (e := m.exactness)
+        )
         rows.append(
             CategoryMetrics(
                 arm=arm,
@@ -459,13 +447,13 @@ def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetri
                 output_tok_s=output_tokens_per_s(
                     sum(m.output_tokens for m in members), sum(m.duration_s for m in members)
                 ),
-                tau=mean_acceptance_length(drafts, accepted),
-                drafts=drafts,
-                accepted_tokens=accepted,
-                identical_pct=100.0 * identical / pairs if pairs else None,
+                tau=pooling.tau(members),
+                drafts=sum(m.drafts for m in members),
+                accepted_tokens=sum(m.accepted_tokens for m in members),
+                identical_pct=identical,
                 exactness_pairs=pairs,
-                copy_share_pct=_pooled_share(members, "copy_share_pct"),
-                context_share_pct=_pooled_share(members, "context_share_pct"),
+                copy_share_pct=pooling.share_pct(members, "copy_share_pct"),
+                context_share_pct=pooling.share_pct(members, "context_share_pct"),
                 speedup=None,
             )
         )
@@ -474,9 +462,3 @@ def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetri
         r.model_copy(update={"speedup": speedup(r.output_tok_s, base.get((r.category, r.level)))})
         for r in rows
     ]
-
-
-def _pooled_share(cells: list[CellMetrics], name: str) -> float | None:
-    counted = [(getattr(c, name), c.output_ngrams) for c in cells if getattr(c, name) is not None]
-    total = sum(n for _, n in counted)
-    return sum(pct * n for pct, n in counted) / total if total else None

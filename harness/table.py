@@ -7,10 +7,10 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
+from harness import pooling
 from harness.errors import UserError
 from harness.findings import findings
 from harness.metrics import METRICS
-from harness.probes.acceptance import mean_acceptance_length
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 from harness.verdict import (
@@ -134,23 +134,8 @@ def category_table(summary: Summary) -> Table | None:
         return None
     levels = sorted({r.level for r in rows}, key=LoadLevel.order)
     arms = list(dict.fromkeys(r.arm for r in rows))
-    pooled: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in rows:
-        entry = pooled.setdefault(
-            (r.category, r.arm), {"drafts": 0.0, "accepted": 0.0, "pairs": 0, "same": 0.0, "speedup": {}}
-        )
-        entry["drafts"] += r.drafts
-        entry["accepted"] += r.accepted_tokens
-        if r.identical_pct is not None:
-            entry["pairs"] += r.exactness_pairs
-            entry["same"] += r.identical_pct * r.exactness_pairs / 100
-        entry["speedup"][r.level] = r.speedup
-
-    def tau(category: str, arm: str) -> float | None:
-        entry = pooled.get((category, arm))
-        return mean_acceptance_length(entry["drafts"], entry["accepted"]) if entry else None
-
-    categories = sorted({c for c, _ in pooled}, key=lambda c: -(tau(c, arms[0]) or 0))
+    pooled = pooling.grouped(rows, lambda r: (r.category, r.arm))
+    categories = pooling.category_order(rows, arms[0])
     table = _table(f"per category (ordered by {arms[0]} tau; tau over all load levels)")
     for header in ["category", "arm", "tau", "same\n%"] + [f"speedup\n{level.short()}" for level in levels]:
         text_column = header in ("category", "arm")
@@ -159,16 +144,16 @@ def category_table(summary: Summary) -> Table | None:
         )
     for category in categories:
         for arm in arms:
-            entry = pooled.get((category, arm))
-            if entry is None:
+            members = pooled.get((category, arm))
+            if members is None:
                 continue
-            same = 100 * entry["same"] / entry["pairs"] if entry["pairs"] else None
+            speedups = {r.level: r.speedup for r in members}
             table.add_row(
                 category,
                 arm,
-                _fmt(tau(category, arm), ".2f"),
-                _fmt(same, ".0f"),
-                *(_speedup(entry["speedup"].get(level)) for level in levels),
+                _fmt(pooling.tau(members), ".2f"),
+                _fmt(pooling.identical_pct((r.identical_pct, r.exactness_pairs) for r in members)[0], ".0f"),
+                *(_speedup(speedups.get(level)) for level in levels),
             )
     return table
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from harness.probes.throughput import Estimate
+from harness import pooling
+from harness.intervals import Estimate
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
@@ -64,8 +65,7 @@ class WindowVerdict:
     @property
     def saving_pct(self) -> float | None:
         """$/Mtok saved by the best speculative arm against the baseline (negative: it costs more)."""
-        before, after = self.baseline.usd_per_mtok, self.best.usd_per_mtok if self.best else None
-        return 100.0 * (before - after) / before if before and after is not None else None
+        return pooling.saving_pct(self.baseline.usd_per_mtok, self.best.usd_per_mtok if self.best else None)
 
     def text(self) -> str:
         where = f"{self.workload} {self.level.short()}"

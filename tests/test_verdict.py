@@ -14,8 +14,8 @@ import pytest
 from harness.client import RequestRecord, _absorb_chunk
 from harness.errors import UserError
 from harness.findings import findings
+from harness.intervals import MIN_REQUEST_PAIRS, interval_from_requests
 from harness.probes.copying import CopyCounts, copied_ngrams, share_pct
-from harness.probes.throughput import MIN_REQUEST_PAIRS, interval_from_requests
 from harness.results.model import CellMetrics, Summary
 from harness.summary import summarize
 from harness.table import answer_lines, lab_markdown

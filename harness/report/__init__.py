@@ -13,6 +13,7 @@ from typing import Any
 
 import jinja2
 
+from harness import pooling
 from harness.environment import machine_differences
 from harness.errors import UserError
 from harness.findings import findings
@@ -199,18 +200,13 @@ def _warnings(summary: Summary) -> list[str]:
 
 def _categories(summary: Summary) -> dict[str, Any]:
     """Per category and concurrency level: tau, speedup and exactness of each speculative arm,
-    categories ordered by the first speculative arm's tau (the ordering is the finding)."""
+    categories ordered by the first speculative arm's tau over all load levels, as in the terminal
+    (``pooling.category_order``: the ordering is the finding)."""
     rows = [r for r in summary.categories if r.method != "baseline"]
     arms = list(dict.fromkeys(r.arm for r in rows))
     levels = sorted({r.level for r in rows}, key=LoadLevel.order)
     cells = {(r.category, r.arm, r.level): r for r in rows}
-    first_level = levels[0] if levels else None
-
-    def first_tau(category: str) -> float:
-        cell = cells.get((category, arms[0], first_level))
-        return (cell.tau if cell else None) or 0
-
-    order = sorted({r.category for r in rows}, key=lambda c: -first_tau(c))
+    order = pooling.category_order(rows, arms[0]) if arms else []
     return {"arms": arms, "levels": levels, "order": order, "cells": cells}
 
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import base64
 import io
-from collections import defaultdict
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display; also the only backend whose PNGs are byte-stable
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness.probes.acceptance import mean_acceptance_length  # noqa: E402
+from harness import pooling  # noqa: E402
 from harness.results.model import CellMetrics  # noqa: E402
 from harness.results.records import RequestSample, WindowRecord  # noqa: E402
 
@@ -28,29 +27,19 @@ def _png(fig: plt.Figure) -> str:
 
 
 def aggregate_tau(rows: list[CellMetrics]) -> dict[tuple[str, str], float]:
-    """tau per (arm, workload) over all its cells, from the summed draft counts."""
-    drafts: dict[tuple[str, str], float] = defaultdict(float)
-    accepted: dict[tuple[str, str], float] = defaultdict(float)
-    for row in rows:
-        drafts[(row.arm, row.workload)] += row.drafts
-        accepted[(row.arm, row.workload)] += row.accepted_tokens
-    taus = {key: mean_acceptance_length(n, accepted[key]) for key, n in drafts.items()}
+    """tau per (arm, workload) over all its cells (``pooling.tau``)."""
+    taus = {
+        key: pooling.tau(cells) for key, cells in pooling.grouped(rows, lambda r: (r.arm, r.workload)).items()
+    }
     return {key: tau for key, tau in taus.items() if tau is not None}
 
 
 def aggregate_per_position(rows: list[CellMetrics]) -> dict[str, list[float]]:
-    """Per-position acceptance rate per arm over all windows (counts re-weighted by drafts)."""
-    drafts: dict[str, float] = defaultdict(float)
-    accepted: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    for row in rows:
-        drafts[row.arm] += row.drafts
-        for position, rate in enumerate(row.per_position_acceptance):
-            accepted[row.arm][position] += rate * row.drafts
-    return {
-        arm: [accepted[arm][p] / drafts[arm] for p in sorted(accepted[arm])]
-        for arm in accepted
-        if drafts[arm] > 0
+    """Per-position acceptance rate per arm over all its cells (``pooling.per_position``)."""
+    rates = {
+        arm: pooling.per_position(cells) for arm, cells in pooling.grouped(rows, lambda r: r.arm).items()
     }
+    return {arm: rate for arm, rate in rates.items() if rate}
 
 
 def tau_figure(rows: list[CellMetrics], arms: list[str], workloads: list[str]) -> str | None:

@@ -18,16 +18,12 @@ No I/O here: ``harness.study.collect`` builds the ``Observation``s from stored r
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harness import stats
-from harness.probes.throughput import Estimate, interval_from_repeats
-
-RESAMPLES = 2000
-CONFIDENCE = 0.95
+from harness import pooling, stats
+from harness.intervals import CONFIDENCE, RESAMPLES, Estimate, interval_from_repeats
 
 
 @dataclass(frozen=True)
@@ -50,14 +46,23 @@ class Observation:
     usd_per_mtok: float | None
     baseline_usd_per_mtok: float | None
     identical_pct: float | None
+    # the interval the point's own run stored (``harness.intervals``' policy: start-ups, repeats or,
+    # with one window, the requests); None: none stored, then it is made from speedup_repeats
+    speedup_low: float | None = None
+    speedup_high: float | None = None
 
 
 def estimate(observation: Observation) -> Estimate | None:
-    """The speedup of one cell with a bootstrap interval of the mean over its repeats."""
+    """The speedup of one cell with its interval: the one its run stored, so a study and its
+    runs always show the same interval; else (an observation not read from a run) the policy's
+    interval over its repeats."""
     if observation.speedup is None:
         return None
     repeats = observation.speedup_repeats
-    interval = interval_from_repeats(repeats)
+    if observation.speedup_low is not None and observation.speedup_high is not None:
+        interval: tuple[float, float] | None = (observation.speedup_low, observation.speedup_high)
+    else:
+        interval = interval_from_repeats(repeats)
     if interval is None:
         return Estimate(observation.speedup, None, None, len(repeats))
     return Estimate(observation.speedup, *interval, len(repeats))
@@ -130,20 +135,17 @@ def _crossing_interval(series: Sequence[Observation], seed: int) -> tuple[float 
     without a crossing makes that side open-ended (None)."""
     if any(len(o.speedup_repeats) < 2 for o in series):
         return None, None
-    rng = random.Random(seed)
     levels = [o.concurrency for o in series]
-    draws, missing = [], 0
-    for _ in range(RESAMPLES):
-        means = [stats.mean(rng.choices(o.speedup_repeats, k=len(o.speedup_repeats))) for o in series]
-        found = crossing(levels, means)
-        if found is None:
-            missing += 1
-        else:
-            draws.append(found[0])
+
+    def crossed(*repeats: list[float]) -> float | None:
+        found = crossing(levels, [stats.mean(r) for r in repeats])
+        return None if found is None else found[0]
+
+    draws = stats.bootstrap([o.speedup_repeats for o in series], crossed, RESAMPLES, seed)
     tail = (1 - CONFIDENCE) / 2
-    if not draws or missing / RESAMPLES > tail:  # the crossing itself is uncertain: open-ended
-        return (stats.quantile(sorted(draws), tail) if draws else None), None
-    return stats.quantile(sorted(draws), tail), stats.quantile(sorted(draws), 1 - tail)
+    if not draws.values or draws.missing / RESAMPLES > tail:  # the crossing itself is uncertain: open-ended
+        return (stats.quantile(draws.values, tail) if draws.values else None), None
+    return draws.bounds(CONFIDENCE)
 
 
 # ---- best K --------------------------------------------------------------------------------
@@ -173,13 +175,14 @@ class BestK:
 
 def _indistinguishable(best: Observation, other: Observation, seed: int) -> bool:
     """The bootstrap interval of the difference of mean speedups contains 0."""
-    a, b = list(best.speedup_repeats), list(other.speedup_repeats)
-    rng = random.Random(seed)
-    diffs = sorted(
-        stats.mean(rng.choices(a, k=len(a))) - stats.mean(rng.choices(b, k=len(b))) for _ in range(RESAMPLES)
+    difference = stats.bootstrap(
+        [best.speedup_repeats, other.speedup_repeats],
+        lambda a, b: stats.mean(a) - stats.mean(b),
+        RESAMPLES,
+        seed,
     )
-    tail = (1 - CONFIDENCE) / 2
-    return stats.quantile(diffs, tail) <= 0.0 <= stats.quantile(diffs, 1 - tail)
+    low, high = difference.bounds(CONFIDENCE)
+    return low <= 0.0 <= high
 
 
 def best_k(observations: Sequence[Observation], seed: int = 0) -> list[BestK]:
@@ -234,9 +237,11 @@ class Recommendation:
 
     @property
     def saving_pct(self) -> float | None:
-        if self.arm is None or not self.usd_per_mtok_before or self.usd_per_mtok_after is None:
-            return None
-        return 100.0 * (1.0 - self.usd_per_mtok_after / self.usd_per_mtok_before)
+        return (
+            None
+            if self.arm is None
+            else pooling.saving_pct(self.usd_per_mtok_before, self.usd_per_mtok_after)
+        )
 
     def text(self) -> str:
         if self.best_arm is None:

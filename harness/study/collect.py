@@ -48,6 +48,8 @@ def point_observations(
                 usd_per_mtok=cell.usd_per_mtok,
                 baseline_usd_per_mtok=reference.usd_per_mtok if reference else None,
                 identical_pct=cell.exactness.identical_pct if cell.exactness else None,
+                speedup_low=cell.speedup_low,
+                speedup_high=cell.speedup_high,
             )
         )
     return out
