@@ -43,6 +43,12 @@ def test_relative_links_point_to_files(path):
     assert broken_links(path) == []
 
 
+@pytest.mark.parametrize("path", documents(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_code_fences_are_closed(path):
+    fences = [line for line in path.read_text().splitlines() if line.startswith("```")]
+    assert len(fences) % 2 == 0, f"{path.name}: an unclosed ``` swallows the rest of the page"
+
+
 def test_readme_links_into_docs_and_shows_the_report():
     targets = relative_targets((ROOT / "README.md").read_text())
     assert "docs/index.md" in targets
