@@ -1,0 +1,72 @@
+"""The README stays a five-minute read, and no relative link in it or in docs/ is broken.
+
+Cheap and without mkdocs: CI's `mkdocs build --strict` also checks anchors, but only on a machine
+with mkdocs; these run everywhere.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README_MAX_LINES = 250
+
+# [text](target) and ![alt](target); the target ends at whitespace or the closing parenthesis.
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*([^)\s]+)[^)]*\)")
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+
+
+def relative_targets(markdown: str) -> list[str]:
+    """The link targets that name a file here: code, web addresses and in-page anchors left out."""
+    prose = INLINE_CODE.sub("", FENCE.sub("", markdown))
+    targets = (m.group(1) for m in LINK.finditer(prose))
+    return [t.split("#", 1)[0] for t in targets if not re.match(r"[a-z][a-z0-9+.-]*:|#", t)]
+
+
+def broken_links(path: Path) -> list[str]:
+    return [t for t in relative_targets(path.read_text()) if not (path.parent / t).exists()]
+
+
+def documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_readme_is_a_five_minute_read():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+@pytest.mark.parametrize("path", documents(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_point_to_files(path):
+    assert broken_links(path) == []
+
+
+@pytest.mark.parametrize("path", documents(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_code_fences_are_closed(path):
+    fences = [line for line in path.read_text().splitlines() if line.startswith("```")]
+    assert len(fences) % 2 == 0, f"{path.name}: an unclosed ``` swallows the rest of the page"
+
+
+def test_readme_links_into_docs_and_shows_the_report():
+    targets = relative_targets((ROOT / "README.md").read_text())
+    assert "docs/index.md" in targets
+    assert "docs/img/report.png" in targets and (ROOT / "docs/img/report.png").exists()
+
+
+def test_link_check_finds_a_broken_link(tmp_path):
+    (tmp_path / "there.md").write_text("# There\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "[ok](there.md#there) [web](https://example.org/x.md) [anchor](#top)\n"
+        "`[code](not-checked.md)`\n```\n[fenced](not-checked.md)\n```\n"
+        "![gone](img/missing.png) [gone too](missing.md 'title')\n"
+    )
+    assert broken_links(page) == ["img/missing.png", "missing.md"]
+
+
+def test_every_docs_page_is_in_the_mkdocs_nav():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert {p for p in pages if f" {p}" not in nav} == set()
