@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from harness.errors import UserError
 
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_ENGINE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_USAGE, EXIT_ENGINE, EXIT_INTERRUPTED = 0, 2, 3, 130  # 1: a regression (harness.gates)
 RUN_RECORD = "regime.json"  # what makes a directory a run (the study's marker: harness.study.record)
 
 Kind = Literal["run", "study"]
