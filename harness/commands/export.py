@@ -35,7 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--format", choices=("csv", "parquet", "jsonl"), default="csv", help="file format (default: csv)"
     )
     parser.add_argument(
-        "-o", "--output", type=Path, help="the folder this command writes (default: RUN_DIR/export)"
+        "-o",
+        "--output",
+        type=Path,
+        metavar="DIR",
+        help="the folder this command writes (default: RUN_DIR/export)",
     )
     parser.add_argument("--output-dir", type=Path, dest="output", help=argparse.SUPPRESS)  # the old name
 

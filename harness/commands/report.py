@@ -18,9 +18,9 @@ DESCRIPTION = """
 Render stored results into one HTML file that needs nothing from the network: the regime and
 environment, the mini-lab tables, figures, greedy-exactness detail and metric definitions.
 
-With a second run (--baseline OTHER, or OTHER given second), put the two side by side: A = RUN_DIR,
-B = OTHER, with the ratio B / A of each metric (refused across regimes or machines unless --force).
-Given a study, write a folder: index.html and one page per point.
+With a second run (--baseline OTHER_RUN_DIR, or that run given second), put the two side by side:
+A = RUN_DIR, B = OTHER_RUN_DIR, with the ratio B / A of each metric (refused across regimes or
+machines unless --force). Given a study, write a folder: index.html and one page per point.
 """
 EXAMPLES = """
 bench report results/cpu_smoke/20261201-093000-a1b2c3
@@ -48,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         type=Path,
+        metavar="PATH",
         help="the file this command writes (default: reports/<regime>-<run-id>.html; two runs: "
         "reports/compare-<A>-vs-<B>.html); for a study, the folder it writes (default: "
         "reports/<regime>-<study-id>/, with index.html and one page per point)",
