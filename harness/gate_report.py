@@ -1,16 +1,21 @@
-"""What `bench gate` writes: a terminal table, JUnit XML (one test case per gate and cell) and a
-short Markdown summary for CI annotations (also appended to ``$GITHUB_STEP_SUMMARY``)."""
+"""What `bench gate` writes: a terminal table, JUnit XML (one test case per gate and cell), a
+short Markdown summary for CI annotations (also appended to ``$GITHUB_STEP_SUMMARY``) and the
+stored verdicts the report reads (``RUN_DIR/gate/checks.json``)."""
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from harness.gates import Check
+from harness.gates import GATE_FILE, Check, RunView, StoredGate
+from harness.results import write_json_atomic, write_text_atomic
 
 _COLOURS = {"pass": "green", "fail": "red", "error": "red", "inconclusive": "yellow", "skipped": "dim"}
 _ICONS = {
@@ -92,3 +97,41 @@ def markdown(checks: Sequence[Check], title: str, code: int) -> str:
         lines += ["| verdict | gate | detail |", "|---|---|---|"]
         lines += [f"| {_ICONS[c.verdict]} | {_cell(c.name)} | {_cell(c.message)} |" for c in shown]
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class GateFiles:
+    """Where one gate's files go: JUnit and Markdown where asked (default ``RUN_DIR/gate/``);
+    ``checks.json`` always in the run, where the report finds it."""
+
+    junit: Path
+    markdown: Path
+    checks: Path
+
+    @classmethod
+    def of(cls, run_dir: Path, folder: Path | None, junit: Path | None, markdown: Path | None) -> GateFiles:
+        folder = folder or run_dir / GATE_FILE.parent
+        return cls(junit or folder / "junit.xml", markdown or folder / "summary.md", run_dir / GATE_FILE)
+
+
+def write_gate(
+    checks: Sequence[Check], code: int, view: RunView, run_dir: Path, baseline: Path | None, files: GateFiles
+) -> None:
+    """Every file of one gate, each written whole; the Markdown also goes to ``$GITHUB_STEP_SUMMARY``."""
+    title = f"{view.regime.name} run {run_dir.name}" + (f" vs {baseline.name}" if baseline else "")
+    summary_md = markdown(checks, title, code)
+    if view.machine_differences:
+        summary_md += "\n**Forced across machines:** " + "; ".join(view.machine_differences) + "\n"
+    write_text_atomic(files.junit, junit_xml(checks, view.regime.name).decode())
+    write_text_atomic(files.markdown, summary_md)
+    stored = StoredGate(baseline_run=str(baseline) if baseline else None, exit_code=code, checks=list(checks))
+    write_json_atomic(files.checks, stored.model_dump(mode="json"))
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as step_summary:
+            step_summary.write(summary_md)
+
+
+def outcome_line(code: int, files: GateFiles) -> str:
+    """The command's last line: the verdict, its exit code, where the files went (rich markup)."""
+    outcome = {0: "[green]pass[/]", 1: "[red]REGRESSION[/]", 3: "[red]INFRASTRUCTURE FAILURE[/]"}[code]
+    return f"gate: {outcome} (exit {code}); JUnit {files.junit}, Markdown {files.markdown}"

@@ -613,9 +613,11 @@ def run_regime(
     console: Console,
     allow_mismatch: bool = False,
     on_created: Callable[[Path], None] | None = None,
+    regime: Regime | None = None,
 ) -> tuple[RunDir, Summary]:
-    """A new run of the regime; ``on_created`` hears the run directory the moment it exists."""
-    runner = Runner(plan_regime(regime_path), results_dir, console, allow_mismatch)
+    """A new run of the regime; ``on_created`` hears the run directory the moment it exists;
+    ``regime``: the file's model when the caller has already read it."""
+    runner = Runner(plan_regime(regime_path, regime), results_dir, console, allow_mismatch)
     runner.on_created = on_created
     return runner.run()
 

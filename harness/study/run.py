@@ -18,17 +18,16 @@ from rich.markup import escape
 from harness.errors import UserError
 from harness.plan import Plan
 from harness.regime import Regime
-from harness.results.files import RunDir, read_json, write_text_atomic, writer_lock
+from harness.results.files import RunDir, read_json, writer_lock
 from harness.server import log_tail, stop_left_running
+from harness.study.analysis_md import write_analysis
 from harness.study.collect import StudyResults, load_study
 from harness.study.executors import Executor, Job, JobOutcome, JobSpec, open_executor
 from harness.study.jobs import LOG_TAIL_LINES, PLACEMENT_FILE, now, point_command
 from harness.study.placement import Demand, Slot, plan_placement, point_gpus, time_limit_minutes
 from harness.study.record import ExecutorOptions, PointAttempt, StudyDir, StudyPointRecord, StudyRecord
 from harness.study.sweep import StudyPlan, plan_study
-from harness.study.tables import markdown
 
-ANALYSIS_FILE = "analysis.md"
 POLL_S = 0.5
 INTERRUPT_GRACE_S = 150  # a job's runner stops its server (up to 20 s) and writes its files
 
@@ -101,9 +100,11 @@ def run_study(
     options: ExecutorOptions,
     allow_mismatch: bool = False,
     on_created: Callable[[Path], None] | None = None,
+    regime: Regime | None = None,
 ) -> tuple[StudyDir, StudyResults]:
-    """A new study; ``on_created`` hears the study directory the moment it exists."""
-    study, plans = plan_study(regime_path)
+    """A new study; ``on_created`` hears the study directory the moment it exists; ``regime``: the
+    file's model when the caller has already read it."""
+    study, plans = plan_study(regime_path, regime)
     placement([p.id for p in study.points], plans, options)  # a point that cannot fit: refused now
     directory = StudyDir.create(results_dir, study.regime.name)
     if on_created is not None:
@@ -406,8 +407,3 @@ class Dispatcher:
 
 def _label(point: StudyPointRecord) -> str:
     return ", ".join(f"{path}={value}" for path, value in point.axes) or "no regime axis"
-
-
-def write_analysis(results: StudyResults) -> None:
-    """``analysis.md``: the study's tables as Markdown, for design docs."""
-    write_text_atomic(results.root / ANALYSIS_FILE, markdown(results))

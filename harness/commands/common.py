@@ -1,0 +1,137 @@
+"""What several subcommands share: how a subcommand's parser is made (description and examples),
+what a path on the command line is (a run or a study: decided here, once), and the study
+executor flags of `bench run` and `bench validate`."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any, Literal
+
+from harness.errors import UserError
+
+EXIT_OK, EXIT_USAGE, EXIT_ENGINE, EXIT_INTERRUPTED = 0, 2, 3, 130  # 1: a regression (harness.gates)
+RUN_RECORD = "regime.json"  # what makes a directory a run (the study's marker: harness.study.record)
+
+Kind = Literal["run", "study"]
+
+
+def subcommand(
+    subparsers: Any, name: str, *, summary: str, description: str, examples: str
+) -> argparse.ArgumentParser:
+    """A subcommand's parser: ``summary`` for the list in ``bench --help``, the description wrapped
+    to the terminal, and the examples kept line by line (RawDescriptionHelpFormatter keeps both as
+    given, so the description is wrapped here, paragraph by paragraph)."""
+    width = min(shutil.get_terminal_size().columns, 100) - 2
+    paragraphs = textwrap.dedent(description).strip().split("\n\n")
+    return subparsers.add_parser(
+        name,
+        help=summary,
+        description="\n\n".join(_fill(paragraph, width) for paragraph in paragraphs),
+        epilog="Examples:\n" + textwrap.indent(textwrap.dedent(examples).strip("\n"), "  "),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def metric_definitions(names: tuple[str, ...]) -> str:
+    """The registry's definitions as a help list, so no help text restates a formula."""
+    from harness.metrics import METRICS
+
+    return "\n".join(f"- {name} ({METRICS[name].unit}): {METRICS[name].description}" for name in names)
+
+
+def _fill(paragraph: str, width: int) -> str:
+    """A paragraph wrapped to ``width``; a list ("- " items) item by item, with a hanging indent."""
+    items = re.split(r"\n(?=- )", paragraph)
+    indent = "  " if paragraph.startswith("- ") else ""
+    return "\n".join(textwrap.fill(" ".join(i.split()), width, subsequent_indent=indent) for i in items)
+
+
+def kind_of(path: Path) -> Kind:
+    """What a directory given on the command line holds: a run or a study; anything else is refused
+    here, with what each would have held."""
+    from harness.study.record import is_study_dir
+
+    if is_study_dir(path):
+        return "study"
+    if (path / RUN_RECORD).is_file():
+        return "run"
+    raise UserError(
+        f"{path}: not a run directory (no {RUN_RECORD}) nor a study directory (no study.json); runs are "
+        "stored as results/<regime>/<run-id>, studies as results/<regime>/study-<id>"
+    )
+
+
+def require_run(path: Path, purpose: str) -> Path:
+    """A path that must be a run: a study is refused with the way to name one of its points."""
+    if kind_of(path) == "study":
+        raise UserError(f"{path} is a study: {purpose} one of its points (e.g. {path / 'points' / 'p0'})")
+    return path
+
+
+def add_executor_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "study executors",
+        "how a study's points run (a study only): each point is one job on one node",
+    )
+    group.add_argument(
+        "--executor",
+        choices=["local", "slurm", "ray"],
+        help="local (default): on this node, points on disjoint GPU sets side by side (CPU points one "
+        "at a time); slurm: one submitit job per point; ray: one Ray task per point. --resume uses the "
+        "study's own executor unless given",
+    )
+    group.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="GPUs of the node (local; the Ray instance the command starts): default, every GPU visible",
+    )
+    group.add_argument(
+        "--gpus-per-point",
+        type=int,
+        metavar="N",
+        help="GPUs each point gets (default: its tensor_parallel_size; CPU points none): e.g. 8 to keep "
+        "each point alone on an 8-GPU node",
+    )
+    group.add_argument("--partition", help="Slurm partition (slurm)")
+    group.add_argument("--account", help="Slurm account (slurm)")
+    group.add_argument(
+        "--time-limit",
+        type=int,
+        metavar="MIN",
+        help="each point's time limit in minutes (default: per arm its start-up timeout plus 2 min per "
+        "measured window)",
+    )
+    group.add_argument(
+        "--slurm-cluster",
+        choices=["slurm", "local", "debug"],
+        help="submitit's cluster (slurm): local and debug run the jobs on this machine without Slurm",
+    )
+    group.add_argument("--ray-address", help="an existing Ray cluster (ray); default: start one on this node")
+
+
+def executor_options(args: argparse.Namespace, base: Any = None) -> Any:
+    """The executor flags over ``base`` (a resumed study's own options); None when none was given."""
+    from harness.study.record import ExecutorOptions
+
+    flags = {
+        "name": args.executor,
+        "gpus": args.gpus,
+        "gpus_per_point": args.gpus_per_point,
+        "partition": args.partition,
+        "account": args.account,
+        "time_limit_min": args.time_limit,
+        "slurm_cluster": args.slurm_cluster,
+        "ray_address": args.ray_address,
+    }
+    given = {k: v for k, v in flags.items() if v is not None}
+    for name in ("gpus", "gpus_per_point", "time_limit_min"):
+        if given.get(name, 1) < (0 if name == "gpus" else 1):
+            raise UserError(f"--{name.replace('_min', '').replace('_', '-')} must be positive")
+    if not given:
+        return base
+    return (base or ExecutorOptions()).model_copy(update=given)

@@ -1,0 +1,64 @@
+"""`bench export RUN_DIR`: a run's derived tables as files for pandas (or a study's cells)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.commands.common import EXIT_OK, kind_of
+from harness.commands.terminal import print_unread
+
+NAME = "export"
+SUMMARY = "write a run's results as tables (cells, requests, categories, repeats) for pandas"
+DESCRIPTION = """
+Derive a run's tables from its raw files, exactly as `bench show` and
+`harness.load_run(RUN).cells()` see them, and write one file per table: cells (arm x workload x
+concurrency), requests (one row per measured request), categories (arm x category x concurrency)
+and repeats (one row per repeat of each cell). Column names carry their units.
+
+Given a study, write one table of every point's cells, with the point and its axis values.
+"""
+EXAMPLES = """
+bench export results/cpu_smoke/20261201-093000-a1b2c3                  # CSV into RUN_DIR/export/
+bench export results/cpu_smoke/20261201-093000-a1b2c3 --format parquet -o tables/
+"""
+INTERRUPTED = "files written whole so far stay; run it again for the rest"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "run_dir", type=Path, help="a run directory, results/<regime>/<run-id> (or a study directory)"
+    )
+    parser.add_argument(
+        "--format", choices=("csv", "parquet", "jsonl"), default="csv", help="file format (default: csv)"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="DIR",
+        help="the folder this command writes (default: RUN_DIR/export)",
+    )
+    parser.add_argument("--output-dir", type=Path, dest="output", help=argparse.SUPPRESS)  # the old name
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from harness.results.frames import export, load_run, write_table
+
+    out_dir = args.output or args.run_dir / "export"
+    if kind_of(args.run_dir) == "study":
+        from harness.study.collect import load_study
+
+        table = load_study(args.run_dir).cells()
+        path = write_table(table, out_dir / f"study_cells.{args.format}", args.format)
+        console.print(
+            f"wrote {path} (every point's cells, with the point and its axis values)", highlight=False
+        )
+        return EXIT_OK
+    run_record = load_run(args.run_dir)
+    print_unread(run_record.summary, console)
+    for path in export(run_record, out_dir, args.format):
+        console.print(f"wrote {path}", highlight=False)
+    return EXIT_OK

@@ -1,0 +1,94 @@
+"""`bench report RUN_DIR [--baseline OTHER]`: one self-contained HTML page of a run, of two runs
+side by side, or of a study."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.commands.common import EXIT_OK, kind_of
+from harness.commands.terminal import print_unread
+from harness.errors import UserError
+
+NAME = "report"
+SUMMARY = "render a run (or two runs side by side) into one self-contained HTML file"
+DESCRIPTION = """
+Render stored results into one HTML file that needs nothing from the network: the regime and
+environment, the mini-lab tables, figures, greedy-exactness detail and metric definitions.
+
+With a second run (--baseline OTHER_RUN_DIR, or that run given second), put the two side by side:
+A = RUN_DIR, B = OTHER_RUN_DIR, with the ratio B / A of each metric (refused across regimes or
+machines unless --force). Given a study, write a folder: index.html and one page per point.
+"""
+EXAMPLES = """
+bench report results/cpu_smoke/20261201-093000-a1b2c3
+bench report results/cpu_smoke/20261201-093000-a1b2c3 -o smoke.html
+bench report RUN_DIR --baseline OTHER_RUN_DIR        # same as: bench report RUN_DIR OTHER_RUN_DIR
+bench report results/cpu_study/study-20261201-093000-a1b2c3 -o reports/study/
+"""
+INTERRUPTED = "no report was written"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "run_dir", type=Path, help="a run directory, results/<regime>/<run-id> (or a study directory)"
+    )
+    parser.add_argument(
+        "other_run_dir", type=Path, nargs="?", help="a second run to compare with the first (as --baseline)"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="OTHER_RUN_DIR",
+        help="a second run to put beside RUN_DIR, as B beside A (the same as giving it second)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="PATH",
+        help="the file this command writes (default: reports/<regime>-<run-id>.html; two runs: "
+        "reports/compare-<A>-vs-<B>.html); for a study, the folder it writes (default: "
+        "reports/<regime>-<study-id>/, with index.html and one page per point)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="compare runs even when their regimes or machines differ"
+    )
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from harness.results import write_text_atomic
+
+    if args.baseline is not None and args.other_run_dir is not None:
+        raise UserError("give the second run once: as --baseline OTHER_RUN_DIR or as the second argument")
+    # resolved: the run id and the default file name are the directories' names, and `.` has none
+    run_dir = args.run_dir.resolve()
+    second = args.baseline or args.other_run_dir
+    other = second.resolve() if second is not None else None
+    if kind_of(run_dir) == "study":
+        from harness.study.report import render_study
+
+        if other is not None:
+            raise UserError(f"{run_dir} is a study: its page already compares its points; report one study")
+        out_dir = args.output or Path("reports") / f"{run_dir.parent.name}-{run_dir.name}"
+        console.print(f"Report: {render_study(run_dir, out_dir)}")
+        return EXIT_OK
+    html, default = _render(run_dir, other, args.force, console)
+    output = args.output or default
+    write_text_atomic(output, html)
+    console.print(f"Report: {output}")
+    return EXIT_OK
+
+
+def _render(run_dir: Path, other: Path | None, force: bool, console: Console) -> tuple[str, Path]:
+    """The page and its default file: one run, or two side by side."""
+    from harness.report import render_comparison, render_context, report_context
+
+    if other is None:
+        context = report_context(run_dir)
+        print_unread(context["summary"], console)
+        return render_context(context), Path("reports") / f"{run_dir.parent.name}-{run_dir.name}.html"
+    html = render_comparison(run_dir, other, force)
+    return html, Path("reports") / f"compare-{run_dir.name}-vs-{other.name}.html"

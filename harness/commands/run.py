@@ -1,0 +1,141 @@
+"""`bench run REGIME` / `bench run --resume DIR`: measure every arm of a regime (or every point of
+a study) and print the tables."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from harness.commands.common import add_executor_flags, executor_options, kind_of
+from harness.commands.terminal import print_results, print_study
+from harness.errors import UserError
+
+if TYPE_CHECKING:
+    from harness.regime import Regime
+
+NAME = "run"
+SUMMARY = "launch every arm of a regime, measure, store results, print the mini-lab table"
+DESCRIPTION = """
+Launch each arm's server in turn, warm it up, measure every workload at every concurrency level,
+store raw samples and a summary under RESULTS_DIR/<regime>/<run-id>/, and print the mini-lab table.
+
+A regime with a sweep: section is a study: every point runs into
+RESULTS_DIR/<regime>/study-<id>/points/<point>/ and the recommendation, break-even loads, best K and
+flips are printed at the end.
+"""
+EXAMPLES = """
+bench run regimes/cpu_smoke.yaml
+bench run regimes/h200_tp8.yaml --results-dir /data/results --json run.json
+bench run --resume results/cpu_smoke/20261201-093000-a1b2c3  # continue an interrupted run
+bench run regimes/h200_tp_study.yaml --executor slurm --partition gpu
+"""
+INTERRUPTED = (
+    "servers stopped; the partial run stays readable; bench run --resume DIR continues it (a run or a study)"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "regime", type=Path, nargs="?", help="regime YAML file, e.g. regimes/cpu_smoke.yaml (or a study)"
+    )
+    parser.add_argument(
+        "--results-dir", type=Path, default=Path("results"), help="where runs are stored (default: results)"
+    )
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue an interrupted or partly failed run from its first arm without complete results "
+        "(uses the regime stored in the run; earlier files of an incomplete arm are kept as "
+        "arms/<arm>.attempt-N); given a study directory, continue the study: finished points are kept",
+    )
+    parser.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="run even when the machine or the started engine does not match the regime's pins; every "
+        "mismatch is recorded in the results and shown by the report",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        dest="json_out",
+        help="write {kind, dir, exit_code} to FILE for scripts and CI: dir as soon as the run (or study) "
+        "directory exists, exit_code when the command ends (null dir: nothing was created)",
+    )
+    add_executor_flags(parser)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from harness.regime import load_regime
+
+    if (args.regime is None) == (args.resume is None):
+        raise UserError("give a regime file to start a run, or --resume RUN_DIR to continue one (not both)")
+    regime = load_regime(args.regime) if args.regime is not None else None  # read once, used below
+    study = kind_of(args.resume) == "study" if regime is None else regime.sweep is not None
+    announce = None  # tells --json the run (or study) directory the moment it exists
+    if args.json_out is not None:
+        announce = functools.partial(_write_outcome, args.json_out, "study" if study else "run")
+        announce(args.resume)
+    if study:
+        return _run_study(args, regime, announce, console)
+    if executor_options(args) is not None:
+        raise UserError("--executor and its options apply to a study (a regime with a sweep: section)")
+    from harness.runner import resume_run, run_regime
+
+    if args.resume is not None:
+        run_dir, summary = resume_run(args.resume, console, args.allow_mismatch)
+    else:
+        run_dir, summary = run_regime(
+            args.regime, args.results_dir, console, args.allow_mismatch, announce, regime=regime
+        )
+    code = print_results(summary, console)
+    console.print(f"Results: {run_dir.root}")
+    return code
+
+
+def _run_study(
+    args: argparse.Namespace,
+    regime: Regime | None,
+    announce: Callable[[Path | None], None] | None,
+    console: Console,
+) -> int:
+    from harness.study.record import ExecutorOptions, StudyDir
+    from harness.study.run import resume_study, run_study
+
+    if args.resume is not None:
+        options = executor_options(args, StudyDir(args.resume).read().executor)
+        _, results = resume_study(args.resume, console, options, args.allow_mismatch)
+    else:
+        options = executor_options(args) or ExecutorOptions()
+        _, results = run_study(
+            args.regime, args.results_dir, console, options, args.allow_mismatch, announce, regime=regime
+        )
+    return print_study(results, console)
+
+
+def ended(args: argparse.Namespace, code: int) -> None:
+    """The command's exit code into the ``--json`` file, next to the directory it announced."""
+    if args.json_out is None:
+        return
+    from harness.results import read_json
+
+    record = read_json(args.json_out) if args.json_out.is_file() else {}
+    directory = Path(record["dir"]) if record.get("dir") else None
+    _write_outcome(args.json_out, record.get("kind"), directory, code)
+
+
+def _write_outcome(
+    path: Path, kind: str | None, directory: Path | None, exit_code: int | None = None
+) -> None:
+    """``bench run --json FILE``: where the run went and how the command ended, for scripts (the
+    nightly workflow reads the run directory from here instead of diffing directory listings)."""
+    from harness.results import write_json_atomic
+
+    where = str(directory.resolve()) if directory else None
+    write_json_atomic(path, {"kind": kind, "dir": where, "exit_code": exit_code})

@@ -1,0 +1,69 @@
+"""`bench show RUN_DIR`: re-derive a stored run (or a study) and print its tables."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.commands.common import EXIT_OK, kind_of, metric_definitions
+from harness.commands.terminal import print_results, print_study
+from harness.metrics import METRICS
+
+NAME = "show"
+SUMMARY = "re-derive and print the mini-lab tables, verdict and findings of a stored run (or a study)"
+DESCRIPTION = f"""
+Re-derive the summary of a stored run from its raw files and print it: the mini-lab tables, the
+verdict per workload and load level, the findings paragraph, exactness and caveats. Given a study,
+print its recommendation, break-even loads, best K and flips, and refresh its analysis.md.
+
+--minilab prints only the lab's compact table in Markdown, for a design doc.
+
+The metrics (harness.metrics):
+
+{metric_definitions(tuple(METRICS))}
+"""
+EXAMPLES = """
+bench show results/cpu_smoke/20261201-093000-a1b2c3
+bench show . --minilab --concurrency 4 > table.md      # from inside a run directory
+bench show results/cpu_study/study-20261201-093000-a1b2c3
+"""
+INTERRUPTED = "nothing was changed"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "run_dir", type=Path, help="a run directory, results/<regime>/<run-id> (or a study directory)"
+    )
+    parser.add_argument(
+        "--minilab",
+        action="store_true",
+        help="print only the compact table (one row per arm; tau, tok/s, TPOT, $/Mtok, identical per "
+        "workload, side by side) as Markdown",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        help="the load level of the --minilab table (default: the lowest measured)",
+    )
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from harness.summary import summarize
+
+    if kind_of(args.run_dir) == "study":
+        from harness.study.analysis_md import write_analysis
+        from harness.study.collect import load_study
+
+        results = load_study(args.run_dir)
+        write_analysis(results)  # derived: refreshed on every show
+        return print_study(results, console)
+    if args.minilab:
+        from harness.table import lab_markdown
+
+        # resolved: the run id is the directory's name, and `.` has none
+        summary = summarize(args.run_dir.resolve())
+        print(lab_markdown(summary, args.concurrency), end="")  # plain: for pasting, no wrapping
+        return EXIT_OK
+    return print_results(summarize(args.run_dir), console)

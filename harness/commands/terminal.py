@@ -1,0 +1,91 @@
+"""What `bench run` and `bench show` print of a run or a study (the tables themselves are
+harness.table's and harness.study.tables'), and the notes every reading command prints first."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+
+from harness.commands.common import EXIT_ENGINE, EXIT_OK
+
+if TYPE_CHECKING:
+    from harness.results import Summary
+    from harness.study.collect import StudyResults
+
+# Printed under every run's tables; the registry's own definitions: harness.metrics.METRICS.
+LEGEND = (
+    "tau = 1 + accepted/drafts from the engine's counters over each window; speedup = arm tok/s / "
+    "baseline tok/s on the same prompts and concurrency; TPOT = (E2E - TTFT)/(tokens - 1) per request; "
+    "same % = prompts whose greedy token ids equal the baseline's (for the baseline: its own second "
+    "pass)."
+)
+
+
+def print_unread(summary: Summary, console: Console) -> None:
+    for note in summary.unread_lines:
+        console.print(f"[yellow]raw data not read:[/] {escape(note)}", soft_wrap=True)
+
+
+def print_results(summary: Summary, console: Console) -> int:
+    """A run's tables, answer, categories, drafters, exactness and notes; exit 3 when an arm failed."""
+    from harness.table import (
+        answer_lines,
+        category_table,
+        drafter_lines,
+        exactness_table,
+        failed_arms,
+        minilab_tables,
+        precision_line,
+        timing_line,
+    )
+
+    for table in minilab_tables(summary):
+        console.print(table)
+    for line in answer_lines(summary):  # the answer first, right after the tables
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    categories = category_table(summary)
+    if categories is not None:
+        console.print(categories)
+    for line in drafter_lines(summary):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    exact = exactness_table(summary)
+    if exact is not None:
+        console.print(exact)
+    print_unread(summary, console)
+    precision = precision_line(summary.cells)
+    if precision:
+        console.print(precision, highlight=False)
+    timing = timing_line(summary)
+    if timing:
+        console.print(timing, highlight=False, soft_wrap=True)
+    failed = failed_arms(summary)
+    for arm in failed:
+        console.print(f"[red]arm {arm.name}: {arm.status}[/] {escape(arm.error or '')}", soft_wrap=True)
+    console.print(LEGEND)
+    return EXIT_ENGINE if failed else EXIT_OK
+
+
+def print_study(results: StudyResults, console: Console) -> int:
+    """A study's tables and its failed arms; exit 3 when an arm failed or a point is missing."""
+    from harness.study.analysis_md import ANALYSIS_FILE
+    from harness.study.tables import terminal_tables
+
+    for summary in results.summaries.values():
+        print_unread(summary, console)
+    for item in terminal_tables(results):
+        console.print(item, highlight=False, soft_wrap=True) if isinstance(item, str) else console.print(item)
+    failed = [
+        f"{point}: {arm.name}"
+        for point, s in results.summaries.items()
+        for arm in s.arms
+        if arm.status != "ok"
+    ]
+    for entry in failed:
+        console.print(f"[red]failed arm {escape(entry)}[/]", highlight=False)
+    analysis = results.root / ANALYSIS_FILE
+    console.print(
+        f"Study: {results.root}" + (f" (tables for design docs: {analysis})" if analysis.is_file() else "")
+    )
+    return EXIT_ENGINE if failed or results.missing else EXIT_OK
