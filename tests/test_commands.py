@@ -153,9 +153,11 @@ def test_show_dot_minilab_names_the_run(
 def test_report_with_baseline_equals_the_positional_form(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """`report RUN --baseline BASE` reads as `gate RUN --baseline BASE`: the baseline is A (the
+    denominator of every ratio), the run is B, the same page as `report BASE RUN`."""
     positional, flag = tmp_path / "positional.html", tmp_path / "flag.html"
     assert main(["report", str(RUN), str(OTHER_RUN), "--force", "-o", str(positional)]) == 0
-    assert main(["report", str(RUN), "--baseline", str(OTHER_RUN), "--force", "-o", str(flag)]) == 0
+    assert main(["report", str(OTHER_RUN), "--baseline", str(RUN), "--force", "-o", str(flag)]) == 0
     assert flag.read_text() == positional.read_text()
     assert "A = <code>run_v1</code>, B = <code>run_v3_smoke</code>" in flag.read_text()
     capsys.readouterr()

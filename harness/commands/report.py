@@ -18,14 +18,15 @@ DESCRIPTION = """
 Render stored results into one HTML file that needs nothing from the network: the regime and
 environment, the mini-lab tables, figures, greedy-exactness detail and metric definitions.
 
-With a second run (--baseline OTHER_RUN_DIR, or that run given second), put the two side by side:
-A = RUN_DIR, B = OTHER_RUN_DIR, with the ratio B / A of each metric (refused across regimes or
-machines unless --force). Given a study, write a folder: index.html and one page per point.
+With a baseline run, put the two side by side with the ratio of each metric, the run over its
+baseline: `bench report RUN_DIR --baseline BASE_DIR` (as in `bench gate RUN_DIR --baseline
+BASE_DIR`), or the older positional form `bench report A B`, which shows B / A (refused across
+regimes or machines unless --force). Given a study, write a folder: index.html and one page per point.
 """
 EXAMPLES = """
 bench report results/cpu_smoke/20261201-093000-a1b2c3
 bench report results/cpu_smoke/20261201-093000-a1b2c3 -o smoke.html
-bench report RUN_DIR --baseline OTHER_RUN_DIR        # same as: bench report RUN_DIR OTHER_RUN_DIR
+bench report RUN_DIR --baseline BASE_DIR        # RUN / BASE; same as: bench report BASE_DIR RUN_DIR
 bench report results/cpu_study/study-20261201-093000-a1b2c3 -o reports/study/
 """
 INTERRUPTED = "no report was written"
@@ -36,13 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "run_dir", type=Path, help="a run directory, results/<regime>/<run-id> (or a study directory)"
     )
     parser.add_argument(
-        "other_run_dir", type=Path, nargs="?", help="a second run to compare with the first (as --baseline)"
+        "other_run_dir", type=Path, nargs="?", help="a second run B, shown as B / A with RUN_DIR as A"
     )
     parser.add_argument(
         "--baseline",
         type=Path,
-        metavar="OTHER_RUN_DIR",
-        help="a second run to put beside RUN_DIR, as B beside A (the same as giving it second)",
+        metavar="BASE_DIR",
+        help="the run to compare RUN_DIR with: ratios are RUN_DIR / BASE_DIR (as in bench gate --baseline)",
     )
     parser.add_argument(
         "-o",
@@ -62,11 +63,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from harness.results import write_text_atomic
 
     if args.baseline is not None and args.other_run_dir is not None:
-        raise UserError("give the second run once: as --baseline OTHER_RUN_DIR or as the second argument")
+        raise UserError("give the second run once: as --baseline BASE_DIR or as the second argument")
     # resolved: the run id and the default file name are the directories' names, and `.` has none
     run_dir = args.run_dir.resolve()
-    second = args.baseline or args.other_run_dir
-    other = second.resolve() if second is not None else None
+    other = args.other_run_dir.resolve() if args.other_run_dir is not None else None
+    if args.baseline is not None:  # the baseline is A, the run is B: ratios run / baseline
+        run_dir, other = args.baseline.resolve(), run_dir
     if kind_of(run_dir) == "study":
         from harness.study.report import render_study
 
