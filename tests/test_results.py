@@ -17,7 +17,7 @@ from harness.cli import main
 from harness.errors import UserError
 from harness.results import (
     SCHEMA_VERSION,
-    RequestSample,
+    RequestRecord,
     RunDir,
     Summary,
     append_jsonl,
@@ -31,6 +31,7 @@ from harness.summary import summarize
 from harness.table import minilab_tables
 
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
+V3 = Path(__file__).parent / "fixtures" / "run_v3_smoke"
 
 
 @pytest.fixture
@@ -78,7 +79,7 @@ def test_unknown_schema_version_is_refused(run_copy: Path) -> None:
     record = json.loads((run_copy / "regime.json").read_text())
     record["schema_version"] = 99
     (run_copy / "regime.json").write_text(json.dumps(record))
-    with pytest.raises(UserError, match="schema_version 99 is not supported"):
+    with pytest.raises(UserError, match="schema_version 99 is not supported .* written by a newer harness"):
         summarize(run_copy)
     with pytest.raises(UserError, match="schema_version 99 is not supported"):
         parse_summary({"schema_version": 99}, "summary.json")
@@ -87,11 +88,37 @@ def test_unknown_schema_version_is_refused(run_copy: Path) -> None:
 def test_v1_samples_get_ttft_and_tpot_from_the_one_formula() -> None:
     line = json.loads((GOLDEN / "arms" / "baseline" / "samples.jsonl").read_text().splitlines()[0])
     assert "ttft_s" not in line
-    sample = RequestSample.model_validate(line)
+    sample = RequestRecord.from_json(line)
     assert sample.ttft_s == pytest.approx(line["t_first_token"] - line["t_send"])
     assert sample.tpot_s == pytest.approx(
         (line["t_done"] - line["t_first_token"]) / (len(line["token_ids"]) - 1)
     )
+    assert sample.e2e_s == pytest.approx(line["t_done"] - line["t_send"])
+
+
+def test_a_stored_request_line_reads_back_and_is_written_again_as_it_was() -> None:
+    """The client's record is the store's: a version-3 line (with the TTFT/TPOT it was written with)
+    reads as a RequestRecord whose own TTFT/TPOT are the stored ones, bit for bit, and writes back the
+    same line plus the fields added since (at their defaults)."""
+    for line in read_jsonl(V3 / "arms" / "ngram_k4" / "samples.jsonl"):
+        record = RequestRecord.from_json(line)
+        assert (record.ttft_s, record.tpot_s) == (line["ttft_s"], line["tpot_s"])
+        written = json.loads(json.dumps(record.to_json()))
+        assert {k: written[k] for k in line} == line
+        assert {k: v for k, v in written.items() if k not in line} == {
+            "t_scheduled": None, "t_dispatched": None, "seed": None, "request_rate": None
+        }  # fmt: skip
+        assert RequestRecord.from_json(written) == record
+
+
+def test_a_request_line_of_the_wrong_shape_is_refused(run_copy: Path) -> None:
+    samples = run_copy / "arms" / "baseline" / "samples.jsonl"
+    line = json.loads(samples.read_text().splitlines()[0])
+    with pytest.raises(ValidationError, match="ttft_ms"):
+        RequestRecord.from_json({**line, "ttft_ms": 1.0})  # unknown keys are errors, as in every record
+    samples.write_text(samples.read_text() + json.dumps({**line, "token_ids": "none"}) + "\n")
+    with pytest.raises(UserError, match=r"samples.jsonl: record 9: token_ids: Input should be a valid list"):
+        summarize(run_copy)
 
 
 def test_run_dirs_are_never_reused(tmp_path: Path) -> None:

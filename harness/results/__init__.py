@@ -33,6 +33,7 @@ from harness.results.records import (
     AttentionBackend,
     DraftCounting,
     Invocation,
+    RequestRecord,
     RequestSample,
     RunTiming,
     GpuNeighbour,
@@ -44,7 +45,7 @@ from harness.results.records import (
 
 __all__ = [
     "READABLE_VERSIONS", "SCHEMA_VERSION", "ArmStatus", "ArmSummary", "AttentionBackend", "DraftCounting", "Invocation", "RunTiming", "WindowCpu", "WindowGpu", "GpuNeighbour", "CategoryMetrics", "CellMetrics",
-    "ExactnessBlock", "ExactnessEntry", "ExactnessSection", "ExactnessShares", "RepeatMetrics", "RequestSample",
+    "ExactnessBlock", "ExactnessEntry", "ExactnessSection", "ExactnessShares", "RepeatMetrics", "RequestRecord", "RequestSample",
     "RunDir", "Summary", "UnreadLines", "WindowPower", "WindowRecord", "append_jsonl", "load_summary",
     "parse_summary", "read_json", "read_jsonl", "read_records", "read_run_record", "write_json_atomic",
     "write_text_atomic",
