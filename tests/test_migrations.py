@@ -57,7 +57,9 @@ def test_each_kind_reads_up_to_the_version_it_writes() -> None:
         assert current_version(steps) == SCHEMA_VERSION  # a run's files share one numbering
     assert current_version(study.STEPS) == StudyRecord.model_fields["schema_version"].default == 2
     for module in (run_record, status, summary, study):
-        assert [s.__name__ for s in module.STEPS] == [f"migrate_v{n}" for n in range(1, len(module.STEPS) + 1)]
+        assert [s.__name__ for s in module.STEPS] == [
+            f"migrate_v{n}" for n in range(1, len(module.STEPS) + 1)
+        ]
 
 
 @pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, 99])
@@ -80,7 +82,8 @@ def test_a_newer_version_is_refused_with_a_hint(tmp_path: Path, version: int) ->
 
 @pytest.mark.parametrize("version", [0, None, "2", True])
 def test_a_version_that_never_existed_is_refused(version: object) -> None:
-    with pytest.raises(UserError, match="is not supported by this harness .*use the harness version that wrote"):
+    never = "is not supported by this harness .*use the harness version that wrote"
+    with pytest.raises(UserError, match=never):
         upgrade({"schema_version": version}, summary.STEPS, "summary.json")
     with pytest.raises(UserError, match="not supported"):
         upgrade(["not", "an", "object"], summary.STEPS, "summary.json")
