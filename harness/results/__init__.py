@@ -1,6 +1,7 @@
 """Results: the run directory's files (``files``), the raw records in them (``records``), the
-typed summary derived from them (``model``), and the pandas view for notebooks (``frames``,
-imported only when used: ``import harness`` never imports pandas)."""
+typed summary derived from them (``model``), the steps that bring older files to the current version
+(``migrations``), and the pandas view for notebooks (``frames``, imported only when used: ``import
+harness`` never imports pandas)."""
 
 from harness.results.files import (
     READABLE_VERSIONS,

@@ -24,20 +24,23 @@ def migrate_v2(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def migrate_v3(summary: dict[str, Any]) -> dict[str, Any]:
-    """Version 4: cells gained the GPU neighbours' SM share and count and ``tokens_per_forward``, arms
-    their ``draft_counting``; absent, each reads as not recorded."""
+    """Version 4: cells gained the GPU neighbours' SM share and count (and ``noisy_neighbour`` counts a
+    busy GPU neighbour too; a version-3 cell's flag stays as it was derived), cells and repeats
+    ``tokens_per_forward``, arms their ``draft_counting``; absent, each reads as not recorded."""
     return {**summary, "schema_version": 4}
 
 
 def migrate_v4(summary: dict[str, Any]) -> dict[str, Any]:
-    """Version 5: ``slo`` targets with cells' ``slo_pct`` and ``goodput_rps``, open-loop cells, the
-    ``distribution`` section; a version-4 run had no SLO, no open loop and no distribution check."""
+    """Version 5: ``slo`` targets with cells' and repeats' ``slo_pct`` and ``goodput_rps``, open-loop
+    cells (the achieved rate, lag, queueing, ``behind_schedule``), the ``distribution`` section; a
+    version-4 run had no SLO, no open loop and no distribution check."""
     return {**summary, "schema_version": 5}
 
 
 def migrate_v5(summary: dict[str, Any]) -> dict[str, Any]:
     """Version 6: several server start-ups per arm: arms list every start-up's time (as an arm's
-    status does: ``status.migrate_v5``), repeats their ``server_start`` (0: there was one)."""
+    status does: ``status.migrate_v5``), repeats their ``server_start`` (0: there was one), and a
+    cell's speedup interval may come from its start-ups (``speedup_interval: server_starts``)."""
     arms = [status.migrate_v5(arm) for arm in summary["arms"]]
     return {**summary, "schema_version": 6, "arms": arms}
 
