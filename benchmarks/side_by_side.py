@@ -36,7 +36,6 @@ from harness.engines import SERVED_MODEL_NAME  # noqa: E402
 from harness.plan import plan_regime  # noqa: E402
 from harness.probes.acceptance import acceptance  # noqa: E402
 from harness.regime import load_regime  # noqa: E402
-from harness.results.records import request_latencies  # noqa: E402
 from harness.server import Server, free_port  # noqa: E402
 from harness.stats import median  # noqa: E402
 
@@ -79,10 +78,7 @@ def harness_pass(
     )
     assert all(r.ok for r in result.records), [r.error for r in result.records if not r.ok][:2]
     tokens_out = sum(len(r.token_ids) for r in result.records)
-    tpots = [
-        request_latencies(r.t_send, r.t_first_token, r.t_done, len(r.token_ids))["tpot_s"]
-        for r in result.records
-    ]
+    tpots = [r.tpot_s for r in result.records]
     return tokens_out / result.duration_s, 1000 * median([t for t in tpots if t is not None])
 
 

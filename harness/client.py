@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -21,54 +21,8 @@ import orjson
 
 from harness.engines import SERVED_MODEL_NAME
 from harness.regime import Load, Sampling
-from harness.results.records import request_latencies
+from harness.results.records import RequestRecord  # the one request record: the store's type
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt
-
-
-@dataclass
-class RequestRecord:
-    """Everything observed about one request, as raw as possible, filled in while it streams
-    (a plain dataclass: the hot path; stored and read back as ``RequestSample``)."""
-
-    workload: str
-    prompt_id: str
-    concurrency: int
-    prompt_format: str
-    repeat: int = 0  # which repeat of the (workload, load level) window
-    request_rate: float | None = None  # the open-loop window's rate; None: closed loop
-    t_scheduled: float | None = None  # open loop: when it was due (s from the window's start)
-    t_dispatched: float | None = None  # open loop: when the client got to it, before any wait for a slot
-    seed: int | None = None  # the distribution check's per-sample seed; None: the regime's seed
-    t_send: float = 0.0
-    t_first_token: float | None = None
-    t_done: float | None = None
-    chunks: list[tuple[float, int, str]] = field(default_factory=list)  # (time, tokens in chunk, its text)
-    token_ids: list[int] = field(default_factory=list)
-    # Per output token, the engine's top logprobs as [token_id, logprob] pairs (when requested);
-    # token_id is None where the engine keys logprobs by text (SGLang).
-    top_logprobs: list[list[tuple[int | None, float]]] = field(default_factory=list)
-    # The engine's own per-request speculative statistics, verbatim (SGLang's spec_tokens_details).
-    spec_details: dict[str, Any] | None = None
-    prompt_token_count: int | None = None
-    # The prompt as the engine tokenized it (chat template applied): what prompt-lookup drafting
-    # can copy from. vLLM and SGLang completions: in the first chunk (return_token_ids); SGLang's
-    # streaming chat: in sglext at the end (return_input_ids_in_sglext).
-    prompt_token_ids: list[int] = field(default_factory=list)
-    usage_completion_tokens: int | None = None
-    finish_reason: str | None = None
-    text: str = ""
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def to_json(self) -> dict[str, Any]:
-        """The stored sample (``harness.results.RequestSample``): the raw fields plus TTFT/TPOT."""
-        return {
-            **asdict(self),
-            **request_latencies(self.t_send, self.t_first_token, self.t_done, len(self.token_ids)),
-        }
 
 
 def request_body(

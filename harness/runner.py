@@ -30,7 +30,7 @@ from rich.progress import (
 
 from harness import stats
 from harness.arrivals import arrival_offsets
-from harness.client import RequestRecord, WindowResult, run_window
+from harness.client import WindowResult, run_window
 from harness.environment import collect_environment, model_identity
 from harness.errors import EngineError, UserError
 from harness.plan import Plan, describe_plan, plan_regime
@@ -44,10 +44,11 @@ from harness.results import (
     AttentionBackend,
     DraftCounting,
     Invocation,
-    RequestSample,
+    RequestRecord,
     RunDir,
     RunTiming,
     Summary,
+    WindowPower,
     WindowRecord,
     append_jsonl,
     read_json,
@@ -368,7 +369,7 @@ class Runner:
     def _baseline_tok_s(self, run: RunDir, workload: str, level: LoadLevel) -> dict[int, float]:
         """The baseline's tok/s per repeat in this cell, from its files (measured before this arm)."""
         baseline = self.plan.regime.baseline_arm.name
-        samples = [s for s in read_records(run.samples(baseline), RequestSample) if s.ok]
+        samples = [s for s in read_records(run.samples(baseline), RequestRecord) if s.ok]
         out = {}
         for window in read_records(run.windows(baseline), WindowRecord):
             if (window.workload, window.level) == (workload, level):
@@ -430,33 +431,31 @@ class Runner:
         server_reported = self.plan.adapter.server_figures(server.base_url) if per_request else None
         tokens = sum(len(r.token_ids) for r in result.records if r.ok)
         reached = precision(repeat, output_tokens_per_s(tokens, result.duration_s)) if precision else None
-        append_jsonl(
-            run.windows(arm.name),
-            {
-                "workload": workload.name,
-                "category": workload.definition.category,
-                "prompt_format": workload.definition.prompt_format,
-                "concurrency": level.concurrency,
-                "repeat": repeat,
-                "server_start": start,
-                **self._open_loop(level, schedule),
-                "duration_s": result.duration_s,
-                "prefix_cache_reset": cache_reset,
-                # where tau comes from: counter scrapes around the window, or each request's own details
-                "acceptance_source": self.plan.adapter.acceptance_source,
-                "counters_before": before,
-                "counters_after": after,
-                "server_reported": server_reported,
-                "power": {
-                    "source": self.power_reader.source if self.power_reader else None,
-                    "note": self.power_note,
-                    "samples": [[r.t, r.watts, r.energy_j, r.throttled] for r in readings],
-                },
-                "precision": reached,
-                "cpu": cpu_used,
-                "gpu": gpu_used,
-            },
+        window = WindowRecord(
+            workload=workload.name,
+            category=workload.definition.category,
+            prompt_format=workload.definition.prompt_format,
+            concurrency=level.concurrency,
+            repeat=repeat,
+            server_start=start,
+            **self._open_loop(level, schedule),
+            duration_s=result.duration_s,
+            prefix_cache_reset=cache_reset,
+            # where tau comes from: counter scrapes around the window, or each request's own details
+            acceptance_source=self.plan.adapter.acceptance_source,
+            counters_before=before,
+            counters_after=after,
+            server_reported=server_reported,
+            power=WindowPower(
+                source=self.power_reader.source if self.power_reader else None,
+                note=self.power_note,
+                samples=[(r.t, r.watts, r.energy_j, r.throttled) for r in readings],
+            ),
+            precision=reached,
+            cpu=cpu_used,
+            gpu=gpu_used,
         )
+        append_jsonl(run.windows(arm.name), window.model_dump(mode="json"))
         return reached
 
     def _reference_pass(self, run: RunDir, arm: Arm, server: Server) -> None:

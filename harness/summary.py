@@ -46,7 +46,7 @@ from harness.results.model import (
     Summary,
 )
 from harness.results.raw import RawRun, read_raw
-from harness.results.records import RequestSample, WindowGpu, WindowRecord
+from harness.results.records import RequestRecord, WindowGpu, WindowRecord
 from harness.stats import quantile
 
 PAIRING = "same workload, same prompt, same concurrency level; greedy, same seed and max tokens"
@@ -56,7 +56,7 @@ def _ms_quantile(values: list[float], q: float) -> float | None:
     return quantile(values, q) * 1000.0 if values else None
 
 
-def window_counters(window: WindowRecord, records: list[RequestSample]) -> SpecCounters:
+def window_counters(window: WindowRecord, records: list[RequestRecord]) -> SpecCounters:
     """The window's draft counters: scrape deltas (vLLM), or the sum of each request's own
     details (SGLang); the same quantities either way, so tau has one definition."""
     if window.acceptance_source == "per_request":
@@ -64,14 +64,14 @@ def window_counters(window: WindowRecord, records: list[RequestSample]) -> SpecC
     return window.counter_delta()
 
 
-def _slo_metrics(records: list[RequestSample], duration_s: float, slo: Slo | None) -> dict[str, float | None]:
+def _slo_metrics(records: list[RequestRecord], duration_s: float, slo: Slo | None) -> dict[str, float | None]:
     if slo is None:
         return {}
     return {"slo_pct": attainment_pct(records, slo), "goodput_rps": goodput_rps(records, slo, duration_s)}
 
 
 def _repeats(
-    windows: list[WindowRecord], records: list[RequestSample], price_per_hour: float, slo: Slo | None
+    windows: list[WindowRecord], records: list[RequestRecord], price_per_hour: float, slo: Slo | None
 ) -> tuple[SpecCounters, list[RepeatMetrics], list[dict[str, Any]]]:
     """Each repeat's own window-level numbers (the gates' samples), the summed counters, and
     each repeat's power figures."""
@@ -106,7 +106,7 @@ def cell_metrics(
     arm: Arm,
     drafter: str | None,
     windows: list[WindowRecord],
-    records: list[RequestSample],
+    records: list[RequestRecord],
     price_per_hour: float,
     usd_per_kwh: float | None,
     min_repeats: int | None = None,
@@ -179,7 +179,7 @@ def cell_metrics(
     )
 
 
-def _open_loop(rate: float | None, records: list[RequestSample], tolerance_s: float) -> dict[str, Any]:
+def _open_loop(rate: float | None, records: list[RequestRecord], tolerance_s: float) -> dict[str, Any]:
     """An open-loop cell's schedule keeping (probes.schedule), pooled over its repeats: the achieved
     rate is each repeat's, averaged (repeats restart the schedule)."""
     if rate is None:
@@ -258,7 +258,7 @@ def _precision(windows: list[WindowRecord], min_repeats: int | None) -> dict[str
 
 
 def _block(
-    reference: list[RequestSample], candidate: list[RequestSample], margin: float, label: str
+    reference: list[RequestRecord], candidate: list[RequestRecord], margin: float, label: str
 ) -> ExactnessBlock:
     entries = [ExactnessEntry.model_validate(e) for e in compare_records(reference, candidate, margin)]
     return ExactnessBlock(reference=label, **shares([e.status for e in entries]), prompts=entries)
@@ -316,7 +316,7 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
     ]
 
 
-Samples = dict[tuple[str, str, LoadLevel], list[RequestSample]]  # (arm, workload, load level) -> records
+Samples = dict[tuple[str, str, LoadLevel], list[RequestRecord]]  # (arm, workload, load level) -> records
 
 
 def _with_speedups(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import harness.results
 from harness.client import RequestRecord, _absorb_chunk, request_body
 from harness.engines import get_adapter
 from harness.regime import load_regime
@@ -51,6 +52,18 @@ def test_chat_stream_role_chunk_is_not_a_token() -> None:
     assert record.token_ids == [33, 30, 3950]
     assert record.t_first_token == 0.2  # the first chunk carried only the role
     assert record.text == "1. Red" and record.finish_reason == "stop"
+
+
+def test_the_streamed_record_is_the_stored_one() -> None:
+    """The client fills the store's record type: what it writes reads back equal, with TTFT, TPOT
+    and E2E computed on the record from its raw times (the tokens counted from ids, not chunks)."""
+    record = _feed(COMPLETION_CHUNKS, "raw")
+    record.t_done = 0.5
+    assert isinstance(record, RequestRecord) and RequestRecord is harness.results.RequestRecord
+    assert (record.ttft_s, record.e2e_s) == (0.1, 0.5) and record.tpot_s == pytest.approx((0.5 - 0.1) / 3)
+    line = json.loads(json.dumps(record.to_json()))
+    assert (line["ttft_s"], line["tpot_s"]) == (record.ttft_s, record.tpot_s)
+    assert RequestRecord.from_json(line) == record
 
 
 def test_request_bodies() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -115,10 +116,8 @@ def _sampled_run(tmp_path: Path, shift: float) -> Path:
             for seed in range(6):
                 tokens = [rng.randrange(100) for _ in range(32)]
                 positions = [[(t, min(-0.01, rng.gauss(-1.0 + offset, 0.4)))] for t in tokens]
-                sample = _sample(tokens, positions).model_copy(
-                    update={"prompt_id": f"p{prompt}", "seed": seed}
-                )
-                lines.append(sample.model_dump_json() + "\n")
+                sample = replace(_sample(tokens, positions), prompt_id=f"p{prompt}", seed=seed)
+                lines.append(json.dumps(sample.to_json()) + "\n")
         (run / "arms" / arm / "distribution.jsonl").write_text("".join(lines))
     return run
 

@@ -56,7 +56,7 @@ def test_throughput_speedup_cost() -> None:
 def _record(
     t_send: float, t_first: float, t_done: float, tokens: int, error: str | None = None, repeat: int = 0
 ) -> RequestSample:
-    return RequestSample.model_validate(
+    return RequestSample.from_json(
         {
             "workload": "w",
             "prompt_id": "p",

@@ -71,9 +71,7 @@ def test_sampled_runs_get_the_distribution_check(production_run) -> None:
     assert summary.exactness.applicable is False and summary.distribution is not None
     stats = {}
     for arm in ("baseline", "ngram_k4"):
-        samples = [
-            RequestSample.model_validate(r) for r in read_jsonl(run / "arms" / arm / "distribution.jsonl")
-        ]
+        samples = [RequestSample.from_json(r) for r in read_jsonl(run / "arms" / arm / "distribution.jsonl")]
         assert sorted((s.prompt_id, s.seed) for s in samples) == sorted(
             (p, seed) for p in {s.prompt_id for s in samples} for seed in (0, 1)
         )

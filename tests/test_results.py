@@ -5,32 +5,46 @@ ever skipped, and it is reported; the pandas view and the export read back equal
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+import yaml
 from pydantic import ValidationError
+from rich.console import Console
 
 import harness
 from harness.cli import main
+from harness.client import WindowResult
 from harness.errors import UserError
+from harness.plan import plan_regime
+from harness.probes.acceptance import SpecCounters
+from harness.regime import LoadLevel
 from harness.results import (
     SCHEMA_VERSION,
-    RequestSample,
+    RequestRecord,
     RunDir,
     Summary,
+    WindowCpu,
+    WindowRecord,
     append_jsonl,
     load_summary,
     parse_summary,
     read_jsonl,
+    read_records,
     write_json_atomic,
 )
 from harness.results.frames import export, load_run
+from harness.runner import Runner
 from harness.summary import summarize
 from harness.table import minilab_tables
 
+ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
+V3 = Path(__file__).parent / "fixtures" / "run_v3_smoke"
 
 
 @pytest.fixture
@@ -78,7 +92,7 @@ def test_unknown_schema_version_is_refused(run_copy: Path) -> None:
     record = json.loads((run_copy / "regime.json").read_text())
     record["schema_version"] = 99
     (run_copy / "regime.json").write_text(json.dumps(record))
-    with pytest.raises(UserError, match="schema_version 99 is not supported"):
+    with pytest.raises(UserError, match="schema_version 99 is not supported .* written by a newer harness"):
         summarize(run_copy)
     with pytest.raises(UserError, match="schema_version 99 is not supported"):
         parse_summary({"schema_version": 99}, "summary.json")
@@ -87,11 +101,37 @@ def test_unknown_schema_version_is_refused(run_copy: Path) -> None:
 def test_v1_samples_get_ttft_and_tpot_from_the_one_formula() -> None:
     line = json.loads((GOLDEN / "arms" / "baseline" / "samples.jsonl").read_text().splitlines()[0])
     assert "ttft_s" not in line
-    sample = RequestSample.model_validate(line)
+    sample = RequestRecord.from_json(line)
     assert sample.ttft_s == pytest.approx(line["t_first_token"] - line["t_send"])
     assert sample.tpot_s == pytest.approx(
         (line["t_done"] - line["t_first_token"]) / (len(line["token_ids"]) - 1)
     )
+    assert sample.e2e_s == pytest.approx(line["t_done"] - line["t_send"])
+
+
+def test_a_stored_request_line_reads_back_and_is_written_again_as_it_was() -> None:
+    """The client's record is the store's: a version-3 line (with the TTFT/TPOT it was written with)
+    reads as a RequestRecord whose own TTFT/TPOT are the stored ones, bit for bit, and writes back the
+    same line plus the fields added since (at their defaults)."""
+    for line in read_jsonl(V3 / "arms" / "ngram_k4" / "samples.jsonl"):
+        record = RequestRecord.from_json(line)
+        assert (record.ttft_s, record.tpot_s) == (line["ttft_s"], line["tpot_s"])
+        written = json.loads(json.dumps(record.to_json()))
+        assert {k: written[k] for k in line} == line
+        assert {k: v for k, v in written.items() if k not in line} == {
+            "t_scheduled": None, "t_dispatched": None, "seed": None, "request_rate": None
+        }  # fmt: skip
+        assert RequestRecord.from_json(written) == record
+
+
+def test_a_request_line_of_the_wrong_shape_is_refused(run_copy: Path) -> None:
+    samples = run_copy / "arms" / "baseline" / "samples.jsonl"
+    line = json.loads(samples.read_text().splitlines()[0])
+    with pytest.raises(ValidationError, match="ttft_ms"):
+        RequestRecord.from_json({**line, "ttft_ms": 1.0})  # unknown keys are errors, as in every record
+    samples.write_text(samples.read_text() + json.dumps({**line, "token_ids": "none"}) + "\n")
+    with pytest.raises(UserError, match=r"samples.jsonl: record 9: token_ids: Input should be a valid list"):
+        summarize(run_copy)
 
 
 def test_run_dirs_are_never_reused(tmp_path: Path) -> None:
@@ -216,3 +256,50 @@ def test_bench_export_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     ]
     assert main(["export", str(tmp_path / "nope")]) == 2
     assert "not a run directory" in capsys.readouterr().out
+
+
+def test_the_runner_writes_its_window_as_a_window_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner builds a WindowRecord (validated as it is written) and a request line per record; both
+    read back equal. The engine, the server and the sensors are stand-ins: the real ones are the engine
+    tests'."""
+    data = yaml.safe_load((ROOT / "tests" / "regimes" / "cpu_e2e.yaml").read_text())
+    data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
+    runner = Runner(plan_regime(tmp_path / "r.yaml"), tmp_path, Console(quiet=True))
+    runner.power_reader, runner.power_note, runner.gpu_reader = None, "not available (test)", None
+    adapter, workload = runner.plan.adapter, runner.plan.workloads[0]
+    monkeypatch.setattr(adapter, "reset_prefix_cache", lambda url: True)
+    scrapes = iter([SpecCounters(drafts=3, accepted_tokens=2), SpecCounters(drafts=5, accepted_tokens=6)])
+    monkeypatch.setattr(adapter, "read_spec_counters", lambda url: next(scrapes))  # before, after
+    cpu_used = {"engine_s": 1.5, "client_s": 0.25, "others_s": 0.0, "steal_s": 0.0, "cores": 2.0}
+    monkeypatch.setattr("harness.runner.cpu.window_cpu", lambda before, after: cpu_used)
+    monkeypatch.setattr(runner, "_check_alive", lambda server, result: None)
+    sent = []
+
+    def send(server, workload, prompts, level, label, keep, repeat=0, schedule=None, **_):
+        for i, prompt in enumerate(prompts):
+            due = schedule[i]
+            record = RequestRecord(workload.name, prompt.prompt_id, level.concurrency, "raw", repeat,
+                                   level.request_rate, due, due, t_send=due + 0.01, t_first_token=1.0,
+                                   t_done=2.0, token_ids=[1, 2, 3], finish_reason="length")  # fmt: skip
+            keep(record)
+            sent.append(record)
+        return WindowResult(records=sent, duration_s=2.5)
+
+    monkeypatch.setattr(runner, "_send", send)
+    run, level = RunDir.create_at(tmp_path / "run"), LoadLevel(2, 4.0)
+    precision = {"metric": "output_tok_s", "rel_half_width": 0.1, "target": 0.05}
+    server = SimpleNamespace(base_url="http://127.0.0.1:1", process=SimpleNamespace(pid=os.getpid()))
+    arm = runner.plan.regime.arms[1]
+    runner._measure_window(run, arm, server, workload, level, 3, lambda repeat, tok_s: precision, start=1)
+    (window,) = read_records(run.windows(arm.name), WindowRecord)
+    assert (window.workload, window.level, window.repeat, window.server_start) == (workload.name, level, 3, 1)
+    assert window.duration_s == 2.5 and window.prefix_cache_reset and len(window.schedule) == len(sent)
+    assert window.counter_delta() == SpecCounters(drafts=2, accepted_tokens=4)
+    assert window.cpu == WindowCpu(**cpu_used)
+    assert window.precision.model_dump() == precision and window.power.note == "not available (test)"
+    assert window.arrival == runner.plan.regime.load.arrival and window.gpu is None
+    assert set(read_jsonl(run.windows(arm.name))[0]) == set(WindowRecord.model_fields)  # every field, said
+    assert read_records(run.samples(arm.name), RequestRecord) == sent

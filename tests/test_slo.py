@@ -69,9 +69,7 @@ def _with_slo(tmp_path: Path, slo: dict, gates: dict | None = None) -> Path:
 
 def test_the_summary_derives_slo_share_and_goodput_from_the_samples(tmp_path: Path) -> None:
     assert summarize(GOLDEN).slo is None and summarize(GOLDEN).cells[0].slo_pct is None  # no targets: none
-    samples = [
-        RequestSample.model_validate(r) for r in read_jsonl(GOLDEN / "arms" / "ngram_k4" / "samples.jsonl")
-    ]
+    samples = [RequestSample.from_json(r) for r in read_jsonl(GOLDEN / "arms" / "ngram_k4" / "samples.jsonl")]
     mine = [s for s in samples if (s.workload, s.concurrency) == ("code_humaneval", 1)]
     tpots = sorted(s.tpot_s for s in mine if s.tpot_s is not None)
     assert tpots[0] < tpots[-1]

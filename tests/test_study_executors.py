@@ -161,7 +161,7 @@ class FakeExecutor:
 def _finished_run(root: Path) -> None:
     """What a point's finished run leaves that the dispatcher reads: every arm's status ok."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "regime.json").write_text("{}")
+    (root / "regime.json").write_text('{"schema_version": 6}')  # the run's version: its statuses' too
     for arm in ("baseline", "ngram"):
         (root / "arms" / arm).mkdir(parents=True, exist_ok=True)
         (root / "arms" / arm / "status.json").write_text('{"status": "ok"}')
@@ -219,7 +219,7 @@ def test_a_failed_job_is_recorded_and_its_point_gets_a_new_attempt(tmp_path: Pat
     assert "p1: failed" in out and "killed by SIGKILL" in out
     # the failed attempt had started its run: a cluster job lands anywhere, so a new directory
     (directory.root / "points" / "p1").mkdir(parents=True)
-    (directory.root / "points" / "p1" / "regime.json").write_text("{}")
+    (directory.root / "points" / "p1" / "regime.json").write_text('{"schema_version": 6}')
     _finished_run(directory.root / "points" / "p0")
     retry = FakeExecutor("ray", {})
     out = _dispatch(monkeypatch, directory, directory.read(), plans, retry)
@@ -238,7 +238,7 @@ def test_on_the_same_node_and_gpus_a_point_continues_in_place(tmp_path: Path, mo
     _dispatch(monkeypatch, directory, record, plans, FakeExecutor("local", {"p1": JobOutcome("failed", "x")}))
     run = directory.root / "points" / "p1"
     run.mkdir(parents=True)
-    (run / "regime.json").write_text("{}")
+    (run / "regime.json").write_text('{"schema_version": 6}')
     placed = {"host": platform.node(), "cuda_visible_devices": "2,3"}
     (run / "placement.json").write_text(json.dumps(placed))
     _finished_run(directory.root / "points" / "p0")
@@ -310,7 +310,7 @@ def test_submitit_runs_the_point_command_and_reports_its_refusal(tmp_path: Path,
 def test_a_version_1_study_reads_as_one_without_jobs(tmp_path: Path) -> None:
     """tests/fixtures/study_v1: a study.json as the harness wrote it before executors existed."""
     record = StudyDir(ROOT / "tests" / "fixtures" / "study_v1").read()
-    assert record.schema_version == 1 and record.executor == ExecutorOptions()
+    assert record.schema_version == 2 and record.executor == ExecutorOptions()
     assert [(p.id, p.attempts, p.current_run_dir()) for p in record.points] == [
         ("p0", [], "points/p0"),
         ("p1", [], "points/p1"),

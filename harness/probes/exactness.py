@@ -19,7 +19,7 @@ ordinary divergence at the position where one side chose EOS.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 Status = Literal["identical", "near_tie", "diverged", "unknown"]
@@ -104,7 +104,7 @@ def text_around(chunks: Sequence[Sequence], position: int, width: int = 60) -> t
 
 
 def with_logprobs_from(reference: Sequence[Any], source: Sequence[Any]) -> list[Any]:
-    """The reference records (``RequestSample``s), each given the top logprobs of the ``source``
+    """The reference records (``RequestRecord``s), each given the top logprobs of the ``source``
     record of the same prompt (workload, prompt, concurrency), over the stretch where the two chose
     the same tokens and one position beyond: the distribution at position p belongs to the reference
     only if both saw the same prefix before p. A record that carries its own logprobs (runs made
@@ -120,7 +120,7 @@ def with_logprobs_from(reference: Sequence[Any], source: Sequence[Any]) -> list[
             continue
         split = first_divergence(ref.token_ids, src.token_ids)
         valid = len(src.top_logprobs) if split is None else split + 1
-        out.append(ref.model_copy(update={"top_logprobs": src.top_logprobs[:valid]}))
+        out.append(replace(ref, top_logprobs=src.top_logprobs[:valid]))
     return out
 
 
@@ -138,7 +138,7 @@ def compare_records(
     reference: Sequence[Any], candidate: Sequence[Any], near_tie_margin: float
 ) -> list[dict[str, Any]]:
     """One entry per prompt present (and successful) on both sides at the same concurrency; records
-    are ``RequestSample``s (anything with their fields)."""
+    are ``RequestRecord``s (anything with their fields)."""
     ref_by_key, out = _by_key(reference), []
     for key, cand in _by_key(candidate).items():
         ref = ref_by_key.get(key)

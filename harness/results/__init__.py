@@ -1,6 +1,7 @@
 """Results: the run directory's files (``files``), the raw records in them (``records``), the
-typed summary derived from them (``model``), and the pandas view for notebooks (``frames``,
-imported only when used: ``import harness`` never imports pandas)."""
+typed summary derived from them (``model``), the steps that bring older files to the current version
+(``migrations``), and the pandas view for notebooks (``frames``, imported only when used: ``import
+harness`` never imports pandas)."""
 
 from harness.results.files import (
     READABLE_VERSIONS,
@@ -33,6 +34,7 @@ from harness.results.records import (
     AttentionBackend,
     DraftCounting,
     Invocation,
+    RequestRecord,
     RequestSample,
     RunTiming,
     GpuNeighbour,
@@ -44,7 +46,7 @@ from harness.results.records import (
 
 __all__ = [
     "READABLE_VERSIONS", "SCHEMA_VERSION", "ArmStatus", "ArmSummary", "AttentionBackend", "DraftCounting", "Invocation", "RunTiming", "WindowCpu", "WindowGpu", "GpuNeighbour", "CategoryMetrics", "CellMetrics",
-    "ExactnessBlock", "ExactnessEntry", "ExactnessSection", "ExactnessShares", "RepeatMetrics", "RequestSample",
+    "ExactnessBlock", "ExactnessEntry", "ExactnessSection", "ExactnessShares", "RepeatMetrics", "RequestRecord", "RequestSample",
     "RunDir", "Summary", "UnreadLines", "WindowPower", "WindowRecord", "append_jsonl", "load_summary",
     "parse_summary", "read_json", "read_jsonl", "read_records", "read_run_record", "write_json_atomic",
     "write_text_atomic",

@@ -7,7 +7,7 @@ Layout of one run (``results/<regime-name>/<run-id>/``)::
     arms/<arm>/launch.json       the exact argv and env the server was started with
     arms/<arm>/server.log        the engine's own log (server.start-N.log: its N-th start-up)
     arms/<arm>/warmup.jsonl      warm-up requests (kept apart; never in metrics)
-    arms/<arm>/samples.jsonl     one raw RequestRecord per measured request
+    arms/<arm>/samples.jsonl     one RequestRecord per measured request
     arms/<arm>/noise_floor.jsonl baseline only, with exactness.noise_floor: the same windows again
     arms/<arm>/distribution.jsonl temperature > 0: N seeded samples per prompt (distribution check)
     arms/<arm>/windows.jsonl     one line per measured window: duration, counter scrapes
@@ -22,32 +22,8 @@ skipped and reported by every command that reads the run; any other bad line is 
 directory is created exclusively and never overwritten. The record types are ``records.py``'s
 models; the summary is ``model.py``'s ``Summary``.
 
-Schema history (``schema_version``, in ``regime.json`` and ``summary.json``):
-    1 - first version.
-    2 - typed results: samples carry ``ttft_s``/``tpot_s``; the summary is the dump of
-        ``harness.results.Summary``: ``windows`` renamed ``cells`` (one per arm x workload x
-        concurrency), ``unread_lines`` added. Version-1 runs still load (``load_summary``).
-    3 - samples carry ``prompt_token_ids`` (the prompt as the engine tokenized it) and, measured,
-        no top logprobs (only the baseline's second pass in ``noise_floor.jsonl`` asks for them);
-        arm statuses the ``attention_backend`` the engine selected; windows their ``cpu`` by whom;
-        ``timing.json`` per invocation; summary cells the speedup's interval, the copy and context
-        shares and the CPU shares and flags. Version-2 files load unchanged (new fields default).
-    4 - windows record the other processes on the engine's GPUs (``gpu``, from NVML); summary
-        cells their SM share and count, and ``noisy_neighbour`` counts a busy GPU neighbour too;
-        arm statuses their engine's ``draft_counting``; cells and repeats ``tokens_per_forward``;
-        the run's workload records their ``chat`` settings. Version-3 files load unchanged (new
-        fields default).
-    5 - a regime may set ``slo`` targets: summary cells and repeats carry ``slo_pct`` and
-        ``goodput_rps`` (``probes.slo``) and the summary the ``slo`` they were derived with.
-        Version-4 files load unchanged (new fields default). Open-loop windows carry
-        ``request_rate``, ``arrival`` and ``schedule``, their samples ``t_scheduled`` and
-        ``t_dispatched``, their cells the achieved rate, lag, queueing and ``behind_schedule``;
-        sampled runs (temperature > 0) an ``arms/<arm>/distribution.jsonl`` and the summary a
-        ``distribution`` section.
-    6 - ``load.server_starts``: an arm's server may start several times; windows record their
-        ``server_start`` (their ``repeat`` counts over every start-up), repeats too, arm statuses every
-        start-up's time (``startups_s``), and a cell's speedup interval may come from its start-ups
-        (``speedup_interval: server_starts``). Version-5 files load unchanged (new fields default).
+Every file of a run is of the run's ``schema_version`` (in ``regime.json``; ``summary.json`` holds its
+own). Older files are read through ``harness.results.migrations``, whose steps are the schema history.
 """
 
 from __future__ import annotations
@@ -58,18 +34,22 @@ import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from harness.errors import UserError
-from harness.results.records import ArmStatus
+from harness.results import migrations
+from harness.results.migrations import run_record as run_record_steps
+from harness.results.migrations import status as status_steps
+from harness.results.records import ArmStatus, RequestRecord
 
-# The version this harness writes, and the versions it reads (see the schema history above).
+# The version this harness writes, and the versions it reads (the steps of harness.results.migrations).
 SCHEMA_VERSION = 6
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
-RecordT = TypeVar("RecordT", bound=BaseModel)
+READABLE_VERSIONS = tuple(range(1, SCHEMA_VERSION + 1))
+RecordT = TypeVar("RecordT", bound=BaseModel | RequestRecord)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -135,10 +115,11 @@ def read_jsonl(path: Path, unread: UnreadLines | None = None) -> list[dict[str, 
 
 def read_records(path: Path, model: type[RecordT], unread: UnreadLines | None = None) -> list[RecordT]:
     """A JSONL file's lines as typed records; a line that is not a valid record names its file and line."""
+    parse = model.from_json if model is RequestRecord else model.model_validate
     records = []
     for number, row in enumerate(read_jsonl(path, unread), start=1):
         try:
-            records.append(model.model_validate(row))
+            records.append(parse(row))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "(line)"
@@ -180,6 +161,14 @@ class RunDir:
 
     def __init__(self, root: Path):
         self.root = root
+
+    @cached_property
+    def schema_version(self) -> Any:
+        """The version of the run's files, as ``regime.json`` holds it (before any migration); this
+        harness's own while it is not written yet (a run this harness is creating)."""
+        path = self.root / "regime.json"
+        record = read_json(path) if path.exists() else {"schema_version": SCHEMA_VERSION}
+        return record.get("schema_version") if isinstance(record, dict) else None
 
     @classmethod
     def create(cls, results_dir: Path, regime_name: str) -> RunDir:
@@ -225,8 +214,9 @@ class RunDir:
         path = self.status(arm)
         if not path.exists():
             return ArmStatus(status="not_run")
+        data = migrations.upgrade(read_json(path), status_steps.STEPS, str(path), self.schema_version)
         try:
-            return ArmStatus.model_validate(read_json(path))
+            return ArmStatus.model_validate(data)
         except ValidationError as exc:
             raise UserError(f"{path}: not an arm status: {exc.errors()[0]['msg']}") from None
 
@@ -286,13 +276,6 @@ def _pid_alive(pid: int) -> bool:
 
 
 def read_run_record(run: RunDir) -> dict[str, Any]:
-    """A run's ``regime.json``, refusing schema versions this harness does not know."""
-    record = read_json(run.root / "regime.json")
-    version = record.get("schema_version")
-    if version not in READABLE_VERSIONS:
-        raise UserError(
-            f"{run.root / 'regime.json'}: schema_version {version!r} is not supported by this harness (it "
-            f"reads versions {', '.join(map(str, READABLE_VERSIONS))}); use the harness version that wrote "
-            "the run"
-        )
-    return record
+    """A run's ``regime.json`` as the current version; versions this harness does not know are refused."""
+    path = run.root / "regime.json"
+    return migrations.upgrade(read_json(path), run_record_steps.STEPS, str(path))

@@ -9,8 +9,8 @@ Levels, from the finest:
 - ``ExactnessSection``: greedy exactness per speculative arm (and the baseline's noise floor);
 - ``Summary``: all of it, with the run's identity.
 
-``summary.json`` is ``Summary.model_dump(mode="json")``; ``load_summary`` also reads version-1
-files (see the schema history in ``files.py``). Metric names carry their units; what each metric
+``summary.json`` is ``Summary.model_dump(mode="json")``; ``load_summary`` reads every earlier version
+too (``harness.results.migrations.summary``). Metric names carry their units; what each metric
 means, its direction and its samples are in ``harness.metrics``.
 """
 
@@ -24,7 +24,9 @@ from pydantic import ValidationError
 from harness.errors import UserError
 from harness.probes.exactness import Status
 from harness.regime import LoadLevel, Slo
-from harness.results.files import READABLE_VERSIONS, SCHEMA_VERSION, read_json
+from harness.results import migrations
+from harness.results.files import SCHEMA_VERSION, read_json
+from harness.results.migrations import summary as summary_steps
 from harness.results.records import ArmStatus, ResultModel, RunTiming
 
 
@@ -304,27 +306,11 @@ class Summary(ResultModel):
         )
 
 
-def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """An older summary as the current version: in version 2 ``windows`` became ``cells``; version
-    3, 4 and 5 only added fields with defaults."""
-    data = dict(data)
-    if data["schema_version"] == 1:
-        data["cells"] = data.pop("windows")
-    data["schema_version"] = SCHEMA_VERSION
-    return data
-
-
 def parse_summary(data: Any, source: str) -> Summary:
-    """A summary dict of any readable version as a ``Summary``; errors name the source and field."""
-    version = data.get("schema_version") if isinstance(data, dict) else None
-    if version not in READABLE_VERSIONS:
-        raise UserError(
-            f"{source}: schema_version {version!r} is not supported by this harness (it reads "
-            f"versions "
-            f"{', '.join(map(str, READABLE_VERSIONS))}); use the harness version that wrote it"
-        )
+    """A summary dict of any readable version as a ``Summary`` (``migrations.summary``); errors name
+    the source and field."""
     try:
-        return Summary.model_validate(upgrade(data))
+        return Summary.model_validate(migrations.upgrade(data, summary_steps.STEPS, source))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])

@@ -12,17 +12,17 @@ from pydantic import ValidationError
 from harness.errors import UserError
 from harness.regime import Regime
 from harness.results.files import RunDir, UnreadLines, read_json, read_records, read_run_record
-from harness.results.records import ArmStatus, RequestSample, RunTiming, WindowRecord
+from harness.results.records import ArmStatus, RequestRecord, RunTiming, WindowRecord
 
 
 @dataclass
 class RawArm:
     name: str
     status: ArmStatus
-    samples: list[RequestSample]  # measured requests, in the order they completed
+    samples: list[RequestRecord]  # measured requests, in the order they completed
     windows: list[WindowRecord]  # measured windows, in the order they ran
-    noise_floor: list[RequestSample]  # the baseline's second pass (empty for other arms)
-    distribution: list[RequestSample] = field(default_factory=list)  # temperature > 0: seeded samples
+    noise_floor: list[RequestRecord]  # the baseline's second pass (empty for other arms)
+    distribution: list[RequestRecord] = field(default_factory=list)  # temperature > 0: seeded samples
 
 
 @dataclass
@@ -57,10 +57,10 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
         arm.name: RawArm(
             name=arm.name,
             status=run.read_status(arm.name),
-            samples=read_records(run.samples(arm.name), RequestSample, unread),
+            samples=read_records(run.samples(arm.name), RequestRecord, unread),
             windows=read_records(run.windows(arm.name), WindowRecord, unread),
-            noise_floor=read_records(run.noise_floor(arm.name), RequestSample, unread),
-            distribution=read_records(run.distribution(arm.name), RequestSample, unread),
+            noise_floor=read_records(run.noise_floor(arm.name), RequestRecord, unread),
+            distribution=read_records(run.distribution(arm.name), RequestRecord, unread),
         )
         for arm in regime.arms
     }

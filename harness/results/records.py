@@ -1,20 +1,22 @@
-"""The raw records of a run, as typed models: what the runner writes and every reader reads back.
+"""The raw records of a run, as typed records: what the runner writes and every reader reads back.
 
-- ``RequestSample``: one line of ``samples.jsonl`` / ``noise_floor.jsonl`` / ``warmup.jsonl``
-  (what the client observed about one request, plus its TTFT and TPOT, computed once);
+- ``RequestRecord``: one line of ``samples.jsonl`` / ``noise_floor.jsonl`` / ``warmup.jsonl`` /
+  ``distribution.jsonl``: what the client observed about one request, filled in while it streams,
+  with its TTFT, TPOT and E2E computed from it (one formula each, ``probes.latency``);
 - ``WindowRecord``: one line of ``windows.jsonl`` (one measured window: its duration, the counter
-  scrapes around it, its power samples);
+  scrapes around it, its power samples), built by the runner and read back by the summary;
 - ``ArmStatus``: an arm's ``status.json``.
 
-Version-1 files load too: fields added since then have defaults, and a v1 sample's TTFT/TPOT are
-derived on reading with the same formula the client uses when writing.
+Older files are brought to the current version by ``harness.results.migrations`` before these
+models read them.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, TypeAdapter, with_config
 
 from harness.probes.acceptance import SpecCounters
 from harness.probes.latency import tpot_s, ttft_s
@@ -28,8 +30,15 @@ class ResultModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class RequestSample(ResultModel):
-    """Everything observed about one request. Times are seconds from the start of its window."""
+# A slotted dataclass, not a ResultModel: the client fills it in once per streamed chunk
+# (``harness.client._absorb_chunk``), where a pydantic model's attribute assignment costs ~0.4 us
+# against a slot's ~0.07 (benchmarks/client_overhead.py measures that loop). It is validated, as strictly as
+# a ResultModel (unknown keys are errors), when it is read back (``from_json``).
+@with_config(ConfigDict(extra="forbid"))
+@dataclass(slots=True)
+class RequestRecord:
+    """Everything observed about one request, as raw as possible. Times are ``time.perf_counter()``
+    seconds from the start of its window."""
 
     workload: str
     prompt_id: str
@@ -39,32 +48,25 @@ class RequestSample(ResultModel):
     request_rate: float | None = None  # the open-loop window's rate (requests/s); None: closed loop
     t_scheduled: float | None = None  # open loop: when the request was due
     t_dispatched: float | None = None  # open loop: when the client got to it (then maybe waited for a slot)
-    seed: int | None = None  # distribution-check samples: the request's own seed
-    t_send: float
+    seed: int | None = None  # the distribution check's per-sample seed; None: the regime's seed
+    t_send: float = 0.0  # set by the client as it sends
     t_first_token: float | None = None
     t_done: float | None = None
-    chunks: list[tuple[float, int, str]] = []  # (time, tokens in the chunk, its text)
-    token_ids: list[int] = []
-    # Per output token, the engine's top logprobs as (token id, logprob); id None where keyed by text.
-    top_logprobs: list[list[tuple[int | None, float]]] = []
-    spec_details: dict[str, Any] | None = None  # the engine's own per-request draft statistics, verbatim
+    chunks: list[tuple[float, int, str]] = field(default_factory=list)  # (time, tokens in chunk, its text)
+    token_ids: list[int] = field(default_factory=list)
+    # Per output token, the engine's top logprobs as (token id, logprob) pairs (when requested);
+    # token id None where the engine keys logprobs by text (SGLang).
+    top_logprobs: list[list[tuple[int | None, float]]] = field(default_factory=list)
+    # The engine's own per-request speculative statistics, verbatim (SGLang's spec_tokens_details).
+    spec_details: dict[str, Any] | None = None
     prompt_token_count: int | None = None
-    prompt_token_ids: list[int] = []  # as the engine tokenized the prompt; [] where it did not say
+    # The prompt as the engine tokenized it (chat template applied): what prompt-lookup drafting can
+    # copy from; [] where the engine did not say.
+    prompt_token_ids: list[int] = field(default_factory=list)
     usage_completion_tokens: int | None = None
     finish_reason: str | None = None
     text: str = ""
     error: str | None = None
-    ttft_s: float | None = None  # first token - send (probes.latency.ttft_s)
-    tpot_s: float | None = None  # (E2E - TTFT) / (output tokens - 1) (probes.latency.tpot_s)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _latencies(cls, data: Any) -> Any:
-        """Version-1 samples carry no ttft_s/tpot_s: derive them with the client's own formula."""
-        if isinstance(data, dict) and "ttft_s" not in data:
-            data = {**data, **request_latencies(data.get("t_send", 0.0), data.get("t_first_token"),
-                                                data.get("t_done"), len(data.get("token_ids") or []))}
-        return data
 
     @property
     def ok(self) -> bool:
@@ -80,14 +82,36 @@ class RequestSample(ResultModel):
         return len(self.token_ids)
 
     @property
+    def ttft_s(self) -> float | None:
+        """First token - send (``probes.latency.ttft_s``)."""
+        return ttft_s(self.t_send, self.t_first_token)
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(E2E - TTFT) / (output tokens - 1) (``probes.latency.tpot_s``)."""
+        return tpot_s(self.t_send, self.t_first_token, self.t_done, self.output_tokens)
+
+    @property
     def e2e_s(self) -> float | None:
         return None if self.t_done is None else self.t_done - self.t_send
 
+    def to_json(self) -> dict[str, Any]:
+        """The stored line: the raw fields, plus TTFT and TPOT for readers outside the harness
+        (``from_json`` drops them again: the properties above are the one place they are computed)."""
+        return {**asdict(self), **{name: getattr(self, name) for name in DERIVED_REQUEST_FIELDS}}
 
-def request_latencies(t_send: float, t_first_token: float | None, t_done: float | None,
-                      output_tokens: int) -> dict[str, float | None]:
-    """The derived fields of a request record, as the client writes them."""
-    return {"ttft_s": ttft_s(t_send, t_first_token), "tpot_s": tpot_s(t_send, t_first_token, t_done, output_tokens)}
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RequestRecord:
+        """A stored line, validated (pydantic's ``ValidationError`` on a bad one)."""
+        return _REQUEST.validate_python({k: v for k, v in data.items() if k not in DERIVED_REQUEST_FIELDS})
+
+
+# Written with every request line since version 2, recomputed on reading (equal: the same formula on
+# the same floats).
+DERIVED_REQUEST_FIELDS = ("ttft_s", "tpot_s")
+_REQUEST = TypeAdapter(RequestRecord)
+# The name the readers used while the client had a record type of its own; the same class.
+RequestSample = RequestRecord
 
 
 class WindowPower(ResultModel):

@@ -17,9 +17,8 @@ What was measured is read from the points' run directories, never stored twice; 
 what only the scheduler knows (job ids, how a job ended). Only the ``bench run`` that owns the
 study writes study.json; jobs write into their own run directories.
 
-Schema history (``schema_version``):
-    1 - first version.
-    2 - ``executor`` and each point's ``attempts``; version-1 files read as studies without jobs.
+``schema_version`` is numbered apart from a run's; older files are read through
+``harness.results.migrations.study``, whose steps are its history.
 """
 
 from __future__ import annotations
@@ -30,7 +29,9 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from harness.errors import UserError
+from harness.results import migrations
 from harness.results.files import RunDir, create_exclusive, new_run_id, read_json, write_json_atomic
+from harness.results.migrations import study as study_steps
 from harness.results.records import ResultModel
 
 STUDY_FILE = "study.json"
@@ -82,7 +83,7 @@ class StudyPointRecord(ResultModel):
 
 
 class StudyRecord(ResultModel):
-    schema_version: Literal[1, 2] = 2
+    schema_version: Literal[2] = 2  # migrations.study's current version
     name: str
     source_path: str  # the study regime file
     regime: dict[str, Any]  # the study regime as written, sweep included (resume re-expands it)
@@ -112,12 +113,7 @@ class StudyDir:
         write_json_atomic(self.record_path, record.model_dump(mode="json"))
 
     def read(self) -> StudyRecord:
-        data = read_json(self.record_path)
-        version = data.get("schema_version") if isinstance(data, dict) else None
-        if version not in (1, 2):
-            raise UserError(
-                f"{self.record_path}: schema_version {version!r} is not supported (this harness reads 1, 2)"
-            )
+        data = migrations.upgrade(read_json(self.record_path), study_steps.STEPS, str(self.record_path))
         try:
             return StudyRecord.model_validate(data)
         except ValidationError as exc:

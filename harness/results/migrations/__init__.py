@@ -1,0 +1,54 @@
+"""Schema migrations: every file the harness reads back is brought to the version it writes, one pure
+dict -> dict step at a time, before a strict model reads it (asv's ``Results.update_to_N``).
+
+One module per file kind. In each, ``migrate_vN`` takes a version-N file to version N + 1 and
+``STEPS`` lists them in order, so the version a module reads up to is ``len(STEPS) + 1``; their
+docstrings are the schema history.
+
+- ``run_record``: a run's ``regime.json``. Its ``schema_version`` is the run's: every file of the run
+  directory is of that version (``harness.results.files.SCHEMA_VERSION`` is the current one).
+- ``status``: ``arms/<arm>/status.json``, of its run's version (the file holds none of its own).
+- ``summary``: ``summary.json``, of the version it holds (the same numbering: it is derived from a run).
+- ``study``: a study's ``study.json``, numbered on its own.
+
+The raw lines of a run (``samples.jsonl``, ``windows.jsonl``, ...) and ``timing.json`` have no steps:
+every version only added fields whose defaults say "not recorded", so each version's lines read as
+the current one. The first change that needs more gives them a module here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from harness.errors import UserError
+
+Step = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def current_version(steps: Sequence[Step]) -> int:
+    return len(steps) + 1
+
+
+def upgrade(data: Any, steps: Sequence[Step], source: str, version: Any = None) -> dict[str, Any]:
+    """``data`` (a file of ``version``; by default the ``schema_version`` it holds) as the current
+    version: the steps from its version on, in order. A version this harness does not know is refused
+    with a hint: a newer one was written by a newer harness."""
+    if version is None:
+        version = data.get("schema_version") if isinstance(data, dict) else None
+    current = current_version(steps)
+    known = isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= current
+    if not isinstance(data, dict) or not known:
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > current
+        hint = (
+            "it was written by a newer harness: upgrade this one to read it"
+            if newer
+            else "use the harness version that wrote it"
+        )
+        raise UserError(
+            f"{source}: schema_version {version!r} is not supported by this harness (it reads versions 1 "
+            f"to {current}); {hint}"
+        )
+    for step in steps[version - 1 :]:
+        data = step(data)
+    return data

@@ -1,0 +1,49 @@
+"""Migrations of a run's ``regime.json`` (the resolved regime, its fingerprint, the workloads with
+their hashes, the drafters' provenance), by the run's ``schema_version``. The resolved regime inside
+needs no step yet: no regime field has been renamed or removed since version 1 and each one added
+since has a default (the steps below say which version added which), so today's strict
+``harness.regime.Regime`` reads every version's. A step goes here the day one is renamed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def migrate_v1(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 typed the results: samples carry ``ttft_s``/``tpot_s`` (the record's own, written
+    for readers outside the harness), the summary is the dump of ``Summary``. ``drafters`` (each arm's
+    drafter provenance) appeared during version 1: a record without it predates drafter arms."""
+    return {**record, "schema_version": 2, "drafters": record.get("drafters", {})}
+
+
+def migrate_v2(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 3: samples carry ``prompt_token_ids`` and, measured, no top logprobs (only the
+    baseline's second pass, ``noise_floor.jsonl``, asks for them); windows their ``cpu`` by whom; arm
+    statuses the ``attention_backend``; ``timing.json`` per invocation. ``regime.json`` is unchanged."""
+    return {**record, "schema_version": 3}
+
+
+def migrate_v3(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 4: each workload records the ``chat`` settings its requests carried (before, requests
+    carried none: None); windows the other processes on the engine's GPUs (``gpu``); arm statuses
+    their engine's ``draft_counting``."""
+    workloads = [{**workload, "chat": workload.get("chat")} for workload in record["workloads"]]
+    return {**record, "schema_version": 4, "workloads": workloads}
+
+
+def migrate_v4(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 5: a regime may set ``slo`` targets and open-loop ``load.request_rate`` (a version-4
+    regime has neither: the defaults); open-loop windows carry ``request_rate``, ``arrival`` and
+    ``schedule``, their samples ``t_scheduled`` and ``t_dispatched``; sampled runs (temperature > 0)
+    an ``arms/<arm>/distribution.jsonl``."""
+    return {**record, "schema_version": 5}
+
+
+def migrate_v5(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 6: ``load.server_starts`` (a version-5 regime started each arm's server once: the
+    default, 1); windows record their ``server_start`` (their ``repeat`` counts over every start-up),
+    arm statuses every start-up's time (``startups_s``: ``status.migrate_v5``)."""
+    return {**record, "schema_version": 6}
+
+
+STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5)

@@ -1,0 +1,37 @@
+"""Migrations of an arm's ``status.json``, by its run's ``schema_version`` (the file holds none)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def migrate_v1(status: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 changed no status field."""
+    return status
+
+
+def migrate_v2(status: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 added ``attention_backend``; absent, it reads as None: not recorded."""
+    return status
+
+
+def migrate_v3(status: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 added ``draft_counting``; absent, it reads as None: not recorded."""
+    return status
+
+
+def migrate_v4(status: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 changed no status field."""
+    return status
+
+
+def migrate_v5(status: dict[str, Any]) -> dict[str, Any]:
+    """Version 6: an arm's server may start several times and ``startups_s`` lists every start-up's
+    time; before, it started once, so its one start-up is ``startup_s`` (none before it was ready)."""
+    if "startups_s" in status:
+        return status
+    first = status.get("startup_s")
+    return {**status, "startups_s": [] if first is None else [first]}
+
+
+STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5)

@@ -1,0 +1,48 @@
+"""Migrations of ``summary.json`` (``harness.results.model.Summary``), by the ``schema_version`` it
+holds. A summary is derived (``bench`` re-derives it from the raw files); the stored one is what
+``bench gate --baseline`` and the study's pages read when they compare."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.results.migrations import status
+
+
+def migrate_v1(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 2: the dump of ``Summary``: ``windows`` renamed ``cells`` (one per arm x workload x
+    concurrency), ``unread_lines`` added (none: version 1 did not say)."""
+    upgraded = {key: value for key, value in summary.items() if key != "windows"}
+    return {**upgraded, "schema_version": 2, "cells": summary["windows"], "unread_lines": []}
+
+
+def migrate_v2(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 3: cells gained the speedup's interval, the copy and context shares and the CPU shares
+    and flags, arms their attention backend, the summary the run's ``timing``; absent, each reads as
+    not recorded."""
+    return {**summary, "schema_version": 3}
+
+
+def migrate_v3(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 4: cells gained the GPU neighbours' SM share and count (and ``noisy_neighbour`` counts a
+    busy GPU neighbour too; a version-3 cell's flag stays as it was derived), cells and repeats
+    ``tokens_per_forward``, arms their ``draft_counting``; absent, each reads as not recorded."""
+    return {**summary, "schema_version": 4}
+
+
+def migrate_v4(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 5: ``slo`` targets with cells' and repeats' ``slo_pct`` and ``goodput_rps``, open-loop
+    cells (the achieved rate, lag, queueing, ``behind_schedule``), the ``distribution`` section; a
+    version-4 run had no SLO, no open loop and no distribution check."""
+    return {**summary, "schema_version": 5}
+
+
+def migrate_v5(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 6: several server start-ups per arm: arms list every start-up's time (as an arm's
+    status does: ``status.migrate_v5``), repeats their ``server_start`` (0: there was one), and a
+    cell's speedup interval may come from its start-ups (``speedup_interval: server_starts``)."""
+    arms = [status.migrate_v5(arm) for arm in summary["arms"]]
+    return {**summary, "schema_version": 6, "arms": arms}
+
+
+STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5)

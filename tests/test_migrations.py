@@ -1,0 +1,174 @@
+"""Schema migrations (harness.results.migrations), each step on a stored old file:
+
+- tests/fixtures/run_v1: a version-1 run recorded from the real CPU engine (regime.json, statuses,
+  summary.json);
+- tests/fixtures/run_v3_smoke: a version-3 run recorded from the real CPU engine (regime.json, statuses);
+- tests/fixtures/study_v1: a version-1 study.json as the harness wrote it before executors existed;
+- tests/fixtures/summary_v5.json: the summary.json the version-5 harness (commit 8a4dfb4^, the last
+  before version 6) derived from run_v1's raw files, trimmed by hand to the code_humaneval cells and
+  category at concurrency 1 and the first exactness entry of each block.
+
+Steps a fixture's version skips (regime.json 2, 4 and 5) run on the stored file's output of the steps
+before them, so every step runs on what a real old file becomes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.errors import UserError
+from harness.regime import Regime
+from harness.results import SCHEMA_VERSION, RunDir, load_summary, parse_summary, read_run_record
+from harness.results.migrations import current_version, run_record, status, study, summary, upgrade
+from harness.study.record import StudyDir, StudyRecord
+from harness.summary import summarize
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RUN_V1, RUN_V3 = FIXTURES / "run_v1", FIXTURES / "run_v3_smoke"
+
+
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def _pure(step: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """``step(data)``, checking that it left its input as it was."""
+    before = copy.deepcopy(data)
+    out = step(data)
+    assert data == before, f"{step.__module__}.{step.__name__} changed its input"
+    return out
+
+
+def _stepwise(steps: Any, data: dict[str, Any], start: int) -> dict[str, Any]:
+    """Every step from version ``start`` on, one at a time: each must move the version by exactly one."""
+    for version, step in enumerate(steps[start - 1 :], start=start):
+        data = _pure(step, data)
+        assert data["schema_version"] == version + 1, step.__name__
+    return data
+
+
+def test_each_kind_reads_up_to_the_version_it_writes() -> None:
+    for steps in (run_record.STEPS, status.STEPS, summary.STEPS):
+        assert current_version(steps) == SCHEMA_VERSION  # a run's files share one numbering
+    assert current_version(study.STEPS) == StudyRecord.model_fields["schema_version"].default == 2
+    for module in (run_record, status, summary, study):
+        assert [s.__name__ for s in module.STEPS] == [
+            f"migrate_v{n}" for n in range(1, len(module.STEPS) + 1)
+        ]
+
+
+@pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, 99])
+def test_a_newer_version_is_refused_with_a_hint(tmp_path: Path, version: int) -> None:
+    newer = "schema_version .* is not supported by this harness .*written by a newer harness: upgrade"
+    with pytest.raises(UserError, match=newer):
+        parse_summary({**_json(RUN_V1 / "summary.json"), "schema_version": version}, "summary.json")
+    run = tmp_path / "run"
+    shutil.copytree(RUN_V1, run)
+    (run / "regime.json").write_text(json.dumps({**_json(RUN_V1 / "regime.json"), "schema_version": version}))
+    with pytest.raises(UserError, match=f"regime.json: {newer}"):
+        read_run_record(RunDir(run))
+    with pytest.raises(UserError, match=f"status.json: {newer}"):  # a status is of its run's version
+        RunDir(run).read_status("baseline")
+    (tmp_path / "study.json").write_text(json.dumps({**_json(FIXTURES / "study_v1" / "study.json"),
+                                                     "schema_version": 3}))  # fmt: skip
+    with pytest.raises(UserError, match=f"study.json: {newer}"):
+        StudyDir(tmp_path).read()
+
+
+@pytest.mark.parametrize("version", [0, None, "2", True])
+def test_a_version_that_never_existed_is_refused(version: object) -> None:
+    never = "is not supported by this harness .*use the harness version that wrote"
+    with pytest.raises(UserError, match=never):
+        upgrade({"schema_version": version}, summary.STEPS, "summary.json")
+    with pytest.raises(UserError, match="not supported"):
+        upgrade(["not", "an", "object"], summary.STEPS, "summary.json")
+
+
+def test_regime_json_v1_gains_its_drafters() -> None:
+    stored = _json(RUN_V1 / "regime.json")
+    assert stored["schema_version"] == 1 and "drafters" not in stored
+    step = _pure(run_record.migrate_v1, stored)
+    assert step["drafters"] == {} and step["schema_version"] == 2
+    assert {k: v for k, v in step.items() if k not in ("drafters", "schema_version")} == {
+        k: v for k, v in stored.items() if k != "schema_version"
+    }
+    current = _stepwise(run_record.STEPS, stored, 1)
+    assert current == read_run_record(RunDir(RUN_V1))
+    assert all(w["chat"] is None for w in current["workloads"])  # migrate_v3 ran too
+    Regime.model_validate(current["regime"])  # today's strict model reads the migrated regime
+
+
+def test_regime_json_v3_workloads_record_that_they_sent_no_chat_settings() -> None:
+    stored = _json(RUN_V3 / "regime.json")
+    assert stored["schema_version"] == 3 and all("chat" not in w for w in stored["workloads"])
+    step = _pure(run_record.migrate_v3, stored)
+    assert [w["chat"] for w in step["workloads"]] == [None] * len(stored["workloads"])
+    assert [{k: v for k, v in w.items() if k != "chat"} for w in step["workloads"]] == stored["workloads"]
+    assert step["drafters"] == stored["drafters"] and step["drafters"]  # kept, not replaced
+    current = _stepwise(run_record.STEPS, stored, 3)
+    assert current == read_run_record(RunDir(RUN_V3))
+    Regime.model_validate(current["regime"])
+
+
+@pytest.mark.parametrize("run", [RUN_V1, RUN_V3], ids=["v1", "v3"])
+def test_a_status_from_before_server_starts_lists_its_one_start_up(run: Path) -> None:
+    version = _json(run / "regime.json")["schema_version"]
+    stored = _json(run / "arms" / "baseline" / "status.json")
+    assert "startups_s" not in stored and "schema_version" not in stored
+    current = stored
+    for step in status.STEPS[version - 1 :]:
+        current = _pure(step, current)
+    assert current == {**stored, "startups_s": [stored["startup_s"]]}
+    assert RunDir(run).read_status("baseline").startups_s == [stored["startup_s"]]
+
+
+def test_status_migrate_v5_without_a_start_up_and_with_a_list_already() -> None:
+    failed = {"status": "failed", "phase": "startup", "error": "engine exited with status 1"}
+    assert status.migrate_v5(failed) == {**failed, "startups_s": []}  # never became ready
+    written = {"status": "ok", "startup_s": 3.0, "startups_s": [3.0, 4.0]}  # a resumed run, written now
+    assert status.migrate_v5(written) == written
+
+
+def test_summary_v1_windows_become_cells() -> None:
+    stored = _json(RUN_V1 / "summary.json")
+    step = _pure(summary.migrate_v1, stored)
+    assert step["cells"] == stored["windows"] and "windows" not in step and step["unread_lines"] == []
+    current = _stepwise(summary.STEPS, stored, 1)
+    assert parse_summary(current, "test") == load_summary(RUN_V1 / "summary.json")
+    assert [a["startups_s"] for a in current["arms"]] == [[a["startup_s"]] for a in stored["arms"]]
+
+
+def test_summary_v5_as_the_v5_harness_wrote_it_reads_as_todays_derivation() -> None:
+    stored = _json(FIXTURES / "summary_v5.json")
+    assert stored["schema_version"] == 5 and all("startups_s" not in a for a in stored["arms"])
+    step = _pure(summary.migrate_v5, stored)
+    assert [a["startups_s"] for a in step["arms"]] == [[a["startup_s"]] for a in stored["arms"]]
+    migrated = load_summary(FIXTURES / "summary_v5.json")
+    derived = summarize(RUN_V1)  # the same raw files, derived by today's harness
+    assert migrated.arms == derived.arms and migrated.exactness.applicable
+    for old in stored["cells"]:  # today's numbers are version 5's, to the last bit
+        today = derived.cell(old["arm"], old["workload"], old["concurrency"]).model_dump(mode="json")
+        assert _as_old(today, old) == old
+
+
+def _as_old(new: Any, old: Any) -> Any:
+    """``new`` with only the keys ``old`` has, at every depth (later versions add fields)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {key: _as_old(new[key], value) for key, value in old.items()}
+    if isinstance(old, list) and isinstance(new, list):
+        return [_as_old(n, o) for n, o in zip(new, old, strict=True)]
+    return new
+
+
+def test_study_v1_reads_as_a_local_study_without_jobs() -> None:
+    stored = _json(FIXTURES / "study_v1" / "study.json")
+    assert stored["schema_version"] == 1 and "executor" not in stored
+    step = _pure(study.migrate_v1, stored)
+    assert step["schema_version"] == 2 and step["executor"] == {"name": "local"}
+    assert [p["attempts"] for p in step["points"]] == [[], []]
+    assert StudyDir(FIXTURES / "study_v1").read() == StudyRecord.model_validate(step)
