@@ -19,9 +19,9 @@ from rich.console import Console
 
 from harness.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, resolve_drafters
 from harness.drafters.fit import Fit, drafter_fit
-from harness.engines import EngineAdapter, LaunchSpec, get_adapter, is_local_reference, resolve_model_path
+from harness.engines import EngineAdapter, LaunchSpec, get_adapter
 from harness.errors import UserError
-from harness.models import converted_dir, resolve_package_gguf
+from harness.models import converted_dir, is_local_reference, resolve_model_path, resolve_package_gguf
 from harness.regime import Arm, Load, Regime, load_regime, workload_paths
 from harness.validation import check_environment, lossy_settings
 from harness.workloads import ChatTemplate, LoadedWorkload, load_workload

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from harness.engines import get_adapter
-from harness.engines.sglang import served_from_server_info, server_figures_from_info
-from harness.probes.acceptance import acceptance, request_counters
+from harness.engines.sglang import request_counters, served_from_server_info, server_figures_from_info
+from harness.probes.acceptance import acceptance
 from harness.regime import load_regime
 from harness.validation import check_served
 

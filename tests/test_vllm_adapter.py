@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import get_adapter, resolve_model_path
+from harness.engines import get_adapter
 from harness.errors import UserError
+from harness.models import resolve_model_path
 from harness.probes.acceptance import acceptance
 from harness.regime import load_regime
 
