@@ -50,6 +50,8 @@ class EngineAdapter(Protocol):
     # "per_request": each response carries its own draft statistics, summed per window (SGLang).
     # Stored with every window (``WindowRecord.acceptance_source``).
     acceptance_source: str
+    # Environment variables that change what the engine does, recorded with every run (by prefix).
+    env_prefixes: tuple[str, ...]
 
     # ---- regime checks, before anything starts
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
@@ -108,6 +110,11 @@ def get_adapter(name: str) -> EngineAdapter:
         supported = ", ".join(sorted(ENGINES))
         raise UserError(f"engine '{name}' has no adapter yet (supported: {supported})")
     return importlib.import_module(module).ADAPTER
+
+
+def engine_env_prefixes() -> tuple[str, ...]:
+    """The environment-variable prefixes of every registered engine (``EngineAdapter.env_prefixes``)."""
+    return tuple(prefix for name in ENGINES for prefix in get_adapter(name).env_prefixes)
 
 
 def chat_template_fields(prompt_format: str, template_kwargs: dict[str, Any] | None) -> dict[str, Any]:

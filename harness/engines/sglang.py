@@ -59,6 +59,7 @@ class SglangAdapter:
     metrics_path = "/metrics"
     reset_prefix_cache_path = "/flush_cache"  # empties the radix cache; refused while requests run
     acceptance_source = "per_request"
+    env_prefixes = ("SGLANG_",)
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         return f"sglang=={version}"

@@ -38,6 +38,7 @@ class VllmAdapter:
     # change the computation path of later windows. The route exists only in dev mode.
     reset_prefix_cache_path = "/reset_prefix_cache"
     acceptance_source = "server_counters"
+    env_prefixes = ("VLLM_",)
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         # the CPU build is its own distribution (its ``vllm`` console script is broken: python -m)
