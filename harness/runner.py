@@ -443,8 +443,8 @@ class Runner:
                 "prefix_cache_reset": cache_reset,
                 # where tau comes from: counter scrapes around the window, or each request's own details
                 "acceptance_source": self.plan.adapter.acceptance_source,
-                "counters_before": before.to_json() if before else None,
-                "counters_after": after.to_json() if after else None,
+                "counters_before": before.to_json() if before is not None else None,
+                "counters_after": after.to_json() if after is not None else None,
                 "server_reported": server_reported,
                 "power": {
                     "source": self.power_reader.source if self.power_reader else None,
