@@ -5,8 +5,9 @@ of ``EngineAdapter``: its pip requirement and lossy settings (regime checks), ho
 (argv and env, never a shell string), what each request must ask for and what each streamed
 chunk carries besides the OpenAI fields, and how to read its speculative-decoding counters. The
 rest of the harness asks the adapter and never compares engine names. A new engine is its module
-plus one line in ``ENGINES`` (and its tests): regime validation, the plan, the runner, the client
-and the summary find it through ``get_adapter``.
+plus one line in ``ENGINES`` (and its tests): regime validation, the plan, the runner and the
+summary find it through ``get_adapter``, and the client takes its request fields and chunk hook
+from the runner (tests/test_engine_registry.py registers a toy engine to prove it).
 
 Adapters never import their engine (it runs in its own process) and are imported only when asked
 for, so ``import harness`` imports neither vLLM nor SGLang; this module itself does no I/O (the
