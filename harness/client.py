@@ -36,8 +36,9 @@ def request_body(
     seed: int | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The endpoint path and JSON body for one prompt. Temperature is always sent explicitly;
-    ``engine_fields`` (from the adapter) ask for token ids and per-request details; ``chat`` (the
-    workload's effective chat settings) adds a system prompt and chat_template_kwargs."""
+    ``engine_fields`` (the adapter's ``request_fields``) ask for token ids and per-request details
+    and carry the chat template's kwargs; ``chat`` (the workload's effective chat settings) adds a
+    system prompt."""
     body: dict[str, Any] = {
         "model": SERVED_MODEL_NAME,
         "max_tokens": load.max_output_tokens,
@@ -56,7 +57,6 @@ def request_body(
     if prompt_format == "chat":
         chat = chat or ChatTemplate()
         body["messages"] = chat.messages(prompt)
-        body.update(chat.request_fields())
         if top_logprobs:
             body.update(logprobs=True, top_logprobs=top_logprobs)
         return "/v1/chat/completions", body
@@ -101,27 +101,16 @@ def _with_sampled(entry: dict[str, Any]) -> list[tuple[int | None, float]]:
     return tops
 
 
-def _absorb_sglext(record: RequestRecord, sglext: dict[str, Any]) -> None:
-    """SGLang's response-level extension: per-request spec details and, on streaming chat, the
-    output and prompt token ids (sent once, at the end)."""
-    details = sglext.get("spec_tokens_details")
-    if isinstance(details, list):  # one per choice; we send n = 1
-        details = details[0] if details else None
-    if details:
-        record.spec_details = details
-    output_ids = sglext.get("output_ids")
-    if output_ids and not record.token_ids:
-        record.token_ids = list(output_ids[0])
-    input_ids = sglext.get("input_ids")
-    if input_ids and not record.prompt_token_ids:
-        record.prompt_token_ids = list(input_ids)
+# The adapter's ``absorb_chunk``: what a chunk carries outside the OpenAI fields (SGLang's sglext).
+ChunkExtras = Callable[[RequestRecord, dict[str, Any]], None]
 
 
-def _absorb_chunk(record: RequestRecord, chunk: dict[str, Any], now: float) -> None:
+def _absorb_chunk(
+    record: RequestRecord, chunk: dict[str, Any], now: float, extras: ChunkExtras | None = None
+) -> None:
     """One decoded event into ``record`` (called once per streamed chunk: kept to plain lookups)."""
-    sglext = chunk.get("sglext")
-    if sglext:
-        _absorb_sglext(record, sglext)
+    if extras is not None:
+        extras(record, chunk)
     usage = chunk.get("usage")
     if usage:
         record.usage_completion_tokens = usage.get("completion_tokens")
@@ -175,7 +164,12 @@ def sse_events(buffer: bytes) -> tuple[list[bytes], bytes]:
 
 
 async def send_request(
-    session: aiohttp.ClientSession, record: RequestRecord, path: str, body: dict[str, Any], clock_zero: float
+    session: aiohttp.ClientSession,
+    record: RequestRecord,
+    path: str,
+    body: dict[str, Any],
+    clock_zero: float,
+    extras: ChunkExtras | None = None,
 ) -> RequestRecord:
     """Stream one request into ``record``; failures are recorded, never raised.
 
@@ -198,7 +192,7 @@ async def send_request(
                     if payload == b"[DONE]":
                         done = True
                         break
-                    _absorb_chunk(record, orjson.loads(payload), now)
+                    _absorb_chunk(record, orjson.loads(payload), now, extras)
                 if done:
                     break
         if record.finish_reason is None:
@@ -238,6 +232,7 @@ async def run_window(
     schedule: list[float] | None = None,
     request_rate: float | None = None,
     seeds: list[int] | None = None,
+    extras: ChunkExtras | None = None,
 ) -> WindowResult:
     """Send ``prompts`` with at most ``concurrency`` in flight; return the raw records. Closed loop
     (no ``schedule``): the next prompt goes as soon as a slot frees. Open loop: prompt i is due
@@ -273,7 +268,7 @@ async def run_window(
                 )
                 try:
                     await asyncio.wait_for(
-                        send_request(client, record, path, body, clock_zero), load.request_timeout_s
+                        send_request(client, record, path, body, clock_zero, extras), load.request_timeout_s
                     )
                 except asyncio.TimeoutError:
                     record.error = f"timeout: not complete after {load.request_timeout_s:.0f} s"

@@ -19,6 +19,7 @@ from typing import Any
 
 import harness
 from harness.devices import visible_handles
+from harness.engines import engine_env_prefixes
 
 
 def _dist_version(name: str) -> str | None:
@@ -157,11 +158,9 @@ def collect_gpus() -> dict[str, Any]:
         pynvml.nvmlShutdown()
 
 
-# Environment variables that change what an engine does; anything that looks like a secret is
-# recorded by name only.
+# Environment variables that change what an engine does (besides each engine's own prefixes,
+# ``EngineAdapter.env_prefixes``); anything that looks like a secret is recorded by name only.
 _ENV_PREFIXES = (
-    "VLLM_",
-    "SGLANG_",
     "CUDA_",
     "NCCL_",
     "HF_",
@@ -176,9 +175,9 @@ _SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL",
 
 def collect_env_vars(environ: dict[str, str] | None = None) -> dict[str, Any]:
     environ = dict(os.environ if environ is None else environ)
-    recorded = {}
+    recorded, prefixes = {}, _ENV_PREFIXES + engine_env_prefixes()
     for name in sorted(environ):
-        if name.startswith(_ENV_PREFIXES):
+        if name.startswith(prefixes):
             secret = any(marker in name.upper() for marker in _SECRET_MARKERS)
             recorded[name] = "<redacted>" if secret else environ[name]
     return {"env": recorded}

@@ -5,7 +5,7 @@ lives in (``CellMetrics.<name>``), its unit, which direction is better, the stat
 reports, and where its samples come from when a gate needs more than one number:
 
 - ``repeat``: one value per repeat of the window (``CellMetrics.per_repeat``), statistic = mean;
-- ``request``: one value per successful request (``RequestSample.<sample_field>``, in seconds,
+- ``request``: one value per successful request (``RequestRecord.<sample_field>``, in seconds,
   shown in ms), statistic = the percentile itself, pooled over repeats;
 - ``prompt``: one 0/100 value per prompt compared with the baseline, statistic = mean.
 
@@ -31,7 +31,7 @@ class Metric:
     statistic: Statistic
     samples: SampleSource
     description: str
-    sample_field: str | None = None  # per-request metrics: the RequestSample field, in seconds
+    sample_field: str | None = None  # per-request metrics: the RequestRecord field, in seconds
     scale: float = 1.0  # sample value -> metric unit (s -> ms)
     gated: bool = True  # may appear in a regime's gates
     highlighted: bool = True  # the report marks the best arm's value per table

@@ -34,6 +34,19 @@ def cache_root() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "spec-bench"
 
 
+def is_local_reference(reference: str) -> bool:
+    """A model reference written as a path (./, /, ~); anything else is a hub id."""
+    return reference.startswith((".", "/", "~"))
+
+
+def resolve_model_path(reference: str, regime_path: Path) -> str:
+    """Target or draft references that look local resolve relative to the regime file; hub ids pass
+    through."""
+    if is_local_reference(reference):
+        return str((regime_path.parent / Path(reference).expanduser()).resolve())
+    return reference
+
+
 def package_file(package: str, path: str) -> Path:
     """A file shipped by an installed distribution, ``path`` relative to its install root
     (site-packages), found WITHOUT importing the package: the data packages' own imports pull in

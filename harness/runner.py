@@ -394,8 +394,7 @@ class Runner:
         """One measured window (``repeat`` counted over every start-up, ``start`` the server's
         start-up); returns the precision reached after it (adaptive repeats)."""
         cache_reset = self.plan.adapter.reset_prefix_cache(server.base_url)
-        per_request = self.plan.adapter.acceptance_source == "per_request"
-        before = None if per_request else self.plan.adapter.read_spec_counters(server.base_url).to_json()
+        before = self.plan.adapter.read_spec_counters(server.base_url)  # None: counted per request
         sampler = (
             PowerSampler(self.power_reader, self.plan.regime.power.sample_period_s)
             if self.power_reader
@@ -427,8 +426,8 @@ class Runner:
             gpu_used = gpu_watch.stop() if gpu_watch else None
         cpu_used = cpu.window_cpu(cpu_before, cpu.snapshot(server.process.pid))
         self._check_alive(server, result)
-        after = None if per_request else self.plan.adapter.read_spec_counters(server.base_url).to_json()
-        server_reported = self.plan.adapter.server_figures(server.base_url) if per_request else None
+        after = self.plan.adapter.read_spec_counters(server.base_url)
+        server_reported = self.plan.adapter.server_figures(server.base_url)
         tokens = sum(len(r.token_ids) for r in result.records if r.ok)
         reached = precision(repeat, output_tokens_per_s(tokens, result.duration_s)) if precision else None
         window = WindowRecord(
@@ -443,8 +442,8 @@ class Runner:
             prefix_cache_reset=cache_reset,
             # where tau comes from: counter scrapes around the window, or each request's own details
             acceptance_source=self.plan.adapter.acceptance_source,
-            counters_before=before,
-            counters_after=after,
+            counters_before=before.to_json() if before is not None else None,
+            counters_after=after.to_json() if after is not None else None,
             server_reported=server_reported,
             power=WindowPower(
                 source=self.power_reader.source if self.power_reader else None,
@@ -538,7 +537,8 @@ class Runner:
             top_logprobs = (
                 (2 if regime.sampling.temperature > 0 else regime.exactness.top_logprobs) if logprobs else 0
             )
-            fields = self.plan.adapter.request_fields(workload.definition.prompt_format, top_logprobs)
+            chat = workload.chat.template_kwargs if workload.chat else None
+            fields = self.plan.adapter.request_fields(workload.definition.prompt_format, top_logprobs, chat)
             result = asyncio.run(
                 run_window(
                     server.base_url,
@@ -554,6 +554,7 @@ class Runner:
                     schedule,
                     level.request_rate,
                     seeds,
+                    self.plan.adapter.absorb_chunk,
                 )
             )
         self.clock["measured_s" if measured else "warmup_s"] += result.duration_s

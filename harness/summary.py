@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import pooling
+from harness.engines import get_adapter
 from harness.intervals import speedup_interval
 from harness.probes import distribution
 from harness.probes.acceptance import (
     SpecCounters,
     acceptance,
-    request_counters,
     streamed_steps,
     tokens_per_forward,
 )
@@ -56,14 +56,6 @@ def _ms_quantile(values: list[float], q: float) -> float | None:
     return quantile(values, q) * 1000.0 if values else None
 
 
-def window_counters(window: WindowRecord, records: list[RequestRecord]) -> SpecCounters:
-    """The window's draft counters: scrape deltas (vLLM), or the sum of each request's own
-    details (SGLang); the same quantities either way, so tau has one definition."""
-    if window.acceptance_source == "per_request":
-        return request_counters([r.spec_details for r in records if r.spec_details])
-    return window.counter_delta()
-
-
 def _slo_metrics(records: list[RequestRecord], duration_s: float, slo: Slo | None) -> dict[str, float | None]:
     if slo is None:
         return {}
@@ -71,15 +63,19 @@ def _slo_metrics(records: list[RequestRecord], duration_s: float, slo: Slo | Non
 
 
 def _repeats(
-    windows: list[WindowRecord], records: list[RequestRecord], price_per_hour: float, slo: Slo | None
+    windows: list[WindowRecord],
+    records: list[RequestRecord],
+    price_per_hour: float,
+    slo: Slo | None,
+    engine: str,
 ) -> tuple[SpecCounters, list[RepeatMetrics], list[dict[str, Any]]]:
-    """Each repeat's own window-level numbers (the gates' samples), the summed counters, and
-    each repeat's power figures."""
+    """Each repeat's own window-level numbers (the gates' samples), the summed counters (read the
+    way ``engine`` reports them), and each repeat's power figures."""
     counters, per_repeat, power = SpecCounters(), [], []
     ok = [r for r in records if r.ok]
     for window in windows:
         mine = [r for r in ok if r.repeat == window.repeat]
-        delta = window_counters(window, mine)
+        delta = get_adapter(engine).window_counters(window, mine)
         counters = counters.plus(delta)
         tokens = sum(r.output_tokens for r in mine)
         tok_s = output_tokens_per_s(tokens, window.duration_s)
@@ -112,6 +108,8 @@ def cell_metrics(
     min_repeats: int | None = None,
     slo: Slo | None = None,
     schedule_tolerance_s: float = 0.05,
+    *,
+    engine: str,
 ) -> CellMetrics:
     """One (arm, workload, concurrency) cell from its raw records and windows, pooled over the
     cell's repeats: tokens and time add up, counters add up, latencies are pooled per request."""
@@ -121,7 +119,7 @@ def cell_metrics(
     tpots = [r.tpot_s for r in ok if r.tpot_s is not None]
     duration = sum(w.duration_s for w in windows)
     tok_s = output_tokens_per_s(output_tokens, duration)
-    counters, per_repeat, power = _repeats(windows, records, price_per_hour, slo)
+    counters, per_repeat, power = _repeats(windows, records, price_per_hour, slo, engine)
     acc = acceptance(counters)
     copies = [copied_ngrams(r.prompt_token_ids, r.token_ids) for r in ok]
     power_stats = combine_power(power, output_tokens)
@@ -311,6 +309,7 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
             None if isinstance(regime.load.repeats, int) else regime.load.repeats.min,
             regime.slo,
             regime.load.schedule_tolerance_s,
+            engine=regime.engine.name,
         )
         for key, windows in cells.items()
     ]

@@ -15,13 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.engines import get_adapter
 from harness.regime import Arm, Regime
-
-# vLLM: rejection_sample_method "synthetic"/"fly" accept tokens without the exact rejection test.
-LOSSY_VLLM_REJECTION = {"synthetic", "fly"}
-# SGLang: acceptance thresholds below 1 accept drafts the target would not have chosen.
-LOSSY_SGLANG_OPTIONS = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
-FAKE_ACCEPTANCE_ENV = ("SGLANG_SIMULATE_ACC_LEN",)
 
 
 @dataclass(frozen=True)
@@ -179,34 +174,6 @@ def _attention_backend_mismatch(regime: Regime, served: dict[str, Any]) -> list[
 
 
 def lossy_settings(regime: Regime) -> list[str]:
-    """Settings that make speculative acceptance lossy or fake, described for the user."""
-    problems = []
-    for index, arm in enumerate(regime.arms):
-        method = arm.options.get("rejection_sample_method")
-        if method in LOSSY_VLLM_REJECTION:
-            problems.append(
-                f"arms[{index}].options.rejection_sample_method: '{method}' is a lossy/synthetic acceptance "
-                "mode"
-            )
-        for key in LOSSY_SGLANG_OPTIONS:
-            value = arm.options.get(key)
-            if isinstance(value, (int, float)) and value < 1:
-                problems.append(
-                    f"arms[{index}].options.{key}: {value} < 1 accepts drafts the target would reject"
-                )
-    args = regime.engine.extra_args
-    for index, arg in enumerate(args):  # the same SGLang settings given as raw flags
-        flag, _, inline = arg.partition("=")
-        key = flag.lstrip("-").replace("-", "_")
-        if key in LOSSY_SGLANG_OPTIONS:
-            value = inline or (args[index + 1] if index + 1 < len(args) else "")
-            try:
-                lossy = float(value) < 1
-            except ValueError:
-                lossy = True  # unreadable: flag it rather than let it through
-            if lossy:
-                problems.append(f"engine.extra_args: {flag} {value} accepts drafts the target would reject")
-    for name in FAKE_ACCEPTANCE_ENV:
-        if name in regime.engine.env:
-            problems.append(f"engine.env.{name}: simulates an acceptance length instead of measuring it")
-    return problems
+    """Settings that make speculative acceptance lossy or fake, described for the user: which
+    they are is the regime's engine's knowledge (``EngineAdapter.lossy_settings``)."""
+    return get_adapter(regime.engine.name).lossy_settings(regime)

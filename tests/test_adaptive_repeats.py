@@ -82,5 +82,6 @@ def test_summary_reports_the_precision_and_its_cost() -> None:
         0.36,
         None,
         min_repeats=2,
+        engine="vllm",
     )
     assert cell.rel_half_width == 0.04 and cell.precision_target == 0.05 and cell.extra_repeat_s == 3.0

@@ -8,7 +8,7 @@ import pytest
 
 from harness.arrivals import arrival_offsets
 from harness.probes.schedule import achieved_rate_rps, behind_schedule, client_lag_s, lag_p90_s, queueing_s
-from harness.results import RequestSample
+from harness.results import RequestRecord
 
 
 def _gaps(offsets: list[float]) -> list[float]:
@@ -37,8 +37,8 @@ def test_gaps_have_the_rate_and_the_burstiness_asked_for(arrival: str, burstines
     assert statistics.stdev(gaps) / mean == pytest.approx(cv, rel=0.08)
 
 
-def _sample(scheduled: float, dispatched: float, sent: float) -> RequestSample:
-    return RequestSample(
+def _sample(scheduled: float, dispatched: float, sent: float) -> RequestRecord:
+    return RequestRecord(
         workload="w",
         prompt_id="p",
         concurrency=4,
@@ -63,7 +63,7 @@ def test_schedule_keeping_is_measured_per_request() -> None:
     # waiting for a max_concurrency slot is queueing, not the client falling behind
     capped = [_sample(i * 0.5, i * 0.5, i * 0.5 + 0.8) for i in range(11)]
     assert queueing_s(capped[0]) == pytest.approx(0.8) and not behind_schedule(capped, tolerance_s=0.05)
-    closed = RequestSample(workload="w", prompt_id="p", concurrency=1, prompt_format="raw", t_send=0.0)
+    closed = RequestRecord(workload="w", prompt_id="p", concurrency=1, prompt_format="raw", t_send=0.0)
     assert (
         client_lag_s(closed) is None and lag_p90_s([closed]) is None and not behind_schedule([closed], 0.05)
     )

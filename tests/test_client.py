@@ -213,7 +213,8 @@ def test_qwen3_regimes_disable_thinking_on_every_chat_request(regime_file: str) 
     adapter = get_adapter(plan.regime.engine.name)
     bodies = {}
     for workload in plan.workloads:
-        fields = adapter.request_fields(workload.definition.prompt_format, 0)
+        chat = workload.chat.template_kwargs if workload.chat else None
+        fields = adapter.request_fields(workload.definition.prompt_format, 0, chat)
         bodies[workload.definition.prompt_format] = [
             request_body(
                 p,

@@ -16,7 +16,7 @@ from harness.client import parse_top_logprobs
 from harness.errors import UserError
 from harness.probes.distribution import SequenceStats, compare, sequence_stats, verdict
 from harness.regime import load_regime
-from harness.results import RequestSample
+from harness.results import RequestRecord
 from harness.stats import mann_whitney_two_sided
 from harness.summary import summarize
 from harness.table import answer_lines
@@ -33,8 +33,8 @@ def test_two_sided_test_and_effect_size() -> None:
     assert same_p == pytest.approx(1.0, abs=0.05) and same_delta == 0.0
 
 
-def _sample(tokens: list[int], positions: list[list[tuple[int, float]]]) -> RequestSample:
-    return RequestSample(
+def _sample(tokens: list[int], positions: list[list[tuple[int, float]]]) -> RequestRecord:
+    return RequestRecord(
         workload="w",
         prompt_id="p",
         concurrency=4,

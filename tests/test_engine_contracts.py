@@ -18,9 +18,10 @@ import pytest
 
 from harness.client import RequestRecord, _absorb_chunk
 from harness.drafters import MANIFEST_NAME
-from harness.engines.sglang import served_from_server_info
+from harness.engines import get_adapter
+from harness.engines.sglang import request_counters, served_from_server_info
 from harness.plan import Plan, plan_regime
-from harness.probes.acceptance import acceptance, request_counters
+from harness.probes.acceptance import acceptance
 from harness.regime import load_regime
 from harness.validation import check_served
 from tests import engine_parsers
@@ -154,7 +155,8 @@ def _pinned_cases(plan, model: str) -> tuple[list, list[dict]]:
     bodies = []
     for workload in plan.workloads:
         fmt = workload.definition.prompt_format
-        fields = plan.adapter.request_fields(fmt, regime.exactness.top_logprobs)
+        chat = workload.chat.template_kwargs if workload.chat else None
+        fields = plan.adapter.request_fields(fmt, regime.exactness.top_logprobs, chat)
         for top_logprobs in (0, regime.exactness.top_logprobs):
             _, body = request_body(
                 workload.prompts[0], fmt, regime.sampling, regime.load, top_logprobs, fields, workload.chat
@@ -313,6 +315,7 @@ def test_sglang_contract_catches_breakage(resolved, sglang_parser) -> None:
 def test_sglang_stream_parses_into_one_schema() -> None:
     """Chunks built with SGLang's OWN response models, serialised as its server does."""
     protocol = engine_parsers.import_sglang_module("sglang.srt.entrypoints.openai.protocol")
+    sglang = get_adapter("sglang").absorb_chunk  # the client hands each chunk to the engine's reader
     choice = protocol.CompletionResponseStreamChoice
     chunks = [
         protocol.CompletionStreamResponse(
@@ -347,7 +350,7 @@ def test_sglang_stream_parses_into_one_schema() -> None:
     ]
     record = RequestRecord("w", "p", 1, "raw")
     for t, chunk in enumerate(chunks):
-        _absorb_chunk(record, json.loads(chunk.model_dump_json(exclude_none=True)), float(t))
+        _absorb_chunk(record, json.loads(chunk.model_dump_json(exclude_none=True)), float(t), sglang)
     assert (
         record.token_ids == [7, 8, 9, 10]
         and record.usage_completion_tokens == 4
@@ -377,7 +380,7 @@ def test_sglang_stream_parses_into_one_schema() -> None:
     ]
     record = RequestRecord("w", "p", 1, "chat")
     for t, chunk in enumerate(chat):
-        _absorb_chunk(record, json.loads(chunk.model_dump_json(exclude_none=True)), float(t))
+        _absorb_chunk(record, json.loads(chunk.model_dump_json(exclude_none=True)), float(t), sglang)
     assert record.token_ids == [11, 12] and record.t_first_token == 0.0 and record.text == "Hi there"
     assert record.prompt_token_ids == [1, 2, 3]  # return_input_ids_in_sglext: at the end
 
@@ -430,13 +433,12 @@ def test_every_request_field_is_one_the_engine_declares(engine: str, prompt_form
     silently stop returning token ids or the prompt's ids: check each key against the engine's own
     request model."""
     from harness.client import request_body
-    from harness.engines import get_adapter
     from harness.workloads import ChatTemplate, Prompt
 
     regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
-    fields = get_adapter(engine).request_fields(prompt_format, top_logprobs=2)
     prompt = Prompt(prompt_id="p", text="def f(x):", messages=None)
     chat = ChatTemplate(template_kwargs={"enable_thinking": False}, system_prompt="Be brief.")
+    fields = get_adapter(engine).request_fields(prompt_format, 2, chat.template_kwargs)
     _, body = request_body(prompt, prompt_format, regime.sampling, regime.load, 2, fields, chat)
     assert ("chat_template_kwargs" in body) == (prompt_format == "chat")
     if engine == "vllm":

@@ -13,7 +13,7 @@ from harness.probes.exactness import (
     text_around,
     top2_margin,
 )
-from harness.results import RequestSample
+from harness.results import RequestRecord
 
 EOS = 2
 MARGIN = 0.5
@@ -127,8 +127,8 @@ def test_parse_both_logprob_shapes() -> None:
 
 def _rec(
     prompt: str, concurrency: int, ids: list[int], error: str | None = None, margins=None
-) -> RequestSample:
-    return RequestSample(
+) -> RequestRecord:
+    return RequestRecord(
         workload="w",
         prompt_id=prompt,
         concurrency=concurrency,
@@ -166,11 +166,11 @@ def test_compare_records_pairs_same_prompt_and_concurrency_only() -> None:
 
 def test_margins_come_from_the_second_pass_where_it_saw_the_same_prefix() -> None:
     from harness.probes.exactness import with_logprobs_from
-    from harness.results import RequestSample
+    from harness.results import RequestRecord
 
-    def sample(ids: list[int], logprobs: list | None = None, prompt: str = "p") -> RequestSample:
+    def sample(ids: list[int], logprobs: list | None = None, prompt: str = "p") -> RequestRecord:
         top = [[(t, -0.1), (t + 1, -0.3)] for t in ids] if logprobs is None else logprobs
-        return RequestSample(
+        return RequestRecord(
             workload="w",
             prompt_id=prompt,
             concurrency=1,

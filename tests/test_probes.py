@@ -9,7 +9,7 @@ from harness.probes.cost import usd_per_mtok
 from harness.probes.latency import tpot_s, ttft_s
 from harness.probes.throughput import output_tokens_per_s, speedup
 from harness.regime import Arm
-from harness.results import CellMetrics, ExactnessShares, RepeatMetrics, RequestSample, WindowRecord
+from harness.results import CellMetrics, ExactnessShares, RepeatMetrics, RequestRecord, WindowRecord
 from harness.stats import quantile
 from harness.summary import _with_speedups, category_rows, cell_metrics
 
@@ -55,8 +55,8 @@ def test_throughput_speedup_cost() -> None:
 
 def _record(
     t_send: float, t_first: float, t_done: float, tokens: int, error: str | None = None, repeat: int = 0
-) -> RequestSample:
-    return RequestSample.from_json(
+) -> RequestRecord:
+    return RequestRecord.from_json(
         {
             "workload": "w",
             "prompt_id": "p",
@@ -96,7 +96,7 @@ def test_window_metrics_uses_token_ids_and_excludes_errors() -> None:
         _record(0.0, 0.1, 0.2, 0, error="timeout"),
     ]
     metrics = cell_metrics(
-        ARM, None, [_window(0, 4.0, after)], records, price_per_hour=0.36, usd_per_kwh=None
+        ARM, None, [_window(0, 4.0, after)], records, price_per_hour=0.36, usd_per_kwh=None, engine="vllm"
     )
     assert (metrics.requests_total, metrics.requests_ok, metrics.requests_errored) == (3, 2, 1)
     assert metrics.output_tokens == 52
@@ -114,7 +114,9 @@ def test_repeats_pool_into_one_cell_and_stay_apart_per_repeat() -> None:
         return _window(repeat, duration, SpecCounters(drafts=4, draft_tokens=16, accepted_tokens=accepted))
 
     records = [_record(0.0, 0.5, 2.5, 21, repeat=0), _record(0.0, 0.5, 4.5, 41, repeat=1)]
-    metrics = cell_metrics(ARM, None, [window(0, 2.0, 8), window(1, 4.0, 4)], records, 0.36, None)
+    metrics = cell_metrics(
+        ARM, None, [window(0, 2.0, 8), window(1, 4.0, 4)], records, 0.36, None, engine="vllm"
+    )
     assert metrics.repeats == 2 and metrics.duration_s == pytest.approx(6.0)
     assert metrics.output_tok_s == pytest.approx(62 / 6.0)  # pooled: tokens and time add up
     assert metrics.tau == pytest.approx(1 + 12 / 8)  # pooled counters

@@ -12,7 +12,7 @@ import pytest
 
 import harness
 from harness.probes.distribution import compare, sequence_stats
-from harness.results import RequestSample, read_jsonl
+from harness.results import RequestRecord, read_jsonl
 from harness.summary import summarize
 
 pytestmark = pytest.mark.engine
@@ -71,7 +71,7 @@ def test_sampled_runs_get_the_distribution_check(production_run) -> None:
     assert summary.exactness.applicable is False and summary.distribution is not None
     stats = {}
     for arm in ("baseline", "ngram_k4"):
-        samples = [RequestSample.from_json(r) for r in read_jsonl(run / "arms" / arm / "distribution.jsonl")]
+        samples = [RequestRecord.from_json(r) for r in read_jsonl(run / "arms" / arm / "distribution.jsonl")]
         assert sorted((s.prompt_id, s.seed) for s in samples) == sorted(
             (p, seed) for p in {s.prompt_id for s in samples} for seed in (0, 1)
         )

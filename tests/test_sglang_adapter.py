@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from harness.engines import get_adapter
-from harness.engines.sglang import served_from_server_info, server_figures_from_info
-from harness.probes.acceptance import acceptance, request_counters
+from harness.engines.sglang import request_counters, served_from_server_info, server_figures_from_info
+from harness.probes.acceptance import acceptance
 from harness.regime import load_regime
 from harness.validation import check_served
 
@@ -84,3 +85,42 @@ def test_server_wide_figure_is_kept_apart_and_labelled() -> None:
         and "tau comes from the requests" in figures["note"]
     )
     assert server_figures_from_info({"internal_states": [{}]}) is None  # a no-spec server reports none
+
+
+def test_pip_requirement_and_no_server_counters() -> None:
+    adapter = get_adapter("sglang")
+    assert adapter.pip_requirement("0.5.23", "gpu") == "sglang==0.5.23"
+    assert adapter.read_spec_counters("http://127.0.0.1:9") is None  # never scraped: nothing to diff
+
+
+def test_chat_template_kwargs_on_chat_requests() -> None:
+    fields = get_adapter("sglang").request_fields("chat", 0, {"enable_thinking": False})
+    assert fields["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "chat_template_kwargs" not in get_adapter("sglang").request_fields(
+        "raw", 0, {"enable_thinking": False}
+    )
+
+
+def test_sglext_fills_the_record_and_the_window_counts_from_it() -> None:
+    from harness.client import _absorb_chunk
+    from harness.results.records import RequestRecord, WindowRecord
+
+    adapter = get_adapter("sglang")
+    record = RequestRecord("w", "p", 1, "chat")
+    _absorb_chunk(record, {"choices": [{"index": 0, "delta": {"content": "ab"}}]}, 0.1, adapter.absorb_chunk)
+    details = {"spec_verify_ct": 2, "spec_num_correct_drafts": 3, "spec_correct_drafts_histogram": [0, 1, 1]}
+    sglext = {"spec_tokens_details": [details], "output_ids": [[4, 5, 6, 7, 8]], "input_ids": [1, 2]}
+    _absorb_chunk(record, {"choices": [], "sglext": sglext}, 0.2, adapter.absorb_chunk)
+    assert record.token_ids == [4, 5, 6, 7, 8] and record.prompt_token_ids == [1, 2]
+    assert record.spec_details == details  # the one choice's details, verbatim
+    window = WindowRecord(
+        workload="w",
+        category="chat",
+        prompt_format="chat",
+        concurrency=1,
+        duration_s=1.0,
+        acceptance_source="per_request",
+    )
+    sample = RequestRecord.from_json(record.to_json())
+    counters = adapter.window_counters(window, [sample, dataclasses.replace(sample, spec_details=None)])
+    assert (counters.drafts, counters.accepted_tokens, counters.accepted_per_position) == (2, 3, {0: 2, 1: 1})

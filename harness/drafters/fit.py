@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.engines import is_local_reference
+from harness.models import is_local_reference
 from harness.regime import Arm
 
 

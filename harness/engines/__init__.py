@@ -1,23 +1,38 @@
-"""Engine adapters behind one small protocol, looked up by name and imported only when used.
+"""Engines: everything that differs between serving engines, behind one protocol, one registry.
 
-An adapter knows how to launch its engine for a regime + arm (argv and env, never a shell
-string), where its health endpoint is, and how to read its speculative-decoding counters.
-It never imports the engine itself: the engine runs in its own process.
+An engine module (``harness/engines/<name>.py``) defines ``ADAPTER``, an object with the methods
+of ``EngineAdapter``: its pip requirement and lossy settings (regime checks), how to launch it
+(argv and env, never a shell string), what each request must ask for and what each streamed
+chunk carries besides the OpenAI fields, and how to read its speculative-decoding counters. The
+rest of the harness asks the adapter and never compares engine names. A new engine is its module
+plus one line in ``ENGINES`` (and its tests): regime validation, the plan, the runner and the
+summary find it through ``get_adapter``, and the client takes its request fields and chunk hook
+from the runner (tests/test_engine_registry.py registers a toy engine to prove it).
+
+Adapters never import their engine (it runs in its own process) and are imported only when asked
+for, so ``import harness`` imports neither vLLM nor SGLang; this module itself does no I/O (the
+HTTP the adapters share is ``harness.engines.http``).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
-
-from harness.errors import EngineError, UserError
+from harness.errors import UserError
 from harness.probes.acceptance import SpecCounters
-from harness.regime import Arm, Regime
+
+if TYPE_CHECKING:  # types only: the regime imports this registry for its engine names
+    from harness.regime import Arm, Regime
+    from harness.results.records import RequestRecord, WindowRecord
+
+# The registry, the one list of engines: name -> module that defines ``ADAPTER``. Two or three
+# engines do not need a plugin framework; the regime's ``engine.name`` accepts exactly these keys.
+ENGINES: dict[str, str] = {"vllm": "harness.engines.vllm", "sglang": "harness.engines.sglang"}
+
+SERVED_MODEL_NAME = "target"  # the name every adapter serves the target under
 
 
 @dataclass(frozen=True)
@@ -31,94 +46,80 @@ class LaunchSpec:
 class EngineAdapter(Protocol):
     name: str
     health_path: str
-    metrics_path: str
-    reset_prefix_cache_path: str | None  # POST here empties the prefix cache; None if unsupported
-    # "server_counters": cumulative counters on metrics_path, diffed around each window (vLLM);
+    # "server_counters": cumulative counters on the metrics endpoint, diffed around each window (vLLM);
     # "per_request": each response carries its own draft statistics, summed per window (SGLang).
+    # Stored with every window (``WindowRecord.acceptance_source``).
     acceptance_source: str
+    # Environment variables that change what the engine does, recorded with every run (by prefix).
+    env_prefixes: tuple[str, ...]
 
+    # ---- regime checks, before anything starts
+    def pip_requirement(self, version: str, hardware_kind: str) -> str:
+        """The pip requirement that installs this engine's ``version`` for ``hardware_kind``."""
+
+    def lossy_settings(self, regime: Regime) -> list[str]:
+        """Settings of ``regime`` that make this engine's acceptance lossy or fake, described by
+        their regime path (refused unless ``allow_lossy_acceptance``)."""
+
+    def installed_version(self) -> str | None:
+        """'<distribution> <version>' as installed here (without importing the engine), or None."""
+
+    # ---- the server
     def launch_spec(
         self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None
     ) -> LaunchSpec:
         """argv + env that start a server for this arm on 127.0.0.1:port (draft path already resolved)."""
 
-    def request_fields(self, prompt_format: str, top_logprobs: int) -> dict:
-        """Engine-specific request fields: token ids per output token (and, per request,
-        acceptance details where the engine reports them that way)."""
+    def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
+        """What the running server reports about itself (version, max_model_len, dtype,
+        quantization, speculative method and K, attention backend, ``draft_counting``)."""
+
+    def reset_prefix_cache(self, base_url: str) -> bool:
+        """Empty the prefix cache; False when the engine would not (the window records it)."""
+
+    # ---- requests and responses
+    def request_fields(
+        self, prompt_format: str, top_logprobs: int, template_kwargs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The engine's own request fields: token ids per output token, per-request acceptance
+        details where the engine reports them that way, logprob keying, and the chat template's
+        kwargs (``template_kwargs``, chat requests only)."""
+
+    def absorb_chunk(self, record: RequestRecord, chunk: dict[str, Any]) -> None:
+        """Take what a streamed chunk carries outside the OpenAI fields into ``record`` (SGLang's
+        ``sglext``); called for every chunk before the client reads the OpenAI fields."""
+
+    # ---- acceptance counters
+    def read_spec_counters(self, base_url: str) -> SpecCounters | None:
+        """The cumulative draft counters right now (EngineError when they cannot be read); None for
+        an engine without cumulative counters (acceptance per request)."""
 
     def server_figures(self, base_url: str) -> dict | None:
         """Server-wide acceptance figures the engine reports besides what tau is computed from,
         stored labelled with each window (SGLang's lifetime mean); None when there are none."""
 
-    def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
-        """Speculative-decoding counters from the metrics endpoint's text."""
-
-    def read_spec_counters(self, base_url: str) -> SpecCounters:
-        """Scrape the metrics endpoint now (``scrape_spec_counters``); EngineError when it cannot."""
-
-    def reset_prefix_cache(self, base_url: str) -> bool:
-        """Empty the prefix cache (``post_prefix_cache_reset``); False when the engine would not."""
-
-    def installed_version(self) -> str | None:
-        """The engine's version as installed here (without importing it), or None."""
-
-    def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
-        """What the running server reports about itself (version, max_model_len, dtype,
-        quantization, speculative method and K)."""
-
-
-# Engine name -> module that defines ``ADAPTER``. Two engines do not need a plugin framework.
-_ADAPTER_MODULES = {"vllm": "harness.engines.vllm", "sglang": "harness.engines.sglang"}
-
-SERVED_MODEL_NAME = "target"  # the name every adapter serves the target under
+    def window_counters(self, window: WindowRecord, records: list[RequestRecord]) -> SpecCounters:
+        """A stored window's draft counters in vLLM's quantities (drafts, draft tokens, accepted,
+        accepted per position), from its scrapes or its requests' details: tau has one definition."""
 
 
 def get_adapter(name: str) -> EngineAdapter:
-    module = _ADAPTER_MODULES.get(name)
+    """The adapter of a registered engine, its module imported now (and only now)."""
+    module = ENGINES.get(name)
     if module is None:
-        supported = ", ".join(sorted(_ADAPTER_MODULES))
+        supported = ", ".join(sorted(ENGINES))
         raise UserError(f"engine '{name}' has no adapter yet (supported: {supported})")
     return importlib.import_module(module).ADAPTER
 
 
-def is_local_reference(reference: str) -> bool:
-    """A model reference written as a path (./, /, ~); anything else is a hub id."""
-    return reference.startswith((".", "/", "~"))
+def engine_env_prefixes() -> tuple[str, ...]:
+    """The environment-variable prefixes of every registered engine (``EngineAdapter.env_prefixes``)."""
+    return tuple(prefix for name in ENGINES for prefix in get_adapter(name).env_prefixes)
 
 
-def resolve_model_path(reference: str, regime_path: Path) -> str:
-    """Target or draft references that look local resolve relative to the regime file; hub ids pass
-    through."""
-    if is_local_reference(reference):
-        return str((regime_path.parent / Path(reference).expanduser()).resolve())
-    return reference
-
-
-# HTTP both adapters speak the same way; each adapter names its own paths.
-
-
-def scrape_spec_counters(
-    base_url: str, metrics_path: str, parse: Callable[[str], SpecCounters]
-) -> SpecCounters:
-    """The engine's cumulative draft counters from its metrics endpoint, right now."""
-    try:
-        response = httpx.get(base_url + metrics_path, timeout=10.0)
-        response.raise_for_status()
-    except httpx.HTTPError as exc:
-        raise EngineError(f"could not read {metrics_path}: {exc}") from None
-    return parse(response.text)
-
-
-def post_prefix_cache_reset(base_url: str, path: str) -> bool:
-    """POST the engine's prefix-cache reset so a window does not reuse the previous one's prompts;
-    False when the route is missing or refused (the window records it)."""
-    try:
-        response = httpx.post(base_url + path, timeout=30.0)
-    except httpx.HTTPError:
-        return False
-    if response.status_code != 200:
-        return False
-    try:  # vLLM answers JSON, SGLang plain text ("Cache flushed.")
-        return response.json().get("success", True) is not False
-    except ValueError:
-        return True
+def chat_template_fields(prompt_format: str, template_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """``chat_template_kwargs``, the OpenAI-server extension vLLM and SGLang both accept, on chat
+    requests that set any."""
+    if prompt_format != "chat" or not template_kwargs:
+        return {}
+    return {"chat_template_kwargs": dict(template_kwargs)}

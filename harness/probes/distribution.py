@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.results.records import RequestSample
+from harness.results.records import RequestRecord
 from harness.stats import mann_whitney_two_sided, median
 
 STATISTICS = ("mean_logprob", "output_tokens", "top1_share")
@@ -42,7 +42,7 @@ class SequenceStats:
     top1_share: float | None
 
 
-def sequence_stats(sample: RequestSample) -> SequenceStats:
+def sequence_stats(sample: RequestRecord) -> SequenceStats:
     """The three statistics of one sampled answer, from its token ids and the top logprobs the engine
     returned per position (the sampled token's own logprob is among them, as vLLM returns it)."""
     sampled, top1 = [], []

@@ -14,34 +14,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.results.records import RequestSample
+from harness.results.records import RequestRecord
 from harness.stats import quantile
 
 
-def achieved_rate_rps(records: Sequence[RequestSample]) -> float | None:
+def achieved_rate_rps(records: Sequence[RequestRecord]) -> float | None:
     sends = sorted(r.t_send for r in records)
     if len(sends) < 2 or sends[-1] <= sends[0]:
         return None
     return (len(sends) - 1) / (sends[-1] - sends[0])
 
 
-def client_lag_s(record: RequestSample) -> float | None:
+def client_lag_s(record: RequestRecord) -> float | None:
     if record.t_scheduled is None or record.t_dispatched is None:
         return None
     return max(0.0, record.t_dispatched - record.t_scheduled)
 
 
-def queueing_s(record: RequestSample) -> float | None:
+def queueing_s(record: RequestRecord) -> float | None:
     if record.t_dispatched is None:
         return None
     return max(0.0, record.t_send - record.t_dispatched)
 
 
-def lag_p90_s(records: Sequence[RequestSample]) -> float | None:
+def lag_p90_s(records: Sequence[RequestRecord]) -> float | None:
     lags = [lag for r in records if (lag := client_lag_s(r)) is not None]
     return quantile(lags, 0.9) if lags else None
 
 
-def behind_schedule(records: Sequence[RequestSample], tolerance_s: float) -> bool:
+def behind_schedule(records: Sequence[RequestRecord], tolerance_s: float) -> bool:
     lag = lag_p90_s(records)
     return lag is not None and lag > tolerance_s

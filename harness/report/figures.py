@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from harness import pooling  # noqa: E402
 from harness.results.model import CellMetrics  # noqa: E402
-from harness.results.records import RequestSample, WindowRecord  # noqa: E402
+from harness.results.records import RequestRecord, WindowRecord  # noqa: E402
 
 
 def _png(fig: plt.Figure) -> str:
@@ -141,7 +141,7 @@ def per_position_figure(rows: list[CellMetrics]) -> str | None:
     return _png(fig)
 
 
-def tpot_figure(samples: dict[str, list[RequestSample]]) -> str | None:
+def tpot_figure(samples: dict[str, list[RequestRecord]]) -> str | None:
     """TPOT distribution per arm, over every successful measured request."""
     data, labels = [], []
     for arm, records in samples.items():

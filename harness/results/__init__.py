@@ -35,7 +35,6 @@ from harness.results.records import (
     DraftCounting,
     Invocation,
     RequestRecord,
-    RequestSample,
     RunTiming,
     GpuNeighbour,
     WindowCpu,
@@ -46,7 +45,7 @@ from harness.results.records import (
 
 __all__ = [
     "READABLE_VERSIONS", "SCHEMA_VERSION", "ArmStatus", "ArmSummary", "AttentionBackend", "DraftCounting", "Invocation", "RunTiming", "WindowCpu", "WindowGpu", "GpuNeighbour", "CategoryMetrics", "CellMetrics",
-    "ExactnessBlock", "ExactnessEntry", "ExactnessSection", "ExactnessShares", "RepeatMetrics", "RequestRecord", "RequestSample",
+    "ExactnessBlock", "ExactnessEntry", "ExactnessSection", "ExactnessShares", "RepeatMetrics", "RequestRecord",
     "RunDir", "Summary", "UnreadLines", "WindowPower", "WindowRecord", "append_jsonl", "load_summary",
     "parse_summary", "read_json", "read_jsonl", "read_records", "read_run_record", "write_json_atomic",
     "write_text_atomic",

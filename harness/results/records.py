@@ -111,7 +111,7 @@ class RequestRecord:
 DERIVED_REQUEST_FIELDS = ("ttft_s", "tpot_s")
 _REQUEST = TypeAdapter(RequestRecord)
 # The name the readers used while the client had a record type of its own; the same class.
-RequestSample = RequestRecord
+RequestRecord = RequestRecord
 
 
 class WindowPower(ResultModel):
