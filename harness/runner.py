@@ -31,11 +31,9 @@ from rich.progress import (
 from harness import stats
 from harness.arrivals import arrival_offsets
 from harness.client import RequestRecord, WindowResult, run_window
-from harness.environment import collect_environment, model_identity
 from harness.errors import EngineError, UserError
 from harness.plan import Plan, describe_plan, plan_regime
-from harness.power import PowerSampler, open_reader
-from harness.probes import cpu, gpu
+from harness.probes.cpu import window_cpu
 from harness.probes.throughput import output_tokens_per_s
 from harness.regime import Arm, LoadLevel, Regime
 from harness.results import (
@@ -55,6 +53,9 @@ from harness.results import (
     read_run_record,
     write_json_atomic,
 )
+from harness.sensors import cpu, gpu
+from harness.sensors.environment import collect_environment, model_identity
+from harness.sensors.power import PowerSampler, open_reader
 from harness.server import Server, free_port, log_tail
 from harness.summary import summarize
 from harness.validation import check_served
@@ -424,7 +425,7 @@ class Runner:
         finally:
             readings = sampler.stop() if sampler else []
             gpu_used = gpu_watch.stop() if gpu_watch else None
-        cpu_used = cpu.window_cpu(cpu_before, cpu.snapshot(server.process.pid))
+        cpu_used = window_cpu(cpu_before, cpu.snapshot(server.process.pid))
         self._check_alive(server, result)
         after = None if per_request else self.plan.adapter.read_spec_counters(server.base_url).to_json()
         server_reported = self.plan.adapter.server_figures(server.base_url) if per_request else None

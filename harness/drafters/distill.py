@@ -61,6 +61,7 @@ from harness.errors import EngineError, UserError
 from harness.models import cache_root
 from harness.regime import Arm, Regime, TrainedDrafter, workload_paths
 from harness.results.files import read_jsonl
+from harness.sensors.power import open_nvml
 from harness.server import Server, free_port
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt, load_prompt_pool, prompt_sha256
 
@@ -399,8 +400,6 @@ def log_tail(log: Path, lines: int = 20) -> list[str]:
 
 def gpu_snapshot() -> str | None:
     """Power draw and memory in use per GPU, or None without NVML (a CPU machine)."""
-    from harness.power import open_nvml
-
     try:
         nvml, handles = open_nvml()
     except Exception:  # ImportError, RuntimeError ("no GPU"), pynvml.NVMLError (no driver)

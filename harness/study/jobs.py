@@ -22,11 +22,11 @@ from typing import Any
 
 from rich.console import Console
 
-from harness.environment import collect_gpus, collect_placement
 from harness.errors import UserError
 from harness.regime import Regime
 from harness.results.files import read_json, write_json_atomic
 from harness.runner import Runner, resume_run
+from harness.sensors.environment import collect_gpus, collect_placement
 from harness.study.record import StudyDir
 from harness.study.sweep import plan_study
 
