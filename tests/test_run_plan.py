@@ -1,22 +1,29 @@
 """The plan is finished before the runner starts (``harness.plan.prepare_run``): the engine's
 version, this machine against the regime, the models and the drafters' fits, refusals included;
-the runner only reads the frozen result. The machine is injected (the engine's version, the
-environment) and model resolution recorded instead of run, so the order of the checks is what is
-tested here; tests/test_end_to_end.py runs the real thing."""
+the runner only reads the frozen result. The checks' order is tested with the machine injected
+(the engine's version, the environment) and model resolution recorded instead of run; a whole run
+and its resume then go through the runner with a stand-in engine (benchmarks/stream_server.py).
+tests/test_end_to_end.py runs the real engine."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
 import io
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 from rich.console import Console
 
 from harness.drafters.fit import Fit
+from harness.engines import LaunchSpec, get_adapter
 from harness.errors import UserError
 from harness.plan import Plan, RunPlan, describe_plan, plan_regime, prepare_run
+from harness.probes.acceptance import SpecCounters
+from harness.regime import Arm, Regime
+from harness.runner import resume_run, run_regime
 
 ROOT = Path(__file__).resolve().parent.parent
 REGIME = ROOT / "tests" / "regimes" / "cpu_e2e.yaml"  # pins vllm 0.31.0
@@ -125,3 +132,67 @@ def test_the_runner_never_calls_into_the_plan() -> None:
     ]
     assert calls == []
     assert {f.name for f in dataclasses.fields(RunPlan)} >= {"load", "model", "drafters", "mismatches"}
+
+
+class StandIn:
+    """An engine adapter whose server is benchmarks/stream_server.py: vLLM-shaped streams, no model,
+    no counters. It lets a whole run go through the runner on any machine."""
+
+    name = "vllm"
+    health_path = "/health"
+    metrics_path = "/metrics"
+    reset_prefix_cache_path = None
+    acceptance_source = "server_counters"
+
+    def launch_spec(
+        self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None
+    ) -> LaunchSpec:
+        server = str(ROOT / "benchmarks" / "stream_server.py")
+        return LaunchSpec([python, server, "--port", str(port), "--tokens-per-chunk", "2"])
+
+    def request_fields(self, prompt_format: str, top_logprobs: int) -> dict:
+        return get_adapter("vllm").request_fields(prompt_format, top_logprobs)
+
+    def server_figures(self, base_url: str) -> None:
+        return None
+
+    def read_spec_counters(self, base_url: str) -> SpecCounters:
+        return SpecCounters()
+
+    def reset_prefix_cache(self, base_url: str) -> bool:
+        return False
+
+    def installed_version(self) -> str:
+        return "vllm 0.31.0"  # the regime's pin
+
+    def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
+        return {}
+
+
+def test_a_run_and_its_resume_go_through_the_finished_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    data = yaml.safe_load(REGIME.read_text())
+    data["target"] = {"path": str(model), "dtype": "bfloat16", "max_model_len": 1024}
+    data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
+    data["load"] |= {"concurrency": [2], "warmup_requests": 0}
+    regime = tmp_path / "stand_in.yaml"
+    regime.write_text(yaml.safe_dump(data))
+    monkeypatch.setattr("harness.plan.get_adapter", lambda name: StandIn())
+    console, out = _console()
+    run, summary = run_regime(regime, tmp_path / "results", console, allow_mismatch=True)
+    assert [a.status for a in summary.arms] == ["ok", "ok"], out.getvalue()
+    record = json.loads((run.root / "regime.json").read_text())
+    assert record["resolved_model"] == str(model) and isinstance(record["mismatches"], list)
+    assert json.loads((run.root / "environment.json").read_text())["target_identity"]["local"]
+    launch = json.loads((run.arm_dir("ngram_k4") / "launch.json").read_text())
+    assert launch["argv"][1].endswith("stream_server.py")
+    printed = out.getvalue()
+    assert printed.index("Run directory") < printed.index("2 arms (baseline, ngram_k4)")
+    _, again = resume_run(run.root, console, allow_mismatch=True)
+    assert "already complete, kept" in out.getvalue() and [a.status for a in again.arms] == ["ok", "ok"]
+    timing = json.loads((run.root / "timing.json").read_text())["invocations"]
+    assert len(timing) == 2 and all(0 <= t["prepare_s"] <= t["wall_s"] for t in timing)
