@@ -17,6 +17,7 @@ import pytest
 
 from harness.probes.gpu import ProcessSample, window_gpu
 from harness.sensors import gpu
+from harness.sensors.cpu import process_name
 
 
 def test_neighbours_are_the_other_processes_on_the_engines_gpus() -> None:
@@ -56,6 +57,10 @@ def test_the_names_are_the_ones_recorded_at_the_polls() -> None:
 
 def test_a_neighbour_that_leaves_keeps_the_name_it_had_at_the_poll() -> None:
     neighbour = subprocess.Popen(["sleep", "30"])
+    deadline = time.monotonic() + 10
+    while process_name(neighbour.pid) != "sleep":  # forked, not yet exec'd: still this test's name
+        assert time.monotonic() < deadline, process_name(neighbour.pid)
+        time.sleep(0.01)
 
     class Reader:
         def read(self, since_us: int) -> list[ProcessSample]:
