@@ -4,6 +4,9 @@
 ``plan_regime`` loads and checks the regime and its workloads; ``Plan.preflight`` compares it with
 the live environment (mismatches, lossy settings); ``Plan.resolve_models`` finds (or builds) the
 target and every drafter; ``Plan.arm_commands`` gives each arm's exact launch command.
+
+``prepare_run`` does all of that for ``bench run``, refusals included, and hands the runner a
+finished ``RunPlan``: the runner reads it and never calls back here.
 """
 
 from __future__ import annotations
@@ -11,18 +14,21 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from harness.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, resolve_drafters
 from harness.drafters.fit import Fit, drafter_fit
 from harness.engines import EngineAdapter, LaunchSpec, get_adapter
 from harness.errors import UserError
 from harness.models import converted_dir, is_local_reference, resolve_model_path, resolve_package_gguf
-from harness.regime import Arm, Load, Regime, load_regime, workload_paths
+from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, workload_paths
+from harness.sensors.environment import collect_environment
 from harness.validation import check_environment, lossy_settings
 from harness.workloads import ChatTemplate, LoadedWorkload, load_workload
 
@@ -308,3 +314,147 @@ def describe_plan(plan: Plan) -> str:
         + (f"; SLO {regime.slo.describe()} (SLO share and goodput per cell)" if regime.slo else "")
         + "."
     )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A regime made ready to run on this machine, before anything starts: the engine is installed,
+    the machine matches the regime (or the mismatches are allowed), the target and every drafter are
+    resolved and built, and each drafter fits its arm. ``Runner`` only reads it."""
+
+    regime: Regime
+    regime_path: Path
+    adapter: EngineAdapter
+    workloads: tuple[LoadedWorkload, ...]
+    model: str  # the target as the engine loads it
+    drafters: dict[str, ResolvedDrafter]  # arm name -> its drafter, for the arms with a draft_model
+    draft_paths: dict[str, str]  # arm name -> the drafter path the engine is given
+    description: str  # what will be measured (``describe_plan``), printed before the arms run
+    engine_version: str
+    environment: dict[str, Any]  # this machine, as collected (``environment.json`` adds model identities)
+    mismatches: tuple[str, ...]  # regime and drafter mismatches allowed by --allow-mismatch, recorded
+    lossy: tuple[str, ...]  # lossy acceptance settings the regime allows, recorded
+    allow_mismatch: bool  # whether a server that does not run the regime may go on (checked at start-up)
+    started: float  # time.monotonic() when preparing began: the invocation's wall time counts from it
+    # the regime's parts the runner reads at every window
+    load: Load
+    sampling: Sampling
+    power: Power
+    baseline: str  # the baseline arm's name
+    startup_timeout_s: float
+    reference_pass: bool  # the baseline's unmeasured logprob pass (greedy exactness applies)
+    distribution_samples: int | None  # seeded samples per prompt of the distribution check; None: none
+
+
+def run_plan(
+    plan: Plan,
+    model: str,
+    *,
+    engine_version: str = "",
+    environment: dict[str, Any] | None = None,
+    mismatches: list[str] | None = None,
+    lossy: list[str] | None = None,
+    allow_mismatch: bool = False,
+    started: float | None = None,
+) -> RunPlan:
+    """The finished value from a plan whose models are resolved; checks nothing (``prepare_run``
+    checks, then builds it with this)."""
+    regime = plan.regime
+    return RunPlan(
+        regime=regime,
+        regime_path=plan.regime_path,
+        adapter=plan.adapter,
+        workloads=tuple(plan.workloads),
+        model=model,
+        drafters=dict(plan.drafters),
+        draft_paths={name: drafter.path for name, drafter in plan.drafters.items()},
+        description=describe_plan(plan),
+        engine_version=engine_version,
+        environment=environment or {},
+        mismatches=tuple(mismatches or ()),
+        lossy=tuple(lossy or ()),
+        allow_mismatch=allow_mismatch,
+        started=time.monotonic() if started is None else started,
+        load=regime.load,
+        sampling=regime.sampling,
+        power=regime.power,
+        baseline=regime.baseline_arm.name,
+        startup_timeout_s=regime.engine.startup_timeout_s,
+        reference_pass=regime.exactness_applies(),
+        distribution_samples=(
+            regime.distribution_check.samples_per_prompt if regime.distribution_applies() else None
+        ),
+    )
+
+
+def prepare_run(
+    plan: Plan, console: Console, allow_mismatch: bool = False, resumed_model: str | None = None
+) -> RunPlan:
+    """Everything ``bench run`` does before a server starts, in this order: the engine's version,
+    this machine against the regime, the target and drafters built, and each drafter against its
+    arm. A refusal raises here, before anything starts; what ``allow_mismatch`` lets through is
+    printed and recorded. A resumed run keeps the target it started with (``resumed_model``); its
+    drafters' fits were checked when it started."""
+    started = time.monotonic()
+    if plan.regime.sweep is not None:  # a study: each of its points is a job (harness.study.run)
+        raise UserError(f"{plan.regime_path}: a regime with a sweep: section is a study; run it as one")
+    version, environment, preflight = _machine_checks(plan, console, allow_mismatch)
+    model = plan.resolve_models(build=True, console=console)
+    problems = []
+    if resumed_model is None:
+        problems = [p for fit in plan.drafter_fits(model).values() for p in fit.problems]
+        why = "a drafter does not fit its arm"
+        _refuse_unless_allowed(plan, problems, why, "drafter mismatch", console, allow_mismatch)
+    return run_plan(
+        plan,
+        resumed_model or model,
+        engine_version=version,
+        environment=environment,
+        mismatches=preflight.mismatches + problems,
+        lossy=preflight.lossy,
+        allow_mismatch=allow_mismatch,
+        started=started,
+    )
+
+
+def _machine_checks(
+    plan: Plan, console: Console, allow_mismatch: bool
+) -> tuple[str, dict[str, Any], Preflight]:
+    """The installed engine's version, this machine's environment and the regime against it: lossy
+    settings refuse unless the regime allows them, mismatches unless ``allow_mismatch``."""
+    version = _engine_version(plan)
+    environment = collect_environment(version)
+    preflight = plan.preflight(environment)
+    if preflight.lossy and not plan.regime.allow_lossy_acceptance:
+        raise UserError(
+            f"{plan.regime_path}: lossy or fake acceptance settings (set allow_lossy_acceptance: true to "
+            "measure them anyway; they are flagged in the results):\n  " + "\n  ".join(preflight.lossy)
+        )
+    why = "this machine does not match the regime"
+    _refuse_unless_allowed(plan, preflight.mismatches, why, "regime mismatch", console, allow_mismatch)
+    return version, environment, preflight
+
+
+def _engine_version(plan: Plan) -> str:
+    version = plan.adapter.installed_version()
+    if version is None:
+        raise UserError(
+            f"engine '{plan.regime.engine.name}' is not installed in {sys.executable}; for the CPU "
+            "default run scripts/setup-cpu.sh (or pip install -e '.[cpu]')"
+        )
+    return version
+
+
+def _refuse_unless_allowed(
+    plan: Plan, found: list[str], why: str, label: str, console: Console, allow_mismatch: bool
+) -> None:
+    """Mismatches stop the run before anything starts, unless allowed: then each is printed
+    (and recorded with the run)."""
+    if found and not allow_mismatch:
+        raise UserError(
+            f"{plan.regime_path}: {why}; nothing was started:\n  "
+            + "\n  ".join(found)
+            + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
+        )
+    for item in found:
+        console.print(f"[yellow]{label} (allowed):[/] {escape(item)}", soft_wrap=True)

@@ -31,11 +31,9 @@ from rich.progress import (
 from harness import stats
 from harness.arrivals import arrival_offsets
 from harness.client import WindowResult, run_window
-from harness.environment import collect_environment, model_identity
 from harness.errors import EngineError, UserError
-from harness.plan import Plan, describe_plan, plan_regime
-from harness.power import PowerSampler, open_reader
-from harness.probes import cpu, gpu
+from harness.plan import RunPlan, plan_regime, prepare_run
+from harness.probes.cpu import window_cpu
 from harness.probes.throughput import output_tokens_per_s
 from harness.regime import Arm, LoadLevel, Regime
 from harness.results import (
@@ -56,20 +54,23 @@ from harness.results import (
     read_run_record,
     write_json_atomic,
 )
+from harness.sensors import cpu, gpu
+from harness.sensors.environment import model_identity
+from harness.sensors.power import PowerSampler, open_reader
 from harness.server import Server, free_port, log_tail
 from harness.summary import summarize
 from harness.validation import check_served
 from harness.workloads import LoadedWorkload, Prompt
 
 
-def _regime_record(plan: Plan, model: str) -> dict[str, Any]:
+def _regime_record(plan: RunPlan) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "source_path": str(plan.regime_path),
         "fingerprint": plan.regime.fingerprint(),
         "price_per_hour": plan.regime.price_per_hour(),
         "near_tie_margin": plan.regime.near_tie_margin(),
-        "resolved_model": model,
+        "resolved_model": plan.model,
         "regime": plan.regime.model_dump(mode="json"),
         # Per arm: where its drafter came from (untrained / published / trained here); tau depends on it.
         "drafters": {name: {"path": d.path, **d.provenance} for name, d in plan.drafters.items()},
@@ -90,109 +91,59 @@ def _regime_record(plan: Plan, model: str) -> dict[str, Any]:
 
 
 class Runner:
-    def __init__(self, plan: Plan, results_dir: Path, console: Console, allow_mismatch: bool = False):
-        if plan.regime.sweep is not None:  # a study: each of its points is a job (harness.study.run)
-            raise UserError(f"{plan.regime_path}: a regime with a sweep: section is a study; run it as one")
+    def __init__(self, plan: RunPlan, results_dir: Path, console: Console):
         self.plan = plan
         self.results_dir = results_dir
         self.console = console
-        self.allow_mismatch = allow_mismatch
-        # where this invocation's wall time goes (timing.json): seconds per phase, from run()/resume()
-        self.started = time.monotonic()
+        # where this invocation's wall time goes (timing.json): seconds per phase, from preparing on
+        self.started = plan.started
         self.clock = {"prepare_s": 0.0, "startup_s": 0.0, "measured_s": 0.0, "warmup_s": 0.0}
         self.power_reader, self.power_note = (None, "disabled by the regime")
-        if plan.regime.power.enabled:
+        if plan.power.enabled:
             self.power_reader, self.power_note = open_reader()
         self.gpu_reader = gpu.open_process_reader()  # None on a machine without NVML: nothing to watch
         self.on_created: Callable[[Path], None] | None = None  # told the new run directory (bench run --json)
 
-    def _check_drafters(self, model: str) -> list[str]:
-        """Each drafter against its arm and the target (``harness.drafters.fit``), once built: a
-        drafter that does not fit refuses the run unless mismatches are allowed (then recorded)."""
-        problems = [p for fit in self.plan.drafter_fits(model).values() for p in fit.problems]
-        self._refuse_unless_allowed(problems, "a drafter does not fit its arm", "drafter mismatch")
-        return problems
-
-    def _refuse_unless_allowed(self, found: list[str], why: str, label: str) -> None:
-        """Mismatches stop the run before anything starts, unless allowed: then each is printed
-        (and the caller records it with the run)."""
-        if found and not self.allow_mismatch:
-            raise UserError(
-                f"{self.plan.regime_path}: {why}; nothing was started:\n  "
-                + "\n  ".join(found)
-                + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
-            )
-        for item in found:
-            self.console.print(f"[yellow]{label} (allowed):[/] {escape(item)}", soft_wrap=True)
-
-    def _validate(self, environment: dict[str, Any]) -> tuple[list[str], list[str]]:
-        """Refuse a regime this machine does not match (unless allowed) and lossy settings (unless
-        the regime allows them). Returns (mismatches, lossy settings) to record with the run."""
-        preflight = self.plan.preflight(environment)
-        lossy, mismatches = preflight.lossy, preflight.mismatches
-        if lossy and not self.plan.regime.allow_lossy_acceptance:
-            raise UserError(
-                f"{self.plan.regime_path}: lossy or fake acceptance settings (set allow_lossy_acceptance: "
-                "true to "
-                "measure them anyway; they are flagged in the results):\n  " + "\n  ".join(lossy)
-            )
-        self._refuse_unless_allowed(mismatches, "this machine does not match the regime", "regime mismatch")
-        return mismatches, lossy
-
-    def _engine_version(self) -> str:
-        version = self.plan.adapter.installed_version()
-        if version is None:
-            raise UserError(
-                f"engine '{self.plan.regime.engine.name}' is not installed in {sys.executable}; for the CPU "
-                "default run scripts/setup-cpu.sh (or pip install -e '.[cpu]')"
-            )
-        return version
-
     def run(self, run_root: Path | None = None) -> tuple[RunDir, Summary]:
         """A new run: under ``results_dir/<regime>/<run-id>``, or exactly at ``run_root`` (a study's
         point); the directory is created exclusively either way."""
-        regime = self.plan.regime
-        self.started = time.monotonic()
-        version = self._engine_version()
-        environment = collect_environment(version)
-        mismatches, lossy = self._validate(environment)
-        model = self.plan.resolve_models(build=True, console=self.console)
-        mismatches += self._check_drafters(model)
+        plan, regime = self.plan, self.plan.regime
         run = RunDir.create(self.results_dir, regime.name) if run_root is None else RunDir.create_at(run_root)
-        self.console.print(f"Run directory: [bold]{run.root}[/]  (engine {version}, model {model})")
+        self.console.print(
+            f"Run directory: [bold]{run.root}[/]  (engine {plan.engine_version}, model {plan.model})"
+        )
         if self.on_created is not None:
             self.on_created(run.root)
         with run.lock():
-            record = {**_regime_record(self.plan, model), "mismatches": mismatches, "lossy_settings": lossy}
+            record = {**_regime_record(plan), "mismatches": plan.mismatches, "lossy_settings": plan.lossy}
             write_json_atomic(run.root / "regime.json", record)
-            drafts = {name: model_identity(drafter.path) for name, drafter in self.plan.drafters.items()}
+            drafts = {name: model_identity(drafter.path) for name, drafter in plan.drafters.items()}
             write_json_atomic(
                 run.root / "environment.json",
-                {**environment, "target_identity": model_identity(model), "draft_identities": drafts},
+                {
+                    **plan.environment,
+                    "target_identity": model_identity(plan.model),
+                    "draft_identities": drafts,
+                },
             )
-            return run, self._run_arms(run, model)
+            return run, self._run_arms(run)
 
-    def resume(self, run: RunDir, model: str) -> tuple[RunDir, Summary]:
+    def resume(self, run: RunDir) -> tuple[RunDir, Summary]:
         """Continue a run from its first arm without complete results; completed arms are kept
         as they are, an incomplete arm's earlier files are moved aside (never deleted)."""
-        self.started = time.monotonic()
-        self._validate(collect_environment(self._engine_version()))
-        self.plan.resolve_models(
-            build=True, console=self.console
-        )  # cached: the same target and drafters as before
         with run.lock():
             self.console.print(f"Resuming [bold]{run.root}[/]")
-            return run, self._run_arms(run, model)
+            return run, self._run_arms(run)
 
-    def _run_arms(self, run: RunDir, model: str) -> Summary:
+    def _run_arms(self, run: RunDir) -> Summary:
         """Every arm without complete results (complete arms are kept; an incomplete arm's earlier
         files are moved aside first). With ``load.server_starts`` N > 1 the start-ups go in rounds:
         start-up 1 of every arm, then start-up 2 of every arm, ...: a slow drift of the machine over
         the run is spread over the arms instead of landing on the last ones."""
         regime = self.plan.regime
         self.clock["prepare_s"] = time.monotonic() - self.started
-        self.console.print(describe_plan(self.plan), highlight=False)
-        starts = regime.load.server_starts
+        self.console.print(self.plan.description, highlight=False)
+        starts = self.plan.load.server_starts
         todo: list[tuple[int, Arm]] = []
         for index, arm in enumerate(regime.arms, start=1):
             if run.read_status(arm.name).status == "ok":
@@ -213,7 +164,7 @@ class Runner:
                     self.console.rule(
                         f"{round_label}arm {index}/{len(regime.arms)}: {arm.name} ({arm.method})"
                     )
-                    self._run_start_up(run, arm, model, start, startups[arm.name])
+                    self._run_start_up(run, arm, start, startups[arm.name])
                     _write_summary(run)
         except BaseException:
             for _, arm in todo:  # arms waiting for their next start-up are not running any more
@@ -234,13 +185,13 @@ class Runner:
         this = Invocation(wall_s=time.monotonic() - self.started, interrupted=interrupted, **self.clock)
         write_json_atomic(path, RunTiming(invocations=[*earlier, this]).model_dump(mode="json"))
 
-    def _run_start_up(self, run: RunDir, arm: Arm, model: str, start: int, startups: list[float]) -> None:
+    def _run_start_up(self, run: RunDir, arm: Arm, start: int, startups: list[float]) -> None:
         """One start-up of the arm's server: warmed up, then every window ``repeats`` times. The
         unmeasured passes (the baseline's reference pass, the distribution check) run on the first
         start-up only. The arm is ``ok`` after its last start-up (``startups``: the earlier ones' times)."""
         phase = "startup"  # a failure before the server is ready is infrastructure, not a regression
         try:
-            with self._server(run, arm, model, start) as server:
+            with self._server(run, arm, start) as server:
                 startups.append(self._wait_ready(server))
                 self.clock["startup_s"] += startups[-1]
                 phase = "measuring"
@@ -252,13 +203,13 @@ class Runner:
                 run.write_status(arm.name, ArmStatus(status="running", pgid=server.process.pid, **served))
                 self._warm_up(run, arm, server)
                 for workload in self.plan.workloads:
-                    for level in self.plan.regime.load.levels():
+                    for level in self.plan.load.levels():
                         self._measure_cell(run, arm, server, workload, level, start)
-                if start == 0 and arm.method == "baseline" and self.plan.regime.exactness_applies():
+                if start == 0 and arm.method == "baseline" and self.plan.reference_pass:
                     self._reference_pass(run, arm, server)
-                if start == 0 and self.plan.regime.distribution_applies():
+                if start == 0 and self.plan.distribution_samples is not None:
                     self._distribution_pass(run, arm, server)
-            last = start == self.plan.regime.load.server_starts - 1
+            last = start == self.plan.load.server_starts - 1
             run.write_status(arm.name, ArmStatus(status="ok" if last else "running", **served))
         except EngineError as exc:
             self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
@@ -271,11 +222,13 @@ class Runner:
             run.write_status(arm.name, ArmStatus(status="interrupted", startups_s=startups))
             raise
 
-    def _server(self, run: RunDir, arm: Arm, model: str, start: int) -> Server:
+    def _server(self, run: RunDir, arm: Arm, start: int) -> Server:
         """The arm's server for one start-up: a fresh port, its exact argv in ``launch.json`` (the
         latest start-up's: only the port differs between them), its own log."""
         port = free_port()
-        spec = self.plan.launch_spec(arm, model, port)
+        plan = self.plan
+        draft = plan.draft_paths.get(arm.name)
+        spec = plan.adapter.launch_spec(plan.regime, arm, plan.model, port, sys.executable, draft_model=draft)
         write_json_atomic(
             run.arm_dir(arm.name) / "launch.json",
             {"argv": spec.argv, "env": spec.env, "port": port, "server_start": start},
@@ -290,7 +243,7 @@ class Runner:
         from it: the mismatches, the attention backend the engine selected and how it counts drafts."""
         served = self.plan.adapter.served_config(server.base_url, server.log_path)
         found = [str(m) for m in check_served(self.plan.regime, served, arm)]
-        if found and not self.allow_mismatch:
+        if found and not self.plan.allow_mismatch:
             run.write_status(arm.name, ArmStatus(status="failed", error="regime mismatch", mismatches=found))
             raise UserError(
                 f"arm {arm.name}: the server does not run the regime:\n  "
@@ -305,7 +258,7 @@ class Runner:
         }
 
     def _wait_ready(self, server: Server) -> float:
-        timeout = self.plan.regime.engine.startup_timeout_s
+        timeout = self.plan.startup_timeout_s
         with self.console.status("starting server...") as status:
 
             def tick(elapsed: float) -> None:
@@ -316,7 +269,7 @@ class Runner:
         return startup_s
 
     def _warm_up(self, run: RunDir, arm: Arm, server: Server) -> None:
-        count = self.plan.regime.load.warmup_requests
+        count = self.plan.load.warmup_requests
         if count == 0:
             return
         workload = self.plan.workloads[0]
@@ -342,7 +295,7 @@ class Runner:
         """A cell's repeats on this start-up: a fixed count, or (adaptive repeats, one start-up) until
         the 95% interval of the speedup (for the baseline: of its tok/s) is as narrow as the regime
         asks, or the maximum."""
-        load = self.plan.regime.load
+        load = self.plan.load
         if isinstance(load.repeats, int):
             for repeat in range(load.repeats):
                 self._measure_window(
@@ -368,7 +321,7 @@ class Runner:
 
     def _baseline_tok_s(self, run: RunDir, workload: str, level: LoadLevel) -> dict[int, float]:
         """The baseline's tok/s per repeat in this cell, from its files (measured before this arm)."""
-        baseline = self.plan.regime.baseline_arm.name
+        baseline = self.plan.baseline
         samples = [s for s in read_records(run.samples(baseline), RequestRecord) if s.ok]
         out = {}
         for window in read_records(run.windows(baseline), WindowRecord):
@@ -396,9 +349,7 @@ class Runner:
         cache_reset = self.plan.adapter.reset_prefix_cache(server.base_url)
         before = self.plan.adapter.read_spec_counters(server.base_url)  # None: counted per request
         sampler = (
-            PowerSampler(self.power_reader, self.plan.regime.power.sample_period_s)
-            if self.power_reader
-            else None
+            PowerSampler(self.power_reader, self.plan.power.sample_period_s) if self.power_reader else None
         )
         if sampler:
             sampler.start()
@@ -406,7 +357,7 @@ class Runner:
         def keep(record: RequestRecord) -> None:  # on disk the moment it ends: a crash loses nothing
             append_jsonl(run.samples(arm.name), record.to_json())
 
-        load = self.plan.regime.load
+        load = self.plan.load
         most, starts = load.max_repeats(), load.server_starts
         within = repeat - load.repeat_index(start, 0)
         label = f"{workload.name} @ {level.label()}" + (
@@ -424,7 +375,7 @@ class Runner:
         finally:
             readings = sampler.stop() if sampler else []
             gpu_used = gpu_watch.stop() if gpu_watch else None
-        cpu_used = cpu.window_cpu(cpu_before, cpu.snapshot(server.process.pid))
+        cpu_used = window_cpu(cpu_before, cpu.snapshot(server.process.pid))
         self._check_alive(server, result)
         after = self.plan.adapter.read_spec_counters(server.base_url)
         server_reported = self.plan.adapter.server_figures(server.base_url)
@@ -469,7 +420,7 @@ class Runner:
             append_jsonl(run.noise_floor(arm.name), record.to_json())
 
         for workload in self.plan.workloads:
-            for level in self.plan.regime.load.levels():
+            for level in self.plan.load.levels():
                 label = f"reference pass (logprobs, noise floor): {workload.name} @ {level.label()}"
                 self.plan.adapter.reset_prefix_cache(server.base_url)  # the same cold start as the first pass
                 result = self._send(
@@ -493,12 +444,11 @@ class Runner:
         def keep(record: RequestRecord) -> None:
             append_jsonl(run.distribution(arm.name), record.to_json())
 
-        regime = self.plan.regime
-        count = regime.distribution_check.samples_per_prompt
-        level = LoadLevel(max(regime.load.concurrency, default=min(8, regime.load.num_prompts)))
+        load, count = self.plan.load, self.plan.distribution_samples or 0
+        level = LoadLevel(max(load.concurrency, default=min(8, load.num_prompts)))
         for workload in self.plan.workloads:
             prompts = [p for p in workload.prompts for _ in range(count)]
-            seeds = [regime.sampling.seed + i for _ in workload.prompts for i in range(count)]
+            seeds = [self.plan.sampling.seed + i for _ in workload.prompts for i in range(count)]
             label = f"distribution check ({count} seeded samples per prompt): {workload.name}"
             result = self._send(server, workload, prompts, level, label, keep, logprobs=True, seeds=seeds)
             self._check_alive(server, result)
@@ -565,14 +515,14 @@ class Runner:
         arm (and the baseline's reference pass) gets the same schedule; None for closed loop."""
         if level.request_rate is None:
             return None
-        load = self.plan.regime.load
+        load = self.plan.load
         stream = f"{workload.name}/{level.request_rate}/{repeat}"
         return arrival_offsets(
             len(workload.prompts),
             level.request_rate,
             load.arrival,
             load.burstiness,
-            self.plan.regime.sampling.seed,
+            self.plan.sampling.seed,
             stream,
         )
 
@@ -580,7 +530,7 @@ class Runner:
         """The window record's open-loop fields (none for a closed-loop window)."""
         if level.request_rate is None:
             return {}
-        load = self.plan.regime.load
+        load = self.plan.load
         arrival = f"gamma (burstiness {load.burstiness:g})" if load.arrival == "gamma" else load.arrival
         return {"request_rate": level.request_rate, "arrival": arrival, "schedule": schedule}
 
@@ -594,7 +544,7 @@ class Runner:
             )
         if result.stalled:
             raise EngineError(
-                f"engine hung: no token for {self.plan.regime.load.stall_timeout_s:.0f} s with requests in "
+                f"engine hung: no token for {self.plan.load.stall_timeout_s:.0f} s with requests in "
                 f"flight; log {server.log_path}:\n{log_tail(server.log_path)}"
             )
         if result.records and all(not r.ok for r in result.records):
@@ -617,7 +567,8 @@ def run_regime(
 ) -> tuple[RunDir, Summary]:
     """A new run of the regime; ``on_created`` hears the run directory the moment it exists;
     ``regime``: the file's model when the caller has already read it."""
-    runner = Runner(plan_regime(regime_path, regime), results_dir, console, allow_mismatch)
+    plan = prepare_run(plan_regime(regime_path, regime), console, allow_mismatch)
+    runner = Runner(plan, results_dir, console)
     runner.on_created = on_created
     return runner.run()
 
@@ -635,4 +586,5 @@ def resume_run(run_dir: Path, console: Console, allow_mismatch: bool = False) ->
                 f"{run_dir}: workload '{workload.name}' is not the one this run started with (its prompts "
                 "changed); resuming would mix two workloads. Start a new run instead."
             )
-    return Runner(plan, run_dir.parent.parent, console, allow_mismatch).resume(run, record["resolved_model"])
+    ready = prepare_run(plan, console, allow_mismatch, resumed_model=record["resolved_model"])
+    return Runner(ready, run_dir.parent.parent, console).resume(run)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from harness.plan import plan_regime
+from harness.plan import plan_regime, run_plan
 from harness.results import RunDir, WindowRecord
 from harness.runner import Runner
 from harness.summary import cell_metrics
@@ -27,7 +27,7 @@ def _runner(tmp_path: Path, target: float, arm_index: int = 1) -> tuple[Runner, 
     path = tmp_path / "adaptive.yaml"
     path.write_text(yaml.safe_dump(data))
     plan = plan_regime(path)
-    return Runner(plan, tmp_path, Console(quiet=True)), plan.regime.arms[arm_index]
+    return Runner(run_plan(plan, "model"), tmp_path, Console(quiet=True)), plan.regime.arms[arm_index]
 
 
 def _script(monkeypatch: pytest.MonkeyPatch, runner: Runner, tok_s: list[float], baseline: dict[int, float]):

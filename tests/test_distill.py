@@ -14,6 +14,7 @@ import yaml
 from harness.cli import main
 from harness.drafters import TRAINING_PROMPTS_NAME, distill, held_out_check
 from harness.drafters.train_stages import _samples, train_argv
+from harness.drafters.workdir import read_answers
 from harness.errors import UserError
 from harness.plan import plan_regime
 from harness.regime import load_regime
@@ -148,7 +149,7 @@ def test_answers_file_survives_a_cut_line(tmp_path: Path) -> None:
         {"index": 2, "prompt_token_ids": [3, 4], "output_token_ids": [10]},
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"index": 3, "prompt_tok')
-    assert [r["index"] for r in distill.read_answers(path)] == [0, 1, 2]  # the cut prompt is asked again
+    assert [r["index"] for r in read_answers(path)] == [0, 1, 2]  # the cut prompt is asked again
     samples = {s["index"]: s for s in _samples(path, seed=0)}
     assert set(samples) == {1, 2}  # nothing to learn from an empty answer
     assert samples[1]["input_ids"] == [5, 6, 7, 8, 9] and samples[1]["loss_mask"] == [0, 0, 1, 1, 1]

@@ -151,7 +151,7 @@ def test_tiny_training_run_then_resume(work: Path) -> None:
 def test_a_warm_start_begins_where_its_source_ended(tmp_path: Path, target_dir: str) -> None:
     """Continue a finished build: its weights (cast from the bf16 checkpoint to the float32 the
     CPU trains in), a fresh schedule, and a first loss at the trained level, checked."""
-    from harness.drafters.train_stages import WARM_START_FILE, train_losses
+    from harness.drafters.workdir import WARM_START_FILE, train_losses
 
     source = tmp_path / "source"
     build = _prepare(source, target_dir, TEXTS * 4, epochs=3, learning_rate=3e-3, validation_fraction=0.2)

@@ -116,8 +116,8 @@ def test_regime_checks_route_to_the_registered_engine(tmp_path: Path, toy: ToyAd
 
 
 def test_the_plan_launches_the_registered_engine(tmp_path: Path, toy: ToyAdapter) -> None:
-    from harness.environment import collect_env_vars
     from harness.plan import plan_regime
+    from harness.sensors.environment import collect_env_vars
 
     plan = plan_regime(_toy_regime(tmp_path))
     assert plan.adapter is toy

@@ -1,10 +1,13 @@
-"""Other processes on the engine's GPUs (probes.gpu): attribution from NVML's process view, the
-reader's handling of NVML's answers, the watch thread, and the texts that name a GPU neighbour.
+"""Other processes on the engine's GPUs: attribution from NVML's process view (probes.gpu), the
+reader's handling of NVML's answers and the watch thread (sensors.gpu), and the texts that name a
+GPU neighbour.
 NVML itself is replaced by a stand-in module here (no GPU on CI); tests/test_gpu_power.py runs the
 real NVML path on a GPU machine."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 import types
@@ -12,8 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.probes import gpu
 from harness.probes.gpu import ProcessSample, window_gpu
+from harness.sensors import gpu
+from harness.sensors.cpu import process_name
 
 
 def test_neighbours_are_the_other_processes_on_the_engines_gpus() -> None:
@@ -40,6 +44,35 @@ def test_without_the_engines_pids_nothing_is_attributed() -> None:
     assert window_gpu([], {100})["others"] == []
 
 
+def test_the_names_are_the_ones_recorded_at_the_polls() -> None:
+    """The formula reads names from the samples only (never /proc): this process is alive and
+    named here, yet a sample without a name stays unnamed; the latest recorded name wins."""
+    polls = [
+        [ProcessSample(0, 100, 10.0, 1.0), ProcessSample(0, 200, 10.0, 1.0, "old")],
+        [ProcessSample(0, 200, 10.0, 1.0, "python"), ProcessSample(0, os.getpid(), 10.0, 1.0)],
+    ]
+    others = {o["pid"]: o["name"] for o in window_gpu(polls, {100})["others"]}
+    assert others == {200: "python", os.getpid(): None}
+
+
+def test_a_neighbour_that_leaves_keeps_the_name_it_had_at_the_poll() -> None:
+    neighbour = subprocess.Popen(["sleep", "30"])
+    deadline = time.monotonic() + 10
+    while process_name(neighbour.pid) != "sleep":  # forked, not yet exec'd: still this test's name
+        assert time.monotonic() < deadline, process_name(neighbour.pid)
+        time.sleep(0.01)
+
+    class Reader:
+        def read(self, since_us: int) -> list[ProcessSample]:
+            return [ProcessSample(0, 1, 10.0, 50.0), ProcessSample(0, neighbour.pid, 10.0, 20.0)]
+
+    watch = gpu.GpuWatch(Reader(), ours={1}, period_s=60)
+    watch._poll(0)  # a poll while it runs (no thread: the window's stop adds no poll of its own)
+    neighbour.kill()
+    neighbour.wait()
+    assert [(o["pid"], o["name"]) for o in watch.stop()["others"]] == [(neighbour.pid, "sleep")]
+
+
 class _NvmlError(Exception):
     def __init__(self, value: int) -> None:
         super().__init__(value)
@@ -47,7 +80,7 @@ class _NvmlError(Exception):
 
 
 def _fake_pynvml(processes: dict[int, list[tuple[int, int | None]]], utilization: dict) -> types.ModuleType:
-    """A stand-in for nvidia-ml-py with the calls probes.gpu makes, answering as NVML does:
+    """A stand-in for nvidia-ml-py with the calls sensors.gpu makes, answering as NVML does:
     ``NOT_FOUND`` when no process used the SMs since the timestamp, ``NOT_SUPPORTED`` where the
     device cannot say per process."""
     nvml = types.ModuleType("pynvml")

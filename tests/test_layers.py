@@ -68,8 +68,6 @@ PLACES: dict[str, str] = {
     "harness.engines": "run",
     "harness.sensors": "run",
     "harness.environment": "run",
-    "harness.power": "run",
-    "harness.devices": "run",
     "harness.server": "run",
     "harness.client": "run",
     "harness.plan": "run",

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.environment import collect_cpu, machine_differences
+from harness.environment import machine_differences
 from harness.regime import load_regime
+from harness.sensors.environment import collect_cpu
 from harness.validation import check_environment
 
 ROOT = Path(__file__).resolve().parent.parent

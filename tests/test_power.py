@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.power import PowerReading, PowerSampler, RaplReader, open_reader
 from harness.probes.power import summarize_power
+from harness.sensors.power import PowerReading, PowerSampler, RaplReader, open_reader
 
 
 class FakeReader:

@@ -237,20 +237,22 @@ def test_cpu_accounting_splits_the_machine_by_whom() -> None:
     import os
 
     from harness.probes import cpu
+    from harness.sensors import cpu as cpu_sensor
 
-    before = cpu.CpuSnapshot(busy_s=100.0, steal_s=1.0, engine_s=10.0, client_s=2.0)
-    after = cpu.CpuSnapshot(busy_s=110.0, steal_s=1.5, engine_s=17.0, client_s=2.5)
+    before = cpu.CpuSnapshot(busy_s=100.0, steal_s=1.0, engine_s=10.0, client_s=2.0, cores=4)
+    after = cpu.CpuSnapshot(busy_s=110.0, steal_s=1.5, engine_s=17.0, client_s=2.5, cores=4)
     used = cpu.window_cpu(before, after)
     assert used is not None
     assert (used["engine_s"], used["client_s"], used["others_s"], used["steal_s"]) == pytest.approx(
         (7, 0.5, 2.5, 0.5)
     )
+    assert used["cores"] == 4.0  # the machine's, as the snapshot recorded it
     # tick-granular counters can disagree by a tick: a neighbour is never negative
-    assert cpu.window_cpu(before, cpu.CpuSnapshot(100.0, 1.0, 10.02, 2.0))["others_s"] == 0.0
+    assert cpu.window_cpu(before, cpu.CpuSnapshot(100.0, 1.0, 10.02, 2.0, 4))["others_s"] == 0.0
     assert cpu.window_cpu(None, after) is None
     # on this Linux machine: the real /proc, with this process's own group as the "engine"
-    start = cpu.snapshot(os.getpgid(0))
+    start = cpu_sensor.snapshot(os.getpgid(0))
     sum(i * i for i in range(300_000))  # burn some CPU in this process
-    end = cpu.snapshot(os.getpgid(0))
-    assert start is not None and end is not None
+    end = cpu_sensor.snapshot(os.getpgid(0))
+    assert start is not None and end is not None and end.cores == os.cpu_count()
     assert end.client_s > start.client_s and end.engine_s >= start.engine_s and end.busy_s >= start.busy_s

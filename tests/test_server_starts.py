@@ -14,7 +14,7 @@ import yaml
 from rich.console import Console
 
 from harness.errors import UserError
-from harness.plan import describe_plan, plan_regime
+from harness.plan import describe_plan, plan_regime, run_plan
 from harness.regime import load_regime
 from harness.results import RunDir, read_jsonl
 from harness.results.model import RepeatMetrics
@@ -121,11 +121,11 @@ def _rounds_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: set[tu
     """A runner whose start-ups only record their order (and fail where ``fail`` says), so the
     orchestration is tested without servers; the real start-ups are the engine test's."""
     regime = _regime(tmp_path, server_starts=3)
-    runner = Runner(plan_regime(regime), tmp_path, Console(quiet=True))
+    runner = Runner(run_plan(plan_regime(regime), "model"), tmp_path, Console(quiet=True))
     runner.started = 0.0
     order: list[tuple[int, str]] = []
 
-    def start_up(run, arm, model, start, startups):
+    def start_up(run, arm, start, startups):
         order.append((start, arm.name))
         startups.append(1.0)
         failed = (start, arm.name) in fail
@@ -143,7 +143,7 @@ def test_start_ups_go_in_rounds_and_a_failed_arm_sits_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runner, run, order = _rounds_runner(tmp_path, monkeypatch, fail={(1, "baseline")})
-    runner._run_arms(run, "model")
+    runner._run_arms(run)
     # start-up 1 of every arm, then start-up 2, ...: a drift of the machine is spread over the arms
     assert order == [(0, "baseline"), (0, "ngram_k4"), (1, "baseline"), (1, "ngram_k4"), (2, "ngram_k4")]
     assert run.read_status("baseline").status == "failed" and run.read_status("ngram_k4").status == "ok"
@@ -155,14 +155,14 @@ def test_an_interrupt_between_start_ups_leaves_no_arm_running(
     runner, run, order = _rounds_runner(tmp_path, monkeypatch, fail=set())
     real = runner._run_start_up
 
-    def interrupted(run, arm, model, start, startups):
+    def interrupted(run, arm, start, startups):
         if (start, arm.name) == (1, "ngram_k4"):
             raise KeyboardInterrupt
-        real(run, arm, model, start, startups)
+        real(run, arm, start, startups)
 
     monkeypatch.setattr(runner, "_run_start_up", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        runner._run_arms(run, "model")
+        runner._run_arms(run)
     # the baseline had finished start-up 2 of 3 and waited for its third: interrupted, not running
     baseline = run.read_status("baseline")
     assert baseline.status == "interrupted" and baseline.startups_s == [1.0, 1.0]

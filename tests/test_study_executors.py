@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness.devices import visible_indices
 from harness.errors import UserError
+from harness.sensors.devices import visible_indices
 from harness.study import run as study_run
 from harness.study.executors import JobOutcome, JobSpec, outcome_of, slurm_parameters
 from harness.study.placement import Demand, plan_lines, plan_placement

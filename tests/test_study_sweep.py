@@ -115,9 +115,8 @@ def test_validate_prints_every_point_and_its_commands() -> None:
 def test_a_study_regime_never_runs_unexpanded(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from harness.plan import plan_regime
-    from harness.runner import Runner
+    from harness.plan import plan_regime, prepare_run
 
     plan = plan_regime(GPU_STUDY)
     with pytest.raises(UserError, match="is a study"):
-        Runner(plan, tmp_path, Console())
+        prepare_run(plan, Console())

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.environment import collect_env_vars
 from harness.regime import load_regime
+from harness.sensors.environment import collect_env_vars
 from harness.validation import check_environment, check_served, lossy_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,7 +186,8 @@ def test_served_config_from_the_real_startup_log() -> None:
 
 
 def test_model_identity_and_environment_fingerprint(tmp_path: Path) -> None:
-    from harness.environment import environment_fingerprint, model_identity
+    from harness.environment import environment_fingerprint
+    from harness.sensors.environment import model_identity
 
     (tmp_path / "config.json").write_text('{"hidden_size": 576}')
     (tmp_path / "model.safetensors").write_bytes(b"x" * 10)
@@ -251,7 +252,7 @@ def test_gated_hub_models_need_a_token_before_anything_starts(tmp_path: Path) ->
     import subprocess
     import sys
 
-    from harness.environment import collect_hub_token
+    from harness.sensors.environment import collect_hub_token
     from harness.validation import check_environment
 
     regime = load_regime(ROOT / "regimes" / "h200_tp8.yaml")

@@ -113,8 +113,8 @@ def _print_placement(ids: list[str], plans: list[Any], options: Any, regime: Any
 
 def _print_plan(plan: Any, console: Console) -> None:
     """What `bench validate` shows of one concrete regime: the plan, this machine against it, commands."""
-    from harness.environment import collect_environment
     from harness.plan import describe_plan
+    from harness.sensors.environment import collect_environment
 
     model = plan.resolve_models(build=False)
     console.print(describe_plan(plan), highlight=False)

@@ -38,14 +38,7 @@ from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import Progress
 
 from harness.drafters.manifest import (
     BUILDER_VERSION,
@@ -55,17 +48,24 @@ from harness.drafters.manifest import (
     layer_ids,
     mask_token_id,
 )
+from harness.drafters.workdir import (
+    METRICS_FILE,
+    TRUNCATION_FILE,
+    WARM_START_FILE,
+    progress_bar,
+    read_answers,
+    train_losses,
+)
 from harness.engines import SERVED_MODEL_NAME, get_adapter
 from harness.errors import EngineError, UserError
 from harness.models import cache_root
 from harness.regime import Arm, Regime, TrainedDrafter, workload_paths
 from harness.results.files import read_jsonl
+from harness.sensors.power import open_nvml
 from harness.server import Server, free_port
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt, load_prompt_pool, prompt_sha256
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors")
-TRUNCATION_FILE = "truncation.json"  # the data stage's account of what total_seq_len cut
-WARM_START_FILE = "warm_start.json"  # a warm start's source and the first loss that proved it loaded
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ def _warm_start_source(
     where = f"{regime_path}: arms[{index}].draft_model.trained.warm_start"
     source = (regime_path.parent / Path(settings.warm_start).expanduser()).resolve()
     manifest_file = source / MANIFEST_NAME
-    if not manifest_file.is_file() or not (source / "build" / "train_metrics.jsonl").is_file():
+    if not manifest_file.is_file() or not (source / "build" / METRICS_FILE).is_file():
         raise UserError(f"{where}: {source} is not a drafter this harness trained (no manifest and metrics)")
     manifest = json.loads(manifest_file.read_text())
     if not manifest.get("trained") or manifest.get("method") != arm.method:
@@ -249,34 +249,7 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def progress_bar(console: Console) -> Progress:
-    """One bar per stage: done / total, a note (tokens, loss), elapsed and remaining time."""
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[note]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-    )
-
-
 # ---- stage 2: generate -------------------------------------------------------------------------
-
-
-def read_answers(path: Path) -> list[dict[str, Any]]:
-    """The answers on disk, one per prompt index, in index order. A line cut by a crash is
-    ignored: that prompt is asked again."""
-    rows: dict[int, dict[str, Any]] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-                rows[int(row["index"])] = row
-            except (ValueError, KeyError, TypeError):
-                continue
-    return [rows[i] for i in sorted(rows)]
 
 
 async def _generate(
@@ -427,8 +400,6 @@ def log_tail(log: Path, lines: int = 20) -> list[str]:
 
 def gpu_snapshot() -> str | None:
     """Power draw and memory in use per GPU, or None without NVML (a CPU machine)."""
-    from harness.power import open_nvml
-
     try:
         nvml, handles = open_nvml()
     except Exception:  # ImportError, RuntimeError ("no GPU"), pynvml.NVMLError (no driver)
@@ -485,9 +456,7 @@ def _build_settings(plan: DistillPlan, regime: Regime) -> dict[str, Any]:
             "max_anchors": settings.max_anchors,
         }
     if settings.warm_start:  # what the first loss is checked against (train_stages.check_warm_start)
-        from harness.drafters.train_stages import train_losses
-
-        losses = train_losses(Path(settings.warm_start) / "build" / "train_metrics.jsonl")
+        losses = train_losses(Path(settings.warm_start) / "build" / METRICS_FILE)
         if not losses:
             raise UserError(f"warm start: {settings.warm_start} recorded no training loss to continue from")
         build["warm_start"] = {
@@ -504,7 +473,7 @@ def _build_settings(plan: DistillPlan, regime: Regime) -> dict[str, Any]:
 def _metrics(work_dir: Path) -> tuple[list[dict[str, Any]], int, float | None]:
     """(validation per epoch, optimizer steps, training seconds) from the trainer's metric lines."""
     validation, steps, times = [], 0, []
-    path = work_dir / "train_metrics.jsonl"
+    path = work_dir / METRICS_FILE
     for row in read_jsonl(path):  # a torn last line (the trainer killed mid-write) is skipped
         times.append(row["time"])
         if "train" in row:
@@ -596,7 +565,7 @@ def publish(
     shutil.copy2(plan.answers_file, tmp / "build" / "responses.jsonl")
     kept = (
         WARM_START_FILE,
-        "train_metrics.jsonl",
+        METRICS_FILE,
         "data.log",
         "train.log",
         "build.json",

@@ -25,11 +25,17 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from harness.drafters.distill import TRUNCATION_FILE, WARM_START_FILE, progress_bar, read_answers
+from harness.drafters.workdir import (
+    METRICS_FILE,
+    TRUNCATION_FILE,
+    WARM_START_FILE,
+    progress_bar,
+    read_answers,
+    train_losses,
+)
 
 DATA_DIR = "data"  # speculators' --data-path: the Arrow dataset, token_freq.pt, hidden_states/
 CHECKPOINTS_DIR = "checkpoints"
-METRICS_FILE = "train_metrics.jsonl"
 
 
 def read_build(work_dir: Path) -> dict[str, Any]:
@@ -284,14 +290,6 @@ def prepare_warm_start(work_dir: Path, source: Path, dtype: str) -> Path:
     config.update({key: dtype for key in ("dtype", "torch_dtype") if key in config} or {"dtype": dtype})
     (target / "config.json").write_text(json.dumps(config, indent=2))
     return target
-
-
-def train_losses(metrics_file: Path) -> list[float]:
-    """The training loss of every logged step, in order."""
-    if not metrics_file.is_file():
-        return []
-    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
-    return [r["train"]["loss"] for r in rows if isinstance(r.get("train"), dict) and "loss" in r["train"]]
 
 
 def check_warm_start(first: float | None, source_first: float, source_last: float) -> None:

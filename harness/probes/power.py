@@ -1,4 +1,4 @@
-"""Power metrics from the raw samples stored with each window (``harness.power`` reads them).
+"""Power metrics from the raw samples stored with each window (``harness.sensors.power`` reads them).
 
 Energy, mean/peak W and J/token are derived from ``[t, W, cumulative J, throttled]`` rows. Energy
 comes from the energy counter delta where there is one, else from integrating power over time.

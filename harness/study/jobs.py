@@ -22,11 +22,12 @@ from typing import Any
 
 from rich.console import Console
 
-from harness.environment import collect_gpus, collect_placement
 from harness.errors import UserError
+from harness.plan import prepare_run
 from harness.regime import Regime
 from harness.results.files import read_json, write_json_atomic
 from harness.runner import Runner, resume_run
+from harness.sensors.environment import collect_gpus, collect_placement
 from harness.study.record import StudyDir
 from harness.study.sweep import plan_study
 
@@ -119,7 +120,7 @@ def run_point(
         write_json_atomic(root / PLACEMENT_FILE, {**placed, "continued_by": continued})
         _, summary = resume_run(root, console, allow_mismatch)
     else:
-        runner = Runner(plan, study_root, console, allow_mismatch)
+        runner = Runner(prepare_run(plan, console, allow_mismatch), study_root, console)
         runner.on_created = lambda path: write_json_atomic(path / PLACEMENT_FILE, placement_record())
         _, summary = runner.run(run_root=root)
     return 0 if summary.arms and all(arm.status == "ok" for arm in summary.arms) else 3

@@ -55,7 +55,7 @@ def node_devices(options: ExecutorOptions) -> list[str]:
     """The GPUs the local executor hands out, as NVML indices (jobs get them with
     CUDA_DEVICE_ORDER=PCI_BUS_ID, so CUDA counts them as NVML does): every GPU this process may
     use, or the first ``--gpus N``. Where NVML sees none, ``--gpus N`` names N logical devices."""
-    from harness.environment import collect_gpus
+    from harness.sensors.environment import collect_gpus
 
     visible = [str(g["index"]) for g in collect_gpus()["gpus"]]
     if options.gpus is None:

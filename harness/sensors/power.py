@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.devices import visible_handles
+from harness.sensors.devices import visible_handles
 
 
 @dataclass(frozen=True)
