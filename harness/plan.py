@@ -26,7 +26,8 @@ from harness.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, re
 from harness.drafters.fit import Fit, drafter_fit
 from harness.engines import EngineAdapter, LaunchSpec, get_adapter
 from harness.errors import UserError
-from harness.models import converted_dir, is_local_reference, resolve_model_path, resolve_package_gguf
+from harness.model_build import resolve_package_gguf
+from harness.models import converted_dir, is_local_reference, resolve_model_path
 from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, workload_paths
 from harness.sensors.environment import collect_environment
 from harness.validation import check_environment, lossy_settings

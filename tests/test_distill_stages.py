@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.models import resolve_package_gguf
+from harness.model_build import resolve_package_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = [

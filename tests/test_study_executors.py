@@ -178,7 +178,6 @@ def _study(tmp_path: Path, options: ExecutorOptions):
 def _dispatch(monkeypatch, directory, record, plans, executor: FakeExecutor) -> str:
     monkeypatch.setattr(study_run, "open_executor", lambda options, root: executor)
     monkeypatch.setattr(study_run, "load_study", lambda root: None)  # no run to summarise here
-    monkeypatch.setattr(study_run, "write_analysis", lambda results: None)
     monkeypatch.setattr(study_run, "POLL_S", 0.0)
     out = io.StringIO()
     Dispatcher(directory, directory.read(), plans, Console(file=out, width=200), False).run()

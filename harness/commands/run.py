@@ -105,6 +105,7 @@ def _run_study(
     announce: Callable[[Path | None], None] | None,
     console: Console,
 ) -> int:
+    from harness.study.analysis_md import write_analysis
     from harness.study.record import ExecutorOptions, StudyDir
     from harness.study.run import resume_study, run_study
 
@@ -116,6 +117,7 @@ def _run_study(
         _, results = run_study(
             args.regime, args.results_dir, console, options, args.allow_mismatch, announce, regime=regime
         )
+    write_analysis(results)  # analysis.md beside study.json: what the run derived, in prose
     return print_study(results, console)
 
 

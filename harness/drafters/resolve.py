@@ -30,7 +30,8 @@ from rich.console import Console
 from harness.drafters import distill
 from harness.drafters.manifest import TRAINING_PROMPTS_NAME, read_manifest
 from harness.drafters.untrained import build_untrained, untrained_dir
-from harness.models import converted_dir, is_local_reference, resolve_model_path, resolve_package_gguf
+from harness.model_build import resolve_package_gguf
+from harness.models import converted_dir, is_local_reference, resolve_model_path
 from harness.regime import Arm, DraftModel, Regime
 from harness.workloads import LoadedWorkload, prompt_sha256
 

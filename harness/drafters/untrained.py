@@ -3,7 +3,7 @@
 real engine but accepts ~nothing: "untrained, mechanics only".
 
 Building imports torch, so it runs in a child process (``python -m harness.drafters.untrained``),
-like the GGUF conversion in ``harness.models``.
+like the GGUF conversion in ``harness.model_build``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from harness.drafters.manifest import (
     target_config,
 )
 from harness.errors import UserError
-from harness.models import build_into_cache, cache_root
+from harness.model_build import build_into_cache
+from harness.models import cache_root
 
 UNTRAINED_NOTE = "random initialisation: runs the method's code path on the real engine, accepts ~nothing"
 

@@ -33,7 +33,7 @@ import importlib.metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields, http
+from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields
 from harness.probes.acceptance import SpecCounters
 
 if TYPE_CHECKING:
@@ -170,15 +170,21 @@ class SglangAdapter:
         return request_counters([r.spec_details for r in records if r.spec_details])
 
     def reset_prefix_cache(self, base_url: str) -> bool:
+        from harness.engines import http  # I/O: only the run side calls this method
+
         return http.post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)
 
     def server_figures(self, base_url: str) -> dict | None:
         """SGLang's own server-wide acceptance figure, stored next to tau, never used as tau."""
+        from harness.engines import http  # I/O: only the run side calls this method
+
         info = http.get_json(base_url, "/server_info")
         return None if info is None else server_figures_from_info(info)
 
     def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
         """``/server_info``: the resolved server arguments, as the engine applied them."""
+        from harness.engines import http  # I/O: only the run side calls this method
+
         info = http.get_json(base_url, "/server_info")
         return {} if info is None else served_from_server_info(info)
 

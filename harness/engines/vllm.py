@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields, http
+from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields
 from harness.probes.acceptance import SpecCounters, parse_prometheus
 
 if TYPE_CHECKING:
@@ -117,12 +117,16 @@ class VllmAdapter:
         return None  # everything vLLM streams is in the fields the client reads itself
 
     def read_spec_counters(self, base_url: str) -> SpecCounters | None:
+        from harness.engines import http  # I/O: only the run side calls this method
+
         return http.scrape_spec_counters(base_url, self.metrics_path, self.parse_spec_counters)
 
     def window_counters(self, window: WindowRecord, records: list[RequestRecord]) -> SpecCounters:
         return window.counter_delta()  # the scrapes right before and after the window
 
     def reset_prefix_cache(self, base_url: str) -> bool:
+        from harness.engines import http  # I/O: only the run side calls this method
+
         return http.post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)
 
     def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
@@ -148,6 +152,8 @@ class VllmAdapter:
         served: dict = (
             _from_log(log_path.read_text(errors="replace")) if log_path and log_path.exists() else {}
         )
+        from harness.engines import http  # I/O: only the run side calls this method
+
         version = http.get_json(base_url, "/version")
         if version is not None:  # an engine without these routes: nothing to check against
             served["version"] = version.get("version")

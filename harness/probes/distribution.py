@@ -28,9 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from harness.results.records import RequestRecord
 from harness.stats import mann_whitney_two_sided, median
+
+if TYPE_CHECKING:  # a formula knows the record's shape, not the store
+    from harness.results.records import RequestRecord
 
 STATISTICS = ("mean_logprob", "output_tokens", "top1_share")
 

@@ -13,9 +13,12 @@ window says so, so the server's numbers are never reported as if the stated rate
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from harness.results.records import RequestRecord
 from harness.stats import quantile
+
+if TYPE_CHECKING:  # a formula knows the record's shape, not the store
+    from harness.results.records import RequestRecord
 
 
 def achieved_rate_rps(records: Sequence[RequestRecord]) -> float | None:

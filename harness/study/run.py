@@ -20,7 +20,6 @@ from harness.plan import Plan
 from harness.regime import Regime
 from harness.results.files import RunDir, read_json, writer_lock
 from harness.server import log_tail, stop_left_running
-from harness.study.analysis_md import write_analysis
 from harness.study.collect import StudyResults, load_study
 from harness.study.executors import Executor, Job, JobOutcome, JobSpec, open_executor
 from harness.study.jobs import LOG_TAIL_LINES, PLACEMENT_FILE, now, point_command
@@ -344,9 +343,7 @@ class Dispatcher:
             raise
         finally:
             executor.close()
-        results = load_study(root)
-        write_analysis(results)
-        return self.directory, results
+        return self.directory, load_study(root)
 
     def _resumable(self, executor: Executor) -> list[int]:
         """The points still to run: complete ones are kept, a job still running is re-attached
