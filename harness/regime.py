@@ -898,7 +898,7 @@ class Regime(StrictModel):
         names = [arm.name for arm in self.arms]
         for index, name in enumerate(names):
             if name in names[:index]:
-                raise FieldError(("arms", index, "name"), f"arm names must be unique; '{name}' is repeated")
+                raise FieldError(("arms", index, "name"), f"arm names must be unique; repeated: {name}")
         baselines = [index for index, arm in enumerate(self.arms) if arm.method == "baseline"]
         if len(baselines) != 1:
             raise FieldError(

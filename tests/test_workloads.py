@@ -72,7 +72,8 @@ def test_missing_prompt_file(tmp_path: Path) -> None:
     with pytest.raises(
         UserError,
         match=r"w.yaml:3: source.path: prompt file prompts.jsonl does not exist: looked for "
-        rf"{tmp_path}/prompts.jsonl \(paths in w.yaml are relative to its folder\); did you mean 'prompt.jsonl'\?",
+        rf"{tmp_path}/prompts.jsonl \(paths in w.yaml are relative to its folder\); "
+        r"did you mean 'prompt.jsonl'\?",
     ):
         load_workload(_workload(tmp_path, LOCAL), 1)
 
