@@ -1,21 +1,25 @@
 """Load a user-written YAML file into a strict pydantic model, with errors a user can act on.
 
 Every error names the file, the line and the dotted path of the offending field
-(``regimes/x.yaml:14: arms[1].num_speculative_tokens: ...``); unknown keys get a "did you
-mean" suggestion. Nothing here ever lets a traceback reach the user: the CLI prints
-``UserError`` messages as they are.
+(``regimes/x.yaml:14: arms[1].num_speculative_tokens: ...``), cross-field and file checks
+included: validators and later checks raise ``harness.errors.FieldError`` with the path of the
+field they are about, and this module maps that path to its line. Unknown keys, enum values and
+file names get a "did you mean" suggestion, made here only (``did_you_mean``). Nothing here ever
+lets a traceback reach the user: the CLI prints ``UserError`` messages as they are.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from harness.errors import UserError
+from harness.errors import FieldError, UserError
 
 Loc = tuple[Any, ...]
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -101,14 +105,37 @@ def _nested_models(annotation: Any) -> list[type[BaseModel]]:
     return [m for arg in getattr(annotation, "__args__", ()) for m in _nested_models(arg)]
 
 
-def _describe(error: dict[str, Any], model: type[BaseModel]) -> str:
-    # Pydantic's loc can contain union-branch tags; keep only real keys and indexes.
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` for the choice closest to ``word``, or "" when none is close."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def error_loc(error: dict[str, Any]) -> Loc:
+    """A pydantic error's field path: real keys and indexes only (no validator names, no
+    union-branch tags), then the path a FieldError raised by a validator names within its model."""
+    loc = tuple(
+        part
+        for part in error["loc"]
+        if isinstance(part, int) or not str(part).startswith(("function-", "tag-"))
+    )
+    raised = error.get("ctx", {}).get("error")
+    return loc + raised.path if isinstance(raised, FieldError) else loc
+
+
+def _field_message(error: FieldError) -> str:
+    return error.message + (did_you_mean(error.value, error.choices) if error.choices else "")
+
+
+def error_message(error: dict[str, Any], model: type[BaseModel]) -> str:
+    """What is wrong, for one pydantic error of ``model`` (its place is ``error_loc``)."""
     kind = error["type"]
+    raised = error.get("ctx", {}).get("error")
+    if isinstance(raised, FieldError):
+        return _field_message(raised)
     if kind == "extra_forbidden":
         key = str(error["loc"][-1])
-        close = difflib.get_close_matches(key, sorted(_all_field_names(model)), n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        return f"unknown key '{key}'{hint}"
+        return f"unknown key '{key}'" + did_you_mean(key, sorted(_all_field_names(model)))
     if kind == "missing":
         return "required field is missing"
     message = error["msg"].removeprefix("Value error, ")  # pydantic's wording for a validator's own message
@@ -118,25 +145,70 @@ def _describe(error: dict[str, Any], model: type[BaseModel]) -> str:
         and not isinstance(error["input"], (dict, list))
     ):
         message += f" (got {error['input']!r})"
+    if kind == "literal_error":  # pydantic lists the allowed values as their reprs: 'a', 'b' or 'c'
+        message += did_you_mean(error["input"], re.findall(r"'([^']*)'", error["ctx"]["expected"]))
     return message
+
+
+def _one_line(source: Path, loc: Loc, lines: dict[Loc, int], message: str) -> str:
+    line = _line_for(loc, lines)
+    return f"{source}:{line}: {dotted(loc)}: {message}" if line else f"{source}: {dotted(loc)}: {message}"
 
 
 def format_validation_error(
     path: Path, exc: ValidationError, lines: dict[Loc, int], model: type[BaseModel]
 ) -> str:
-    messages = []
-    for error in exc.errors():
-        loc = tuple(
-            # real keys and indexes only: no validator names, no union-branch tags
-            part
-            for part in error["loc"]
-            if isinstance(part, int) or not str(part).startswith(("function-", "tag-"))
-        )
-        line = _line_for(loc, lines)
-        where = f"{path}:{line}" if line else str(path)
-        field = dotted(loc) if loc else "(top level)"
-        messages.append(f"{where}: {field}: {_describe(error, model)}")
-    return "\n".join(messages)
+    return "\n".join(
+        _one_line(path, error_loc(error), lines, error_message(error, model)) for error in exc.errors()
+    )
+
+
+def located(source: Path, error: FieldError) -> UserError:
+    """A FieldError found after ``source`` was loaded (a file that is not there, a name defined in
+    another file) as the UserError its loader gives: the file, that field's line, its path."""
+    try:
+        _, lines = read_yaml(source)
+    except UserError:  # gone or unreadable since: the message still names the file and the field
+        lines = {}
+    return UserError(_one_line(source, error.path, lines, _field_message(error)))
+
+
+def existing_path(source: Path, loc: Loc, written: str, what: str, need_file: bool = True) -> Path:
+    """``written``, a path in the file ``source`` at field ``loc`` (relative to that file's folder
+    unless absolute), resolved; if nothing is there, the UserError at that field's line that says
+    where it looked and offers the closest path that does exist."""
+    base = source.parent
+    resolved = (base / Path(written).expanduser()).resolve()
+    if resolved.is_file() or (not need_file and resolved.exists()):
+        return resolved
+    relative = (
+        ""
+        if Path(written).expanduser().is_absolute()
+        else f" (paths in {source.name} are relative to its folder)"
+    )
+    message = f"{what} {written} does not exist: looked for {resolved}{relative}"
+    raise located(source, FieldError(loc, message + did_you_mean(written, _paths_near(written, base))))
+
+
+def _paths_near(written: str, base: Path) -> list[str]:
+    """Paths the user may have meant, spelled as they would write them: every entry of the folder
+    named, and of the same folder with more or fewer leading '../' (the file moved a level)."""
+    path = Path(written).expanduser()
+    folders = [path.parent]
+    if not path.is_absolute():
+        parts = list(path.parent.parts)
+        while parts and parts[0] == "..":
+            parts.pop(0)
+        folders += [Path(*[".."] * ups, *parts) for ups in range(4)]
+    dot = "./" if written.startswith("./") else ""  # './model' is a local path, 'model' a hub id
+    return [
+        (folder / entry.name).as_posix()
+        if folder.is_absolute() or folder.parts[:1] == ("..",)
+        else dot + (folder / entry.name).as_posix()
+        for folder in dict.fromkeys(folders)
+        if (base / folder).is_dir()
+        for entry in (base / folder).iterdir()
+    ]
 
 
 def load_model(path: Path, model: type[ModelT], context: dict[str, Any] | None = None) -> ModelT:

@@ -22,10 +22,11 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from harness.config_file import existing_path, located
 from harness.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, resolve_drafters
 from harness.drafters.fit import Fit, drafter_fit
 from harness.engines import EngineAdapter, LaunchSpec, get_adapter
-from harness.errors import UserError
+from harness.errors import FieldError, UserError
 from harness.model_build import resolve_package_gguf
 from harness.models import converted_dir, is_local_reference, resolve_model_path
 from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, workload_paths
@@ -208,34 +209,31 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
     paths = workload_paths(regime, regime_path)
     workloads = [load_workload(path, regime.load.num_prompts, regime.chat) for path in paths]
     names = [w.name for w in workloads]
-    if len(set(names)) != len(names):
-        raise UserError(f"{regime_path}: workloads: two workload files share a name ({', '.join(names)})")
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise located(
+                regime_path, FieldError(("workloads", index), f"two workload files share the name '{name}'")
+            )
     gates = regime.gates
     for location, workload in [
-        (f"gates.rules[{i}].workload", g.workload) for i, g in enumerate(gates.rules)
-    ] + [(f"gates.golden_tau[{i}].workload", g.workload) for i, g in enumerate(gates.golden_tau)]:
+        (("gates", "rules", i, "workload"), g.workload) for i, g in enumerate(gates.rules)
+    ] + [(("gates", "golden_tau", i, "workload"), g.workload) for i, g in enumerate(gates.golden_tau)]:
         if workload is not None and workload not in names:
-            raise UserError(
-                f"{regime_path}: {location}: no workload named '{workload}' (workloads: {', '.join(names)})"
-            )
+            message = f"no workload named '{workload}' (workloads: {', '.join(names)})"
+            raise located(regime_path, FieldError(location, message, value=workload, choices=names))
     return Plan(regime=regime, regime_path=regime_path, adapter=adapter, workloads=workloads)
 
 
 def _check_local_paths(regime: Regime, regime_path: Path) -> None:
     """A model or draft written as a local path must exist now, not fail minutes into a run."""
-    references = [("target.path", regime.target.path)] + [
-        (f"arms[{i}].draft_model.path", arm.draft_model.path)
+    references = [(("target", "path"), regime.target.path)] + [
+        (("arms", i, "draft_model", "path"), arm.draft_model.path)
         for i, arm in enumerate(regime.arms)
         if arm.draft_model
     ]
     for location, reference in references:
         if reference and is_local_reference(reference):
-            resolved = Path(resolve_model_path(reference, regime_path))
-            if not resolved.exists():
-                raise UserError(
-                    f"{regime_path}: {location}: local model directory {reference} does not exist "
-                    f"({resolved})"
-                )
+            existing_path(regime_path, location, reference, "local model directory", need_file=False)
 
 
 def model_reference(regime: Regime, regime_path: Path, convert: bool) -> str:

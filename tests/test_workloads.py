@@ -67,7 +67,14 @@ def test_bad_prompt_files(tmp_path: Path, data: str, expected: str) -> None:
 
 
 def test_missing_prompt_file(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="prompt file not found"):
+    """The workload file's line of source.path, where it looked, and the file one letter off."""
+    (tmp_path / "prompt.jsonl").write_text('{"prompt": "a"}\n')
+    with pytest.raises(
+        UserError,
+        match=r"w.yaml:3: source.path: prompt file prompts.jsonl does not exist: looked for "
+        rf"{tmp_path}/prompts.jsonl \(paths in w.yaml are relative to its folder\); "
+        r"did you mean 'prompt.jsonl'\?",
+    ):
         load_workload(_workload(tmp_path, LOCAL), 1)
 
 
@@ -134,8 +141,12 @@ def test_specbench_first_turns_filtered_by_category(tmp_path: Path) -> None:
     )
     assert sorted(p.prompt_id for p in workload.prompts) == ["specbench-1", "specbench-3"]
     assert all(p.text.startswith("Translate German to English") for p in workload.prompts)
-    with pytest.raises(UserError, match="no record has category 'poetry'"):
+    with pytest.raises(
+        UserError, match=r"w.yaml:\d+: source.category: no record of .* has category 'poetry'"
+    ):
         load_workload(_source(tmp_path, "specbench", "specbench_question.jsonl", category="poetry"), 1)
+    with pytest.raises(UserError, match="has category 'translatoin' .*; did you mean 'translation'"):
+        load_workload(_source(tmp_path, "specbench", "specbench_question.jsonl", category="translatoin"), 1)
     with pytest.raises(UserError, match=r"specbench_broken.jsonl:2: not valid JSON"):
         load_workload(_source(tmp_path, "specbench", "specbench_broken.jsonl"), 1)
 
@@ -171,7 +182,7 @@ def test_jsonl_messages_are_sent_as_the_conversation(tmp_path: Path) -> None:
     ]
     _, body = request_body(prompts["m2"], "chat", regime.sampling, regime.load)
     assert body["messages"] == [{"role": "user", "content": "Say hello."}]
-    with pytest.raises(UserError, match="use prompt_format: chat"):
+    with pytest.raises(UserError, match=r"w.yaml:\d+: prompt_format: .*use prompt_format: chat"):
         load_workload(_source(tmp_path, "jsonl", "messages.jsonl", prompt_format="raw"), 1)
     with pytest.raises(UserError, match="record 1: each message needs a 'role'"):
         load_workload(_source(tmp_path, "jsonl", "messages_bad_role.jsonl"), 1)
@@ -199,5 +210,5 @@ def test_chat_settings_are_part_of_what_was_sent(tmp_path: Path) -> None:
     assert raw.chat is None  # raw prompts have no chat template: the regime's settings do not apply
     bad = tmp_path / "bad.yaml"
     bad.write_text((ROOT / "workloads" / "code_humaneval.yaml").read_text() + "chat:\n  system_prompt: x\n")
-    with pytest.raises(UserError, match="chat: applies to prompt_format: chat only"):
+    with pytest.raises(UserError, match=r"bad.yaml:\d+: chat: applies to prompt_format: chat only"):
         load_workload(bad, 1)

@@ -40,6 +40,7 @@ import httpx
 from rich.console import Console
 from rich.progress import Progress
 
+from harness.config_file import existing_path
 from harness.drafters.manifest import (
     BUILDER_VERSION,
     MANIFEST_NAME,
@@ -156,14 +157,11 @@ def plan_distillation(
     """The split: every prompt of the training pools except those the regime measures."""
     settings: TrainedDrafter = effective_settings(arm)
     index = next(i for i, a in enumerate(regime.arms) if a.name == arm.name)
-    paths = []
-    for i, entry in enumerate(settings.workloads):
-        path = (regime_path.parent / entry).resolve()
-        if not path.is_file():
-            raise UserError(
-                f"{regime_path}: arms[{index}].draft_model.trained.workloads[{i}]: no workload file {path}"
-            )
-        paths.append(path)
+    where = ("arms", index, "draft_model", "trained", "workloads")
+    paths = [
+        existing_path(regime_path, (*where, i), entry, "workload file")
+        for i, entry in enumerate(settings.workloads)
+    ]
     paths = paths or workload_paths(regime, regime_path)
     held_out = sorted({prompt_sha256(p) for w in measured for p in w.prompts})
     held = set(held_out)

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.config_file import dotted, read_yaml
+from harness.config_file import dotted, error_loc, error_message, read_yaml
 from harness.errors import UserError
 from harness.plan import Plan, plan_regime
 from harness.regime import Regime, load_regime
@@ -97,23 +97,45 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
 
 
 def _point_error(
-    source: Path, point: str, axes: tuple, exc: ValidationError, data: dict[str, Any]
+    source: Path,
+    point: str,
+    axes: tuple,
+    exc: ValidationError,
+    data: dict[str, Any],
+    families: dict[str, str],
 ) -> UserError:
     try:
         _, lines = read_yaml(source)  # the sweep's line, for the message
     except UserError:
         lines = {}
     first = exc.errors()[0]
-    loc = tuple(first["loc"])
+    loc = error_loc(first)
     field = dotted(loc) if loc else "(regime)"
-    if len(loc) > 1 and loc[0] == "arms" and isinstance(loc[1], int):
-        field += f" (arm {data['arms'][loc[1]]['name']})"
-    axis = axes[0][0] if axes else None
-    line = lines.get(("sweep", "regime", axis)) if axis else lines.get(("sweep",))
+    arm = (
+        data["arms"][loc[1]]["name"]
+        if len(loc) > 1 and loc[0] == "arms" and isinstance(loc[1], int)
+        else None
+    )
+    if arm is not None:
+        field += f" (arm {arm})"
+    line = _axis_line(lines, loc, axes, families.get(arm))
     where = f"{source}:{line}" if line else str(source)
     values = ", ".join(f"{p}={v}" for p, v in axes) or "arm-level axes only"
-    message = first["msg"].removeprefix("Value error, ")
+    message = error_message(first, Regime)
     return UserError(f"{where}: sweep point {point} ({values}): {field}: {message}; nothing was started")
+
+
+def _axis_line(lines: dict, loc: tuple, axes: tuple, family: str | None) -> int | None:
+    """The line of the axis that made a point invalid: the regime-level axis the bad field is (or
+    sits under), else the arm-level axis (or arm) of the bad arm, else the first axis, else sweep:."""
+    field = dotted(loc)
+    candidates = [
+        ("sweep", "regime", p) for p, _ in axes if field == p or field.startswith((p + ".", p + "["))
+    ]
+    if family is not None:
+        candidates += [("sweep", "arms", family, ".".join(map(str, loc[2:]))), ("sweep", "arms", family)]
+    candidates += [("sweep", "regime", axes[0][0])] if axes else []
+    return next((lines[c] for c in [*candidates, ("sweep",)] if c in lines), None)
 
 
 def expand(regime: Regime, source: Path) -> StudyPlan:
@@ -133,7 +155,7 @@ def expand(regime: Regime, source: Path) -> StudyPlan:
         try:
             concrete = Regime.model_validate(data)
         except ValidationError as exc:
-            raise _point_error(source, f"p{index}", axes, exc, data) from None
+            raise _point_error(source, f"p{index}", axes, exc, data, families) from None
         points.append(StudyPoint(f"p{index}", axes, concrete))
     return StudyPlan(regime=regime, source=source, points=points, families=families)
 
