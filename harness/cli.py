@@ -728,7 +728,7 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # Piped output (CI logs, files) would otherwise be cut to 80 columns and truncate the table.
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = __import__("harness.terminal").terminal.console()  # COLUMNS when piped (harness.terminal)
     # SIGTERM/SIGHUP unwind like Ctrl-C, so every server context manager stops its process group.
     # Ctrl-C itself too: left to asyncio.run, SIGINT only cancels the window's main task, and a task
     # that completes anyway (its last request done, the HTTP session closing) swallows the interrupt.

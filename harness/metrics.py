@@ -9,17 +9,26 @@ reports, and where its samples come from when a gate needs more than one number:
   shown in ms), statistic = the percentile itself, pooled over repeats;
 - ``prompt``: one 0/100 value per prompt compared with the baseline, statistic = mean.
 
-The gates, the terminal table, the report's highlighting and the comparison view look metrics
-up here; the formulas themselves live in ``harness.probes``.
+The gates, the terminal table (``harness.table``), the report's tables and highlighting
+(``harness.report``), the comparison view and the export's data dictionary (``columns.csv``,
+``harness.results.frames``) look metrics up here; the formulas themselves live in
+``harness.probes``. A new metric is a formula, a ``CellMetrics`` field and an entry below: the
+views iterate the registry in its order, so they show it without being touched.
+
+Names carry their unit as a suffix: ``_s`` / ``_ms`` seconds / milliseconds, ``_pct`` percent,
+``_rps`` requests per second, ``_tok_s`` tokens per second (``output_tok_s``), ``_w`` watts,
+``_j`` joules; ``acceptance_pos_<i>`` in the export is 0-based (draft position i + 1).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Statistic = Literal["mean", "p50", "p90"]
 SampleSource = Literal["repeat", "request", "prompt"]
+# when a view shows a metric's column: always, or only where the run measured what it needs
+Shown = Literal["always", "slo", "power", "copy", "open_loop", "never"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,32 @@ class Metric:
     # measured with a clock, so a busy neighbour moves it (the gate calls its change inconclusive
     # there); counts the engine keeps (tau) and token comparisons do not depend on who else ran
     timed: bool = True
+    fmt: str = ".2f"  # format spec of a value in every view
+    field: str | None = None  # where a cell holds it when not ``CellMetrics.<name>`` (dotted path)
+    shown: Shown = "always"  # the report's mini-lab tables show it (see Shown)
+    terminal: bool = False  # the terminal's mini-lab tables show it too (they must fit 80 columns)
+    baseline_text: str | None = None  # what the baseline's row shows instead (tau: 1 by definition)
+    ratio: bool = False  # a ratio to the baseline: above 1 is a gain, below a loss (coloured)
+    interval: tuple[str, str] | None = None  # the cell fields of its 95% interval, shown with it
+    flag: tuple[str, str] | None = None  # a cell's bool field that qualifies the value, and its text
 
+    def value(self, cell: Any) -> float | None:
+        """The metric's value in one cell (``CellMetrics``), None where not measured."""
+        value = cell
+        for part in (self.field or self.name).split("."):
+            value = getattr(value, part, None) if value is not None else None
+        return value
+
+    def format(self, value: float | None) -> str:
+        return "-" if value is None else format(value, self.fmt)
+
+    @property
+    def direction(self) -> str:
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+
+# entries the views show but the gates, the highlighting and the comparison leave alone
+_VIEW_ONLY: dict[str, Any] = {"gated": False, "highlighted": False, "compared": False}
 
 _ALL = (
     Metric(
@@ -51,6 +85,8 @@ _ALL = (
         "repeat",
         "mean acceptance length: 1 + accepted / drafts over the window (baseline: 1)",
         timed=False,
+        terminal=True,
+        baseline_text="1",
     ),
     Metric(
         "tokens_per_forward",
@@ -62,6 +98,7 @@ _ALL = (
         "output tokens per forward pass of the target, prefill token excluded: engine-neutral, unlike tau "
         "(baseline: 1)",
         timed=False,
+        terminal=True,
     ),
     Metric(
         "output_tok_s",
@@ -71,6 +108,8 @@ _ALL = (
         "mean",
         "repeat",
         "output tokens of successful requests / window wall time",
+        fmt=".1f",
+        terminal=True,
     ),
     Metric(
         "speedup",
@@ -80,6 +119,9 @@ _ALL = (
         "mean",
         "repeat",
         "arm tok/s / baseline tok/s, same prompts and concurrency",
+        terminal=True,
+        ratio=True,
+        interval=("speedup_low", "speedup_high"),
     ),
     Metric(
         "ttft_ms_p50",
@@ -91,6 +133,8 @@ _ALL = (
         "median time to first token",
         sample_field="ttft_s",
         scale=1000.0,
+        fmt=".0f",
+        terminal=True,
     ),
     Metric(
         "ttft_ms_p90",
@@ -102,6 +146,7 @@ _ALL = (
         "90th percentile time to first token",
         sample_field="ttft_s",
         scale=1000.0,
+        fmt=".0f",
     ),
     Metric(
         "tpot_ms_p50",
@@ -113,6 +158,8 @@ _ALL = (
         "median time per output token after the first",
         sample_field="tpot_s",
         scale=1000.0,
+        fmt=".1f",
+        terminal=True,
     ),
     Metric(
         "tpot_ms_p90",
@@ -124,6 +171,8 @@ _ALL = (
         "90th percentile time per output token after the first",
         sample_field="tpot_s",
         scale=1000.0,
+        fmt=".1f",
+        terminal=True,
     ),
     Metric(
         "usd_per_mtok",
@@ -133,6 +182,7 @@ _ALL = (
         "mean",
         "repeat",
         "hardware price per hour / (output tok/s x 3600) x 1e6",
+        terminal=True,
     ),
     Metric(
         "slo_pct",
@@ -142,6 +192,9 @@ _ALL = (
         "mean",
         "repeat",
         "requests that succeeded within every SLO target of the regime (TTFT, TPOT, E2E) / requests sent",
+        fmt=".0f",
+        shown="slo",
+        terminal=True,
     ),
     Metric(
         "goodput_rps",
@@ -151,6 +204,70 @@ _ALL = (
         "mean",
         "repeat",
         "requests within every SLO target / window wall time",
+        shown="slo",
+        terminal=True,
+    ),
+    # shown only in the report (the terminal's table must fit 80 columns), never gated
+    Metric(
+        "energy_usd_per_mtok",
+        "energy $/Mtok",
+        "USD/Mtok",
+        False,
+        "mean",
+        "repeat",
+        "measured joules per output token x the regime's electricity price, per million tokens",
+        fmt=".4f",
+        shown="power",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "mean_w",
+        "W mean",
+        "W",
+        False,
+        "mean",
+        "repeat",
+        "mean power over the cell's windows (NVML, or RAPL on a CPU machine)",
+        fmt=".0f",
+        shown="power",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "peak_w",
+        "W peak",
+        "W",
+        False,
+        "mean",
+        "repeat",
+        "highest power sample of the cell's windows",
+        fmt=".0f",
+        shown="power",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "j_per_token",
+        "J/token",
+        "J/token",
+        False,
+        "mean",
+        "repeat",
+        "energy over the windows / output tokens (throttled: the chip slowed for heat or power)",
+        fmt=".3f",
+        shown="power",
+        flag=("throttled", "throttled"),
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "copy_share_pct",
+        "copy %",
+        "%",
+        True,
+        "mean",
+        "request",
+        "output 3-token n-grams that occur in the prompt / output 3-grams, pooled over the cell's requests",
+        fmt=".0f",
+        shown="copy",
+        **_VIEW_ONLY,
     ),
     Metric(
         "identical_pct",
@@ -163,6 +280,9 @@ _ALL = (
         highlighted=False,
         compared=False,
         timed=False,
+        fmt=".0f",
+        field="exactness.identical_pct",
+        terminal=True,
     ),
     Metric(
         "diverged_pct",
@@ -176,6 +296,47 @@ _ALL = (
         highlighted=False,
         compared=False,
         timed=False,
+        fmt=".0f",
+        field="exactness.diverged_pct",
+        shown="never",
+    ),
+    # open-loop windows (load.request_rate): did the client keep to its schedule
+    Metric(
+        "achieved_rate_rps",
+        "sent req/s",
+        "requests/s",
+        True,
+        "mean",
+        "repeat",
+        "requests sent / window wall time (behind schedule: the client, not the server, set the load)",
+        shown="open_loop",
+        terminal=True,
+        flag=("behind_schedule", "behind schedule"),
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "schedule_lag_ms_p90",
+        "client lag p90",
+        "ms",
+        False,
+        "p90",
+        "request",
+        "90th percentile of how late the client sent a request after its scheduled time",
+        fmt=".1f",
+        shown="open_loop",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "queueing_ms_p50",
+        "queueing p50",
+        "ms",
+        False,
+        "p50",
+        "request",
+        "median wait of a request for a max_concurrency slot before it was sent",
+        fmt=".0f",
+        shown="open_loop",
+        **_VIEW_ONLY,
     ),
 )
 
@@ -186,6 +347,19 @@ METRICS: dict[str, Metric] = {metric.name: metric for metric in _ALL}
 GATED = tuple(name for name, metric in METRICS.items() if metric.gated)
 HIGHLIGHTED = tuple(name for name, metric in METRICS.items() if metric.highlighted)
 COMPARED = tuple(name for name, metric in METRICS.items() if metric.compared)
+
+
+def shown(view: Literal["terminal", "report"], measured: set[str]) -> list[Metric]:
+    """The metric columns of a view's mini-lab table, in registry order: those the view shows whose
+    condition (``Metric.shown``) the run meets; ``measured`` holds the conditions met (slo, power,
+    copy, open_loop). Read at call time, so an entry added to ``METRICS`` appears in every view."""
+    return [
+        metric
+        for metric in METRICS.values()
+        if (metric.terminal or view == "report")
+        and metric.shown != "never"
+        and (metric.shown == "always" or metric.shown in measured)
+    ]
 
 
 def best(name: str, values: list[float]) -> float:

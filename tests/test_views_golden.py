@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -93,10 +94,12 @@ def test_gate(tmp_path: Path) -> None:
     gates = tmp_path / "gates.yaml"
     regime = (ROOT / "tests" / "regimes" / "cpu_e2e.yaml").read_text()
     gates.write_text(regime.replace("../../workloads/", f"{ROOT}/workloads/") + GATES)
+    run = tmp_path / "run_v1"  # a copy: the gate also writes RUN_DIR/gate/checks.json, which the report shows
+    shutil.copytree(FIXTURES / "run_v1", run)
     env_summary = os.environ.pop("GITHUB_STEP_SUMMARY", None)
     try:
         log = _bench(
-            "gate", "tests/fixtures/run_v1", "--baseline", "tests/fixtures/run_v1", "--gates", str(gates),
+            "gate", str(run), "--baseline", "tests/fixtures/run_v1", "--gates", str(gates),
             "--junit", str(junit), "--markdown", str(markdown),
         )  # fmt: skip
     finally:
