@@ -22,6 +22,7 @@ Names carry their unit as a suffix: ``_s`` / ``_ms`` seconds / milliseconds, ``_
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -365,3 +366,123 @@ def shown(view: Literal["terminal", "report"], measured: set[str]) -> list[Metri
 def best(name: str, values: list[float]) -> float:
     """The best of several values of one metric, in the metric's direction."""
     return max(values) if METRICS[name].higher_is_better else min(values)
+
+
+@dataclass(frozen=True)
+class ColumnDoc:
+    """An exported column that is no metric (identity, configuration, counts): its unit and meaning,
+    for the export's data dictionary (``columns.csv``)."""
+
+    unit: str
+    definition: str
+
+
+# What every other exported column means; the metrics above document themselves. ``test_export``
+# fails on a column missing from both, so a new column cannot ship undocumented.
+COLUMN_DOCS: dict[str, ColumnDoc] = {
+    name: ColumnDoc(unit, definition)
+    for name, unit, definition in (
+        ("run_id", "", "the run's id (its directory name under results/)"),
+        ("regime", "", "the regime's name"),
+        (
+            "regime_fingerprint",
+            "",
+            "hash of the resolved regime: runs with different ones are not comparable",
+        ),
+        ("environment_fingerprint", "", "hash of the measured machine and software (not recorded: empty)"),
+        (
+            "verdict",
+            "",
+            "the window's verdict on its fastest speculative arm: pays, loses, indistinguishable "
+            "from the baseline, is faster / is slower (no interval)",
+        ),
+        ("verdict_arm", "", "the window's fastest speculative arm, which the verdict is about"),
+        ("deploy_arm", "", "the arm to deploy in this window: the fastest, the baseline included"),
+        ("arm", "", "the arm's name in the regime"),
+        ("method", "", "speculative method: baseline, ngram, eagle3, dflash, draft_model, ..."),
+        ("num_speculative_tokens", "tokens", "draft depth K (empty for the baseline)"),
+        ("drafter", "", "the drafter's label (provenance in regime.json)"),
+        ("workload", "", "the workload's name in the regime"),
+        ("workloads", "", "the category's workloads, comma-separated"),
+        ("category", "", "the workload's category (code, chat, ...)"),
+        ("prompt_format", "", "raw or chat prompts"),
+        ("concurrency", "requests", "closed loop: requests in flight; open loop: at most in flight"),
+        ("request_rate", "requests/s", "open loop: the offered request rate (empty: closed loop)"),
+        ("repeats", "count", "repeats of the window pooled into the cell"),
+        ("repeat", "", "the repeat's index within its cell, from 0"),
+        ("requests_total", "count", "requests sent in the cell's windows"),
+        ("requests_ok", "count", "requests that succeeded"),
+        ("requests_errored", "count", "requests that failed"),
+        ("output_tokens", "tokens", "output tokens of successful requests, counted from token ids"),
+        ("prompt_tokens", "tokens", "the prompt's tokens as the engine counted them"),
+        ("duration_s", "s", "wall time of the measured window(s)"),
+        ("acceptance_source", "", "where tau came from: the engine's counters, per-response fields, or none"),
+        ("acceptance_rate", "fraction", "accepted draft tokens / draft tokens"),
+        (
+            "acceptance_pos_<i>",
+            "fraction",
+            "accepted at draft position i + 1 / drafts (i counts from 0; the "
+            "findings and the report's figure count positions from 1)",
+        ),
+        ("drafts", "count", "draft steps over the window (the engine's own counting: tau's denominator)"),
+        ("draft_tokens", "tokens", "tokens proposed by the drafter"),
+        ("accepted_tokens", "tokens", "draft tokens the target accepted"),
+        (
+            "context_share_pct",
+            "%",
+            "output 3-grams found in the prompt or earlier in the output (what a "
+            "prompt-lookup drafter can match)",
+        ),
+        ("output_ngrams", "count", "output 3-grams: the copy shares' denominator"),
+        ("power_source", "", "nvml or rapl (empty: power not measured)"),
+        ("power_note", "", "why power was not measured, as the run recorded it"),
+        ("energy_j", "J", "energy over the cell's windows"),
+        ("throttled", "", "the GPU slowed its clocks for heat or power during a window"),
+        ("speedup_low", "x", "lower bound of the speedup's 95% interval"),
+        ("speedup_high", "x", "upper bound of the speedup's 95% interval"),
+        ("speedup_interval", "", "what the interval resamples: server_starts, repeats or requests"),
+        ("client_cpu_cores", "cores", "CPU the harness client used during the windows"),
+        ("engine_cpu_cores", "cores", "CPU the engine's processes used during the windows"),
+        ("others_cpu_cores", "cores", "CPU every other process used during the windows"),
+        ("steal_share", "fraction", "share of the windows' time the hypervisor took"),
+        (
+            "gpu_others_sm_pct",
+            "%",
+            "SM utilisation of other processes on the engine's GPUs (the most of any window)",
+        ),
+        ("gpu_other_processes", "count", "other processes on the engine's GPUs"),
+        ("noisy_neighbour", "", "another process or the hypervisor took enough to move the numbers"),
+        ("client_busy", "", "the client used most of a core: its numbers may be the client's"),
+        ("precision_metric", "", "adaptive repeats: the metric whose interval decided when to stop"),
+        ("rel_half_width", "fraction", "adaptive repeats: the relative half-width reached"),
+        ("precision_target", "fraction", "adaptive repeats: the relative half-width asked for"),
+        ("extra_repeat_s", "s", "engine time spent on repeats beyond the minimum"),
+        ("behind_schedule", "", "open loop: the client fell behind its schedule, so it set the load"),
+        ("exactness_compared", "count", "prompts compared with the baseline"),
+        ("exactness_pairs", "count", "prompt pairs compared with the baseline"),
+        ("near_tie_pct", "%", "prompts that left the baseline's output at a near tie (numerics)"),
+        ("unknown_pct", "%", "prompts that left the baseline's output where no logprob tells why"),
+        ("prompt_id", "", "the prompt's id in its workload"),
+        ("ok", "", "the request succeeded"),
+        ("error", "", "the request's error (empty when it succeeded)"),
+        ("finish_reason", "", "why the engine stopped: length, stop, ..."),
+        ("t_scheduled_s", "s", "open loop: when the request was due, from the window's start"),
+        ("client_lag_ms", "ms", "how late the client sent the request after it was due"),
+        ("queueing_ms", "ms", "how long the request waited for a max_concurrency slot"),
+        ("t_send_s", "s", "when the request was sent, from the window's start"),
+        ("ttft_ms", "ms", "time to first token: first token time - send time"),
+        ("tpot_ms", "ms", "time per output token: (E2E - TTFT) / (output tokens - 1)"),
+        ("e2e_ms", "ms", "send to last token"),
+        ("within_slo", "", "the request met every SLO target (empty: the regime sets none)"),
+    )
+}
+
+
+def column_doc(name: str) -> tuple[str, str, str]:
+    """(unit, definition, direction) of an exported column, from the registry; ``KeyError`` for an
+    undocumented one. Spread list columns (``acceptance_pos_3``) share their pattern's entry."""
+    if name in METRICS:
+        metric = METRICS[name]
+        return metric.unit, metric.description, metric.direction
+    doc = COLUMN_DOCS[re.sub(r"_\d+$", "_<i>", name) if name.startswith("acceptance_pos_") else name]
+    return doc.unit, doc.definition, ""
