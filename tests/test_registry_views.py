@@ -117,3 +117,36 @@ def test_without_the_entry_no_view_shows_it(
 ) -> None:
     """The three tests above fail for want of the entry, not for a column that was always there."""
     assert "tok/req" not in _bench(monkeypatch, capsys, "show", str(RUN))
+
+
+def test_export_carries_identity_verdict_and_a_full_data_dictionary(tmp_path: Path, summary: Summary) -> None:
+    from harness.results.frames import IDENTITY, TABLES, export, load_run
+
+    export(load_run(RUN), tmp_path)
+    with (tmp_path / "columns.csv").open() as handle:
+        dictionary = {(r["table"], r["column"]): r for r in csv.DictReader(handle)}
+    for table in TABLES:
+        with (tmp_path / f"{table}.csv").open() as handle:
+            reader = csv.DictReader(handle)
+            rows, columns = list(reader), reader.fieldnames or []
+        assert columns[: len(IDENTITY)] == IDENTITY
+        assert {r["run_id"] for r in rows} == {summary.run_id}
+        assert {r["regime_fingerprint"] for r in rows} == {summary.regime_fingerprint}
+        # every column is defined, and its unit stated where it has one
+        assert all(dictionary[(table, c)]["definition"] for c in columns)
+    assert dictionary[("cells", "output_tok_s")]["unit"] == "tokens/s"
+    assert dictionary[("cells", "tpot_ms_p50")]["direction"] == "lower is better"
+    assert "position i + 1" in dictionary[("cells", "acceptance_pos_0")]["definition"]
+    from harness.verdict import OUTCOME_TEXT, window_verdicts
+
+    with (tmp_path / "cells.csv").open() as handle:
+        cells = list(csv.DictReader(handle))
+    for verdict in window_verdicts(summary):
+        window = [
+            r
+            for r in cells
+            if (r["workload"], r["concurrency"]) == (verdict.workload, str(verdict.concurrency))
+        ]
+        assert {(r["verdict"], r["deploy_arm"]) for r in window} == {
+            (OUTCOME_TEXT[verdict.outcome], verdict.fastest)
+        }
