@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.findings import findings
-from harness.metrics import Metric, shown
+from harness.metrics import METRICS, Metric, shown
 from harness.probes.acceptance import mean_acceptance_length
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
@@ -223,6 +223,12 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 # The lab's deliverable: {arms} x {tau, tok/s, TPOT, $/Mtok, outputs identical?} per workload.
 LAB_COLUMNS = ("tau", "tok/s", "TPOT p50 ms", "$/Mtok", "identical")
+_LAB_METRICS = (
+    "tau",
+    "output_tok_s",
+    "tpot_ms_p50",
+    "usd_per_mtok",
+)  # the first four, formatted by the registry
 
 
 def lab_level(summary: Summary, concurrency: int | LoadLevel | None = None) -> LoadLevel:
@@ -261,13 +267,8 @@ def lab_rows(summary: Summary, level: LoadLevel) -> tuple[list[str], list[list[s
             if cell is None:
                 row += ["-"] * len(LAB_COLUMNS)
                 continue
-            tau = "1" if cell.method == "baseline" else _fmt(cell.tau, ".2f")
-            row += [
-                tau,
-                _fmt(cell.output_tok_s, ".1f"),
-                _fmt(cell.tpot_ms_p50, ".1f"),
-                _fmt(cell.usd_per_mtok, ".2f"),
-                _identical_cell(summary, cell),
+            row += [metric_text(METRICS[name], cell) for name in _LAB_METRICS] + [
+                _identical_cell(summary, cell)
             ]
         rows.append(row)
     return header, rows
