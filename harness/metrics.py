@@ -59,10 +59,11 @@ class Metric:
     flag: tuple[str, str] | None = None  # a cell's bool field that qualifies the value, and its text
 
     def value(self, cell: Any) -> float | None:
-        """The metric's value in one cell (``CellMetrics``), None where not measured."""
+        """The metric's value in one cell (``CellMetrics``), None where not measured (a section such
+        as ``exactness`` absent); a misspelt field raises."""
         value = cell
         for part in (self.field or self.name).split("."):
-            value = getattr(value, part, None) if value is not None else None
+            value = getattr(value, part) if value is not None else None
         return value
 
     def format(self, value: float | None) -> str:

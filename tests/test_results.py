@@ -186,8 +186,9 @@ def test_pandas_view_of_the_v1_fixture() -> None:
 def test_export_reads_back_equal(tmp_path: Path, fmt: str) -> None:
     run = load_run(GOLDEN)
     files = export(run, tmp_path, fmt)  # type: ignore[arg-type]
-    assert [f.name for f in files] == [f"{t}.{fmt}" for t in ("cells", "requests", "categories", "repeats")]
-    for path in files:
+    tables = [f"{t}.{fmt}" for t in ("cells", "requests", "categories", "repeats")]
+    assert [f.name for f in files] == [*tables, "columns.csv"]  # the data dictionary last, always CSV
+    for path in files[:-1]:
         frame = run.table(path.stem)
         if fmt == "csv":
             back = pd.read_csv(path)
@@ -211,6 +212,7 @@ def test_bench_export_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "categories.parquet",
         "cells.parquet",
+        "columns.csv",
         "repeats.parquet",
         "requests.parquet",
     ]
