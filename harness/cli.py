@@ -16,7 +16,7 @@ from types import ModuleType
 from rich.console import Console
 from rich.markup import escape
 
-from harness import __version__
+from harness import __version__, terminal
 from harness.commands import drafter, export, gate, report, run, show, study_point, validate
 from harness.commands.common import EXIT_ENGINE, EXIT_INTERRUPTED, EXIT_USAGE, subcommand
 from harness.errors import EngineError, UserError
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     command: ModuleType = args.handler
     # Piped output (CI logs, files) would otherwise be cut to 80 columns and truncate the table.
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = terminal.console()  # the terminal's width; COLUMNS when piped
     # SIGTERM/SIGHUP unwind like Ctrl-C, so every server context manager stops its process group.
     # Ctrl-C itself too: left to asyncio.run, SIGINT only cancels the window's main task, and a task
     # that completes anyway (its last request done, the HTTP session closing) swallows the interrupt.

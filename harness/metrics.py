@@ -9,17 +9,27 @@ reports, and where its samples come from when a gate needs more than one number:
   shown in ms), statistic = the percentile itself, pooled over repeats;
 - ``prompt``: one 0/100 value per prompt compared with the baseline, statistic = mean.
 
-The gates, the terminal table, the report's highlighting and the comparison view look metrics
-up here; the formulas themselves live in ``harness.probes``.
+The gates, the terminal table (``harness.table``), the report's tables and highlighting
+(``harness.report``), the comparison view and the export's data dictionary (``columns.csv``,
+``harness.results.frames``) look metrics up here; the formulas themselves live in
+``harness.probes``. A new metric is a formula, a ``CellMetrics`` field and an entry below: the
+views iterate the registry in its order, so they show it without being touched.
+
+Names carry their unit as a suffix: ``_s`` / ``_ms`` seconds / milliseconds, ``_pct`` percent,
+``_rps`` requests per second, ``_tok_s`` tokens per second (``output_tok_s``), ``_w`` watts,
+``_j`` joules; ``acceptance_pos_<i>`` in the export is 0-based (draft position i + 1).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Statistic = Literal["mean", "p50", "p90"]
 SampleSource = Literal["repeat", "request", "prompt"]
+# when a view shows a metric's column: always, or only where the run measured what it needs
+Shown = Literal["always", "slo", "power", "copy", "open_loop", "never"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +49,33 @@ class Metric:
     # measured with a clock, so a busy neighbour moves it (the gate calls its change inconclusive
     # there); counts the engine keeps (tau) and token comparisons do not depend on who else ran
     timed: bool = True
+    fmt: str = ".2f"  # format spec of a value in every view
+    field: str | None = None  # where a cell holds it when not ``CellMetrics.<name>`` (dotted path)
+    shown: Shown = "always"  # the report's mini-lab tables show it (see Shown)
+    terminal: bool = False  # the terminal's mini-lab tables show it too (they must fit 80 columns)
+    baseline_text: str | None = None  # what the baseline's row shows instead (tau: 1 by definition)
+    ratio: bool = False  # a ratio to the baseline: above 1 is a gain, below a loss (coloured)
+    interval: tuple[str, str] | None = None  # the cell fields of its 95% interval, shown with it
+    flag: tuple[str, str] | None = None  # a cell's bool field that qualifies the value, and its text
 
+    def value(self, cell: Any) -> float | None:
+        """The metric's value in one cell (``CellMetrics``), None where not measured (a section such
+        as ``exactness`` absent); a misspelt field raises."""
+        value = cell
+        for part in (self.field or self.name).split("."):
+            value = getattr(value, part) if value is not None else None
+        return value
+
+    def format(self, value: float | None) -> str:
+        return "-" if value is None else format(value, self.fmt)
+
+    @property
+    def direction(self) -> str:
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+
+# entries the views show but the gates, the highlighting and the comparison leave alone
+_VIEW_ONLY: dict[str, Any] = {"gated": False, "highlighted": False, "compared": False}
 
 _ALL = (
     Metric(
@@ -51,6 +87,8 @@ _ALL = (
         "repeat",
         "mean acceptance length: 1 + accepted / drafts over the window (baseline: 1)",
         timed=False,
+        terminal=True,
+        baseline_text="1",
     ),
     Metric(
         "tokens_per_forward",
@@ -62,6 +100,7 @@ _ALL = (
         "output tokens per forward pass of the target, prefill token excluded: engine-neutral, unlike tau "
         "(baseline: 1)",
         timed=False,
+        terminal=True,
     ),
     Metric(
         "output_tok_s",
@@ -71,6 +110,8 @@ _ALL = (
         "mean",
         "repeat",
         "output tokens of successful requests / window wall time",
+        fmt=".1f",
+        terminal=True,
     ),
     Metric(
         "speedup",
@@ -80,6 +121,9 @@ _ALL = (
         "mean",
         "repeat",
         "arm tok/s / baseline tok/s, same prompts and concurrency",
+        terminal=True,
+        ratio=True,
+        interval=("speedup_low", "speedup_high"),
     ),
     Metric(
         "ttft_ms_p50",
@@ -91,6 +135,8 @@ _ALL = (
         "median time to first token",
         sample_field="ttft_s",
         scale=1000.0,
+        fmt=".0f",
+        terminal=True,
     ),
     Metric(
         "ttft_ms_p90",
@@ -102,6 +148,7 @@ _ALL = (
         "90th percentile time to first token",
         sample_field="ttft_s",
         scale=1000.0,
+        fmt=".0f",
     ),
     Metric(
         "tpot_ms_p50",
@@ -113,6 +160,8 @@ _ALL = (
         "median time per output token after the first",
         sample_field="tpot_s",
         scale=1000.0,
+        fmt=".1f",
+        terminal=True,
     ),
     Metric(
         "tpot_ms_p90",
@@ -124,6 +173,8 @@ _ALL = (
         "90th percentile time per output token after the first",
         sample_field="tpot_s",
         scale=1000.0,
+        fmt=".1f",
+        terminal=True,
     ),
     Metric(
         "usd_per_mtok",
@@ -133,6 +184,7 @@ _ALL = (
         "mean",
         "repeat",
         "hardware price per hour / (output tok/s x 3600) x 1e6",
+        terminal=True,
     ),
     Metric(
         "slo_pct",
@@ -142,6 +194,9 @@ _ALL = (
         "mean",
         "repeat",
         "requests that succeeded within every SLO target of the regime (TTFT, TPOT, E2E) / requests sent",
+        fmt=".0f",
+        shown="slo",
+        terminal=True,
     ),
     Metric(
         "goodput_rps",
@@ -151,6 +206,70 @@ _ALL = (
         "mean",
         "repeat",
         "requests within every SLO target / window wall time",
+        shown="slo",
+        terminal=True,
+    ),
+    # shown only in the report (the terminal's table must fit 80 columns), never gated
+    Metric(
+        "energy_usd_per_mtok",
+        "energy $/Mtok",
+        "USD/Mtok",
+        False,
+        "mean",
+        "repeat",
+        "measured joules per output token x the regime's electricity price, per million tokens",
+        fmt=".4f",
+        shown="power",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "mean_w",
+        "W mean",
+        "W",
+        False,
+        "mean",
+        "repeat",
+        "mean power over the cell's windows (NVML, or RAPL on a CPU machine)",
+        fmt=".0f",
+        shown="power",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "peak_w",
+        "W peak",
+        "W",
+        False,
+        "mean",
+        "repeat",
+        "highest power sample of the cell's windows",
+        fmt=".0f",
+        shown="power",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "j_per_token",
+        "J/token",
+        "J/token",
+        False,
+        "mean",
+        "repeat",
+        "energy over the windows / output tokens (throttled: the chip slowed for heat or power)",
+        fmt=".3f",
+        shown="power",
+        flag=("throttled", "throttled"),
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "copy_share_pct",
+        "copy %",
+        "%",
+        True,
+        "mean",
+        "request",
+        "output 3-token n-grams that occur in the prompt / output 3-grams, pooled over the cell's requests",
+        fmt=".0f",
+        shown="copy",
+        **_VIEW_ONLY,
     ),
     Metric(
         "identical_pct",
@@ -163,6 +282,9 @@ _ALL = (
         highlighted=False,
         compared=False,
         timed=False,
+        fmt=".0f",
+        field="exactness.identical_pct",
+        terminal=True,
     ),
     Metric(
         "diverged_pct",
@@ -176,6 +298,47 @@ _ALL = (
         highlighted=False,
         compared=False,
         timed=False,
+        fmt=".0f",
+        field="exactness.diverged_pct",
+        shown="never",
+    ),
+    # open-loop windows (load.request_rate): did the client keep to its schedule
+    Metric(
+        "achieved_rate_rps",
+        "sent req/s",
+        "requests/s",
+        True,
+        "mean",
+        "repeat",
+        "requests sent / window wall time (behind schedule: the client, not the server, set the load)",
+        shown="open_loop",
+        terminal=True,
+        flag=("behind_schedule", "behind schedule"),
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "schedule_lag_ms_p90",
+        "client lag p90",
+        "ms",
+        False,
+        "p90",
+        "request",
+        "90th percentile of how late the client sent a request after its scheduled time",
+        fmt=".1f",
+        shown="open_loop",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "queueing_ms_p50",
+        "queueing p50",
+        "ms",
+        False,
+        "p50",
+        "request",
+        "median wait of a request for a max_concurrency slot before it was sent",
+        fmt=".0f",
+        shown="open_loop",
+        **_VIEW_ONLY,
     ),
 )
 
@@ -188,6 +351,139 @@ HIGHLIGHTED = tuple(name for name, metric in METRICS.items() if metric.highlight
 COMPARED = tuple(name for name, metric in METRICS.items() if metric.compared)
 
 
+def shown(view: Literal["terminal", "report"], measured: set[str]) -> list[Metric]:
+    """The metric columns of a view's mini-lab table, in registry order: those the view shows whose
+    condition (``Metric.shown``) the run meets; ``measured`` holds the conditions met (slo, power,
+    copy, open_loop). Read at call time, so an entry added to ``METRICS`` appears in every view."""
+    return [
+        metric
+        for metric in METRICS.values()
+        if (metric.terminal or view == "report")
+        and metric.shown != "never"
+        and (metric.shown == "always" or metric.shown in measured)
+    ]
+
+
 def best(name: str, values: list[float]) -> float:
     """The best of several values of one metric, in the metric's direction."""
     return max(values) if METRICS[name].higher_is_better else min(values)
+
+
+@dataclass(frozen=True)
+class ColumnDoc:
+    """An exported column that is no metric (identity, configuration, counts): its unit and meaning,
+    for the export's data dictionary (``columns.csv``)."""
+
+    unit: str
+    definition: str
+
+
+# What every other exported column means; the metrics above document themselves. ``test_export``
+# fails on a column missing from both, so a new column cannot ship undocumented.
+COLUMN_DOCS: dict[str, ColumnDoc] = {
+    name: ColumnDoc(unit, definition)
+    for name, unit, definition in (
+        ("run_id", "", "the run's id (its directory name under results/)"),
+        ("regime", "", "the regime's name"),
+        (
+            "regime_fingerprint",
+            "",
+            "hash of the resolved regime: runs with different ones are not comparable",
+        ),
+        ("environment_fingerprint", "", "hash of the measured machine and software (not recorded: empty)"),
+        (
+            "verdict",
+            "",
+            "the window's verdict on its fastest speculative arm: pays, loses, indistinguishable "
+            "from the baseline, is faster / is slower (no interval)",
+        ),
+        ("verdict_arm", "", "the window's fastest speculative arm, which the verdict is about"),
+        ("deploy_arm", "", "the arm to deploy in this window: the fastest, the baseline included"),
+        ("arm", "", "the arm's name in the regime"),
+        ("method", "", "speculative method: baseline, ngram, eagle3, dflash, draft_model, ..."),
+        ("num_speculative_tokens", "tokens", "draft depth K (empty for the baseline)"),
+        ("drafter", "", "the drafter's label (provenance in regime.json)"),
+        ("workload", "", "the workload's name in the regime"),
+        ("workloads", "", "the category's workloads, comma-separated"),
+        ("category", "", "the workload's category (code, chat, ...)"),
+        ("prompt_format", "", "raw or chat prompts"),
+        ("concurrency", "requests", "closed loop: requests in flight; open loop: at most in flight"),
+        ("request_rate", "requests/s", "open loop: the offered request rate (empty: closed loop)"),
+        ("repeats", "count", "repeats of the window pooled into the cell"),
+        ("repeat", "", "the repeat's index within its cell, from 0"),
+        ("requests_total", "count", "requests sent in the cell's windows"),
+        ("requests_ok", "count", "requests that succeeded"),
+        ("requests_errored", "count", "requests that failed"),
+        ("output_tokens", "tokens", "output tokens of successful requests, counted from token ids"),
+        ("prompt_tokens", "tokens", "the prompt's tokens as the engine counted them"),
+        ("duration_s", "s", "wall time of the measured window(s)"),
+        ("acceptance_source", "", "where tau came from: the engine's counters, per-response fields, or none"),
+        ("acceptance_rate", "fraction", "accepted draft tokens / draft tokens"),
+        (
+            "acceptance_pos_<i>",
+            "fraction",
+            "accepted at draft position i + 1 / drafts (i counts from 0; the "
+            "findings and the report's figure count positions from 1)",
+        ),
+        ("drafts", "count", "draft steps over the window (the engine's own counting: tau's denominator)"),
+        ("draft_tokens", "tokens", "tokens proposed by the drafter"),
+        ("accepted_tokens", "tokens", "draft tokens the target accepted"),
+        (
+            "context_share_pct",
+            "%",
+            "output 3-grams found in the prompt or earlier in the output (what a "
+            "prompt-lookup drafter can match)",
+        ),
+        ("output_ngrams", "count", "output 3-grams: the copy shares' denominator"),
+        ("power_source", "", "nvml or rapl (empty: power not measured)"),
+        ("power_note", "", "why power was not measured, as the run recorded it"),
+        ("energy_j", "J", "energy over the cell's windows"),
+        ("throttled", "", "the GPU slowed its clocks for heat or power during a window"),
+        ("speedup_low", "x", "lower bound of the speedup's 95% interval"),
+        ("speedup_high", "x", "upper bound of the speedup's 95% interval"),
+        ("speedup_interval", "", "what the interval resamples: server_starts, repeats or requests"),
+        ("client_cpu_cores", "cores", "CPU the harness client used during the windows"),
+        ("engine_cpu_cores", "cores", "CPU the engine's processes used during the windows"),
+        ("others_cpu_cores", "cores", "CPU every other process used during the windows"),
+        ("steal_share", "fraction", "share of the windows' time the hypervisor took"),
+        (
+            "gpu_others_sm_pct",
+            "%",
+            "SM utilisation of other processes on the engine's GPUs (the most of any window)",
+        ),
+        ("gpu_other_processes", "count", "other processes on the engine's GPUs"),
+        ("noisy_neighbour", "", "another process or the hypervisor took enough to move the numbers"),
+        ("client_busy", "", "the client used most of a core: its numbers may be the client's"),
+        ("precision_metric", "", "adaptive repeats: the metric whose interval decided when to stop"),
+        ("rel_half_width", "fraction", "adaptive repeats: the relative half-width reached"),
+        ("precision_target", "fraction", "adaptive repeats: the relative half-width asked for"),
+        ("extra_repeat_s", "s", "engine time spent on repeats beyond the minimum"),
+        ("behind_schedule", "", "open loop: the client fell behind its schedule, so it set the load"),
+        ("exactness_compared", "count", "prompts compared with the baseline"),
+        ("exactness_pairs", "count", "prompt pairs compared with the baseline"),
+        ("near_tie_pct", "%", "prompts that left the baseline's output at a near tie (numerics)"),
+        ("unknown_pct", "%", "prompts that left the baseline's output where no logprob tells why"),
+        ("prompt_id", "", "the prompt's id in its workload"),
+        ("ok", "", "the request succeeded"),
+        ("error", "", "the request's error (empty when it succeeded)"),
+        ("finish_reason", "", "why the engine stopped: length, stop, ..."),
+        ("t_scheduled_s", "s", "open loop: when the request was due, from the window's start"),
+        ("client_lag_ms", "ms", "how late the client sent the request after it was due"),
+        ("queueing_ms", "ms", "how long the request waited for a max_concurrency slot"),
+        ("t_send_s", "s", "when the request was sent, from the window's start"),
+        ("ttft_ms", "ms", "time to first token: first token time - send time"),
+        ("tpot_ms", "ms", "time per output token: (E2E - TTFT) / (output tokens - 1)"),
+        ("e2e_ms", "ms", "send to last token"),
+        ("within_slo", "", "the request met every SLO target (empty: the regime sets none)"),
+    )
+}
+
+
+def column_doc(name: str) -> tuple[str, str, str]:
+    """(unit, definition, direction) of an exported column, from the registry; ``KeyError`` for an
+    undocumented one. Spread list columns (``acceptance_pos_3``) share their pattern's entry."""
+    if name in METRICS:
+        metric = METRICS[name]
+        return metric.unit, metric.description, metric.direction
+    doc = COLUMN_DOCS[re.sub(r"_\d+$", "_<i>", name) if name.startswith("acceptance_pos_") else name]
+    return doc.unit, doc.definition, ""

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich import box
-from rich.table import Table
-
 from harness import pooling
 from harness.errors import UserError
 from harness.findings import findings
-from harness.metrics import METRICS
+from harness.metrics import METRICS, Metric, shown
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
+from harness.terminal import Column, FitTable, wrap
 from harness.verdict import (
     capacity_lines,
     distribution_lines,
@@ -35,98 +33,62 @@ def _speedup(value: float | None) -> str:
     return f"[{colour}]{text}[/]" if colour else text
 
 
-# The mini-lab's metric columns, by registry name (headers from the registry's labels).
-_CELL_COLUMNS = (
-    "tau",
-    "tokens_per_forward",
-    "output_tok_s",
-    "speedup",
-    "ttft_ms_p50",
-    "tpot_ms_p50",
-    "tpot_ms_p90",
-    "usd_per_mtok",
-)
+def _header(metric: Metric) -> str:
+    """A registry label as a two-line header, its last word below (``TTFT\np50``, ``same\n%``)."""
+    head, _, tail = metric.label.rpartition(" ")
+    return f"{head}\n{tail}" if head else tail
 
 
-def _header(name: str) -> str:
-    """A registry label as a two-line header where it has a qualifier (``TTFT\\np50``)."""
-    label = METRICS[name].label
-    return label.replace(" ", "\n") if name.endswith(("_p50", "_p90")) else label
+def measured(summary: Summary) -> set[str]:
+    """The conditions of ``Metric.shown`` this run meets, open loop aside (a table's own level)."""
+    found = {"slo"} if summary.slo else set()
+    if any(c.power_source for c in summary.cells):
+        found.add("power")
+    if any(c.copy_share_pct is not None for c in summary.cells):
+        found.add("copy")
+    return found
 
 
-# with SLO targets in the regime, two more: the share of requests within them and the goodput
-_SLO_COLUMNS = ("slo_pct", "goodput_rps")
-
-_FORMATS = {
-    "slo_pct": ".0f",
-    "goodput_rps": ".2f",
-    "tau": ".2f",
-    "tokens_per_forward": ".2f",
-    "output_tok_s": ".1f",
-    "ttft_ms_p50": ".0f",
-    "tpot_ms_p50": ".1f",
-    "tpot_ms_p90": ".1f",
-    "usd_per_mtok": ".2f",
-}
+def metric_text(metric: Metric, cell: CellMetrics) -> str:
+    """One metric of one cell as the terminal shows it, rich markup included."""
+    if metric.baseline_text is not None and cell.method == "baseline":
+        return metric.baseline_text
+    value = metric.value(cell)
+    if metric.ratio:
+        return _speedup(value)
+    text = metric.format(value)
+    if metric.flag and getattr(cell, metric.flag[0], False):
+        return f"[red]{text} {metric.flag[1]}[/]"
+    return text
 
 
-def _table(title: str) -> Table:
-    return Table(
-        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
-    )
-
-
-def minilab_tables(summary: Summary) -> list[Table]:
-    """One rich table per (workload, load level), rows in the regime's arm order."""
+def minilab_tables(summary: Summary) -> list[FitTable]:
+    """One table per (workload, load level), rows in the regime's arm order, the metric columns
+    the registry's (``harness.metrics.shown``); stacked at print time where the console is narrow."""
     tables = []
-    columns = _CELL_COLUMNS + (_SLO_COLUMNS if summary.slo else ())
+    conditions = measured(summary)
     for workload, level in summary.window_keys():
         rows = [c for c in summary.cells if (c.workload, c.level) == (workload, level)]
-        open_loop = level.request_rate is not None
+        metrics = shown("terminal", conditions | ({"open_loop"} if level.request_rate is not None else set()))
         first = rows[0]
-        # light borders: the table fits an 80-column terminal
-        table = _table(
+        table = FitTable(
             f"{workload} ({first.category}, {first.prompt_format} prompts) @ {level.label()}; "
-            "times in ms" + (f"; SLO {summary.slo.describe()}, goodput in requests/s" if summary.slo else "")
+            "times in ms" + (f"; SLO {summary.slo.describe()}, goodput in requests/s" if summary.slo else ""),
+            keys=[Column("arm", text=True), Column("method", text=True)],
+            columns=[Column("ok"), *(Column(_header(m)) for m in metrics)],
         )
-        headers = ["arm", "method"] + [_header(name) for name in columns] + ["ok", "same\n%"]
-        headers += ["sent\nreq/s"] if open_loop else []
-        for header in headers:
-            # fold, never truncate: a number cut to "12…" is worse than a wrapped one
-            text_column = header in ("arm", "method")
-            table.add_column(
-                header,
-                justify="left" if text_column else "right",
-                overflow="fold",
-                no_wrap=text_column,
-                min_width=max(len(part) for part in header.split("\n")),
-            )
         for row in rows:
-            values = [
-                _speedup(row.speedup) if name == "speedup" else _fmt(getattr(row, name), _FORMATS[name])
-                for name in columns
-            ]
-            if row.method == "baseline":
-                values[0] = "1"
             table.add_row(
                 row.arm,
                 row.method + (f" K={row.num_speculative_tokens}" if row.num_speculative_tokens else ""),
-                *values,
                 f"{row.requests_ok}/{row.requests_total}",
-                _fmt(row.exactness.identical_pct if row.exactness else None, ".0f"),
-                *([_sent_rate(row)] if open_loop else []),
+                *(metric_text(m, row) for m in metrics),
             )
         tables.append(table)
     return tables
 
 
-def _sent_rate(cell: CellMetrics) -> str:
-    """The rate the client achieved; flagged where it fell behind its schedule (probes.schedule)."""
-    text = _fmt(cell.achieved_rate_rps, ".2f")
-    return f"[red]{text} behind schedule[/]" if cell.behind_schedule else text
-
-
-def category_table(summary: Summary) -> Table | None:
+def category_table(summary: Summary) -> FitTable | None:
     """Speculative arms per category: tau (over all concurrency levels), exactness, and speedup at
     each level; categories ordered by the first speculative arm's tau, so the ordering shows."""
     rows = [r for r in summary.categories if r.method != "baseline"]
@@ -136,12 +98,11 @@ def category_table(summary: Summary) -> Table | None:
     arms = list(dict.fromkeys(r.arm for r in rows))
     pooled = pooling.grouped(rows, lambda r: (r.category, r.arm))
     categories = pooling.category_order(rows, arms[0])
-    table = _table(f"per category (ordered by {arms[0]} tau; tau over all load levels)")
-    for header in ["category", "arm", "tau", "same\n%"] + [f"speedup\n{level.short()}" for level in levels]:
-        text_column = header in ("category", "arm")
-        table.add_column(
-            header, justify="left" if text_column else "right", overflow="fold", no_wrap=text_column
-        )
+    table = FitTable(
+        f"per category (ordered by {arms[0]} tau; tau over all load levels)",
+        keys=[Column("category", text=True), Column("arm", text=True)],
+        columns=[Column("tau"), Column("same\n%"), *(Column(f"speedup\n{lv.short()}") for lv in levels)],
+    )
     for category in categories:
         for arm in arms:
             members = pooled.get((category, arm))
@@ -159,8 +120,15 @@ def category_table(summary: Summary) -> Table | None:
 
 
 def drafter_lines(summary: Summary) -> list[str]:
-    """One line per arm with a drafter: its tau belongs to that drafter as much as to the method."""
-    return [f"{arm.name}: drafter {drafter_note(arm.drafter)}" for arm in summary.arms if arm.drafter]
+    """One line per arm with a drafter: its tau belongs to that drafter as much as to the method
+    (wrapped to the terminal)."""
+    return [_wrapped(f"{a.name}: drafter {drafter_note(a.drafter)}") for a in summary.arms if a.drafter]
+
+
+def _wrapped(line: str) -> str:
+    """A line of terminal prose wrapped to the terminal's width, its indent kept."""
+    body = line.lstrip(" ")
+    return wrap(body, indent=line[: len(line) - len(body)])
 
 
 def drafter_note(drafter: dict[str, Any]) -> str:
@@ -181,7 +149,7 @@ def failed_arms(summary: Summary) -> list[ArmSummary]:
     return [arm for arm in summary.arms if arm.status != "ok"]
 
 
-def exactness_table(summary: Summary) -> Table | None:
+def exactness_table(summary: Summary) -> FitTable | None:
     """Per arm: share of prompts whose greedy output is identical to the baseline's, and why not."""
     section = summary.exactness
     if not section.applicable:
@@ -189,23 +157,15 @@ def exactness_table(summary: Summary) -> Table | None:
     blocks = list(section.arms.items())
     if section.noise_floor:
         blocks.insert(0, (f"{summary.baseline_arm} (2nd pass)", section.noise_floor))
-    table = _table(
+    table = FitTable(
         f"greedy exactness vs {summary.baseline_arm}, same prompt and concurrency (near tie: top-2 margin < "
-        f"{section.near_tie_margin} nats)"
+        f"{section.near_tie_margin} nats)",
+        keys=[Column("arm", text=True)],
+        columns=[
+            *(Column(h) for h in ("pairs", "identical\n%", "near_tie\n%", "diverged\n%", "unknown\n%")),
+            Column("first divergences\nprompt@position(status)", wraps=True),
+        ],
     )
-    for header in (
-        "arm",
-        "pairs",
-        "identical\n%",
-        "near_tie\n%",
-        "diverged\n%",
-        "unknown\n%",
-        "first divergences\nprompt@position(status)",
-    ):
-        text_column = header in ("arm",) or header.startswith("first")
-        table.add_column(
-            header, justify="left" if text_column else "right", overflow="fold", no_wrap=header == "arm"
-        )
     for name, block in blocks:
         firsts = [f"{e.prompt_id}@{e.position}({e.status})" for e in block.prompts if e.status != "identical"]
         table.add_row(
@@ -248,6 +208,12 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 # The lab's deliverable: {arms} x {tau, tok/s, TPOT, $/Mtok, outputs identical?} per workload.
 LAB_COLUMNS = ("tau", "tok/s", "TPOT p50 ms", "$/Mtok", "identical")
+_LAB_METRICS = (
+    "tau",
+    "output_tok_s",
+    "tpot_ms_p50",
+    "usd_per_mtok",
+)  # the first four, formatted by the registry
 
 
 def lab_level(summary: Summary, concurrency: int | LoadLevel | None = None) -> LoadLevel:
@@ -286,13 +252,8 @@ def lab_rows(summary: Summary, level: LoadLevel) -> tuple[list[str], list[list[s
             if cell is None:
                 row += ["-"] * len(LAB_COLUMNS)
                 continue
-            tau = "1" if cell.method == "baseline" else _fmt(cell.tau, ".2f")
-            row += [
-                tau,
-                _fmt(cell.output_tok_s, ".1f"),
-                _fmt(cell.tpot_ms_p50, ".1f"),
-                _fmt(cell.usd_per_mtok, ".2f"),
-                _identical_cell(summary, cell),
+            row += [metric_text(METRICS[name], cell) for name in _LAB_METRICS] + [
+                _identical_cell(summary, cell)
             ]
         rows.append(row)
     return header, rows
@@ -310,7 +271,8 @@ def lab_markdown(summary: Summary, concurrency: int | LoadLevel | None = None) -
 
 def answer_lines(summary: Summary) -> list[str]:
     """The verdict per window, its caveats, the findings paragraph and the attention backends:
-    what the terminal prints first after the tables (plain text, rich markup escaped by the caller)."""
+    what the terminal prints first after the tables (plain text, rich markup escaped by the caller),
+    each wrapped to the terminal's width."""
     lines = [f"Verdict ({interval_note(summary)}):"]
     lines += [f"  {v.text()}" for v in window_verdicts(summary)]
     lines += [f"  caveat: {c}" for c in run_caveats(summary)]
@@ -328,7 +290,7 @@ def answer_lines(summary: Summary) -> list[str]:
     usage = cpu_line(summary)
     if usage:
         lines.append(usage)
-    return lines
+    return [_wrapped(line) for line in lines]
 
 
 def cpu_line(summary: Summary) -> str | None:
@@ -410,7 +372,7 @@ def timing_line(summary: Summary) -> str | None:
     other = wall - startup - measured
     resumed = f" over {len(timing.invocations)} invocations" if len(timing.invocations) > 1 else ""
     prepare, warmup = timing.total("prepare_s"), timing.total("warmup_s")
-    return (
+    return _wrapped(
         f"Run time{resumed}: {wall / 60:.1f} min = {startup / 60:.1f} min of server start-ups + "
         f"{measured / 60:.1f} min measuring + {other / 60:.1f} min else (preparation {prepare:.0f} s, "
         f"warm-up {warmup:.0f} s, scrapes and shutdowns): {timing.overhead_ratio:.2f}x start-ups + measuring."

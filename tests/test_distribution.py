@@ -128,7 +128,7 @@ def test_a_sampled_run_reports_the_distribution_check(tmp_path: Path) -> None:
     summary = summarize(_sampled_run(tmp_path, 0.0))
     assert summary.exactness.applicable is False and summary.distribution is not None
     assert summary.distribution.arms["ngram_k4"].verdict == "consistent with lossless"
-    text = "\n".join(answer_lines(summary))
+    text = " ".join(" ".join(answer_lines(summary)).split())  # wrapped to the terminal: joined again
     assert "Distribution check (6 seeded samples per prompt per arm" in text
     assert (
         "ngram_k4: consistent with lossless: mean logprob" in text

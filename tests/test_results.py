@@ -20,7 +20,7 @@ import harness
 from harness.cli import main
 from harness.client import WindowResult
 from harness.errors import UserError
-from harness.plan import plan_regime
+from harness.plan import plan_regime, run_plan
 from harness.probes.acceptance import SpecCounters
 from harness.regime import LoadLevel
 from harness.results import (
@@ -226,8 +226,9 @@ def test_pandas_view_of_the_v1_fixture() -> None:
 def test_export_reads_back_equal(tmp_path: Path, fmt: str) -> None:
     run = load_run(GOLDEN)
     files = export(run, tmp_path, fmt)  # type: ignore[arg-type]
-    assert [f.name for f in files] == [f"{t}.{fmt}" for t in ("cells", "requests", "categories", "repeats")]
-    for path in files:
+    tables = [f"{t}.{fmt}" for t in ("cells", "requests", "categories", "repeats")]
+    assert [f.name for f in files] == [*tables, "columns.csv"]  # the data dictionary last, always CSV
+    for path in files[:-1]:
         frame = run.table(path.stem)
         if fmt == "csv":
             back = pd.read_csv(path)
@@ -251,6 +252,7 @@ def test_bench_export_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "categories.parquet",
         "cells.parquet",
+        "columns.csv",
         "repeats.parquet",
         "requests.parquet",
     ]
@@ -267,14 +269,14 @@ def test_the_runner_writes_its_window_as_a_window_record(
     data = yaml.safe_load((ROOT / "tests" / "regimes" / "cpu_e2e.yaml").read_text())
     data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
-    runner = Runner(plan_regime(tmp_path / "r.yaml"), tmp_path, Console(quiet=True))
+    runner = Runner(run_plan(plan_regime(tmp_path / "r.yaml"), "model"), tmp_path, Console(quiet=True))
     runner.power_reader, runner.power_note, runner.gpu_reader = None, "not available (test)", None
     adapter, workload = runner.plan.adapter, runner.plan.workloads[0]
     monkeypatch.setattr(adapter, "reset_prefix_cache", lambda url: True)
     scrapes = iter([SpecCounters(drafts=3, accepted_tokens=2), SpecCounters(drafts=5, accepted_tokens=6)])
     monkeypatch.setattr(adapter, "read_spec_counters", lambda url: next(scrapes))  # before, after
     cpu_used = {"engine_s": 1.5, "client_s": 0.25, "others_s": 0.0, "steal_s": 0.0, "cores": 2.0}
-    monkeypatch.setattr("harness.runner.cpu.window_cpu", lambda before, after: cpu_used)
+    monkeypatch.setattr("harness.runner.window_cpu", lambda before, after: cpu_used)
     monkeypatch.setattr(runner, "_check_alive", lambda server, result: None)
     sent = []
 

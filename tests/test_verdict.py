@@ -294,7 +294,7 @@ def test_timing_and_cpu_lines(summary: Summary) -> None:
     second = Invocation(wall_s=90, prepare_s=5, startup_s=30, measured_s=50, warmup_s=4)
     timed = summary.model_copy(update={"timing": RunTiming(invocations=[first, second])})
     assert timed.timing.overhead_ratio == pytest.approx(390 / 350)
-    assert timing_line(timed) == (
+    assert " ".join(timing_line(timed).split()) == (  # wrapped to the terminal
         "Run time over 2 invocations: 6.5 min = 2.5 min of server start-ups + 3.3 min measuring + "
         "0.7 min else (preparation 10 s, warm-up 14 s, scrapes and shutdowns): 1.11x start-ups + measuring."
     )

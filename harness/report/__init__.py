@@ -7,6 +7,7 @@ with autoescaping on, so model output (``<script>``, ``</table>``, quotes) is sh
 
 from __future__ import annotations
 
+import re
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from harness.environment import machine_differences
 from harness.errors import UserError
 from harness.findings import findings
 from harness.gates import StoredGate, read_gate
-from harness.metrics import COMPARED, HIGHLIGHTED, best
+from harness.metrics import COMPARED, HIGHLIGHTED, Metric, best, shown
 from harness.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD
 from harness.regime import LoadLevel
 from harness.report import figures
@@ -35,6 +36,7 @@ from harness.table import (
     lab_level,
     lab_markdown,
     lab_rows,
+    measured,
 )
 from harness.verdict import (
     OUTCOME_TEXT,
@@ -76,10 +78,29 @@ def _best(rows: list[CellMetrics]) -> dict[str, Any]:
     return found
 
 
+def _metric_cell(metric: Metric, row: CellMetrics, best_values: dict[str, Any]) -> dict[str, Any]:
+    """One metric of one row as the page shows it: text, CSS class, interval, qualifying note."""
+    if metric.baseline_text is not None and row.method == "baseline":
+        return {"text": metric.baseline_text, "class": "", "interval": None, "note": None}
+    value = metric.value(row)
+    text = "–" if value is None else format(value, metric.fmt) + ("x" if metric.ratio else "")
+    if metric.ratio and value is not None:
+        css = "loss" if value < 1 else ("gain" if value > 1 else "")
+    else:
+        css = "best" if best_values.get(metric.name) is not None and value == best_values[metric.name] else ""
+    bounds = [getattr(row, name) for name in metric.interval] if metric.interval else []
+    interval = [format(b, metric.fmt) for b in bounds] if bounds and bounds[0] is not None else None
+    note = metric.flag[1] if metric.flag and getattr(row, metric.flag[0], False) else None
+    return {"text": text, "class": css, "interval": interval, "note": note}
+
+
 def _tables(summary: Summary, gate: StoredGate | None) -> list[dict[str, Any]]:
     tables = []
+    conditions = measured(summary)
     for workload, level in summary.window_keys():
         rows = [c for c in summary.cells if (c.workload, c.level) == (workload, level)]
+        metrics = shown("report", conditions | ({"open_loop"} if level.request_rate is not None else set()))
+        best_values = _best(rows)
         tables.append(
             {
                 "workload": workload,
@@ -87,7 +108,8 @@ def _tables(summary: Summary, gate: StoredGate | None) -> list[dict[str, Any]]:
                 "category": rows[0].category,
                 "prompt_format": rows[0].prompt_format,
                 "rows": rows,
-                "best": _best(rows),
+                "metrics": metrics,  # the registry's columns (harness.metrics.shown)
+                "cells": [[_metric_cell(m, row, best_values) for m in metrics] for row in rows],
                 # the gate's checks of these cells, next to them
                 "checks": [
                     c
@@ -192,6 +214,22 @@ def _fingerprint(raw: RawRun, summary: Summary) -> list[tuple[str, str]]:
     ]
 
 
+# packages named by an ImportError a run stored in its power note, as a reader installs them
+_PACKAGES = {"pynvml": "nvidia-ml-py"}
+
+
+def readable_note(note: str) -> str:
+    """A stored power note in words: "nvml: No module named 'pynvml'" (an ImportError's text, as
+    harness.power recorded it) becomes "no NVML on this machine: nvidia-ml-py not installed"."""
+
+    def missing(match: re.Match[str]) -> str:
+        source, module = match.group(1), match.group(2)
+        package = _PACKAGES.get(module, module)
+        return f"no {source.upper() if source else module} on this machine: {package} not installed"
+
+    return re.sub(r"(?:(\w+): )?No module named '([\w.]+)'", missing, note)
+
+
 def _warnings(summary: Summary) -> list[str]:
     """Banners above the verdict: what qualifies every number of the run (the verdict's caveats),
     and raw lines that could not be read."""
@@ -274,7 +312,7 @@ def report_context(run_dir: Path) -> dict[str, Any]:
     samples = {name: arm.samples for name, arm in raw.arms.items()}
     power_windows = {name: arm.windows for name, arm in raw.arms.items()}
     sources = sorted({c.power_source for c in rows if c.power_source})
-    notes = sorted({c.power_note for c in rows if c.power_note})
+    notes = sorted({readable_note(c.power_note) for c in rows if c.power_note})
     return {
         "power_note": f"measured with {', '.join(sources)}"
         if sources

@@ -26,6 +26,16 @@ def _png(fig: plt.Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
+def _legend(ax: plt.Axes, fontsize: int = 7) -> None:
+    """The legend beside the axes, not over the lines (the saved PNG widens to hold it)."""
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
+def _arm_labels(ax: plt.Axes, positions: list[float], labels: list[str]) -> None:
+    """Arm names under the axis, slanted so long names (``eagle3_untrained_k3``) never collide."""
+    ax.set_xticks(positions, labels, rotation=25, ha="right", rotation_mode="anchor", fontsize=8)
+
+
 def aggregate_tau(rows: list[CellMetrics]) -> dict[tuple[str, str], float]:
     """tau per (arm, workload) over all its cells (``pooling.tau``)."""
     taus = {
@@ -52,11 +62,11 @@ def tau_figure(rows: list[CellMetrics], arms: list[str], workloads: list[str]) -
     for index, workload in enumerate(workloads):
         xs = [i + index * width for i in range(len(spec_arms))]
         ax.bar(xs, [taus.get((a, workload), 0.0) for a in spec_arms], width, label=workload)
-    ax.set_xticks([i + width * (len(workloads) - 1) / 2 for i in range(len(spec_arms))], spec_arms)
+    _arm_labels(ax, [i + width * (len(workloads) - 1) / 2 for i in range(len(spec_arms))], spec_arms)
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_ylabel("tau (mean acceptance length)")
     ax.set_title("tau per arm and workload")
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     return _png(fig)
 
 
@@ -91,7 +101,7 @@ def speedup_figure(
     ax.set_xlabel("concurrency")
     ax.set_ylabel("speedup vs baseline")
     ax.set_title("speedup vs concurrency (below the dashed line: a loss)")
-    ax.legend(fontsize=7)
+    _legend(ax)
     return _png(fig)
 
 
@@ -121,7 +131,7 @@ def rate_figure(rows: list[CellMetrics], arms: list[str], workloads: list[str], 
     ax.set_xlabel("offered request rate (requests/s)")
     ax.set_ylabel("goodput (requests/s within SLO)" if slo else "completed requests/s")
     ax.set_title("goodput vs request rate" if slo else "throughput vs request rate (no SLO set)")
-    ax.legend(fontsize=7)
+    _legend(ax)
     return _png(fig)
 
 
@@ -130,14 +140,15 @@ def per_position_figure(rows: list[CellMetrics]) -> str | None:
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    # positions counted from 1, as the findings count them; the limits leave room for points at 0 and 1
     for arm, rates in curves.items():
-        ax.plot(range(len(rates)), rates, marker="o", label=arm)
-    ax.set_xticks(range(max(len(rates) for rates in curves.values())))
+        ax.plot(range(1, len(rates) + 1), rates, marker="o", label=arm)
+    ax.set_xticks(range(1, max(len(rates) for rates in curves.values()) + 1))
     ax.set_xlabel("draft position")
     ax.set_ylabel("acceptance rate")
-    ax.set_ylim(0, 1)
+    ax.set_ylim(-0.04, 1.04)
     ax.set_title("per-position acceptance (accepted at position i / drafts)")
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     return _png(fig)
 
 
@@ -152,7 +163,8 @@ def tpot_figure(samples: dict[str, list[RequestRecord]]) -> str | None:
     if not data:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
-    ax.boxplot(data, tick_labels=labels)
+    ax.boxplot(data)
+    _arm_labels(ax, list(range(1, len(labels) + 1)), labels)
     ax.set_ylabel("TPOT (ms)")
     ax.set_title("TPOT per request, all windows")
     return _png(fig)
@@ -180,5 +192,5 @@ def power_figure(windows: dict[str, list[WindowRecord]]) -> str | None:
     ax.set_xlabel("seconds into the window")
     ax.set_ylabel("power (W)")
     ax.set_title("power over time")
-    ax.legend(fontsize=6)
+    _legend(ax, fontsize=6)
     return _png(fig)

@@ -203,7 +203,9 @@ class RunDir:
     def server_log(self, arm: str, server_start: int = 0) -> Path:
         """The engine's log: ``server.log`` for the first start-up, ``server.start-N.log`` for start-up N
         (``load.server_starts``)."""
-        return self.arm_dir(arm) / ("server.log" if server_start == 0 else f"server.start-{server_start + 1}.log")
+        return self.arm_dir(arm) / (
+            "server.log" if server_start == 0 else f"server.start-{server_start + 1}.log"
+        )
 
     @property
     def summary(self) -> Path:
@@ -254,7 +256,9 @@ def writer_lock(path: Path) -> Iterator[None]:
     except FileExistsError:
         holder = path.read_text().strip()
         if holder.isdigit() and _pid_alive(int(holder)):
-            raise UserError(f"{path.parent} is being written by another bench process (pid {holder})") from None
+            raise UserError(
+                f"{path.parent} is being written by another bench process (pid {holder})"
+            ) from None
         path.unlink(missing_ok=True)  # stale: its writer is gone
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     with os.fdopen(fd, "w") as handle:

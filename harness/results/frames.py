@@ -9,7 +9,11 @@
 
 Every table is derived from the raw files (the same ``Summary`` that ``bench show`` prints);
 column names carry their units (``_s``, ``_ms``, ``_pct``, ``tok_s``). Lists are spread into
-columns (``acceptance_pos_0``, ...) so CSV and parquet hold plain values.
+columns (``acceptance_pos_0``, ...) so CSV and parquet hold plain values. Every table starts with
+the run's identity (``run_id``, ``regime``, ``regime_fingerprint``, ``environment_fingerprint``), so
+tables of several runs concatenate; ``cells`` ends with its window's verdict. ``export`` also writes
+``columns.csv``, the data dictionary (table, column, unit, direction, definition) from the metric
+registry (``harness.metrics``).
 """
 
 from __future__ import annotations
@@ -21,15 +25,19 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from harness.metrics import METRICS, column_doc
 from harness.probes.copying import copied_ngrams, share_pct
 from harness.probes.schedule import client_lag_s, queueing_s
 from harness.probes.slo import meets
 from harness.results.model import Summary
 from harness.results.raw import RawRun, read_raw
 from harness.summary import summarize
+from harness.verdict import OUTCOME_TEXT, window_verdicts
 
 ExportFormat = Literal["csv", "parquet", "jsonl"]
 TABLES = ("cells", "requests", "categories", "repeats")
+IDENTITY = ["run_id", "regime", "regime_fingerprint", "environment_fingerprint"]  # Run.identity()
+DICTIONARY = "columns.csv"
 
 
 def _frame(rows: Iterable[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
@@ -45,12 +53,35 @@ class Run:
     summary: Summary
     raw: RawRun
 
+    def identity(self) -> dict[str, Any]:
+        """The columns every table starts with: which run, in which regime, on which machine."""
+        return {
+            "run_id": self.summary.run_id,
+            "regime": self.summary.regime_name,
+            "regime_fingerprint": self.summary.regime_fingerprint,
+            "environment_fingerprint": self.raw.environment.get("fingerprint"),
+        }
+
+    def _verdicts(self) -> dict[tuple[str, Any], dict[str, Any]]:
+        """Per window, what ``bench show`` answers first: the verdict, its arm, the arm to deploy."""
+        return {
+            (v.workload, v.level): {
+                "verdict": OUTCOME_TEXT.get(v.outcome, v.outcome),
+                "verdict_arm": v.best.arm if v.best else None,
+                "deploy_arm": v.fastest,
+            }
+            for v in window_verdicts(self.summary)
+        }
+
     def cells(self) -> pd.DataFrame:
         """One row per (arm, workload, concurrency): every cell metric, per-position acceptance spread
         into ``acceptance_pos_<i>`` and exactness into ``identical_pct`` / ``near_tie_pct`` / ..."""
         rows, positions = [], max((len(c.per_position_acceptance) for c in self.summary.cells), default=0)
+        verdicts = self._verdicts()
         for cell in self.summary.cells:
-            row = cell.model_dump(exclude={"per_repeat", "per_position_acceptance", "exactness", "server_reported"})
+            row = self.identity() | cell.model_dump(
+                exclude={"per_repeat", "per_position_acceptance", "exactness", "server_reported"}
+            )
             for index in range(positions):
                 values = cell.per_position_acceptance
                 row[f"acceptance_pos_{index}"] = values[index] if index < len(values) else None
@@ -58,22 +89,82 @@ class Run:
             row["exactness_compared"] = shares.get("compared", 0)
             for status in ("identical", "near_tie", "diverged", "unknown"):
                 row[f"{status}_pct"] = shares.get(f"{status}_pct")
+            # a metric the registry adds as a computed property of the cell, not a stored field
+            row.update({m.name: m.value(cell) for m in METRICS.values() if m.name not in row and not m.field})
+            row.update(verdicts.get((cell.workload, cell.level), {}))
             rows.append(row)
-        return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["arm", "workload", "concurrency"])
+        return (
+            pd.DataFrame(rows)
+            if rows
+            else pd.DataFrame(columns=[*IDENTITY, "arm", "workload", "concurrency"])
+        )
 
     def repeats(self) -> pd.DataFrame:
         """One row per repeat of each cell: the window-level samples the gates test."""
-        columns = ["arm", "workload", "category", "concurrency", "request_rate", "repeat", "duration_s", "output_tokens",
-                   "output_tok_s", "tau", "tokens_per_forward", "usd_per_mtok", "speedup", "slo_pct", "goodput_rps"]
-        return _frame(({"arm": c.arm, "workload": c.workload, "category": c.category, "concurrency": c.concurrency,
-                        "request_rate": c.request_rate, **r.model_dump()} for c in self.summary.cells for r in c.per_repeat), columns)
+        columns = [
+            *IDENTITY,
+            "arm",
+            "workload",
+            "category",
+            "concurrency",
+            "request_rate",
+            "repeat",
+            "duration_s",
+            "output_tokens",
+            "output_tok_s",
+            "tau",
+            "tokens_per_forward",
+            "usd_per_mtok",
+            "speedup",
+            "slo_pct",
+            "goodput_rps",
+        ]
+        return _frame(
+            (
+                {
+                    **self.identity(),
+                    "arm": c.arm,
+                    "workload": c.workload,
+                    "category": c.category,
+                    "concurrency": c.concurrency,
+                    "request_rate": c.request_rate,
+                    **r.model_dump(),
+                }
+                for c in self.summary.cells
+                for r in c.per_repeat
+            ),
+            columns,
+        )
 
     def requests(self) -> pd.DataFrame:
         """One row per measured request (warm-up and noise-floor passes excluded), in seconds and ms."""
-        columns = ["arm", "method", "workload", "category", "prompt_format", "concurrency", "repeat", "prompt_id", "ok",
-                   "error", "finish_reason", "prompt_tokens", "output_tokens", "request_rate", "t_scheduled_s",
-                   "client_lag_ms", "queueing_ms", "t_send_s", "ttft_ms", "tpot_ms",
-                   "e2e_ms", "within_slo", "copy_share_pct", "context_share_pct"]
+        columns = [
+            *IDENTITY,
+            "arm",
+            "method",
+            "workload",
+            "category",
+            "prompt_format",
+            "concurrency",
+            "repeat",
+            "prompt_id",
+            "ok",
+            "error",
+            "finish_reason",
+            "prompt_tokens",
+            "output_tokens",
+            "request_rate",
+            "t_scheduled_s",
+            "client_lag_ms",
+            "queueing_ms",
+            "t_send_s",
+            "ttft_ms",
+            "tpot_ms",
+            "e2e_ms",
+            "within_slo",
+            "copy_share_pct",
+            "context_share_pct",
+        ]
         slo = self.summary.slo  # within_slo: None without targets
         categories = {c.workload: c.category for c in self.summary.cells}
         methods = {a.name: a.method for a in self.raw.regime.arms}
@@ -82,26 +173,46 @@ class Run:
             return None if value is None else value * 1000.0
 
         rows = (
-            {"arm": name, "method": methods[name], "workload": s.workload, "category": categories.get(s.workload),
-             "prompt_format": s.prompt_format, "concurrency": s.concurrency, "repeat": s.repeat,
-             "prompt_id": s.prompt_id, "ok": s.ok, "error": s.error, "finish_reason": s.finish_reason,
-             "prompt_tokens": s.prompt_token_count, "output_tokens": s.output_tokens,
-             "request_rate": s.request_rate, "t_scheduled_s": s.t_scheduled, "client_lag_ms": ms(client_lag_s(s)),
-             "queueing_ms": ms(queueing_s(s)), "t_send_s": s.t_send,
-             "ttft_ms": ms(s.ttft_s), "tpot_ms": ms(s.tpot_s), "e2e_ms": ms(s.e2e_s),
-             "within_slo": None if slo is None else meets(s, slo),
-             "copy_share_pct": share_pct([copied := copied_ngrams(s.prompt_token_ids, s.token_ids)]),
-             "context_share_pct": share_pct([copied], "from_context")}
-            for name, arm in self.raw.arms.items() for s in arm.samples
+            {
+                **self.identity(),
+                "arm": name,
+                "method": methods[name],
+                "workload": s.workload,
+                "category": categories.get(s.workload),
+                "prompt_format": s.prompt_format,
+                "concurrency": s.concurrency,
+                "repeat": s.repeat,
+                "prompt_id": s.prompt_id,
+                "ok": s.ok,
+                "error": s.error,
+                "finish_reason": s.finish_reason,
+                "prompt_tokens": s.prompt_token_count,
+                "output_tokens": s.output_tokens,
+                "request_rate": s.request_rate,
+                "t_scheduled_s": s.t_scheduled,
+                "client_lag_ms": ms(client_lag_s(s)),
+                "queueing_ms": ms(queueing_s(s)),
+                "t_send_s": s.t_send,
+                "ttft_ms": ms(s.ttft_s),
+                "tpot_ms": ms(s.tpot_s),
+                "e2e_ms": ms(s.e2e_s),
+                "within_slo": None if slo is None else meets(s, slo),
+                "copy_share_pct": share_pct([copied := copied_ngrams(s.prompt_token_ids, s.token_ids)]),
+                "context_share_pct": share_pct([copied], "from_context"),
+            }
+            for name, arm in self.raw.arms.items()
+            for s in arm.samples
         )
         return _frame(rows, columns)
 
     def categories(self) -> pd.DataFrame:
         """One row per (arm, category, concurrency), pooled over the category's workloads."""
-        columns = list(self.summary.categories[0].model_dump()) if self.summary.categories else ["arm", "category"]
-        rows = []
+        fields = (
+            list(self.summary.categories[0].model_dump()) if self.summary.categories else ["arm", "category"]
+        )
+        columns, rows = [*IDENTITY, *fields], []
         for category in self.summary.categories:
-            row = category.model_dump()
+            row = self.identity() | category.model_dump()
             row["workloads"] = ",".join(row["workloads"])
             rows.append(row)
         return _frame(rows, columns)
@@ -119,8 +230,27 @@ def load_run(path: str | Path) -> Run:
 
 
 def export(run: Run, out_dir: Path, fmt: ExportFormat = "csv") -> list[Path]:
-    """Write every table of ``run`` into ``out_dir`` as ``<table>.<fmt>``; returns the files."""
-    return [write_table(run.table(name), out_dir / f"{name}.{fmt}", fmt) for name in TABLES]
+    """Write every table of ``run`` into ``out_dir`` as ``<table>.<fmt>``, and the data dictionary
+    of their columns as ``columns.csv``; returns the files."""
+    frames = {name: run.table(name) for name in TABLES}
+    paths = [write_table(frame, out_dir / f"{name}.{fmt}", fmt) for name, frame in frames.items()]
+    return [*paths, write_table(dictionary(frames), out_dir / DICTIONARY, "csv")]
+
+
+def dictionary(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per (table, column): its unit, direction and definition, from the metric registry."""
+    rows = [
+        dict(
+            zip(
+                ("table", "column", "unit", "definition", "direction"),
+                (name, column, *column_doc(column)),
+                strict=True,
+            )
+        )
+        for name, frame in frames.items()
+        for column in frame.columns
+    ]
+    return _frame(rows, ["table", "column", "unit", "direction", "definition"])
 
 
 def write_table(frame: pd.DataFrame, path: Path, fmt: ExportFormat) -> Path:

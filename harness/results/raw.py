@@ -67,5 +67,11 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
     timing_path = run.root / "timing.json"
     timing = RunTiming.model_validate(read_json(timing_path)) if timing_path.exists() else None
     return RawRun(
-        run=run, record=record, regime=regime, environment=environment, arms=arms, unread=unread, timing=timing
+        run=run,
+        record=record,
+        regime=regime,
+        environment=environment,
+        arms=arms,
+        unread=unread,
+        timing=timing,
     )

@@ -218,7 +218,9 @@ class ArmStatus(ResultModel):
     phase: Literal["startup", "measuring"] | None = None  # where a failure happened
     error: str | None = None
     startup_s: float | None = None  # the first start-up's
-    startups_s: list[float] = []  # every start-up of the arm's server so far (load.server_starts; version 6 on)
+    startups_s: list[
+        float
+    ] = []  # every start-up of the arm's server so far (load.server_starts; version 6 on)
     pgid: int | None = None  # the server's process group while running (to find an orphan)
     mismatches: list[str] = []  # regime mismatches recorded with --allow-mismatch
     attention_backend: AttentionBackend | None = None  # None: the engine did not say
