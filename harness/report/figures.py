@@ -113,7 +113,7 @@ def rate_figure(rows: list[CellMetrics], arms: list[str], workloads: list[str], 
     for arm in arms:
         for workload in workloads:
             points = sorted(
-                (r.request_rate, r.goodput_rps if slo else r.requests_ok / r.duration_s)
+                (r.request_rate, r.goodput_rps if slo else r.completed_rps)
                 for r in rows
                 if r.arm == arm and r.workload == workload and r.request_rate is not None and r.duration_s > 0
             )

@@ -146,6 +146,12 @@ class CellMetrics(ResultModel):
         return LoadLevel(self.concurrency, self.request_rate)
 
     @property
+    def completed_rps(self) -> float | None:
+        """Requests completed per second of the cell's windows (open loop without SLO targets:
+        what the rate figure plots against the offered rate)."""
+        return self.requests_ok / self.duration_s if self.duration_s > 0 else None
+
+    @property
     def server_starts(self) -> int:
         """How many start-ups of the arm's server measured this cell."""
         return len({r.server_start for r in self.per_repeat}) or 1
