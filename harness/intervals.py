@@ -1,112 +1,189 @@
-"""The interval policy of a speedup: the one place that says which samples an interval comes from,
-at what confidence, and what it then supports (derive layer: pure, no I/O).
+"""The one statistical model of a speedup, and what its interval supports (derive layer: pure).
 
-A cell's 95% interval (percentile bootstrap, seeded: the same samples give the same interval):
+Per (workload, load level), every arm's tok/s is measured once per server start-up, and the
+start-ups go in rounds (one start-up of every arm per round). The model is the arms x rounds
+additive model on the log of each start-up's mean tok/s (the mean over that start-up's repeats):
 
-1. from its independent samples when it has two or more: one per server start-up when the arm's
-   server started more than once (the mean of that start-up's repeats), else one per repeat
-   (``CellMetrics.independent_samples``), each against the baseline's same repeat;
-2. else, with one window, from its requests: prompts resampled in pairs with the baseline's same
-   prompt (at least ``MIN_REQUEST_PAIRS`` of them);
-3. else none: the verdict then says "unknown"/"1 repeat, no interval".
+    log y[arm, round] = arm + round + error
 
-The run's summary stores the interval with its source; every view and the study read that stored
-interval (they never resample again), so a run and a study of it always agree.
+It is the balanced REML mixed model with the start-up as the unit: what changes from one start-up
+to the next is in the error, drift shared by a round's start-ups is in ``round`` and cancels, and
+the residual variance is pooled over the arms. An arm's speedup is exp(arm - baseline) (the
+geometric mean of its per-round speedups); its 95% interval is a t interval with (m - 1)(n - 1)
+degrees of freedom (m arms with the baseline, n rounds): nominal coverage from two rounds on
+(benchmarks/interval_coverage.py measures it).
+
+- Repeats on one server never make an interval: they cannot see the start-up spread. With one
+  round the model has no degrees of freedom, and the speedup is "unverified" - unless a machine
+  calibration (``bench calibrate``: the residual spread of this regime on this machine, from 5+
+  rounds) gives the spread; its variance is pooled with the run's own when both exist.
+- Residuals are not pooled across workloads: a server start-up measures every workload, so their
+  residuals are correlated and pooling them would claim degrees of freedom the data lack.
+- An arm missing rounds (it failed on a later start-up) gets its own two-arm model with the
+  baseline over the rounds both have.
+
+Every view reads the interval this module computed and the summary stored (``speedup_low``,
+``speedup_high``, ``speedup_log_se``, ``speedup_df``), so a run, a study, a gate and an export
+always show the same interval for the same cell.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from harness import stats
 
 CONFIDENCE = 0.95
-RESAMPLES = 2000
-MIN_REQUEST_PAIRS = 5  # fewer prompts have too few distinct resamples for a percentile interval
+# a speedup whose whole interval lies within this of 1 (on the log scale) is decided: "equivalent"
+EQUIVALENCE_MARGIN = 0.03
+FEW_DF = 4  # below this many degrees of freedom the t interval leans on normality: said so
 
-IntervalSource = Literal["server_starts", "repeats", "requests"]
-RequestPair = tuple[int, float, int, float]  # (arm tokens, arm E2E s, baseline tokens, baseline E2E s)
-
-
-def interval_from_repeats(speedups: Sequence[float], seed: int = 0) -> tuple[float, float] | None:
-    """Of the mean of the per-repeat speedups (each repeat against the baseline's same repeat)."""
-    if len(speedups) < 2:
-        return None
-    found = stats.bootstrap_statistic(list(speedups), stats.mean, RESAMPLES, CONFIDENCE, seed)
-    return found.low, found.high
-
-
-def interval_from_requests(
-    pairs: Sequence[RequestPair], point: float, seed: int = 0
-) -> tuple[float, float] | None:
-    """With one repeat: resample the prompts, each paired with the baseline's same prompt. The
-    ratio of the resampled rates (tokens / request time, arm over baseline) around the full
-    sample's ratio scales ``point``: how much the speedup moves with which prompts happened to be
-    in the window."""
-    usable = [p for p in pairs if p[1] > 0 and p[3] > 0]
-    if len(usable) < MIN_REQUEST_PAIRS:
-        return None
-
-    def ratio(sample: Sequence[RequestPair]) -> float | None:
-        arm_s, base_s = sum(p[1] for p in sample), sum(p[3] for p in sample)
-        base_tokens = sum(p[2] for p in sample)
-        return (sum(p[0] for p in sample) / arm_s) / (base_tokens / base_s) if base_tokens else None
-
-    full = ratio(usable)
-    if not full:
-        return None
-
-    def relative(sample: Sequence[RequestPair]) -> float | None:
-        drawn = ratio(sample)
-        return None if drawn is None else drawn / full
-
-    low, high = stats.bootstrap([usable], relative, RESAMPLES, seed).bounds(CONFIDENCE)
-    return point * low, point * high
+IntervalSource = Literal["server_starts", "calibration", "server_starts+calibration"]
+Verdict = Literal["pays", "loses", "equivalent", "indistinguishable", "unverified"]
+DECIDED: frozenset[str] = frozenset({"pays", "loses", "equivalent"})
+RoundTable = Mapping[str, Mapping[int, float]]  # arm -> round -> that start-up's mean tok/s
 
 
 @dataclass(frozen=True)
-class SpeedupInterval:
-    low: float
-    high: float
-    source: IntervalSource
+class Spread:
+    """The start-up spread known from a machine calibration: the residual sd of log(start-up mean
+    tok/s) in the arms x rounds model, with its degrees of freedom."""
 
-
-def speedup_interval(
-    point: float, independent: Sequence[float], server_starts: int, request_pairs: Sequence[RequestPair]
-) -> SpeedupInterval | None:
-    """The policy above: ``independent`` are the cell's per-start-up (``server_starts`` > 1) or
-    per-repeat speedups, ``request_pairs`` its requests paired with the baseline's."""
-    found = interval_from_repeats(independent)
-    if found is not None:
-        return SpeedupInterval(*found, "server_starts" if server_starts > 1 else "repeats")
-    found = interval_from_requests(request_pairs, point)
-    return SpeedupInterval(*found, "requests") if found is not None else None
+    sd: float
+    df: int
+    label: str  # for the output: "this machine's calibration of 2026-12-01 (6 rounds)"
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A speedup with its 95% interval (``low``/``high`` None when the policy gives none) and the
-    verdict it supports: it pays only when the whole interval is above 1."""
+    """A speedup, its 95% interval, and the verdict it supports. ``log_se`` and ``df`` make the
+    interval at any other confidence (a selection among several arms needs a stricter one)."""
 
     point: float
-    low: float | None
-    high: float | None
-    n: int
+    low: float | None = None
+    high: float | None = None
+    rounds: int = 1
+    df: int = 0
+    log_se: float | None = None
+    source: IntervalSource | None = None
+
+    def bounds(self, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+        """The t interval at ``confidence``; None without one."""
+        if self.log_se is None or self.df < 1:
+            return (self.low, self.high) if self.low is not None and self.high is not None else None
+        half = stats.t_quantile(1 - (1 - confidence) / 2, self.df) * self.log_se
+        centre = math.log(self.point)
+        return math.exp(centre - half), math.exp(centre + half)
+
+    def selected_from(self, candidates: int) -> Estimate:
+        """This estimate as the winner of ``candidates`` arms: its interval Bonferroni-corrected
+        for the selection (the fastest of several arms is biased up; a 95% claim about it needs
+        each candidate's interval at 1 - 0.05 / candidates)."""
+        if candidates <= 1:
+            return self
+        found = self.bounds(1 - (1 - CONFIDENCE) / candidates)
+        return replace(self, low=found[0], high=found[1]) if found else self
 
     @property
-    def verdict(self) -> Literal["pays", "loses", "indistinguishable", "unknown"]:
+    def verdict(self) -> Verdict:
+        """pays / loses: the interval lies above / below 1; equivalent: within the equivalence
+        margin of 1; indistinguishable: none of these; unverified: no interval."""
         if self.low is None or self.high is None:
-            return "unknown" if self.point == 1.0 else ("pays" if self.point > 1.0 else "loses")
+            return "unverified"
         if self.low > 1.0:
             return "pays"
         if self.high < 1.0:
             return "loses"
+        if math.log(self.high) <= EQUIVALENCE_MARGIN and math.log(self.low) >= -EQUIVALENCE_MARGIN:
+            return "equivalent"
         return "indistinguishable"
 
+    @property
+    def decided(self) -> bool:
+        return self.verdict in DECIDED
+
     def text(self) -> str:
-        interval = (
-            f" [{self.low:.2f}, {self.high:.2f}]" if self.low is not None and self.high is not None else ""
-        )
-        return f"{self.point:.2f}x{interval}" + ("" if interval or self.n > 1 else " (1 repeat, no interval)")
+        if self.low is None or self.high is None:
+            side = "faster" if self.point > 1.0 else "slower" if self.point < 1.0 else "no change"
+            why = "1 start-up per arm: start-up spread not measured" if self.rounds <= 1 else "no interval"
+            return f"{self.point:.2f}x ({side}, unverified: {why})"
+        return f"{self.point:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
+
+def _balanced(logs: Mapping[str, Mapping[int, float]], arms: list[str], rounds: list[int]) -> tuple[float, int]:
+    """Residual sum of squares and degrees of freedom of the additive model on a complete table."""
+    m, n = len(arms), len(rounds)
+    arm_mean = {a: sum(logs[a][r] for r in rounds) / n for a in arms}
+    round_mean = {r: sum(logs[a][r] for a in arms) / m for r in rounds}
+    grand = sum(arm_mean.values()) / m
+    ss = sum((logs[a][r] - arm_mean[a] - round_mean[r] + grand) ** 2 for a in arms for r in rounds)
+    return ss, (m - 1) * (n - 1)
+
+
+def _estimate(
+    logs: Mapping[str, Mapping[int, float]], arm: str, baseline: str, rounds: list[int],
+    ss: float, df: int, spread: Spread | None,
+) -> Estimate:
+    n = len(rounds)
+    difference = sum(logs[arm][r] - logs[baseline][r] for r in rounds) / n
+    point = math.exp(difference)
+    if spread is not None:
+        pooled_df = df + spread.df
+        variance = (ss + spread.df * spread.sd**2) / pooled_df
+        source: IntervalSource = "calibration" if df == 0 else "server_starts+calibration"
+    elif df > 0:
+        pooled_df, variance, source = df, ss / df, "server_starts"
+    else:
+        return Estimate(point, rounds=n)
+    log_se = math.sqrt(2 * variance / n)
+    found = Estimate(point, rounds=n, df=pooled_df, log_se=log_se, source=source)
+    low, high = found.bounds()  # type: ignore[misc]
+    return replace(found, low=low, high=high)
+
+
+def cell_estimates(table: RoundTable, baseline: str, spread: Spread | None = None) -> dict[str, Estimate]:
+    """Every arm's speedup against ``baseline`` in one (workload, load level) from its table of
+    per-round start-up mean tok/s (``arm -> round -> tok/s``; a non-positive or missing value is
+    a start-up that measured nothing). The baseline itself is not in the result."""
+    logs = {a: {r: math.log(v) for r, v in by_round.items() if v and v > 0} for a, by_round in table.items()}
+    rounds = sorted(logs.get(baseline, {}))
+    if not rounds:
+        return {}
+    others = [a for a in logs if a != baseline and logs[a]]
+    complete = [a for a in others if set(rounds) <= set(logs[a])]
+    found: dict[str, Estimate] = {}
+    if complete:
+        ss, df = _balanced(logs, [baseline, *complete], rounds)
+        found |= {a: _estimate(logs, a, baseline, rounds, ss, df, spread) for a in complete}
+    for arm in others:
+        if arm in found:
+            continue
+        common = [r for r in rounds if r in logs[arm]]
+        if not common:
+            continue
+        ss, df = _balanced(logs, [baseline, arm], common)
+        found[arm] = _estimate(logs, arm, baseline, common, ss, df, spread)
+    return found
+
+
+def residual_spread(tables: list[RoundTable]) -> tuple[float, int] | None:
+    """The start-up spread of a calibration: the residual sd of the arms x rounds model over its
+    complete cells (``(sd, df)``; None when no cell has two arms and two rounds). The cells'
+    variances are averaged, but the degrees of freedom are one cell's (the fewest): every cell of
+    a start-up was measured on the same server, so their residuals are not independent."""
+    variances, dfs = [], []
+    for table in tables:
+        logs = {a: {r: math.log(v) for r, v in t.items() if v and v > 0} for a, t in table.items()}
+        arms = [a for a in logs if logs[a]]
+        if len(arms) < 2:
+            continue
+        rounds = sorted(set.intersection(*(set(logs[a]) for a in arms)))
+        if len(rounds) < 2:
+            continue
+        ss, df = _balanced(logs, arms, rounds)
+        variances.append(ss / df)
+        dfs.append(df)
+    return (math.sqrt(sum(variances) / len(variances)), min(dfs)) if variances else None

@@ -12,7 +12,7 @@ from typing import Any
 
 from harness import pooling
 from harness.engines import get_adapter
-from harness.intervals import speedup_interval
+from harness.intervals import Spread, cell_estimates
 from harness.probes import distribution
 from harness.probes.acceptance import (
     SpecCounters,
@@ -28,8 +28,8 @@ from harness.probes.gpu import NOISY_GPU_SM_PCT
 from harness.probes.power import combine_power, summarize_power
 from harness.probes.schedule import achieved_rate_rps, behind_schedule, lag_p90_s, queueing_s
 from harness.probes.slo import attainment_pct, goodput_rps
-from harness.probes.throughput import output_tokens_per_s, speedup
-from harness.regime import Arm, LoadLevel, Slo
+from harness.probes.throughput import mean_in_flight, output_tokens_per_s, speedup
+from harness.regime import Arm, Slo
 from harness.results.files import RunDir
 from harness.results.model import (
     ArmSummary,
@@ -79,6 +79,7 @@ def _repeats(
         counters = counters.plus(delta)
         tokens = sum(r.output_tokens for r in mine)
         tok_s = output_tokens_per_s(tokens, window.duration_s)
+        in_flight = [r for r in records if r.repeat == window.repeat]
         per_repeat.append(
             RepeatMetrics(
                 repeat=window.repeat,
@@ -91,7 +92,8 @@ def _repeats(
                     tokens, len(mine), delta.accepted_tokens, sum(streamed_steps(r.chunks) for r in mine)
                 ),
                 usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
-                **_slo_metrics([r for r in records if r.repeat == window.repeat], window.duration_s, slo),
+                mean_in_flight=mean_in_flight(in_flight, window.duration_s),
+                **_slo_metrics(in_flight, window.duration_s, slo),
             )
         )
         power.append(summarize_power(window.power.samples if window.power else None, tokens))
@@ -160,6 +162,7 @@ def cell_metrics(
         draft_tokens=acc.draft_tokens,
         accepted_tokens=acc.accepted_tokens,
         usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
+        mean_in_flight=mean_in_flight(records, duration),
         **_slo_metrics(records, duration, slo),
         power_source=first.power.source if first.power else None,
         power_note=first.power.note if first.power else "not recorded",
@@ -315,16 +318,17 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
     ]
 
 
-Samples = dict[tuple[str, str, LoadLevel], list[RequestRecord]]  # (arm, workload, load level) -> records
-
-
-def _with_speedups(
-    cells: list[CellMetrics], baseline: str, samples: Samples | None = None
-) -> list[CellMetrics]:
-    """Speedup of the pooled cell, and per repeat against the baseline's same repeat (with adaptive
-    repeats an arm may run more repeats than the baseline did: those pair with the baseline's pooled
-    tok/s); its interval from the server start-ups or the repeats (``CellMetrics.independent_samples``),
-    or with one window from the requests (``samples``)."""
+def _with_speedups(cells: list[CellMetrics], baseline: str, spread: Spread | None) -> list[CellMetrics]:
+    """Per (workload, load level): every arm's speedup and interval from the arms x rounds model
+    (``harness.intervals``) over its start-ups' mean tok/s; and per repeat, against the baseline's
+    same repeat (with adaptive repeats an arm may run more repeats than the baseline did: those
+    pair with the baseline's pooled tok/s), which the gates and studies read."""
+    groups = pooling.grouped(cells, lambda cell: (cell.workload, cell.level))
+    found = {}
+    for key, members in groups.items():
+        table = {c.arm: c.startup_tok_s() for c in members}
+        for arm, estimate in cell_estimates(table, baseline, spread).items():
+            found[(arm, *key)] = estimate
     base = {(c.workload, c.level): c for c in cells if c.arm == baseline}
     out = []
     for cell in cells:
@@ -335,26 +339,22 @@ def _with_speedups(
             r.model_copy(update={"speedup": speedup(r.output_tok_s, base_repeats.get(r.repeat, pooled))})
             for r in cell.per_repeat
         ]
-        value = speedup(cell.output_tok_s, reference.output_tok_s if reference else None)
-        cell = cell.model_copy(update={"speedup": value, "per_repeat": per_repeat})
-        if value is not None and cell.arm != baseline:
-            cell = cell.model_copy(update=_interval(cell, value, baseline, samples or {}))
-        out.append(cell)
+        update: dict[str, Any] = {"per_repeat": per_repeat, "speedup": None}
+        estimate = found.get((cell.arm, cell.workload, cell.level))
+        if cell.arm == baseline:
+            update["speedup"] = speedup(cell.output_tok_s, cell.output_tok_s)
+        elif estimate is not None:
+            update |= {
+                "speedup": estimate.point,
+                "speedup_low": estimate.low,
+                "speedup_high": estimate.high,
+                "speedup_interval": estimate.source,
+                "speedup_rounds": estimate.rounds,
+                "speedup_df": estimate.df or None,
+                "speedup_log_se": estimate.log_se,
+            }
+        out.append(cell.model_copy(update=update))
     return out
-
-
-def _interval(cell: CellMetrics, value: float, baseline: str, samples: Samples) -> dict[str, Any]:
-    key = (cell.workload, cell.level)
-    reference = {(r.prompt_id, r.repeat): r for r in samples.get((baseline, *key), []) if r.ok}
-    pairs = [
-        (r.output_tokens, r.e2e_s or 0.0, ref.output_tokens, ref.e2e_s or 0.0)
-        for r in samples.get((cell.arm, *key), [])
-        if r.ok and (ref := reference.get((r.prompt_id, r.repeat)))
-    ]
-    found = speedup_interval(value, cell.independent_samples("speedup"), cell.server_starts, pairs)
-    if found is None:
-        return {}
-    return {"speedup_low": found.low, "speedup_high": found.high, "speedup_interval": found.source}
 
 
 def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
@@ -373,11 +373,10 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
     """The summary of a run directory, from its raw files only."""
     raw = run if isinstance(run, RawRun) else read_raw(run)
     baseline = raw.baseline_arm
-    samples: Samples = {}
-    for name, arm_raw in raw.arms.items():
-        for sample in arm_raw.samples:
-            samples.setdefault((name, sample.workload, sample.level), []).append(sample)
-    cells = _with_speedups([c for arm in raw.regime.arms for c in _arm_cells(raw, arm)], baseline, samples)
+    cells = [c for arm in raw.regime.arms for c in _arm_cells(raw, arm)]
+    calibration = raw.calibration
+    spread = Spread(calibration.sd, calibration.df, calibration.label()) if calibration else None
+    cells = _with_speedups(cells, baseline, spread)
     section = exactness(raw)
     cells = [c.model_copy(update={"exactness": _cell_exactness(c, section, baseline)}) for c in cells]
     return Summary(

@@ -42,6 +42,8 @@ class RepeatMetrics(ResultModel):
     tokens_per_forward: float | None = None  # probes.acceptance.TOKENS_PER_FORWARD (version 4 on)
     slo_pct: float | None = None  # requests meeting the regime's SLO, % (probes.slo; version 5 on)
     goodput_rps: float | None = None  # requests meeting it per second of the window
+    # requests in flight on average (their summed request times / the window's time; version 7 on)
+    mean_in_flight: float | None = None
 
 
 class ExactnessShares(ResultModel):
@@ -106,13 +108,23 @@ class CellMetrics(ResultModel):
     throttled: bool | None
     energy_usd_per_mtok: float | None
     per_repeat: list[RepeatMetrics]
+    # the arms x rounds model's estimate (harness.intervals): the geometric mean of the per-round
+    # ratios of start-up mean tok/s; the baseline's is 1
     speedup: float | None
-    # 95% interval of the speedup: from the server start-ups (bootstrap of the mean of each start-up's
-    # repeats), the repeats (bootstrap of their mean) or, with one window, from the requests (prompts
-    # resampled in pairs with the baseline's); None without any
+    # its 95% t interval (None: unverified, one start-up per arm and no calibration), the rounds and
+    # degrees of freedom it has and its standard error on the log scale (version 7 on); "repeats" and
+    # "requests" are version 6's sources, dropped by its migration
     speedup_low: float | None = None
     speedup_high: float | None = None
-    speedup_interval: Literal["server_starts", "repeats", "requests"] | None = None
+    speedup_interval: (
+        Literal["server_starts", "calibration", "server_starts+calibration", "repeats", "requests"] | None
+    ) = None
+    speedup_rounds: int | None = None
+    speedup_df: int | None = None
+    speedup_log_se: float | None = None
+    # requests in flight on average over the cell's windows (version 7 on): a window that drains
+    # (num_prompts near the concurrency) runs below its stated load
+    mean_in_flight: float | None = None
     exactness: ExactnessShares | None  # vs the baseline (for the baseline: its noise floor)
     # who used the CPU during the cell's windows, in cores (probes.cpu); None where not recorded
     client_cpu_cores: float | None = None  # the harness process
@@ -155,6 +167,14 @@ class CellMetrics(ResultModel):
     def server_starts(self) -> int:
         """How many start-ups of the arm's server measured this cell."""
         return len({r.server_start for r in self.per_repeat}) or 1
+
+    def startup_tok_s(self) -> dict[int, float]:
+        """Each server start-up's mean tok/s over its repeats: the arms x rounds model's data."""
+        found: dict[int, list[float]] = {}
+        for r in self.per_repeat:
+            if r.output_tok_s is not None:
+                found.setdefault(r.server_start, []).append(r.output_tok_s)
+        return {start: sum(v) / len(v) for start, v in sorted(found.items())}
 
     def independent_samples(self, name: str) -> list[float]:
         """A repeat-level metric's samples for an interval or a test: with several server start-ups,
@@ -271,7 +291,7 @@ class DistributionSection(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[6] = SCHEMA_VERSION
+    schema_version: Literal[7] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from harness.errors import UserError
 from harness.regime import Regime
+from harness.results.calibration import CALIBRATION_FILE, Calibration
 from harness.results.files import RunDir, UnreadLines, read_json, read_records, read_run_record
 from harness.results.records import ArmStatus, RequestRecord, RunTiming, WindowRecord
 
@@ -34,6 +35,7 @@ class RawRun:
     arms: dict[str, RawArm]  # in the regime's arm order
     unread: UnreadLines = field(default_factory=UnreadLines)
     timing: RunTiming | None = None  # timing.json; None for runs made before it was recorded
+    calibration: Calibration | None = None  # calibration.json: the machine calibration the run used
 
     @property
     def baseline_arm(self) -> str:
@@ -66,6 +68,10 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
     }
     timing_path = run.root / "timing.json"
     timing = RunTiming.model_validate(read_json(timing_path)) if timing_path.exists() else None
+    calibration_path = run.root / CALIBRATION_FILE
+    calibration = (
+        Calibration.model_validate(read_json(calibration_path)) if calibration_path.exists() else None
+    )
     return RawRun(
         run=run,
         record=record,
@@ -74,4 +80,5 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
         arms=arms,
         unread=unread,
         timing=timing,
+        calibration=calibration,
     )

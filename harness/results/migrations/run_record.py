@@ -46,4 +46,9 @@ def migrate_v5(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "schema_version": 6}
 
 
-STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5)
+def migrate_v6(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 7 changed the summary's speedup model only (``summary.migrate_v6``): unchanged."""
+    return {**record, "schema_version": 7}
+
+
+STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6)

@@ -34,4 +34,9 @@ def migrate_v5(status: dict[str, Any]) -> dict[str, Any]:
     return {**status, "startups_s": [] if first is None else [first]}
 
 
-STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5)
+def migrate_v6(status: dict[str, Any]) -> dict[str, Any]:
+    """Version 7 changed the summary's speedup model only (``summary.migrate_v6``): unchanged."""
+    return status
+
+
+STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6)
