@@ -108,12 +108,14 @@ class Estimate:
     def text(self) -> str:
         if self.low is None or self.high is None:
             side = "faster" if self.point > 1.0 else "slower" if self.point < 1.0 else "no change"
-            why = "1 start-up per arm: start-up spread not measured" if self.rounds <= 1 else "no interval"
+            why = "start-up spread not measured" if self.rounds <= 1 else "no interval"
             return f"{self.point:.2f}x ({side}, unverified: {why})"
         return f"{self.point:.2f}x [{self.low:.2f}, {self.high:.2f}]"
 
 
-def _balanced(logs: Mapping[str, Mapping[int, float]], arms: list[str], rounds: list[int]) -> tuple[float, int]:
+def _balanced(
+    logs: Mapping[str, Mapping[int, float]], arms: list[str], rounds: list[int]
+) -> tuple[float, int]:
     """Residual sum of squares and degrees of freedom of the additive model on a complete table."""
     m, n = len(arms), len(rounds)
     arm_mean = {a: sum(logs[a][r] for r in rounds) / n for a in arms}
@@ -124,12 +126,18 @@ def _balanced(logs: Mapping[str, Mapping[int, float]], arms: list[str], rounds: 
 
 
 def _estimate(
-    logs: Mapping[str, Mapping[int, float]], arm: str, baseline: str, rounds: list[int],
-    ss: float, df: int, spread: Spread | None,
+    table: RoundTable,
+    logs: Mapping[str, Mapping[int, float]],
+    arm: str,
+    baseline: str,
+    rounds: list[int],
+    ss: float,
+    df: int,
+    spread: Spread | None,
 ) -> Estimate:
     n = len(rounds)
-    difference = sum(logs[arm][r] - logs[baseline][r] for r in rounds) / n
-    point = math.exp(difference)
+    # exp(mean log ratio), as the product of the ratios: one round gives its ratio to the last digit
+    point = math.prod(table[arm][r] / table[baseline][r] for r in rounds) ** (1 / n)
     if spread is not None:
         pooled_df = df + spread.df
         variance = (ss + spread.df * spread.sd**2) / pooled_df
@@ -157,7 +165,7 @@ def cell_estimates(table: RoundTable, baseline: str, spread: Spread | None = Non
     found: dict[str, Estimate] = {}
     if complete:
         ss, df = _balanced(logs, [baseline, *complete], rounds)
-        found |= {a: _estimate(logs, a, baseline, rounds, ss, df, spread) for a in complete}
+        found |= {a: _estimate(table, logs, a, baseline, rounds, ss, df, spread) for a in complete}
     for arm in others:
         if arm in found:
             continue
@@ -165,7 +173,7 @@ def cell_estimates(table: RoundTable, baseline: str, spread: Spread | None = Non
         if not common:
             continue
         ss, df = _balanced(logs, [baseline, arm], common)
-        found[arm] = _estimate(logs, arm, baseline, common, ss, df, spread)
+        found[arm] = _estimate(table, logs, arm, baseline, common, ss, df, spread)
     return found
 
 

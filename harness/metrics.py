@@ -394,11 +394,12 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
         (
             "verdict",
             "",
-            "the window's verdict on its fastest speculative arm: pays, loses, indistinguishable "
-            "from the baseline, is faster / is slower (no interval)",
+            "the window's verdict on its fastest speculative arm, corrected for the number of arms it was "
+            "picked from: pays, loses, is within 3% of the baseline, indistinguishable from the baseline, "
+            "or unverified (one start-up per arm, no calibration)",
         ),
         ("verdict_arm", "", "the window's fastest speculative arm, which the verdict is about"),
-        ("deploy_arm", "", "the arm to deploy in this window: the fastest, the baseline included"),
+        ("deploy_arm", "", "the arm to deploy in this window: the best speculative arm where it pays, else the baseline"),
         ("arm", "", "the arm's name in the regime"),
         ("method", "", "speculative method: baseline, ngram, eagle3, dflash, draft_model, ..."),
         ("num_speculative_tokens", "tokens", "draft depth K (empty for the baseline)"),
@@ -441,7 +442,11 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
         ("throttled", "", "the GPU slowed its clocks for heat or power during a window"),
         ("speedup_low", "x", "lower bound of the speedup's 95% interval"),
         ("speedup_high", "x", "upper bound of the speedup's 95% interval"),
-        ("speedup_interval", "", "what the interval resamples: server_starts, repeats or requests"),
+        ("speedup_interval", "", "where the interval's spread comes from: server_starts, calibration or both"),
+        ("speedup_rounds", "count", "rounds of server start-ups the speedup's model used"),
+        ("speedup_df", "count", "degrees of freedom of the speedup's t interval"),
+        ("speedup_log_se", "", "standard error of log(speedup) in the arms x rounds model"),
+        ("mean_in_flight", "requests", "requests in flight on average over the cell's windows (Little's law)"),
         ("client_cpu_cores", "cores", "CPU the harness client used during the windows"),
         ("engine_cpu_cores", "cores", "CPU the engine's processes used during the windows"),
         ("others_cpu_cores", "cores", "CPU every other process used during the windows"),

@@ -394,6 +394,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         timing=raw.timing,
         slo=raw.regime.slo,
         distribution=distribution_section(raw),
+        calibration=calibration.label() if calibration else None,
     )
 
 

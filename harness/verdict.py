@@ -19,17 +19,20 @@ from dataclasses import dataclass
 from typing import Literal
 
 from harness import pooling
-from harness.intervals import Estimate
+from harness.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
 OUTCOME_TEXT = {
     "pays": "pays",
     "loses": "loses",
+    "equivalent": f"is within {100 * EQUIVALENCE_MARGIN:.0f}% of the baseline",
     "indistinguishable": "indistinguishable from the baseline",
-    "faster, no interval": "is faster",  # the estimate's text says there is no interval
-    "slower, no interval": "is slower",
+    "unverified": "unverified",  # the estimate's text says faster or slower, and why unverified
 }
+EFFECTIVE_LOAD_GAP = (
+    0.10  # two arms whose mean requests in flight differ more were compared at different load
+)
 
 
 @dataclass(frozen=True)
@@ -38,22 +41,28 @@ class WindowVerdict:
     level: LoadLevel
     baseline: CellMetrics
     best: CellMetrics | None  # the fastest speculative arm; None when none produced a speedup
-    estimate: Estimate | None  # best's speedup with its interval
+    estimate: Estimate | None  # best's speedup with its interval (what every view shows for the cell)
     caveats: tuple[str, ...]  # about the best arm
     distribution: str | None = None  # temperature > 0: the best arm's distribution-check verdict
+    candidates: int = 1  # speculative arms measured here: best was picked from them
+    provisional: str | None = None  # why the numbers may not be the engine's alone (a busy neighbour)
 
     @property
     def concurrency(self) -> int:
         return self.level.concurrency
 
     @property
+    def decision(self) -> Estimate | None:
+        """best's estimate corrected for being the fastest of ``candidates`` arms (Bonferroni):
+        what the outcome rests on, so that picking the luckiest arm does not make it pay."""
+        return self.estimate.selected_from(self.candidates) if self.estimate else None
+
+    @property
     def outcome(self) -> str:
-        """pays / loses / indistinguishable; without an interval only faster or slower."""
-        if self.estimate is None:
+        """pays / loses / equivalent / indistinguishable / unverified, after the selection correction."""
+        if self.decision is None:
             return "no speculative arm measured"
-        if self.estimate.low is None:
-            return "faster, no interval" if self.estimate.point > 1.0 else "slower, no interval"
-        return self.estimate.verdict
+        return self.decision.verdict
 
     @property
     def fastest(self) -> str:
@@ -63,21 +72,41 @@ class WindowVerdict:
         return self.best.arm
 
     @property
+    def deploy(self) -> str:
+        """The arm to deploy: the best speculative arm only where it pays, else the baseline."""
+        return self.best.arm if self.best is not None and self.outcome == "pays" else self.baseline.arm
+
+    @property
     def saving_pct(self) -> float | None:
         """$/Mtok saved by the best speculative arm against the baseline (negative: it costs more)."""
         return pooling.saving_pct(self.baseline.usd_per_mtok, self.best.usd_per_mtok if self.best else None)
+
+    def selection_text(self) -> str:
+        """What the selection correction did, when there was a selection to correct."""
+        if self.candidates <= 1 or self.estimate is None or self.decision is None:
+            return ""
+        if self.estimate.verdict == self.decision.verdict or self.decision.low is None:
+            return ""
+        return (
+            f" (best of {self.candidates} arms: not after correcting for the selection, "
+            f"[{self.decision.low:.2f}, {self.decision.high:.2f}])"
+        )
 
     def text(self) -> str:
         where = f"{self.workload} {self.level.short()}"
         if self.best is None or self.estimate is None:
             tok_s = _num(self.baseline.output_tok_s, ".1f")
             return f"{where}: no speculative arm measured; baseline {tok_s} tok/s"
+        said = f"{OUTCOME_TEXT[self.outcome]} at {self.estimate.text()}{self.selection_text()}"
+        if self.outcome == "unverified":
+            said = f"at {self.estimate.text()}"
         head = (
-            f"{where}: {self.best.arm} {OUTCOME_TEXT[self.outcome]} at {self.estimate.text()}"
+            f"{where}: {self.best.arm} {said}"
             if self.fastest == self.best.arm
-            else f"{where}: baseline fastest; best speculative arm {self.best.arm} "
-            f"{OUTCOME_TEXT[self.outcome]} at {self.estimate.text()}"
+            else f"{where}: baseline fastest; best speculative arm {self.best.arm} {said}"
         )
+        if self.provisional:
+            head = f"PROVISIONAL ({self.provisional}): {head}"
         same = (
             identical_text(self.best)
             if self.distribution is None
@@ -249,12 +278,11 @@ def neighbour_text(cell: CellMetrics) -> str:
 
 
 def cpu_caveats(cells: list[CellMetrics]) -> list[str]:
-    """Windows whose numbers may not be the engine's: a busy neighbour, or a client that used most
-    of a core (``harness.probes.cpu``)."""
+    """Windows whose numbers may be the client's or the schedule's: a client that used most of a
+    core, or fell behind its arrival schedule (a busy neighbour is the verdict's banner:
+    ``provisional_text``)."""
     found = []
     for cell in cells:
-        if cell.noisy_neighbour:
-            found.append(f"{cell.arm} measured beside a busy neighbour ({neighbour_text(cell)})")
         if cell.client_busy:
             found.append(
                 f"{cell.arm}: the harness's client used {cell.client_cpu_cores:.2f} cores, its numbers "
@@ -269,11 +297,40 @@ def cpu_caveats(cells: list[CellMetrics]) -> list[str]:
     return found
 
 
+def provisional_text(cells: list[CellMetrics]) -> str | None:
+    """Why a window's verdict is provisional: its cells were measured beside a busy neighbour."""
+    noisy = [f"{c.arm}: {neighbour_text(c)}" for c in cells if c.noisy_neighbour]
+    return "measured beside a busy neighbour: " + "; ".join(noisy) if noisy else None
+
+
+def load_caveat(baseline: CellMetrics, best: CellMetrics | None) -> list[str]:
+    """Two arms compared at different effective load: their mean requests in flight differ by more
+    than ``EFFECTIVE_LOAD_GAP`` (a window that drains runs below its concurrency, by how fast each
+    arm finishes)."""
+    if best is None or not baseline.mean_in_flight or best.mean_in_flight is None:
+        return []
+    if abs(best.mean_in_flight / baseline.mean_in_flight - 1) <= EFFECTIVE_LOAD_GAP:
+        return []
+    return [
+        f"effective load differs: {baseline.arm} averaged {baseline.mean_in_flight:.2f} requests in flight, "
+        f"{best.arm} {best.mean_in_flight:.2f} (stated {baseline.concurrency}): the window drains, "
+        f"use num_prompts >= {4 * baseline.concurrency}"
+    ]
+
+
 def estimate_of(cell: CellMetrics) -> Estimate | None:
-    """A cell's speedup with the interval the summary stored."""
+    """A cell's speedup with the interval the summary stored (``harness.intervals``' model)."""
     if cell.speedup is None:
         return None
-    return Estimate(cell.speedup, cell.speedup_low, cell.speedup_high, cell.repeats)
+    return Estimate(
+        cell.speedup,
+        cell.speedup_low,
+        cell.speedup_high,
+        rounds=cell.speedup_rounds or cell.server_starts,
+        df=cell.speedup_df or 0,
+        log_se=cell.speedup_log_se,
+        source=cell.speedup_interval,  # type: ignore[arg-type]  # version 6 sources are migrated away
+    )
 
 
 def window_verdicts(summary: Summary) -> list[WindowVerdict]:
@@ -301,8 +358,11 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
                 caveats=tuple(
                     (arm_caveats(summary.arm(best.arm)) if best else [])
                     + cpu_caveats([baseline] + ([best] if best else []))
+                    + load_caveat(baseline, best)
                 ),
                 distribution=_distribution_verdict(summary, best.arm) if best else None,
+                candidates=max(1, len(speculative)),
+                provisional=provisional_text([baseline] + ([best] if best else [])),
             )
         )
     return verdicts
@@ -335,17 +395,19 @@ def run_caveats(summary: Summary) -> list[str]:
 
 
 def interval_note(summary: Summary) -> str:
-    sources = sorted({c.speedup_interval for c in summary.cells if c.speedup_interval})
-    starts = max((c.server_starts for c in summary.cells), default=1)
-    names = {
-        "server_starts": f"{starts} server start-ups per arm",
-        "repeats": "the repeats",
-        "requests": "the requests, prompts resampled in pairs",
-    }
-    # the scope matters: repeats on one server cannot see what changes between its start-ups
-    scope = "" if starts > 1 else "; one server start-up per arm (load.server_starts)"
+    """Where the verdicts' intervals come from, in one line."""
+    cells = [c for c in summary.cells if c.arm != summary.baseline_arm and c.speedup is not None]
+    sources = {c.speedup_interval for c in cells if c.speedup_interval}
+    rounds = max((c.speedup_rounds or c.server_starts for c in cells), default=1)
+    if not sources:
+        return "unverified: 1 start-up per arm, no calibration (set load.server_starts >= 2, or bench calibrate)"
+    dfs = sorted({c.speedup_df for c in cells if c.speedup_df})
+    df_text = f"{dfs[0]}" if len(dfs) == 1 else f"{dfs[0]}-{dfs[-1]}" if dfs else "-"
+    few = "; few degrees of freedom: relies on normality" if dfs and dfs[0] < FEW_DF else ""
+    calibrated = any("calibration" in str(s) for s in sources)
+    where = f"{rounds} rounds of server start-ups" if rounds > 1 else "1 start-up per arm"
+    calibration = f" and {summary.calibration}" if calibrated and summary.calibration else ""
     return (
-        "speedup with its 95% interval from " + " and ".join(names[s] for s in sources) + scope
-        if sources
-        else "no speedup interval: too few repeats and prompts"
+        f"speedup with its 95% t interval from {where}{calibration} (arms x rounds model, "
+        f"{df_text} degrees of freedom{few}; best arm corrected for the number of arms)"
     )

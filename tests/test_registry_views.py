@@ -148,5 +148,5 @@ def test_export_carries_identity_verdict_and_a_full_data_dictionary(tmp_path: Pa
             if (r["workload"], r["concurrency"]) == (verdict.workload, str(verdict.concurrency))
         ]
         assert {(r["verdict"], r["deploy_arm"]) for r in window} == {
-            (OUTCOME_TEXT[verdict.outcome], verdict.fastest)
+            (OUTCOME_TEXT[verdict.outcome], verdict.deploy)
         }

@@ -143,7 +143,7 @@ def _verdicts(summary: Summary) -> list[dict[str, Any]]:
             {
                 "where": f"{verdict.workload} {verdict.level.short()}",
                 "verdict": verdict,
-                "answer": verdict.fastest,
+                "answer": verdict.deploy,
                 "outcome": OUTCOME_TEXT.get(verdict.outcome, verdict.outcome),
                 "speedup": verdict.estimate.text() if verdict.estimate else "–",
                 "best": best.arm if best else "–",

@@ -68,7 +68,7 @@ class Run:
             (v.workload, v.level): {
                 "verdict": OUTCOME_TEXT.get(v.outcome, v.outcome),
                 "verdict_arm": v.best.arm if v.best else None,
-                "deploy_arm": v.fastest,
+                "deploy_arm": v.deploy,
             }
             for v in window_verdicts(self.summary)
         }

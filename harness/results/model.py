@@ -306,6 +306,8 @@ class Summary(ResultModel):
     timing: RunTiming | None = None  # where the run's wall time went (timing.json)
     slo: Slo | None = None  # the targets slo_pct and goodput_rps were derived with (the run's regime)
     distribution: DistributionSection | None = None  # temperature > 0 only
+    # the machine calibration whose start-up spread the intervals used (Calibration.label(); version 7)
+    calibration: str | None = None
 
     def cell(
         self, arm: str, workload: str, concurrency: int | LoadLevel, request_rate: float | None = None

@@ -1,0 +1,115 @@
+"""The one model of a speedup (harness.intervals): checked against formulas computed here, not by it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness import stats
+from harness.intervals import Estimate, Spread, cell_estimates, residual_spread
+
+
+def test_two_arms_two_rounds_is_the_paired_t_on_log_ratios() -> None:
+    table = {"baseline": {0: 100.0, 1: 110.0}, "ngram": {0: 150.0, 1: 154.0}}
+    found = cell_estimates(table, "baseline")["ngram"]
+    d = [math.log(1.5), math.log(154 / 110)]
+    mean = sum(d) / 2
+    se = abs(d[0] - d[1]) / math.sqrt(2) / math.sqrt(2)  # sd of the two differences / sqrt(n)
+    half = 12.7062047 * se  # t(0.975, 1)
+    assert found.point == pytest.approx(math.exp(mean))
+    assert (found.low, found.high) == pytest.approx((math.exp(mean - half), math.exp(mean + half)), rel=1e-6)
+    assert (found.rounds, found.df, found.source) == (2, 1, "server_starts")
+    # one degree of freedom (t 12.7): 1.45x measured twice with a 7% spread is not yet decided
+    assert found.verdict == "indistinguishable" and not found.decided
+
+
+def test_more_arms_pool_the_residual_of_the_two_way_model() -> None:
+    rng = np.random.default_rng(3)
+    arms, rounds = ["baseline", "a", "b", "c"], 3
+    truth = {"baseline": 100.0, "a": 120.0, "b": 95.0, "c": 101.0}
+    drift = rng.normal(0, 0.05, rounds)  # shared by a round's start-ups: the model absorbs it
+    table = {a: {r: truth[a] * math.exp(drift[r] + rng.normal(0, 0.03)) for r in range(rounds)} for a in arms}
+    found = cell_estimates(table, "baseline")
+    # the additive model by least squares, independently of the module
+    y = np.array([math.log(table[a][r]) for a in arms for r in range(rounds)])
+    x = np.zeros((len(y), len(arms) + rounds - 1))
+    for i, (a, r) in enumerate((a, r) for a in arms for r in range(rounds)):
+        x[i, arms.index(a)] = 1.0
+        if r > 0:
+            x[i, len(arms) + r - 1] = 1.0
+    coef, ss, *_ = np.linalg.lstsq(x, y, rcond=None)
+    df = (len(arms) - 1) * (rounds - 1)
+    se = math.sqrt(ss[0] / df * 2 / rounds)
+    t = stats.t_quantile(0.975, df)
+    for arm in ("a", "b", "c"):
+        effect = coef[arms.index(arm)] - coef[0]
+        assert found[arm].point == pytest.approx(math.exp(effect))
+        assert found[arm].low == pytest.approx(math.exp(effect - t * se))
+        assert found[arm].high == pytest.approx(math.exp(effect + t * se))
+        assert found[arm].df == df == 6
+
+
+def test_one_start_up_is_unverified_unless_a_calibration_gives_the_spread() -> None:
+    table = {"baseline": {0: 100.0}, "ngram": {0: 120.0}}
+    alone = cell_estimates(table, "baseline")["ngram"]
+    assert (alone.low, alone.high, alone.verdict) == (None, None, "unverified")
+    assert alone.text() == "1.20x (faster, unverified: start-up spread not measured)"
+    calibrated = cell_estimates(table, "baseline", Spread(0.03, 10, "calibration"))["ngram"]
+    half = stats.t_quantile(0.975, 10) * 0.03 * math.sqrt(2)
+    assert (calibrated.low, calibrated.high) == pytest.approx((1.2 * math.exp(-half), 1.2 * math.exp(half)))
+    assert (calibrated.source, calibrated.df) == ("calibration", 10)
+    # with two rounds the run's own residual is pooled with the calibration's
+    two = {"baseline": {0: 100.0, 1: 100.0}, "ngram": {0: 120.0, 1: 126.0}}
+    both = cell_estimates(two, "baseline", Spread(0.03, 10, "calibration"))["ngram"]
+    ss = (math.log(1.2) - math.log(1.26)) ** 2 / 4
+    assert both.df == 11 and both.source == "server_starts+calibration"
+    assert both.log_se == pytest.approx(math.sqrt((ss + 10 * 0.03**2) / 11 * 2 / 2))
+
+
+def test_an_arm_missing_a_round_gets_its_own_model_with_the_baseline() -> None:
+    table = {
+        "baseline": {0: 100.0, 1: 104.0, 2: 98.0},
+        "a": {0: 130.0, 1: 133.0, 2: 127.0},
+        "failed_late": {0: 90.0, 1: 95.0},  # no third start-up
+    }
+    found = cell_estimates(table, "baseline")
+    assert found["a"].rounds == 3 and found["a"].df == 2
+    late = found["failed_late"]
+    assert late.rounds == 2 and late.df == 1
+    assert late.point == pytest.approx(math.sqrt(0.9 * 95 / 104))
+
+
+def test_verdicts_equivalence_and_the_selection_correction() -> None:
+    assert Estimate(1.0, 0.99, 1.02, 3, 4, 0.005).verdict == "equivalent"
+    assert Estimate(1.0, 0.95, 1.02, 3, 4, 0.01).verdict == "indistinguishable"
+    assert Estimate(0.9, 0.85, 0.95, 3, 4, 0.02).verdict == "loses"
+    picked = Estimate(1.05, *Estimate(1.05, rounds=3, df=4, log_se=0.015).bounds(), 3, 4, 0.015)
+    assert picked.verdict == "pays"
+    corrected = picked.selected_from(4)  # Bonferroni: each of 4 candidates at 1 - 0.05 / 4
+    half = stats.t_quantile(1 - 0.025 / 4, 4) * 0.015
+    assert (corrected.low, corrected.high) == pytest.approx((1.05 * math.exp(-half), 1.05 * math.exp(half)))
+    assert corrected.verdict == "indistinguishable"
+    assert picked.selected_from(1) is picked
+
+
+def test_calibration_spread_averages_cells_but_claims_one_cells_df() -> None:
+    a = {"baseline": {0: 100.0, 1: 110.0, 2: 105.0}, "ngram": {0: 120.0, 1: 125.0, 2: 131.0}}
+    b = {"baseline": {0: 50.0, 1: 52.0, 2: 49.0}, "ngram": {0: 60.0, 1: 60.0, 2: 63.0}}
+    per_cell = []
+    for table in (a, b):
+        d = [math.log(table["ngram"][r] / table["baseline"][r]) for r in range(3)]
+        per_cell.append(np.var(d, ddof=1) / 2)  # two arms: the residual variance is half the differences'
+    sd, df = residual_spread([a, b])  # type: ignore[misc]
+    assert sd == pytest.approx(math.sqrt(sum(per_cell) / 2)) and df == 2
+    assert residual_spread([{"baseline": {0: 1.0}, "ngram": {0: 2.0}}]) is None
+
+
+@pytest.mark.parametrize(
+    ("others", "df", "table"),
+    [(2, 10, 2.15), (2, 100_000, 1.92), (4, 20, 2.30), (3, 12, 2.29)],  # Dunnett's one-sided 5% tables
+)
+def test_best_of_quantile_matches_dunnetts_tables(others: int, df: int, table: float) -> None:
+    assert stats.best_of_quantile(others, df) == pytest.approx(table, abs=0.006)
+    assert stats.best_of_quantile(1, df) == pytest.approx(stats.t_quantile(0.95, df))
