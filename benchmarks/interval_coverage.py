@@ -1,0 +1,250 @@
+"""Do the harness's intervals cover what they claim? Measured, not argued.
+
+``--simulate``: the harness's own estimators (``harness.intervals.cell_estimates`` for a cell's
+speedup and the winner's correction, ``harness.study.analysis`` for best K and break-even,
+``harness.gates.relative_check`` for a relative gate) on simulated runs whose truth is known.
+A simulated run: every arm's server starts once per round; each start-up has its own effect
+(log-normal, sd 3% or 6%: this project measured 3.5-6% per server), each round a drift shared by
+its start-ups (sd 2%), each request its own jitter (sd 5%: windows of 16 prompts vary by 1-2%; 2
+repeats per start-up), and prompts differ in how much they gain (per-prompt log-sd 0.2, fixed
+across rounds: the same prompts every round, as the harness sends). One line per interval and setting:
+
+    coverage  cell speedup  sd 3%  2 rounds  2 arms  truth 1.10  0.951  (2000 runs)
+
+``--regime R --runs N``: the same question on the real engine. N independent ``bench run``s of R
+(each its own start-ups); per cell, how often a run's interval covers the pooled estimate of the
+other runs (the geometric mean of their speedups), and whether the verdicts agree wherever any run
+calls the cell decided. Prints the run ids and the CPU model (lscpu) with the table.
+
+    .venv/bin/python benchmarks/interval_coverage.py --simulate [--runs 2000] [--seed 0]
+    .venv/bin/python benchmarks/interval_coverage.py --regime regimes/cpu_coverage.yaml --runs 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from harness.intervals import Spread, cell_estimates, residual_spread  # noqa: E402
+
+DRIFT_SD = 0.02  # shared by a round's start-ups
+REQUEST_SD = 0.05  # one request's time, within a window: windows then vary by 1-2%
+REPEATS = 2
+PROMPTS = 16
+PROMPT_SD = 0.2
+
+
+@dataclass(frozen=True)
+class Setting:
+    startup_sd: float
+    rounds: int
+    arms: int  # with the baseline
+    truth: float  # every speculative arm's true speedup (arm 1's, where the others differ)
+
+    def label(self) -> str:
+        return (
+            f"sd {100 * self.startup_sd:.0f}%  {self.rounds} rounds  {self.arms} arms  truth {self.truth:.2f}"
+        )
+
+
+def arm_times(rng: np.random.Generator, base_time: np.ndarray, truth: float) -> np.ndarray:
+    """An arm's time per prompt: each prompt gains its own amount, scaled so that the window's
+    speedup (the same tokens over the summed time, noise aside) is exactly ``truth``."""
+    arm_time = base_time / np.exp(rng.normal(0.0, PROMPT_SD, len(base_time)))
+    return arm_time * base_time.sum() / arm_time.sum() / truth
+
+
+def simulate_tables(
+    rng: np.random.Generator, startup_sd: float, rounds: int, truths: list[float], levels: int = 1
+) -> list[dict[str, dict[int, float]]]:
+    """One simulated run: per load level, ``arm -> round -> start-up mean tok/s``. Arm 0 is the
+    baseline; ``truths[i]`` is arm i+1's true speedup at every level (a list per level for a
+    curve: see ``simulate_curve``). A start-up's effect is shared by every level it measures."""
+    arms = len(truths) + 1
+    startup = rng.normal(0.0, startup_sd, (arms, rounds))
+    drift = rng.normal(0.0, DRIFT_SD, rounds)
+    tables = []
+    for _ in range(levels):
+        table: dict[str, dict[int, float]] = {}
+        base_time = rng.lognormal(0.0, 0.5, PROMPTS)  # the prompts differ in length and difficulty
+        times = [base_time] + [arm_times(rng, base_time, t) for t in truths]
+        for a in range(arms):
+            # each request's time jitters on its own; the window's tok/s is its tokens (the same for
+            # every arm) over its summed time, on a server whose start-up and round set its pace
+            jitter = np.exp(rng.normal(0.0, REQUEST_SD, (rounds, REPEATS, PROMPTS)))
+            seconds = (times[a] * jitter).sum(axis=2) * np.exp(-(startup[a] + drift))[:, None]
+            table[f"a{a}"] = {r: float(np.mean(PROMPTS * 100 / seconds[r])) for r in range(rounds)}
+        tables.append(table)
+    return tables
+
+
+def cell_lines(settings: list[Setting], runs: int, seed: int) -> Iterator[tuple[str, float]]:
+    """Coverage of a cell's speedup interval, its false "pays" at a true 1.00x, and the winner's
+    (the fastest of the speculative arms, corrected for the selection) false "pays"."""
+    for setting in settings:
+        rng = np.random.default_rng([seed, int(1000 * setting.startup_sd), setting.rounds, setting.arms])
+        covered = pays = winner_pays = 0
+        for _ in range(runs):
+            (table,) = simulate_tables(
+                rng, setting.startup_sd, setting.rounds, [setting.truth] * (setting.arms - 1)
+            )
+            found = cell_estimates(table, "a0")
+            first = found["a1"]
+            covered += first.low is not None and first.low <= setting.truth <= first.high  # type: ignore[operator]
+            pays += first.verdict == "pays"
+            best = max(found.values(), key=lambda e: e.point)
+            winner_pays += best.selected_from(len(found)).verdict == "pays"
+        yield f"coverage  cell speedup          {setting.label()}", covered / runs
+        if setting.truth == 1.0:
+            yield f"false pays  cell speedup        {setting.label()}", pays / runs
+            if setting.arms > 2:
+                yield f"false pays  winner, corrected   {setting.label()}", winner_pays / runs
+
+
+def calibration_lines(startup_sds: list[float], runs: int, seed: int) -> Iterator[tuple[str, float]]:
+    """One start-up per arm with a calibration of this machine (6 rounds of the same regime, made
+    beforehand): the interval then rests on the calibration's spread."""
+    for sd in startup_sds:
+        rng = np.random.default_rng([seed, int(1000 * sd), 99])
+        covered = 0
+        for _ in range(runs):
+            calibration = simulate_tables(rng, sd, 6, [1.0], levels=2)
+            spread_sd, df = residual_spread(calibration)  # type: ignore[misc]
+            (table,) = simulate_tables(rng, sd, 1, [1.10])
+            found = cell_estimates(table, "a0", Spread(spread_sd, df, "simulated"))["a1"]
+            covered += found.low <= 1.10 <= found.high  # type: ignore[operator]
+        yield (
+            f"coverage  cell speedup, 1 start-up + calibration  sd {100 * sd:.0f}%  truth 1.10",
+            covered / runs,
+        )
+
+
+def run_simulation(runs: int, seed: int, quick: bool = False) -> list[tuple[str, float]]:
+    sds = [0.03] if quick else [0.03, 0.06]
+    rounds = [2, 3] if quick else [2, 3, 5]
+    arm_counts = [2, 7]
+    truths = [1.0, 1.10]
+    settings = [Setting(sd, n, m, t) for sd in sds for n in rounds for m in arm_counts for t in truths]
+    lines = list(cell_lines(settings, runs, seed))
+    lines += list(calibration_lines(sds, runs, seed))
+    for extra in EXTRA_LINES:
+        lines += list(extra(sds, rounds, runs, seed))
+    return lines
+
+
+# the study's and the gates' intervals (registered below when their functions exist)
+EXTRA_LINES: list[Callable[[list[float], list[int], int, int], Iterator[tuple[str, float]]]] = []
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument(
+        "--simulate", action="store_true", help="the estimators on simulated runs with known truth"
+    )
+    mode.add_argument("--regime", type=Path, help="a regime to run --runs times on the real engine")
+    parser.add_argument(
+        "--runs", type=int, default=2000, help="simulated runs per setting, or real runs (>= 6)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--results-dir", type=Path, default=Path("results/coverage"), help="where the real runs go (--regime)"
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="read the runs already in --results-dir (--regime)"
+    )
+    args = parser.parse_args()
+    if args.simulate:
+        for label, value in run_simulation(args.runs, args.seed):
+            print(f"{label}  {value:.3f}  ({args.runs} runs)")
+        return 0
+    return real_coverage(args.regime, args.runs, args.results_dir, args.reuse)
+
+
+def real_coverage(regime: Path, runs: int, results_dir: Path, reuse: bool) -> int:
+    """N independent runs of ``regime`` (each ``bench run`` in its own process: its own start-ups),
+    then per cell: how often a run's interval covers the geometric mean of the other runs'
+    speedups, and whether the runs' decided verdicts agree. With ``reuse``, the runs already under
+    ``results_dir`` are read instead (the table again from stored raw files)."""
+    import subprocess
+
+    from harness.summary import summarize
+    from harness.verdict import estimate_of
+
+    if runs < 2:
+        raise SystemExit("--runs: at least 2 real runs (6 or more to say anything)")
+    results_dir.mkdir(parents=True, exist_ok=True)
+    if not reuse:
+        for index in range(runs):
+            print(f"run {index + 1}/{runs}: bench run {regime} --results-dir {results_dir}", flush=True)
+            done = subprocess.run(
+                [sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(results_dir)],
+                cwd=HERE.parent,
+                check=False,
+            )
+            if done.returncode not in (0, 1):  # 1: a verdict that loses is still a run
+                print(f"run {index + 1} exited {done.returncode}: stopping", file=sys.stderr)
+                return done.returncode
+    run_dirs = sorted(p.parent for p in results_dir.glob("*/*/regime.json"))
+    summaries = [summarize(d) for d in run_dirs]
+    print(f"\n{len(summaries)} runs of {regime} on {cpu_model()}:")
+    print("  " + ", ".join(d.name for d in run_dirs))
+    cells = sorted(
+        {(c.arm, c.workload, c.level) for s in summaries for c in s.cells if c.arm != s.baseline_arm}
+    )
+    print("\n| cell | speedups (each run) | covered by its own interval | decided verdicts | agree |")
+    print("|---|---|---|---|---|")
+    covered_total = counted = 0
+    for arm, workload, level in cells:
+        estimates = [e for s in summaries if (c := s.cell(arm, workload, level)) and (e := estimate_of(c))]
+        covered = 0
+        for i, e in enumerate(estimates):
+            others = [o.point for j, o in enumerate(estimates) if j != i]
+            target = math.exp(sum(math.log(p) for p in others) / len(others))
+            covered += e.low is not None and e.low <= target <= e.high  # type: ignore[operator]
+        decided = sorted({e.verdict for e in estimates if e.decided})
+        points = ", ".join(f"{e.point:.3f}" for e in estimates)
+        verdicts = (
+            ", ".join(f"{sum(e.verdict == v for e in estimates)} {v}" for v in decided) or "none decided"
+        )
+        print(
+            f"| {arm} {workload} {level.short()} | {points} | {covered}/{len(estimates)} | {verdicts} | "
+            f"{'yes' if len(decided) <= 1 else 'NO'} |"
+        )
+        covered_total, counted = covered_total + covered, counted + len(estimates)
+    print(
+        f"\ncoverage of the other runs' pooled speedup: {covered_total}/{counted} = "
+        f"{covered_total / max(counted, 1):.2f} (the target is itself an estimate from "
+        f"{len(summaries) - 1} runs, so the expected share is a little below 0.95)"
+    )
+    return 0
+
+
+def cpu_model() -> str:
+    """The CPU as ``lscpu`` names it, and whether it has AVX-512."""
+    import subprocess
+
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return "unknown CPU (no lscpu)"
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    name = fields.get("Model name", "unknown CPU").strip()
+    flags = fields.get("Flags", "")
+    features = "AVX-512 BF16" if "avx512_bf16" in flags else "AVX-512" if "avx512f" in flags else "AVX2 only"
+    return f"{name} ({fields.get('CPU(s)', '?').strip()} CPUs, {features}; lscpu)"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
