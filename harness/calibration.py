@@ -229,9 +229,10 @@ def chosen_calibration(
 
 def calibration_text(calibration: Calibration) -> str:
     """The spread a calibration found, as ``bench calibrate`` prints it."""
+    cells = f"{calibration.cells} cell" + ("s" if calibration.cells != 1 else "")
     return (
         f"start-up spread {100 * calibration.sd:.1f}% (residual sd of log start-up tok/s; "
-        f"{calibration.df} degrees of freedom; {calibration.cells} cells, {calibration.rounds} rounds of "
+        f"{calibration.df} degrees of freedom; {cells}, {calibration.rounds} rounds of "
         f"{len(calibration.arms)} arms)"
     )
 

@@ -167,9 +167,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     found = one_start_up_interval(calibration)
     console.print(
         f"A run of this regime with one start-up per arm now gets a t interval with {found.df} degrees of "
-        f"freedom: an observed 1.00x reads [{found.low:.3f}, {found.high:.3f}], so a speedup beyond "
-        f"{100 * (found.high - 1):.1f}% either way is decided from one start-up (more start-ups pool "
-        "their own spread with this one).",
+        f"freedom, [{found.low:.3f}, {found.high:.3f}] around an observed 1.00x: a speedup measured above "
+        f"{found.high:.2f}x or below {found.low:.2f}x is decided from one start-up (a run with more "
+        "start-ups pools its own spread with this one).",
         soft_wrap=True,
     )
     where = f" --calibration-store {args.store}" if args.store is not None else ""
