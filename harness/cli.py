@@ -17,11 +17,21 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness import __version__, terminal
-from harness.commands import drafter, export, gate, report, run, show, study_point, validate
+from harness.commands import calibrate, drafter, export, gate, report, run, show, study_point, validate
 from harness.commands.common import EXIT_ENGINE, EXIT_INTERRUPTED, EXIT_USAGE, subcommand
 from harness.errors import EngineError, UserError
 
-COMMANDS: tuple[ModuleType, ...] = (run, validate, show, report, gate, export, drafter, study_point)
+COMMANDS: tuple[ModuleType, ...] = (
+    run,
+    calibrate,
+    validate,
+    show,
+    report,
+    gate,
+    export,
+    drafter,
+    study_point,
+)
 
 
 def _parser() -> argparse.ArgumentParser:

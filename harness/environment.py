@@ -43,11 +43,16 @@ def machine_identity(environment: dict[str, Any]) -> dict[str, Any]:
 
 def machine_differences(first: dict[str, Any], second: dict[str, Any]) -> list[str]:
     """``field: A vs B`` for every machine field both environments recorded and that differs."""
-    a, b = machine_identity(first), machine_identity(second)
+    return identity_differences(machine_identity(first), machine_identity(second))
+
+
+def identity_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """``field: A vs B`` for every field two machine identities both recorded and that differs (a
+    stored identity, like a calibration's, against one made from an environment)."""
     return [
         f"{field}: {a[field]} vs {b[field]}"
         for field in a
-        if a[field] is not None and b[field] is not None and a[field] != b[field]
+        if a[field] is not None and b.get(field) is not None and a[field] != b[field]
     ]
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from harness.calibration import CalibrationSource, chosen_calibration
 from harness.config_file import existing_path, located
 from harness.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, resolve_drafters
 from harness.drafters.fit import Fit, drafter_fit
@@ -30,6 +31,7 @@ from harness.errors import FieldError, UserError
 from harness.model_build import resolve_package_gguf
 from harness.models import converted_dir, is_local_reference, resolve_model_path
 from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, workload_paths
+from harness.results.calibration import Calibration
 from harness.sensors.environment import collect_environment
 from harness.validation import check_environment, lossy_settings
 from harness.workloads import ChatTemplate, LoadedWorkload, load_workload
@@ -343,6 +345,9 @@ class RunPlan:
     startup_timeout_s: float
     reference_pass: bool  # the baseline's unmeasured logprob pass (greedy exactness applies)
     distribution_samples: int | None  # seeded samples per prompt of the distribution check; None: none
+    # this machine's calibration of the regime (the runner copies it into the run as calibration.json);
+    # None: none found, --no-calibration, or a resumed run (it keeps the one in its directory)
+    calibration: Calibration | None = None
 
 
 def run_plan(
@@ -355,6 +360,7 @@ def run_plan(
     lossy: list[str] | None = None,
     allow_mismatch: bool = False,
     started: float | None = None,
+    calibration: Calibration | None = None,
 ) -> RunPlan:
     """The finished value from a plan whose models are resolved; checks nothing (``prepare_run``
     checks, then builds it with this)."""
@@ -383,21 +389,34 @@ def run_plan(
         distribution_samples=(
             regime.distribution_check.samples_per_prompt if regime.distribution_applies() else None
         ),
+        calibration=calibration,
     )
 
 
 def prepare_run(
-    plan: Plan, console: Console, allow_mismatch: bool = False, resumed_model: str | None = None
+    plan: Plan,
+    console: Console,
+    allow_mismatch: bool = False,
+    resumed_model: str | None = None,
+    calibration: CalibrationSource | None = None,
 ) -> RunPlan:
     """Everything ``bench run`` does before a server starts, in this order: the engine's version,
-    this machine against the regime, the target and drafters built, and each drafter against its
-    arm. A refusal raises here, before anything starts; what ``allow_mismatch`` lets through is
-    printed and recorded. A resumed run keeps the target it started with (``resumed_model``); its
-    drafters' fits were checked when it started."""
+    this machine against the regime, this machine's calibration of the regime (``calibration``
+    says where to look; one named that was made elsewhere is refused), the target and drafters
+    built, and each drafter against its arm. A refusal raises here, before anything starts; what
+    ``allow_mismatch`` lets through is printed and recorded (it never lets a calibration of another
+    machine or regime through). A resumed run keeps the target it started with (``resumed_model``)
+    and the calibration in its directory; its drafters' fits were checked when it started."""
     started = time.monotonic()
     if plan.regime.sweep is not None:  # a study: each of its points is a job (harness.study.run)
         raise UserError(f"{plan.regime_path}: a regime with a sweep: section is a study; run it as one")
     version, environment, preflight = _machine_checks(plan, console, allow_mismatch)
+    calibrated = None
+    if resumed_model is None:
+        source = calibration or CalibrationSource()
+        calibrated = chosen_calibration(source, plan.regime, environment, plan.regime_path)
+    if calibrated is not None:
+        console.print(f"Intervals from {escape(calibrated.label())}", soft_wrap=True)
     model = plan.resolve_models(build=True, console=console)
     problems = []
     if resumed_model is None:
@@ -413,6 +432,7 @@ def prepare_run(
         lossy=preflight.lossy,
         allow_mismatch=allow_mismatch,
         started=started,
+        calibration=calibrated,
     )
 
 

@@ -30,6 +30,7 @@ from rich.progress import (
 
 from harness import stats
 from harness.arrivals import arrival_offsets
+from harness.calibration import CalibrationSource
 from harness.client import WindowResult, run_window
 from harness.errors import EngineError, UserError
 from harness.plan import RunPlan, plan_regime, prepare_run
@@ -54,6 +55,7 @@ from harness.results import (
     read_run_record,
     write_json_atomic,
 )
+from harness.results.calibration import CALIBRATION_FILE
 from harness.sensors import cpu, gpu
 from harness.sensors.environment import model_identity
 from harness.sensors.power import PowerSampler, open_reader
@@ -126,6 +128,8 @@ class Runner:
                     "draft_identities": drafts,
                 },
             )
+            if plan.calibration is not None:  # before any arm: re-deriving the run gives its intervals
+                write_json_atomic(run.root / CALIBRATION_FILE, plan.calibration.model_dump(mode="json"))
             return run, self._run_arms(run)
 
     def resume(self, run: RunDir) -> tuple[RunDir, Summary]:
@@ -564,10 +568,12 @@ def run_regime(
     allow_mismatch: bool = False,
     on_created: Callable[[Path], None] | None = None,
     regime: Regime | None = None,
+    calibration: CalibrationSource | None = None,
 ) -> tuple[RunDir, Summary]:
     """A new run of the regime; ``on_created`` hears the run directory the moment it exists;
-    ``regime``: the file's model when the caller has already read it."""
-    plan = prepare_run(plan_regime(regime_path, regime), console, allow_mismatch)
+    ``regime``: the file's model when the caller has already read it; ``calibration``: where this
+    machine's calibration of it is looked for (default: the user's store)."""
+    plan = prepare_run(plan_regime(regime_path, regime), console, allow_mismatch, calibration=calibration)
     runner = Runner(plan, results_dir, console)
     runner.on_created = on_created
     return runner.run()

@@ -51,7 +51,8 @@ def _signal_handlers() -> Iterator[None]:
 
 def test_the_parser_has_every_command() -> None:
     assert set(SUBCOMMANDS) == {
-        "run", "validate", "show", "report", "gate", "export", "drafter", "drafter build", "study-point"
+        "run", "calibrate", "validate", "show", "report", "gate", "export", "drafter", "drafter build",
+        "study-point",
     }  # fmt: skip
 
 

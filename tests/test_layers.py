@@ -76,6 +76,7 @@ PLACES: dict[str, str] = {
     "harness.server": "run",
     "harness.client": "run",
     "harness.plan": "run",
+    "harness.calibration": "run",  # calibration regimes, the store and the lookup a run makes
     "harness.runner": "run",
     "harness.validation": "run",
     "harness.drafters": "run",

@@ -16,6 +16,7 @@ from harness.commands.terminal import print_results, print_study
 from harness.errors import UserError
 
 if TYPE_CHECKING:
+    from harness.calibration import CalibrationSource
     from harness.regime import Regime
 
 NAME = "run"
@@ -23,6 +24,11 @@ SUMMARY = "launch every arm of a regime, measure, store results, print the mini-
 DESCRIPTION = """
 Launch each arm's server in turn, warm it up, measure every workload at every concurrency level,
 store raw samples and a summary under RESULTS_DIR/<regime>/<run-id>/, and print the mini-lab table.
+
+With one start-up per arm a speedup has no interval of its own: it is "unverified" unless this
+machine has a calibration of the regime (bench calibrate REGIME), found in the calibration store by
+the regime's fingerprint and this machine's; the run then says "Intervals from this machine's
+calibration of <date> ..." and copies it into the run directory (calibration.json).
 
 A regime with a sweep: section is a study: every point runs into
 RESULTS_DIR/<regime>/study-<id>/points/<point>/ and the recommendation, break-even loads, best K and
@@ -32,6 +38,8 @@ EXAMPLES = """
 bench run regimes/cpu_smoke.yaml
 bench run regimes/h200_tp8.yaml --results-dir /data/results --json run.json
 bench run --resume results/cpu_smoke/20261201-093000-a1b2c3  # continue an interrupted run
+bench run regimes/cpu_smoke.yaml --no-calibration  # ignore this machine's calibration
+bench run regimes/cpu_smoke.yaml --calibration ~/calibrations/cpu_smoke-0123456789ab-ba9876543210.json
 bench run regimes/h200_tp_study.yaml --executor slurm --partition gpu
 """
 INTERRUPTED = (
@@ -68,7 +76,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write {kind, dir, exit_code} to FILE for scripts and CI: dir as soon as the run (or study) "
         "directory exists, exit_code when the command ends (null dir: nothing was created)",
     )
+    calibration = parser.add_argument_group(
+        "machine calibration",
+        "the start-up spread measured by bench calibrate (a run, not a study; a resumed run keeps its own)",
+    ).add_mutually_exclusive_group()
+    calibration.add_argument(
+        "--calibration-store",
+        type=Path,
+        metavar="DIR",
+        help="where to look for this machine's calibration of the regime (default: "
+        "$XDG_CACHE_HOME/spec-bench/calibrations, ~/.cache when unset; BENCH_CACHE_DIR/calibrations "
+        "when that is set); one made for another regime fingerprint or machine is never used",
+    )
+    calibration.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="FILE",
+        dest="calibration_file",
+        help="use this calibration file; refused (nothing starts) unless it was made for this regime's "
+        "fingerprint on this machine",
+    )
+    calibration.add_argument(
+        "--no-calibration",
+        action="store_true",
+        help="use no calibration: with one start-up per arm every speedup stays unverified",
+    )
     add_executor_flags(parser)
+
+
+def calibration_source(args: argparse.Namespace) -> CalibrationSource | None:
+    """The run's calibration flags (None: none given, the default store)."""
+    if args.calibration_store is None and args.calibration_file is None and not args.no_calibration:
+        return None
+    from harness.calibration import CalibrationSource
+
+    return CalibrationSource(
+        store=args.calibration_store, file=args.calibration_file, enabled=not args.no_calibration
+    )
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -82,6 +126,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.json_out is not None:
         announce = functools.partial(_write_outcome, args.json_out, "study" if study else "run")
         announce(args.resume)
+    calibration = calibration_source(args)
+    if calibration is not None and (study or args.resume is not None):
+        raise UserError(
+            "--calibration, --calibration-store and --no-calibration apply to a new run: a resumed run "
+            "keeps the calibration it started with, and a study's points each look in the default store"
+        )
     if study:
         return _run_study(args, regime, announce, console)
     if executor_options(args) is not None:
@@ -92,7 +142,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
         run_dir, summary = resume_run(args.resume, console, args.allow_mismatch)
     else:
         run_dir, summary = run_regime(
-            args.regime, args.results_dir, console, args.allow_mismatch, announce, regime=regime
+            args.regime,
+            args.results_dir,
+            console,
+            args.allow_mismatch,
+            announce,
+            regime=regime,
+            calibration=calibration,
         )
     code = print_results(summary, console)
     console.print(f"Results: {run_dir.root}")

@@ -31,6 +31,11 @@ class Calibration(ResultModel):
     df: int  # its degrees of freedom (one cell's: the cells of a start-up share its server)
     cells: int  # how many (workload, load level) cells it averaged
 
+    def file_name(self) -> str:
+        """Its name in a calibration store: one file per regime name, fingerprint and machine (a
+        newer calibration of the same replaces it)."""
+        return f"{self.regime_name}-{self.regime_fingerprint[:12]}-{self.machine_fingerprint[:12]}.json"
+
     def label(self) -> str:
         return (
             f"this machine's calibration of {self.created[:10]} ({self.rounds} rounds of "
