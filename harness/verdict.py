@@ -400,7 +400,9 @@ def interval_note(summary: Summary) -> str:
     sources = {c.speedup_interval for c in cells if c.speedup_interval}
     rounds = max((c.speedup_rounds or c.server_starts for c in cells), default=1)
     if not sources:
-        return "unverified: 1 start-up per arm, no calibration (set load.server_starts >= 2, or bench calibrate)"
+        return (
+            "unverified: 1 start-up per arm, no calibration (set load.server_starts >= 2, or bench calibrate)"
+        )
     dfs = sorted({c.speedup_df for c in cells if c.speedup_df})
     df_text = f"{dfs[0]}" if len(dfs) == 1 else f"{dfs[0]}-{dfs[-1]}" if dfs else "-"
     few = "; few degrees of freedom: relies on normality" if dfs and dfs[0] < FEW_DF else ""

@@ -17,7 +17,11 @@ RUNS = 600  # Monte Carlo sd of a 0.95 coverage: 0.009; the bounds below are 3 s
 
 @pytest.mark.parametrize(
     "setting",
-    [coverage.Setting(0.03, 2, 2, 1.0), coverage.Setting(0.06, 3, 7, 1.0), coverage.Setting(0.03, 5, 3, 1.10)],
+    [
+        coverage.Setting(0.03, 2, 2, 1.0),
+        coverage.Setting(0.06, 3, 7, 1.0),
+        coverage.Setting(0.03, 5, 3, 1.10),
+    ],
     ids=lambda s: s.label(),
 )
 def test_cell_interval_covers_and_rarely_says_pays_at_a_true_one(setting: coverage.Setting) -> None:

@@ -125,7 +125,11 @@ def test_a_noisy_neighbour_makes_the_verdict_provisional_and_a_draining_window_i
     noisy = with_cells(
         summary,
         **{
-            "baseline/code_humaneval/2": {"noisy_neighbour": True, "others_cpu_cores": 0.95, "steal_share": 0.0},
+            "baseline/code_humaneval/2": {
+                "noisy_neighbour": True,
+                "others_cpu_cores": 0.95,
+                "steal_share": 0.0,
+            },
             "ngram_k4/code_humaneval/2": {"mean_in_flight": 1.7},  # the baseline's: 1.98
         },
     )
@@ -267,9 +271,13 @@ def test_answer_lines_start_with_the_verdict(summary: Summary) -> None:
         "Verdict (unverified: 1 start-up per arm, no calibration (set load.server_starts >= 2, or bench "
         "calibrate)):"
     )
-    assert lines[1].replace("\n    ", " ").startswith(
-        "  code_humaneval @1: baseline fastest; best speculative arm ngram_k4 at 0.98x (slower, unverified: "
-        "start-up spread not measured)"
+    assert (
+        lines[1]
+        .replace("\n    ", " ")
+        .startswith(
+            "  code_humaneval @1: baseline fastest; best speculative arm ngram_k4 at 0.98x (slower, unverified: "
+            "start-up spread not measured)"
+        )
     )
     assert any(line.startswith("Findings: ngram_k4 accepts") for line in lines)
 
