@@ -275,8 +275,8 @@ def test_answer_lines_start_with_the_verdict(summary: Summary) -> None:
         lines[1]
         .replace("\n    ", " ")
         .startswith(
-            "  code_humaneval @1: baseline fastest; best speculative arm ngram_k4 at 0.98x (slower, unverified: "
-            "start-up spread not measured)"
+            "  code_humaneval @1: baseline fastest; best speculative arm ngram_k4 at 0.98x (slower, "
+            "unverified: start-up spread not measured)"
         )
     )
     assert any(line.startswith("Findings: ngram_k4 accepts") for line in lines)
