@@ -80,7 +80,11 @@ def test_estimate_is_rebuilt_from_the_stored_fields() -> None:
     assert found.low == pytest.approx(1.2 * math.exp(-q * 0.03)) and found.df == 2 and found.rounds == 3
     assert found.source == "server_starts" and found.verdict == "pays"
     single = estimate(obs(1.2, log_se=None))
-    assert single.low is None and single.verdict == "unverified" and "start-up spread not measured" in single.text()
+    assert (
+        single.low is None
+        and single.verdict == "unverified"
+        and "start-up spread not measured" in single.text()
+    )
 
 
 # ---- break-even ------------------------------------------------------------------------------
@@ -146,20 +150,28 @@ def test_break_even_reports_the_set_and_its_bracketing_levels() -> None:
     assert found.kind == "crosses" and found.concurrency == pytest.approx(2.0) and found.bracket == (1, 4)
     assert found.has_set and found.rounds == 3
     assert (found.low, found.high) == crossing_set([1, 4], ROUNDS)
-    assert found.text().startswith("stops paying at concurrency 2.0 [1.3, 3.1] (between the measured 1 and 4")
+    assert found.text() == (
+        "stops paying at concurrency 2.0 [1.3, 3.1] (between the measured 1 and 4, interpolated on log2 "
+        "concurrency; 95%, levels paired by 3 rounds)"
+    )
 
 
 def test_break_even_pairs_only_the_rounds_common_to_every_level() -> None:
     # round 2 failed at concurrency 4: only rounds 0 and 1 pair the levels
-    series = [obs(0, 1, rounds=tuple(r[0] for r in ROUNDS)), obs(0, 4, rounds=tuple(r[1] for r in ROUNDS[:2]))]
+    series = [
+        obs(0, 1, rounds=tuple(r[0] for r in ROUNDS)),
+        obs(0, 4, rounds=tuple(r[1] for r in ROUNDS[:2])),
+    ]
     found = break_even(series)
     assert found.rounds == 2 and (found.low, found.high) == crossing_set([1, 4], ROUNDS[:2])
 
 
 def test_break_even_from_one_round_is_unverified() -> None:
-    found = break_even([obs(1.2, 1, log_se=None), obs(0.8, 4, log_se=None)])
+    found = break_even([obs(0, 1, log_se=None, rounds=(1.2,)), obs(0, 4, log_se=None, rounds=(0.8,))])
     assert found.kind == "crosses" and not found.has_set and found.low is None and found.high is None
-    assert "unverified" in found.text() and "between the measured 1 and 4" in found.text()
+    assert found.text().endswith(
+        "(between the measured 1 and 4, interpolated on log2 concurrency; unverified: 1 start-up per level)"
+    )
 
 
 def test_always_and_never_pays_need_every_level_decided() -> None:
@@ -198,7 +210,11 @@ def test_best_k_finds_the_plateau() -> None:
     assert found.k == 4 and found.tied == (6,) and [k for k, _ in found.by_k] == [2, 4, 6]
     assert "cannot be told from the best: K=6" in found.text()
     # K=6 2.7 se behind (e^(-0.054)): better than every other K
-    clear = [obs(1.5, k=4, arm="k4"), obs(1.5 * math.exp(-2.7 * 0.02), k=6, arm="k6"), obs(1.2, k=2, arm="k2")]
+    clear = [
+        obs(1.5, k=4, arm="k4"),
+        obs(1.5 * math.exp(-2.7 * 0.02), k=6, arm="k6"),
+        obs(1.2, k=2, arm="k2"),
+    ]
     (found,) = best_k(clear)
     assert found.tied == () and "better than every other K" in found.text()
 
@@ -227,7 +243,11 @@ def test_recommendation_must_pay_after_correcting_for_the_candidates() -> None:
     assert edge * math.exp(-t1 * se) > 1 > edge * math.exp(-t3 * se)
     alone = recommend([obs(edge)])[0]
     assert alone.arm == "ngram_k4" and alone.candidates == 1 and "(pays)" in alone.text()
-    three = [obs(edge), obs(1.0, arm="ngram_k2", k=2), obs(0.98, arm="eagle", family="eagle", method="eagle3")]
+    three = [
+        obs(edge),
+        obs(1.0, arm="ngram_k2", k=2),
+        obs(0.98, arm="eagle", family="eagle", method="eagle3"),
+    ]
     (rec,) = recommend(three)
     assert rec.arm is None and rec.best_arm == "ngram_k4" and rec.candidates == 3
     assert rec.selected.low == pytest.approx(edge * math.exp(-t3 * se))  # type: ignore[union-attr]

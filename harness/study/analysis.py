@@ -123,16 +123,20 @@ class BreakEven:
         if self.kind == "unmeasured":
             return "no speedup measured"
         verb = "stops paying" if self.direction == "stops_paying" else "starts paying"
-        between = f"between the measured {self.bracket[0]} and {self.bracket[1]}" if self.bracket else ""
+        bounds = ""
         if self.rounds < 2:
-            interval = f" ({between}; unverified: 1 start-up per level, no interval)"
+            how = "unverified: " + (
+                "1 start-up per level" if self.rounds == 1 else "fewer than 2 start-ups common to every level"
+            )
         elif not self.has_set:
-            interval = f" ({between}; no confidence set)"
+            how = "no confidence set: no level pair of the rounds crosses"
         else:
             low = f"{self.low:.1f}" if self.low is not None else f"{min(self.levels)} or less"
             high = f"{self.high:.1f}" if self.high is not None else f"{max(self.levels)} or more"
-            interval = f" [{low}, {high}] ({between}; 95%, levels paired by round)"
-        return f"{verb} at concurrency {self.concurrency:.1f}{interval}, interpolated on log2 concurrency"
+            bounds, how = f" [{low}, {high}]", f"95%, levels paired by {self.rounds} rounds"
+        between = f"between the measured {self.bracket[0]} and {self.bracket[1]}, " if self.bracket else ""
+        where = f"{between}interpolated on log2 concurrency; {how}"
+        return f"{verb} at concurrency {self.concurrency:.1f}{bounds} ({where})"
 
 
 def crossing(levels: Sequence[int], speedups: Sequence[float]) -> tuple[float, str, tuple[int, int]] | None:
