@@ -112,15 +112,14 @@ def test_crossing_set_by_hand() -> None:
     se = 0.05 / math.sqrt(3)
     half = stats.t_quantile(0.975, 2) * se / 0.4  # 0.310 of the segment
     low, high = crossing_set([1, 4], ROUNDS)  # type: ignore[misc]
-    step = 2 / 399  # the grid's step on log2 concurrency
-    assert math.log2(low) == pytest.approx(2 * (0.5 - half), abs=step)  # 2**0.379 = 1.30
-    assert math.log2(high) == pytest.approx(2 * (0.5 + half), abs=step)  # 2**1.621 = 3.08
+    assert math.log2(low) == pytest.approx(2 * (0.5 - half), abs=1e-6)  # 2**0.379 = 1.30
+    assert math.log2(high) == pytest.approx(2 * (0.5 + half), abs=1e-6)  # 2**1.621 = 3.08
     assert low == pytest.approx(1.30, abs=0.01) and high == pytest.approx(3.08, abs=0.02)
     # a looser confidence narrows it (t_{0.95, 2} = 2.920), a stricter one reaches both edges
     # (t_{0.995, 2} = 9.925: half a segment is 0.5 x 0.4 / se = 6.9 se); one round has no set
     narrower = crossing_set([1, 4], ROUNDS, confidence=0.90)
     half = stats.t_quantile(0.95, 2) * se / 0.4
-    assert math.log2(narrower[0]) == pytest.approx(2 * (0.5 - half), abs=step)  # type: ignore[index, arg-type]
+    assert math.log2(narrower[0]) == pytest.approx(2 * (0.5 - half), abs=1e-6)  # type: ignore[index, arg-type]
     assert crossing_set([1, 4], ROUNDS, confidence=0.99) == (None, None)
     assert crossing_set([1, 4], ROUNDS[:1]) is None
 

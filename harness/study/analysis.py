@@ -170,6 +170,8 @@ def crossing_set(
     if n < 2 or len(levels) < 2:
         return None
     xs = [math.log2(c) for c in levels]
+    if any(b <= a for a, b in zip(xs, xs[1:], strict=False)) or any(len(row) != len(xs) for row in rounds):
+        raise ValueError("crossing_set needs increasing levels and one speedup per level in every round")
     logs = [[math.log(s) for s in row] for row in rounds]
 
     def z(x: float) -> list[float]:
@@ -192,11 +194,22 @@ def crossing_set(
         sd = math.sqrt(sum((v - centre) ** 2 for v in values) / (n - 1))
         return abs(centre) <= q * sd / math.sqrt(n) + 1e-12  # the tolerance keeps an exact root in
 
-    kept = sorted(x for x in grid if inside(x))
+    grid.sort()
+    kept = [i for i, x in enumerate(grid) if inside(x)]
     if not kept:
         return None
-    low = None if kept[0] <= xs[0] else 2.0 ** kept[0]
-    high = None if kept[-1] >= xs[-1] else 2.0 ** kept[-1]
+
+    def edge(out: float, within: float) -> float:
+        """The set's boundary between a grid point outside it and one inside, by bisection: the
+        hull is then exact, not a grid step narrow."""
+        for _ in range(40):
+            middle = (out + within) / 2
+            out, within = (out, middle) if inside(middle) else (middle, within)
+        return within
+
+    first, last = kept[0], kept[-1]
+    low = None if first == 0 else 2.0 ** edge(grid[first - 1], grid[first])
+    high = None if last == len(grid) - 1 else 2.0 ** edge(grid[last + 1], grid[last])
     return low, high
 
 
