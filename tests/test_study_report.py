@@ -81,3 +81,39 @@ def test_study_page_in_headless_chromium(study: Path, tmp_path: Path) -> None:
     shot = tmp_path / "study.png"
     taken = chromium(f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri())
     assert taken.returncode == 0 and shot.stat().st_size > 20_000
+
+
+def test_observations_carry_each_rounds_speedup_and_the_stored_interval(study: Path) -> None:
+    from harness.study.collect import point_observations, round_speedups
+
+    loaded = load_study(study)
+    summary = loaded.summaries["p0"]
+    base = next(c for c in summary.cells if c.arm == summary.baseline_arm)
+    arm = next(c for c in summary.cells if c.arm != summary.baseline_arm and c.workload == base.workload)
+    template = arm.per_repeat[0]
+
+    def starts(*tok_s: tuple[int, float]) -> list:
+        return [template.model_copy(update={"server_start": s, "output_tok_s": v}) for s, v in tok_s]
+
+    # the arm's start-up 0 averages (12 + 14) / 2 = 13 against the baseline's 10; start-up 1 is
+    # 9 / 12; the baseline's start-up 2 has no arm partner and is left out
+    fast = arm.model_copy(update={"per_repeat": starts((0, 12.0), (0, 14.0), (1, 9.0))})
+    reference = base.model_copy(update={"per_repeat": starts((0, 10.0), (1, 12.0), (2, 11.0))})
+    assert round_speedups(fast, reference) == ((0, pytest.approx(1.3)), (1, pytest.approx(0.75)))
+    assert round_speedups(fast, None) == ()
+    o = next(o for o in point_observations(loaded.point("p0"), summary, {}) if o.arm == arm.arm)
+    stored = next(
+        c
+        for c in summary.cells
+        if c.arm == o.arm and (c.workload, c.concurrency) == (o.workload, o.concurrency)
+    )
+    assert (o.speedup, o.speedup_low, o.speedup_high, o.speedup_df, o.speedup_log_se, o.speedup_rounds) == (
+        stored.speedup,
+        stored.speedup_low,
+        stored.speedup_high,
+        stored.speedup_df,
+        stored.speedup_log_se,
+        stored.speedup_rounds,
+    )
+    # the golden run has one start-up per arm: its one round's speedup is the model's point
+    assert len(o.round_speedups) == 1 and o.round_speedups[0][1] == pytest.approx(o.speedup)

@@ -2,15 +2,18 @@
 
 A study is a set of points (concrete regimes differing in regime-level axes: dtype, TP, engine
 mode, ...), each a run whose arms may include several draft depths K of one method (an arm-level
-sweep). From their cells this module derives, with intervals from the repeats (from the server
-start-ups where an arm's server started more than once: ``CellMetrics.independent_samples``):
+sweep). Every cell's speedup and interval is the one its run stored (``harness.intervals``: the
+arms x rounds model on log start-up tok/s); from those and each cell's per-round speedups this
+module derives:
 
-- the speedup of every arm at every load level;
-- the break-even concurrency: where the speedup crosses 1, interpolated on log2(concurrency);
-- the best K per method family, workload and load level, and the K values it cannot be told from;
-- the recommendation per workload and load level: the arm to deploy, or no speculation;
-- the flips: where the recommendation, the best K or the sign of a speedup changes between two
-  points that differ in one regime axis.
+- the break-even concurrency: where the speedup crosses 1, interpolated on log2(concurrency), with
+  a confidence set that pairs the load levels by round (a test inversion, Fieller-type);
+- the best K per method family, workload and load level, and the K values that cannot be told from
+  it (Hsu's multiple comparisons with the best: the baseline cancels in a difference of two arms);
+- the recommendation per workload and load level: the fastest arm, deployed only when it pays
+  after correcting for the number of arms it was picked from;
+- the flips: where a decided recommendation, a decided best K or the sign of a speedup changes
+  between two points that differ in one regime axis.
 
 No I/O here: ``harness.study.collect`` builds the ``Observation``s from stored runs.
 """
@@ -20,10 +23,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from harness import pooling, stats
-from harness.intervals import CONFIDENCE, RESAMPLES, Estimate, interval_from_repeats
+from harness.intervals import CONFIDENCE, Estimate, IntervalSource
 
 
 @dataclass(frozen=True)
@@ -38,37 +41,56 @@ class Observation:
     k: int | None
     workload: str
     concurrency: int
-    speedup: float | None  # pooled over repeats
-    # one per repeat against the baseline's same repeat; one per server start-up when there are several
-    speedup_repeats: tuple[float, ...]
+    speedup: float | None  # the arms x rounds model's point (the geometric mean of round_speedups)
     tau: float | None
     output_tok_s: float | None
     usd_per_mtok: float | None
     baseline_usd_per_mtok: float | None
     identical_pct: float | None
-    # the interval the point's own run stored (``harness.intervals``' policy: start-ups, repeats or,
-    # with one window, the requests); None: none stored, then it is made from speedup_repeats
+    # per round (server start-up): the arm's start-up mean tok/s over the baseline's same start-up;
+    # what pairs load levels (break-even) and arms (best K) by round
+    round_speedups: tuple[tuple[int, float], ...] = ()
+    # the interval the point's own run stored (harness.intervals); None: unverified
     speedup_low: float | None = None
     speedup_high: float | None = None
+    speedup_log_se: float | None = None
+    speedup_df: int | None = None
+    speedup_rounds: int | None = None
+    speedup_interval: str | None = None  # its source: server_starts, calibration or both
+
+
+_SOURCES = frozenset(get_args(IntervalSource))
 
 
 def estimate(observation: Observation) -> Estimate | None:
-    """The speedup of one cell with its interval: the one its run stored, so a study and its
-    runs always show the same interval; else (an observation not read from a run) the policy's
-    interval over its repeats."""
-    if observation.speedup is None:
+    """The speedup of one cell with its interval, rebuilt from what its run stored (never
+    resampled): a study and its runs always show the same interval."""
+    o = observation
+    if o.speedup is None:
         return None
-    repeats = observation.speedup_repeats
-    if observation.speedup_low is not None and observation.speedup_high is not None:
-        interval: tuple[float, float] | None = (observation.speedup_low, observation.speedup_high)
-    else:
-        interval = interval_from_repeats(repeats)
-    if interval is None:
-        return Estimate(observation.speedup, None, None, len(repeats))
-    return Estimate(observation.speedup, *interval, len(repeats))
+    source = o.speedup_interval if o.speedup_interval in _SOURCES else None
+    return Estimate(
+        point=o.speedup,
+        low=o.speedup_low,
+        high=o.speedup_high,
+        rounds=o.speedup_rounds or len(o.round_speedups) or 1,
+        df=o.speedup_df or 0,
+        log_se=o.speedup_log_se,
+        source=source,  # type: ignore[arg-type]
+    )
+
+
+def _has_interval(found: Estimate | None) -> bool:
+    return found is not None and found.log_se is not None and found.log_se > 0 and found.df >= 1
+
+
+def _no_interval(found: Estimate) -> str:
+    return "1 start-up per arm: start-up spread not measured" if found.rounds <= 1 else "no interval"
 
 
 # ---- break-even ------------------------------------------------------------------------------
+
+BREAK_EVEN_GRID = 400  # points on log2(concurrency) over the measured range the set is tested on
 
 
 @dataclass(frozen=True)
@@ -78,74 +100,157 @@ class BreakEven:
     point: str
     arm: str
     workload: str
-    kind: Literal["crosses", "always_pays", "never_pays", "unmeasured"]
-    concurrency: float | None = None  # the crossing, interpolated on log2(concurrency)
-    low: float | None = None  # interval of the crossing over resampled repeats (None: open-ended)
+    kind: Literal["crosses", "always_pays", "never_pays", "undecided", "unmeasured"]
+    concurrency: float | None = None  # the point estimates' crossing, interpolated on log2(concurrency)
+    # the hull of the crossing's 95% confidence set; None on a side where the set reaches the edge
+    # of the measured range (open-ended: the data cannot place it there)
+    low: float | None = None
     high: float | None = None
+    has_set: bool = False  # a confidence set was computed (2+ rounds common to every level)
     direction: Literal["stops_paying", "starts_paying"] | None = None
+    bracket: tuple[int, int] | None = None  # the measured levels around the point crossing
     levels: tuple[int, ...] = ()
+    rounds: int = 0  # rounds measured at every level: the pairs the set is made of
 
     def text(self) -> str:
         span = f"{min(self.levels)}-{max(self.levels)}" if self.levels else "-"
         if self.kind == "always_pays":
-            return f"pays at every level measured ({span})"
+            return f"pays at every level measured ({span}): every level's interval lies above 1"
         if self.kind == "never_pays":
-            return f"never pays at the levels measured ({span})"
+            return f"never pays at the levels measured ({span}): every level's interval lies below 1"
+        if self.kind == "undecided":
+            return f"does not cross at the levels measured ({span}), but not every level is decided"
         if self.kind == "unmeasured":
             return "no speedup measured"
         verb = "stops paying" if self.direction == "stops_paying" else "starts paying"
-        interval = ""
-        if self.low is not None or self.high is not None:
-            low = f"{self.low:.1f}" if self.low is not None else f"<{min(self.levels)}"
-            high = f"{self.high:.1f}" if self.high is not None else f">{max(self.levels)}"
-            interval = f" [{low}, {high}]"
-        return f"{verb} at concurrency {self.concurrency:.1f}{interval} (interpolated on log2 concurrency)"
+        bounds = ""
+        if self.rounds < 2:
+            how = "unverified: " + (
+                "1 start-up per level" if self.rounds == 1 else "fewer than 2 start-ups common to every level"
+            )
+        elif not self.has_set:
+            how = "no confidence set: no level pair of the rounds crosses"
+        else:
+            low = f"{self.low:.1f}" if self.low is not None else f"{min(self.levels)} or less"
+            high = f"{self.high:.1f}" if self.high is not None else f"{max(self.levels)} or more"
+            bounds, how = f" [{low}, {high}]", f"95%, levels paired by {self.rounds} rounds"
+        between = f"between the measured {self.bracket[0]} and {self.bracket[1]}, " if self.bracket else ""
+        where = f"{between}interpolated on log2 concurrency; {how}"
+        return f"{verb} at concurrency {self.concurrency:.1f}{bounds} ({where})"
 
 
-def crossing(levels: Sequence[int], speedups: Sequence[float]) -> tuple[float, str] | None:
+def crossing(levels: Sequence[int], speedups: Sequence[float]) -> tuple[float, str, tuple[int, int]] | None:
     """The first load level where ``speedups`` (in level order) cross 1, interpolated linearly in
-    log2(level) between the two measured levels around it; None when they never cross."""
+    log2(level) on the log of the speedup (the scale of the model and of ``crossing_set``, so the
+    point crossing always lies in its set) between the two measured levels around it, which are
+    returned with it; None when they never cross."""
     points = list(zip(levels, speedups, strict=True))
     for (c0, s0), (c1, s1) in zip(points, points[1:], strict=False):  # neighbours
         if (s0 - 1.0) * (s1 - 1.0) < 0 or (s1 == 1.0 and s0 != 1.0):
-            x0, x1 = math.log2(c0), math.log2(c1)
-            x = x0 + (1.0 - s0) * (x1 - x0) / (s1 - s0)
-            return 2.0**x, "stops_paying" if s0 > s1 else "starts_paying"
+            x0, x1, l0, l1 = math.log2(c0), math.log2(c1), math.log(s0), math.log(s1)
+            x = x0 - l0 * (x1 - x0) / (l1 - l0)
+            return 2.0**x, "stops_paying" if s0 > s1 else "starts_paying", (c0, c1)
     return None
 
 
-def break_even(observations: Sequence[Observation], seed: int = 0) -> BreakEven:
+def crossing_set(
+    levels: Sequence[int], rounds: Sequence[Sequence[float]], confidence: float = CONFIDENCE
+) -> tuple[float | None, float | None] | None:
+    """The confidence set of the load where the speedup crosses 1, by test inversion (Fieller-type)
+    with the levels paired by round: ``levels`` increasing, ``rounds[r][i]`` round r's speedup at
+    level i. At x on log2(concurrency), t its position between the two measured levels around it,
+    each round's log speedup interpolated there is z_r(x) = (1-t) log s[r][i] + t log s[r][i+1];
+    x is in the set iff the paired t test of mean z(x) = 0 does not reject. A round's drift shared
+    by the levels of one start-up cancels in its own z, so the set has the rounds' actual spread.
+
+    Returns the set's hull as (low, high) concurrency, each None where the set reaches that edge
+    of the measured range (open-ended); None when there is no set: fewer than 2 rounds or 2
+    levels, or (with them) the set is empty: the data exclude a crossing within the range."""
+    n = len(rounds)
+    if n < 2 or len(levels) < 2:
+        return None
+    xs = [math.log2(c) for c in levels]
+    if any(b <= a for a, b in zip(xs, xs[1:], strict=False)) or any(len(row) != len(xs) for row in rounds):
+        raise ValueError("crossing_set needs increasing levels and one speedup per level in every round")
+    logs = [[math.log(s) for s in row] for row in rounds]
+
+    def z(x: float) -> list[float]:
+        i = max(j for j in range(len(xs) - 1) if xs[j] <= x) if x > xs[0] else 0
+        t = (x - xs[i]) / (xs[i + 1] - xs[i])
+        return [(1 - t) * row[i] + t * row[i + 1] for row in logs]
+
+    step = (xs[-1] - xs[0]) / (BREAK_EVEN_GRID - 1)
+    grid = [xs[0] + j * step for j in range(BREAK_EVEN_GRID - 1)] + [xs[-1]]
+    # each segment's root of mean z joins the grid, so a set narrower than a grid step is not missed
+    means = [stats.mean([row[i] for row in logs]) for i in range(len(xs))]
+    for i in range(len(xs) - 1):
+        if means[i] * means[i + 1] < 0:
+            grid.append(xs[i] - means[i] * (xs[i + 1] - xs[i]) / (means[i + 1] - means[i]))
+    q = stats.t_quantile(1 - (1 - confidence) / 2, n - 1)
+
+    def inside(x: float) -> bool:
+        values = z(x)
+        centre = stats.mean(values)
+        sd = math.sqrt(sum((v - centre) ** 2 for v in values) / (n - 1))
+        return abs(centre) <= q * sd / math.sqrt(n) + 1e-12  # the tolerance keeps an exact root in
+
+    grid.sort()
+    kept = [i for i, x in enumerate(grid) if inside(x)]
+    if not kept:
+        return None
+
+    def edge(out: float, within: float) -> float:
+        """The set's boundary between a grid point outside it and one inside, by bisection: the
+        hull is then exact, not a grid step narrow."""
+        for _ in range(40):
+            middle = (out + within) / 2
+            out, within = (out, middle) if inside(middle) else (middle, within)
+        return within
+
+    first, last = kept[0], kept[-1]
+    low = None if first == 0 else 2.0 ** edge(grid[first - 1], grid[first])
+    high = None if last == len(grid) - 1 else 2.0 ** edge(grid[last + 1], grid[last])
+    return low, high
+
+
+def _paired_rounds(series: Sequence[Observation]) -> list[list[float]]:
+    """Each round measured at every level of ``series``: its speedup per level, in level order."""
+    by_level = [dict(o.round_speedups) for o in series]
+    common = set.intersection(*(set(found) for found in by_level)) if by_level else set()
+    return [[found[r] for found in by_level] for r in sorted(common)]
+
+
+def break_even(observations: Sequence[Observation]) -> BreakEven:
     """One arm on one workload in one point, over its load levels (``observations`` of one series)."""
     first = observations[0]
     series = sorted((o for o in observations if o.speedup is not None), key=lambda o: o.concurrency)
     levels = tuple(o.concurrency for o in series)
+    rounds = _paired_rounds(series)
     base = {"point": first.point, "arm": first.arm, "workload": first.workload, "levels": levels}
     if not series:
         return BreakEven(kind="unmeasured", **base)
     found = crossing(levels, [o.speedup for o in series])  # type: ignore[misc]
     if found is None:
-        kind = "always_pays" if all(o.speedup > 1.0 for o in series) else "never_pays"  # type: ignore[operator]
-        return BreakEven(kind=kind, **base)
-    low, high = _crossing_interval(series, seed)
-    return BreakEven(kind="crosses", concurrency=found[0], low=low, high=high, direction=found[1], **base)  # type: ignore[arg-type]
-
-
-def _crossing_interval(series: Sequence[Observation], seed: int) -> tuple[float | None, float | None]:
-    """Percentile interval of the crossing when each level's repeats are resampled; a resample
-    without a crossing makes that side open-ended (None)."""
-    if any(len(o.speedup_repeats) < 2 for o in series):
-        return None, None
-    levels = [o.concurrency for o in series]
-
-    def crossed(*repeats: list[float]) -> float | None:
-        found = crossing(levels, [stats.mean(r) for r in repeats])
-        return None if found is None else found[0]
-
-    draws = stats.bootstrap([o.speedup_repeats for o in series], crossed, RESAMPLES, seed)
-    tail = (1 - CONFIDENCE) / 2
-    if not draws.values or draws.missing / RESAMPLES > tail:  # the crossing itself is uncertain: open-ended
-        return (stats.quantile(draws.values, tail) if draws.values else None), None
-    return draws.bounds(CONFIDENCE)
+        # "always"/"never" are claims about every level: each level's own interval must say so
+        verdicts = {estimate(o).verdict for o in series}  # type: ignore[union-attr]
+        kind = (
+            "always_pays" if verdicts == {"pays"} else "never_pays" if verdicts == {"loses"} else "undecided"
+        )
+        return BreakEven(kind=kind, rounds=len(rounds), **base)  # type: ignore[arg-type]
+    concurrency, direction, bracket = found
+    interval = crossing_set(levels, rounds)
+    low, high = interval if interval is not None else (None, None)
+    return BreakEven(
+        kind="crosses",
+        concurrency=concurrency,
+        low=low,
+        high=high,
+        has_set=interval is not None,
+        direction=direction,  # type: ignore[arg-type]
+        bracket=bracket,
+        rounds=len(rounds),
+        **base,
+    )
 
 
 # ---- best K --------------------------------------------------------------------------------
@@ -160,33 +265,42 @@ class BestK:
     concurrency: int
     k: int
     speedup: Estimate
-    tied: tuple[int, ...] | None  # K values indistinguishable from the best; None: too few repeats to say
+    # K values that cannot be told from the best (Hsu's MCB, 95%); (): the best is better than
+    # every other K; None: no interval, cannot tell
+    tied: tuple[int, ...] | None
     by_k: tuple[tuple[int, float], ...]  # every K measured, with its speedup
 
     def text(self) -> str:
         if self.tied is None:
-            others = "1 repeat: cannot tell K values apart"
+            others = f"cannot tell K values apart: {_no_interval(self.speedup)}"
         elif self.tied:
-            others = f"indistinguishable: K={', '.join(map(str, self.tied))}"
+            others = f"cannot be told from the best: K={', '.join(map(str, self.tied))}"
         else:
             others = "better than every other K"
-        return f"K={self.k} ({self.speedup.text()}; {others})"
+        return f"K={self.k} ({self.speedup.text()}; {others}; 95%, multiple comparisons with the best)"
 
 
-def _indistinguishable(best: Observation, other: Observation, seed: int) -> bool:
-    """The bootstrap interval of the difference of mean speedups contains 0."""
-    difference = stats.bootstrap(
-        [best.speedup_repeats, other.speedup_repeats],
-        lambda a, b: stats.mean(a) - stats.mean(b),
-        RESAMPLES,
-        seed,
-    )
-    low, high = difference.bounds(CONFIDENCE)
-    return low <= 0.0 <= high
+def best_set(means: Sequence[float], log_se: float, df: int, confidence: float = CONFIDENCE) -> list[bool]:
+    """Hsu's multiple comparisons with the best (constrained MCB): which of k arms cannot be told
+    from the best, given each arm's mean log effect and the common standard error of a difference
+    of two of them. Arm i is in the set iff mean_i - max_{j != i} mean_j > -h log_se, h the
+    one-sided Dunnett critical value for k - 1 comparisons (``stats.best_of_quantile``)."""
+    h = stats.best_of_quantile(len(means) - 1, df, confidence)
+    found = []
+    for i, mean in enumerate(means):
+        rival = max(m for j, m in enumerate(means) if j != i)
+        found.append(mean - rival > -h * log_se)
+    return found
 
 
-def best_k(observations: Sequence[Observation], seed: int = 0) -> list[BestK]:
-    """Per (point, family, workload, concurrency) with at least two K values: the fastest K."""
+def best_k(observations: Sequence[Observation]) -> list[BestK]:
+    """Per (point, family, workload, concurrency) with at least two K values: the fastest K, and
+    the K values that cannot be told from it. The arms' speedups share the baseline's start-ups,
+    so in the difference log(s_k) - log(s_j) the baseline cancels and the comparison is paired by
+    round; in the balanced arms x rounds model its standard error is the cell's log_se for any two
+    arms (s sqrt(2/n)), with the cell's degrees of freedom. Where the arms' stored errors differ
+    (an arm that missed a round got its own two-arm model) the largest and the fewest degrees of
+    freedom are taken: conservative."""
     groups: dict[tuple[str, str, str, int], list[Observation]] = {}
     for o in observations:
         if o.method != "baseline" and o.k is not None and o.speedup is not None:
@@ -195,29 +309,39 @@ def best_k(observations: Sequence[Observation], seed: int = 0) -> list[BestK]:
     for (point, family, workload, concurrency), members in groups.items():
         if len({o.k for o in members}) < 2:
             continue
-        best = max(members, key=lambda o: o.speedup)  # type: ignore[arg-type, return-value]
-        others = [o for o in members if o is not best]
-        if len(best.speedup_repeats) < 2 or any(len(o.speedup_repeats) < 2 for o in others):
-            tied = None
-        else:
-            tied = tuple(sorted(o.k for o in others if _indistinguishable(best, o, seed)))  # type: ignore[misc]
+        estimates = [estimate(o) for o in members]
+        best = max(range(len(members)), key=lambda i: members[i].speedup)  # type: ignore[arg-type, return-value]
+        tied: tuple[int, ...] | None = None
+        if all(_has_interval(e) for e in estimates):
+            log_se = max(e.log_se for e in estimates)  # type: ignore[union-attr, type-var]
+            df = min(e.df for e in estimates)  # type: ignore[union-attr]
+            kept = best_set([math.log(o.speedup) for o in members], log_se, df)  # type: ignore[arg-type]
+            tied = tuple(sorted(o.k for i, o in enumerate(members) if kept[i] and i != best))  # type: ignore[misc]
         out.append(
             BestK(
                 point,
                 family,
-                best.method,
+                members[best].method,
                 workload,
                 concurrency,
-                best.k,
-                estimate(best),  # type: ignore[arg-type]
+                members[best].k,  # type: ignore[arg-type]
+                estimates[best],  # type: ignore[arg-type]
                 tied,
-                tuple(sorted((o.k, o.speedup) for o in members)),
+                tuple(sorted((o.k, o.speedup) for o in members)),  # type: ignore[misc]
             )
-        )  # type: ignore[misc]
+        )
     return out
 
 
 # ---- recommendation ------------------------------------------------------------------------
+
+
+def corrected(found: Estimate, candidates: int) -> Estimate:
+    """``found`` as the winner of ``candidates`` arms (Bonferroni, ``Estimate.selected_from``);
+    without a standard error to widen the interval with, a winner among several is unverified."""
+    if candidates > 1 and not _has_interval(found):
+        return Estimate(found.point, rounds=found.rounds)
+    return found.selected_from(candidates)
 
 
 @dataclass(frozen=True)
@@ -230,10 +354,24 @@ class Recommendation:
     arm: str | None  # None: no speculation (the baseline)
     best_arm: str | None  # the fastest speculative arm, recommended or not
     family: str | None  # best_arm's family (its method before K was swept)
-    speedup: Estimate | None  # of best_arm
+    speedup: Estimate | None  # of best_arm, as its run measured it
     usd_per_mtok_before: float | None
     usd_per_mtok_after: float | None
     identical_pct: float | None
+    candidates: int = 0  # the speculative arms best_arm was picked from
+
+    @property
+    def selected(self) -> Estimate | None:
+        """best_arm's speedup corrected for being the fastest of ``candidates``: what decides."""
+        return None if self.speedup is None else corrected(self.speedup, self.candidates)
+
+    @property
+    def decided(self) -> bool:
+        """Deploy (pays after correction) or no speculation because the best arm loses or is
+        equivalent to the baseline (after correction): a flip needs both sides decided."""
+        return self.arm is not None or (
+            self.selected is not None and self.selected.verdict in ("loses", "equivalent")
+        )
 
     @property
     def saving_pct(self) -> float | None:
@@ -243,19 +381,44 @@ class Recommendation:
             else pooling.saving_pct(self.usd_per_mtok_before, self.usd_per_mtok_after)
         )
 
+    def status(self) -> str:
+        """Why it is deployed or not, short: the table's cell."""
+        found = self.selected
+        if found is None:
+            return "-"
+        if self.arm is not None:
+            return (
+                "pays" if self.candidates <= 1 else f"pays after correcting for {self.candidates} candidates"
+            )
+        if found.verdict == "unverified":
+            return "unverified, not deployed"
+        if self.speedup.verdict == "pays":  # type: ignore[union-attr]
+            return f"faster, but not after correcting for the {self.candidates} arms it was picked from"
+        return found.verdict
+
+    def _why(self) -> str:
+        found = self.selected
+        bounds = (
+            f": [{found.low:.2f}, {found.high:.2f}]"
+            if self.candidates > 1 and found is not None and found.low is not None and found.high is not None
+            else ""
+        )
+        return f"{self.status()}{bounds}"
+
     def text(self) -> str:
         if self.best_arm is None:
             return "no speculative arm measured"
         if self.arm is None:
-            return f"no speculation (best: {self.best_arm} {self.speedup.text()}, {self.speedup.verdict})"  # type: ignore[union-attr]
+            return f"no speculation (best: {self.best_arm} {self.speedup.text()}; {self._why()})"  # type: ignore[union-attr]
         saving = f", $/Mtok -{self.saving_pct:.0f}%" if self.saving_pct is not None else ""
         same = f", {self.identical_pct:.0f}% identical" if self.identical_pct is not None else ""
-        return f"{self.arm} {self.speedup.text()}{saving}{same}"  # type: ignore[union-attr]
+        return f"{self.arm} {self.speedup.text()} ({self._why()}){saving}{same}"  # type: ignore[union-attr]
 
 
 def recommend(observations: Sequence[Observation]) -> list[Recommendation]:
-    """Per (point, workload, concurrency): the fastest speculative arm, recommended when its
-    speedup interval lies above 1 (with one repeat: when its speedup is above 1, marked so)."""
+    """Per (point, workload, concurrency): the fastest speculative arm, deployed only when its
+    speedup pays after correcting for the number of speculative arms it was picked from (the
+    fastest of several is biased up); with no interval it is unverified and never deployed."""
     groups: dict[tuple[str, str, int], list[Observation]] = {}
     for o in observations:
         groups.setdefault((o.point, o.workload, o.concurrency), [])
@@ -268,7 +431,7 @@ def recommend(observations: Sequence[Observation]) -> list[Recommendation]:
             continue
         best = max(members, key=lambda o: o.speedup)  # type: ignore[arg-type, return-value]
         speedup = estimate(best)
-        deploy = speedup is not None and speedup.verdict == "pays"
+        deploy = speedup is not None and corrected(speedup, len(members)).verdict == "pays"
         out.append(
             Recommendation(
                 point,
@@ -281,6 +444,7 @@ def recommend(observations: Sequence[Observation]) -> list[Recommendation]:
                 best.baseline_usd_per_mtok,
                 best.usd_per_mtok,
                 best.identical_pct,
+                len(members),
             )
         )
     return out
@@ -319,13 +483,17 @@ def _choice(recommendation: Recommendation) -> str | None:
     return recommendation.family if recommendation.arm is not None else None
 
 
-def flips(observations: Sequence[Observation], seed: int = 0) -> list[Flip]:
-    """Every place where the recommendation, the best K of a family or the sign of an arm's
-    speedup changes between two points that differ in one regime axis, as sentences."""
+def flips(observations: Sequence[Observation]) -> list[Flip]:
+    """Every place where a decision changes between two points that differ in one regime axis, as
+    sentences: only decisions the data support on both sides (a change between two undecided
+    answers is noise, not a flip). The recommendation: deploy (pays after correcting for the
+    candidates) or no speculation (the best arm loses or is equivalent, after correcting) on each
+    side; the best K: a best-K set that is just the best on each side; the sign: pays on one side
+    and loses on the other."""
     axes = {o.point: o.axes for o in observations}
     points = list(axes)
     recs = {(r.point, r.workload, r.concurrency): r for r in recommend(observations)}
-    bests = {(b.point, b.family, b.workload, b.concurrency): b for b in best_k(observations, seed)}
+    bests = {(b.point, b.family, b.workload, b.concurrency): b for b in best_k(observations)}
     speed = {(o.point, o.arm, o.workload, o.concurrency): o for o in observations if o.method != "baseline"}
     out: list[Flip] = []
     for i, p in enumerate(points):
@@ -350,10 +518,12 @@ def _recommendation_flips(recs: dict, where: tuple) -> list[Flip]:
             continue
         if a.best_arm is None or b.best_arm is None:
             continue  # a point without a speculative arm measured (its job failed): nothing to flip
+        if not (a.decided and b.decided):
+            continue  # an undecided side could be either answer: not a flip
         text = (
             f"{workload} @ {concurrency}: the recommendation flips from {_label(a)} "
-            f"({a.best_arm} {a.speedup.text() if a.speedup else '-'}) at {axis}={va} to {_label(b)} "
-            f"({b.best_arm} {b.speedup.text() if b.speedup else '-'}) at {axis}={vb}"
+            f"({a.best_arm} {a.speedup.text()}; {a.status()}) at {axis}={va} to {_label(b)} "
+            f"({b.best_arm} {b.speedup.text()}; {b.status()}) at {axis}={vb}"
         )
         out.append(Flip(axis, (va, vb), (p, q), workload, concurrency, "recommendation", "", text))
     return out
@@ -366,8 +536,8 @@ def _best_k_flips(bests: dict, where: tuple) -> list[Flip]:
         b = bests.get((q, family, workload, concurrency))
         if point != p or b is None or a.k == b.k:
             continue
-        if (a.tied is not None and b.k in a.tied) or (b.tied is not None and a.k in b.tied):
-            continue  # the two best K values cannot be told apart: not a flip
+        if a.tied != () or b.tied != ():
+            continue  # a side whose best K is not better than every other K (or cannot tell): not a flip
         text = (
             f"{workload} @ {concurrency}: {family}'s best K flips from K={a.k} ({a.speedup.text()}) at "
             f"{axis}={va} to K={b.k} ({b.speedup.text()}) at {axis}={vb}"

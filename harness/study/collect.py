@@ -11,13 +11,22 @@ from typing import TYPE_CHECKING, Any
 from harness.environment import machine_identity
 from harness.errors import UserError
 from harness.results.files import read_json
-from harness.results.model import Summary
+from harness.results.model import CellMetrics, Summary
 from harness.study import analysis
 from harness.study.record import StudyDir, StudyPointRecord, StudyRecord
 from harness.summary import summarize
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+def round_speedups(cell: CellMetrics, reference: CellMetrics | None) -> tuple[tuple[int, float], ...]:
+    """Per server start-up (round) both cells measured: the arm's start-up mean tok/s over the
+    baseline's same start-up (what pairs load levels and arms by round in the study's analysis)."""
+    if reference is None:
+        return ()
+    arm, base = cell.startup_tok_s(), reference.startup_tok_s()
+    return tuple((r, arm[r] / base[r]) for r in sorted(arm) if base.get(r) and arm[r] > 0)
 
 
 def point_observations(
@@ -42,14 +51,18 @@ def point_observations(
                 workload=cell.workload,
                 concurrency=cell.concurrency,
                 speedup=cell.speedup,
-                speedup_repeats=tuple(cell.independent_samples("speedup")),
                 tau=cell.tau,
                 output_tok_s=cell.output_tok_s,
                 usd_per_mtok=cell.usd_per_mtok,
                 baseline_usd_per_mtok=reference.usd_per_mtok if reference else None,
                 identical_pct=cell.exactness.identical_pct if cell.exactness else None,
+                round_speedups=round_speedups(cell, reference),
                 speedup_low=cell.speedup_low,
                 speedup_high=cell.speedup_high,
+                speedup_log_se=cell.speedup_log_se,
+                speedup_df=cell.speedup_df,
+                speedup_rounds=cell.speedup_rounds,
+                speedup_interval=cell.speedup_interval,
             )
         )
     return out

@@ -57,15 +57,25 @@ def speedup_figures(study: StudyResults) -> list[tuple[str, str]]:
             ax.minorticks_off()
             ax.set_xlabel("concurrency")
             ax.set_ylabel("speedup vs baseline")
-            ax.set_title(f"{point} {workload}: speedup vs concurrency (dotted: break-even)", fontsize=9)
+            ax.set_title(
+                f"{point} {workload}: speedup vs concurrency (dotted: break-even, shaded: its 95% set)",
+                fontsize=9,
+            )
             ax.legend(fontsize=7)
             out.append((f"{point} ({study.label(point)}), {workload}: speedup vs concurrency", _png(fig)))
     return out
 
 
 def _mark(ax: plt.Axes, crossing: BreakEven | None, colour: str) -> None:
-    if crossing is not None and crossing.kind == "crosses" and crossing.concurrency is not None:
-        ax.axvline(crossing.concurrency, color=colour, linestyle=":", linewidth=1.0)
+    """The point crossing as a dotted line; its 95% set (levels paired by round) as a faint span
+    running to the edge of the measured range on an open-ended side."""
+    if crossing is None or crossing.kind != "crosses" or crossing.concurrency is None:
+        return
+    ax.axvline(crossing.concurrency, color=colour, linestyle=":", linewidth=1.0)
+    if crossing.has_set:
+        low = crossing.low if crossing.low is not None else min(crossing.levels)
+        high = crossing.high if crossing.high is not None else max(crossing.levels)
+        ax.axvspan(low, high, color=colour, alpha=0.08, linewidth=0)
 
 
 def k_figures(study: StudyResults) -> list[tuple[str, str]]:

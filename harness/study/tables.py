@@ -12,14 +12,25 @@ from harness.study.analysis import BestK, BreakEven, Recommendation
 from harness.study.collect import StudyResults
 from harness.table import markdown_table, precision_line
 
+# what each table's numbers are, said once for the terminal titles and the Markdown
+RECOMMENDATION_RULE = (
+    "the fastest speculative arm, deployed only when its speedup interval lies above 1 after "
+    "correcting for the number of arms it was picked from (Bonferroni)"
+)
+BREAK_EVEN_RULE = (
+    "where each arm's speedup crosses 1, interpolated on log2 concurrency; the 95% set pairs the "
+    "load levels by server start-up (open-ended where the data cannot place it)"
+)
+BEST_K_RULE = "the K values that cannot be told from the best: Hsu's multiple comparisons with the best, 95%"
+
 
 def _short(rec: Recommendation | None) -> str:
     if rec is None or rec.best_arm is None:
         return "-"
     if rec.arm is None:
-        return f"none ({rec.best_arm} {rec.speedup.point:.2f}x, {rec.speedup.verdict})"  # type: ignore[union-attr]
+        return f"none ({rec.best_arm} {rec.speedup.point:.2f}x, {rec.status()})"  # type: ignore[union-attr]
     saving = f", -{rec.saving_pct:.0f}% $/Mtok" if rec.saving_pct is not None else ""
-    return f"{rec.arm} {rec.speedup.point:.2f}x{saving}"  # type: ignore[union-attr]
+    return f"{rec.arm} {rec.speedup.point:.2f}x ({rec.status()}){saving}"  # type: ignore[union-attr]
 
 
 def recommendation_rows(study: StudyResults) -> tuple[list[str], list[list[str]]]:
@@ -82,17 +93,17 @@ def terminal_tables(study: StudyResults) -> list[Table | str]:
     """The study's answer, in the order a reader asks for it."""
     out: list[Table | str] = [
         _rich(
-            "recommendation: the arm to deploy per workload and load (speedup interval above 1), per point",
+            f"recommendation per workload and load, per point: {RECOMMENDATION_RULE}",
             *recommendation_rows(study),
         ),
-        _rich("break-even concurrency: where each arm's speedup crosses 1", *break_even_rows(study)),
+        _rich(f"break-even concurrency: {BREAK_EVEN_RULE}", *break_even_rows(study)),
     ]
     header, rows = best_k_rows(study)
     if rows:
-        out.append(_rich("best K per method family (ties: K values it cannot be told from)", header, rows))
+        out.append(_rich(f"best K per method family ({BEST_K_RULE})", header, rows))
     flips = study.flips()
     out.append(
-        "flips between points that differ in one axis:"
+        "flips between points that differ in one axis (decided on both sides):"
         if flips
         else "flips: none between the points measured"
     )
@@ -117,12 +128,15 @@ def markdown(study: StudyResults) -> str:
         f"arm families: {', '.join(sorted(set(record.families.values())))}.",
         "",
     ]
-    lines += ["## Recommendation", ""] + markdown_table(*recommendation_rows(study)) + [""]
-    lines += ["## Break-even concurrency", ""] + markdown_table(*break_even_rows(study)) + [""]
+    lines += ["## Recommendation", "", f"Per point: {RECOMMENDATION_RULE}.", ""]
+    lines += markdown_table(*recommendation_rows(study)) + [""]
+    lines += ["## Break-even concurrency", "", BREAK_EVEN_RULE[0].upper() + BREAK_EVEN_RULE[1:] + ".", ""]
+    lines += markdown_table(*break_even_rows(study)) + [""]
     header, rows = best_k_rows(study)
     if rows:
-        lines += ["## Best K", ""] + markdown_table(header, rows) + [""]
-    lines += ["## Flips", ""] + (
+        lines += ["## Best K", "", BEST_K_RULE[0].upper() + BEST_K_RULE[1:] + ".", ""]
+        lines += markdown_table(header, rows) + [""]
+    lines += ["## Flips", "", "Only where the decision is made by the data on both sides.", ""] + (
         [f"- {f.text}" for f in study.flips()] or ["None between the points measured."]
     )
     precision = precision_line([c for s in study.summaries.values() for c in s.cells])
