@@ -277,10 +277,12 @@ def relative_check(
     """A maximum-regression gate on plain samples (one value per ``unit``: a server start-up, or a
     prompt): the relative change of ``values`` against ``reference`` with a t interval on the log
     ratio (on the difference where a value is not positive). Fails when the change is worse than
-    ``tolerance_pct`` and the interval excludes no change; inconclusive when the interval's
-    half-width exceeds the tolerance (it could not have seen a regression of that size), when the
-    point is beyond the tolerance but the interval reaches no change, or when a side has one
-    value and no ``spread`` (sd of a log value, df: a machine calibration) says how far one moves."""
+    ``tolerance_pct`` and the interval excludes no change; passes when the interval rules out a
+    regression beyond the tolerance, or its half-width is within the tolerance and the point is too;
+    otherwise inconclusive: the interval's half-width exceeds the tolerance (it could not have seen
+    a regression of that size), or the point is beyond the tolerance but the interval reaches no
+    change. With one value on a side it is inconclusive unless ``spread`` (the sd of one log value
+    and its df: a machine calibration) says how far one start-up moves."""
     positive = min(*values, *reference) > 0
     known = spread if positive else None
     if min(len(values), len(reference)) < 2 and known is None:
@@ -301,6 +303,8 @@ def relative_check(
     found = (interval.low, interval.high, interval.point)
     if worse > tolerance and worse_low > 0:
         return RelativeResult("fail", *found, "")
+    if worse_high <= tolerance:  # the interval rules out a regression beyond the limit, however wide
+        return RelativeResult("pass", *found, "")
     if (worse_high - worse_low) / 2 > tolerance:
         limit = f"interval {100 * worse_low:+.1f}..{100 * worse_high:+.1f}% worse, limit {tolerance_pct:g}%"
         return RelativeResult("inconclusive", *found, f"cannot detect a regression of this size ({limit})")

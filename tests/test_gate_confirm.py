@@ -80,6 +80,9 @@ def test_relative_check_verdicts() -> None:
     # no change, tight: a pass (its half-width within the tolerance)
     same = relative_check([99.0, 101.0, 100.0], [100.0, 100.5, 99.5], 5, higher_is_better=True)
     assert same.verdict == "pass" and (same.high - same.low) / 2 < 0.05
+    # faster at every start-up, widely: the interval (+14%..+127%) rules out any regression: a pass
+    better = relative_check([130.0, 200.0, 160.0], [100.0, 101.0, 99.0], 10, higher_is_better=True)
+    assert better.verdict == "pass" and (better.high - better.low) / 2 > 0.1 and better.low > 0.1
     # lower is better (latency): 20% higher is worse
     slower = relative_check([120.0, 121.0, 119.0], [100.0, 101.0, 99.0], 10, higher_is_better=False)
     assert slower.verdict == "fail" and slower.low > 0.1
