@@ -283,7 +283,9 @@ def relative_check(
     a regression of that size), or the point is beyond the tolerance but the interval reaches no
     change. With one value on a side it is inconclusive unless ``spread`` (the sd of one log value
     and its df: a machine calibration) says how far one start-up moves."""
-    positive = min(*values, *reference) > 0
+    if not values or not reference:
+        return RelativeResult("inconclusive", None, None, None, "no measurement on a side")
+    positive = min([*values, *reference]) > 0
     known = spread if positive else None
     if min(len(values), len(reference)) < 2 and known is None:
         why = ONE_STARTUP if unit == "start-up" else f"one {unit} on a side gives no noise estimate"
@@ -342,7 +344,7 @@ def _relative(
     result = relative_check(
         values, reference, tolerance_pct, metric.higher_is_better, gates.confidence, spread=spread, unit=unit
     )
-    positive = min(*values, *reference) > 0
+    positive = min([*values, *reference]) > 0
     centre = _geometric_mean if positive else stats.mean  # the ratio of these is the change shown
     check.value, check.baseline_value = centre(values), centre(reference)
     first, second = (reference, values) if metric.higher_is_better else (values, reference)

@@ -92,6 +92,7 @@ def test_relative_check_verdicts() -> None:
     known = relative_check([80.0], [100.0], 10, higher_is_better=True, spread=(0.02, 8))
     assert known.verdict == "fail" and known.change == pytest.approx(-0.2)
     assert relative_check([0.0], [100.0], 10, True, unit="prompt").reason.startswith("one prompt")
+    assert relative_check([], [100.0], 10, True).verdict == "inconclusive"
 
 
 def _check(name: str, arm: str, verdict: str, gate: str = "rules[0]") -> Check:
