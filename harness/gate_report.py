@@ -82,6 +82,16 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+# what a reader of the summary must see first: failures, then what could not be decided, then the rest
+_ORDER = {"fail": 0, "error": 1, "inconclusive": 2, "skipped": 3, "pass": 4}
+
+
+def ordered(checks: Sequence[Check]) -> list[Check]:
+    """Failures first, then infrastructure errors, then inconclusive checks, then the rest (each
+    group in the order evaluated)."""
+    return sorted(checks, key=lambda c: _ORDER[c.verdict])
+
+
 def markdown(checks: Sequence[Check], title: str, code: int) -> str:
     tally = counts(checks)
     outcome = {0: "passed", 1: "REGRESSION", 3: "INFRASTRUCTURE FAILURE"}.get(code, "error")
@@ -89,10 +99,10 @@ def markdown(checks: Sequence[Check], title: str, code: int) -> str:
         f"### bench gate: {_cell(title)}: {outcome}",
         "",
         f"{tally['pass']} passed, {tally['fail']} failed, {tally['error']} errors, {tally['inconclusive']} "
-        f"inconclusive (within noise), {tally['skipped']} skipped.",
+        f"inconclusive (not decided: see why), {tally['skipped']} skipped.",
         "",
     ]
-    shown = [c for c in checks if c.verdict != "pass"] or list(checks)
+    shown = ordered([c for c in checks if c.verdict != "pass"] or list(checks))
     if shown:
         lines += ["| verdict | gate | detail |", "|---|---|---|"]
         lines += [f"| {_ICONS[c.verdict]} | {_cell(c.name)} | {_cell(c.message)} |" for c in shown]
@@ -114,17 +124,46 @@ class GateFiles:
         return cls(junit or folder / "junit.xml", markdown or folder / "summary.md", run_dir / GATE_FILE)
 
 
+@dataclass(frozen=True)
+class Confirmation:
+    """``bench gate --confirm``: the run that re-measured the failing arms, and its own checks."""
+
+    run_dir: Path
+    checks: Sequence[Check]
+    code: int
+
+
 def write_gate(
-    checks: Sequence[Check], code: int, view: RunView, run_dir: Path, baseline: Path | None, files: GateFiles
+    checks: Sequence[Check],
+    code: int,
+    view: RunView,
+    run_dir: Path,
+    baseline: Path | None,
+    files: GateFiles,
+    confirmation: Confirmation | None = None,
 ) -> None:
-    """Every file of one gate, each written whole; the Markdown also goes to ``$GITHUB_STEP_SUMMARY``."""
+    """Every file of one gate, each written whole; the Markdown also goes to ``$GITHUB_STEP_SUMMARY``.
+    With a confirmation, ``checks`` are the combined verdicts and the Markdown shows the
+    confirmation run's own table below them."""
     title = f"{view.regime.name} run {run_dir.name}" + (f" vs {baseline.name}" if baseline else "")
     summary_md = markdown(checks, title, code)
+    if confirmation is not None:
+        summary_md += (
+            f"\nA check fails only if it also failed in the confirmation run {confirmation.run_dir} "
+            "(the failing arms re-measured on fresh server start-ups):\n\n"
+            + markdown(confirmation.checks, f"confirmation {confirmation.run_dir.name}", confirmation.code)
+        )
     if view.machine_differences:
         summary_md += "\n**Forced across machines:** " + "; ".join(view.machine_differences) + "\n"
     write_text_atomic(files.junit, junit_xml(checks, view.regime.name).decode())
     write_text_atomic(files.markdown, summary_md)
-    stored = StoredGate(baseline_run=str(baseline) if baseline else None, exit_code=code, checks=list(checks))
+    stored = StoredGate(
+        baseline_run=str(baseline) if baseline else None,
+        exit_code=code,
+        checks=list(checks),
+        confirmation_run=str(confirmation.run_dir) if confirmation else None,
+        confirmation_checks=list(confirmation.checks) if confirmation else [],
+    )
     write_json_atomic(files.checks, stored.model_dump(mode="json"))
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as step_summary:

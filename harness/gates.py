@@ -2,24 +2,34 @@
 against a baseline run, without failing on noise.
 
 Every gate is evaluated per (arm, workload, load level) cell on SAMPLES, never on one number;
-which samples and which statistic is the metric registry's (``harness.metrics``): one value per
-repeat of the window (mean), per request pooled over repeats (the percentile itself), or per
-prompt compared with the baseline (0/100, mean).
+which samples and which statistic is the metric registry's (``harness.metrics``).
 
-A floor or ceiling fails when the bootstrap interval of the statistic lies entirely beyond it; a
-relative gate fails when the change against the baseline run is worse than the tolerance AND its
-bootstrap interval excludes no change (a Mann-Whitney p-value is reported next to it). A point
-beyond the limit whose interval still reaches it is "inconclusive": shown, never failing.
-A failed or missing arm is a regression; an engine that never started is an infrastructure
-error (exit 3), not a regression.
+A floor or ceiling fails when the bootstrap interval of the statistic lies entirely beyond it (one
+value per repeat of the window, per request pooled over repeats, or per prompt).
+
+A relative gate (``max_regression_pct``, against a baseline run) compares START-UP-level samples:
+one value per server start-up of the cell (a window metric's mean over that start-up's repeats, a
+request metric's percentile over that start-up's requests), because repeats on one server share
+what its start-up gave and cannot see the start-up to start-up spread; prompt-level metrics stay
+one value per prompt. The change current / baseline - 1 gets a t interval on the log ratio
+(``stats.log_ratio_interval``: pooled two-sample t; a metric that may be 0 gets the difference's,
+``stats.difference_interval``); a Mann-Whitney p-value is shown beside it. It fails when the change
+is worse than the tolerance AND its interval excludes no change; an interval wider than the limit
+(half-width above the tolerance) could not have seen a regression of that size: "inconclusive",
+never "pass"; one start-up on a side is "inconclusive" too, unless the run has a machine
+calibration and the metric is output_tok_s (its start-up spread then makes the interval).
+"Inconclusive" is shown, never failing. A failed or missing arm is a regression; an engine that
+never started is an infrastructure error (exit 3), not a regression. ``--confirm`` re-runs the
+failing arms on fresh start-ups: a check fails only if it fails in both runs (``confirm``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -28,6 +38,7 @@ from harness.environment import machine_differences
 from harness.errors import UserError
 from harness.metrics import METRICS, PROMPT_STATUS
 from harness.regime import Gate, Gates, LoadLevel, Regime
+from harness.results.calibration import Calibration
 from harness.results.files import read_json
 from harness.results.raw import read_raw
 from harness.results.records import ResultModel
@@ -66,6 +77,10 @@ class StoredGate(ResultModel):
     baseline_run: str | None
     exit_code: int
     checks: list[Check]
+    # ``bench gate --confirm``: the run that re-measured the failing arms on fresh start-ups, and its
+    # own checks against the same baseline (``checks`` then holds the combined verdicts)
+    confirmation_run: str | None = None
+    confirmation_checks: list[Check] = []
 
 
 GATE_FILE = Path("gate") / "checks.json"
@@ -130,6 +145,31 @@ class RunView:
         values = [getattr(r, metric.sample_field) for r in records]
         return [v * metric.scale for v in values if v is not None]
 
+    def startup_samples(self, arm: str, workload: str, level: LoadLevel, name: str) -> list[float]:
+        """A relative gate's samples: one value per server start-up of the cell (a window metric's
+        mean over the start-up's repeats; a request metric's statistic over the start-up's
+        requests), or one per prompt for a prompt-level metric."""
+        cell = self.summary.cell(arm, workload, level)
+        if cell is None:
+            return []
+        metric = METRICS[name]
+        if metric.samples == "prompt":
+            return self.samples(arm, workload, level, name)
+        if metric.samples == "repeat":
+            values = cell.independent_samples(name)  # one per start-up when there are several
+            return values if cell.server_starts > 1 or not values else [stats.mean(values)]
+        per_start: dict[int, list[float]] = {}
+        repeats = self.regime.load.max_repeats()
+        for r in self.raw.arms[arm].samples:
+            value = getattr(r, metric.sample_field)  # type: ignore[arg-type]
+            if r.ok and (r.workload, r.level) == (workload, level) and value is not None:
+                per_start.setdefault(r.repeat // repeats, []).append(value * metric.scale)
+        return [_statistic(name)(v) for _, v in sorted(per_start.items())]
+
+    def startups(self, arm: str, workload: str, level: LoadLevel) -> int:
+        cell = self.summary.cell(arm, workload, level)
+        return cell.server_starts if cell is not None else 0
+
 
 def _statistic(name: str) -> stats.Statistic:
     return stats.STATISTICS[METRICS[name].statistic]
@@ -169,9 +209,15 @@ def _arm_problem(view: RunView, arm: str) -> tuple[Verdict, str] | None:
 
 
 def _absolute(
-    check: Check, values: list[float], gates: Gates, low_bound: float | None, high_bound: float | None
+    check: Check,
+    values: list[float],
+    gates: Gates,
+    low_bound: float | None,
+    high_bound: float | None,
+    startups: int = 0,
 ) -> Check:
-    """A floor and/or ceiling on one cell's statistic: failed only when its interval is beyond."""
+    """A floor and/or ceiling on one cell's statistic: failed only when its interval is beyond.
+    ``startups``: how many server start-ups measured a window metric's cell (0: not a window metric)."""
     check.n = len(values)
     metric = check.metric
     if not values:
@@ -189,11 +235,13 @@ def _absolute(
     clearly = (below and interval.high < low_bound) or (above and interval.low > high_bound)
     side = f"below {low_bound:g}" if below else f"above {high_bound:g}"
     spread = f"interval {interval.low:.4g}..{interval.high:.4g}, n={len(values)}"
+    if len(values) == 1:
+        spread += "; n=1: a single measurement, no noise estimate (set load.repeats)"
+    elif startups == 1:
+        # repeats on one server: the interval sees the window's noise, not the start-up spread
+        spread += "; one start-up: the interval cannot see the start-up spread (set load.server_starts >= 2)"
     if clearly:
-        check.verdict = "fail"
-        check.message = f"{interval.point:.4g} is {side} ({spread})" + (
-            "; n=1: a single measurement, no noise estimate (set load.repeats)" if len(values) == 1 else ""
-        )
+        check.verdict, check.message = "fail", f"{interval.point:.4g} is {side} ({spread})"
     else:
         check.verdict, check.message = (
             "inconclusive",
@@ -202,48 +250,127 @@ def _absolute(
     return check
 
 
+ONE_STARTUP = "one start-up per side cannot see the start-up spread (set load.server_starts >= 2)"
+
+
+class RelativeResult(NamedTuple):
+    """What ``relative_check`` decides: the verdict, the 95% (``confidence``) interval and point of
+    the relative change current / reference - 1 (None where there is none), and why, in words."""
+
+    verdict: Verdict  # "pass" | "fail" | "inconclusive"
+    low: float | None
+    high: float | None
+    change: float | None
+    reason: str  # "" for a pass or a regression; the inconclusive's cause otherwise
+
+
+def relative_check(
+    values: list[float],
+    reference: list[float],
+    tolerance_pct: float,
+    higher_is_better: bool,
+    confidence: float = 0.95,
+    *,
+    spread: tuple[float, int] | None = None,
+    unit: str = "start-up",
+) -> RelativeResult:
+    """A maximum-regression gate on plain samples (one value per ``unit``: a server start-up, or a
+    prompt): the relative change of ``values`` against ``reference`` with a t interval on the log
+    ratio (on the difference where a value is not positive). Fails when the change is worse than
+    ``tolerance_pct`` and the interval excludes no change; passes when the interval rules out a
+    regression beyond the tolerance, or its half-width is within the tolerance and the point is too;
+    otherwise inconclusive: the interval's half-width exceeds the tolerance (it could not have seen
+    a regression of that size), or the point is beyond the tolerance but the interval reaches no
+    change. With one value on a side it is inconclusive unless ``spread`` (the sd of one log value
+    and its df: a machine calibration) says how far one start-up moves."""
+    if not values or not reference:
+        return RelativeResult("inconclusive", None, None, None, "no measurement on a side")
+    positive = min([*values, *reference]) > 0
+    known = spread if positive else None
+    if min(len(values), len(reference)) < 2 and known is None:
+        why = ONE_STARTUP if unit == "start-up" else f"one {unit} on a side gives no noise estimate"
+        return RelativeResult("inconclusive", None, None, None, why)
+    try:
+        if positive:
+            sd, df = known if known is not None else (None, None)
+            interval = stats.log_ratio_interval(reference, values, confidence, sd=sd, df=df)
+        else:
+            interval = stats.difference_interval(reference, values, confidence)
+    except ValueError as exc:  # a baseline of 0: no relative change to speak of
+        return RelativeResult("inconclusive", None, None, None, str(exc))
+    sign = -1.0 if higher_is_better else 1.0  # worse = positive
+    worse = sign * interval.point
+    worse_low, worse_high = sorted((sign * interval.low, sign * interval.high))
+    tolerance = tolerance_pct / 100
+    found = (interval.low, interval.high, interval.point)
+    if worse > tolerance and worse_low > 0:
+        return RelativeResult("fail", *found, "")
+    if worse_high <= tolerance:  # the interval rules out a regression beyond the limit, however wide
+        return RelativeResult("pass", *found, "")
+    if (worse_high - worse_low) / 2 > tolerance:
+        limit = f"interval {100 * worse_low:+.1f}..{100 * worse_high:+.1f}% worse, limit {tolerance_pct:g}%"
+        return RelativeResult("inconclusive", *found, f"cannot detect a regression of this size ({limit})")
+    if worse > tolerance:
+        return RelativeResult("inconclusive", *found, "within noise")
+    return RelativeResult("pass", *found, "")
+
+
 def _relative(
-    check: Check, values: list[float], reference: list[float], gates: Gates, tolerance_pct: float
+    check: Check,
+    values: list[float],
+    reference: list[float],
+    gates: Gates,
+    tolerance_pct: float,
+    calibration: Calibration | None = None,
 ) -> Check:
-    """A maximum regression against the baseline run: failed only when beyond the tolerance AND
-    the interval of the change excludes no change."""
+    """A maximum regression against the baseline run on start-up-level samples (``relative_check``)."""
     check.n, check.n_baseline = len(values), len(reference)
-    metric = check.metric
+    metric = METRICS[check.metric]
     if not values:
         check.verdict, check.message = "fail", "no measurement for this cell"
         return check
     if not reference:
         check.verdict, check.message = "skipped", "the baseline run has no measurement for this cell"
         return check
-    statistic = _statistic(metric)
-    change = stats.bootstrap_relative_change(
-        reference, values, statistic, gates.bootstrap_resamples, gates.confidence
+    unit = "prompt" if metric.samples == "prompt" else "start-up"
+    one_startup = unit == "start-up" and min(len(values), len(reference)) < 2
+    # a calibration measured the start-up spread of log tok/s on this machine: it stands in for the
+    # spread one start-up per side cannot show, for that metric only
+    spread = (
+        (calibration.sd, calibration.df)
+        if calibration and one_startup and metric.name == "output_tok_s"
+        else None
     )
-    higher_is_better = METRICS[metric].higher_is_better
-    sign = -1.0 if higher_is_better else 1.0  # worse = positive
-    worse = sign * change.point
-    worse_low, worse_high = sorted((sign * change.low, sign * change.high))
-    check.value, check.baseline_value = statistic(values), statistic(reference)
-    check.low, check.high = worse_low, worse_high
-    first, second = (reference, values) if higher_is_better else (values, reference)
+    result = relative_check(
+        values, reference, tolerance_pct, metric.higher_is_better, gates.confidence, spread=spread, unit=unit
+    )
+    positive = min([*values, *reference]) > 0
+    centre = _geometric_mean if positive else stats.mean  # the ratio of these is the change shown
+    check.value, check.baseline_value = centre(values), centre(reference)
+    first, second = (reference, values) if metric.higher_is_better else (values, reference)
     check.p_value = stats.mann_whitney_greater(first, second)[1]
+    counts = f"n={len(values)}/{len(reference)} {unit}s"
+    if result.change is None:
+        check.verdict = "inconclusive"
+        check.message = f"{result.reason}: {check.value:.4g} vs {check.baseline_value:.4g} ({counts})"
+        return check
+    sign = -1.0 if metric.higher_is_better else 1.0
+    worse = sign * result.change
+    check.low, check.high = sorted((sign * result.low, sign * result.high))  # type: ignore[operator]
+    source = f"; interval from {calibration.label()}" if spread is not None and calibration else ""
     described = (
         f"{check.value:.4g} vs {check.baseline_value:.4g}: {100 * worse:+.1f}% worse (interval "
-        f"{100 * worse_low:+.1f}..{100 * worse_high:+.1f}%, Mann-Whitney p={check.p_value:.3g}, "
-        f"n={len(values)}/{len(reference)}; limit {tolerance_pct:g}%)"
+        f"{100 * check.low:+.1f}..{100 * check.high:+.1f}%, Mann-Whitney p={check.p_value:.3g}, "
+        f"{counts}; limit {tolerance_pct:g}%{source})"
     )
-    if worse * 100 <= tolerance_pct:
-        check.message = described
-    elif min(len(values), len(reference)) < 2:
-        check.verdict = "inconclusive"
-        check.message = (
-            "one measurement per side cannot be told from noise (set load.repeats >= 2): " + described
-        )
-    elif worse_low > 0:
-        check.verdict, check.message = "fail", "regression: " + described
-    else:
-        check.verdict, check.message = "inconclusive", "within noise: " + described
+    check.verdict = result.verdict
+    prefix = {"fail": "regression: ", "pass": ""}.get(result.verdict, f"{result.reason}: ")
+    check.message = prefix + described
     return check
+
+
+def _geometric_mean(values: list[float]) -> float:
+    return math.exp(stats.mean([math.log(v) for v in values]))
 
 
 def _rule_checks(view: RunView, baseline: RunView | None, index: int, arm: str) -> list[Check]:
@@ -274,7 +401,8 @@ def _rule_checks(view: RunView, baseline: RunView | None, index: int, arm: str) 
         name = f"{arm} {gate.metric} {kind} {_cell_name(workload, level)}"
         check = _check(name, where, arm, gate.metric, workload, level)
         if gate.max_regression_pct is None:
-            checks.append(_absolute(check, values, gates, gate.min, gate.max))
+            startups = view.startups(arm, workload, level) if METRICS[gate.metric].samples == "repeat" else 0
+            checks.append(_absolute(check, values, gates, gate.min, gate.max, startups))
         elif baseline is None:
             check.verdict, check.message, check.n = (
                 "skipped",
@@ -283,8 +411,9 @@ def _rule_checks(view: RunView, baseline: RunView | None, index: int, arm: str) 
             )
             checks.append(check)
         else:
-            reference = baseline.samples(arm, workload, level, gate.metric)
-            check = _relative(check, values, reference, gates, gate.max_regression_pct)
+            values = view.startup_samples(arm, workload, level, gate.metric)
+            reference = baseline.startup_samples(arm, workload, level, gate.metric)
+            check = _relative(check, values, reference, gates, gate.max_regression_pct, view.raw.calibration)
             reason = _not_the_engines_alone(view, baseline, arm, workload, level)
             # a timed metric's change may be the neighbour's (or a lagging client's), not the engine's;
             # tau and token comparisons are the engine's own counts whoever else ran
@@ -321,9 +450,8 @@ def _golden_checks(view: RunView, index: int, arm: str) -> list[Check]:
         name = f"{arm} tau = {golden.tau:g} +- {golden.tolerance:g} (golden) {_cell_name(workload, level)}"
         check = _check(name, where, arm, "tau", workload, level)
         values = view.samples(arm, workload, level, "tau")
-        checks.append(
-            _absolute(check, values, gates, golden.tau - golden.tolerance, golden.tau + golden.tolerance)
-        )
+        bounds = golden.tau - golden.tolerance, golden.tau + golden.tolerance
+        checks.append(_absolute(check, values, gates, *bounds, view.startups(arm, workload, level)))
     return checks
 
 
@@ -366,6 +494,11 @@ def open_views(run_dir: Any, baseline_dir: Any | None, force: bool = False) -> t
     if baseline_dir is None:
         return view, None
     baseline = RunView(baseline_dir)
+    if _same_run(view, baseline):
+        raise UserError(
+            f"{baseline_dir}: the baseline is the run itself ({run_dir}, run id {run_identity(view)}); a run "
+            "gated against itself passes whatever it measured. Give an earlier run as --baseline"
+        )
     mine = view.regime.conditions_fingerprint(view.record["workloads"])
     theirs = baseline.regime.conditions_fingerprint(baseline.record["workloads"])
     if mine != theirs:
@@ -390,6 +523,72 @@ def open_views(run_dir: Any, baseline_dir: Any | None, force: bool = False) -> t
         if a.name == b.name and a.model_dump() != b.model_dump()
     ]
     return view, baseline
+
+
+def run_identity(view: RunView) -> str:
+    """A run's id: its directory's name (a study's point: the study's and the point's)."""
+    root = view.raw.run.root
+    return f"{root.parent.parent.name}/{root.name}" if root.parent.name == "points" else root.name
+
+
+def _same_run(view: RunView, other: RunView) -> bool:
+    """The same directory, or a copy of it (the same run id elsewhere)."""
+    return view.raw.run.root.resolve() == other.raw.run.root.resolve() or run_identity(view) == run_identity(
+        other
+    )
+
+
+def arms_to_confirm(checks: Sequence[Check], regime: Regime) -> list[str]:
+    """The arms a confirmation run measures again, in the regime's order: the baseline arm (the
+    speedup and exactness of the others are against it) and every arm with a failing check."""
+    failing = {c.arm for c in checks if c.verdict == "fail"}
+    baseline = regime.baseline_arm.name
+    return [a.name for a in regime.arms if a.name == baseline or a.name in failing]
+
+
+def confirmation_regime(regime: Regime, arms: Sequence[str]) -> Regime:
+    """The run's regime restricted to ``arms``, with the gates that still name an arm of it: what
+    ``bench gate --confirm`` runs on fresh start-ups (the conditions, hence the fingerprint the
+    baseline is compared on, are unchanged)."""
+    kept = set(arms)
+    rules = [g for g in regime.gates.rules if g.arm == "*" or g.arm in kept]
+    dumped = regime.model_dump(mode="json")
+    dumped["arms"] = [a for a in dumped["arms"] if a["name"] in kept]
+    dumped["gates"] = {**dumped["gates"], "rules": [g.model_dump(mode="json") for g in rules]}
+    return Regime.model_validate(dumped)
+
+
+def confirm(first: Sequence[Check], second: Sequence[Check], confirmation_run: str) -> list[Check]:
+    """The verdicts after a confirmation run: a check fails only if it fails in both runs (a failure
+    the fresh start-ups do not repeat is inconclusive: one run's start-ups may have been unlucky);
+    an arm that broke in the confirmation keeps its failure, or is an infrastructure error when
+    its engine did not start. Every other check is the first run's."""
+    by_name = {c.name: c for c in second}
+    broken = {c.arm: c for c in second if c.gate == "arm"}
+    combined = []
+    for check in first:
+        if check.verdict != "fail":
+            combined.append(check)
+            continue
+        again = by_name.get(check.name) or broken.get(check.arm)
+        where = f"the confirmation run {confirmation_run}"
+        if again is None and check.gate == "arm":  # broke in this run, ran in the confirmation
+            failing = [c for c in second if c.arm == check.arm and c.verdict == "fail"]
+            verdict, why = (
+                ("fail", f"confirmed: {len(failing)} of its checks fail in {where}")
+                if failing
+                else ("inconclusive", f"not confirmed: it ran in {where} and no check of it failed there")
+            )
+        elif again is None:
+            verdict, why = "inconclusive", f"not confirmed: {where} has no such check"
+        elif again.verdict == "fail":
+            verdict, why = "fail", f"confirmed by {where} ({again.message})"
+        elif again.verdict == "error":
+            verdict, why = "error", f"{where} could not measure it: {again.message}"
+        else:
+            verdict, why = "inconclusive", f"not confirmed by {where} ({again.verdict}: {again.message})"
+        combined.append(replace(check, verdict=verdict, message=f"{check.message}; {why}"))
+    return combined
 
 
 def exit_code(checks: Sequence[Check]) -> int:

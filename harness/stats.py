@@ -248,3 +248,54 @@ def best_of_quantile(others: int, df: int, confidence: float = 0.95) -> float:
         return float(inner.mean())
 
     return float(optimize.brentq(lambda h: coverage(h) - confidence, 0.0, 500.0, xtol=1e-6))
+
+
+def log_ratio_interval(
+    baseline: Sequence[float],
+    current: Sequence[float],
+    confidence: float = 0.95,
+    *,
+    sd: float | None = None,
+    df: int | None = None,
+) -> Interval:
+    """The relative change current / baseline - 1 of two samples of a positive quantity (one value
+    per server start-up), with a t interval on the log ratio of their geometric means: pooled
+    two-sample t with n1 + n2 - 2 degrees of freedom, or, given ``sd`` (of one log value) and its
+    ``df`` known from elsewhere (a machine calibration), that spread with those degrees of
+    freedom. The log scale because a start-up moves a rate by a factor, not by an amount."""
+    if not baseline or not current:
+        raise ValueError("both samples need at least one value")
+    if min(*baseline, *current) <= 0:
+        raise ValueError("the log ratio needs positive values")
+    logs_b, logs_c = [math.log(v) for v in baseline], [math.log(v) for v in current]
+    n1, n2 = len(logs_b), len(logs_c)
+    centre = mean(logs_c) - mean(logs_b)
+    if sd is None:
+        df = n1 + n2 - 2
+        if df < 1:
+            raise ValueError("a pooled t interval needs three values or more")
+        ss = sum((v - mean(logs_b)) ** 2 for v in logs_b) + sum((v - mean(logs_c)) ** 2 for v in logs_c)
+        sd = math.sqrt(ss / df)
+    elif df is None or df < 1:
+        raise ValueError("a known spread needs its degrees of freedom")
+    half = t_quantile(1 - (1 - confidence) / 2, df) * sd * math.sqrt(1 / n1 + 1 / n2)
+    return Interval(math.exp(centre) - 1, math.exp(centre - half) - 1, math.exp(centre + half) - 1)
+
+
+def difference_interval(
+    baseline: Sequence[float], current: Sequence[float], confidence: float = 0.95
+) -> Interval:
+    """(mean(current) - mean(baseline)) / |mean(baseline)| with a pooled two-sample t interval of
+    the difference, scaled alike: the relative change of a quantity that may be zero (a share of
+    prompts, an SLO attainment), where the log ratio is undefined."""
+    n1, n2 = len(baseline), len(current)
+    if n1 + n2 - 2 < 1 or not n1 or not n2:
+        raise ValueError("a pooled t interval needs three values or more")
+    mb, mc = mean(baseline), mean(current)
+    if mb == 0:
+        raise ValueError("the baseline's mean is 0: no relative change")
+    df = n1 + n2 - 2
+    ss = sum((v - mb) ** 2 for v in baseline) + sum((v - mc) ** 2 for v in current)
+    half = t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(ss / df * (1 / n1 + 1 / n2))
+    scale = abs(mb)
+    return Interval((mc - mb) / scale, (mc - mb - half) / scale, (mc - mb + half) / scale)

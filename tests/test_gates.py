@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -75,19 +76,48 @@ GATES = {
 }
 
 
-def test_run_against_itself_passes_with_one_case_per_gate_and_cell(tmp_path: Path) -> None:
+def _startups(run: Path, slower: list[float]) -> Path:
+    """Make the run's every window measured on ``len(slower)`` server start-ups (one repeat each),
+    start-up s taking ``slower[s]`` times the stored duration (its tok/s divided by it)."""
+    record = json.loads((run / "regime.json").read_text())
+    record["regime"]["load"]["server_starts"] = len(slower)
+    (run / "regime.json").write_text(json.dumps(record))
+    for arm in ("baseline", "ngram_k4"):
+        for kind in ("windows", "samples"):
+            path = run / "arms" / arm / f"{kind}.jsonl"
+            lines = read_jsonl(path)
+            out = []
+            for start, factor in enumerate(slower):
+                for line in lines:
+                    if kind == "windows":
+                        line = {**line, "server_start": start, "duration_s": line["duration_s"] * factor}
+                    out.append({**line, "repeat": start})
+            path.write_text("".join(json.dumps(line) + "\n" for line in out))
+    return run
+
+
+def test_a_copy_of_the_run_passes_or_is_inconclusive_with_one_case_per_gate_and_cell(tmp_path: Path) -> None:
+    """The same measurements under another run id: nothing regressed, but with one start-up per
+    side the relative gates cannot see the start-up spread, so they are inconclusive, not passes."""
     run = _copy(tmp_path, "run", GATES)
-    out = _gate(str(run), "--baseline", str(run))
+    twin = _copy(tmp_path, "twin", GATES)
+    out = _gate(str(run), "--baseline", str(twin))
     assert out.returncode == 0, out.stdout + out.stderr
     checks = json.loads((run / "gate" / "checks.json").read_text())["checks"]
     verdicts = {c["name"]: c["verdict"] for c in checks}
     assert (
         len(checks) == 4 + 4 + 2 + 4 + 2
     )  # cells per rule; the golden entry of another target is not applied
-    assert set(verdicts.values()) == {"pass"}
+    relative = [c for c in checks if c["gate"] in ("rules[1]", "rules[2]")]
+    assert len(relative) == 6 and {c["verdict"] for c in relative} == {"inconclusive"}
+    assert all(
+        c["message"].startswith("one start-up per side cannot see the start-up spread") for c in relative
+    )
+    assert {v for n, v in verdicts.items() if "regression" not in n} == {"pass"}
     suite = ET.parse(run / "gate" / "junit.xml").getroot()
     assert suite.get("tests") == str(len(checks)) and suite.get("failures") == "0"
-    assert "passed" in (run / "gate" / "summary.md").read_text()
+    markdown = (run / "gate" / "summary.md").read_text()
+    assert "passed" in markdown and "10 passed, 0 failed, 0 errors, 6 inconclusive" in markdown
 
 
 def test_regression_is_called_with_exit_1_and_named_in_junit(tmp_path: Path) -> None:
@@ -117,13 +147,19 @@ def test_regression_is_called_with_exit_1_and_named_in_junit(tmp_path: Path) -> 
     assert "REGRESSION" in markdown and "golden" in markdown
 
 
-def test_relative_gate_needs_repeats(tmp_path: Path) -> None:
-    """With two repeats per cell a halved acceptance is a significant regression."""
+def test_relative_gate_compares_startups(tmp_path: Path) -> None:
+    """Two repeats on one server per side: still one start-up, inconclusive however large the
+    change; three start-ups per side: a halved acceptance and tok/s 20% down are regressions, with
+    the t interval on the log ratio of the start-ups' values."""
+    rules = {
+        "rules": [
+            {"arm": "ngram_k4", "metric": "tau", "max_regression_pct": 10},
+            {"arm": "ngram_k4", "metric": "output_tok_s", "max_regression_pct": 10},
+        ]
+    }
 
-    def with_repeats(name: str, factor: float) -> Path:
-        run = _copy(
-            tmp_path, name, {"rules": [{"arm": "ngram_k4", "metric": "tau", "max_regression_pct": 10}]}
-        )
+    def repeated(name: str, factor: float) -> Path:
+        run = _copy(tmp_path, name, rules)
         if factor != 1:
             _scale_ngram_acceptance(run, factor)
         for arm in ("baseline", "ngram_k4"):
@@ -135,11 +171,83 @@ def test_relative_gate_needs_repeats(tmp_path: Path) -> None:
                 )
         return run
 
-    good, worse = with_repeats("good", 1), with_repeats("worse", 0.5)
+    view, baseline = open_views(repeated("worse2", 0.5), repeated("good2", 1))
+    checks = evaluate(view, baseline)
+    assert {c.verdict for c in checks} == {"inconclusive"} and exit_code(checks) == 0
+    assert all(c.n == 1 and c.n_baseline == 1 and c.low is None for c in checks)
+
+    good = _startups(_copy(tmp_path, "good", rules), [1.0, 1.03, 0.98])
+    worse = _copy(tmp_path, "worse", rules)
+    _scale_ngram_acceptance(worse, 0.5)
+    _startups(worse, [1.25, 1.21, 1.27])  # every start-up ~20% slower
     view, baseline = open_views(worse, good)
     checks = evaluate(view, baseline)
     assert {c.verdict for c in checks} == {"fail"} and exit_code(checks) == 1
-    assert all(c.n == 2 and c.n_baseline == 2 and c.low > 0.1 for c in checks)
+    assert all(c.n == 3 and c.n_baseline == 3 for c in checks)
+    tau = [c for c in checks if c.metric == "tau"]
+    # tau is a count: every start-up gave the same, so the interval is the point: halved accepted
+    # tokens per draft, 1 + 1.9375 -> 1 + 0.96875 on code_humaneval
+    assert all(c.low == pytest.approx(c.high) and c.n == 3 for c in tau)
+    code = next(c for c in tau if c.workload == "code_humaneval")
+    assert code.low == pytest.approx(1 - 1.96875 / 2.9375) and code.value == pytest.approx(1.96875)
+    tok_s = next(c for c in checks if c.metric == "output_tok_s" and c.workload == "code_humaneval")
+    # by hand: log ratios of 1/[1.25, 1.21, 1.27] against 1/[1, 1.03, 0.98], pooled sd over 4 df
+    worse_logs, good_logs = [math.log(f) for f in (1.25, 1.21, 1.27)], [math.log(f) for f in (1, 1.03, 0.98)]
+    centre = sum(good_logs) / 3 - sum(worse_logs) / 3
+    ss = sum((x - sum(g) / 3) ** 2 for g in (worse_logs, good_logs) for x in g)
+    half = 2.7764451051977987 * math.sqrt(ss / 4 * (2 / 3))  # t(0.975, 4)
+    assert tok_s.low == pytest.approx(1 - math.exp(centre + half))
+    assert tok_s.high == pytest.approx(1 - math.exp(centre - half))
+    assert (tok_s.low, tok_s.high) == pytest.approx((0.1463, 0.2372), abs=1e-4)
+    assert tok_s.message.startswith("regression: ") and "n=3/3 start-ups" in tok_s.message
+
+
+def test_a_calibration_stands_in_for_the_startup_spread_of_tok_s(tmp_path: Path) -> None:
+    """One start-up per side, but the run has this machine's calibration: output_tok_s gets the
+    calibration's sd with its df (tau, not a timed rate, stays inconclusive)."""
+    rules = {
+        "rules": [
+            {
+                "arm": "ngram_k4",
+                "metric": "output_tok_s",
+                "workload": "code_humaneval",
+                "concurrency": 1,
+                "max_regression_pct": 5,
+            },
+            {
+                "arm": "ngram_k4",
+                "metric": "tau",
+                "workload": "code_humaneval",
+                "concurrency": 1,
+                "max_regression_pct": 5,
+            },
+        ]
+    }
+    good = _copy(tmp_path, "good", rules)
+    worse = _startups(_copy(tmp_path, "worse", rules), [1.25])
+    calibration = {
+        "regime_name": "cpu_e2e",
+        "regime_fingerprint": "0" * 16,
+        "machine_fingerprint": "1" * 16,
+        "machine": {},
+        "created": "2026-12-01T09:30:00Z",
+        "run_id": "20261201-093000-a1b2c3",
+        "rounds": 6,
+        "arms": ["baseline", "ngram_k4"],
+        "sd": 0.04,
+        "df": 5,
+        "cells": 4,
+    }
+    (worse / "calibration.json").write_text(json.dumps(calibration))
+    view, baseline = open_views(worse, good)
+    tok_s, tau = evaluate(view, baseline)
+    half = 2.5705818366147395 * 0.04 * math.sqrt(2)  # t(0.975, 5) x sd x sqrt(1/1 + 1/1)
+    assert tok_s.verdict == "fail" and tok_s.value / tok_s.baseline_value == pytest.approx(1 / 1.25)
+    assert (tok_s.low, tok_s.high) == pytest.approx(
+        (1 - math.exp(-math.log(1.25) + half), 1 - math.exp(-math.log(1.25) - half))
+    )
+    assert "interval from this machine's calibration of 2026-12-01 (6 rounds" in tok_s.message
+    assert tau.verdict == "inconclusive" and tau.message.startswith("one start-up per side")
 
 
 def test_failed_arms(tmp_path: Path) -> None:
@@ -214,11 +322,12 @@ def _gpu(others_sm_pct: float) -> dict:
 
 @pytest.mark.parametrize("neighbour", ["cpu", "gpu"])
 def test_a_slowdown_beside_a_busy_neighbour_is_inconclusive(tmp_path: Path, neighbour: str) -> None:
-    """Significant regressions, but the worse run's windows shared the machine with another process
-    using a whole core (or 40% of the engine's GPU): its halved tok/s may be the neighbour's, so
-    inconclusive; its halved tau is the engine's own count whoever else ran, so still a failure."""
+    """Significant regressions (two start-ups per side), but the worse run's windows shared the
+    machine with another process using a whole core (or 40% of the engine's GPU): its halved tok/s
+    may be the neighbour's, so inconclusive; its halved tau is the engine's own count whoever else
+    ran, so still a failure."""
 
-    def with_repeats(name: str, factor: float, busy: bool) -> Path:
+    def with_startups(name: str, factor: float, busy: bool) -> Path:
         rules = {
             "rules": [
                 {"arm": "ngram_k4", "metric": "tau", "max_regression_pct": 10},
@@ -231,21 +340,17 @@ def test_a_slowdown_beside_a_busy_neighbour_is_inconclusive(tmp_path: Path, neig
             windows = run / "arms" / "ngram_k4" / "windows.jsonl"
             slower = [{**w, "duration_s": w["duration_s"] / factor} for w in read_jsonl(windows)]
             windows.write_text("".join(json.dumps(w) + "\n" for w in slower))
+        _startups(run, [1.0, 1.02])
         for arm in ("baseline", "ngram_k4"):
-            for kind in ("windows", "samples"):
-                path = run / "arms" / arm / f"{kind}.jsonl"
-                lines = [
-                    line
-                    if kind != "windows"
-                    else {**line, **(_cpu(line, busy * 1.0) if neighbour == "cpu" else _gpu(busy * 40.0))}
-                    for line in read_jsonl(path)
-                ]
-                path.write_text(
-                    "".join(json.dumps({**line, "repeat": r}) + "\n" for line in lines for r in (0, 1))
-                )
+            path = run / "arms" / arm / "windows.jsonl"
+            lines = [
+                {**line, **(_cpu(line, busy * 1.0) if neighbour == "cpu" else _gpu(busy * 40.0))}
+                for line in read_jsonl(path)
+            ]
+            path.write_text("".join(json.dumps(line) + "\n" for line in lines))
         return run
 
-    good, worse = with_repeats("good", 1, False), with_repeats("worse", 0.5, True)
+    good, worse = with_startups("good", 1, False), with_startups("worse", 0.5, True)
     view, baseline = open_views(worse, good)
     assert all(c.noisy_neighbour for c in view.summary.cells)
     if neighbour == "cpu":

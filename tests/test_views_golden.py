@@ -94,7 +94,9 @@ def test_gate(tmp_path: Path) -> None:
     gates = tmp_path / "gates.yaml"
     regime = (ROOT / "tests" / "regimes" / "cpu_e2e.yaml").read_text()
     gates.write_text(regime.replace("../../workloads/", f"{ROOT}/workloads/") + GATES)
-    run = tmp_path / "run_v1"  # a copy: the gate also writes RUN_DIR/gate/checks.json, which the report shows
+    # a copy under another run id (the gate also writes RUN_DIR/gate/checks.json, which the report
+    # shows); under its own id it would be the baseline itself, which the gate refuses
+    run = tmp_path / "run_v1_again"
     shutil.copytree(FIXTURES / "run_v1", run)
     env_summary = os.environ.pop("GITHUB_STEP_SUMMARY", None)
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -13,13 +14,25 @@ from harness.commands.terminal import print_unread
 from harness.errors import UserError
 from harness.metrics import GATED
 
+if TYPE_CHECKING:
+    from harness.gate_report import Confirmation
+    from harness.gates import Check, RunView
+    from harness.regime import Regime
+
 NAME = "gate"
 SUMMARY = "check a run against its regime's gates (and a baseline run); exit 1 on a regression"
 DESCRIPTION = f"""
 Evaluate the gates of the run's regime (gates: floors, ceilings, golden tau, and with --baseline the
 maximum regression against an earlier run) per arm, workload and concurrency, on the stored
 per-request and per-repeat samples. A regression is called only when it exceeds the tolerance AND
-the bootstrap interval of the change excludes zero.
+the interval of the change excludes zero. A relative gate compares one value per server start-up
+(load.server_starts >= 2 on both runs, or a machine calibration for output_tok_s); a check whose
+interval is wider than its limit is inconclusive, never a pass. The baseline cannot be the run
+itself.
+
+With --confirm, a gate that would fail first re-runs the failing arms (with the baseline arm) on
+fresh server start-ups into a new run directory beside the run, gates that run against the same
+baseline, and fails only the checks that fail in both.
 
 Writes a JUnit XML file (one test case per gate and cell) and a Markdown summary (also appended to
 $GITHUB_STEP_SUMMARY when set) into the output folder, and the verdicts into RUN_DIR/gate/checks.json
@@ -36,6 +49,7 @@ EXAMPLES = """
 bench gate results/cpu_smoke/20261201-093000-a1b2c3
 bench gate RUN_DIR --baseline LAST_GOOD_RUN_DIR -o ci/gate/          # nightly CI
 bench gate RUN_DIR --gates regimes/cpu_smoke.yaml --junit junit.xml  # gates tuned after the run
+bench gate RUN_DIR --baseline LAST_GOOD_RUN_DIR --confirm           # re-measure before "regression"
 """
 INTERRUPTED = "the gate's files are written whole or not at all; run it again"
 
@@ -60,6 +74,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="gate against a baseline run measured on a different machine (CPU, GPUs, driver, engine "
         "build); refused otherwise, since the machine alone moves the numbers",
+    )
+    parser.add_argument(
+        "--confirm",
+        action="store_true",
+        help="when the gate would fail, re-run the failing arms and the baseline arm on fresh server "
+        "start-ups (load.server_starts start-ups of each of those arms, as the run's regime.json says, "
+        "each measuring every window; nothing runs when the gate passes) into RUN_DIR-confirm beside the "
+        "run, gate that run against the same --baseline, and fail only the checks that fail in both",
     )
     parser.add_argument(
         "-o",
@@ -111,6 +133,63 @@ def run(args: argparse.Namespace, console: Console) -> int:
     code = exit_code(checks)
     console.print(verdict_table(checks))
     files = GateFiles.of(args.run_dir, args.output, args.junit, args.markdown)
-    write_gate(checks, code, view, args.run_dir, args.baseline, files)
+    confirmation = None
+    if args.confirm and code == 1:
+        checks, code, confirmation = _confirm(args, view, checks, console)
+        console.print(verdict_table(checks))
+    write_gate(checks, code, view, args.run_dir, args.baseline, files, confirmation)
     console.print(outcome_line(code, files))
     return code
+
+
+def _confirm(
+    args: argparse.Namespace, view: RunView, checks: list[Check], console: Console
+) -> tuple[list[Check], int, Confirmation]:
+    """Re-measure the failing arms on fresh start-ups, gate that run against the same baseline and
+    keep a failure only where both runs fail; the confirmation run gets its own gate files."""
+    from harness.gate_report import Confirmation, GateFiles, verdict_table, write_gate
+    from harness.gates import arms_to_confirm, confirm, confirmation_regime, evaluate, exit_code, open_views
+
+    arms = arms_to_confirm(checks, view.regime)
+    console.print(
+        f"[yellow]confirming on fresh server start-ups:[/] {', '.join(arms)} "
+        f"({view.regime.load.server_starts} start-up(s) each)",
+        highlight=False,
+    )
+    regime = confirmation_regime(view.raw.regime, arms)
+    run_dir = confirmation_run(view, regime, args.run_dir, console)
+    again, baseline = open_views(run_dir, args.baseline, args.force)
+    again.regime = again.regime.model_copy(update={"gates": confirmation_regime(view.regime, arms).gates})
+    second = evaluate(again, baseline)
+    second_code = exit_code(second)
+    console.print(f"confirmation run {run_dir}:")
+    console.print(verdict_table(second))
+    own = GateFiles.of(run_dir, None, None, None)
+    write_gate(second, second_code, again, run_dir, args.baseline, own)
+    combined = confirm(checks, second, run_dir.name)
+    return combined, exit_code(combined), Confirmation(run_dir, second, second_code)
+
+
+def confirmation_run(view: RunView, regime: Regime, run_dir: Path, console: Console) -> Path:
+    """Run ``regime`` (the run's own, restricted to some arms) as ``bench run`` would, from the
+    regime file the run recorded, into ``RUN_DIR-confirm`` (``-confirm-2``, ... when taken) beside
+    the run; the prompts must still be the ones the run measured."""
+    from harness.plan import plan_regime, prepare_run
+    from harness.runner import Runner
+
+    record = view.record
+    plan = plan_regime(Path(record["source_path"]), regime)
+    stored = {w["name"]: w["content_sha256"] for w in record["workloads"]}
+    for workload in plan.workloads:
+        if stored.get(workload.name) != workload.content_sha256:
+            raise UserError(
+                f"{run_dir}: workload '{workload.name}' is not the one this run measured (its prompts "
+                "changed); a confirmation would measure other prompts. Run the regime again instead."
+            )
+    ready = prepare_run(plan, console)
+    root, index = run_dir.parent / f"{run_dir.name}-confirm", 1
+    while root.exists():
+        index += 1
+        root = run_dir.parent / f"{run_dir.name}-confirm-{index}"
+    run, _ = Runner(ready, run_dir.parent, console).run(run_root=root)
+    return run.root
