@@ -200,7 +200,7 @@ def distribution_lines(summary: Summary) -> list[str]:
             for t in result.tests
         )
         needed = result.samples_per_prompt_needed
-        hint = "" if needed is None else f"; that is samples_per_prompt about {needed}"
+        hint = "" if needed is None else f"; i.e. samples_per_prompt: {needed}"
         lines.append(f"  {arm}: {result.verdict}: {tests}{hint}")
     if not section.arms:
         lines.append("  no speculative arm has samples to compare")

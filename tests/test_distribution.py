@@ -269,7 +269,7 @@ def test_a_sampled_run_reports_the_distribution_check(tmp_path: Path) -> None:
     assert (
         f"ngram_k4: {found.verdict}: mean logprob" in text
         and f"(delta {logprob.delta:+.2f} [{logprob.low:+.2f}, {logprob.high:+.2f}], p " in text
-        and "that is samples_per_prompt about 21" in text
+        and "; i.e. samples_per_prompt: 21" in text
         and "output distribution inconclusive: about 113 more samples per side would decide it" in text
     )
     # the N it named, measured: 24 samples per prompt a side decide it
