@@ -179,6 +179,12 @@ def test_a_delta_at_the_margin_without_significance_cannot_be_decided() -> None:
     assert verdict(tests, alpha=0.9, margin=0.2, min_effect=0.5, min_samples=2).outcome == "inconclusive"
 
 
+def test_one_sample_per_prompt_cannot_be_compared_within_prompts() -> None:
+    tests = compare(_prompted(0, 40, 1), _prompted(1, 40, 1), **SETTINGS)
+    assert [(t.delta, t.prompts, t.n_arm) for t in tests] == [(None, 0, 0)] * 3
+    assert verdict(tests, **RULES).text() == "inconclusive: too few samples per prompt"
+
+
 def _two_prompts(seed: int, counts: tuple[int, int]) -> list[SequenceStats]:
     """Prompt a answers short, likely and mostly top-1; prompt b long, unlikely and often not."""
     rng = random.Random(seed)

@@ -208,6 +208,7 @@ class Decision:
 def verdict(
     tests: Sequence[StatisticTest], alpha: float, margin: float, min_effect: float, min_samples: int
 ) -> Decision:
+    """One arm's verdict from its three statistics (the rules in the module's docstring)."""
     level = alpha / len(STATISTICS)
     significant = [t for t in tests if t.p_value is not None and t.p_value < level]
     if any(abs(t.delta or 0.0) >= min_effect for t in significant):
