@@ -216,6 +216,19 @@ class DistributionCheck(StrictModel):
     min_samples: int = Field(
         default=30, ge=2, description="Sequences per side below which no 'consistent' verdict is given."
     )
+    equivalence_margin: float = Field(
+        default=0.2,
+        gt=0,
+        lt=1,
+        description="'Consistent with lossless' only when every statistic's |Cliff's delta| is shown "
+        "(an equivalence test at alpha) to lie below this margin.",
+    )
+
+    def unset(self) -> set[str]:
+        """Fields left out of fingerprints while at their defaults (regimes written before they existed
+        keep theirs)."""
+        default = type(self).model_fields["equivalence_margin"].default
+        return {"equivalence_margin"} if self.equivalence_margin == default else set()
 
 
 class Slo(StrictModel):
@@ -1023,6 +1036,8 @@ class Regime(StrictModel):
             unset["sampling"] = fields
         if self.distribution_check == DistributionCheck():
             unset["distribution_check"] = True
+        elif fields := self.distribution_check.unset():
+            unset["distribution_check"] = fields
         return unset
 
     def conditions_fingerprint(self, workloads: list[dict[str, Any]]) -> str:

@@ -299,3 +299,85 @@ def difference_interval(
     half = t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(ss / df * (1 / n1 + 1 / n2))
     scale = abs(mb)
     return Interval((mc - mb) / scale, (mc - mb - half) / scale, (mc - mb + half) / scale)
+
+
+@dataclass(frozen=True)
+class DeltaEstimate:
+    """Cliff's delta with its estimated variance: ``delta`` = P(first > second) - P(first < second)."""
+
+    delta: float
+    variance: float
+    first_n: int  # values that entered it (strata with fewer than two a side are left out)
+    second_n: int
+    strata: int
+
+    @property
+    def se(self) -> float:
+        return math.sqrt(self.variance)
+
+
+def _cliffs_delta_parts(first: Sequence[float], second: Sequence[float]) -> tuple[float, float, float]:
+    """(delta, Cliff's unbiased variance, Cliff's floor) of one pair of samples, both of size >= 2.
+
+    The variance is Cliff's (1993) unbiased estimator of a dominance statistic's variance,
+        [m^2 sum_i (d_i. - d)^2 + n^2 sum_j (d_.j - d)^2 - sum_ij (d_ij - d)^2] / (n m (n-1) (m-1)),
+    d_ij = sign(x_i - y_j), n = |first|, m = |second|, row and column means d_i. and d_.j; it can
+    fall below zero, so Cliff (1996) bounds it below by (1 - d^2) / (nm - 1). The dominance counts
+    come from sorted copies (bisect), not from the n x m matrix: O((n + m) log(n + m))."""
+    from bisect import bisect_left, bisect_right
+
+    n, m = len(first), len(second)
+    xs, ys = sorted(first), sorted(second)
+    rows, ties = [], 0
+    for x in first:
+        below, not_above = bisect_left(ys, x), bisect_right(ys, x)
+        rows.append((below - (m - not_above)) / m)
+        ties += not_above - below
+    columns = [((n - bisect_right(xs, y)) - bisect_left(xs, y)) / n for y in second]
+    delta = sum(rows) / n
+    cells = (n * m - ties) - n * m * delta**2  # sum_ij (d_ij - d)^2: d_ij^2 is 1 off the ties
+    spread = m**2 * sum((r - delta) ** 2 for r in rows) + n**2 * sum((c - delta) ** 2 for c in columns)
+    return delta, (spread - cells) / (n * m * (n - 1) * (m - 1)), (1 - delta**2) / (n * m - 1)
+
+
+def stratified_cliffs_delta(
+    strata: Sequence[tuple[Sequence[float], Sequence[float]]],
+) -> DeltaEstimate | None:
+    """Cliff's delta of first against second within each stratum (first, second), combined with weights
+    n_k m_k / sum n_k m_k (each stratum counts by its pairs: the pooled delta with the pairs across
+    strata left out), and its variance sum_k w_k^2 s_k^2 from Cliff's unbiased estimator within each
+    stratum: only within-stratum differences enter, so a difference between strata (prompts) is never
+    read as a difference between the samples. The combined variance is bounded below by the same
+    combination of Cliff's floors, sum_k w_k^2 (1 - d_k^2) / (n_k m_k - 1), so a sample of ties does
+    not read as certainty. A stratum with fewer than two values on a side has no within-stratum
+    variance and is left out; None when no stratum is left."""
+    kept = [(a, b) for a, b in strata if len(a) >= 2 and len(b) >= 2]
+    if not kept:
+        return None
+    pairs = sum(len(a) * len(b) for a, b in kept)
+    delta = variance = floor = 0.0
+    for a, b in kept:
+        weight = len(a) * len(b) / pairs
+        d, s2, low = _cliffs_delta_parts(a, b)
+        delta += weight * d
+        variance += weight**2 * s2
+        floor += weight**2 * low
+    return DeltaEstimate(
+        delta=delta,
+        variance=max(variance, floor),
+        first_n=sum(len(a) for a, _ in kept),
+        second_n=sum(len(b) for _, b in kept),
+        strata=len(kept),
+    )
+
+
+def normal_quantile(p: float) -> float:
+    """The p-quantile of the standard normal."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(p)
+
+
+def normal_two_sided_p(z: float) -> float:
+    """P(|Z| >= |z|) for a standard normal Z."""
+    return math.erfc(abs(z) / math.sqrt(2))

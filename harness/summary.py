@@ -399,28 +399,35 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
 
 
 def distribution_section(raw: RawRun) -> DistributionSection | None:
-    """Temperature > 0: each speculative arm's seeded samples against the baseline's
+    """Temperature > 0: each speculative arm's seeded samples against the baseline's, prompt by prompt
     (harness.probes.distribution); None for greedy runs or when the check is off."""
     regime = raw.regime
     if not regime.distribution_applies():
         return None
     settings = regime.distribution_check
+    margin = settings.equivalence_margin
     reference = [distribution.sequence_stats(s) for s in raw.arms[raw.baseline_arm].distribution if s.ok]
     arms = {}
     for name, arm in raw.arms.items():
         mine = [distribution.sequence_stats(s) for s in arm.distribution if s.ok]
         if name == raw.baseline_arm or not mine or not reference:
             continue
-        tests = distribution.compare(reference, mine)
+        tests = distribution.compare(reference, mine, settings.alpha, margin)
+        decision = distribution.verdict(
+            tests, settings.alpha, margin, settings.min_effect, settings.min_samples
+        )
         arms[name] = DistributionArm(
-            verdict=distribution.verdict(tests, settings.alpha, settings.min_effect, settings.min_samples),
+            verdict=decision.text(),
             tests=[DistributionTest(**vars(t)) for t in tests],
+            more_samples_per_side=decision.more_per_side,
+            samples_per_prompt_needed=decision.samples_per_prompt(settings.samples_per_prompt),
         )
     return DistributionSection(
         samples_per_prompt=settings.samples_per_prompt,
         alpha=settings.alpha,
         min_effect=settings.min_effect,
         min_samples=settings.min_samples,
+        margin=margin,
         arms=arms,
     )
 

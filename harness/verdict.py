@@ -202,25 +202,43 @@ _STATISTIC_TEXT = {
 
 
 def distribution_lines(summary: Summary) -> list[str]:
-    """Temperature > 0: each speculative arm's distribution-check verdict with its evidence."""
+    """Temperature > 0: each speculative arm's distribution-check verdict with its evidence: per
+    statistic the medians, Cliff's delta within prompts with its equivalence interval, the p-value."""
     section = summary.distribution
     if section is None:
         return []
+    if section.margin is None:  # a summary from before the equivalence test
+        rule = (
+            f"two-sided Mann-Whitney at {section.alpha:g} / 3, shifted when also |Cliff's delta| >= "
+            f"{section.min_effect:g}"
+        )
+    else:
+        rule = (
+            f"compared within each prompt; consistent with lossless when every statistic's Cliff's delta "
+            f"has its {section.confidence:.1%} interval inside +-{section.margin:g}, shifted when one "
+            f"differs at {section.alpha:g} / 3 with |delta| >= {section.min_effect:g}"
+        )
     lines = [
         f"Distribution check ({section.samples_per_prompt} seeded samples per prompt per arm against "
-        f"{summary.baseline_arm}'s; two-sided Mann-Whitney at {section.alpha:g} / 3, shifted when also "
-        f"|Cliff's delta| >= {section.min_effect:g}):"
+        f"{summary.baseline_arm}'s; {rule}):"
     ]
     for arm, result in section.arms.items():
         tests = "; ".join(
             f"{_STATISTIC_TEXT[t.statistic]} {_num(t.arm_median, '.3g')} vs {_num(t.baseline_median, '.3g')} "
-            f"(p {_num(t.p_value, '.2g')}, delta {_num(t.delta, '+.2f')})"
+            f"({_delta_text(t.delta, t.low, t.high)}, p {_num(t.p_value, '.2g')})"
             for t in result.tests
         )
-        lines.append(f"  {arm}: {result.verdict}: {tests}")
+        needed = result.samples_per_prompt_needed
+        hint = "" if needed is None else f"; i.e. samples_per_prompt: {needed}"
+        lines.append(f"  {arm}: {result.verdict}: {tests}{hint}")
     if not section.arms:
         lines.append("  no speculative arm has samples to compare")
     return lines
+
+
+def _delta_text(delta: float | None, low: float | None, high: float | None) -> str:
+    interval = "" if low is None or high is None else f" [{low:+.2f}, {high:+.2f}]"
+    return f"delta {_num(delta, '+.2f')}{interval}"
 
 
 def _num(value: float | None, spec: str) -> str:

@@ -83,10 +83,12 @@ def test_sampled_runs_get_the_distribution_check(production_run) -> None:
             )
         stats[arm] = [sequence_stats(s) for s in samples]
     found = summary.distribution.arms["ngram_k4"]
-    expected = compare(stats["baseline"], stats["ngram_k4"])
-    assert [(t.statistic, t.p_value, t.delta) for t in found.tests] == [
-        (t.statistic, t.p_value, t.delta) for t in expected
+    section = summary.distribution
+    assert section.margin is not None
+    expected = compare(stats["baseline"], stats["ngram_k4"], section.alpha, section.margin)
+    assert [(t.statistic, t.p_value, t.delta, t.low, t.high) for t in found.tests] == [
+        (t.statistic, t.p_value, t.delta, t.low, t.high) for t in expected
     ]
-    assert found.verdict in ("consistent with lossless", "shifted", "inconclusive")
-    assert f"ngram_k4: {found.verdict}: mean logprob" in proc.stdout
+    assert found.outcome in ("consistent with lossless", "shifted", "inconclusive")
+    assert f"ngram_k4: {found.verdict}: mean logprob" in " ".join(proc.stdout.split())  # unwrapped
     assert (run / "arms" / "baseline" / "noise_floor.jsonl").exists() is False  # no greedy reference pass

@@ -19,9 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from harness.errors import UserError
+from harness.probes import distribution
 from harness.probes.exactness import Status
 from harness.regime import LoadLevel, Slo
 from harness.results import migrations
@@ -264,20 +265,34 @@ class ExactnessSection(ResultModel):
 
 
 class DistributionTest(ResultModel):
-    """One statistic of the distribution check: the arm's sequences against the baseline's."""
+    """One statistic of the distribution check: the arm's sequences against the baseline's, compared
+    within each prompt (harness.probes.distribution). Summaries from before the equivalence test hold
+    a pooled Mann-Whitney p-value and delta, and no interval."""
 
     statistic: str  # mean_logprob | output_tokens | top1_share (probes.distribution)
-    n_baseline: int
+    n_baseline: int  # values compared
     n_arm: int
     baseline_median: float | None
     arm_median: float | None
-    p_value: float | None  # two-sided Mann-Whitney
-    delta: float | None  # Cliff's delta, arm vs baseline
+    p_value: float | None  # two-sided, of the stratified delta
+    delta: float | None  # Cliff's delta, arm vs baseline, within prompts, combined by their pairs
+    low: float | None = None  # the delta's 1 - 2 alpha / 3 interval (the equivalence test's)
+    high: float | None = None
+    prompts: int | None = None  # prompts compared; None: a summary from before the stratified test
+    needed_per_side: int | None = None  # samples per side whose interval would fit inside the margin
 
 
 class DistributionArm(ResultModel):
-    verdict: Literal["consistent with lossless", "shifted", "inconclusive"]
+    # the verdict as printed: "consistent with lossless", "shifted" or "inconclusive[: why]"
+    verdict: str = Field(pattern=r"^(consistent with lossless|shifted|inconclusive)(: .+)?$")
     tests: list[DistributionTest]
+    more_samples_per_side: int | None = None  # inconclusive: the samples per side that would decide
+    samples_per_prompt_needed: int | None = None  # ... as the regime's samples_per_prompt
+
+    @property
+    def outcome(self) -> str:
+        """consistent with lossless | shifted | inconclusive."""
+        return self.verdict.split(":")[0]
 
 
 class DistributionSection(ResultModel):
@@ -287,7 +302,15 @@ class DistributionSection(ResultModel):
     alpha: float
     min_effect: float
     min_samples: int
+    # |Cliff's delta| within which "consistent with lossless" is shown; None: a summary from before
+    # the equivalence test, whose "consistent" only meant "not significant"
+    margin: float | None = None
     arms: dict[str, DistributionArm]
+
+    @property
+    def confidence(self) -> float:
+        """The equivalence intervals' confidence (TOST, Bonferroni over the statistics)."""
+        return distribution.confidence(self.alpha)
 
 
 class Summary(ResultModel):
