@@ -113,7 +113,9 @@ class Estimate:
         return f"{self.point:.2f}x [{self.low:.2f}, {self.high:.2f}]"
 
 
-def _balanced(logs: Mapping[str, Mapping[int, float]], arms: list[str], rounds: list[int]) -> tuple[float, int]:
+def _balanced(
+    logs: Mapping[str, Mapping[int, float]], arms: list[str], rounds: list[int]
+) -> tuple[float, int]:
     """Residual sum of squares and degrees of freedom of the additive model on a complete table."""
     m, n = len(arms), len(rounds)
     arm_mean = {a: sum(logs[a][r] for r in rounds) / n for a in arms}
@@ -124,8 +126,13 @@ def _balanced(logs: Mapping[str, Mapping[int, float]], arms: list[str], rounds: 
 
 
 def _estimate(
-    logs: Mapping[str, Mapping[int, float]], arm: str, baseline: str, rounds: list[int],
-    ss: float, df: int, spread: Spread | None,
+    logs: Mapping[str, Mapping[int, float]],
+    arm: str,
+    baseline: str,
+    rounds: list[int],
+    ss: float,
+    df: int,
+    spread: Spread | None,
 ) -> Estimate:
     n = len(rounds)
     difference = sum(logs[arm][r] - logs[baseline][r] for r in rounds) / n
