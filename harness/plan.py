@@ -259,9 +259,13 @@ def _levels_text(load: Load) -> str:
 
 
 def _repeats_text(load: Load) -> str:
-    if load.server_starts > 1:
+    if load.max_server_starts() > 1:
         each = f", each window {load.repeats} times per start-up" if load.repeats != 1 else ""
-        return f", each arm's server started {load.server_starts} times{each} (intervals over start-ups)"
+        low, high = load.min_server_starts(), load.max_server_starts()
+        times = (
+            f"{low} to {high} times, until every verdict is decided," if load.decides() else f"{high} times"
+        )
+        return f", each arm's server started {times}{each} (intervals over start-ups)"
     if isinstance(load.repeats, int):
         return f", each window {load.repeats} times" if load.repeats > 1 else ""
     adaptive = load.repeats

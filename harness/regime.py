@@ -14,7 +14,16 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import AfterValidator, BaseModel, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from harness.config_file import StrictModel, existing_path, load_model
@@ -288,6 +297,30 @@ class AdaptiveRepeats(StrictModel):
         return self
 
 
+class DecidedStarts(StrictModel):
+    """Spend start-ups where they matter: ``min`` rounds always, then one more round at a time while
+    any speculative cell's verdict is undecided (its interval neither excludes 1 nor lies within the
+    equivalence margin of 1: ``harness.intervals``), up to ``max``. Strict: ``decide: "yes"`` or
+    ``max: 4.0`` is an error, not a guess."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    min: int = Field(
+        default=2, ge=1, le=20, description="Rounds always measured (2: the first with an interval)."
+    )
+    max: int = Field(ge=1, le=20, description="Rounds at most, decided or not.")
+    decide: bool = Field(
+        default=True,
+        description="Add rounds until decided; false: always `max` rounds (as `server_starts: max`).",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DecidedStarts:
+        if self.max < self.min:
+            raise FieldError("max", f"max ({self.max}) must be at least min ({self.min})")
+        return self
+
+
 class LoadLevel(NamedTuple):
     """One load level a window is measured at: closed loop (exactly ``concurrency`` requests in flight,
     the next sent as one completes) or open loop (requests due at ``request_rate`` per second whether or
@@ -362,15 +395,19 @@ class Load(StrictModel):
         "until the speedup's interval is that narrow.",
     )
 
-    server_starts: int = Field(
+    server_starts: Annotated[
+        Annotated[Annotated[int, Field(ge=1, le=20)], Tag("tag-count")]
+        | Annotated[DecidedStarts, Tag("tag-decide")],
+        Discriminator(lambda value: "tag-decide" if isinstance(value, dict | DecidedStarts) else "tag-count"),
+    ] = Field(
         default=1,
-        ge=1,
-        le=20,
         description="Start each arm's server this many times, in rounds (start-up 1 of every arm, then "
-        "start-up 2, ...), and measure every window `repeats` times on each start-up: the speedup's interval "
+        "start-up 2, ..., the arms' order reversed every other round), and measure every window `repeats` "
+        "times on each start-up: the speedup's interval "
         "then resamples start-ups, so it covers "
         "what changes from one start-up to the next (measured on a CPU: the baseline's tok/s by up to 15%), "
-        "which repeats on one server cannot see. Needs a fixed repeats count.",
+        "which repeats on one server cannot see. Or {min, max, decide: true}: add rounds from `min` on "
+        "until every speculative cell's verdict is decided, or `max`. Needs a fixed repeats count.",
     )
 
     def min_repeats(self) -> int:
@@ -378,6 +415,19 @@ class Load(StrictModel):
 
     def max_repeats(self) -> int:
         return self.repeats if isinstance(self.repeats, int) else self.repeats.max
+
+    def min_server_starts(self) -> int:
+        """Start-ups every arm gets: the count, or the rounds measured before any decision."""
+        starts = self.server_starts
+        return starts if isinstance(starts, int) else (starts.min if starts.decide else starts.max)
+
+    def max_server_starts(self) -> int:
+        """Start-ups an arm may get (what a time budget plans for)."""
+        return self.server_starts if isinstance(self.server_starts, int) else self.server_starts.max
+
+    def decides(self) -> bool:
+        """Rounds are added until the verdicts are decided (``server_starts: {decide: true}``)."""
+        return not isinstance(self.server_starts, int) and self.server_starts.decide
 
     ignore_eos: bool = Field(default=False, description="Generate max_output_tokens regardless of EOS.")
     warmup_requests: int = Field(
@@ -425,7 +475,7 @@ class Load(StrictModel):
             raise FieldError(
                 "max_concurrency", "max_concurrency caps open-loop windows: set request_rate too (or drop it)"
             )
-        if self.server_starts > 1 and not isinstance(self.repeats, int):
+        if self.max_server_starts() > 1 and not isinstance(self.repeats, int):
             raise FieldError(
                 "server_starts",
                 "server_starts > 1 needs a fixed repeats count (adaptive repeats stop on one server's "
@@ -1028,7 +1078,7 @@ class Regime(StrictModel):
         before they existed hold."""
         unset: dict[str, Any] = {"slo": True} if self.slo is None else {}
         load_fields = self.load.open_loop_fields() | (
-            {"server_starts"} if self.load.server_starts == 1 else set()
+            {"server_starts"} if self.load.server_starts == 1 else set()  # an int N hashes as before
         )
         if load_fields:
             unset["load"] = load_fields

@@ -11,6 +11,9 @@ An interrupt stops the current server (the ``Server`` context manager) and propa
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -51,17 +54,20 @@ from harness.results import (
     WindowRecord,
     append_jsonl,
     read_json,
+    read_jsonl,
     read_records,
     read_run_record,
     write_json_atomic,
 )
 from harness.results.calibration import CALIBRATION_FILE
+from harness.results.records import Round
+from harness.rounds import Standing, completed_starts, round_line, round_order, standing
 from harness.sensors import cpu, gpu
 from harness.sensors.environment import model_identity
 from harness.sensors.power import PowerSampler, open_reader
 from harness.server import Server, free_port, log_tail
 from harness.summary import summarize
-from harness.validation import check_served
+from harness.validation import check_served, window_warnings
 from harness.workloads import LoadedWorkload, Prompt
 
 
@@ -140,54 +146,193 @@ class Runner:
             return run, self._run_arms(run)
 
     def _run_arms(self, run: RunDir) -> Summary:
-        """Every arm without complete results (complete arms are kept; an incomplete arm's earlier
-        files are moved aside first). With ``load.server_starts`` N > 1 the start-ups go in rounds:
-        start-up 1 of every arm, then start-up 2 of every arm, ...: a slow drift of the machine over
-        the run is spread over the arms instead of landing on the last ones."""
-        regime = self.plan.regime
+        """Every arm without complete results, in rounds (``load.server_starts``): start-up 1 of every
+        arm, then start-up 2 of every arm, ..., the order reversed every other round (ABBA,
+        ``harness.rounds.round_order``): a slow drift of the machine over the run is spread over the
+        arms and their positions instead of landing on the last ones. With ``{decide: true}``, rounds
+        are added from ``min`` on while a speculative cell's verdict is undecided, up to ``max``; each
+        added round says what it bought. Each round's order is recorded (``timing.json``) as it runs,
+        so a resume continues the round it stopped in: complete arms and start-ups are kept, the
+        start-up that was cut short is moved aside and measured again."""
         self.clock["prepare_s"] = time.monotonic() - self.started
         self.console.print(self.plan.description, highlight=False)
-        starts = self.plan.load.server_starts
-        todo: list[tuple[int, Arm]] = []
-        for index, arm in enumerate(regime.arms, start=1):
-            if run.read_status(arm.name).status == "ok":
-                self.console.rule(
-                    f"arm {index}/{len(regime.arms)}: {arm.name} ({arm.method}): already complete, kept"
-                )
-            else:
-                todo.append((index, arm))
-        startups: dict[str, list[float]] = {arm.name: [] for _, arm in todo}
+        for warning in window_warnings(self.plan.regime, self.plan.regime_path):
+            self.console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+        rounds = self._read_rounds(run)
+        done = self._to_run(run, rounds)  # arms to run -> start-ups of theirs already complete
+        startups = {name: run.read_status(name).startups_s[:count] for name, count in done.items()}
+        active = list(done)  # an arm that fails sits out the rounds after
+        self.latest: Summary | None = None  # the summary after the latest start-up
+        after: Standing | None = None  # the verdicts after the last round this invocation completed
         try:
-            for start in range(starts):
-                for index, arm in todo:
-                    if start == 0:
-                        run.set_aside(arm.name)
-                    elif run.read_status(arm.name).status == "failed":
-                        continue  # failed on an earlier start-up: its status says why
-                    round_label = f"start-up {start + 1}/{starts}, " if starts > 1 else ""
-                    self.console.rule(
-                        f"{round_label}arm {index}/{len(regime.arms)}: {arm.name} ({arm.method})"
-                    )
-                    self._run_start_up(run, arm, start, startups[arm.name])
-                    _write_summary(run)
+            while active and (left := self._next_round(run, rounds, done, active, after)):
+                for name in left:
+                    self._round_start_up(run, name, done, active, startups)
+                    rounds[-1] = rounds[-1].model_copy(update={"done": [*rounds[-1].done, name]})
+                    self._write_rounds(run, rounds)
+                    self.latest = _write_summary(run)
+                if self.plan.load.decides():
+                    after = self._report_round(len(rounds), after)
+            for name in active:  # every start-up it was to get is measured
+                status = run.read_status(name)
+                if status.status in ("running", "interrupted"):  # interrupted: by an earlier invocation
+                    run.write_status(name, status.model_copy(update={"status": "ok", "pgid": None}))
         except BaseException:
-            for _, arm in todo:  # arms waiting for their next start-up are not running any more
-                status = run.read_status(arm.name)
+            for name in done:  # arms waiting for their next start-up are not running any more
+                status = run.read_status(name)
                 if status.status == "running":
-                    run.write_status(
-                        arm.name, status.model_copy(update={"status": "interrupted", "pgid": None})
-                    )
+                    run.write_status(name, status.model_copy(update={"status": "interrupted", "pgid": None}))
             self._write_timing(run, interrupted=True)
             _write_summary(run)  # the partial run stays readable
             raise
         self._write_timing(run, interrupted=False)
         return _write_summary(run)
 
+    def _to_run(self, run: RunDir, rounds: list[Round]) -> dict[str, int]:
+        """The arms without complete results, each readied to run (``_resume_arm``), with the
+        start-ups of theirs kept; complete arms are kept as they are."""
+        arms = self.plan.regime.arms
+        done: dict[str, int] = {}
+        for index, arm in enumerate(arms, start=1):
+            if run.read_status(arm.name).status == "ok":
+                self.console.rule(
+                    f"arm {index}/{len(arms)}: {arm.name} ({arm.method}): already complete, kept"
+                )
+            else:
+                done[arm.name] = self._resume_arm(run, arm, rounds)
+        return done
+
+    def _next_round(
+        self,
+        run: RunDir,
+        rounds: list[Round],
+        done: dict[str, int],
+        active: list[str],
+        after: Standing | None,
+    ) -> list[str]:
+        """The arms to start next, in order, their round recorded: the rest of the round an earlier
+        invocation stopped in, else a new round (in the alternating order) while one is needed; []
+        when the run has what it needs."""
+        last = rounds[-1] if rounds else None
+        left = [n for n in last.order if n not in last.done and n in active] if last else []
+        if left and last:  # the round an earlier invocation stopped in: its arms resume at their own count
+            rounds[-1] = last.model_copy(
+                update={"server_starts": {**last.server_starts, **{n: done[n] for n in left}}}
+            )
+        else:
+            if rounds and self._enough(run, done, active, after):
+                return []
+            wanted = [n for n in active if done[n] < self.plan.load.max_server_starts()]
+            if not wanted:
+                return []
+            left = round_order(wanted, len(rounds))
+            rounds.append(Round(order=left, server_starts={n: done[n] for n in left}))
+        self._write_rounds(run, rounds)
+        return left
+
+    def _round_start_up(
+        self,
+        run: RunDir,
+        name: str,
+        done: dict[str, int],
+        active: list[str],
+        startups: dict[str, list[float]],
+    ) -> None:
+        """The arm's next start-up; one that fails leaves ``active`` (its status says why)."""
+        arms = self.plan.regime.arms
+        index, arm = next((i, a) for i, a in enumerate(arms, start=1) if a.name == name)
+        self.console.rule(
+            self._start_label(done[name]) + f"arm {index}/{len(arms)}: {arm.name} ({arm.method})"
+        )
+        self._run_start_up(run, arm, done[name], startups[name])
+        if run.read_status(name).status == "failed":
+            active.remove(name)
+        else:
+            done[name] += 1
+
+    def _start_label(self, start: int) -> str:
+        load = self.plan.load
+        most = load.max_server_starts()
+        if most == 1:
+            return ""
+        return f"start-up {start + 1}/{most}{' at most' if load.decides() else ''}, "
+
+    def _enough(self, run: RunDir, done: dict[str, int], active: list[str], after: Standing | None) -> bool:
+        """After a complete round: whether the run has the start-ups it needs. A fixed count: every
+        arm has it. Deciding: every arm has ``min`` and every speculative cell is decided (an arm at
+        ``max`` is not wanted for another round: the caller stops when none is). ``after``: the
+        verdicts after that round, when this invocation measured it (a resume summarizes again)."""
+        load = self.plan.load
+        if not load.decides():
+            return all(done[n] >= load.max_server_starts() for n in active)
+        if any(done[n] < load.min_server_starts() for n in active):
+            return False
+        return (after if after is not None else standing(_write_summary(run))).all_decided
+
+    def _report_round(self, number: int, before: Standing | None) -> Standing:
+        """The line saying what round ``number`` bought (from ``min`` on); the verdicts after it."""
+        now = standing(self.latest)
+        if number >= self.plan.load.min_server_starts():
+            self.console.print(round_line(number, before, now), highlight=False)
+        return now
+
     def _write_timing(self, run: RunDir, interrupted: bool) -> None:
-        path = run.root / "timing.json"
-        earlier = RunTiming.model_validate(read_json(path)).invocations if path.exists() else []
+        earlier = _timing(run)
         this = Invocation(wall_s=time.monotonic() - self.started, interrupted=interrupted, **self.clock)
-        write_json_atomic(path, RunTiming(invocations=[*earlier, this]).model_dump(mode="json"))
+        timing = earlier.model_copy(update={"invocations": [*earlier.invocations, this]})
+        write_json_atomic(run.root / "timing.json", timing.model_dump(mode="json"))
+
+    def _read_rounds(self, run: RunDir) -> list[Round]:
+        return list(_timing(run).rounds)
+
+    def _write_rounds(self, run: RunDir, rounds: list[Round]) -> None:
+        """The rounds so far, into ``timing.json`` (its invocations as they are): written before each
+        round and after each start-up in it, so an interrupted run knows where it stopped."""
+        timing = _timing(run).model_copy(update={"rounds": rounds})
+        write_json_atomic(run.root / "timing.json", timing.model_dump(mode="json"))
+
+    def _resume_arm(self, run: RunDir, arm: Arm, rounds: list[Round]) -> int:
+        """Ready an arm without complete results to run (again); returns its start-ups kept. A new
+        arm, a failed one, or one whose run recorded no rounds (before version 7) starts over, its
+        earlier files moved aside. One interrupted after some start-ups keeps those: its files are
+        moved aside whole, and the complete start-ups' lines copied back (nothing is deleted)."""
+        status = run.read_status(arm.name)
+        kept = 0 if status.status == "failed" else completed_starts(arm.name, rounds)
+        aside = run.set_aside(arm.name)
+        if kept == 0 or aside is None:  # nothing to keep (or its directory is gone)
+            return 0
+        self._copy_back(run, arm.name, aside, kept)
+        startups = status.startups_s[:kept]
+        run.write_status(
+            arm.name,
+            status.model_copy(update={"status": "interrupted", "pgid": None, "startups_s": startups}),
+        )
+        return kept
+
+    def _copy_back(self, run: RunDir, arm: str, aside: Path, kept: int) -> None:
+        """The lines of an arm's first ``kept`` start-ups, from its moved-aside files back into its
+        directory: windows by ``server_start``, samples by ``repeat`` (counted over the start-ups,
+        ``Load.repeat_index``), warm-ups by count; the unmeasured passes of the first start-up and
+        the kept start-ups' logs and launch whole."""
+        load = self.plan.load
+        first = load.repeat_index(kept, 0)
+        keep: dict[Path, Callable[[int, dict[str, Any]], bool]] = {
+            run.windows(arm): lambda _, w: w.get("server_start", 0) < kept,
+            run.samples(arm): lambda _, s: s.get("repeat", 0) < first,
+            run.warmup(arm): lambda number, _: number < kept * load.warmup_requests,
+            run.noise_floor(arm): lambda _, __: True,
+            run.distribution(arm): lambda _, __: True,
+        }
+        directory = run.arm_dir(arm)
+        directory.mkdir(parents=True, exist_ok=True)
+        for path, wanted in keep.items():
+            lines = read_jsonl(aside / path.name)
+            if lines:
+                _write_lines(path, [line for number, line in enumerate(lines) if wanted(number, line)])
+        names = ["launch.json", *(run.server_log(arm, start).name for start in range(kept))]
+        for name in names:
+            if (aside / name).is_file():
+                shutil.copy2(aside / name, directory / name)
 
     def _run_start_up(self, run: RunDir, arm: Arm, start: int, startups: list[float]) -> None:
         """One start-up of the arm's server: warmed up, then every window ``repeats`` times. The
@@ -213,8 +358,8 @@ class Runner:
                     self._reference_pass(run, arm, server)
                 if start == 0 and self.plan.distribution_samples is not None:
                     self._distribution_pass(run, arm, server)
-            last = start == self.plan.load.server_starts - 1
-            run.write_status(arm.name, ArmStatus(status="ok" if last else "running", **served))
+            # "ok" once the run has every start-up it wants (_run_arms: with decide, only it knows when)
+            run.write_status(arm.name, ArmStatus(status="running", **served))
         except EngineError as exc:
             self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
             run.write_status(
@@ -362,13 +507,13 @@ class Runner:
             append_jsonl(run.samples(arm.name), record.to_json())
 
         load = self.plan.load
-        most, starts = load.max_repeats(), load.server_starts
+        most, starts = load.max_repeats(), load.max_server_starts()
         within = repeat - load.repeat_index(start, 0)
         label = f"{workload.name} @ {level.label()}" + (
             f" (repeat {within + 1}/{most}{' at most' if precision else ''})" if most > 1 else ""
         )
         if starts > 1:
-            label += f" (start-up {start + 1}/{starts})"
+            label += f" (start-up {start + 1}/{starts}{' at most' if load.decides() else ''})"
         cpu_before = cpu.snapshot(server.process.pid)
         gpu_watch = gpu.watch(self.gpu_reader, server.process.pid)
         try:
@@ -553,6 +698,20 @@ class Runner:
             )
         if result.records and all(not r.ok for r in result.records):
             raise EngineError(f"every request failed (first error: {result.records[0].error})")
+
+
+def _timing(run: RunDir) -> RunTiming:
+    """The run's ``timing.json`` so far (none yet: no invocation, no round)."""
+    path = run.root / "timing.json"
+    return RunTiming.model_validate(read_json(path)) if path.exists() else RunTiming(invocations=[])
+
+
+def _write_lines(path: Path, lines: list[dict[str, Any]]) -> None:
+    """A JSONL file of ``lines`` at once, as ``append_jsonl`` writes each (on disk before it returns)."""
+    with open(path, "w") as handle:
+        handle.writelines(json.dumps(line, sort_keys=True) + "\n" for line in lines)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _write_summary(run: RunDir) -> Summary:

@@ -13,9 +13,12 @@ unless the regime explicitly allows them (``allow_lossy_acceptance``), and flagg
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from harness.config_file import located
 from harness.engines import get_adapter
+from harness.errors import FieldError
 from harness.regime import Arm, Regime
 
 
@@ -177,3 +180,31 @@ def lossy_settings(regime: Regime) -> list[str]:
     """Settings that make speculative acceptance lossy or fake, described for the user: which
     they are is the regime's engine's knowledge (``EngineAdapter.lossy_settings``)."""
     return get_adapter(regime.engine.name).lossy_settings(regime)
+
+
+# A closed-loop window of fewer prompts than this many times its concurrency spends too much of its
+# time draining (the last requests run with fewer in flight) to be measured at its stated load.
+STEADY_PROMPTS_PER_SLOT = 4
+
+
+def window_warnings(regime: Regime, source: Path) -> list[str]:
+    """Closed-loop levels whose windows drain: ``num_prompts`` below 4 x the concurrency. Not a
+    refusal (a quick look may want it), but the arms are then compared at a lower load than stated,
+    and at different ones: a faster arm drains sooner, and spends more of its window below it (the
+    stored fixture, 6 prompts at concurrency 4: the baseline averaged 2.93 requests in flight,
+    ngram 3.42). Each names the file, the field's line and the numbers."""
+    load = regime.load
+    found = []
+    for index, concurrency in enumerate(load.concurrency):
+        needed = STEADY_PROMPTS_PER_SLOT * concurrency
+        if load.num_prompts >= needed:
+            continue
+        message = (
+            f"{load.num_prompts} prompts per window at concurrency {concurrency} (load.concurrency[{index}]) "
+            f"is fewer than {STEADY_PROMPTS_PER_SLOT} x {concurrency} = {needed}: the window drains (its "
+            f"last requests run with fewer than {concurrency} in flight), so the arms are compared at a "
+            f"lower load than stated, and at different ones (a faster arm drains sooner); give "
+            f"num_prompts >= {needed} for a steady state"
+        )
+        found.append(str(located(source, FieldError(("load", "num_prompts"), message))))
+    return found

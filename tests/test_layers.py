@@ -58,6 +58,7 @@ PLACES: dict[str, str] = {
     "harness.summary": "derive",
     "harness.pooling": "derive",
     "harness.intervals": "derive",
+    "harness.rounds": "derive",  # the start-ups' order per round and when another round buys nothing
     "harness.verdict": "derive",
     "harness.gates": "derive",
     "harness.study.analysis": "derive",

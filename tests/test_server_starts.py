@@ -5,6 +5,7 @@ start-ups, not the repeats on one server."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -14,11 +15,13 @@ import yaml
 from rich.console import Console
 
 from harness.errors import UserError
+from harness.intervals import Estimate
 from harness.plan import describe_plan, plan_regime, run_plan
 from harness.regime import load_regime
-from harness.results import RunDir, read_jsonl
-from harness.results.model import RepeatMetrics
-from harness.results.records import ArmStatus
+from harness.results import RunDir, RunTiming, append_jsonl, read_jsonl
+from harness.results.model import CellMetrics, RepeatMetrics
+from harness.results.records import ArmStatus, Round
+from harness.rounds import Standing, cell_estimate, completed_starts, round_line, round_order, standing
 from harness.runner import Runner
 from harness.study.placement import time_limit_minutes
 from harness.summary import summarize
@@ -117,36 +120,69 @@ def test_repeats_on_one_start_up_are_averaged_into_one_sample() -> None:
     assert cell.model_copy(update={"per_repeat": starts}).independent_samples("output_tok_s") == [11.0, 21.0]
 
 
-def _rounds_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: set[tuple[int, str]]):
-    """A runner whose start-ups only record their order (and fail where ``fail`` says), so the
-    orchestration is tested without servers; the real start-ups are the engine test's."""
-    regime = _regime(tmp_path, server_starts=3)
-    runner = Runner(run_plan(plan_regime(regime), "model"), tmp_path, Console(quiet=True))
+def _rounds_runner(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fail: set[tuple[int, str]],
+    server_starts: object = 3,
+    run: RunDir | None = None,
+    console: Console | None = None,
+):
+    """A runner whose start-ups only record their order and write a window, a sample and a log line
+    per start-up (and fail where ``fail`` says), so the orchestration is tested without servers; the
+    real start-ups are the engine test's."""
+    regime = _regime(tmp_path, server_starts=server_starts)
+    runner = Runner(run_plan(plan_regime(regime), "model"), tmp_path, console or Console(quiet=True))
     runner.started = 0.0
     order: list[tuple[int, str]] = []
 
     def start_up(run, arm, start, startups):
         order.append((start, arm.name))
         startups.append(1.0)
-        failed = (start, arm.name) in fail
-        last = start == 2
-        state = "failed" if failed else ("ok" if last else "running")
+        append_jsonl(run.windows(arm.name), {"server_start": start, "repeat": start})
+        append_jsonl(run.samples(arm.name), {"repeat": start, "prompt_id": "p"})
+        run.server_log(arm.name, start).write_text(f"start-up {start}\n")
+        state = "failed" if (start, arm.name) in fail else "running"
         run.write_status(arm.name, ArmStatus(status=state, startups_s=startups))
 
     monkeypatch.setattr(runner, "_run_start_up", start_up)
     monkeypatch.setattr("harness.runner._write_summary", lambda run: None)
     monkeypatch.setattr(runner, "_write_timing", lambda run, interrupted: None)
-    return runner, RunDir.create_at(tmp_path / "run"), order
+    return runner, run or RunDir.create_at(tmp_path / "run"), order
 
 
-def test_start_ups_go_in_rounds_and_a_failed_arm_sits_out(
+def _rounds(run: RunDir) -> list[Round]:
+    return RunTiming.model_validate(json.loads((run.root / "timing.json").read_text())).rounds
+
+
+def test_round_order_alternates() -> None:
+    arms = ["baseline", "ngram_k4", "eagle3_k3"]
+    assert [round_order(arms, index) for index in range(3)] == [arms, arms[::-1], arms]
+    assert round_order(arms[:1], 1) == ["baseline"]
+
+
+def test_start_ups_go_in_rounds_abba_and_a_failed_arm_sits_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runner, run, order = _rounds_runner(tmp_path, monkeypatch, fail={(1, "baseline")})
     runner._run_arms(run)
-    # start-up 1 of every arm, then start-up 2, ...: a drift of the machine is spread over the arms
-    assert order == [(0, "baseline"), (0, "ngram_k4"), (1, "baseline"), (1, "ngram_k4"), (2, "ngram_k4")]
+    # start-up 1 of every arm, then start-up 2 in the reverse order, ...: a drift of the machine is
+    # spread over the arms and their positions; the baseline failed in round 2 and sits out round 3
+    assert order == [(0, "baseline"), (0, "ngram_k4"), (1, "ngram_k4"), (1, "baseline"), (2, "ngram_k4")]
     assert run.read_status("baseline").status == "failed" and run.read_status("ngram_k4").status == "ok"
+    rounds = _rounds(run)
+    assert [r.order for r in rounds] == [["baseline", "ngram_k4"], ["ngram_k4", "baseline"], ["ngram_k4"]]
+    assert [r.done for r in rounds] == [r.order for r in rounds]
+    assert rounds[2].server_starts == {"ngram_k4": 2}
+
+
+def test_a_fixed_count_runs_in_alternating_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner, run, order = _rounds_runner(tmp_path, monkeypatch, fail=set(), server_starts=4)
+    runner._run_arms(run)
+    assert [name for _, name in order] == ["baseline", "ngram_k4", "ngram_k4", "baseline"] * 2
+    assert [start for start, _ in order] == [0, 0, 1, 1, 2, 2, 3, 3]
+    # every arm measured each start-up once: its windows by start-up
+    assert [w["server_start"] for w in read_jsonl(run.windows("baseline"))] == [0, 1, 2, 3]
 
 
 def test_an_interrupt_between_start_ups_leaves_no_arm_running(
@@ -156,13 +192,169 @@ def test_an_interrupt_between_start_ups_leaves_no_arm_running(
     real = runner._run_start_up
 
     def interrupted(run, arm, start, startups):
-        if (start, arm.name) == (1, "ngram_k4"):
+        if (start, arm.name) == (2, "ngram_k4"):
             raise KeyboardInterrupt
         real(run, arm, start, startups)
 
     monkeypatch.setattr(runner, "_run_start_up", interrupted)
     with pytest.raises(KeyboardInterrupt):
         runner._run_arms(run)
-    # the baseline had finished start-up 2 of 3 and waited for its third: interrupted, not running
+    # the baseline had finished start-up 3 of 3 and waited for ngram's: interrupted, not running
     baseline = run.read_status("baseline")
-    assert baseline.status == "interrupted" and baseline.startups_s == [1.0, 1.0]
+    assert baseline.status == "interrupted" and baseline.startups_s == [1.0, 1.0, 1.0]
+
+
+def test_a_resume_continues_the_round_it_stopped_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner, run, _ = _rounds_runner(tmp_path, monkeypatch, fail=set())
+    real = runner._run_start_up
+
+    def cut_short(run, arm, start, startups):
+        if (start, arm.name) == (1, "baseline"):  # round 2 runs ngram first, then the baseline
+            startups.append(1.0)
+            append_jsonl(run.windows(arm.name), {"server_start": 1, "repeat": 1})  # a partial start-up
+            run.server_log(arm.name, 1).write_text("cut short\n")
+            run.write_status(arm.name, ArmStatus(status="interrupted", startups_s=startups))
+            raise KeyboardInterrupt
+        real(run, arm, start, startups)
+
+    monkeypatch.setattr(runner, "_run_start_up", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        runner._run_arms(run)
+    assert _rounds(run)[1].done == ["ngram_k4"]
+
+    resumed, _, order = _rounds_runner(tmp_path, monkeypatch, fail=set(), run=run)
+    resumed._run_arms(run)
+    # the baseline's cut-short start-up 2 again, then round 3 in the regime's order
+    assert order == [(1, "baseline"), (2, "baseline"), (2, "ngram_k4")]
+    for arm in ("baseline", "ngram_k4"):
+        assert [w["server_start"] for w in read_jsonl(run.windows(arm))] == [0, 1, 2]
+        assert [s["repeat"] for s in read_jsonl(run.samples(arm))] == [0, 1, 2]
+        status = run.read_status(arm)
+        assert status.status == "ok" and status.startups_s == [1.0, 1.0, 1.0]
+    # nothing measured is lost: the files as they were are moved aside whole
+    aside = run.root / "arms" / "baseline.attempt-1"
+    assert [w["server_start"] for w in read_jsonl(aside / "windows.jsonl")] == [0, 1]
+    assert (run.server_log("baseline", 1)).read_text() == "start-up 1\n"  # the new one
+    assert (aside / "server.start-2.log").read_text() == "cut short\n"
+    assert [r.order for r in _rounds(run)] == [["baseline", "ngram_k4"], ["ngram_k4", "baseline"]] + [
+        ["baseline", "ngram_k4"]
+    ]
+
+
+def _standing(low: float, high: float) -> Standing:
+    return Standing({"chat @4 ngram_k4": Estimate(1.0, low, high, rounds=2, df=1)})
+
+
+def test_rounds_are_added_until_every_cell_is_decided(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = io.StringIO()
+    decide = {"min": 2, "max": 5, "decide": True}
+    console = Console(file=out, width=200)
+    runner, run, order = _rounds_runner(tmp_path, monkeypatch, set(), server_starts=decide, console=console)
+    no_interval = Standing({"chat @4 ngram_k4": Estimate(1.0)})  # one round: no interval yet
+    after = iter([no_interval, _standing(0.80, 1.25), _standing(0.88, 1.19), _standing(1.01, 1.09)])
+    monkeypatch.setattr("harness.runner.standing", lambda summary: next(after))
+    runner._run_arms(run)
+    # round 2 left the cell undecided, round 3 too, round 4 decided it: no round 5
+    assert len(order) == 8 and {start for start, _ in order} == {0, 1, 2, 3}
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("round ")]
+    assert lines == [
+        "round 2: 0/1 cells decided; chat @4 ngram_k4 1.00x (no interval) -> [0.80, 1.25]",
+        "round 3: 0/1 cells decided; chat @4 ngram_k4 [0.80, 1.25] -> [0.88, 1.19]",
+        "round 4: 1/1 cells decided; chat @4 ngram_k4 [0.88, 1.19] -> [1.01, 1.09] (pays)",
+    ]
+    assert run.read_status("ngram_k4").status == "ok" and run.read_status("baseline").status == "ok"
+
+
+def test_undecided_rounds_stop_at_the_maximum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    decide = {"min": 2, "max": 3}
+    runner, run, order = _rounds_runner(tmp_path, monkeypatch, set(), server_starts=decide)
+    monkeypatch.setattr("harness.runner.standing", lambda summary: _standing(0.9, 1.2))
+    runner._run_arms(run)
+    assert [start for start, _ in order] == [0, 0, 1, 1, 2, 2]
+    assert [r.order for r in _rounds(run)][-1] == ["baseline", "ngram_k4"]
+
+
+def test_what_a_round_bought_and_whether_the_cells_are_decided() -> None:
+    summary = summarize(SMOKE)
+    cells = [c for c in summary.cells if c.method != "baseline"]
+    first, second = cells[0], cells[1]
+    wide = first.model_copy(update={"speedup": 1.02, "speedup_low": 0.88, "speedup_high": 1.19})
+    narrow = first.model_copy(update={"speedup": 1.02, "speedup_low": 0.95, "speedup_high": 1.09})
+    pays = second.model_copy(update={"speedup": 1.2, "speedup_low": 1.1, "speedup_high": 1.3})
+    unverified = second.model_copy(update={"speedup": 1.2, "speedup_low": None, "speedup_high": None})
+    baseline = next(c for c in summary.cells if c.method == "baseline")
+    assert cell_estimate(baseline) is None
+    estimate = cell_estimate(pays.model_copy(update={"speedup_rounds": 3, "speedup_df": 2}))
+    assert estimate is not None and estimate.decided and (estimate.rounds, estimate.df) == (3, 2)
+
+    def of(*found: CellMetrics) -> Standing:
+        return standing(summary.model_copy(update={"cells": [baseline, *found]}))
+
+    before, after = of(wide, unverified), of(narrow, pays)
+    key = f"{first.workload} {first.level.short()} {first.arm}"
+    # the unverified cell has no interval: the widest of all, until it gets one
+    assert before.widest_undecided() == f"{second.workload} {second.level.short()} {second.arm}"
+    assert after.widest_undecided() == key and (before.decided, after.decided) == (0, 1)
+    assert not after.all_decided
+    assert (
+        round_line(3, of(wide, pays), after)
+        == f"round 3: 1/2 cells decided; {key} [0.88, 1.19] -> [0.95, 1.09]"
+    )
+    assert round_line(2, None, of(pays)) == "round 2: 1/1 cells decided"
+
+
+def test_completed_start_ups_from_the_rounds() -> None:
+    rounds = [
+        Round(order=["a", "b"], server_starts={"a": 0, "b": 0}, done=["a", "b"]),
+        Round(order=["b", "a"], server_starts={"b": 1, "a": 1}, done=["b"]),
+    ]
+    assert completed_starts("a", rounds) == 1 and completed_starts("b", rounds) == 2
+    assert completed_starts("c", rounds) == 0 and completed_starts("a", []) == 0
+    # an arm retried from scratch restarts its count
+    retried = [*rounds, Round(order=["a", "b"], server_starts={"a": 0, "b": 2}, done=["a", "b"])]
+    assert completed_starts("a", retried) == 1 and completed_starts("b", retried) == 3
+
+
+@pytest.mark.parametrize(
+    ("starts", "expected"),
+    [
+        ({"min": 3, "max": 2}, r"load\.server_starts\.max: max \(2\) must be at least min \(3\)"),
+        ({"min": 2, "max": 21}, r"load\.server_starts\.max: Input should be less than or equal to 20"),
+        ({"min": 0, "max": 4}, r"load\.server_starts\.min: Input should be greater than or equal to 1"),
+        (
+            {"max": 4, "decided": True},
+            r"load\.server_starts\.decided: unknown key 'decided'; did you mean 'decide'",
+        ),
+        ({"min": 2}, r"load\.server_starts\.max: required field is missing"),
+        ({"max": 4, "decide": "yes"}, r"load\.server_starts\.decide: Input should be a valid boolean"),
+    ],
+)
+def test_decided_server_starts_errors_name_the_field(tmp_path: Path, starts: dict, expected: str) -> None:
+    with pytest.raises(UserError, match=expected):
+        load_regime(_regime(tmp_path, server_starts=starts))
+
+
+def test_decided_server_starts_in_the_regime(tmp_path: Path) -> None:
+    decide = load_regime(_regime(tmp_path, server_starts={"max": 6}))
+    load = decide.load
+    assert (load.min_server_starts(), load.max_server_starts(), load.decides()) == (2, 6, True)
+    fixed = load_regime(_regime(tmp_path, server_starts={"min": 2, "max": 4, "decide": False})).load
+    assert (fixed.min_server_starts(), fixed.max_server_starts(), fixed.decides()) == (4, 4, False)
+    two = load_regime(_regime(tmp_path, server_starts=2))
+    assert (two.load.min_server_starts(), two.load.max_server_starts(), two.load.decides()) == (2, 2, False)
+    assert decide.fingerprint() != two.fingerprint()
+    # a resume reads the stored regime back: the same model, the same fingerprint
+    assert type(decide).model_validate(decide.model_dump(mode="json")).fingerprint() == decide.fingerprint()
+    assert time_limit_minutes(decide) == 3 * time_limit_minutes(two)
+    text = describe_plan(plan_regime(_regime(tmp_path, server_starts={"max": 6})))
+    assert "each arm's server started 2 to 6 times, until every verdict is decided" in text
+    with pytest.raises(UserError, match=r"load\.server_starts: server_starts > 1 needs a fixed repeats"):
+        load_regime(
+            _regime(
+                tmp_path,
+                server_starts={"max": 3},
+                repeats={"min": 2, "max": 4, "target_rel_half_width": 0.05},
+            )
+        )

@@ -147,3 +147,62 @@ def test_slo_capacity_is_the_highest_rate_that_still_met_the_target() -> None:
     missed = at_rates({"baseline": (50.0, 10.0), "ngram_k4": (100.0, 95.0)})
     assert "baseline on code_humaneval: below 0.5 req/s (the lowest rate measured missed it)" in missed
     assert slo_capacity(base) == []  # no SLO, no rates: nothing to say
+
+
+def _open_loop(due: float, dispatched: float, send: float, first: float, done: float) -> RequestRecord:
+    """An open-loop request: due, got to by the client, sent once a max_concurrency slot freed."""
+    return RequestRecord(
+        workload="w",
+        prompt_id="p",
+        concurrency=2,
+        prompt_format="raw",
+        request_rate=4.0,
+        t_scheduled=due,
+        t_dispatched=dispatched,
+        t_send=send,
+        t_first_token=first,
+        t_done=done,
+        token_ids=list(range(11)),
+    )
+
+
+def test_open_loop_latency_counts_from_the_due_time() -> None:
+    # due at 1.0, the client got to it at 1.02 (its own lag, not counted), sent at 1.52 after
+    # waiting 0.5 s for a slot, first token at 1.82, done at 2.82
+    queued = _open_loop(1.0, 1.02, 1.52, 1.82, 2.82)
+    assert queued.queueing_s == pytest.approx(0.5)
+    assert queued.ttft_s == pytest.approx(0.3) and queued.scheduled_ttft_s == pytest.approx(0.8)
+    assert queued.e2e_s == pytest.approx(1.3) and queued.scheduled_e2e_s == pytest.approx(1.8)
+    assert queued.tpot_s == pytest.approx(0.1)  # per token after the first: no queue changes it
+    # closed loop: no queue, the same figure both ways
+    closed = _request(0.1, 1.1, 11)
+    assert closed.queueing_s is None
+    assert (closed.scheduled_ttft_s, closed.scheduled_e2e_s) == (closed.ttft_s, closed.e2e_s)
+    assert closed.scheduled_ttft_s == pytest.approx(0.1)
+    # the record's stored line carries neither (they are recomputed from the raw times)
+    assert RequestRecord.from_json(queued.to_json()).scheduled_ttft_s == pytest.approx(0.8)
+
+
+def test_open_loop_slo_attainment_counts_the_queue() -> None:
+    slo = Slo(ttft_ms=500, e2e_ms=1500)
+    unqueued = _open_loop(1.0, 1.0, 1.0, 1.3, 2.3)  # TTFT 300 ms, E2E 1.3 s: within both
+    queued = _open_loop(1.0, 1.0, 1.5, 1.8, 2.8)  # the same from the send, 500 ms in the queue before
+    late_end = _open_loop(1.0, 1.0, 1.1, 1.3, 2.65)  # TTFT 300 ms from due; E2E 1.65 s: misses E2E
+    assert [meets(r, slo) for r in (unqueued, queued, late_end)] == [True, False, False]
+    assert queued.ttft_s == pytest.approx(unqueued.ttft_s)  # from the send it would have met the SLO
+    assert attainment_pct([unqueued, queued, late_end], slo) == pytest.approx(100 / 3)
+    assert goodput_rps([unqueued, queued, late_end], slo, duration_s=2.0) == pytest.approx(0.5)
+
+
+def test_the_send_based_ttft_is_registered_beside_the_due_based_one() -> None:
+    from harness.metrics import GATED, METRICS, shown
+
+    assert METRICS["ttft_ms_p50"].sample_field == "scheduled_ttft_s"
+    assert METRICS["ttft_ms_p90"].sample_field == "scheduled_ttft_s"
+    for name in ("ttft_ms_p50_sent", "ttft_ms_p90_sent"):
+        metric = METRICS[name]
+        assert (metric.sample_field, metric.scale, metric.shown) == ("ttft_s", 1000.0, "open_loop")
+        assert name not in GATED
+    report = [m.name for m in shown("report", {"open_loop"})]
+    assert report.index("ttft_ms_p50_sent") < report.index("queueing_ms_p50")
+    assert "ttft_ms_p50_sent" not in [m.name for m in shown("report", set())]  # closed loop: not shown

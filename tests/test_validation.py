@@ -282,3 +282,27 @@ def test_gated_hub_models_need_a_token_before_anything_starts(tmp_path: Path) ->
         env={**env, "COLUMNS": "250"},
     )
     assert out.returncode == 0 and "no Hugging Face token (HF_TOKEN" in out.stdout
+
+
+def test_a_draining_closed_loop_window_is_warned_of(tmp_path: Path) -> None:
+    import yaml
+
+    from harness.validation import window_warnings
+
+    data = yaml.safe_load((ROOT / "regimes" / "cpu_smoke.yaml").read_text())
+    data["workloads"] = [str(ROOT / "regimes" / w) for w in data["workloads"]]
+    data["load"].update({"concurrency": [1, 4], "num_prompts": 6})
+    path = tmp_path / "drains.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    regime = load_regime(path)
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "num_prompts" in text)
+    (warning,) = window_warnings(regime, path)  # concurrency 1: 6 >= 4 prompts, steady enough
+    assert warning.startswith(f"{path}:{line}: load.num_prompts: 6 prompts per window at concurrency 4")
+    assert "(load.concurrency[1]) is fewer than 4 x 4 = 16" in warning and "num_prompts >= 16" in warning
+    # enough prompts, or open loop only: nothing to say
+    data["load"]["num_prompts"] = 16
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert window_warnings(load_regime(path), path) == []
+    # the shipped smoke regime measures 6 prompts at concurrency 4: the drained fixture
+    smoke = window_warnings(CPU, ROOT / "regimes" / "cpu_smoke.yaml")
+    assert [w.split(": ", 2)[1] for w in smoke] == ["load.num_prompts"] and "4 x 4 = 16" in smoke[0]

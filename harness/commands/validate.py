@@ -116,9 +116,12 @@ def _print_plan(plan: Any, console: Console) -> None:
     """What `bench validate` shows of one concrete regime: the plan, this machine against it, commands."""
     from harness.plan import describe_plan
     from harness.sensors.environment import collect_environment
+    from harness.validation import window_warnings
 
     model = plan.resolve_models(build=False)
     console.print(describe_plan(plan), highlight=False)
+    for warning in window_warnings(plan.regime, plan.regime_path):
+        console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     preflight = plan.preflight(collect_environment(plan.adapter.installed_version()))
     for problem in preflight.lossy:
         console.print(f"[yellow]lossy acceptance setting:[/] {escape(problem)}", soft_wrap=True)

@@ -5,9 +5,13 @@
     SLO attainment (%)       = 100 x requests meeting the SLO / requests sent (a failed request misses)
     goodput (requests/s)     = requests meeting the SLO / window wall time
 
-This is DistServe's goodput and what ``vllm bench serve --goodput`` reports; TTFT and TPOT are the
-request record's own (``probes.latency``). A request whose TPOT is undefined (one output token)
-meets a TPOT target: it had no second token to be late.
+This is DistServe's goodput and what ``vllm bench serve --goodput`` reports; TTFT, TPOT and E2E are
+the request record's own (``probes.latency``), TTFT and E2E counted from when the request was due:
+an open-loop request that waited for a ``max_concurrency`` slot waited in the deployment's queue, and
+a target it missed there is missed (counted from the send, a saturated server would look as if it
+met its SLO: coordinated omission). Closed loop has no such wait: the same as from the send. A
+request whose TPOT is undefined (one output token) meets a TPOT target: it had no second token to
+be late.
 """
 
 from __future__ import annotations
@@ -23,14 +27,16 @@ class Targets(Protocol):
 
 
 class Request(Protocol):
-    ttft_s: float | None
     tpot_s: float | None
 
     @property
     def ok(self) -> bool: ...
 
     @property
-    def e2e_s(self) -> float | None: ...
+    def scheduled_ttft_s(self) -> float | None: ...
+
+    @property
+    def scheduled_e2e_s(self) -> float | None: ...
 
 
 def _within(value_s: float | None, limit_ms: float | None, undefined_meets: bool = False) -> bool:
@@ -44,9 +50,9 @@ def _within(value_s: float | None, limit_ms: float | None, undefined_meets: bool
 def meets(request: Request, slo: Targets) -> bool:
     return (
         request.ok
-        and _within(request.ttft_s, slo.ttft_ms)
+        and _within(request.scheduled_ttft_s, slo.ttft_ms)
         and _within(request.tpot_s, slo.tpot_ms, undefined_meets=True)
-        and _within(request.e2e_s, slo.e2e_ms)
+        and _within(request.scheduled_e2e_s, slo.e2e_ms)
     )
 
 

@@ -152,6 +152,10 @@ class CellMetrics(ResultModel):
     achieved_rate_rps: float | None = None
     schedule_lag_ms_p90: float | None = None
     queueing_ms_p50: float | None = None
+    # open loop: TTFT from the send (ttft_ms_p50/p90 count from the due time, queueing inside:
+    # probes.latency); None for closed loop, where the two are the same
+    ttft_ms_p50_sent: float | None = None
+    ttft_ms_p90_sent: float | None = None
     behind_schedule: bool = False
 
     @property

@@ -19,7 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, TypeAdapter, with_config
 
 from harness.probes.acceptance import SpecCounters
-from harness.probes.latency import tpot_s, ttft_s
+from harness.probes.latency import from_due_s, tpot_s, ttft_s
+from harness.probes.schedule import queueing_s
 from harness.regime import LoadLevel
 
 
@@ -94,6 +95,22 @@ class RequestRecord:
     @property
     def e2e_s(self) -> float | None:
         return None if self.t_done is None else self.t_done - self.t_send
+
+    @property
+    def queueing_s(self) -> float | None:
+        """Open loop: the wait for a max_concurrency slot before the send (``probes.schedule``)."""
+        return queueing_s(self)
+
+    @property
+    def scheduled_ttft_s(self) -> float | None:
+        """TTFT from when the request was due, its queueing for a slot inside (``probes.latency``):
+        the cell's TTFT and SLO attainment; equal to ``ttft_s`` in closed loop."""
+        return from_due_s(self.ttft_s, self.queueing_s)
+
+    @property
+    def scheduled_e2e_s(self) -> float | None:
+        """E2E from when the request was due (its queueing inside); ``e2e_s`` in closed loop."""
+        return from_due_s(self.e2e_s, self.queueing_s)
 
     def to_json(self) -> dict[str, Any]:
         """The stored line: the raw fields, plus TTFT and TPOT for readers outside the harness
@@ -238,10 +255,22 @@ class Invocation(ResultModel):
     interrupted: bool = False
 
 
+class Round(ResultModel):
+    """One round of server start-ups (``load.server_starts``): the next start-up of every arm, in
+    the order they ran (alternating between rounds, ABBA: ``harness.rounds.round_order``)."""
+
+    order: list[str]  # the arms, in the order their servers were started this round
+    # each one's start-up index: its own count (an arm retried on resume restarts at 0)
+    server_starts: dict[str, int]
+    done: list[str] = []  # the arms whose start-up ended (measured, or failed); the rest were interrupted
+
+
 class RunTiming(ResultModel):
-    """``timing.json``: every invocation on the run, so anyone can check what the harness cost."""
+    """``timing.json``: every invocation on the run, so anyone can check what the harness cost, and
+    the rounds of start-ups in the order they ran (a resume continues the last one)."""
 
     invocations: list[Invocation]
+    rounds: list[Round] = []  # [] for runs before version 7 recorded them
 
     def total(self, name: str) -> float:
         return sum(getattr(i, name) for i in self.invocations)

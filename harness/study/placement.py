@@ -53,7 +53,7 @@ def time_limit_minutes(regime: Regime) -> int:
     upper bound, for a scheduler's time limit; ``--time-limit`` overrides it."""
     load = regime.load
     windows = len(regime.workloads) * len(load.levels()) * load.max_repeats()
-    per_arm = load.server_starts * (regime.engine.startup_timeout_s / 60 + windows * WINDOW_BUDGET_MIN)
+    per_arm = load.max_server_starts() * (regime.engine.startup_timeout_s / 60 + windows * WINDOW_BUDGET_MIN)
     return math.ceil(per_arm * len(regime.arms))
 
 

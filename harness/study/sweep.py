@@ -50,7 +50,7 @@ class StudyPlan:
     families: dict[str, str]  # expanded arm name -> the arm it came from
 
     def server_starts(self) -> int:
-        return sum(len(point.regime.arms) * point.regime.load.server_starts for point in self.points)
+        return sum(len(point.regime.arms) * point.regime.load.max_server_starts() for point in self.points)
 
 
 def _suffix(field: str, value: Any, index: int) -> str:

@@ -47,7 +47,14 @@ def migrate_v5(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def migrate_v6(record: dict[str, Any]) -> dict[str, Any]:
-    """Version 7 changed the summary's speedup model only (``summary.migrate_v6``): unchanged."""
+    """Version 7 changed the summary's speedup model (``summary.migrate_v6``); ``regime.json`` is
+    unchanged. A version-7 regime's ``load.server_starts`` may be ``{min, max, decide}`` (rounds added
+    until the verdicts are decided; a version-6 regime has an int, read as before). ``timing.json``
+    records the rounds of start-ups (``rounds``: each round's arms in the order they ran, reversed
+    every other round, their start-up indexes and the arms whose start-up ended; a resume continues
+    the last round); a version-6 run has none, reads as ``[]``, and a resume of it starts an
+    incomplete arm over. Open-loop samples are read as before: their TTFT and E2E from the due time
+    (``RequestRecord.scheduled_ttft_s``) are computed from the times every version-5 line holds."""
     return {**record, "schema_version": 7}
 
 

@@ -1,0 +1,118 @@
+"""The design of a run's start-ups (derive layer: pure): in which order the arms' servers start in
+each round, and, with ``load.server_starts: {min, max, decide: true}``, whether another round would
+still buy anything.
+
+- Order: round 0 in the regime's order, round 1 reversed, round 2 in order, ... (ABBA). A drift of
+  the machine over a round (it warms up, a neighbour comes and goes) then lands on the arms'
+  positions in turn: over two rounds every arm has sat early and late, so a linear drift cancels
+  from every speedup instead of always favouring the arm that runs first.
+- Deciding: a round is added while any speculative cell's estimate (``harness.intervals``, read
+  back from the summary the runner writes after every start-up) is undecided; each added round is
+  reported with what it bought: how many cells are decided, and how the widest undecided interval
+  moved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import get_args
+
+from harness.intervals import Estimate, IntervalSource
+from harness.results.model import CellMetrics, Summary
+from harness.results.records import Round
+
+SOURCES = get_args(IntervalSource)
+
+
+def round_order(arms: Sequence[str], index: int) -> list[str]:
+    """The arms of round ``index`` in the order their servers start (ABBA: reversed every other round)."""
+    return list(arms) if index % 2 == 0 else list(reversed(arms))
+
+
+def completed_starts(arm: str, rounds: Sequence[Round]) -> int:
+    """The arm's start-ups complete by the rounds recorded: one past its index in the last round
+    whose start-up of it ended (0: none, or no rounds recorded: a run from before version 7)."""
+    found = 0
+    for entry in rounds:
+        if arm in entry.done:
+            found = entry.server_starts[arm] + 1
+    return found
+
+
+def cell_estimate(cell: CellMetrics) -> Estimate | None:
+    """The estimate the summary stored for a speculative cell (None: the baseline's, or no speedup)."""
+    if cell.method == "baseline" or cell.speedup is None:
+        return None
+    source = cell.speedup_interval if cell.speedup_interval in SOURCES else None
+    return Estimate(
+        cell.speedup,
+        cell.speedup_low,
+        cell.speedup_high,
+        rounds=cell.speedup_rounds or 1,
+        df=cell.speedup_df or 0,
+        log_se=cell.speedup_log_se,
+        source=source,  # type: ignore[arg-type]
+    )
+
+
+def _key(cell: CellMetrics) -> str:
+    return f"{cell.workload} {cell.level.short()} {cell.arm}"
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a run's verdicts stand after a round: its speculative cells' estimates by cell."""
+
+    estimates: dict[str, Estimate]  # "<workload> @<level> <arm>" -> its estimate
+
+    @property
+    def decided(self) -> int:
+        return sum(e.decided for e in self.estimates.values())
+
+    @property
+    def all_decided(self) -> bool:
+        """Every speculative cell decided (a run without one has nothing to decide: also True)."""
+        return self.decided == len(self.estimates)
+
+    def widest_undecided(self) -> str | None:
+        """The undecided cell with the widest interval on the log scale (one without an interval
+        is the widest of all: nothing is known of it yet)."""
+
+        def width(estimate: Estimate) -> float:
+            if estimate.low is None or estimate.high is None:
+                return math.inf
+            return math.log(estimate.high) - math.log(estimate.low)
+
+        undecided = [(width(e), key) for key, e in self.estimates.items() if not e.decided]
+        return max(undecided)[1] if undecided else None
+
+
+def standing(summary: Summary) -> Standing:
+    """The speculative cells' estimates as the summary stored them."""
+    found = {_key(c): e for c in summary.cells if (e := cell_estimate(c)) is not None}
+    return Standing(found)
+
+
+def _interval(estimate: Estimate | None) -> str:
+    if estimate is None:
+        return "not measured"
+    if estimate.low is None or estimate.high is None:
+        return f"{estimate.point:.2f}x (no interval)"
+    return f"[{estimate.low:.2f}, {estimate.high:.2f}]"
+
+
+def round_line(rounds: int, before: Standing | None, after: Standing) -> str:
+    """What round number ``rounds`` (counted from 1) bought, for the terminal, e.g. ``round 3: 3/4
+    cells decided; chat @4 ngram_k4 [0.88, 1.19] -> [0.95, 1.09]``: the cell followed is the one that
+    was the widest undecided before the round (after it, where there was none before)."""
+    head = f"round {rounds}: {after.decided}/{len(after.estimates)} cells decided"
+    key = (before.widest_undecided() if before else None) or after.widest_undecided()
+    if key is None:
+        return head
+    then = before.estimates.get(key) if before else None
+    now = after.estimates.get(key)
+    moved = f"{_interval(then)} -> {_interval(now)}" if before else _interval(now)
+    state = f" ({now.verdict})" if now is not None and now.decided else ""
+    return f"{head}; {key} {moved}{state}"
