@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, get_args
 
 from harness import stats
 
@@ -111,6 +111,23 @@ class Estimate:
             why = "start-up spread not measured" if self.rounds <= 1 else "no interval"
             return f"{self.point:.2f}x ({side}, unverified: {why})"
         return f"{self.point:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
+
+def stored_estimate(
+    point: float | None,
+    low: float | None,
+    high: float | None,
+    rounds: int | None,
+    df: int | None,
+    log_se: float | None,
+    source: str | None,
+) -> Estimate | None:
+    """An estimate rebuilt from what a summary stored (never re-computed: every view, the study
+    and the gates show the interval the summary holds); a source of an older version is dropped."""
+    if point is None:
+        return None
+    known = source if source in get_args(IntervalSource) else None
+    return Estimate(point, low, high, rounds or 1, df or 0, log_se, known)  # type: ignore[arg-type]
 
 
 def _balanced(

@@ -17,13 +17,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import get_args
 
-from harness.intervals import Estimate, IntervalSource
+from harness.intervals import Estimate
 from harness.results.model import CellMetrics, Summary
 from harness.results.records import Round
-
-SOURCES = get_args(IntervalSource)
+from harness.verdict import estimate_of
 
 
 def round_order(arms: Sequence[str], index: int) -> list[str]:
@@ -43,18 +41,7 @@ def completed_starts(arm: str, rounds: Sequence[Round]) -> int:
 
 def cell_estimate(cell: CellMetrics) -> Estimate | None:
     """The estimate the summary stored for a speculative cell (None: the baseline's, or no speedup)."""
-    if cell.method == "baseline" or cell.speedup is None:
-        return None
-    source = cell.speedup_interval if cell.speedup_interval in SOURCES else None
-    return Estimate(
-        cell.speedup,
-        cell.speedup_low,
-        cell.speedup_high,
-        rounds=cell.speedup_rounds or 1,
-        df=cell.speedup_df or 0,
-        log_se=cell.speedup_log_se,
-        source=source,  # type: ignore[arg-type]
-    )
+    return None if cell.method == "baseline" else estimate_of(cell)
 
 
 def _key(cell: CellMetrics) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from harness import pooling
-from harness.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate
+from harness.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate, stored_estimate
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
@@ -338,16 +338,14 @@ def load_caveat(baseline: CellMetrics, best: CellMetrics | None) -> list[str]:
 
 def estimate_of(cell: CellMetrics) -> Estimate | None:
     """A cell's speedup with the interval the summary stored (``harness.intervals``' model)."""
-    if cell.speedup is None:
-        return None
-    return Estimate(
+    return stored_estimate(
         cell.speedup,
         cell.speedup_low,
         cell.speedup_high,
-        rounds=cell.speedup_rounds or cell.server_starts,
-        df=cell.speedup_df or 0,
-        log_se=cell.speedup_log_se,
-        source=cell.speedup_interval,  # type: ignore[arg-type]  # version 6 sources are migrated away
+        cell.speedup_rounds or cell.server_starts,
+        cell.speedup_df,
+        cell.speedup_log_se,
+        cell.speedup_interval,
     )
 
 

@@ -182,7 +182,7 @@ def test_speedup_pairs_same_workload_and_concurrency() -> None:
         _cell("ng", "w", 4, 90.0),
         _cell("ng", "other", 1, 90.0),
     ]
-    rows = _with_speedups(rows, baseline="base")
+    rows = _with_speedups(rows, baseline="base", spread=None)
     assert [r.speedup for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])
     assert [r.per_repeat[0].speedup for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])
 

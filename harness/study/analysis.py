@@ -23,10 +23,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from harness import pooling, stats
-from harness.intervals import CONFIDENCE, Estimate, IntervalSource
+from harness.intervals import CONFIDENCE, Estimate, stored_estimate
 
 
 @dataclass(frozen=True)
@@ -59,24 +59,18 @@ class Observation:
     speedup_interval: str | None = None  # its source: server_starts, calibration or both
 
 
-_SOURCES = frozenset(get_args(IntervalSource))
-
-
 def estimate(observation: Observation) -> Estimate | None:
     """The speedup of one cell with its interval, rebuilt from what its run stored (never
     resampled): a study and its runs always show the same interval."""
     o = observation
-    if o.speedup is None:
-        return None
-    source = o.speedup_interval if o.speedup_interval in _SOURCES else None
-    return Estimate(
-        point=o.speedup,
-        low=o.speedup_low,
-        high=o.speedup_high,
-        rounds=o.speedup_rounds or len(o.round_speedups) or 1,
-        df=o.speedup_df or 0,
-        log_se=o.speedup_log_se,
-        source=source,  # type: ignore[arg-type]
+    return stored_estimate(
+        o.speedup,
+        o.speedup_low,
+        o.speedup_high,
+        o.speedup_rounds or len(o.round_speedups),
+        o.speedup_df,
+        o.speedup_log_se,
+        o.speedup_interval,
     )
 
 
