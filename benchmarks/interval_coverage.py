@@ -66,16 +66,30 @@ def arm_times(rng: np.random.Generator, base_time: np.ndarray, truth: float) -> 
 def simulate_tables(
     rng: np.random.Generator, startup_sd: float, rounds: int, truths: list[float], levels: int = 1
 ) -> list[dict[str, dict[int, float]]]:
-    """One simulated run: per load level, ``arm -> round -> start-up mean tok/s``. Arm 0 is the
-    baseline; ``truths[i]`` is arm i+1's true speedup at every level (a list per level for a
-    curve: see ``simulate_curve``). A start-up's effect is shared by every level it measures."""
-    arms = len(truths) + 1
+    """One simulated run: per load level, ``arm -> round -> start-up mean tok/s``. Arm 0 (``a0``)
+    is the baseline; ``truths[i]`` is arm i+1's true speedup at every level."""
+    return simulate_curve(rng, startup_sd, rounds, [truths] * levels)
+
+
+def simulate_curve(
+    rng: np.random.Generator,
+    startup_sd: float,
+    rounds: int,
+    by_level: list[list[float]],
+    prompts: np.ndarray | None = None,
+) -> list[dict[str, dict[int, float]]]:
+    """As ``simulate_tables``, with each level's own true speedups (``by_level[level][arm - 1]``).
+    A start-up's effect and a round's drift are shared by every level it measures, as on a real
+    server. ``prompts``: each prompt's baseline time, to send the same prompts in two runs (a gate
+    compares a night with an earlier one on the same prompts); by default drawn per level."""
+    arms = len(by_level[0]) + 1
     startup = rng.normal(0.0, startup_sd, (arms, rounds))
     drift = rng.normal(0.0, DRIFT_SD, rounds)
     tables = []
-    for _ in range(levels):
+    for truths in by_level:
         table: dict[str, dict[int, float]] = {}
-        base_time = rng.lognormal(0.0, 0.5, PROMPTS)  # the prompts differ in length and difficulty
+        # the prompts differ in length and difficulty
+        base_time = rng.lognormal(0.0, 0.5, PROMPTS) if prompts is None else prompts
         times = [base_time] + [arm_times(rng, base_time, t) for t in truths]
         for a in range(arms):
             # each request's time jitters on its own; the window's tok/s is its tokens (the same for
@@ -141,8 +155,91 @@ def run_simulation(runs: int, seed: int, quick: bool = False) -> list[tuple[str,
     return lines
 
 
-# the study's and the gates' intervals (registered below when their functions exist)
-EXTRA_LINES: list[Callable[[list[float], list[int], int, int], Iterator[tuple[str, float]]]] = []
+def best_k_lines(sds: list[float], rounds: list[int], runs: int, seed: int) -> Iterator[tuple[str, float]]:
+    """Best K (Hsu's MCB, ``harness.study.analysis.best_set``) when three K values are truly equal
+    (1.10x each: the least favourable case, where MCB's 95% is exact): how often the set of K values
+    that cannot be told from the best keeps K=1's arm (each is a true best), and how often it
+    claims one K "better than every other"."""
+    from harness.study.analysis import best_set
+
+    for sd in sds:
+        for n in rounds:
+            rng = np.random.default_rng([seed, int(1000 * sd), n, 3])
+            kept = singleton = 0
+            for _ in range(runs):
+                (table,) = simulate_tables(rng, sd, n, [1.10, 1.10, 1.10])
+                found = cell_estimates(table, "a0")
+                arms = ["a1", "a2", "a3"]
+                chosen = best_set(
+                    [math.log(found[a].point) for a in arms], found["a1"].log_se, found["a1"].df
+                )  # type: ignore[arg-type]
+                kept += chosen[0]
+                singleton += sum(chosen) == 1
+            label = f"sd {100 * sd:.0f}%  {n} rounds  3 equal K"
+            yield f"coverage  best-K set            {label}", kept / runs
+            yield f"false better-than-every-other-K {label}", singleton / runs
+
+
+# a speedup curve over concurrency 1, 4, 16 that crosses 1 at concurrency 6 (log speedup linear in
+# log2 concurrency, the scale the harness interpolates on)
+LEVELS = [1, 4, 16]
+CROSSING = 6.0
+SLOPE = -math.log(1.3) / math.log2(CROSSING)
+CURVE = [math.exp(math.log(1.3) + SLOPE * math.log2(c)) for c in LEVELS]
+
+
+def break_even_lines(
+    sds: list[float], rounds: list[int], runs: int, seed: int
+) -> Iterator[tuple[str, float]]:
+    """The break-even set (``harness.study.analysis.crossing_set``: test inversion, levels paired by
+    round) for a curve 1.30x / 1.06x / 0.87x at concurrency 1 / 4 / 16, crossing at 6: how often it
+    holds the true crossing (no set counts as a miss)."""
+    from harness.study.analysis import crossing_set
+
+    for sd in sds:
+        for n in rounds:
+            rng = np.random.default_rng([seed, int(1000 * sd), n, 4])
+            covered = 0
+            for _ in range(runs):
+                tables = simulate_curve(rng, sd, n, [[t] for t in CURVE])
+                per_round = [[t["a1"][r] / t["a0"][r] for t in tables] for r in range(n)]
+                found = crossing_set(LEVELS, per_round)
+                if found is not None:
+                    low, high = found
+                    covered += (low is None or low <= CROSSING) and (high is None or high >= CROSSING)
+            yield (
+                f"coverage  break-even set        sd {100 * sd:.0f}%  {n} rounds  crossing at {CROSSING:g}",
+                covered / runs,
+            )
+
+
+def gate_lines(sds: list[float], rounds: list[int], runs: int, seed: int) -> Iterator[tuple[str, float]]:
+    """A relative tok/s gate (``harness.gates.relative_check``, limit 5%) between two runs of the
+    same regime with no real change, each with its own start-ups: how often its interval of the
+    change holds 0, and how often it fails."""
+    from harness.gates import relative_check
+
+    for sd in sds:
+        for n in rounds:
+            rng = np.random.default_rng([seed, int(1000 * sd), n, 5])
+            covered = failed = 0
+            for _ in range(runs):
+                prompts = rng.lognormal(0.0, 0.5, PROMPTS)  # the same prompts both nights
+                (night,) = simulate_curve(rng, sd, n, [[1.0]], prompts)
+                (reference,) = simulate_curve(rng, sd, n, [[1.0]], prompts)
+                found = relative_check(list(night["a1"].values()), list(reference["a1"].values()), 5.0, True)
+                covered += found.low is not None and found.low <= 0.0 <= found.high  # type: ignore[operator]
+                failed += found.verdict == "fail"
+            label = f"sd {100 * sd:.0f}%  {n} start-ups a side  no change"
+            yield f"coverage  relative gate         {label}", covered / runs
+            yield f"false fail  relative gate       {label}", failed / runs
+
+
+EXTRA_LINES: list[Callable[[list[float], list[int], int, int], Iterator[tuple[str, float]]]] = [
+    best_k_lines,
+    break_even_lines,
+    gate_lines,
+]
 
 
 def main() -> int:

@@ -37,3 +37,21 @@ def test_cell_interval_covers_and_rarely_says_pays_at_a_true_one(setting: covera
 def test_one_start_up_with_a_calibration_covers() -> None:
     (line,) = coverage.calibration_lines([0.04], RUNS, seed=2)
     assert 0.92 <= line[1] <= 0.98
+
+
+def test_best_k_set_keeps_a_true_best_and_rarely_claims_one_k_better() -> None:
+    lines = dict(coverage.best_k_lines([0.03], [2], RUNS, seed=3))
+    assert 0.92 <= lines["coverage  best-K set            sd 3%  2 rounds  3 equal K"] <= 0.98
+    # three truly equal K values: "better than every other K" is a false claim
+    assert lines["false better-than-every-other-K sd 3%  2 rounds  3 equal K"] <= 0.08
+
+
+def test_break_even_set_holds_the_true_crossing() -> None:
+    ((_, covered),) = coverage.break_even_lines([0.04], [3], RUNS, seed=4)
+    assert 0.92 <= covered <= 0.99
+
+
+def test_relative_gate_covers_no_change_and_rarely_fails_a_quiet_night() -> None:
+    lines = dict(coverage.gate_lines([0.06], [2], RUNS, seed=5))
+    assert 0.92 <= lines["coverage  relative gate         sd 6%  2 start-ups a side  no change"] <= 0.98
+    assert lines["false fail  relative gate       sd 6%  2 start-ups a side  no change"] <= 0.03
