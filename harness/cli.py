@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Benchmark speculative decoding (baseline, ngram, draft model, EAGLE-3, DFlash) in an "
         "exact regime on a real engine.",
         epilog="Quick start on a CPU-only machine: scripts/setup-cpu.sh, then .venv/bin/bench run "
-        "regimes/cpu_smoke.yaml. Each command's --help has examples.",
+        "regimes/cpu_default.yaml. Each command's --help has examples.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -68,7 +68,7 @@ def test_every_help_has_a_description_and_examples(name: str) -> None:
 
 def test_descriptions_wrap_and_examples_keep_their_lines() -> None:
     text = SUBCOMMANDS["run"].format_help()
-    assert "\n  bench run --resume results/cpu_smoke/20261201-093000-a1b2c3  # continue" in text
+    assert "\n  bench run --resume results/cpu_default/20261201-093000-a1b2c3  # continue" in text
     assert all(len(line) <= 100 for line in SUBCOMMANDS["run"].description.splitlines())
 
 

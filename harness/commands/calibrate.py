@@ -31,9 +31,9 @@ and drivers) and says "Intervals from this machine's calibration of <date> ...".
 never used for another regime fingerprint or machine; re-calibrate after changing either.
 """
 EXAMPLES = """
-bench calibrate regimes/cpu_smoke.yaml
+bench calibrate regimes/cpu_default.yaml
 bench calibrate regimes/h200_tp8.yaml --rounds 8 --num-prompts 16
-bench calibrate regimes/cpu_smoke.yaml --store calibrations/  # bench run --calibration-store calibrations/
+bench calibrate regimes/cpu_default.yaml --store calibrations/  # bench run --calibration-store calibrations/
 """
 INTERRUPTED = "servers stopped; nothing was stored in the calibration store (the partial run stays readable)"
 
@@ -61,7 +61,7 @@ def _positive(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "regime", type=Path, help="regime YAML file to calibrate, e.g. regimes/cpu_smoke.yaml"
+        "regime", type=Path, help="regime YAML file to calibrate, e.g. regimes/cpu_default.yaml"
     )
     parser.add_argument(
         "--rounds",

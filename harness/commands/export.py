@@ -21,8 +21,8 @@ and repeats (one row per repeat of each cell). Column names carry their units.
 Given a study, write one table of every point's cells, with the point and its axis values.
 """
 EXAMPLES = """
-bench export results/cpu_smoke/20261201-093000-a1b2c3                  # CSV into RUN_DIR/export/
-bench export results/cpu_smoke/20261201-093000-a1b2c3 --format parquet -o tables/
+bench export results/cpu_default/20261201-093000-a1b2c3                  # CSV into RUN_DIR/export/
+bench export results/cpu_default/20261201-093000-a1b2c3 --format parquet -o tables/
 """
 INTERRUPTED = "files written whole so far stay; run it again for the rest"
 

@@ -46,9 +46,9 @@ Exit codes: 0 pass, 1 regression, 2 usage or configuration error, 3 infrastructu
 engine did not start).
 """
 EXAMPLES = """
-bench gate results/cpu_smoke/20261201-093000-a1b2c3
+bench gate results/cpu_default/20261201-093000-a1b2c3
 bench gate RUN_DIR --baseline LAST_GOOD_RUN_DIR -o ci/gate/          # nightly CI
-bench gate RUN_DIR --gates regimes/cpu_smoke.yaml --junit junit.xml  # gates tuned after the run
+bench gate RUN_DIR --gates regimes/cpu_default.yaml --junit junit.xml  # gates tuned after the run
 bench gate RUN_DIR --baseline LAST_GOOD_RUN_DIR --confirm           # re-measure before "regression"
 """
 INTERRUPTED = "the gate's files are written whole or not at all; run it again"

@@ -24,8 +24,8 @@ BASE_DIR`), or the older positional form `bench report A B`, which shows B / A (
 regimes or machines unless --force). Given a study, write a folder: index.html and one page per point.
 """
 EXAMPLES = """
-bench report results/cpu_smoke/20261201-093000-a1b2c3
-bench report results/cpu_smoke/20261201-093000-a1b2c3 -o smoke.html
+bench report results/cpu_default/20261201-093000-a1b2c3
+bench report results/cpu_default/20261201-093000-a1b2c3 -o smoke.html
 bench report RUN_DIR --baseline BASE_DIR        # RUN / BASE; same as: bench report BASE_DIR RUN_DIR
 bench report results/cpu_study/study-20261201-093000-a1b2c3 -o reports/study/
 """

@@ -35,11 +35,11 @@ RESULTS_DIR/<regime>/study-<id>/points/<point>/ and the recommendation, break-ev
 flips are printed at the end.
 """
 EXAMPLES = """
-bench run regimes/cpu_smoke.yaml
+bench run regimes/cpu_default.yaml
 bench run regimes/h200_tp8.yaml --results-dir /data/results --json run.json
-bench run --resume results/cpu_smoke/20261201-093000-a1b2c3  # continue an interrupted run
-bench run regimes/cpu_smoke.yaml --no-calibration  # ignore this machine's calibration
-bench run regimes/cpu_smoke.yaml --calibration ~/calibrations/cpu_smoke-0123456789ab-ba9876543210.json
+bench run --resume results/cpu_default/20261201-093000-a1b2c3  # continue an interrupted run
+bench run regimes/cpu_default.yaml --no-calibration  # ignore this machine's calibration
+bench run regimes/cpu_default.yaml --calibration ~/calibrations/cpu_default-0123456789ab-ba9876543210.json
 bench run regimes/h200_tp_study.yaml --executor slurm --partition gpu
 """
 INTERRUPTED = (
@@ -49,7 +49,7 @@ INTERRUPTED = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "regime", type=Path, nargs="?", help="regime YAML file, e.g. regimes/cpu_smoke.yaml (or a study)"
+        "regime", type=Path, nargs="?", help="regime YAML file, e.g. regimes/cpu_default.yaml (or a study)"
     )
     parser.add_argument(
         "--results-dir", type=Path, default=Path("results"), help="where runs are stored (default: results)"

@@ -25,7 +25,7 @@ The metrics (harness.metrics):
 {metric_definitions(tuple(METRICS))}
 """
 EXAMPLES = """
-bench show results/cpu_smoke/20261201-093000-a1b2c3
+bench show results/cpu_default/20261201-093000-a1b2c3
 bench show . --minilab --concurrency 4 > table.md      # from inside a run directory
 bench show results/cpu_study/study-20261201-093000-a1b2c3
 """

@@ -23,7 +23,7 @@ A regime with a sweep: section is a study: every point is checked and printed, a
 the points on the node (or their jobs on the chosen executor) is shown.
 """
 EXAMPLES = """
-bench validate regimes/cpu_smoke.yaml
+bench validate regimes/cpu_default.yaml
 bench validate regimes/h200_tp_study.yaml --executor slurm --partition gpu
 pip install "$(bench validate regimes/h200_tp8.yaml --engine-requirement)"
 """
