@@ -324,8 +324,11 @@ def provisional_text(cells: list[CellMetrics]) -> str | None:
 def load_caveat(baseline: CellMetrics, best: CellMetrics | None) -> list[str]:
     """Two arms compared at different effective load: their mean requests in flight differ by more
     than ``EFFECTIVE_LOAD_GAP`` (a window that drains runs below its concurrency, by how fast each
-    arm finishes)."""
+    arm finishes). Closed loop only: at one open-loop rate the arms get the same offered load, and
+    a faster arm has fewer requests in flight by Little's law."""
     if best is None or not baseline.mean_in_flight or best.mean_in_flight is None:
+        return []
+    if baseline.request_rate is not None:
         return []
     if abs(best.mean_in_flight / baseline.mean_in_flight - 1) <= EFFECTIVE_LOAD_GAP:
         return []

@@ -123,7 +123,7 @@ class BreakEven:
                 "1 start-up per level" if self.rounds == 1 else "fewer than 2 start-ups common to every level"
             )
         elif not self.has_set:
-            how = "no confidence set: no level pair of the rounds crosses"
+            how = "but the rounds' 95% set is empty: the point crossing is not significant"
         else:
             low = f"{self.low:.1f}" if self.low is not None else f"{min(self.levels)} or less"
             high = f"{self.high:.1f}" if self.high is not None else f"{max(self.levels)} or more"
