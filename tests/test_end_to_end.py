@@ -232,7 +232,7 @@ def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
     """Every arm's server rejects a bogus flag: each arm is recorded as failed, exit code 3."""
     regime = tmp_path / "broken.yaml"
     text = REGIME.read_text().replace(
-        "extra_args: [--distributed-executor-backend, uni]", "extra_args: [--no-such-flag]"
+        "extra_args: [--distributed-executor-backend, uni,", "extra_args: [--no-such-flag,"
     )
     text = text.replace('version: "0.31.0"', 'version: "0.32.0"')
     regime.write_text(text.replace("../../workloads/", f"{ROOT}/workloads/"))
