@@ -5,6 +5,8 @@ start-ups, not the repeats on one server."""
 
 from __future__ import annotations
 
+import math
+
 import io
 import json
 import shutil
@@ -94,17 +96,22 @@ def test_the_interval_resamples_start_ups(tmp_path: Path) -> None:
     assert cell.server_starts == 2 and [r.server_start for r in cell.per_repeat] == [0, 1]
     first, second = (r.speedup for r in cell.per_repeat)
     assert first == pytest.approx(before.speedup, rel=1e-6) and second == pytest.approx(first / 1.25)
-    # the interval is over the two start-ups, not over the requests of one
-    assert cell.speedup_interval == "server_starts"
-    assert cell.speedup_low == pytest.approx(second, rel=0.02) and cell.speedup_high == pytest.approx(
-        first, rel=0.02
+    # the arms x rounds model over the two start-ups: the geometric mean, a t interval with 1 df
+    # (with two arms in the model it is the paired t on the log ratios)
+    point = first / math.sqrt(1.25)
+    half = 12.7062047 * math.log(1.25) / 2
+    assert cell.speedup == pytest.approx(point) and cell.speedup_interval == "server_starts"
+    assert (cell.speedup_low, cell.speedup_high) == pytest.approx(
+        (point * math.exp(-half), point * math.exp(half)), rel=1e-6
     )
-    assert before.speedup_interval == "requests"
-    assert "2 server start-ups per arm" in interval_note(two)
-    assert interval_note(one).endswith("one server start-up per arm (load.server_starts)")
-    # arms measured on one start-up keep their own interval from the requests
+    assert (cell.speedup_rounds, cell.speedup_df) == (2, 1)
+    assert before.speedup_interval is None and before.speedup_low is None  # one start-up: unverified
+    assert "2 rounds of server start-ups" in interval_note(two)
+    assert interval_note(one).startswith("unverified: 1 start-up per arm, no calibration")
+    # arms measured on one start-up get a model of their own with the baseline: one round, no interval
     untrained = next(c for c in two.cells if c.arm == "eagle3_untrained_k3")
-    assert untrained.server_starts == 1 and untrained.speedup_interval == "requests"
+    assert untrained.server_starts == 1 and untrained.speedup_interval is None
+    assert untrained.speedup_rounds == 1
 
 
 def test_repeats_on_one_start_up_are_averaged_into_one_sample() -> None:
