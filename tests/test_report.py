@@ -95,7 +95,10 @@ def test_report_opens_with_the_verdict_and_shows_gates_next_to_their_cells(tmp_p
     order = [html.index(f'id="{section}"') for section in ("verdict", "findings", "lab", "regime", "minilab")]
     assert order == sorted(order)
     # one start-up per arm: ngram_k4's 1.52x is unverified, so the baseline is what to deploy
-    assert '<td class="text"><b>ngram_k4</b></td>' not in html and '<td class="text"><b>baseline</b></td>' in html
+    assert (
+        '<td class="text"><b>ngram_k4</b></td>' not in html
+        and '<td class="text"><b>baseline</b></td>' in html
+    )
     assert "1.52x (faster, unverified: start-up spread not measured)" in html
     assert "Caveat: mechanics only: eagle3_untrained_k3, dflash_untrained_k3, self_draft_k3" in html
     assert "Tau rises with the share copied from the prompt" in html and "53% in the prompt" in html

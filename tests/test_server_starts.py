@@ -5,10 +5,9 @@ start-ups, not the repeats on one server."""
 
 from __future__ import annotations
 
-import math
-
 import io
 import json
+import math
 import shutil
 from pathlib import Path
 
