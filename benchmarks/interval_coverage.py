@@ -293,8 +293,10 @@ def real_coverage(regime: Path, runs: int, results_dir: Path, reuse: bool) -> in
             if done.returncode not in (0, 1):  # 1: a verdict that loses is still a run
                 print(f"run {index + 1} exited {done.returncode}: stopping", file=sys.stderr)
                 return done.returncode
-    run_dirs = sorted(p.parent for p in results_dir.glob("*/*/regime.json"))
-    summaries = [summarize(d) for d in run_dirs]
+    found = [(d, summarize(d)) for d in sorted(p.parent for p in results_dir.glob("*/*/regime.json"))]
+    # complete runs only (a run still going, or interrupted, is not one of the N)
+    complete = [(d, s) for d, s in found if all(a.status == "ok" for a in s.arms)]
+    run_dirs, summaries = [d for d, _ in complete], [s for _, s in complete]
     print(f"\n{len(summaries)} runs of {regime} on {cpu_model()}:")
     print("  " + ", ".join(d.name for d in run_dirs))
     cells = sorted(
