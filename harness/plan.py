@@ -203,6 +203,13 @@ def _show_port(part: str, twin: str) -> str:
     return part if part == twin else part.replace(str(_SHOWN_PORTS[0]), "PORT")
 
 
+def changed_workload(record: dict[str, Any], plan: Plan) -> str | None:
+    """The first of ``plan``'s workloads whose prompts are not the ones the run ``record`` measured
+    (by content hash); None when every one is the same."""
+    stored = {w["name"]: w["content_sha256"] for w in record["workloads"]}
+    return next((w.name for w in plan.workloads if stored.get(w.name) != w.content_sha256), None)
+
+
 def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
     """Load and check a regime and its workloads; starts nothing."""
     regime = regime if regime is not None else load_regime(regime_path)

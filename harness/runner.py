@@ -36,7 +36,7 @@ from harness.arrivals import arrival_offsets
 from harness.calibration import CalibrationSource
 from harness.client import WindowResult, run_window
 from harness.errors import EngineError, UserError
-from harness.plan import RunPlan, plan_regime, prepare_run
+from harness.plan import RunPlan, changed_workload, plan_regime, prepare_run
 from harness.probes.cpu import window_cpu
 from harness.probes.throughput import output_tokens_per_s
 from harness.regime import Arm, LoadLevel, Regime
@@ -744,12 +744,11 @@ def resume_run(run_dir: Path, console: Console, allow_mismatch: bool = False) ->
     record = read_run_record(run)
     regime = Regime.model_validate(record["regime"])
     plan = plan_regime(Path(record["source_path"]), regime)
-    stored = {w["name"]: w["content_sha256"] for w in record["workloads"]}
-    for workload in plan.workloads:
-        if stored.get(workload.name) != workload.content_sha256:
-            raise UserError(
-                f"{run_dir}: workload '{workload.name}' is not the one this run started with (its prompts "
-                "changed); resuming would mix two workloads. Start a new run instead."
-            )
+    changed = changed_workload(record, plan)
+    if changed is not None:
+        raise UserError(
+            f"{run_dir}: workload '{changed}' is not the one this run started with (its prompts "
+            "changed); resuming would mix two workloads. Start a new run instead."
+        )
     ready = prepare_run(plan, console, allow_mismatch, resumed_model=record["resolved_model"])
     return Runner(ready, run_dir.parent.parent, console).resume(run)

@@ -174,18 +174,17 @@ def confirmation_run(view: RunView, regime: Regime, run_dir: Path, console: Cons
     """Run ``regime`` (the run's own, restricted to some arms) as ``bench run`` would, from the
     regime file the run recorded, into ``RUN_DIR-confirm`` (``-confirm-2``, ... when taken) beside
     the run; the prompts must still be the ones the run measured."""
-    from harness.plan import plan_regime, prepare_run
+    from harness.plan import changed_workload, plan_regime, prepare_run
     from harness.runner import Runner
 
     record = view.record
     plan = plan_regime(Path(record["source_path"]), regime)
-    stored = {w["name"]: w["content_sha256"] for w in record["workloads"]}
-    for workload in plan.workloads:
-        if stored.get(workload.name) != workload.content_sha256:
-            raise UserError(
-                f"{run_dir}: workload '{workload.name}' is not the one this run measured (its prompts "
-                "changed); a confirmation would measure other prompts. Run the regime again instead."
-            )
+    changed = changed_workload(record, plan)
+    if changed is not None:
+        raise UserError(
+            f"{run_dir}: workload '{changed}' is not the one this run measured (its prompts "
+            "changed); a confirmation would measure other prompts. Run the regime again instead."
+        )
     ready = prepare_run(plan, console)
     root, index = run_dir.parent / f"{run_dir.name}-confirm", 1
     while root.exists():
