@@ -27,7 +27,7 @@ def bench(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
         cwd=ROOT,
-        env={"COLUMNS": "200", **os.environ},
+        env={**os.environ, "COLUMNS": "200"},
     )
 
 
@@ -48,7 +48,7 @@ def _wait_for(path_glob: str, root: Path, proc: subprocess.Popen, timeout: float
 
 
 @pytest.fixture(scope="session")
-def study(tmp_path_factory) -> dict:
+def shared_study(tmp_path_factory) -> dict:
     """tests/regimes/cpu_study_e2e.yaml run on the REAL CPU engine: two points x baseline + ngram
     K=2 and K=4, through the local executor, side by side. Point p1's job is killed (SIGKILL) while
     its second server starts, then the study is resumed: the executor tests read the first
@@ -66,7 +66,7 @@ def study(tmp_path_factory) -> dict:
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
-            env={"COLUMNS": "200", **os.environ},
+            env={**os.environ, "COLUMNS": "200"},
         )
         try:
             # p1's baseline is done and its second server is starting: kill the point's job
@@ -97,3 +97,87 @@ def study(tmp_path_factory) -> dict:
         "p0_before": before,
         "resumed": resumed,
     }
+
+
+# The README's command runs the suite on two workers (pytest-xdist, ``-n 2``), in two lanes. The
+# engine's modules run one after another on the first worker, longest first: two engines side by
+# side on the 2-core machines oversubscribe them (each server is an API process, an engine core and
+# a client; their windows ran 2-6 times slower than alone). Everything else runs on the second
+# worker meanwhile, on the core an engine leaves (its servers run one thread: OMP_NUM_THREADS=1 in
+# tests/regimes/); when either lane runs out, its worker takes the other's work, the second from the
+# short end of the engine queue. The work goes out a module at a
+# time (a module-scoped server starts once), the modules that read the session's study as one unit
+# (the study is made once), longest first. xdist's own ``xdist_group`` mark cannot group them under
+# pytest 9.2 (it rewrites ``item._nodeid``, which pytest no longer reads): the scheduler is below.
+ENGINE_MODULES = frozenset(
+    {
+        "test_distill_engine.py",
+        "test_end_to_end.py",
+        "test_engine_faults.py",
+        "test_gate_engine.py",
+        "test_production_engine.py",
+        "test_study_engine.py",
+        "test_study_executors_engine.py",
+    }
+)
+STUDY_MODULES = frozenset({"test_gate_engine.py", "test_study_engine.py", "test_study_executors_engine.py"})
+LONGEST_FIRST = (
+    "study",  # 7 start-ups, two at a time, plus the gate's own run
+    "test_distill_engine.py",  # drafter builds
+    "test_end_to_end.py",
+    "test_production_engine.py",
+    "test_engine_faults.py",
+    "test_interval_coverage.py",  # 600 simulated runs of the harness's own functions
+)
+ENGINE_LANE = "gw0"
+
+
+def _unit(module: str) -> str:
+    return "study" if module in STUDY_MODULES else module
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    strays = {it.path.name for it in items if "shared_study" in it.fixturenames} - STUDY_MODULES
+    strays |= {it.path.name for it in items if it.get_closest_marker("engine")} - ENGINE_MODULES
+    if strays:  # a study module apart would make the study twice; an engine module apart, two engines at once
+        raise pytest.UsageError(f"tests/conftest.py: add {sorted(strays)} to ENGINE_MODULES / STUDY_MODULES")
+
+    def rank(item) -> int:
+        unit = _unit(item.path.name)
+        return LONGEST_FIRST.index(unit) if unit in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: within a unit, the collection order stands
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):
+        """A work unit per module (the study's modules one unit), handed out in collection order
+        (the addopts' --no-loadscope-reorder keeps xdist from sorting them by test count): each
+        worker takes its own lane's next unit, else the other lane's."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = Path(nodeid.split("::", 1)[0]).name
+            return "study" if module in STUDY_MODULES else nodeid.split("::", 1)[0]
+
+        def _assign_work_unit(self, node) -> None:
+            def engine(scope: str) -> bool:
+                return scope == "study" or Path(scope).name in ENGINE_MODULES
+
+            lane = node.gateway.id == ENGINE_LANE
+            own = [s for s in self.workqueue if engine(s) == lane]
+            if own:
+                scope = own[0]
+            elif self.workqueue:  # the other lane's work: from its far end (the short engine modules)
+                scope = list(self.workqueue)[0 if lane else -1]
+            else:
+                node.shutdown()
+                return
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(n) for n, done in work_unit.items() if not done])
+
+    return Lanes(config, log)

@@ -29,8 +29,8 @@ def test_validate_lists_the_points() -> None:
     assert "ngram_k2" in out.stdout and "ngram_k4" in out.stdout
 
 
-def test_study_runs_every_point_and_prints_the_analysis(study) -> None:
-    proc, study_dir = study["resumed"], study["dir"]
+def test_study_runs_every_point_and_prints_the_analysis(shared_study) -> None:
+    proc, study_dir = shared_study["resumed"], shared_study["dir"]
     record = json.loads((study_dir / "study.json").read_text())
     assert [p["id"] for p in record["points"]] == ["p0", "p1"]
     assert record["families"] == {"baseline": "baseline", "ngram_k2": "ngram", "ngram_k4": "ngram"}
@@ -51,8 +51,8 @@ def test_study_runs_every_point_and_prints_the_analysis(study) -> None:
         )
 
 
-def test_study_report_links_every_point(study, tmp_path: Path) -> None:
-    study_dir = study["dir"]
+def test_study_report_links_every_point(shared_study, tmp_path: Path) -> None:
+    study_dir = shared_study["dir"]
     out = bench("report", str(study_dir), "-o", str(tmp_path / "page"), timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     page = (tmp_path / "page" / "index.html").read_text()
@@ -63,15 +63,15 @@ def test_study_report_links_every_point(study, tmp_path: Path) -> None:
         assert dom.returncode == 0 and 'class="recommendation"' in dom.stdout and "Uncaught" not in dom.stderr
 
 
-def test_resume_never_reruns_a_finished_point(study) -> None:
+def test_resume_never_reruns_a_finished_point(shared_study) -> None:
     """The study resumed after p1's job was killed (conftest.py): p0 is kept, not re-run, and its
     tables are the same as before the resume; p1's killed arm is moved aside, not lost."""
-    resumed, study_dir = study["resumed"], study["dir"]
+    resumed, study_dir = shared_study["resumed"], shared_study["dir"]
     assert "p0 (load.max_output_tokens=24): complete, kept" in resumed.stdout
     p0 = study_dir / "points" / "p0"
-    assert {p: (p0 / p).stat().st_mtime_ns for p in study["p0_mtimes"]} == study["p0_mtimes"]
+    assert {p: (p0 / p).stat().st_mtime_ns for p in shared_study["p0_mtimes"]} == shared_study["p0_mtimes"]
     assert (study_dir / "points" / "p1" / "arms" / "ngram_k2.attempt-1").is_dir()  # moved aside, not lost
-    before, after = study["p0_before"], load_study(study_dir)
+    before, after = shared_study["p0_before"], load_study(study_dir)
     assert after.missing == []
     assert after.summaries["p0"] == before.summaries["p0"]
     assert _p0_tables(after) == _p0_tables(before)  # the finished point's tables, unchanged

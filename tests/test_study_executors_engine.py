@@ -23,23 +23,23 @@ from tests.conftest import NODE, STUDY_REGIME, bench
 pytestmark = pytest.mark.engine
 
 
-def test_each_point_ran_on_the_gpus_the_plan_gave_it(study) -> None:
+def test_each_point_ran_on_the_gpus_the_plan_gave_it(shared_study) -> None:
     plan = bench("validate", str(STUDY_REGIME), *NODE, timeout=300)
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert (
         "wave 1: p0 on GPUs 0,1, at once" in plan.stdout and "wave 1: p1 on GPUs 2,3, at once" in plan.stdout
     )
     for point, devices in (("p0", "0,1"), ("p1", "2,3")):
-        placed = json.loads((study["dir"] / "points" / point / "placement.json").read_text())
+        placed = json.loads((shared_study["dir"] / "points" / point / "placement.json").read_text())
         assert placed["cuda_visible_devices"] == devices and placed["executor"] == "local"
-        environment = json.loads((study["dir"] / "points" / point / "environment.json").read_text())
+        environment = json.loads((shared_study["dir"] / "points" / point / "environment.json").read_text())
         assert environment["placement"]["job_id"] == placed["job_id"]
-    attempts = {p["id"]: p["attempts"] for p in study["first"]["record"]["points"]}
+    attempts = {p["id"]: p["attempts"] for p in shared_study["first"]["record"]["points"]}
     assert attempts["p0"][0]["devices"] == ["0", "1"] and attempts["p1"][0]["devices"] == ["2", "3"]
 
 
-def test_a_killed_job_fails_its_point_only_and_leaves_no_server(study) -> None:
-    first = study["first"]
+def test_a_killed_job_fails_its_point_only_and_leaves_no_server(shared_study) -> None:
+    first = shared_study["first"]
     assert first["returncode"] == 3, first["stdout"][-3000:]
     p0, p1 = (p["attempts"] for p in first["record"]["points"])
     assert p0[0]["state"] == "finished"
@@ -49,12 +49,12 @@ def test_a_killed_job_fails_its_point_only_and_leaves_no_server(study) -> None:
     assert not first["server_alive"], "the killed job's engine server was left running"
 
 
-def test_resume_continues_the_killed_point_and_keeps_the_finished_one(study) -> None:
-    resumed, study_dir = study["resumed"], study["dir"]
+def test_resume_continues_the_killed_point_and_keeps_the_finished_one(shared_study) -> None:
+    resumed, study_dir = shared_study["resumed"], shared_study["dir"]
     assert resumed.returncode == 0, resumed.stdout[-4000:] + resumed.stderr[-3000:]
     assert "p0 (load.max_output_tokens=24): complete, kept" in resumed.stdout
     p0 = study_dir / "points" / "p0"
-    assert {p: (p0 / p).stat().st_mtime_ns for p in study["p0_mtimes"]} == study["p0_mtimes"]
+    assert {p: (p0 / p).stat().st_mtime_ns for p in shared_study["p0_mtimes"]} == shared_study["p0_mtimes"]
     p1 = json.loads((study_dir / "study.json").read_text())["points"][1]["attempts"]
     assert [(a["attempt"], a["run_dir"], a["state"]) for a in p1] == [
         (1, "points/p1", "failed"),
