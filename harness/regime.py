@@ -777,6 +777,14 @@ class GoldenTau(StrictModel):
     tolerance: float = Field(
         gt=0, description="Allowed absolute deviation from the expected tau, either way."
     )
+    draft_counting: Literal["proposing_steps", "every_step", "verify_steps"] | None = Field(
+        default=None,
+        description="How the engine that measured the golden value counted a draft (tau's denominator: "
+        "probes.acceptance.DRAFT_COUNTING): vLLM's V1 runner proposing_steps, 0.33's Model Runner V2 "
+        "every_step, SGLang verify_steps. Given, the entry gates only an arm whose engine counted the same "
+        "way (another is inconclusive, not compared); unset, any. ngram's tau moves with it; a drafter "
+        "that proposes at every step does not.",
+    )
 
 
 class Gates(StrictModel):

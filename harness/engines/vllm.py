@@ -28,11 +28,28 @@ if TYPE_CHECKING:
 _COUNTER_PREFIX = "vllm:spec_decode_num_"
 # rejection_sample_method "synthetic"/"fly" accept tokens without the exact rejection test.
 LOSSY_REJECTION = {"synthetic", "fly"}
-# vLLM 0.32 and 0.33 (config/speculative.py RejectionSampleMethod, DraftSampleMethod)
+# What each release's SpeculativeConfig takes (config/speculative.py: RejectionSampleMethod,
+# DraftSampleMethod; tests/test_engine_contracts.py reads them from both releases' sources)
 SAMPLING_OPTIONS = {
-    "rejection_sample_method": ("standard", "block", "synthetic"),
-    "draft_sample_method": ("greedy", "probabilistic"),
+    "0.32": {
+        "rejection_sample_method": ("standard", "synthetic", "block"),
+        "draft_sample_method": ("greedy", "probabilistic"),
+    },
+    "0.33": {
+        "rejection_sample_method": ("standard", "synthetic", "block", "fly"),
+        "draft_sample_method": ("greedy", "probabilistic"),
+    },
 }
+
+
+def sampling_options(version: str | None) -> dict[str, tuple[str, ...]]:
+    """The verification and draft-sampling values vLLM ``version`` takes (unpinned or unknown: any
+    release's)."""
+    release = ".".join(re.findall(r"\d+", version or "")[:2])
+    if release in SAMPLING_OPTIONS:
+        return SAMPLING_OPTIONS[release]
+    keys = {key for options in SAMPLING_OPTIONS.values() for key in options}
+    return {k: tuple(dict.fromkeys(v for o in SAMPLING_OPTIONS.values() for v in o[k])) for k in sorted(keys)}
 
 
 class VllmAdapter:
@@ -71,16 +88,19 @@ class VllmAdapter:
         }
 
     def option_problems(self, regime: Regime) -> list[tuple[tuple, str]]:
-        """Verification and draft-sampling options vLLM 0.32/0.33 does not take, by regime path (its
-        SpeculativeConfig: rejection_sample_method standard | synthetic | block, draft_sample_method
-        greedy | probabilistic; synthetic_acceptance_* only with synthetic, which the CPU build refuses)."""
+        """Verification and draft-sampling options the pinned vLLM does not take, by regime path
+        (``SAMPLING_OPTIONS``); synthetic_acceptance_* only with synthetic, which is for GPU calibration
+        arms (refused on a CPU regime)."""
         found = []
+        version = regime.engine.version
         for index, arm in enumerate(regime.arms):
             where = ("arms", index, "options")
-            for key, allowed in SAMPLING_OPTIONS.items():
+            for key, allowed in sampling_options(version).items():
                 value = arm.options.get(key)
                 if value is not None and value not in allowed:
-                    found.append(((*where, key), f"'{value}' is not one of {', '.join(allowed)}"))
+                    release = f"vLLM {version}" if version else "any vLLM release"
+                    message = f"'{value}' is not one {release} takes: {', '.join(allowed)}"
+                    found.append(((*where, key), message))
             synthetic = arm.options.get("rejection_sample_method") == "synthetic"
             for key in ("synthetic_acceptance_length", "synthetic_acceptance_rates"):
                 if key in arm.options and not synthetic:
