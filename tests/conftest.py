@@ -27,7 +27,7 @@ def bench(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
         cwd=ROOT,
-        env={"COLUMNS": "200", **os.environ},
+        env={**os.environ, "COLUMNS": "200"},
     )
 
 
@@ -66,7 +66,7 @@ def study(tmp_path_factory) -> dict:
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
-            env={"COLUMNS": "200", **os.environ},
+            env={**os.environ, "COLUMNS": "200"},
         )
         try:
             # p1's baseline is done and its second server is starting: kill the point's job

@@ -99,7 +99,7 @@ def test_bench_run_refuses_a_drafter_that_does_not_fit_before_any_server_starts(
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={"COLUMNS": "200", **os.environ},
+        env={**os.environ, "COLUMNS": "200"},
         timeout=600,
     )
     assert out.returncode == 2, out.stdout[-2000:]

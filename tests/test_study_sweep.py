@@ -104,7 +104,7 @@ def test_validate_prints_every_point_and_its_commands() -> None:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={"COLUMNS": "200", **os.environ},
+        env={**os.environ, "COLUMNS": "200"},
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "valid study" in out.stdout and "4 points, 28 server start-ups" in out.stdout
