@@ -443,6 +443,15 @@ def _golden_checks(view: RunView, index: int, arm: str) -> list[Check]:
     """One ``gates.golden_tau`` entry on one arm's cells of its workload."""
     gates = view.regime.gates
     golden, where = gates.golden_tau[index], f"golden_tau[{index}]"
+    counted = view.summary.arm(arm)
+    counting = counted.draft_counting.semantics if counted and counted.draft_counting else None
+    if golden.draft_counting is not None and counting != golden.draft_counting:
+        message = (
+            f"the golden tau was counted as {golden.draft_counting}; {arm}'s engine counted drafts as "
+            f"{counting or 'not recorded'}: not comparable (probes.acceptance.DRAFT_COUNTING)"
+        )
+        return [Check(f"{arm} tau (golden, {golden.workload})", where, arm, "tau", golden.workload, None,
+                      "inconclusive", message)]  # fmt: skip
     checks = []
     for workload, level in view.cells(arm):
         if workload != golden.workload:

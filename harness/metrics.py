@@ -460,6 +460,18 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
             "accepted at draft position i + 1 / drafts (i counts from 0; the "
             "findings and the report's figure count positions from 1)",
         ),
+        (
+            "conditional_pos_<i>",
+            "fraction",
+            "accepted at draft position i + 1 / drafts that got that far: acceptance_pos_<i> / "
+            "acceptance_pos_<i-1> (position 0: its marginal)",
+        ),
+        (
+            "acceptance_checks",
+            "",
+            "the acceptance counters' consistency checks that failed (tau = 1 + the sum of the "
+            "acceptance_pos columns; those never rising); empty (null): both passed",
+        ),
         ("drafts", "count", "draft steps over the window (the engine's own counting: tau's denominator)"),
         ("draft_tokens", "tokens", "tokens proposed by the drafter"),
         ("accepted_tokens", "tokens", "draft tokens the target accepted"),
@@ -524,5 +536,6 @@ def column_doc(name: str) -> tuple[str, str, str]:
     if name in METRICS:
         metric = METRICS[name]
         return metric.unit, metric.description, metric.direction
-    doc = COLUMN_DOCS[re.sub(r"_\d+$", "_<i>", name) if name.startswith("acceptance_pos_") else name]
+    spread = name.startswith(("acceptance_pos_", "conditional_pos_"))
+    doc = COLUMN_DOCS[re.sub(r"_\d+$", "_<i>", name) if spread else name]
     return doc.unit, doc.definition, ""

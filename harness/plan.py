@@ -27,6 +27,8 @@ from harness.config_file import existing_path, located
 from harness.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, resolve_drafters
 from harness.drafters.fit import Fit, drafter_fit
 from harness.engines import EngineAdapter, LaunchSpec, get_adapter
+from harness.engines.defects import known_defects, release_of
+from harness.engines.patches import patches
 from harness.errors import FieldError, UserError
 from harness.model_build import resolve_package_gguf
 from harness.models import converted_dir, is_local_reference, resolve_model_path
@@ -215,6 +217,8 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
     regime = regime if regime is not None else load_regime(regime_path)
     _check_local_paths(regime, regime_path)
     adapter = get_adapter(regime.engine.name)
+    for location, message in adapter.option_problems(regime)[:1]:
+        raise located(regime_path, FieldError(location, message))
     paths = workload_paths(regime, regime_path)
     workloads = [load_workload(path, regime.load.num_prompts, regime.chat) for path in paths]
     names = [w.name for w in workloads]
@@ -324,7 +328,18 @@ def describe_plan(plan: Plan) -> str:
         f"per server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP "
         f"{regime.tensor_parallel_size}; {exactness}"
         + (f"; SLO {regime.slo.describe()} (SLO share and goodput per cell)" if regime.slo else "")
+        + _patches_text(regime)
         + "."
+    )
+
+
+def _patches_text(regime: Regime) -> str:
+    known = patches()
+    applied = [f"{known[n].upstream} ({known[n].label()})" for n in regime.engine.patches]
+    return (
+        f"; engine patched (servers only, never the installed engine): {'; '.join(applied)}"
+        if applied
+        else ""
     )
 
 
@@ -346,6 +361,8 @@ class RunPlan:
     environment: dict[str, Any]  # this machine, as collected (``environment.json`` adds model identities)
     mismatches: tuple[str, ...]  # regime and drafter mismatches allowed by --allow-mismatch, recorded
     lossy: tuple[str, ...]  # lossy acceptance settings the regime allows, recorded
+    known_defects: tuple[str, ...]  # known engine defects forced through (--allow-known-defect), recorded
+    engine_patches: tuple[dict[str, str], ...]  # the patches the servers run with: name, label, sha256, ...
     allow_mismatch: bool  # whether a server that does not run the regime may go on (checked at start-up)
     started: float  # time.monotonic() when preparing began: the invocation's wall time counts from it
     # the regime's parts the runner reads at every window
@@ -369,6 +386,7 @@ def run_plan(
     environment: dict[str, Any] | None = None,
     mismatches: list[str] | None = None,
     lossy: list[str] | None = None,
+    known_defects: list[str] | None = None,
     allow_mismatch: bool = False,
     started: float | None = None,
     calibration: Calibration | None = None,
@@ -389,6 +407,10 @@ def run_plan(
         environment=environment or {},
         mismatches=tuple(mismatches or ()),
         lossy=tuple(lossy or ()),
+        known_defects=tuple(known_defects or ()),
+        engine_patches=tuple(
+            {**p.record(), "label": p.label()} for p in (patches()[n] for n in regime.engine.patches)
+        ),
         allow_mismatch=allow_mismatch,
         started=time.monotonic() if started is None else started,
         load=regime.load,
@@ -410,6 +432,7 @@ def prepare_run(
     allow_mismatch: bool = False,
     resumed_model: str | None = None,
     calibration: CalibrationSource | None = None,
+    allow_known_defect: bool = False,
 ) -> RunPlan:
     """Everything ``bench run`` does before a server starts, in this order: the engine's version,
     this machine against the regime, this machine's calibration of the regime (``calibration``
@@ -422,6 +445,7 @@ def prepare_run(
     if plan.regime.sweep is not None:  # a study: each of its points is a job (harness.study.run)
         raise UserError(f"{plan.regime_path}: a regime with a sweep: section is a study; run it as one")
     version, environment, preflight = _machine_checks(plan, console, allow_mismatch)
+    forced = refuse_known_defects(plan, version, allow_known_defect, console)
     calibrated = None
     if resumed_model is None:
         source = calibration or CalibrationSource()
@@ -441,6 +465,7 @@ def prepare_run(
         environment=environment,
         mismatches=preflight.mismatches + problems,
         lossy=preflight.lossy,
+        known_defects=forced,
         allow_mismatch=allow_mismatch,
         started=started,
         calibration=calibrated,
@@ -463,6 +488,22 @@ def _machine_checks(
     why = "this machine does not match the regime"
     _refuse_unless_allowed(plan, preflight.mismatches, why, "regime mismatch", console, allow_mismatch)
     return version, environment, preflight
+
+
+def refuse_known_defects(
+    plan: Plan, version: str | None, allow: bool, console: Console | None = None
+) -> list[str]:
+    """The known defects of engine ``version`` that the regime meets (``harness.engines.defects``):
+    refused, each in one line naming the upstream issue and the ways out, unless ``allow`` (then
+    printed and returned, to be recorded with the run)."""
+    found = known_defects(plan.regime, version)
+    release = release_of(version or "")
+    if found and not allow:
+        raise UserError("\n".join(f"{plan.regime_path}: {d.refusal(plan.regime, release)}" for d in found))
+    lines = [d.forced(plan.regime, release) for d in found]
+    for line in lines if console is not None else ():
+        console.print(f"[yellow]known engine defect (forced):[/] {escape(line)}", soft_wrap=True)
+    return lines
 
 
 def _engine_version(plan: Plan) -> str:

@@ -28,6 +28,7 @@ from pydantic_core import PydanticCustomError
 
 from harness.config_file import StrictModel, existing_path, load_model
 from harness.engines.names import ENGINES
+from harness.engines.patches import patches
 from harness.environment import CPU_FEATURES
 from harness.errors import FieldError
 from harness.metrics import GATED
@@ -135,6 +136,41 @@ class Engine(StrictModel):
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for the server process."
     )
+    patches: list[str] = Field(
+        default_factory=list,
+        description="Named upstream fixes the harness applies to the servers it launches, never to the "
+        "installed engine (harness/engines/patches/): each is written for exact engine releases and refuses "
+        "to load on any other. Recorded with its hash in the fingerprint, the environment record and every "
+        "verdict. Known: "
+        + ", ".join(f"'{name}' ({patch.upstream})" for name, patch in patches().items())
+        + ".",
+    )
+
+    @model_validator(mode="after")
+    def _known_patches(self) -> Engine:
+        known = patches()
+        for index, name in enumerate(self.patches):
+            patch = known.get(name)
+            if patch is None:
+                raise FieldError(
+                    ("patches", index), f"no engine patch named '{name}'", value=name, choices=list(known)
+                )
+            if patch.engine != self.name:
+                raise FieldError(("patches", index), f"'{name}' patches {patch.engine}, not {self.name}")
+            if self.version is not None and self.version.split("+")[0] not in patch.versions:
+                raise FieldError(
+                    ("patches", index),
+                    f"'{name}' is written for {self.name} {' / '.join(patch.versions)}; the regime pins "
+                    f"{self.version} (a patch is never applied to code it was not written against)",
+                )
+            if name in self.patches[:index]:
+                raise FieldError(("patches", index), f"'{name}' is listed twice")
+        return self
+
+    def patch_labels(self) -> list[str]:
+        """``name@hash`` of each patch: what the fingerprint and the server's environment carry."""
+        known = patches()
+        return [known[name].label() for name in self.patches]
 
 
 class PackageFile(StrictModel):
@@ -741,6 +777,14 @@ class GoldenTau(StrictModel):
     tolerance: float = Field(
         gt=0, description="Allowed absolute deviation from the expected tau, either way."
     )
+    draft_counting: Literal["proposing_steps", "every_step", "verify_steps"] | None = Field(
+        default=None,
+        description="How the engine that measured the golden value counted a draft (tau's denominator: "
+        "probes.acceptance.DRAFT_COUNTING): vLLM's V1 runner proposing_steps, 0.33's Model Runner V2 "
+        "every_step, SGLang verify_steps. Given, the entry gates only an arm whose engine counted the same "
+        "way (another is inconclusive, not compared); unset, any. ngram's tau moves with it; a drafter "
+        "that proposes at every step does not.",
+    )
 
 
 class Gates(StrictModel):
@@ -1071,12 +1115,16 @@ class Regime(StrictModel):
         fields = self.model_dump(mode="json", exclude=_excluded(_NOT_CONDITIONS | {"arms"}) | self._unset())
         # when a drafter build gives up is not part of the regime (nor of the drafter's identity)
         fields["arms"] = [arm.model_dump(mode="json", exclude=_NOT_OF_THE_ARM) for arm in self.arms]
+        if self.engine.patches:  # a patch is its code: an edited patch is another regime
+            fields["engine"]["patches"] = self.engine.patch_labels()
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
     def _unset(self) -> dict[str, Any]:
         """Settings left out of the hashes while unset (no SLO, no open-loop rate): fingerprints from
         before they existed hold."""
         unset: dict[str, Any] = {"slo": True} if self.slo is None else {}
+        if not self.engine.patches:
+            unset["engine"] = {"patches"}
         load_fields = self.load.open_loop_fields() | (
             {"server_starts"} if self.load.server_starts == 1 else set()  # an int N hashes as before
         )
@@ -1099,6 +1147,8 @@ class Regime(StrictModel):
             mode="json", exclude=_excluded(_NOT_CONDITIONS | {"arms", "workloads"}) | self._unset()
         )
         fields["prompts"] = sorted((w["name"], w["prompt_format"], w["content_sha256"]) for w in workloads)
+        if self.engine.patches:
+            fields["engine"]["patches"] = self.engine.patch_labels()
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
     def target_reference(self) -> str:

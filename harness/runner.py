@@ -37,6 +37,7 @@ from harness.calibration import CalibrationSource
 from harness.client import WindowResult, run_window
 from harness.errors import EngineError, UserError
 from harness.plan import RunPlan, changed_workload, plan_regime, prepare_run
+from harness.probes.acceptance import SpecCounters
 from harness.probes.cpu import window_cpu
 from harness.probes.throughput import output_tokens_per_s
 from harness.regime import Arm, LoadLevel, Regime
@@ -69,6 +70,11 @@ from harness.server import Server, free_port, log_tail
 from harness.summary import summarize
 from harness.validation import check_served, window_warnings
 from harness.workloads import LoadedWorkload, Prompt
+
+# the counters after a window are read again until two reads agree, SETTLE_INTERVAL_S apart, at most
+# SETTLE_READS more times (vLLM publishes a step's counters shortly after streaming its tokens)
+SETTLE_READS = 20
+SETTLE_INTERVAL_S = 0.1
 
 
 def _regime_record(plan: RunPlan) -> dict[str, Any]:
@@ -123,13 +129,20 @@ class Runner:
         if self.on_created is not None:
             self.on_created(run.root)
         with run.lock():
-            record = {**_regime_record(plan), "mismatches": plan.mismatches, "lossy_settings": plan.lossy}
+            record = {
+                **_regime_record(plan),
+                "mismatches": plan.mismatches,
+                "lossy_settings": plan.lossy,
+                "known_defects": plan.known_defects,
+                "engine_patches": [f"{p['upstream']} ({p['label']})" for p in plan.engine_patches],
+            }
             write_json_atomic(run.root / "regime.json", record)
             drafts = {name: model_identity(drafter.path) for name, drafter in plan.drafters.items()}
             write_json_atomic(
                 run.root / "environment.json",
                 {
                     **plan.environment,
+                    "engine_patches": plan.engine_patches,
                     "target_identity": model_identity(plan.model),
                     "draft_identities": drafts,
                 },
@@ -526,7 +539,7 @@ class Runner:
             gpu_used = gpu_watch.stop() if gpu_watch else None
         cpu_used = window_cpu(cpu_before, cpu.snapshot(server.process.pid))
         self._check_alive(server, result)
-        after = self.plan.adapter.read_spec_counters(server.base_url)
+        after = self._settled_counters(server) if before is not None else None
         server_reported = self.plan.adapter.server_figures(server.base_url)
         tokens = sum(len(r.token_ids) for r in result.records if r.ok)
         reached = precision(repeat, output_tokens_per_s(tokens, result.duration_s)) if precision else None
@@ -583,6 +596,19 @@ class Runner:
                     schedule=self._schedule(workload, level, 0),
                 )
                 self._check_alive(server, result)
+
+    def _settled_counters(self, server: Server) -> SpecCounters | None:
+        """The counters after a window, read until two reads agree: the engine publishes a step's
+        counters a little after it streams the step's tokens, so a scrape right after the last chunk
+        can miss the last step (then tau and the per-position counts disagree)."""
+        last = self.plan.adapter.read_spec_counters(server.base_url)
+        for _ in range(SETTLE_READS):
+            time.sleep(SETTLE_INTERVAL_S)
+            now = self.plan.adapter.read_spec_counters(server.base_url)
+            if now == last:
+                break
+            last = now
+        return last
 
     def _distribution_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
         """Temperature > 0: every prompt answered ``samples_per_prompt`` times with seeds seed,
@@ -728,11 +754,19 @@ def run_regime(
     on_created: Callable[[Path], None] | None = None,
     regime: Regime | None = None,
     calibration: CalibrationSource | None = None,
+    allow_known_defect: bool = False,
 ) -> tuple[RunDir, Summary]:
     """A new run of the regime; ``on_created`` hears the run directory the moment it exists;
     ``regime``: the file's model when the caller has already read it; ``calibration``: where this
-    machine's calibration of it is looked for (default: the user's store)."""
-    plan = prepare_run(plan_regime(regime_path, regime), console, allow_mismatch, calibration=calibration)
+    machine's calibration of it is looked for (default: the user's store); ``allow_known_defect``:
+    measure through a known engine defect (recorded) instead of refusing."""
+    plan = prepare_run(
+        plan_regime(regime_path, regime),
+        console,
+        allow_mismatch,
+        calibration=calibration,
+        allow_known_defect=allow_known_defect,
+    )
     runner = Runner(plan, results_dir, console)
     runner.on_created = on_created
     return runner.run()
@@ -750,5 +784,9 @@ def resume_run(run_dir: Path, console: Console, allow_mismatch: bool = False) ->
             f"{run_dir}: workload '{changed}' is not the one this run started with (its prompts "
             "changed); resuming would mix two workloads. Start a new run instead."
         )
-    ready = prepare_run(plan, console, allow_mismatch, resumed_model=record["resolved_model"])
+    # a run forced through a known engine defect stays forced: its arms so far measured the defect
+    forced = bool(record.get("known_defects"))
+    ready = prepare_run(
+        plan, console, allow_mismatch, resumed_model=record["resolved_model"], allow_known_defect=forced
+    )
     return Runner(ready, run_dir.parent.parent, console).resume(run)

@@ -17,6 +17,8 @@ from harness.probes import distribution
 from harness.probes.acceptance import (
     SpecCounters,
     acceptance,
+    acceptance_problems,
+    conditional_rates,
     streamed_steps,
     tokens_per_forward,
 )
@@ -160,6 +162,8 @@ def cell_metrics(
         ),
         acceptance_rate=acc.acceptance_rate,
         per_position_acceptance=acc.per_position,
+        conditional_acceptance=conditional_rates(acc.per_position),
+        acceptance_checks=acceptance_problems(acc.tau, acc.per_position),
         copy_share_pct=share_pct(copies),
         context_share_pct=share_pct(copies, "from_context"),
         output_ngrams=sum(c.total for c in copies),
@@ -370,6 +374,7 @@ def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
         method=arm.method,
         num_speculative_tokens=arm.num_speculative_tokens,
         drafter=drafter,
+        **get_adapter(raw.regime.engine.name).sampling_settings(arm),
         **status.model_dump(),
     )
 
@@ -391,6 +396,8 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         baseline_arm=baseline,
         mismatches=raw.record.get("mismatches", []),
         lossy_settings=raw.record.get("lossy_settings", []),
+        known_defects=raw.record.get("known_defects", []),
+        engine_patches=raw.record.get("engine_patches", []),
         arms=[_arm_summary(raw, arm) for arm in raw.regime.arms],
         cells=cells,
         categories=category_rows(cells, baseline),

@@ -287,6 +287,10 @@ def answer_lines(summary: Summary) -> list[str]:
     counting = draft_counting_line(summary)
     if counting:
         lines.append(counting)
+    verification = verification_line(summary)
+    if verification:
+        lines.append(verification)
+    lines += acceptance_check_lines(summary)
     usage = cpu_line(summary)
     if usage:
         lines.append(usage)
@@ -361,6 +365,30 @@ def draft_counting_line(summary: Summary) -> str | None:
         f"Drafts counted as (tau's denominator): {body} ({'; '.join(sources)}); tok/fwd (output tokens per "
         "target forward pass) does not depend on it."
     )
+
+
+def acceptance_check_lines(summary: Summary) -> list[str]:
+    """The cells whose acceptance counters fail a consistency check (none, as a rule: shown only
+    when one fails)."""
+    return [
+        f"Acceptance counters inconsistent: {c.arm} {c.workload} @ {c.level.label()}: {problem}."
+        for c in summary.cells
+        for problem in c.acceptance_checks
+    ]
+
+
+def verification_line(summary: Summary) -> str | None:
+    """How each speculative arm's drafts were verified and sampled, once when all agree: block
+    verification accepts more than token-by-token rejection, and a greedy draft is not a sample."""
+    arms = [a for a in summary.arms if a.verification is not None]
+    if not arms:
+        return None
+    texts = {a.name: f"{a.verification} verification, {a.draft_sampling} draft sampling" for a in arms}
+    if len(set(texts.values())) == 1:
+        body = f"{next(iter(texts.values()))} for every speculative arm"
+    else:
+        body = ", ".join(f"{name} {text}" for name, text in texts.items())
+    return f"Drafts verified and sampled: {body} (rejection_sample_method, draft_sample_method)."
 
 
 def timing_line(summary: Summary) -> str | None:

@@ -154,7 +154,7 @@ def check_served(regime: Regime, served: dict[str, Any], arm: Arm | None = None)
                         f"server reports {reported['num_speculative_tokens']}",
                     )
                 )
-    found += _attention_backend_mismatch(regime, served)
+    found += _attention_backend_mismatch(regime, served) + _patch_mismatch(regime, served)
     pin = regime.engine.version
     if pin and served.get("version") and not _version_matches(pin, served["version"]):
         found.append(Mismatch("engine.version", pin, f"server reports {served['version']}"))
@@ -174,6 +174,18 @@ def _attention_backend_mismatch(regime: Regime, served: dict[str, Any]) -> list[
     if pin and selected and selected.lower() != pin.lower():
         return [Mismatch("engine.attention_backend", pin, f"server selected {selected}")]
     return []
+
+
+def _patch_mismatch(regime: Regime, served: dict[str, Any]) -> list[Mismatch]:
+    """An engine patch the server's processes did not say they applied (when the adapter reads that)."""
+    if "engine_patches" not in served:
+        return []
+    applied = served["engine_patches"]
+    return [
+        Mismatch("engine.patches", label, f"the server log shows applied: {', '.join(applied) or 'none'}")
+        for label in regime.engine.patch_labels()
+        if label not in applied
+    ]
 
 
 def lossy_settings(regime: Regime) -> list[str]:

@@ -387,10 +387,40 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
     return verdicts
 
 
+def self_draft_expectations(summary: Summary) -> list[str]:
+    """What a self-draft's tau should be when the run samples (temperature > 0): it depends on how
+    the draft samples. Greedy drafting (vLLM's default) proposes the target's argmax and is treated
+    as one-hot, so even a correct engine accepts each drafted token with the target's probability
+    of its argmax, not 1; probabilistic drafting proposes samples of the target's own distribution,
+    which an exact rejection sampler accepts every time: tau near K + 1."""
+    if summary.distribution is None:  # greedy: a self-draft's tau is ~K + 1 by construction
+        return []
+    found = []
+    for arm in summary.arms:
+        if not str((arm.drafter or {}).get("label", "")).startswith("self-draft") or not arm.draft_sampling:
+            continue
+        top = (arm.num_speculative_tokens or 0) + 1
+        if arm.draft_sampling == "greedy":
+            found.append(
+                f"{arm.name} drafts greedily (draft_sample_method greedy): at temperature > 0 each drafted "
+                "token is accepted with the target's probability of its argmax, not 1, so its tau stays "
+                f"below K + 1 = {top} on a correct engine; probabilistic drafting approaches it"
+            )
+        else:
+            found.append(
+                f"{arm.name} samples its drafts from the target itself (draft_sample_method "
+                f"{arm.draft_sampling}): an exact rejection sampler accepts them all, tau near K + 1 = "
+                f"{top}; well below it, suspect the engine"
+            )
+    return found
+
+
 def run_caveats(summary: Summary) -> list[str]:
     """What qualifies every verdict of the run."""
     found = [f"regime mismatch (run with --allow-mismatch): {m}" for m in summary.mismatches]
     found += [f"lossy acceptance allowed: {s}" for s in summary.lossy_settings]
+    found += [f"known engine defect, forced (--allow-known-defect): {d}" for d in summary.known_defects]
+    found += [f"engine patched: {p}" for p in summary.engine_patches]
     found += [
         f"arm {a.name}: regime mismatch: {m}"
         for a in summary.arms
@@ -404,6 +434,7 @@ def run_caveats(summary: Summary) -> list[str]:
             f"mechanics only: {', '.join(mechanics)} draft with untrained weights or the target itself; "
             "their speed is what the method costs here, their tau says nothing about the method"
         )
+    found += self_draft_expectations(summary)
     floor = summary.exactness.noise_floor if summary.exactness.applicable else None
     if floor is not None and floor.identical_pct is not None and floor.identical_pct < 100.0:
         found.append(

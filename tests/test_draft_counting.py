@@ -37,11 +37,12 @@ def test_tokens_per_forward_counts_decode_steps_from_tokens_and_accepted_drafts(
 
 def test_vllm_draft_counting_follows_the_model_runner() -> None:
     cpu = _from_log(V1_FALLBACK)
-    assert cpu["v1_runner_fallback"] is True
-    assert draft_counting("0.32.0", True) == {
+    assert cpu["v1_runner_fallback"] == "Model Runner V2 requires Triton"  # the log's reason
+    assert draft_counting("0.32.0", cpu["v1_runner_fallback"]) == {
         "semantics": "proposing_steps",
-        "source": "server log: fell back to the V1 model runner",
+        "source": "server log: fell back to the V1 model runner (Model Runner V2 requires Triton)",
     }
+    assert draft_counting("0.32.0", True)["source"] == "server log: fell back to the V1 model runner"
     assert draft_counting("0.33.0", True)["semantics"] == "proposing_steps"  # a GPU run that fell back
     no_fallback = _from_log("INFO Using FLASH_ATTN attention backend.")["v1_runner_fallback"]
     gpu = draft_counting("0.33.0", no_fallback)

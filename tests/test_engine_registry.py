@@ -44,6 +44,12 @@ class ToyAdapter:
     def installed_version(self) -> str | None:
         return "toy-serve 0.32.0"
 
+    def option_problems(self, regime: Regime) -> list[tuple[tuple, str]]:
+        return []
+
+    def sampling_settings(self, arm: Arm) -> dict[str, str]:
+        return {}
+
     def launch_spec(
         self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None
     ) -> LaunchSpec:

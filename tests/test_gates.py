@@ -395,3 +395,18 @@ def test_a_diverged_output_fails_the_diverged_ceiling_and_a_near_tie_does_not(tm
         100.0,
     ]
     assert {c.verdict for c in evaluate(view)} == {"fail"}
+
+
+def test_a_golden_tau_counted_another_way_is_not_compared(tmp_path: Path) -> None:
+    """A golden tau keyed on how its engine counted drafts gates only an arm that counted the same
+    way: the stored v1 run's engine recorded none, so an every_step entry is inconclusive, named."""
+    entry = {**GATES["golden_tau"][0], "draft_counting": "every_step"}
+    run = _copy(tmp_path, "run", {"rules": [], "golden_tau": [entry]})
+    (check,) = evaluate(RunView(run))
+    assert check.verdict == "inconclusive" and check.gate == "golden_tau[0]"
+    assert (
+        "counted as every_step; ngram_k4's engine counted drafts as not recorded: not comparable"
+        in check.message
+    )
+    unkeyed = _copy(tmp_path, "unkeyed", {"rules": [], "golden_tau": [GATES["golden_tau"][0]]})
+    assert [c.verdict for c in evaluate(RunView(unkeyed))] != ["inconclusive"]  # compared, as before

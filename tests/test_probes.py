@@ -256,3 +256,29 @@ def test_cpu_accounting_splits_the_machine_by_whom() -> None:
     end = cpu_sensor.snapshot(os.getpgid(0))
     assert start is not None and end is not None and end.cores == os.cpu_count()
     assert end.client_s > start.client_s and end.engine_s >= start.engine_s and end.busy_s >= start.busy_s
+
+
+def test_per_position_acceptance_marginal_conditional_and_its_checks() -> None:
+    """vLLM's per-position counters are marginal (the share of drafts whose first i + 1 tokens
+    were accepted); conditional = marginal_i / marginal_(i-1). Every cell's counters must give
+    tau = 1 + the sum of the marginals, with marginals that never rise."""
+    from harness.probes.acceptance import SpecCounters, acceptance, acceptance_problems, conditional_rates
+
+    delta = SpecCounters(
+        drafts=10, draft_tokens=30, accepted_tokens=12, accepted_per_position={0: 6, 1: 4, 2: 2}
+    )
+    acc = acceptance(delta)
+    assert acc.per_position == pytest.approx([0.6, 0.4, 0.2]) and acc.tau == pytest.approx(2.2)
+    assert conditional_rates(acc.per_position) == pytest.approx([0.6, 4 / 6, 0.5])
+    assert conditional_rates([0.5, 0.0, 0.0]) == [0.5, 0.0, None]  # nothing got past position 1
+    assert acceptance_problems(acc.tau, acc.per_position) == []
+    # a scrape that missed the last step's per-position counters: tau and the positions disagree
+    short = acceptance(SpecCounters(10, 30, 12, {0: 6, 1: 4, 2: 1}))
+    assert acceptance_problems(short.tau, short.per_position) == [
+        "tau 2.2000 is not 1 + the sum of the per-position rates (2.1000)"
+    ]
+    rising = [0.3, 0.5]
+    assert acceptance_problems(1.8, rising) == [
+        "the per-position rate rises from position 0 to 1 (0.300 -> 0.500)"
+    ]
+    assert acceptance_problems(None, []) == [] and acceptance_problems(1.0, []) == []

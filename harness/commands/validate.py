@@ -38,7 +38,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print only the pip requirement of the engine release the regime pins (e.g. vllm==0.33.0), "
         'for installing exactly that: pip install "$(bench validate REGIME --engine-requirement)"',
     )
+    parser.add_argument(
+        "--allow-known-defect",
+        action="store_true",
+        help="as for bench run: report a known engine defect the regime meets instead of refusing it",
+    )
     add_executor_flags(parser)
+
+
+def _defects(plan: Any, allow: bool, console: Console) -> None:
+    """The regime against the known defects of the engine release it pins (or, unpinned, the
+    installed one): ``bench run`` would refuse what this refuses."""
+    from harness.plan import refuse_known_defects
+
+    version = plan.regime.engine.version or plan.adapter.installed_version()
+    refuse_known_defects(plan, version, allow, console)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -51,8 +65,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         print(engine_requirement(regime, args.regime))  # plain: a script reads it
         return EXIT_OK
     if regime.sweep is not None:
-        return _validate_study(args.regime, regime, executor_options(args), console)
+        return _validate_study(args.regime, regime, executor_options(args), console, args.allow_known_defect)
     plan = plan_regime(args.regime, regime)
+    _defects(plan, args.allow_known_defect, console)
     console.print(
         f"[green]{args.regime}: valid[/] (regime '{regime.name}', fingerprint {regime.fingerprint()})"
     )
@@ -60,12 +75,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _validate_study(path: Path, regime: Any, options: Any, console: Console) -> int:
+def _validate_study(path: Path, regime: Any, options: Any, console: Console, allow_defect: bool) -> int:
     from harness.study.record import ExecutorOptions
     from harness.study.sweep import plan_study
 
     options = options or ExecutorOptions()
     study, plans = plan_study(path, regime)
+    for plan in plans:
+        _defects(plan, allow_defect, console)
     sweep = regime.sweep
     axes = [f"{p} in {v}" for p, v in sweep.regime.items()]
     axes += [f"{arm}.{f} in {v}" for arm, fields in sweep.arms.items() for f, v in fields.items()]

@@ -59,6 +59,13 @@ class EngineAdapter(Protocol):
         """Settings of ``regime`` that make this engine's acceptance lossy or fake, described by
         their regime path (refused unless ``allow_lossy_acceptance``)."""
 
+    def option_problems(self, regime: Regime) -> list[tuple[tuple, str]]:
+        """Arm options this engine does not take, as (regime path, what is wrong) (a regime error)."""
+
+    def sampling_settings(self, arm: Arm) -> dict[str, str]:
+        """How the arm's drafts are verified and sampled (``verification``, ``draft_sampling``):
+        its options or the engine's defaults; {} for a baseline or an engine without such settings."""
+
     def installed_version(self) -> str | None:
         """'<distribution> <version>' as installed here (without importing the engine), or None."""
 

@@ -63,6 +63,12 @@ class SglangAdapter:
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         return f"sglang=={version}"
 
+    def option_problems(self, regime: Regime) -> list[tuple[tuple, str]]:
+        return []  # options are --speculative-* flags by name: the server's parser checks them
+
+    def sampling_settings(self, arm: Arm) -> dict[str, str]:
+        return {}  # no verification or draft-sampling settings: tree verification of greedy drafts
+
     def lossy_settings(self, regime: Regime) -> list[str]:
         """Thresholds below 1 as arm options or as raw flags, and a simulated acceptance length."""
         problems = []

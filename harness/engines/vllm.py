@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields
+from harness.engines.patches import APPLIED_MARK
+from harness.engines.patches import launch_env as patch_env
 from harness.probes.acceptance import SpecCounters, parse_prometheus
 
 if TYPE_CHECKING:
@@ -26,6 +28,28 @@ if TYPE_CHECKING:
 _COUNTER_PREFIX = "vllm:spec_decode_num_"
 # rejection_sample_method "synthetic"/"fly" accept tokens without the exact rejection test.
 LOSSY_REJECTION = {"synthetic", "fly"}
+# What each release's SpeculativeConfig takes (config/speculative.py: RejectionSampleMethod,
+# DraftSampleMethod; tests/test_engine_contracts.py reads them from both releases' sources)
+SAMPLING_OPTIONS = {
+    "0.32": {
+        "rejection_sample_method": ("standard", "synthetic", "block"),
+        "draft_sample_method": ("greedy", "probabilistic"),
+    },
+    "0.33": {
+        "rejection_sample_method": ("standard", "synthetic", "block", "fly"),
+        "draft_sample_method": ("greedy", "probabilistic"),
+    },
+}
+
+
+def sampling_options(version: str | None) -> dict[str, tuple[str, ...]]:
+    """The verification and draft-sampling values vLLM ``version`` takes (unpinned or unknown: any
+    release's)."""
+    release = ".".join(re.findall(r"\d+", version or "")[:2])
+    if release in SAMPLING_OPTIONS:
+        return SAMPLING_OPTIONS[release]
+    keys = {key for options in SAMPLING_OPTIONS.values() for key in options}
+    return {k: tuple(dict.fromkeys(v for o in SAMPLING_OPTIONS.values() for v in o[k])) for k in sorted(keys)}
 
 
 class VllmAdapter:
@@ -53,6 +77,43 @@ class VllmAdapter:
                     "acceptance mode"
                 )
         return problems
+
+    def sampling_settings(self, arm: Arm) -> dict[str, str]:
+        """How the arm's drafts are verified and sampled: its options, or vLLM's defaults."""
+        if arm.method == "baseline":
+            return {}
+        return {
+            "verification": str(arm.options.get("rejection_sample_method", "standard")),
+            "draft_sampling": str(arm.options.get("draft_sample_method", "greedy")),
+        }
+
+    def option_problems(self, regime: Regime) -> list[tuple[tuple, str]]:
+        """Verification and draft-sampling options the pinned vLLM does not take, by regime path
+        (``SAMPLING_OPTIONS``); synthetic_acceptance_* only with synthetic, which is for GPU calibration
+        arms (refused on a CPU regime)."""
+        found = []
+        version = regime.engine.version
+        for index, arm in enumerate(regime.arms):
+            where = ("arms", index, "options")
+            for key, allowed in sampling_options(version).items():
+                value = arm.options.get(key)
+                if value is not None and value not in allowed:
+                    release = f"vLLM {version}" if version else "any vLLM release"
+                    message = f"'{value}' is not one {release} takes: {', '.join(allowed)}"
+                    found.append(((*where, key), message))
+            synthetic = arm.options.get("rejection_sample_method") == "synthetic"
+            for key in ("synthetic_acceptance_length", "synthetic_acceptance_rates"):
+                if key in arm.options and not synthetic:
+                    found.append(((*where, key), "applies with rejection_sample_method: synthetic only"))
+            if synthetic and regime.hardware.kind == "cpu":
+                found.append(
+                    ((*where, "rejection_sample_method"), "synthetic acceptance is for GPU calibration arms")
+                )
+            length = arm.options.get("synthetic_acceptance_length")
+            top = (arm.num_speculative_tokens or 0) + 1
+            if length is not None and not (isinstance(length, int | float) and 1 <= length <= top):
+                found.append(((*where, "synthetic_acceptance_length"), f"must be within [1, K + 1 = {top}]"))
+        return found
 
     def speculative_config(self, arm: Arm, draft_model: str | None) -> dict | None:
         if arm.method == "baseline":
@@ -97,6 +158,7 @@ class VllmAdapter:
             "VLLM_SERVER_DEV_MODE": "1",
             **regime.engine.env,
         }  # for reset_prefix_cache_path (bound to 127.0.0.1)
+        env |= patch_env(regime.engine.patches, env.get("PYTHONPATH"))
         if regime.hardware.kind == "cpu":
             # KV cache size in GiB for the CPU backend; 2 GiB is plenty for small models.
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
@@ -217,14 +279,19 @@ def attention_backend_from_log(text: str) -> dict | None:
 # vLLM 0.33 (config/vllm.py use_v2_model_runner) falls back from Model Runner V2 with a warning that
 # ends "...; using the V1 model runner instead." (no Triton, as on the CPU build, or an unsupported
 # feature); without it, 0.33+ runs V2. The two count drafts differently (probes.acceptance).
-_LOG_V1_FALLBACK = re.compile(r"using the V1 model runner instead")
+_LOG_V1_FALLBACK = re.compile(r"(?:\] )?([^\]\n]*?);? ?using the V1 model runner instead")
 _V2_DEFAULT_SINCE = (0, 33)
+# each server process that applied an engine patch says so (harness/engines/patches/site/sitecustomize.py)
+_LOG_PATCH_APPLIED = re.compile(re.escape(APPLIED_MARK) + r" (\S+@[0-9a-f]+) applied to ")
 
 
-def draft_counting(version: str | None, v1_fallback: bool) -> dict:
-    """Which model runner counted the drafts, hence what a draft is (``DRAFT_COUNTING``)."""
+def draft_counting(version: str | None, v1_fallback: bool | str) -> dict:
+    """Which model runner counted the drafts, hence what a draft is (``DRAFT_COUNTING``);
+    ``v1_fallback``: the reason the server log gave for falling back to V1, or whether it did."""
     if v1_fallback:
-        return {"semantics": "proposing_steps", "source": "server log: fell back to the V1 model runner"}
+        why = f" ({v1_fallback})" if isinstance(v1_fallback, str) and v1_fallback else ""
+        source = f"server log: fell back to the V1 model runner{why}"
+        return {"semantics": "proposing_steps", "source": source}
     release = tuple(int(part) for part in re.findall(r"\d+", version or "")[:2])
     if release and release >= _V2_DEFAULT_SINCE:
         return {
@@ -244,7 +311,9 @@ def _from_log(text: str) -> dict:
     backend = attention_backend_from_log(text)
     if backend is not None:
         served["attention_backend"] = backend
-    served["v1_runner_fallback"] = bool(_LOG_V1_FALLBACK.search(text))
+    fallback = _LOG_V1_FALLBACK.search(text)
+    served["v1_runner_fallback"] = (fallback[1].strip() or True) if fallback else False
+    served["engine_patches"] = sorted(set(_LOG_PATCH_APPLIED.findall(text)))
     if match := _LOG_DTYPE.search(text):
         served["dtype"] = match[1]
     if match := _LOG_QUANT.search(text):

@@ -156,6 +156,45 @@ def mean_acceptance_length(drafts: float, accepted_tokens: float) -> float | Non
     return 1.0 + accepted_tokens / drafts if drafts > 0 else None
 
 
+def conditional_rates(marginal: list[float]) -> list[float | None]:
+    """Per-position acceptance, conditional: P(position i accepted | positions < i accepted) =
+    marginal_i / marginal_(i-1) (position 0's is its marginal; None after a position nothing got
+    past). vLLM's per-position counters are marginal: position i counts the drafts whose first i + 1
+    tokens were all accepted. The two are easily confused (NVIDIA's SPEED-Bench reports both)."""
+    rates: list[float | None] = []
+    for i, rate in enumerate(marginal):
+        before = 1.0 if i == 0 else marginal[i - 1]
+        rates.append(rate / before if before > 0 else None)
+    return rates
+
+
+# counters are integers summed over the window; their ratios agree to float rounding
+CONSISTENCY_TOLERANCE = 1e-6
+
+
+def acceptance_problems(tau: float | None, marginal: list[float]) -> list[str]:
+    """The two checks every cell's counters must pass (SPEED-Bench's): tau = 1 + the sum of the
+    marginal per-position rates (the accepted tokens are the per-position acceptances summed), and
+    the marginals never rise with the position (a draft's token i + 1 is accepted only after its
+    token i). A failure means the counters do not describe one set of drafts: a scrape that missed
+    the last step's counters, or an engine that counts otherwise."""
+    if tau is None or not marginal:
+        return []
+    problems = []
+    if tau < 1 or min(marginal) < 0:
+        problems.append("a counter went down between the window's scrapes (a negative delta)")
+    total = 1 + sum(marginal)
+    if abs(tau - total) > CONSISTENCY_TOLERANCE * max(1.0, tau):
+        problems.append(f"tau {tau:.4f} is not 1 + the sum of the per-position rates ({total:.4f})")
+    for i in range(1, len(marginal)):
+        before, after = marginal[i - 1], marginal[i]
+        if after > before + CONSISTENCY_TOLERANCE:
+            problems.append(
+                f"the per-position rate rises from position {i - 1} to {i} ({before:.3f} -> {after:.3f})"
+            )
+    return problems
+
+
 def acceptance(delta: SpecCounters) -> Acceptance:
     """Acceptance metrics from a window's counter delta (see the module docstring)."""
     drafts = delta.drafts

@@ -20,7 +20,7 @@ from harness.errors import UserError
 from harness.findings import findings
 from harness.gates import StoredGate, read_gate
 from harness.metrics import COMPARED, HIGHLIGHTED, Metric, best, shown
-from harness.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD
+from harness.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD, conditional_rates
 from harness.regime import LoadLevel
 from harness.report import figures
 from harness.results.model import CellMetrics, Summary
@@ -37,6 +37,7 @@ from harness.table import (
     lab_markdown,
     lab_rows,
     measured,
+    verification_line,
 )
 from harness.verdict import (
     OUTCOME_TEXT,
@@ -193,6 +194,8 @@ def _fingerprint(raw: RawRun, summary: Summary) -> list[tuple[str, str]]:
         ("arms", arms),
         ("attention backend", backend_line(summary) or "not reported by the engine"),
         ("draft counting", draft_counting_line(summary) or "not recorded (no spec arm, or an older run)"),
+        ("verification", verification_line(summary) or "not applicable (no spec arm, or not this engine's)"),
+        ("engine patches", "; ".join(summary.engine_patches) or "none (the engine as installed)"),
         ("sampling", f"temperature {regime.sampling.temperature}, seed {regime.sampling.seed}"),
         (
             "load",
@@ -352,10 +355,26 @@ def report_context(run_dir: Path) -> dict[str, Any]:
             )
             if f[1] is not None
         ],
+        **_acceptance_positions(rows),
         "exactness": summary.exactness,
         "environment": raw.environment,  # the machine, compared by render_comparison
         "draft_counting": DRAFT_COUNTING,
         "tokens_per_forward": TOKENS_PER_FORWARD,
+    }
+
+
+def _acceptance_positions(rows: list[CellMetrics]) -> dict[str, Any]:
+    """Per speculative arm, the marginal and conditional per-position rates over its cells, and the
+    cells whose counters failed a consistency check."""
+    table = []
+    for arm, marginal in figures.aggregate_per_position(rows).items():
+        table.append({"arm": arm, "kind": "marginal", "rates": marginal})
+        table.append({"arm": arm, "kind": "conditional", "rates": conditional_rates(marginal)})
+    failures = [f"{c.arm} {c.workload} @ {c.level.label()}: {p}" for c in rows for p in c.acceptance_checks]
+    return {
+        "acceptance_positions": table,
+        "acceptance_width": max((len(r["rates"]) for r in table), default=0),
+        "acceptance_failures": failures,
     }
 
 

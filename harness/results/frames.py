@@ -80,11 +80,22 @@ class Run:
         verdicts = self._verdicts()
         for cell in self.summary.cells:
             row = self.identity() | cell.model_dump(
-                exclude={"per_repeat", "per_position_acceptance", "exactness", "server_reported"}
+                exclude={
+                    "per_repeat",
+                    "per_position_acceptance",
+                    "conditional_acceptance",
+                    "acceptance_checks",
+                    "exactness",
+                    "server_reported",
+                }
             )
             for index in range(positions):
-                values = cell.per_position_acceptance
-                row[f"acceptance_pos_{index}"] = values[index] if index < len(values) else None
+                for prefix, values in (
+                    ("acceptance_pos", cell.per_position_acceptance),
+                    ("conditional_pos", cell.conditional_acceptance),
+                ):
+                    row[f"{prefix}_{index}"] = values[index] if index < len(values) else None
+            row["acceptance_checks"] = "; ".join(cell.acceptance_checks) or None  # None: both passed
             shares = cell.exactness.model_dump() if cell.exactness else {}
             row["exactness_compared"] = shares.get("compared", 0)
             for status in ("identical", "near_tie", "diverged", "unknown"):

@@ -86,7 +86,11 @@ class CellMetrics(ResultModel):
     # unlike tau, whose drafts each engine counts its own way (the arm's draft_counting)
     tokens_per_forward: float | None = None
     acceptance_rate: float | None
-    per_position_acceptance: list[float]
+    per_position_acceptance: list[float]  # marginal: P(the draft's first i + 1 tokens accepted)
+    # conditional: P(position i accepted | positions < i accepted) (probes.acceptance.conditional_rates)
+    conditional_acceptance: list[float | None] = []
+    # the counters' consistency checks that failed (probes.acceptance.acceptance_problems); [] passed
+    acceptance_checks: list[str] = []
     drafts: float
     draft_tokens: float
     accepted_tokens: float
@@ -224,6 +228,11 @@ class ArmSummary(ArmStatus):
     method: str
     num_speculative_tokens: int | None
     drafter: dict[str, Any] | None  # provenance: label, reference, source, manifest (drafters.py)
+    # how the engine verified the drafts and how the drafter sampled them, as configured or the engine's
+    # default (vLLM: rejection_sample_method standard | block | synthetic, draft_sample_method greedy |
+    # probabilistic); None: a baseline, or an engine that has no such settings
+    verification: str | None = None
+    draft_sampling: str | None = None
 
 
 class ExactnessEntry(ResultModel):
@@ -318,13 +327,17 @@ class DistributionSection(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[7] = SCHEMA_VERSION
+    schema_version: Literal[8] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str
     baseline_arm: str
     mismatches: list[str]
     lossy_settings: list[str]
+    # known engine defects the run was forced through (--allow-known-defect), one line each
+    known_defects: list[str]
+    # the engine patches the servers ran with (harness.engines.patches): upstream issue, name@hash
+    engine_patches: list[str]
     arms: list[ArmSummary]
     cells: list[CellMetrics]
     categories: list[CategoryMetrics]

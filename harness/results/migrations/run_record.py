@@ -58,4 +58,11 @@ def migrate_v6(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "schema_version": 7}
 
 
-STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6)
+def migrate_v7(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 8: a regime may name engine patches (``engine.patches``; absent: none), and the
+    record holds ``known_defects``, the known engine defects the run was forced through (absent:
+    none); ``environment.json`` holds ``engine_patches`` (name, sha256, the defect it fixes)."""
+    return {**record, "schema_version": 8}
+
+
+STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7)

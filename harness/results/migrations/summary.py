@@ -57,4 +57,11 @@ def migrate_v6(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "schema_version": 7, "cells": cells}
 
 
-STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6)
+def migrate_v7(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 8: what the run knew of its engine (``harness.engines.defects``, ``.patches``):
+    ``known_defects``, the known engine defects a run was forced through (--allow-known-defect), and
+    ``engine_patches``, the upstream fixes its servers ran with. A version-7 run had neither."""
+    return {**summary, "schema_version": 8, "known_defects": [], "engine_patches": []}
+
+
+STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7)
