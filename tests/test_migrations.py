@@ -150,7 +150,10 @@ def test_summary_v5_as_the_v5_harness_wrote_it_reads_as_todays_derivation() -> N
     assert [a["startups_s"] for a in step["arms"]] == [[a["startup_s"]] for a in stored["arms"]]
     migrated = load_summary(FIXTURES / "summary_v5.json")
     derived = summarize(RUN_V1)  # the same raw files, derived by today's harness
-    assert migrated.arms == derived.arms and migrated.exactness.applicable
+    # how drafts were verified and sampled came with version 8: "not recorded" in a migrated file
+    unrecorded = {"verification": None, "draft_sampling": None}
+    assert migrated.arms == [a.model_copy(update=unrecorded) for a in derived.arms]
+    assert migrated.exactness.applicable
     for old in stored["cells"]:  # today's numbers are version 5's, to the last bit
         today = derived.cell(old["arm"], old["workload"], old["concurrency"]).model_dump(mode="json")
         assert _as_old(today, old) == old
@@ -172,3 +175,15 @@ def test_study_v1_reads_as_a_local_study_without_jobs() -> None:
     assert step["schema_version"] == 2 and step["executor"] == {"name": "local"}
     assert [p["attempts"] for p in step["points"]] == [[], []]
     assert StudyDir(FIXTURES / "study_v1").read() == StudyRecord.model_validate(step)
+
+
+def test_summary_v7_gains_what_it_knew_of_its_engine() -> None:
+    """Version 8: the known defects a run was forced through and the engine patches it ran with;
+    a version-7 run had neither."""
+    v7 = {"schema_version": 7, "cells": [], "arms": []}
+    assert _pure(summary.migrate_v7, v7) == {
+        **v7,
+        "schema_version": 8,
+        "known_defects": [],
+        "engine_patches": [],
+    }

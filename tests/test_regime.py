@@ -18,8 +18,8 @@ GOOD = yaml.safe_load((ROOT / "regimes" / "cpu_smoke.yaml").read_text())
 def test_shipped_regimes_validate(name: str) -> None:
     regime = load_regime(ROOT / "regimes" / name)
     assert regime.baseline_arm.method == "baseline"
-    # greedy, so exactness applies; cpu_production samples like a deployment (distribution, not tokens)
-    assert regime.sampling.temperature == (0.7 if name == "cpu_production.yaml" else 0)
+    # greedy, so exactness applies; cpu_production and cpu_sampled sample (distribution, not tokens)
+    assert regime.sampling.temperature == (0.7 if name in ("cpu_production.yaml", "cpu_sampled.yaml") else 0)
 
 
 def test_gpu_regime_pins() -> None:
