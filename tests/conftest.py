@@ -106,7 +106,8 @@ def shared_study(tmp_path_factory) -> dict:
 # worker meanwhile, on the core an engine leaves (its servers run one thread: OMP_NUM_THREADS=1 in
 # tests/regimes/), and on the first once the engine's work is done. The second worker never takes
 # an engine module: at the end of its own work it would start one beside the study's two points or
-# the first worker's next module (the suite took 30 minutes instead of 25 on the AVX2-only machine).
+# the first worker's next module (on the AVX2-only machine that took 28.3 minutes against 29.1, no
+# gain within the noise, with the study's start-ups 1.6x slower beside it).
 # The work goes out a module at a time (a module-scoped server starts once), the modules that read
 # the session's study as one unit (the study is made once). xdist's own ``xdist_group`` mark cannot
 # group them under pytest 9.2 (it rewrites ``item._nodeid``, which pytest no longer reads): the
