@@ -14,9 +14,22 @@ from pathlib import Path
 
 import pytest
 
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pytest without xdist (no -n): the lanes are not needed
+    LoadScopeScheduling = object
+
+# Under the README's two workers each torch in the suite (a drafter's training, hidden states,
+# a model loaded in-process) runs one thread: the other core is an engine's, and two torch threads
+# on one free core wait on each other (the torch stages ran ~2x longer beside an engine). The
+# engine regimes under tests/regimes/ state their own OMP_NUM_THREADS=1.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = [sys.executable, "-m", "harness.cli"]
 STUDY_REGIME = ROOT / "tests" / "regimes" / "cpu_study_e2e.yaml"
+GATE_REGIME = ROOT / "tests" / "regimes" / "cpu_gate.yaml"  # gated against the study's p0
 
 
 def bench(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
@@ -29,6 +42,18 @@ def bench(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
         cwd=ROOT,
         env={**os.environ, "COLUMNS": "200"},
     )
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """A ``bench`` still running when its test failed: interrupted as a user would (Ctrl-C), so it
+    stops its servers; killed if it does not end."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 # Every point gets 2 logical GPUs of a 4-GPU "node": the two points run side by side as the
@@ -51,10 +76,12 @@ def _wait_for(path_glob: str, root: Path, proc: subprocess.Popen, timeout: float
 def shared_study(tmp_path_factory) -> dict:
     """tests/regimes/cpu_study_e2e.yaml run on the REAL CPU engine: two points x baseline + ngram
     K=2 and K=4, through the local executor, side by side. Point p1's job is killed (SIGKILL) while
-    its second server starts, then the study is resumed: the executor tests read the first
-    attempt, the study tests the finished study, the gate test gates a worse run against its p0.
-    One study serves all three (each start-up costs ~40 s on the AVX2 machine): 7 start-ups
-    instead of 6 for the study, 5 for the executors' own study and 1 for a second resume."""
+    its last server starts (so both points end the first attempt near the same time), then the
+    study is resumed: the executor tests read the first attempt, the study tests the finished
+    study, the gate test gates a worse run (tests/regimes/cpu_gate.yaml, measured beside the resume,
+    which runs one server) against its p0. One study serves all three (each start-up costs ~40 s
+    on the AVX2 machine): 7 start-ups instead of 6 for the study, 5 for the executors' own study
+    and 1 for a second resume."""
     from harness.server import group_alive
     from harness.study.collect import load_study
 
@@ -69,8 +96,8 @@ def shared_study(tmp_path_factory) -> dict:
             env={**os.environ, "COLUMNS": "200"},
         )
         try:
-            # p1's baseline is done and its second server is starting: kill the point's job
-            pgid_file = _wait_for("cpu_study_e2e/study-*/points/p1/arms/ngram_k2/server.pgid", results, proc)
+            # p1's first two arms are done and its last server is starting: kill the point's job
+            pgid_file = _wait_for("cpu_study_e2e/study-*/points/p1/arms/ngram_k4/server.pgid", results, proc)
             study_dir = pgid_file.parents[4]
             server_pgid = int(pgid_file.read_text())
             job_pid = json.loads((study_dir / "points" / "p1" / "placement.json").read_text())["pid"]
@@ -88,14 +115,30 @@ def shared_study(tmp_path_factory) -> dict:
     p0 = study_dir / "points" / "p0"
     mtimes = {p: (p0 / p).stat().st_mtime_ns for p in ("summary.json", "arms/ngram_k4/samples.jsonl")}
     before = load_study(study_dir)  # p1 failed: p0's tables, to compare after the resume
-    resumed = bench("run", "--resume", str(study_dir), timeout=1500)
+    gate_results = tmp_path_factory.mktemp("gate")
+    gate_run = subprocess.Popen(
+        [*BENCH, "run", str(GATE_REGIME), "--results-dir", str(gate_results)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        resumed = bench("run", "--resume", str(study_dir), timeout=1500)
+        gate_out, _ = gate_run.communicate(timeout=900)
+    finally:
+        stop(gate_run)
     assert resumed.returncode == 0, resumed.stdout[-4000:] + resumed.stderr[-3000:]
+    assert gate_run.returncode == 0, gate_out[-4000:]
+    (gated,) = (gate_results / "cpu_gate").iterdir()
     return {
         "dir": study_dir,
         "first": first,
         "p0_mtimes": mtimes,
         "p0_before": before,
         "resumed": resumed,
+        "gate_run": gated,
     }
 
 
@@ -104,10 +147,10 @@ def shared_study(tmp_path_factory) -> dict:
 # side on the 2-core machines oversubscribe them (each server is an API process, an engine core and
 # a client; their windows ran 2-6 times slower than alone). Everything else runs on the second
 # worker meanwhile, on the core an engine leaves (its servers run one thread: OMP_NUM_THREADS=1 in
-# tests/regimes/), and on the first once the engine's work is done. The second worker never takes
-# an engine module: at the end of its own work it would start one beside the study's two points or
-# the first worker's next module (on the AVX2-only machine that took 28.3 minutes against 29.1, no
-# gain within the noise, with the study's start-ups 1.6x slower beside it).
+# tests/regimes/). Some engine units run two servers themselves (``TWO_SERVERS``: the study's two
+# points, the end-to-end and production modules' runs side by side); once the second worker's own work is done
+# it takes every one-server engine unit still queued, but only while the first worker runs a
+# one-server unit too (never a third server beside two), and then stops.
 # The work goes out a module at a time (a module-scoped server starts once), the modules that read
 # the session's study as one unit (the study is made once). xdist's own ``xdist_group`` mark cannot
 # group them under pytest 9.2 (it rewrites ``item._nodeid``, which pytest no longer reads): the
@@ -124,12 +167,13 @@ ENGINE_MODULES = frozenset(
     }
 )
 STUDY_MODULES = frozenset({"test_gate_engine.py", "test_study_engine.py", "test_study_executors_engine.py"})
+TWO_SERVERS = frozenset({"study", "test_end_to_end.py", "test_production_engine.py"})
 LONGEST_FIRST = (
-    "study",  # 7 start-ups, two at a time, plus the gate's own run
-    "test_distill_engine.py",  # drafter builds
-    "test_end_to_end.py",
-    "test_production_engine.py",
-    "test_engine_faults.py",
+    "study",  # 7 start-ups, two at a time, and the gate's run beside the resume
+    "test_distill_engine.py",  # drafter builds: one server at a time, and torch
+    "test_engine_faults.py",  # one server at a time: the second worker's, when it is done
+    "test_end_to_end.py",  # two runs side by side
+    "test_production_engine.py",  # two runs side by side
     "test_interval_coverage.py",  # 600 simulated runs of the harness's own functions
 )
 ENGINE_LANE = "gw0"
@@ -153,33 +197,84 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=rank)  # stable: within a unit, the collection order stands
 
 
-def pytest_xdist_make_scheduler(config, log):
-    from xdist.scheduler import LoadScopeScheduling
+def _unit_of(scope: str) -> str:
+    return scope if scope == "study" else Path(scope).name
 
-    class Lanes(LoadScopeScheduling):
-        """A work unit per module (the study's modules one unit), handed out in collection order
-        (the addopts' --no-loadscope-reorder keeps xdist from sorting them by test count): engine
-        units to the engine lane only, the others to whichever worker asks."""
 
-        def _split_scope(self, nodeid: str) -> str:
-            module = Path(nodeid.split("::", 1)[0]).name
-            return "study" if module in STUDY_MODULES else nodeid.split("::", 1)[0]
+def _engine(scope: str) -> bool:
+    return scope == "study" or Path(scope).name in ENGINE_MODULES
 
-        def _assign_work_unit(self, node) -> None:
-            def engine(scope: str) -> bool:
-                return scope == "study" or Path(scope).name in ENGINE_MODULES
 
-            lane = node.gateway.id == ENGINE_LANE
-            eligible = [s for s in self.workqueue if engine(s) == lane] or (
-                [s for s in self.workqueue if not engine(s)] if lane else []
-            )
-            if not eligible:  # the rest is the engine lane's: this worker finishes what it holds
-                node.shutdown()
+class Lanes(LoadScopeScheduling):
+    """A work unit per module (the study's modules one unit), handed out in collection order
+    (the addopts' --no-loadscope-reorder keeps xdist from sorting them by test count): engine
+    units to the engine lane, the others to whichever worker asks; a one-server engine unit to
+    the other worker when it has nothing else and the engine lane runs one server."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = Path(nodeid.split("::", 1)[0]).name
+        return "study" if module in STUDY_MODULES else nodeid.split("::", 1)[0]
+
+    def _servers_elsewhere(self, node) -> int:
+        """Servers the other workers' unfinished units run (1 or 2 each)."""
+        return sum(
+            2 if _unit_of(scope) in TWO_SERVERS else 1
+            for other, units in self.assigned_work.items()
+            if other is not node
+            for scope, tests in units.items()
+            if _engine(scope) and not all(tests.values())
+        )
+
+    def _one_server_units(self, node) -> list[str]:
+        """For the other worker, its own work done (at most its last test left, which it runs
+        once it knows what comes next): the one-server engine units still queued, while the engine
+        lane runs one server; []: wait (asked again as the engine lane's tests end)."""
+        single = [s for s in self.workqueue if _engine(s) and _unit_of(s) not in TWO_SERVERS]
+        if not single or self._pending_of(self.assigned_work.get(node, {})) > 1:
+            return []
+        return single if self._servers_elsewhere(node) <= 1 else []
+
+    def _assign_work_unit(self, node) -> None:
+        lane = node.gateway.id == ENGINE_LANE
+        eligible = [s for s in self.workqueue if _engine(s) == lane] or (
+            [s for s in self.workqueue if not _engine(s)] if lane else []
+        )
+        if not eligible and not lane:
+            if not any(_engine(s) for s in self.workqueue):
+                node.shutdown()  # what is left is the engine lane's own
                 return
-            scope = eligible[0]
-            work_unit = self.workqueue.pop(scope)
-            self.assigned_work.setdefault(node, {})[scope] = work_unit
-            collection = self.registered_collections[node]
-            node.send_runtest_some([collection.index(n) for n, done in work_unit.items() if not done])
+            units = self._one_server_units(node)
+            if not units:
+                return
+            for unit in units:
+                self._send(node, unit)
+            # its last units: a worker runs its last test only once it knows what comes next, or
+            # at shutdown (a one-test module would wait for the end of the session otherwise)
+            node.shutdown()
+            return
+        if not eligible:
+            node.shutdown()
+            return
+        self._send(node, eligible[0])
 
+    def _send(self, node, scope: str) -> None:
+        work_unit = self.workqueue.pop(scope)
+        self.assigned_work.setdefault(node, {})[scope] = work_unit
+        collection = self.registered_collections[node]
+        node.send_runtest_some([collection.index(n) for n, done in work_unit.items() if not done])
+
+    def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
+        super().mark_test_complete(node, item_index, duration)
+        # A waiting worker may take a unit (or stop) once this one moved on. It waits holding its
+        # last test unrun (a worker runs a test once it knows the next one, or at shutdown).
+        for other in self.nodes:
+            if (
+                other is not node
+                and not other.shutting_down
+                and self._pending_of(self.assigned_work.get(other, {})) <= 1
+            ):
+                self._reschedule(other)
+
+
+def pytest_xdist_make_scheduler(config, log):
     return Lanes(config, log)

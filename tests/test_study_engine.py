@@ -25,7 +25,7 @@ def test_validate_lists_the_points() -> None:
     out = bench("validate", str(STUDY_REGIME), timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 points" in out.stdout and "6 server start-ups" in out.stdout
-    assert "p0: load.max_output_tokens=24" in out.stdout and "p1: load.max_output_tokens=40" in out.stdout
+    assert "p0: load.max_output_tokens=16" in out.stdout and "p1: load.max_output_tokens=24" in out.stdout
     assert "ngram_k2" in out.stdout and "ngram_k4" in out.stdout
 
 
@@ -42,7 +42,7 @@ def test_study_runs_every_point_and_prints_the_analysis(shared_study) -> None:
     loaded = load_study(study_dir)
     assert loaded.missing == [] and len(loaded.recommendations()) == 2 * 2  # points x levels
     cells = loaded.cells()
-    assert set(cells["point"]) == {"p0", "p1"} and set(cells["load.max_output_tokens"]) == {24, 40}
+    assert set(cells["point"]) == {"p0", "p1"} and set(cells["load.max_output_tokens"]) == {16, 24}
     assert (study_dir / "analysis.md").read_text() == markdown(loaded)
     for summary in loaded.summaries.values():  # adaptive repeats: the precision reached is stored
         assert all(
@@ -67,10 +67,10 @@ def test_resume_never_reruns_a_finished_point(shared_study) -> None:
     """The study resumed after p1's job was killed (conftest.py): p0 is kept, not re-run, and its
     tables are the same as before the resume; p1's killed arm is moved aside, not lost."""
     resumed, study_dir = shared_study["resumed"], shared_study["dir"]
-    assert "p0 (load.max_output_tokens=24): complete, kept" in resumed.stdout
+    assert "p0 (load.max_output_tokens=16): complete, kept" in resumed.stdout
     p0 = study_dir / "points" / "p0"
     assert {p: (p0 / p).stat().st_mtime_ns for p in shared_study["p0_mtimes"]} == shared_study["p0_mtimes"]
-    assert (study_dir / "points" / "p1" / "arms" / "ngram_k2.attempt-1").is_dir()  # moved aside, not lost
+    assert (study_dir / "points" / "p1" / "arms" / "ngram_k4.attempt-1").is_dir()  # moved aside, not lost
     before, after = shared_study["p0_before"], load_study(study_dir)
     assert after.missing == []
     assert after.summaries["p0"] == before.summaries["p0"]

@@ -5,7 +5,7 @@ side by side as the placement plan says; the engine ignores CUDA_VISIBLE_DEVICES
 and the records do not.
 
 - local: the plan's GPUs reach each point's job; point p1's job is killed (SIGKILL) while its
-  second server starts: p1 is reported failed with the reason and its log, its server is stopped,
+  last server starts: p1 is reported failed with the reason and its log, its server is stopped,
   p0 completes; --resume continues p1 in place (same node, same GPUs) without touching p0.
 
 The Ray executor's scheduling and records are tested with a stand-in (tests/test_study_executors.py).
@@ -44,7 +44,7 @@ def test_a_killed_job_fails_its_point_only_and_leaves_no_server(shared_study) ->
     p0, p1 = (p["attempts"] for p in first["record"]["points"])
     assert p0[0]["state"] == "finished"
     assert (p1[0]["state"], p1[0]["reason"]) == ("failed", "killed by SIGKILL")
-    assert "arm 2/3: ngram_k2" in p1[0]["log_tail"]  # the job's own output, up to where it died
+    assert "arm 3/3: ngram_k4" in p1[0]["log_tail"]  # the job's own output, up to where it died
     assert "p1: failed" in first["stdout"] and "caveat: point p1 has no complete run" in first["stdout"]
     assert not first["server_alive"], "the killed job's engine server was left running"
 
@@ -52,7 +52,7 @@ def test_a_killed_job_fails_its_point_only_and_leaves_no_server(shared_study) ->
 def test_resume_continues_the_killed_point_and_keeps_the_finished_one(shared_study) -> None:
     resumed, study_dir = shared_study["resumed"], shared_study["dir"]
     assert resumed.returncode == 0, resumed.stdout[-4000:] + resumed.stderr[-3000:]
-    assert "p0 (load.max_output_tokens=24): complete, kept" in resumed.stdout
+    assert "p0 (load.max_output_tokens=16): complete, kept" in resumed.stdout
     p0 = study_dir / "points" / "p0"
     assert {p: (p0 / p).stat().st_mtime_ns for p in shared_study["p0_mtimes"]} == shared_study["p0_mtimes"]
     p1 = json.loads((study_dir / "study.json").read_text())["points"][1]["attempts"]
@@ -61,6 +61,6 @@ def test_resume_continues_the_killed_point_and_keeps_the_finished_one(shared_stu
         (2, "points/p1", "finished"),  # same node, same GPUs: continued in place
     ]
     assert (
-        study_dir / "points" / "p1" / "arms" / "ngram_k2.attempt-1" / "server.log"
+        study_dir / "points" / "p1" / "arms" / "ngram_k4.attempt-1" / "server.log"
     ).is_file()  # kept aside
     assert load_study(study_dir).missing == []

@@ -75,6 +75,20 @@ def test_cpu_env_and_eager(adapter) -> None:
     assert "--enforce-eager" in spec.argv
 
 
+def test_ngram_and_baseline_compute_with_the_same_threads(adapter) -> None:
+    """A CPU regime that sets OMP_NUM_THREADS sets numba's count to it too (the ngram proposer
+    hands numba's count back to OpenMP after every proposal); one that sets neither leaves both
+    to the engine, and a NUMBA_NUM_THREADS of the regime's own stands."""
+    regime = load_regime(ROOT / "tests" / "regimes" / "cpu_e2e.yaml")  # OMP_NUM_THREADS: "1"
+    for arm in regime.arms:
+        assert adapter.launch_spec(regime, arm, "/m", 1, "/py").env["NUMBA_NUM_THREADS"] == "1"
+    default = load_regime(ROOT / "regimes" / "cpu_default.yaml")
+    assert "NUMBA_NUM_THREADS" not in adapter.launch_spec(default, default.arms[1], "/m", 1, "/py").env
+    engine = regime.engine.model_copy(update={"env": {**regime.engine.env, "NUMBA_NUM_THREADS": "2"}})
+    own = regime.model_copy(update={"engine": engine})
+    assert adapter.launch_spec(own, own.arms[1], "/m", 1, "/py").env["NUMBA_NUM_THREADS"] == "2"
+
+
 def test_regime_values_stay_single_arguments(adapter) -> None:
     """Regime values reach the engine as argv elements, never through a shell."""
     regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")

@@ -164,7 +164,8 @@ def capture_hidden_states(work_dir: Path, console: Console) -> None:
     dataset = load_from_disk(str(data_dir))
     todo = [i for i in range(len(dataset)) if not (out_dir / f"hs_{i}.safetensors").is_file()]
     torch.manual_seed(build["seed"])
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if "OMP_NUM_THREADS" not in os.environ:  # stated by the caller (a shared machine): kept
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
     device = "cuda" if torch.cuda.is_available() else "cpu"  # one device: targets that fit on one GPU
     model = AutoModelForCausalLM.from_pretrained(
         build["target_dir"], dtype=getattr(torch, build["hidden_states_dtype"])

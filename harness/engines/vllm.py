@@ -42,10 +42,28 @@ SAMPLING_OPTIONS = {
 }
 
 
+# ``--per-request-spec-decode-metrics summary`` (vLLM 0.33, config/observability.py): each streamed
+# response's final usage chunk carries ``metrics.speculative_decoding`` for an n = 1 request
+# (entrypoints/generate/base/protocol.py: SpeculativeDecodingMetrics; v1/metrics/stats.py:
+# RequestSpecDecodeMetrics.to_dict), counted at the same verify steps as the /metrics counters.
+PER_REQUEST_SPEC_METRICS_SINCE = (0, 33)
+PER_REQUEST_SPEC_METRICS_FLAG = "--per-request-spec-decode-metrics"
+
+
+def _release(version: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version or "")[:2])
+
+
+def per_request_spec_metrics(version: str | None) -> bool:
+    """Whether vLLM ``version`` (as pinned) reports each request's own acceptance."""
+    release = _release(version)
+    return len(release) == 2 and release >= PER_REQUEST_SPEC_METRICS_SINCE
+
+
 def sampling_options(version: str | None) -> dict[str, tuple[str, ...]]:
     """The verification and draft-sampling values vLLM ``version`` takes (unpinned or unknown: any
     release's)."""
-    release = ".".join(re.findall(r"\d+", version or "")[:2])
+    release = ".".join(str(x) for x in _release(version))
     if release in SAMPLING_OPTIONS:
         return SAMPLING_OPTIONS[release]
     keys = {key for options in SAMPLING_OPTIONS.values() for key in options}
@@ -153,6 +171,11 @@ class VllmAdapter:
         spec = self.speculative_config(arm, draft_model)
         if spec is not None:
             argv += ["--speculative-config", json.dumps(spec, sort_keys=True)]
+            if (
+                per_request_spec_metrics(regime.engine.version)
+                and PER_REQUEST_SPEC_METRICS_FLAG not in regime.engine.extra_args
+            ):  # each request's own acceptance, beside the counters (tau per prompt)
+                argv += [PER_REQUEST_SPEC_METRICS_FLAG, "summary"]
         argv += regime.engine.extra_args
         env = {
             "VLLM_SERVER_DEV_MODE": "1",
@@ -162,6 +185,13 @@ class VllmAdapter:
         if regime.hardware.kind == "cpu":
             # KV cache size in GiB for the CPU backend; 2 GiB is plenty for small models.
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+            if "OMP_NUM_THREADS" in env:
+                # The ngram proposer (v1/spec_decode/ngram_proposer.py) restores numba's thread
+                # count after every proposal, and numba's OpenMP layer sets the count torch then
+                # computes with: numba's default (every core) would give an ngram arm more threads
+                # than its baseline (measured: a second compute thread in each ngram engine of
+                # OMP_NUM_THREADS=1 regimes, none in their baselines). The same count for both.
+                env.setdefault("NUMBA_NUM_THREADS", env["OMP_NUM_THREADS"])
         return LaunchSpec(argv=argv, env=env)
 
     def request_fields(
@@ -176,7 +206,17 @@ class VllmAdapter:
         return fields | chat_template_fields(prompt_format, template_kwargs)
 
     def absorb_chunk(self, record: RequestRecord, chunk: dict[str, Any]) -> None:
-        return None  # everything vLLM streams is in the fields the client reads itself
+        """vLLM 0.33's per-request acceptance (``PER_REQUEST_SPEC_METRICS_FLAG``): on the final
+        usage chunk, ``metrics.speculative_decoding``; everything else vLLM streams is in the
+        fields the client reads itself."""
+        metrics = chunk.get("metrics")
+        if isinstance(metrics, dict):
+            spec = metrics.get("speculative_decoding")
+            if isinstance(spec, dict):
+                record.spec_details = spec
+
+    def request_counters(self, record: RequestRecord) -> SpecCounters | None:
+        return request_counters([record.spec_details]) if record.spec_details else None
 
     def read_spec_counters(self, base_url: str) -> SpecCounters | None:
         from harness.engines import http  # I/O: only the run side calls this method
@@ -234,6 +274,25 @@ class VllmAdapter:
             except importlib.metadata.PackageNotFoundError:
                 continue
         return None
+
+
+def request_counters(details: list[dict]) -> SpecCounters:
+    """Per-request ``metrics.speculative_decoding`` (vLLM 0.33) summed into the counters'
+    quantities: drafts = verify steps, accepted and proposed draft tokens, per position from the
+    histogram of accepted drafts per step (a step that accepted j drafts accepted positions 0..j-1)."""
+    drafts = accepted = proposed = 0.0
+    per_position: dict[int, float] = {}
+    for detail in details:
+        histogram = detail.get("acceptance_histogram") or []
+        drafts += detail.get("num_spec_steps", sum(histogram)) or 0
+        accepted += detail.get("num_accepted_draft_tokens") or 0
+        proposed += detail.get("num_draft_tokens") or 0
+        for correct, steps in enumerate(histogram):
+            for position in range(correct):
+                per_position[position] = per_position.get(position, 0.0) + steps
+    return SpecCounters(
+        drafts=drafts, draft_tokens=proposed, accepted_tokens=accepted, accepted_per_position=per_position
+    )
 
 
 _LOG_DTYPE = re.compile(r"Initializing a V1 LLM engine .*?\bdtype=torch\.(\w+)")
