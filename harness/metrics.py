@@ -476,6 +476,18 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
         ("draft_tokens", "tokens", "tokens proposed by the drafter"),
         ("accepted_tokens", "tokens", "draft tokens the target accepted"),
         (
+            "accepted_past_stop",
+            "tokens",
+            "of accepted_tokens, drafts accepted past a request's stop, at least: counted in tau, never "
+            "output (probes.acceptance.ACCEPTED_PAST_STOP); empty: nothing accepted",
+        ),
+        (
+            "request_tau",
+            "tokens/step",
+            "the request's own tau, from the acceptance its response reported (SGLang's spec details, "
+            "vLLM 0.33's per-request metrics); empty where the engine reports none",
+        ),
+        (
             "context_share_pct",
             "%",
             "output 3-grams found in the prompt or earlier in the output (what a "

@@ -18,7 +18,10 @@ from harness.probes.acceptance import (
     SpecCounters,
     acceptance,
     acceptance_problems,
+    accepted_past_stop,
     conditional_rates,
+    mean_acceptance_length,
+    request_sum_problem,
     streamed_steps,
     tokens_per_forward,
 )
@@ -128,6 +131,8 @@ def cell_metrics(
     tok_s = output_tokens_per_s(output_tokens, duration)
     counters, per_repeat, power = _repeats(windows, records, price_per_hour, slo, engine)
     acc = acceptance(counters)
+    steps = sum(streamed_steps(r.chunks) for r in ok)
+    own = _request_acceptance(ok, engine)
     copies = [copied_ngrams(r.prompt_token_ids, r.token_ids) for r in ok]
     power_stats = combine_power(power, output_tokens)
     first = windows[0]
@@ -157,13 +162,14 @@ def cell_metrics(
         acceptance_source=first.acceptance_source,
         server_reported=windows[-1].server_reported,  # the engine's own figure after the cell's last window
         tau=acc.tau,
-        tokens_per_forward=tokens_per_forward(
-            output_tokens, len(ok), counters.accepted_tokens, sum(streamed_steps(r.chunks) for r in ok)
-        ),
+        tokens_per_forward=tokens_per_forward(output_tokens, len(ok), counters.accepted_tokens, steps),
         acceptance_rate=acc.acceptance_rate,
         per_position_acceptance=acc.per_position,
         conditional_acceptance=conditional_rates(acc.per_position),
-        acceptance_checks=acceptance_problems(acc.tau, acc.per_position),
+        acceptance_checks=acceptance_problems(acc.tau, acc.per_position)
+        + _request_sum_checks(counters, own, first.acceptance_source),
+        accepted_past_stop=accepted_past_stop(output_tokens, len(ok), counters.accepted_tokens, steps),
+        prompt_tau=_prompt_tau(ok, own),
         copy_share_pct=share_pct(copies),
         context_share_pct=share_pct(copies, "from_context"),
         output_ngrams=sum(c.total for c in copies),
@@ -187,6 +193,35 @@ def cell_metrics(
         **_precision(windows, min_repeats),
         **(_cpu(windows) | _gpu(windows)),  # a GPU neighbour sets noisy_neighbour, never clears it
     )
+
+
+def _request_acceptance(ok: list[RequestRecord], engine: str) -> list[SpecCounters] | None:
+    """Each request's own acceptance, in the records' order; None unless every request has it."""
+    adapter = get_adapter(engine)
+    own = [adapter.request_counters(r) for r in ok]
+    return None if not own or any(c is None for c in own) else own  # type: ignore[return-value]
+
+
+def _request_sum_checks(counters: SpecCounters, own: list[SpecCounters] | None, source: str) -> list[str]:
+    """Server counters against the requests' own acceptance summed (where both exist)."""
+    if own is None or source != "server_counters" or counters.drafts <= 0:
+        return []
+    total = SpecCounters()
+    for request in own:
+        total = total.plus(request)
+    problem = request_sum_problem(counters, total)
+    return [] if problem is None else [problem]
+
+
+def _prompt_tau(ok: list[RequestRecord], own: list[SpecCounters] | None) -> dict[str, float] | None:
+    """tau per prompt over the cell's repeats, from the requests' own acceptance."""
+    if own is None:
+        return None
+    by_prompt: dict[str, SpecCounters] = {}
+    for record, counters in zip(ok, own, strict=True):
+        by_prompt[record.prompt_id] = by_prompt.get(record.prompt_id, SpecCounters()).plus(counters)
+    taus = {p: mean_acceptance_length(c.drafts, c.accepted_tokens) for p, c in sorted(by_prompt.items())}
+    return {p: t for p, t in taus.items() if t is not None} or None
 
 
 def _open_loop(rate: float | None, records: list[RequestRecord], tolerance_s: float) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from harness import pooling
 from harness.errors import UserError
 from harness.findings import findings
 from harness.metrics import METRICS, Metric, shown
+from harness.probes.acceptance import mean_acceptance_length
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 from harness.terminal import Column, FitTable, wrap
@@ -291,6 +292,9 @@ def answer_lines(summary: Summary) -> list[str]:
     if verification:
         lines.append(verification)
     lines += acceptance_check_lines(summary)
+    past_stop = past_stop_line(summary)
+    if past_stop:
+        lines.append(past_stop)
     usage = cpu_line(summary)
     if usage:
         lines.append(usage)
@@ -375,6 +379,34 @@ def acceptance_check_lines(summary: Summary) -> list[str]:
         for c in summary.cells
         for problem in c.acceptance_checks
     ]
+
+
+def past_stop_line(summary: Summary) -> str | None:
+    """Per speculative arm, the drafts its counters accepted past requests' stops (counted in tau,
+    never output; ``probes.acceptance.ACCEPTED_PAST_STOP``) and tau without them, over its cells."""
+    totals: dict[str, list[float]] = {}
+    for cell in summary.cells:
+        if cell.accepted_past_stop is not None and cell.drafts > 0:
+            total = totals.setdefault(cell.arm, [0.0, 0.0, 0.0])
+            total[0] += cell.accepted_past_stop
+            total[1] += cell.accepted_tokens
+            total[2] += cell.drafts
+    parts = []
+    for arm, (past, accepted, drafts) in totals.items():
+        with_them = mean_acceptance_length(drafts, accepted)
+        without = mean_acceptance_length(drafts, accepted - past)
+        share = 100 * past / accepted if accepted else 0.0
+        parts.append(
+            f"{arm} {past:.0f} of {accepted:.0f} accepted ({share:.0f}%; tau {with_them:.2f}, "
+            f"{without:.2f} without them)"
+        )
+    if not parts:
+        return None
+    return (
+        "Drafts accepted past a request's stop (counted in tau, never output; at least, from the stream): "
+        + ", ".join(parts)
+        + "."
+    )
 
 
 def verification_line(summary: Summary) -> str | None:

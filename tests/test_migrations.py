@@ -177,6 +177,15 @@ def test_study_v1_reads_as_a_local_study_without_jobs() -> None:
     assert StudyDir(FIXTURES / "study_v1").read() == StudyRecord.model_validate(step)
 
 
+def test_summary_v8_cells_read_without_the_new_acceptance_figures() -> None:
+    """Version 9: cells gained accepted_past_stop and prompt_tau, which a version-8 summary lacks
+    (read as not derived); a version-8 status and run record are unchanged."""
+    v8 = {"schema_version": 8, "cells": [{"arm": "a"}], "arms": []}
+    assert _pure(summary.migrate_v8, v8) == {**v8, "schema_version": 9}
+    assert _pure(status.migrate_v8, {"status": "ok"}) == {"status": "ok"}
+    assert _pure(run_record.migrate_v8, {"schema_version": 8})["schema_version"] == 9
+
+
 def test_summary_v7_gains_what_it_knew_of_its_engine() -> None:
     """Version 8: the known defects a run was forced through and the engine patches it ran with;
     a version-7 run had neither."""

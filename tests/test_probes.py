@@ -282,3 +282,51 @@ def test_per_position_acceptance_marginal_conditional_and_its_checks() -> None:
         "the per-position rate rises from position 0 to 1 (0.300 -> 0.500)"
     ]
     assert acceptance_problems(None, []) == [] and acceptance_problems(1.0, []) == []
+
+
+def test_drafts_accepted_past_a_stop_are_measured_from_the_stream() -> None:
+    """A verify step accepts its drafts before the stop is checked: the counters can count drafts
+    never output. The stream shows the ones that were: each step's chunk is its own token plus the
+    drafts it accepted."""
+    from harness.probes.acceptance import accepted_past_stop, streamed_steps
+
+    # 1 prefill token, then steps emitting 3, 1, 4 and (the last, cut at max_tokens) 2 tokens:
+    # 6 drafts output; the last step had accepted 3 (4 tokens) of which 1 went out -> 2 past the stop
+    chunks = [(0.0, 1, "a"), (0.1, 3, "b"), (0.2, 1, "c"), (0.3, 4, "d"), (0.4, 2, "e")]
+    output = sum(n for _, n, _ in chunks)
+    assert streamed_steps(chunks) == 4
+    assert accepted_past_stop(output, 1, 8, streamed_steps(chunks)) == 2
+    assert accepted_past_stop(output, 1, 6, streamed_steps(chunks)) == 0  # everything accepted went out
+    assert accepted_past_stop(output, 1, 0, streamed_steps(chunks)) is None  # nothing accepted
+    # steps merged into fewer chunks (a slow reader) make it a lower bound, never negative
+    assert accepted_past_stop(output, 1, 8, 2) == 0
+
+
+def test_requests_own_acceptance_gives_tau_per_prompt_and_checks_the_counters() -> None:
+    """vLLM 0.33's per-request metrics (the response's metrics.speculative_decoding): tau per
+    prompt over the cell's repeats, and the counters checked against the requests' sum."""
+
+    def record(prompt: str, steps: int, accepted: int, histogram: list[int]) -> RequestRecord:
+        r = _record(0.0, 0.5, 2.5, 1 + steps + accepted)
+        r.prompt_id = prompt
+        r.chunks = [(0.0, 1, "x")] + [(0.1, 1, "y")] * steps  # merged: no past-stop evidence needed
+        r.spec_details = {
+            "num_spec_steps": steps,
+            "num_accepted_draft_tokens": accepted,
+            "num_draft_tokens": 4 * steps,
+            "acceptance_histogram": histogram,
+        }
+        return r
+
+    records = [record("a", 2, 4, [0, 0, 2]), record("b", 4, 2, [2, 2])]
+    agree = SpecCounters(drafts=6, draft_tokens=24, accepted_tokens=6, accepted_per_position={0: 4, 1: 2})
+    cell = cell_metrics(ARM, None, [_window(0, 4.0, agree)], records, 0.36, None, engine="vllm")
+    assert cell.prompt_tau == pytest.approx({"a": 3.0, "b": 1.5})
+    assert cell.acceptance_checks == [] and cell.tau == pytest.approx(2.0)
+    missed = SpecCounters(drafts=5, draft_tokens=20, accepted_tokens=5, accepted_per_position={0: 3, 1: 2})
+    short = cell_metrics(ARM, None, [_window(0, 4.0, missed)], records, 0.36, None, engine="vllm")
+    assert "the requests' own drafts (6) differ from the server's counters (5)" in short.acceptance_checks
+    for r in records:
+        r.spec_details = None  # vLLM 0.32 (no per-request metrics): no tau per prompt, no check
+    plain = cell_metrics(ARM, None, [_window(0, 4.0, missed)], records, 0.36, None, engine="vllm")
+    assert plain.prompt_tau is None and plain.acceptance_checks == []

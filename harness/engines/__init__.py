@@ -103,6 +103,10 @@ class EngineAdapter(Protocol):
         """Server-wide acceptance figures the engine reports besides what tau is computed from,
         stored labelled with each window (SGLang's lifetime mean); None when there are none."""
 
+    def request_counters(self, record: RequestRecord) -> SpecCounters | None:
+        """One request's own draft counters from its response (SGLang's details, vLLM 0.33's
+        per-request metrics), in the same quantities; None where the engine did not report them."""
+
     def window_counters(self, window: WindowRecord, records: list[RequestRecord]) -> SpecCounters:
         """A stored window's draft counters in vLLM's quantities (drafts, draft tokens, accepted,
         accepted per position), from its scrapes or its requests' details: tau has one definition."""

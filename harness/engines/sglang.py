@@ -172,6 +172,9 @@ class SglangAdapter:
         acceptance comes from each request's details (``window_counters``)."""
         return None
 
+    def request_counters(self, record: RequestRecord) -> SpecCounters | None:
+        return request_counters([record.spec_details]) if record.spec_details else None
+
     def window_counters(self, window: WindowRecord, records: list[RequestRecord]) -> SpecCounters:
         return request_counters([r.spec_details for r in records if r.spec_details])
 

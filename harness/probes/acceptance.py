@@ -54,6 +54,26 @@ def tokens_per_forward(
     return decoded / steps
 
 
+ACCEPTED_PAST_STOP = (
+    "drafts the engine's counters accepted past a request's stop (its max_tokens or a stop token): "
+    "counted in tau, never output. A verify step accepts its drafts before the stop is checked, so a "
+    "request's last step can count up to K of them. At least the accepted drafts less those the "
+    "stream shows were output (each decode step's chunk carries its own token plus the drafts it "
+    "accepted); exact when every step streamed its own chunk, at most K per request"
+)
+
+
+def accepted_past_stop(
+    output_tokens: int, requests: int, accepted_tokens: float, streamed_steps: int
+) -> float | None:
+    """``ACCEPTED_PAST_STOP``, at least: ``accepted_tokens`` (the counters') less the accepted
+    drafts that were output, (output - requests) - ``streamed_steps``. None: nothing accepted."""
+    if accepted_tokens <= 0 or requests <= 0:
+        return None
+    output_accepted = (output_tokens - requests) - streamed_steps
+    return max(0.0, accepted_tokens - output_accepted)
+
+
 def streamed_steps(chunks: list[tuple[float, int, str]]) -> int:
     """A request's decode steps as streamed: its chunks that carried tokens, less the first (the
     prefill's token)."""
@@ -170,6 +190,16 @@ def conditional_rates(marginal: list[float]) -> list[float | None]:
 
 # counters are integers summed over the window; their ratios agree to float rounding
 CONSISTENCY_TOLERANCE = 1e-6
+
+
+def request_sum_problem(counters: SpecCounters, requests: SpecCounters) -> str | None:
+    """The window counters against the sum of the requests' own acceptance (the engine reports
+    both at the same verify steps): a difference means a scrape missed steps or other requests ran."""
+    for name in ("drafts", "accepted_tokens"):
+        mine, theirs = getattr(requests, name), getattr(counters, name)
+        if abs(mine - theirs) > CONSISTENCY_TOLERANCE * max(1.0, theirs):
+            return f"the requests' own {name} ({mine:g}) differ from the server's counters ({theirs:g})"
+    return None
 
 
 def acceptance_problems(tau: float | None, marginal: list[float]) -> list[str]:

@@ -37,6 +37,7 @@ from harness.table import (
     lab_markdown,
     lab_rows,
     measured,
+    past_stop_line,
     verification_line,
 )
 from harness.verdict import (
@@ -196,6 +197,7 @@ def _fingerprint(raw: RawRun, summary: Summary) -> list[tuple[str, str]]:
         ("draft counting", draft_counting_line(summary) or "not recorded (no spec arm, or an older run)"),
         ("verification", verification_line(summary) or "not applicable (no spec arm, or not this engine's)"),
         ("engine patches", "; ".join(summary.engine_patches) or "none (the engine as installed)"),
+        ("drafts past a stop", past_stop_line(summary) or "none counted (no draft accepted)"),
         ("sampling", f"temperature {regime.sampling.temperature}, seed {regime.sampling.seed}"),
         (
             "load",

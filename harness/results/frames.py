@@ -25,7 +25,9 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from harness.engines import get_adapter
 from harness.metrics import METRICS, column_doc
+from harness.probes.acceptance import SpecCounters, mean_acceptance_length
 from harness.probes.copying import copied_ngrams, share_pct
 from harness.probes.schedule import client_lag_s, queueing_s
 from harness.probes.slo import meets
@@ -43,6 +45,10 @@ DICTIONARY = "columns.csv"
 def _frame(rows: Iterable[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
     """A frame with a fixed column order, also when there are no rows."""
     return pd.DataFrame(list(rows), columns=columns)
+
+
+def _request_tau(own: SpecCounters | None) -> float | None:
+    return None if own is None else mean_acceptance_length(own.drafts, own.accepted_tokens)
 
 
 @dataclass
@@ -85,6 +91,7 @@ class Run:
                     "per_position_acceptance",
                     "conditional_acceptance",
                     "acceptance_checks",
+                    "prompt_tau",  # per prompt: the requests() frame has request_tau
                     "exactness",
                     "server_reported",
                 }
@@ -175,9 +182,11 @@ class Run:
             "within_slo",
             "copy_share_pct",
             "context_share_pct",
+            "request_tau",
         ]
         slo = self.summary.slo  # within_slo: None without targets
         categories = {c.workload: c.category for c in self.summary.cells}
+        adapter = get_adapter(self.raw.regime.engine.name)
         methods = {a.name: a.method for a in self.raw.regime.arms}
 
         def ms(value: float | None) -> float | None:
@@ -210,6 +219,7 @@ class Run:
                 "within_slo": None if slo is None else meets(s, slo),
                 "copy_share_pct": share_pct([copied := copied_ngrams(s.prompt_token_ids, s.token_ids)]),
                 "context_share_pct": share_pct([copied], "from_context"),
+                "request_tau": _request_tau(adapter.request_counters(s)),
             }
             for name, arm in self.raw.arms.items()
             for s in arm.samples

@@ -91,6 +91,12 @@ class CellMetrics(ResultModel):
     conditional_acceptance: list[float | None] = []
     # the counters' consistency checks that failed (probes.acceptance.acceptance_problems); [] passed
     acceptance_checks: list[str] = []
+    # drafts the counters accepted past requests' stops, at least (probes.acceptance.accepted_past_stop:
+    # counted in tau, never output); None: nothing accepted (version 9 on)
+    accepted_past_stop: float | None = None
+    # tau per prompt over the cell's repeats, from each request's own acceptance (SGLang's details,
+    # vLLM 0.33's per-request metrics); None where the engine reports none (version 9 on)
+    prompt_tau: dict[str, float] | None = None
     drafts: float
     draft_tokens: float
     accepted_tokens: float
@@ -327,7 +333,7 @@ class DistributionSection(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[8] = SCHEMA_VERSION
+    schema_version: Literal[9] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str

@@ -65,4 +65,10 @@ def migrate_v7(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "schema_version": 8}
 
 
-STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7)
+def migrate_v8(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 9: on vLLM 0.33 a request's ``spec_details`` may hold its own acceptance (the
+    response's ``metrics.speculative_decoding``); the record is otherwise unchanged."""
+    return {**record, "schema_version": 9}
+
+
+STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7, migrate_v8)

@@ -64,4 +64,12 @@ def migrate_v7(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "schema_version": 8, "known_defects": [], "engine_patches": []}
 
 
-STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7)
+def migrate_v8(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 9: cells gained ``accepted_past_stop`` (drafts the counters accepted past requests'
+    stops, at least; ``probes.acceptance.accepted_past_stop``) and ``prompt_tau`` (tau per prompt
+    from each request's own acceptance, where the engine reports it). Absent: not derived; ``bench``
+    re-derives both from the raw files."""
+    return {**summary, "schema_version": 9}
+
+
+STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7, migrate_v8)
