@@ -143,14 +143,14 @@ def shared_study(tmp_path_factory) -> dict:
 
 
 # The README's command runs the suite on two workers (pytest-xdist, ``-n 2``), in two lanes. The
-# engine's modules run one after another on the first worker, longest first: two engines side by
-# side on the 2-core machines oversubscribe them (each server is an API process, an engine core and
-# a client; their windows ran 2-6 times slower than alone). Everything else runs on the second
-# worker meanwhile, on the core an engine leaves (its servers run one thread: OMP_NUM_THREADS=1 in
-# tests/regimes/). Some engine units run two servers themselves (``TWO_SERVERS``: the study's two
-# points, the end-to-end and production modules' runs side by side); once the second worker's own work is done
-# it takes every one-server engine unit still queued, but only while the first worker runs a
-# one-server unit too (never a third server beside two), and then stops.
+# engine's modules run one after another on the first worker, longest first; everything else runs
+# on the second meanwhile (the servers of tests/regimes/ compute on one thread: OMP_NUM_THREADS=1,
+# and NUMBA_NUM_THREADS with it for ngram: docs/measuring.md). Some engine units run two servers
+# themselves (``TWO_SERVERS``: the study's two points, the end-to-end and production modules' runs
+# side by side). Once the second worker's own work is done it takes every one-server engine unit
+# still queued, but only while the first worker runs a one-server unit too (never a third server
+# beside two: each is an API process, an engine core and a client, on 2 cores), and then stops.
+# Measured on the AVX2-only EPYC: 18.1 minutes (docs/measured.md#the-test-suite).
 # The work goes out a module at a time (a module-scoped server starts once), the modules that read
 # the session's study as one unit (the study is made once). xdist's own ``xdist_group`` mark cannot
 # group them under pytest 9.2 (it rewrites ``item._nodeid``, which pytest no longer reads): the
