@@ -150,7 +150,7 @@ def shared_study(tmp_path_factory) -> dict:
 # side by side). Once the second worker's own work is done it takes every one-server engine unit
 # still queued, but only while the first worker runs a one-server unit too (never a third server
 # beside two: each is an API process, an engine core and a client, on 2 cores), and then stops.
-# Measured on the AVX2-only EPYC: 18.1 minutes (docs/measured.md#the-test-suite).
+# Measured on the AVX2-only EPYC: 18.1 and 17.9 minutes (docs/measured.md#the-test-suite).
 # The work goes out a module at a time (a module-scoped server starts once), the modules that read
 # the session's study as one unit (the study is made once). xdist's own ``xdist_group`` mark cannot
 # group them under pytest 9.2 (it rewrites ``item._nodeid``, which pytest no longer reads): the
