@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields
-from harness.probes.acceptance import SpecCounters
+from harness.probes.acceptance import SpecCounters, histogram_counters
 
 if TYPE_CHECKING:
     from harness.regime import Arm, Regime
@@ -225,18 +225,17 @@ def request_counters(details: list[dict]) -> SpecCounters:
     """Per-request ``spec_tokens_details`` of one window, summed into vLLM's counter quantities:
     drafts = verify steps, accepted = correct drafts, per position from the histogram of correct
     drafts per step (a step with j correct drafts accepted positions 0..j-1)."""
-    drafts = accepted = proposed = 0.0
-    per_position: dict[int, float] = {}
+    total = SpecCounters()
     for detail in details:
-        drafts += detail.get("spec_verify_ct") or 0
-        accepted += detail.get("spec_num_correct_drafts") or 0
-        proposed += detail.get("spec_num_proposed_drafts") or 0
-        for correct, steps in enumerate(detail.get("spec_correct_drafts_histogram") or []):
-            for position in range(correct):
-                per_position[position] = per_position.get(position, 0.0) + steps
-    return SpecCounters(
-        drafts=drafts, draft_tokens=proposed, accepted_tokens=accepted, accepted_per_position=per_position
-    )
+        total = total.plus(
+            histogram_counters(
+                detail.get("spec_verify_ct") or 0,
+                detail.get("spec_num_proposed_drafts") or 0,
+                detail.get("spec_num_correct_drafts") or 0,
+                detail.get("spec_correct_drafts_histogram") or [],
+            )
+        )
+    return total
 
 
 def server_figures_from_info(info: dict) -> dict | None:

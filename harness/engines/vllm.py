@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields
 from harness.engines.patches import APPLIED_MARK
 from harness.engines.patches import launch_env as patch_env
-from harness.probes.acceptance import SpecCounters, parse_prometheus
+from harness.probes.acceptance import SpecCounters, histogram_counters, parse_prometheus
 
 if TYPE_CHECKING:
     from harness.regime import Arm, Regime
@@ -280,19 +280,18 @@ def request_counters(details: list[dict]) -> SpecCounters:
     """Per-request ``metrics.speculative_decoding`` (vLLM 0.33) summed into the counters'
     quantities: drafts = verify steps, accepted and proposed draft tokens, per position from the
     histogram of accepted drafts per step (a step that accepted j drafts accepted positions 0..j-1)."""
-    drafts = accepted = proposed = 0.0
-    per_position: dict[int, float] = {}
+    total = SpecCounters()
     for detail in details:
         histogram = detail.get("acceptance_histogram") or []
-        drafts += detail.get("num_spec_steps", sum(histogram)) or 0
-        accepted += detail.get("num_accepted_draft_tokens") or 0
-        proposed += detail.get("num_draft_tokens") or 0
-        for correct, steps in enumerate(histogram):
-            for position in range(correct):
-                per_position[position] = per_position.get(position, 0.0) + steps
-    return SpecCounters(
-        drafts=drafts, draft_tokens=proposed, accepted_tokens=accepted, accepted_per_position=per_position
-    )
+        total = total.plus(
+            histogram_counters(
+                detail.get("num_spec_steps", sum(histogram)) or 0,
+                detail.get("num_draft_tokens") or 0,
+                detail.get("num_accepted_draft_tokens") or 0,
+                histogram,
+            )
+        )
+    return total
 
 
 _LOG_DTYPE = re.compile(r"Initializing a V1 LLM engine .*?\bdtype=torch\.(\w+)")

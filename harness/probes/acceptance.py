@@ -74,6 +74,23 @@ def accepted_past_stop(
     return max(0.0, accepted_tokens - output_accepted)
 
 
+def histogram_counters(steps: float, proposed: float, accepted: float, histogram: list[int]) -> SpecCounters:
+    """One request's own acceptance in the counters' quantities (SGLang's spec details, vLLM 0.33's
+    per-request metrics): drafts = its verify steps, and per position from its histogram of
+    accepted drafts per step (entry j: the steps that accepted exactly j drafts, i.e. positions
+    0..j-1)."""
+    per_position: dict[int, float] = {}
+    for correct, count in enumerate(histogram):
+        for position in range(correct):
+            per_position[position] = per_position.get(position, 0.0) + count
+    return SpecCounters(
+        drafts=float(steps),
+        draft_tokens=float(proposed),
+        accepted_tokens=float(accepted),
+        accepted_per_position=per_position,
+    )
+
+
 def streamed_steps(chunks: list[tuple[float, int, str]]) -> int:
     """A request's decode steps as streamed: its chunks that carried tokens, less the first (the
     prefill's token)."""
