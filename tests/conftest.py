@@ -147,10 +147,12 @@ def shared_study(tmp_path_factory) -> dict:
 # on the second meanwhile (the servers of tests/regimes/ compute on one thread: OMP_NUM_THREADS=1,
 # and NUMBA_NUM_THREADS with it for ngram: docs/measuring.md). Some engine units run two servers
 # themselves (``TWO_SERVERS``: the study's two points, the end-to-end and production modules' runs
-# side by side). Once the second worker's own work is done it takes every one-server engine unit
-# still queued, but only while the first worker runs a one-server unit too (never a third server
-# beside two: each is an API process, an engine core and a client, on 2 cores), and then stops.
-# Measured on the AVX2-only EPYC: 18.1 and 17.9 minutes (docs/measured.md#the-test-suite).
+# side by side). Once the second worker's own work is done it takes the drafter builds
+# (``SECOND_LANE``: one server at a time, half of it torch, nothing in it timed), whatever the first
+# worker runs: the first lane alone was 5 minutes longer than the second. It takes the other
+# one-server engine units still queued (the fault test) only while the first worker runs one server
+# at most: the fault test's stall timeout must not see a neighbour's slowness. Measured on the
+# AVX2-only EPYC: docs/measured.md#the-test-suite.
 # The work goes out a module at a time (a module-scoped server starts once), the modules that read
 # the session's study as one unit (the study is made once). xdist's own ``xdist_group`` mark cannot
 # group them under pytest 9.2 (it rewrites ``item._nodeid``, which pytest no longer reads): the
@@ -168,12 +170,13 @@ ENGINE_MODULES = frozenset(
 )
 STUDY_MODULES = frozenset({"test_gate_engine.py", "test_study_engine.py", "test_study_executors_engine.py"})
 TWO_SERVERS = frozenset({"study", "test_end_to_end.py", "test_production_engine.py"})
+SECOND_LANE = frozenset({"test_distill_engine.py"})
 LONGEST_FIRST = (
     "study",  # 7 start-ups, two at a time, and the gate's run beside the resume
-    "test_distill_engine.py",  # drafter builds: one server at a time, and torch
-    "test_engine_faults.py",  # one server at a time: the second worker's, when it is done
+    "test_distill_engine.py",  # drafter builds: one server at a time, and torch (the second lane's)
     "test_end_to_end.py",  # two runs side by side
     "test_production_engine.py",  # two runs side by side
+    "test_engine_faults.py",  # one server at a time: whichever worker is free first
     "test_interval_coverage.py",  # 600 simulated runs of the harness's own functions
 )
 ENGINE_LANE = "gw0"
@@ -236,9 +239,13 @@ class Lanes(LoadScopeScheduling):
 
     def _assign_work_unit(self, node) -> None:
         lane = node.gateway.id == ENGINE_LANE
-        eligible = [s for s in self.workqueue if _engine(s) == lane] or (
-            [s for s in self.workqueue if not _engine(s)] if lane else []
-        )
+        own = [s for s in self.workqueue if not _engine(s)] + [
+            s for s in self.workqueue if _unit_of(s) in SECOND_LANE
+        ]
+        if lane:
+            eligible = [s for s in self.workqueue if _engine(s) and _unit_of(s) not in SECOND_LANE] or own
+        else:
+            eligible = own
         if not eligible and not lane:
             if not any(_engine(s) for s in self.workqueue):
                 node.shutdown()  # what is left is the engine lane's own

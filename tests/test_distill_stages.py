@@ -82,12 +82,33 @@ def _prepare(work: Path, target_dir: str, texts: list[tuple[str, str]], **build:
     return settings
 
 
+# Four copies of the texts and a high learning rate: two epochs learn enough that a warm start
+# from them can be told from a cold one (the warm-start test continues this module's build rather
+# than training a source of its own: each stage is a process that imports torch and the trainer).
+ROWS = TEXTS * 4
+BUILD = {"learning_rate": 3e-3, "validation_fraction": 0.2}
+
+
 @pytest.fixture(scope="module")
 def work(tmp_path_factory, target_dir: str) -> Path:
     work = tmp_path_factory.mktemp("distill-work")
-    _prepare(work, target_dir, TEXTS)
+    _prepare(work, target_dir, ROWS, **BUILD)
     _stage("data", work)
     return work
+
+
+@pytest.fixture(scope="module")
+def trained(work: Path) -> dict:
+    """One epoch, then the same build resumed for a second: what each run left behind."""
+    _stage("train", work)
+    first = {
+        "checkpoints": sorted(p.name for p in (work / "checkpoints").iterdir()),
+        "metrics": (work / "train_metrics.jsonl").read_text(),
+    }
+    build = json.loads((work / "build.json").read_text())
+    (work / "build.json").write_text(json.dumps({**build, "epochs": 2}))
+    _stage("train", work)
+    return {"work": work, "first": first, "build": {**build, "epochs": 2}}
 
 
 def test_dataset_and_hidden_states_in_speculators_format(work: Path, target_dir: str) -> None:
@@ -97,7 +118,7 @@ def test_dataset_and_hidden_states_in_speculators_format(work: Path, target_dir:
     from transformers import AutoModelForCausalLM
 
     dataset = load_from_disk(str(work / "data"))
-    assert len(dataset) == len(TEXTS) and dataset.format["type"] == "torch"
+    assert len(dataset) == len(ROWS) and dataset.format["type"] == "torch"
     assert (work / "data" / "token_freq.pt").is_file()
     freq = torch.load(work / "data" / "token_freq.pt", weights_only=True)
     row = dataset[0]
@@ -129,46 +150,42 @@ def test_dataset_and_hidden_states_in_speculators_format(work: Path, target_dir:
     assert torch.allclose(logits.float(), out.logits[0].float(), atol=0.1)
 
 
-def test_tiny_training_run_then_resume(work: Path) -> None:
-    _stage("train", work)
+def test_tiny_training_run_then_resume(trained: dict) -> None:
+    work = trained["work"]
+    assert "0" in trained["first"]["checkpoints"] and "1" not in trained["first"]["checkpoints"]
     checkpoint = work / "checkpoints" / "0"
     assert (checkpoint / "model.safetensors").is_file()
     config = json.loads((checkpoint / "config.json").read_text())
     assert config["speculators_model_type"] == "eagle3" and config["draft_vocab_size"] == 128
-    metrics = [json.loads(line) for line in (work / "train_metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in trained["first"]["metrics"].splitlines()]
     assert [m["epoch"] for m in metrics if "val" in m] == [0]
     assert any("train" in m for m in metrics)
     # Resume: one more epoch starts from the saved checkpoint, not from scratch.
-    build = json.loads((work / "build.json").read_text())
-    (work / "build.json").write_text(json.dumps({**build, "epochs": 2}))
-    _stage("train", work)
     assert "Resuming training on epoch 1." in (work / "train.log").read_text()  # speculators counts from 0
     metrics = [json.loads(line) for line in (work / "train_metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics if "val" in m] == [0, 1]
     assert (work / "checkpoints" / "1" / "model.safetensors").is_file()
 
 
-def test_a_warm_start_begins_where_its_source_ended(tmp_path: Path, target_dir: str) -> None:
-    """Continue a finished build: its weights (cast from the bf16 checkpoint to the float32 the
-    CPU trains in), a fresh schedule, and a first loss at the trained level, checked."""
+def test_a_warm_start_begins_where_its_source_ended(trained: dict, tmp_path: Path) -> None:
+    """Continue a finished build (this module's, two epochs): its weights (cast from the bf16
+    checkpoint to the float32 the CPU trains in), a fresh schedule, and a first loss at the
+    trained level, checked."""
     from harness.drafters.workdir import WARM_START_FILE, train_losses
 
-    source = tmp_path / "source"
-    build = _prepare(source, target_dir, TEXTS * 4, epochs=3, learning_rate=3e-3, validation_fraction=0.2)
-    _stage("data", source)
-    _stage("train", source)
-    trained = train_losses(source / "train_metrics.jsonl")
-    assert trained[-1] < trained[0]  # it learned something to continue from
+    source = trained["work"]
+    losses = train_losses(source / "train_metrics.jsonl")
+    assert losses[-1] < losses[0]  # it learned something to continue from
     checkpoint = sorted((source / "checkpoints").glob("[0-9]*"))[-1]
     assert json.loads((checkpoint / "config.json").read_text())["dtype"] == "bfloat16"  # as saved
 
     warm = tmp_path / "warm"
     shutil.copytree(source, warm, ignore=shutil.ignore_patterns("checkpoints", "logs", "train_metrics.jsonl"))
-    start = {"from": str(checkpoint), "source_first_loss": trained[0], "source_last_loss": trained[-1]}
-    (warm / "build.json").write_text(json.dumps({**build, "epochs": 1, "warm_start": start}))
+    start = {"from": str(checkpoint), "source_first_loss": losses[0], "source_last_loss": losses[-1]}
+    (warm / "build.json").write_text(json.dumps({**trained["build"], "epochs": 1, "warm_start": start}))
     _stage("train", warm)
     record = json.loads((warm / WARM_START_FILE).read_text())
-    assert record["first_loss"] <= (trained[0] + trained[-1]) / 2  # begins at the trained level
+    assert record["first_loss"] <= (losses[0] + losses[-1]) / 2  # begins at the trained level
     assert "No previous training checkpoint found" in (warm / "train.log").read_text()  # a new schedule
 
 

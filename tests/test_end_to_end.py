@@ -245,13 +245,16 @@ def test_attention_backend_and_copy_share_recorded(finished_run) -> None:
 
 
 def _engine_that_cannot_start(tmp_path: Path) -> None:
-    """Every arm's server rejects a bogus flag: each arm is recorded as failed, exit code 3."""
+    """The server rejects a bogus flag: the arm is recorded as failed, exit code 3, nothing left
+    running. One arm (the baseline): each failed start still imports vLLM (~15 s here), and that a
+    run goes on to its next arm after one fails is tests/test_engine_faults.py's."""
     regime = tmp_path / "broken.yaml"
     text = REGIME.read_text().replace(
         "extra_args: [--distributed-executor-backend, uni,", "extra_args: [--no-such-flag,"
     )
     text = text.replace('version: "0.31.0"', 'version: "0.32.0"')
-    regime.write_text(text.replace("../../workloads/", f"{ROOT}/workloads/"))
+    text = text.replace("../../workloads/", f"{ROOT}/workloads/")
+    regime.write_text(text[: text.index("  - name: ngram_k4")])  # the baseline arm only
     proc = subprocess.run(
         BENCH + ["run", str(regime), "--results-dir", str(tmp_path / "results")],
         capture_output=True,
@@ -261,9 +264,8 @@ def _engine_that_cannot_start(tmp_path: Path) -> None:
     )
     assert proc.returncode == 3, proc.stdout[-2000:]
     run = _run_dirs(tmp_path / "results")[0]
-    for arm in ("baseline", "ngram_k4"):
-        status = json.loads((run / "arms" / arm / "status.json").read_text())
-        assert status["status"] == "failed" and "--no-such-flag" in status["error"]
+    status = json.loads((run / "arms" / "baseline" / "status.json").read_text())
+    assert status["status"] == "failed" and "--no-such-flag" in status["error"]
     assert json.loads((run / "summary.json").read_text())["cells"] == []
     assert _engine_pids(run) == []
 
