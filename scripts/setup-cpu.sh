@@ -11,9 +11,9 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 # The distribution's own Python 3.11 first: on the project's Debian machines it imports vLLM with
-# ~20% less CPU than a default pyenv build of the same version (built without
-# --enable-optimizations, libpython shared): a vLLM server's two processes spent 24.8 s of user
-# CPU starting up instead of 30.9 (docs/measured.md#the-test-suite). $PYTHON overrides.
+# ~18% less CPU than a default pyenv build of the same version (built without
+# --enable-optimizations, libpython shared): a vLLM server's two processes spent 27.0 s of user
+# CPU starting up instead of 32.9 (docs/measured.md#the-test-suite). $PYTHON overrides.
 if [ -z "${PYTHON:-}" ] && [ -x /usr/bin/python3.11 ] && /usr/bin/python3.11 -c "import ensurepip, venv" 2>/dev/null; then
   PYTHON=/usr/bin/python3.11
 fi

@@ -239,13 +239,11 @@ class Lanes(LoadScopeScheduling):
 
     def _assign_work_unit(self, node) -> None:
         lane = node.gateway.id == ENGINE_LANE
-        own = [s for s in self.workqueue if not _engine(s)] + [
-            s for s in self.workqueue if _unit_of(s) in SECOND_LANE
-        ]
-        if lane:
-            eligible = [s for s in self.workqueue if _engine(s) and _unit_of(s) not in SECOND_LANE] or own
-        else:
-            eligible = own
+        second = [s for s in self.workqueue if not _engine(s) or _unit_of(s) in SECOND_LANE]
+        first = [s for s in self.workqueue if s not in second]
+        # the second lane's engine units after its own tests (the queue is longest first)
+        second.sort(key=_engine)
+        eligible = (first or second) if lane else second
         if not eligible and not lane:
             if not any(_engine(s) for s in self.workqueue):
                 node.shutdown()  # what is left is the engine lane's own
