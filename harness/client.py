@@ -101,14 +101,36 @@ def _with_sampled(entry: dict[str, Any]) -> list[tuple[int | None, float]]:
     return tops
 
 
+class UnreadableResponse(Exception):
+    """A response this client cannot take: recorded as the request's error, never raised past it."""
+
+
 # The adapter's ``absorb_chunk``: what a chunk carries outside the OpenAI fields (SGLang's sglext).
 ChunkExtras = Callable[[RequestRecord, dict[str, Any]], None]
+
+
+def _well_typed(record: RequestRecord) -> None:
+    """Once per finished request: what the chunks put in ``record`` has the types the store and
+    the probes read (a server of another shape fails here, not in the report)."""
+    for what, ids in (("token ids", record.token_ids), ("prompt token ids", record.prompt_token_ids)):
+        if type(ids) is not list or not all(type(i) is int for i in ids):
+            raise UnreadableResponse(f"{what} that are not integers: {str(ids)[:80]}")
+    for what, count in (
+        ("completion_tokens", record.usage_completion_tokens),
+        ("prompt_tokens", record.prompt_token_count),
+    ):
+        if count is not None and type(count) is not int:
+            raise UnreadableResponse(f"usage.{what} that is not an integer: {str(count)[:80]}")
+    if not isinstance(record.finish_reason, str):
+        raise UnreadableResponse(f"a finish_reason that is not a string: {str(record.finish_reason)[:80]}")
 
 
 def _absorb_chunk(
     record: RequestRecord, chunk: dict[str, Any], now: float, extras: ChunkExtras | None = None
 ) -> None:
-    """One decoded event into ``record`` (called once per streamed chunk: kept to plain lookups)."""
+    """One decoded event into ``record`` (called once per streamed chunk: kept to plain lookups).
+    A field of a shape the engines never send raises here or fails ``_well_typed`` at the end:
+    either way the request's error (``send_request``), never a wrong value stored."""
     if extras is not None:
         extras(record, chunk)
     usage = chunk.get("usage")
@@ -118,9 +140,10 @@ def _absorb_chunk(
     choices = chunk.get("choices")
     if record.t_first_token is None and not record.prompt_token_ids:
         # the first chunk carries the prompt's ids: chat on the chunk, completions on its choice
-        record.prompt_token_ids = chunk.get("prompt_token_ids") or next(
+        prompt_ids = chunk.get("prompt_token_ids") or next(
             (c["prompt_token_ids"] for c in choices or () if c.get("prompt_token_ids")), []
         )
+        record.prompt_token_ids = prompt_ids
     if not choices:
         return
     new_tokens, new_text = 0, ""
@@ -146,9 +169,15 @@ def _absorb_chunk(
 
 
 _JSON = {"content-type": "application/json"}
+# What the client reads of a server, at most: an error reply's body (the message it records is cut
+# to 500 characters anyway), and one streamed event (an event never ends without its blank line: a
+# server that sends none would otherwise grow the buffer until memory runs out). The largest events
+# the engines send are the last ones, with every token id of the prompt and of the output.
+MAX_ERROR_BODY_BYTES = 64 * 1024
+MAX_EVENT_BYTES = 8 * 1024 * 1024
 
 
-def sse_events(buffer: bytes) -> tuple[list[bytes], bytes]:
+def sse_events(buffer: bytes | bytearray) -> tuple[list[bytes], bytes]:
     """Complete server-sent events' data payloads in ``buffer``, and what is left of it (an event
     not yet complete). Events end with a blank line; only ``data:`` lines carry a payload."""
     if b"\r" in buffer:  # the SSE spec allows CRLF; vLLM and SGLang send LF
@@ -163,6 +192,13 @@ def sse_events(buffer: bytes) -> tuple[list[bytes], bytes]:
     return payloads, rest
 
 
+def _decode(payload: bytes) -> dict[str, Any]:
+    chunk = orjson.loads(payload)
+    if not isinstance(chunk, dict):
+        raise UnreadableResponse(f"an event that is not a JSON object: {bytes(payload[:80])!r}")
+    return chunk
+
+
 async def send_request(
     session: aiohttp.ClientSession,
     record: RequestRecord,
@@ -171,36 +207,49 @@ async def send_request(
     clock_zero: float,
     extras: ChunkExtras | None = None,
 ) -> RequestRecord:
-    """Stream one request into ``record``; failures are recorded, never raised.
+    """Stream one request into ``record``; failures are recorded, never raised: whatever the
+    server sends (an event of another shape, an endless event, a huge error body) ends this request
+    with an error and the window goes on.
 
     The hot path of every measured window, so it stays lean (its cost per token is measured by
     ``benchmarks/client_overhead.py``): aiohttp's raw byte stream split into events here, orjson
     to decode them, and one timestamp per network read (events that arrived together get the
-    time they arrived, not the time each was parsed)."""
+    time they arrived, not the time each was parsed). An event is split out only when a read could
+    have ended one, so a long event costs its length once, not once per read."""
     record.t_send = time.perf_counter() - clock_zero
     try:
         async with session.post(path, data=orjson.dumps(body), headers=_JSON) as response:
-            if response.status != 200:
-                detail = (await response.read()).decode(errors="replace")[:500]
+            if response.status != 200:  # the rest of the body is never read: the connection closes
+                detail = (await response.content.read(MAX_ERROR_BODY_BYTES)).decode(errors="replace")[:500]
                 record.error = f"HTTP {response.status}: {detail}"
                 return record
-            buffer, done = b"", False
+            buffer, done = bytearray(), False  # grown in place: an endless event is no quadratic copy
             async for data in response.content.iter_any():
                 now = time.perf_counter() - clock_zero
-                payloads, buffer = sse_events(buffer + data)
+                ended = b"\n\n" in buffer[-1:] + data or b"\r" in data
+                buffer += data
+                if not ended:
+                    if len(buffer) > MAX_EVENT_BYTES:
+                        raise UnreadableResponse(f"an event over {MAX_EVENT_BYTES // 2**20} MiB with no end")
+                    continue
+                payloads, buffer = sse_events(buffer)
                 for payload in payloads:
                     if payload == b"[DONE]":
                         done = True
                         break
-                    _absorb_chunk(record, orjson.loads(payload), now, extras)
+                    _absorb_chunk(record, _decode(payload), now, extras)
                 if done:
                     break
         if record.finish_reason is None:
             record.error = "stream ended without a finish_reason"
+        else:
+            _well_typed(record)
     except TimeoutError:  # aiohttp's read timeout (asyncio.TimeoutError is TimeoutError)
         record.error = "timeout"
-    except (aiohttp.ClientError, orjson.JSONDecodeError) as exc:
-        record.error = f"{type(exc).__name__}: {exc}"
+    except (aiohttp.ClientError, orjson.JSONDecodeError, UnreadableResponse) as exc:
+        record.error = f"{type(exc).__name__}: {exc}"[:500]
+    except Exception as exc:  # a chunk of another shape ({"choices": [null]}): this request's error only
+        record.error = f"unreadable response ({type(exc).__name__}: {exc})"[:500]
     finally:
         record.t_done = time.perf_counter() - clock_zero
     return record
@@ -252,7 +301,10 @@ async def run_window(
     started: list[RequestRecord] = []
     stalled = asyncio.Event()
 
-    async with aiohttp.ClientSession(base_url=base_url, connector=connector, timeout=timeout) as client:
+    # trust_env=False: the server is this machine's own; a proxy from the environment must not carry
+    # (or time) its requests
+    session = aiohttp.ClientSession(base_url=base_url, connector=connector, timeout=timeout, trust_env=False)
+    async with session as client:
 
         async def one(prompt: Prompt, due: float | None, seed: int | None) -> RequestRecord:
             record = RequestRecord(

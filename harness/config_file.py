@@ -31,43 +31,138 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _line_map(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:
+# Limits a hand-written file never reaches and a hostile one does at once: a 516-byte alias bomb
+# (nine levels of nine aliases) expands to 387 million nodes; 3,000 levels of nesting overflow the
+# composer's recursion. Each refusal is one line, before anything is built from the file.
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_DEPTH = 64
+MAX_EXPANDED_NODES = 100_000
+
+
+class _Refused(yaml.YAMLError):
+    def __init__(self, problem: str, mark: yaml.Mark | None) -> None:
+        super().__init__(problem)
+        self.problem, self.problem_mark = problem, mark
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, composing at most ``MAX_DEPTH`` levels deep."""
+
+    depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _Refused(f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _check_graph(root: yaml.Node) -> None:
+    """Refuse a duplicate key (YAML keeps the last one silently) and aliases that expand past
+    ``MAX_EXPANDED_NODES``. Each node is visited once (an alias is a node met again), so a bomb
+    is refused in the time its text takes to read."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            if known < 0:
+                raise _Refused(
+                    "an alias refers to a node that contains it (a recursive alias)", node.start_mark
+                )
+            return known
+        sizes[id(node)] = -1
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    first = seen.setdefault(key_node.value, key_node)
+                    if first is not key_node:
+                        raise _Refused(
+                            f"duplicate key '{key_node.value}' (first at line {first.start_mark.line + 1}); "
+                            "YAML would keep only the last one",
+                            key_node.start_mark,
+                        )
+                total += size(key_node) + size(value_node)
+        elif isinstance(node, yaml.SequenceNode):
+            total += sum(size(item) for item in node.value)
+        if total > MAX_EXPANDED_NODES:
+            raise _Refused(
+                f"its aliases expand to more than {MAX_EXPANDED_NODES:,} values (an alias bomb?); write the "
+                "repeated values out or alias fewer levels",
+                node.start_mark,
+            )
+        sizes[id(node)] = total
+        return total
+
+    size(root)
+
+
+def _line_map(node: yaml.Node, loc: Loc, lines: dict[Loc, int], seen: set[int]) -> None:
     lines[loc] = node.start_mark.line + 1
+    if id(node) in seen:  # an alias: its own lines were mapped where the anchor is
+        return
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = key_node.value
-            _line_map(value_node, loc + (key,), lines)
+            _line_map(value_node, loc + (key,), lines, seen)
             lines[loc + (key,)] = key_node.start_mark.line + 1  # point at the key itself
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _line_map(item, loc + (index,), lines)
+            _line_map(item, loc + (index,), lines, seen)
+
+
+def parse_yaml(text: str) -> tuple[Any, dict[Loc, int]]:
+    """The data of one YAML document and a map from field path to line number, parsed once,
+    safely and within the limits above (``yaml.YAMLError`` otherwise, with its mark)."""
+    loader = _BoundedLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, {}
+        _check_graph(node)
+        data = loader.construct_document(node)
+    finally:
+        loader.dispose()
+    lines: dict[Loc, int] = {}
+    _line_map(node, (), lines, set())
+    return data, lines
 
 
 def read_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
     """Parse a YAML file; return the data and a map from field path to line number."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise UserError(
+            f"{path}: over {MAX_FILE_BYTES // 2**20} MiB; a regime or workload file holds settings, and "
+            "prompts go in the data file a workload names"
+        )
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = exc.object[: exc.start].count(b"\n") + 1
         raise UserError(
             f"{path}:{line}: not UTF-8 text (byte {exc.start}: {exc.reason}); save the file as UTF-8"
         ) from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        return parse_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise UserError(f"{path}{where}: malformed YAML: {problem}") from None
-    lines: dict[Loc, int] = {}
-    if node is not None:
-        _line_map(node, (), lines)
-    return data, lines
+        kind = "" if isinstance(exc, _Refused) else "malformed YAML: "
+        raise UserError(f"{path}{where}: {kind}{problem}") from None
 
 
 def dotted(loc: Loc) -> str:

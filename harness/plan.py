@@ -105,7 +105,8 @@ class Plan:
     def preflight(self, environment: dict[str, Any]) -> Preflight:
         """The regime against the live environment; the caller decides what refuses a run."""
         mismatches = [str(m) for m in check_environment(self.regime, environment)]
-        return Preflight(mismatches=mismatches, lossy=lossy_settings(self.regime))
+        inherited = environment.get("env") or {}
+        return Preflight(mismatches=mismatches, lossy=lossy_settings(self.regime, inherited))
 
     def arm_commands(self, model: str) -> list[ArmCommand]:
         """Each arm's exact launch command (after ``resolve_models``), the port shown as PORT."""

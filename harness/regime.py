@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
@@ -882,6 +883,10 @@ FIXED_SWEEP_PATHS = (
     "load.request_rate",
 )
 ARM_SWEEP_FIELDS = ("num_speculative_tokens", "draft_model")  # and options.<key>
+# Every point is a run of its own and every arm a server per start-up: a sweep past these is a typo
+# or a file meant to exhaust the planner (ten axes of ten values are ten billion points).
+MAX_SWEEP_POINTS = 1_000
+MAX_SWEEP_ARMS = 256
 
 
 class Sweep(StrictModel):
@@ -964,6 +969,21 @@ def _check_sweep(regime: Regime) -> None:
                     value=field,
                     choices=ARM_SWEEP_FIELDS,
                 )
+    points = math.prod(len(values) for values in sweep.regime.values())
+    if points > MAX_SWEEP_POINTS:
+        raise FieldError(
+            ("sweep", "regime"),
+            f"{points:,} points (every combination of the axes); at most {MAX_SWEEP_POINTS:,}",
+        )
+    arms_per_point = (
+        len(regime.arms)
+        - len(sweep.arms)
+        + sum(math.prod(len(values) for values in fields.values()) for fields in sweep.arms.values())
+    )
+    if arms_per_point > MAX_SWEEP_ARMS:
+        raise FieldError(
+            ("sweep", "arms"), f"{arms_per_point:,} arms in every point; at most {MAX_SWEEP_ARMS}"
+        )
 
 
 class Regime(StrictModel):

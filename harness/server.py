@@ -148,7 +148,7 @@ class Server:
         """Block until the health endpoint answers 200; return the seconds it took."""
         started = time.monotonic()
         url = self.base_url + self.health_path
-        with httpx.Client(timeout=2.0) as client:
+        with httpx.Client(timeout=2.0, trust_env=False) as client:  # its own server, no proxy
             while True:
                 elapsed = time.monotonic() - started
                 code = self.exit_code()

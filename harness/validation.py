@@ -12,6 +12,7 @@ unless the regime explicitly allows them (``allow_lossy_acceptance``), and flagg
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -188,10 +189,17 @@ def _patch_mismatch(regime: Regime, served: dict[str, Any]) -> list[Mismatch]:
     ]
 
 
-def lossy_settings(regime: Regime) -> list[str]:
+def lossy_settings(regime: Regime, inherited: Mapping[str, str] | None = None) -> list[str]:
     """Settings that make speculative acceptance lossy or fake, described for the user: which
-    they are is the regime's engine's knowledge (``EngineAdapter.lossy_settings``)."""
-    return get_adapter(regime.engine.name).lossy_settings(regime)
+    they are is the regime's engine's knowledge (``EngineAdapter.lossy_settings``), and the
+    variables among them set in the environment the servers inherit (``inherited``: the recorded
+    environment's variables), not in the regime."""
+    adapter = get_adapter(regime.engine.name)
+    found = adapter.lossy_settings(regime)
+    for name in adapter.fake_acceptance_env:
+        if inherited and name in inherited and name not in regime.engine.env:
+            found.append(f"environment: {name} is set where bench runs, and every server inherits it")
+    return found
 
 
 # A closed-loop window of fewer prompts than this many times its concurrency spends too much of its

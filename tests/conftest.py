@@ -4,12 +4,15 @@ is made once per session."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +45,29 @@ def bench(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
         cwd=ROOT,
         env={**os.environ, "COLUMNS": "200"},
     )
+
+
+@contextlib.contextmanager
+def local_server(script: Path, *args: str) -> Iterator[str]:
+    """A small HTTP server of the tests' own (``script --port PORT ARGS``, no engine) in its own
+    process, for as long as the block runs: its base URL once it accepts connections."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, str(script), "--port", str(port), *args])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, f"{script.name} did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -225,7 +225,17 @@ def _check_vllm_case(parser: argparse.ArgumentParser, case: dict) -> dict:
         "per_request_spec_decode_metrics": getattr(engine_args, "per_request_spec_decode_metrics", None),
         "speculative_keys": sorted(keys),
         "speculative_methods": sorted(methods),
+        "option_strings": option_strings(parser),
     }
+
+
+def option_strings(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """Each destination of the parser -> every spelling of its flag."""
+    found: dict[str, list[str]] = {}
+    for action in parser._actions:
+        if action.option_strings:
+            found.setdefault(action.dest, []).extend(action.option_strings)
+    return found
 
 
 def _main() -> None:

@@ -12,6 +12,7 @@ from harness.client import RequestRecord, _absorb_chunk, request_body
 from harness.engines import get_adapter
 from harness.regime import load_regime
 from harness.workloads import Prompt
+from tests.conftest import local_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,37 +111,8 @@ def test_sse_events_split_complete_events_only() -> None:
 @pytest.fixture(scope="module")
 def stream_server() -> str:
     """benchmarks/stream_server.py (no engine): vLLM-shaped streams of 10 tokens, 3 per chunk."""
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "stream_server.py"),
-            "--port",
-            str(port),
-            "--tokens-per-chunk",
-            "3",
-        ]
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the stream server did not start"
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with local_server(ROOT / "benchmarks" / "stream_server.py", "--tokens-per-chunk", "3") as url:
+        yield url
 
 
 def _window(url: str, fmt: str, count: int, concurrency: int, **kwargs):

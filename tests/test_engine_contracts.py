@@ -486,3 +486,71 @@ def test_every_request_field_is_one_the_engine_declares(engine: str, prompt_form
     model = ChatCompletionRequest if prompt_format == "chat" else CompletionRequest
     assert set(body) <= set(model.model_fields), set(body) - set(model.model_fields)
     model.model_validate(body)  # and the values have the types the engine expects
+
+
+# --- the flags the harness sets itself: every spelling the real parsers have, and nothing else ----
+
+
+def _managed_checks(strings: dict[str, list[str]], managed, reserved=None) -> list[str]:
+    """What is wrong with an adapter's managed flags against a parser's option strings: a managed
+    destination the parser spells otherwise, or a flag of the parser's own that the rule would
+    refuse though the harness does not set it (a false refusal)."""
+    from harness.engines.flags import managed_flag_problems
+
+    wrong = [
+        f"{dest}: the parser spells it {sorted(strings.get(dest, []))}, the adapter {sorted(item.spellings)}"
+        for dest, item in managed.items()
+        if dest != "config" and sorted(strings.get(dest, [])) != sorted(item.spellings)
+    ]
+    for dest, spellings in strings.items():
+        if dest in managed or dest == "help":
+            continue
+        for spelling in spellings:
+            if managed_flag_problems([spelling], managed, reserved or {}) and not (
+                reserved and any(spelling.startswith(prefix) for prefix in reserved)
+            ):
+                wrong.append(f"{spelling} ({dest}) would be refused though the harness does not set it")
+    return wrong
+
+
+def test_vllm_managed_flags_are_every_spelling_of_both_releases(pinned_checks, vllm_parser) -> None:
+    from harness.engines.vllm import ARM_FIELDS_IN_THE_CONFIG, MANAGED_FLAGS, SPECULATIVE_KEYS
+
+    installed = engine_parsers.option_strings(vllm_parser)
+    (release,) = [r for r in pinned_checks[BREAKAGE][2] if "option_strings" in r]
+    for strings in (installed, release["option_strings"]):
+        assert _managed_checks(strings, MANAGED_FLAGS) == []
+    engine_filled = {"target_model_config", "target_parallel_config", "draft_model_config"}
+    engine_filled |= {"draft_parallel_config", "draft_load_config"}
+    keys, _ = engine_parsers.vllm_speculative_fields()
+    for version, fields in (("0.32", keys), (release["vllm"][:4], set(release["speculative_keys"]))):
+        assert set(SPECULATIVE_KEYS[version]) == fields - set(ARM_FIELDS_IN_THE_CONFIG) - engine_filled
+
+
+def test_sglang_managed_flags_and_options_are_the_parsers(sglang_parser) -> None:
+    from harness.engines.sglang import MANAGED_FLAGS, RESERVED_PREFIXES, SPECULATIVE_OPTIONS
+
+    strings = engine_parsers.option_strings(sglang_parser)
+    assert _managed_checks(strings, MANAGED_FLAGS, RESERVED_PREFIXES) == []
+    set_by_the_harness = {"speculative_algorithm", "speculative_num_draft_tokens", "speculative_num_steps"}
+    set_by_the_harness |= {"speculative_eagle_topk", "speculative_draft_model_path"}
+    set_by_the_harness |= {"speculative_ngram_min_bfs_breadth", "speculative_ngram_max_bfs_breadth"}
+    speculative = {dest for dest in strings if dest.startswith("speculative_")}
+    assert set(SPECULATIVE_OPTIONS) == speculative - set_by_the_harness
+
+
+def test_the_managed_flag_rule_catches_breakage(vllm_parser) -> None:
+    """A spelling the adapter does not list is found, and so is a managed flag whose abbreviations
+    would take a real flag of the parser's (--max-num-seqs reads as an abbreviation of it)."""
+    from harness.engines.flags import Managed
+    from harness.engines.vllm import MANAGED_FLAGS
+
+    strings = engine_parsers.option_strings(vllm_parser)
+    missing = {k: v for k, v in MANAGED_FLAGS.items() if k != "port"} | {"port": Managed(("--port",), "x")}
+    missing["tensor_parallel_size"] = Managed(("--tensor-parallel-size",), "x")  # -tp forgotten
+    assert any(w.startswith("tensor_parallel_size:") for w in _managed_checks(strings, missing))
+    greedy = {**MANAGED_FLAGS, "invented": Managed(("--max-num-seqs-per-step",), "x")}
+    assert any(
+        w.startswith("--max-num-seqs (max_num_seqs) would be refused")
+        for w in _managed_checks(strings, greedy)
+    )

@@ -30,6 +30,7 @@ class ToyAdapter:
     health_path = "/ready"
     acceptance_source = "per_request"
     env_prefixes = ("TOY_",)
+    fake_acceptance_env = ("TOY_FAKE_ACCEPTANCE",)
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         return f"toy-serve-{hardware_kind}=={version}"

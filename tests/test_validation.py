@@ -89,21 +89,24 @@ def test_lossy_settings_are_found() -> None:
 
 
 @pytest.mark.parametrize(
-    ("extra_args", "found"),
-    [
-        (["--speculative-accept-threshold-single", "0.6"], True),
-        (["--speculative-accept-threshold-acc=0.9"], True),
-        (["--speculative-accept-threshold-single", "1.0"], False),  # 1.0 is exact acceptance
-        (["--speculative-accept-threshold-acc", "high"], True),  # unreadable: flagged, not let through
-        (["--speculative-num-draft-tokens", "0.5"], False),
-    ],
+    ("value", "found"),
+    [(0.6, True), ("0.3", True), (1.0, False), ("1", False), ("high", True)],  # unreadable: flagged
 )
-def test_lossy_sglang_flags_in_extra_args(extra_args: list[str], found: bool) -> None:
-    regime = SGLANG.model_copy(update={"engine": SGLANG.engine.model_copy(update={"extra_args": extra_args})})
-    problems = lossy_settings(regime)
-    assert bool(problems) is found and all(
-        p.startswith("engine.extra_args: --speculative-accept") for p in problems
-    )
+def test_lossy_sglang_thresholds_are_read_as_the_server_reads_them(value, found: bool) -> None:
+    """A string is what SGLang's parser would read as a number ("0.3" is 0.3 < 1)."""
+    arms = list(SGLANG.arms)
+    index = next(i for i, arm in enumerate(arms) if arm.method != "baseline")
+    arms[index] = arms[index].model_copy(update={"options": {"speculative_accept_threshold_acc": value}})
+    problems = lossy_settings(SGLANG.model_copy(update={"arms": arms}))
+    assert bool(problems) is found
+
+
+def test_an_inherited_fake_acceptance_variable_is_lossy_unless_the_regime_sets_it() -> None:
+    assert lossy_settings(SGLANG, {"SGLANG_SIMULATE_ACC_LEN": "3"}) == [
+        "environment: SGLANG_SIMULATE_ACC_LEN is set where bench runs, and every server inherits it"
+    ]
+    assert lossy_settings(SGLANG, {"SGLANG_OTHER": "1"}) == []
+    assert lossy_settings(CPU, {"SGLANG_SIMULATE_ACC_LEN": "3"}) == []  # vLLM does not read it
 
 
 def test_secrets_are_never_recorded() -> None:

@@ -305,7 +305,7 @@ async def _generate(
         progress.update(task, advance=1)
 
     timeout = httpx.Timeout(regime.load.request_timeout_s)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout, trust_env=False) as client:
         await asyncio.gather(*(one(client, item) for item in todo))
 
 

@@ -50,6 +50,9 @@ class EngineAdapter(Protocol):
     acceptance_source: str
     # Environment variables that change what the engine does, recorded with every run (by prefix).
     env_prefixes: tuple[str, ...]
+    # Environment variables that fake acceptance (refused, set in the regime or inherited, unless
+    # the regime allows lossy acceptance).
+    fake_acceptance_env: tuple[str, ...]
 
     # ---- regime checks, before anything starts
     def pip_requirement(self, version: str, hardware_kind: str) -> str:

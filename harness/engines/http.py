@@ -3,6 +3,7 @@ JSON routes. Each adapter names its own paths."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -11,38 +12,62 @@ import httpx
 from harness.errors import EngineError
 from harness.probes.acceptance import SpecCounters
 
+# Every request the harness sends to a server it started. trust_env=False: the server is on this
+# machine, and a proxy from the environment (HTTP_PROXY on a cluster node, without NO_PROXY for
+# 127.0.0.1) would carry the harness's requests elsewhere, or fail them.
+MAX_RESPONSE_BYTES = 16 * 2**20  # a metrics page or a JSON route; more is not the engine's answer
+
+
+def client(timeout: float) -> httpx.Client:
+    return httpx.Client(timeout=timeout, trust_env=False)
+
+
+def _get(base_url: str, path: str, timeout: float) -> tuple[int, bytes]:
+    """Status and body (to ``MAX_RESPONSE_BYTES``) of a GET."""
+    with client(timeout) as http, http.stream("GET", base_url + path) as response:
+        body = bytearray()
+        for part in response.iter_bytes():
+            body += part
+            if len(body) > MAX_RESPONSE_BYTES:
+                raise httpx.DecodingError(f"{path}: a response over {MAX_RESPONSE_BYTES // 2**20} MiB")
+        return response.status_code, bytes(body)
+
 
 def scrape_spec_counters(
     base_url: str, metrics_path: str, parse: Callable[[str], SpecCounters]
 ) -> SpecCounters:
     """The engine's cumulative draft counters from its metrics endpoint, right now."""
     try:
-        response = httpx.get(base_url + metrics_path, timeout=10.0)
-        response.raise_for_status()
+        status, body = _get(base_url, metrics_path, 10.0)
     except httpx.HTTPError as exc:
         raise EngineError(f"could not read {metrics_path}: {exc}") from None
-    return parse(response.text)
+    if status != 200:
+        raise EngineError(f"could not read {metrics_path}: HTTP {status}")
+    return parse(body.decode(errors="replace"))
 
 
 def post_prefix_cache_reset(base_url: str, path: str) -> bool:
     """POST the engine's prefix-cache reset so a window does not reuse the previous one's prompts;
     False when the route is missing or refused (the window records it)."""
     try:
-        response = httpx.post(base_url + path, timeout=30.0)
+        with client(30.0) as http:
+            response = http.post(base_url + path)
     except httpx.HTTPError:
         return False
     if response.status_code != 200:
         return False
     try:  # vLLM answers JSON, SGLang plain text ("Cache flushed.")
-        return response.json().get("success", True) is not False
+        answer = response.json()
     except ValueError:
         return True
+    return not (isinstance(answer, dict) and answer.get("success") is False)
 
 
 def get_json(base_url: str, path: str) -> Any:
     """The route's decoded JSON; None when it cannot be read (an engine without the route:
     nothing to check against)."""
     try:
-        return httpx.get(base_url + path, timeout=10.0).json()
-    except (httpx.HTTPError, ValueError):
+        status, body = _get(base_url, path, 10.0)
+        return json.loads(body) if status == 200 else None
+    except (httpx.HTTPError, ValueError, RecursionError):
         return None

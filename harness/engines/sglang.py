@@ -33,7 +33,9 @@ import importlib.metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.config_file import did_you_mean
 from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields
+from harness.engines.flags import Managed, managed_flag_problems
 from harness.probes.acceptance import SpecCounters, histogram_counters
 
 if TYPE_CHECKING:
@@ -45,6 +47,43 @@ METHODS = {algorithm: method for method, algorithm in ALGORITHMS.items()}
 # Acceptance thresholds below 1 accept drafts the target would not have chosen.
 LOSSY_OPTIONS = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
 FAKE_ACCEPTANCE_ENV = ("SGLANG_SIMULATE_ACC_LEN",)
+# The --speculative-* settings an arm's options may carry, as SGLang 0.5.23's server arguments name
+# them (tests/test_engine_contracts.py compares the list with its real parser): every one but those
+# ``speculative_args`` sets from the arm's method, K and draft model.
+SPECULATIVE_OPTIONS = (
+    "speculative_accept_threshold_acc", "speculative_accept_threshold_single", "speculative_adaptive",
+    "speculative_adaptive_config", "speculative_attention_mode", "speculative_dflash_block_size",
+    "speculative_domino_candidate_pool_size", "speculative_draft_attention_backend",
+    "speculative_draft_kv_cache_dtype", "speculative_draft_load_format",
+    "speculative_draft_model_quantization", "speculative_draft_model_revision",
+    "speculative_draft_sink_size", "speculative_draft_window_size", "speculative_dsa_topk_backend",
+    "speculative_dspark_align_verify_tokens_to_graph_tier", "speculative_dspark_block_size",
+    "speculative_dspark_confidence_sts_path", "speculative_dspark_sps_table_path",
+    "speculative_enable_w4a4_mxfp4_megamoe", "speculative_moe_a2a_backend",
+    "speculative_moe_runner_backend", "speculative_ngram_capacity",
+    "speculative_ngram_external_corpus_max_tokens", "speculative_ngram_external_corpus_path",
+    "speculative_ngram_external_sam_budget", "speculative_ngram_match_type",
+    "speculative_ngram_max_trie_depth", "speculative_token_map", "speculative_use_block_verification",
+    "speculative_use_rejection_sampling",
+)  # fmt: skip
+_OWN_SERVER = "the harness binds each server to 127.0.0.1 on a port it chose"
+# Every flag launch_spec sets, with each spelling SGLang 0.5.23's parser has for it.
+MANAGED_FLAGS = {
+    "model_path": Managed(("--model-path", "--model"), "the target is target.path or target.package"),
+    "served_model_name": Managed(("--served-model-name",), f"its client asks for '{SERVED_MODEL_NAME}'"),
+    "host": Managed(("--host",), _OWN_SERVER),
+    "port": Managed(("--port",), _OWN_SERVER),
+    "api_key": Managed(("--api-key",), "the harness's own requests must reach the server"),
+    "dtype": Managed(("--dtype",), "use target.dtype"),
+    "context_length": Managed(("--context-length",), "use target.max_model_len"),
+    "tp_size": Managed(("--tp-size", "--tensor-parallel-size"), "use tensor_parallel_size"),
+    "random_seed": Managed(("--random-seed",), "use sampling.seed"),
+    "quantization": Managed(("--quantization",), "use target.quantization"),
+    "attention_backend": Managed(("--attention-backend",), "use engine.attention_backend"),
+    "config": Managed(("--config",), "a config file would set flags unseen; write them in engine.extra_args"),
+}
+# engine.extra_args apply to every arm, the baseline too: speculation is each arm's own
+RESERVED_PREFIXES = {"--speculative-": "speculation is each arm's method, K, draft_model and options"}
 
 
 def _flag(name: str) -> str:
@@ -59,12 +98,29 @@ class SglangAdapter:
     reset_prefix_cache_path = "/flush_cache"  # empties the radix cache; refused while requests run
     acceptance_source = "per_request"
     env_prefixes = ("SGLANG_",)
+    fake_acceptance_env = FAKE_ACCEPTANCE_ENV
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         return f"sglang=={version}"
 
     def option_problems(self, regime: Regime) -> list[tuple[tuple, str]]:
-        return []  # options are --speculative-* flags by name: the server's parser checks them
+        """Flags in ``engine.extra_args`` the harness sets itself or that belong to an arm, and arm
+        options that are not SGLang's own --speculative-* settings (``SPECULATIVE_OPTIONS``)."""
+        found = [
+            (("engine", "extra_args", index), message)
+            for index, message in managed_flag_problems(
+                regime.engine.extra_args, MANAGED_FLAGS, RESERVED_PREFIXES
+            )
+        ]
+        for index, arm in enumerate(regime.arms):
+            for key in arm.options:
+                if key not in SPECULATIVE_OPTIONS:
+                    message = (
+                        "not one of SGLang 0.5.23's --speculative-* settings an arm sets"
+                        + did_you_mean(key, SPECULATIVE_OPTIONS)
+                    )
+                    found.append((("arms", index, "options", key), message))
+        return found
 
     def sampling_settings(self, arm: Arm) -> dict[str, str]:
         return {}  # no verification or draft-sampling settings: tree verification of greedy drafts
@@ -74,12 +130,17 @@ class SglangAdapter:
         problems = []
         for index, arm in enumerate(regime.arms):
             for key in LOSSY_OPTIONS:
-                value = arm.options.get(key)
-                if isinstance(value, (int, float)) and value < 1:
+                if key not in arm.options:
+                    continue
+                value = arm.options[key]
+                try:  # as the server's parser reads it: "0.3" is 0.3
+                    lossy = float(str(value)) < 1
+                except ValueError:
+                    lossy = True  # unreadable: flag it rather than let it through
+                if lossy:
                     problems.append(
                         f"arms[{index}].options.{key}: {value} < 1 accepts drafts the target would reject"
                     )
-        problems += _lossy_flags(regime.engine.extra_args)
         for name in FAKE_ACCEPTANCE_ENV:
             if name in regime.engine.env:
                 problems.append(f"engine.env.{name}: simulates an acceptance length instead of measuring it")
@@ -202,23 +263,6 @@ class SglangAdapter:
             return f"sglang {importlib.metadata.version('sglang')}"
         except importlib.metadata.PackageNotFoundError:
             return None
-
-
-def _lossy_flags(args: list[str]) -> list[str]:
-    """The lossy thresholds given as raw flags (``--flag value`` or ``--flag=value``)."""
-    problems = []
-    for index, arg in enumerate(args):
-        flag, _, inline = arg.partition("=")
-        key = flag.lstrip("-").replace("-", "_")
-        if key in LOSSY_OPTIONS:
-            value = inline or (args[index + 1] if index + 1 < len(args) else "")
-            try:
-                lossy = float(value) < 1
-            except ValueError:
-                lossy = True  # unreadable: flag it rather than let it through
-            if lossy:
-                problems.append(f"engine.extra_args: {flag} {value} accepts drafts the target would reject")
-    return problems
 
 
 def request_counters(details: list[dict]) -> SpecCounters:

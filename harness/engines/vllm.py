@@ -16,7 +16,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.config_file import did_you_mean
 from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields
+from harness.engines.flags import Managed, managed_flag_problems
 from harness.engines.patches import APPLIED_MARK
 from harness.engines.patches import launch_env as patch_env
 from harness.probes.acceptance import SpecCounters, histogram_counters, parse_prometheus
@@ -42,6 +44,58 @@ SAMPLING_OPTIONS = {
 }
 
 
+# The keys of ``--speculative-config`` an arm's options may set, per release (SpeculativeConfig's
+# init fields, config/speculative.py; tests/test_engine_contracts.py compares them with both
+# releases' sources): not method, model and num_speculative_tokens, which are the arm's own fields,
+# nor the *_config fields vLLM fills in itself.
+_SPECULATIVE_KEYS_032 = (
+    "attention_backend", "code_revision", "disable_eagle_block_drop", "disable_padded_drafter_batch",
+    "draft_sample_method", "draft_tensor_parallel_size", "dspark_draft_topk",
+    "enable_adaptive_verification", "enforce_eager", "index_share_for_mtp_iteration", "kv_cache_dtype",
+    "max_model_len", "moe_backend", "num_speculative_tokens_per_batch_size", "parallel_drafting",
+    "prompt_lookup_max", "prompt_lookup_min", "quantization", "rejection_sample_method", "revision",
+    "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
+    "suffix_decoding_max_tree_depth", "suffix_decoding_min_token_prob", "synthetic_acceptance_length",
+    "synthetic_acceptance_rates", "tensor_parallel_size", "use_heterogeneous_vocab",
+    "use_local_argmax_reduction",
+)  # fmt: skip
+SPECULATIVE_KEYS = {
+    "0.32": _SPECULATIVE_KEYS_032,
+    "0.33": tuple(sorted(_SPECULATIVE_KEYS_032 + (
+        "disable_lookahead_block_hashes", "draft_lm_head_quantization", "fly_entropy_threshold",
+        "fly_entropy_top_k", "fly_window_size", "xpress_topc",
+    ))),
+}  # fmt: skip
+ARM_FIELDS_IN_THE_CONFIG = {
+    "method": "the arm's method",
+    "model": "the arm's draft_model",
+    "num_speculative_tokens": "the arm's num_speculative_tokens",
+}
+
+_OWN_SERVER = "the harness binds each server to 127.0.0.1 on a port it chose"
+# Every flag launch_spec sets, with each spelling vLLM 0.32/0.33's serve parser has for it.
+MANAGED_FLAGS = {
+    "model": Managed(("--model",), "the target is target.path or target.package"),
+    "served_model_name": Managed(("--served-model-name",), f"its client asks for '{SERVED_MODEL_NAME}'"),
+    "host": Managed(("--host",), _OWN_SERVER),
+    "port": Managed(("--port",), _OWN_SERVER),
+    "uds": Managed(("--uds",), _OWN_SERVER),
+    "api_key": Managed(("--api-key",), "the harness's own requests must reach the server"),
+    "dtype": Managed(("--dtype",), "use target.dtype"),
+    "max_model_len": Managed(("--max-model-len",), "use target.max_model_len"),
+    "tensor_parallel_size": Managed(("--tensor-parallel-size", "-tp"), "use tensor_parallel_size"),
+    "seed": Managed(("--seed",), "use sampling.seed"),
+    "generation_config": Managed(("--generation-config",), "every sampling setting comes from the regime"),
+    "quantization": Managed(("--quantization", "-q"), "use target.quantization"),
+    "attention_backend": Managed(("--attention-backend",), "use engine.attention_backend"),
+    "enforce_eager": Managed(("--enforce-eager", "--no-enforce-eager"), "use engine.enforce_eager"),
+    "speculative_config": Managed(
+        ("--speculative-config", "-sc"), "speculation is each arm's method, K, draft_model and options"
+    ),
+    "config": Managed(("--config",), "a config file would set flags unseen; write them in engine.extra_args"),
+    "disable_log_stats": Managed(("--disable-log-stats",), "it turns off the counters tau is read from"),
+}
+
 # ``--per-request-spec-decode-metrics summary`` (vLLM 0.33, config/observability.py): each streamed
 # response's final usage chunk carries ``metrics.speculative_decoding`` for an n = 1 request
 # (entrypoints/generate/base/protocol.py: SpeculativeDecodingMetrics; v1/metrics/stats.py:
@@ -58,6 +112,15 @@ def per_request_spec_metrics(version: str | None) -> bool:
     """Whether vLLM ``version`` (as pinned) reports each request's own acceptance."""
     release = _release(version)
     return len(release) == 2 and release >= PER_REQUEST_SPEC_METRICS_SINCE
+
+
+def speculative_keys(version: str | None) -> tuple[str, ...]:
+    """The speculative-config keys an arm's options may set in vLLM ``version`` (unpinned or
+    unknown: any release's)."""
+    release = ".".join(str(x) for x in _release(version))
+    if release in SPECULATIVE_KEYS:
+        return SPECULATIVE_KEYS[release]
+    return tuple(sorted({key for keys in SPECULATIVE_KEYS.values() for key in keys}))
 
 
 def sampling_options(version: str | None) -> dict[str, tuple[str, ...]]:
@@ -80,6 +143,7 @@ class VllmAdapter:
     reset_prefix_cache_path = "/reset_prefix_cache"
     acceptance_source = "server_counters"
     env_prefixes = ("VLLM_",)
+    fake_acceptance_env: tuple[str, ...] = ()  # vLLM fakes acceptance only through its config
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         # the CPU build is its own distribution (its ``vllm`` console script is broken: python -m)
@@ -88,7 +152,7 @@ class VllmAdapter:
     def lossy_settings(self, regime: Regime) -> list[str]:
         problems = []
         for index, arm in enumerate(regime.arms):
-            method = arm.options.get("rejection_sample_method")
+            method = str(arm.options.get("rejection_sample_method", "")).strip().lower()
             if method in LOSSY_REJECTION:
                 problems.append(
                     f"arms[{index}].options.rejection_sample_method: '{method}' is a lossy/synthetic "
@@ -106,13 +170,26 @@ class VllmAdapter:
         }
 
     def option_problems(self, regime: Regime) -> list[tuple[tuple, str]]:
-        """Verification and draft-sampling options the pinned vLLM does not take, by regime path
-        (``SAMPLING_OPTIONS``); synthetic_acceptance_* only with synthetic, which is for GPU calibration
-        arms (refused on a CPU regime)."""
-        found = []
+        """Flags in ``engine.extra_args`` the harness sets itself (``MANAGED_FLAGS``); option keys
+        the pinned vLLM's speculative config does not take, or that are the arm's own fields;
+        verification and draft-sampling values it does not take (``SAMPLING_OPTIONS``);
+        synthetic_acceptance_* only with synthetic, which is for GPU calibration arms (refused on a
+        CPU regime). By regime path."""
+        found = [
+            (("engine", "extra_args", index), message)
+            for index, message in managed_flag_problems(regime.engine.extra_args, MANAGED_FLAGS)
+        ]
         version = regime.engine.version
+        keys = speculative_keys(version)
         for index, arm in enumerate(regime.arms):
             where = ("arms", index, "options")
+            for key in arm.options:
+                if key in ARM_FIELDS_IN_THE_CONFIG:
+                    found.append(((*where, key), f"set by {ARM_FIELDS_IN_THE_CONFIG[key]}, not by an option"))
+                elif key not in keys:
+                    release = f"vLLM {version}" if version else "any vLLM release"
+                    message = f"not a key {release}'s speculative config takes" + did_you_mean(key, keys)
+                    found.append(((*where, key), message))
             for key, allowed in sampling_options(version).items():
                 value = arm.options.get(key)
                 if value is not None and value not in allowed:

@@ -1,0 +1,81 @@
+"""A hostile OpenAI-format server (aiohttp, a process of its own) for the client's tests: what it
+sends for ``/v1/completions`` depends on the request's prompt.
+
+- ``good``: a well-formed vLLM-shaped stream of 4 tokens, a usage chunk and ``[DONE]``;
+- ``not-an-object``: ``data: [1]``;  ``null-choice``: ``{"choices": [null]}``;
+  ``int-token-ids``: ``{"choices": [{"token_ids": 5}]}``;  ``not-json``: ``data: {oops``;
+  ``bad-sglext``: an ``sglext`` that is a string;
+- ``huge-error``: status 500 with a 200 MiB body, streamed a MiB at a time;
+- ``endless-event``: a 200 OK stream whose one ``data:`` line never ends (no blank line) until the
+  client goes away.
+
+    python tests/hostile_server.py --port 8766
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+from aiohttp import web
+
+MIB = b"x" * 2**20
+
+
+def _event(payload: object) -> bytes:
+    return b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
+
+
+def good_chunks() -> list[bytes]:
+    chunks = [
+        {"choices": [{"index": 0, "text": f" t{i}", "token_ids": [i], "finish_reason": None}]}
+        for i in range(3)
+    ]
+    chunks.append({"choices": [{"index": 0, "text": " t3", "token_ids": [3], "finish_reason": "length"}]})
+    chunks.append({"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 4}})
+    return [_event(c) for c in chunks] + [b"data: [DONE]\n\n"]
+
+
+MALFORMED = {
+    "not-an-object": b"[1]",
+    "null-choice": {"choices": [None]},
+    "int-token-ids": {"choices": [{"index": 0, "text": "a", "token_ids": 5}]},
+    "not-json": b"{oops",
+    "bad-sglext": {"sglext": "no", "choices": [{"index": 0, "text": "a", "token_ids": [1]}]},
+}
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    prompt = (await request.json())["prompt"]
+    if prompt == "huge-error":
+        response = web.StreamResponse(status=500)
+        await response.prepare(request)
+        for _ in range(200):
+            await response.write(MIB)  # the client stops reading: the write fails, the handler ends
+        return response
+    response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await response.prepare(request)
+    if prompt == "endless-event":
+        await response.write(b"data: {")
+        while True:  # until the client closes the connection (ConnectionResetError ends the handler)
+            await response.write(b"1" * 65536)
+            await asyncio.sleep(0)
+    if prompt in MALFORMED:
+        await response.write(_event(MALFORMED[prompt]))
+    for chunk in good_chunks():
+        await response.write(chunk)
+    return response
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()

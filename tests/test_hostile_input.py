@@ -1,0 +1,282 @@
+"""Hostile files: YAML built to exhaust the loader (an alias bomb, a recursive alias, 3,000
+levels of nesting, a file of gigabytes), a duplicate key YAML would silently resolve, and a sweep
+that multiplies into billions of points. Each is refused in one line, exit code 2, no traceback,
+in far less than a second of the loader's own time; benign anchors and merge keys still load."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness.config_file import MAX_DEPTH, MAX_FILE_BYTES, parse_yaml, read_yaml
+from harness.errors import UserError
+from harness.regime import load_regime
+from harness.workloads import load_prompt_pool
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD_TEXT = (ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace("../workloads/", f"{ROOT}/workloads/")
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """``levels`` anchors, each a list of ``width`` aliases of the one before: width**levels
+    values once expanded (9 x 9: 387 million) from a few hundred bytes."""
+    lines = [f"a0: &a0 [{', '.join(['x'] * width)}]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+HOSTILE = {
+    "alias bomb": (GOOD_TEXT + alias_bomb(), "aliases expand to more than 100,000 values"),
+    "recursive alias": (GOOD_TEXT + "extra: &loop [*loop]\n", "a recursive alias"),
+    "deep nesting": (GOOD_TEXT + "deep: " + "[" * 3000 + "]" * 3000 + "\n", f"nested more than {MAX_DEPTH}"),
+    "deep mapping": (GOOD_TEXT + "deep: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n", "levels deep"),
+    "duplicate key": (
+        GOOD_TEXT.replace("engine:\n", "engine:\n  enforce_eager: true\n  enforce_eager: false\n", 1),
+        "duplicate key 'enforce_eager' (first at line",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_yaml_is_refused_in_one_line_quickly(tmp_path: Path, case: str) -> None:
+    text, expected = HOSTILE[case]
+    assert "engine:\n" in GOOD_TEXT
+    path = tmp_path / "regime.yaml"
+    path.write_text(text)
+    started = time.perf_counter()
+    with pytest.raises(UserError) as refused:
+        load_regime(path)
+    assert time.perf_counter() - started < 1.0  # the loader's own time (the bomb took > 200 s)
+    message = str(refused.value)
+    assert expected in message and "\n" not in message and message.startswith(f"{path}:")
+
+
+def test_duplicate_key_names_both_lines(tmp_path: Path) -> None:
+    path = tmp_path / "regime.yaml"
+    path.write_text("name: a\nengine:\n  name: vllm\n  enforce_eager: true\n  enforce_eager: false\n")
+    with pytest.raises(UserError, match=r"regime.yaml:5: duplicate key 'enforce_eager' \(first at line 4\)"):
+        read_yaml(path)
+
+
+def test_the_cli_refuses_each_with_exit_2_and_no_traceback(tmp_path: Path) -> None:
+    for case, (text, expected) in HOSTILE.items():
+        path = tmp_path / f"{case.replace(' ', '_')}.yaml"
+        path.write_text(text)
+        out = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "validate", str(path)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert out.returncode == 2, (case, out.stdout, out.stderr)
+        assert "Traceback" not in out.stdout + out.stderr and expected in out.stdout + out.stderr
+
+
+def test_a_file_over_the_size_cap_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    with open(path, "wb") as handle:  # sparse: 1 GiB on paper, nothing on disk
+        handle.truncate(2**30)
+    with pytest.raises(UserError, match=f"over {MAX_FILE_BYTES // 2**20} MiB"):
+        read_yaml(path)
+
+
+def test_workload_files_use_the_same_loader(tmp_path: Path) -> None:
+    path = tmp_path / "workload.yaml"
+    path.write_text("name: w\n" + alias_bomb())
+    with pytest.raises(UserError, match="alias bomb"):
+        load_prompt_pool(path)
+
+
+def test_benign_anchors_and_merge_keys_still_load(tmp_path: Path) -> None:
+    text = GOOD_TEXT.replace("engine:\n", "engine: &engine\n", 1) + "x-copy: *engine\n"
+    data, lines = parse_yaml(text)
+    assert data["x-copy"] == data["engine"] and lines[("x-copy",)] > lines[("engine",)]
+    merged, _ = parse_yaml("base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  x: 3\n")
+    assert merged["c"] == {"x": 3, "y": 2}  # a merge key is not a duplicate, and the local key wins
+    # an anchored regime still validates (aliases inside the regime's own fields)
+    path = tmp_path / "regime.yaml"
+    path.write_text(GOOD_TEXT.replace("engine:\n", "engine: &engine\n", 1))
+    assert load_regime(path).engine.name == "vllm"
+
+
+def test_a_sweep_of_billions_of_points_is_refused_before_expanding(tmp_path: Path) -> None:
+    sweep = "sweep:\n  regime:\n" + "".join(
+        f"    {path}: [{', '.join(str(v) for v in values)}]\n"
+        for path, values in [
+            ("load.max_output_tokens", range(8, 18)),
+            ("sampling.seed", range(10)),
+            ("target.max_model_len", range(1024, 1034)),
+            ("load.num_prompts", range(2, 12)),
+        ]
+    )
+    path = tmp_path / "regime.yaml"
+    path.write_text(GOOD_TEXT + sweep)
+    started = time.perf_counter()
+    with pytest.raises(UserError, match=r"sweep.regime: 10,000 points .* at most 1,000"):
+        load_regime(path)
+    assert time.perf_counter() - started < 1.0
+
+
+# --- property: whatever nesting and aliasing a file has, the loader answers data or one UserError
+
+
+def _document(draw, depth: int) -> str:
+    kind = draw(st.sampled_from(["scalar", "list", "map"] if depth < 80 else ["scalar"]))
+    if kind == "scalar":
+        return draw(st.sampled_from(["1", "x", "*a", "null", "'s'"]))
+    children = draw(st.lists(st.integers(0, 2), max_size=3))
+    inner = [_document(draw, depth + 1) for _ in children]
+    if kind == "list":
+        return "[" + ", ".join(inner) + "]"
+    return "{" + ", ".join(f"k{i}: {v}" for i, v in enumerate(inner)) + "}"
+
+
+@st.composite
+def nested_yaml(draw) -> str:
+    anchor = draw(st.sampled_from(["[1, 2, 3]", "{x: 1}", "[*a, *a]"]))
+    levels = draw(st.integers(0, 12))
+    body = "1"
+    for _ in range(levels):
+        body = draw(st.sampled_from(["[{0}, {0}]", "{{k: {0}}}", "[{0}]", "{{k: {0}, j: *a}}"])).format(body)
+    return f"a: &a {anchor}\nb: {body}\nc: {_document(draw, 0)}\n"
+
+
+@given(text=nested_yaml())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_nested_and_aliased_yaml_gives_data_or_one_user_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(text)
+    try:
+        data, _ = read_yaml(path)
+    except UserError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert yaml.safe_load(text) == data  # what it accepts, it reads as PyYAML does
+
+
+# --- harness-managed flags stay the harness's: every way around the lossy guard is refused --------
+
+SGLANG_TEXT = (
+    (ROOT / "regimes" / "h200_tp1_qwen3_8b_sglang.yaml")
+    .read_text()
+    .replace("../workloads/", f"{ROOT}/workloads/")
+)
+SYNTHETIC = '{"method": "ngram", "num_speculative_tokens": 4, "rejection_sample_method": "synthetic"}'
+
+
+def _speculating(data: dict) -> int:
+    return next(i for i, arm in enumerate(data["arms"]) if arm["method"] != "baseline")
+
+
+def _extra(args: list[str]):
+    def mutate(data: dict) -> str:
+        data["engine"]["extra_args"] = args
+        return "engine.extra_args[0]" if len(args) < 3 else f"engine.extra_args[{len(args) - 2}]"
+
+    return mutate
+
+
+def _options(options: dict):
+    def mutate(data: dict) -> str:
+        index = _speculating(data)
+        data["arms"][index]["options"] = options
+        return f"arms[{index}].options.{next(iter(options))}"
+
+    return mutate
+
+
+BYPASSES = {
+    # vLLM (regimes/cpu_smoke.yaml)
+    "host on every address": ("vllm", _extra(["--host", "0.0.0.0"]), "is set by the harness"),
+    "host abbreviated": ("vllm", _extra(["--ho=0.0.0.0"]), "(the engine reads it as --host)"),
+    "a second speculative config": (
+        "vllm",
+        _extra(["--max-num-seqs", "8", "--speculative-config", SYNTHETIC]),
+        "speculation is each arm's",
+    ),
+    "a speculative key by dotted flag": (
+        "vllm",
+        _extra(["--speculative_config.rejection_sample_method", "synthetic"]),
+        "--speculative-config",
+    ),
+    "the short alias": ("vllm", _extra(["-sc", SYNTHETIC]), "'-sc' is set by the harness"),
+    "a config file": (
+        "vllm",
+        _extra(["--config", "/tmp/flags.yaml"]),
+        "a config file would set flags unseen",
+    ),
+    "counters turned off": ("vllm", _extra(["--disable-log-stats"]), "the counters tau is read from"),
+    "tensor parallel attached": ("vllm", _extra(["-tp2"]), "use tensor_parallel_size"),
+    "the draft model by option": ("vllm", _options({"model": "/elsewhere"}), "set by the arm's draft_model"),
+    "K by option": (
+        "vllm",
+        _options({"num_speculative_tokens": 9}),
+        "set by the arm's num_speculative_tokens",
+    ),
+    "a hyphenated key": (
+        "vllm",
+        _options({"rejection-sample-method": "synthetic"}),
+        "did you mean 'rejection_sample_method'",
+    ),
+    # SGLang (regimes/h200_tp1_qwen3_8b_sglang.yaml)
+    "an arbitrary flag by option": (
+        "sglang",
+        _options({"host": "0.0.0.0"}),
+        "not one of SGLang 0.5.23's --speculative-* settings",
+    ),
+    "a lossy threshold as a flag": (
+        "sglang",
+        _extra(["--speculative-accept-threshold-single", "0.3"]),
+        "speculation is each arm's",
+    ),
+    "a lossy threshold abbreviated": (
+        "sglang",
+        _extra(["--speculative-accept-threshold-s", "0.3"]),
+        "speculation is each arm's",
+    ),
+    "sglang on every address": ("sglang", _extra(["--host=0.0.0.0"]), "binds each server to 127.0.0.1"),
+    "the model by its alias": ("sglang", _extra(["--model", "/elsewhere"]), "the target is target.path"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BYPASSES))
+def test_every_bypass_is_refused_with_its_field_path(tmp_path: Path, case: str) -> None:
+    from harness.plan import plan_regime
+
+    engine, mutate, expected = BYPASSES[case]
+    data = yaml.safe_load(GOOD_TEXT if engine == "vllm" else SGLANG_TEXT)
+    field = mutate(data)
+    path = tmp_path / "regime.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(UserError) as refused:
+        plan_regime(path)
+    message = str(refused.value)
+    assert f": {field}: " in message and expected in message, message
+
+
+def test_the_lossy_string_threshold_is_flagged_and_bench_validate_names_the_field(tmp_path: Path) -> None:
+    from harness.validation import lossy_settings
+
+    data = yaml.safe_load(SGLANG_TEXT)
+    index = _speculating(data)
+    data["arms"][index]["options"] = {"speculative_accept_threshold_single": "0.3"}
+    path = tmp_path / "regime.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    (problem,) = lossy_settings(load_regime(path))
+    assert problem.startswith(f"arms[{index}].options.speculative_accept_threshold_single: 0.3 < 1 accepts")
+    data = yaml.safe_load(GOOD_TEXT)
+    data["engine"]["extra_args"] = ["--ho", "0.0.0.0"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", str(path)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stdout + out.stderr
+    assert "engine.extra_args[0]: '--ho' (the engine reads it as --host) is set by the harness" in out.stdout
