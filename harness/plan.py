@@ -34,6 +34,7 @@ from harness.model_build import resolve_package_gguf
 from harness.models import converted_dir, is_local_reference, resolve_model_path
 from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, workload_paths
 from harness.results.calibration import Calibration
+from harness.secrets import redact_args, redact_env
 from harness.sensors.environment import collect_environment
 from harness.validation import check_environment, lossy_settings
 from harness.workloads import ChatTemplate, LoadedWorkload, load_workload
@@ -114,10 +115,11 @@ class Plan:
         for arm in self.regime.arms:
             # the port is wherever two specs for two ports differ: the engine names its own flag
             spec, other = (self.launch_spec(arm, model, port) for port in _SHOWN_PORTS)
-            argv = [_show_port(part, twin) for part, twin in zip(spec.argv, other.argv, strict=True)]
-            env = " ".join(
-                f"{k}={shlex.quote(_show_port(v, other.env[k]))}" for k, v in sorted(spec.env.items())
-            )
+            # shown with its secrets redacted (harness.secrets): a terminal is not a safe place
+            shown, twins = redact_args(spec.argv), redact_args(other.argv)
+            argv = [_show_port(part, twin) for part, twin in zip(shown, twins, strict=True)]
+            env, other_env = redact_env(spec.env), redact_env(other.env)
+            env = " ".join(f"{k}={shlex.quote(_show_port(v, other_env[k]))}" for k, v in sorted(env.items()))
             commands.append(
                 ArmCommand(arm, f"{env + ' ' if env else ''}{shlex.join(argv)}", self._drafter_note(arm))
             )

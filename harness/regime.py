@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
@@ -31,9 +32,10 @@ from harness.config_file import StrictModel, existing_path, load_model
 from harness.engines.names import ENGINES
 from harness.engines.patches import patches
 from harness.environment import CPU_FEATURES
-from harness.errors import FieldError
+from harness.errors import FieldError, UserError
 from harness.metrics import GATED
 from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
+from harness.secrets import REDACTED, redact_args, redact_env
 from harness.workloads import ChatTemplate
 
 SpecMethod = Literal["baseline", "ngram", "draft_model", "eagle3", "dflash"]
@@ -1132,12 +1134,23 @@ class Regime(StrictModel):
 
     def fingerprint(self) -> str:
         """A stable hash of everything that defines the regime (not its name, description or gates)."""
-        fields = self.model_dump(mode="json", exclude=_excluded(_NOT_CONDITIONS | {"arms"}) | self._unset())
+        redacted = self.redacted()  # a secret is not a condition (harness.secrets)
+        fields = redacted.model_dump(
+            mode="json", exclude=_excluded(_NOT_CONDITIONS | {"arms"}) | self._unset()
+        )
         # when a drafter build gives up is not part of the regime (nor of the drafter's identity)
         fields["arms"] = [arm.model_dump(mode="json", exclude=_NOT_OF_THE_ARM) for arm in self.arms]
         if self.engine.patches:  # a patch is its code: an edited patch is another regime
             fields["engine"]["patches"] = self.engine.patch_labels()
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+    def redacted(self) -> Regime:
+        """This regime with the secrets in ``engine.env`` and ``engine.extra_args`` replaced by
+        ``<redacted>`` (``harness.secrets``): what is written, printed and fingerprinted."""
+        engine = self.engine.model_copy(
+            update={"env": redact_env(self.engine.env), "extra_args": redact_args(self.engine.extra_args)}
+        )
+        return self.model_copy(update={"engine": engine})
 
     def _unset(self) -> dict[str, Any]:
         """Settings left out of the hashes while unset (no SLO, no open-loop rate): fingerprints from
@@ -1163,7 +1176,7 @@ class Regime(StrictModel):
         and the prompts: ``workloads`` as stored with a run, by name, format and content hash, not
         by file path), without the arms themselves: two runs with equal conditions can be gated
         against each other arm by arm, even when an arm's configuration changed between them."""
-        fields = self.model_dump(
+        fields = self.redacted().model_dump(
             mode="json", exclude=_excluded(_NOT_CONDITIONS | {"arms", "workloads"}) | self._unset()
         )
         fields["prompts"] = sorted((w["name"], w["prompt_format"], w["content_sha256"]) for w in workloads)
@@ -1191,6 +1204,43 @@ _NOT_OF_THE_ARM = {"draft_model": {"trained": {"stall_timeout_s"}}}
 def load_regime(path: str | Path) -> Regime:
     """Load and validate a regime file. Raises UserError naming file, line and field on bad input."""
     return load_model(Path(path), Regime)
+
+
+def stored_regime(stored: dict[str, Any], source: Path) -> Regime:
+    """A regime read back from a run or a study (``regime.json``, ``study.json``), its redacted
+    secrets restored to start servers again: each from the regime file it came from (``source``),
+    an environment variable the file no longer sets from the environment the servers inherit.
+    Refused when a secret can be found in neither."""
+    regime = Regime.model_validate(stored)
+    engine = regime.engine
+    hidden_env = [name for name, value in engine.env.items() if value == REDACTED]
+    hidden_args = [i for i, arg in enumerate(engine.extra_args) if REDACTED in arg]
+    if not hidden_env and not hidden_args:
+        return regime
+    try:
+        current = load_regime(source).engine
+    except UserError:
+        current = None
+    env = dict(engine.env)
+    for name in hidden_env:
+        if current is not None and name in current.env:
+            env[name] = current.env[name]
+        elif name in os.environ:
+            del env[name]  # the server inherits it
+        else:
+            raise UserError(
+                f"{source}: engine.env.{name}: its value was not stored (a secret); set {name} in the "
+                "environment, or restore it in the regime file, to continue"
+            )
+    args = list(engine.extra_args)
+    if hidden_args:
+        if current is None or redact_args(current.extra_args) != engine.extra_args:
+            raise UserError(
+                f"{source}: engine.extra_args[{hidden_args[0]}]: its secret was not stored and the regime "
+                "file's extra_args are no longer the run's; restore them to continue"
+            )
+        args = list(current.extra_args)
+    return regime.model_copy(update={"engine": engine.model_copy(update={"env": env, "extra_args": args})})
 
 
 def workload_paths(regime: Regime, regime_path: Path) -> list[Path]:

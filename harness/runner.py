@@ -40,7 +40,7 @@ from harness.plan import RunPlan, changed_workload, plan_regime, prepare_run
 from harness.probes.acceptance import SpecCounters
 from harness.probes.cpu import window_cpu
 from harness.probes.throughput import output_tokens_per_s
-from harness.regime import Arm, LoadLevel, Regime
+from harness.regime import Arm, LoadLevel, Regime, stored_regime
 from harness.results import (
     SCHEMA_VERSION,
     ArmStatus,
@@ -63,10 +63,11 @@ from harness.results import (
 from harness.results.calibration import CALIBRATION_FILE
 from harness.results.records import Round
 from harness.rounds import Standing, completed_starts, round_line, round_order, standing
+from harness.secrets import redact_args, redact_env, secret_values
 from harness.sensors import cpu, gpu
 from harness.sensors.environment import model_identity
 from harness.sensors.power import PowerSampler, open_reader
-from harness.server import Server, free_port, log_tail
+from harness.server import Server, free_port
 from harness.summary import summarize
 from harness.validation import check_served, window_warnings
 from harness.workloads import LoadedWorkload, Prompt
@@ -85,7 +86,7 @@ def _regime_record(plan: RunPlan) -> dict[str, Any]:
         "price_per_hour": plan.regime.price_per_hour(),
         "near_tie_margin": plan.regime.near_tie_margin(),
         "resolved_model": plan.model,
-        "regime": plan.regime.model_dump(mode="json"),
+        "regime": plan.regime.redacted().model_dump(mode="json"),  # no secret on disk
         # Per arm: where its drafter came from (untrained / published / trained here); tau depends on it.
         "drafters": {name: {"path": d.path, **d.provenance} for name, d in plan.drafters.items()},
         "workloads": [
@@ -393,10 +394,20 @@ class Runner:
         spec = plan.adapter.launch_spec(plan.regime, arm, plan.model, port, sys.executable, draft_model=draft)
         write_json_atomic(
             run.arm_dir(arm.name) / "launch.json",
-            {"argv": spec.argv, "env": spec.env, "port": port, "server_start": start},
+            {
+                "argv": redact_args(spec.argv),
+                "env": redact_env(spec.env),
+                "port": port,
+                "server_start": start,
+            },
         )
         return Server(
-            spec.argv, spec.env, port, run.server_log(arm.name, start), self.plan.adapter.health_path
+            spec.argv,
+            spec.env,
+            port,
+            run.server_log(arm.name, start),
+            self.plan.adapter.health_path,
+            secrets=secret_values({**os.environ, **spec.env}, spec.argv),
         )
 
     def _check_served(self, run: RunDir, arm: Arm, server: Server) -> dict[str, Any]:
@@ -714,13 +725,12 @@ class Runner:
         code = server.exit_code()
         if code is not None:
             raise EngineError(
-                f"engine exited with status {code} while measuring; log "
-                f"{server.log_path}:\n{log_tail(server.log_path)}"
+                f"engine exited with status {code} while measuring; log {server.log_path}:\n{server.tail()}"
             )
         if result.stalled:
             raise EngineError(
                 f"engine hung: no token for {self.plan.load.stall_timeout_s:.0f} s with requests in "
-                f"flight; log {server.log_path}:\n{log_tail(server.log_path)}"
+                f"flight; log {server.log_path}:\n{server.tail()}"
             )
         if result.records and all(not r.ok for r in result.records):
             raise EngineError(f"every request failed (first error: {result.records[0].error})")
@@ -776,7 +786,7 @@ def resume_run(run_dir: Path, console: Console, allow_mismatch: bool = False) ->
     """Resume with the regime stored in the run, refusing if its workloads changed since."""
     run = RunDir(run_dir)
     record = read_run_record(run)
-    regime = Regime.model_validate(record["regime"])
+    regime = stored_regime(record["regime"], Path(record["source_path"]))
     plan = plan_regime(Path(record["source_path"]), regime)
     changed = changed_workload(record, plan)
     if changed is not None:

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 
 from harness.errors import EngineError
+from harness.secrets import scrub, scrub_file
 
 _LIVE_GROUPS: set[int] = set()
 PGID_FILE = "server.pgid"
@@ -115,12 +116,23 @@ def stop_left_running(directory: Path) -> list[int]:
 class Server:
     """One engine server process group. Use as a context manager so it is always stopped."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], port: int, log_path: Path, health_path: str):
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        port: int,
+        log_path: Path,
+        health_path: str,
+        secrets: set[str] | frozenset[str] = frozenset(),
+    ):
         self.argv = argv
         self.extra_env = env
         self.port = port
         self.log_path = log_path
         self.health_path = health_path
+        # values the engine may print (vLLM logs its non-default arguments): scrubbed from its log
+        # when it stops and from every tail of it the harness shows (harness.secrets)
+        self.secrets = secrets
         self.process: subprocess.Popen | None = None
 
     @property
@@ -141,6 +153,10 @@ class Server:
         _LIVE_GROUPS.add(self.process.pid)
         (self.log_path.parent / PGID_FILE).write_text(f"{self.process.pid}\n")
 
+    def tail(self) -> str:
+        """The end of the engine's log, as the harness shows it: secrets scrubbed."""
+        return scrub(log_tail(self.log_path), self.secrets)
+
     def exit_code(self) -> int | None:
         return None if self.process is None else self.process.poll()
 
@@ -155,12 +171,11 @@ class Server:
                 if code is not None:
                     raise EngineError(
                         f"engine exited with status {code} during start-up; log "
-                        f"{self.log_path}:\n{log_tail(self.log_path)}"
+                        f"{self.log_path}:\n{self.tail()}"
                     )
                 if elapsed > timeout_s:
                     raise EngineError(
-                        f"engine not ready after {timeout_s:.0f} s; log "
-                        f"{self.log_path}:\n{log_tail(self.log_path)}"
+                        f"engine not ready after {timeout_s:.0f} s; log {self.log_path}:\n{self.tail()}"
                     )
                 try:
                     if client.get(url).status_code == 200:
@@ -180,6 +195,8 @@ class Server:
         except subprocess.TimeoutExpired:
             pass
         (self.log_path.parent / PGID_FILE).unlink(missing_ok=True)
+        if self.secrets:
+            scrub_file(self.log_path, self.secrets)
 
     def __enter__(self) -> Server:
         self.start()

@@ -415,6 +415,25 @@ def self_draft_expectations(summary: Summary) -> list[str]:
     return found
 
 
+def failed_requests(summary: Summary) -> list[str]:
+    """Per arm, the requests that ended in an error (a timeout, a refused request, a response the
+    client could not read): its figures count only the others."""
+    found = []
+    for arm in summary.arms:
+        cells = summary.cells_of(arm.name)
+        failed = sum(c.requests_errored for c in cells)
+        if failed:
+            total = sum(c.requests_total for c in cells)
+            where = ", ".join(
+                f"{c.workload} {c.level.short()}: {c.requests_errored}" for c in cells if c.requests_errored
+            )
+            found.append(
+                f"arm {arm.name}: {failed} of {total} requests failed ({where}); its figures count only the "
+                "completed ones (the errors are in its samples.jsonl)"
+            )
+    return found
+
+
 def run_caveats(summary: Summary) -> list[str]:
     """What qualifies every verdict of the run."""
     found = [f"regime mismatch (run with --allow-mismatch): {m}" for m in summary.mismatches]
@@ -428,6 +447,7 @@ def run_caveats(summary: Summary) -> list[str]:
         if m not in summary.mismatches
     ]
     found += [f"arm {a.name} is {a.status}: not in any verdict" for a in summary.arms if a.status != "ok"]
+    found += failed_requests(summary)
     mechanics = [a.name for a in summary.arms if "mechanics only" in str((a.drafter or {}).get("label", ""))]
     if mechanics:
         found.append(

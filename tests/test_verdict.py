@@ -165,6 +165,18 @@ def test_caveats_are_never_hidden(summary: Summary) -> None:
     assert "arm ngram_k4 is failed: not in any verdict" in run_caveats(failed)
 
 
+def test_failed_requests_are_a_caveat_of_the_run(summary: Summary) -> None:
+    assert not [c for c in run_caveats(summary) if "requests failed" in c]
+    cell = next(c for c in summary.cells if c.arm == "ngram_k4")
+    cells = [c.model_copy(update={"requests_errored": 2}) if c is cell else c for c in summary.cells]
+    total = sum(c.requests_total for c in summary.cells_of("ngram_k4"))
+    caveats = run_caveats(summary.model_copy(update={"cells": cells}))
+    assert (
+        f"arm ngram_k4: 2 of {total} requests failed ({cell.workload} {cell.level.short()}: 2); its figures "
+        "count only the completed ones (the errors are in its samples.jsonl)"
+    ) in caveats
+
+
 # ---- findings ---------------------------------------------------------------------------------
 
 

@@ -175,10 +175,12 @@ def confirmation_run(view: RunView, regime: Regime, run_dir: Path, console: Cons
     regime file the run recorded, into ``RUN_DIR-confirm`` (``-confirm-2``, ... when taken) beside
     the run; the prompts must still be the ones the run measured."""
     from harness.plan import changed_workload, plan_regime, prepare_run
+    from harness.regime import stored_regime
     from harness.runner import Runner
 
     record = view.record
-    plan = plan_regime(Path(record["source_path"]), regime)
+    source = Path(record["source_path"])
+    plan = plan_regime(source, stored_regime(regime.model_dump(mode="json"), source))  # its secrets back
     changed = changed_workload(record, plan)
     if changed is not None:
         raise UserError(

@@ -19,6 +19,7 @@ from typing import Any
 import harness
 from harness.engines import engine_env_prefixes
 from harness.environment import CPU_FEATURES, environment_fingerprint
+from harness.secrets import redact_env
 from harness.sensors.devices import visible_handles
 
 
@@ -127,17 +128,12 @@ _ENV_PREFIXES = (
     "BENCH_",
     "NVIDIA_",
 )
-_SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 
 
 def collect_env_vars(environ: dict[str, str] | None = None) -> dict[str, Any]:
     environ = dict(os.environ if environ is None else environ)
-    recorded, prefixes = {}, _ENV_PREFIXES + engine_env_prefixes()
-    for name in sorted(environ):
-        if name.startswith(prefixes):
-            secret = any(marker in name.upper() for marker in _SECRET_MARKERS)
-            recorded[name] = "<redacted>" if secret else environ[name]
-    return {"env": recorded}
+    prefixes = _ENV_PREFIXES + engine_env_prefixes()
+    return {"env": redact_env({name: environ[name] for name in sorted(environ) if name.startswith(prefixes)})}
 
 
 def collect_placement(environ: dict[str, str] | None = None) -> dict[str, Any]:

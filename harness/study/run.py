@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from harness.errors import UserError
 from harness.plan import Plan
-from harness.regime import Regime
+from harness.regime import Regime, stored_regime
 from harness.results.files import RunDir, read_json, writer_lock
 from harness.server import log_tail, stop_left_running
 from harness.study.collect import StudyResults, load_study
@@ -36,7 +36,7 @@ def study_record(study: StudyPlan, executor: ExecutorOptions) -> StudyRecord:
     return StudyRecord(
         name=study.regime.name,
         source_path=str(study.source),
-        regime=study.regime.model_dump(mode="json"),
+        regime=study.regime.redacted().model_dump(mode="json"),  # no secret on disk
         regime_axes=dict(sweep.regime) if sweep else {},
         arm_axes=dict(sweep.arms) if sweep else {},
         families=study.families,
@@ -124,7 +124,9 @@ def resume_study(
     job still running is re-attached to where its executor can (Slurm; a local job on this node)."""
     directory = StudyDir(study_dir)
     record = directory.read()
-    study, plans = plan_study(Path(record.source_path), Regime.model_validate(record.regime))
+    study, plans = plan_study(
+        Path(record.source_path), stored_regime(record.regime, Path(record.source_path))
+    )
     if [p.regime.fingerprint() for p in study.points] != [p.fingerprint for p in record.points]:
         raise UserError(
             f"{study_dir}: the study's points no longer expand to the regimes it started with "

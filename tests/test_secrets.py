@@ -1,0 +1,134 @@
+"""Secrets in a regime and in the environment: passed to the server, redacted everywhere the
+harness writes or prints (regime.json, study.json, launch.json, environment.json, the terminal,
+the engine's own log), kept out of the fingerprints, and restored from the regime file (or the
+environment) when a run resumes. The real engine's run with planted secrets is
+tests/test_end_to_end.py's main run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.errors import UserError
+from harness.regime import load_regime, stored_regime
+from harness.secrets import (
+    REDACTED,
+    redact_args,
+    redact_env,
+    redact_url,
+    scrub_file,
+    secret_name,
+    secret_values,
+)
+from harness.sensors.environment import collect_env_vars
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD_TEXT = (ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace("../workloads/", f"{ROOT}/workloads/")
+TOKEN = "hf_planted_secret_value"
+
+
+def _with_secrets(tmp_path: Path, token: str = TOKEN) -> Path:
+    data = yaml.safe_load(GOOD_TEXT)
+    data["engine"]["env"] = {**data["engine"].get("env", {}), "HF_TOKEN": token}
+    data["engine"]["extra_args"] = [*data["engine"].get("extra_args", []), "--hf-token", token]
+    path = tmp_path / "regime.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_names_and_values_that_are_secret() -> None:
+    assert all(secret_name(n) for n in ("HF_TOKEN", "VLLM_API_KEY", "AWS_SECRET_ACCESS_KEY", "--hf-token"))
+    assert all(secret_name(n) for n in ("--api-key", "--ssl-keyfile-password", "DB_PASS"))
+    # numbers named after tokens are not secrets: a flag names its value by its last word
+    assert not any(secret_name(n) for n in ("--max-num-batched-tokens", "--dbo-decode-token-threshold"))
+    assert not any(secret_name(n) for n in ("VLLM_CPU_KVCACHE_SPACE", "HF_ENDPOINT", "OMP_NUM_THREADS"))
+    assert redact_url("x https://user:pw@hub.example/y and s3://AKIA@bucket") == (
+        f"x https://{REDACTED}@hub.example/y and s3://{REDACTED}@bucket"
+    )
+    assert redact_args(["--hf-token", "t1", "--max-num-seqs", "8", "--api-key=k2", "--hf-token", "--x"]) == [
+        "--hf-token",
+        REDACTED,
+        "--max-num-seqs",
+        "8",
+        f"--api-key={REDACTED}",
+        "--hf-token",  # no value follows: the next flag is not eaten
+        "--x",
+    ]
+    assert redact_env({"HF_TOKEN": "t", "HF_ENDPOINT": "https://u:p@h", "OMP_NUM_THREADS": "1"}) == {
+        "HF_TOKEN": REDACTED,
+        "HF_ENDPOINT": f"https://{REDACTED}@h",
+        "OMP_NUM_THREADS": "1",
+    }
+    found = secret_values(
+        {"HF_TOKEN": "tok-1234", "HF_ENDPOINT": "https://me:pw12@h"}, ["--hf-token", "abcd"]
+    )
+    assert found == {"tok-1234", "me:pw12", "abcd"}
+
+
+def test_the_environment_record_keeps_no_secret() -> None:
+    recorded = collect_env_vars({"HF_TOKEN": "hf_abc", "HF_ENDPOINT": "https://user:pass@hub", "VLLM_X": "2"})
+    assert recorded == {
+        "env": {"HF_ENDPOINT": f"https://{REDACTED}@hub", "HF_TOKEN": REDACTED, "VLLM_X": "2"}
+    }
+
+
+def test_the_fingerprint_is_of_the_redacted_regime(tmp_path: Path) -> None:
+    one = load_regime(_with_secrets(tmp_path))
+    other = load_regime(_with_secrets(tmp_path, "hf_another_value"))
+    assert one.fingerprint() == other.fingerprint()  # rotating a token is not another regime
+    assert one.redacted().engine.env["HF_TOKEN"] == REDACTED and TOKEN not in one.redacted().model_dump_json()
+    smoke = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
+    assert smoke.redacted() == smoke  # a regime without secrets: its fingerprint is as before
+
+
+def test_a_resumed_regime_gets_its_secrets_back_from_the_file_or_the_environment(
+    tmp_path: Path, monkeypatch
+) -> None:
+    path = _with_secrets(tmp_path)
+    regime = load_regime(path)
+    stored = regime.redacted().model_dump(mode="json")
+    assert stored_regime(stored, path) == regime
+    # the file no longer sets the variable: the server inherits it from the environment
+    data = yaml.safe_load(path.read_text())
+    del data["engine"]["env"]["HF_TOKEN"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    monkeypatch.setenv("HF_TOKEN", "from-the-environment")
+    restored = stored_regime(stored, path)
+    assert "HF_TOKEN" not in restored.engine.env and restored.engine.extra_args == regime.engine.extra_args
+    monkeypatch.delenv("HF_TOKEN")
+    with pytest.raises(UserError, match=r"engine.env.HF_TOKEN: its value was not stored \(a secret\)"):
+        stored_regime(stored, path)
+    # the file's extra_args changed: the argument's secret cannot be placed
+    data["engine"]["env"]["HF_TOKEN"] = TOKEN
+    data["engine"]["extra_args"] = data["engine"]["extra_args"][:-2]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(UserError, match=r"engine.extra_args\[\d+\]: its secret was not stored"):
+        stored_regime(stored, path)
+
+
+def test_validate_prints_no_secret(tmp_path: Path) -> None:
+    path = _with_secrets(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_ENDPOINT": "https://me:pw-planted@hub"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "--hf-token '<redacted>'" in out.stdout and "HF_TOKEN='<redacted>'" in out.stdout
+    assert TOKEN not in out.stdout + out.stderr and "pw-planted" not in out.stdout + out.stderr
+
+
+def test_an_engine_log_is_scrubbed(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(f"INFO non-default args: {{'hf_token': '{TOKEN}', 'hf_endpoint': 'https://me:pw1@hub'}}\n")
+    scrub_file(log, {TOKEN})
+    assert (
+        log.read_text()
+        == f"INFO non-default args: {{'hf_token': '{REDACTED}', 'hf_endpoint': 'https://{REDACTED}@hub'}}\n"
+    )
