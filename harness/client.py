@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 
 from harness.engines import SERVED_MODEL_NAME
+from harness.engines.http import http_base, unix_socket
 from harness.regime import Load, Sampling
 from harness.results.records import RequestRecord  # the one request record: the store's type
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt
@@ -294,7 +295,12 @@ async def run_window(
     when no request has made progress for ``stall_timeout_s`` while some are in flight."""
     fmt = workload.definition.prompt_format
     semaphore = asyncio.Semaphore(concurrency)
-    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    uds = unix_socket(base_url)  # a server on a Unix socket (vLLM's: harness.runner)
+    connector = (
+        aiohttp.UnixConnector(path=uds, limit=concurrency, force_close=False)
+        if uds
+        else aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    )
     # the read timeout bounds the gap between bytes; the request's total deadline is wait_for's
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=load.request_timeout_s)
     clock_zero = time.perf_counter()
@@ -303,7 +309,9 @@ async def run_window(
 
     # trust_env=False: the server is this machine's own; a proxy from the environment must not carry
     # (or time) its requests
-    session = aiohttp.ClientSession(base_url=base_url, connector=connector, timeout=timeout, trust_env=False)
+    session = aiohttp.ClientSession(
+        base_url=http_base(base_url), connector=connector, timeout=timeout, trust_env=False
+    )
     async with session as client:
 
         async def one(prompt: Prompt, due: float | None, seed: int | None) -> RequestRecord:

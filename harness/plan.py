@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, work
 from harness.results.calibration import Calibration
 from harness.secrets import redact_args, redact_env
 from harness.sensors.environment import collect_environment
+from harness.server import SOCKET_DIR_PREFIX
 from harness.validation import check_environment, lossy_settings
 from harness.workloads import ChatTemplate, LoadedWorkload, load_workload
 
@@ -90,8 +92,15 @@ class Plan:
         return model
 
     def launch_spec(self, arm: Arm, model: str, port: int) -> LaunchSpec:
+        """What ``arm``'s server is launched with; an engine on a Unix socket is shown with the
+        socket's path as each start-up makes it (``harness.server.unix_socket_path``), XXXXXXXX for
+        its random part."""
         draft = self.drafters[arm.name].path if arm.draft_model is not None else None
-        return self.adapter.launch_spec(self.regime, arm, model, port, sys.executable, draft_model=draft)
+        uds = str(Path(tempfile.gettempdir()) / f"{SOCKET_DIR_PREFIX}XXXXXXXX" / "engine.sock")
+        on_socket = {"uds": uds} if self.adapter.unix_socket else {}
+        return self.adapter.launch_spec(
+            self.regime, arm, model, port, sys.executable, draft_model=draft, **on_socket
+        )
 
     def drafter_fits(self, model: str) -> dict[str, Fit]:
         """Per arm with a drafter, whether it fits the arm (after ``resolve_models``)."""

@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,11 +62,11 @@ from harness.results import (
 from harness.results.calibration import CALIBRATION_FILE
 from harness.results.records import Round
 from harness.rounds import Standing, completed_starts, round_line, round_order, standing
-from harness.secrets import redact_args, redact_env, secret_values
+from harness.secrets import redact_args, redact_env
 from harness.sensors import cpu, gpu
 from harness.sensors.environment import model_identity
 from harness.sensors.power import PowerSampler, open_reader
-from harness.server import Server, free_port
+from harness.server import Server, engine_server
 from harness.summary import summarize
 from harness.validation import check_served, window_warnings
 from harness.workloads import LoadedWorkload, Prompt
@@ -386,29 +385,19 @@ class Runner:
             raise
 
     def _server(self, run: RunDir, arm: Arm, start: int) -> Server:
-        """The arm's server for one start-up: a fresh port, its exact argv in ``launch.json`` (the
-        latest start-up's: only the port differs between them), its own log."""
-        port = free_port()
+        """The arm's server for one start-up (``engine_server``: a fresh private socket or port),
+        its exact argv in ``launch.json`` with its secrets redacted (the latest start-up's: only
+        the socket or port differs between them), its own log."""
         plan = self.plan
         draft = plan.draft_paths.get(arm.name)
-        spec = plan.adapter.launch_spec(plan.regime, arm, plan.model, port, sys.executable, draft_model=draft)
-        write_json_atomic(
-            run.arm_dir(arm.name) / "launch.json",
-            {
-                "argv": redact_args(spec.argv),
-                "env": redact_env(spec.env),
-                "port": port,
-                "server_start": start,
-            },
+        server = engine_server(
+            plan.adapter, plan.regime, arm, plan.model, run.server_log(arm.name, start), draft_model=draft
         )
-        return Server(
-            spec.argv,
-            spec.env,
-            port,
-            run.server_log(arm.name, start),
-            self.plan.adapter.health_path,
-            secrets=secret_values({**os.environ, **spec.env}, spec.argv),
-        )
+        launch = {"argv": redact_args(server.argv), "env": redact_env(server.extra_env), "port": server.port}
+        if server.uds is not None:
+            launch["uds"] = str(server.uds)
+        write_json_atomic(run.arm_dir(arm.name) / "launch.json", {**launch, "server_start": start})
+        return server
 
     def _check_served(self, run: RunDir, arm: Arm, server: Server) -> dict[str, Any]:
         """What the started engine reports against the regime: stop the run on a mismatch

@@ -15,20 +15,41 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
+from harness.engines import http
 from harness.errors import EngineError
-from harness.secrets import scrub, scrub_file
+from harness.secrets import scrub, scrub_file, secret_values
+
+if TYPE_CHECKING:
+    from harness.engines import EngineAdapter
+    from harness.regime import Arm, Regime
 
 _LIVE_GROUPS: set[int] = set()
 PGID_FILE = "server.pgid"
+
+
+# A server on a Unix socket listens in a directory of its own that only this user can enter
+# (``mkdtemp``: mode 0700): no other user of a shared node can reach it, its dev-mode routes
+# included, no other process can be listening there before it, and no port can be taken.
+SOCKET_DIR_PREFIX = "bench-engine-"
+
+
+def unix_socket_path() -> Path:
+    """Where a new server's Unix socket goes: a fresh private directory (AF_UNIX paths are short:
+    under the system's temporary folder, not the run directory)."""
+    return Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)) / "engine.sock"
 
 
 def free_port() -> int:
@@ -97,16 +118,17 @@ def stop_left_running(directory: Path) -> list[int]:
     """Stop the server groups named by ``server.pgid`` files under ``directory`` (a run whose
     ``bench`` process was killed before it could stop them); returns the groups stopped. A group is
     stopped only while its leader is still the server that was started (its command line names the
-    port in the arm's launch.json), never a process that reused the number."""
+    socket or the port in the arm's launch.json), never a process that reused the number."""
     stopped = []
     for pgid_file in sorted(directory.rglob(PGID_FILE)):
         try:
             pgid = int(pgid_file.read_text().strip())
-            port = str(json.loads((pgid_file.parent / "launch.json").read_text())["port"])
+            launch = json.loads((pgid_file.parent / "launch.json").read_text())
+            where = str(launch.get("uds") or launch["port"])  # its socket, or its port
             cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError, KeyError):
             continue
-        if port.encode() in cmdline and group_alive(pgid):
+        if where.encode() in cmdline and group_alive(pgid):
             kill_group(pgid, grace_s=10.0)
             stopped.append(pgid)
         pgid_file.unlink(missing_ok=True)
@@ -124,10 +146,12 @@ class Server:
         log_path: Path,
         health_path: str,
         secrets: set[str] | frozenset[str] = frozenset(),
+        uds: Path | None = None,
     ):
         self.argv = argv
         self.extra_env = env
         self.port = port
+        self.uds = uds  # the Unix socket it serves on (``engine_endpoint``), instead of the port
         self.log_path = log_path
         self.health_path = health_path
         # values the engine may print (vLLM logs its non-default arguments): scrubbed from its log
@@ -137,7 +161,7 @@ class Server:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{http.UNIX}{self.uds}" if self.uds is not None else f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,8 +187,8 @@ class Server:
     def wait_ready(self, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:
         """Block until the health endpoint answers 200; return the seconds it took."""
         started = time.monotonic()
-        url = self.base_url + self.health_path
-        with httpx.Client(timeout=2.0, trust_env=False) as client:  # its own server, no proxy
+        url = http.http_base(self.base_url) + self.health_path
+        with http.client(2.0, self.base_url) as client:  # its own server: no proxy, its socket
             while True:
                 elapsed = time.monotonic() - started
                 code = self.exit_code()
@@ -195,6 +219,8 @@ class Server:
         except subprocess.TimeoutExpired:
             pass
         (self.log_path.parent / PGID_FILE).unlink(missing_ok=True)
+        if self.uds is not None and self.uds.parent.name.startswith(SOCKET_DIR_PREFIX):
+            shutil.rmtree(self.uds.parent, ignore_errors=True)
         if self.secrets:
             scrub_file(self.log_path, self.secrets)
 
@@ -204,3 +230,22 @@ class Server:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def engine_server(
+    adapter: EngineAdapter,
+    regime: Regime,
+    arm: Arm,
+    model: str,
+    log_path: Path,
+    draft_model: str | None = None,
+) -> Server:
+    """The server for one start-up of ``arm`` (not started yet): on a fresh private Unix socket
+    where the adapter's engine listens on one, else on a port the OS just had free; the values
+    it must not print (``harness.secrets``) scrubbed from its log."""
+    uds = unix_socket_path() if adapter.unix_socket else None
+    port = 0 if uds is not None else free_port()
+    on_socket = {} if uds is None else {"uds": str(uds)}  # only an adapter with unix_socket takes it
+    spec = adapter.launch_spec(regime, arm, model, port, sys.executable, draft_model=draft_model, **on_socket)
+    secrets = secret_values({**os.environ, **spec.env}, spec.argv)
+    return Server(spec.argv, spec.env, port, log_path, adapter.health_path, secrets=secrets, uds=uds)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -45,6 +46,14 @@ def bench(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
         cwd=ROOT,
         env={**os.environ, "COLUMNS": "200"},
     )
+
+
+def engine_processes(launch: dict) -> list[str]:
+    """Pids of processes still serving where a ``launch.json`` says its server listened (its Unix
+    socket, or its port)."""
+    where = f"--uds {re.escape(launch['uds'])}" if launch.get("uds") else f"--port {launch['port']}"
+    out = subprocess.run(["pgrep", "-f", f"{where}( |$)"], capture_output=True, text=True)
+    return out.stdout.split()
 
 
 @contextlib.contextmanager

@@ -4,11 +4,13 @@ process groups, readiness polling and teardown). Modes: healthy, crash, hang, st
 import http.server
 import os
 import signal
+import socketserver
 import subprocess
 import sys
 import time
 
-mode, port, pid_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+# where to listen: a port, or a Unix socket's path (the harness's vLLM servers listen on one)
+mode, where, pid_file = sys.argv[1], sys.argv[2], sys.argv[3]
 # A grandchild in the same process group, like vLLM's engine-core process.
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 with open(pid_file, "w") as handle:
@@ -32,4 +34,13 @@ class Health(http.server.BaseHTTPRequestHandler):
         pass
 
 
-http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+if where.startswith("/"):
+
+    class UnixHTTPServer(socketserver.UnixStreamServer):
+        def get_request(self):
+            request, _ = super().get_request()
+            return request, ("local", 0)  # BaseHTTPRequestHandler expects a (host, port)
+
+    UnixHTTPServer(where, Health).serve_forever()
+else:
+    http.server.HTTPServer(("127.0.0.1", int(where)), Health).serve_forever()

@@ -20,7 +20,7 @@ def test_validate_prints_each_arms_launch_command() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("-m vllm.entrypoints.openai.api_server") == 5
     assert "--tensor-parallel-size 8" in out.stdout
-    assert '"method": "dflash"' in out.stdout and "--port PORT" in out.stdout
+    assert '"method": "dflash"' in out.stdout and "--uds /tmp/bench-engine-XXXXXXXX/engine.sock" in out.stdout
 
 
 def test_bad_regime_exits_2_with_location(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import pytest
 import harness
 from harness.results import SCHEMA_VERSION, load_summary, read_jsonl
 from harness.summary import summarize
+from tests.conftest import engine_processes
 
 pytestmark = pytest.mark.engine
 
@@ -42,13 +43,12 @@ def _run_dirs(results: Path) -> list[Path]:
 
 
 def _engine_pids(run_dir: Path) -> list[str]:
-    """Processes still holding any port this run's servers were given."""
-    left = []
-    for launch in run_dir.glob("arms/*/launch.json"):
-        port = json.loads(launch.read_text())["port"]
-        out = subprocess.run(["pgrep", "-f", f"--port {port}( |$)"], capture_output=True, text=True)
-        left += out.stdout.split()
-    return left
+    """Processes still serving where this run's servers listened."""
+    return [
+        pid
+        for launch in run_dir.glob("arms/*/launch.json")
+        for pid in engine_processes(json.loads(launch.read_text()))
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.results import read_jsonl
+from tests.conftest import engine_processes
 
 pytestmark = pytest.mark.engine
 
@@ -85,7 +86,4 @@ def test_killed_and_hung_engines(tmp_path: Path) -> None:
     assert "baseline_hung: failed" in output
     for arm in ("ngram_killed", "baseline_hung"):
         launch = json.loads((run / "arms" / arm / "launch.json").read_text())
-        left = subprocess.run(
-            ["pgrep", "-f", f"--port {launch['port']}( |$)"], capture_output=True, text=True
-        )
-        assert left.stdout == "", f"{arm}: processes left: {left.stdout}"
+        assert launch["uds"] and engine_processes(launch) == [], f"{arm}: processes left"

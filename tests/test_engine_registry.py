@@ -31,6 +31,7 @@ class ToyAdapter:
     acceptance_source = "per_request"
     env_prefixes = ("TOY_",)
     fake_acceptance_env = ("TOY_FAKE_ACCEPTANCE",)
+    unix_socket = False
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         return f"toy-serve-{hardware_kind}=={version}"

@@ -143,6 +143,7 @@ class StandIn:
     metrics_path = "/metrics"
     reset_prefix_cache_path = None
     acceptance_source = "server_counters"
+    unix_socket = False  # the stream server listens on TCP
 
     def launch_spec(
         self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None

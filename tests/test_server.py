@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -84,3 +85,25 @@ def test_free_port_is_bindable() -> None:
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))  # raises if the port were taken
+
+
+def test_a_server_on_a_unix_socket_listens_where_only_this_user_can_connect(tmp_path: Path) -> None:
+    """The harness's vLLM servers listen on a Unix socket in a fresh directory of mode 0700 (no
+    port another listener could hold, no route another user could reach); stopping removes it."""
+    import stat
+
+    from harness.server import unix_socket_path
+
+    uds = unix_socket_path()
+    pid_file = tmp_path / "pids"
+    argv = [sys.executable, str(CHILD), "healthy", str(uds), str(pid_file)]
+    server = Server(argv, {}, 0, tmp_path / "server.log", "/health", uds=uds)
+    with server:
+        server.wait_ready(timeout_s=30)
+        assert server.base_url == f"unix:{uds}"
+        assert stat.S_IMODE(uds.parent.stat().st_mode) == 0o700 and uds.parent.stat().st_uid == os.getuid()
+        from harness.engines import http
+
+        with http.client(2.0, server.base_url) as client:
+            assert client.get("http://localhost/health").status_code == 200
+    assert not uds.parent.exists()

@@ -57,13 +57,13 @@ from harness.drafters.workdir import (
     read_answers,
     train_losses,
 )
-from harness.engines import SERVED_MODEL_NAME, get_adapter
+from harness.engines import SERVED_MODEL_NAME, get_adapter, http
 from harness.errors import EngineError, UserError
 from harness.models import cache_root
 from harness.regime import Arm, Regime, TrainedDrafter, workload_paths
 from harness.results.files import read_jsonl
 from harness.sensors.power import open_nvml
-from harness.server import Server, free_port
+from harness.server import engine_server
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt, load_prompt_pool, prompt_sha256
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors")
@@ -305,7 +305,7 @@ async def _generate(
         progress.update(task, advance=1)
 
     timeout = httpx.Timeout(regime.load.request_timeout_s)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout, trust_env=False) as client:
+    async with http.async_client(timeout, base_url) as client:
         await asyncio.gather(*(one(client, item) for item in todo))
 
 
@@ -323,14 +323,11 @@ def generate(plan: DistillPlan, regime: Regime, console: Console) -> Path:
             f"engine is {regime.engine.name}); build it from a vLLM regime of the same target"
         )
     adapter = get_adapter("vllm")
-    port = free_port()
     generating = regime.model_copy(
         update={"target": regime.target.model_copy(update={"dtype": data_dtype(regime)})}
     )
-    spec = adapter.launch_spec(
-        generating, Arm(name="distill", method="baseline"), plan.target_dir, port, sys.executable
-    )
-    server = Server(spec.argv, spec.env, port, plan.work_dir / "generate_server.log", adapter.health_path)
+    arm = Arm(name="distill", method="baseline")
+    server = engine_server(adapter, generating, arm, plan.target_dir, plan.work_dir / "generate_server.log")
     with server:
         with console.status("starting the target's server for the training answers..."):
             startup = server.wait_ready(regime.engine.startup_timeout_s)

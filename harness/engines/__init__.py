@@ -50,6 +50,9 @@ class EngineAdapter(Protocol):
     acceptance_source: str
     # Environment variables that change what the engine does, recorded with every run (by prefix).
     env_prefixes: tuple[str, ...]
+    # Whether its server listens on a Unix socket (``harness.server.unix_socket_path``, passed to
+    # ``launch_spec`` as ``uds``) rather than 127.0.0.1:port.
+    unix_socket: bool
     # Environment variables that fake acceptance (refused, set in the regime or inherited, unless
     # the regime allows lossy acceptance).
     fake_acceptance_env: tuple[str, ...]
@@ -74,9 +77,17 @@ class EngineAdapter(Protocol):
 
     # ---- the server
     def launch_spec(
-        self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None
+        self,
+        regime: Regime,
+        arm: Arm,
+        model: str,
+        port: int,
+        python: str,
+        draft_model: str | None = None,
+        uds: str | None = None,
     ) -> LaunchSpec:
-        """argv + env that start a server for this arm on 127.0.0.1:port (draft path already resolved)."""
+        """argv + env that start a server for this arm on 127.0.0.1:port, or on the Unix socket
+        ``uds`` (given only to an adapter with ``unix_socket``; draft path already resolved)."""
 
     def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
         """What the running server reports about itself (version, max_model_len, dtype,

@@ -16,15 +16,39 @@ from harness.probes.acceptance import SpecCounters
 # machine, and a proxy from the environment (HTTP_PROXY on a cluster node, without NO_PROXY for
 # 127.0.0.1) would carry the harness's requests elsewhere, or fail them.
 MAX_RESPONSE_BYTES = 16 * 2**20  # a metrics page or a JSON route; more is not the engine's answer
+# A server on a Unix socket (``EngineAdapter.unix_socket``) is addressed as ``unix:/path/to.sock``:
+# requests go to http://localhost through that socket.
+UNIX = "unix:"
 
 
-def client(timeout: float) -> httpx.Client:
-    return httpx.Client(timeout=timeout, trust_env=False)
+def unix_socket(base_url: str) -> str | None:
+    """The socket path of a ``unix:`` base URL, or None for a TCP one."""
+    return base_url[len(UNIX) :] if base_url.startswith(UNIX) else None
+
+
+def http_base(base_url: str) -> str:
+    """The URL requests are written against: ``http://localhost`` through a socket, else itself."""
+    return "http://localhost" if unix_socket(base_url) else base_url
+
+
+def client(timeout: float, base_url: str = "") -> httpx.Client:
+    """A client for the server at ``base_url`` (through its socket when it has one)."""
+    uds = unix_socket(base_url)
+    transport = httpx.HTTPTransport(uds=uds) if uds else None
+    return httpx.Client(timeout=timeout, trust_env=False, transport=transport)
+
+
+def async_client(timeout: httpx.Timeout, base_url: str) -> httpx.AsyncClient:
+    uds = unix_socket(base_url)
+    transport = httpx.AsyncHTTPTransport(uds=uds) if uds else None
+    return httpx.AsyncClient(
+        base_url=http_base(base_url), timeout=timeout, trust_env=False, transport=transport
+    )
 
 
 def _get(base_url: str, path: str, timeout: float) -> tuple[int, bytes]:
     """Status and body (to ``MAX_RESPONSE_BYTES``) of a GET."""
-    with client(timeout) as http, http.stream("GET", base_url + path) as response:
+    with client(timeout, base_url) as http, http.stream("GET", http_base(base_url) + path) as response:
         body = bytearray()
         for part in response.iter_bytes():
             body += part
@@ -50,8 +74,8 @@ def post_prefix_cache_reset(base_url: str, path: str) -> bool:
     """POST the engine's prefix-cache reset so a window does not reuse the previous one's prompts;
     False when the route is missing or refused (the window records it)."""
     try:
-        with client(30.0) as http:
-            response = http.post(base_url + path)
+        with client(30.0, base_url) as http:
+            response = http.post(http_base(base_url) + path)
     except httpx.HTTPError:
         return False
     if response.status_code != 200:

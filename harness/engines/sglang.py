@@ -99,6 +99,7 @@ class SglangAdapter:
     acceptance_source = "per_request"
     env_prefixes = ("SGLANG_",)
     fake_acceptance_env = FAKE_ACCEPTANCE_ENV
+    unix_socket = False  # 0.5.23's server listens on TCP only: 127.0.0.1 and the harness's port
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         return f"sglang=={version}"
@@ -170,8 +171,17 @@ class SglangAdapter:
         return args
 
     def launch_spec(
-        self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None
+        self,
+        regime: Regime,
+        arm: Arm,
+        model: str,
+        port: int,
+        python: str,
+        draft_model: str | None = None,
+        uds: str | None = None,
     ) -> LaunchSpec:
+        if uds is not None:
+            raise ValueError("SGLang's server listens on TCP only (unix_socket is False)")
         target = regime.target
         # one (flag, value) pair per line
         # fmt: off

@@ -143,6 +143,10 @@ class VllmAdapter:
     reset_prefix_cache_path = "/reset_prefix_cache"
     acceptance_source = "server_counters"
     env_prefixes = ("VLLM_",)
+    # --uds (0.32 and 0.33): a socket in a directory only this user can enter. VLLM_SERVER_DEV_MODE's
+    # routes (/reset_prefix_cache, but also /collective_rpc, /sleep, ...) take no API key (its
+    # middleware guards /v1 only), and no port means no other listener can answer in its place.
+    unix_socket = True
     fake_acceptance_env: tuple[str, ...] = ()  # vLLM fakes acceptance only through its config
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
@@ -220,17 +224,25 @@ class VllmAdapter:
         return config
 
     def launch_spec(
-        self, regime: Regime, arm: Arm, model: str, port: int, python: str, draft_model: str | None = None
+        self,
+        regime: Regime,
+        arm: Arm,
+        model: str,
+        port: int,
+        python: str,
+        draft_model: str | None = None,
+        uds: str | None = None,
     ) -> LaunchSpec:
         target = regime.target
+        # on its Unix socket (``unix_socket``), else on 127.0.0.1:port
+        listen = ["--uds", uds] if uds is not None else ["--host", "127.0.0.1", "--port", str(port)]
         # one (flag, value) pair per line
         # fmt: off
         argv = [
             python, "-m", "vllm.entrypoints.openai.api_server",
             "--model", model,
             "--served-model-name", SERVED_MODEL_NAME,
-            "--host", "127.0.0.1",
-            "--port", str(port),
+            *listen,
             "--dtype", target.dtype,
             "--max-model-len", str(target.max_model_len),
             "--tensor-parallel-size", str(regime.tensor_parallel_size),
@@ -254,10 +266,9 @@ class VllmAdapter:
             ):  # each request's own acceptance, beside the counters (tau per prompt)
                 argv += [PER_REQUEST_SPEC_METRICS_FLAG, "summary"]
         argv += regime.engine.extra_args
-        env = {
-            "VLLM_SERVER_DEV_MODE": "1",
-            **regime.engine.env,
-        }  # for reset_prefix_cache_path (bound to 127.0.0.1)
+        # for reset_prefix_cache_path: its dev-mode routes have no key, so the server listens where
+        # only this user can connect (``unix_socket``)
+        env = {"VLLM_SERVER_DEV_MODE": "1", **regime.engine.env}
         env |= patch_env(regime.engine.patches, env.get("PYTHONPATH"))
         if regime.hardware.kind == "cpu":
             # KV cache size in GiB for the CPU backend; 2 GiB is plenty for small models.
