@@ -9,6 +9,7 @@ still written); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from types import ModuleType
@@ -67,8 +68,23 @@ def report_error(exc: BaseException, command: ModuleType, console: Console) -> i
     return code
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
+    """The first stop signal unwinds the command (its servers stopped, what it measured kept);
+    those after it are told to wait, so a second Ctrl-C cannot cut the teardown short."""
+    for other in _STOP_SIGNALS:
+        signal.signal(other, _while_stopping)
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _while_stopping(signum: int, frame: object) -> None:
+    os.write(
+        2,
+        b"bench: stopping its servers and keeping what was measured; SIGKILL ends bench at once "
+        b"(its servers are then sent SIGTERM by the kernel)\n",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM/SIGHUP unwind like Ctrl-C, so every server context manager stops its process group.
     # Ctrl-C itself too: left to asyncio.run, SIGINT only cancels the window's main task, and a task
     # that completes anyway (its last request done, the HTTP session closing) swallows the interrupt.
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for signum in _STOP_SIGNALS:
         signal.signal(signum, _raise_interrupt)
     from harness.server import kill_all_started
 

@@ -66,7 +66,7 @@ from harness.secrets import redact_args, redact_env
 from harness.sensors import cpu, gpu
 from harness.sensors.environment import model_identity
 from harness.sensors.power import PowerSampler, open_reader
-from harness.server import Server, engine_server
+from harness.server import Server, engine_server, reap_abandoned
 from harness.summary import summarize
 from harness.validation import check_served, window_warnings
 from harness.workloads import LoadedWorkload, Prompt
@@ -129,6 +129,7 @@ class Runner:
         if self.on_created is not None:
             self.on_created(run.root)
         with run.lock():
+            self._reap(run.root.parent)  # the regime's earlier runs, this one's lock held
             record = {
                 **_regime_record(plan),
                 "mismatches": plan.mismatches,
@@ -156,7 +157,19 @@ class Runner:
         as they are, an incomplete arm's earlier files are moved aside (never deleted)."""
         with run.lock():
             self.console.print(f"Resuming [bold]{run.root}[/]")
+            self._reap(run.root)
             return run, self._run_arms(run)
+
+    def _reap(self, directory: Path) -> None:
+        """Stop the servers a killed ``bench`` left running under ``directory`` (its run, or the
+        regime's earlier runs that no live writer holds): they would take this run's CPU or GPU."""
+        stopped = reap_abandoned(directory)
+        if stopped:
+            self.console.print(
+                f"[yellow]stopped {len(stopped)} engine process group(s) an earlier bench left running[/] "
+                f"(pgid {', '.join(map(str, stopped))})",
+                highlight=False,
+            )
 
     def _run_arms(self, run: RunDir) -> Summary:
         """Every arm without complete results, in rounds (``load.server_starts``): start-up 1 of every

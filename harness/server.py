@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ import httpx
 
 from harness.engines import http
 from harness.errors import EngineError
+from harness.results.files import lock_held
 from harness.secrets import scrub, scrub_file, secret_values
 
 if TYPE_CHECKING:
@@ -38,6 +40,16 @@ if TYPE_CHECKING:
 
 _LIVE_GROUPS: set[int] = set()
 PGID_FILE = "server.pgid"
+# Linux's prctl(PR_SET_PDEATHSIG): the server gets SIGTERM when the bench process that started it
+# dies, even by SIGKILL (when no teardown runs at all). Looked up here, in the parent: the child only
+# calls it between fork and exec, where nothing else is safe to do.
+PR_SET_PDEATHSIG = 1
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+
+
+def _die_with_parent() -> None:
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 # A server on a Unix socket listens in a directory of its own that only this user can enter
@@ -135,6 +147,17 @@ def stop_left_running(directory: Path) -> list[int]:
     return stopped
 
 
+def reap_abandoned(directory: Path) -> list[int]:
+    """``stop_left_running`` for every run directory under ``directory`` (itself included) whose
+    writer is gone: no live process holds its ``run.lock`` (``harness.results.files.writer_lock``).
+    A run another bench is writing keeps its servers."""
+    stopped = []
+    for run_dir in sorted({pgid.parent.parent.parent for pgid in directory.rglob(f"arms/*/{PGID_FILE}")}):
+        if not lock_held(run_dir / "run.lock") or run_dir == directory:
+            stopped += stop_left_running(run_dir)
+    return stopped
+
+
 class Server:
     """One engine server process group. Use as a context manager so it is always stopped."""
 
@@ -173,6 +196,7 @@ class Server:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **self.extra_env},
                 start_new_session=True,  # own process group: teardown reaches every child
+                preexec_fn=_die_with_parent,  # SIGTERM when bench dies: no engine outlives it
             )
         _LIVE_GROUPS.add(self.process.pid)
         (self.log_path.parent / PGID_FILE).write_text(f"{self.process.pid}\n")

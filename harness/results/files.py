@@ -28,6 +28,7 @@ own). Older files are read through ``harness.results.migrations``, whose steps a
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -248,35 +249,51 @@ class RunDir:
 
 @contextmanager
 def writer_lock(path: Path) -> Iterator[None]:
-    """``path`` holds the writer's pid while it lives: a second writer is refused; a lock left by
-    a dead process is taken over. (On one host: a study's bench run and its points' jobs share a
-    file system, and only the study's own command takes its lock.)"""
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        holder = path.read_text().strip()
-        if holder.isdigit() and _pid_alive(int(holder)):
+    """One writer at a time: ``flock`` on an open descriptor of ``path``, held while the block
+    runs, so a writer that dies (even by SIGKILL) releases it with its last descriptor, and no
+    reused pid can pass for a live one. ``path`` holds the writer's pid for the message a second
+    writer gets; it is removed on release, and a writer that locked a file removed meanwhile
+    locks the new one. (On one host: a study's bench run and its points' jobs share a file
+    system, and only the study's own command takes its lock.)"""
+    while True:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
             raise UserError(
                 f"{path.parent} is being written by another bench process (pid {holder})"
             ) from None
-        path.unlink(missing_ok=True)  # stale: its writer is gone
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(f"{os.getpid()}\n")
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # released and removed between our open and our lock: lock the new file
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
     try:
         yield
     finally:
-        path.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)  # before the lock goes: a waiter then locks a new file
+        os.close(fd)
 
 
-def _pid_alive(pid: int) -> bool:
+def lock_held(path: Path) -> bool:
+    """Whether a live writer holds ``path`` (``writer_lock``), without taking it."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
         return False
-    except PermissionError:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
         return True
-    return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def read_run_record(run: RunDir) -> dict[str, Any]:

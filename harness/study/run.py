@@ -401,7 +401,7 @@ class Dispatcher:
                         self._ended(point_id, outcome, time.monotonic())
                 time.sleep(POLL_S)
         except KeyboardInterrupt:
-            pass  # a second Ctrl-C: stop waiting; --resume sorts out what is left
+            pass  # an interrupt outside bench's CLI (which holds later signals until its teardown ends)
 
 
 def _label(point: StudyPointRecord) -> str:

@@ -1,0 +1,195 @@
+"""No engine outlives the bench that started it (without an engine: tests/lifecycle_child.py plays
+the server's process group). A bench killed with SIGKILL runs no teardown: the kernel sends its
+server SIGTERM (PR_SET_PDEATHSIG); a group a killed bench left behind is stopped by the next
+bench run or resume of the regime, unless a live bench holds that run; a second Ctrl-C cannot cut
+the teardown short; the run lock is an flock a dead writer cannot keep."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UserError
+from harness.results.files import RunDir, lock_held, writer_lock
+from harness.server import PGID_FILE, group_alive, reap_abandoned
+
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = ROOT / "tests" / "lifecycle_child.py"
+
+
+def _wait(condition, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+# A stand-in bench: starts a Server the way the runner does, prints its group, then waits.
+STARTER = """
+import sys, time
+from pathlib import Path
+from harness.server import Server, free_port
+port = free_port()
+root = Path(sys.argv[1])
+server = Server([sys.executable, sys.argv[2], "healthy", str(port), str(root / "pids")], {}, port,
+                root / "server.log", "/health")
+server.start()
+server.wait_ready(30)
+print(server.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_bench_killed_by_sigkill_leaves_no_server(tmp_path: Path) -> None:
+    bench = subprocess.Popen(
+        [sys.executable, "-c", STARTER, str(tmp_path), str(CHILD)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        pgid = int(bench.stdout.readline())
+        assert group_alive(pgid)
+        bench.kill()  # SIGKILL: no handler, no finally, no teardown
+        bench.wait(timeout=10)
+        leader_gone = _wait(lambda: not Path(f"/proc/{pgid}").exists() or _zombie(pgid))
+        assert leader_gone, "the server outlived the bench that started it"
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+        for pid in (tmp_path / "pids").read_text().split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _left_running(run: Path, arm: str) -> int:
+    """A server group as a killed bench leaves it: running, named in server.pgid, its port in
+    launch.json."""
+    from harness.server import free_port
+
+    port = free_port()
+    arm_dir = run / "arms" / arm
+    arm_dir.mkdir(parents=True)
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), "healthy", str(port), str(arm_dir / "pids")], start_new_session=True
+    )
+    (arm_dir / PGID_FILE).write_text(f"{child.pid}\n")
+    (arm_dir / "launch.json").write_text(json.dumps({"argv": [], "env": {}, "port": port}))
+    assert _wait(lambda: (arm_dir / "pids").exists())
+    return child.pid
+
+
+def test_the_next_run_stops_what_a_killed_bench_left_and_keeps_a_live_ones(tmp_path: Path) -> None:
+    regime = tmp_path / "results" / "cpu_x"
+    abandoned, live = regime / "20261202-000000-aaaaaa", regime / "20261202-000001-bbbbbb"
+    dead_group, live_group = _left_running(abandoned, "baseline"), _left_running(live, "baseline")
+    holder = subprocess.Popen(  # another bench, alive, writing its run
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from harness.results.files import writer_lock\n"
+            "with writer_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(600)",
+            str(live / "run.lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked" and lock_held(live / "run.lock")
+        assert reap_abandoned(regime) == [dead_group]
+        assert not group_alive(dead_group) and group_alive(live_group)
+        assert not (abandoned / "arms" / "baseline" / PGID_FILE).exists()
+        holder.kill()  # its writer dies: the lock goes with it, the next run reaps its server too
+        holder.wait(timeout=10)
+        assert not lock_held(live / "run.lock")
+        assert reap_abandoned(regime) == [live_group] and not group_alive(live_group)
+    finally:
+        for group in (dead_group, live_group):
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if holder.poll() is None:
+            holder.kill()
+
+
+def test_a_group_whose_command_line_is_another_process_is_never_stopped(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    group = _left_running(run, "baseline")
+    try:  # the recorded port is not this process's: a pid reused by something else
+        (run / "arms" / "baseline" / "launch.json").write_text(json.dumps({"port": 1}))
+        assert reap_abandoned(run) == [] and group_alive(group)
+    finally:
+        os.killpg(group, signal.SIGKILL)
+
+
+def test_a_second_interrupt_does_not_cut_the_teardown_short() -> None:
+    from harness import cli
+
+    saved = {s: signal.getsignal(s) for s in cli._STOP_SIGNALS}
+    try:
+        for s in cli._STOP_SIGNALS:
+            signal.signal(s, cli._raise_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        torn = False
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C again while servers stop
+            time.sleep(0.2)
+        except KeyboardInterrupt:
+            torn = True
+        assert not torn and signal.getsignal(signal.SIGTERM) is cli._while_stopping
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def test_the_run_lock_is_released_by_a_writer_killed_with_sigkill(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "r")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from harness.results.files import RunDir\n"
+            "with RunDir(Path(sys.argv[1])).lock():\n    print('locked', flush=True); time.sleep(600)",
+            str(run.root),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(UserError, match=f"another bench process \\(pid {holder.pid}\\)"), run.lock():
+            pass
+        holder.kill()
+        holder.wait(timeout=10)
+        assert (run.root / "run.lock").exists()  # left behind by the killed writer, but not held
+        with run.lock():
+            assert (run.root / "run.lock").read_text().strip() == str(os.getpid())
+        with writer_lock(tmp_path / "other.lock"):
+            assert lock_held(tmp_path / "other.lock")
+        assert not lock_held(tmp_path / "other.lock")
+    finally:
+        if holder.poll() is None:
+            holder.kill()
