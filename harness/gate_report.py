@@ -4,7 +4,9 @@ stored verdicts the report reads (``RUN_DIR/gate/checks.json``)."""
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,10 +45,22 @@ def counts(checks: Sequence[Check]) -> dict[str, int]:
     return {verdict: sum(c.verdict == verdict for c in checks) for verdict in _ICONS}
 
 
+# What XML 1.0 cannot hold (C0 controls but tab and newlines, lone surrogates, U+FFFE/U+FFFF):
+# ElementTree writes them as they are and every JUnit reader then refuses the whole file. A gate's
+# name and message carry user text (arm and workload names, an engine's error), so they are cleaned.
+_NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
+
+
 def junit_xml(checks: Sequence[Check], suite: str) -> bytes:
     """JUnit XML as CI systems read it: failures for regressions, errors for infrastructure,
-    skipped for gates that could not be evaluated; inconclusive gates pass with a note."""
+    skipped for gates that could not be evaluated; inconclusive gates pass with a note. Text XML
+    cannot hold is replaced (U+FFFD), so the file always parses."""
     tally = counts(checks)
+    suite = _xml(suite)
     root = ET.Element(
         "testsuites",
         name="bench gate",
@@ -65,21 +79,24 @@ def junit_xml(checks: Sequence[Check], suite: str) -> bytes:
         skipped=str(tally["skipped"]),
     )
     for check in checks:
-        case = ET.SubElement(testsuite, "testcase", classname=f"{suite}.{check.arm}", name=check.name)
+        name, message = _xml(check.name), _xml(check.message)
+        case = ET.SubElement(testsuite, "testcase", classname=_xml(f"{suite}.{check.arm}"), name=name)
         if check.verdict == "fail":
-            ET.SubElement(case, "failure", message=check.message, type=check.gate).text = check.message
+            ET.SubElement(case, "failure", message=message, type=_xml(check.gate)).text = message
         elif check.verdict == "error":
-            ET.SubElement(case, "error", message=check.message, type="infrastructure").text = check.message
+            ET.SubElement(case, "error", message=message, type="infrastructure").text = message
         elif check.verdict == "skipped":
-            ET.SubElement(case, "skipped", message=check.message)
+            ET.SubElement(case, "skipped", message=message)
         else:
-            ET.SubElement(case, "system-out").text = f"{check.verdict}: {check.message}"
+            ET.SubElement(case, "system-out").text = f"{check.verdict}: {message}"
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """User text as one Markdown table cell that GitHub renders as text: HTML escaped (the step
+    summary renders tags), the cell's own bars and newlines kept out."""
+    return html.escape(text, quote=False).replace("|", "\\|").replace("\n", " ")
 
 
 # what a reader of the summary must see first: failures, then what could not be decided, then the rest

@@ -156,7 +156,7 @@ class Runner:
         """Continue a run from its first arm without complete results; completed arms are kept
         as they are, an incomplete arm's earlier files are moved aside (never deleted)."""
         with run.lock():
-            self.console.print(f"Resuming [bold]{run.root}[/]")
+            self.console.print(f"Resuming [bold]{escape(str(run.root))}[/]")
             self._reap(run.root)
             return run, self._run_arms(run)
 

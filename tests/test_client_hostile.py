@@ -207,3 +207,36 @@ def test_events_split_the_same_however_the_bytes_arrive(data: bytes, cuts: list[
         payloads, buffer = sse_events(buffer + data[start:end])
         pieces += payloads
     assert pieces == whole
+
+
+@given(
+    lines=st.lists(
+        st.one_of(
+            st.text(max_size=40),
+            st.builds(
+                lambda name, label, value: f"vllm:spec_decode_num_{name}_total{{{label}}} {value}",
+                st.sampled_from(["drafts", "draft_tokens", "accepted_tokens", "accepted_tokens_per_pos"]),
+                st.one_of(st.just(""), st.builds('position="{}"'.format, st.text(max_size=4))),
+                st.one_of(st.floats(allow_nan=True), st.sampled_from(["NaN", "+Inf", "-1", "1e400", "x"])),
+            ),
+        ),
+        max_size=12,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_any_metrics_text_gives_finite_counters(lines: list[str]) -> None:
+    """What a server's /metrics says is read into finite, non-negative counters, whatever it is
+    (a position that is not a number, NaN, a negative count): never an exception mid-run."""
+    import math
+
+    from harness.engines import get_adapter
+
+    counters = get_adapter("vllm").parse_spec_counters("\n".join(lines))
+    values = [
+        counters.drafts,
+        counters.draft_tokens,
+        counters.accepted_tokens,
+        *counters.accepted_per_position.values(),
+    ]
+    assert all(math.isfinite(v) and v >= 0 for v in values)
+    assert all(isinstance(p, int) and p >= 0 for p in counters.accepted_per_position)

@@ -280,3 +280,87 @@ def test_the_lossy_string_threshold_is_flagged_and_bench_validate_names_the_fiel
     )
     assert out.returncode == 2 and "Traceback" not in out.stdout + out.stderr
     assert "engine.extra_args[0]: '--ho' (the engine reads it as --host) is set by the harness" in out.stdout
+
+
+# --- artefacts that parse: whatever text a gate, a name or an engine's message carries ----------
+
+
+def _check(text: str, verdict: str = "fail"):
+    from harness.gates import Check
+
+    return Check(
+        name=f"ngram_k4 tau >= 2 [{text}]",
+        gate="rules[0]",
+        arm="ngram_k4",
+        metric="tau",
+        workload=None,
+        concurrency=None,
+        verdict=verdict,
+        message=f"engine said: {text}",
+    )
+
+
+HOSTILE_TEXT = "\x00\x07\x1b[31m<script>alert(1)</script> & \ud800 | next\ncell \ufffe"
+
+
+def test_junit_always_parses_and_markdown_renders_as_text() -> None:
+    import xml.etree.ElementTree as ET
+
+    from harness.gate_report import junit_xml, markdown
+
+    checks = [_check(HOSTILE_TEXT, verdict) for verdict in ("fail", "error", "skipped", "pass")]
+    root = ET.fromstring(junit_xml(checks, "suite\x01"))  # raised ParseError: not well-formed
+    failure = root.find("testsuite/testcase/failure")
+    assert (
+        failure is not None and "<script>" in failure.get("message") and "\x00" not in failure.get("message")
+    )
+    summary = markdown(checks, "title <b>", 1)
+    assert "<script>" not in summary and "&lt;script&gt;" in summary and "title &lt;b&gt;" in summary
+    row = next(line for line in summary.splitlines() if "alert" in line)
+    assert row.count(" | ") == 2 + 0 and "\\|" in row  # the text's own bar escaped: three cells
+
+
+@given(text=st.text(max_size=60))
+@settings(max_examples=200, deadline=None)
+def test_any_text_in_a_gate_gives_junit_that_parses(text: str) -> None:
+    import xml.etree.ElementTree as ET
+
+    from harness.gate_report import junit_xml
+
+    ET.fromstring(junit_xml([_check(text)], text))
+
+
+def test_an_atomic_write_never_writes_through_a_link(tmp_path: Path) -> None:
+    from harness.results.files import write_json_atomic
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    target = tmp_path / "run" / "summary.json"
+    target.parent.mkdir()
+    target.symlink_to(outside)  # someone placed a link where the harness writes
+    write_json_atomic(target, {"a": 1})
+    assert outside.read_text() == "keep me" and not target.is_symlink()
+    assert [p.name for p in target.parent.iterdir()] == ["summary.json"]  # no temp file left
+
+
+def test_a_torn_last_line_of_the_trainers_metrics_is_not_read(tmp_path: Path) -> None:
+    from harness.drafters.workdir import train_losses
+
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"train": {"loss": 2.5}}\n{"train": {"loss": 2.1}}\n{"train": {"lo')
+    assert train_losses(metrics) == [2.5, 2.1]
+    metrics.write_text('{"train": {"loss": 2.5}}\nnot json\n{"train": {"loss": 2.1}}\n')
+    with pytest.raises(UserError, match="metrics.jsonl:2: not valid JSON"):
+        train_losses(metrics)
+
+
+def test_user_text_is_printed_as_written_not_as_terminal_markup(tmp_path: Path) -> None:
+    data = yaml.safe_load(GOOD_TEXT)
+    data["engine"]["extra_args"] = ["--kv-cache-dtype", "[red]auto[/red]"]
+    path = tmp_path / "[bold]regime.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", str(path)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "'[red]auto[/red]'" in out.stdout and "[bold]regime.yaml" in out.stdout

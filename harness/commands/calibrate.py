@@ -162,7 +162,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             "from the start-ups that did; bench show the run)",
             soft_wrap=True,
         )
-    console.print(f"Calibration run: {run_dir.root}")
+    console.print(f"Calibration run: {run_dir.root}", markup=False)
     console.print(f"[bold]{escape(calibration_text(calibration))}[/]", soft_wrap=True)
     found = one_start_up_interval(calibration)
     console.print(
@@ -173,5 +173,5 @@ def run(args: argparse.Namespace, console: Console) -> int:
         soft_wrap=True,
     )
     where = f" --calibration-store {args.store}" if args.store is not None else ""
-    console.print(f"Stored: {path}  (bench run {args.regime}{where} uses it)", soft_wrap=True)
+    console.print(f"Stored: {path}  (bench run {args.regime}{where} uses it)", soft_wrap=True, markup=False)
     return EXIT_ENGINE if failed else EXIT_OK

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     built = plan.build_trained_drafters(console, args.arm, args.method, args.continue_epochs)
     for arm, drafter, cached in built:
         if cached:
-            console.print(f"{arm.name}: already built: {drafter.path}")
+            console.print(f"{arm.name}: already built: {drafter.path}", markup=False)
         else:
             for epoch in (drafter.provenance.get("manifest") or {}).get("validation", []):
                 accuracy = " / ".join(f"{a:.3f}" for a in epoch["accuracy_per_position"])

@@ -60,5 +60,5 @@ def run(args: argparse.Namespace, console: Console) -> int:
     run_record = load_run(args.run_dir)
     print_unread(run_record.summary, console)
     for path in export(run_record, out_dir, args.format):
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {path}", highlight=False, markup=False)
     return EXIT_OK

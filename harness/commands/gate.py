@@ -162,7 +162,7 @@ def _confirm(
     again.regime = again.regime.model_copy(update={"gates": confirmation_regime(view.regime, arms).gates})
     second = evaluate(again, baseline)
     second_code = exit_code(second)
-    console.print(f"confirmation run {run_dir}:")
+    console.print(f"confirmation run {run_dir}:", markup=False)
     console.print(verdict_table(second))
     own = GateFiles.of(run_dir, None, None, None)
     write_gate(second, second_code, again, run_dir, args.baseline, own)

@@ -75,12 +75,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
         if other is not None:
             raise UserError(f"{run_dir} is a study: its page already compares its points; report one study")
         out_dir = args.output or Path("reports") / f"{run_dir.parent.name}-{run_dir.name}"
-        console.print(f"Report: {render_study(run_dir, out_dir)}")
+        console.print(f"Report: {render_study(run_dir, out_dir)}", markup=False)
         return EXIT_OK
     html, default = _render(run_dir, other, args.force, console)
     output = args.output or default
     write_text_atomic(output, html)
-    console.print(f"Report: {output}")
+    console.print(f"Report: {output}", markup=False)
     return EXIT_OK
 
 

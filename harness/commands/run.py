@@ -165,7 +165,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             allow_known_defect=args.allow_known_defect,
         )
     code = print_results(summary, console)
-    console.print(f"Results: {run_dir.root}")
+    console.print(f"Results: {run_dir.root}", markup=False)
     return code
 
 

@@ -118,9 +118,13 @@ def _print_placement(ids: list[str], plans: list[Any], options: Any, regime: Any
     console.rule(f"executor {options.name}")
     if slots is not None:
         gpus = f"{len(devices)} GPUs ({','.join(devices)})" if devices else "no GPU (CPU-only)"
-        console.print(f"Placement on {node}, {gpus}: each point waits for the ones listed", highlight=False)
+        console.print(
+            f"Placement on {node}, {gpus}: each point waits for the ones listed",
+            highlight=False,
+            markup=False,
+        )
         for line in plan_lines(slots, wanted, devices):
-            console.print(f"  {line}", highlight=False)
+            console.print(f"  {line}", highlight=False, markup=False)
     else:
         for demand in wanted:
             console.print(
@@ -157,7 +161,7 @@ def _print_plan(plan: Any, console: Console) -> None:
             f"\n[bold]{arm.name}[/] ({arm.method}, K={arm.num_speculative_tokens or '-'}{command.drafter}):",
             highlight=False,
         )
-        console.print(f"  {command.command}", highlight=False, soft_wrap=True)
+        console.print(f"  {command.command}", highlight=False, soft_wrap=True, markup=False)
         fit = fits.get(arm.name)
         if fit is not None:
             _print_fit(fit, console)

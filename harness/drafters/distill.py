@@ -331,7 +331,7 @@ def generate(plan: DistillPlan, regime: Regime, console: Console) -> Path:
     with server:
         with console.status("starting the target's server for the training answers..."):
             startup = server.wait_ready(regime.engine.startup_timeout_s)
-        console.print(f"  target server ready in {startup:.0f} s (log {server.log_path})")
+        console.print(f"  target server ready in {startup:.0f} s (log {server.log_path})", markup=False)
         with progress_bar(console) as progress:
             task = progress.add_task("target answers", total=len(plan.prompts), completed=len(done), note="")
             asyncio.run(_generate(plan, regime, server.base_url, out, todo, progress, task))
@@ -681,5 +681,5 @@ def build(plan: DistillPlan, regime: Regime, console: Console) -> Path:
         timings[stage] = round(timings.get(stage, 0) + time.monotonic() - started, 1)
         timings_path.write_text(json.dumps(timings))
     path = publish(plan, regime, settings, timings)
-    console.print(f"  drafter published: {path}")
+    console.print(f"  drafter published: {path}", markup=False)
     return path

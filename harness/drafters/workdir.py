@@ -19,6 +19,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from harness.results.files import read_jsonl
+
 TRUNCATION_FILE = "truncation.json"  # the data stage's account of what total_seq_len cut
 WARM_START_FILE = "warm_start.json"  # a warm start's source and the first loss that proved it loaded
 METRICS_FILE = "train_metrics.jsonl"  # the trainer's logged steps (losses, accuracies)
@@ -52,8 +54,9 @@ def read_answers(path: Path) -> list[dict[str, Any]]:
 
 
 def train_losses(metrics_file: Path) -> list[float]:
-    """The training loss of every logged step, in order."""
+    """The training loss of every logged step, in order (the trainer appends a line per step: a
+    last line cut by a crash is not read, as in the result files)."""
     if not metrics_file.is_file():
         return []
-    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    rows = read_jsonl(metrics_file)  # the result files' reader: a torn last line skipped
     return [r["train"]["loss"] for r in rows if isinstance(r.get("train"), dict) and "loss" in r["train"]]

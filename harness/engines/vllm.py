@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from harness.results.records import RequestRecord, WindowRecord
 
 _COUNTER_PREFIX = "vllm:spec_decode_num_"
+MAX_COUNT = 1e15  # tokens: beyond any server's lifetime (and summed, still finite)
 # rejection_sample_method "synthetic"/"fly" accept tokens without the exact rejection test.
 LOSSY_REJECTION = {"synthetic", "fly"}
 # What each release's SpeculativeConfig takes (config/speculative.py: RejectionSampleMethod,
@@ -325,10 +327,14 @@ class VllmAdapter:
         for sample in parse_prometheus(metrics_text):
             if not sample.name.startswith(_COUNTER_PREFIX) or not sample.name.endswith("_total"):
                 continue
+            if not (math.isfinite(sample.value) and 0 <= sample.value <= MAX_COUNT):
+                continue  # a count of tokens a server could have made: anything else is not vLLM's
             key = sample.name[len(_COUNTER_PREFIX) : -len("_total")]
             if key == "accepted_tokens_per_pos":
-                position = int(sample.labels["position"])
-                per_position[position] = per_position.get(position, 0.0) + sample.value
+                position = sample.labels.get("position", "")
+                if not position.isdigit():
+                    continue  # not a position vLLM labels
+                per_position[int(position)] = per_position.get(int(position), 0.0) + sample.value
             elif key in totals:
                 totals[key] += sample.value  # summed over engines / label sets
         return SpecCounters(accepted_per_position=per_position, **totals)

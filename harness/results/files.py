@@ -54,14 +54,21 @@ RecordT = TypeVar("RecordT", bound=BaseModel | RequestRecord)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temp file and ``os.replace``: readers never see a half-written file."""
+    """Write via a temp file and ``os.replace``: readers never see a half-written file. The temp
+    file is created new (``O_EXCL``, a random name, never through a link): nothing someone
+    placed at that name beforehand is written through."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

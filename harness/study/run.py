@@ -135,7 +135,7 @@ def resume_study(
     if options is not None and options != record.executor:
         record = record.model_copy(update={"executor": options})
     placement([p.id for p in record.points], plans, record.executor)
-    console.print(f"Resuming study [bold]{directory.root}[/] (executor {record.executor.name})")
+    console.print(f"Resuming study [bold]{escape(str(directory.root))}[/] (executor {record.executor.name})")
     return Dispatcher(directory, record, plans, console, allow_mismatch).run()
 
 
@@ -257,7 +257,9 @@ class Dispatcher:
         where = f" on GPUs {','.join(devices)}" if devices else ""
         how = "continuing its run" if resume else f"run {run_dir}"
         verb = "started" if executor.name == "local" else "submitted"  # a cluster queues it
-        self.console.print(f"{point.id}: {verb}{where} (job {job.job_id}, {how}, log {log})", highlight=False)
+        self.console.print(
+            f"{point.id}: {verb}{where} (job {job.job_id}, {how}, log {log})", highlight=False, markup=False
+        )
         if self.follow:
             self.followed[point.id] = 0
 
@@ -354,7 +356,7 @@ class Dispatcher:
         for index, (point, plan) in enumerate(zip(self.record.points, self.plans, strict=True)):
             title = f"study point {index + 1}/{len(self.record.points)}: {point.id} ({_label(point)})"
             if _complete(RunDir(self.directory.root / point.current_run_dir()), plan):
-                self.console.print(f"{title}: complete, kept", highlight=False)
+                self.console.print(f"{title}: complete, kept", highlight=False, markup=False)
                 self.ended.add(point.id)
                 continue
             last = point.attempts[-1] if point.attempts else None
@@ -362,7 +364,9 @@ class Dispatcher:
                 job = executor.attach(last) if last.executor == executor.name else None
                 if job is not None:
                     self.running[point.id] = job
-                    self.console.print(f"{title}: re-attached to job {job.job_id}", highlight=False)
+                    self.console.print(
+                        f"{title}: re-attached to job {job.job_id}", highlight=False, markup=False
+                    )
                     continue
                 reason = "the job is gone: it was not running when the study resumed"
                 self._update(point.id, state="failed", reason=reason, ended_at=now())
