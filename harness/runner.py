@@ -62,7 +62,7 @@ from harness.results import (
 from harness.results.calibration import CALIBRATION_FILE
 from harness.results.records import Round
 from harness.rounds import Standing, completed_starts, round_line, round_order, standing
-from harness.secrets import redact_args, redact_env
+from harness.secrets import redact_args, redact_env, scrub_file, secret_values
 from harness.sensors import cpu, gpu
 from harness.sensors.environment import model_identity
 from harness.sensors.power import PowerSampler, open_reader
@@ -158,6 +158,11 @@ class Runner:
         with run.lock():
             self.console.print(f"Resuming [bold]{escape(str(run.root))}[/]")
             self._reap(run.root)
+            # a bench killed mid-run stopped no server, so none of its logs was scrubbed: now
+            engine = self.plan.regime.engine
+            secrets = secret_values({**os.environ, **engine.env}, engine.extra_args)
+            for log in sorted(run.root.glob("arms/*/*.log")) if secrets else []:
+                scrub_file(log, secrets)
             return run, self._run_arms(run)
 
     def _reap(self, directory: Path) -> None:

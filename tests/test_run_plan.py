@@ -185,6 +185,7 @@ def test_a_run_and_its_resume_go_through_the_finished_plan(
     data["target"] = {"path": str(model), "dtype": "bfloat16", "max_model_len": 1024}
     data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
     data["load"] |= {"concurrency": [2], "warmup_requests": 0}
+    data["engine"]["env"] = {**data["engine"].get("env", {}), "BENCH_TEST_TOKEN": "planted-token-123"}
     regime = tmp_path / "stand_in.yaml"
     regime.write_text(yaml.safe_dump(data))
     monkeypatch.setattr("harness.plan.get_adapter", lambda name: StandIn())
@@ -198,7 +199,10 @@ def test_a_run_and_its_resume_go_through_the_finished_plan(
     assert launch["argv"][1].endswith("stream_server.py")
     printed = out.getvalue()
     assert printed.index("Run directory") < printed.index("2 arms (baseline, ngram_k4)")
+    # what a bench killed mid-run leaves: an engine log that printed a secret, never scrubbed
+    (run.arm_dir("baseline") / "server.log").write_text("args: {'token': 'planted-token-123'}\n")
     _, again = resume_run(run.root, console, allow_mismatch=True)
+    assert (run.arm_dir("baseline") / "server.log").read_text() == "args: {'token': '<redacted>'}\n"
     assert "already complete, kept" in out.getvalue() and [a.status for a in again.arms] == ["ok", "ok"]
     timing = json.loads((run.root / "timing.json").read_text())["invocations"]
     assert len(timing) == 2 and all(0 <= t["prepare_s"] <= t["wall_s"] for t in timing)
