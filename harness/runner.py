@@ -15,7 +15,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +67,13 @@ from harness.secrets import redact_args, redact_env, scrub_file, secret_values
 from harness.sensors import cpu, gpu
 from harness.sensors.environment import model_identity
 from harness.sensors.power import PowerSampler, open_reader
-from harness.server import Server, engine_server, reap_abandoned
+from harness.server import PortTaken, Server, engine_server, reap_abandoned
 from harness.summary import summarize
 from harness.validation import check_served, window_warnings
 from harness.workloads import LoadedWorkload, Prompt
 
+# a start-up whose port another process took (harness.server.PortTaken) starts again on a fresh one
+PORT_ATTEMPTS = 3
 # the counters after a window are read again until two reads agree, SETTLE_INTERVAL_S apart, at most
 # SETTLE_READS more times (vLLM publishes a step's counters shortly after streaming its tokens)
 SETTLE_READS = 20
@@ -371,8 +374,8 @@ class Runner:
         start-up only. The arm is ``ok`` after its last start-up (``startups``: the earlier ones' times)."""
         phase = "startup"  # a failure before the server is ready is infrastructure, not a regression
         try:
-            with self._server(run, arm, start) as server:
-                startups.append(self._wait_ready(server))
+            with self._ready_server(run, arm, start) as (server, startup_s):
+                startups.append(startup_s)
                 self.clock["startup_s"] += startups[-1]
                 phase = "measuring"
                 served = {
@@ -436,6 +439,25 @@ class Runner:
             "attention_backend": AttentionBackend.model_validate(backend) if backend else None,
             "draft_counting": DraftCounting.model_validate(counting) if counting else None,
         }
+
+    @contextmanager
+    def _ready_server(self, run: RunDir, arm: Arm, start: int) -> Iterator[tuple[Server, float]]:
+        """The arm's server for this start-up, started and ready (and stopped after the block). A
+        port another process took before the engine bound it (``PortTaken``) is given up for a
+        fresh one, up to ``PORT_ATTEMPTS`` times: the start-up is the same, on another port."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            with self._server(run, arm, start) as server:
+                try:
+                    startup_s = self._wait_ready(server)
+                except PortTaken as exc:
+                    if attempt == PORT_ATTEMPTS:
+                        raise
+                    self.console.print(
+                        f"[yellow]{escape(str(exc))}[/]: starting on another port", highlight=False
+                    )
+                    continue
+                yield server, startup_s
+                return
 
     def _wait_ready(self, server: Server) -> float:
         timeout = self.plan.startup_timeout_s

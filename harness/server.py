@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -90,15 +91,7 @@ def group_alive(pgid: int) -> bool:
             return False
         except PermissionError:
             return True
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            # Fields after the ")" that closes the command name: state, ppid, pgrp, ...
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # the process went away while we looked
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+    return bool(group_pids(pgid))
 
 
 def kill_group(pgid: int, grace_s: float = 20.0) -> None:
@@ -147,6 +140,61 @@ def stop_left_running(directory: Path) -> list[int]:
     return stopped
 
 
+class PortTaken(EngineError):
+    """Another process took the port chosen for a server (it could not bind, or someone else
+    answers there): start again on another port."""
+
+
+# how the engines (uvicorn, Python's socket) say that bind() failed: errno 98 on Linux
+_ADDRESS_IN_USE = re.compile(r"address already in use|errno 98|EADDRINUSE", re.IGNORECASE)
+
+
+def listeners(port: int) -> set[int] | None:
+    """The pids (of this user's processes) listening on TCP ``port``, IPv4 or IPv6, from /proc;
+    None where that cannot be told (no /proc/net, or no listener there in this network namespace):
+    then the answer is taken on trust."""
+    found, readable = set(), False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(int(fields[9]))  # state 0A: LISTEN; field 9: the socket's inode
+    if not readable or not found:
+        return None
+    return _socket_owners(found)
+
+
+def _socket_owners(inodes: set[int]) -> set[int]:
+    """The pids (of this user: others' descriptors cannot be read) holding any of ``inodes``."""
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    owners = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd) in wanted for fd in fd_dir.iterdir()):
+                owners.add(int(fd_dir.parent.name))
+        except OSError:
+            continue  # another user's process, or gone
+    return owners
+
+
+def group_pids(pgid: int) -> set[int]:
+    """The live processes of process group ``pgid``."""
+    pids = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.add(int(stat.parent.name))
+    return pids
+
+
 def reap_abandoned(directory: Path) -> list[int]:
     """``stop_left_running`` for every run directory under ``directory`` (itself included) whose
     writer is gone: no live process holds its ``run.lock`` (``harness.results.files.writer_lock``).
@@ -174,7 +222,8 @@ class Server:
         self.argv = argv
         self.extra_env = env
         self.port = port
-        self.uds = uds  # the Unix socket it serves on (``engine_endpoint``), instead of the port
+        self.uds = uds  # the Unix socket it serves on (``engine_server``), instead of the port
+        self._log_start = 0  # where this start's lines begin in the log (a retry appends)
         self.log_path = log_path
         self.health_path = health_path
         # values the engine may print (vLLM logs its non-default arguments): scrubbed from its log
@@ -189,6 +238,7 @@ class Server:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
+            self._log_start = log.tell()
             self.process = subprocess.Popen(
                 self.argv,
                 stdout=log,
@@ -209,7 +259,11 @@ class Server:
         return None if self.process is None else self.process.poll()
 
     def wait_ready(self, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:
-        """Block until the health endpoint answers 200; return the seconds it took."""
+        """Block until the health endpoint answers 200 from THIS server; return the seconds it
+        took. On a TCP port, the answer counts only while the listener on the port belongs to the
+        server's own process group (``listeners``): a port is chosen by binding and closing, and
+        another process can take it before the engine binds. ``PortTaken`` when that happened (the
+        engine could not bind, or someone else answers there): the caller starts again elsewhere."""
         started = time.monotonic()
         url = http.http_base(self.base_url) + self.health_path
         with http.client(2.0, self.base_url) as client:  # its own server: no proxy, its socket
@@ -217,6 +271,8 @@ class Server:
                 elapsed = time.monotonic() - started
                 code = self.exit_code()
                 if code is not None:
+                    if self.uds is None and _ADDRESS_IN_USE.search(self._log_since_start()):
+                        raise PortTaken(f"port {self.port} was taken before the engine could bind it")
                     raise EngineError(
                         f"engine exited with status {code} during start-up; log "
                         f"{self.log_path}:\n{self.tail()}"
@@ -226,13 +282,27 @@ class Server:
                         f"engine not ready after {timeout_s:.0f} s; log {self.log_path}:\n{self.tail()}"
                     )
                 try:
-                    if client.get(url).status_code == 200:
-                        return elapsed
+                    answered = client.get(url).status_code == 200
                 except httpx.HTTPError:
-                    pass  # not listening yet, or listening but not serving yet
+                    answered = False  # not listening yet, or listening but not serving yet
+                if answered:
+                    if self.uds is not None:  # its private socket: no one else could answer there
+                        return elapsed
+                    owners = listeners(self.port)
+                    if owners is None or owners & group_pids(self.process.pid):
+                        return elapsed
+                    raise PortTaken(f"port {self.port}: another process answers there, not this server")
                 if on_tick:
                     on_tick(elapsed)
                 time.sleep(1.0)
+
+    def _log_since_start(self) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_start)
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def stop(self) -> None:
         if self.process is None:

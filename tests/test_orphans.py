@@ -193,3 +193,53 @@ def test_the_run_lock_is_released_by_a_writer_killed_with_sigkill(tmp_path: Path
     finally:
         if holder.poll() is None:
             holder.kill()
+
+
+# --- the right server answers: a port another process took is never measured --------------------
+
+
+@pytest.fixture
+def decoy():
+    """Another process's HTTP server on a port, answering 200 to everything (a listener that
+    took the port the harness chose, between its choice and the engine's bind)."""
+    import http.server
+    import threading
+
+    class Yes(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Yes)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def test_a_server_whose_port_was_taken_is_never_declared_ready(tmp_path: Path, decoy: int) -> None:
+    from harness.server import PortTaken, Server
+
+    argv = [sys.executable, str(CHILD), "healthy", str(decoy), str(tmp_path / "pids")]
+    with Server(argv, {}, decoy, tmp_path / "server.log", "/health") as server, pytest.raises(PortTaken):
+        server.wait_ready(timeout_s=30)  # the decoy answers 200; the child cannot bind
+
+
+def test_a_run_whose_port_was_taken_starts_again_on_another(
+    tmp_path: Path, decoy: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness.server
+    from tests.test_run_plan import stand_in_run
+
+    ports = iter([decoy])
+    real = harness.server.free_port
+    monkeypatch.setattr(harness.server, "free_port", lambda: next(ports, None) or real())
+    run, summary, printed, _, _ = stand_in_run(tmp_path, monkeypatch)
+    assert [a.status for a in summary.arms] == ["ok", "ok"], printed
+    assert f"port {decoy}: another process answers there, not this server" in printed
+    assert "starting on another port" in printed
+    launches = [json.loads((run.arm_dir(a) / "launch.json").read_text()) for a in ("baseline", "ngram_k4")]
+    assert decoy not in [launch["port"] for launch in launches]

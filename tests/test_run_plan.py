@@ -175,9 +175,9 @@ class StandIn:
         return {}
 
 
-def test_a_run_and_its_resume_go_through_the_finished_plan(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def stand_in_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A whole run through the runner with the stand-in engine (baseline and ngram_k4, one window
+    each): (the run, its summary, what it printed); the console stays for a resume."""
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
@@ -191,6 +191,14 @@ def test_a_run_and_its_resume_go_through_the_finished_plan(
     monkeypatch.setattr("harness.plan.get_adapter", lambda name: StandIn())
     console, out = _console()
     run, summary = run_regime(regime, tmp_path / "results", console, allow_mismatch=True)
+    return run, summary, out.getvalue(), console, out
+
+
+def test_a_run_and_its_resume_go_through_the_finished_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tmp_path / "model"
+    run, summary, _, console, out = stand_in_run(tmp_path, monkeypatch)
     assert [a.status for a in summary.arms] == ["ok", "ok"], out.getvalue()
     record = json.loads((run.root / "regime.json").read_text())
     assert record["resolved_model"] == str(model) and isinstance(record["mismatches"], list)
