@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 
 from harness.engines import SERVED_MODEL_NAME
-from harness.engines.http import http_base, unix_socket
+from harness.engines.http import auth_headers, http_base, unix_socket
 from harness.regime import Load, Sampling
 from harness.results.records import RequestRecord  # the one request record: the store's type
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt
@@ -310,7 +310,11 @@ async def run_window(
     # trust_env=False: the server is this machine's own; a proxy from the environment must not carry
     # (or time) its requests
     session = aiohttp.ClientSession(
-        base_url=http_base(base_url), connector=connector, timeout=timeout, trust_env=False
+        base_url=http_base(base_url),
+        connector=connector,
+        timeout=timeout,
+        trust_env=False,
+        headers=auth_headers(base_url),  # a keyed server's per-start key (harness.server)
     )
     async with session as client:
 

@@ -92,14 +92,16 @@ class Plan:
         return model
 
     def launch_spec(self, arm: Arm, model: str, port: int) -> LaunchSpec:
-        """What ``arm``'s server is launched with; an engine on a Unix socket is shown with the
-        socket's path as each start-up makes it (``harness.server.unix_socket_path``), XXXXXXXX for
-        its random part."""
+        """What ``arm``'s server is launched with; an engine on a Unix socket (or with a key file)
+        is shown with the path as each start-up makes it (``harness.server``), XXXXXXXX for its
+        random part."""
         draft = self.drafters[arm.name].path if arm.draft_model is not None else None
-        uds = str(Path(tempfile.gettempdir()) / f"{SOCKET_DIR_PREFIX}XXXXXXXX" / "engine.sock")
-        on_socket = {"uds": uds} if self.adapter.unix_socket else {}
+        private = Path(tempfile.gettempdir()) / f"{SOCKET_DIR_PREFIX}XXXXXXXX"
+        where = {"uds": str(private / "engine.sock")} if self.adapter.unix_socket else {}
+        if self.adapter.keyed and not where:
+            where["key_file"] = str(private / "server-key.yaml")  # its per-start key (harness.server)
         return self.adapter.launch_spec(
-            self.regime, arm, model, port, sys.executable, draft_model=draft, **on_socket
+            self.regime, arm, model, port, sys.executable, draft_model=draft, **where
         )
 
     def drafter_fits(self, model: str) -> dict[str, Fit]:

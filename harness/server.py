@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from secrets import token_urlsafe
 from typing import TYPE_CHECKING
 
 import httpx
@@ -218,12 +219,18 @@ class Server:
         health_path: str,
         secrets: set[str] | frozenset[str] = frozenset(),
         uds: Path | None = None,
+        api_key: str | None = None,
+        private_dir: Path | None = None,
     ):
         self.argv = argv
         self.extra_env = env
         self.port = port
         self.uds = uds  # the Unix socket it serves on (``engine_server``), instead of the port
         self._log_start = 0  # where this start's lines begin in the log (a retry appends)
+        # a keyed server's per-start key (sent with every request, checked at readiness), and the
+        # private directory holding its socket or key file (removed when it stops)
+        self.api_key = api_key
+        self.private_dir = private_dir if private_dir is not None else (uds.parent if uds else None)
         self.log_path = log_path
         self.health_path = health_path
         # values the engine may print (vLLM logs its non-default arguments): scrubbed from its log
@@ -250,6 +257,7 @@ class Server:
             )
         _LIVE_GROUPS.add(self.process.pid)
         (self.log_path.parent / PGID_FILE).write_text(f"{self.process.pid}\n")
+        http.register_key(self.base_url, self.api_key)
 
     def tail(self) -> str:
         """The end of the engine's log, as the harness shows it: secrets scrubbed."""
@@ -289,12 +297,24 @@ class Server:
                     if self.uds is not None:  # its private socket: no one else could answer there
                         return elapsed
                     owners = listeners(self.port)
-                    if owners is None or owners & group_pids(self.process.pid):
+                    if owners is not None and not owners & group_pids(self.process.pid):
+                        raise PortTaken(f"port {self.port}: another process answers there, not this server")
+                    if self.api_key is None or self._knows_its_key(client):
                         return elapsed
-                    raise PortTaken(f"port {self.port}: another process answers there, not this server")
                 if on_tick:
                     on_tick(elapsed)
                 time.sleep(1.0)
+
+    def _knows_its_key(self, client: httpx.Client) -> bool:
+        """A keyed server is ready once a route behind its key answers with it (the models list):
+        the server that answers is the one given this start's key. A 401 there is another server."""
+        try:
+            status = client.get(http.http_base(self.base_url) + "/v1/models").status_code
+        except httpx.HTTPError:
+            return False
+        if status == 401:
+            raise PortTaken(f"port {self.port}: the server there refuses this start's key, not this server")
+        return status == 200
 
     def _log_since_start(self) -> str:
         try:
@@ -313,8 +333,9 @@ class Server:
         except subprocess.TimeoutExpired:
             pass
         (self.log_path.parent / PGID_FILE).unlink(missing_ok=True)
-        if self.uds is not None and self.uds.parent.name.startswith(SOCKET_DIR_PREFIX):
-            shutil.rmtree(self.uds.parent, ignore_errors=True)
+        http.register_key(self.base_url, None)
+        if self.private_dir is not None and self.private_dir.name.startswith(SOCKET_DIR_PREFIX):
+            shutil.rmtree(self.private_dir, ignore_errors=True)
         if self.secrets:
             scrub_file(self.log_path, self.secrets)
 
@@ -339,7 +360,33 @@ def engine_server(
     it must not print (``harness.secrets``) scrubbed from its log."""
     uds = unix_socket_path() if adapter.unix_socket else None
     port = 0 if uds is not None else free_port()
-    on_socket = {} if uds is None else {"uds": str(uds)}  # only an adapter with unix_socket takes it
-    spec = adapter.launch_spec(regime, arm, model, port, sys.executable, draft_model=draft_model, **on_socket)
-    secrets = secret_values({**os.environ, **spec.env}, spec.argv)
-    return Server(spec.argv, spec.env, port, log_path, adapter.health_path, secrets=secrets, uds=uds)
+    where: dict[str, str] = {} if uds is None else {"uds": str(uds)}  # only for adapters that take it
+    key, private = None, None
+    if adapter.keyed and uds is None:
+        key, key_file = api_key_file()
+        private = key_file.parent
+        where["key_file"] = str(key_file)
+    spec = adapter.launch_spec(regime, arm, model, port, sys.executable, draft_model=draft_model, **where)
+    secrets = secret_values({**os.environ, **spec.env}, spec.argv) | ({key} if key else set())
+    return Server(
+        spec.argv,
+        spec.env,
+        port,
+        log_path,
+        adapter.health_path,
+        secrets=secrets,
+        uds=uds,
+        api_key=key,
+        private_dir=private,
+    )
+
+
+def api_key_file() -> tuple[str, Path]:
+    """A fresh API key, and the file that gives it to the server: ``api-key: KEY`` (the
+    ``--config`` YAML SGLang merges into its arguments), mode 0600 in a directory of mode 0700."""
+    key = token_urlsafe(32)
+    path = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)) / "server-key.yaml"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f"api-key: {json.dumps(key)}\n")  # as a flag: SGLang makes it --api-key
+    return key, path

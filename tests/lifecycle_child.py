@@ -1,5 +1,6 @@
 """A tiny process for the server-lifecycle tests (not an engine stand-in: it only exercises
-process groups, readiness polling and teardown). Modes: healthy, crash, hang, stubborn."""
+process groups, readiness polling and teardown). Modes: healthy, crash, hang, stubborn, keyed
+(/v1/models answers 200 only with the key in $LIFECYCLE_KEY, 401 otherwise)."""
 
 import http.server
 import os
@@ -27,7 +28,11 @@ if mode == "hang":
 
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
+        if mode == "keyed" and self.path == "/v1/models":
+            given = self.headers.get("Authorization")
+            self.send_response(200 if given == f"Bearer {os.environ['LIFECYCLE_KEY']}" else 401)
+        else:
+            self.send_response(200 if self.path == "/health" else 404)
         self.end_headers()
 
     def log_message(self, *args):

@@ -554,3 +554,27 @@ def test_the_managed_flag_rule_catches_breakage(vllm_parser) -> None:
         w.startswith("--max-num-seqs (max_num_seqs) would be refused")
         for w in _managed_checks(strings, greedy)
     )
+
+
+def test_sglang_reads_its_per_start_key_from_the_file_not_the_command_line(resolved, sglang_parser) -> None:
+    """The key file the harness writes (``harness.server.api_key_file``) is merged by SGLang
+    0.5.23's own ``--config`` handling into ``api_key``; the command line carries only its path."""
+    from harness.server import api_key_file
+
+    merger = engine_parsers.import_sglang_module("sglang.srt.utils.server_args_config_parser")
+    plan, model = resolved[ROOT / "regimes" / "h200_tp1_qwen3_8b_sglang.yaml"]
+    key, path = api_key_file()
+    try:
+        assert (
+            oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+        )
+        arm = plan.regime.arms[0]
+        argv = plan.adapter.launch_spec(plan.regime, arm, model, 30000, "/py", key_file=str(path)).argv
+        assert key not in " ".join(argv) and argv[-2:] == ["--config", str(path)]
+        merged = merger.ConfigArgumentMerger(sglang_parser).merge_config_with_args(argv[3:])
+        args, unknown = engine_parsers.sglang_server_args(sglang_parser, merged)
+        assert unknown == [] and args.api_key == key and args.port == 30000
+    finally:
+        import shutil
+
+        shutil.rmtree(path.parent)

@@ -32,6 +32,7 @@ class ToyAdapter:
     env_prefixes = ("TOY_",)
     fake_acceptance_env = ("TOY_FAKE_ACCEPTANCE",)
     unix_socket = False
+    keyed = False
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         return f"toy-serve-{hardware_kind}=={version}"

@@ -243,3 +243,20 @@ def test_a_run_whose_port_was_taken_starts_again_on_another(
     assert "starting on another port" in printed
     launches = [json.loads((run.arm_dir(a) / "launch.json").read_text()) for a in ("baseline", "ngram_k4")]
     assert decoy not in [launch["port"] for launch in launches]
+
+
+@pytest.mark.parametrize("served_key", ["this-start", "another"])
+def test_a_keyed_server_is_ready_only_when_it_knows_this_starts_key(tmp_path: Path, served_key: str) -> None:
+    """A keyed engine (SGLang) is ready when a route behind its key answers with this start's key:
+    a server that refuses it is another server on the port."""
+    from harness.server import PortTaken, Server, free_port
+
+    port = free_port()
+    argv = [sys.executable, str(CHILD), "keyed", str(port), str(tmp_path / "pids")]
+    env = {"LIFECYCLE_KEY": served_key}
+    with Server(argv, env, port, tmp_path / "server.log", "/health", api_key="this-start") as server:
+        if served_key == "this-start":
+            assert server.wait_ready(timeout_s=30) >= 0
+        else:
+            with pytest.raises(PortTaken, match="refuses this start's key"):
+                server.wait_ready(timeout_s=30)

@@ -53,6 +53,9 @@ class EngineAdapter(Protocol):
     # Whether its server listens on a Unix socket (``harness.server.unix_socket_path``, passed to
     # ``launch_spec`` as ``uds``) rather than 127.0.0.1:port.
     unix_socket: bool
+    # Whether its server takes a per-start API key from a file (``launch_spec(key_file=...)``): the
+    # harness sends it with every request, and readiness checks it (``harness.server``).
+    keyed: bool
     # Environment variables that fake acceptance (refused, set in the regime or inherited, unless
     # the regime allows lossy acceptance).
     fake_acceptance_env: tuple[str, ...]
@@ -85,9 +88,11 @@ class EngineAdapter(Protocol):
         python: str,
         draft_model: str | None = None,
         uds: str | None = None,
+        key_file: str | None = None,
     ) -> LaunchSpec:
         """argv + env that start a server for this arm on 127.0.0.1:port, or on the Unix socket
-        ``uds`` (given only to an adapter with ``unix_socket``; draft path already resolved)."""
+        ``uds`` (given only to an adapter with ``unix_socket``), with the API key in ``key_file``
+        (only to a ``keyed`` adapter); the draft path already resolved."""
 
     def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
         """What the running server reports about itself (version, max_model_len, dtype,

@@ -21,6 +21,24 @@ MAX_RESPONSE_BYTES = 16 * 2**20  # a metrics page or a JSON route; more is not t
 UNIX = "unix:"
 
 
+# The per-start API key of each keyed server the harness runs (``harness.server``), by base URL:
+# every request the harness sends it carries the key.
+_KEYS: dict[str, str] = {}
+
+
+def register_key(base_url: str, key: str | None) -> None:
+    """Send ``key`` with every request to ``base_url`` (None: no more)."""
+    if key is None:
+        _KEYS.pop(base_url, None)
+    else:
+        _KEYS[base_url] = key
+
+
+def auth_headers(base_url: str) -> dict[str, str]:
+    key = _KEYS.get(base_url)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def unix_socket(base_url: str) -> str | None:
     """The socket path of a ``unix:`` base URL, or None for a TCP one."""
     return base_url[len(UNIX) :] if base_url.startswith(UNIX) else None
@@ -35,14 +53,18 @@ def client(timeout: float, base_url: str = "") -> httpx.Client:
     """A client for the server at ``base_url`` (through its socket when it has one)."""
     uds = unix_socket(base_url)
     transport = httpx.HTTPTransport(uds=uds) if uds else None
-    return httpx.Client(timeout=timeout, trust_env=False, transport=transport)
+    return httpx.Client(timeout=timeout, trust_env=False, transport=transport, headers=auth_headers(base_url))
 
 
 def async_client(timeout: httpx.Timeout, base_url: str) -> httpx.AsyncClient:
     uds = unix_socket(base_url)
     transport = httpx.AsyncHTTPTransport(uds=uds) if uds else None
     return httpx.AsyncClient(
-        base_url=http_base(base_url), timeout=timeout, trust_env=False, transport=transport
+        base_url=http_base(base_url),
+        timeout=timeout,
+        trust_env=False,
+        transport=transport,
+        headers=auth_headers(base_url),
     )
 
 

@@ -100,6 +100,10 @@ class SglangAdapter:
     env_prefixes = ("SGLANG_",)
     fake_acceptance_env = FAKE_ACCEPTANCE_ENV
     unix_socket = False  # 0.5.23's server listens on TCP only: 127.0.0.1 and the harness's port
+    # So each start-up gets an API key of its own, read from a 0600 file (``--config``: SGLang merges
+    # the file's keys into its arguments; on the command line the key would be readable by every
+    # local user): every route but /health* and /metrics then refuses a request without it.
+    keyed = True
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         return f"sglang=={version}"
@@ -179,6 +183,7 @@ class SglangAdapter:
         python: str,
         draft_model: str | None = None,
         uds: str | None = None,
+        key_file: str | None = None,
     ) -> LaunchSpec:
         if uds is not None:
             raise ValueError("SGLang's server listens on TCP only (unix_socket is False)")
@@ -206,6 +211,8 @@ class SglangAdapter:
             argv += ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]
         argv += self.speculative_args(arm, draft_model)
         argv += regime.engine.extra_args
+        if key_file is not None:  # its per-start API key, from a file only this user can read
+            argv += ["--config", key_file]
         return LaunchSpec(argv=argv, env=dict(regime.engine.env))
 
     def request_fields(

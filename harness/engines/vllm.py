@@ -149,6 +149,7 @@ class VllmAdapter:
     # routes (/reset_prefix_cache, but also /collective_rpc, /sleep, ...) take no API key (its
     # middleware guards /v1 only), and no port means no other listener can answer in its place.
     unix_socket = True
+    keyed = False  # its socket is the key
     fake_acceptance_env: tuple[str, ...] = ()  # vLLM fakes acceptance only through its config
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
