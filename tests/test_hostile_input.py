@@ -37,6 +37,12 @@ HOSTILE = {
     "recursive alias": (GOOD_TEXT + "extra: &loop [*loop]\n", "a recursive alias"),
     "deep nesting": (GOOD_TEXT + "deep: " + "[" * 3000 + "]" * 3000 + "\n", f"nested more than {MAX_DEPTH}"),
     "deep mapping": (GOOD_TEXT + "deep: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n", "levels deep"),
+    # 100,000 levels within the size cap, after a quote inside a plain scalar (it's): refused as
+    # fast as 3,000 (the scanner drops a possible key after 1,024 characters: no quadratic rescan)
+    "a hundred thousand levels": (
+        GOOD_TEXT + "x-note: it's\ndeep: " + "[" * 100_000 + "]" * 100_000 + "\ny: 'q'\n",
+        f"nested more than {MAX_DEPTH}",
+    ),
     "duplicate key": (
         GOOD_TEXT.replace("engine:\n", "engine:\n  enforce_eager: true\n  enforce_eager: false\n", 1),
         "duplicate key 'enforce_eager' (first at line",
