@@ -13,7 +13,7 @@ Layout of one run (``results/<regime-name>/<run-id>/``)::
     arms/<arm>/windows.jsonl     one line per measured window: duration, counter scrapes
     arms/<arm>/status.json       an ArmStatus: running | ok | failed | interrupted, with the error
     arms/<arm>.attempt-N/        an incomplete arm's files, moved aside by ``bench run --resume``
-    run.lock                     pid of the bench process writing the run (while it runs)
+    run.lock                     flock of the bench process writing the run, with its pid (while it runs)
     summary.json                 metrics derived from all of the above (``bench`` rewrites it)
 
 JSON files are replaced atomically (temp file + ``os.replace``); JSONL files are appended one
