@@ -8,7 +8,12 @@
   on every poll that the process is still alive, failing fast with the tail of the log.
 - Every started group is registered so an interrupted ``bench run`` can still stop it, and named
   in ``server.pgid`` beside its log until it is stopped, so that whoever finds a killed ``bench``
-  process's run (a study's executor) can stop what it left running (``stop_left_running``).
+  process's run (a study's executor, the next run or resume) can stop what it left running
+  (``stop_left_running``, ``reap_abandoned``); the kernel sends it SIGTERM when its bench dies.
+- Only this server can be the one that answers (docs/security.md): an engine with a Unix socket
+  listens in a fresh 0700 directory (``unix_socket_path``); on a TCP port, the listener must be
+  in the server's own process group (``listeners``), and a keyed engine must know this start's
+  API key (``api_key_file``); a port taken before the engine bound it is ``PortTaken``.
 """
 
 from __future__ import annotations
@@ -138,6 +143,9 @@ def stop_left_running(directory: Path) -> list[int]:
             kill_group(pgid, grace_s=10.0)
             stopped.append(pgid)
         pgid_file.unlink(missing_ok=True)
+        socket_dir = Path(launch["uds"]).parent if launch.get("uds") else None
+        if socket_dir is not None and socket_dir.name.startswith(SOCKET_DIR_PREFIX):
+            shutil.rmtree(socket_dir, ignore_errors=True)  # its private directory goes with it
     return stopped
 
 
