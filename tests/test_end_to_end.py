@@ -308,6 +308,41 @@ def test_engine_that_fails_to_start_is_recorded(beside) -> None:
     beside["cannot_start"].result()
 
 
+def _tcp_listeners(pids: set[int]) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket in LISTEN that one of ``pids`` holds (/proc/net)."""
+    inodes = {
+        os.readlink(fd)[len("socket:[") : -1]
+        for pid in pids
+        for fd in Path(f"/proc/{pid}/fd").iterdir()
+        if os.readlink(fd).startswith("socket:[")
+    }
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:
+                address, port = fields[1].rsplit(":", 1)
+                found.append((address, int(port, 16)))
+    return found
+
+
+def _listens_on_its_socket_only(arm: Path) -> None:
+    """The running vLLM server: its API on the Unix socket launch.json names, in a 0700 directory;
+    nothing of its group listening on TCP anywhere but loopback (its dev-mode routes unreachable
+    from another user or host)."""
+    import stat
+
+    from harness.server import group_pids
+
+    launch = json.loads((arm / "launch.json").read_text())
+    uds = Path(launch["uds"])
+    assert uds.is_socket() and stat.S_IMODE(uds.parent.stat().st_mode) == 0o700
+    assert "--port" not in launch["argv"] and "--host" not in launch["argv"]
+    pids = group_pids(int((arm / "server.pgid").read_text()))
+    loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 as /proc writes them
+    assert pids and all(address in loopback for address, _ in _tcp_listeners(pids)), _tcp_listeners(pids)
+
+
 def _interrupt_then_resume(tmp_path: Path) -> None:
     """Ctrl-C while the first server measures: exit 130, the arm interrupted and what it measured
     kept; --resume moves it aside and measures both start-ups; a second --resume has nothing to do."""
@@ -332,6 +367,7 @@ def _interrupt_then_resume(tmp_path: Path) -> None:
         while not list(results.glob("cpu_e2e/*/arms/baseline/samples.jsonl")):  # measuring has begun
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.5)
+        _listens_on_its_socket_only(_run_dirs(results)[0] / "arms" / "baseline")
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 130
     finally:
