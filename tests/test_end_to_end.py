@@ -20,6 +20,7 @@ import pytest
 
 import harness
 from harness.results import SCHEMA_VERSION, load_summary, read_jsonl
+from harness.server import group_alive
 from harness.summary import summarize
 from tests.conftest import engine_processes
 
@@ -345,7 +346,8 @@ def _listens_on_its_socket_only(arm: Path) -> None:
 
 def _interrupt_then_resume(tmp_path: Path) -> None:
     """Ctrl-C while the first server measures: exit 130, the arm interrupted and what it measured
-    kept; --resume moves it aside and measures both start-ups; a second --resume has nothing to do."""
+    kept; a --resume killed with SIGKILL while its second server starts leaves no engine; the next
+    --resume moves what was cut short aside and measures both start-ups; one more has nothing to do."""
     results = tmp_path / "results"
     # cpu_e2e cut to one workload at one level with short answers: what is tested is the
     # interruption and the resume (and the server started twice: load.server_starts), not the windows
@@ -381,6 +383,25 @@ def _interrupt_then_resume(tmp_path: Path) -> None:
     assert partial  # what was measured is kept
 
     resume = BENCH + ["run", "--resume", str(run), "--allow-mismatch"]
+    # the resume killed with SIGKILL (no handler, no teardown) while its second server starts: the
+    # kernel stops that engine (its parent-death signal), and the next resume measures it again
+    killed = subprocess.Popen(resume, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 600
+        second = run / "arms" / "baseline" / "server.start-2.log"
+        while not (second.exists() and (run / "arms" / "baseline" / "server.pgid").exists()):
+            assert killed.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        engine = int((run / "arms" / "baseline" / "server.pgid").read_text())
+        killed.kill()
+        killed.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while group_alive(engine) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not group_alive(engine), "the engine outlived the bench killed with SIGKILL"
+    finally:
+        if killed.poll() is None:
+            killed.kill()
     resumed = subprocess.run(resume, capture_output=True, text=True, timeout=1200, cwd=ROOT)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert (
