@@ -20,6 +20,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from harness.engines import SERVED_MODEL_NAME
+
+# What to write instead, where both engines' flags mean the same thing.
+OWN_SERVER = "the harness binds each server to 127.0.0.1 at a port it chose, or to a private Unix socket"
+TARGET = "the target is target.path or target.package"
+SERVED_NAME = f"its client asks for '{SERVED_MODEL_NAME}'"
+API_KEY = "the harness's own requests must reach the server"
+CONFIG_FILE = "a config file would set flags unseen; write them in engine.extra_args"
+SPECULATION = "speculation is each arm's method, K, draft_model and options"
+
 
 @dataclass(frozen=True)
 class Managed:

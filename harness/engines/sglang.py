@@ -35,7 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 from harness.config_file import did_you_mean
 from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields
-from harness.engines.flags import Managed, managed_flag_problems
+from harness.engines.flags import (
+    API_KEY,
+    CONFIG_FILE,
+    OWN_SERVER,
+    SERVED_NAME,
+    SPECULATION,
+    TARGET,
+    Managed,
+    managed_flag_problems,
+)
 from harness.probes.acceptance import SpecCounters, histogram_counters
 
 if TYPE_CHECKING:
@@ -66,24 +75,23 @@ SPECULATIVE_OPTIONS = (
     "speculative_ngram_max_trie_depth", "speculative_token_map", "speculative_use_block_verification",
     "speculative_use_rejection_sampling",
 )  # fmt: skip
-_OWN_SERVER = "the harness binds each server to 127.0.0.1 on a port it chose"
 # Every flag launch_spec sets, with each spelling SGLang 0.5.23's parser has for it.
 MANAGED_FLAGS = {
-    "model_path": Managed(("--model-path", "--model"), "the target is target.path or target.package"),
-    "served_model_name": Managed(("--served-model-name",), f"its client asks for '{SERVED_MODEL_NAME}'"),
-    "host": Managed(("--host",), _OWN_SERVER),
-    "port": Managed(("--port",), _OWN_SERVER),
-    "api_key": Managed(("--api-key",), "the harness's own requests must reach the server"),
+    "model_path": Managed(("--model-path", "--model"), TARGET),
+    "served_model_name": Managed(("--served-model-name",), SERVED_NAME),
+    "host": Managed(("--host",), OWN_SERVER),
+    "port": Managed(("--port",), OWN_SERVER),
+    "api_key": Managed(("--api-key",), API_KEY),
     "dtype": Managed(("--dtype",), "use target.dtype"),
     "context_length": Managed(("--context-length",), "use target.max_model_len"),
     "tp_size": Managed(("--tp-size", "--tensor-parallel-size"), "use tensor_parallel_size"),
     "random_seed": Managed(("--random-seed",), "use sampling.seed"),
     "quantization": Managed(("--quantization",), "use target.quantization"),
     "attention_backend": Managed(("--attention-backend",), "use engine.attention_backend"),
-    "config": Managed(("--config",), "a config file would set flags unseen; write them in engine.extra_args"),
+    "config": Managed(("--config",), CONFIG_FILE),
 }
 # engine.extra_args apply to every arm, the baseline too: speculation is each arm's own
-RESERVED_PREFIXES = {"--speculative-": "speculation is each arm's method, K, draft_model and options"}
+RESERVED_PREFIXES = {"--speculative-": SPECULATION}
 
 
 def _flag(name: str) -> str:

@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from harness.config_file import did_you_mean
 from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields
-from harness.engines.flags import Managed, managed_flag_problems
+from harness.engines.flags import (
+    API_KEY,
+    CONFIG_FILE,
+    OWN_SERVER,
+    SERVED_NAME,
+    SPECULATION,
+    TARGET,
+    Managed,
+    managed_flag_problems,
+)
 from harness.engines.patches import APPLIED_MARK
 from harness.engines.patches import launch_env as patch_env
 from harness.probes.acceptance import SpecCounters, histogram_counters, parse_prometheus
@@ -74,15 +83,14 @@ ARM_FIELDS_IN_THE_CONFIG = {
     "num_speculative_tokens": "the arm's num_speculative_tokens",
 }
 
-_OWN_SERVER = "the harness binds each server to 127.0.0.1 on a port it chose"
 # Every flag launch_spec sets, with each spelling vLLM 0.32/0.33's serve parser has for it.
 MANAGED_FLAGS = {
-    "model": Managed(("--model",), "the target is target.path or target.package"),
-    "served_model_name": Managed(("--served-model-name",), f"its client asks for '{SERVED_MODEL_NAME}'"),
-    "host": Managed(("--host",), _OWN_SERVER),
-    "port": Managed(("--port",), _OWN_SERVER),
-    "uds": Managed(("--uds",), _OWN_SERVER),
-    "api_key": Managed(("--api-key",), "the harness's own requests must reach the server"),
+    "model": Managed(("--model",), TARGET),
+    "served_model_name": Managed(("--served-model-name",), SERVED_NAME),
+    "host": Managed(("--host",), OWN_SERVER),
+    "port": Managed(("--port",), OWN_SERVER),
+    "uds": Managed(("--uds",), OWN_SERVER),
+    "api_key": Managed(("--api-key",), API_KEY),
     "dtype": Managed(("--dtype",), "use target.dtype"),
     "max_model_len": Managed(("--max-model-len",), "use target.max_model_len"),
     "tensor_parallel_size": Managed(("--tensor-parallel-size", "-tp"), "use tensor_parallel_size"),
@@ -91,10 +99,8 @@ MANAGED_FLAGS = {
     "quantization": Managed(("--quantization", "-q"), "use target.quantization"),
     "attention_backend": Managed(("--attention-backend",), "use engine.attention_backend"),
     "enforce_eager": Managed(("--enforce-eager", "--no-enforce-eager"), "use engine.enforce_eager"),
-    "speculative_config": Managed(
-        ("--speculative-config", "-sc"), "speculation is each arm's method, K, draft_model and options"
-    ),
-    "config": Managed(("--config",), "a config file would set flags unseen; write them in engine.extra_args"),
+    "speculative_config": Managed(("--speculative-config", "-sc"), SPECULATION),
+    "config": Managed(("--config",), CONFIG_FILE),
     "disable_log_stats": Managed(("--disable-log-stats",), "it turns off the counters tau is read from"),
 }
 
