@@ -805,13 +805,63 @@ class Gates(StrictModel):
     )
 
 
+class KScheduleSource(StrictModel):
+    """``k_schedule: {from: STUDY_DIR}``: the schedule a study derived (its ``policy.json``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    source: str = Field(
+        alias="from",
+        description="A study directory (results/<name>/study-<id>) whose policy.json holds the schedule, or "
+        "a regime's results folder (results/<name>: its newest study with a policy); relative to the "
+        "regime file, or absolute. The run records the exact policy file it used.",
+    )
+    workload: str | None = Field(
+        default=None,
+        description="The policy's workload (or 'mix'). Default: the mix when the study had several "
+        "workloads, else its one workload.",
+    )
+    family: str | None = Field(
+        default=None, description="The study's arm family (default: the one of this arm's method)."
+    )
+    point: str | None = Field(default=None, description="The study's point id (default: its only point).")
+
+
+# (first batch size, last batch size, K): inclusive, as vLLM's num_speculative_tokens_per_batch_size
+ScheduleEntry = tuple[int, int, int]
+
+
+def schedule_problems(entries: list[ScheduleEntry], k_max: int) -> list[tuple[tuple, str]]:
+    """What makes a K schedule one the harness will not launch, by (entry, field) path: it must
+    start at batch size 1 and cover every batch size once, in order (vLLM refuses an overlap or a
+    start above 1 and silently carries K over a gap), with each K in [0, the arm's K] (vLLM would
+    cap a larger one without a word)."""
+    found: list[tuple[tuple, str]] = []
+    expected = 1
+    for index, (start, end, k) in enumerate(entries):
+        if start != expected and index == 0:
+            found.append(((index, 0), f"the first range must start at batch size 1 (found {start})"))
+        elif start != expected:
+            gap = "a gap" if start > expected else "an overlap"
+            found.append(((index, 0), f"{gap}: starts at {start}, the range before ends at {expected - 1}"))
+        if end < start:
+            found.append(((index, 1), f"the last batch size {end} is below the first, {start}"))
+        if not 0 <= k <= k_max:
+            found.append(((index, 2), f"K={k} is outside [0, the arm's num_speculative_tokens {k_max}]"))
+        expected = max(end, start) + 1
+    return found
+
+
 class Arm(StrictModel):
     """One server configuration: a speculative method (or none) with its draft depth K."""
 
     name: str = Field(pattern=NAME_PATTERN, description="Unique arm name; used in results paths.")
     method: SpecMethod = Field(description="baseline (no speculation), ngram, draft_model, eagle3 or dflash.")
     num_speculative_tokens: int | None = Field(
-        default=None, gt=0, description="Draft depth K (tokens proposed per step). Required unless baseline."
+        default=None,
+        gt=0,
+        description="Draft depth K (tokens proposed per step). Required unless baseline; with a k_schedule, "
+        "the largest K it may run (default: the schedule's largest).",
     )
     draft_model: DraftModel | None = Field(
         default=None,
@@ -823,20 +873,51 @@ class Arm(StrictModel):
         description="Engine-specific speculative options merged into the engine's speculative config (vLLM "
         "ngram: prompt_lookup_min / prompt_lookup_max; SGLang: extra --speculative-* flags by name).",
     )
+    k_schedule: list[ScheduleEntry] | KScheduleSource | None = Field(
+        default=None,
+        description="A K per batch size: [[first, last, K], ...] (inclusive ranges from 1, in order, no gap; "
+        "K = 0 turns drafting off; each K at most num_speculative_tokens, the arm's maximum), or {from: "
+        "STUDY_DIR} for the policy a study derived. Launched with the engine's own dynamic mode (vLLM "
+        "num_speculative_tokens_per_batch_size).",
+    )
+    k_schedule_source: str | None = Field(
+        default=None,
+        description="Where a k_schedule came from (set when {from: ...} is resolved; shown with results).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _k_from_schedule(cls, data: Any) -> Any:
+        """A scheduled arm's K defaults to its schedule's largest (what vLLM sizes its drafts by)."""
+        if not isinstance(data, dict) or data.get("num_speculative_tokens") is not None:
+            return data
+        schedule = data.get("k_schedule")
+        if isinstance(schedule, list) and schedule:
+            ks = [entry[2] for entry in schedule if isinstance(entry, list | tuple) and len(entry) == 3]
+            if ks and all(isinstance(k, int) for k in ks) and max(ks) > 0:
+                data = {**data, "num_speculative_tokens": max(ks)}
+        return data
 
     @model_validator(mode="after")
     def _method_fields(self) -> Arm:
         if self.method == "baseline":
-            given = [k for k in ("num_speculative_tokens", "draft_model", "options") if getattr(self, k)]
+            given = [
+                k
+                for k in ("num_speculative_tokens", "draft_model", "options", "k_schedule")
+                if getattr(self, k)
+            ]
             if given:
                 raise FieldError(
-                    given[0], "a baseline arm takes no num_speculative_tokens, draft_model or options"
+                    given[0],
+                    "a baseline arm takes no num_speculative_tokens, draft_model, options or k_schedule",
                 )
             return self
-        if self.num_speculative_tokens is None:
+        if self.num_speculative_tokens is None and not isinstance(self.k_schedule, KScheduleSource):
             raise FieldError(
-                "num_speculative_tokens", f"method '{self.method}' needs num_speculative_tokens (K)"
+                "num_speculative_tokens",
+                f"method '{self.method}' needs num_speculative_tokens (K), or a k_schedule with a K above 0",
             )
+        self._check_schedule()
         needs_draft = self.method in METHODS_WITH_DRAFT_MODEL
         if needs_draft and self.draft_model is None:
             raise FieldError("draft_model", f"method '{self.method}' needs draft_model")
@@ -863,6 +944,7 @@ class Arm(StrictModel):
         if (
             trained is not None
             and trained.block_size is not None
+            and self.num_speculative_tokens is not None
             and trained.block_size < self.num_speculative_tokens + 1
         ):
             raise FieldError(
@@ -872,10 +954,38 @@ class Arm(StrictModel):
             )
         return self
 
+    def _check_schedule(self) -> None:
+        if isinstance(self.k_schedule, list):
+            if not self.k_schedule:
+                raise FieldError("k_schedule", "give at least one [first, last, K] range")
+            problems = schedule_problems(self.k_schedule, self.num_speculative_tokens or 0)
+            if problems:
+                where, message = problems[0]
+                raise FieldError(("k_schedule", *where), message)
+
+
+class PolicySettings(StrictModel):
+    """How a study turns its decided cells into a K per batch size (harness.study.policy)."""
+
+    workload_mix: dict[str, float] = Field(
+        default_factory=dict,
+        description="Workload name -> weight, for the policy of the traffic the server will see (a weighted "
+        "geometric mean of the workloads' speedups). Default: equal weights over the study's workloads.",
+    )
+
+    @field_validator("workload_mix")
+    @classmethod
+    def _weights(cls, mix: dict[str, float]) -> dict[str, float]:
+        for name, weight in mix.items():
+            if not (isinstance(weight, int | float) and math.isfinite(weight) and weight > 0):
+                raise FieldError(name, f"a weight must be a positive number (found {weight!r})")
+        return mix
+
 
 # Regime-level paths a sweep may not vary: they define the study itself, or are the within-run load axis.
 FIXED_SWEEP_PATHS = (
     "name",
+    "policy",
     "description",
     "arms",
     "workloads",
@@ -1030,6 +1140,10 @@ class Regime(StrictModel):
     workloads: list[str] = Field(min_length=1, description="Workload files, relative to this regime file.")
     arms: list[Arm] = Field(min_length=1, description="Arms; exactly one must be the baseline.")
     gates: Gates = Field(default_factory=Gates, description="Regression gates checked by `bench gate`.")
+    policy: PolicySettings = Field(
+        default_factory=lambda: PolicySettings(),
+        description="How a study's speculation policy is derived (policy.yaml in the study directory).",
+    )
     sweep: Sweep | None = Field(
         default=None,
         description="Make this regime a study: regime-level axes become points (each its own run), "
@@ -1139,7 +1253,7 @@ class Regime(StrictModel):
             mode="json", exclude=_excluded(_NOT_CONDITIONS | {"arms"}) | self._unset()
         )
         # when a drafter build gives up is not part of the regime (nor of the drafter's identity)
-        fields["arms"] = [arm.model_dump(mode="json", exclude=_NOT_OF_THE_ARM) for arm in self.arms]
+        fields["arms"] = [_arm_fields(arm) for arm in self.arms]
         if self.engine.patches:  # a patch is its code: an edited patch is another regime
             fields["engine"]["patches"] = self.engine.patch_labels()
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
@@ -1191,14 +1305,23 @@ class Regime(StrictModel):
         return self.target.path or ""
 
 
-_NOT_CONDITIONS = {"name", "description", "gates", "sweep"}
+_NOT_CONDITIONS = {"name", "description", "gates", "sweep", "policy"}
 
 
 def _excluded(names: set[str]) -> dict[str, Any]:
     return dict.fromkeys(names, True)
 
 
-_NOT_OF_THE_ARM = {"draft_model": {"trained": {"stall_timeout_s"}}}
+_NOT_OF_THE_ARM = {"draft_model": {"trained": {"stall_timeout_s"}}, "k_schedule_source": True}
+
+
+def _arm_fields(arm: Arm) -> dict[str, Any]:
+    """What defines an arm, for the fingerprint: a schedule is, while given (arms without one hash as
+    before it existed); where it came from is provenance, not a condition."""
+    excluded: dict[str, Any] = {**_NOT_OF_THE_ARM}
+    if arm.k_schedule is None:
+        excluded["k_schedule"] = True
+    return arm.model_dump(mode="json", exclude=excluded)
 
 
 def load_regime(path: str | Path) -> Regime:

@@ -409,6 +409,8 @@ def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
         method=arm.method,
         num_speculative_tokens=arm.num_speculative_tokens,
         drafter=drafter,
+        k_schedule=[tuple(r) for r in arm.k_schedule] if isinstance(arm.k_schedule, list) else None,
+        k_schedule_source=arm.k_schedule_source,
         **get_adapter(raw.regime.engine.name).sampling_settings(arm),
         **status.model_dump(),
     )

@@ -437,3 +437,48 @@ def timing_line(summary: Summary) -> str | None:
         f"{measured / 60:.1f} min measuring + {other / 60:.1f} min else (preparation {prepare:.0f} s, "
         f"warm-up {warmup:.0f} s, scrapes and shutdowns): {timing.overhead_ratio:.2f}x start-ups + measuring."
     )
+
+
+def _ratio(found: Any) -> str:
+    if found is None:
+        return "-"
+    if found.low is None or found.high is None:
+        return f"{found.point:.2f}x"
+    return f"{found.point:.2f}x [{found.low:.2f}, {found.high:.2f}]"
+
+
+def schedule_tables(summary: Summary) -> list[FitTable | str]:
+    """Each scheduled arm against every static K of its method and the baseline, per level, with the
+    K its schedule gives there and the drafted tokens per draft the engine's counters saw."""
+    from harness.schedule_check import schedule_checks
+
+    out: list[FitTable | str] = []
+    for check in schedule_checks(summary.arms, summary.cells):
+        statics = sorted({s for level in check.levels for s in level.against})
+        schedule = ", ".join(f"{a}-{b}: {f'K={k}' if k else 'off'}" for a, b, k in check.schedule)
+        source = f" from {check.source}" if check.source else ""
+        table = FitTable(
+            f"{check.arm}: K per batch size {schedule}{source}; against each static K (same start-ups, "
+            "95%, the baseline cancels)",
+            keys=[Column("workload", text=True), Column("conc.")],
+            columns=[
+                Column("K\nscheduled"),
+                Column("drafted\nper draft"),
+                Column("speedup"),
+                *(Column(f"vs\n{s}") for s in statics),
+                Column("verdict", text=True, wraps=True),
+            ],
+        )
+        for level in check.levels:
+            table.add_row(
+                level.workload,
+                str(level.concurrency),
+                str(level.scheduled_k),
+                _fmt(level.drafted_per_draft, ".2f"),
+                _ratio(level.speedup),
+                *(_ratio(level.against.get(s)) for s in statics),
+                level.verdict(),
+            )
+        out.append(table)
+        out += [f"  {line}" for line in check.summary_lines()]
+    return out

@@ -135,3 +135,12 @@ def executor_options(args: argparse.Namespace, base: Any = None) -> Any:
     if not given:
         return base
     return (base or ExecutorOptions()).model_copy(update=given)
+
+
+def read_regime(path: Path) -> Any:
+    """A regime file, validated, with each arm's ``k_schedule: {from: STUDY}`` resolved to that
+    study's schedule: what `bench run` and `bench validate` work from."""
+    from harness.regime import load_regime
+    from harness.study.policy_file import resolve_schedules
+
+    return resolve_schedules(load_regime(path), path)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from harness.commands.common import add_executor_flags, executor_options, kind_of
+from harness.commands.common import add_executor_flags, executor_options, kind_of, read_regime
 from harness.commands.terminal import print_results, print_study
 from harness.errors import UserError
 
@@ -124,11 +124,9 @@ def calibration_source(args: argparse.Namespace) -> CalibrationSource | None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from harness.regime import load_regime
-
     if (args.regime is None) == (args.resume is None):
         raise UserError("give a regime file to start a run, or --resume RUN_DIR to continue one (not both)")
-    regime = load_regime(args.regime) if args.regime is not None else None  # read once, used below
+    regime = read_regime(args.regime) if args.regime is not None else None  # read once, used below
     study = kind_of(args.resume) == "study" if regime is None else regime.sweep is not None
     announce = None  # tells --json the run (or study) directory the moment it exists
     if args.json_out is not None:

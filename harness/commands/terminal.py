@@ -38,6 +38,7 @@ def print_results(summary: Summary, console: Console) -> int:
         failed_arms,
         minilab_tables,
         precision_line,
+        schedule_tables,
         timing_line,
     )
 
@@ -45,6 +46,11 @@ def print_results(summary: Summary, console: Console) -> int:
         console.print(table)
     for line in answer_lines(summary):  # the answer first, right after the tables
         console.print(escape(line), highlight=False, soft_wrap=True)
+    for item in schedule_tables(summary):  # a scheduled arm's proof against every static K
+        if isinstance(item, str):
+            console.print(escape(item), highlight=False, soft_wrap=True)
+        else:
+            console.print(item)
     categories = category_table(summary)
     if categories is not None:
         console.print(categories)

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from harness.commands.common import EXIT_OK, add_executor_flags, executor_options
+from harness.commands.common import EXIT_OK, add_executor_flags, executor_options, read_regime
 from harness.errors import UserError
 
 NAME = "validate"
@@ -58,9 +58,8 @@ def _defects(plan: Any, allow: bool, console: Console) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     from harness.engines import engine_requirement
     from harness.plan import plan_regime
-    from harness.regime import load_regime
 
-    regime = load_regime(args.regime)
+    regime = read_regime(args.regime)
     if args.engine_requirement:
         print(engine_requirement(regime, args.regime))  # plain: a script reads it
         return EXIT_OK

@@ -41,6 +41,19 @@ class LaunchSpec:
     env: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """How an engine runs a K schedule (``EngineAdapter.schedule_config``): its speculative
+    configuration (vLLM's --speculative-config), or the content of a config file it reads (SGLang's
+    --speculative-adaptive-config) with the flags that point to it; ``note`` says what else is needed,
+    or why this engine cannot run the schedule."""
+
+    speculative_config: dict[str, Any] | None = None
+    config_file: str | None = None
+    config_file_content: dict[str, Any] | None = None
+    note: str | None = None
+
+
 class EngineAdapter(Protocol):
     name: str
     health_path: str
@@ -77,6 +90,10 @@ class EngineAdapter(Protocol):
 
     def installed_version(self) -> str | None:
         """'<distribution> <version>' as installed here (without importing the engine), or None."""
+
+    def schedule_config(self, arm: Arm, label: str) -> ScheduleConfig:
+        """How this engine runs ``arm`` (with its ``k_schedule``): the configuration a study's
+        policy file gives for it; ``label`` names the schedule (a file name's stem)."""
 
     # ---- the server
     def launch_spec(

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.config_file import did_you_mean
-from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields
+from harness.engines import SERVED_MODEL_NAME, LaunchSpec, ScheduleConfig, chat_template_fields
 from harness.engines.flags import (
     API_KEY,
     CONFIG_FILE,
@@ -90,6 +90,19 @@ MANAGED_FLAGS = {
     "attention_backend": Managed(("--attention-backend",), "use engine.attention_backend"),
     "config": Managed(("--config",), CONFIG_FILE),
 }
+# --speculative-adaptive (sglang/srt/speculative/adaptive_spec_params.py): EAGLE/EAGLE3 at topk 1
+# only, which is how speculative_args launches them; its config file maps the first batch size of
+# each tier ("1", "8", ...) to the steps it may choose from ({"candidate_steps": [...]}).
+ADAPTIVE_METHODS = ("eagle3",)
+ADAPTIVE_CONFIG_FILE = "sglang_adaptive_config.json"
+
+
+def adaptive_config(ranges: list[tuple[int, int, int]]) -> dict[str, dict]:
+    """A K schedule as SGLang's adaptive config: one tier per range, with that range's K as its only
+    candidate (a fixed step count per tier: the schedule a study decided, not an EMA's guess)."""
+    return {str(start): {"candidate_steps": [k]} for start, _, k in ranges}
+
+
 # engine.extra_args apply to every arm, the baseline too: speculation is each arm's own
 RESERVED_PREFIXES = {"--speculative-": SPECULATION}
 
@@ -126,6 +139,35 @@ class SglangAdapter:
             )
         ]
         for index, arm in enumerate(regime.arms):
+            if arm.k_schedule is not None:
+                found.append(
+                    (
+                        ("arms", index, "k_schedule"),
+                        "SGLang 0.5.23 has no per-batch-size K schedule; for EAGLE/EAGLE3 give options: "
+                        "{speculative_adaptive: true, speculative_adaptive_config: FILE} (a study's "
+                        f"{ADAPTIVE_CONFIG_FILE} turns its policy into one)",
+                    )
+                )
+            adaptive = arm.options.get("speculative_adaptive") or "speculative_adaptive_config" in arm.options
+            if adaptive and arm.method not in ADAPTIVE_METHODS:
+                key = (
+                    "speculative_adaptive"
+                    if "speculative_adaptive" in arm.options
+                    else "speculative_adaptive_config"
+                )
+                found.append(
+                    (
+                        ("arms", index, "options", key),
+                        f"SGLang adapts the steps of EAGLE/EAGLE3 only (topk 1), not method '{arm.method}'",
+                    )
+                )
+            if "speculative_adaptive_config" in arm.options and not arm.options.get("speculative_adaptive"):
+                found.append(
+                    (
+                        ("arms", index, "options", "speculative_adaptive_config"),
+                        "read only with speculative_adaptive: true",
+                    )
+                )
             for key in arm.options:
                 if key not in SPECULATIVE_OPTIONS:
                     message = (
@@ -181,6 +223,20 @@ class SglangAdapter:
             else:
                 args += [_flag(key), str(value)]
         return args
+
+    def schedule_config(self, arm: Arm, label: str) -> ScheduleConfig:
+        if arm.method not in ADAPTIVE_METHODS or not isinstance(arm.k_schedule, list):
+            return ScheduleConfig(
+                note=f"SGLang adapts EAGLE/EAGLE3 steps only: no schedule for method '{arm.method}'"
+            )
+        name = f"{label}.{ADAPTIVE_CONFIG_FILE}"
+        flags = (
+            f"--speculative-num-steps {arm.num_speculative_tokens} --speculative-eagle-topk 1 "
+            f"--speculative-adaptive --speculative-adaptive-config {name}"
+        )
+        return ScheduleConfig(
+            config_file=name, config_file_content=adaptive_config(arm.k_schedule), note=flags
+        )
 
     def launch_spec(
         self,

