@@ -228,7 +228,10 @@ def changed_workload(record: dict[str, Any], plan: Plan) -> str | None:
 
 def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
     """Load and check a regime and its workloads; starts nothing."""
-    regime = regime if regime is not None else load_regime(regime_path)
+    if regime is None:
+        from harness.study.policy_file import resolve_schedules
+
+        regime = resolve_schedules(load_regime(regime_path), regime_path)
     _check_local_paths(regime, regime_path)
     adapter = get_adapter(regime.engine.name)
     for location, message in adapter.option_problems(regime)[:1]:

@@ -76,6 +76,27 @@ def vllm_deep_check(engine_args: Any, tensor_parallel_size: int) -> Any:
     )
 
 
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+SCHEDULE_MAX_BATCH = 1024  # the batch sizes the dense lookup is built for (vLLM: max_num_seqs)
+
+
+def vllm_schedule(spec: dict | None) -> dict | None:
+    """vLLM's own reading of a speculative config's K schedule: the dense batch size -> K lookup
+    its scheduler runs on (``build_dynamic_sd_schedule_lookup``, which validates it first), or the
+    error it raises; None without a schedule."""
+    if not spec or SCHEDULE_KEY not in spec:
+        return None
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    try:
+        lookup = build_dynamic_sd_schedule_lookup(
+            spec[SCHEDULE_KEY], SCHEDULE_MAX_BATCH, spec["num_speculative_tokens"]
+        )
+    except ValueError as exc:
+        return {"lookup": None, "error": str(exc)}
+    return {"lookup": lookup[1:], "error": None}
+
+
 def speculative_json(argv: list[str]) -> dict | None:
     if "--speculative-config" not in argv:
         return None
@@ -226,6 +247,7 @@ def _check_vllm_case(parser: argparse.ArgumentParser, case: dict) -> dict:
         "speculative_keys": sorted(keys),
         "speculative_methods": sorted(methods),
         "option_strings": option_strings(parser),
+        "schedule": vllm_schedule(speculative_json(case["argv"])),
     }
 
 

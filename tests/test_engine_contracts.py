@@ -22,14 +22,33 @@ from harness.drafters import MANIFEST_NAME
 from harness.engines import get_adapter
 from harness.engines.sglang import request_counters, served_from_server_info
 from harness.engines.vllm import per_request_spec_metrics
+from harness.errors import UserError
 from harness.plan import Plan, plan_regime
 from harness.probes.acceptance import acceptance
 from harness.regime import SpecMethod, load_regime
+from harness.schedule_check import scheduled_k
+from harness.study.policy_file import resolve_schedules
 from harness.validation import check_served
 from tests import engine_parsers
 
 ROOT = Path(__file__).resolve().parent.parent
-REGIME_FILES = sorted((ROOT / "regimes").glob("*.yaml")) + sorted((ROOT / "tests" / "regimes").glob("*.yaml"))
+
+
+def _resolvable(path: Path) -> bool:
+    """A regime whose k_schedule comes from a study (cpu_policy_verify.yaml) is checked once that
+    study has run here (the CLI refuses it before, with the study to run: tests/test_policy.py)."""
+    try:
+        resolve_schedules(load_regime(path), path)
+    except UserError:
+        return False
+    return True
+
+
+REGIME_FILES = [
+    p
+    for p in sorted((ROOT / "regimes").glob("*.yaml")) + sorted((ROOT / "tests" / "regimes").glob("*.yaml"))
+    if _resolvable(p)
+]
 
 
 def _plans(engine: str) -> list[Path]:
@@ -133,6 +152,7 @@ def test_vllm_parser_accepts_every_arm(path: Path, arm_name: str, resolved, vllm
         return
     keys, methods = engine_parsers.vllm_speculative_fields()
     assert set(spec) <= keys, f"keys vLLM's SpeculativeConfig does not have: {set(spec) - keys}"
+    _assert_schedule_read(arm, engine_parsers.vllm_schedule(spec))
     assert spec["method"] in methods and spec["num_speculative_tokens"] == arm.num_speculative_tokens
     unbuilt = arm.name in plan.drafters and not Path(plan.drafters[arm.name].path).is_dir()
     if (
@@ -142,6 +162,39 @@ def test_vllm_parser_accepts_every_arm(path: Path, arm_name: str, resolved, vllm
         assert (config.method, config.num_speculative_tokens) == (arm.method, arm.num_speculative_tokens)
         if arm.method in ("eagle3", "dflash"):
             assert (Path(spec["model"]) / MANIFEST_NAME).is_file()  # the harness-built drafter it will load
+
+
+def _assert_schedule_read(arm, found: dict | None) -> None:
+    """An arm's k_schedule as that vLLM's scheduler reads it: K for every batch size the schedule's."""
+    if arm.k_schedule is None:
+        assert found is None
+        return
+    assert found is not None and found["error"] is None, found
+    expected = [scheduled_k(arm.k_schedule, b) for b in range(1, engine_parsers.SCHEDULE_MAX_BATCH + 1)]
+    assert found["lookup"] == expected
+
+
+def test_every_vllm_release_checks_a_schedule(resolved) -> None:
+    """Both the installed release and the pinned one's sources read a scheduled arm (test regime
+    cpu_schedule_contract.yaml; h200_policy_study.yaml's knee32)."""
+    scheduled = {
+        _checked_by(path)
+        for path in _plans("vllm")
+        if any(isinstance(arm.k_schedule, list) for arm in resolved[path][0].regime.arms)
+    }
+    assert {"installed", "sources"} <= scheduled
+
+
+def test_vllm_schedule_check_catches_breakage() -> None:
+    """A gap vLLM would fill, told apart from the schedule: the lookup check is not vacuous."""
+    found = engine_parsers.vllm_schedule(
+        {"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 4, 4], [8, 1024, 0]]}
+    )
+    assert found["error"] is None and found["lookup"][4:7] == [4, 4, 4]  # 5-7 carried over the gap
+    overlap = engine_parsers.vllm_schedule(
+        {"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 4, 4], [4, 1024, 0]]}
+    )
+    assert "non-overlapping" in overlap["error"]
 
 
 PINNED = [p for p in _plans("vllm") if _checked_by(p) == "sources"]
@@ -226,6 +279,7 @@ def test_pinned_vllm_release_accepts_every_arm_and_request(path: Path, resolved,
             f"{arm.name}: keys vLLM's SpeculativeConfig does not have: {set(spec) - keys}"
         )
         assert spec["method"] in result["speculative_methods"]
+        _assert_schedule_read(arm, result["schedule"])
     for case, result in zip(bodies, results[len(arms) :], strict=True):
         assert result["undeclared"] == [] and result["error"] is None, (case, result)
 

@@ -283,3 +283,16 @@ def test_the_written_files_are_one_document(tmp_path: Path) -> None:
     found = document([schedule], "study-x", "cpu_policy", "vllm", {})
     data = json.loads(json.dumps(found.model_dump(mode="json")))
     assert data["schedules"][0]["ranges"] == [[1, 2, 4], [3, 11, 2], [12, TOP_BATCH_SIZE, 0]]
+
+
+def test_a_scheduled_arm_is_not_one_k_of_its_family() -> None:
+    """A study may measure a schedule beside the static K (h200_policy_study.yaml's knee32): it is
+    neither a K the policy chooses from nor one best K compares."""
+    from dataclasses import replace
+
+    from harness.study.analysis import best_k
+
+    knee = [replace(o, arm="knee", scheduled=True, speedup=3.0) for o in _study() if o.k == 4]
+    (schedule,) = policies(_study() + knee)
+    assert {level.arm for level in schedule.levels} <= {"ngram_k2", "ngram_k4", None}
+    assert all(b.k != 4 or b.speedup.point < 3 for b in best_k(_study() + knee))

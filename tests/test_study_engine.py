@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.study.collect import load_study
 from harness.study.tables import best_k_rows, break_even_rows, markdown, recommendation_rows
@@ -44,6 +45,14 @@ def test_study_runs_every_point_and_prints_the_analysis(shared_study) -> None:
     cells = loaded.cells()
     assert set(cells["point"]) == {"p0", "p1"} and set(cells["load.max_output_tokens"]) == {16, 24}
     assert (study_dir / "analysis.md").read_text() == markdown(loaded)
+    policy = loaded.policy_file()  # policy.json / policy.yaml: one document, as derived
+    assert json.loads((study_dir / "policy.json").read_text()) == policy.model_dump(mode="json")
+    assert yaml.safe_load((study_dir / "policy.yaml").read_text()) == policy.model_dump(mode="json")
+    assert {(s.point, s.family, s.workload) for s in policy.schedules} == {
+        ("p0", "ngram", "code_humaneval"),
+        ("p1", "ngram", "code_humaneval"),
+    }
+    assert "speculation policy (policy.yaml)" in " ".join(proc.stdout.split())
     for summary in loaded.summaries.values():  # adaptive repeats: the precision reached is stored
         assert all(
             c.precision_target == 0.5 and c.rel_half_width is not None and 2 <= c.repeats <= 3
@@ -85,3 +94,29 @@ def _p0_tables(results) -> tuple:
         [r for r in break_even_rows(results)[1] if r[0] == "p0"],
         [r for r in best_k_rows(results)[1] if r[0] == "p0"],
     )
+
+
+def test_a_policy_arm_from_the_study_validates_as_vllm_reads_it(shared_study, tmp_path: Path) -> None:
+    """k_schedule: {from: STUDY}: the study's schedule, resolved into an arm `bench validate` checks
+    and prints in the launch line (vLLM's num_speculative_tokens_per_batch_size), or refused by name
+    where the policy runs no speculation at any batch size."""
+    study_dir = shared_study["dir"]
+    policy = load_study(study_dir).policy_file()
+    data = yaml.safe_load(STUDY_REGIME.read_text())
+    data.pop("sweep")
+    data["workloads"] = [str((STUDY_REGIME.parent / w).resolve()) for w in data["workloads"]]
+    data["arms"] = [
+        {"name": "baseline", "method": "baseline"},
+        {"name": "policy", "method": "ngram", "k_schedule": {"from": str(study_dir), "point": "p0"}},
+    ]
+    regime = tmp_path / "policy_arm.yaml"
+    regime.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = bench("validate", str(regime), timeout=300)
+    (schedule,) = [s for s in policy.schedules if s.point == "p0"]
+    said = " ".join((out.stdout + out.stderr).split())
+    if schedule.k_max:
+        assert out.returncode == 0, said
+        expected = json.dumps(schedule.speculative_config["num_speculative_tokens_per_batch_size"])
+        assert f'"num_speculative_tokens_per_batch_size": {expected}' in said
+    else:
+        assert out.returncode == 2 and "runs no speculation at any batch size" in said, said

@@ -38,7 +38,7 @@ class Observation:
     arm: str
     family: str  # the arm before its arm-level sweep expanded it (its K variants share a family)
     method: str
-    k: int | None
+    k: int | None  # a scheduled arm's: its largest
     workload: str
     concurrency: int
     speedup: float | None  # the arms x rounds model's point (the geometric mean of round_speedups)
@@ -57,6 +57,7 @@ class Observation:
     speedup_df: int | None = None
     speedup_rounds: int | None = None
     speedup_interval: str | None = None  # its source: server_starts, calibration or both
+    scheduled: bool = False  # the arm runs a K per batch size (k_schedule): not one K of its family
 
 
 def estimate(observation: Observation) -> Estimate | None:
@@ -297,7 +298,7 @@ def best_k(observations: Sequence[Observation]) -> list[BestK]:
     freedom are taken: conservative."""
     groups: dict[tuple[str, str, str, int], list[Observation]] = {}
     for o in observations:
-        if o.method != "baseline" and o.k is not None and o.speedup is not None:
+        if o.method != "baseline" and o.k is not None and o.speedup is not None and not o.scheduled:
             groups.setdefault((o.point, o.family, o.workload, o.concurrency), []).append(o)
     out = []
     for (point, family, workload, concurrency), members in groups.items():

@@ -39,6 +39,7 @@ def point_observations(
     closed = [c for c in summary.cells if c.request_rate is None]
     base = {(c.workload, c.concurrency): c for c in closed if c.arm == summary.baseline_arm}
     axes = tuple((path, value) for path, value in point.axes)
+    scheduled = {a.name for a in summary.arms if a.k_schedule}
     out = []
     for cell in closed:
         reference = base.get((cell.workload, cell.concurrency))
@@ -50,6 +51,7 @@ def point_observations(
                 family=families.get(cell.arm, cell.arm),
                 method=cell.method,
                 k=cell.num_speculative_tokens,
+                scheduled=cell.arm in scheduled,
                 workload=cell.workload,
                 concurrency=cell.concurrency,
                 speedup=cell.speedup,

@@ -229,7 +229,9 @@ def policies(
     """A schedule per (point, family, workload) with a K swept or measured, and per (point, family)
     for the mix of ``weights`` (workload -> weight) when the study has more than one workload."""
     speculative = [
-        o for o in observations if o.method != "baseline" and o.k is not None and o.speedup is not None
+        o
+        for o in observations
+        if o.method != "baseline" and o.k is not None and o.speedup is not None and not o.scheduled
     ]
     workloads = sorted({o.workload for o in speculative})
     mix: tuple[tuple[str, float], ...] = ()

@@ -94,6 +94,11 @@ class PolicyFile(ResultModel):
 
 def read_policy(study_dir: Path) -> PolicyFile:
     path = Path(study_dir) / POLICY_JSON
+    if not path.is_file() and Path(study_dir).is_dir() and not (Path(study_dir) / "study.json").is_file():
+        raise UserError(
+            f"{study_dir}: no study with a {POLICY_JSON} here (a regime's results folder holds its studies: "
+            "run the study regime first)"
+        )
     if not path.is_file():
         raise UserError(f"{path}: no policy here (bench show {study_dir} derives it from a finished study)")
     try:

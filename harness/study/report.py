@@ -13,7 +13,8 @@ from harness.report.figures import _png
 from harness.results.files import write_text_atomic
 from harness.study.analysis import BreakEven, estimate
 from harness.study.collect import StudyResults, load_study
-from harness.study.tables import best_k_rows, break_even_rows, recommendation_rows
+from harness.study.policy import RULE as POLICY_RULE
+from harness.study.tables import best_k_rows, break_even_rows, engine_lines, policy_rows, recommendation_rows
 
 
 def speedup_figures(study: StudyResults) -> list[tuple[str, str]]:
@@ -146,6 +147,9 @@ def render_study(study_dir: Path, out_dir: Path) -> Path:
         "recommendation": dict(zip(("header", "rows"), recommendation_rows(study), strict=True)),
         "break_even": dict(zip(("header", "rows"), break_even_rows(study), strict=True)),
         "best_k": dict(zip(("header", "rows"), best_k_rows(study), strict=True)),
+        "policy": dict(zip(("header", "rows"), policy_rows(study), strict=True)),
+        "policy_rule": POLICY_RULE[0].upper() + POLICY_RULE[1:],
+        "policy_engine": engine_lines(study),
         "flips": study.flips(),
         "figures": speedup_figures(study) + k_figures(study),
     }
