@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from secrets import token_urlsafe
+from secrets import token_hex
 from typing import TYPE_CHECKING
 
 import httpx
@@ -392,7 +392,9 @@ def engine_server(
 def api_key_file() -> tuple[str, Path]:
     """A fresh API key, and the file that gives it to the server: ``api-key: KEY`` (the
     ``--config`` YAML SGLang merges into its arguments), mode 0600 in a directory of mode 0700."""
-    key = token_urlsafe(32)
+    # hex: a urlsafe key starts with "-" once in 64, and SGLang's parser then reads `--api-key -x...`
+    # as a flag with no value and the server does not start (seen in the contract test)
+    key = token_hex(32)
     path = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)) / "server-key.yaml"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:

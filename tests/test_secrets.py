@@ -132,3 +132,16 @@ def test_an_engine_log_is_scrubbed(tmp_path: Path) -> None:
         log.read_text()
         == f"INFO non-default args: {{'hf_token': '{REDACTED}', 'hf_endpoint': 'https://{REDACTED}@hub'}}\n"
     )
+
+
+def test_a_per_start_key_is_never_read_as_a_flag() -> None:
+    """SGLang merges the key file into `--api-key KEY`: a key starting with "-" would be read as a
+    flag with no value and the server would not start (urlsafe keys did, 1 start in 64)."""
+    import shutil
+
+    from harness.server import api_key_file
+
+    for _ in range(200):
+        key, path = api_key_file()
+        shutil.rmtree(path.parent)
+        assert key[0].isalnum() and len(key) >= 32
