@@ -447,30 +447,19 @@ def _ratio(found: Any) -> str:
     return f"{found.point:.2f}x [{found.low:.2f}, {found.high:.2f}]"
 
 
-def schedule_tables(summary: Summary) -> list[FitTable | str]:
+def schedule_sections(summary: Summary) -> list[dict[str, Any]]:
     """Each scheduled arm against every static K of its method and the baseline, per level, with the
-    K its schedule gives there and the drafted tokens per draft the engine's counters saw."""
+    K its schedule gives there and the drafted tokens per draft the engine's counters saw: a title,
+    the header, the rows and the conclusions (the terminal's tables and the report's)."""
     from harness.schedule_check import schedule_checks
 
-    out: list[FitTable | str] = []
+    out = []
     for check in schedule_checks(summary.arms, summary.cells):
         statics = sorted({s for level in check.levels for s in level.against})
         schedule = ", ".join(f"{a}-{b}: {f'K={k}' if k else 'off'}" for a, b, k in check.schedule)
         source = f" from {check.source}" if check.source else ""
-        table = FitTable(
-            f"{check.arm}: K per batch size {schedule}{source}; against each static K (same start-ups, "
-            "95%, the baseline cancels)",
-            keys=[Column("workload", text=True), Column("conc.")],
-            columns=[
-                Column("K\nscheduled"),
-                Column("drafted\nper draft"),
-                Column("speedup"),
-                *(Column(f"vs\n{s}") for s in statics),
-                Column("verdict", text=True, wraps=True),
-            ],
-        )
-        for level in check.levels:
-            table.add_row(
+        rows = [
+            [
                 level.workload,
                 str(level.concurrency),
                 str(level.scheduled_k),
@@ -478,7 +467,36 @@ def schedule_tables(summary: Summary) -> list[FitTable | str]:
                 _ratio(level.speedup),
                 *(_ratio(level.against.get(s)) for s in statics),
                 level.verdict(),
-            )
+            ]
+            for level in check.levels
+        ]
+        out.append(
+            {
+                "title": f"{check.arm}: K per batch size {schedule}{source}; against each static K (same "
+                "start-ups, 95%, the baseline cancels)",
+                "header": ["workload", "conc.", "K scheduled", "drafted per draft", "speedup"]
+                + [f"vs {s}" for s in statics]
+                + ["verdict"],
+                "rows": rows,
+                "lines": check.summary_lines(),
+            }
+        )
+    return out
+
+
+def schedule_tables(summary: Summary) -> list[FitTable | str]:
+    """``schedule_sections`` for the terminal."""
+    out: list[FitTable | str] = []
+    for section in schedule_sections(summary):
+        header = section["header"]
+        table = FitTable(
+            section["title"],
+            keys=[Column(header[0], text=True), Column(header[1])],
+            columns=[Column(h.replace(" ", "\n", 1)) for h in header[2:-1]]
+            + [Column(header[-1], text=True, wraps=True)],
+        )
+        for row in section["rows"]:
+            table.add_row(*row)
         out.append(table)
-        out += [f"  {line}" for line in check.summary_lines()]
+        out += [f"  {line}" for line in section["lines"]]
     return out

@@ -86,7 +86,8 @@ def _validate_study(path: Path, regime: Any, options: Any, console: Console, all
     axes = [f"{p} in {v}" for p, v in sweep.regime.items()]
     axes += [f"{arm}.{f} in {v}" for arm, fields in sweep.arms.items() for f, v in fields.items()]
     console.print(
-        f"[green]{path}: valid study[/] (regime '{regime.name}'): {len(study.points)} points, "
+        f"[green]{path}: valid study[/] (regime '{regime.name}'): {len(study.points)} "
+        f"point{'s' if len(study.points) != 1 else ''}, "
         f"{study.server_starts()} server start-ups (load.server_starts per arm per point; on this "
         "project's 2-core CPU machines a start-up took ~25 s in eager mode and ~2 min compiled). Axes: "
         + "; ".join(axes),

@@ -38,6 +38,7 @@ from harness.table import (
     lab_rows,
     measured,
     past_stop_line,
+    schedule_sections,
     verification_line,
 )
 from harness.verdict import (
@@ -338,6 +339,7 @@ def report_context(run_dir: Path) -> dict[str, Any]:
         "lab": _lab(summary),
         "gate": gate,
         "categories": _categories(summary),
+        "schedules": schedule_sections(summary),
         "trained_drafters": _trained_drafters(record),
         "figures": [
             f

@@ -25,7 +25,8 @@ def write_analysis(results: StudyResults) -> None:
         f"# The speculation policy of study {found.study} (derived; {POLICY_JSON} is the same document)\n"
     )
     write_text_atomic(
-        results.root / POLICY_YAML, header + yaml.safe_dump(document, sort_keys=False, width=100)
+        results.root / POLICY_YAML,
+        header + yaml.safe_dump(document, sort_keys=False, width=100, default_flow_style=None),
     )
     for schedule in found.schedules:
         if schedule.adaptive_config is not None and schedule.adaptive_config_file is not None:

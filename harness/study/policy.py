@@ -108,9 +108,9 @@ def _choose(members: Sequence[Observation], best: analysis.BestK | None) -> Leve
     worst = analysis.corrected(top_estimate, len(ks)) if top_estimate is not None else None
     if worst is not None and worst.verdict in ("loses", "equivalent"):
         return LevelChoice(level, 0, None, True, f"off: the best K={top.k} {worst.verdict}", top_estimate)
-    return LevelChoice(
-        level, 0, None, False, f"undecided: K={top.k} is {selected.verdict} (off)", top_estimate
-    )
+    corrected = f" after correcting for {len(ks)} K values" if len(ks) > 1 else ""
+    why = f"undecided: K={chosen.k} {found.text()} is {selected.verdict}{corrected} (off)"
+    return LevelChoice(level, 0, None, False, why, top_estimate)
 
 
 def _boundary(low: LevelChoice, high: LevelChoice, crossing: analysis.BreakEven | None) -> Boundary:

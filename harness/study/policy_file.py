@@ -126,7 +126,7 @@ def resolve_schedules(regime: Regime, regime_path: Path | None) -> Regime:
         source = arm.k_schedule
         if not isinstance(source, KScheduleSource):
             continue
-        where = f"{regime_path or regime.name}: arms.{index}.k_schedule"
+        where = f"{regime_path or regime.name}: arms[{index}].k_schedule"
         study_dir = Path(source.source)
         if not study_dir.is_absolute() and regime_path is not None:
             study_dir = Path(regime_path).parent / study_dir
