@@ -172,7 +172,7 @@ def test_k_schedule_from_a_study_resolves_to_its_schedule(tmp_path: Path) -> Non
     small = _regime(tmp_path, {**arm, "num_speculative_tokens": 2})
     with pytest.raises(
         UserError,
-        match=r"arms\[1\]\.k_schedule: from .*policy.json: .*outside \[0, the arm's num_speculative_tokens 2\]",
+        match=r"arms\[1\]\.k_schedule: from .*policy.json: .*outside \[0, the arm.s num_speculative_tokens 2",
     ):
         resolve_schedules(load_regime(small), small)
     for bad, said in (

@@ -145,8 +145,10 @@ def resolve_schedules(regime: Regime, regime_path: Path | None) -> Regime:
             )
         if not schedule.k_max:
             raise UserError(
-                f"{where}: the policy runs no speculation at any batch size ({schedule.point}/"
-                f"{schedule.family}/{schedule.workload}): nothing to schedule"
+                f"{where}: {study_dir / POLICY_JSON} runs no speculation at any batch size "
+                f"({schedule.point}/{schedule.family}/{schedule.workload}: "
+                f"{', '.join(f'{lv.concurrency}: {lv.why}' for lv in schedule.levels[:2])}"
+                f"{', ...' if len(schedule.levels) > 2 else ''}): nothing to schedule"
             )
         data = arm.model_dump(mode="json", by_alias=True)
         data["k_schedule"] = [list(r) for r in schedule.ranges]
