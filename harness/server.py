@@ -333,7 +333,8 @@ class Server:
             return ""
 
     def stop(self) -> None:
-        if self.process is None:
+        if self.process is None:  # never started (refused, or failed before its process existed)
+            self._remove_private_dir()
             return
         kill_group(self.process.pid)
         try:
@@ -342,10 +343,13 @@ class Server:
             pass
         (self.log_path.parent / PGID_FILE).unlink(missing_ok=True)
         http.register_key(self.base_url, None)
-        if self.private_dir is not None and self.private_dir.name.startswith(SOCKET_DIR_PREFIX):
-            shutil.rmtree(self.private_dir, ignore_errors=True)
+        self._remove_private_dir()
         if self.secrets:
             scrub_file(self.log_path, self.secrets)
+
+    def _remove_private_dir(self) -> None:
+        if self.private_dir is not None and self.private_dir.name.startswith(SOCKET_DIR_PREFIX):
+            shutil.rmtree(self.private_dir, ignore_errors=True)
 
     def __enter__(self) -> Server:
         self.start()

@@ -260,3 +260,15 @@ def test_a_keyed_server_is_ready_only_when_it_knows_this_starts_key(tmp_path: Pa
         else:
             with pytest.raises(PortTaken, match="refuses this start's key"):
                 server.wait_ready(timeout_s=30)
+
+
+def test_a_server_that_never_started_leaves_no_private_directory(tmp_path: Path) -> None:
+    """Its socket directory is made when the server is built; a start-up given up before its
+    process existed (stopped without a start) must not leave it behind in /tmp."""
+    from harness.server import Server, unix_socket_path
+
+    uds = unix_socket_path()
+    server = Server(["/bin/true"], {}, 0, tmp_path / "server.log", "/health", uds=uds)
+    assert uds.parent.is_dir()
+    server.stop()  # never started
+    assert not uds.parent.exists()
