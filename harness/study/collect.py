@@ -162,14 +162,18 @@ class StudyResults:
         return mix
 
     def policy_file(self) -> PolicyFile:
-        """The policy with each schedule's engine configuration (from the points' stored regimes)."""
-        arms = {}
-        for point_id, run_dir in self.run_dirs.items():
-            regime = Regime.model_validate(read_run_record(RunDir(run_dir))["regime"])
-            arms |= {(point_id, arm.name): arm for arm in regime.arms}
-        return policy.document(
-            self.policies(), self.root.name, self.record.name, self.record.regime["engine"]["name"], arms
-        )
+        """The policy with each schedule's engine configuration (from the points' stored regimes);
+        built once: the terminal's table, its engine lines, analysis.md and the files all read it."""
+
+        def compute() -> PolicyFile:
+            arms = {}
+            for point_id, run_dir in self.run_dirs.items():
+                regime = Regime.model_validate(read_run_record(RunDir(run_dir))["regime"])
+                arms |= {(point_id, arm.name): arm for arm in regime.arms}
+            engine = self.record.regime["engine"]["name"]
+            return policy.document(self.policies(), self.root.name, self.record.name, engine, arms)
+
+        return self._once("policy_file", compute)
 
     def cells(self) -> pd.DataFrame:
         """The study's tidy table: every point's cells (``harness.load_run(...).cells()`` columns),

@@ -195,10 +195,11 @@ def mixed(observations: Sequence[Observation], weights: Mapping[str, float]) -> 
             (r, math.exp(sum(share[w] * math.log(dict(o.round_speedups)[r]) for w, o in members.items())))
             for r in common
         )
-        found = [analysis.estimate(o) for o in members.values()]
+        estimates = {w: analysis.estimate(o) for w, o in members.items()}
+        found = list(estimates.values())
         log_se = df = low = high = None
         if all(f is not None and f.log_se is not None and f.df >= 1 for f in found):
-            log_se = sum(share[w] * analysis.estimate(o).log_se for w, o in members.items())  # type: ignore[union-attr,operator]
+            log_se = sum(share[w] * f.log_se for w, f in estimates.items())  # type: ignore[union-attr,operator]
             df = min(f.df for f in found)  # type: ignore[union-attr]
             half = stats.t_quantile(1 - (1 - CONFIDENCE) / 2, df) * log_se
             low, high = speedup * math.exp(-half), speedup * math.exp(half)
