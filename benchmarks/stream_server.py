@@ -84,8 +84,9 @@ def stream_bytes(chat: bool, max_tokens: int, per_chunk: int, logprobs: int) -> 
 
 
 class StreamServer:
-    def __init__(self, per_chunk: int):
+    def __init__(self, per_chunk: int, chunk_delay_s: float = 0.0):
         self.per_chunk = per_chunk
+        self.chunk_delay_s = chunk_delay_s
         self.cache: dict[tuple[bool, int, int], list[bytes]] = {}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -117,6 +118,8 @@ class StreamServer:
                 for event in events:
                     writer.write(b"%x\r\n%s\r\n" % (len(event), event))
                     await writer.drain()  # one event per write: the client sees each as it would
+                    if self.chunk_delay_s:
+                        await asyncio.sleep(self.chunk_delay_s)
                 writer.write(b"0\r\n\r\n")
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError):
@@ -125,8 +128,10 @@ class StreamServer:
             writer.close()
 
 
-async def serve(port: int, per_chunk: int) -> None:
-    server = await asyncio.start_server(StreamServer(per_chunk).handle, "127.0.0.1", port, backlog=1024)
+async def serve(port: int, per_chunk: int, chunk_delay_s: float = 0.0) -> None:
+    server = await asyncio.start_server(
+        StreamServer(per_chunk, chunk_delay_s).handle, "127.0.0.1", port, backlog=1024
+    )
     async with server:
         await server.serve_forever()
 
@@ -137,8 +142,11 @@ def main() -> None:
     )
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--tokens-per-chunk", type=int, default=1)
+    parser.add_argument(
+        "--chunk-delay-s", type=float, default=0.0, help="pause after each event (requests that take time)"
+    )
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.tokens_per_chunk))
+    asyncio.run(serve(args.port, args.tokens_per_chunk, args.chunk_delay_s))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,24 @@ def arrival_offsets(
     return [0.0, *np.cumsum(gaps).tolist()]
 
 
+def ramp_dues(
+    stages: list[tuple[float | None, float]], arrival: Arrival, burstiness: float, seed: int, stream: str = ""
+) -> list[list[float]]:
+    """A ramp's open-loop due times, per stage (``(request_rate or None, duration_s)``): each
+    rate stage draws its own schedule (``stream``/stage index), shifted to the stage's start and cut
+    at its end; a closed-loop stage has none."""
+    out, start = [], 0.0
+    for index, (rate, duration) in enumerate(stages):
+        if rate is None:
+            out.append([])
+        else:
+            enough = int(rate * duration * 3) + 8  # far more than the stage can hold: cut below
+            offsets = arrival_offsets(enough, rate, arrival, burstiness, seed, f"{stream}/stage-{index}")
+            out.append([start + t for t in offsets if t < duration])
+        start += duration
+    return out
+
+
 def _seed(seed: int, stream: str) -> int:
     """A stable 64-bit seed per (regime seed, window): Python's hash() changes between processes."""
     return int.from_bytes(hashlib.sha256(f"{seed}/{stream}".encode()).digest()[:8], "little")

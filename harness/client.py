@@ -21,7 +21,7 @@ import orjson
 
 from harness.engines import SERVED_MODEL_NAME
 from harness.engines.http import auth_headers, http_base, unix_socket
-from harness.regime import Load, Sampling
+from harness.regime import Load, RampStage, Sampling
 from harness.results.records import RequestRecord  # the one request record: the store's type
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt
 
@@ -263,9 +263,81 @@ class WindowResult:
     stalled: bool = False  # the no-progress watchdog stopped the window
 
 
+@dataclass
+class RampResult:
+    records: list[RequestRecord]
+    stage_ends_s: list[float]  # when the client left each stage, seconds from the window's start
+    duration_s: float  # first send to last completion (the requests in flight at the end finish)
+    stalled: bool = False
+
+
 def _last_progress(started: list[RequestRecord]) -> float:
     """Latest moment anything happened: a send, a chunk, a completion."""
     return max(max(r.t_send, r.chunks[-1][0] if r.chunks else 0.0, r.t_done or 0.0) for r in started)
+
+
+def _session(base_url: str, limit: int, load: Load) -> aiohttp.ClientSession:
+    """The window's HTTP session: at most ``limit`` connections (0: no limit)."""
+    uds = unix_socket(base_url)  # a server on a Unix socket (vLLM's: harness.runner)
+    connector = (
+        aiohttp.UnixConnector(path=uds, limit=limit, force_close=False)
+        if uds
+        else aiohttp.TCPConnector(limit=limit, force_close=False)
+    )
+    # the read timeout bounds the gap between bytes; the request's total deadline is wait_for's
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=load.request_timeout_s)
+    # trust_env=False: the server is this machine's own; a proxy from the environment must not carry
+    # (or time) its requests
+    return aiohttp.ClientSession(
+        base_url=http_base(base_url),
+        connector=connector,
+        timeout=timeout,
+        trust_env=False,
+        headers=auth_headers(base_url),  # a keyed server's per-start key (harness.server)
+    )
+
+
+async def _send_guarded(
+    client: aiohttp.ClientSession,
+    record: RequestRecord,
+    request: tuple[str, dict[str, Any]],
+    clock_zero: float,
+    extras: ChunkExtras | None,
+    load: Load,
+    stalled: asyncio.Event,
+) -> None:
+    """One request with its total deadline; a cancellation by the stall watchdog is its error."""
+    path, body = request
+    try:
+        await asyncio.wait_for(
+            send_request(client, record, path, body, clock_zero, extras), load.request_timeout_s
+        )
+    except asyncio.TimeoutError:
+        record.error = f"timeout: not complete after {load.request_timeout_s:.0f} s"
+    except asyncio.CancelledError:
+        if not stalled.is_set():
+            raise  # an interrupt, not our watchdog
+        record.error = f"stalled: no token from any request for {load.stall_timeout_s:.0f} s"
+
+
+async def _watch_stalls(
+    started: list[RequestRecord],
+    tasks: list[asyncio.Future[Any]],
+    clock_zero: float,
+    load: Load,
+    stalled: asyncio.Event,
+) -> None:
+    """Stop the window (cancel every task) when no request in flight made progress for
+    ``stall_timeout_s``: a hung engine."""
+    while True:
+        await asyncio.sleep(min(1.0, load.stall_timeout_s / 4))
+        in_flight = [r for r in started if r.t_done is None]
+        now = time.perf_counter() - clock_zero
+        if in_flight and now - _last_progress(started) > load.stall_timeout_s:
+            stalled.set()
+            for task in tasks:
+                task.cancel()
+            return
 
 
 async def run_window(
@@ -295,28 +367,11 @@ async def run_window(
     when no request has made progress for ``stall_timeout_s`` while some are in flight."""
     fmt = workload.definition.prompt_format
     semaphore = asyncio.Semaphore(concurrency)
-    uds = unix_socket(base_url)  # a server on a Unix socket (vLLM's: harness.runner)
-    connector = (
-        aiohttp.UnixConnector(path=uds, limit=concurrency, force_close=False)
-        if uds
-        else aiohttp.TCPConnector(limit=concurrency, force_close=False)
-    )
-    # the read timeout bounds the gap between bytes; the request's total deadline is wait_for's
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=load.request_timeout_s)
     clock_zero = time.perf_counter()
     started: list[RequestRecord] = []
     stalled = asyncio.Event()
 
-    # trust_env=False: the server is this machine's own; a proxy from the environment must not carry
-    # (or time) its requests
-    session = aiohttp.ClientSession(
-        base_url=http_base(base_url),
-        connector=connector,
-        timeout=timeout,
-        trust_env=False,
-        headers=auth_headers(base_url),  # a keyed server's per-start key (harness.server)
-    )
-    async with session as client:
+    async with _session(base_url, concurrency, load) as client:
 
         async def one(prompt: Prompt, due: float | None, seed: int | None) -> RequestRecord:
             record = RequestRecord(
@@ -327,19 +382,10 @@ async def run_window(
                 record.t_scheduled, record.t_dispatched = due, time.perf_counter() - clock_zero
             async with semaphore:
                 started.append(record)
-                path, body = request_body(
+                request = request_body(
                     prompt, fmt, sampling, load, top_logprobs, engine_fields, workload.chat, seed
                 )
-                try:
-                    await asyncio.wait_for(
-                        send_request(client, record, path, body, clock_zero, extras), load.request_timeout_s
-                    )
-                except asyncio.TimeoutError:
-                    record.error = f"timeout: not complete after {load.request_timeout_s:.0f} s"
-                except asyncio.CancelledError:
-                    if not stalled.is_set():
-                        raise  # an interrupt, not our watchdog
-                    record.error = f"stalled: no token from any request for {load.stall_timeout_s:.0f} s"
+                await _send_guarded(client, record, request, clock_zero, extras, load, stalled)
             if on_request_done:
                 on_request_done(record)
             return record
@@ -350,19 +396,7 @@ async def run_window(
             asyncio.ensure_future(one(p, due, seed))
             for p, due, seed in zip(prompts, dues, per_prompt, strict=True)
         ]
-
-        async def watchdog() -> None:
-            while True:
-                await asyncio.sleep(min(1.0, load.stall_timeout_s / 4))
-                in_flight = [r for r in started if r.t_done is None]
-                now = time.perf_counter() - clock_zero
-                if in_flight and now - _last_progress(started) > load.stall_timeout_s:
-                    stalled.set()
-                    for task in tasks:
-                        task.cancel()
-                    return
-
-        guard = asyncio.ensure_future(watchdog())
+        guard = asyncio.ensure_future(_watch_stalls(started, tasks, clock_zero, load, stalled))
         try:
             await asyncio.wait(tasks)  # every task ends: completed, or cancelled by the watchdog
         finally:
@@ -372,3 +406,144 @@ async def run_window(
     return WindowResult(
         records=records, duration_s=time.perf_counter() - clock_zero, stalled=stalled.is_set()
     )
+
+
+class _Ramp:
+    """The state of one ramp window while it runs (``run_ramp``)."""
+
+    def __init__(
+        self,
+        client: aiohttp.ClientSession,
+        workload: LoadedWorkload,
+        prompts: list[Prompt],
+        sampling: Sampling,
+        load: Load,
+        send: tuple[dict[str, Any] | None, ChunkExtras | None, int],  # engine fields, extras, repeat
+        on_request_done: Callable[[RequestRecord], None] | None,
+    ):
+        self.client, self.workload, self.prompts = client, workload, prompts
+        self.sampling, self.load, self.on_request_done = sampling, load, on_request_done
+        self.engine_fields, self.extras, self.repeat = send
+        self.cap = load.max_concurrency or 0  # open-loop stages: at most this many in flight (0: no cap)
+        self.clock_zero = time.perf_counter()
+        self.started: list[RequestRecord] = []
+        self.tasks: list[asyncio.Future[RequestRecord]] = []
+        self.stalled = asyncio.Event()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.clock_zero
+
+    def in_flight(self) -> list[asyncio.Future[RequestRecord]]:
+        return [t for t in self.tasks if not t.done()]
+
+    async def _one(self, record: RequestRecord, prompt: Prompt) -> RequestRecord:
+        self.started.append(record)
+        fmt = self.workload.definition.prompt_format
+        request = request_body(
+            prompt, fmt, self.sampling, self.load, 0, self.engine_fields, self.workload.chat
+        )
+        await _send_guarded(
+            self.client, record, request, self.clock_zero, self.extras, self.load, self.stalled
+        )
+        if self.on_request_done:
+            self.on_request_done(record)
+        return record
+
+    def launch(self, stage: RampStage, due: float | None = None, dispatched: float | None = None) -> None:
+        """Send the next prompt (in turn, from the first again after the last)."""
+        prompt = self.prompts[len(self.tasks) % len(self.prompts)]
+        record = RequestRecord(
+            self.workload.name,
+            prompt.prompt_id,
+            stage.concurrency or self.cap,
+            self.workload.definition.prompt_format,
+            self.repeat,
+            stage.request_rate,
+        )
+        record.t_scheduled, record.t_dispatched = due, dispatched
+        self.tasks.append(asyncio.ensure_future(self._one(record, prompt)))
+
+    async def until(self, deadline: float) -> None:
+        """Wait for a completion, or until ``deadline`` (window clock)."""
+        pending, wait = self.in_flight(), max(0.0, deadline - self.now())
+        if pending:
+            await asyncio.wait(pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        else:
+            await asyncio.sleep(wait)
+
+    async def closed_stage(self, concurrency: int, stage: RampStage, end: float) -> None:
+        """Exactly ``concurrency`` in flight until ``end``: a rise sends at once, a fall waits for
+        completions."""
+        while not self.stalled.is_set() and self.now() < end:
+            for _ in range(concurrency - len(self.in_flight())):
+                self.launch(stage)
+            await self.until(end)
+
+    async def open_stage(self, stage: RampStage, due_times: list[float], end: float) -> None:
+        """Each request at its due time (then as soon as a slot frees under the cap), until ``end``."""
+        for due in due_times:
+            await asyncio.sleep(max(0.0, due - self.now()))
+            dispatched = self.now()
+            while self.cap and len(self.in_flight()) >= self.cap and not self.stalled.is_set():
+                await self.until(end + self.load.request_timeout_s)  # queueing for a slot: recorded
+            if self.stalled.is_set():
+                return
+            self.launch(stage, due, dispatched)
+        await asyncio.sleep(max(0.0, end - self.now()))
+
+
+async def run_ramp(
+    base_url: str,
+    workload: LoadedWorkload,
+    prompts: list[Prompt],
+    stages: list[RampStage],
+    sampling: Sampling,
+    load: Load,
+    on_request_done: Callable[[RequestRecord], None] | None = None,
+    engine_fields: dict[str, Any] | None = None,
+    repeat: int = 0,
+    dues: list[list[float]] | None = None,
+    extras: ChunkExtras | None = None,
+    on_stage_end: Callable[[int], None] | None = None,
+) -> RampResult:
+    """Load that moves, as one continuous window: the stages back to back on one clock (stage i
+    from the sum of the earlier durations to that plus its own), prompts sent in turn and again
+    from the first. A closed-loop stage keeps exactly its concurrency in flight: more are sent the
+    moment it starts, and as it lowers, completions are not replaced until the count is down to it.
+    An open-loop stage sends at its due times (``dues[i]``: seconds from the window's start), at
+    most ``load.max_concurrency`` in flight. ``on_stage_end(i)`` runs in a thread as stage i ends
+    (the runner reads the engine's counters there) without holding up the sends. When the last
+    stage ends nothing more is sent and the requests in flight finish (the drain is outside every
+    stage). The same guards as ``run_window``."""
+    open_loop = any(s.request_rate is not None for s in stages)
+    cap = load.max_concurrency or 0
+    limit = 0 if open_loop and not cap else max(s.concurrency or cap for s in stages)
+    stage_ends: list[float] = []
+    scrapes: list[asyncio.Future[None]] = []
+    async with _session(base_url, limit, load) as client:
+        ramp = _Ramp(
+            client, workload, prompts, sampling, load, (engine_fields, extras, repeat), on_request_done
+        )
+        guard = asyncio.ensure_future(
+            _watch_stalls(ramp.started, ramp.tasks, ramp.clock_zero, load, ramp.stalled)
+        )
+        try:
+            end = 0.0
+            for index, stage in enumerate(stages):
+                end += stage.duration_s
+                if stage.concurrency is not None:
+                    await ramp.closed_stage(stage.concurrency, stage, end)
+                else:
+                    await ramp.open_stage(stage, dues[index] if dues else [], end)
+                stage_ends.append(ramp.now())
+                if on_stage_end is not None:
+                    scrapes.append(asyncio.ensure_future(asyncio.to_thread(on_stage_end, index)))
+                if ramp.stalled.is_set():
+                    break
+            if ramp.tasks:
+                await asyncio.wait(ramp.tasks)  # the drain: every request ends, or the watchdog cancels it
+            await asyncio.gather(*scrapes)
+        finally:
+            guard.cancel()
+    records = [t.result() for t in ramp.tasks if not (ramp.stalled.is_set() and t.cancelled())]
+    return RampResult(records, stage_ends, ramp.now(), ramp.stalled.is_set())

@@ -283,6 +283,9 @@ def _levels_text(load: Load) -> str:
         arrivals = load.arrival + (f", burstiness {load.burstiness:g}" if load.arrival == "gamma" else "")
         cap = f"at most {load.max_concurrency} in flight" if load.max_concurrency else "no cap"
         parts.append(f"request rate {load.request_rate} req/s ({arrivals} arrivals, {cap})")
+    if load.ramp:
+        stages = " -> ".join(f"{s.label()} for {s.duration_s:g} s" for s in load.ramp)
+        parts.append(f"a ramp {stages} ({load.ramp_duration_s():g} s, one continuous window per start-up)")
     return " and ".join(parts)
 
 

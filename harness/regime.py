@@ -382,6 +382,31 @@ class LoadLevel(NamedTuple):
         return f"@{self.concurrency}" if self.request_rate is None else f"@{self.request_rate:g}req/s"
 
 
+class RampStage(StrictModel):
+    """One stage of a ramp: a closed-loop concurrency (exactly that many requests in flight) or an
+    open-loop request rate, held for ``duration_s`` seconds."""
+
+    concurrency: int | None = Field(
+        default=None, ge=1, description="Requests in flight during the stage (closed loop)."
+    )
+    request_rate: float | None = Field(
+        default=None,
+        gt=0,
+        description="Requests per second during the stage (open loop, arrivals as load.arrival; at most "
+        "load.max_concurrency in flight). Give this or concurrency.",
+    )
+    duration_s: float = Field(gt=0, le=3600, description="How long the stage lasts, in seconds.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RampStage:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise ValueError("give exactly one of concurrency or request_rate for a ramp stage")
+        return self
+
+    def label(self) -> str:
+        return f"@{self.concurrency}" if self.request_rate is None else f"@{self.request_rate:g}req/s"
+
+
 class Load(StrictModel):
     """How much traffic each measured window sends."""
 
@@ -395,6 +420,14 @@ class Load(StrictModel):
         description="Open-loop request rates (requests/s): one measured window per rate, requests due on a "
         "schedule computed up front from the seed (the same for every arm), sent whether or not earlier ones "
         "completed.",
+    )
+    ramp: list[RampStage] = Field(
+        default_factory=list,
+        description="Load that moves: stages run back to back as ONE continuous window per workload on "
+        "every server start-up (after the fixed levels), e.g. concurrency 1 -> 4 -> 16 -> 4 -> 1, 20 s "
+        "each; prompts are sent in turn and again from the first. Reported per stage (tok/s, speedup, "
+        "drafted tokens per draft from counters read at every boundary) and across each boundary "
+        "(TPOT of the requests that span it). Default: no ramp.",
     )
     arrival: Literal["poisson", "constant", "gamma"] = Field(
         default="poisson",
@@ -510,7 +543,8 @@ class Load(StrictModel):
             raise ValueError(
                 "give at least one load level: concurrency (closed loop) or request_rate (open loop)"
             )
-        if not self.request_rate and self.max_concurrency is not None:
+        open_ramp = any(stage.request_rate is not None for stage in self.ramp)
+        if not self.request_rate and not open_ramp and self.max_concurrency is not None:
             raise FieldError(
                 "max_concurrency", "max_concurrency caps open-loop windows: set request_rate too (or drop it)"
             )
@@ -532,10 +566,14 @@ class Load(StrictModel):
         cap = min(self.max_concurrency or self.num_prompts, self.num_prompts)
         return [LoadLevel(c) for c in self.concurrency] + [LoadLevel(cap, r) for r in self.request_rate]
 
+    def ramp_duration_s(self) -> float:
+        """A ramp window's planned length (0: no ramp)."""
+        return sum(stage.duration_s for stage in self.ramp)
+
     def open_loop_fields(self) -> set[str]:
         """The open-loop settings, left out of fingerprints while no rate is set (so regimes written
         before they existed keep theirs)."""
-        if self.request_rate:
+        if self.request_rate or any(stage.request_rate is not None for stage in self.ramp):
             return set()
         return {"request_rate", "arrival", "burstiness", "max_concurrency", "schedule_tolerance_s"}
 
@@ -1272,8 +1310,10 @@ class Regime(StrictModel):
         unset: dict[str, Any] = {"slo": True} if self.slo is None else {}
         if not self.engine.patches:
             unset["engine"] = {"patches"}
-        load_fields = self.load.open_loop_fields() | (
-            {"server_starts"} if self.load.server_starts == 1 else set()  # an int N hashes as before
+        load_fields = (
+            self.load.open_loop_fields()
+            | ({"server_starts"} if self.load.server_starts == 1 else set())  # an int N hashes as before
+            | (set() if self.load.ramp else {"ramp"})
         )
         if load_fields:
             unset["load"] = load_fields

@@ -32,9 +32,9 @@ from rich.progress import (
 )
 
 from harness import stats
-from harness.arrivals import arrival_offsets
+from harness.arrivals import arrival_offsets, ramp_dues
 from harness.calibration import CalibrationSource
-from harness.client import WindowResult, run_window
+from harness.client import RampResult, WindowResult, run_ramp, run_window
 from harness.errors import EngineError, UserError
 from harness.plan import RunPlan, changed_workload, plan_regime, prepare_run
 from harness.probes.acceptance import SpecCounters
@@ -61,7 +61,7 @@ from harness.results import (
     write_json_atomic,
 )
 from harness.results.calibration import CALIBRATION_FILE
-from harness.results.records import Round
+from harness.results.records import RampWindowRecord, Round
 from harness.rounds import Standing, completed_starts, round_line, round_order, standing
 from harness.secrets import redact_args, redact_env, scrub_file, secret_values
 from harness.sensors import cpu, gpu
@@ -356,6 +356,8 @@ class Runner:
             run.warmup(arm): lambda number, _: number < kept * load.warmup_requests,
             run.noise_floor(arm): lambda _, __: True,
             run.distribution(arm): lambda _, __: True,
+            run.ramp(arm): lambda _, s: s.get("repeat", 0) < kept,  # a ramp's repeat is its start-up
+            run.ramp_windows(arm): lambda _, w: w.get("server_start", 0) < kept,
         }
         directory = run.arm_dir(arm)
         directory.mkdir(parents=True, exist_ok=True)
@@ -388,6 +390,8 @@ class Runner:
                 for workload in self.plan.workloads:
                     for level in self.plan.load.levels():
                         self._measure_cell(run, arm, server, workload, level, start)
+                for workload in self.plan.workloads if self.plan.load.ramp else []:
+                    self._measure_ramp(run, arm, server, workload, start)
                 if start == 0 and arm.method == "baseline" and self.plan.reference_pass:
                     self._reference_pass(run, arm, server)
                 if start == 0 and self.plan.distribution_samples is not None:
@@ -610,6 +614,98 @@ class Runner:
         append_jsonl(run.windows(arm.name), window.model_dump(mode="json"))
         return reached
 
+    def _measure_ramp(
+        self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, start: int
+    ) -> None:
+        """The ramp (``load.ramp``) as one continuous window on this start-up: its requests into
+        ``ramp.jsonl`` as they end, the counters read at its start and as each stage ends."""
+        load, adapter = self.plan.load, self.plan.adapter
+        cache_reset = adapter.reset_prefix_cache(server.base_url)
+        first = adapter.read_spec_counters(server.base_url)  # None: counted per request
+        counters: list[dict[str, Any] | None] = [first.to_json() if first is not None else None]
+        counters += [None] * len(load.ramp)
+
+        def keep(record: RequestRecord) -> None:
+            append_jsonl(run.ramp(arm.name), record.to_json())
+
+        def stage_end(index: int) -> None:  # in the client's thread pool, as the stage ends
+            if first is not None:
+                found = adapter.read_spec_counters(server.base_url)
+                counters[index + 1] = found.to_json() if found is not None else None
+
+        stages = " -> ".join(f"{s.label()} {s.duration_s:g} s" for s in load.ramp)
+        label = f"ramp {workload.name}: {stages}"
+        if load.max_server_starts() > 1:
+            label += f" (start-up {start + 1}/{load.max_server_starts()})"
+        dues = ramp_dues(
+            [(s.request_rate, s.duration_s) for s in load.ramp],
+            load.arrival,
+            load.burstiness,
+            self.plan.sampling.seed,
+            f"{workload.name}/ramp/{start}",
+        )
+        cpu_before = cpu.snapshot(server.process.pid)
+        result = self._ramp_window(server, workload, label, keep, start, dues, stage_end)
+        self._check_alive(server, result)
+        window = RampWindowRecord(
+            workload=workload.name,
+            prompt_format=workload.definition.prompt_format,
+            repeat=start,
+            server_start=start,
+            stages=load.ramp,
+            stage_ends_s=result.stage_ends_s,
+            duration_s=result.duration_s,
+            prefix_cache_reset=cache_reset,
+            acceptance_source=adapter.acceptance_source,
+            counters=counters,
+            cpu=window_cpu(cpu_before, cpu.snapshot(server.process.pid)),
+        )
+        append_jsonl(run.ramp_windows(arm.name), window.model_dump(mode="json"))
+
+    def _ramp_window(
+        self,
+        server: Server,
+        workload: LoadedWorkload,
+        label: str,
+        on_done: Callable[[RequestRecord], None],
+        start: int,
+        dues: list[list[float]],
+        stage_end: Callable[[int], None],
+    ) -> RampResult:
+        """The ramp's requests, with a progress bar over its planned seconds."""
+        load, regime = self.plan.load, self.plan.regime
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=self.console, transient=False) as progress:
+            task = progress.add_task(label, total=load.ramp_duration_s())
+            clock = time.monotonic()
+
+            def done(record: RequestRecord) -> None:
+                on_done(record)
+                progress.update(task, completed=min(time.monotonic() - clock, load.ramp_duration_s()))
+
+            fields = self.plan.adapter.request_fields(
+                workload.definition.prompt_format, 0, workload.chat.template_kwargs if workload.chat else None
+            )
+            result = asyncio.run(
+                run_ramp(
+                    server.base_url,
+                    workload,
+                    workload.prompts,
+                    load.ramp,
+                    regime.sampling,
+                    load,
+                    done,
+                    fields,
+                    start,
+                    dues,
+                    self.plan.adapter.absorb_chunk,
+                    stage_end,
+                )
+            )
+            progress.update(task, completed=load.ramp_duration_s())
+        self.clock["measured_s"] += result.duration_s
+        return result
+
     def _reference_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
         """The baseline's windows once more, same server, same prompts and concurrency, now WITH top
         logprobs: the exactness probe's margins come from here, so no measured window ever asks for
@@ -749,7 +845,7 @@ class Runner:
         arrival = f"gamma (burstiness {load.burstiness:g})" if load.arrival == "gamma" else load.arrival
         return {"request_rate": level.request_rate, "arrival": arrival, "schedule": schedule}
 
-    def _check_alive(self, server: Server, result: WindowResult) -> None:
+    def _check_alive(self, server: Server, result: WindowResult | RampResult) -> None:
         """End the arm (as failed) when the engine died, hung or failed every request."""
         code = server.exit_code()
         if code is not None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from harness import stats
 from harness.intervals import CONFIDENCE, Estimate
-from harness.results.model import ArmSummary, CellMetrics
+from harness.results.model import ArmSummary, CellMetrics, RampStageMetrics
 
 
 def scheduled_k(schedule: Sequence[Sequence[int]], batch_size: int) -> int:
@@ -36,7 +36,7 @@ def scheduled_k(schedule: Sequence[Sequence[int]], batch_size: int) -> int:
     return schedule[-1][2] if schedule else 0
 
 
-def _estimate(cell: CellMetrics) -> Estimate | None:
+def _estimate(cell: CellMetrics | RampStageMetrics) -> Estimate | None:
     if cell.speedup is None:
         return None
     return Estimate(
@@ -198,4 +198,62 @@ def schedule_checks(arms: Sequence[ArmSummary], cells: Sequence[CellMetrics]) ->
         out.append(
             ScheduleCheck(arm.name, arm.method, list(arm.k_schedule), arm.k_schedule_source, levels, over)
         )
+    return out
+
+
+@dataclass(frozen=True)
+class RampCheck:
+    """A scheduled arm on the ramp (``load.ramp``): per stage and over the whole ramp, its speedup
+    and its ratio to every static arm of its method, from the same start-ups (as ``LevelCheck``:
+    ``concurrency`` is the stage's, 0 for an open-loop stage and for the whole ramp)."""
+
+    arm: str
+    workload: str
+    spans: list[tuple[str, LevelCheck]]  # (label: "@4, 20-40 s" or "whole ramp", check)
+
+    def summary_line(self) -> str:
+        whole = next((check for label, check in self.spans if label == "whole ramp"), None)
+        if whole is None:
+            return f"{self.arm} on the ramp ({self.workload}): not measured"
+        against = "; ".join(f"vs {static} {found.text()}" for static, found in sorted(whole.against.items()))
+        speed = whole.speedup.text() if whole.speedup is not None else "unmeasured"
+        return (
+            f"{self.arm} on the whole ramp ({self.workload}): {speed} over the baseline"
+            + (f"; {against}" if against else "")
+            + f"; {whole.verdict()}"
+        )
+
+
+def ramp_checks(arms: Sequence[ArmSummary], ramp: Sequence[RampStageMetrics]) -> list[RampCheck]:
+    """One check per scheduled arm and workload with a ramp measured."""
+    by_key = {(m.arm, m.workload, m.stage): m for m in ramp}
+    out = []
+    for arm in arms:
+        if not arm.k_schedule:
+            continue
+        statics = [a.name for a in arms if a.method == arm.method and not a.k_schedule]
+        for workload in dict.fromkeys(m.workload for m in ramp if m.arm == arm.name):
+            spans = []
+            for mine in (m for m in ramp if (m.arm, m.workload) == (arm.name, workload)):
+                found = _estimate(mine)
+                theirs = {s: by_key.get((s, workload, mine.stage)) for s in statics}
+                against = {
+                    s: ratio(found, other)
+                    for s, m in theirs.items()
+                    if m is not None and found is not None and (other := _estimate(m)) is not None
+                }
+                speeds = {s: m.speedup for s, m in theirs.items() if m is not None and m.speedup}
+                best = max(speeds, key=lambda s: speeds[s]) if speeds else None  # type: ignore[arg-type, return-value]
+                concurrency = mine.concurrency or 0
+                k = scheduled_k(arm.k_schedule, concurrency) if concurrency else -1
+                label = (
+                    "whole ramp" if mine.stage is None else f"{mine.label}, {mine.start_s:g}-{mine.end_s:g} s"
+                )
+                spans.append(
+                    (
+                        label,
+                        LevelCheck(workload, concurrency, k, mine.drafted_per_draft, found, best, against),
+                    )
+                )
+            out.append(RampCheck(arm.name, workload, spans))
     return out

@@ -34,6 +34,7 @@ from harness.probes.power import combine_power, summarize_power
 from harness.probes.schedule import achieved_rate_rps, behind_schedule, lag_p90_s, queueing_s
 from harness.probes.slo import attainment_pct, goodput_rps
 from harness.probes.throughput import mean_in_flight, output_tokens_per_s, speedup
+from harness.ramp import ramp_metrics
 from harness.regime import Arm, Slo
 from harness.results.files import RunDir
 from harness.results.model import (
@@ -444,6 +445,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         slo=raw.regime.slo,
         distribution=distribution_section(raw),
         calibration=calibration.label() if calibration else None,
+        ramp=ramp_metrics(raw, spread),
     )
 
 

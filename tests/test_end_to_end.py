@@ -20,6 +20,7 @@ import pytest
 
 import harness
 from harness.results import SCHEMA_VERSION, load_summary, read_jsonl
+from harness.results.records import RequestRecord
 from harness.server import group_alive
 from harness.summary import summarize
 from tests.conftest import engine_processes
@@ -176,6 +177,39 @@ def test_summary_derives_tau_and_speedup(finished_run) -> None:
             assert row.tau == pytest.approx(1 + row.accepted_tokens / row.drafts)
             assert 1.0 <= row.tau <= 1 + 4  # at most K tokens accepted per draft
             assert len(row.per_position_acceptance) <= 4
+
+
+def test_the_ramp_is_one_window_per_workload_read_by_stage(finished_run) -> None:
+    """load.ramp on the real engine: one continuous window per workload and arm, never more in
+    flight than the stage allows, the counters read at each stage's end (ngram drafted at most K
+    tokens per draft), the stages in the summary, the terminal and the report."""
+    proc, run = finished_run
+    summary = load_summary(run / "summary.json")
+    for arm in ("baseline", "ngram_k4"):
+        windows = read_jsonl(run / "arms" / arm / "ramp_windows.jsonl")
+        assert [w["workload"] for w in windows] == ["code_humaneval", "chat_mtbench"]
+        assert all(len(w["counters"]) == 3 and len(w["stage_ends_s"]) == 2 for w in windows)
+        records = [RequestRecord.from_json(r) for r in read_jsonl(run / "arms" / arm / "ramp.jsonl")]
+        assert records and all(r.ok for r in records), [r.error for r in records if not r.ok]
+        for record in records:
+            target = 1 if record.t_send < 2.5 else 2
+            assert record.concurrency == target and record.t_send < 5.0
+            same = [r for r in records if r.workload == record.workload]
+            assert sum(1 for r in same if r.t_send <= record.t_send < r.t_done) <= target
+        spans = [m for m in summary.ramp if m.arm == arm]
+        assert [(m.workload, m.stage) for m in spans] == [
+            (w, s) for w in ("code_humaneval", "chat_mtbench") for s in (0, 1, None)
+        ]
+        assert all(m.output_tok_s and m.output_tok_s > 0 and m.start_ups == 1 for m in spans)
+    drafted = [m.drafted_per_draft for m in summary.ramp if m.arm == "ngram_k4"]
+    assert all(d is not None and 0 <= d <= 4 for d in drafted) and any(d > 0 for d in drafted)
+    assert "Ramp, code_humaneval" in proc.stdout and "whole ramp" in proc.stdout
+    page = run / "ramp-report.html"
+    made = subprocess.run(
+        BENCH + ["report", str(run), "-o", str(page)], capture_output=True, text=True, cwd=ROOT
+    )
+    html = page.read_text()
+    assert made.returncode == 0 and 'id="ramp"' in html and "the ramp: tok/s and TPOT over time" in html
 
 
 def test_pandas_view_and_export_of_a_fresh_run(finished_run, tmp_path: Path) -> None:
@@ -415,6 +449,10 @@ def _interrupt_then_resume(tmp_path: Path) -> None:
     assert (arm / "server.start-2.log").is_file() and not (arm / "server.start-3.log").exists()
     assert [(w["server_start"], w["repeat"]) for w in read_jsonl(arm / "windows.jsonl")] == [(0, 0), (1, 1)]
     assert sorted({s["repeat"] for s in read_jsonl(arm / "samples.jsonl")}) == [0, 1]
+    # the ramp once per start-up, its requests tagged with it; the summary's stage pooled over both
+    assert [w["server_start"] for w in read_jsonl(arm / "ramp_windows.jsonl")] == [0, 1]
+    assert sorted({r["repeat"] for r in read_jsonl(arm / "ramp.jsonl")}) == [0, 1]
+    assert [m["start_ups"] for m in summary["ramp"]] == [2, 2, 2]
     assert len(json.loads((arm / "status.json").read_text())["startups_s"]) == 2
     assert [r["server_start"] for r in summary["cells"][0]["per_repeat"]] == [0, 1]
     assert not (run / "run.lock").exists() and _engine_pids(run) == []

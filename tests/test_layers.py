@@ -62,12 +62,14 @@ PLACES: dict[str, str] = {
     "harness.rounds": "derive",  # the start-ups' order per round and when another round buys nothing
     "harness.verdict": "derive",
     "harness.schedule_check": "derive",  # a scheduled arm against every static K of its method
+    "harness.ramp": "derive",  # a run's ramps per stage, pooled over start-ups
     "harness.gates": "derive",
     "harness.study.analysis": "derive",
     "harness.study.collect": "derive",
     "harness.study.policy": "derive",  # the K per batch size a study's decided cells support
     "harness.study.policy_file": "store",  # policy.json, and k_schedule: {from: STUDY} resolved from it
     "harness.table": "present",
+    "harness.ramp_table": "present",  # the ramp's stages and boundaries, for the terminal and the report
     "harness.terminal": "present",
     "harness.findings": "present",
     "harness.report": "present",

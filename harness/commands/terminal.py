@@ -30,6 +30,7 @@ def print_unread(summary: Summary, console: Console) -> None:
 
 def print_results(summary: Summary, console: Console) -> int:
     """A run's tables, answer, categories, drafters, exactness and notes; exit 3 when an arm failed."""
+    from harness.ramp_table import ramp_tables
     from harness.table import (
         answer_lines,
         category_table,
@@ -46,7 +47,7 @@ def print_results(summary: Summary, console: Console) -> int:
         console.print(table)
     for line in answer_lines(summary):  # the answer first, right after the tables
         console.print(escape(line), highlight=False, soft_wrap=True)
-    for item in schedule_tables(summary):  # a scheduled arm's proof against every static K
+    for item in [*schedule_tables(summary), *ramp_tables(summary)]:  # a schedule's proof; the ramp
         if isinstance(item, str):
             console.print(escape(item), highlight=False, soft_wrap=True)
         else:

@@ -21,6 +21,7 @@ from harness.findings import findings
 from harness.gates import StoredGate, read_gate
 from harness.metrics import COMPARED, HIGHLIGHTED, Metric, best, shown
 from harness.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD, conditional_rates
+from harness.ramp_table import ramp_sections
 from harness.regime import LoadLevel
 from harness.report import figures
 from harness.results.model import CellMetrics, Summary
@@ -340,6 +341,7 @@ def report_context(run_dir: Path) -> dict[str, Any]:
         "gate": gate,
         "categories": _categories(summary),
         "schedules": schedule_sections(summary),
+        "ramps": ramp_sections(summary),
         "trained_drafters": _trained_drafters(record),
         "figures": [
             f
@@ -356,6 +358,10 @@ def report_context(run_dir: Path) -> dict[str, Any]:
                 ("per-position acceptance", figures.per_position_figure(rows)),
                 ("TPOT distribution", figures.tpot_figure(samples)),
                 ("power over time", figures.power_figure(power_windows)),
+                (
+                    "the ramp: tok/s and TPOT over time",
+                    figures.ramp_figure({n: (a.ramp_windows, a.ramp) for n, a in raw.arms.items()}),
+                ),
             )
             if f[1] is not None
         ],

@@ -15,8 +15,9 @@ matplotlib.use("Agg")  # no display; also the only backend whose PNGs are byte-s
 import matplotlib.pyplot as plt  # noqa: E402
 
 from harness import pooling  # noqa: E402
+from harness.probes import ramp  # noqa: E402
 from harness.results.model import CellMetrics  # noqa: E402
-from harness.results.records import RequestRecord, WindowRecord  # noqa: E402
+from harness.results.records import RampWindowRecord, RequestRecord, WindowRecord  # noqa: E402
 
 
 def _png(fig: plt.Figure) -> str:
@@ -193,4 +194,48 @@ def power_figure(windows: dict[str, list[WindowRecord]]) -> str | None:
     ax.set_ylabel("power (W)")
     ax.set_title("power over time")
     _legend(ax, fontsize=6)
+    return _png(fig)
+
+
+def ramp_figure(ramps: dict[str, tuple[list[RampWindowRecord], list[RequestRecord]]]) -> str | None:
+    """The ramp (``load.ramp``), per arm: tok/s in 1-second bins averaged over the start-ups (top),
+    and each request's TPOT at the time it was sent (bottom), the stage boundaries marked."""
+    first = next((windows[0] for windows, _ in ramps.values() if windows), None)
+    if first is None:
+        return None
+    bounds = first.stage_bounds()
+    end = bounds[-1][1]
+    bin_s = max(1.0, end / 120)
+    edges = [i * bin_s for i in range(int(end / bin_s) + 1)]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.2, 4.8), sharex=True)
+    for arm, (windows, records) in ramps.items():
+        if not windows:
+            continue
+        per_start = [[r for r in records if r.repeat == w.repeat] for w in windows]
+        rates = [
+            sum(ramp.tokens_between(mine, a, a + bin_s) for mine in per_start) / (bin_s * len(per_start))
+            for a in edges[:-1]
+        ]
+        top.step(edges[:-1], rates, where="post", linewidth=0.9, label=arm)
+        sent = [
+            (r.t_send, r.tpot_s * 1000) for r in records if r.ok and r.tpot_s is not None and r.t_send < end
+        ]
+        bottom.scatter([t for t, _ in sent], [v for _, v in sent], s=4, alpha=0.5, label=arm)
+    for ax in (top, bottom):
+        for start, _ in bounds[1:]:
+            ax.axvline(start, color="grey", linewidth=0.6, linestyle=":")
+    for (start, stop), stage in zip(bounds, first.stages, strict=True):
+        top.text(
+            (start + stop) / 2,
+            1.0,
+            stage.label(),
+            transform=top.get_xaxis_transform(),
+            ha="center",
+            va="bottom",
+            fontsize=7,
+        )
+    top.set_ylabel("output tok/s")
+    bottom.set_ylabel("TPOT (ms), at send")
+    bottom.set_xlabel("seconds into the ramp")
+    _legend(top)
     return _png(fig)

@@ -205,6 +205,14 @@ class RunDir:
     def windows(self, arm: str) -> Path:
         return self.arm_dir(arm) / "windows.jsonl"
 
+    def ramp(self, arm: str) -> Path:
+        """``load.ramp``: the requests of the arm's ramp windows."""
+        return self.arm_dir(arm) / "ramp.jsonl"
+
+    def ramp_windows(self, arm: str) -> Path:
+        """``load.ramp``: one line per ramp window (per workload and server start-up)."""
+        return self.arm_dir(arm) / "ramp_windows.jsonl"
+
     def status(self, arm: str) -> Path:
         return self.arm_dir(arm) / "status.json"
 

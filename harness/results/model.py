@@ -227,6 +227,42 @@ class CategoryMetrics(ResultModel):
         return LoadLevel(self.concurrency, self.request_rate)
 
 
+class RampStageMetrics(ResultModel):
+    """One arm's ramp (``load.ramp``) on one workload: one stage, or the whole ramp (``stage``
+    None), pooled over the server start-ups (``harness.ramp``; formulas in ``probes.ramp``)."""
+
+    arm: str
+    workload: str
+    stage: (
+        int | None
+    )  # index into load.ramp; None: the whole ramp, start of the first stage to end of the last
+    label: str  # "@4" or "@2req/s"; "ramp" for the whole
+    concurrency: int | None = None  # the stage's, closed loop (None: open loop, or the whole ramp)
+    request_rate: float | None = None  # the stage's, open loop
+    start_s: float  # planned, on the window's clock
+    end_s: float
+    start_ups: int  # ramp windows pooled
+    output_tok_s: float | None  # mean over the start-ups of the tokens streamed inside the span / its length
+    startup_tok_s: list[float]  # per start-up, in order
+    mean_in_flight: float | None
+    requests_sent: int  # over every start-up
+    requests_errored: int
+    tpot_ms_p50_inside: float | None  # requests sent and finished inside the stage
+    tpot_ms_p90_inside: float | None
+    tpot_ms_p90_across: float | None  # requests in flight as the stage began (None for the first)
+    requests_across: int = 0
+    tau: float | None = None  # from the counters read at the stage's ends, summed over start-ups
+    drafted_per_draft: float | None = None  # drafted tokens per draft: the K the engine ran (0: none)
+    # the arms x rounds model over the start-ups' tok/s in this span (harness.intervals), as a cell's
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    speedup_rounds: int | None = None
+    speedup_df: int | None = None
+    speedup_log_se: float | None = None
+    speedup_interval: str | None = None
+
+
 class ArmSummary(ArmStatus):
     """An arm's configuration, where its drafter came from, and its status."""
 
@@ -358,6 +394,8 @@ class Summary(ResultModel):
     distribution: DistributionSection | None = None  # temperature > 0 only
     # the machine calibration whose start-up spread the intervals used (Calibration.label(); version 7)
     calibration: str | None = None
+    # load.ramp: per arm, workload and stage (and the whole ramp), pooled over start-ups; [] without one
+    ramp: list[RampStageMetrics] = []
 
     def cell(
         self, arm: str, workload: str, concurrency: int | LoadLevel, request_rate: float | None = None

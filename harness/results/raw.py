@@ -13,7 +13,7 @@ from harness.errors import UserError
 from harness.regime import Regime
 from harness.results.calibration import CALIBRATION_FILE, Calibration
 from harness.results.files import RunDir, UnreadLines, read_json, read_records, read_run_record
-from harness.results.records import ArmStatus, RequestRecord, RunTiming, WindowRecord
+from harness.results.records import ArmStatus, RampWindowRecord, RequestRecord, RunTiming, WindowRecord
 
 
 @dataclass
@@ -24,6 +24,8 @@ class RawArm:
     windows: list[WindowRecord]  # measured windows, in the order they ran
     noise_floor: list[RequestRecord]  # the baseline's second pass (empty for other arms)
     distribution: list[RequestRecord] = field(default_factory=list)  # temperature > 0: seeded samples
+    ramp: list[RequestRecord] = field(default_factory=list)  # load.ramp: the ramp windows' requests
+    ramp_windows: list[RampWindowRecord] = field(default_factory=list)  # load.ramp: one per window
 
 
 @dataclass
@@ -63,6 +65,8 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
             windows=read_records(run.windows(arm.name), WindowRecord, unread),
             noise_floor=read_records(run.noise_floor(arm.name), RequestRecord, unread),
             distribution=read_records(run.distribution(arm.name), RequestRecord, unread),
+            ramp=read_records(run.ramp(arm.name), RequestRecord, unread),
+            ramp_windows=read_records(run.ramp_windows(arm.name), RampWindowRecord, unread),
         )
         for arm in regime.arms
     }

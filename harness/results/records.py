@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, with_config
 from harness.probes.acceptance import SpecCounters
 from harness.probes.latency import from_due_s, tpot_s, ttft_s
 from harness.probes.schedule import queueing_s
-from harness.regime import LoadLevel
+from harness.regime import LoadLevel, RampStage
 
 
 class ResultModel(BaseModel):
@@ -208,6 +208,41 @@ class WindowRecord(ResultModel):
         if self.counters_before is None or self.counters_after is None:
             return SpecCounters()
         return SpecCounters.from_json(self.counters_after).minus(SpecCounters.from_json(self.counters_before))
+
+
+class RampWindowRecord(ResultModel):
+    """One ramp window (``load.ramp``): the stages run back to back on one server start-up, one
+    line of ``ramp_windows.jsonl``; its requests are the lines of ``ramp.jsonl`` with the same
+    ``repeat``. Counters are read at the window's start and as each stage ends."""
+
+    workload: str
+    prompt_format: str
+    repeat: int = 0  # the server start-up's index (one ramp per workload per start-up)
+    server_start: int = 0
+    stages: list[RampStage]  # as the regime gave them; stage i runs from the sum of the earlier durations
+    stage_ends_s: list[float]  # when the client left each stage (seconds from the window's start)
+    duration_s: float  # first send to the last completion (the drain after the last stage inside)
+    prefix_cache_reset: bool = False
+    acceptance_source: Literal["server_counters", "per_request"] = "server_counters"
+    counters: list[dict[str, Any] | None] = []  # SpecCounters.to_json(): at the start, then after each stage
+    cpu: WindowCpu | None = None
+
+    def stage_bounds(self) -> list[tuple[float, float]]:
+        """Each stage's planned (start, end) on the window's clock."""
+        out, start = [], 0.0
+        for stage in self.stages:
+            out.append((start, start + stage.duration_s))
+            start += stage.duration_s
+        return out
+
+    def stage_counters(self, index: int) -> SpecCounters | None:
+        """The counter delta over stage ``index`` (None where a read is missing)."""
+        if index + 1 >= len(self.counters):
+            return None
+        before, after = self.counters[index], self.counters[index + 1]
+        if before is None or after is None:
+            return None
+        return SpecCounters.from_json(after).minus(SpecCounters.from_json(before))
 
 
 ArmState = Literal["not_run", "running", "ok", "failed", "interrupted"]

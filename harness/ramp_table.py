@@ -1,0 +1,134 @@
+"""A run's ramp (``load.ramp``) as a table: per workload, each stage and the whole ramp, every arm's
+tok/s, speedup with its interval, what the engine drafted, and TPOT inside each stage against TPOT
+of the requests that crossed into it; then a scheduled arm's standing on the ramp and the largest
+spike at a boundary. The terminal and the HTML report read the same sections."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.intervals import Estimate, stored_estimate
+from harness.results.model import RampStageMetrics, Summary
+from harness.terminal import Column, FitTable
+
+HEADER = [
+    "stage",
+    "seconds",
+    "arm",
+    "in flight",
+    "tok/s",
+    "speedup",
+    "tau",
+    "drafted per draft",
+    "TPOT p90 inside ms",
+    "TPOT p90 across ms",
+]
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _estimate(metrics: RampStageMetrics) -> Estimate | None:
+    return stored_estimate(
+        metrics.speedup,
+        metrics.speedup_low,
+        metrics.speedup_high,
+        metrics.speedup_rounds,
+        metrics.speedup_df,
+        metrics.speedup_log_se,
+        metrics.speedup_interval,
+    )
+
+
+def _speedup_text(metrics: RampStageMetrics, baseline: str) -> str:
+    if metrics.arm == baseline:
+        return "1.00x" if metrics.speedup else "-"
+    found = _estimate(metrics)
+    return found.text() if found is not None else "-"
+
+
+def _row(metrics: RampStageMetrics, baseline: str) -> list[str]:
+    across = (
+        f"{metrics.tpot_ms_p90_across:.0f} ({metrics.requests_across})"
+        if metrics.tpot_ms_p90_across is not None
+        else "-"
+    )
+    return [
+        "whole ramp" if metrics.stage is None else f"{metrics.stage + 1}: {metrics.label}",
+        f"{metrics.start_s:g}-{metrics.end_s:g}",
+        metrics.arm,
+        _fmt(metrics.mean_in_flight, ".1f"),
+        _fmt(metrics.output_tok_s, ".1f"),
+        _speedup_text(metrics, baseline),
+        _fmt(metrics.tau, ".2f"),
+        _fmt(metrics.drafted_per_draft, ".2f"),
+        _fmt(metrics.tpot_ms_p90_inside, ".0f"),
+        across,
+    ]
+
+
+def spike_line(ramp: list[RampStageMetrics], workload: str) -> str | None:
+    """The largest rise of TPOT p90 at a boundary (requests that crossed into a stage against those
+    wholly inside it), over the arms."""
+    found = [
+        (m.tpot_ms_p90_across / m.tpot_ms_p90_inside, m)
+        for m in ramp
+        if m.workload == workload and m.stage is not None and m.tpot_ms_p90_across and m.tpot_ms_p90_inside
+    ]
+    if not found:
+        return None
+    rise, worst = max(found, key=lambda pair: pair[0])
+    return (
+        f"Largest TPOT change at a boundary ({workload}): {worst.arm} into stage {worst.stage + 1} "  # type: ignore[operator]
+        f"({worst.label} at {worst.start_s:g} s): p90 {worst.tpot_ms_p90_across:.0f} ms for the "
+        f"{worst.requests_across} requests that crossed it against {worst.tpot_ms_p90_inside:.0f} ms "
+        f"inside the stage ({rise:.2f}x)."
+    )
+
+
+def ramp_sections(summary: Summary) -> list[dict[str, Any]]:
+    """Per workload with a ramp: a title, the header, the rows (stage by stage, then the whole
+    ramp; the arms in the regime's order) and the conclusions."""
+    from harness.schedule_check import ramp_checks
+
+    if not summary.ramp:
+        return []
+    order = {arm.name: index for index, arm in enumerate(summary.arms)}
+    checks = ramp_checks(summary.arms, summary.ramp)
+    out = []
+    for workload in dict.fromkeys(m.workload for m in summary.ramp):
+        mine = [m for m in summary.ramp if m.workload == workload]
+        mine.sort(key=lambda m: (m.stage is None, m.stage or 0, order.get(m.arm, 0)))
+        starts = max(m.start_ups for m in mine)
+        lines = [c.summary_line() for c in checks if c.workload == workload]
+        if (spike := spike_line(mine, workload)) is not None:
+            lines.append(spike)
+        out.append(
+            {
+                "title": f"Ramp, {workload}: one continuous window per server start-up ({starts} start-ups "
+                "per arm); tok/s counts the tokens streamed inside each stage; speedup from the arms x "
+                "rounds model (95%); TPOT across: the requests in flight as the stage began (count)",
+                "header": HEADER,
+                "rows": [_row(m, summary.baseline_arm) for m in mine],
+                "lines": lines,
+            }
+        )
+    return out
+
+
+def ramp_tables(summary: Summary) -> list[FitTable | str]:
+    """``ramp_sections`` for the terminal."""
+    out: list[FitTable | str] = []
+    for section in ramp_sections(summary):
+        header = section["header"]
+        table = FitTable(
+            section["title"],
+            keys=[Column(header[0], text=True), Column(header[1], text=True), Column(header[2], text=True)],
+            columns=[Column(h.replace(" ", "\n", 1)) for h in header[3:]],
+        )
+        for row in section["rows"]:
+            table.add_row(*row)
+        out.append(table)
+        out += [f"  {line}" for line in section["lines"]]
+    return out
