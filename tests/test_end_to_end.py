@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 import harness
+from harness.metrics import column_doc
 from harness.results import SCHEMA_VERSION, load_summary, read_jsonl
 from harness.results.records import RequestRecord
 from harness.server import group_alive
@@ -204,6 +205,8 @@ def test_the_ramp_is_one_window_per_workload_read_by_stage(finished_run) -> None
     drafted = [m.drafted_per_draft for m in summary.ramp if m.arm == "ngram_k4"]
     assert all(d is not None and 0 <= d <= 4 for d in drafted) and any(d > 0 for d in drafted)
     assert "Ramp, code_humaneval" in proc.stdout and "whole ramp" in proc.stdout
+    frame = harness.load_run(run).ramp()  # the table `bench export` writes, every column documented
+    assert len(frame) == len(summary.ramp) == 12 and all(column_doc(c) for c in frame.columns)
     page = run / "ramp-report.html"
     made = subprocess.run(
         BENCH + ["report", str(run), "-o", str(page)], capture_output=True, text=True, cwd=ROOT

@@ -11,12 +11,13 @@ from harness.commands.common import EXIT_OK, kind_of
 from harness.commands.terminal import print_unread
 
 NAME = "export"
-SUMMARY = "write a run's results as tables (cells, requests, categories, repeats) for pandas"
+SUMMARY = "write a run's results as tables (cells, requests, categories, repeats, ramp) for pandas"
 DESCRIPTION = """
 Derive a run's tables from its raw files, exactly as `bench show` and
 `harness.load_run(RUN).cells()` see them, and write one file per table: cells (arm x workload x
-concurrency), requests (one row per measured request), categories (arm x category x concurrency)
-and repeats (one row per repeat of each cell). Column names carry their units.
+concurrency), requests (one row per measured request), categories (arm x category x concurrency),
+repeats (one row per repeat of each cell) and ramp (arm x workload x stage of load.ramp, and each
+arm's whole ramp; empty without one). Column names carry their units.
 
 Given a study, write one table of every point's cells, with the point and its axis values.
 """

@@ -6,6 +6,7 @@
     run.requests()     # one row per measured request
     run.categories()   # one row per arm x category x concurrency
     run.repeats()      # one row per repeat of each cell (the gates' window-level samples)
+    run.ramp()         # one row per arm x workload x ramp stage (load.ramp), and the whole ramp
 
 Every table is derived from the raw files (the same ``Summary`` that ``bench show`` prints);
 column names carry their units (``_s``, ``_ms``, ``_pct``, ``tok_s``). Lists are spread into
@@ -31,13 +32,13 @@ from harness.probes.acceptance import SpecCounters, mean_acceptance_length
 from harness.probes.copying import copied_ngrams, share_pct
 from harness.probes.schedule import client_lag_s, queueing_s
 from harness.probes.slo import meets
-from harness.results.model import Summary
+from harness.results.model import RampStageMetrics, Summary
 from harness.results.raw import RawRun, read_raw
 from harness.summary import summarize
 from harness.verdict import OUTCOME_TEXT, window_verdicts
 
 ExportFormat = Literal["csv", "parquet", "jsonl"]
-TABLES = ("cells", "requests", "categories", "repeats")
+TABLES = ("cells", "requests", "categories", "repeats", "ramp")
 IDENTITY = ["run_id", "regime", "regime_fingerprint", "environment_fingerprint"]  # Run.identity()
 DICTIONARY = "columns.csv"
 
@@ -238,6 +239,13 @@ class Run:
             rows.append(row)
         return _frame(rows, columns)
 
+    def ramp(self) -> pd.DataFrame:
+        """One row per (arm, workload, ramp stage) and per arm's whole ramp (``load.ramp``), pooled
+        over the server start-ups; empty for a run without a ramp."""
+        fields = [f for f in RampStageMetrics.model_fields if f != "startup_tok_s"]  # a list: per start-up
+        rows = (self.identity() | m.model_dump(include=set(fields)) for m in self.summary.ramp)
+        return _frame(rows, [*IDENTITY, *fields])
+
     def table(self, name: str) -> pd.DataFrame:
         if name not in TABLES:
             raise ValueError(f"unknown table {name!r} (tables: {', '.join(TABLES)})")
@@ -251,9 +259,9 @@ def load_run(path: str | Path) -> Run:
 
 
 def export(run: Run, out_dir: Path, fmt: ExportFormat = "csv") -> list[Path]:
-    """Write every table of ``run`` into ``out_dir`` as ``<table>.<fmt>``, and the data dictionary
-    of their columns as ``columns.csv``; returns the files."""
-    frames = {name: run.table(name) for name in TABLES}
+    """Write every table of ``run`` into ``out_dir`` as ``<table>.<fmt>`` (``ramp`` only for a run
+    with one), and the data dictionary of their columns as ``columns.csv``; returns the files."""
+    frames = {name: run.table(name) for name in TABLES if name != "ramp" or run.summary.ramp}
     paths = [write_table(frame, out_dir / f"{name}.{fmt}", fmt) for name, frame in frames.items()]
     return [*paths, write_table(dictionary(frames), out_dir / DICTIONARY, "csv")]
 
