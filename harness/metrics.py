@@ -521,6 +521,11 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
         ),
         ("requests_across", "", "ramp: the requests in flight as the stage began, over every start-up"),
         (
+            "engine_steps",
+            "steps",
+            "ramp: SGLang's speculative steps (sglang:spec_num_steps) at the stage's end, start-ups' mean",
+        ),
+        (
             "drafted_per_draft",
             "tokens",
             "drafted tokens per draft in the span, from the engine's counters: the K it ran (0: no draft)",

@@ -70,6 +70,14 @@ def _span_metrics(
     across = [t for _, records in windows for t in formulas.tpot_across(records, start)] if start > 0 else []
     sent = [r for _, records in windows for r in records if start <= r.t_send < end]
     delta = _counters([w for w, _ in windows], stage[0] if stage else None) if speculative else None
+    steps = [
+        reported["sglang_spec_num_steps"]
+        for window, _ in windows
+        if stage is not None
+        and stage[0] < len(window.stage_reported)
+        and (reported := window.stage_reported[stage[0]]) is not None
+        and isinstance(reported.get("sglang_spec_num_steps"), int | float)
+    ]
     return RampStageMetrics(
         arm=arm,
         workload=workload,
@@ -92,6 +100,7 @@ def _span_metrics(
         tpot_ms_p90_across=_ms_p(across, 0.9),
         requests_across=len(across),
         tau=mean_acceptance_length(delta.drafts, delta.accepted_tokens) if delta is not None else None,
+        engine_steps=stats.mean(steps) if steps else None,
         drafted_per_draft=(delta.draft_tokens / delta.drafts if delta.drafts > 0 else 0.0)
         if delta is not None
         else None,

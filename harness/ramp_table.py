@@ -48,6 +48,13 @@ def _speedup_text(metrics: RampStageMetrics, baseline: str) -> str:
     return found.text() if found is not None else "-"
 
 
+def _drafted(metrics: RampStageMetrics) -> str:
+    """From the counters; else SGLang's active steps as the stage ended (its adaptive mode's K)."""
+    if metrics.drafted_per_draft is None and metrics.engine_steps is not None:
+        return f"{metrics.engine_steps:g} (SGLang steps)"
+    return _fmt(metrics.drafted_per_draft, ".2f")
+
+
 def _row(metrics: RampStageMetrics, baseline: str) -> list[str]:
     across = (
         f"{metrics.tpot_ms_p90_across:.0f} ({metrics.requests_across})"
@@ -62,7 +69,7 @@ def _row(metrics: RampStageMetrics, baseline: str) -> list[str]:
         _fmt(metrics.output_tok_s, ".1f"),
         _speedup_text(metrics, baseline),
         _fmt(metrics.tau, ".2f"),
-        _fmt(metrics.drafted_per_draft, ".2f"),
+        _drafted(metrics),
         _fmt(metrics.tpot_ms_p90_inside, ".0f"),
         across,
     ]

@@ -624,6 +624,7 @@ class Runner:
         first = adapter.read_spec_counters(server.base_url)  # None: counted per request
         counters: list[dict[str, Any] | None] = [first.to_json() if first is not None else None]
         counters += [None] * len(load.ramp)
+        reported: list[dict[str, Any] | None] = [None] * len(load.ramp)
 
         def keep(record: RequestRecord) -> None:
             append_jsonl(run.ramp(arm.name), record.to_json())
@@ -632,6 +633,7 @@ class Runner:
             if first is not None:
                 found = adapter.read_spec_counters(server.base_url)
                 counters[index + 1] = found.to_json() if found is not None else None
+            reported[index] = adapter.server_figures(server.base_url)
 
         stages = " -> ".join(f"{s.label()} {s.duration_s:g} s" for s in load.ramp)
         label = f"ramp {workload.name}: {stages}"
@@ -658,6 +660,7 @@ class Runner:
             prefix_cache_reset=cache_reset,
             acceptance_source=adapter.acceptance_source,
             counters=counters,
+            stage_reported=reported,
             cpu=window_cpu(cpu_before, cpu.snapshot(server.process.pid)),
         )
         append_jsonl(run.ramp_windows(arm.name), window.model_dump(mode="json"))

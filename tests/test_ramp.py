@@ -214,6 +214,10 @@ def _ramp_arm(name: str, rates: tuple[float, float], starts: list[float], drafte
                 stage_ends_s=[10.0, 20.0],
                 duration_s=21.0,
                 counters=counters,
+                # what SGLang's adaptive mode would show as each stage ends (vLLM reports nothing)
+                stage_reported=[{"sglang_spec_num_steps": 3}, {"sglang_spec_num_steps": 1}]
+                if drafted
+                else [],
             )
         )
     return RawArm(name, ArmStatus(status="ok"), [], [], [], ramp=records, ramp_windows=windows)
@@ -256,6 +260,7 @@ def test_a_stage_s_speedup_is_the_one_model_over_its_start_ups() -> None:
     assert first.speedup == pytest.approx(2.0, rel=0.03) and first.speedup_low > 1.5  # it pays at 1
     second = next(m for m in found if (m.arm, m.stage) == (other, 1))
     assert second.speedup == pytest.approx(1.0, rel=0.03)  # the same at 4
+    assert (first.engine_steps, second.engine_steps) == (3, 1)
     assert first.drafted_per_draft == 4.0 and first.tau == pytest.approx(3.0)
     whole = next(m for m in found if (m.arm, m.stage) == (other, None))
     assert whole.label == "ramp" and (whole.start_s, whole.end_s) == (0.0, 20.0)

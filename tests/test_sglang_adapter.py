@@ -87,6 +87,28 @@ def test_server_wide_figure_is_kept_apart_and_labelled() -> None:
     assert server_figures_from_info({"internal_states": [{}]}) is None  # a no-spec server reports none
 
 
+def test_the_active_steps_gauge_is_read_from_metrics() -> None:
+    """SGLang's adaptive mode shows the steps it runs in ``sglang:spec_num_steps`` (0.5.23's
+    metrics_collector.py: a Gauge, mode mostrecent): read from a real exposition of that gauge."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    from harness.engines.sglang import active_steps_from_metrics
+
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine_type", "tp_rank", "pp_rank"]
+    steps = Gauge(
+        "sglang:spec_num_steps", "Currently active speculative_num_steps.", labels, registry=registry
+    )
+    tokens = Gauge("sglang:spec_num_draft_tokens", "active draft tokens", labels, registry=registry)
+    for rank, value in ((0, 3), (1, 5)):  # two schedulers (TP ranks): their mean
+        steps.labels("target", "unified", str(rank), "0").set(value)
+        tokens.labels("target", "unified", str(rank), "0").set(value + 1)
+    found = active_steps_from_metrics(generate_latest(registry).decode())
+    assert found["sglang_spec_num_steps"] == 4.0 and found["sglang_spec_num_draft_tokens"] == 5.0
+    assert "not a mean over the window" in found["steps_note"]
+    assert active_steps_from_metrics("# HELP x\nsglang:num_running_reqs 3\n") is None
+
+
 def test_pip_requirement_and_no_server_counters() -> None:
     adapter = get_adapter("sglang")
     assert adapter.pip_requirement("0.5.23", "gpu") == "sglang==0.5.23"

@@ -109,6 +109,15 @@ def post_prefix_cache_reset(base_url: str, path: str) -> bool:
     return not (isinstance(answer, dict) and answer.get("success") is False)
 
 
+def get_text(base_url: str, path: str) -> str | None:
+    """The route's body as text; None when it cannot be read."""
+    try:
+        status, body = _get(base_url, path, 10.0)
+    except httpx.HTTPError:
+        return None
+    return body.decode(errors="replace") if status == 200 else None
+
+
 def get_json(base_url: str, path: str) -> Any:
     """The route's decoded JSON; None when it cannot be read (an engine without the route:
     nothing to check against)."""

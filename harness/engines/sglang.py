@@ -45,7 +45,7 @@ from harness.engines.flags import (
     Managed,
     managed_flag_problems,
 )
-from harness.probes.acceptance import SpecCounters, histogram_counters
+from harness.probes.acceptance import SpecCounters, histogram_counters, parse_prometheus
 
 if TYPE_CHECKING:
     from harness.regime import Arm, Regime
@@ -330,7 +330,12 @@ class SglangAdapter:
         from harness.engines import http  # I/O: only the run side calls this method
 
         info = http.get_json(base_url, "/server_info")
-        return None if info is None else server_figures_from_info(info)
+        figures = None if info is None else server_figures_from_info(info)
+        metrics = http.get_text(base_url, self.metrics_path)
+        steps = None if metrics is None else active_steps_from_metrics(metrics)
+        if steps is None:
+            return figures
+        return {**(figures or {}), **steps}
 
     def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
         """``/server_info``: the resolved server arguments, as the engine applied them."""
@@ -361,6 +366,32 @@ def request_counters(details: list[dict]) -> SpecCounters:
             )
         )
     return total
+
+
+# The steps SGLang runs right now (its adaptive mode moves them with the batch size): gauges set at
+# each decode log interval (metrics_reporter.py, 0.5.23), with --enable-metrics, which the harness passes.
+ACTIVE_STEPS_GAUGES = {
+    "sglang:spec_num_steps": "sglang_spec_num_steps",
+    "sglang:spec_num_draft_tokens": "sglang_spec_num_draft_tokens",
+}
+
+
+def active_steps_from_metrics(text: str) -> dict | None:
+    """SGLang's active speculative steps and draft tokens from ``/metrics`` (one value per
+    scheduler, the mean when there are several); None where the gauges are absent (a release
+    without them, no speculation)."""
+    found: dict[str, list[float]] = {}
+    for sample in parse_prometheus(text):
+        key = ACTIVE_STEPS_GAUGES.get(sample.name)
+        if key is not None:
+            found.setdefault(key, []).append(sample.value)
+    if not found:
+        return None
+    return {
+        **{key: sum(values) / len(values) for key, values in found.items()},
+        "steps_note": "SGLang's speculative steps at the last decode log interval before the read "
+        "(sglang:spec_num_steps): the K its adaptive mode ran then, not a mean over the window.",
+    }
 
 
 def server_figures_from_info(info: dict) -> dict | None:

@@ -225,6 +225,8 @@ class RampWindowRecord(ResultModel):
     prefix_cache_reset: bool = False
     acceptance_source: Literal["server_counters", "per_request"] = "server_counters"
     counters: list[dict[str, Any] | None] = []  # SpecCounters.to_json(): at the start, then after each stage
+    # the engine's own figures as each stage ended (SGLang: the speculative steps its adaptive mode ran)
+    stage_reported: list[dict[str, Any] | None] = []
     cpu: WindowCpu | None = None
 
     def stage_bounds(self) -> list[tuple[float, float]]:
