@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness import stats
+from harness.engines import get_adapter
 from harness.intervals import Spread, cell_estimates
 from harness.probes import ramp as formulas
 from harness.probes.acceptance import SpecCounters, mean_acceptance_length
@@ -52,6 +53,27 @@ def _counters(windows: Sequence[RampWindowRecord], stage: int | None) -> SpecCou
     return total
 
 
+def _request_counters(engine: str, records: list[RequestRecord]) -> SpecCounters | None:
+    """An engine without counters (SGLang): the sum of each request's own acceptance details."""
+    adapter = get_adapter(engine)
+    found = [c for r in records if r.ok and (c := adapter.request_counters(r)) is not None]
+    total = SpecCounters()
+    for counters in found:
+        total = total.plus(counters)
+    return total if found else None
+
+
+def _engine_steps(windows: list[RampWindowRecord], stage: int) -> list[float]:
+    """SGLang's active speculative steps as the stage ended, per window that read them."""
+    out = []
+    for window in windows:
+        reported = window.stage_reported[stage] if stage < len(window.stage_reported) else None
+        value = (reported or {}).get("sglang_spec_num_steps")
+        if isinstance(value, int | float):
+            out.append(float(value))
+    return out
+
+
 def _span_metrics(
     arm: str,
     workload: str,
@@ -59,6 +81,7 @@ def _span_metrics(
     bounds: tuple[float, float],
     windows: list[tuple[RampWindowRecord, list[RequestRecord]]],
     speculative: bool,
+    engine: str,
 ) -> RampStageMetrics:
     start, end = bounds
     tok_s = [
@@ -70,14 +93,9 @@ def _span_metrics(
     across = [t for _, records in windows for t in formulas.tpot_across(records, start)] if start > 0 else []
     sent = [r for _, records in windows for r in records if start <= r.t_send < end]
     delta = _counters([w for w, _ in windows], stage[0] if stage else None) if speculative else None
-    steps = [
-        reported["sglang_spec_num_steps"]
-        for window, _ in windows
-        if stage is not None
-        and stage[0] < len(window.stage_reported)
-        and (reported := window.stage_reported[stage[0]]) is not None
-        and isinstance(reported.get("sglang_spec_num_steps"), int | float)
-    ]
+    if speculative and delta is None and windows and windows[0][0].acceptance_source == "per_request":
+        delta = _request_counters(engine, sent)  # SGLang: the requests sent in the span count
+    steps = _engine_steps([w for w, _ in windows], stage[0]) if stage else []
     return RampStageMetrics(
         arm=arm,
         workload=workload,
@@ -113,14 +131,14 @@ def _arm_ramp(raw: RawRun, arm: RawArm, workload: str) -> list[RampStageMetrics]
         return []
     paired = [(w, [r for r in arm.ramp if r.workload == workload and r.repeat == w.repeat]) for w in windows]
     method = next(a.method for a in raw.regime.arms if a.name == arm.name)
-    speculative = method != "baseline"
+    speculative, engine = method != "baseline", raw.regime.engine.name
     bounds = windows[0].stage_bounds()
     out = [
-        _span_metrics(arm.name, workload, (index, stage), bounds[index], paired, speculative)
+        _span_metrics(arm.name, workload, (index, stage), bounds[index], paired, speculative, engine)
         for index, stage in enumerate(windows[0].stages)
     ]
     whole = (0.0, bounds[-1][1])
-    out.append(_span_metrics(arm.name, workload, None, whole, paired, speculative))
+    out.append(_span_metrics(arm.name, workload, None, whole, paired, speculative, engine))
     return out
 
 

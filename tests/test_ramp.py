@@ -306,3 +306,32 @@ def test_the_views_show_the_ramp_and_a_schedule_on_it() -> None:
     assert len(section["rows"]) == 3 * len(arms) and section["rows"][0][0] == "1: @1"
     assert section["rows"][-1][0] == "whole ramp"
     assert any("on the whole ramp" in line for line in section["lines"]) == bool(scheduled)
+
+
+def test_an_engine_without_counters_counts_the_requests_sent_in_the_stage() -> None:
+    """SGLang has no draft counters: a stage's tau and drafted per draft come from the requests
+    sent in it (each one's spec details), as a cell's do."""
+    from harness.ramp import _span_metrics
+    from harness.results.records import RampWindowRecord
+
+    records = [_streaming(f"p{t}", t, t + 1, 8, 0) for t in range(20)]
+    for record in records:  # 4 verify steps, 3 drafts proposed per step, 2 accepted per step
+        steps = 4 if record.t_send < 10 else 8
+        record.spec_details = {
+            "spec_verify_ct": steps,
+            "spec_num_proposed_drafts": 3 * steps,
+            "spec_num_correct_drafts": 2 * steps,
+            "spec_correct_drafts_histogram": [0, 0, steps],
+        }
+    window = RampWindowRecord(
+        workload="code",
+        prompt_format="raw",
+        stages=STAGES,
+        stage_ends_s=[10.0, 20.0],
+        duration_s=21.0,
+        acceptance_source="per_request",
+        counters=[None, None, None],
+    )
+    found = _span_metrics("eagle3", "code", (0, STAGES[0]), (0.0, 10.0), [(window, records)], True, "sglang")
+    assert found.tau == pytest.approx(3.0) and found.drafted_per_draft == pytest.approx(3.0)
+    assert found.requests_sent == 10
