@@ -9,7 +9,8 @@ from typing import Any
 
 from harness.intervals import Estimate, stored_estimate
 from harness.results.model import RampStageMetrics, Summary
-from harness.terminal import Column, FitTable
+from harness.table import section_tables
+from harness.terminal import FitTable
 
 HEADER = [
     "stage",
@@ -126,16 +127,4 @@ def ramp_sections(summary: Summary) -> list[dict[str, Any]]:
 
 def ramp_tables(summary: Summary) -> list[FitTable | str]:
     """``ramp_sections`` for the terminal."""
-    out: list[FitTable | str] = []
-    for section in ramp_sections(summary):
-        header = section["header"]
-        table = FitTable(
-            section["title"],
-            keys=[Column(header[0], text=True), Column(header[1], text=True), Column(header[2], text=True)],
-            columns=[Column(h.replace(" ", "\n", 1)) for h in header[3:]],
-        )
-        for row in section["rows"]:
-            table.add_row(*row)
-        out.append(table)
-        out += [f"  {line}" for line in section["lines"]]
-    return out
+    return section_tables(ramp_sections(summary), key_text=(True, True, True), prose_last=False)

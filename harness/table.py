@@ -484,19 +484,30 @@ def schedule_sections(summary: Summary) -> list[dict[str, Any]]:
     return out
 
 
-def schedule_tables(summary: Summary) -> list[FitTable | str]:
-    """``schedule_sections`` for the terminal."""
+def section_tables(
+    sections: list[dict[str, Any]], key_text: tuple[bool, ...], prose_last: bool
+) -> list[FitTable | str]:
+    """Sections (a title, a header, rows, conclusions) as terminal tables, each followed by its
+    lines: the first ``len(key_text)`` columns repeat when the table is stacked (each text or a
+    right-aligned value); ``prose_last``: the last column is text that may wrap (a verdict)."""
+    keys = len(key_text)
     out: list[FitTable | str] = []
-    for section in schedule_sections(summary):
+    for section in sections:
         header = section["header"]
+        values = header[keys:-1] if prose_last else header[keys:]
         table = FitTable(
             section["title"],
-            keys=[Column(header[0], text=True), Column(header[1])],
-            columns=[Column(h.replace(" ", "\n", 1)) for h in header[2:-1]]
-            + [Column(header[-1], text=True, wraps=True)],
+            keys=[Column(h, text=text) for h, text in zip(header, key_text, strict=False)],
+            columns=[Column(h.replace(" ", "\n", 1)) for h in values]
+            + ([Column(header[-1], text=True, wraps=True)] if prose_last else []),
         )
         for row in section["rows"]:
             table.add_row(*row)
         out.append(table)
         out += [f"  {line}" for line in section["lines"]]
     return out
+
+
+def schedule_tables(summary: Summary) -> list[FitTable | str]:
+    """``schedule_sections`` for the terminal."""
+    return section_tables(schedule_sections(summary), key_text=(True, False), prose_last=True)
