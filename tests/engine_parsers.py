@@ -158,6 +158,13 @@ def sglang_server_args(parser: argparse.ArgumentParser, argv: list[str]) -> tupl
     return server_args.ServerArgs.from_cli_args(namespace), unknown
 
 
+def sglang_adaptive_config(path: str) -> dict[int, dict]:
+    """SGLang's own read of an adaptive config file (``_load_adaptive_config``): its tiers by batch
+    size; ValueError (or JSON's) for a file it refuses."""
+    params = import_sglang_module("sglang.srt.speculative.adaptive_spec_params")
+    return params._load_adaptive_config(path)[1]
+
+
 def sglang_algorithm(name: str) -> Any:
     """SGLang's own parse of --speculative-algorithm (a free string to argparse)."""
     return import_sglang_module("sglang.srt.speculative.spec_info").SpeculativeAlgorithm.from_string(name)

@@ -388,9 +388,40 @@ def test_sglang_parser_accepts_every_arm(
             )
         if arm.draft_model is not None:
             assert args.speculative_draft_model_path == plan.drafters[arm.name].path
+    if args.speculative_adaptive_config is not None:  # the tuned arm: SGLang's own loader reads its tiers
+        assert engine_parsers.sglang_adaptive_config(args.speculative_adaptive_config)
     # /server_info serialises the server args with resolved_dict(): our reading of it agrees with the regime
     info = {**args.resolved_dict(), "version": regime.engine.version}
     assert check_served(regime, served_from_server_info(info), arm) == []
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"1": {"candidate_steps": [1, 3, 7]}, "16": {"candidate_steps": [0]}, "note": "kept"}',
+        '{"1": {"candidate_steps": []}}',
+        '{"1": {"candidate_steps": [1, -1]}}',
+        '{"1": {"candidate_steps": [1.5]}}',
+        '{"1": {"steps": [1]}}',
+        '{"small": {"candidate_steps": [1]}}',
+        "[1, 2]",
+        "{not json",
+    ],
+)
+def test_adaptive_config_check_agrees_with_sglang_s_loader(tmp_path: Path, content: str) -> None:
+    """bench validate refuses exactly the adaptive config files SGLang 0.5.23's loader refuses."""
+    from harness.engines.sglang import adaptive_config_problem
+
+    path = tmp_path / "adaptive.json"
+    path.write_text(content)
+    try:
+        engine_parsers.sglang_adaptive_config(str(path))
+        sglang_accepts = True
+    except (ValueError, AttributeError):  # AttributeError: a list has no .items() (SGLang's own crash)
+        sglang_accepts = False
+    problem = adaptive_config_problem(str(path))
+    assert (problem is None) == sglang_accepts, problem
+    assert adaptive_config_problem(str(tmp_path / "missing.json")).startswith("no file")
 
 
 def test_sglang_contract_catches_breakage(resolved, sglang_parser) -> None:

@@ -146,3 +146,34 @@ def test_sglext_fills_the_record_and_the_window_counts_from_it() -> None:
     sample = RequestRecord.from_json(record.to_json())
     counters = adapter.window_counters(window, [sample, dataclasses.replace(sample, spec_details=None)])
     assert (counters.drafts, counters.accepted_tokens, counters.accepted_per_position) == (2, 3, {0: 2, 1: 1})
+
+
+def test_a_tuned_adaptive_arm_names_a_file_sglang_can_read(tmp_path) -> None:
+    """`bench validate` checks the tuned arm's config file as SGLang's loader would, with the field
+    path and line: missing, or a tier SGLang would refuse."""
+    from pathlib import Path
+
+    import pytest
+
+    from harness.errors import UserError
+    from harness.plan import plan_regime
+
+    root = Path(__file__).resolve().parent.parent
+    text = (
+        (root / "regimes" / "h200_policy_sglang.yaml")
+        .read_text()
+        .replace("../workloads/", f"{root}/workloads/")
+    )
+    regime = tmp_path / "r.yaml"
+    regime.write_text(
+        text.replace("regimes/sglang/qwen3_8b_adaptive_tuned.json", str(tmp_path / "none.json"))
+    )
+    with pytest.raises(
+        UserError, match=r"r\.yaml:\d+: arms\[5\]\.options\.speculative_adaptive_config: no file"
+    ):
+        plan_regime(regime)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"1": {"candidate_steps": [3, -1]}}')
+    regime.write_text(text.replace("regimes/sglang/qwen3_8b_adaptive_tuned.json", str(bad)))
+    with pytest.raises(UserError, match=r"tier 1: candidate_steps must be a non-empty list of ints >= 0"):
+        plan_regime(regime)

@@ -97,6 +97,32 @@ ADAPTIVE_METHODS = ("eagle3",)
 ADAPTIVE_CONFIG_FILE = "sglang_adaptive_config.json"
 
 
+def adaptive_config_problem(value: Any) -> str | None:
+    """What SGLang 0.5.23 would refuse in an adaptive config file (``_load_adaptive_config`` in
+    adaptive_spec_params.py: JSON, at least one batch-size key of digits, each with a non-empty list
+    of non-negative integer ``candidate_steps``), or None. The path is the one SGLang opens:
+    relative to the directory ``bench`` runs in."""
+    import json
+
+    path = Path(str(value))
+    if not path.is_file():
+        return f"no file {path} (SGLang opens it as given: relative to where bench runs, {Path.cwd()})"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return f"{path}: not a JSON file SGLang can read ({exc})"
+    if not isinstance(config, dict):
+        return f"{path}: SGLang expects an object of batch-size tiers, found {type(config).__name__}"
+    tiers = {key: entry for key, entry in config.items() if key.isdigit()}
+    if not tiers:
+        return f'{path}: no batch-size tier (a key of digits, e.g. {{"1": {{"candidate_steps": [1, 3, 7]}}}})'
+    for key, entry in tiers.items():
+        steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
+        if not isinstance(steps, list) or not steps or not all(isinstance(s, int) and s >= 0 for s in steps):
+            return f"{path}: tier {key}: candidate_steps must be a non-empty list of ints >= 0, got {steps!r}"
+    return None
+
+
 def adaptive_config(ranges: list[tuple[int, int, int]]) -> dict[str, dict]:
     """A K schedule as SGLang's adaptive config: one tier per range, with that range's K as its only
     candidate (a fixed step count per tier: the schedule a study decided, not an EMA's guess)."""
@@ -168,6 +194,10 @@ class SglangAdapter:
                         "read only with speculative_adaptive: true",
                     )
                 )
+            elif "speculative_adaptive_config" in arm.options:
+                problem = adaptive_config_problem(arm.options["speculative_adaptive_config"])
+                if problem is not None:
+                    found.append((("arms", index, "options", "speculative_adaptive_config"), problem))
             for key in arm.options:
                 if key not in SPECULATIVE_OPTIONS:
                     message = (
