@@ -18,7 +18,18 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness import __version__, terminal
-from harness.commands import calibrate, drafter, export, gate, report, run, show, study_point, validate
+from harness.commands import (
+    calibrate,
+    drafter,
+    export,
+    gate,
+    history,
+    report,
+    run,
+    show,
+    study_point,
+    validate,
+)
 from harness.commands.common import EXIT_ENGINE, EXIT_INTERRUPTED, EXIT_USAGE, subcommand
 from harness.errors import EngineError, UserError
 
@@ -30,6 +41,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     report,
     gate,
     export,
+    history,
     drafter,
     study_point,
 )

@@ -54,6 +54,9 @@ PLACES: dict[str, str] = {
     "harness.engines": "config",  # engine knowledge: argv, request fields, counters, parsers
     "harness.workloads": "config",
     "harness.results": "store",
+    "harness.history.entry": "store",  # what the history keeps of a run, typed
+    "harness.history.store": "store",  # the history's DuckDB file: schema, migrations, reads
+    "harness.history.collect": "derive",  # a run directory as a history entry (its start-up samples)
     "harness.results.frames": "derive",  # the derived numbers as DataFrames (load_run().cells())
     "harness.study.record": "store",
     "harness.summary": "derive",

@@ -1,0 +1,136 @@
+"""`bench history add|import|show`: every run kept in one DuckDB file, for nightly regression work."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from harness.commands.common import EXIT_OK, kind_of
+from harness.errors import UserError
+
+NAME = "history"
+SUMMARY = "keep runs in a history database (DuckDB): add a run or study, import a folder, show it"
+DESCRIPTION = """
+The nightly history: one DuckDB file (default results/history.duckdb) holding every run added to
+it, each with its regime fingerprint, the machine it ran on, the engine and its patches, the
+harness's commit and when it started, and per arm and cell the start-up-level samples of every
+gateable metric and the cell's speedup with its interval and verdict.
+
+add: append runs or studies (a study adds each of its points); a run already in the history is
+not added again (keyed by run id). import: add every run and study found under a folder. show:
+one line per run in the history.
+
+Read it from Python with harness.load_history(PATH): .runs(), .samples(), .cells() as DataFrames.
+"""
+EXAMPLES = """
+bench history add results/cpu_default/20261201-093000-a1b2c3
+bench history add results/cpu_policy/study-20261202-073003-5ab544 --history nightly.duckdb
+bench history import results/
+bench history show --history nightly.duckdb
+"""
+INTERRUPTED = "each run is added whole or not at all; run it again to add the rest"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="append runs or studies (each study point) to the history")
+    add.add_argument("paths", type=Path, nargs="+", metavar="RUN|STUDY", help="run or study directories")
+    add.add_argument(
+        "--engine-commit", metavar="SHA", help="the engine's git commit, recorded with each run added"
+    )
+    folder = actions.add_parser("import", help="add every run and study found under a folder")
+    folder.add_argument("folder", type=Path, metavar="DIR", help="a results folder (searched below)")
+    actions.add_parser("show", help="one line per run in the history")
+    for sub in (add, folder, actions.choices["show"]):
+        sub.add_argument(
+            "--history",
+            type=Path,
+            default=Path("results") / "history.duckdb",
+            metavar="FILE",
+            help="the history file (default: results/history.duckdb; created when adding)",
+        )
+
+
+def _run_dirs(path: Path) -> list[tuple[Path, str | None]]:
+    """The run directories a path names: itself, or a study's points (with the study's name)."""
+    if kind_of(path) == "run":
+        return [(path, None)]
+    from harness.study.record import StudyDir
+
+    study = StudyDir(path)
+    return [(study.point_run(point).root, path.name) for point in study.read().points]
+
+
+def found_under(folder: Path) -> list[Path]:
+    """Every run and study directory under ``folder`` (a study's points are its own, not searched)."""
+    if not folder.is_dir():
+        raise UserError(f"{folder}: not a folder")
+    studies = sorted(p.parent for p in folder.rglob("study.json"))
+    runs = sorted(
+        p.parent
+        for p in folder.rglob("regime.json")
+        if not any(study in p.parents for study in studies) and ".attempt-" not in p.parent.name
+    )
+    return studies + runs
+
+
+def _add(paths: list[Path], history_path: Path, engine_commit: str | None, console: Console) -> int:
+    from harness.history.collect import history_entry
+    from harness.history.store import open_history
+
+    runs = [found for path in paths for found in _run_dirs(path)]
+    added = kept = 0
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with open_history(history_path) as history, Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("adding runs", total=len(runs))
+        for run_dir, study in runs:
+            if (run_dir / "summary.json").is_file() or (run_dir / "regime.json").is_file():
+                if history.add(history_entry(run_dir, engine_commit, study)):
+                    added += 1
+                else:
+                    kept += 1
+            bar.advance(task)
+    console.print(
+        f"{history_path}: {added} run(s) added, {kept} already there",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    return EXIT_OK
+
+
+def _show(history_path: Path, console: Console) -> int:
+    from rich.table import Table
+
+    from harness.history.store import open_history
+
+    with open_history(history_path, read_only=True) as history:
+        runs, cells = history.runs(), history.cells()
+    table = Table(title=f"{history_path}: {len(runs)} run(s)")
+    for header in ("started", "run", "regime", "fingerprint", "machine", "engine", "cells"):
+        table.add_column(header)
+    counts = cells.groupby("run_id").size() if len(cells) else {}
+    for row in runs.itertuples():
+        table.add_row(
+            str(row.started_at)[:19],
+            escape(row.run_id),
+            escape(row.regime),
+            row.regime_fingerprint,
+            row.machine_key,
+            escape(str(row.engine_version)),
+            str(int(counts.get(row.run_id, 0)) if len(cells) else 0),
+        )
+    console.print(table)
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    if args.action == "add":
+        return _add(args.paths, args.history, args.engine_commit, console)
+    if args.action == "import":
+        return _add(found_under(args.folder), args.history, None, console)
+    return _show(args.history, console)

@@ -1,0 +1,104 @@
+"""A run directory as a history entry: the run's identity, and per arm and cell the start-up-level
+samples of every metric the gates know (``harness.metrics``), read the way a relative gate reads
+them (``gates.RunView.startup_samples``: one value per server start-up, one per prompt for a
+prompt-level metric), and the cell's speedup with its interval and the verdict that interval
+supports (the arm's own, not corrected for a selection among arms). Pure: files in, models out."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness.environment import environment_fingerprint, machine_identity
+from harness.gates import RunView
+from harness.history.entry import HistoryCell, HistoryEntry, HistoryRun, HistorySample
+from harness.intervals import stored_estimate
+from harness.metrics import METRICS
+
+GATED = [name for name, metric in METRICS.items() if metric.gated]  # what a gate can read, by the registry
+# the machine, not its software: a new engine or torch on the same machine is a change the history
+# must show on one series, not a new series
+SOFTWARE = ("engine_version", "torch")
+
+
+def machine_key(environment: dict) -> str:
+    identity = {k: v for k, v in machine_identity(environment).items() if k not in SOFTWARE}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def started_at(run_id: str, run_dir: Path) -> datetime:
+    """When the run started (UTC): from its id (``YYYYmmdd-HHMMSS-xxxxxx``, the harness's own), else
+    (a directory renamed) when its ``regime.json`` was written, at its start."""
+    try:
+        return datetime.strptime(run_id[:15], "%Y%m%d-%H%M%S")
+    except ValueError:
+        return datetime.fromtimestamp((run_dir / "regime.json").stat().st_mtime, tz=UTC).replace(tzinfo=None)
+
+
+def _run(view: RunView, run_dir: Path, engine_commit: str | None, study: str | None) -> HistoryRun:
+    environment, record = view.raw.environment, view.record
+    return HistoryRun(
+        run_id=view.summary.run_id if study is None else f"{study}/{run_dir.name}",
+        regime=view.regime.name,
+        regime_fingerprint=record["fingerprint"],
+        conditions_fingerprint=record.get("conditions_fingerprint"),
+        machine_key=machine_key(environment),
+        machine=machine_identity(environment),
+        environment_fingerprint=environment_fingerprint(environment) if environment else None,
+        engine=view.regime.engine.name,
+        engine_version=environment.get("engine_version"),
+        engine_patches=record.get("engine_patches", []),
+        harness_commit=environment.get("harness_git_sha"),
+        engine_commit=engine_commit,
+        started_at=started_at(study.removeprefix("study-") if study else view.summary.run_id, run_dir),
+        study=study,
+        point=run_dir.name if study else None,
+        source=str(run_dir),
+    )
+
+
+def history_entry(run_dir: Path, engine_commit: str | None = None, study: str | None = None) -> HistoryEntry:
+    """The entry of one run directory (a study's point: ``study`` names the study, and the point's
+    run id is ``STUDY/POINT``)."""
+    view = RunView(run_dir)
+    methods = {arm.name: arm.method for arm in view.regime.arms}
+    samples, cells = [], []
+    for cell in view.summary.cells:
+        where = {
+            "arm": cell.arm,
+            "method": methods[cell.arm],
+            "workload": cell.workload,
+            "concurrency": cell.concurrency,
+            "request_rate": cell.request_rate,
+        }
+        for name in GATED:
+            values = view.startup_samples(cell.arm, cell.workload, cell.level, name)
+            samples += [
+                HistorySample(**where, metric=name, sample=index, value=value)
+                for index, value in enumerate(values)
+            ]
+        estimate = stored_estimate(
+            cell.speedup,
+            cell.speedup_low,
+            cell.speedup_high,
+            cell.speedup_rounds,
+            cell.speedup_df,
+            cell.speedup_log_se,
+            cell.speedup_interval,
+        )
+        baseline = cell.arm == view.summary.baseline_arm
+        cells.append(
+            HistoryCell(
+                **where,
+                server_starts=cell.server_starts,
+                verdict=None if baseline or estimate is None else estimate.verdict,
+                speedup=cell.speedup,
+                speedup_low=cell.speedup_low,
+                speedup_high=cell.speedup_high,
+                speedup_log_se=cell.speedup_log_se,
+                speedup_df=cell.speedup_df,
+            )
+        )
+    return HistoryEntry(run=_run(view, run_dir, engine_commit, study), samples=samples, cells=cells)

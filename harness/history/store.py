@@ -1,0 +1,186 @@
+"""The nightly history: every run kept in one DuckDB file (``results/history.duckdb`` by default).
+
+One row per run (its regime fingerprint, the machine it ran on, the engine and its patches, the
+harness's commit, when it started), and per run, arm and cell the start-up-level samples of every
+metric (``harness.history.entry`` makes them from a run directory) and the cell's verdict with its
+interval. Runs are keyed by run id: adding one twice adds it once. The file carries its schema
+version; an older file is migrated on open (``MIGRATIONS``), a newer one refused.
+
+    schema 1: runs, samples, cells, meta(schema_version)
+
+Reads come back as DataFrames (``History.runs()``, ``.samples()``, ``.cells()``), the same columns
+as the typed models of ``harness.history.entry``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from harness.errors import UserError
+from harness.history.entry import HistoryEntry
+
+SCHEMA_VERSION = 1
+DEFAULT_PATH = Path("results") / "history.duckdb"
+
+TABLES = {
+    "runs": """
+        run_id VARCHAR PRIMARY KEY, regime VARCHAR NOT NULL, regime_fingerprint VARCHAR NOT NULL,
+        conditions_fingerprint VARCHAR, machine_key VARCHAR NOT NULL, machine VARCHAR NOT NULL,
+        environment_fingerprint VARCHAR, engine VARCHAR NOT NULL, engine_version VARCHAR,
+        engine_patches VARCHAR NOT NULL, harness_commit VARCHAR, engine_commit VARCHAR,
+        started_at TIMESTAMP NOT NULL, study VARCHAR, point VARCHAR, source VARCHAR NOT NULL,
+        added_at TIMESTAMP NOT NULL DEFAULT current_timestamp""",
+    "samples": """
+        run_id VARCHAR NOT NULL, arm VARCHAR NOT NULL, method VARCHAR NOT NULL, workload VARCHAR NOT NULL,
+        concurrency INTEGER NOT NULL, request_rate DOUBLE, metric VARCHAR NOT NULL, sample INTEGER NOT NULL,
+        value DOUBLE NOT NULL""",
+    "cells": """
+        run_id VARCHAR NOT NULL, arm VARCHAR NOT NULL, method VARCHAR NOT NULL, workload VARCHAR NOT NULL,
+        concurrency INTEGER NOT NULL, request_rate DOUBLE, server_starts INTEGER NOT NULL, verdict VARCHAR,
+        speedup DOUBLE, speedup_low DOUBLE, speedup_high DOUBLE, speedup_log_se DOUBLE, speedup_df INTEGER""",
+}
+# schema N -> N + 1, run in order on an older file (none yet: version 1 is the first)
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {}
+
+
+class History:
+    """An open history file (``open_history``)."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path):
+        self.connection, self.path = connection, path
+
+    def has(self, run_id: str) -> bool:
+        return self.connection.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone() is not None
+
+    def add(self, entry: HistoryEntry) -> bool:
+        """Append one run with its samples and cells, in one transaction; False (nothing written)
+        when the history already holds that run id."""
+        run = entry.run
+        if self.has(run.run_id):
+            return False
+        row = run.model_dump()
+        row["machine"] = json.dumps(row["machine"], sort_keys=True)
+        row["engine_patches"] = json.dumps(row["engine_patches"])
+        con = self.connection
+        con.execute("BEGIN TRANSACTION")
+        try:
+            columns = ", ".join(row)
+            con.execute(
+                f"INSERT INTO runs ({columns}) VALUES ({', '.join('?' * len(row))})", list(row.values())
+            )
+            for table, models in (("samples", entry.samples), ("cells", entry.cells)):
+                if models:
+                    frame = pd.DataFrame([{"run_id": run.run_id, **m.model_dump()} for m in models])
+                    con.register("incoming", frame)
+                    con.execute(f"INSERT INTO {table} ({', '.join(frame.columns)}) SELECT * FROM incoming")
+                    con.unregister("incoming")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return True
+
+    def runs(self) -> pd.DataFrame:
+        """One row per run, oldest first."""
+        return self.connection.execute("SELECT * FROM runs ORDER BY started_at, run_id").df()
+
+    def samples(self) -> pd.DataFrame:
+        """Every start-up-level sample, with its run's time, fingerprint and machine."""
+        return self.connection.execute(
+            "SELECT r.started_at, r.regime_fingerprint, r.machine_key, s.* FROM samples s "
+            "JOIN runs r USING (run_id) ORDER BY r.started_at, s.run_id, s.arm, s.workload, s.concurrency, "
+            "s.metric, s.sample"
+        ).df()
+
+    def cells(self) -> pd.DataFrame:
+        """Every cell's verdict and interval, with its run's time, fingerprint and machine."""
+        return self.connection.execute(
+            "SELECT r.started_at, r.regime_fingerprint, r.machine_key, c.* FROM cells c "
+            "JOIN runs r USING (run_id) ORDER BY r.started_at, c.run_id, c.arm, c.workload, c.concurrency"
+        ).df()
+
+
+def _schema_version(con: duckdb.DuckDBPyConnection) -> int | None:
+    tables = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    if "meta" not in tables:
+        return None if not tables else 0
+    found = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(found[0]) if found else 0
+
+
+def _create(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    for name, columns in TABLES.items():
+        con.execute(f"CREATE TABLE {name} ({columns})")
+    con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+
+
+def _ready(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """A new file gets the schema; an older one is migrated; a newer or foreign one is refused."""
+    version = _schema_version(con)
+    if version is None:
+        _create(con)
+        return
+    if version == 0:
+        raise UserError(f"{path}: a DuckDB file that is not a bench history (no schema_version)")
+    if version > SCHEMA_VERSION:
+        raise UserError(
+            f"{path}: history schema {version} is newer than this harness reads ({SCHEMA_VERSION}): "
+            "upgrade the harness"
+        )
+    for step in range(version, SCHEMA_VERSION):
+        MIGRATIONS[step](con)
+        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(step + 1)])
+
+
+@contextmanager
+def open_history(path: Path, read_only: bool = False) -> Iterator[History]:
+    """The history file at ``path`` (created, with its folder, unless ``read_only``)."""
+    if read_only and not path.is_file():
+        raise UserError(f"{path}: no history file (bench history add RUN creates it)")
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as exc:  # another process holds it, or not a DuckDB file
+        raise UserError(f"{path}: cannot open the history: {str(exc).splitlines()[0]}") from None
+    try:
+        if not read_only:
+            _ready(con, path)
+        elif _schema_version(con) != SCHEMA_VERSION:
+            raise UserError(
+                f"{path}: history schema {_schema_version(con)}, this harness reads {SCHEMA_VERSION}"
+            )
+        yield History(con, path)
+    finally:
+        con.close()
+
+
+class LoadedHistory:
+    """A history file read whole into memory (``harness.load_history``): its tables as DataFrames,
+    the file closed again (DuckDB lets one process write it at a time)."""
+
+    def __init__(self, path: Path):
+        with open_history(Path(path), read_only=True) as history:
+            self._runs, self._samples, self._cells = history.runs(), history.samples(), history.cells()
+        self.path = Path(path)
+
+    def runs(self) -> pd.DataFrame:
+        return self._runs
+
+    def samples(self) -> pd.DataFrame:
+        return self._samples
+
+    def cells(self) -> pd.DataFrame:
+        return self._cells
+
+
+def load_history(path: str | Path) -> LoadedHistory:
+    """The history at ``path`` for analysis (``.runs()``, ``.samples()``, ``.cells()``)."""
+    return LoadedHistory(Path(path))
