@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from harness import stats
 from harness.environment import machine_differences
 from harness.errors import UserError
+from harness.history.reference import MIN_NIGHTS, Nights, night_summary, prediction
 from harness.metrics import METRICS, PROMPT_STATUS
 from harness.regime import Gate, Gates, LoadLevel, Regime
 from harness.results.calibration import Calibration
@@ -315,6 +316,71 @@ def relative_check(
     return RelativeResult("pass", *found, "")
 
 
+def history_check(
+    values: list[float],
+    nights: Sequence[Sequence[float]],
+    tolerance_pct: float,
+    higher_is_better: bool,
+    confidence: float = 0.95,
+) -> RelativeResult:
+    """A maximum-regression gate against the nights before (``harness.history.reference``): the
+    night's summary of its start-up samples against the prediction interval the earlier nights give
+    (``low``/``high``: that band, as changes against their centre). Fails when the night lies beyond
+    the band on the worse side AND its change is worse than ``tolerance_pct``; a band wider than the
+    tolerance could not see a regression of that size below its edge: "inconclusive" then, unless it
+    fails; otherwise a pass."""
+    found = prediction(nights, confidence)
+    if found is None or not values:
+        return RelativeResult("inconclusive", None, None, None, "fewer than 2 earlier nights with this cell")
+    if found.positive and min(values) <= 0:
+        return RelativeResult("inconclusive", None, None, None, "a value of 0 where the nights had none")
+    change = found.change(night_summary(values, found.positive))
+    low, high = found.bounds()
+    worse, edge = (-change, -low) if higher_is_better else (change, high)
+    tolerance = tolerance_pct / 100
+    if worse > edge and worse > tolerance:
+        return RelativeResult("fail", low, high, change, "")
+    if edge > tolerance:
+        band = (
+            f"band {100 * low:+.1f}..{100 * high:+.1f}% from {found.nights} nights, limit {tolerance_pct:g}%"
+        )
+        return RelativeResult(
+            "inconclusive", low, high, change, f"the nights vary more than the limit ({band})"
+        )
+    return RelativeResult("pass", low, high, change, "")
+
+
+def _historic(
+    check: Check, values: list[float], nights: list[list[float]], tolerance_pct: float, confidence: float
+) -> Check:
+    """A maximum regression against the nights before (``history_check``), as a check."""
+    metric = METRICS[check.metric]
+    check.n, check.n_baseline = len(values), len(nights)
+    if not values:
+        check.verdict, check.message = "fail", "no measurement for this cell"
+        return check
+    result = history_check(values, nights, tolerance_pct, metric.higher_is_better, confidence)
+    positive = min([*values, *(v for n in nights for v in n)] or [0]) > 0
+    centre = _geometric_mean if positive else stats.mean
+    check.value = centre(values)
+    check.baseline_value = centre([centre(n) for n in nights if n]) if any(nights) else None
+    if result.change is None:
+        check.verdict, check.message = "inconclusive", f"{result.reason} ({len(nights)} nights)"
+        return check
+    sign = -1.0 if metric.higher_is_better else 1.0
+    check.low, check.high = sorted((sign * result.low, sign * result.high))  # type: ignore[operator]
+    described = (
+        f"{check.value:.4g} vs the nights' {check.baseline_value:.4g}: "
+        f"{100 * sign * result.change:+.1f}% worse "
+        f"(a night with no change falls within {100 * check.low:+.1f}..{100 * check.high:+.1f}% at "
+        f"{100 * confidence:.2f}%, from {len(nights)} nights of this fingerprint and machine; limit "
+        f"{tolerance_pct:g}%)"
+    )
+    check.verdict = result.verdict
+    check.message = {"fail": "regression: ", "pass": ""}.get(result.verdict, f"{result.reason}: ") + described
+    return check
+
+
 def _relative(
     check: Check,
     values: list[float],
@@ -373,7 +439,43 @@ def _geometric_mean(values: list[float]) -> float:
     return math.exp(stats.mean([math.log(v) for v in values]))
 
 
-def _rule_checks(view: RunView, baseline: RunView | None, index: int, arm: str) -> list[Check]:
+# A night with nothing changed fails a gate against the history at most this often (one-sided),
+# whatever the number of its checks (Bonferroni over them): nightly CI runs every night, so the
+# false alarms that matter are per night, not per cell
+NIGHT_FALSE_ALARM = 0.01
+
+
+@dataclass(frozen=True)
+class HistoryGate:
+    """The nights a run's relative gates compare with (``--history``), and the confidence of each
+    check's two-sided prediction interval: a night as a whole fails on noise at most
+    ``NIGHT_FALSE_ALARM`` of the time (one-sided, Bonferroni over the night's checks)."""
+
+    nights: Nights
+    confidence: float
+
+    @property
+    def enough(self) -> bool:
+        return len(self.nights.run_ids) >= MIN_NIGHTS
+
+
+def _relative_history(
+    view: RunView, history: HistoryGate, arm: str, cell: tuple[str, LoadLevel], gate: Gate, check: Check
+) -> Check:
+    workload, level = cell
+    values = view.startup_samples(arm, workload, level, gate.metric)
+    nights = history.nights.values(arm, workload, level.concurrency, level.request_rate, gate.metric)
+    check = _historic(check, values, nights, gate.max_regression_pct or 0.0, history.confidence)
+    cpu = view.summary.cell(arm, workload, level)
+    # a timed metric's change may be the neighbour's, not the engine's (as against a baseline run)
+    if check.verdict == "fail" and cpu is not None and cpu.noisy_neighbour and METRICS[gate.metric].timed:
+        check.verdict, check.message = "inconclusive", f"measured beside a busy neighbour: {check.message}"
+    return check
+
+
+def _rule_checks(
+    view: RunView, baseline: RunView | None, index: int, arm: str, history: HistoryGate | None = None
+) -> list[Check]:
     """One rule of ``gates.rules`` on one arm's cells."""
     gates = view.regime.gates
     gate, where = gates.rules[index], f"rules[{index}]"
@@ -403,12 +505,15 @@ def _rule_checks(view: RunView, baseline: RunView | None, index: int, arm: str) 
         if gate.max_regression_pct is None:
             startups = view.startups(arm, workload, level) if METRICS[gate.metric].samples == "repeat" else 0
             checks.append(_absolute(check, values, gates, gate.min, gate.max, startups))
+        elif history is not None and history.enough:
+            checks.append(_relative_history(view, history, arm, (workload, level), gate, check))
         elif baseline is None:
-            check.verdict, check.message, check.n = (
-                "skipped",
-                "relative gate: no --baseline run given",
-                len(values),
+            why = "no --baseline run given" + (
+                f" and {len(history.nights.run_ids)} comparable nights in the history (under {MIN_NIGHTS})"
+                if history is not None
+                else ""
             )
+            check.verdict, check.message, check.n = "skipped", f"relative gate: {why}", len(values)
             checks.append(check)
         else:
             values = view.startup_samples(arm, workload, level, gate.metric)
@@ -464,8 +569,29 @@ def _golden_checks(view: RunView, index: int, arm: str) -> list[Check]:
     return checks
 
 
-def evaluate(view: RunView, baseline: RunView | None = None) -> list[Check]:
-    """Every gate of the run's regime on every cell it covers; a broken arm is one check of its own."""
+def history_gate(view: RunView, nights: Nights) -> HistoryGate:
+    """The nights, with each check's confidence corrected for the night's relative checks."""
+    gates = (
+        view.regime.gates
+    )  # its confidence is the bootstrap's; a night's false alarms are NIGHT_FALSE_ALARM
+    speculative = [a.name for a in view.regime.arms if a.method != "baseline"]
+    count = sum(
+        1
+        for gate in gates.rules
+        if gate.max_regression_pct is not None
+        for arm in (speculative if gate.arm == "*" else [gate.arm])
+        for workload, level in view.cells(arm)
+        if _covers(gate, workload, level)
+    )
+    return HistoryGate(nights, 1 - 2 * NIGHT_FALSE_ALARM / max(1, count))
+
+
+def evaluate(
+    view: RunView, baseline: RunView | None = None, history: HistoryGate | None = None
+) -> list[Check]:
+    """Every gate of the run's regime on every cell it covers; a broken arm is one check of its own.
+    Relative gates compare with the history's nights when there are enough of them, else with
+    ``baseline``."""
     regime, gates = view.regime, view.regime.gates
     speculative = [a.name for a in regime.arms if a.method != "baseline"]
     checks: list[Check] = []
@@ -483,7 +609,7 @@ def evaluate(view: RunView, baseline: RunView | None = None) -> list[Check]:
     for index, gate in enumerate(gates.rules):
         for arm in speculative if gate.arm == "*" else [gate.arm]:
             if arm_ok(arm, gate.metric):
-                checks += _rule_checks(view, baseline, index, arm)
+                checks += _rule_checks(view, baseline, index, arm, history)
     target = regime.target_reference()
     for index, golden in enumerate(gates.golden_tau):
         if golden.target != target:

@@ -132,3 +132,125 @@ def test_the_commands_add_import_and_show(tmp_path: Path) -> None:
     )
     assert missing.returncode == 2 and "not a run directory" in missing.stdout + missing.stderr
     assert "Traceback" not in missing.stdout + missing.stderr
+
+
+# ---- gating against the nights before --------------------------------------------------------
+
+from datetime import datetime, timedelta  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from harness.gates import history_check  # noqa: E402
+from harness.history.reference import comparable_nights  # noqa: E402
+
+
+def _nights(
+    rng: np.random.Generator, count: int, sd: float, starts: int = 2, level: float = 100.0
+) -> list[list[float]]:
+    """``count`` nights of ``starts`` start-ups each, log-normal around ``level`` (night and start-up
+    spread together ``sd`` on the log scale)."""
+    return [list(level * np.exp(rng.normal(0, sd) + rng.normal(0, sd / 2, starts))) for _ in range(count)]
+
+
+def test_a_step_fails_no_step_passes_and_a_wide_band_says_so() -> None:
+    rng = np.random.default_rng(0)
+    nights = _nights(rng, 10, 0.01)  # a band of about +-2.5%: a 5% limit can be held
+    assert history_check([100.0, 100.5], nights, 5, True).verdict == "pass"
+    step = history_check([85.0, 86.0], nights, 5, True)
+    assert step.verdict == "fail" and step.change == pytest.approx(-0.145, abs=0.03)
+    assert step.low < 0 < step.high  # the band of a night with no change, around the nights' centre
+    assert history_check([85.0, 86.0], nights, 5, False).verdict == "pass"  # lower is better: an improvement
+    noisy = _nights(rng, 10, 0.15)
+    assert history_check([95.0, 96.0], noisy, 5, True).verdict == "inconclusive"  # band wider than 5%
+    assert history_check([95.0], [[100.0]], 5, True).reason.startswith("fewer than 2")
+
+
+def test_one_lucky_night_does_not_become_the_reference() -> None:
+    """A night 30% faster than the rest widens the band a little; it does not make the next normal
+    night a regression (against that night alone, -23% would fail a 10% limit)."""
+    rng = np.random.default_rng(1)
+    nights = _nights(rng, 9, 0.02) + [[130.0, 131.0]]
+    assert history_check([100.0, 99.0], nights, 10, True).verdict != "fail"
+
+
+def test_false_alarms_and_detection_on_simulated_nights() -> None:
+    """The simulation the gate is built for (fixed seed, so it can fail), at the confidence a night
+    of one check gets (``gates.NIGHT_FALSE_ALARM``: 1% one-sided): with no change a night fails at
+    most about 1% of the time; a -10% step with a 3% spread is found within 3 nights almost always."""
+    from harness.gates import NIGHT_FALSE_ALARM
+
+    confidence = 1 - 2 * NIGHT_FALSE_ALARM
+    rng = np.random.default_rng(2)
+    runs = 2000
+    alarms = found = 0
+    for _ in range(runs):
+        history = _nights(rng, 14, 0.03)
+        alarms += history_check(_nights(rng, 1, 0.03)[0], history, 5, True, confidence).verdict == "fail"
+        after = [[v * 0.9 for v in night] for night in _nights(rng, 3, 0.03)]
+        found += any(history_check(night, history, 5, True, confidence).verdict == "fail" for night in after)
+    assert alarms / runs <= 0.015
+    assert found / runs >= 0.9
+
+
+def _night(entry, index: int, scale: dict[str, float] | None = None, **run):
+    """The stored fixture's entry as an earlier night: its own run id and time, metrics scaled."""
+    scale = scale or {}
+    samples = [s.model_copy(update={"value": s.value * scale.get(s.metric, 1.0)}) for s in entry.samples]
+    when = datetime(2026, 11, 1) + timedelta(days=index)
+    changed = entry.run.model_copy(update={"run_id": f"night-{index}", "started_at": when, **run})
+    return entry.model_copy(update={"run": changed, "samples": samples})
+
+
+def test_only_earlier_nights_of_the_same_fingerprint_and_machine_count(tmp_path: Path) -> None:
+    entry = history_entry(SMOKE)
+    path = tmp_path / "h.duckdb"
+    with open_history(path) as history:
+        for index in range(4):
+            history.add(_night(entry, index))
+        history.add(_night(entry, 10, regime_fingerprint="another"))
+        history.add(_night(entry, 11, machine_key="another-machine"))
+        history.add(_night(entry, 40))  # after the run itself
+        runs, samples = history.runs(), history.samples()
+    tonight = entry.run.model_copy(update={"started_at": datetime(2026, 11, 20)})
+    nights = comparable_nights(runs, samples, tonight, nights=3)
+    assert nights.run_ids == ["night-1", "night-2", "night-3"]  # the latest 3, never the others
+    assert len(nights.values("ngram_k4", "code_humaneval", 1, None, "tau")) == 3
+
+
+def test_bench_gate_against_the_history(tmp_path: Path) -> None:
+    """`bench gate RUN --history` on the stored run: its nights agree with it (pass); nights whose tau
+    was 20% higher make tonight's tau a regression (exit 1); with fewer than 5 nights it falls back."""
+    entry = history_entry(SMOKE)
+    regime = json.loads((SMOKE / "regime.json").read_text())
+    run_dir = tmp_path / "run"
+    shutil.copytree(SMOKE, run_dir)  # gate files are written into the run
+    record = {**regime, "regime": {**regime["regime"], "gates": {**regime["regime"]["gates"], "rules": [
+        {"arm": "ngram_k4", "metric": "tau", "max_regression_pct": 10}]}}}  # fmt: skip
+    (run_dir / "regime.json").write_text(json.dumps(record))
+
+    def gate(history: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            BENCH + ["gate", str(run_dir), "--history", str(history), "-o", str(tmp_path / "gate")],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+
+    same, faster, few = tmp_path / "same.duckdb", tmp_path / "faster.duckdb", tmp_path / "few.duckdb"
+    rng = np.random.default_rng(3)
+    with open_history(same) as a, open_history(faster) as b, open_history(few) as c:
+        for index in range(6):
+            noise = float(np.exp(rng.normal(0, 0.02)))
+            a.add(_night(entry, index, {"tau": noise}))
+            b.add(_night(entry, index, {"tau": 1.2 * noise}))
+            if index < 3:
+                c.add(_night(entry, index))
+    passed = gate(same)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "relative gates against 6 earlier nights" in passed.stdout
+    failed = gate(faster)
+    assert failed.returncode == 1 and "regression" in failed.stdout, failed.stdout
+    fallback = gate(few)
+    assert fallback.returncode == 0 and "3 earlier nights of this fingerprint and machine" in fallback.stdout
+    assert "skipped" in fallback.stdout

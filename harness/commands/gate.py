@@ -16,7 +16,7 @@ from harness.metrics import GATED
 
 if TYPE_CHECKING:
     from harness.gate_report import Confirmation
-    from harness.gates import Check, RunView
+    from harness.gates import Check, HistoryGate, RunView
     from harness.regime import Regime
 
 NAME = "gate"
@@ -29,6 +29,12 @@ the interval of the change excludes zero. A relative gate compares one value per
 (load.server_starts >= 2 on both runs, or a machine calibration for output_tok_s); a check whose
 interval is wider than its limit is inconclusive, never a pass. The baseline cannot be the run
 itself.
+
+With --history FILE (a history database: bench history), the relative rules compare the run with
+the nights before it instead: the last --nights runs of the same regime fingerprint on the same
+machine (never another's), through a prediction interval of where a night with no change falls
+(each check's confidence corrected for the night's number of checks), plus the rule's tolerance;
+with fewer than 5 such nights it says so and uses --baseline.
 
 With --confirm, a gate that would fail first re-runs the failing arms (with the baseline arm) on
 fresh server start-ups into a new run directory beside the run, gates that run against the same
@@ -50,6 +56,7 @@ bench gate results/cpu_default/20261201-093000-a1b2c3
 bench gate RUN_DIR --baseline LAST_GOOD_RUN_DIR -o ci/gate/          # nightly CI
 bench gate RUN_DIR --gates regimes/cpu_default.yaml --junit junit.xml  # gates tuned after the run
 bench gate RUN_DIR --baseline LAST_GOOD_RUN_DIR --confirm           # re-measure before "regression"
+bench gate RUN_DIR --history results/history.duckdb --baseline LAST_GOOD_RUN_DIR  # nightly, vs the nights
 """
 INTERRUPTED = "the gate's files are written whole or not at all; run it again"
 
@@ -61,6 +68,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="OTHER_RUN_DIR",
         help="an earlier run of the same regime conditions (e.g. the last good nightly run)",
+    )
+    parser.add_argument(
+        "--history",
+        type=Path,
+        metavar="FILE",
+        help="gate the relative rules against the nights before this run in a history file (bench history): "
+        "the last --nights runs of the same regime fingerprint on the same machine, never others; with "
+        "fewer than 5 of them, against --baseline instead (said so)",
+    )
+    parser.add_argument(
+        "--nights",
+        type=int,
+        default=14,
+        metavar="N",
+        help="with --history: how many of the latest comparable nights make the reference (default: 14)",
     )
     parser.add_argument(
         "--gates",
@@ -129,21 +151,58 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(
             f"[yellow]arm {arm} is configured differently from the baseline run's[/]", highlight=False
         )
-    checks = evaluate(view, baseline)
+    history = _history(args, view, console) if args.history is not None else None
+    checks = evaluate(view, baseline, history)
     code = exit_code(checks)
     console.print(verdict_table(checks))
     files = GateFiles.of(args.run_dir, args.output, args.junit, args.markdown)
     confirmation = None
     if args.confirm and code == 1:
-        checks, code, confirmation = _confirm(args, view, checks, console)
+        checks, code, confirmation = _confirm(args, view, checks, console, history)
         console.print(verdict_table(checks))
     write_gate(checks, code, view, args.run_dir, args.baseline, files, confirmation)
     console.print(outcome_line(code, files))
     return code
 
 
+def _history(args: argparse.Namespace, view: RunView, console: Console) -> HistoryGate:
+    """The nights this run's relative gates compare with, said in one line (or why it falls back)."""
+    from harness.gates import history_gate
+    from harness.history.collect import history_entry
+    from harness.history.reference import MIN_NIGHTS, comparable_nights
+    from harness.history.store import open_history
+
+    if args.nights < 2:
+        raise UserError(f"--nights {args.nights}: a prediction interval needs 2 nights or more")
+    run = history_entry(args.run_dir).run
+    with open_history(args.history, read_only=True) as history:
+        nights = comparable_nights(history.runs(), history.samples(), run, args.nights)
+    found = len(nights.run_ids)
+    if found >= MIN_NIGHTS:
+        console.print(
+            f"relative gates against {found} earlier nights in {args.history} (regime fingerprint "
+            f"{run.regime_fingerprint}, machine {run.machine_key}, {nights.first} to {nights.last})",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    else:
+        fallback = "against --baseline" if args.baseline else "skipped (no --baseline)"
+        console.print(
+            f"[yellow]{found} earlier nights of this fingerprint and machine in {escape(str(args.history))}, "
+            f"fewer than {MIN_NIGHTS}:[/] relative gates {fallback}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return history_gate(view, nights)
+
+
 def _confirm(
-    args: argparse.Namespace, view: RunView, checks: list[Check], console: Console
+    args: argparse.Namespace,
+    view: RunView,
+    checks: list[Check],
+    console: Console,
+    history: HistoryGate | None,
 ) -> tuple[list[Check], int, Confirmation]:
     """Re-measure the failing arms on fresh start-ups, gate that run against the same baseline and
     keep a failure only where both runs fail; the confirmation run gets its own gate files."""
@@ -160,7 +219,7 @@ def _confirm(
     run_dir = confirmation_run(view, regime, args.run_dir, console)
     again, baseline = open_views(run_dir, args.baseline, args.force)
     again.regime = again.regime.model_copy(update={"gates": confirmation_regime(view.regime, arms).gates})
-    second = evaluate(again, baseline)
+    second = evaluate(again, baseline, history)  # the same reference nights as the run's
     second_code = exit_code(second)
     console.print(f"confirmation run {run_dir}:", markup=False)
     console.print(verdict_table(second))

@@ -78,7 +78,8 @@ def found_under(folder: Path) -> list[Path]:
     return studies + runs
 
 
-def _add(paths: list[Path], history_path: Path, engine_commit: str | None, console: Console) -> int:
+def add_to_history(paths: list[Path], history_path: Path, engine_commit: str | None, console: Console) -> int:
+    """Append run and study directories (each study point) to the history, each run once."""
     from harness.history.collect import history_entry
     from harness.history.store import open_history
 
@@ -130,7 +131,7 @@ def _show(history_path: Path, console: Console) -> int:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     if args.action == "add":
-        return _add(args.paths, args.history, args.engine_commit, console)
+        return add_to_history(args.paths, args.history, args.engine_commit, console)
     if args.action == "import":
-        return _add(found_under(args.folder), args.history, None, console)
+        return add_to_history(found_under(args.folder), args.history, None, console)
     return _show(args.history, console)

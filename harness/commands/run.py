@@ -84,6 +84,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write {kind, dir, exit_code} to FILE for scripts and CI: dir as soon as the run (or study) "
         "directory exists, exit_code when the command ends (null dir: nothing was created)",
     )
+    parser.add_argument(
+        "--history",
+        type=Path,
+        metavar="FILE",
+        help="append the finished run (or each point of a finished study) to this history database "
+        "(bench history; e.g. results/history.duckdb), for gating against the nights before",
+    )
     calibration = parser.add_argument_group(
         "machine calibration",
         "the start-up spread measured by bench calibrate (a run, not a study; a resumed run keeps its own)",
@@ -164,7 +171,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
         )
     code = print_results(summary, console)
     console.print(f"Results: {run_dir.root}", markup=False)
+    if args.history is not None:
+        _append_history(args.history, run_dir.root, console)
     return code
+
+
+def _append_history(history: Path, directory: Path, console: Console) -> None:
+    """``--history``: the finished run or study into the history database (added once)."""
+    from harness.commands.history import add_to_history
+
+    add_to_history([directory], history, None, console)
 
 
 def _run_study(
@@ -186,7 +202,10 @@ def _run_study(
             args.regime, args.results_dir, console, options, args.allow_mismatch, announce, regime=regime
         )
     write_analysis(results)  # analysis.md beside study.json: what the run derived, in prose
-    return print_study(results, console)
+    code = print_study(results, console)
+    if args.history is not None:
+        _append_history(args.history, results.root, console)
+    return code
 
 
 def ended(args: argparse.Namespace, code: int) -> None:
