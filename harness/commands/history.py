@@ -13,7 +13,7 @@ from harness.commands.common import EXIT_OK, kind_of
 from harness.errors import UserError
 
 NAME = "history"
-SUMMARY = "keep runs in a history database (DuckDB): add a run or study, import a folder, show it"
+SUMMARY = "keep runs in a history database (DuckDB): add, import, show, and find change points"
 DESCRIPTION = """
 The nightly history: one DuckDB file (default results/history.duckdb) holding every run added to
 it, each with its regime fingerprint, the machine it ran on, the engine and its patches, the
@@ -22,7 +22,10 @@ gateable metric and the cell's speedup with its interval and verdict.
 
 add: append runs or studies (a study adds each of its points); a run already in the history is
 not added again (keyed by run id). import: add every run and study found under a folder. show:
-one line per run in the history.
+one line per run in the history. changes: the change points of every series (regime fingerprint x
+machine x arm x cell x metric, one value per night: the geometric mean of its start-ups) by Apache
+Otava's E-Divisive means, each with its night, the step with its 95% interval, and what else
+changed that night (engine version, patches, commits).
 
 Read it from Python with harness.load_history(PATH): .runs(), .samples(), .cells() as DataFrames.
 """
@@ -31,6 +34,7 @@ bench history add results/cpu_default/20261201-093000-a1b2c3
 bench history add results/cpu_policy/study-20261202-073003-5ab544 --history nightly.duckdb
 bench history import results/
 bench history show --history nightly.duckdb
+bench history changes --metric output_tok_s
 """
 INTERRUPTED = "each run is added whole or not at all; run it again to add the rest"
 
@@ -45,7 +49,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     folder = actions.add_parser("import", help="add every run and study found under a folder")
     folder.add_argument("folder", type=Path, metavar="DIR", help="a results folder (searched below)")
     actions.add_parser("show", help="one line per run in the history")
-    for sub in (add, folder, actions.choices["show"]):
+    changes = actions.add_parser(
+        "changes",
+        help="change points per series (arm x cell x metric, one value per night; Apache Otava's E-Divisive)",
+    )
+    changes.add_argument(
+        "--metric", action="append", metavar="NAME", help="only this metric (repeatable; default: every one)"
+    )
+    for sub in (add, folder, actions.choices["show"], changes):
         sub.add_argument(
             "--history",
             type=Path,
@@ -129,9 +140,47 @@ def _show(history_path: Path, console: Console) -> int:
     return EXIT_OK
 
 
+def _changes(history_path: Path, metrics: list[str] | None, console: Console) -> int:
+    from rich.table import Table
+
+    from harness.history.changes import MAX_PVALUE, MIN_NIGHTS, change_points
+    from harness.history.store import open_history
+
+    with open_history(history_path, read_only=True) as history:
+        found = change_points(history.samples(), history.runs(), metrics)
+    if not found:
+        console.print(
+            f"{history_path}: no change point (series of {MIN_NIGHTS} nights or more, p < {MAX_PVALUE:g})",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        return EXIT_OK
+    table = Table(
+        title=f"{history_path}: {len(found)} change point(s), Apache Otava E-Divisive, p < {MAX_PVALUE:g}"
+    )
+    for header in ("night", "run", "series", "before", "after", "change [95%]", "p", "what else changed"):
+        table.add_column(header, overflow="fold")
+    for point in found:
+        table.add_row(
+            point.started_at,
+            escape(point.run_id),
+            escape(point.where()),
+            f"{point.before:.4g} ({point.nights_before})",
+            f"{point.after:.4g} ({point.nights_after})",
+            f"{100 * point.change:+.1f}% [{100 * point.low:+.1f}, {100 * point.high:+.1f}]",
+            f"{point.pvalue:.2g}",
+            escape("; ".join(point.what_changed) or "nothing recorded"),
+        )
+    console.print(table)
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     if args.action == "add":
         return add_to_history(args.paths, args.history, args.engine_commit, console)
     if args.action == "import":
         return add_to_history(found_under(args.folder), args.history, None, console)
+    if args.action == "changes":
+        return _changes(args.history, args.metric, console)
     return _show(args.history, console)
