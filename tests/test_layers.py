@@ -58,6 +58,7 @@ PLACES: dict[str, str] = {
     "harness.history.store": "store",  # the history's DuckDB file: schema, migrations, reads
     "harness.history.collect": "derive",  # a run directory as a history entry (its start-up samples)
     "harness.history.changes": "derive",  # change points per series (Apache Otava's E-Divisive)
+    "harness.history.trend": "derive",  # the series the trend page draws: nights, band, open regressions
     "harness.history.reference": "derive",  # the nights a run is gated against, their prediction interval
     "harness.results.frames": "derive",  # the derived numbers as DataFrames (load_run().cells())
     "harness.study.record": "store",

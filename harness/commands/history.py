@@ -13,7 +13,7 @@ from harness.commands.common import EXIT_OK, kind_of
 from harness.errors import UserError
 
 NAME = "history"
-SUMMARY = "keep runs in a history database (DuckDB): add, import, show, and find change points"
+SUMMARY = "keep runs in a history database (DuckDB): add, import, show, change points, trend page"
 DESCRIPTION = """
 The nightly history: one DuckDB file (default results/history.duckdb) holding every run added to
 it, each with its regime fingerprint, the machine it ran on, the engine and its patches, the
@@ -25,7 +25,9 @@ not added again (keyed by run id). import: add every run and study found under a
 one line per run in the history. changes: the change points of every series (regime fingerprint x
 machine x arm x cell x metric, one value per night: the geometric mean of its start-ups) by Apache
 Otava's E-Divisive means, each with its night, the step with its 95% interval, and what else
-changed that night (engine version, patches, commits).
+changed that night (engine version, patches, commits). report: the trend page, one self-contained
+HTML file: per arm and metric the nights with their intervals, the band a night with no change
+falls in, the change points marked, and the open regressions.
 
 Read it from Python with harness.load_history(PATH): .runs(), .samples(), .cells() as DataFrames.
 """
@@ -35,6 +37,7 @@ bench history add results/cpu_policy/study-20261202-073003-5ab544 --history nigh
 bench history import results/
 bench history show --history nightly.duckdb
 bench history changes --metric output_tok_s
+bench history report --history nightly.duckdb -o trend.html
 """
 INTERRUPTED = "each run is added whole or not at all; run it again to add the rest"
 
@@ -56,7 +59,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     changes.add_argument(
         "--metric", action="append", metavar="NAME", help="only this metric (repeatable; default: every one)"
     )
-    for sub in (add, folder, actions.choices["show"], changes):
+    page = actions.add_parser(
+        "report", help="the trend page: one self-contained HTML file of every series, change points marked"
+    )
+    page.add_argument("-o", "--output", type=Path, metavar="FILE", help="default: FILE's folder/history.html")
+    page.add_argument(
+        "--metric",
+        action="append",
+        metavar="NAME",
+        help="a metric to draw (repeatable; default: output_tok_s, speedup, tau, tpot_ms_p50)",
+    )
+    for sub in (add, folder, actions.choices["show"], changes, page):
         sub.add_argument(
             "--history",
             type=Path,
@@ -176,6 +189,20 @@ def _changes(history_path: Path, metrics: list[str] | None, console: Console) ->
     return EXIT_OK
 
 
+def _report(history_path: Path, output: Path | None, metrics: list[str] | None, console: Console) -> int:
+    from harness.metrics import METRICS
+    from harness.report.history import render_history
+    from harness.results.files import write_text_atomic
+
+    for name in metrics or []:
+        if name not in METRICS:
+            raise UserError(f"--metric {name}: not a metric (metrics: {', '.join(sorted(METRICS))})")
+    page = output or history_path.parent / "history.html"
+    write_text_atomic(page, render_history(history_path, metrics))
+    console.print(f"wrote {page}", highlight=False, markup=False, soft_wrap=True)
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     if args.action == "add":
         return add_to_history(args.paths, args.history, args.engine_commit, console)
@@ -183,4 +210,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return add_to_history(found_under(args.folder), args.history, None, console)
     if args.action == "changes":
         return _changes(args.history, args.metric, console)
+    if args.action == "report":
+        return _report(args.history, args.output, args.metric, console)
     return _show(args.history, console)

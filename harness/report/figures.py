@@ -15,6 +15,7 @@ matplotlib.use("Agg")  # no display; also the only backend whose PNGs are byte-s
 import matplotlib.pyplot as plt  # noqa: E402
 
 from harness import pooling  # noqa: E402
+from harness.history.trend import Series  # noqa: E402
 from harness.probes import ramp  # noqa: E402
 from harness.results.model import CellMetrics  # noqa: E402
 from harness.results.records import RampWindowRecord, RequestRecord, WindowRecord  # noqa: E402
@@ -238,4 +239,38 @@ def ramp_figure(ramps: dict[str, tuple[list[RampWindowRecord], list[RequestRecor
     bottom.set_ylabel("TPOT (ms), at send")
     bottom.set_xlabel("seconds into the ramp")
     _legend(top)
+    return _png(fig)
+
+
+def trend_figure(series: list[Series], title: str, band_nights: int) -> str | None:
+    """One arm's metric over the nights, one line per cell: each night with its interval over its
+    start-ups, the band a night with no change falls in (the history gate's) over the last nights,
+    and each change point marked at its night with the step."""
+    drawn = [s for s in series if s.nights]
+    if not drawn:
+        return None
+    fig, ax = plt.subplots(figsize=(7.2, 3.0))
+    for line in drawn:
+        xs = [n.started_at[:10] for n in line.nights]
+        ys = [n.value for n in line.nights]
+        errors = [
+            [n.value - n.low if n.low is not None else 0.0 for n in line.nights],
+            [n.high - n.value if n.high is not None else 0.0 for n in line.nights],
+        ]
+        handle = ax.errorbar(range(len(xs)), ys, yerr=errors, marker="o", markersize=3, linewidth=0.9,
+                             capsize=2, label=line.cell)  # fmt: skip
+        colour = handle[0].get_color()
+        if line.band is not None:  # over the nights it comes from: the gate's reference for the next
+            start = max(0, len(xs) - band_nights)
+            ax.fill_between([start - 0.3, len(xs) - 0.7], *line.band, color=colour, alpha=0.1, linewidth=0)
+        for point in line.changes:
+            at = next(i for i, n in enumerate(line.nights) if n.run_id == point.run_id)
+            ax.axvline(at - 0.5, color="#b00020", linewidth=0.9, linestyle="--")
+            ax.annotate(f"{100 * point.change:+.1f}%", (at - 0.5, ys[at]), textcoords="offset points",
+                        xytext=(3, 6), fontsize=7, color="#b00020")  # fmt: skip
+    labels = [n.started_at[:10] for n in max(drawn, key=lambda s: len(s.nights)).nights]
+    step = max(1, len(labels) // 10)
+    ax.set_xticks(range(0, len(labels), step), labels[::step], rotation=30, ha="right", fontsize=7)
+    ax.set_title(title, fontsize=9)
+    _legend(ax)
     return _png(fig)

@@ -1,0 +1,129 @@
+"""The history's series as the trend page draws them (``bench history report``): per regime
+fingerprint, machine, arm, cell and metric, one point per night with its 95% t interval over the
+night's start-ups, the band the history gate would hold tonight to (``reference.prediction`` over
+the last nights), the change points (``changes``), and the open regressions: series whose latest
+change point went the worse way for the metric. Pure: DataFrames in."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from harness import stats
+from harness.history.changes import SERIES, ChangePoint, change_points
+from harness.history.reference import DEFAULT_NIGHTS, night_summary, prediction
+from harness.metrics import METRICS
+
+DEFAULT_METRICS = ("output_tok_s", "speedup", "tau", "tpot_ms_p50")
+
+
+@dataclass(frozen=True)
+class Night:
+    run_id: str
+    started_at: str
+    value: float  # the night's geometric (or plain) mean over its start-ups
+    low: float | None  # 95% t interval over the start-ups (None with one)
+    high: float | None
+
+
+@dataclass(frozen=True)
+class Series:
+    regime: str
+    regime_fingerprint: str
+    machine_key: str
+    arm: str
+    workload: str
+    concurrency: int
+    request_rate: float | None
+    metric: str
+    nights: list[Night]
+    band: tuple[float, float] | None  # where tonight's value falls if nothing changed (the gate's)
+    changes: list[ChangePoint] = field(default_factory=list)
+
+    @property
+    def cell(self) -> str:
+        return (
+            f"{self.workload} @{self.concurrency}"
+            if self.request_rate is None
+            else f"{self.workload} @{self.request_rate:g}req/s"
+        )
+
+    def open_regression(self) -> ChangePoint | None:
+        """The latest change point, when it made the metric worse."""
+        if not self.changes:
+            return None
+        latest = self.changes[-1]
+        better = METRICS[self.metric].higher_is_better
+        return latest if (latest.change < 0) == better else None
+
+
+def _night(run_id: str, started: str, values: list[float]) -> Night:
+    positive = min(values) > 0
+    centre = night_summary(values, positive)
+    if len(values) < 2:
+        value = math.exp(centre) if positive else centre
+        return Night(run_id, started, value, None, None)
+    scale = [math.log(v) for v in values] if positive else values
+    sd = math.sqrt(sum((v - centre) ** 2 for v in scale) / (len(scale) - 1))
+    half = stats.t_quantile(0.975, len(scale) - 1) * sd / math.sqrt(len(scale))
+    back = math.exp if positive else (lambda v: v)
+    return Night(run_id, started, back(centre), back(centre - half), back(centre + half))
+
+
+def _band(values: list[list[float]]) -> tuple[float, float] | None:
+    found = prediction(values[-DEFAULT_NIGHTS:], 0.95)
+    if found is None:
+        return None
+    if found.positive:
+        return math.exp(found.centre - found.half), math.exp(found.centre + found.half)
+    return found.centre - found.half, found.centre + found.half
+
+
+def trend_series(samples: pd.DataFrame, runs: pd.DataFrame, metrics: list[str] | None = None) -> list[Series]:
+    """Every series of ``metrics`` (default: ``DEFAULT_METRICS``) with its nights, band and changes."""
+    wanted = list(metrics or DEFAULT_METRICS)
+    chosen = samples[samples.metric.isin(wanted)]
+    points = change_points(chosen, runs)
+    regimes = runs.set_index("run_id").regime
+    out = []
+    for key, rows in chosen.groupby(SERIES, dropna=False, sort=True):
+        order = rows.groupby("run_id").started_at.min().sort_values()
+        per_night = [list(rows[rows.run_id == r].sort_values("sample").value) for r in order.index]
+        nights = [_night(r, str(order[r])[:16], v) for r, v in zip(order.index, per_night, strict=True)]
+        fingerprint, machine, arm, workload, concurrency, rate, metric = key
+        rate = None if pd.isna(rate) else float(rate)
+        mine = [
+            p
+            for p in points
+            if (
+                p.regime_fingerprint,
+                p.machine_key,
+                p.arm,
+                p.workload,
+                p.concurrency,
+                p.request_rate,
+                p.metric,
+            )
+            == (fingerprint, machine, arm, workload, int(concurrency), rate, metric)
+        ]
+        out.append(
+            Series(
+                str(regimes.get(order.index[0], "")),
+                str(fingerprint),
+                str(machine),
+                str(arm),
+                str(workload),
+                int(concurrency),
+                rate,
+                str(metric),
+                nights,
+                _band(per_night),
+                mine,
+            )
+        )
+    order_of = {m: i for i, m in enumerate(wanted)}
+    return sorted(
+        out, key=lambda s: (s.regime_fingerprint, s.machine_key, s.arm, order_of.get(s.metric, 99), s.cell)
+    )

@@ -1,0 +1,59 @@
+"""`bench history report`: the nightly history as one self-contained HTML page (no scripts, nothing
+fetched): per regime fingerprint and machine, per arm and metric, the nights with their intervals,
+the band a night with no change falls in, the change points marked and annotated with what else
+changed that night, and the table of open regressions."""
+
+from __future__ import annotations
+
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+from harness.history.changes import MAX_PVALUE
+from harness.history.reference import DEFAULT_NIGHTS
+from harness.history.store import open_history
+from harness.history.trend import trend_series
+from harness.metrics import METRICS
+from harness.report import figures, template_environment
+
+
+def history_context(path: Path, metrics: list[str] | None = None) -> dict[str, Any]:
+    with open_history(path, read_only=True) as history:
+        runs, samples = history.runs(), history.samples()
+    series = trend_series(samples, runs, metrics)
+    groups = []
+    for (fingerprint, machine), members in groupby(
+        series, key=lambda s: (s.regime_fingerprint, s.machine_key)
+    ):
+        members = list(members)
+        panels = []
+        for (arm, metric), lines in groupby(members, key=lambda s: (s.arm, s.metric)):
+            lines = list(lines)
+            label = METRICS[metric].label if metric in METRICS else metric
+            panels.append(
+                {
+                    "arm": arm,
+                    "metric": metric,
+                    "figure": figures.trend_figure(lines, f"{arm}: {label}", DEFAULT_NIGHTS),
+                    "changes": [c for line in lines for c in line.changes],
+                }
+            )
+        groups.append(
+            {"regime": members[0].regime, "fingerprint": fingerprint, "machine": machine, "panels": panels}
+        )
+    open_regressions = [(s, point) for s in series if (point := s.open_regression()) is not None]
+    return {
+        "path": str(path),
+        "runs": len(runs),
+        "first": str(runs.started_at.min())[:16] if len(runs) else None,
+        "last": str(runs.started_at.max())[:16] if len(runs) else None,
+        "groups": groups,
+        "open_regressions": open_regressions,
+        "max_pvalue": MAX_PVALUE,
+        "band_nights": DEFAULT_NIGHTS,
+        "metrics": [METRICS[m] for m in dict.fromkeys(s.metric for s in series) if m in METRICS],
+    }
+
+
+def render_history(path: Path, metrics: list[str] | None = None) -> str:
+    return template_environment().get_template("history.html.j2").render(**history_context(path, metrics))
