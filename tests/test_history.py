@@ -411,3 +411,21 @@ def test_the_replay_benchmark_tells_the_two_gates_apart() -> None:
     history, two_run = (found["alarms"][g] / found["judged"][g] for g in ("history", "two-run"))
     assert history <= 0.02 and two_run > 3 * max(history, 0.01)
     assert sum(1 for n in found["detection"]["history"] if n is not None and n <= 3) >= 18
+
+
+def test_an_unfinished_run_is_not_added(tmp_path: Path) -> None:
+    """A run still marked running (or interrupted) is said, not added: added once, a partial run
+    would stand for it for good."""
+    run = tmp_path / "results" / "cpu_smoke" / "run_v3_smoke"
+    shutil.copytree(SMOKE, run)
+    status = run / "arms" / "ngram_k4" / "status.json"
+    status.write_text(json.dumps({**json.loads(status.read_text()), "status": "interrupted"}))
+    made = subprocess.run(
+        BENCH + ["history", "import", str(tmp_path / "results"), "--history", str(tmp_path / "h.duckdb")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert made.returncode == 0 and "0 run(s) added" in made.stdout
+    assert "not added:" in made.stdout and "bench run --resume" in made.stdout

@@ -104,21 +104,29 @@ def found_under(folder: Path) -> list[Path]:
 
 def add_to_history(paths: list[Path], history_path: Path, engine_commit: str | None, console: Console) -> int:
     """Append run and study directories (each study point) to the history, each run once."""
-    from harness.history.collect import history_entry
+    from harness.history.collect import IncompleteRun, history_entry
     from harness.history.store import open_history
 
     runs = [found for path in paths for found in _run_dirs(path)]
     added = kept = 0
+    unfinished: list[str] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with open_history(history_path) as history, Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("adding runs", total=len(runs))
         for run_dir, study in runs:
-            if (run_dir / "summary.json").is_file() or (run_dir / "regime.json").is_file():
-                if history.add(history_entry(run_dir, engine_commit, study)):
-                    added += 1
-                else:
-                    kept += 1
+            try:
+                entry = history_entry(run_dir, engine_commit, study)
+            except IncompleteRun as exc:
+                unfinished.append(str(exc))  # a study's failed point, an interrupted run: said, not added
+                bar.advance(task)
+                continue
+            if history.add(entry):
+                added += 1
+            else:
+                kept += 1
             bar.advance(task)
+    for note in unfinished:
+        console.print(f"[yellow]not added:[/] {escape(note)}", highlight=False, soft_wrap=True)
     console.print(
         f"{history_path}: {added} run(s) added, {kept} already there",
         highlight=False,

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.environment import environment_fingerprint, machine_identity
+from harness.errors import UserError
 from harness.gates import RunView
 from harness.history.entry import HistoryCell, HistoryEntry, HistoryRun, HistorySample
 from harness.intervals import stored_estimate
@@ -59,10 +60,21 @@ def _run(view: RunView, run_dir: Path, engine_commit: str | None, study: str | N
     )
 
 
+class IncompleteRun(UserError):
+    """A run still running or interrupted: the history keeps finished runs only (a run is added
+    once, so a partial one would stand for it for good)."""
+
+
 def history_entry(run_dir: Path, engine_commit: str | None = None, study: str | None = None) -> HistoryEntry:
     """The entry of one run directory (a study's point: ``study`` names the study, and the point's
-    run id is ``STUDY/POINT``)."""
+    run id is ``STUDY/POINT``); an unfinished run is refused (``IncompleteRun``)."""
     view = RunView(run_dir)
+    unfinished = [a.name for a in view.summary.arms if a.status in ("running", "interrupted", "not_run")]
+    if unfinished:
+        raise IncompleteRun(
+            f"{run_dir}: not finished (arms {', '.join(unfinished)}); finish it with bench run --resume "
+            f"{run_dir}, then add it"
+        )
     methods = {arm.name: arm.method for arm in view.regime.arms}
     samples, cells = [], []
     for cell in view.summary.cells:
