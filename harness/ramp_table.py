@@ -98,20 +98,15 @@ def spike_line(ramp: list[RampStageMetrics], workload: str) -> str | None:
 def ramp_sections(summary: Summary) -> list[dict[str, Any]]:
     """Per workload with a ramp: a title, the header, the rows (stage by stage, then the whole
     ramp; the arms in the regime's order) and the conclusions."""
-    from harness.schedule_check import ramp_checks
-
     if not summary.ramp:
         return []
     order = {arm.name: index for index, arm in enumerate(summary.arms)}
-    checks = ramp_checks(summary.arms, summary.ramp)
     out = []
     for workload in dict.fromkeys(m.workload for m in summary.ramp):
         mine = [m for m in summary.ramp if m.workload == workload]
         mine.sort(key=lambda m: (m.stage is None, m.stage or 0, order.get(m.arm, 0)))
         starts = max(m.start_ups for m in mine)
-        lines = [c.summary_line() for c in checks if c.workload == workload]
-        if (spike := spike_line(mine, workload)) is not None:
-            lines.append(spike)
+        lines = [spike] if (spike := spike_line(mine, workload)) is not None else []
         out.append(
             {
                 "title": f"Ramp, {workload}: one continuous window per server start-up ({starts} start-ups "
@@ -125,6 +120,42 @@ def ramp_sections(summary: Summary) -> list[dict[str, Any]]:
     return out
 
 
+def ramp_schedule_sections(summary: Summary) -> list[dict[str, Any]]:
+    """A scheduled arm on the ramp, stage by stage and whole: the K its schedule gives the stage's
+    batch size, what the engine drafted, its speedup and its ratio to every static arm of its
+    method (same start-ups, the baseline cancels), and the verdict against the best of them."""
+    from harness.schedule_check import ramp_checks
+
+    out = []
+    for check in ramp_checks(summary.arms, summary.ramp):
+        statics = sorted({s for _, level in check.spans for s in level.against})
+        rows = [
+            [
+                label,
+                str(level.scheduled_k) if level.scheduled_k >= 0 else "-",
+                _fmt(level.drafted_per_draft, ".2f"),
+                level.speedup.text() if level.speedup is not None else "-",
+                *(level.against[s].text() if s in level.against else "-" for s in statics),
+                level.verdict(),
+            ]
+            for label, level in check.spans
+        ]
+        out.append(
+            {
+                "title": f"{check.arm} on the ramp, {check.workload}: per stage and whole, against each "
+                "static K (same start-ups, 95%, the baseline cancels)",
+                "header": ["stage", "K scheduled", "drafted per draft", "speedup"]
+                + [f"vs {s}" for s in statics]
+                + ["verdict"],
+                "rows": rows,
+                "lines": [check.summary_line()],
+            }
+        )
+    return out
+
+
 def ramp_tables(summary: Summary) -> list[FitTable | str]:
-    """``ramp_sections`` for the terminal."""
-    return section_tables(ramp_sections(summary), key_text=(True, True, True), prose_last=False)
+    """``ramp_sections`` and ``ramp_schedule_sections`` for the terminal."""
+    return section_tables(
+        ramp_sections(summary), key_text=(True, True, True), prose_last=False
+    ) + section_tables(ramp_schedule_sections(summary), key_text=(True,), prose_last=True)

@@ -21,7 +21,7 @@ from harness.findings import findings
 from harness.gates import StoredGate, read_gate
 from harness.metrics import COMPARED, HIGHLIGHTED, Metric, best, shown
 from harness.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD, conditional_rates
-from harness.ramp_table import ramp_sections
+from harness.ramp_table import ramp_schedule_sections, ramp_sections
 from harness.regime import LoadLevel
 from harness.report import figures
 from harness.results.model import CellMetrics, Summary
@@ -341,7 +341,7 @@ def report_context(run_dir: Path) -> dict[str, Any]:
         "gate": gate,
         "categories": _categories(summary),
         "schedules": schedule_sections(summary),
-        "ramps": ramp_sections(summary),
+        "ramps": ramp_sections(summary) + ramp_schedule_sections(summary),
         "trained_drafters": _trained_drafters(record),
         "figures": [
             f
