@@ -199,6 +199,9 @@ def test_vllm_schedule_check_catches_breakage() -> None:
 
 PINNED = [p for p in _plans("vllm") if _checked_by(p) == "sources"]
 BREAKAGE = "breakage"  # the cases that must fail, checked in the same subprocess
+# a real CPU study's policy (tests/fixtures/policy_cpu) as a regime reads it: checked by the pinned
+# release too, though its regime pins the installed one
+STUDY_POLICY = ROOT / "tests" / "regimes" / "cpu_policy_from_study.yaml"
 SPEC_METRICS = "spec-metrics"  # vLLM 0.33's per-request acceptance, built by its own code
 # four verify steps of K = 3 accepting 2, 0, 3 and 1 drafts
 SPEC_METRICS_CASE = {"spec_metrics": {"k": 3, "steps": [[3, 2], [3, 0], [3, 3], [3, 1]], "output_tokens": 11}}
@@ -238,6 +241,10 @@ def pinned_checks(resolved) -> dict:
     breakage = ([(argv + ["--speculative-tokens-max", "4"], arm)], [{"body": chat, "chat": True}])
     batches.setdefault(plan.regime.engine.version, []).append((BREAKAGE, *breakage))
     batches.setdefault(plan.regime.engine.version, []).append((SPEC_METRICS, [], [SPEC_METRICS_CASE]))
+    study, study_model = resolved[STUDY_POLICY]
+    batches.setdefault(plan.regime.engine.version, []).append(
+        (STUDY_POLICY, [_argv(study, "policy", study_model)], [])
+    )
     checked = {}
     for version, entries in batches.items():
         sources = engine_parsers.vllm_sources(version)
@@ -310,6 +317,21 @@ def test_every_method_the_harness_offers_exists_in_both_vllm_releases(pinned_che
     assert offered <= installed and offered <= set(release["speculative_methods"])
     assert {"medusa", "mlp_speculator"} <= installed - set(release["speculative_methods"])
     assert not offered & {"medusa", "mlp_speculator"}
+
+
+def test_a_cpu_study_s_policy_runs_on_both_vllm_releases(resolved, pinned_checks) -> None:
+    """The policy a real CPU study derived (K=4 at 1, K=2 at 2, off from 3), read through
+    ``k_schedule: {from: ...}``: vLLM 0.32 (installed) and the pinned 0.33 (its sources) parse the
+    arm's command and build the same per-batch-size K from it."""
+    plan, model = resolved[STUDY_POLICY]
+    argv, arm = _argv(plan, "policy", model)
+    assert [tuple(r) for r in arm.k_schedule] == [(1, 1, 4), (2, 2, 2), (3, 1024, 0)]
+    assert "policy_cpu/policy.json" in arm.k_schedule_source
+    _assert_schedule_read(arm, engine_parsers.vllm_schedule(engine_parsers.speculative_json(argv)))
+    ((_, pinned_arm),) = pinned_checks[STUDY_POLICY][0]
+    (result,) = pinned_checks[STUDY_POLICY][2]
+    assert result["unknown"] == [] and result.get("error") is None, result
+    _assert_schedule_read(pinned_arm, result["schedule"])
 
 
 def test_pinned_release_check_catches_breakage(pinned_checks) -> None:
