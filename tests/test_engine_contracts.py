@@ -330,7 +330,10 @@ def test_a_cpu_study_s_policy_runs_on_both_vllm_releases(resolved, pinned_checks
     _assert_schedule_read(arm, engine_parsers.vllm_schedule(engine_parsers.speculative_json(argv)))
     ((_, pinned_arm),) = pinned_checks[STUDY_POLICY][0]
     (result,) = pinned_checks[STUDY_POLICY][2]
-    assert result["unknown"] == [] and result.get("error") is None, result
+    pinned = resolved[ROOT / "regimes" / "h200_tp8.yaml"][0].regime.engine.version
+    assert result["vllm"] == pinned != _installed("vllm")  # another release than the one installed
+    spec = engine_parsers.speculative_json(argv)
+    assert result["unknown"] == [] and set(spec) <= set(result["speculative_keys"])
     _assert_schedule_read(pinned_arm, result["schedule"])
 
 
