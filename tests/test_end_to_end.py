@@ -193,10 +193,11 @@ def test_the_ramp_is_one_window_per_workload_read_by_stage(finished_run) -> None
         records = [RequestRecord.from_json(r) for r in read_jsonl(run / "arms" / arm / "ramp.jsonl")]
         assert records and all(r.ok for r in records), [r.error for r in records if not r.ok]
         for record in records:
-            target = 1 if record.t_send < 2.5 else 2
-            assert record.concurrency == target and record.t_send < 5.0
+            # a request launched just before the boundary may send just after it
+            allowed = {1 if t < 2.5 else 2 for t in (record.t_send, record.t_send - 0.2)}
+            assert record.concurrency in allowed and record.t_send < 5.3
             same = [r for r in records if r.workload == record.workload]
-            assert sum(1 for r in same if r.t_send <= record.t_send < r.t_done) <= target
+            assert sum(1 for r in same if r.t_send <= record.t_send < r.t_done) <= max(allowed)
         spans = [m for m in summary.ramp if m.arm == arm]
         assert [(m.workload, m.stage) for m in spans] == [
             (w, s) for w in ("code_humaneval", "chat_mtbench") for s in (0, 1, None)

@@ -82,13 +82,14 @@ def test_a_closed_loop_ramp_holds_each_stage_s_concurrency(slow_server: str) -> 
     assert ended == [0, 1, 2]
     planned = [1.0, 2.0, 3.0]
     assert all(abs(got - want) < 0.5 for got, want in zip(result.stage_ends_s, planned, strict=True))
-    assert max(r.t_send for r in records) < planned[-1] + 0.05  # the drain sends nothing
+    assert max(r.t_send for r in records) < planned[-1] + 0.3  # the drain sends nothing
     assert {r.prompt_id for r in records} == {"p0", "p1", "p2"} and len(records) > 3  # in turn, again
     assert all(r.repeat == 1 and r.request_rate is None for r in records)
     for record in records:  # never more in flight than the stage the send fell in allows
-        stage = min(int(record.t_send), 2)
-        assert record.concurrency == [1, 4, 1][stage]
-        assert _in_flight_at(records, record.t_send) <= [1, 4, 1][stage]
+        # a request launched just before a boundary may send just after it (a busy event loop)
+        allowed = {[1, 4, 1][min(int(t), 2)] for t in (record.t_send, max(0.0, record.t_send - 0.2))}
+        assert record.concurrency in allowed
+        assert _in_flight_at(records, record.t_send) <= max(allowed)
     averages = [formulas.in_flight_between(records, a, b) for a, b in [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]]
     # the load moved (bounds loose enough for a machine busy with engines: gaps between a completion
     # and the next send lower an average, never raise it past the stage's concurrency)
