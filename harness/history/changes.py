@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -31,7 +32,9 @@ SERIES = ["regime_fingerprint", "machine_key", "arm", "workload", "concurrency",
 
 
 @dataclass(frozen=True)
-class ChangePoint:
+class SeriesKey:
+    """What one series of nights is: never mixed across regimes, machines, arms, cells or metrics."""
+
     regime: str
     regime_fingerprint: str
     machine_key: str
@@ -40,6 +43,28 @@ class ChangePoint:
     concurrency: int
     request_rate: float | None
     metric: str
+
+    @classmethod
+    def of(cls, row: Any, regime: str) -> SeriesKey:
+        """The key of a row of the history's samples."""
+        rate = None if pd.isna(row.request_rate) else float(row.request_rate)
+        return cls(
+            regime, str(row.regime_fingerprint), str(row.machine_key), str(row.arm), str(row.workload),
+            int(row.concurrency), rate, str(row.metric),
+        )  # fmt: skip
+
+    @property
+    def cell(self) -> str:
+        load = f"@{self.concurrency}" if self.request_rate is None else f"@{self.request_rate:g}req/s"
+        return f"{self.workload} {load}"
+
+    def where(self) -> str:
+        return f"{self.arm} {self.cell} {self.metric}"
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    series: SeriesKey
     run_id: str  # the first night after the step
     started_at: str
     before: float  # the segment's mean night value before the step
@@ -53,8 +78,7 @@ class ChangePoint:
     what_changed: list[str]  # "engine_version: vllm 0.32.0 -> 0.33.0", ... ([]: nothing recorded changed)
 
     def where(self) -> str:
-        load = f"@{self.concurrency}" if self.request_rate is None else f"@{self.request_rate:g}req/s"
-        return f"{self.arm} {self.workload} {load} {self.metric}"
+        return self.series.where()
 
 
 def _what_changed(runs: pd.DataFrame, before: str, after: str) -> list[str]:
@@ -90,8 +114,7 @@ def series_changes(nights: pd.DataFrame, runs: pd.DataFrame) -> list[ChangePoint
     values = [night_summary(list(nights[nights.run_id == r].value), positive) for r in run_ids]
     series = [math.exp(v) if positive else v for v in values]  # the night's geometric (or plain) mean
     found, _ = compute_change_points(series, window_len=WINDOW, max_pvalue=MAX_PVALUE)
-    first = nights.iloc[0]
-    regime = runs.set_index("run_id").at[run_ids[0], "regime"]
+    key = SeriesKey.of(nights.iloc[0], str(runs.set_index("run_id").at[run_ids[0], "regime"]))
     edges = [0, *(cp.index for cp in found), len(series)]
     out = []
     for number, point in enumerate(found, start=1):
@@ -99,14 +122,7 @@ def series_changes(nights: pd.DataFrame, runs: pd.DataFrame) -> list[ChangePoint
         change, low, high = _step(before, after)
         out.append(
             ChangePoint(
-                regime=str(regime),
-                regime_fingerprint=str(first.regime_fingerprint),
-                machine_key=str(first.machine_key),
-                arm=str(first.arm),
-                workload=str(first.workload),
-                concurrency=int(first.concurrency),
-                request_rate=None if pd.isna(first.request_rate) else float(first.request_rate),
-                metric=str(first.metric),
+                series=key,
                 run_id=run_ids[point.index],
                 started_at=str(order.iloc[point.index])[:16],
                 before=stats.mean(before),

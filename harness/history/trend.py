@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from harness import stats
-from harness.history.changes import SERIES, ChangePoint, change_points
+from harness.history.changes import SERIES, ChangePoint, SeriesKey, change_points
 from harness.history.reference import DEFAULT_NIGHTS, night_summary, prediction
 from harness.metrics import METRICS
 
@@ -30,32 +30,17 @@ class Night:
 
 @dataclass(frozen=True)
 class Series:
-    regime: str
-    regime_fingerprint: str
-    machine_key: str
-    arm: str
-    workload: str
-    concurrency: int
-    request_rate: float | None
-    metric: str
+    key: SeriesKey
     nights: list[Night]
     band: tuple[float, float] | None  # where tonight's value falls if nothing changed (the gate's)
     changes: list[ChangePoint] = field(default_factory=list)
-
-    @property
-    def cell(self) -> str:
-        return (
-            f"{self.workload} @{self.concurrency}"
-            if self.request_rate is None
-            else f"{self.workload} @{self.request_rate:g}req/s"
-        )
 
     def open_regression(self) -> ChangePoint | None:
         """The latest change point, when it made the metric worse."""
         if not self.changes:
             return None
         latest = self.changes[-1]
-        better = METRICS[self.metric].higher_is_better
+        better = METRICS[self.key.metric].higher_is_better
         return latest if (latest.change < 0) == better else None
 
 
@@ -88,42 +73,20 @@ def trend_series(samples: pd.DataFrame, runs: pd.DataFrame, metrics: list[str] |
     points = change_points(chosen, runs)
     regimes = runs.set_index("run_id").regime
     out = []
-    for key, rows in chosen.groupby(SERIES, dropna=False, sort=True):
+    for _, rows in chosen.groupby(SERIES, dropna=False, sort=True):
         order = rows.groupby("run_id").started_at.min().sort_values()
         per_night = [list(rows[rows.run_id == r].sort_values("sample").value) for r in order.index]
         nights = [_night(r, str(order[r])[:16], v) for r, v in zip(order.index, per_night, strict=True)]
-        fingerprint, machine, arm, workload, concurrency, rate, metric = key
-        rate = None if pd.isna(rate) else float(rate)
-        mine = [
-            p
-            for p in points
-            if (
-                p.regime_fingerprint,
-                p.machine_key,
-                p.arm,
-                p.workload,
-                p.concurrency,
-                p.request_rate,
-                p.metric,
-            )
-            == (fingerprint, machine, arm, workload, int(concurrency), rate, metric)
-        ]
-        out.append(
-            Series(
-                str(regimes.get(order.index[0], "")),
-                str(fingerprint),
-                str(machine),
-                str(arm),
-                str(workload),
-                int(concurrency),
-                rate,
-                str(metric),
-                nights,
-                _band(per_night),
-                mine,
-            )
-        )
+        key = SeriesKey.of(rows.iloc[0], str(regimes.get(order.index[0], "")))
+        out.append(Series(key, nights, _band(per_night), [p for p in points if p.series == key]))
     order_of = {m: i for i, m in enumerate(wanted)}
     return sorted(
-        out, key=lambda s: (s.regime_fingerprint, s.machine_key, s.arm, order_of.get(s.metric, 99), s.cell)
+        out,
+        key=lambda s: (
+            s.key.regime_fingerprint,
+            s.key.machine_key,
+            s.key.arm,
+            order_of.get(s.key.metric, 99),
+            s.key.cell,
+        ),
     )

@@ -258,7 +258,7 @@ def trend_figure(series: list[Series], title: str, band_nights: int) -> str | No
             [n.high - n.value if n.high is not None else 0.0 for n in line.nights],
         ]
         handle = ax.errorbar(range(len(xs)), ys, yerr=errors, marker="o", markersize=3, linewidth=0.9,
-                             capsize=2, label=line.cell)  # fmt: skip
+                             capsize=2, label=line.key.cell)  # fmt: skip
         colour = handle[0].get_color()
         if line.band is not None:  # over the nights it comes from: the gate's reference for the next
             start = max(0, len(xs) - band_nights)

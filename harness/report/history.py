@@ -23,11 +23,11 @@ def history_context(path: Path, metrics: list[str] | None = None) -> dict[str, A
     series = trend_series(samples, runs, metrics)
     groups = []
     for (fingerprint, machine), members in groupby(
-        series, key=lambda s: (s.regime_fingerprint, s.machine_key)
+        series, key=lambda s: (s.key.regime_fingerprint, s.key.machine_key)
     ):
         members = list(members)
         panels = []
-        for (arm, metric), lines in groupby(members, key=lambda s: (s.arm, s.metric)):
+        for (arm, metric), lines in groupby(members, key=lambda s: (s.key.arm, s.key.metric)):
             lines = list(lines)
             label = METRICS[metric].label if metric in METRICS else metric
             panels.append(
@@ -39,7 +39,12 @@ def history_context(path: Path, metrics: list[str] | None = None) -> dict[str, A
                 }
             )
         groups.append(
-            {"regime": members[0].regime, "fingerprint": fingerprint, "machine": machine, "panels": panels}
+            {
+                "regime": members[0].key.regime,
+                "fingerprint": fingerprint,
+                "machine": machine,
+                "panels": panels,
+            }
         )
     open_regressions = [(s, point) for s in series if (point := s.open_regression()) is not None]
     return {
@@ -51,7 +56,7 @@ def history_context(path: Path, metrics: list[str] | None = None) -> dict[str, A
         "open_regressions": open_regressions,
         "max_pvalue": MAX_PVALUE,
         "band_nights": DEFAULT_NIGHTS,
-        "metrics": [METRICS[m] for m in dict.fromkeys(s.metric for s in series) if m in METRICS],
+        "metrics": [METRICS[m] for m in dict.fromkeys(s.key.metric for s in series) if m in METRICS],
     }
 
 
