@@ -635,8 +635,8 @@ class Runner:
                 counters[index + 1] = found.to_json() if found is not None else None
             reported[index] = adapter.server_figures(server.base_url)
 
-        stages = " -> ".join(f"{s.label()} {s.duration_s:g} s" for s in load.ramp)
-        label = f"ramp {workload.name}: {stages}"
+        # the stages are in the plan's description: a short label leaves the bar its room
+        label = f"ramp {workload.name} ({len(load.ramp)} stages, {load.ramp_duration_s():g} s)"
         if load.max_server_starts() > 1:
             label += f" (start-up {start + 1}/{load.max_server_starts()})"
         dues = ramp_dues(
