@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from harness.commands.common import EXIT_OK, kind_of
+from harness.commands.common import EXIT_OK, kind_of, subcommand
 from harness.errors import UserError
 
 NAME = "history"
@@ -42,34 +42,74 @@ bench history report --history nightly.duckdb -o trend.html
 INTERRUPTED = "each run is added whole or not at all; run it again to add the rest"
 
 
+# Each action's description and examples (its own --help)
+ACTIONS = {
+    "add": (
+        "append runs or studies (each study point) to the history",
+        """Append run directories, or studies (each of their points), to the history file: per run its
+        identity (regime fingerprint, machine, engine and patches, commits, time) and per cell the
+        start-up-level samples of every gateable metric with the verdict. A run already in the file
+        is not added again (keyed by run id); an unfinished run is said, not added.""",
+        """bench history add results/cpu_default/20261201-093000-a1b2c3
+        bench history add results/cpu_policy/study-20261202-073003-5ab544 --history nightly.duckdb""",
+    ),
+    "import": (
+        "add every run and study found under a folder",
+        """Search a folder (a results tree) for run and study directories and add each to the history
+        (runs already there are kept as they are): backfilling the history from stored results.""",
+        "bench history import results/",
+    ),
+    "show": (
+        "one line per run in the history",
+        """One line per run in the history file, oldest first: when it started, its run id, regime and
+        fingerprint, the machine key, the engine and how many cells it holds.""",
+        "bench history show --history nightly.duckdb",
+    ),
+    "changes": (
+        "change points per series (arm x cell x metric, one value per night; Apache Otava's E-Divisive)",
+        """Per series (regime fingerprint x machine x arm x cell x metric, one value per night: the
+        geometric mean of its start-ups), the nights where it stepped, by Apache Otava's E-Divisive
+        means (p < 0.001, 6 nights or more): each with the step and its 95% interval, Otava's p-value
+        and what else changed that night (engine version, patches, commits).""",
+        """bench history changes
+        bench history changes --metric output_tok_s --metric tau""",
+    ),
+    "report": (
+        "the trend page: one self-contained HTML file of every series, change points marked",
+        """The trend page, one self-contained HTML file (no scripts, nothing fetched): the open
+        regressions first, then per regime fingerprint and machine, per arm and metric, the nights
+        with their intervals, the band a night with no change falls in, and the change points.""",
+        """bench history report -o trend.html
+        bench history report --history nightly.duckdb --metric tpot_ms_p90""",
+    ),
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    add = actions.add_parser("add", help="append runs or studies (each study point) to the history")
-    add.add_argument("paths", type=Path, nargs="+", metavar="RUN|STUDY", help="run or study directories")
-    add.add_argument(
+    subs = {
+        name: subcommand(actions, name, summary=summary, description=text, examples=examples)
+        for name, (summary, text, examples) in ACTIONS.items()
+    }
+    subs["add"].add_argument(
+        "paths", type=Path, nargs="+", metavar="RUN|STUDY", help="run or study directories"
+    )
+    subs["add"].add_argument(
         "--engine-commit", metavar="SHA", help="the engine's git commit, recorded with each run added"
     )
-    folder = actions.add_parser("import", help="add every run and study found under a folder")
-    folder.add_argument("folder", type=Path, metavar="DIR", help="a results folder (searched below)")
-    actions.add_parser("show", help="one line per run in the history")
-    changes = actions.add_parser(
-        "changes",
-        help="change points per series (arm x cell x metric, one value per night; Apache Otava's E-Divisive)",
+    subs["import"].add_argument("folder", type=Path, metavar="DIR", help="a results folder (searched below)")
+    subs["report"].add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="default: the history file's folder/history.html"
     )
-    changes.add_argument(
-        "--metric", action="append", metavar="NAME", help="only this metric (repeatable; default: every one)"
-    )
-    page = actions.add_parser(
-        "report", help="the trend page: one self-contained HTML file of every series, change points marked"
-    )
-    page.add_argument("-o", "--output", type=Path, metavar="FILE", help="default: FILE's folder/history.html")
-    page.add_argument(
-        "--metric",
-        action="append",
-        metavar="NAME",
-        help="a metric to draw (repeatable; default: output_tok_s, speedup, tau, tpot_ms_p50)",
-    )
-    for sub in (add, folder, actions.choices["show"], changes, page):
+    for name in ("changes", "report"):
+        subs[name].add_argument(
+            "--metric",
+            action="append",
+            metavar="NAME",
+            help="only this metric (repeatable; default: every one for changes; output_tok_s, speedup, "
+            "tau, tpot_ms_p50 for report)",
+        )
+    for sub in subs.values():
         sub.add_argument(
             "--history",
             type=Path,
