@@ -523,7 +523,7 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
         (
             "engine_steps",
             "steps",
-            "ramp: SGLang's speculative steps (sglang:spec_num_steps) at the stage's end, start-ups' mean",
+            "ramp: the steps an adaptive engine ran at the stage's end (SGLang's gauge), start-ups' mean",
         ),
         (
             "drafted_per_draft",

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness import stats
-from harness.engines import get_adapter
+from harness.engines import ACTIVE_STEPS, get_adapter
 from harness.intervals import Spread, cell_estimates
 from harness.probes import ramp as formulas
 from harness.probes.acceptance import SpecCounters, mean_acceptance_length
@@ -64,11 +64,12 @@ def _request_counters(engine: str, records: list[RequestRecord]) -> SpecCounters
 
 
 def _engine_steps(windows: list[RampWindowRecord], stage: int) -> list[float]:
-    """SGLang's active speculative steps as the stage ended, per window that read them."""
+    """The engine's active speculative steps as the stage ended (an engine that adapts them reports
+    them with its server figures: SGLang), per window that read them."""
     out = []
     for window in windows:
         reported = window.stage_reported[stage] if stage < len(window.stage_reported) else None
-        value = (reported or {}).get("sglang_spec_num_steps")
+        value = (reported or {}).get(ACTIVE_STEPS)
         if isinstance(value, int | float):
             out.append(float(value))
     return out

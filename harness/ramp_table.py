@@ -50,9 +50,9 @@ def _speedup_text(metrics: RampStageMetrics, baseline: str) -> str:
 
 
 def _drafted(metrics: RampStageMetrics) -> str:
-    """From the counters; else SGLang's active steps as the stage ended (its adaptive mode's K)."""
+    """From the counters; else the engine's active steps as the stage ended (an adaptive mode's K)."""
     if metrics.drafted_per_draft is None and metrics.engine_steps is not None:
-        return f"{metrics.engine_steps:g} (SGLang steps)"
+        return f"{metrics.engine_steps:g} (engine's steps)"
     return _fmt(metrics.drafted_per_draft, ".2f")
 
 

@@ -11,6 +11,7 @@ import pytest
 from conftest import local_server
 
 from harness.client import run_ramp
+from harness.engines import ACTIVE_STEPS
 from harness.probes import ramp as formulas
 from harness.regime import Load, RampStage, Sampling
 from harness.results.records import RequestRecord
@@ -216,9 +217,7 @@ def _ramp_arm(name: str, rates: tuple[float, float], starts: list[float], drafte
                 duration_s=21.0,
                 counters=counters,
                 # what SGLang's adaptive mode would show as each stage ends (vLLM reports nothing)
-                stage_reported=[{"sglang_spec_num_steps": 3}, {"sglang_spec_num_steps": 1}]
-                if drafted
-                else [],
+                stage_reported=[{ACTIVE_STEPS: 3}, {ACTIVE_STEPS: 1}] if drafted else [],
             )
         )
     return RawArm(name, ArmStatus(status="ok"), [], [], [], ramp=records, ramp_windows=windows)

@@ -92,6 +92,7 @@ def test_the_active_steps_gauge_is_read_from_metrics() -> None:
     metrics_collector.py: a Gauge, mode mostrecent): read from a real exposition of that gauge."""
     from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+    from harness.engines import ACTIVE_STEPS
     from harness.engines.sglang import active_steps_from_metrics
 
     registry = CollectorRegistry()
@@ -105,6 +106,7 @@ def test_the_active_steps_gauge_is_read_from_metrics() -> None:
         tokens.labels("target", "unified", str(rank), "0").set(value + 1)
     found = active_steps_from_metrics(generate_latest(registry).decode())
     assert found["sglang_spec_num_steps"] == 4.0 and found["sglang_spec_num_draft_tokens"] == 5.0
+    assert found[ACTIVE_STEPS] == 4.0  # under the engine-neutral key the ramp reads per stage
     assert "not a mean over the window" in found["steps_note"]
     assert active_steps_from_metrics("# HELP x\nsglang:num_running_reqs 3\n") is None
 

@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # types only (the regime reads the engine names from engines/
 
 
 SERVED_MODEL_NAME = "target"  # the name every adapter serves the target under
+# The key under which an adapter's ``server_figures`` reports the speculative steps the engine runs
+# right now (an engine that adapts them, SGLang's --speculative-adaptive); read by harness.ramp per stage
+ACTIVE_STEPS = "active_speculative_steps"
 
 
 @dataclass(frozen=True)

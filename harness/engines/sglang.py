@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.config_file import did_you_mean
-from harness.engines import SERVED_MODEL_NAME, LaunchSpec, ScheduleConfig, chat_template_fields
+from harness.engines import ACTIVE_STEPS, SERVED_MODEL_NAME, LaunchSpec, ScheduleConfig, chat_template_fields
 from harness.engines.flags import (
     API_KEY,
     CONFIG_FILE,
@@ -417,8 +417,11 @@ def active_steps_from_metrics(text: str) -> dict | None:
             found.setdefault(key, []).append(sample.value)
     if not found:
         return None
+    means = {key: sum(values) / len(values) for key, values in found.items()}
+    steps = means.get("sglang_spec_num_steps")
     return {
-        **{key: sum(values) / len(values) for key, values in found.items()},
+        **means,
+        **({ACTIVE_STEPS: steps} if steps is not None else {}),
         "steps_note": "SGLang's speculative steps at the last decode log interval before the read "
         "(sglang:spec_num_steps): the K its adaptive mode ran then, not a mean over the window.",
     }

@@ -253,7 +253,7 @@ class RampStageMetrics(ResultModel):
     requests_across: int = 0
     tau: float | None = None  # from the counters read at the stage's ends, summed over start-ups
     drafted_per_draft: float | None = None  # drafted tokens per draft: the K the engine ran (0: none)
-    # SGLang: its active speculative steps (sglang:spec_num_steps) as the stage ended, mean over start-ups
+    # an engine that adapts its steps (SGLang): the steps it ran as the stage ended, mean over start-ups
     engine_steps: float | None = None
     # the arms x rounds model over the start-ups' tok/s in this span (harness.intervals), as a cell's
     speedup: float | None = None
