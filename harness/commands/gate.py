@@ -168,13 +168,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def _history(args: argparse.Namespace, view: RunView, console: Console) -> HistoryGate:
     """The nights this run's relative gates compare with, said in one line (or why it falls back)."""
     from harness.gates import history_gate
-    from harness.history.collect import history_entry
+    from harness.history.collect import history_run
     from harness.history.reference import MIN_NIGHTS, comparable_nights
     from harness.history.store import open_history
 
     if args.nights < 2:
         raise UserError(f"--nights {args.nights}: a prediction interval needs 2 nights or more")
-    run = history_entry(args.run_dir).run
+    run = history_run(view, args.run_dir)  # the view already read: no samples collected twice
     with open_history(args.history, read_only=True) as history:
         nights = comparable_nights(history.runs(), history.samples(), run, args.nights)
     found = len(nights.run_ids)

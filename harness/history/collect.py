@@ -38,7 +38,10 @@ def started_at(run_id: str, run_dir: Path) -> datetime:
         return datetime.fromtimestamp((run_dir / "regime.json").stat().st_mtime, tz=UTC).replace(tzinfo=None)
 
 
-def _run(view: RunView, run_dir: Path, engine_commit: str | None, study: str | None) -> HistoryRun:
+def history_run(
+    view: RunView, run_dir: Path, engine_commit: str | None = None, study: str | None = None
+) -> HistoryRun:
+    """The run's identity as the history keeps it (no samples: what a gate against the history needs)."""
     environment, record = view.raw.environment, view.record
     return HistoryRun(
         run_id=view.summary.run_id if study is None else f"{study}/{run_dir.name}",
@@ -113,4 +116,4 @@ def history_entry(run_dir: Path, engine_commit: str | None = None, study: str | 
                 speedup_df=cell.speedup_df,
             )
         )
-    return HistoryEntry(run=_run(view, run_dir, engine_commit, study), samples=samples, cells=cells)
+    return HistoryEntry(run=history_run(view, run_dir, engine_commit, study), samples=samples, cells=cells)
