@@ -36,7 +36,7 @@ from pydantic import ValidationError
 from harness import stats
 from harness.environment import machine_differences
 from harness.errors import UserError
-from harness.history.reference import MIN_NIGHTS, Nights, night_summary, prediction
+from harness.history.reference import DEFAULT_NIGHTS, MIN_NIGHTS, WINDOWS, Nights, judge_series
 from harness.metrics import METRICS, PROMPT_STATUS
 from harness.regime import Gate, Gates, LoadLevel, Regime
 from harness.results.calibration import Calibration
@@ -316,42 +316,72 @@ def relative_check(
     return RelativeResult("pass", *found, "")
 
 
+class HistoryResult(NamedTuple):
+    """What ``history_check`` decides: as ``RelativeResult`` (the band and change of the window that
+    failed, else of the night alone), with the reference it was judged against."""
+
+    verdict: Verdict
+    low: float | None
+    high: float | None
+    change: float | None
+    reason: str
+    centre: float | None = None  # the reference nights' centre, on the metric's own scale
+    nights: int = 0  # reference nights
+    window: int = 1  # nights in the judged mean
+
+
 def history_check(
     values: list[float],
     nights: Sequence[Sequence[float]],
     tolerance_pct: float,
     higher_is_better: bool,
     confidence: float = 0.95,
-) -> RelativeResult:
+    reference: int = DEFAULT_NIGHTS,
+) -> HistoryResult:
     """A maximum-regression gate against the nights before (``harness.history.reference``): the
-    night's summary of its start-up samples against the prediction interval the earlier nights give
-    (``low``/``high``: that band, as changes against their centre). Fails when the night lies beyond
-    the band on the worse side AND its change is worse than ``tolerance_pct``; a band wider than the
-    tolerance could not see a regression of that size below its edge: "inconclusive" then, unless it
+    night's summary of its start-up samples, and the mean of the last 3 nights', against the
+    prediction interval the good nights before them give (``low``/``high``: the night's band, as
+    changes against their centre). Fails when a window lies beyond its band on the worse side AND
+    its change is worse than ``tolerance_pct``; when every window's band is wider than the tolerance
+    it could not see a regression of that size below its edge: "inconclusive" then, unless it
     fails; otherwise a pass."""
-    found = prediction(nights, confidence)
-    if found is None or not values:
-        return RelativeResult("inconclusive", None, None, None, "fewer than 2 earlier nights with this cell")
-    if found.positive and min(values) <= 0:
-        return RelativeResult("inconclusive", None, None, None, "a value of 0 where the nights had none")
-    change = found.change(night_summary(values, found.positive))
-    low, high = found.bounds()
-    worse, edge = (-change, -low) if higher_is_better else (change, high)
-    tolerance = tolerance_pct / 100
-    if worse > edge and worse > tolerance:
-        return RelativeResult("fail", low, high, change, "")
-    if edge > tolerance:
-        band = (
-            f"band {100 * low:+.1f}..{100 * high:+.1f}% from {found.nights} nights, limit {tolerance_pct:g}%"
-        )
-        return RelativeResult(
-            "inconclusive", low, high, change, f"the nights vary more than the limit ({band})"
-        )
-    return RelativeResult("pass", low, high, change, "")
+    positive = min([v for n in nights for v in n] or [0]) > 0
+    if positive and values and min(values) <= 0:
+        return HistoryResult("inconclusive", None, None, None, "a value of 0 where the nights had none")
+    judged = judge_series(nights, values, tolerance_pct / 100, higher_is_better, confidence, reference)
+    if judged is None or judged.tonight is None:
+        return HistoryResult("inconclusive", None, None, None, "fewer than 2 earlier nights with this cell")
+    shown = judged.failed or judged.tonight
+    low, high = shown.prediction.bounds()
+    found = shown.prediction
+    centre = math.exp(found.centre) if found.positive else found.centre
+
+    def result(verdict: Verdict, reason: str) -> HistoryResult:
+        return HistoryResult(verdict, low, high, shown.change, reason, centre, found.nights, shown.window)
+
+    if judged.failed is not None:
+        return result("fail", "")
+    bounds = [c.prediction.bounds() for c in judged.checks]
+    if min(-lo if higher_is_better else hi for lo, hi in bounds) > tolerance_pct / 100:
+        band = f"band {100 * low:+.1f}..{100 * high:+.1f}% from {found.nights} nights"
+        band += f", limit {tolerance_pct:g}%"
+        return result("inconclusive", f"the nights vary more than the limit ({band})")
+    return result("pass", "")
+
+
+def _back(result: HistoryResult, positive: bool) -> float:
+    """The judged window's mean on the metric's scale, from the centre and the change."""
+    assert result.centre is not None and result.change is not None
+    return result.centre * (1 + result.change) if positive else result.centre + result.change
 
 
 def _historic(
-    check: Check, values: list[float], nights: list[list[float]], tolerance_pct: float, confidence: float
+    check: Check,
+    values: list[float],
+    nights: list[list[float]],
+    tolerance_pct: float,
+    confidence: float,
+    reference: int = DEFAULT_NIGHTS,
 ) -> Check:
     """A maximum regression against the nights before (``history_check``), as a check."""
     metric = METRICS[check.metric]
@@ -359,22 +389,22 @@ def _historic(
     if not values:
         check.verdict, check.message = "fail", "no measurement for this cell"
         return check
-    result = history_check(values, nights, tolerance_pct, metric.higher_is_better, confidence)
+    result = history_check(values, nights, tolerance_pct, metric.higher_is_better, confidence, reference)
     positive = min([*values, *(v for n in nights for v in n)] or [0]) > 0
-    centre = _geometric_mean if positive else stats.mean
-    check.value = centre(values)
-    check.baseline_value = centre([centre(n) for n in nights if n]) if any(nights) else None
+    check.value = (_geometric_mean if positive else stats.mean)(values)
+    check.baseline_value = result.centre
     if result.change is None:
         check.verdict, check.message = "inconclusive", f"{result.reason} ({len(nights)} nights)"
         return check
     sign = -1.0 if metric.higher_is_better else 1.0
     check.low, check.high = sorted((sign * result.low, sign * result.high))  # type: ignore[operator]
+    what = "tonight" if result.window == 1 else f"the last {result.window} nights' mean"
     described = (
-        f"{check.value:.4g} vs the nights' {check.baseline_value:.4g}: "
-        f"{100 * sign * result.change:+.1f}% worse "
-        f"(a night with no change falls within {100 * check.low:+.1f}..{100 * check.high:+.1f}% at "
-        f"{100 * confidence:.2f}%, from {len(nights)} nights of this fingerprint and machine; limit "
-        f"{tolerance_pct:g}%)"
+        f"{what} {check.value if result.window == 1 else _back(result, positive):.4g} vs the good nights' "
+        f"{check.baseline_value:.4g}: {100 * sign * result.change:+.1f}% worse (with no change it falls "
+        f"within {100 * check.low:+.1f}..{100 * check.high:+.1f}% at {100 * confidence:.2f}%, from the last "
+        f"{result.nights} good nights of {len(nights)} of this fingerprint and machine; "
+        f"limit {tolerance_pct:g}%)"
     )
     check.verdict = result.verdict
     check.message = {"fail": "regression: ", "pass": ""}.get(result.verdict, f"{result.reason}: ") + described
@@ -449,7 +479,8 @@ NIGHT_FALSE_ALARM = 0.01
 class HistoryGate:
     """The nights a run's relative gates compare with (``--history``), and the confidence of each
     check's two-sided prediction interval: a night as a whole fails on noise at most
-    ``NIGHT_FALSE_ALARM`` of the time (one-sided, Bonferroni over the night's checks)."""
+    ``NIGHT_FALSE_ALARM`` of the time (one-sided, Bonferroni over the night's checks, each judged
+    alone and as the mean of the last 3 nights: ``reference.WINDOWS``)."""
 
     nights: Nights
     confidence: float
@@ -465,7 +496,9 @@ def _relative_history(
     workload, level = cell
     values = view.startup_samples(arm, workload, level, gate.metric)
     nights = history.nights.values(arm, workload, level.concurrency, level.request_rate, gate.metric)
-    check = _historic(check, values, nights, gate.max_regression_pct or 0.0, history.confidence)
+    check = _historic(
+        check, values, nights, gate.max_regression_pct or 0.0, history.confidence, history.nights.reference
+    )
     cpu = view.summary.cell(arm, workload, level)
     # a timed metric's change may be the neighbour's, not the engine's (as against a baseline run)
     if check.verdict == "fail" and cpu is not None and cpu.noisy_neighbour and METRICS[gate.metric].timed:
@@ -583,7 +616,7 @@ def history_gate(view: RunView, nights: Nights) -> HistoryGate:
         for workload, level in view.cells(arm)
         if _covers(gate, workload, level)
     )
-    return HistoryGate(nights, 1 - 2 * NIGHT_FALSE_ALARM / max(1, count))
+    return HistoryGate(nights, 1 - 2 * NIGHT_FALSE_ALARM / max(1, count * len(WINDOWS)))
 
 
 def evaluate(

@@ -63,6 +63,7 @@ def _die_with_parent() -> None:
 # (``mkdtemp``: mode 0700): no other user of a shared node can reach it, its dev-mode routes
 # included, no other process can be listening there before it, and no port can be taken.
 SOCKET_DIR_PREFIX = "bench-engine-"
+READY_POLL_S = 0.25  # how often a starting server's health endpoint is asked
 
 
 def unix_socket_path() -> Path:
@@ -136,9 +137,12 @@ def stop_left_running(directory: Path) -> list[int]:
             pgid = int(pgid_file.read_text().strip())
             launch = json.loads((pgid_file.parent / "launch.json").read_text())
             where = str(launch.get("uds") or launch["port"])  # its socket, or its port
-            cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError, KeyError):
             continue
+        try:
+            cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone already (its parent-death signal): its file and directory still go
+            cmdline = []
         if where.encode() in cmdline and group_alive(pgid):
             kill_group(pgid, grace_s=10.0)
             stopped.append(pgid)
@@ -311,7 +315,9 @@ class Server:
                         return elapsed
                 if on_tick:
                     on_tick(elapsed)
-                time.sleep(1.0)
+                # a quarter second: a health GET costs next to nothing, and each start-up (the unit of
+                # evidence, started many times a run) was found ready up to a whole second late
+                time.sleep(READY_POLL_S)
 
     def _knows_its_key(self, client: httpx.Client) -> bool:
         """A keyed server is ready once a route behind its key answers with it (the models list):

@@ -216,8 +216,10 @@ def mann_whitney_two_sided(first: Sequence[float], second: Sequence[float]) -> t
     return min(1.0, 2 * min(p_greater, p_less)), delta
 
 
+@lru_cache(maxsize=4096)
 def t_quantile(p: float, df: float) -> float:
-    """The p-quantile of Student's t with ``df`` degrees of freedom (scipy's)."""
+    """The p-quantile of Student's t with ``df`` degrees of freedom (scipy's; cached: the history
+    gate asks for the same few quantiles at every night of every series)."""
     from scipy.stats import t
 
     return float(t.ppf(p, df))

@@ -176,21 +176,29 @@ def test_one_lucky_night_does_not_become_the_reference() -> None:
 
 def test_false_alarms_and_detection_on_simulated_nights() -> None:
     """The simulation the gate is built for (fixed seed, so it can fail), at the confidence a night
-    of one check gets (``gates.NIGHT_FALSE_ALARM``: 1% one-sided): with no change a night fails at
-    most about 1% of the time; a -10% step with a 3% spread is found within 3 nights almost always."""
+    of one rule on one cell gets (``gates.NIGHT_FALSE_ALARM``: 1% one-sided, shared by its windows):
+    with no change a night fails at most about 1% of the time; a -10% step with a 3% spread is found
+    within 3 nights almost always, and a step that persists keeps failing (its nights are not the
+    reference)."""
     from harness.gates import NIGHT_FALSE_ALARM
+    from harness.history.reference import WINDOWS
 
-    confidence = 1 - 2 * NIGHT_FALSE_ALARM
+    confidence = 1 - 2 * NIGHT_FALSE_ALARM / len(WINDOWS)
     rng = np.random.default_rng(2)
-    runs = 2000
-    alarms = found = 0
+    runs = 1000
+    alarms = found = kept = 0
     for _ in range(runs):
         history = _nights(rng, 14, 0.03)
         alarms += history_check(_nights(rng, 1, 0.03)[0], history, 5, True, confidence).verdict == "fail"
-        after = [[v * 0.9 for v in night] for night in _nights(rng, 3, 0.03)]
-        found += any(history_check(night, history, 5, True, confidence).verdict == "fail" for night in after)
+        after = [[v * 0.9 for v in night] for night in _nights(rng, 8, 0.03)]
+        verdicts = [
+            history_check(after[i], history + after[:i], 5, True, confidence).verdict for i in (0, 1, 2)
+        ]
+        found += "fail" in verdicts
+        kept += history_check(after[7], history + after[:7], 5, True, confidence).verdict == "fail"
     assert alarms / runs <= 0.015
     assert found / runs >= 0.9
+    assert kept / runs >= 0.9  # night 8 of the step: still judged against the nights before it
 
 
 def _night(entry, index: int, scale: dict[str, float] | None = None, **run):
@@ -214,8 +222,9 @@ def test_only_earlier_nights_of_the_same_fingerprint_and_machine_count(tmp_path:
         runs, samples = history.runs(), history.samples()
     tonight = entry.run.model_copy(update={"started_at": datetime(2026, 11, 20)})
     nights = comparable_nights(runs, samples, tonight, nights=3)
-    assert nights.run_ids == ["night-1", "night-2", "night-3"]  # the latest 3, never the others
-    assert len(nights.values("ngram_k4", "code_humaneval", 1, None, "tau")) == 3
+    assert nights.run_ids == ["night-0", "night-1", "night-2", "night-3"]  # never the others
+    assert nights.reference == 3  # the gate's reference: the last 3 good ones among them
+    assert len(nights.values("ngram_k4", "code_humaneval", 1, None, "tau")) == 4
 
 
 def test_bench_gate_against_the_history(tmp_path: Path) -> None:
@@ -241,20 +250,67 @@ def test_bench_gate_against_the_history(tmp_path: Path) -> None:
     same, faster, few = tmp_path / "same.duckdb", tmp_path / "faster.duckdb", tmp_path / "few.duckdb"
     rng = np.random.default_rng(3)
     with open_history(same) as a, open_history(faster) as b, open_history(few) as c:
-        for index in range(6):
-            noise = float(np.exp(rng.normal(0, 0.02)))
+        for index in range(8):
+            noise = float(np.exp(rng.normal(0, 0.01)))
             a.add(_night(entry, index, {"tau": noise}))
             b.add(_night(entry, index, {"tau": 1.2 * noise}))
             if index < 3:
                 c.add(_night(entry, index))
     passed = gate(same)
     assert passed.returncode == 0, passed.stdout + passed.stderr
-    assert "relative gates against 6 earlier nights" in passed.stdout
+    assert "relative gates against the last 14 good nights of 8 earlier ones" in passed.stdout
     failed = gate(faster)
     assert failed.returncode == 1 and "regression" in failed.stdout, failed.stdout
     fallback = gate(few)
     assert fallback.returncode == 0 and "3 earlier nights of this fingerprint and machine" in fallback.stdout
     assert "skipped" in fallback.stdout
+    # the step accepted as the new normal: the nights start at the accepted one (4 of them: too few)
+    accepted = subprocess.run(
+        BENCH + ["history", "accept", "night-4", "--history", str(faster), "--reason", "tau moved, kept"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert accepted.returncode == 0 and "night-4 accepted" in accepted.stdout, accepted.stderr
+    after = gate(faster)
+    assert after.returncode == 0 and "4 earlier nights" in after.stdout, after.stdout
+    assert "since the change accepted at 2026-11-05" in after.stdout
+
+
+def test_accepting_a_change_moves_where_the_nights_start_and_old_files_migrate(tmp_path: Path) -> None:
+    """The accepted table (schema 2): nights before the latest accepted run of the same fingerprint and
+    machine are not compared; another fingerprint's acceptance changes nothing. A schema-1 file (no
+    accepted table) is migrated when it is opened, also to be read."""
+    entry = history_entry(SMOKE)
+    path = tmp_path / "h.duckdb"
+    with open_history(path) as history:
+        for index in range(8):
+            history.add(_night(entry, index))
+        history.add(_night(entry, 9, regime_fingerprint="another"))
+        assert history.accept("night-3", "an engine upgrade, slower, kept") is True
+        assert history.accept("night-3", "again") is False
+        history.accept("night-9", "another fingerprint's")
+        with pytest.raises(UserError, match="no run nope"):
+            history.accept("nope", "")
+        runs, samples, accepted = history.runs(), history.samples(), history.accepted()
+    tonight = entry.run.model_copy(update={"started_at": datetime(2026, 11, 20)})
+    nights = comparable_nights(runs, samples, tonight, accepted=accepted)
+    assert nights.run_ids == [f"night-{i}" for i in range(3, 8)] and nights.accepted == "2026-11-04 00:00"
+    assert comparable_nights(runs, samples, tonight).run_ids == [f"night-{i}" for i in range(8)]
+
+    old = tmp_path / "schema1.duckdb"
+    with duckdb.connect(str(old)) as con:
+        con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+        from harness.history.store import TABLES
+
+        for name in ("runs", "samples", "cells"):  # as schema 1 made them: no noisy_neighbour column
+            columns = TABLES[name].replace(",\n        noisy_neighbour BOOLEAN", "")
+            con.execute(f"CREATE TABLE {name} ({columns})")
+        con.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    loaded = harness.load_history(old)  # read: migrated first
+    assert loaded.accepted().empty and "noisy_neighbour" in loaded.cells().columns
+    with duckdb.connect(str(old), read_only=True) as con:
+        assert con.execute("SELECT value FROM meta").fetchone() == (str(SCHEMA_VERSION),)
 
 
 # ---- change points (Apache Otava's E-Divisive) -------------------------------------------------
@@ -399,15 +455,17 @@ def test_the_replay_benchmark_tells_the_two_gates_apart() -> None:
     import argparse
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from history_gate import replay
+    from history_gate import Source, replay
 
-    means = {(arm, "code", level): math.log(100.0) for arm in ("baseline", "ngram") for level in (1, 4)}
-    residuals = list(np.random.default_rng(8).normal(0, 0.05, 40))
+    cells = [(arm, "code", level, "output_tok_s") for arm in ("baseline", "ngram") for level in (1, 4)]
+    means = dict.fromkeys(cells, math.log(100.0))
+    residuals = np.random.default_rng(8).normal(0, 0.05, 40)
+    source = Source(means, [], {"*": [{("*", "", 0, ""): r} for r in residuals]}, 2, "constructed", True)
     args = argparse.Namespace(
         seed=0, series=20, nights=30, step_night=18, step=-0.20, arm="ngram", limit=5.0, night_sd=0.0,
-        metric="output_tok_s",
+        metric=["output_tok_s"], step_metric="output_tok_s",
     )  # fmt: skip
-    found = replay(args, means, residuals, 2)
+    found = replay(args, source)
     history, two_run = (found["alarms"][g] / found["judged"][g] for g in ("history", "two-run"))
     assert history <= 0.02 and two_run > 3 * max(history, 0.01)
     assert sum(1 for n in found["detection"]["history"] if n is not None and n <= 3) >= 18

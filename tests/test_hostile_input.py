@@ -59,7 +59,9 @@ def test_hostile_yaml_is_refused_in_one_line_quickly(tmp_path: Path, case: str) 
     started = time.perf_counter()
     with pytest.raises(UserError) as refused:
         load_regime(path)
-    assert time.perf_counter() - started < 1.0  # the loader's own time (the bomb took > 200 s)
+    # the loader's own time: the bomb took > 200 s; 100,000 levels took 1.0 s on the AVX2-only EPYC
+    # beside the engine tests (a quadratic rescan of them would take minutes)
+    assert time.perf_counter() - started < 5.0
     message = str(refused.value)
     assert expected in message and "\n" not in message and message.startswith(f"{path}:")
 

@@ -272,3 +272,26 @@ def test_a_server_that_never_started_leaves_no_private_directory(tmp_path: Path)
     assert uds.parent.is_dir()
     server.stop()  # never started
     assert not uds.parent.exists()
+
+
+def test_a_server_that_died_with_its_bench_leaves_no_private_directory(tmp_path: Path) -> None:
+    """A bench killed with SIGKILL while its server starts: the kernel stops the server (its
+    parent-death signal) before anyone reads its pid file; the next run still removes the file and the
+    server's private socket directory (``/tmp/bench-engine-*``), which nobody else would."""
+    import tempfile
+
+    from harness.server import SOCKET_DIR_PREFIX
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)  # a pid that no process has any more
+    private = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
+    arm = tmp_path / "cpu_x" / "20261202-000000-aaaaaa" / "arms" / "baseline"
+    arm.mkdir(parents=True)
+    (arm / PGID_FILE).write_text(f"{gone.pid}\n")
+    (arm / "launch.json").write_text(json.dumps({"argv": [], "env": {}, "uds": str(private / "engine.sock")}))
+    try:
+        assert reap_abandoned(tmp_path / "cpu_x") == []  # nothing alive to stop
+        assert not private.exists() and not (arm / PGID_FILE).exists()
+    finally:
+        if private.exists():
+            private.rmdir()

@@ -31,10 +31,13 @@ interval is wider than its limit is inconclusive, never a pass. The baseline can
 itself.
 
 With --history FILE (a history database: bench history), the relative rules compare the run with
-the nights before it instead: the last --nights runs of the same regime fingerprint on the same
-machine (never another's), through a prediction interval of where a night with no change falls
-(each check's confidence corrected for the night's number of checks), plus the rule's tolerance;
-with fewer than 5 such nights it says so and uses --baseline.
+the nights before it instead: the last --nights GOOD runs of the same regime fingerprint on the
+same machine (never another's; a night that failed its own gate is not a reference, so a
+regression that persists keeps failing until `bench history accept` takes it as the new normal),
+through a prediction interval of where a night with no change falls, for the night alone and for
+the mean of the last 3 nights (a step that persists, with less noise), each check's confidence
+corrected for the night's number of checks (a night with nothing changed fails at most 1% of the
+time), plus the rule's tolerance; with fewer than 5 such nights it says so and uses --baseline.
 
 With --confirm, a gate that would fail first re-runs the failing arms (with the baseline arm) on
 fresh server start-ups into a new run directory beside the run, gates that run against the same
@@ -74,15 +77,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="gate the relative rules against the nights before this run in a history file (bench history): "
-        "the last --nights runs of the same regime fingerprint on the same machine, never others; with "
-        "fewer than 5 of them, against --baseline instead (said so)",
+        "the last --nights good runs of the same regime fingerprint on the same machine, never others; "
+        "with fewer than 5 of them, against --baseline instead (said so)",
     )
     parser.add_argument(
         "--nights",
         type=int,
         default=14,
         metavar="N",
-        help="with --history: how many of the latest comparable nights make the reference (default: 14)",
+        help="with --history: how many of the latest good comparable nights make the reference (default: 14)",
     )
     parser.add_argument(
         "--gates",
@@ -176,12 +179,16 @@ def _history(args: argparse.Namespace, view: RunView, console: Console) -> Histo
         raise UserError(f"--nights {args.nights}: a prediction interval needs 2 nights or more")
     run = history_run(view, args.run_dir)  # the view already read: no samples collected twice
     with open_history(args.history, read_only=True) as history:
-        nights = comparable_nights(history.runs(), history.samples(), run, args.nights)
+        nights = comparable_nights(
+            history.runs(), history.samples(), run, args.nights, history.accepted(), history.cells()
+        )
     found = len(nights.run_ids)
+    since = f", since the change accepted at {nights.accepted}" if nights.accepted else ""
     if found >= MIN_NIGHTS:
         console.print(
-            f"relative gates against {found} earlier nights in {args.history} (regime fingerprint "
-            f"{run.regime_fingerprint}, machine {run.machine_key}, {nights.first} to {nights.last})",
+            f"relative gates against the last {args.nights} good nights of {found} earlier ones in "
+            f"{args.history}{since} (regime fingerprint {run.regime_fingerprint}, machine "
+            f"{run.machine_key}, {nights.first} to {nights.last}); each night alone and the last 3 together",
             highlight=False,
             markup=False,
             soft_wrap=True,
@@ -189,8 +196,8 @@ def _history(args: argparse.Namespace, view: RunView, console: Console) -> Histo
     else:
         fallback = "against --baseline" if args.baseline else "skipped (no --baseline)"
         console.print(
-            f"[yellow]{found} earlier nights of this fingerprint and machine in {escape(str(args.history))}, "
-            f"fewer than {MIN_NIGHTS}:[/] relative gates {fallback}",
+            f"[yellow]{found} earlier nights of this fingerprint and machine in {escape(str(args.history))}"
+            f"{escape(since)}, fewer than {MIN_NIGHTS}:[/] relative gates {fallback}",
             highlight=False,
             soft_wrap=True,
         )

@@ -13,7 +13,7 @@ from harness.commands.common import EXIT_OK, kind_of, subcommand
 from harness.errors import UserError
 
 NAME = "history"
-SUMMARY = "keep runs in a history database (DuckDB): add, import, show, change points, trend page"
+SUMMARY = "keep runs in a history database (DuckDB): add, import, show, accept, change points, trend page"
 DESCRIPTION = """
 The nightly history: one DuckDB file (default results/history.duckdb) holding every run added to
 it, each with its regime fingerprint, the machine it ran on, the engine and its patches, the
@@ -22,12 +22,14 @@ gateable metric and the cell's speedup with its interval and verdict.
 
 add: append runs or studies (a study adds each of its points); a run already in the history is
 not added again (keyed by run id). import: add every run and study found under a folder. show:
-one line per run in the history. changes: the change points of every series (regime fingerprint x
-machine x arm x cell x metric, one value per night: the geometric mean of its start-ups) by Apache
-Otava's E-Divisive means, each with its night, the step with its 95% interval, and what else
-changed that night (engine version, patches, commits). report: the trend page, one self-contained
-HTML file: per arm and metric the nights with their intervals, the band a night with no change
-falls in, the change points marked, and the open regressions.
+one line per run in the history. accept: take a change a run shows as the new normal (the
+history gate's nights for its fingerprint and machine start at that run). changes: the change
+points of every series (regime fingerprint x machine x arm x cell x metric, one value per night:
+the geometric mean of its start-ups) by Apache Otava's E-Divisive means, each with its night, the
+step with its 95% interval, and what else changed that night (engine version, patches, commits).
+report: the trend page, one self-contained HTML file: per arm and metric the nights with their
+intervals, the band a night with no change falls in, the change points marked, and the open
+regressions.
 
 Read it from Python with harness.load_history(PATH): .runs(), .samples(), .cells() as DataFrames.
 """
@@ -36,6 +38,7 @@ bench history add results/cpu_default/20261201-093000-a1b2c3
 bench history add results/cpu_policy/study-20261202-073003-5ab544 --history nightly.duckdb
 bench history import results/
 bench history show --history nightly.duckdb
+bench history accept 20261203-020000-d4e5f6 --reason "vLLM 0.33: slower, accepted"
 bench history changes --metric output_tok_s
 bench history report --history nightly.duckdb -o trend.html
 """
@@ -64,6 +67,16 @@ ACTIONS = {
         """One line per run in the history file, oldest first: when it started, its run id, regime and
         fingerprint, the machine key, the engine and how many cells it holds.""",
         "bench history show --history nightly.duckdb",
+    ),
+    "accept": (
+        "take the change a run shows as the new normal for the history gate",
+        """A regression the gate found and the team decided to keep (an engine upgrade's cost, a new
+        machine image) would otherwise fail every night after it: the history gate's reference is
+        the good nights, and a night that failed is not one. Accepting a run makes the nights of its
+        regime fingerprint and machine start at it: the gate falls back to --baseline until 5 nights
+        have been measured since, then gates against them. Kept in the history with the reason.""",
+        """bench history accept 20261203-020000-d4e5f6 --reason "vLLM 0.33: slower, accepted"
+        bench history accept 20261203-020000-d4e5f6 --history nightly.duckdb --reason 'new host'""",
     ),
     "changes": (
         "change points per series (arm x cell x metric, one value per night; Apache Otava's E-Divisive)",
@@ -97,6 +110,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     subs["add"].add_argument(
         "--engine-commit", metavar="SHA", help="the engine's git commit, recorded with each run added"
     )
+    subs["accept"].add_argument(
+        "run_id", metavar="RUN_ID", help="a run id in the history (bench history show)"
+    )
+    subs["accept"].add_argument("--reason", required=True, help="why the change is kept (stored with it)")
     subs["import"].add_argument("folder", type=Path, metavar="DIR", help="a results folder (searched below)")
     subs["report"].add_argument(
         "-o", "--output", type=Path, metavar="FILE", help="default: the history file's folder/history.html"
@@ -182,9 +199,10 @@ def _show(history_path: Path, console: Console) -> int:
     from harness.history.store import open_history
 
     with open_history(history_path, read_only=True) as history:
-        runs, cells = history.runs(), history.cells()
+        runs, cells, accepted = history.runs(), history.cells(), history.accepted()
     table = Table(title=f"{history_path}: {len(runs)} run(s)")
-    for header in ("started", "run", "regime", "fingerprint", "machine", "engine", "cells"):
+    reasons = dict(zip(accepted.run_id, accepted.reason, strict=True))
+    for header in ("started", "run", "regime", "fingerprint", "machine", "engine", "cells", "accepted"):
         table.add_column(header)
     counts = cells.groupby("run_id").size() if len(cells) else {}
     for row in runs.itertuples():
@@ -196,8 +214,27 @@ def _show(history_path: Path, console: Console) -> int:
             row.machine_key,
             escape(str(row.engine_version)),
             str(int(counts.get(row.run_id, 0)) if len(cells) else 0),
+            escape(reasons.get(row.run_id, "")),
         )
     console.print(table)
+    return EXIT_OK
+
+
+def _accept(history_path: Path, run_id: str, reason: str, console: Console) -> int:
+    from harness.history.store import open_history
+
+    if not history_path.is_file():
+        raise UserError(f"{history_path}: no history file (bench history add RUN creates it)")
+    with open_history(history_path) as history:
+        added = history.accept(run_id, reason)
+    said = "accepted" if added else "already accepted"
+    console.print(
+        f"{history_path}: {run_id} {said}: the history gate's nights for its regime fingerprint and "
+        "machine start at it",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     return EXIT_OK
 
 
@@ -256,6 +293,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return add_to_history(args.paths, args.history, args.engine_commit, console)
     if args.action == "import":
         return add_to_history(found_under(args.folder), args.history, None, console)
+    if args.action == "accept":
+        return _accept(args.history, args.run_id, args.reason, console)
     if args.action == "changes":
         return _changes(args.history, args.metric, console)
     if args.action == "report":

@@ -114,6 +114,7 @@ def history_entry(run_dir: Path, engine_commit: str | None = None, study: str | 
                 speedup_high=cell.speedup_high,
                 speedup_log_se=cell.speedup_log_se,
                 speedup_df=cell.speedup_df,
+                noisy_neighbour=bool(cell.noisy_neighbour),
             )
         )
     return HistoryEntry(run=history_run(view, run_dir, engine_commit, study), samples=samples, cells=cells)

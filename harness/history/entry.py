@@ -54,6 +54,9 @@ class HistoryCell(ResultModel):
     speedup_high: float | None
     speedup_log_se: float | None
     speedup_df: int | None
+    # measured beside a busy neighbour (schema 2): its timed numbers are not the engine's alone, so
+    # a night with it is no reference for that cell (harness.history.reference)
+    noisy_neighbour: bool = False
 
 
 class HistoryEntry(ResultModel):

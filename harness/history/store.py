@@ -7,6 +7,8 @@ interval. Runs are keyed by run id: adding one twice adds it once. The file carr
 version; an older file is migrated on open (``MIGRATIONS``), a newer one refused.
 
     schema 1: runs, samples, cells, meta(schema_version)
+    schema 2: + accepted (``bench history accept``: a change accepted as the new normal; the gate's
+              nights for that fingerprint and machine start at the accepted run), + cells.noisy_neighbour
 
 Reads come back as DataFrames (``History.runs()``, ``.samples()``, ``.cells()``), the same columns
 as the typed models of ``harness.history.entry``.
@@ -25,7 +27,7 @@ import pandas as pd
 from harness.errors import UserError
 from harness.history.entry import HistoryEntry
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_PATH = Path("results") / "history.duckdb"
 
 TABLES = {
@@ -43,10 +45,22 @@ TABLES = {
     "cells": """
         run_id VARCHAR NOT NULL, arm VARCHAR NOT NULL, method VARCHAR NOT NULL, workload VARCHAR NOT NULL,
         concurrency INTEGER NOT NULL, request_rate DOUBLE, server_starts INTEGER NOT NULL, verdict VARCHAR,
-        speedup DOUBLE, speedup_low DOUBLE, speedup_high DOUBLE, speedup_log_se DOUBLE, speedup_df INTEGER""",
+        speedup DOUBLE, speedup_low DOUBLE, speedup_high DOUBLE, speedup_log_se DOUBLE, speedup_df INTEGER,
+        noisy_neighbour BOOLEAN""",
+    "accepted": """
+        run_id VARCHAR PRIMARY KEY, regime_fingerprint VARCHAR NOT NULL, machine_key VARCHAR NOT NULL,
+        started_at TIMESTAMP NOT NULL, reason VARCHAR NOT NULL,
+        accepted_at TIMESTAMP NOT NULL DEFAULT current_timestamp""",
 }
-# schema N -> N + 1, run in order on an older file (none yet: version 1 is the first)
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {}
+
+
+def _schema_2(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(f"CREATE TABLE accepted ({TABLES['accepted']})")
+    con.execute("ALTER TABLE cells ADD COLUMN noisy_neighbour BOOLEAN")  # unknown (NULL) for older runs
+
+
+# schema N -> N + 1, run in order on an older file
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _schema_2}
 
 
 class History:
@@ -85,6 +99,27 @@ class History:
             con.execute("ROLLBACK")
             raise
         return True
+
+    def accept(self, run_id: str, reason: str) -> bool:
+        """Accept the change ``run_id`` shows as the new normal: later gates of its fingerprint and
+        machine take their nights from it on. False when it was accepted already."""
+        found = self.connection.execute(
+            "SELECT regime_fingerprint, machine_key, started_at FROM runs WHERE run_id = ?", [run_id]
+        ).fetchone()
+        if found is None:
+            raise UserError(f"{self.path}: no run {run_id} in the history (bench history show lists them)")
+        if self.connection.execute("SELECT 1 FROM accepted WHERE run_id = ?", [run_id]).fetchone():
+            return False
+        self.connection.execute(
+            "INSERT INTO accepted (run_id, regime_fingerprint, machine_key, started_at, reason) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [run_id, *found, reason],
+        )
+        return True
+
+    def accepted(self) -> pd.DataFrame:
+        """The accepted changes, oldest first."""
+        return self.connection.execute("SELECT * FROM accepted ORDER BY started_at, run_id").df()
 
     def runs(self) -> pd.DataFrame:
         """One row per run, oldest first."""
@@ -139,18 +174,29 @@ def _ready(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(step + 1)])
 
 
+def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as exc:  # another process holds it, or not a DuckDB file
+        raise UserError(f"{path}: cannot open the history: {str(exc).splitlines()[0]}") from None
+
+
 @contextmanager
 def open_history(path: Path, read_only: bool = False) -> Iterator[History]:
-    """The history file at ``path`` (created, with its folder, unless ``read_only``)."""
+    """The history file at ``path`` (created, with its folder, unless ``read_only``). An older file is
+    migrated first, also when it is opened to be read."""
     if read_only and not path.is_file():
         raise UserError(f"{path}: no history file (bench history add RUN creates it)")
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
+    con = _connect(path, read_only)
     try:
-        con = duckdb.connect(str(path), read_only=read_only)
-    except duckdb.IOException as exc:  # another process holds it, or not a DuckDB file
-        raise UserError(f"{path}: cannot open the history: {str(exc).splitlines()[0]}") from None
-    try:
+        if read_only and (_schema_version(con) or 0) < SCHEMA_VERSION:
+            con.close()
+            con = _connect(path, False)
+            _ready(con, path)
+            con.close()
+            con = _connect(path, True)
         if not read_only:
             _ready(con, path)
         elif _schema_version(con) != SCHEMA_VERSION:
@@ -169,7 +215,11 @@ class LoadedHistory:
     def __init__(self, path: Path):
         with open_history(Path(path), read_only=True) as history:
             self._runs, self._samples, self._cells = history.runs(), history.samples(), history.cells()
+            self._accepted = history.accepted()
         self.path = Path(path)
+
+    def accepted(self) -> pd.DataFrame:
+        return self._accepted
 
     def runs(self) -> pd.DataFrame:
         return self._runs

@@ -1,7 +1,7 @@
 """The history's series as the trend page draws them (``bench history report``): per regime
 fingerprint, machine, arm, cell and metric, one point per night with its 95% t interval over the
-night's start-ups, the band the history gate would hold tonight to (``reference.prediction`` over
-the last nights), the change points (``changes``), and the open regressions: series whose latest
+night's start-ups, the 95% band a night with no change falls in (``reference.prediction`` over
+the last 14 nights), the change points (``changes``), and the open regressions: series whose latest
 change point went the worse way for the metric. Pure: DataFrames in."""
 
 from __future__ import annotations
@@ -58,7 +58,11 @@ def _night(run_id: str, started: str, values: list[float]) -> Night:
 
 
 def _band(values: list[list[float]]) -> tuple[float, float] | None:
-    found = prediction(values[-DEFAULT_NIGHTS:], 0.95)
+    """Where a night with no change falls at 95%, from the last ``DEFAULT_NIGHTS`` nights (all of
+    them: the page shows the series as it is; the gate's own reference leaves failed nights out)."""
+    nights = [v for v in values[-DEFAULT_NIGHTS:] if v]
+    positive = min((x for v in nights for x in v), default=0) > 0
+    found = prediction([night_summary(v, positive) for v in nights], positive, 0.95)
     if found is None:
         return None
     if found.positive:
