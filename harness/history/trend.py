@@ -74,6 +74,8 @@ def trend_series(samples: pd.DataFrame, runs: pd.DataFrame, metrics: list[str] |
     """Every series of ``metrics`` (default: ``DEFAULT_METRICS``) with its nights, band and changes."""
     wanted = list(metrics or DEFAULT_METRICS)
     chosen = samples[samples.metric.isin(wanted)]
+    # the baseline's speedup is itself against itself, 1.0 every night: no series to watch
+    chosen = chosen[~((chosen.metric == "speedup") & (chosen.method == "baseline"))]
     points = change_points(chosen, runs)
     regimes = runs.set_index("run_id").regime
     out = []

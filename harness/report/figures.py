@@ -268,7 +268,15 @@ def trend_figure(series: list[Series], title: str, band_nights: int) -> str | No
             ax.axvline(at - 0.5, color="#b00020", linewidth=0.9, linestyle="--")
             ax.annotate(f"{100 * point.change:+.1f}%", (at - 0.5, ys[at]), textcoords="offset points",
                         xytext=(3, 6), fontsize=7, color="#b00020")  # fmt: skip
-    labels = [n.started_at[:10] for n in max(drawn, key=lambda s: len(s.nights)).nights]
+    # the axis holds the nights and the bands, not the intervals: two start-ups give a t interval 12.7
+    # standard errors wide, and one such bar would flatten every night to a line at the bottom
+    shown = [v for line in drawn for v in [*(n.value for n in line.nights), *(line.band or ())]]
+    low, high = min(shown), max(shown)
+    margin = 0.15 * (high - low) or 0.05 * abs(high) or 1.0
+    ax.set_ylim(low - margin, high + margin)
+    nights = max(drawn, key=lambda s: len(s.nights)).nights
+    same_day = len({n.started_at[:10] for n in nights}) < len(nights)  # several runs a day: their times
+    labels = [n.started_at[5:16] if same_day else n.started_at[:10] for n in nights]
     step = max(1, len(labels) // 10)
     ax.set_xticks(range(0, len(labels), step), labels[::step], rotation=30, ha="right", fontsize=7)
     ax.set_title(title, fontsize=9)
