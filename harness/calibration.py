@@ -52,8 +52,8 @@ def calibration_regime(
 ) -> Regime:
     """The regime that calibrates ``regime``: the same engine, target, arms, workloads and load
     levels, every arm's server started ``rounds`` times, each window once, on a small window
-    (``num_prompts``, ``max_output_tokens``: by default the regime's, at most 8 and 32); no exactness
-    or distribution check (they measure outputs, not the spread). Its name is
+    (``num_prompts``, ``max_output_tokens``: by default the regime's, at most 8 and 32); no ramp, no
+    exactness or distribution check (they measure load that moves and outputs, not the spread). Its name is
     ``<name>-calibration``, so its run does not sit among the regime's own."""
     if regime.sweep is not None:
         raise UserError(
@@ -79,6 +79,9 @@ def calibration_regime(
             if max_output_tokens is not None
             else min(load.max_output_tokens, WINDOW_OUTPUT_TOKENS)
         ),
+        # the spread is measured on the fixed windows; a ramp is minutes of load that moves, once per
+        # start-up (the test regime's 2 x 2.5 s ramp was 62 s of its 90-s calibration)
+        "ramp": [],
     }
     data["exactness"] = {**data["exactness"], "enabled": False}
     data["distribution_check"] = {**data["distribution_check"], "enabled": False}

@@ -358,6 +358,7 @@ def test_calibrate_then_run_with_one_start_up_gets_the_calibrations_interval(
     summary = Summary.model_validate_json((run / "summary.json").read_text())
     assert [a.status for a in summary.arms] == ["ok", "ok"], out.getvalue()
     assert not (run / CALIBRATION_FILE).exists()  # a calibration run uses none
+    assert load_regime(regime).load.ramp and not (run / "arms" / "baseline" / "ramp_windows.jsonl").exists()
     cell = summary.cell("ngram_k4", "code_humaneval", 2)
     assert cell is not None and sorted(cell.startup_tok_s()) == [0, 1, 2, 3, 4] and cell.repeats == 5
     assert (calibration.rounds, calibration.df, calibration.cells, calibration.run_id) == (5, 4, 1, run.name)
