@@ -361,8 +361,7 @@ def history_check(
 
     if judged.failed is not None:
         return result("fail", "")
-    bounds = [c.prediction.bounds() for c in judged.checks]
-    if min(-lo if higher_is_better else hi for lo, hi in bounds) > tolerance_pct / 100:
+    if min(c.edge for c in judged.checks) > tolerance_pct / 100:
         band = f"band {100 * low:+.1f}..{100 * high:+.1f}% from {found.nights} nights"
         band += f", limit {tolerance_pct:g}%"
         return result("inconclusive", f"the nights vary more than the limit ({band})")

@@ -182,6 +182,7 @@ class WindowCheck:
     window: int
     prediction: Prediction
     change: float  # against the reference's centre: relative (positive metrics) or absolute
+    edge: float  # the band's edge on the worse side, as a change (positive: worse)
     failed: bool
 
 
@@ -213,15 +214,18 @@ def _checks(
     higher_is_better: bool,
     confidence: float,
     reference: int,
+    windows: Sequence[int] = WINDOWS,
+    minimum: int = MIN_NIGHTS,
 ) -> list[WindowCheck]:
-    """Night ``index``'s window checks against the last ``reference`` good nights before each window."""
+    """Night ``index``'s window checks against the last ``reference`` good nights before each window
+    (a window with fewer than ``minimum`` of them is not checked)."""
     out = []
-    for window in WINDOWS:
+    for window in windows:
         start = index - window + 1
         if start < 0:
             continue
         before = [summaries[g] for g in good if g < start][-reference:]
-        if len(before) < MIN_NIGHTS:
+        if len(before) < minimum:
             continue
         found = prediction(before, positive, confidence, window)
         assert found is not None
@@ -232,7 +236,7 @@ def _checks(
         edge = -low if higher_is_better else high
         worse = sign * change
         every = all(sign * (n - found.centre) > 0 for n in nights)  # each night on the worse side
-        out.append(WindowCheck(window, found, change, worse > edge and worse > limit and every))
+        out.append(WindowCheck(window, found, change, edge, worse > edge and worse > limit and every))
     return out
 
 
@@ -267,13 +271,10 @@ def judge_series(
             good.append(index)
     if len(good) < 2:
         return None
-    checks = _checks(summaries, good, len(earlier), positive, limit, higher_is_better, confidence, reference)
+    tonight_at = len(earlier)
+    checks = _checks(summaries, good, tonight_at, positive, limit, higher_is_better, confidence, reference)
     if not checks:  # fewer than MIN_NIGHTS good nights: the night alone against what there is
-        before = [summaries[g] for g in good][-reference:]
-        found = prediction(before, positive, confidence)
-        assert found is not None
-        change = found.change(summaries[-1])
-        low, high = found.bounds()
-        worse, edge = (-change, -low) if higher_is_better else (change, high)
-        checks = [WindowCheck(1, found, change, worse > edge and worse > limit)]
+        checks = _checks(
+            summaries, good, tonight_at, positive, limit, higher_is_better, confidence, reference, (1,), 2
+        )
     return Judgement(checks, [i in good for i in range(len(earlier))])
