@@ -31,6 +31,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
+# Every engine the suite starts forks its engine core instead of spawning it, and imports vLLM
+# without cyclic GC (a start-up: 26.5 s of CPU instead of 43 on the 2-core AVX2 machine):
+# tests/engine_site/sitecustomize.py says why and how.
+# Processes started from here inherit it; the run records it (PYTHONPATH in environment.json).
+ENGINE_SITE = ROOT / "tests" / "engine_site"
+if str(ENGINE_SITE) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):  # the workers inherit it
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ENGINE_SITE), os.environ.get("PYTHONPATH")]))
 BENCH = [sys.executable, "-m", "harness.cli"]
 STUDY_REGIME = ROOT / "tests" / "regimes" / "cpu_study_e2e.yaml"
 GATE_REGIME = ROOT / "tests" / "regimes" / "cpu_gate.yaml"  # gated against the study's p0
@@ -178,16 +185,17 @@ def shared_study(tmp_path_factory) -> dict:
 
 
 # The README's command runs the suite on two workers (pytest-xdist, ``-n 2``), in two lanes. The
-# engine's modules run one after another on the first worker, longest first; everything else runs
-# on the second meanwhile (the servers of tests/regimes/ compute on one thread: OMP_NUM_THREADS=1,
-# and NUMBA_NUM_THREADS with it for ngram: docs/measuring.md). Some engine units run two servers
-# themselves (``TWO_SERVERS``: the study's two points, the end-to-end and production modules' runs
-# side by side). Once the second worker's own work is done it takes the drafter builds
-# (``SECOND_LANE``: one server at a time, half of it torch, nothing in it timed), whatever the first
-# worker runs: the first lane alone was 5 minutes longer than the second. It takes the other
-# one-server engine units still queued (the fault test) only while the first worker runs one server
-# at most: the fault test's stall timeout must not see a neighbour's slowness. Measured on the
-# AVX2-only EPYC: docs/measured.md#the-test-suite.
+# engine's modules run one after another on the first worker, longest first; the second starts with
+# the drafter builds (``SECOND_LANE``: one server at a time, half of it torch, nothing in it timed),
+# whatever the first worker runs (the servers of tests/regimes/ compute on one thread:
+# OMP_NUM_THREADS=1, and NUMBA_NUM_THREADS with it for ngram: docs/measuring.md). The unit and
+# contract modules come last, on whichever worker is free: short units that end both lanes together
+# (with the drafter builds at the end of the second lane, the first one idled ~4 minutes). Some
+# engine units run two servers themselves (``TWO_SERVERS``: the study's two points, the end-to-end
+# and production modules' runs side by side). The second worker takes the other one-server engine
+# units still queued (the fault test) only while the first worker runs one server at most: the
+# fault test's stall timeout must not see a neighbour's slowness. Measured on the AVX2-only EPYC:
+# docs/measured.md#the-test-suite.
 # The work goes out a module at a time (a module-scoped server starts once), the modules that read
 # the session's study as one unit (the study is made once). xdist's own ``xdist_group`` mark cannot
 # group them under pytest 9.2 (it rewrites ``item._nodeid``, which pytest no longer reads): the
@@ -276,8 +284,9 @@ class Lanes(LoadScopeScheduling):
         lane = node.gateway.id == ENGINE_LANE
         second = [s for s in self.workqueue if not _engine(s) or _unit_of(s) in SECOND_LANE]
         first = [s for s in self.workqueue if s not in second]
-        # the second lane's engine units after its own tests (the queue is longest first)
-        second.sort(key=_engine)
+        # the second lane's engine units before its own tests (the queue is longest first): the
+        # unit modules, short, fill both lanes at the end
+        second.sort(key=lambda scope: not _engine(scope))
         eligible = (first or second) if lane else second
         if not eligible and not lane:
             if not any(_engine(s) for s in self.workqueue):

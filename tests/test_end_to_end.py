@@ -24,7 +24,8 @@ from harness.results import SCHEMA_VERSION, load_summary, read_jsonl
 from harness.results.records import RequestRecord
 from harness.server import group_alive
 from harness.summary import summarize
-from tests.conftest import engine_processes
+from tests.conftest import ENGINE_SITE, engine_processes
+from tests.engine_site.sitecustomize import MARK as FORKED
 
 pytestmark = pytest.mark.engine
 
@@ -128,6 +129,9 @@ def test_run_stores_raw_samples_per_arm(finished_run) -> None:
     assert regime["regime"]["engine"]["env"]["BENCH_E2E_AUTH_TOKEN"] == "<redacted>"
     logs = list(run.rglob("server*.log"))
     assert logs and any("hf_token" in log.read_text() for log in logs)  # the engine did log the flag
+    # the suite's engines fork their engine core (tests/engine_site), and the run records why
+    assert all(FORKED in log.read_text() for log in logs)
+    assert env["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(ENGINE_SITE)
     for path in [p for p in run.rglob("*") if p.is_file()]:
         text = path.read_bytes().decode(errors="replace")
         assert not any(secret in text for secret in (SECRET, *PLANTED.values())), path

@@ -18,6 +18,7 @@ from harness.probes.distribution import compare, sequence_stats
 from harness.results import RequestRecord, read_jsonl
 from harness.summary import summarize
 from tests.conftest import stop
+from tests.engine_site.sitecustomize import MARK as FORKED
 
 pytestmark = pytest.mark.engine
 
@@ -108,6 +109,7 @@ def test_the_patched_engine_says_so_everywhere(production_run) -> None:
     for arm in ("baseline", "ngram_k4"):
         log = (run / "arms" / arm / "server.log").read_text()
         assert f"{APPLIED_MARK} {patch.label()} applied to vllm.utils.cpu_triton_utils" in log
+        assert FORKED not in log  # a patched server starts as users' servers do (tests/engine_site)
     environment = json.loads((run / "environment.json").read_text())
     assert [(p["name"], p["sha256"]) for p in environment["engine_patches"]] == [(PATCH, patch.sha256)]
     summary = summarize(run)

@@ -138,6 +138,7 @@ _ENV_PREFIXES = (
     "ATEN_",
     "NUMBA_",
     "LD_PRELOAD",
+    "PYTHONPATH",  # a sitecustomize.py on it runs inside the engine (engine patches, the tests' own)
 )
 
 
