@@ -26,7 +26,7 @@ def test_validate_lists_the_points() -> None:
     out = bench("validate", str(STUDY_REGIME), timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 points" in out.stdout and "6 server start-ups" in out.stdout
-    assert "p0: load.max_output_tokens=16" in out.stdout and "p1: load.max_output_tokens=24" in out.stdout
+    assert "p0: load.max_output_tokens=16" in out.stdout and "p1: load.max_output_tokens=12" in out.stdout
     assert "ngram_k2" in out.stdout and "ngram_k4" in out.stdout
 
 
@@ -43,7 +43,7 @@ def test_study_runs_every_point_and_prints_the_analysis(shared_study) -> None:
     loaded = load_study(study_dir)
     assert loaded.missing == [] and len(loaded.recommendations()) == 2 * 2  # points x levels
     cells = loaded.cells()
-    assert set(cells["point"]) == {"p0", "p1"} and set(cells["load.max_output_tokens"]) == {16, 24}
+    assert set(cells["point"]) == {"p0", "p1"} and set(cells["load.max_output_tokens"]) == {16, 12}
     assert (study_dir / "analysis.md").read_text() == markdown(loaded)
     policy = loaded.policy_file()  # policy.json / policy.yaml: one document, as derived
     assert json.loads((study_dir / "policy.json").read_text()) == policy.model_dump(mode="json")
