@@ -14,8 +14,9 @@ Two sources of nights, both from the CPU engine's own measurements:
   show how start-ups move cells together or how nights drift; ``--night-sd`` adds a night effect).
 
 From night ``--step-night`` on, one arm's ``--step-metric`` is multiplied by ``1 + --step`` (-10% by
-default). Two gates judge each night with the rule ``max_regression_pct: --limit`` on every arm,
-cell and metric:
+default; a step of a speculative arm's tok/s moves its speedup over the unchanged baseline with it).
+The baseline's speedup (1 by definition) is not gated. Two gates judge
+each night with the rule ``max_regression_pct: --limit`` on every arm, cell and metric:
 
 - the history gate (``harness.gates.history_check``, as ``bench gate --history`` runs it): every
   night from the 6th against all the nights before it (its reference: the last 14 good ones; the
@@ -23,6 +24,10 @@ cell and metric:
   night (``gates.NIGHT_FALSE_ALARM`` over the checks and their windows);
 - the two-run gate (``harness.gates.relative_check``, as ``bench gate --baseline``): against the
   night before (the last good run), at the regime's 95%.
+
+``--starts N`` draws N start-ups per arm a replayed night from the same real deviations: what a
+regime with ``load.server_starts: N`` would buy on that machine (its night effects still carry the
+noise of the real nights' fewer start-ups: conservative).
 
 Printed: per gate, the share of nights before the step on which any check failed (false alarms per
 night) and, over the series, how many nights after the step it took to fail a check of the
@@ -116,6 +121,12 @@ def from_history(path: Path, first: int, metrics: list[str]) -> Source:
         cell = (row.arm, row.workload, int(row.concurrency), row.metric)
         logs.setdefault(cell, {}).setdefault(row.run_id, []).append(math.log(row.value))
     cells = {c: by_night for c, by_night in logs.items() if len(by_night) == len(chosen)}
+    # the baseline's speedup is 1 by definition: nothing a rule gates (a constant tau is gated, and passes)
+    cells = {
+        c: by_night
+        for c, by_night in cells.items()
+        if not (c[3] == "speedup" and all(v == 0 for n in by_night.values() for v in n))
+    }
     if not cells:
         raise SystemExit(f"{path}: no cell of {metrics} measured on each of the {len(chosen)} nights")
     night_means = {c: {r: float(np.mean(v)) for r, v in by_night.items()} for c, by_night in cells.items()}
@@ -130,6 +141,12 @@ def from_history(path: Path, first: int, metrics: list[str]) -> Source:
                 startups.setdefault(arm, []).append({c: cells[c][run][j] - night_means[c][run] for c in mine})
     said = f"; left out, beside a busy neighbour: {', '.join(left_out)}" if left_out else ""
     return Source(means, nights, startups, starts, f"{path} (nights {', '.join(chosen)}{said})")
+
+
+def stepped_metrics(step_metric: str) -> tuple[str, ...]:
+    """What a step of ``step_metric`` moves: a throughput step of a speculative arm moves its
+    speedup too (the same night's baseline, which it is divided by, did not change)."""
+    return (step_metric, "speedup") if step_metric == "output_tok_s" else (step_metric,)
 
 
 def night(rng: np.random.Generator, source: Source, night_sd: float, stepped: str | None, step: float,
@@ -148,7 +165,7 @@ def night(rng: np.random.Generator, source: Source, night_sd: float, stepped: st
             deviations = [pooled[i][("*", "", 0, "")] for i in rng.integers(len(pooled), size=source.starts)]
         else:
             deviations = [vector[cell] for vector in draws[cell[0]]]
-        factor = (1 + step) if (cell[0], cell[3]) == (stepped, step_metric) else 1.0
+        factor = (1 + step) if cell[0] == stepped and cell[3] in stepped_metrics(step_metric) else 1.0
         base = centre + shared + effect.get(cell, 0.0)
         out[cell] = [math.exp(base + d) * factor for d in deviations]
     return out
@@ -227,6 +244,11 @@ def main() -> int:
     parser.add_argument("--first", type=int, default=1000, help="with --history: its first N nights only")
     parser.add_argument("--metric", action="append", help="gated metrics (repeatable; default output_tok_s)")
     parser.add_argument("--step-metric", default="output_tok_s", help="the metric the step changes")
+    parser.add_argument(
+        "--starts",
+        type=int,
+        help="start-ups per arm a replayed night, drawn from the real ones (default: as the nights had)",
+    )
     parser.add_argument("--nights", type=int, default=40)
     parser.add_argument("--step-night", type=int, default=20)
     parser.add_argument("--step", type=float, default=-0.10, help="the injected change (-0.10: 10%% slower)")
@@ -241,6 +263,8 @@ def main() -> int:
         source = from_history(args.history, args.first, args.metric)
     else:
         source = from_run(args.source, args.metric)
+    if args.starts:  # what more (or fewer) start-ups a night would buy, from the same real deviations
+        source.starts = args.starts
     found = replay(args, source)
     drift = (
         f"; night effects from {len(source.nights)} real nights"
