@@ -38,7 +38,10 @@ from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
 from harness.secrets import REDACTED, redact_args, redact_env
 from harness.workloads import ChatTemplate
 
-SpecMethod = Literal["baseline", "ngram", "draft_model", "eagle3", "dflash"]
+SpecMethod = Literal["baseline", "ngram", "suffix", "draft_model", "eagle3", "dflash", "mtp"]
+# Draft-free methods (ngram: the prompt's n-grams; suffix: a suffix tree over the prompt and earlier
+# outputs, Arctic Inference's) and mtp (the target's own multi-token-prediction layers) take no
+# draft_model.
 METHODS_WITH_DRAFT_MODEL = ("draft_model", "eagle3", "dflash")
 BUILT_DRAFTER_METHODS = ("eagle3", "dflash")  # drafters the harness builds itself (untrained or trained)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -894,7 +897,10 @@ class Arm(StrictModel):
     """One server configuration: a speculative method (or none) with its draft depth K."""
 
     name: str = Field(pattern=NAME_PATTERN, description="Unique arm name; used in results paths.")
-    method: SpecMethod = Field(description="baseline (no speculation), ngram, draft_model, eagle3 or dflash.")
+    method: SpecMethod = Field(
+        description="baseline (no speculation), ngram, suffix (suffix decoding), draft_model, eagle3, "
+        "dflash, or mtp (the target's own multi-token-prediction layers)."
+    )
     num_speculative_tokens: int | None = Field(
         default=None,
         gt=0,
@@ -909,7 +915,9 @@ class Arm(StrictModel):
     options: dict[str, Any] = Field(
         default_factory=dict,
         description="Engine-specific speculative options merged into the engine's speculative config (vLLM "
-        "ngram: prompt_lookup_min / prompt_lookup_max; SGLang: extra --speculative-* flags by name).",
+        "ngram: prompt_lookup_min / prompt_lookup_max; suffix: suffix_decoding_max_tree_depth, "
+        "suffix_decoding_max_cached_requests, suffix_decoding_max_spec_factor, "
+        "suffix_decoding_min_token_prob; SGLang: extra --speculative-* flags by name).",
     )
     k_schedule: list[ScheduleEntry] | KScheduleSource | None = Field(
         default=None,
@@ -955,12 +963,21 @@ class Arm(StrictModel):
                 "num_speculative_tokens",
                 f"method '{self.method}' needs num_speculative_tokens (K), or a k_schedule with a K above 0",
             )
+        if self.method == "suffix" and self.k_schedule is not None:
+            # vllm/v1/spec_decode/suffix_decoding.py (0.32, 0.33): propose() asserts the K it is asked
+            # for equals the configured one, so a per-batch-size K would stop the engine mid-run
+            raise FieldError(
+                "k_schedule",
+                "vLLM's suffix proposer drafts a fixed K (it asserts it on every step): no k_schedule for "
+                "method 'suffix'",
+            )
         self._check_schedule()
         needs_draft = self.method in METHODS_WITH_DRAFT_MODEL
         if needs_draft and self.draft_model is None:
             raise FieldError("draft_model", f"method '{self.method}' needs draft_model")
         if not needs_draft and self.draft_model is not None:
-            raise FieldError("draft_model", f"method '{self.method}' takes no draft_model")
+            why = " (the target's own multi-token-prediction layers draft)" if self.method == "mtp" else ""
+            raise FieldError("draft_model", f"method '{self.method}' takes no draft_model{why}")
         draft = self.draft_model
         for kind in ("untrained", "trained"):
             if (

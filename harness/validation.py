@@ -88,6 +88,22 @@ def _cpu_mismatches(hardware: Any, environment: dict[str, Any]) -> list[Mismatch
     return found
 
 
+def _suffix_mismatches(regime: Regime, environment: dict[str, Any]) -> list[Mismatch]:
+    """The suffix method (vLLM's; no other engine here has it) imports Arctic Inference's suffix tree
+    in the engine core; without the package the server fails at start-up."""
+    if "arctic_inference" not in environment or environment["arctic_inference"]:
+        return []  # an older record that did not look, or installed
+    return [
+        Mismatch(
+            f"arms[{index}].method",
+            "suffix (vLLM imports the arctic-inference package for it)",
+            "arctic-inference is not installed",
+        )
+        for index, arm in enumerate(regime.arms)
+        if arm.method == "suffix"
+    ]
+
+
 def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Mismatch]:
     """The regime's pins against the machine and the installed engine, before anything starts."""
     found: list[Mismatch] = []
@@ -115,6 +131,7 @@ def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Misma
             Mismatch("hardware.kind", "cpu", f"{len(gpus)} GPU(s) visible; a GPU engine build may use them")
         )
     found += _cpu_mismatches(hardware, environment)
+    found += _suffix_mismatches(regime, environment)
     pin, installed = regime.engine.version, environment.get("engine_version")
     if pin and installed and not _version_matches(pin, installed):
         found.append(Mismatch("engine.version", pin, installed))

@@ -43,6 +43,12 @@ echo "setup-cpu: installing SGLang's parser for the contract tests (--no-deps, n
 "${pip[@]}" install --quiet --no-deps -r requirements/parsers.txt
 echo "setup-cpu: installing Apache Otava's change-point analysis for the history (--no-deps)..."
 "${pip[@]}" install --quiet --no-deps -r requirements/history.txt
+echo "setup-cpu: building Arctic Inference's suffix tree for vLLM's suffix method (its sdist, no build isolation)..."
+build_tools=$(mktemp -d)
+"${pip[@]}" install --quiet --target "$build_tools" -r requirements/suffix-build.txt
+PATH="$build_tools/bin:$PATH" PYTHONPATH="$build_tools" \
+  "${pip[@]}" install --quiet --no-deps --no-build-isolation --no-binary arctic-inference -r requirements/suffix.txt
+rm -rf "$build_tools"
 echo "setup-cpu: unpacking the pinned engine releases' Python sources for the contract tests..."
 parsers="$VENV/engine-parsers"
 rm -rf "$parsers" && mkdir -p "$parsers/wheels"
@@ -59,5 +65,5 @@ for wheel in sorted((root / "wheels").glob("*.whl")):
         archive.extractall(root / f"{name}-{version}", members)
     wheel.unlink()
 PY
-"$VENV/bin/python" -c "import vllm, harness, speculators.train.trainer; print('setup-cpu: vllm', vllm.__version__, '- ready')"
+"$VENV/bin/python" -c "import vllm, harness, speculators.train.trainer, arctic_inference.suffix_decoding; print('setup-cpu: vllm', vllm.__version__, '- ready')"
 echo "$want" > "$stamp"

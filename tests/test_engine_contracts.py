@@ -398,15 +398,12 @@ def test_sglang_parser_accepts_every_arm(
         assert args.speculative_algorithm is None
     else:
         algorithm = engine_parsers.sglang_algorithm(args.speculative_algorithm)  # SGLang's own name check
-        assert (
-            algorithm.name
-            == {"ngram": "NGRAM", "eagle3": "EAGLE3", "dflash": "DFLASH", "draft_model": "STANDALONE"}[
-                arm.method
-            ]
-        )
+        expected = {"ngram": "NGRAM", "eagle3": "EAGLE3", "dflash": "DFLASH", "draft_model": "STANDALONE"}
+        # NEXTN, the target's own MTP layers: an alias SGLang resolves to its EAGLE worker
+        assert algorithm.name == {**expected, "mtp": "EAGLE"}[arm.method]
         # SGLang counts the verified token: proposed = verify_ct x (num_draft_tokens - 1)
         assert args.speculative_num_draft_tokens == arm.num_speculative_tokens + 1
-        if arm.method in ("eagle3", "draft_model"):
+        if arm.method in ("eagle3", "draft_model", "mtp"):
             assert (args.speculative_num_steps, args.speculative_eagle_topk) == (
                 arm.num_speculative_tokens,
                 1,

@@ -10,7 +10,11 @@ vLLM does not check these, and each one either fails a night's start-up or, wors
   ``dflash_config.target_layer_ids``, ``num_target_layers``) must exist in the target;
 - every drafter proposes token ids of the target's vocabulary: the vocabulary sizes must match;
 - under tensor parallelism the drafter is sharded like the target: its attention heads must divide
-  by TP, and its KV heads divide by TP or TP by them (then they are replicated).
+  by TP, and its KV heads divide by TP or TP by them (then they are replicated);
+- an ``mtp`` arm drafts with the target's own multi-token-prediction layers: the target's config
+  must declare some (``num_nextn_predict_layers``, or ``mtp_num_hidden_layers``, at the top level
+  or in its ``text_config``: what vLLM's ``SpeculativeConfig`` reads them from). Without them vLLM
+  fails at start-up on the GPU machine, or SGLang drafts with nothing.
 
 A hub drafter's config is read by the engine on the GPU machine, never here (no hub access at run
 time): such an arm is reported as unchecked, by name, in ``bench validate``.
@@ -54,8 +58,40 @@ def _nested(config: dict[str, Any], *names: str) -> Any:
     return None
 
 
+MTP_LAYER_FIELDS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+
+
+def mtp_layers(config: dict[str, Any]) -> int | None:
+    """How many MTP layers a target's config declares (None: it names none)."""
+    for section in (config, config.get("text_config")):
+        if isinstance(section, dict):
+            for name in MTP_LAYER_FIELDS:
+                if isinstance(section.get(name), int):
+                    return section[name]
+    return None
+
+
+def _mtp_fit(arm: Arm, target: str) -> Fit:
+    if not is_local_reference(target):
+        return Fit(unchecked="the target is a hub model: its config is read by the engine, not here")
+    base = _config(target)
+    if base is None:
+        return Fit(unchecked="the target's config.json is not readable here")
+    layers, fit = mtp_layers(base), Fit()
+    if not layers:
+        fit.problems.append(
+            f"arms.{arm.name}.method: mtp drafts with the target's own MTP layers, and its config declares "
+            f"none ({' / '.join(MTP_LAYER_FIELDS)}: {layers if layers is not None else 'absent'})"
+        )
+    else:
+        fit.checked.append(f"the target carries {layers} MTP layer{'s' if layers > 1 else ''}")
+    return fit
+
+
 def drafter_fit(arm: Arm, drafter: str | None, target: str, tensor_parallel_size: int) -> Fit | None:
-    """The checks for one arm (None for arms without a drafter: baseline, ngram)."""
+    """The checks for one arm (None for arms without a drafter: baseline, ngram, suffix)."""
+    if arm.method == "mtp":
+        return _mtp_fit(arm, target)
     if arm.method not in ("eagle3", "dflash", "draft_model") or drafter is None:
         return None
     for which, reference in (("drafter", drafter), ("target", target)):

@@ -5,7 +5,7 @@ Facts used here, from SGLang 0.5.23's own source (``srt/arg_groups/fields/*.py``
 tokenizer_manager.py``), checked by the contract tests against its real argument parser:
 
 - Launch ``python -m sglang.launch_server --model-path M``; speculation is
-  ``--speculative-algorithm NGRAM|EAGLE3|DFLASH|STANDALONE`` with ``--speculative-num-steps``,
+  ``--speculative-algorithm NGRAM|EAGLE3|DFLASH|STANDALONE|NEXTN`` with ``--speculative-num-steps``,
   ``--speculative-eagle-topk`` and ``--speculative-num-draft-tokens``. SGLang counts the verified
   (bonus) token in num-draft-tokens: it reports ``proposed = verify_ct x (num_draft_tokens - 1)``,
   so a draft depth K is ``num_draft_tokens = K + 1`` for every method (DFlash: the block size;
@@ -51,8 +51,18 @@ if TYPE_CHECKING:
     from harness.regime import Arm, Regime
     from harness.results.records import RequestRecord, WindowRecord
 
-ALGORITHMS = {"ngram": "NGRAM", "eagle3": "EAGLE3", "dflash": "DFLASH", "draft_model": "STANDALONE"}
-METHODS = {algorithm: method for method, algorithm in ALGORITHMS.items()}
+# mtp: NEXTN, SGLang's name for a model's own next-n-token heads (an alias of its EAGLE worker, with
+# the target's MTP layers as the draft: ``srt/speculative/spec_info.py``). SGLang has no suffix decoding.
+ALGORITHMS = {
+    "ngram": "NGRAM",
+    "eagle3": "EAGLE3",
+    "dflash": "DFLASH",
+    "draft_model": "STANDALONE",
+    "mtp": "NEXTN",
+}
+# what /server_info reports back: SGLang resolves NEXTN to EAGLE before it serves
+# (``srt/arg_groups/speculative_hook.py``), and no other arm of the harness launches EAGLE
+METHODS = {algorithm: method for method, algorithm in ALGORITHMS.items()} | {"EAGLE": "mtp"}
 # Acceptance thresholds below 1 accept drafts the target would not have chosen.
 LOSSY_OPTIONS = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
 FAKE_ACCEPTANCE_ENV = ("SGLANG_SIMULATE_ACC_LEN",)
@@ -165,6 +175,14 @@ class SglangAdapter:
             )
         ]
         for index, arm in enumerate(regime.arms):
+            if arm.method != "baseline" and arm.method not in ALGORITHMS:
+                found.append(
+                    (
+                        ("arms", index, "method"),
+                        f"SGLang 0.5.23 has no '{arm.method}' method (its algorithms: "
+                        f"{', '.join(sorted(ALGORITHMS.values()))}); run it on vLLM",
+                    )
+                )
             if arm.k_schedule is not None:
                 found.append(
                     (
@@ -243,7 +261,7 @@ class SglangAdapter:
         ]
         if arm.method == "ngram":
             args += ["--speculative-ngram-min-bfs-breadth", "1", "--speculative-ngram-max-bfs-breadth", "1"]
-        elif arm.method in ("eagle3", "draft_model"):
+        elif arm.method in ("eagle3", "draft_model", "mtp"):
             args += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
         if draft_model is not None:
             args += ["--speculative-draft-model-path", draft_model]

@@ -128,6 +128,53 @@ def _data_parallel(extra_args: list[str]) -> bool:
     return False
 
 
+# Suffix decoding keeps every finished response in a global suffix tree (up to this many requests;
+# vLLM's default 10,000) and drafts from it for later requests (vllm/v1/spec_decode/suffix_decoding.py,
+# stop_request / speculate). The harness sends one set of prompts to a server at every load level
+# and repeat, and its warm-up sends some of them too: from the second time a server sees a prompt,
+# the tree holds the greedy answer to it, and tau measures the harness's own repetition.
+SUFFIX_CACHE_KEY = "suffix_decoding_max_cached_requests"
+SUFFIX_CACHE_DEFAULT = 10000
+
+
+def _suffix_cache_problems(regime: Regime, arm: Arm) -> list[str]:
+    """Why a suffix arm's global tree would remember the run's own earlier requests."""
+    if arm.options.get(SUFFIX_CACHE_KEY, SUFFIX_CACHE_DEFAULT) == 0:
+        return []
+    load = regime.load
+    windows = len(load.levels()) * load.max_repeats() + (1 if load.ramp else 0)
+    seen: list[str] = []
+    if load.warmup_requests:
+        seen.append(f"its {load.warmup_requests} warm-up requests send measured prompts")
+    if windows > 1:
+        seen.append(f"each start-up measures the same prompts in {windows} windows (load levels x repeats)")
+    if not seen:
+        return []
+    cached = arm.options.get(SUFFIX_CACHE_KEY, f"{SUFFIX_CACHE_DEFAULT}, vLLM's default")
+    return [
+        f"the suffix tree keeps earlier responses ({SUFFIX_CACHE_KEY}: {cached}) and this server would see "
+        f"a prompt again ({'; '.join(seen)}): tau would measure the run's own repetition. Set "
+        f"{SUFFIX_CACHE_KEY}: 0 (each request's own tree: its prompt and output), or measure one window per "
+        "start-up with warmup_requests: 0"
+    ]
+
+
+def _synthetic_problems(regime: Regime, arm: Arm) -> list[tuple[tuple[str, ...], str]]:
+    """synthetic_acceptance_* only with synthetic verification, which is for GPU calibration arms."""
+    found: list[tuple[tuple[str, ...], str]] = []
+    synthetic = arm.options.get("rejection_sample_method") == "synthetic"
+    for key in ("synthetic_acceptance_length", "synthetic_acceptance_rates"):
+        if key in arm.options and not synthetic:
+            found.append(((key,), "applies with rejection_sample_method: synthetic only"))
+    if synthetic and regime.hardware.kind == "cpu":
+        found.append((("rejection_sample_method",), "synthetic acceptance is for GPU calibration arms"))
+    length = arm.options.get("synthetic_acceptance_length")
+    top = (arm.num_speculative_tokens or 0) + 1
+    if length is not None and not (isinstance(length, int | float) and 1 <= length <= top):
+        found.append((("synthetic_acceptance_length",), f"must be within [1, K + 1 = {top}]"))
+    return found
+
+
 def _schedule_problems(regime: Regime) -> list[str]:
     """Why this vLLM would not run an arm's K schedule as written."""
     found = []
@@ -241,18 +288,9 @@ class VllmAdapter:
                     found.append(((*where, key), message))
             if arm.k_schedule is not None:
                 found += [(("arms", index, "k_schedule"), m) for m in _schedule_problems(regime)]
-            synthetic = arm.options.get("rejection_sample_method") == "synthetic"
-            for key in ("synthetic_acceptance_length", "synthetic_acceptance_rates"):
-                if key in arm.options and not synthetic:
-                    found.append(((*where, key), "applies with rejection_sample_method: synthetic only"))
-            if synthetic and regime.hardware.kind == "cpu":
-                found.append(
-                    ((*where, "rejection_sample_method"), "synthetic acceptance is for GPU calibration arms")
-                )
-            length = arm.options.get("synthetic_acceptance_length")
-            top = (arm.num_speculative_tokens or 0) + 1
-            if length is not None and not (isinstance(length, int | float) and 1 <= length <= top):
-                found.append(((*where, "synthetic_acceptance_length"), f"must be within [1, K + 1 = {top}]"))
+            if arm.method == "suffix":
+                found += [((*where, SUFFIX_CACHE_KEY), m) for m in _suffix_cache_problems(regime, arm)]
+            found += [((*where, *key), message) for key, message in _synthetic_problems(regime, arm)]
         return found
 
     def speculative_config(self, arm: Arm, draft_model: str | None) -> dict | None:
