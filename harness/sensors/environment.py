@@ -51,7 +51,7 @@ def collect_python() -> dict[str, Any]:
         "platform": platform.platform(),
         "torch": _dist_version("torch"),
         # vLLM's suffix method runs Arctic Inference's suffix tree (vllm/v1/spec_decode/suffix_decoding.py)
-        "arctic_inference": _dist_version("arctic-inference") or _dist_version("arctic_inference"),
+        "arctic_inference": _dist_version("arctic-inference"),  # importlib.metadata normalises - and _
     }
 
 
