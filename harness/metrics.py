@@ -29,7 +29,7 @@ from typing import Any, Literal
 Statistic = Literal["mean", "p50", "p90"]
 SampleSource = Literal["repeat", "request", "prompt"]
 # when a view shows a metric's column: always, or only where the run measured what it needs
-Shown = Literal["always", "slo", "power", "copy", "open_loop", "never"]
+Shown = Literal["always", "slo", "power", "copy", "open_loop", "turns", "never"]
 
 
 @dataclass(frozen=True)
@@ -273,6 +273,33 @@ _ALL = (
         **_VIEW_ONLY,
     ),
     Metric(
+        "prompt_tokens_mean",
+        "prompt tok",
+        "tokens",
+        False,
+        "mean",
+        "request",
+        "prompt tokens per request as the engine counted them (chat template included), mean over the "
+        "cell's requests: a later turn carries the turns before it",
+        fmt=".0f",
+        shown="turns",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        "prefix_cache_hit_pct",
+        "prefix hit %",
+        "%",
+        True,
+        "mean",
+        "repeat",
+        "prompt tokens the engine served from its prefix cache / prompt tokens looked up, over the cell's "
+        "windows (probes.prefix_cache): emptied before a conversation's first turn, kept between its turns",
+        fmt=".0f",
+        shown="turns",
+        terminal=True,
+        **_VIEW_ONLY,
+    ),
+    Metric(
         "identical_pct",
         "same %",
         "%",
@@ -384,7 +411,7 @@ COMPARED = tuple(name for name, metric in METRICS.items() if metric.compared)
 def shown(view: Literal["terminal", "report"], measured: set[str]) -> list[Metric]:
     """The metric columns of a view's mini-lab table, in registry order: those the view shows whose
     condition (``Metric.shown``) the run meets; ``measured`` holds the conditions met (slo, power,
-    copy, open_loop). Read at call time, so an entry added to ``METRICS`` appears in every view."""
+    copy, open_loop, turns). Read at call time, so an entry added to ``METRICS`` appears in every view."""
     return [
         metric
         for metric in METRICS.values()
@@ -494,6 +521,12 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
             "prompt-lookup drafter can match)",
         ),
         ("output_ngrams", "count", "output 3-grams: the copy shares' denominator"),
+        (
+            "turn",
+            "",
+            "conversation workloads: the turn the cell measured (1 = the first; the workload is "
+            "<name>.turn<t>); empty: a single-turn workload",
+        ),
         ("power_source", "", "nvml or rapl (empty: power not measured)"),
         ("power_note", "", "why power was not measured, as the run recorded it"),
         ("energy_j", "J", "energy over the cell's windows"),

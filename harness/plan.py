@@ -237,13 +237,26 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
     for location, message in adapter.option_problems(regime)[:1]:
         raise located(regime_path, FieldError(location, message))
     paths = workload_paths(regime, regime_path)
-    workloads = [load_workload(path, regime.load.num_prompts, regime.chat) for path in paths]
+    load = regime.load
+    if load.context_tokens is not None:
+        room = regime.target.max_model_len - load.max_output_tokens
+        if load.context_tokens > room:
+            message = (
+                f"{load.context_tokens} prompt tokens and {load.max_output_tokens} output tokens do not fit "
+                f"target.max_model_len {regime.target.max_model_len} (at most {room})"
+            )
+            raise located(
+                regime_path, FieldError(("load", "context_tokens"), message, value=load.context_tokens)
+            )
+    workloads = [load_workload(path, load.num_prompts, regime.chat, load.context_tokens) for path in paths]
     names = [w.name for w in workloads]
     for index, name in enumerate(names):
         if name in names[:index]:
             raise located(
                 regime_path, FieldError(("workloads", index), f"two workload files share the name '{name}'")
             )
+    _check_conversations(regime, regime_path, workloads)
+    names = [name for w in workloads for name in dict.fromkeys([w.name, *w.cell_names()])]
     gates = regime.gates
     for location, workload in [
         (("gates", "rules", i, "workload"), g.workload) for i, g in enumerate(gates.rules)
@@ -252,6 +265,22 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
             message = f"no workload named '{workload}' (workloads: {', '.join(names)})"
             raise located(regime_path, FieldError(location, message, value=workload, choices=names))
     return Plan(regime=regime, regime_path=regime_path, adapter=adapter, workloads=workloads)
+
+
+def _check_conversations(regime: Regime, regime_path: Path, workloads: list[LoadedWorkload]) -> None:
+    """A conversation workload measures each turn as a window built from the turn before, on the same
+    server: a fixed number of repeats (an adaptive repeat would stop mid-conversation) and no ramp (one
+    continuous window has no turns)."""
+    talks = [w.name for w in workloads if w.turns > 1]
+    if not talks:
+        return
+    load = regime.load
+    if not isinstance(load.repeats, int):
+        message = f"conversation workloads ({', '.join(talks)}) take a fixed number of repeats"
+        raise located(regime_path, FieldError(("load", "repeats"), message))
+    if load.ramp:
+        message = f"conversation workloads ({', '.join(talks)}) cannot run in a ramp (it has no turns)"
+        raise located(regime_path, FieldError(("load", "ramp"), message))
 
 
 def _check_local_paths(regime: Regime, regime_path: Path) -> None:
@@ -306,6 +335,17 @@ def _repeats_text(load: Load) -> str:
     )
 
 
+def _turns_text(workload: LoadedWorkload) -> str:
+    conversation = workload.definition.conversation
+    if conversation is None:
+        return ""
+    later = "its own later turns" if conversation.follow_up is None else "a follow-up instruction"
+    return (
+        f", {conversation.turns} turns, each a cell: the model's own answers and {later} carried into the "
+        "next turn, the prefix cache kept between turns"
+    )
+
+
 def _chat_text(chat: ChatTemplate | None) -> str:
     """A chat workload's settings as the plan states them (nothing for none)."""
     if chat is None or chat.is_empty():
@@ -323,7 +363,7 @@ def describe_plan(plan: Plan) -> str:
     mode = "eager (--enforce-eager)" if regime.engine.enforce_eager else "compiled (torch.compile / graphs)"
     sampling = "greedy" if regime.sampling.temperature == 0 else f"temperature {regime.sampling.temperature}"
     workloads = ", ".join(
-        f"{w.name} ({w.definition.prompt_format}{_chat_text(w.chat)})" for w in plan.workloads
+        f"{w.name} ({w.definition.prompt_format}{_chat_text(w.chat)}{_turns_text(w)})" for w in plan.workloads
     )
     if regime.exactness_applies():
         exactness = (
@@ -343,7 +383,9 @@ def describe_plan(plan: Plan) -> str:
         f"{len(regime.arms)} arms ({', '.join(a.name for a in regime.arms)}) x workloads {workloads} x "
         + _levels_text(load)
         + _repeats_text(load)
-        + f"; {load.num_prompts} prompts per window, max {load.max_output_tokens} "
+        + f"; {load.num_prompts} prompts per window"
+        + (f" padded to about {load.context_tokens} tokens" if load.context_tokens else "")
+        + f", max {load.max_output_tokens} "
         f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests "
         f"per server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP "
         f"{regime.tensor_parallel_size}; {exactness}"

@@ -457,6 +457,14 @@ class Load(StrictModel):
     )
     num_prompts: int = Field(gt=0, description="Prompts per workload per load level (concurrency or rate).")
     max_output_tokens: int = Field(gt=0, description="max_tokens of every request.")
+    context_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Pad every prompt to about this many tokens with other records of its workload, whole, "
+        "before it (a code file before the function to complete, documents before the question; 4 characters "
+        "taken as a token; each cell reports the prompt tokens the engine counted). A study axis: "
+        "load.context_tokens: [512, 1024, 1792]. Default: the prompts as they are.",
+    )
     repeats: Annotated[
         Annotated[Annotated[int, Field(ge=1, le=100)], Tag("tag-count")]
         | Annotated[AdaptiveRepeats, Tag("tag-adaptive")],
@@ -1331,6 +1339,7 @@ class Regime(StrictModel):
             self.load.open_loop_fields()
             | ({"server_starts"} if self.load.server_starts == 1 else set())  # an int N hashes as before
             | (set() if self.load.ramp else {"ramp"})
+            | ({"context_tokens"} if self.load.context_tokens is None else set())
         )
         if load_fields:
             unset["load"] = load_fields

@@ -70,7 +70,7 @@ from harness.sensors.power import PowerSampler, open_reader
 from harness.server import PortTaken, Server, engine_server, reap_abandoned
 from harness.summary import summarize
 from harness.validation import check_served, window_warnings
-from harness.workloads import LoadedWorkload, Prompt
+from harness.workloads import LoadedWorkload, Prompt, next_turn
 
 # a start-up whose port another process took (harness.server.PortTaken) starts again on a fresh one
 PORT_ATTEMPTS = 3
@@ -504,8 +504,12 @@ class Runner:
         load = self.plan.load
         if isinstance(load.repeats, int):
             for repeat in range(load.repeats):
-                self._measure_window(
-                    run, arm, server, workload, level, load.repeat_index(start, repeat), start=start
+                index = load.repeat_index(start, repeat)
+                self._converse(
+                    workload,
+                    lambda turn, prompts, index=index: self._measure_window(
+                        run, arm, server, turn, level, index, start=start, prompts=prompts
+                    )[1],
                 )
             return
         target = load.repeats.target_rel_half_width
@@ -519,11 +523,35 @@ class Runner:
                 values.append(tok_s / base if base else tok_s)
             return {"metric": metric, "rel_half_width": stats.relative_half_width(values), "target": target}
 
-        for repeat in range(load.repeats.max):
-            reached = self._measure_window(run, arm, server, workload, level, repeat, precision)
+        for repeat in range(load.repeats.max):  # adaptive repeats: single-turn workloads only (plan_regime)
+            reached, _ = self._measure_window(run, arm, server, workload, level, repeat, precision)
             width = reached["rel_half_width"] if reached else None
             if repeat + 1 >= load.repeats.min and width is not None and width <= target:
                 break
+
+    def _converse(
+        self, workload: LoadedWorkload, send: Callable[[LoadedWorkload, list[Prompt]], list[RequestRecord]]
+    ) -> None:
+        """A workload's turns in order, each ``send`` (a window) of that turn's prompts: a single-turn
+        workload's prompts once; a conversation's first turns, then each later turn built from the
+        model's own answers to the turn before (``next_turn``). A conversation whose request failed
+        ends there (said on the terminal): its next turn has nothing to carry."""
+        prompts = workload.prompts
+        for turn in range(1, workload.turns + 1):
+            records = send(workload.at_turn(turn), prompts)
+            if turn == workload.turns:
+                return
+            answers = {r.prompt_id: r.text for r in records if r.ok}
+            ended = [p.prompt_id for p in prompts if p.prompt_id not in answers]
+            if ended:
+                self.console.print(
+                    f"[yellow]{escape(workload.name)}: {len(ended)} conversation(s) end at turn {turn}[/] "
+                    f"(their request failed: {escape(', '.join(ended[:3]))})",
+                    highlight=False,
+                )
+            prompts = [next_turn(p, answers[p.prompt_id]) for p in prompts if p.prompt_id in answers]
+            if not prompts:
+                return
 
     def _baseline_tok_s(self, run: RunDir, workload: str, level: LoadLevel) -> dict[int, float]:
         """The baseline's tok/s per repeat in this cell, from its files (measured before this arm)."""
@@ -549,11 +577,17 @@ class Runner:
         repeat: int = 0,
         precision: Callable[[int, float | None], dict[str, Any]] | None = None,
         start: int = 0,
-    ) -> dict[str, Any] | None:
+        prompts: list[Prompt] | None = None,
+    ) -> tuple[dict[str, Any] | None, list[RequestRecord]]:
         """One measured window (``repeat`` counted over every start-up, ``start`` the server's
-        start-up); returns the precision reached after it (adaptive repeats)."""
-        cache_reset = self.plan.adapter.reset_prefix_cache(server.base_url)
-        before = self.plan.adapter.read_spec_counters(server.base_url)  # None: counted per request
+        start-up) of ``prompts`` (by default the workload's); returns the precision reached after it
+        (adaptive repeats) and its records. Its prefix cache starts empty, unless it is a later turn of
+        a conversation: then it keeps the turns before, as a production server would."""
+        adapter, sent = self.plan.adapter, workload.prompts if prompts is None else prompts
+        later_turn = (workload.turn or 1) > 1
+        cache_reset = False if later_turn else adapter.reset_prefix_cache(server.base_url)
+        cache_before = adapter.read_prefix_cache(server.base_url)
+        before = adapter.read_spec_counters(server.base_url)  # None: counted per request
         sampler = (
             PowerSampler(self.power_reader, self.plan.power.sample_period_s) if self.power_reader else None
         )
@@ -574,16 +608,16 @@ class Runner:
         cpu_before = cpu.snapshot(server.process.pid)
         gpu_watch = gpu.watch(self.gpu_reader, server.process.pid)
         try:
-            schedule = self._schedule(workload, level, repeat)
-            result = self._send(
-                server, workload, workload.prompts, level, label, keep, repeat, schedule=schedule
-            )
+            schedule = self._schedule(workload, level, repeat, len(sent))
+            result = self._send(server, workload, sent, level, label, keep, repeat, schedule=schedule)
         finally:
             readings = sampler.stop() if sampler else []
             gpu_used = gpu_watch.stop() if gpu_watch else None
         cpu_used = window_cpu(cpu_before, cpu.snapshot(server.process.pid))
         self._check_alive(server, result)
         after = self._settled_counters(server) if before is not None else None
+        cache_after = adapter.read_prefix_cache(server.base_url) if cache_before is not None else None
+        cache = cache_after.minus(cache_before).to_json() if cache_after and cache_before else None
         server_reported = self.plan.adapter.server_figures(server.base_url)
         tokens = sum(len(r.token_ids) for r in result.records if r.ok)
         reached = precision(repeat, output_tokens_per_s(tokens, result.duration_s)) if precision else None
@@ -597,6 +631,8 @@ class Runner:
             **self._open_loop(level, schedule),
             duration_s=result.duration_s,
             prefix_cache_reset=cache_reset,
+            prefix_cache=cache,
+            turn=workload.turn,
             # where tau comes from: counter scrapes around the window, or each request's own details
             acceptance_source=self.plan.adapter.acceptance_source,
             counters_before=before.to_json() if before is not None else None,
@@ -612,7 +648,7 @@ class Runner:
             gpu=gpu_used,
         )
         append_jsonl(run.windows(arm.name), window.model_dump(mode="json"))
-        return reached
+        return reached, result.records
 
     def _measure_ramp(
         self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, start: int
@@ -720,21 +756,23 @@ class Runner:
         def keep(record: RequestRecord) -> None:
             append_jsonl(run.noise_floor(arm.name), record.to_json())
 
-        for workload in self.plan.workloads:
-            for level in self.plan.load.levels():
+        def send(level: LoadLevel) -> Callable[[LoadedWorkload, list[Prompt]], list[RequestRecord]]:
+            def turn(workload: LoadedWorkload, prompts: list[Prompt]) -> list[RequestRecord]:
                 label = f"reference pass (logprobs, noise floor): {workload.name} @ {level.label()}"
-                self.plan.adapter.reset_prefix_cache(server.base_url)  # the same cold start as the first pass
+                if (workload.turn or 1) == 1:  # the same cold start as the first pass
+                    self.plan.adapter.reset_prefix_cache(server.base_url)
+                schedule = self._schedule(workload, level, 0, len(prompts))
                 result = self._send(
-                    server,
-                    workload,
-                    workload.prompts,
-                    level,
-                    label,
-                    keep,
-                    logprobs=True,
-                    schedule=self._schedule(workload, level, 0),
+                    server, workload, prompts, level, label, keep, logprobs=True, schedule=schedule
                 )
                 self._check_alive(server, result)
+                return result.records
+
+            return turn
+
+        for workload in self.plan.workloads:
+            for level in self.plan.load.levels():
+                self._converse(workload, send(level))
 
     def _settled_counters(self, server: Server) -> SpecCounters | None:
         """The counters after a window, read until two reads agree: the engine publishes a step's
@@ -824,15 +862,18 @@ class Runner:
         self.clock["measured_s" if measured else "warmup_s"] += result.duration_s
         return result
 
-    def _schedule(self, workload: LoadedWorkload, level: LoadLevel, repeat: int) -> list[float] | None:
-        """An open-loop window's due times: from the regime's seed and the window's identity, so every
-        arm (and the baseline's reference pass) gets the same schedule; None for closed loop."""
+    def _schedule(
+        self, workload: LoadedWorkload, level: LoadLevel, repeat: int, count: int | None = None
+    ) -> list[float] | None:
+        """An open-loop window's due times for ``count`` requests (by default the workload's prompts):
+        from the regime's seed and the window's identity, so every arm (and the baseline's reference
+        pass) gets the same schedule; None for closed loop."""
         if level.request_rate is None:
             return None
         load = self.plan.load
         stream = f"{workload.name}/{level.request_rate}/{repeat}"
         return arrival_offsets(
-            len(workload.prompts),
+            len(workload.prompts) if count is None else count,
             level.request_rate,
             load.arrival,
             load.burstiness,

@@ -31,6 +31,7 @@ from harness.probes.cpu import BUSY_CLIENT_CORES, NOISY_OTHERS_CORES, NOISY_STEA
 from harness.probes.exactness import compare_records, shares, with_logprobs_from
 from harness.probes.gpu import NOISY_GPU_SM_PCT
 from harness.probes.power import combine_power, summarize_power
+from harness.probes.prefix_cache import PrefixCacheCounts, hit_pct
 from harness.probes.schedule import achieved_rate_rps, behind_schedule, lag_p90_s, queueing_s
 from harness.probes.slo import attainment_pct, goodput_rps
 from harness.probes.throughput import mean_in_flight, output_tokens_per_s, speedup
@@ -53,7 +54,7 @@ from harness.results.model import (
 )
 from harness.results.raw import RawRun, read_raw
 from harness.results.records import RequestRecord, WindowGpu, WindowRecord
-from harness.stats import quantile
+from harness.stats import mean, quantile
 
 PAIRING = "same workload, same prompt, same concurrency level; greedy, same seed and max tokens"
 
@@ -174,6 +175,11 @@ def cell_metrics(
         copy_share_pct=share_pct(copies),
         context_share_pct=share_pct(copies, "from_context"),
         output_ngrams=sum(c.total for c in copies),
+        turn=first.turn,
+        prompt_tokens_mean=_prompt_tokens_mean(ok),
+        prefix_cache_hit_pct=hit_pct(
+            [PrefixCacheCounts(**w.prefix_cache) for w in windows if w.prefix_cache]
+        ),
         drafts=acc.drafts,
         draft_tokens=acc.draft_tokens,
         accepted_tokens=acc.accepted_tokens,
@@ -194,6 +200,11 @@ def cell_metrics(
         **_precision(windows, min_repeats),
         **(_cpu(windows) | _gpu(windows)),  # a GPU neighbour sets noisy_neighbour, never clears it
     )
+
+
+def _prompt_tokens_mean(ok: list[RequestRecord]) -> float | None:
+    counts = [r.prompt_token_count for r in ok if r.prompt_token_count is not None]
+    return mean(counts) if counts else None
 
 
 def _request_acceptance(ok: list[RequestRecord], engine: str) -> list[SpecCounters] | None:

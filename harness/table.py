@@ -47,6 +47,8 @@ def measured(summary: Summary) -> set[str]:
         found.add("power")
     if any(c.copy_share_pct is not None for c in summary.cells):
         found.add("copy")
+    if any(c.turn is not None for c in summary.cells):
+        found.add("turns")  # conversation workloads: how much of each turn the prefix cache served
     return found
 
 

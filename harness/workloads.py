@@ -19,6 +19,14 @@ files next to the workload definition; nothing is downloaded. Formats users alre
 
 ``source.category`` keeps only the records of one category (MT-Bench, Spec-Bench), so a
 multi-category file becomes one workload per category and every result is per category.
+
+A ``conversation:`` section makes each prompt the first turn of a conversation (chat only): turn t's
+request carries the earlier turns with the model's OWN answers to them (the arm's, from the same
+server), then the next user message: the source's own later turns (MT-Bench's second turn, a
+ShareGPT conversation's later human turns), or one ``follow_up`` instruction every turn (an agentic
+self-refinement loop: "review your answer, fix it, give the whole of it again"). Each turn is its
+own cell, ``<name>.turn<t>`` (``LoadedWorkload.at_turn``), so tau, tokens per forward and the
+speedup are per turn index.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import gzip
 import hashlib
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +46,12 @@ from harness.errors import FieldError, UserError
 from harness.models import package_file
 
 PromptFormat = Literal["raw", "chat"]
+# load.context_tokens: a token is taken as this many characters (English text and code: 3.5-4.5
+# with a Llama-style tokenizer; each cell reports the prompt tokens the engine counted)
+CHARS_PER_TOKEN = 4
+CONTEXT_SEPARATOR = "\n\n"
+# source formats whose records hold no later user turns (a conversation needs a follow_up)
+OWN_TURNLESS = ("humaneval", "jsonl")
 
 
 class WorkloadSource(StrictModel):
@@ -58,6 +72,19 @@ class WorkloadSource(StrictModel):
     category: str | None = Field(
         default=None,
         description="Keep only records of this category (mtbench, specbench: their 'category' field).",
+    )
+
+
+class Conversation(StrictModel):
+    """Each prompt opens a conversation of ``turns`` turns; later turns carry the model's own answers."""
+
+    turns: int = Field(ge=2, le=16, description="Turns per conversation, the first one included.")
+    follow_up: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The user message of every turn after the first (an agentic loop: revise, fix or "
+        "extend the answer). Unset: the source's own later turns (mtbench and specbench 'turns', sharegpt "
+        "human turns); a record with fewer than 'turns' is left out.",
     )
 
 
@@ -116,41 +143,99 @@ class Workload(StrictModel):
         description="Chat workloads only: chat-template arguments and a system prompt for every request "
         "(a regime's own chat: section is applied on top).",
     )
+    conversation: Conversation | None = Field(
+        default=None,
+        description="Chat workloads only: each prompt opens a conversation of several turns, each turn "
+        "measured as its own cell (<name>.turn<t>), the model's own answers carried into the next turn.",
+    )
 
     @model_validator(mode="after")
     def _chat_only(self) -> Workload:
-        if self.chat is not None and self.prompt_format != "chat":
-            raise FieldError(
-                "chat", "applies to prompt_format: chat only (raw prompts have no chat template)"
+        for field in ("chat", "conversation"):
+            if getattr(self, field) is not None and self.prompt_format != "chat":
+                raise FieldError(
+                    field, "applies to prompt_format: chat only (raw prompts have no chat template)"
+                )
+        if self.conversation and self.conversation.follow_up is None and self.source.format in OWN_TURNLESS:
+            message = (
+                f"source format {self.source.format} has no later turns: set conversation.follow_up (the "
+                "user message of every later turn)"
             )
+            raise FieldError(("conversation", "follow_up"), message)
         return self
 
 
 @dataclass(frozen=True)
 class Prompt:
     """One prompt as sent: ``text`` for raw completion, the same text as a user turn for chat;
-    ``messages`` (chat only) when the source gives a whole conversation to continue."""
+    ``messages`` (chat only) when the source gives a whole conversation to continue, or when this is
+    a later turn of a conversation workload."""
 
     prompt_id: str
     text: str
     messages: tuple[tuple[str, str], ...] | None = None  # (role, content) pairs
+    later_turns: tuple[str, ...] = ()  # conversation workloads: the user messages of the turns to come
+    turn: int = 1  # conversation workloads: which turn this is
+    # how the record reads as context before another prompt (load.context_tokens): HumanEval's prompt
+    # with its canonical solution (a whole function); None: its text
+    as_context: str | None = None
+
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        return self.messages if self.messages is not None else (("user", self.text),)
 
     def chat_messages(self) -> list[dict[str, str]]:
-        if self.messages is not None:
-            return [{"role": role, "content": content} for role, content in self.messages]
-        return [{"role": "user", "content": self.text}]
+        return [{"role": role, "content": content} for role, content in self.pairs()]
+
+
+def next_turn(prompt: Prompt, answer: str) -> Prompt:
+    """The next turn of ``prompt``'s conversation: everything so far, the model's ``answer`` to it, and
+    the next user message. Its id is the conversation's with a hash of what it now carries, so two
+    arms' turns pair (in the exactness probe) only where their conversations so far are the same text."""
+    if prompt.turn > len(prompt.later_turns):
+        raise ValueError(f"{prompt.prompt_id}: turn {prompt.turn} is the conversation's last")
+    message = prompt.later_turns[prompt.turn - 1]
+    pairs = (*prompt.pairs(), ("assistant", answer), ("user", message))
+    digest = hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:10]
+    first = prompt.prompt_id.split("~", 1)[0]
+    return Prompt(
+        prompt_id=f"{first}~t{prompt.turn + 1}-{digest}",
+        text=message,
+        messages=pairs,
+        later_turns=prompt.later_turns,
+        turn=prompt.turn + 1,
+    )
 
 
 @dataclass(frozen=True)
 class LoadedWorkload:
     definition: Workload
-    prompts: list[Prompt]
+    prompts: list[Prompt]  # a conversation workload's: its first turns
     content_sha256: str  # hash of the prompts actually used (as sent: chat settings included)
     chat: ChatTemplate | None = None  # chat workloads: the workload's settings with the regime's on top
+    turn: int | None = None  # one turn of a conversation workload (at_turn): its cells' name says which
 
     @property
     def name(self) -> str:
-        return self.definition.name
+        """The name results carry: a conversation's turn t is the cell ``<name>.turn<t>``."""
+        base = self.definition.name
+        return base if self.turn is None else turn_name(base, self.turn)
+
+    @property
+    def turns(self) -> int:
+        conversation = self.definition.conversation
+        return conversation.turns if conversation else 1
+
+    def at_turn(self, turn: int) -> LoadedWorkload:
+        """This workload as its conversation's turn ``turn`` (itself when it is not a conversation)."""
+        return self if self.definition.conversation is None else replace(self, turn=turn)
+
+    def cell_names(self) -> list[str]:
+        """The names its cells carry: one per turn of a conversation."""
+        return [self.at_turn(t).name for t in range(1, self.turns + 1)]
+
+
+def turn_name(workload: str, turn: int) -> str:
+    return f"{workload}.turn{turn}"
 
 
 def _source_file(workload: Workload, workload_path: Path) -> Path:
@@ -204,21 +289,27 @@ def _field(row: dict[str, Any], key: str, file: Path, number: int) -> Any:
     return row[key]
 
 
-def _first_turn(row: dict[str, Any], file: Path, number: int) -> str:
+def _user_turns(row: dict[str, Any], file: Path, number: int) -> list[str]:
+    """An MT-Bench / Spec-Bench record's user turns, in order."""
     turns = _field(row, "turns", file, number)
-    if not isinstance(turns, list) or not turns:
-        raise UserError(f"{file}: record {number}: 'turns' must be a non-empty list")
-    return turns[0]
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
+        raise UserError(f"{file}: record {number}: 'turns' must be a non-empty list of strings")
+    return turns
 
 
-def _sharegpt_turn(row: dict[str, Any], file: Path, number: int) -> str:
+def _sharegpt_turns(row: dict[str, Any], file: Path, number: int) -> list[str]:
+    """A ShareGPT conversation's human turns, in order."""
     conversation = _field(row, "conversations", file, number)
     if not isinstance(conversation, list):
         raise UserError(f"{file}: record {number}: 'conversations' must be a list")
-    for turn in conversation:
-        if isinstance(turn, dict) and turn.get("from") in ("human", "user"):
-            return turn.get("value")
-    raise UserError(f"{file}: record {number}: no turn from 'human' in 'conversations'")
+    turns = [
+        turn.get("value")
+        for turn in conversation
+        if isinstance(turn, dict) and turn.get("from") in ("human", "user")
+    ]
+    if not turns:
+        raise UserError(f"{file}: record {number}: no turn from 'human' in 'conversations'")
+    return turns
 
 
 def _messages(row: dict[str, Any], file: Path, number: int) -> tuple[tuple[str, str], ...]:
@@ -244,21 +335,26 @@ def _messages(row: dict[str, Any], file: Path, number: int) -> tuple[tuple[str, 
     return tuple(pairs)
 
 
-def _prompts_from_rows(source: WorkloadSource, rows: list[dict[str, Any]], file: Path) -> list[Prompt]:
+def _prompts_from_rows(
+    source: WorkloadSource, rows: list[dict[str, Any]], file: Path, conversation: Conversation | None = None
+) -> list[Prompt]:
+    """The records' prompts; for a conversation workload each with the user messages of its later
+    turns (its own, or the follow-up repeated), leaving out records with fewer turns than asked."""
     fmt, prompts = source.format, []
     for number, row in enumerate(rows, start=1):
-        messages = None
+        messages, turns, as_context = None, [], None
         if source.category is not None and row.get("category") != source.category:
             continue
         if fmt == "humaneval":
             prompt_id, text = _field(row, "task_id", file, number), _field(row, "prompt", file, number)
+            solution = row.get("canonical_solution")
+            as_context = text + solution if isinstance(text, str) and isinstance(solution, str) else None
         elif fmt in ("mtbench", "specbench"):
-            prompt_id, text = (
-                f"{fmt}-{_field(row, 'question_id', file, number)}",
-                _first_turn(row, file, number),
-            )
+            turns = _user_turns(row, file, number)
+            prompt_id, text = f"{fmt}-{_field(row, 'question_id', file, number)}", turns[0]
         elif fmt == "sharegpt":
-            prompt_id, text = row.get("id", f"conversation-{number}"), _sharegpt_turn(row, file, number)
+            turns = _sharegpt_turns(row, file, number)
+            prompt_id, text = row.get("id", f"conversation-{number}"), turns[0]
         elif "messages" in row:
             messages = _messages(row, file, number)
             prompt_id, text = row.get("id", f"line-{number}"), messages[-1][1]
@@ -268,7 +364,24 @@ def _prompts_from_rows(source: WorkloadSource, rows: list[dict[str, Any]], file:
             prompt_id, text = row.get("id", f"line-{number}"), row["prompt"]
         if not isinstance(text, str) or not text:
             raise UserError(f"{file}: record {number}: the prompt must be a non-empty string")
-        prompts.append(Prompt(prompt_id=str(prompt_id), text=text, messages=messages))
+        later: tuple[str, ...] = ()
+        if conversation is not None:
+            count = conversation.turns - 1
+            if conversation.follow_up is not None:
+                later = (conversation.follow_up,) * count
+            elif len(turns) - 1 < count:
+                continue  # this conversation is shorter than the workload's
+            else:
+                later = tuple(turns[1 : 1 + count])
+        prompts.append(
+            Prompt(
+                prompt_id=str(prompt_id),
+                text=text,
+                messages=messages,
+                later_turns=later,
+                as_context=as_context,
+            )
+        )
     return prompts
 
 
@@ -278,12 +391,16 @@ def load_prompt_pool(path: Path) -> tuple[Workload, list[Prompt]]:
     definition = load_model(path, Workload)
     file = _source_file(definition, path)
     rows = _read_json_array(file) if definition.source.format == "sharegpt" else _read_jsonl(file)
-    prompts = _prompts_from_rows(definition.source, rows, file)
+    prompts = _prompts_from_rows(definition.source, rows, file, definition.conversation)
     category = definition.source.category
-    if category is not None and not prompts:
+    if category is not None and not any(row.get("category") == category for row in rows):
         found = sorted({str(row["category"]) for row in rows if "category" in row})
         message = f"no record of {file} has category '{category}' (categories: {', '.join(found) or 'none'})"
         raise located(path, FieldError(("source", "category"), message, value=category, choices=found))
+    if definition.conversation is not None and not prompts and rows:
+        turns = definition.conversation.turns
+        message = f"no record of {file} has {turns} user turns (set conversation.follow_up, or fewer turns)"
+        raise located(path, FieldError(("conversation", "turns"), message, value=turns))
     if definition.prompt_format == "raw" and any(p.messages is not None for p in prompts):
         message = "'messages' records are conversations; use prompt_format: chat"
         raise located(path, FieldError("prompt_format", message))
@@ -296,20 +413,50 @@ def prompt_sha256(prompt: Prompt) -> str:
     return hashlib.sha256(json.dumps([prompt.text, prompt.messages]).encode()).hexdigest()
 
 
-def load_workload(path: Path, num_prompts: int, chat: ChatTemplate | None = None) -> LoadedWorkload:
+def with_context(prompt: Prompt, pool: list[Prompt], context_tokens: int, seed: int) -> Prompt:
+    """``prompt`` after other records of its workload, whole, until it is about ``context_tokens``
+    long (``CHARS_PER_TOKEN``): a code file before the function to complete, documents before the
+    question. The records come in an order seeded by the workload's seed and the prompt's id, so
+    every arm gets the same text; a prompt already that long is sent as it is."""
+    budget = context_tokens * CHARS_PER_TOKEN - len(prompt.text)
+    others = [p for p in pool if p.prompt_id != prompt.prompt_id]
+    random.Random(f"{seed}/{prompt.prompt_id}").shuffle(others)
+    parts: list[str] = []
+    for other in others:
+        text = other.as_context or other.text
+        if budget < len(text):
+            continue  # too long for what is left: a shorter one may fit
+        parts.append(text)
+        budget -= len(text) + len(CONTEXT_SEPARATOR)
+    if not parts:
+        return prompt
+    text = CONTEXT_SEPARATOR.join([*parts, prompt.text])
+    messages = None if prompt.messages is None else (*prompt.messages[:-1], ("user", text))
+    return replace(prompt, text=text, messages=messages)
+
+
+def load_workload(
+    path: Path, num_prompts: int, chat: ChatTemplate | None = None, context_tokens: int | None = None
+) -> LoadedWorkload:
     """Load a workload and pick ``num_prompts`` prompts with its fixed sample seed. ``chat`` (the
-    regime's chat: section) applies on top of the workload's own to chat workloads."""
+    regime's chat: section) applies on top of the workload's own to chat workloads; ``context_tokens``
+    (the regime's load.context_tokens) pads each prompt to about that length (``with_context``)."""
     definition, prompts = load_prompt_pool(path)
     if len(prompts) < num_prompts:
         raise UserError(
             f"{path}: has {len(prompts)} prompts, the regime asks for load.num_prompts={num_prompts}"
         )
     chosen = random.Random(definition.sample_seed).sample(prompts, num_prompts)
+    if context_tokens is not None:
+        chosen = [with_context(p, prompts, context_tokens, definition.sample_seed) for p in chosen]
     effective = None
     if definition.prompt_format == "chat":
         effective = (chat or ChatTemplate()).over(definition.chat)
     sent = [definition.prompt_format] + [
-        [p.prompt_id, p.text] + ([p.messages] if p.messages else []) for p in chosen
+        [p.prompt_id, p.text]
+        + ([p.messages] if p.messages else [])
+        + ([p.later_turns] if p.later_turns else [])
+        for p in chosen
     ]
     if effective is not None and not effective.is_empty():  # no settings: the hash runs had before
         sent.append(effective.model_dump(mode="json"))

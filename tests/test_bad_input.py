@@ -571,3 +571,12 @@ def test_validate_points_at_the_field_and_offers_the_fix(house: Path, tmp_path: 
     message = " ".join(out.stdout.split())  # rich may wrap a long line
     assert f"error: {edited}:{line}: {bad.field}: " in message
     assert bad.hint in message
+
+
+def test_context_that_does_not_fit_the_window_names_the_field(tmp_path: Path) -> None:
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    data["load"]["context_tokens"] = data["target"]["max_model_len"]
+    path = tmp_path / "regime.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match=r"load.context_tokens: .* do not fit target.max_model_len"):
+        plan_regime(path)

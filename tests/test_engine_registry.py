@@ -81,6 +81,9 @@ class ToyAdapter:
     def read_spec_counters(self, base_url: str) -> SpecCounters | None:
         return None
 
+    def read_prefix_cache(self, base_url: str) -> None:
+        return None
+
     def server_figures(self, base_url: str) -> dict | None:
         return None
 

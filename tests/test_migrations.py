@@ -177,6 +177,15 @@ def test_study_v1_reads_as_a_local_study_without_jobs() -> None:
     assert StudyDir(FIXTURES / "study_v1").read() == StudyRecord.model_validate(step)
 
 
+def test_v9_files_read_without_turns_or_prefix_cache_counts() -> None:
+    """Version 10: windows and cells gained a conversation's ``turn`` and the prefix cache's counts;
+    a version-9 summary, status and run record are otherwise unchanged."""
+    v9 = {"schema_version": 9, "cells": [{"arm": "a"}], "arms": []}
+    assert _pure(summary.migrate_v9, v9) == {**v9, "schema_version": 10}
+    assert _pure(status.migrate_v9, {"status": "ok"}) == {"status": "ok"}
+    assert _pure(run_record.migrate_v9, {"schema_version": 9})["schema_version"] == 10
+
+
 def test_summary_v8_cells_read_without_the_new_acceptance_figures() -> None:
     """Version 9: cells gained accepted_past_stop and prompt_tau, which a version-8 summary lacks
     (read as not derived); a version-8 status and run record are unchanged."""

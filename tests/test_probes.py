@@ -330,3 +330,32 @@ def test_requests_own_acceptance_gives_tau_per_prompt_and_checks_the_counters() 
         r.spec_details = None  # vLLM 0.32 (no per-request metrics): no tau per prompt, no check
     plain = cell_metrics(ARM, None, [_window(0, 4.0, missed)], records, 0.36, None, engine="vllm")
     assert plain.prompt_tau is None and plain.acceptance_checks == []
+
+
+def test_prefix_cache_share_pools_a_turns_windows() -> None:
+    """A conversation turn's cell: its turn, and the prefix cache's hits over lookups added up over
+    its windows (not averaged per window); a window the engine reported nothing for counts nothing."""
+    from harness.probes.prefix_cache import PrefixCacheCounts, hit_pct
+
+    assert hit_pct([PrefixCacheCounts(100, 0), PrefixCacheCounts(300, 256)]) == pytest.approx(64.0)
+    assert hit_pct([]) is None and hit_pct([PrefixCacheCounts(0, 0)]) is None
+    assert PrefixCacheCounts(500, 300).minus(PrefixCacheCounts(200, 44)) == (300, 256)
+    after = SpecCounters(drafts=4, draft_tokens=16, accepted_tokens=8, accepted_per_position={0: 4, 1: 4})
+    windows = [
+        _window(0, 4.0, after).model_copy(
+            update={"workload": "w.turn2", "turn": 2, "prefix_cache": {"queries": 100.0, "hits": 0.0}}
+        ),
+        _window(1, 4.0, after).model_copy(
+            update={"workload": "w.turn2", "turn": 2, "prefix_cache": {"queries": 300.0, "hits": 256.0}}
+        ),
+        _window(2, 4.0, after).model_copy(update={"workload": "w.turn2", "turn": 2}),
+    ]
+    records = [_record(0.0, 0.5, 2.5, 21), _record(0.0, 0.5, 2.5, 21), _record(0.0, 0.5, 2.5, 21)]
+    records[0].prompt_token_count, records[1].prompt_token_count = 100, 300  # the third: not said
+    cell = cell_metrics(ARM, None, windows, records, price_per_hour=0.36, usd_per_kwh=None, engine="vllm")
+    assert (cell.workload, cell.turn, cell.prefix_cache_hit_pct) == ("w.turn2", 2, pytest.approx(64.0))
+    assert cell.prompt_tokens_mean == pytest.approx(200.0)
+    single = cell_metrics(
+        ARM, None, [_window(0, 4.0, after)], [_record(0.0, 0.5, 2.5, 21)], 0.36, None, engine="vllm"
+    )
+    assert single.turn is None and single.prefix_cache_hit_pct is None and single.prompt_tokens_mean is None

@@ -14,6 +14,7 @@ import yaml
 
 import harness
 from harness.engines.patches import APPLIED_MARK, patches
+from harness.probes.copying import copied_ngrams
 from harness.probes.distribution import compare, sequence_stats
 from harness.results import RequestRecord, read_jsonl
 from harness.summary import summarize
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent
 REGIME = ROOT / "tests" / "regimes" / "cpu_production_e2e.yaml"
 PATCH = "vllm-55005-cpu-expand"
+TURNS = "chat_mtbench_turns"  # the regime's workload: two-turn conversations
 
 
 def _unpatched(tmp_path: Path) -> Path:
@@ -75,30 +77,61 @@ def production_run(runs) -> tuple[str, Path]:
 
 
 def test_open_loop_windows_keep_their_schedule(production_run) -> None:
-    """The 4 req/s window: the same seeded schedule for both arms, each request's due, dispatch and
-    send times stored, the achieved rate and the SLO share derived from them."""
+    """The 4 req/s windows (one per turn): the same seeded schedule for both arms, each request's due,
+    dispatch and send times stored, the achieved rate and the SLO share derived from them."""
     output, run = production_run
     schedules = {}
     for arm in ("baseline", "ngram_k4"):
-        (window,) = read_jsonl(run / "arms" / arm / "windows.jsonl")
-        assert (window["request_rate"], window["concurrency"], window["arrival"]) == (4.0, 2, "poisson")
-        schedules[arm] = window["schedule"]
+        windows = read_jsonl(run / "arms" / arm / "windows.jsonl")
+        assert [w["workload"] for w in windows] == [f"{TURNS}.turn1", f"{TURNS}.turn2"]
         samples = read_jsonl(run / "arms" / arm / "samples.jsonl")
-        assert len(samples) == 3 and all(s["request_rate"] == 4.0 for s in samples)
-        for sample in samples:
-            assert sample["error"] is None and sample["t_scheduled"] in window["schedule"]
-            assert sample["t_scheduled"] <= sample["t_dispatched"] <= sample["t_send"] <= sample["t_done"]
-    assert schedules["baseline"] == schedules["ngram_k4"] and len(schedules["baseline"]) == 3  # same arrivals
+        assert len(samples) == 6 and all(s["request_rate"] == 4.0 for s in samples)
+        for window in windows:
+            assert (window["request_rate"], window["concurrency"], window["arrival"]) == (4.0, 2, "poisson")
+            schedules[arm, window["turn"]] = window["schedule"]
+            for sample in (s for s in samples if s["workload"] == window["workload"]):
+                assert sample["error"] is None and sample["t_scheduled"] in window["schedule"]
+                assert sample["t_scheduled"] <= sample["t_dispatched"] <= sample["t_send"] <= sample["t_done"]
+    for turn in (1, 2):  # same arrivals for both arms
+        assert (
+            schedules["baseline", turn] == schedules["ngram_k4", turn]
+            and len(schedules["baseline", turn]) == 3
+        )
     summary = summarize(run)
     requests = harness.load_run(run).requests()
     for cell in summary.cells:
         assert (
             cell.request_rate == 4.0 and cell.achieved_rate_rps > 0 and cell.schedule_lag_ms_p90 is not None
         )
-        mine = requests[requests.arm == cell.arm]
+        mine = requests[(requests.arm == cell.arm) & (requests.workload == cell.workload)]
         assert cell.slo_pct == pytest.approx(100 * mine.within_slo.mean())
         assert cell.goodput_rps == pytest.approx(mine.within_slo.sum() / cell.duration_s)
     assert "@ 4 req/s (<= 2 in flight)" in output and "goodput" in output
+
+
+def test_a_second_turn_carries_the_arms_own_first_answer(production_run) -> None:
+    """Turn 2 on the real engine: each request's prompt, as the engine tokenized it, holds most of
+    that arm's own turn-1 answer (its 3-grams), the turn's window kept the prefix cache (emptied only
+    before turn 1) and read the engine's prefix-cache counters, and each turn is a cell."""
+    output, run = production_run
+    summary = summarize(run)
+    for arm in ("baseline", "ngram_k4"):
+        windows = read_jsonl(run / "arms" / arm / "windows.jsonl")
+        assert [(w["turn"], w["prefix_cache_reset"]) for w in windows] == [(1, True), (2, False)]
+        assert all(w["prefix_cache"]["queries"] > 0 for w in windows)  # prompt tokens looked up
+        samples = [RequestRecord.from_json(s) for s in read_jsonl(run / "arms" / arm / "samples.jsonl")]
+        first = {s.prompt_id: s for s in samples if s.workload == f"{TURNS}.turn1"}
+        second = [s for s in samples if s.workload == f"{TURNS}.turn2"]
+        assert len(first) == len(second) == 3
+        for turn2 in second:
+            turn1 = first[turn2.prompt_id.partition("~")[0]]
+            carried = copied_ngrams(turn2.prompt_token_ids, turn1.token_ids)
+            assert carried.total > 0 and carried.from_prompt >= 0.5 * carried.total, turn2.prompt_id
+            assert turn2.prompt_token_count > turn1.prompt_token_count
+        cells = {c.workload: c for c in summary.cells if c.arm == arm}
+        assert [cells[f"{TURNS}.turn{t}"].turn for t in (1, 2)] == [1, 2]
+        assert all(c.prefix_cache_hit_pct is not None for c in cells.values())
+    assert f"{TURNS}.turn2" in output
 
 
 def test_the_patched_engine_says_so_everywhere(production_run) -> None:

@@ -166,3 +166,18 @@ def test_window_counters_are_the_scrape_delta(adapter) -> None:
     )
     delta = adapter.window_counters(window, [])  # requests carry no counters on vLLM
     assert (delta.drafts, delta.accepted_tokens) == (11.0, 13.0)
+
+
+def test_prefix_cache_counts_from_real_metrics(adapter) -> None:
+    """The local prefix cache's lookups and hits in tokens (not the KV connector's external ones),
+    summed over engines; none where the server has no such counters."""
+    assert adapter.parse_prefix_cache(METRICS) == (66.0, 0.0)
+    text = (
+        'vllm:prefix_cache_queries_total{engine="0",model_name="t"} 300.0\n'
+        'vllm:prefix_cache_queries_total{engine="1",model_name="t"} 100.0\n'
+        'vllm:prefix_cache_hits_total{engine="0",model_name="t"} 256.0\n'
+        'vllm:external_prefix_cache_hits_total{engine="0",model_name="t"} 99.0\n'
+    )
+    assert adapter.parse_prefix_cache(text) == (400.0, 256.0)
+    without = "\n".join(line for line in METRICS.splitlines() if "prefix_cache" not in line)
+    assert adapter.parse_prefix_cache(without) is None

@@ -212,3 +212,147 @@ def test_chat_settings_are_part_of_what_was_sent(tmp_path: Path) -> None:
     bad.write_text((ROOT / "workloads" / "code_humaneval.yaml").read_text() + "chat:\n  system_prompt: x\n")
     with pytest.raises(UserError, match=r"bad.yaml:\d+: chat: applies to prompt_format: chat only"):
         load_workload(bad, 1)
+
+
+def _conversation(
+    tmp_path: Path, fmt: str, file: str, conversation: str, prompt_format: str = "chat"
+) -> Path:
+    path = _source(tmp_path, fmt, file, prompt_format=prompt_format)
+    path.write_text(path.read_text() + f"conversation: {conversation}\n")
+    return path
+
+
+def test_mtbench_conversations_carry_their_own_second_turn(tmp_path: Path) -> None:
+    """MT-Bench's second question is turn 2's user message; the model's answer is put before it, and
+    the turn's id names the conversation and a hash of everything it carries."""
+    from harness.workloads import next_turn
+
+    workload = load_workload(_conversation(tmp_path, "mtbench", "mtbench_question.jsonl", "{turns: 2}"), 2)
+    assert workload.turns == 2 and workload.name == "w"
+    assert workload.cell_names() == ["w.turn1", "w.turn2"] and workload.at_turn(2).name == "w.turn2"
+    first = {p.prompt_id: p for p in workload.prompts}["mtbench-81"]
+    assert (first.text, first.later_turns, first.turn) == (
+        "Write a haiku about rain.",
+        ("Now make it sadder.",),
+        1,
+    )
+    second = next_turn(first, "Rain taps the window.")
+    assert second.turn == 2 and second.text == "Now make it sadder."
+    assert second.chat_messages() == [
+        {"role": "user", "content": "Write a haiku about rain."},
+        {"role": "assistant", "content": "Rain taps the window."},
+        {"role": "user", "content": "Now make it sadder."},
+    ]
+    # the same conversation pairs with itself; another answer makes another conversation
+    assert second.prompt_id == next_turn(first, "Rain taps the window.").prompt_id
+    assert second.prompt_id.startswith("mtbench-81~t2-")
+    assert next_turn(first, "Grey sky.").prompt_id != second.prompt_id
+    with pytest.raises(ValueError, match="the conversation's last"):
+        next_turn(second, "Sadder rain.")
+    single = load_workload(_source(tmp_path, "mtbench", "mtbench_question.jsonl"), 2)
+    assert single.turns == 1 and single.at_turn(1) is single and single.cell_names() == ["w"]
+    assert single.content_sha256 != workload.content_sha256  # the later turns are part of what is sent
+
+
+def test_a_follow_up_makes_a_self_refinement_loop(tmp_path: Path) -> None:
+    """Every later turn sends the follow-up after the model's own last answer; a later turn keeps the
+    whole conversation (and a workload's system prompt still comes first)."""
+    from harness.workloads import ChatTemplate, next_turn
+
+    path = _conversation(tmp_path, "jsonl", "messages.jsonl", "{turns: 3, follow_up: Fix it.}")
+    workload = load_workload(path, 2)
+    first = {p.prompt_id: p for p in workload.prompts}["m2"]
+    assert first.later_turns == ("Fix it.", "Fix it.")
+    third = next_turn(next_turn(first, "hello"), "Hello!")
+    assert third.turn == 3 and third.prompt_id.startswith("m2~t3-")
+    assert [m["content"] for m in third.chat_messages()] == [
+        "Say hello.",
+        "hello",
+        "Fix it.",
+        "Hello!",
+        "Fix it.",
+    ]
+    system = ChatTemplate(system_prompt="Be brief.").messages(third)
+    assert system[0] == {"role": "system", "content": "Be brief."} and len(system) == 6
+
+
+@pytest.mark.parametrize(
+    ("fmt", "file", "conversation", "prompt_format", "expected"),
+    [
+        (
+            "jsonl",
+            "messages.jsonl",
+            "{turns: 2}",
+            "chat",
+            r"conversation.follow_up: .*jsonl has no later turns",
+        ),
+        (
+            "mtbench",
+            "mtbench_question.jsonl",
+            "{turns: 3}",
+            "chat",
+            r"conversation.turns: no record of .* 3 user",
+        ),
+        (
+            "mtbench",
+            "mtbench_question.jsonl",
+            "{turns: 1}",
+            "chat",
+            r"conversation.turns: .*greater than or equal to 2",
+        ),
+        (
+            "jsonl",
+            "messages.jsonl",
+            "{turns: 2, follow_up: Fix it.}",
+            "raw",
+            r"conversation: applies to prompt_format: chat",
+        ),
+    ],
+)
+def test_bad_conversations_name_the_field(
+    tmp_path: Path, fmt: str, file: str, conversation: str, prompt_format: str, expected: str
+) -> None:
+    with pytest.raises(UserError, match=expected):
+        load_workload(_conversation(tmp_path, fmt, file, conversation, prompt_format), 1)
+
+
+def test_shipped_conversation_workloads() -> None:
+    """MT-Bench's 80 questions all have two turns; the agentic loop sends its follow-up twice."""
+    turns = load_workload(ROOT / "workloads" / "chat_mtbench_turns.yaml", 80)
+    assert turns.turns == 2 and all(len(p.later_turns) == 1 for p in turns.prompts)
+    plain = load_workload(ROOT / "workloads" / "chat_mtbench.yaml", 80)
+    assert [p.text for p in turns.prompts] == [p.text for p in plain.prompts]  # turn 1: the same questions
+    loop = load_workload(ROOT / "workloads" / "agentic_code_refine.yaml", 4)
+    assert loop.turns == 3 and loop.definition.category == "agentic"
+    assert all(
+        len(set(p.later_turns)) == 1 and "complete corrected function" in p.later_turns[0]
+        for p in loop.prompts
+    )
+
+
+def test_context_pads_a_prompt_with_its_workloads_own_records() -> None:
+    """load.context_tokens: other HumanEval problems, whole (stub and canonical solution), before the
+    stub to complete, to about that many tokens (4 characters each); the same text on every load,
+    another content hash than the unpadded prompts; a prompt already that long is left as it is."""
+    from harness.workloads import CHARS_PER_TOKEN, with_context
+
+    path = ROOT / "workloads" / "code_humaneval.yaml"
+    plain = load_workload(path, 4)
+    padded = load_workload(path, 4, context_tokens=1024)
+    assert padded.content_sha256 != plain.content_sha256
+    assert padded.prompts == load_workload(path, 4, context_tokens=1024).prompts  # seeded
+    for short, long in zip(plain.prompts, padded.prompts, strict=True):
+        assert long.prompt_id == short.prompt_id and long.text.endswith("\n\n" + short.text)
+        assert 0.8 * 1024 * CHARS_PER_TOKEN <= len(long.text) <= 1024 * CHARS_PER_TOKEN
+        assert "return" in long.text[: -len(short.text)]  # whole functions before the stub
+    assert with_context(plain.prompts[0], plain.prompts, 8, seed=0) == plain.prompts[0]
+
+
+def test_context_goes_before_a_chat_prompts_question(tmp_path: Path) -> None:
+    from harness.workloads import with_context
+
+    workload = load_workload(_source(tmp_path, "jsonl", "messages.jsonl"), 2)
+    prompts = {p.prompt_id: p for p in workload.prompts}
+    padded = with_context(prompts["m1"], workload.prompts, 64, seed=0)
+    assert padded.messages[0] == prompts["m1"].messages[0] and padded.messages[-1] == ("user", padded.text)
+    assert padded.text == "Say hello.\n\nCapital of Peru?"

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from harness.engines.names import ENGINES
 from harness.errors import UserError
 from harness.probes.acceptance import SpecCounters
+from harness.probes.prefix_cache import PrefixCacheCounts
 
 if TYPE_CHECKING:  # types only (the regime reads the engine names from engines/names.py)
     from harness.regime import Arm, Regime
@@ -120,6 +121,10 @@ class EngineAdapter(Protocol):
 
     def reset_prefix_cache(self, base_url: str) -> bool:
         """Empty the prefix cache; False when the engine would not (the window records it)."""
+
+    def read_prefix_cache(self, base_url: str) -> PrefixCacheCounts | None:
+        """The prefix cache's cumulative lookups and hits right now, in prompt tokens; None where the
+        engine reports none (or they cannot be read: the window then records none)."""
 
     # ---- requests and responses
     def request_fields(

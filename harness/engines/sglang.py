@@ -46,6 +46,7 @@ from harness.engines.flags import (
     managed_flag_problems,
 )
 from harness.probes.acceptance import SpecCounters, histogram_counters, parse_prometheus
+from harness.probes.prefix_cache import PrefixCacheCounts
 
 if TYPE_CHECKING:
     from harness.regime import Arm, Regime
@@ -372,6 +373,9 @@ class SglangAdapter:
         from harness.engines import http  # I/O: only the run side calls this method
 
         return http.post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)
+
+    def read_prefix_cache(self, base_url: str) -> PrefixCacheCounts | None:
+        return None  # its radix cache reports a hit-rate gauge, not cumulative counts to diff: not read
 
     def server_figures(self, base_url: str) -> dict | None:
         """SGLang's own server-wide acceptance figure, stored next to tau, never used as tau."""

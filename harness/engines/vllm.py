@@ -32,12 +32,15 @@ from harness.engines.flags import (
 from harness.engines.patches import APPLIED_MARK
 from harness.engines.patches import launch_env as patch_env
 from harness.probes.acceptance import SpecCounters, histogram_counters, parse_prometheus
+from harness.probes.prefix_cache import PrefixCacheCounts
 
 if TYPE_CHECKING:
     from harness.regime import Arm, Regime
     from harness.results.records import RequestRecord, WindowRecord
 
 _COUNTER_PREFIX = "vllm:spec_decode_num_"
+# the local prefix cache's counters, in prompt tokens (external_prefix_cache_*: a KV connector's, not these)
+_PREFIX_CACHE = {"vllm:prefix_cache_queries_total": "queries", "vllm:prefix_cache_hits_total": "hits"}
 MAX_COUNT = 1e15  # tokens: beyond any server's lifetime (and summed, still finite)
 # rejection_sample_method "synthetic"/"fly" accept tokens without the exact rejection test.
 LOSSY_REJECTION = {"synthetic", "fly"}
@@ -407,6 +410,24 @@ class VllmAdapter:
         from harness.engines import http  # I/O: only the run side calls this method
 
         return http.post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)
+
+    def read_prefix_cache(self, base_url: str) -> PrefixCacheCounts | None:
+        from harness.engines import http  # I/O: only the run side calls this method
+
+        text = http.get_text(base_url, self.metrics_path)
+        return None if text is None else self.parse_prefix_cache(text)
+
+    def parse_prefix_cache(self, metrics_text: str) -> PrefixCacheCounts | None:
+        """``vllm:prefix_cache_queries_total`` and ``_hits_total`` (tokens), summed over engines;
+        None when the server has neither (prefix caching off, or a release without them)."""
+        totals: dict[str, float] = {}
+        for sample in parse_prometheus(metrics_text):
+            key = _PREFIX_CACHE.get(sample.name)
+            if key is not None and math.isfinite(sample.value) and 0 <= sample.value <= MAX_COUNT:
+                totals[key] = totals.get(key, 0.0) + sample.value
+        if "queries" not in totals:
+            return None
+        return PrefixCacheCounts(totals["queries"], totals.get("hits", 0.0))
 
     def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
         totals = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0}

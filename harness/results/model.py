@@ -105,6 +105,15 @@ class CellMetrics(ResultModel):
     # ... in the prompt or earlier in the output: what a prompt-lookup drafter can match
     context_share_pct: float | None = None
     output_ngrams: int = 0  # the shares' denominator, for pooling
+    # conversation workloads: the turn this cell measured (its workload is "<name>.turn<t>"); None:
+    # a single-turn workload (version 10 on)
+    turn: int | None = None
+    # mean prompt tokens per successful request, as the engine counted them (chat template included);
+    # None where the engine did not say (version 10 on)
+    prompt_tokens_mean: float | None = None
+    # prompt tokens the engine served from its prefix cache, % of those looked up (probes.prefix_cache):
+    # whether the cache was on and what it saved; None where the engine reports none (version 10 on)
+    prefix_cache_hit_pct: float | None = None
     usd_per_mtok: float | None
     # with the regime's SLO targets (probes.slo): requests meeting all of them, % of those sent, and
     # per second of window time; None without targets
@@ -375,7 +384,7 @@ class DistributionSection(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[9] = SCHEMA_VERSION
+    schema_version: Literal[10] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str

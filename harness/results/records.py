@@ -189,6 +189,12 @@ class WindowRecord(ResultModel):
     schedule: list[float] = []  # open loop: each request's due time, seconds from the window's start
     duration_s: float  # first send to last completion
     prefix_cache_reset: bool = False
+    # the prefix cache's lookups and hits in the window, prompt tokens (probes.prefix_cache); None: not
+    # reported by the engine, or recorded before version 10
+    prefix_cache: dict[str, float] | None = None
+    # conversation workloads: which turn (1 = the first; ``workload`` is then "<name>.turn<t>"); None:
+    # a single-turn workload (version 10 on)
+    turn: int | None = None
     # where tau comes from: "server_counters" (scrapes around the window) or "per_request" details
     acceptance_source: Literal["server_counters", "per_request"] = "server_counters"
     counters_before: dict[str, Any] | None = None  # SpecCounters.to_json()

@@ -71,4 +71,21 @@ def migrate_v8(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "schema_version": 9}
 
 
-STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7, migrate_v8)
+def migrate_v9(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 10: windows may carry ``turn`` (a conversation workload's turn; its cells are named
+    ``<workload>.turn<t>``) and ``prefix_cache`` (the window's prefix-cache lookups and hits); a
+    workload definition may hold ``conversation``. The record is otherwise unchanged."""
+    return {**record, "schema_version": 10}
+
+
+STEPS = (
+    migrate_v1,
+    migrate_v2,
+    migrate_v3,
+    migrate_v4,
+    migrate_v5,
+    migrate_v6,
+    migrate_v7,
+    migrate_v8,
+    migrate_v9,
+)

@@ -51,4 +51,19 @@ def migrate_v8(status: dict[str, Any]) -> dict[str, Any]:
     return status
 
 
-STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7, migrate_v8)
+def migrate_v9(status: dict[str, Any]) -> dict[str, Any]:
+    """Version 10 added conversation turns and prefix-cache counts to the windows: unchanged."""
+    return status
+
+
+STEPS = (
+    migrate_v1,
+    migrate_v2,
+    migrate_v3,
+    migrate_v4,
+    migrate_v5,
+    migrate_v6,
+    migrate_v7,
+    migrate_v8,
+    migrate_v9,
+)

@@ -72,4 +72,21 @@ def migrate_v8(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "schema_version": 9}
 
 
-STEPS = (migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7, migrate_v8)
+def migrate_v9(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 10: cells gained ``turn`` (a conversation workload's turn), ``prompt_tokens_mean`` and
+    ``prefix_cache_hit_pct`` (prompt tokens served from the prefix cache). Absent: a single-turn
+    workload, or not read; ``bench`` re-derives them from the raw files."""
+    return {**summary, "schema_version": 10}
+
+
+STEPS = (
+    migrate_v1,
+    migrate_v2,
+    migrate_v3,
+    migrate_v4,
+    migrate_v5,
+    migrate_v6,
+    migrate_v7,
+    migrate_v8,
+    migrate_v9,
+)
