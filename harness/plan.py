@@ -249,14 +249,14 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
                 regime_path, FieldError(("load", "context_tokens"), message, value=load.context_tokens)
             )
     workloads = [load_workload(path, load.num_prompts, regime.chat, load.context_tokens) for path in paths]
-    names = [w.name for w in workloads]
-    for index, name in enumerate(names):
-        if name in names[:index]:
-            raise located(
-                regime_path, FieldError(("workloads", index), f"two workload files share the name '{name}'")
-            )
+    names: list[str] = []  # the names the cells carry: a conversation's one per turn
+    for index, workload in enumerate(workloads):
+        for name in workload.cell_names():
+            if name in names:
+                message = f"two workloads' cells would share the name '{name}'"
+                raise located(regime_path, FieldError(("workloads", index), message))
+            names.append(name)
     _check_conversations(regime, regime_path, workloads)
-    names = [name for w in workloads for name in dict.fromkeys([w.name, *w.cell_names()])]
     gates = regime.gates
     for location, workload in [
         (("gates", "rules", i, "workload"), g.workload) for i, g in enumerate(gates.rules)

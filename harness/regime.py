@@ -461,7 +461,7 @@ class Load(StrictModel):
         default=None,
         ge=1,
         description="Pad every prompt to about this many tokens with other records of its workload, whole, "
-        "before it (a code file before the function to complete, documents before the question; 4 characters "
+        "before it (a code file before the function to complete, documents before the question; 3 characters "
         "taken as a token; each cell reports the prompt tokens the engine counted). A study axis: "
         "load.context_tokens: [512, 1024, 1792]. Default: the prompts as they are.",
     )

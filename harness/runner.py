@@ -72,6 +72,9 @@ from harness.summary import summarize
 from harness.validation import check_served, window_warnings
 from harness.workloads import LoadedWorkload, Prompt, next_turn
 
+# one turn of a workload sent as a window: (the workload at that turn, its prompts, the conversations
+# ended before it with the turn each ended at) -> the window's records (Runner._converse)
+TurnSender = Callable[[LoadedWorkload, list[Prompt], dict[str, int]], list[RequestRecord]]
 # a start-up whose port another process took (harness.server.PortTaken) starts again on a fresh one
 PORT_ATTEMPTS = 3
 # the counters after a window are read again until two reads agree, SETTLE_INTERVAL_S apart, at most
@@ -507,8 +510,8 @@ class Runner:
                 index = load.repeat_index(start, repeat)
                 self._converse(
                     workload,
-                    lambda turn, prompts, index=index: self._measure_window(
-                        run, arm, server, turn, level, index, start=start, prompts=prompts
+                    lambda turn, prompts, ended, index=index: self._measure_window(
+                        run, arm, server, turn, level, index, start=start, prompts=prompts, ended=ended
                     )[1],
                 )
             return
@@ -529,26 +532,26 @@ class Runner:
             if repeat + 1 >= load.repeats.min and width is not None and width <= target:
                 break
 
-    def _converse(
-        self, workload: LoadedWorkload, send: Callable[[LoadedWorkload, list[Prompt]], list[RequestRecord]]
-    ) -> None:
+    def _converse(self, workload: LoadedWorkload, send: TurnSender) -> None:
         """A workload's turns in order, each ``send`` (a window) of that turn's prompts: a single-turn
         workload's prompts once; a conversation's first turns, then each later turn built from the
         model's own answers to the turn before (``next_turn``). A conversation whose request failed
-        ends there (said on the terminal): its next turn has nothing to carry."""
-        prompts = workload.prompts
+        ends there (said on the terminal): its later turns have nothing to carry, and each is sent
+        the conversations ended so far (``{conversation id: the turn it ended at}``) to record."""
+        prompts, ended = workload.prompts, {}
         for turn in range(1, workload.turns + 1):
-            records = send(workload.at_turn(turn), prompts)
+            records = send(workload.at_turn(turn), prompts, dict(ended))
             if turn == workload.turns:
                 return
             answers = {r.prompt_id: r.text for r in records if r.ok}
-            ended = [p.prompt_id for p in prompts if p.prompt_id not in answers]
-            if ended:
+            now = [p.conversation_id for p in prompts if p.prompt_id not in answers]
+            if now:
                 self.console.print(
-                    f"[yellow]{escape(workload.name)}: {len(ended)} conversation(s) end at turn {turn}[/] "
-                    f"(their request failed: {escape(', '.join(ended[:3]))})",
+                    f"[yellow]{escape(workload.name)}: {len(now)} conversation(s) end at turn {turn}[/] "
+                    f"(their request failed: {escape(', '.join(now[:3]))})",
                     highlight=False,
                 )
+            ended |= dict.fromkeys(now, turn)
             prompts = [next_turn(p, answers[p.prompt_id]) for p in prompts if p.prompt_id in answers]
             if not prompts:
                 return
@@ -578,11 +581,14 @@ class Runner:
         precision: Callable[[int, float | None], dict[str, Any]] | None = None,
         start: int = 0,
         prompts: list[Prompt] | None = None,
+        ended: dict[str, int] | None = None,
     ) -> tuple[dict[str, Any] | None, list[RequestRecord]]:
         """One measured window (``repeat`` counted over every start-up, ``start`` the server's
         start-up) of ``prompts`` (by default the workload's); returns the precision reached after it
         (adaptive repeats) and its records. Its prefix cache starts empty, unless it is a later turn of
-        a conversation: then it keeps the turns before, as a production server would."""
+        a conversation: then it keeps the turns before, as a production server would. A conversation
+        that ``ended`` at an earlier turn is stored as a failed request of this one: the cell counts
+        what it could not send."""
         adapter, sent = self.plan.adapter, workload.prompts if prompts is None else prompts
         later_turn = (workload.turn or 1) > 1
         cache_reset = False if later_turn else adapter.reset_prefix_cache(server.base_url)
@@ -605,10 +611,22 @@ class Runner:
         )
         if starts > 1:
             label += f" (start-up {start + 1}/{starts}{' at most' if load.decides() else ''})"
+        for conversation, turn in (ended or {}).items():
+            keep(
+                RequestRecord(
+                    workload=workload.name,
+                    prompt_id=conversation,
+                    concurrency=level.concurrency,
+                    prompt_format=workload.definition.prompt_format,
+                    repeat=repeat,
+                    request_rate=level.request_rate,
+                    error=f"not sent: the conversation ended at turn {turn} (its request failed)",
+                )
+            )
         cpu_before = cpu.snapshot(server.process.pid)
         gpu_watch = gpu.watch(self.gpu_reader, server.process.pid)
         try:
-            schedule = self._schedule(workload, level, repeat, len(sent))
+            schedule = self._turn_schedule(workload, level, repeat, sent)
             result = self._send(server, workload, sent, level, label, keep, repeat, schedule=schedule)
         finally:
             readings = sampler.stop() if sampler else []
@@ -756,12 +774,14 @@ class Runner:
         def keep(record: RequestRecord) -> None:
             append_jsonl(run.noise_floor(arm.name), record.to_json())
 
-        def send(level: LoadLevel) -> Callable[[LoadedWorkload, list[Prompt]], list[RequestRecord]]:
-            def turn(workload: LoadedWorkload, prompts: list[Prompt]) -> list[RequestRecord]:
+        def send(level: LoadLevel) -> TurnSender:
+            def turn(
+                workload: LoadedWorkload, prompts: list[Prompt], ended: dict[str, int]
+            ) -> list[RequestRecord]:
                 label = f"reference pass (logprobs, noise floor): {workload.name} @ {level.label()}"
                 if (workload.turn or 1) == 1:  # the same cold start as the first pass
                     self.plan.adapter.reset_prefix_cache(server.base_url)
-                schedule = self._schedule(workload, level, 0, len(prompts))
+                schedule = self._turn_schedule(workload, level, 0, prompts)
                 result = self._send(
                     server, workload, prompts, level, label, keep, logprobs=True, schedule=schedule
                 )
@@ -862,18 +882,26 @@ class Runner:
         self.clock["measured_s" if measured else "warmup_s"] += result.duration_s
         return result
 
-    def _schedule(
-        self, workload: LoadedWorkload, level: LoadLevel, repeat: int, count: int | None = None
+    def _turn_schedule(
+        self, workload: LoadedWorkload, level: LoadLevel, repeat: int, prompts: list[Prompt]
     ) -> list[float] | None:
-        """An open-loop window's due times for ``count`` requests (by default the workload's prompts):
-        from the regime's seed and the window's identity, so every arm (and the baseline's reference
-        pass) gets the same schedule; None for closed loop."""
+        """The due times of a turn's ``prompts``: the window's schedule for all of the workload's
+        conversations, each keeping its own due time when others ended before this turn."""
+        schedule = self._schedule(workload, level, repeat)
+        if schedule is None or len(prompts) == len(workload.prompts):
+            return schedule
+        position = {p.prompt_id: i for i, p in enumerate(workload.prompts)}
+        return [schedule[position[p.conversation_id]] for p in prompts]
+
+    def _schedule(self, workload: LoadedWorkload, level: LoadLevel, repeat: int) -> list[float] | None:
+        """An open-loop window's due times: from the regime's seed and the window's identity, so every
+        arm (and the baseline's reference pass) gets the same schedule; None for closed loop."""
         if level.request_rate is None:
             return None
         load = self.plan.load
         stream = f"{workload.name}/{level.request_rate}/{repeat}"
         return arrival_offsets(
-            len(workload.prompts) if count is None else count,
+            len(workload.prompts),
             level.request_rate,
             load.arrival,
             load.burstiness,

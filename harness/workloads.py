@@ -46,9 +46,10 @@ from harness.errors import FieldError, UserError
 from harness.models import package_file
 
 PromptFormat = Literal["raw", "chat"]
-# load.context_tokens: a token is taken as this many characters (English text and code: 3.5-4.5
-# with a Llama-style tokenizer; each cell reports the prompt tokens the engine counted)
-CHARS_PER_TOKEN = 4
+# load.context_tokens: a token is taken as this many characters, what SmolLM2's tokenizer makes of
+# HumanEval's code (3.0-3.2 measured); English prose runs nearer 4, so prose prompts come out shorter
+# than asked, never longer. Each cell reports the prompt tokens the engine counted.
+CHARS_PER_TOKEN = 3
 CONTEXT_SEPARATOR = "\n\n"
 # source formats whose records hold no later user turns (a conversation needs a follow_up)
 OWN_TURNLESS = ("humaneval", "jsonl")
@@ -179,6 +180,14 @@ class Prompt:
     # how the record reads as context before another prompt (load.context_tokens): HumanEval's prompt
     # with its canonical solution (a whole function); None: its text
     as_context: str | None = None
+    # a padded prompt (with_context): its source record's prompt_sha256, what a drafter holds out
+    source_sha256: str | None = None
+    origin_id: str | None = None  # a later turn: the id of its conversation's first turn
+
+    @property
+    def conversation_id(self) -> str:
+        """The conversation this prompt is a turn of: its first turn's id."""
+        return self.origin_id or self.prompt_id
 
     def pairs(self) -> tuple[tuple[str, str], ...]:
         return self.messages if self.messages is not None else (("user", self.text),)
@@ -196,13 +205,14 @@ def next_turn(prompt: Prompt, answer: str) -> Prompt:
     message = prompt.later_turns[prompt.turn - 1]
     pairs = (*prompt.pairs(), ("assistant", answer), ("user", message))
     digest = hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:10]
-    first = prompt.prompt_id.split("~", 1)[0]
+    first = prompt.conversation_id
     return Prompt(
         prompt_id=f"{first}~t{prompt.turn + 1}-{digest}",
         text=message,
         messages=pairs,
         later_turns=prompt.later_turns,
         turn=prompt.turn + 1,
+        origin_id=first,
     )
 
 
@@ -289,11 +299,11 @@ def _field(row: dict[str, Any], key: str, file: Path, number: int) -> Any:
     return row[key]
 
 
-def _user_turns(row: dict[str, Any], file: Path, number: int) -> list[str]:
-    """An MT-Bench / Spec-Bench record's user turns, in order."""
+def _user_turns(row: dict[str, Any], file: Path, number: int) -> list[Any]:
+    """An MT-Bench / Spec-Bench record's user turns, in order (checked where they are used)."""
     turns = _field(row, "turns", file, number)
-    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
-        raise UserError(f"{file}: record {number}: 'turns' must be a non-empty list of strings")
+    if not isinstance(turns, list) or not turns:
+        raise UserError(f"{file}: record {number}: 'turns' must be a non-empty list")
     return turns
 
 
@@ -335,6 +345,24 @@ def _messages(row: dict[str, Any], file: Path, number: int) -> tuple[tuple[str, 
     return tuple(pairs)
 
 
+def _later_turns(
+    conversation: Conversation | None, turns: list[Any], file: Path, number: int
+) -> tuple[str, ...] | None:
+    """The user messages of a record's later turns: the follow-up repeated, or its own (None: it has
+    fewer than the conversation asks for); () for a single-turn workload."""
+    if conversation is None:
+        return ()
+    count = conversation.turns - 1
+    if conversation.follow_up is not None:
+        return (conversation.follow_up,) * count
+    if len(turns) - 1 < count:
+        return None
+    later = tuple(turns[1 : 1 + count])
+    if not all(isinstance(t, str) and t for t in later):
+        raise UserError(f"{file}: record {number}: every later turn must be a non-empty string")
+    return later
+
+
 def _prompts_from_rows(
     source: WorkloadSource, rows: list[dict[str, Any]], file: Path, conversation: Conversation | None = None
 ) -> list[Prompt]:
@@ -364,15 +392,9 @@ def _prompts_from_rows(
             prompt_id, text = row.get("id", f"line-{number}"), row["prompt"]
         if not isinstance(text, str) or not text:
             raise UserError(f"{file}: record {number}: the prompt must be a non-empty string")
-        later: tuple[str, ...] = ()
-        if conversation is not None:
-            count = conversation.turns - 1
-            if conversation.follow_up is not None:
-                later = (conversation.follow_up,) * count
-            elif len(turns) - 1 < count:
-                continue  # this conversation is shorter than the workload's
-            else:
-                later = tuple(turns[1 : 1 + count])
+        later = _later_turns(conversation, turns, file, number)
+        if later is None:
+            continue  # this conversation is shorter than the workload's
         prompts.append(
             Prompt(
                 prompt_id=str(prompt_id),
@@ -409,7 +431,10 @@ def load_prompt_pool(path: Path) -> tuple[Workload, list[Prompt]]:
 
 def prompt_sha256(prompt: Prompt) -> str:
     """The identity of a prompt's CONTENT (text and conversation, not its id or format): a prompt
-    held out from drafter training stays held out wherever else the same text appears."""
+    held out from drafter training stays held out wherever else the same text appears. A padded
+    prompt (load.context_tokens) is its source record's: that is the record training must not see."""
+    if prompt.source_sha256 is not None:
+        return prompt.source_sha256
     return hashlib.sha256(json.dumps([prompt.text, prompt.messages]).encode()).hexdigest()
 
 
@@ -424,7 +449,7 @@ def with_context(prompt: Prompt, pool: list[Prompt], context_tokens: int, seed: 
     parts: list[str] = []
     for other in others:
         text = other.as_context or other.text
-        if budget < len(text):
+        if budget < len(text) + len(CONTEXT_SEPARATOR):
             continue  # too long for what is left: a shorter one may fit
         parts.append(text)
         budget -= len(text) + len(CONTEXT_SEPARATOR)
@@ -432,7 +457,7 @@ def with_context(prompt: Prompt, pool: list[Prompt], context_tokens: int, seed: 
         return prompt
     text = CONTEXT_SEPARATOR.join([*parts, prompt.text])
     messages = None if prompt.messages is None else (*prompt.messages[:-1], ("user", text))
-    return replace(prompt, text=text, messages=messages)
+    return replace(prompt, text=text, messages=messages, source_sha256=prompt_sha256(prompt))
 
 
 def load_workload(

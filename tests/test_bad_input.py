@@ -246,7 +246,7 @@ def test_gate_names_a_workload_the_regime_lacks(tmp_path: Path) -> None:
         (["missing.yaml"], r"workloads\[0\]: workload file missing.yaml does not exist"),
         (
             [f"{ROOT}/workloads/code_humaneval.yaml", f"{ROOT}/workloads/code_humaneval.yaml"],
-            r"workloads\[1\]: two workload files share the name 'code_humaneval'",
+            r"workloads\[1\]: two workloads' cells would share the name 'code_humaneval'",
         ),
     ],
 )

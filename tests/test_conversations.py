@@ -91,29 +91,52 @@ def test_each_turn_is_a_window_built_from_the_arms_own_answers(
     assert [w["definition"]["conversation"]["turns"] for w in record["workloads"]] == [2, 3]
 
 
-def test_a_failed_turn_ends_its_conversation_and_says_so(
+def test_a_failed_turn_ends_its_conversation_and_the_cell_counts_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A request that failed has no answer to carry: its conversation stops there, the others go on."""
+    """A request that failed has no answer to carry: its conversation stops there and is stored as a
+    failed request of each later turn (the cell says 2/3), the others go on carrying their own
+    answers, each keeping its due time in the open-loop schedule."""
     from harness import runner
+    from harness.arrivals import arrival_offsets
     from harness.client import run_window as real_window
 
-    async def failing(base_url, workload, prompts, *args, **kwargs):
-        result = await real_window(base_url, workload, prompts, *args, **kwargs)
-        if workload.name.endswith(".turn1"):
-            result.records[0].error = "HTTP 500"
-        return result
+    sent: dict[str, list] = {}
+
+    async def failing(base_url, workload, prompts, concurrency, sampling, load, on_done, *args):
+        sent[workload.name] = list(prompts)
+
+        def done(record):
+            if record.workload.endswith(".turn1") and record.prompt_id == prompts[0].prompt_id:
+                record.error = "HTTP 500"  # as if the engine had failed it
+            on_done(record)
+
+        return await real_window(base_url, workload, prompts, concurrency, sampling, load, done, *args)
 
     monkeypatch.setattr(runner, "run_window", failing)
     monkeypatch.setattr("harness.plan.get_adapter", lambda name: StandIn())
     console, out = _console()
-    regime = _regime(tmp_path)
+    regime = _regime(tmp_path, concurrency=[], request_rate=[20], max_concurrency=2)
     data = yaml.safe_load(regime.read_text())
     data["workloads"], data["arms"] = [str(TURNS)], data["arms"][:1]
     regime.write_text(yaml.safe_dump(data))
-    run, _ = run_regime(regime, tmp_path / "results", console, allow_mismatch=True)
-    samples = read_jsonl(run.samples("baseline"))
-    assert [s["workload"] for s in samples].count("chat_mtbench_turns.turn2") == 2
+    run, summary = run_regime(regime, tmp_path / "results", console, allow_mismatch=True)
+    first, second = sent["chat_mtbench_turns.turn1"], sent["chat_mtbench_turns.turn2"]
+    failed = first[0].prompt_id
+    assert [p.conversation_id for p in second] == [p.prompt_id for p in first[1:]]
+    answers = {s["prompt_id"]: s["text"] for s in read_jsonl(run.samples("baseline")) if s["error"] is None}
+    for prompt in second:  # the arm's own answer, then MT-Bench's second question
+        assert prompt.messages[-2] == ("assistant", answers[prompt.conversation_id])
+        assert prompt.messages[-1] == ("user", prompt.later_turns[0]) and prompt.turn == 2
+    (cell,) = [c for c in summary.cells if c.workload == "chat_mtbench_turns.turn2"]
+    assert (cell.requests_total, cell.requests_ok, cell.requests_errored) == (3, 2, 1)
+    (ended,) = [
+        s for s in read_jsonl(run.samples("baseline")) if s["workload"].endswith(".turn2") and s["error"]
+    ]
+    assert ended["prompt_id"] == failed and "conversation ended at turn 1" in ended["error"]
+    (window,) = [w for w in read_jsonl(run.windows("baseline")) if w["turn"] == 2]
+    full = arrival_offsets(3, 20.0, "poisson", 1.0, 0, "chat_mtbench_turns.turn2/20.0/0")
+    assert window["schedule"] == full[1:]  # the ended conversation's slot stays empty
     assert "chat_mtbench_turns: 1 conversation(s) end at turn 1" in " ".join(out.getvalue().split())
 
 
@@ -143,7 +166,8 @@ def test_the_plan_says_what_a_turn_carries_and_gates_name_turns(tmp_path: Path) 
     }
     regime.write_text(yaml.safe_dump(data))
     plan_regime(regime)  # a turn's cell is a workload a gate may name
-    data["gates"]["rules"][0]["workload"] = "agentic_code_refine.turn4"
-    regime.write_text(yaml.safe_dump(data))
-    with pytest.raises(UserError, match=r"no workload named 'agentic_code_refine.turn4'"):
-        plan_regime(regime)
+    for name in ("agentic_code_refine.turn4", "agentic_code_refine"):  # no such turn; no cell is named so
+        data["gates"]["rules"][0]["workload"] = name
+        regime.write_text(yaml.safe_dump(data))
+        with pytest.raises(UserError, match=rf"no workload named '{name}'"):
+            plan_regime(regime)

@@ -148,3 +148,18 @@ def test_a_suffix_tree_that_would_remember_the_run_s_own_prompts_is_refused() ->
     default = regime.model_copy(update={"arms": [*VLLM_MTP.arms[:4], arm.model_copy(update={"options": {}})]})
     ((_, message),) = [p for p in adapter.option_problems(default) if p[0][1] == 4]
     assert "10000, vLLM's default" in message
+
+
+def test_a_study_policy_for_suffix_never_asks_for_a_k_per_batch_size() -> None:
+    """A policy that runs suffix at some batch sizes and not others cannot be one vLLM configuration
+    (its suffix proposer asserts a fixed K): the engine line says how to serve it instead; one K
+    everywhere is the plain configuration."""
+    vllm = get_adapter("vllm")
+    arm = Arm.model_construct(
+        name="suffix_k8", method="suffix", num_speculative_tokens=8, options={}, draft_model=None,
+        k_schedule=[(1, 2, 8), (3, 1024, 0)],
+    )  # fmt: skip
+    found = vllm.schedule_config(arm, "p0.suffix_k8.code")
+    assert found.speculative_config is None and "serve suffix at 1-2: K=8 and no speculation" in found.note
+    everywhere = vllm.schedule_config(arm.model_copy(update={"k_schedule": [(1, 1024, 8)]}), "p0")
+    assert everywhere.speculative_config == {"method": "suffix", "num_speculative_tokens": 8}

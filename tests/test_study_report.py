@@ -50,6 +50,14 @@ def test_study_tables_from_stored_points(study: Path, capsys: pytest.CaptureFixt
     assert loaded.flips() == []  # the same measurements on both sides: nothing flips
     text = markdown(loaded)
     assert "| code_humaneval | 1 |" in text and "## Break-even concurrency" in text
+    # per point, what moves along the axis: each cell's prompt tokens, tau, tok/fwd, TPOT and speedup
+    per_point = text[text.index("## Per point") :].split("\n\n")[2].splitlines()
+    cell = next(c for c in loaded.summaries["p1"].cells if c.arm == "ngram_k4" and c.concurrency == 2)
+    row = f"| p1: engine.enforce_eager=False | {cell.workload} | @2 | ngram_k4 |"
+    (line,) = [r for r in per_point if r.startswith(row)]
+    assert f"| {cell.tau:.2f} | {cell.tokens_per_forward:.2f} | {cell.tpot_ms_p50:.1f} |" in line
+    assert f"{cell.speedup:.2f}x" in line
+    assert len(per_point) == 2 + 2 * 8  # header, rule, points x arms x (workload, level)
     assert main(["show", str(study)]) == 0
     out = capsys.readouterr().out
     assert "recommendation" in out and "flips: none" in out and (study / "analysis.md").read_text() == text

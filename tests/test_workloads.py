@@ -332,9 +332,9 @@ def test_shipped_conversation_workloads() -> None:
 
 def test_context_pads_a_prompt_with_its_workloads_own_records() -> None:
     """load.context_tokens: other HumanEval problems, whole (stub and canonical solution), before the
-    stub to complete, to about that many tokens (4 characters each); the same text on every load,
+    stub to complete, to about that many tokens (3 characters each); the same text on every load,
     another content hash than the unpadded prompts; a prompt already that long is left as it is."""
-    from harness.workloads import CHARS_PER_TOKEN, with_context
+    from harness.workloads import CHARS_PER_TOKEN, prompt_sha256, with_context
 
     path = ROOT / "workloads" / "code_humaneval.yaml"
     plain = load_workload(path, 4)
@@ -346,6 +346,8 @@ def test_context_pads_a_prompt_with_its_workloads_own_records() -> None:
         assert 0.8 * 1024 * CHARS_PER_TOKEN <= len(long.text) <= 1024 * CHARS_PER_TOKEN
         assert "return" in long.text[: -len(short.text)]  # whole functions before the stub
     assert with_context(plain.prompts[0], plain.prompts, 8, seed=0) == plain.prompts[0]
+    # a drafter trained here holds out the source record, whatever was put before it
+    assert [prompt_sha256(p) for p in padded.prompts] == [prompt_sha256(p) for p in plain.prompts]
 
 
 def test_context_goes_before_a_chat_prompts_question(tmp_path: Path) -> None:

@@ -310,6 +310,15 @@ class VllmAdapter:
         return config
 
     def schedule_config(self, arm: Arm, label: str) -> ScheduleConfig:
+        ks = {k for _, _, k in arm.k_schedule or []}
+        if arm.method == "suffix" and len(ks) > 1:  # the regime refuses a k_schedule for suffix (Arm)
+            runs = ", ".join(f"{low}-{high}: K={k}" for low, high, k in arm.k_schedule or [] if k)
+            return ScheduleConfig(
+                note=f"vLLM's suffix proposer drafts a fixed K (it asserts it on every step): no K per "
+                f"batch size; serve suffix at {runs} and no speculation elsewhere (route by load)"
+            )
+        if arm.method == "suffix":  # one K everywhere: the plain configuration
+            arm = arm.model_copy(update={"k_schedule": None})
         note = None
         if arm.draft_model is not None:
             note = 'add "model": the drafter the study served (the point\'s launch.json has its path)'

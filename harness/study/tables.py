@@ -10,6 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from harness.results.model import CellMetrics
 from harness.study.analysis import BestK, BreakEven, Recommendation
 from harness.study.collect import StudyResults
 from harness.study.policy import RULE as POLICY_RULE
@@ -44,6 +45,49 @@ def recommendation_rows(study: StudyResults) -> tuple[list[str], list[list[str]]
     keys = sorted({(w, c) for (_, w, c) in recs}, key=lambda k: (k[0], k[1]))
     header = ["workload", "concurrency"] + [f"{p}: {study.label(p)}" for p in points]
     rows = [[w, str(c)] + [_short(recs.get((p, w, c))) for p in points] for w, c in keys]
+    return header, rows
+
+
+POINT_RULE = (
+    "each point's cells as measured: prompt tokens the engine counted, tau, output tokens per target "
+    "forward, TPOT p50 and the speedup with its 95% interval (the arm's own, uncorrected)"
+)
+
+
+def _number(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _speedup_text(cell: CellMetrics) -> str:
+    if cell.speedup is None:
+        return "-"
+    if cell.speedup_low is None or cell.speedup_high is None:
+        return f"{cell.speedup:.2f}x"
+    return f"{cell.speedup:.2f}x [{cell.speedup_low:.2f}, {cell.speedup_high:.2f}]"
+
+
+def point_rows(study: StudyResults) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: per point, workload, load level and arm, what moves along an axis (a longer
+    context: more prompt tokens, a slower TPOT, another tau)."""
+    header = ["point", "workload", "level", "arm", "prompt tok", "tau", "tok/fwd", "TPOT p50", "speedup"]
+    rows = []
+    for point in (p.id for p in study.record.points if p.id in study.summaries):
+        cells = study.summaries[point].cells  # in the regime's arm order
+        workloads = list(dict.fromkeys(c.workload for c in cells))
+        for cell in sorted(cells, key=lambda c: (workloads.index(c.workload), c.level.order())):
+            rows.append(
+                [
+                    f"{point}: {study.label(point)}",
+                    cell.workload,
+                    cell.level.short(),
+                    cell.arm,
+                    _number(cell.prompt_tokens_mean, ".0f"),
+                    _number(cell.tau, ".2f"),
+                    _number(cell.tokens_per_forward, ".2f"),
+                    _number(cell.tpot_ms_p50, ".1f"),
+                    _speedup_text(cell),
+                ]
+            )
     return header, rows
 
 
@@ -153,6 +197,7 @@ def terminal_tables(study: StudyResults) -> list[Table | str]:
             *recommendation_rows(study),
         ),
         _rich(f"break-even concurrency: {BREAK_EVEN_RULE}", *break_even_rows(study)),
+        _rich(f"per point: {POINT_RULE}", *point_rows(study)),
     ]
     header, rows = best_k_rows(study)
     if rows:
@@ -192,6 +237,8 @@ def markdown(study: StudyResults) -> str:
     lines += markdown_table(*recommendation_rows(study)) + [""]
     lines += ["## Break-even concurrency", "", BREAK_EVEN_RULE[0].upper() + BREAK_EVEN_RULE[1:] + ".", ""]
     lines += markdown_table(*break_even_rows(study)) + [""]
+    lines += ["## Per point", "", POINT_RULE[0].upper() + POINT_RULE[1:] + ".", ""]
+    lines += markdown_table(*point_rows(study)) + [""]
     header, rows = best_k_rows(study)
     if rows:
         lines += ["## Best K", "", BEST_K_RULE[0].upper() + BEST_K_RULE[1:] + ".", ""]
