@@ -36,7 +36,7 @@ def _script(monkeypatch: pytest.MonkeyPatch, runner: Runner, tok_s: list[float],
 
     def fake_window(run, arm, server, workload, concurrency, repeat=0, precision=None):
         reached.append(precision(repeat, tok_s[repeat]))
-        return reached[-1]
+        return reached[-1], []  # the precision reached, and the window's records
 
     monkeypatch.setattr(runner, "_measure_window", fake_window)
     monkeypatch.setattr(runner, "_baseline_tok_s", lambda run, workload, concurrency: baseline)
