@@ -296,7 +296,6 @@ _ALL = (
         "windows (probes.prefix_cache): emptied before a conversation's first turn, kept between its turns",
         fmt=".0f",
         shown="turns",
-        terminal=True,
         **_VIEW_ONLY,
     ),
     Metric(
