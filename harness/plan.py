@@ -238,16 +238,7 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
         raise located(regime_path, FieldError(location, message))
     paths = workload_paths(regime, regime_path)
     load = regime.load
-    if load.context_tokens is not None:
-        room = regime.target.max_model_len - load.max_output_tokens
-        if load.context_tokens > room:
-            message = (
-                f"{load.context_tokens} prompt tokens and {load.max_output_tokens} output tokens do not fit "
-                f"target.max_model_len {regime.target.max_model_len} (at most {room})"
-            )
-            raise located(
-                regime_path, FieldError(("load", "context_tokens"), message, value=load.context_tokens)
-            )
+    _check_context(regime, regime_path)
     workloads = [load_workload(path, load.num_prompts, regime.chat, load.context_tokens) for path in paths]
     names: list[str] = []  # the names the cells carry: a conversation's one per turn
     for index, workload in enumerate(workloads):
@@ -265,6 +256,18 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
             message = f"no workload named '{workload}' (workloads: {', '.join(names)})"
             raise located(regime_path, FieldError(location, message, value=workload, choices=names))
     return Plan(regime=regime, regime_path=regime_path, adapter=adapter, workloads=workloads)
+
+
+def _check_context(regime: Regime, regime_path: Path) -> None:
+    """Prompts padded to load.context_tokens must leave the output its room in the model's window."""
+    load, window = regime.load, regime.target.max_model_len
+    if load.context_tokens is None or load.context_tokens <= window - load.max_output_tokens:
+        return
+    message = (
+        f"{load.context_tokens} prompt tokens and {load.max_output_tokens} output tokens do not fit "
+        f"target.max_model_len {window} (at most {window - load.max_output_tokens})"
+    )
+    raise located(regime_path, FieldError(("load", "context_tokens"), message, value=load.context_tokens))
 
 
 def _check_conversations(regime: Regime, regime_path: Path, workloads: list[LoadedWorkload]) -> None:
