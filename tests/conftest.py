@@ -98,9 +98,11 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-# Every point gets 2 logical GPUs of a 4-GPU "node": the two points run side by side as the
-# placement plan says (the engine ignores CUDA_VISIBLE_DEVICES, the executor and the records do not).
+# The study's local resume gives every point 2 logical GPUs of a 4-GPU "node": the placement plan
+# hands p1's continuation GPUs 2,3 (the engine ignores CUDA_VISIBLE_DEVICES, the executor and the
+# records do not).
 NODE = ("--gpus", "4", "--gpus-per-point", "2")
+TIMEOUT_REGIME = ROOT / "tests" / "regimes" / "cpu_slurm_timeout.yaml"
 
 
 def _wait_for(path_glob: str, root: Path, proc: subprocess.Popen, timeout: float = 900) -> Path:
@@ -109,78 +111,125 @@ def _wait_for(path_glob: str, root: Path, proc: subprocess.Popen, timeout: float
         found = sorted(root.glob(path_glob))
         if found:
             return found[0]
-        assert proc.poll() is None, "the study ended before the point was killed"
+        assert proc.poll() is None, f"the study ended before {path_glob} appeared"
         time.sleep(0.2)
     raise AssertionError(f"no {path_glob} under {root} after {timeout} s")
 
 
+def _wait_for_text(text: str, log: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        assert proc.poll() is None, f"the bench run ended without saying {text!r}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {text!r} in {log} after {timeout} s"
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="session")
-def shared_study(tmp_path_factory) -> dict:
-    """tests/regimes/cpu_study_e2e.yaml run on the REAL CPU engine: two points x baseline + ngram
-    K=2 and K=4, through the local executor, side by side. Point p1's job is killed (SIGKILL) while
-    its last server starts (so both points end the first attempt near the same time), then the
-    study is resumed: the executor tests read the first attempt, the study tests the finished
-    study, the gate test gates a worse run (tests/regimes/cpu_gate.yaml, measured beside the resume,
-    which runs one server) against its p0. One study serves all three (each start-up costs ~40 s
-    on the AVX2 machine): 7 start-ups instead of 6 for the study, 5 for the executors' own study
-    and 1 for a second resume."""
+def slurm():
+    """A real one-node Slurm cluster for the session (tests/slurm_cluster.py), or a skip where
+    this machine cannot run one (.ci/run installs it and sets BENCH_REQUIRE_SLURM: there it must)."""
+    from tests.slurm_cluster import missing, one_node_cluster
+
+    why = missing()
+    if why:
+        if os.environ.get("BENCH_REQUIRE_SLURM"):
+            pytest.fail(f"BENCH_REQUIRE_SLURM is set but the test cluster cannot start: {why}")
+        pytest.skip(f"no Slurm test cluster on this machine: {why}")
+    with one_node_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def shared_study(tmp_path_factory, slurm) -> dict:
+    """tests/regimes/cpu_study_e2e.yaml run on the REAL CPU engine, two points x baseline + ngram
+    K=2 and K=4, submitted to a real one-node Slurm cluster (``slurm``) as one job per point, side
+    by side on its 2 CPUs. Its history is the faults users meet on a cluster:
+
+    1. while p1's last server starts, the dispatching ``bench run`` is killed (SIGKILL): its jobs
+       run on; ``bench run --resume`` re-attaches to them by job id;
+    2. p1's job is then cancelled (scancel): the resumed run records Slurm's CANCELLED, and p0
+       completes; meanwhile tests/regimes/cpu_slurm_timeout.yaml runs into its 1-minute limit;
+    3. the study is resumed on the local executor (--gpus 4 --gpus-per-point 2): p1 continues in
+       place on this node (its last arm only), beside tests/regimes/cpu_gate.yaml, which measures
+       p0's conditions and arms again on this node, outside Slurm.
+
+    The executor and Slurm tests read the steps, the study tests the finished study, the gate test
+    gates the local run against p0. One study serves them all (each start-up costs ~40 s on the
+    AVX2 machine): 7 start-ups, plus the timed-out point's one and the gate run's two."""
     from harness.server import group_alive
     from harness.study.collect import load_study
 
     results = tmp_path_factory.mktemp("results")
-    log = results / "run.out"
-    with open(log, "w") as out:
+    env = {**slurm.env, "COLUMNS": "200"}
+
+    started: list[subprocess.Popen] = []  # every bench run this fixture starts: stopped on the way out
+
+    def start(*args: str, log: Path | None = None) -> subprocess.Popen:
+        out = open(log, "w") if log is not None else subprocess.PIPE  # noqa: SIM115 (the child holds it)
         proc = subprocess.Popen(
-            [*BENCH, "run", str(STUDY_REGIME), "--results-dir", str(results), *NODE],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            env={**os.environ, "COLUMNS": "200"},
+            [*BENCH, *args], stdout=out, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env
         )
-        try:
-            # p1's first two arms are done and its last server is starting: kill the point's job
-            pgid_file = _wait_for("cpu_study_e2e/study-*/points/p1/arms/ngram_k4/server.pgid", results, proc)
-            study_dir = pgid_file.parents[4]
-            server_pgid = int(pgid_file.read_text())
-            job_pid = json.loads((study_dir / "points" / "p1" / "placement.json").read_text())["pid"]
-            os.kill(job_pid, signal.SIGKILL)
-            proc.wait(timeout=900)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    first = {
-        "returncode": proc.returncode,
-        "stdout": log.read_text(),
-        "record": json.loads((study_dir / "study.json").read_text()),
-        "server_alive": group_alive(server_pgid),
-    }
-    p0 = study_dir / "points" / "p0"
-    mtimes = {p: (p0 / p).stat().st_mtime_ns for p in ("summary.json", "arms/ngram_k4/samples.jsonl")}
-    before = load_study(study_dir)  # p1 failed: p0's tables, to compare after the resume
-    gate_results = tmp_path_factory.mktemp("gate")
-    gate_run = subprocess.Popen(
-        [*BENCH, "run", str(GATE_REGIME), "--results-dir", str(gate_results)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+        started.append(proc)
+        return proc
+
+    slurm_flags = ("--executor", "slurm", "--partition", slurm.partition)
+    first_log, resumed_log = results / "first.out", results / "resumed.out"
+    timeout_results = tmp_path_factory.mktemp("timeout")
     try:
-        resumed = bench("run", "--resume", str(study_dir), timeout=1500)
+        dispatcher = start(
+            "run", str(STUDY_REGIME), "--results-dir", str(results), *slurm_flags, log=first_log
+        )
+        pgid_file = _wait_for(
+            "cpu_study_e2e/study-*/points/p1/arms/ngram_k4/server.pgid", results, dispatcher
+        )
+        dispatcher.kill()  # 1. the dispatcher dies; Slurm runs the jobs on
+        dispatcher.wait(timeout=30)
+        study_dir = pgid_file.parents[4]
+        server_pgid = int(pgid_file.read_text())
+        killed_record = json.loads((study_dir / "study.json").read_text())
+        queue_after_kill = slurm.queue()
+        resumed = start("run", "--resume", str(study_dir), log=resumed_log)
+        p1_job = killed_record["points"][1]["attempts"][0]["job_id"]
+        _wait_for_text(f"re-attached to job {p1_job}\n", resumed_log, resumed)
+        slurm.run("scancel", p1_job.removeprefix("slurm:"))  # 2. p1's job is cancelled
+        timeout_flags = ("--results-dir", str(timeout_results), *slurm_flags, "--time-limit", "1")
+        timed_out = start("run", str(TIMEOUT_REGIME), *timeout_flags, log=timeout_results / "run.out")
+        resumed.wait(timeout=900)
+        after_cancel = {
+            "returncode": resumed.returncode,
+            "stdout": resumed_log.read_text(),
+            "record": json.loads((study_dir / "study.json").read_text()),
+            "server_alive": group_alive(server_pgid),
+        }
+        p0 = study_dir / "points" / "p0"
+        mtimes = {p: (p0 / p).stat().st_mtime_ns for p in ("summary.json", "arms/ngram_k4/samples.jsonl")}
+        before = load_study(study_dir)  # p1 failed: p0's tables, to compare after the last resume
+        gate_results = tmp_path_factory.mktemp("gate")
+        gate_run = start("run", str(GATE_REGIME), "--results-dir", str(gate_results))
+        local = bench("run", "--resume", str(study_dir), "--executor", "local", *NODE, timeout=1500)  # 3.
         gate_out, _ = gate_run.communicate(timeout=900)
+        timed_out.wait(timeout=600)
     finally:
-        stop(gate_run)
-    assert resumed.returncode == 0, resumed.stdout[-4000:] + resumed.stderr[-3000:]
+        for proc in started:
+            stop(proc)
+    assert local.returncode == 0, local.stdout[-4000:] + local.stderr[-3000:]
     assert gate_run.returncode == 0, gate_out[-4000:]
     (gated,) = (gate_results / "cpu_gate").iterdir()
+    (timeout_study,) = (timeout_results / "cpu_slurm_timeout").iterdir()
     return {
         "dir": study_dir,
-        "first": first,
+        "killed": {"record": killed_record, "queue": queue_after_kill, "stdout": first_log.read_text()},
+        "after_cancel": after_cancel,
         "p0_mtimes": mtimes,
         "p0_before": before,
-        "resumed": resumed,
+        "resumed": local,
         "gate_run": gated,
+        "timeout": {
+            "returncode": timed_out.returncode,
+            "stdout": (timeout_results / "run.out").read_text(),
+            "dir": timeout_study,
+        },
+        "jobs": slurm.jobs("cpu_study_e2e-p0", "cpu_study_e2e-p1", "cpu_slurm_timeout-p0"),
     }
 
 
@@ -207,11 +256,16 @@ ENGINE_MODULES = frozenset(
         "test_engine_faults.py",
         "test_gate_engine.py",
         "test_production_engine.py",
+        "test_slurm.py",
         "test_study_engine.py",
         "test_study_executors_engine.py",
     }
 )
-STUDY_MODULES = frozenset({"test_gate_engine.py", "test_study_engine.py", "test_study_executors_engine.py"})
+# the modules that read the session's study, or use its Slurm cluster (one cluster a session: a
+# second one on another worker would share the first's munge socket)
+STUDY_MODULES = frozenset(
+    {"test_gate_engine.py", "test_slurm.py", "test_study_engine.py", "test_study_executors_engine.py"}
+)
 TWO_SERVERS = frozenset({"study", "test_end_to_end.py", "test_production_engine.py"})
 SECOND_LANE = frozenset({"test_distill_engine.py"})
 LONGEST_FIRST = (
@@ -231,7 +285,9 @@ def _unit(module: str) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
-    strays = {it.path.name for it in items if "shared_study" in it.fixturenames} - STUDY_MODULES
+    strays = {
+        it.path.name for it in items if {"shared_study", "slurm"} & set(it.fixturenames)
+    } - STUDY_MODULES
     strays |= {it.path.name for it in items if it.get_closest_marker("engine")} - ENGINE_MODULES
     if strays:  # a study module apart would make the study twice; an engine module apart, two engines at once
         raise pytest.UsageError(f"tests/conftest.py: add {sorted(strays)} to ENGINE_MODULES / STUDY_MODULES")

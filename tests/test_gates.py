@@ -410,3 +410,19 @@ def test_a_golden_tau_counted_another_way_is_not_compared(tmp_path: Path) -> Non
     )
     unkeyed = _copy(tmp_path, "unkeyed", {"rules": [], "golden_tau": [GATES["golden_tau"][0]]})
     assert [c.verdict for c in evaluate(RunView(unkeyed))] != ["inconclusive"]  # compared, as before
+
+
+def test_an_arm_configured_differently_in_the_baseline_run_is_said(tmp_path: Path) -> None:
+    """The same conditions with one arm's K changed (a worse configuration under the same name):
+    gated, and said above the result (a tau drop is then the configuration's, not a regression)."""
+    good = _copy(tmp_path, "good", GATES)
+    worse = _copy(tmp_path, "worse", GATES)
+    record = json.loads((worse / "regime.json").read_text())
+    (arm,) = [a for a in record["regime"]["arms"] if a["name"] == "ngram_k4"]
+    arm["num_speculative_tokens"] = 1
+    (worse / "regime.json").write_text(json.dumps(record))
+    out = _gate(str(worse), "--baseline", str(good))
+    assert out.returncode in (0, 1), out.stdout + out.stderr
+    assert "arm ngram_k4 is configured differently from the baseline run's" in out.stdout
+    unchanged = _gate(str(good), "--baseline", str(_copy(tmp_path, "again", GATES)))
+    assert "configured differently" not in unchanged.stdout

@@ -8,6 +8,7 @@ local and Ray executors is tests/test_study_executors_engine.py."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import platform
 import signal
@@ -392,3 +393,121 @@ def test_a_study_spanning_two_gpu_models_says_so(tmp_path: Path) -> None:
     assert (
         caveats(StudyResults(root=tmp_path, record=record, summaries={}, missing=[], run_dirs=run_dirs)) == []
     )
+
+
+# --- a Slurm job's end, in Slurm's words -----------------------------------------------------------
+
+
+class SubmititJobStandIn:
+    """What SlurmJob reads of submitit's job: done(), sacct's State, the result or the error."""
+
+    def __init__(self, states: list[str], result: int | None = 130, error: Exception | None = None) -> None:
+        self.job_id, self.states, self.result_value, self.error = "42", states, result, error
+
+    def done(self) -> bool:
+        return True
+
+    def get_info(self, mode: str = "force") -> dict:
+        return {"State": self.states.pop(0) if len(self.states) > 1 else self.states[0]}
+
+    @property
+    def state(self) -> str:
+        return self.states[0]
+
+    def exception(self):
+        return self.error
+
+    def result(self):
+        return self.result_value
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ("CANCELLED by 0", "CANCELLED by 0: cancelled (scancel, or an administrator)"),
+        ("TIMEOUT", "TIMEOUT: Slurm stopped it at its time limit (--time-limit, or the derived budget)"),
+        ("PREEMPTED", "PREEMPTED: preempted by a higher-priority job"),
+    ],
+)
+def test_a_job_slurm_ended_reads_in_slurms_words_not_as_its_commands_exit(state: str, reason: str) -> None:
+    """The point's command stops on Slurm's SIGTERM like a Ctrl-C (exit 130: "interrupted");
+    what happened is Slurm's to say."""
+    from harness.study.executors import SlurmJob
+
+    job = SlurmJob(SubmititJobStandIn([state]), cancel_on_interrupt=False, real_slurm=True)
+    assert job.poll() == JobOutcome("failed", reason)
+
+
+def test_a_job_whose_end_accounting_has_not_recorded_yet_is_waited_for(monkeypatch) -> None:
+    from harness.study import executors
+
+    clock = itertools.count()  # a second a call: well within SETTLE_S
+    monkeypatch.setattr(executors.time, "monotonic", lambda: float(next(clock)))
+    job = executors.SlurmJob(
+        SubmititJobStandIn(["RUNNING", "COMPLETING", "COMPLETED"], result=0), False, True
+    )
+    assert job.poll() is None and job.poll() is None  # the output is in, sacct still says it runs
+    assert job.poll() == JobOutcome("finished")  # then COMPLETED: the command's own exit status counts
+
+
+def test_submitits_local_cluster_reads_the_commands_exit() -> None:
+    from harness.study.executors import SlurmJob
+
+    job = SlurmJob(SubmititJobStandIn(["FINISHED"], result=3), cancel_on_interrupt=True, real_slurm=False)
+    assert job.poll() == JobOutcome(
+        "failed", "exited with status 3 (an arm or the engine failed: see the run)"
+    )
+
+
+def _submitted_to_slurm(directory: StudyDir, record) -> None:
+    """p0's first attempt as a Slurm job submitted by an earlier bench run (job 7), never collected."""
+    attempt = PointAttempt(
+        attempt=1, run_dir="points/p0", executor="slurm", job_id="slurm:7", log="logs/p0.1.log",
+        submitted_at="2026-12-03T00:00:00+00:00",
+    )  # fmt: skip
+    first = record.points[0].model_copy(update={"attempts": [attempt]})
+    directory.write(record.model_copy(update={"points": [first, *record.points[1:]]}))
+
+
+def test_a_point_that_finished_while_no_bench_run_watched_is_recorded_finished(
+    tmp_path: Path, monkeypatch
+) -> None:
+    directory, record, plans = _study(tmp_path, ExecutorOptions(name="slurm"))
+    _submitted_to_slurm(directory, record)
+    _finished_run(directory.root / "points" / "p0")
+    executor = FakeExecutor("slurm", {})
+    out = _dispatch(monkeypatch, directory, record, plans, executor)
+    assert "p0 (load.max_output_tokens=12): complete, kept" in out
+    assert [s.point for s in executor.specs] == ["p1"]
+    (p0,) = directory.read().points[0].attempts
+    assert (p0.state, p0.reason) == (
+        "finished",
+        "finished while no bench run watched it: collected from its run's files",
+    )
+
+
+def test_a_study_resumed_on_another_executor_follows_its_slurm_jobs_by_id(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A Slurm job outlives its bench run: resumed with --executor local, the study follows the
+    job (by its id, through sacct) instead of running the point a second time beside it."""
+    directory, record, plans = _study(tmp_path, ExecutorOptions(name="local"))
+    _submitted_to_slurm(directory, record)
+    followed = []
+
+    def attach_slurm(attempt, folder):
+        followed.append((attempt.job_id, folder))
+        job = FakeJob(
+            JobSpec("p0", 1, "", [], directory.root / "logs" / "p0.1.log", 0, 1, (), 1),
+            JobOutcome("finished"),
+            "",
+            1,
+        )
+        job.job_id = attempt.job_id
+        return job
+
+    monkeypatch.setattr(study_run, "attach_slurm", attach_slurm)
+    executor = FakeExecutor("local", {})
+    out = _dispatch(monkeypatch, directory, record, plans, executor)
+    assert followed == [("slurm:7", directory.root / "slurm")]
+    assert "re-attached to job slurm:7" in out and [s.point for s in executor.specs] == ["p1"]

@@ -126,11 +126,34 @@ def _print_placement(ids: list[str], plans: list[Any], options: Any, regime: Any
         for line in plan_lines(slots, wanted, devices):
             console.print(f"  {line}", highlight=False, markup=False)
     else:
-        for demand in wanted:
+        for demand, plan in zip(wanted, plans, strict=True):
             console.print(
                 f"  {demand.point}: one job, 1 node, {demand.gpus} GPUs, time limit {demand.minutes} min",
                 highlight=False,
             )
+            if options.name == "slurm" and options.slurm_cluster == "slurm":
+                for line in _sbatch_lines(demand, plan, options, regime):
+                    console.print(f"    {line}", highlight=False, markup=False)
+
+
+def _sbatch_lines(demand: Any, plan: Any, options: Any, regime: Any) -> list[str]:
+    """The point's ``#SBATCH`` lines as submitit will write them (its output files under the study
+    directory, which does not exist yet)."""
+    from harness.study.executors import JobSpec, sbatch_options
+
+    folder = Path("results") / regime.name / "study-<id>" / "slurm"
+    spec = JobSpec(
+        point=demand.point,
+        attempt=1,
+        name=f"{regime.name}-{demand.point}",
+        command=[],
+        log=folder,
+        gpus=demand.gpus,
+        cpus=plan.regime.hardware.cpu_count,
+        devices=(),
+        time_limit_min=demand.minutes,
+    )
+    return sbatch_options(spec, options, folder)
 
 
 def _print_plan(plan: Any, console: Console) -> None:

@@ -18,6 +18,7 @@ import os
 import platform
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -181,18 +182,53 @@ def slurm_parameters(spec: JobSpec, options: ExecutorOptions) -> dict[str, Any]:
     return params
 
 
+# How Slurm itself ends a job, in sacct's words (its State column), and what each means for the point.
+SLURM_ENDINGS = {
+    "CANCELLED": "cancelled (scancel, or an administrator)",
+    "TIMEOUT": "Slurm stopped it at its time limit (--time-limit, or the derived budget)",
+    "PREEMPTED": "preempted by a higher-priority job",
+    "NODE_FAIL": "its node failed",
+    "OUT_OF_MEMORY": "killed for exceeding its memory",
+    "DEADLINE": "past its deadline",
+    "BOOT_FAIL": "its node failed to boot",
+}
+# A job whose output is in while sacct still shows it running (or not at all: slurmctld hands the
+# accounting records to slurmdbd asynchronously, seconds later under load) is waited for this long.
+SETTLE_S = 60
+
+
 class SlurmJob:
-    def __init__(self, job: Any, cancel_on_interrupt: bool) -> None:
+    def __init__(self, job: Any, cancel_on_interrupt: bool, real_slurm: bool) -> None:
         self.job, self.job_id = job, f"slurm:{job.job_id}"
-        self.cancel_on_interrupt = cancel_on_interrupt
+        self.cancel_on_interrupt, self.real_slurm = cancel_on_interrupt, real_slurm
+        self.done_since: float | None = None
 
     def poll(self) -> JobOutcome | None:
         if not self.job.done():
             return None
+        if self.real_slurm:
+            # Slurm's own word for how the job ended comes first: a cancelled or timed-out job's
+            # command was stopped by a signal, and its exit status alone would read "interrupted"
+            state = (self.job.get_info(mode="force").get("State") or "").strip()
+            if state.split(" ")[0] in (
+                "PENDING",
+                "RUNNING",
+                "COMPLETING",
+                "REQUEUED",
+                "SUSPENDED",
+                "UNKNOWN",
+                "",
+            ):
+                self.done_since = self.done_since or time.monotonic()
+                if time.monotonic() - self.done_since < SETTLE_S:
+                    return None  # its output is written; accounting has not recorded the end yet
+            word = state.split(" ")[0]
+            if word in SLURM_ENDINGS:
+                return JobOutcome("failed", f"{state}: {SLURM_ENDINGS[word]}")
         error = self.job.exception()
         if error is None:
             return outcome_of(self.job.result())
-        # TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED, OUT_OF_MEMORY ...: the scheduler's words
+        # the scheduler's words where submitit has them, the first line of the error otherwise
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return JobOutcome("failed", f"{self.job.state}: {first}")
 
@@ -200,6 +236,20 @@ class SlurmJob:
         if self.cancel_on_interrupt:  # submitit's local cluster: its jobs are this machine's processes
             self.job.cancel(check=False)
         # a Slurm job keeps running; bench run --resume re-attaches to it
+
+
+def sbatch_options(spec: JobSpec, options: ExecutorOptions, folder: Path) -> list[str]:
+    """The ``#SBATCH`` lines submitit writes for this point's job (what ``bench validate`` shows),
+    rendered by submitit's own Slurm script builder, which needs no Slurm on this machine."""
+    try:
+        import submitit
+    except ImportError:
+        raise _missing("submitit") from None
+    slurm = submitit.SlurmExecutor(folder=folder)
+    params = {k.removeprefix("slurm_"): v for k, v in slurm_parameters(spec, options).items()}
+    slurm.update_parameters(**slurm._convert_parameters(params))
+    script = slurm._make_submission_file_text("", "")
+    return [line for line in script.splitlines() if line.startswith("#SBATCH")]
 
 
 class SlurmExecutor:
@@ -222,17 +272,31 @@ class SlurmExecutor:
             params = {k: v for k, v in params.items() if not k.startswith("slurm_")}
         self.executor.update_parameters(**params)
         job = self.executor.submit(run_job, spec.command, str(spec.log), "slurm", "", {})
-        return SlurmJob(job, cancel_on_interrupt=self.options.slurm_cluster == "local")
+        real = self.options.slurm_cluster == "slurm"
+        return SlurmJob(job, cancel_on_interrupt=self.options.slurm_cluster == "local", real_slurm=real)
 
     def attach(self, attempt: PointAttempt) -> Job | None:
-        kind, _, job_id = (attempt.job_id or ":").partition(":")
-        if kind != "slurm" or self.options.slurm_cluster != "slurm":
+        if self.options.slurm_cluster != "slurm":
             return None  # submitit's local and debug jobs end with the process that watched them
-        job = self.submitit.SlurmJob(folder=self.folder, job_id=job_id)
-        return SlurmJob(job, cancel_on_interrupt=False)
+        return attach_slurm(attempt, self.folder)
 
     def close(self) -> None:
         pass
+
+
+def attach_slurm(attempt: PointAttempt, folder: Path) -> Job | None:
+    """A Slurm job of an earlier ``bench run``, followed by its id (its state from sacct, its result
+    from submitit's files in ``folder``), whichever executor resumes the study."""
+    kind, _, job_id = (attempt.job_id or ":").partition(":")
+    if kind != "slurm" or not job_id.isdigit():
+        return None
+    try:
+        import submitit
+    except ImportError:
+        raise _missing("submitit") from None
+    return SlurmJob(
+        submitit.SlurmJob(folder=folder, job_id=job_id), cancel_on_interrupt=False, real_slurm=True
+    )
 
 
 # --- ray -----------------------------------------------------------------------------------------

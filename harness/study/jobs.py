@@ -16,6 +16,7 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -64,12 +65,24 @@ def run_job(command: list[str], log: str, executor: str, job_id: str, extra_env:
         import submitit
 
         job_id = f"slurm:{submitit.JobEnvironment().job_id}"
+        # submitit asks Slurm for SIGUSR2 90 s before the time limit, which Slurm sends to every
+        # process of the job: the point's command and its engine servers too, whose default action
+        # is to die. The point's command and its servers inherit "ignore" (set before they start);
+        # this process notes it in the job's log instead of submitit's handler, which would end a
+        # function it cannot checkpoint there ("timed-out and not checkpointable", sacct: FAILED).
+        # A point is never requeued by submitit (a new attempt is the study's), so Slurm's own limit
+        # stands: SIGTERM at the limit stops the point's servers like a Ctrl-C, sacct says TIMEOUT,
+        # and the windows already measured are on disk.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     env = {**os.environ, **extra_env, "BENCH_EXECUTOR": executor, "BENCH_JOB_ID": job_id}
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         child = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
         )
+        if executor == "slurm" and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGUSR2, _time_limit_warning)  # the child keeps "ignore"
         try:
             return child.wait()
         except BaseException:
@@ -79,6 +92,10 @@ def run_job(command: list[str], log: str, executor: str, job_id: str, extra_env:
             except subprocess.TimeoutExpired:
                 child.kill()
             raise
+
+
+def _time_limit_warning(signum: int, frame: Any) -> None:
+    print(f"{now()} Slurm: the time limit is near; the point runs on until Slurm stops it", flush=True)
 
 
 def placement_record() -> dict[str, Any]:

@@ -21,7 +21,7 @@ from harness.regime import Regime, stored_regime
 from harness.results.files import RunDir, read_json, writer_lock
 from harness.server import log_tail, stop_left_running
 from harness.study.collect import StudyResults, load_study
-from harness.study.executors import Executor, Job, JobOutcome, JobSpec, open_executor
+from harness.study.executors import Executor, Job, JobOutcome, JobSpec, SlurmJob, attach_slurm, open_executor
 from harness.study.jobs import LOG_TAIL_LINES, PLACEMENT_FILE, now, point_command
 from harness.study.placement import Demand, Slot, plan_placement, point_gpus, time_limit_minutes
 from harness.study.record import ExecutorOptions, PointAttempt, StudyDir, StudyPointRecord, StudyRecord
@@ -355,13 +355,16 @@ class Dispatcher:
         pending = []
         for index, (point, plan) in enumerate(zip(self.record.points, self.plans, strict=True)):
             title = f"study point {index + 1}/{len(self.record.points)}: {point.id} ({_label(point)})"
+            last = point.attempts[-1] if point.attempts else None
             if _complete(RunDir(self.directory.root / point.current_run_dir()), plan):
                 self.console.print(f"{title}: complete, kept", highlight=False, markup=False)
                 self.ended.add(point.id)
+                if last is not None and last.state == "submitted":  # it ended while no bench run watched
+                    reason = "finished while no bench run watched it: collected from its run's files"
+                    self._update(point.id, state="finished", reason=reason, ended_at=now())
                 continue
-            last = point.attempts[-1] if point.attempts else None
             if last is not None and last.state == "submitted":
-                job = executor.attach(last) if last.executor == executor.name else None
+                job = self._attach(executor, last)
                 if job is not None:
                     self.running[point.id] = job
                     self.console.print(
@@ -372,6 +375,16 @@ class Dispatcher:
                 self._update(point.id, state="failed", reason=reason, ended_at=now())
             pending.append(index)
         return pending
+
+    def _attach(self, executor: Executor, attempt: PointAttempt) -> Job | None:
+        """An earlier attempt's job, followed to its end: by this study's executor, or, when the
+        study resumes on another one, by Slurm's job id (a Slurm job outlives its bench run, and
+        running the point a second time beside it would measure it twice)."""
+        if attempt.executor == executor.name:
+            return executor.attach(attempt)
+        if attempt.executor == "slurm":
+            return attach_slurm(attempt, self.directory.root / "slurm")
+        return None
 
     def _free(self, slot: Slot, slots: list[Slot]) -> bool:
         """A point starts once every point planned before it on its GPUs has ended and no running
@@ -396,7 +409,7 @@ class Dispatcher:
         try:
             while self.running and time.monotonic() < deadline:
                 for point_id, job in list(self.running.items()):
-                    if self.options.name == "slurm" and self.options.slurm_cluster == "slurm":
+                    if isinstance(job, SlurmJob) and job.real_slurm:
                         self.console.print(f"{point_id}: job {job.job_id} keeps running on Slurm")
                         self.running.pop(point_id)
                         continue
