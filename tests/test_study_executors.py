@@ -95,6 +95,7 @@ def test_slurm_submission_on_submitits_executor(tmp_path: Path, monkeypatch) -> 
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --cpus-per-task=16",
         "#SBATCH --job-name=h200_tp_study-p1",
+        "#SBATCH --signal=URG@90",  # not submitit's USR2, which kills the engine (executors.py says why)
     ):
         assert line in script, script
 

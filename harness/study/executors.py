@@ -163,6 +163,18 @@ class LocalExecutor:
 # --- slurm (submitit) ------------------------------------------------------------------------------
 
 
+# submitit asks Slurm for SIGUSR2 90 s before the time limit (--signal=USR2@90), and Slurm sends it
+# to every process of the job: the point's command and its engine servers too, whose default action
+# is to die (a 1-minute job on the test cluster ended "killed by SIGUSR2" 25 s in; under load the
+# signal came before the job's Python had started). submitit's own handler would end a function it
+# cannot checkpoint there anyway ("timed-out and not checkpointable", sacct: FAILED). A point is
+# never requeued by submitit (a new attempt is the study's), so the warning is SIGURG instead,
+# which every process ignores unless it asks for it (the job notes it in its log): Slurm's own limit
+# stands, SIGTERM at the limit stops the point's servers like a Ctrl-C, sacct says TIMEOUT, and the
+# windows already measured are on disk.
+TIME_LIMIT_WARNING = "URG@90"
+
+
 def slurm_parameters(spec: JobSpec, options: ExecutorOptions) -> dict[str, Any]:
     """submitit's AutoExecutor parameters for one point: one node, one task, its GPUs and time."""
     params: dict[str, Any] = {
@@ -170,6 +182,7 @@ def slurm_parameters(spec: JobSpec, options: ExecutorOptions) -> dict[str, Any]:
         "nodes": 1,
         "tasks_per_node": 1,
         "timeout_min": spec.time_limit_min,
+        "slurm_additional_parameters": {"signal": TIME_LIMIT_WARNING},
     }
     if spec.cpus:
         params["cpus_per_task"] = spec.cpus

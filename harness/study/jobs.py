@@ -65,24 +65,16 @@ def run_job(command: list[str], log: str, executor: str, job_id: str, extra_env:
         import submitit
 
         job_id = f"slurm:{submitit.JobEnvironment().job_id}"
-        # submitit asks Slurm for SIGUSR2 90 s before the time limit, which Slurm sends to every
-        # process of the job: the point's command and its engine servers too, whose default action
-        # is to die. The point's command and its servers inherit "ignore" (set before they start);
-        # this process notes it in the job's log instead of submitit's handler, which would end a
-        # function it cannot checkpoint there ("timed-out and not checkpointable", sacct: FAILED).
-        # A point is never requeued by submitit (a new attempt is the study's), so Slurm's own limit
-        # stands: SIGTERM at the limit stops the point's servers like a Ctrl-C, sacct says TIMEOUT,
-        # and the windows already measured are on disk.
+        # Slurm's warning before the time limit (executors.TIME_LIMIT_WARNING) is noted in the
+        # job's log; the point runs on until Slurm's SIGTERM at the limit stops it
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+            signal.signal(signal.SIGURG, _time_limit_warning)
     env = {**os.environ, **extra_env, "BENCH_EXECUTOR": executor, "BENCH_JOB_ID": job_id}
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         child = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
         )
-        if executor == "slurm" and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGUSR2, _time_limit_warning)  # the child keeps "ignore"
         try:
             return child.wait()
         except BaseException:
