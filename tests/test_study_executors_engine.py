@@ -66,6 +66,8 @@ def test_resume_reattaches_by_job_id_and_a_cancelled_job_fails_in_slurms_words(s
     assert p1[0]["reason"].startswith("CANCELLED by ") and "scancel" in p1[0]["reason"]
     assert "arm 3/3: ngram_k4" in p1[0]["log_tail"]  # the job's own output, up to where it was cancelled
     assert "p1: failed" in out and after["returncode"] == 3, out[-3000:]
+    # its first two arms were measured, the third interrupted: said as such, not as failed arms
+    assert "p1: arm ngram_k4: interrupted" in out and "p1: arm baseline: interrupted" in out
     assert not after["server_alive"], "the cancelled job's engine server was left running"
     assert _sacct(shared_study, "cpu_study_e2e-p1")[0]["State"].startswith("CANCELLED")
 

@@ -75,7 +75,8 @@ def print_results(summary: Summary, console: Console) -> int:
 
 
 def print_study(results: StudyResults, console: Console) -> int:
-    """A study's tables and its failed arms; exit 3 when an arm failed or a point is missing."""
+    """A study's tables and its arms without results (failed or interrupted); exit 3 when there is
+    one or a point is missing."""
     from harness.study.analysis_md import ANALYSIS_FILE
     from harness.study.tables import terminal_tables
 
@@ -84,13 +85,13 @@ def print_study(results: StudyResults, console: Console) -> int:
     for item in terminal_tables(results):
         console.print(item, highlight=False, soft_wrap=True) if isinstance(item, str) else console.print(item)
     failed = [
-        f"{point}: {arm.name}"
+        f"{point}: arm {arm.name}: {arm.status}"  # failed, or interrupted (a resume continues it)
         for point, s in results.summaries.items()
         for arm in s.arms
         if arm.status != "ok"
     ]
     for entry in failed:
-        console.print(f"[red]failed arm {escape(entry)}[/]", highlight=False)
+        console.print(f"[red]{escape(entry)}[/]", highlight=False)
     analysis = results.root / ANALYSIS_FILE
     console.print(
         f"Study: {results.root}" + (f" (tables for design docs: {analysis})" if analysis.is_file() else "")
