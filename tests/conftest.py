@@ -206,7 +206,11 @@ def shared_study(tmp_path_factory, slurm) -> dict:
         before = load_study(study_dir)  # p1 failed: p0's tables, to compare after the last resume
         gate_results = tmp_path_factory.mktemp("gate")
         gate_run = start("run", str(GATE_REGIME), "--results-dir", str(gate_results))
-        local = bench("run", "--resume", str(study_dir), "--executor", "local", *NODE, timeout=1500)  # 3.
+        # 3. (through start(): on a failure the finally below interrupts it, so its point's job,
+        # in a session of its own, stops its server too)
+        local_run = start("run", "--resume", str(study_dir), "--executor", "local", *NODE)
+        local_out, _ = local_run.communicate(timeout=1500)
+        local = subprocess.CompletedProcess(local_run.args, local_run.returncode, local_out, "")
         gate_out, _ = gate_run.communicate(timeout=900)
         timed_out.wait(timeout=600)
     finally:

@@ -102,8 +102,11 @@ def _wait(what: str, ready, timeout: float, cluster: Cluster) -> None:
     while not ready():
         if time.monotonic() > deadline:
             logs = "\n".join(
-                f"--- {d}\n{cluster.log(d)[-1500:]}" for d in ("slurmctld", "slurmd", "slurmdbd")
+                f"--- {d}\n{cluster.log(d)[-1500:]}" for d in ("slurmctld", "slurmd", "slurmdbd", "munged")
             )
+            mariadb = cluster.root / "run" / "mariadb.log"
+            if mariadb.exists():
+                logs += f"\n--- mariadb\n{mariadb.read_text(errors='replace')[-1500:]}"
             raise RuntimeError(f"the test cluster: {what} not ready after {timeout} s\n{logs}")
         time.sleep(0.2)
 
@@ -224,7 +227,7 @@ def one_node_cluster() -> Iterator[Cluster]:
                     "--bind-address=127.0.0.1",
                     f"--pid-file={root / 'run' / 'mariadb.pid'}",
                     "--skip-name-resolve",
-                    f"--log-error={root / 'log' / 'mariadb.log'}",
+                    f"--log-error={root / 'run' / 'mariadb.log'}",  # run/ is mysql's, log/ root's
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.STDOUT,
@@ -346,6 +349,9 @@ def one_node_cluster() -> Iterator[Cluster]:
         if any(Path(p.args[0]).name == "slurmctld" and p.poll() is None for p in children):
             _cancel_everything(cluster)
         for child in reversed(children):  # slurmd, slurmctld, slurmdbd, MariaDB, munged
-            _stop(child.pid)
-            child.wait(timeout=5)
+            try:  # each one, whatever the one before did
+                _stop(child.pid)
+                child.wait(timeout=5)
+            except (OSError, subprocess.SubprocessError):
+                pass
         shutil.rmtree(root, ignore_errors=True)

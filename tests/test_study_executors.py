@@ -96,6 +96,7 @@ def test_slurm_submission_on_submitits_executor(tmp_path: Path, monkeypatch) -> 
         "#SBATCH --cpus-per-task=16",
         "#SBATCH --job-name=h200_tp_study-p1",
         "#SBATCH --signal=URG@90",  # not submitit's USR2, which kills the engine (executors.py says why)
+        "#SBATCH --no-requeue",  # a point is run again by the study, never by Slurm
     ):
         assert line in script, script
 
@@ -402,11 +403,14 @@ def test_a_study_spanning_two_gpu_models_says_so(tmp_path: Path) -> None:
 class SubmititJobStandIn:
     """What SlurmJob reads of submitit's job: done(), sacct's State, the result or the error."""
 
-    def __init__(self, states: list[str], result: int | None = 130, error: Exception | None = None) -> None:
+    def __init__(
+        self, states: list[str], result: int | None = 130, error: Exception | None = None, done: bool = True
+    ) -> None:
         self.job_id, self.states, self.result_value, self.error = "42", states, result, error
+        self.finished = done
 
     def done(self) -> bool:
-        return True
+        return self.finished
 
     def get_info(self, mode: str = "force") -> dict:
         return {"State": self.states.pop(0) if len(self.states) > 1 else self.states[0]}
@@ -430,25 +434,52 @@ class SubmititJobStandIn:
         ("PREEMPTED", "PREEMPTED: preempted by a higher-priority job"),
     ],
 )
-def test_a_job_slurm_ended_reads_in_slurms_words_not_as_its_commands_exit(state: str, reason: str) -> None:
+def test_a_job_slurm_ended_reads_in_slurms_words_not_as_its_commands_exit(
+    state: str, reason: str, monkeypatch
+) -> None:
     """The point's command stops on Slurm's SIGTERM like a Ctrl-C (exit 130: "interrupted");
-    what happened is Slurm's to say."""
-    from harness.study.executors import SlurmJob
+    what happened is Slurm's to say, once the job has left the queue (its processes gone)."""
+    from harness.study import executors
 
-    job = SlurmJob(SubmititJobStandIn([state]), cancel_on_interrupt=False, real_slurm=True)
-    assert job.poll() == JobOutcome("failed", reason)
+    queued = [True]
+    monkeypatch.setattr(executors, "_in_queue", lambda job_id: queued.pop(0) if queued else False)
+    for done in (True, False):  # with or without its output (a preempted job may leave none)
+        queued[:] = [True]
+        job = executors.SlurmJob(
+            SubmititJobStandIn([state], done=done), cancel_on_interrupt=False, real_slurm=True
+        )
+        assert job.poll() is None  # COMPLETING: still stopping its servers (Slurm's KillWait)
+        assert job.poll() == JobOutcome("failed", reason)
+
+
+def _clock(monkeypatch, step: float) -> None:
+    from harness.study import executors
+
+    clock = itertools.count()
+    monkeypatch.setattr(executors.time, "monotonic", lambda: float(next(clock)) * step)
 
 
 def test_a_job_whose_end_accounting_has_not_recorded_yet_is_waited_for(monkeypatch) -> None:
     from harness.study import executors
 
-    clock = itertools.count()  # a second a call: well within SETTLE_S
-    monkeypatch.setattr(executors.time, "monotonic", lambda: float(next(clock)))
+    _clock(monkeypatch, 10)  # ten seconds a call: well within SETTLE_S, every call forces sacct
     job = executors.SlurmJob(
         SubmititJobStandIn(["RUNNING", "COMPLETING", "COMPLETED"], result=0), False, True
     )
     assert job.poll() is None and job.poll() is None  # the output is in, sacct still says it runs
     assert job.poll() == JobOutcome("finished")  # then COMPLETED: the command's own exit status counts
+
+
+def test_a_suspended_job_is_waited_for_and_an_unknown_one_given_up(monkeypatch) -> None:
+    from harness.study import executors
+
+    _clock(monkeypatch, 100)
+    suspended = executors.SlurmJob(SubmititJobStandIn(["SUSPENDED"], result=0), False, True)
+    assert all(suspended.poll() is None for _ in range(20))  # 2,000 s: it resumes when Slurm says
+    unknown = executors.SlurmJob(SubmititJobStandIn(["UNKNOWN"], done=False), False, True)
+    assert [unknown.poll() for _ in range(3)] == [None, None, None]
+    outcome = unknown.poll()  # after UNKNOWN_GIVE_UP_S (300 s), not forever
+    assert outcome.state == "failed" and outcome.reason.startswith("UNKNOWN: sacct does not know job 42")
 
 
 def test_submitits_local_cluster_reads_the_commands_exit() -> None:

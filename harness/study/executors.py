@@ -182,7 +182,9 @@ def slurm_parameters(spec: JobSpec, options: ExecutorOptions) -> dict[str, Any]:
         "nodes": 1,
         "tasks_per_node": 1,
         "timeout_min": spec.time_limit_min,
-        "slurm_additional_parameters": {"signal": TIME_LIMIT_WARNING},
+        # a requeued job (node failure, preemption) would run the point again under the same id,
+        # beside the new attempt a resume makes: a point is run again by the study, never by Slurm
+        "slurm_additional_parameters": {"signal": TIME_LIMIT_WARNING, "no_requeue": True},
     }
     if spec.cpus:
         params["cpus_per_task"] = spec.cpus
@@ -208,36 +210,70 @@ SLURM_ENDINGS = {
 # A job whose output is in while sacct still shows it running (or not at all: slurmctld hands the
 # accounting records to slurmdbd asynchronously, seconds later under load) is waited for this long.
 SETTLE_S = 60
+# A job sacct does not know at all (another cluster's id, SLURM_CONF unset, its records purged)
+# and without output is given up after this long, instead of being waited for forever.
+UNKNOWN_GIVE_UP_S = 300
+FORCE_EVERY_S = 5.0  # while waiting on accounting: sacct at most this often
+ALIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
+
+
+def _in_queue(job_id: str) -> bool:
+    """Whether Slurm still lists the job (``squeue``): a cancelled or timed-out job stays there,
+    COMPLETING, until its processes are gone (Slurm's KillWait)."""
+    try:
+        out = subprocess.run(
+            ["squeue", "--noheader", "--jobs", job_id, "--format", "%T"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and bool(out.stdout.strip())
 
 
 class SlurmJob:
     def __init__(self, job: Any, cancel_on_interrupt: bool, real_slurm: bool) -> None:
         self.job, self.job_id = job, f"slurm:{job.job_id}"
         self.cancel_on_interrupt, self.real_slurm = cancel_on_interrupt, real_slurm
-        self.done_since: float | None = None
+        self.waiting_since: float | None = None  # output in, or the job unknown: since when
+        self.forced_at = -FORCE_EVERY_S
 
     def poll(self) -> JobOutcome | None:
+        if self.real_slurm:
+            return self._poll_slurm()
         if not self.job.done():
             return None
-        if self.real_slurm:
-            # Slurm's own word for how the job ended comes first: a cancelled or timed-out job's
-            # command was stopped by a signal, and its exit status alone would read "interrupted"
-            state = (self.job.get_info(mode="force").get("State") or "").strip()
-            if state.split(" ")[0] in (
-                "PENDING",
-                "RUNNING",
-                "COMPLETING",
-                "REQUEUED",
-                "SUSPENDED",
-                "UNKNOWN",
-                "",
-            ):
-                self.done_since = self.done_since or time.monotonic()
-                if time.monotonic() - self.done_since < SETTLE_S:
-                    return None  # its output is written; accounting has not recorded the end yet
-            word = state.split(" ")[0]
-            if word in SLURM_ENDINGS:
-                return JobOutcome("failed", f"{state}: {SLURM_ENDINGS[word]}")
+        return self._from_output()
+
+    def _poll_slurm(self) -> JobOutcome | None:
+        """Slurm's own word for how the job ended comes first: a cancelled or timed-out job's
+        command was stopped by a signal, and its exit status alone would read "interrupted"."""
+        done = self.job.done()
+        now = time.monotonic()
+        force = done and now - self.forced_at >= FORCE_EVERY_S
+        if force:
+            self.forced_at = now
+        state = (self.job.get_info(mode="force" if force else "standard").get("State") or "UNKNOWN").strip()
+        word = state.split(" ")[0]
+        if word in SLURM_ENDINGS:
+            if _in_queue(self.job.job_id):
+                return None  # its processes are still stopping: its log and servers are not final
+            return JobOutcome("failed", f"{state}: {SLURM_ENDINGS[word]}")
+        if word == "SUSPENDED" or (not done and word in ALIVE):
+            self.waiting_since = None
+            return None  # a suspended job resumes; a running one runs
+        if not done or word in ALIVE or word in ("UNKNOWN", ""):
+            self.waiting_since = self.waiting_since or now
+            if now - self.waiting_since < (SETTLE_S if done else UNKNOWN_GIVE_UP_S):
+                return None  # accounting has not recorded the end yet, or sacct does not know the job
+        if not done:
+            return JobOutcome(
+                "failed",
+                f"{state}: sacct does not know job {self.job.job_id} and it left no output (another "
+                "cluster's job, SLURM_CONF not set, or its records purged); see its log",
+            )
+        return self._from_output()
+
+    def _from_output(self) -> JobOutcome:
         error = self.job.exception()
         if error is None:
             return outcome_of(self.job.result())
@@ -253,15 +289,18 @@ class SlurmJob:
 
 def sbatch_options(spec: JobSpec, options: ExecutorOptions, folder: Path) -> list[str]:
     """The ``#SBATCH`` lines submitit writes for this point's job (what ``bench validate`` shows),
-    rendered by submitit's own Slurm script builder, which needs no Slurm on this machine."""
+    rendered by submitit's own Slurm script builder, which needs no Slurm on this machine (its
+    executor would: it looks for srun)."""
     try:
         import submitit
+        from submitit.slurm.slurm import _make_sbatch_string
     except ImportError:
         raise _missing("submitit") from None
-    slurm = submitit.SlurmExecutor(folder=folder)
+    renamed = submitit.SlurmExecutor._equivalence_dict() or {}
     params = {k.removeprefix("slurm_"): v for k, v in slurm_parameters(spec, options).items()}
-    slurm.update_parameters(**slurm._convert_parameters(params))
-    script = slurm._make_submission_file_text("", "")
+    script = _make_sbatch_string(
+        command="", folder=folder, **{renamed.get(k, k): v for k, v in params.items()}
+    )
     return [line for line in script.splitlines() if line.startswith("#SBATCH")]
 
 
@@ -299,9 +338,11 @@ class SlurmExecutor:
 
 def attach_slurm(attempt: PointAttempt, folder: Path) -> Job | None:
     """A Slurm job of an earlier ``bench run``, followed by its id (its state from sacct, its result
-    from submitit's files in ``folder``), whichever executor resumes the study."""
+    from submitit's files in ``folder``), whichever executor resumes the study. Only a job that
+    was submitted through sbatch (its script in ``folder``): submitit's local jobs have a pid for
+    an id, which sacct would not know, or would take for another job."""
     kind, _, job_id = (attempt.job_id or ":").partition(":")
-    if kind != "slurm" or not job_id.isdigit():
+    if kind != "slurm" or not job_id.isdigit() or not (folder / f"{job_id}_submission.sh").is_file():
         return None
     try:
         import submitit
