@@ -13,7 +13,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness.client import (
@@ -223,6 +223,8 @@ def test_events_split_the_same_however_the_bytes_arrive(data: bytes, cuts: list[
         max_size=12,
     )
 )
+# a digit str.isdigit accepts and int() refuses (found by this test on a run of the suite)
+@example(lines=['vllm:spec_decode_num_accepted_tokens_per_pos_total{position="\u00b9"} 0.0'])
 @settings(max_examples=300, deadline=None)
 def test_any_metrics_text_gives_finite_counters(lines: list[str]) -> None:
     """What a server's /metrics says is read into finite, non-negative counters, whatever it is

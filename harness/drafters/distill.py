@@ -506,7 +506,7 @@ def _final_checkpoint(work_dir: Path) -> Path:
             (
                 int(d.name)
                 for d in checkpoints.iterdir()
-                if d.is_dir() and not d.is_symlink() and d.name.isdigit()
+                if d.is_dir() and not d.is_symlink() and d.name.isdecimal()
             ),
             reverse=True,
         )

@@ -44,7 +44,7 @@ def parsed_name(arg: str) -> str | None:
     """The flag an argument names, as the engines' parsers read it (``--Speculative_config.method=x``
     -> ``--speculative-config``), or None for a value (anything not starting with a dash, a lone
     dash, a negative number)."""
-    if not arg.startswith("-") or arg == "-" or arg[1:2].isdigit() or arg[1:2] == ".":
+    if not arg.startswith("-") or arg == "-" or arg[1:2].isdecimal() or arg[1:2] == ".":
         return None
     name = arg.split("=", 1)[0]
     if name.startswith("--"):

@@ -124,7 +124,7 @@ def adaptive_config_problem(value: Any) -> str | None:
         return f"{path}: not a JSON file SGLang can read ({exc})"
     if not isinstance(config, dict):
         return f"{path}: SGLang expects an object of batch-size tiers, found {type(config).__name__}"
-    tiers = {key: entry for key, entry in config.items() if key.isdigit()}
+    tiers = {key: entry for key, entry in config.items() if key.isdecimal()}
     if not tiers:
         return f'{path}: no batch-size tier (a key of digits, e.g. {{"1": {{"candidate_steps": [1, 3, 7]}}}})'
     for key, entry in tiers.items():

@@ -127,7 +127,7 @@ def _data_parallel(extra_args: list[str]) -> bool:
         name, _, value = arg.partition("=")
         if name in ("--data-parallel-size", "-dp"):
             value = value or (extra_args[index + 1] if index + 1 < len(extra_args) else "")
-            return value.isdigit() and int(value) > 1
+            return value.isdecimal() and int(value) > 1
     return False
 
 
@@ -449,7 +449,7 @@ class VllmAdapter:
             key = sample.name[len(_COUNTER_PREFIX) : -len("_total")]
             if key == "accepted_tokens_per_pos":
                 position = sample.labels.get("position", "")
-                if not position.isdigit():
+                if not position.isdecimal():
                     continue  # not a position vLLM labels
                 per_position[int(position)] = per_position.get(int(position), 0.0) + sample.value
             elif key in totals:

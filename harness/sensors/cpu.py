@@ -24,7 +24,7 @@ def _group_members(pgid: int) -> list[tuple[int, list[str]]]:
     """(pid, /proc/PID/stat fields after "pid (comm) ") of every live process in the group."""
     members = []
     for entry in PROC.iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdecimal():
             continue
         try:
             stat = (entry / "stat").read_text()

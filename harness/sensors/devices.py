@@ -19,7 +19,7 @@ def visible_indices(count: int, uuids: list[str], environ: Mapping[str, str] | N
         return list(range(count))
     out: list[int] = []
     for token in (t.strip() for t in value.split(",")):
-        if token.isdigit() and int(token) < count:
+        if token.isdecimal() and int(token) < count:
             index = int(token)
         elif token.startswith(("GPU-", "MIG-")):
             index = next((i for i, uuid in enumerate(uuids) if uuid.startswith(token)), -1)

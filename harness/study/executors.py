@@ -148,7 +148,7 @@ class LocalExecutor:
 
     def attach(self, attempt: PointAttempt) -> Job | None:
         kind, host, pid = (attempt.job_id or "::").split(":", 2)
-        if kind != "local" or host != platform.node() or not pid.isdigit() or not _running(int(pid)):
+        if kind != "local" or host != platform.node() or not pid.isdecimal() or not _running(int(pid)):
             return None
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
@@ -342,7 +342,7 @@ def attach_slurm(attempt: PointAttempt, folder: Path) -> Job | None:
     was submitted through sbatch (its script in ``folder``): submitit's local jobs have a pid for
     an id, which sacct would not know, or would take for another job."""
     kind, _, job_id = (attempt.job_id or ":").partition(":")
-    if kind != "slurm" or not job_id.isdigit() or not (folder / f"{job_id}_submission.sh").is_file():
+    if kind != "slurm" or not job_id.isdecimal() or not (folder / f"{job_id}_submission.sh").is_file():
         return None
     try:
         import submitit
