@@ -56,7 +56,8 @@ def kind_of(cmdline: list[str], name: str) -> str:
         return "drafter torch stage"
     if "harness.cli" in joined:
         return "bench command"
-    if "xdist" in joined or "pytest" in " ".join(cmdline[:3]):
+    # the main pytest, and xdist's workers (execnet starts them reading their code from stdin)
+    if "pytest" in " ".join(cmdline[:3]) or "sys.stdin.readline()" in joined:
         return "pytest worker (unit tests)"
     return "other"
 

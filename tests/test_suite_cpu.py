@@ -21,6 +21,8 @@ def test_each_kind_of_process_the_suite_starts() -> None:
     assert suite_cpu.kind_of(stage, "python") == "drafter torch stage"
     assert suite_cpu.kind_of([python, "-m", "harness.cli", "run", "r.yaml"], "python") == "bench command"
     assert suite_cpu.kind_of([python, "-m", "pytest", "-n", "2"], "python").startswith("pytest")
+    worker = [python, "-c", "import sys;exec(eval(sys.stdin.readline()))"]  # an xdist worker (execnet)
+    assert suite_cpu.kind_of(worker, "python").startswith("pytest")
     assert suite_cpu.kind_of(["/usr/sbin/slurmd", "-D"], "slurmd") == "other"
 
 
