@@ -354,11 +354,30 @@ def test_validate_prints_the_placement_plan_for_an_8_gpu_node() -> None:
         "validate", str(ROOT / "regimes" / "h200_tp_study.yaml"), "--executor", "slurm", "--time-limit", "90"
     )
     assert "p3: one job, 1 node, 8 GPUs, time limit 90 min" in slurm.stdout
+    assert "hardware.cpu_count" not in slurm.stdout  # GPU points: nothing to say of CPUs
     too_small = bench(
         "run", str(ROOT / "regimes" / "h200_tp_study.yaml"), "--gpus", "4", "--results-dir", "/nonexistent"
     )
     assert too_small.returncode == 2 and "p3 needs 8 GPUs and this node has 4" in too_small.stdout
     assert "Traceback" not in too_small.stdout + too_small.stderr
+
+
+def test_slurm_says_when_a_cpu_point_asks_for_no_cpus(tmp_path: Path) -> None:
+    """A CPU point without a hardware.cpu_count pin goes to Slurm asking for no CPUs (one on a
+    stock Slurm, beside other jobs): validate says so; a pinned one asks for its cores and is quiet."""
+    regime = ROOT / "tests" / "regimes" / "cpu_cluster_e2e.yaml"
+    unpinned = bench("validate", str(regime), "--executor", "slurm")
+    assert unpinned.returncode == 0, unpinned.stdout + unpinned.stderr
+    said = " ".join(unpinned.stdout.split())
+    assert "note: p0, p1: a CPU point that pins no hardware.cpu_count asks Slurm for no CPUs" in said
+    text = regime.read_text().replace("../../workloads/", f"{ROOT}/workloads/")
+    pinned_path = tmp_path / "pinned.yaml"
+    pinned_path.write_text(
+        text.replace("hardware:\n  kind: cpu\n", "hardware:\n  kind: cpu\n  cpu_count: 1\n", 1)
+    )
+    pinned = bench("validate", str(pinned_path), "--executor", "slurm")
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+    assert "#SBATCH --cpus-per-task=1" in pinned.stdout and "hardware.cpu_count" not in pinned.stdout
 
 
 def test_executor_options_are_for_studies_only() -> None:

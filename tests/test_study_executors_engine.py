@@ -37,6 +37,8 @@ def test_each_point_ran_as_its_own_slurm_job_and_outlived_the_dispatcher(shared_
     ids = [p["attempts"][0]["job_id"] for p in killed["record"]["points"]]
     assert all(i.startswith("slurm:") and i.removeprefix("slurm:").isdigit() for i in ids), ids
     assert "p0: submitted (job slurm:" in killed["stdout"] and "p1: submitted (job slurm:" in killed["stdout"]
+    # its regime pins no hardware.cpu_count: one CPU each, side by side, and the study says so
+    assert "note: p0, p1: a CPU point that pins no hardware.cpu_count" in " ".join(killed["stdout"].split())
     # the dispatcher was killed; Slurm still ran p1's job (its server was starting)
     assert ids[1].removeprefix("slurm:") in killed["queue"]
     for point, job in zip(("p0", "p1"), ids, strict=True):

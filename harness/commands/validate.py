@@ -134,6 +134,12 @@ def _print_placement(ids: list[str], plans: list[Any], options: Any, regime: Any
             if options.name == "slurm" and options.slurm_cluster == "slurm":
                 for line in _sbatch_lines(demand, plan, options, regime):
                     console.print(f"    {line}", highlight=False, markup=False)
+        if options.name == "slurm":
+            from harness.study.executors import unpinned_cpu_note
+
+            note = unpinned_cpu_note([d.point for d in wanted], plans)
+            if note:
+                console.print(f"  {note}", highlight=False, markup=False)
 
 
 def _sbatch_lines(demand: Any, plan: Any, options: Any, regime: Any) -> list[str]:

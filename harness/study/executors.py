@@ -197,6 +197,25 @@ def slurm_parameters(spec: JobSpec, options: ExecutorOptions) -> dict[str, Any]:
     return params
 
 
+def unpinned_cpu_note(ids: list[str], plans: list[Any]) -> str | None:
+    """What a study sent to Slurm says of its CPU points whose regime pins no
+    ``hardware.cpu_count`` (``plans``: each point's plan, in ``ids``' order): such a job asks for no
+    CPUs and gets the cluster's default with other jobs beside it, where the local executor gives a
+    CPU point the whole machine. None when every point is pinned or on GPUs."""
+    unpinned = [
+        point
+        for point, plan in zip(ids, plans, strict=True)
+        if plan.regime.hardware.kind == "cpu" and not plan.regime.hardware.cpu_count
+    ]
+    if not unpinned:
+        return None
+    return (
+        f"note: {', '.join(unpinned)}: a CPU point that pins no hardware.cpu_count asks Slurm for no "
+        "CPUs and gets the cluster's default (1 CPU on a stock Slurm) with other jobs beside it; pin "
+        "hardware.cpu_count for the cores it should measure on"
+    )
+
+
 # How Slurm itself ends a job, in sacct's words (its State column), and what each means for the point.
 SLURM_ENDINGS = {
     "CANCELLED": "cancelled (scancel, or an administrator)",

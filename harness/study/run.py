@@ -21,7 +21,16 @@ from harness.regime import Regime, stored_regime
 from harness.results.files import RunDir, read_json, writer_lock
 from harness.server import log_tail, stop_left_running
 from harness.study.collect import StudyResults, load_study
-from harness.study.executors import Executor, Job, JobOutcome, JobSpec, SlurmJob, attach_slurm, open_executor
+from harness.study.executors import (
+    Executor,
+    Job,
+    JobOutcome,
+    JobSpec,
+    SlurmJob,
+    attach_slurm,
+    open_executor,
+    unpinned_cpu_note,
+)
 from harness.study.jobs import LOG_TAIL_LINES, PLACEMENT_FILE, now, point_command
 from harness.study.placement import Demand, Slot, plan_placement, point_gpus, time_limit_minutes
 from harness.study.record import ExecutorOptions, PointAttempt, StudyDir, StudyPointRecord, StudyRecord
@@ -324,6 +333,10 @@ class Dispatcher:
         # one point at a time (a CPU-only machine): its output is shown as it comes
         self.follow = slots is not None and all(s.wave == i + 1 for i, s in enumerate(slots))
         executor = open_executor(self.options, root)
+        if executor.name == "slurm":
+            note = unpinned_cpu_note([p.id for p in self.record.points], self.plans)
+            if note:
+                self.console.print(note, highlight=False, markup=False)
         try:
             pending = self._resumable(executor)
             started = {p: time.monotonic() for p in self.running}
