@@ -209,8 +209,9 @@ def unpinned_cpu_note(ids: list[str], plans: list[Any]) -> str | None:
     ]
     if not unpinned:
         return None
+    named = ", ".join(unpinned[:6]) + (f" and {len(unpinned) - 6} more" if len(unpinned) > 6 else "")
     return (
-        f"note: {', '.join(unpinned)}: a CPU point that pins no hardware.cpu_count asks Slurm for no "
+        f"note: {named}: a CPU point that pins no hardware.cpu_count asks Slurm for no "
         "CPUs and gets the cluster's default (1 CPU on a stock Slurm) with other jobs beside it; pin "
         "hardware.cpu_count for the cores it should measure on"
     )
