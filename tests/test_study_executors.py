@@ -460,15 +460,26 @@ def test_a_job_slurm_ended_reads_in_slurms_words_not_as_its_commands_exit(
     what happened is Slurm's to say, once the job has left the queue (its processes gone)."""
     from harness.study import executors
 
+    asked: list[str] = []
     queued = [True]
-    monkeypatch.setattr(executors, "_in_queue", lambda job_id: queued.pop(0) if queued else False)
+
+    def in_queue(job_id: str) -> bool:
+        asked.append(job_id)
+        return queued.pop(0) if queued else False
+
+    monkeypatch.setattr(executors, "_in_queue", in_queue)
+    now = [0.0]
+    monkeypatch.setattr(executors.time, "monotonic", lambda: now[0])
     for done in (True, False):  # with or without its output (a preempted job may leave none)
-        queued[:] = [True]
+        queued[:], asked[:] = [True], []
         job = executors.SlurmJob(
             SubmititJobStandIn([state], done=done), cancel_on_interrupt=False, real_slurm=True
         )
         assert job.poll() is None  # COMPLETING: still stopping its servers (Slurm's KillWait)
-        assert job.poll() == JobOutcome("failed", reason)
+        now[0] += 0.5
+        assert job.poll() is None and len(asked) == 1  # the next poll, 0.5 s on: squeue not asked again
+        now[0] += executors.FORCE_EVERY_S
+        assert job.poll() == JobOutcome("failed", reason) and len(asked) == 2
 
 
 def _clock(monkeypatch, step: float) -> None:

@@ -233,7 +233,9 @@ SETTLE_S = 60
 # A job sacct does not know at all (another cluster's id, SLURM_CONF unset, its records purged)
 # and without output is given up after this long, instead of being waited for forever.
 UNKNOWN_GIVE_UP_S = 300
-FORCE_EVERY_S = 5.0  # while waiting on accounting: sacct at most this often
+# While waiting on Slurm (accounting to record an end, a stopped job to leave the queue): sacct or
+# squeue at most this often per job (the dispatcher polls every 0.5 s; slurmctld serves everyone)
+FORCE_EVERY_S = 5.0
 ALIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
 
 
@@ -255,7 +257,7 @@ class SlurmJob:
         self.job, self.job_id = job, f"slurm:{job.job_id}"
         self.cancel_on_interrupt, self.real_slurm = cancel_on_interrupt, real_slurm
         self.waiting_since: float | None = None  # output in, or the job unknown: since when
-        self.forced_at = -FORCE_EVERY_S
+        self.forced_at = self.queue_asked_at = -FORCE_EVERY_S
 
     def poll(self) -> JobOutcome | None:
         if self.real_slurm:
@@ -275,6 +277,9 @@ class SlurmJob:
         state = (self.job.get_info(mode="force" if force else "standard").get("State") or "UNKNOWN").strip()
         word = state.split(" ")[0]
         if word in SLURM_ENDINGS:
+            if now - self.queue_asked_at < FORCE_EVERY_S:
+                return None  # asked squeue a moment ago
+            self.queue_asked_at = now
             if _in_queue(self.job.job_id):
                 return None  # its processes are still stopping: its log and servers are not final
             return JobOutcome("failed", f"{state}: {SLURM_ENDINGS[word]}")
