@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -228,10 +227,9 @@ def replay(args: argparse.Namespace, source: Source) -> dict:
 
 
 def cpu_model() -> str:
-    found = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    return next(
-        (line.split(":", 1)[1].strip() for line in found.splitlines() if line.startswith("Model name")), "?"
-    )
+    from harness.sensors.environment import collect_cpu
+
+    return collect_cpu()["cpu_model"] or "?"
 
 
 def main() -> int:

@@ -331,18 +331,9 @@ def real_coverage(regime: Path, runs: int, results_dir: Path, reuse: bool) -> in
 
 
 def cpu_model() -> str:
-    """The CPU as ``lscpu`` names it, and whether it has AVX-512."""
-    import subprocess
+    from harness.sensors.environment import describe_cpu
 
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        return "unknown CPU (no lscpu)"
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    name = fields.get("Model name", "unknown CPU").strip()
-    flags = fields.get("Flags", "")
-    features = "AVX-512 BF16" if "avx512_bf16" in flags else "AVX-512" if "avx512f" in flags else "AVX2 only"
-    return f"{name} ({fields.get('CPU(s)', '?').strip()} CPUs, {features}; lscpu)"
+    return describe_cpu()
 
 
 if __name__ == "__main__":

@@ -12,14 +12,14 @@ suite keeps busy, the wall clock follows this CPU: it says what to cut.
 
 Processes that lived less than one interval are missed; the last line compares what was sampled
 with the CPU the kernel charged the pytest run (``getrusage`` of its reaped children). The machine
-is named (``lscpu``): the same suite costs about 1.9x the CPU on the project's AVX2-only EPYC.
+is named (model, cores, AVX-512 or not): the same suite costs about 1.9x the CPU on the project's
+AVX2-only EPYC.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -31,6 +31,10 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.sensors.environment import describe_cpu  # noqa: E402
+
 README_COMMAND = ["-v", "--durations=25", "-n", "2"]  # the README's test command, after `python -m pytest`
 TEST_VARIABLE = "PYTEST_CURRENT_TEST"
 
@@ -104,17 +108,6 @@ def attribute(seen: dict[tuple[int, float], Seen]) -> None:
             parent, hops = seen[parent].parent, hops + 1
 
 
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or "unknown CPU"
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    flags = fields.get("Flags", "")
-    isa = "AVX-512 BF16" if "avx512_bf16" in flags else "AVX-512" if "avx512f" in flags else "AVX2 only"
-    return f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs, {isa}"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -143,7 +136,7 @@ def main() -> int:
         by_kind[entry.kind] += entry.cpu_s
         by_cell[(entry.module or "(no test)", entry.kind)] += entry.cpu_s
     total = sum(by_kind.values())
-    print(f"\n{cpu_model()}; pytest {' '.join(pytest_args)}: exit {suite.returncode}, {wall / 60:.1f} min")
+    print(f"\n{describe_cpu()}; pytest {' '.join(pytest_args)}: exit {suite.returncode}, {wall / 60:.1f} min")
     print(f"\n{'kind':32s} {'CPU s':>8s} {'share':>6s}")
     for kind, cpu in by_kind.most_common():
         print(f"{kind:32s} {cpu:8.0f} {cpu / total:6.0%}")

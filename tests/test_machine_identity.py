@@ -15,7 +15,7 @@ import pytest
 
 from harness.environment import machine_differences
 from harness.regime import load_regime
-from harness.sensors.environment import collect_cpu
+from harness.sensors.environment import collect_cpu, describe_cpu
 from harness.validation import check_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +50,10 @@ def test_collect_cpu_keeps_the_features_the_engine_selects_on(tmp_path: Path) ->
     cpu = collect_cpu(cpuinfo)
     assert cpu["cpu_model"] == "AMD EPYC 9B14" and cpu["cpu_flags"] == ["avx2", "avx512_bf16", "avx512f"]
     assert collect_cpu(tmp_path / "absent")["cpu_flags"] is None  # not readable: never compared
+    assert describe_cpu({**cpu, "cpu_count": 2}) == "AMD EPYC 9B14 (2 CPUs, AVX-512 BF16)"
+    avx2 = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cpu_flags": ["avx2"]}
+    assert describe_cpu(avx2) == "AMD EPYC (2 CPUs, AVX2 only)"
+    assert describe_cpu({**avx2, "cpu_model": None, "cpu_flags": None}) == "unknown CPU (2 CPUs, AVX2 only)"
 
 
 def test_cpu_pins_are_checked_like_gpu_pins() -> None:

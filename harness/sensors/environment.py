@@ -69,6 +69,15 @@ def collect_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
     return {"cpu_model": model, "cpu_count": os.cpu_count(), "cpu_flags": flags}
 
 
+def describe_cpu(cpu: dict[str, Any] | None = None) -> str:
+    """The CPU as the project's figures name it (``collect_cpu``'s record, this machine's when None):
+    its model, core count, and the instruction set the CPU engine's speed turns on."""
+    cpu = collect_cpu() if cpu is None else cpu
+    flags = cpu.get("cpu_flags") or []
+    isa = "AVX-512 BF16" if "avx512_bf16" in flags else "AVX-512" if "avx512f" in flags else "AVX2 only"
+    return f"{cpu.get('cpu_model') or 'unknown CPU'} ({cpu.get('cpu_count')} CPUs, {isa})"
+
+
 def _text(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
