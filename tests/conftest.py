@@ -241,8 +241,8 @@ def shared_study(tmp_path_factory, slurm) -> dict:
 # contract modules come last, on whichever worker is free: short units that end both lanes together
 # (with the drafter builds at the end of the second lane, the first one idled ~4 minutes). Some
 # engine units run two servers themselves (``TWO_SERVERS``: the study's two points, the end-to-end
-# and production modules' runs side by side). The second worker takes the other one-server engine
-# units still queued (the fault test) only while the first worker runs one server at most: the
+# module's runs side by side). The second worker takes the other one-server engine units still
+# queued (the production and fault tests) only while the first worker runs one server at most: the
 # fault test's stall timeout must not see a neighbour's slowness. Measured on the AVX2-only EPYC:
 # docs/measured.md#the-test-suite.
 # The work goes out a module at a time (a module-scoped server starts once), the modules that read
@@ -266,13 +266,13 @@ ENGINE_MODULES = frozenset(
 STUDY_MODULES = frozenset(
     {"test_gate_engine.py", "test_slurm.py", "test_study_engine.py", "test_study_executors_engine.py"}
 )
-TWO_SERVERS = frozenset({"study", "test_end_to_end.py", "test_production_engine.py"})
+TWO_SERVERS = frozenset({"study", "test_end_to_end.py"})
 SECOND_LANE = frozenset({"test_distill_engine.py"})
 LONGEST_FIRST = (
     "study",  # 7 start-ups, two at a time (the timed-out point beside them)
     "test_distill_engine.py",  # drafter builds: one server at a time, and torch (the second lane's)
     "test_end_to_end.py",  # two runs side by side
-    "test_production_engine.py",  # two runs side by side
+    "test_production_engine.py",  # one run: its patched servers import vLLM twice, as users' do
     "test_engine_faults.py",  # one server at a time: whichever worker is free first
     "test_interval_coverage.py",  # 600 simulated runs of the harness's own functions
 )

