@@ -197,6 +197,10 @@ def shared_study(tmp_path_factory, slurm) -> dict:
         timeout_flags = ("--results-dir", str(timeout_results), *slurm_flags, "--time-limit", "1")
         timed_out = start("run", str(TIMEOUT_REGIME), *timeout_flags, log=timeout_results / "run.out")
         resumed.wait(timeout=900)
+        ngram_k4 = study_dir / "points" / "p1" / "arms" / "ngram_k4" / "status.json"
+        assert json.loads(ngram_k4.read_text())["status"] != "ok", (
+            "p1's job finished its last arm before the scancel reached it: nothing was cancelled"
+        )
         after_cancel = {
             "returncode": resumed.returncode,
             "stdout": resumed_log.read_text(),

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 import harness
+from harness.engines.patches import APPLIED_MARK
 from harness.metrics import column_doc
 from harness.results import SCHEMA_VERSION, load_summary, read_jsonl
 from harness.results.records import RequestRecord
@@ -131,6 +132,8 @@ def test_run_stores_raw_samples_per_arm(finished_run) -> None:
     assert logs and any("hf_token" in log.read_text() for log in logs)  # the engine did log the flag
     # the suite's engines fork their engine core (tests/engine_site), and the run records why
     assert all(FORKED in log.read_text() for log in logs)
+    # a regime without engine.patches runs the installed engine: no server applied a patch
+    assert not any(APPLIED_MARK in log.read_text() for log in logs)
     assert env["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(ENGINE_SITE)
     for path in [p for p in run.rglob("*") if p.is_file()]:
         text = path.read_bytes().decode(errors="replace")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ import yaml
 from harness.engines.defects import DEFECTS, known_defects
 from harness.engines.patches import APPLIED_MARK, ENV_VAR, SITE_DIR, patches
 from harness.engines.patches.vllm_55005_cpu_expand import expand
+from harness.errors import UserError
 from harness.regime import load_regime
 from harness.validation import check_served
 
@@ -77,6 +79,7 @@ def test_validate_and_run_refuse_the_unpatched_regime_and_the_launch_shows_the_p
     assert not (tmp_path / "results").exists()  # refused before anything ran
     forced = _bench("validate", str(_regime_file(tmp_path, patches=[])), "--allow-known-defect")
     assert forced.returncode == 0 and "known engine defect (forced)" in forced.stdout
+    assert ENV_VAR not in forced.stdout and str(SITE_DIR) not in forced.stdout  # launched unpatched
     shown = _bench("validate", str(PRODUCTION))
     label = patches()[PATCH].label()
     assert shown.returncode == 0, shown.stderr
@@ -264,5 +267,12 @@ def test_a_forced_run_records_the_defect_and_every_verdict_says_so(
     assert summary.known_defects == [recorded] and summary.engine_patches == []
     shown = _bench("show", str(run.root))  # the run's verdicts as the terminal shows them
     assert f"known engine defect, forced (--allow-known-defect): {recorded}" in " ".join(shown.stdout.split())
-    _, again = resume_run(run.root, console, allow_mismatch=True)  # refused, were it not forced again
+    _, again = resume_run(run.root, console, allow_mismatch=True)  # forced again, as the run was
     assert again.known_defects == [recorded] and "already complete, kept" in out.getvalue()
+    # a run recorded without the forcing is refused on resume: the forcing is the record's, not a flag's
+    unforced = tmp_path / "unforced"
+    shutil.copytree(run.root, unforced)
+    record = json.loads((unforced / "regime.json").read_text())
+    (unforced / "regime.json").write_text(json.dumps({**record, "known_defects": []}))
+    with pytest.raises(UserError, match="vLLM #55005"):
+        resume_run(unforced, console, allow_mismatch=True)

@@ -3,7 +3,9 @@
 (a regime of p0's conditions: `--gates` takes a regime's gates section). Gated without a baseline
 it passes (its relative gates skipped) and against itself it is refused; gated against a copy of
 itself under another run id (the same measurements: a second run of p0's conditions cost two
-start-ups, ~1 minute of CPU on the AVX2 machine, for what tests/test_gates.py checks on stored runs)
+start-ups, ~67 core-seconds on the AVX-512 EPYC and about twice that on the AVX2-only one, for what
+tests/test_gates.py checks on stored runs; that this regime's conditions are p0's is
+tests/test_gates.py's too)
 the relative tau gate, one start-up per side, cannot see the start-up spread and is inconclusive,
 while a tau floor K=4 cannot reach (tau = 1 + accepted / drafts <= 5) is a regression: exit code 1
 and a JUnit file naming the failed gates. No speed is asserted. (An arm configured differently from

@@ -426,3 +426,24 @@ def test_an_arm_configured_differently_in_the_baseline_run_is_said(tmp_path: Pat
     assert "arm ngram_k4 is configured differently from the baseline run's" in out.stdout
     unchanged = _gate(str(good), "--baseline", str(_copy(tmp_path, "again", GATES)))
     assert "configured differently" not in unchanged.stdout
+
+
+def test_the_gate_engine_tests_gates_are_a_regime_of_the_study_points_conditions() -> None:
+    """tests/test_gate_engine.py gates copies of the study's p0 with tests/regimes/cpu_gate.yaml's
+    gates; `bench gate --gates` takes the gates alone, so what keeps that regime the one a user's
+    nightly for p0 would be is this: its conditions fingerprint is p0's."""
+    from harness.plan import plan_regime
+    from harness.study.sweep import plan_study
+
+    def conditions(plan) -> str:
+        prompts = [
+            {"name": w.name, "prompt_format": w.definition.prompt_format, "content_sha256": w.content_sha256}
+            for w in plan.workloads
+        ]
+        return plan.regime.conditions_fingerprint(prompts)
+
+    study, plans = plan_study(ROOT / "tests" / "regimes" / "cpu_study_e2e.yaml")
+    p0 = plans[[point.id for point in study.points].index("p0")]
+    gate = ROOT / "tests" / "regimes" / "cpu_gate.yaml"
+    assert conditions(plan_regime(gate)) == conditions(p0)
+    assert conditions(plans[1]) != conditions(p0)  # p1: 12 tokens, another condition

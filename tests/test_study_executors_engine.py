@@ -10,7 +10,8 @@ baseline + ngram K=2 and K=4, eager, each point one Slurm job through submitit a
 - local: the study resumed on this node continues p1 in place (its finished arms kept) on the GPUs
   the placement plan gave it, and leaves p0 as it was.
 - Slurm and the node agree: the windows p1's last arm (ngram K=4) measured in its Slurm job before
-  the cancel are measured again by the local resume, outside Slurm: the same tokens, the same tau.
+  the cancel (its first, at concurrency 1) are measured again by the local resume, outside Slurm:
+  the same tokens, the same tau.
 
 The Ray executor's scheduling and records are tested with a stand-in (tests/test_study_executors.py).
 """
@@ -112,8 +113,9 @@ def test_the_local_resume_continues_p1_in_place_on_the_plans_gpus(shared_study) 
 
 def test_slurm_and_the_node_measure_the_same_tau(shared_study) -> None:
     """Greedy ngram decodes the same tokens wherever it runs, so its acceptance is the same count:
-    p1's ngram_k4 windows measured in its Slurm job (kept aside when the node continued the point)
-    and measured again on the node agree on every token and on tau to the digit."""
+    the windows p1's ngram_k4 measured in its Slurm job before the cancel (its first, at concurrency
+    1, mostly; kept aside when the node continued the point) and the same windows measured again on
+    the node agree on every token and on tau to the digit."""
     arms = shared_study["dir"] / "points" / "p1" / "arms"
 
     def windows(arm: str) -> dict:
@@ -136,4 +138,7 @@ def test_slurm_and_the_node_measure_the_same_tau(shared_study) -> None:
     on_slurm, on_the_node = windows("ngram_k4.attempt-1"), windows("ngram_k4")
     assert on_slurm and all(tau is not None for tau in on_slurm.values()), on_slurm
     assert on_slurm == {key: on_the_node[key] for key in on_slurm}
-    assert tokens("ngram_k4.attempt-1", on_slurm) == tokens("ngram_k4", on_slurm)
+    in_the_job = tokens("ngram_k4.attempt-1", on_slurm)
+    prompts = json.loads((arms.parent / "regime.json").read_text())["regime"]["load"]["num_prompts"]
+    assert len(in_the_job) == len(on_slurm) * prompts and all(in_the_job.values()), in_the_job
+    assert in_the_job == tokens("ngram_k4", on_slurm)
