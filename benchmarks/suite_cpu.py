@@ -12,8 +12,9 @@ suite keeps busy, the wall clock follows this CPU: it says what to cut.
 
 Processes that lived less than one interval are missed; the last line compares what was sampled
 with the CPU the kernel charged the pytest run (``getrusage`` of its reaped children). The machine
-is named (model, cores, AVX-512 or not): the same suite costs about 1.9x the CPU on the project's
-AVX2-only EPYC.
+is named (model, cores, AVX-512 or not): the same suite costs about 1.65-1.9x the CPU on the
+project's AVX2-only EPYC. The sampled total is the one to compare: the kernel's leaves out the
+shared study's Slurm jobs (slurmd starts them, so they are not the run's children).
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ def main() -> int:
     print(
         f"\nsampled {total:.0f} CPU s in {len(suite_procs)} processes; the kernel charged the run "
         f"{charged.ru_utime + charged.ru_stime:.0f} s (user + system of its reaped processes; "
-        f"the difference: processes shorter than {args.interval} s, and daemons not reaped by it)"
+        f"the difference: processes shorter than {args.interval} s, and the Slurm jobs and daemons, "
+        "which are not its children)"
     )
     return suite.returncode
 

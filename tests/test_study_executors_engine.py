@@ -22,6 +22,7 @@ import json
 
 import pytest
 
+from harness.probes.acceptance import SpecCounters, mean_acceptance_length
 from harness.results import read_jsonl
 from harness.study.collect import load_study
 from tests.conftest import NODE, STUDY_REGIME, bench, engine_processes
@@ -121,11 +122,11 @@ def test_slurm_and_the_node_measure_the_same_tau(shared_study) -> None:
     def windows(arm: str) -> dict:
         taus = {}
         for window in read_jsonl(arms / arm / "windows.jsonl"):
-            before, after = window["counters_before"], window["counters_after"]
-            drafts = after["drafts"] - before["drafts"]
-            accepted = after["accepted_tokens"] - before["accepted_tokens"]
-            key = (window["workload"], window["concurrency"], window["repeat"])
-            taus[key] = round(1 + accepted / drafts, 2) if drafts else None
+            delta = SpecCounters.from_json(window["counters_after"]).minus(
+                SpecCounters.from_json(window["counters_before"])
+            )
+            tau = mean_acceptance_length(delta.drafts, delta.accepted_tokens)
+            taus[window["workload"], window["concurrency"], window["repeat"]] = tau and round(tau, 2)
         return taus
 
     def tokens(arm: str, keys) -> dict:
