@@ -5,7 +5,9 @@ process on the machine twice a second: its user + system CPU, the test that star
 puts ``PYTEST_CURRENT_TEST`` in the environment every process of a test inherits; a process that
 overwrote its environment block, as vLLM's renamed engine core does, takes its parent's), and its
 kind: vLLM API server, vLLM engine core, a drafter build's torch stage, a ``bench`` command, the
-pytest workers themselves (the unit tests run in them), other. On a machine whose two cores the
+pytest workers themselves (the unit tests run in them), the tests' vLLM zygote (its one import of
+vLLM; a server it forks is an API server of the test whose ``bench`` asked for it: its log says
+which), other. On a machine whose two cores the
 suite keeps busy, the wall clock follows this CPU: it says what to cut.
 
     .venv/bin/python benchmarks/suite_cpu.py [--interval 0.5] [--top 25] [-- PYTEST ARGS]
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -38,6 +41,10 @@ from harness.sensors.environment import describe_cpu  # noqa: E402
 
 README_COMMAND = ["-v", "--durations=25", "-n", "2"]  # the README's test command, after `python -m pytest`
 TEST_VARIABLE = "PYTEST_CURRENT_TEST"
+ZYGOTE_KIND = "vllm zygote (its import)"
+VLLM_KINDS = ("vllm API server", "vllm engine core")
+# tests/engine_site/zygote.py's log line for each server it forks: the bench process that asked
+FORKED = re.compile(r"forked (\d+) for bench (\d+)")
 
 
 @dataclass
@@ -53,6 +60,8 @@ class Seen:
 def kind_of(cmdline: list[str], name: str) -> str:
     """What a process is, from its command line and name (vLLM renames its engine core)."""
     joined = " ".join(cmdline)
+    if cmdline[1:3] == ["-m", "zygote"]:
+        return ZYGOTE_KIND
     if name.startswith("VLLM::") or "multiprocessing.spawn" in joined and "vllm" in joined:
         return "vllm engine core"
     if "vllm.entrypoints" in joined:
@@ -89,15 +98,30 @@ def sample(seen: dict[tuple[int, float], Seen], ours: set[int]) -> None:
             parent = None
             try:
                 parent_proc = psutil.Process(info["ppid"])
+                if parent_proc.cmdline()[1:3] == ["-m", "zygote"]:  # a forked server: its bench's
+                    parent_proc = psutil.Process(requester(parent_proc.cmdline()[3], info["pid"]))
                 parent = (parent_proc.pid, parent_proc.create_time())
-            except (psutil.Error, OSError):
+            except (psutil.Error, OSError, IndexError, ValueError):
                 pass
             kind = kind_of(info["cmdline"] or [], info["name"] or "")
             seen[key] = Seen(kind, module_of(environ), cpu, parent)
         else:
             entry.cpu_s = cpu
-            if (info["name"] or "").startswith("VLLM::"):  # renamed after it was first seen
-                entry.kind = "vllm engine core"
+            # renamed after it was first seen: vLLM's engine core, a server the tests' zygote forked
+            kind = kind_of(info["cmdline"] or [], info["name"] or "")
+            if kind in VLLM_KINDS:
+                entry.kind = kind
+
+
+def requester(zygote_socket: str, pid: int) -> int:
+    """The bench process a server forked by the tests' zygote was started for (from its log)."""
+    log = Path(zygote_socket).parent / "zygote.log"
+    for _ in range(10):  # the zygote logs a fork right after it answers
+        found = dict(FORKED.findall(log.read_text(errors="replace")))
+        if str(pid) in found:
+            return int(found[str(pid)])
+        time.sleep(0.05)
+    raise ValueError(f"no fork of {pid} in {log}")
 
 
 def attribute(seen: dict[tuple[int, float], Seen]) -> None:

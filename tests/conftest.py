@@ -8,15 +8,20 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.engine_site.zygote import PID_FILE as ZYGOTE_PID_FILE
+from tests.engine_site.zygote import ZYGOTE_ENV
 
 try:
     from xdist.scheduler import LoadScopeScheduling
@@ -387,3 +392,75 @@ class Lanes(LoadScopeScheduling):
 
 def pytest_xdist_make_scheduler(config, log):
     return Lanes(config, log)
+
+
+# The session's zygote (tests/engine_site/zygote.py): vLLM's API server imported once, and each
+# unpatched server of the suite a fork of it (a start-up here cost ~11 core-seconds less on the
+# 2-core AVX-512 EPYC: ~34 instead of ~45 for a one-server run's whole engine). The controller
+# starts it before the workers exist, with the environment the test regimes give their servers
+# (tests/regimes/: engine.env, and what harness.engines.vllm adds on a CPU), so that their requests
+# match it; a server whose environment differs starts as users' do. BENCH_TEST_ZYGOTE=0: none.
+ZYGOTE_SERVER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "NUMBA_NUM_THREADS": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_SERVER_DEV_MODE": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "2",
+}
+
+
+def _engine_tests_selected(config) -> bool:
+    if "not engine" in (config.getoption("markexpr", "") or ""):
+        return False
+    for arg in config.args:
+        path = Path(arg.split("::")[0])
+        path = path if path.is_absolute() else Path(config.invocation_params.dir) / path
+        if path.is_dir() or path.name in ENGINE_MODULES:
+            return True
+    return False
+
+
+def pytest_configure(config) -> None:
+    inherited = os.environ.get("PYTEST_XDIST_WORKER") or ZYGOTE_ENV in os.environ  # or BENCH_TEST_ZYGOTE=0
+    if inherited or not _engine_tests_selected(config):
+        return
+    directory = Path(tempfile.mkdtemp(prefix="bench-test-zygote-"))
+    socket_path = directory / "zygote.sock"
+    with open(directory / "zygote.log", "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "zygote", str(socket_path)],
+            env={**os.environ, **ZYGOTE_SERVER_ENV},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+    (directory / ZYGOTE_PID_FILE).write_text(f"{process.pid}\n")  # a server start waits while it imports
+    os.environ[ZYGOTE_ENV] = str(socket_path)  # its socket appears once vLLM is imported
+    config.stash[_ZYGOTE] = (process, directory)
+
+
+_ZYGOTE = pytest.StashKey[tuple]()
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    if _ZYGOTE not in config.stash:
+        return
+    _, directory = config.stash[_ZYGOTE]
+    log = (directory / "zygote.log").read_text(errors="replace").splitlines()
+    forked = sum(" forked " in line for line in log)
+    refused = [line.split("differs in ", 1)[-1] for line in log if " refused " in line]
+    why = f" (their environment differs in: {'; '.join(sorted(set(refused)))})" if refused else ""
+    terminalreporter.write_line(
+        f"engine zygote (tests/engine_site/zygote.py): {forked} servers forked, {len(refused)} started "
+        f"as users' do{why}"
+    )
+
+
+def pytest_unconfigure(config) -> None:
+    if _ZYGOTE not in config.stash:
+        return
+    process, directory = config.stash[_ZYGOTE]
+    stop(process)
+    shutil.rmtree(directory, ignore_errors=True)

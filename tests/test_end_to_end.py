@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from harness.server import group_alive
 from harness.summary import summarize
 from tests.conftest import ENGINE_SITE, engine_processes
 from tests.engine_site.sitecustomize import MARK as FORKED
+from tests.engine_site.zygote import ZYGOTE_ENV
 
 pytestmark = pytest.mark.engine
 
@@ -389,7 +391,7 @@ def _listens_on_its_socket_only(arm: Path) -> None:
     assert pids and all(address in loopback for address, _ in _tcp_listeners(pids)), _tcp_listeners(pids)
 
 
-def _interrupt_then_resume(tmp_path: Path) -> None:
+def _interrupt_then_resume(tmp_path: Path) -> Path:
     """Ctrl-C while the first server measures: exit 130, the arm interrupted and what it measured
     kept; a --resume killed with SIGKILL while its second server starts leaves no engine; the next
     --resume moves what was cut short aside and measures both start-ups; one more has nothing to do."""
@@ -427,8 +429,13 @@ def _interrupt_then_resume(tmp_path: Path) -> None:
 
     resume = BENCH + ["run", "--resume", str(run), "--allow-mismatch"]
     # the resume killed with SIGKILL (no handler, no teardown) while its second server starts: the
-    # kernel stops that engine (its parent-death signal), and the next resume measures it again
-    killed = subprocess.Popen(resume, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    # kernel stops that engine (its parent-death signal), and the next resume measures it again.
+    # Its servers start as users' do, not from the tests' zygote (tests/engine_site/zygote.py): the
+    # kernel's signal is what is tested, not the zygote's stand-in for it
+    alone = {**os.environ, ZYGOTE_ENV: "0"}
+    killed = subprocess.Popen(
+        resume, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=alone
+    )
     try:
         deadline = time.monotonic() + 600
         second = run / "arms" / "baseline" / "server.start-2.log"
@@ -467,7 +474,38 @@ def _interrupt_then_resume(tmp_path: Path) -> None:
     assert not (run / "run.lock").exists() and _engine_pids(run) == []
     again = subprocess.run(resume, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert again.returncode == 0 and again.stdout.count("already complete") == 1  # nothing left to run
+    return run
 
 
 def test_interrupt_then_resume(beside) -> None:
     beside["interrupted"].result()
+
+
+def test_a_server_forked_by_the_zygote_answers_as_a_fresh_one(finished_run, beside) -> None:
+    """The suite's unpatched servers are forks of its zygote (tests/engine_site/zygote.py), which
+    imported vLLM once; the main run's (its environment holds a planted HF_ENDPOINT, which vLLM's
+    import reads) start as users' do. Greedy float32 at concurrency 1: the resumed run's baseline,
+    both start-ups forked, answers every prompt with the main run's started baseline's tokens."""
+    _, run = finished_run
+    resumed = beside["interrupted"].result()
+
+    def humaneval_at_1(arm: Path) -> list[dict]:
+        rows = read_jsonl(arm / "samples.jsonl")
+        return [r for r in rows if r["workload"] == "code_humaneval" and r["concurrency"] == 1]
+
+    started = {r["prompt_id"]: r["token_ids"] for r in humaneval_at_1(run / "arms" / "baseline")}
+    forked = humaneval_at_1(resumed / "arms" / "baseline")
+    assert len(started) == 2 and len(forked) == 4  # 2 prompts; 2 start-ups
+    assert all(r["token_ids"] == started[r["prompt_id"]] for r in forked)
+    socket = os.environ.get(ZYGOTE_ENV, "0")
+    if socket == "0":
+        pytest.skip("no zygote in this session (BENCH_TEST_ZYGOTE=0): the servers above all started fresh")
+    log = (Path(socket).parent / "zygote.log").read_text()
+    forked_at = set(re.findall(r"forked \d+ for bench \d+ at (\S+)", log))
+
+    def where(arm: Path) -> str:  # the socket its (last) start-up listened on
+        return json.loads((arm / "launch.json").read_text())["uds"]
+
+    assert where(resumed / "arms" / "baseline") in forked_at
+    assert not {where(run / "arms" / arm) for arm in ("baseline", "ngram_k4")} & forked_at
+    assert "refused (starts as users' do): differs in HF_ENDPOINT" in log

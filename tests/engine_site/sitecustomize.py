@@ -32,8 +32,13 @@ SERVER = "vllm.entrypoints.openai.api_server"  # what the harness runs (python -
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then(module)`` right after module ``target`` is first executed."""
+
+    def __init__(self, target: str, then) -> None:
+        self.target, self.then = target, then
+
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != TARGET:
+        if fullname != self.target:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(fullname)
@@ -43,26 +48,69 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module) -> None:
             run_module(module)
-            platform = getattr(module, "CpuPlatform", None)
-            update = getattr(platform, "check_and_update_config", None)
-            if update is None:  # another vLLM layout: leave it as it is
-                return
-            original = update.__func__
-
-            def check_and_update_config(cls, vllm_config) -> None:
-                original(cls, vllm_config)
-                gc.enable()  # vLLM is imported by now (below)
-                os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
-                print(f"{MARK} (pid {os.getpid()})", file=sys.stderr, flush=True)
-
-            platform.check_and_update_config = classmethod(check_and_update_config)
+            self.then(module)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
+def _fork_the_engine_core(module) -> None:
+    platform = getattr(module, "CpuPlatform", None)
+    update = getattr(platform, "check_and_update_config", None)
+    if update is None:  # another vLLM layout: leave it as it is
+        return
+    original = update.__func__
+
+    def check_and_update_config(cls, vllm_config) -> None:
+        original(cls, vllm_config)
+        gc.enable()  # vLLM is imported by now (below)
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
+        print(f"{MARK} (pid {os.getpid()})", file=sys.stderr, flush=True)
+
+    platform.check_and_update_config = classmethod(check_and_update_config)
+
+
+def _servers_from_the_zygote(module) -> None:
+    """harness.server starts vLLM's API server as a fork of the session's zygote (zygote.py) where
+    one runs and takes it; anything else, or a refusal, starts as it always does."""
+    import subprocess
+    import types
+
+    # beside this file (a pytest-xdist worker runs with its controller's sys.path, without it)
+    spec = importlib.util.spec_from_file_location(
+        "zygote", os.path.join(os.path.dirname(__file__), "zygote.py")
+    )
+    zygote = sys.modules.get("zygote") or importlib.util.module_from_spec(spec)
+    if "zygote" not in sys.modules:
+        sys.modules["zygote"] = zygote
+        spec.loader.exec_module(zygote)
+    ZYGOTE_ENV, fork_server = zygote.ZYGOTE_ENV, zygote.fork_server
+
+    def popen(args, **kwargs):
+        env = kwargs.get("env") or {}
+        log = kwargs.get("stdout")
+        plain = (
+            ZYGOTE_ENV in env
+            and kwargs.get("start_new_session")
+            and kwargs.get("stdin") == subprocess.DEVNULL
+            and kwargs.get("stderr") == subprocess.STDOUT
+            and hasattr(log, "fileno")
+            and set(kwargs) <= {"env", "stdout", "stderr", "stdin", "start_new_session", "preexec_fn"}
+        )
+        if plain:
+            with open(os.devnull, "rb") as devnull:
+                forked = fork_server(list(args), env, devnull.fileno(), log.fileno(), log.fileno())
+            if forked is not None:
+                return forked
+        return subprocess.Popen(args, **kwargs)
+
+    module.subprocess = types.SimpleNamespace(**{**vars(subprocess), "Popen": popen})
+
+
 if __name__ == "sitecustomize":  # at interpreter start; not when a test imports MARK from here
-    sys.meta_path.insert(0, _AfterImport())
+    sys.meta_path.insert(0, _AfterImport(TARGET, _fork_the_engine_core))
+    if os.environ.get("BENCH_TEST_ZYGOTE", "0") != "0":  # zygote.ZYGOTE_ENV (every process reads this file)
+        sys.meta_path.insert(0, _AfterImport("harness.server", _servers_from_the_zygote))
     if SERVER in getattr(sys, "orig_argv", ()):
         # Python's cyclic garbage collector took ~17% of the API server's import of vLLM (which
         # creates many long-lived objects and no garbage to speak of): off until the server's
