@@ -12,10 +12,14 @@ system CPU to readiness): 43 s as users' servers start, 29.5 s forked, 26.5 s wi
 - No cyclic garbage collection while the API server imports vLLM (~17% of that import: it makes
   many long-lived objects and next to no garbage); on again once the server's config is made,
   before the engine core is forked.
+- Where the session runs the tests' zygote (``zygote.py``, ``BENCH_TEST_ZYGOTE``: tests/conftest.py
+  starts it), a ``bench`` process's ``harness.server`` starts vLLM's API server as a fork of it,
+  which imported vLLM once for the whole session (~11 of a start-up's ~14 core-seconds on the
+  AVX-512 EPYC); a server it refuses (another environment) starts as below.
 
 Nothing is measured for speed under it: the benchmarks and the README's figures run without this
-directory. Standard library only; a process that is not vLLM's API server and never imports
-``vllm.platforms.cpu`` is untouched. Each server process it applies to says so on stderr
+directory. Standard library only; a process that is not vLLM's API server, never imports
+``vllm.platforms.cpu`` and never starts one is untouched. Each server process it applies to says so on stderr
 (``MARK``): the server logs show it. A server started with an engine patch (``engine.patches``)
 puts the harness's own ``sitecustomize.py`` first on its PYTHONPATH and starts as users' do.
 """
