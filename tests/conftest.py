@@ -396,11 +396,12 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 # The session's zygote (tests/engine_site/zygote.py): vLLM's API server imported once, and each
-# unpatched server of the suite a fork of it (a start-up here cost ~11 core-seconds less on the
-# 2-core AVX-512 EPYC: ~34 instead of ~45 for a one-server run's whole engine). The controller
-# starts it before the workers exist, with the environment the test regimes give their servers
-# (tests/regimes/: engine.env, and what harness.engines.vllm adds on a CPU), so that their requests
-# match it; a server whose environment differs starts as users' do. BENCH_TEST_ZYGOTE=0: none.
+# unpatched server a test's bench process starts a fork of it, in its own session and process group
+# (a start-up cost ~11 core-seconds less on the 2-core AVX-512 EPYC). The controller starts it
+# before the workers exist, with the environment the test regimes give their servers (tests/regimes/:
+# engine.env, and what harness.engines.vllm adds on a CPU), so that their requests match it; a server
+# whose environment differs in what vLLM's import reads, and every server of a Slurm job, starts as
+# users' do. BENCH_TEST_ZYGOTE=0: no zygote.
 ZYGOTE_SERVER_ENV = {
     "OMP_NUM_THREADS": "1",
     "NUMBA_NUM_THREADS": "1",
