@@ -401,8 +401,8 @@ def pytest_xdist_make_scheduler(config, log):
 # (a start-up cost ~11 core-seconds less on the 2-core AVX-512 EPYC). The controller starts it
 # before the workers exist, with the environment the test regimes give their servers (tests/regimes/:
 # engine.env, and what harness.engines.vllm adds on a CPU), so that their requests match it; a server
-# whose environment differs in what vLLM's import reads, and every server of a Slurm job, starts as
-# users' do. BENCH_TEST_ZYGOTE=0: no zygote.
+# whose environment differs in what vLLM's import reads starts as users' do; a Slurm job's servers
+# come from a zygote of the job's own (zygote.job_zygote). BENCH_TEST_ZYGOTE=0: no zygote.
 ZYGOTE_SERVER_ENV = {
     "OMP_NUM_THREADS": "1",
     "NUMBA_NUM_THREADS": "1",

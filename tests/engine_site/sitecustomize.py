@@ -15,7 +15,8 @@ system CPU to readiness): 43 s as users' servers start, 29.5 s forked, 26.5 s wi
 - Where the session runs the tests' zygote (``zygote.py``, ``BENCH_TEST_ZYGOTE``: tests/conftest.py
   starts it), a ``bench`` process's ``harness.server`` starts vLLM's API server as a fork of it,
   which imported vLLM once for the whole session (~11 of a start-up's ~14 core-seconds on the
-  AVX-512 EPYC); a server it refuses (another environment) and a Slurm job's start as below.
+  AVX-512 EPYC); a Slurm job's, of a zygote of the job's own, inside the job; a server refused
+  (another environment) starts as below.
 
 Nothing is measured for speed under it: the benchmarks and the README's figures run without this
 directory. Standard library only; a process that is not vLLM's API server, never imports

@@ -18,8 +18,11 @@ a ``subprocess.Popen``).
 A fork is only as good as the environment the import saw: a request whose environment differs
 from this process's in anything but per-test noise (``ALLOWED_TO_DIFFER``) is refused, and the
 bench process starts that server as users' start (an engine patch's PYTHONPATH, another thread
-count, a planted endpoint). Each refusal and each fork is logged. Nothing is measured for speed
-under it: the benchmarks and the README's figures run without this directory.
+count, a planted endpoint). Each refusal and each fork is logged. A Slurm job's servers never come
+from the session's zygote, which runs outside the job: the job's ``bench`` process starts a zygote
+of its own at its first server (``job_zygote``), its child inside the job, where Slurm's signals
+and process tracking reach it and its forks. Nothing is measured for speed under it: the
+benchmarks and the README's figures run without this directory.
 """
 
 from __future__ import annotations
