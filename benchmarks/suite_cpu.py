@@ -60,7 +60,7 @@ class Seen:
 def kind_of(cmdline: list[str], name: str) -> str:
     """What a process is, from its command line and name (vLLM renames its engine core)."""
     joined = " ".join(cmdline)
-    if cmdline[1:3] == ["-m", "zygote"]:
+    if is_zygote(cmdline):
         return ZYGOTE_KIND
     if name.startswith("VLLM::") or "multiprocessing.spawn" in joined and "vllm" in joined:
         return "vllm engine core"
@@ -74,6 +74,11 @@ def kind_of(cmdline: list[str], name: str) -> str:
     if "pytest" in " ".join(cmdline[:3]) or "sys.stdin.readline()" in joined:
         return "pytest worker (unit tests)"
     return "other"
+
+
+def is_zygote(cmdline: list[str]) -> bool:
+    """tests/engine_site/zygote.py (``python -m zygote SOCKET PADDING``)."""
+    return cmdline[1:3] == ["-m", "zygote"]
 
 
 def module_of(environ: dict[str, str]) -> str | None:
@@ -98,7 +103,7 @@ def sample(seen: dict[tuple[int, float], Seen], ours: set[int]) -> None:
             parent = None
             try:
                 parent_proc = psutil.Process(info["ppid"])
-                if parent_proc.cmdline()[1:3] == ["-m", "zygote"]:  # a forked server: its bench's
+                if is_zygote(parent_proc.cmdline()):  # a forked server: its bench's
                     parent_proc = psutil.Process(requester(parent_proc.cmdline()[3], info["pid"]))
                 parent = (parent_proc.pid, parent_proc.create_time())
             except (psutil.Error, OSError, IndexError, ValueError):

@@ -13,17 +13,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.engine_site.zygote import DIR_PREFIX as ZYGOTE_DIR_PREFIX
-from tests.engine_site.zygote import PAD as ZYGOTE_PAD
-from tests.engine_site.zygote import PID_FILE as ZYGOTE_PID_FILE
-from tests.engine_site.zygote import ZYGOTE_ENV
+from tests.engine_site.zygote import ZYGOTE_ENV, start_zygote
 
 try:
     from xdist.scheduler import LoadScopeScheduling
@@ -427,20 +423,9 @@ def pytest_configure(config) -> None:
     inherited = os.environ.get("PYTEST_XDIST_WORKER") or ZYGOTE_ENV in os.environ  # or BENCH_TEST_ZYGOTE=0
     if inherited or not _engine_tests_selected(config):
         return
-    directory = Path(tempfile.mkdtemp(prefix=ZYGOTE_DIR_PREFIX))
-    socket_path = directory / "zygote.sock"
-    with open(directory / "zygote.log", "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "zygote", str(socket_path), "#" * ZYGOTE_PAD],  # room for servers' argv
-            env={**os.environ, **ZYGOTE_SERVER_ENV},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=ROOT,
-            start_new_session=True,
-        )
-    (directory / ZYGOTE_PID_FILE).write_text(f"{process.pid}\n")  # a server start waits while it imports
-    os.environ[ZYGOTE_ENV] = str(socket_path)  # its socket appears once vLLM is imported
+    process, socket_path = start_zygote({**os.environ, **ZYGOTE_SERVER_ENV}, cwd=ROOT, start_new_session=True)
+    os.environ[ZYGOTE_ENV] = socket_path  # its socket appears once vLLM is imported
+    directory = Path(socket_path).parent
     config.stash[_ZYGOTE] = (process, directory)
 
 

@@ -172,6 +172,27 @@ def fork_server(args: list[str], env: dict[str, str], stdin, stdout, stderr) -> 
 _JOB_ZYGOTE: dict[str, str] = {}  # this bench process's own zygote, in a Slurm job: its socket
 
 
+def start_zygote(env: dict[str, str], **popen) -> tuple[subprocess.Popen, str]:
+    """A zygote (``python -m zygote SOCKET PADDING``) with this environment, in a fresh directory
+    beside its log and its pid (what a server start waits on while it imports): it and its socket."""
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix=DIR_PREFIX)
+    path = os.path.join(directory, "zygote.sock")
+    with open(os.path.join(directory, "zygote.log"), "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "zygote", path, "#" * PAD],  # PAD: room for its servers' argv
+            env={k: v for k, v in env.items() if k != ZYGOTE_ENV},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            **popen,
+        )
+    with open(os.path.join(directory, PID_FILE), "w") as pid:
+        pid.write(f"{process.pid}\n")
+    return process, path
+
+
 def job_zygote(env: dict[str, str]) -> str:
     """The socket of this ``bench`` process's own zygote, started at its first server (with that
     server's environment) as its child: inside the Slurm job, where Slurm's signals and process
@@ -179,20 +200,8 @@ def job_zygote(env: dict[str, str]) -> str:
     removes its directory; ``atexit`` stops it first when this process ends normally."""
     if "path" not in _JOB_ZYGOTE:
         import atexit
-        import tempfile
 
-        directory = tempfile.mkdtemp(prefix=DIR_PREFIX)
-        path = os.path.join(directory, "zygote.sock")
-        with open(os.path.join(directory, "zygote.log"), "wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "zygote", path, "#" * PAD],
-                env={k: v for k, v in env.items() if k != ZYGOTE_ENV},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        with open(os.path.join(directory, PID_FILE), "w") as pid:
-            pid.write(f"{process.pid}\n")
+        process, _JOB_ZYGOTE["path"] = start_zygote(env)
 
         def stop() -> None:
             process.terminate()
@@ -200,7 +209,6 @@ def job_zygote(env: dict[str, str]) -> str:
                 process.wait(timeout=30)
 
         atexit.register(stop)
-        _JOB_ZYGOTE["path"] = path
     return _JOB_ZYGOTE["path"]
 
 
