@@ -342,6 +342,9 @@ def test_calibrate_then_run_with_one_start_up_gets_the_calibrations_interval(
     data["target"] = {"path": str(model), "dtype": "bfloat16", "max_model_len": 1024}
     data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
     data["load"] |= {"concurrency": [2], "warmup_requests": 0, "num_prompts": 4}
+    # a ramp (the calibration leaves it out), short: against the stand-in each second of it is
+    # hundreds of requests, ~1 s of this process's CPU
+    data["load"]["ramp"] = [{"concurrency": c, "duration_s": 0.3} for c in (1, 2)]
     regime = tmp_path / "stand_in.yaml"
     regime.write_text(yaml.safe_dump(data))
     monkeypatch.setattr("harness.plan.get_adapter", lambda name: StandIn())
