@@ -54,7 +54,7 @@ PR_SET_PDEATHSIG = 1
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     if _PRCTL is not None:
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -265,7 +265,7 @@ class Server:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **self.extra_env},
                 start_new_session=True,  # own process group: teardown reaches every child
-                preexec_fn=_die_with_parent,  # SIGTERM when bench dies: no engine outlives it
+                preexec_fn=die_with_parent,  # SIGTERM when bench dies: no engine outlives it
             )
         _LIVE_GROUPS.add(self.process.pid)
         (self.log_path.parent / PGID_FILE).write_text(f"{self.process.pid}\n")

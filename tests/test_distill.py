@@ -359,6 +359,38 @@ def test_a_stage_that_stops_making_progress_is_stopped(tmp_path: Path) -> None:
     assert left.stdout == ""  # the hung stage's process is gone
 
 
+def test_a_stage_ends_with_the_bench_process_that_started_it(tmp_path: Path) -> None:
+    """A bench process killed with SIGKILL mid-build (no teardown runs) leaves no torch stage
+    training on: the kernel sends it SIGTERM, as it does the servers (``die_with_parent``)."""
+    import subprocess
+    import sys
+    import time
+
+    from harness.server import group_alive
+
+    pid_file = tmp_path / "stage.pid"
+    stage = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    watch = "import sys, pathlib; from harness.drafters.distill import run_watched; "
+    watch += "run_watched([sys.executable, '-c', sys.argv[2]], pathlib.Path(sys.argv[1]), stall_s=600)"
+    bench = subprocess.Popen([sys.executable, "-c", watch, str(tmp_path), stage], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.is_file() and pid_file.read_text()):
+            assert bench.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        pid = int(pid_file.read_text())
+        assert group_alive(pid)  # its own session and group (start_new_session)
+        bench.kill()
+        bench.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while group_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not group_alive(pid), "the stage outlived the bench process killed with SIGKILL"
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+
+
 def test_a_warm_start_continues_a_finished_build_of_the_same_method(tmp_path: Path) -> None:
     """The source is checked (trained here, same method), becomes part of the build's identity and
     gives the losses the first training loss is checked against."""

@@ -63,7 +63,7 @@ from harness.models import cache_root
 from harness.regime import Arm, Regime, TrainedDrafter, workload_paths
 from harness.results.files import read_jsonl
 from harness.sensors.power import open_nvml
-from harness.server import engine_server
+from harness.server import die_with_parent, engine_server
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt, load_prompt_pool, prompt_sha256
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors")
@@ -363,7 +363,12 @@ def run_watched(
     lines of ``log`` and, on a GPU, each device's power draw and memory at that moment (a hung
     worker holds its memory; power, not utilisation, tells it is idle)."""
     started = time.time()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its own group: the watchdog below stops all of it
+        preexec_fn=die_with_parent,  # SIGTERM when bench dies (even by SIGKILL), as its servers get
+    )
     try:
         while True:
             try:
