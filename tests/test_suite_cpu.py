@@ -24,6 +24,13 @@ def test_each_kind_of_process_the_suite_starts() -> None:
     worker = [python, "-c", "import sys;exec(eval(sys.stdin.readline()))"]  # an xdist worker (execnet)
     assert suite_cpu.kind_of(worker, "python").startswith("pytest")
     assert suite_cpu.kind_of(["/usr/sbin/slurmd", "-D"], "slurmd") == "other"
+    zygote = [python, "-m", "zygote", "/tmp/z/zygote.sock"]  # tests/engine_site/zygote.py, by module
+    assert suite_cpu.kind_of([*zygote, "vllm.entrypoints.openai.api_server", "#"], "python").startswith(
+        "vllm zygote"
+    )
+    assert suite_cpu.kind_of([*zygote, "harness.drafters.train_stages", "#"], "python").startswith(
+        "stage zygote"
+    )
 
 
 def test_a_process_without_its_test_takes_its_ancestors() -> None:

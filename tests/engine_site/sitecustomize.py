@@ -16,7 +16,10 @@ system CPU to readiness): 43 s as users' servers start, 29.5 s forked, 26.5 s wi
   starts it), a ``bench`` process's ``harness.server`` starts vLLM's API server as a fork of it,
   which imported vLLM once for the whole session (~11 of a start-up's ~14 core-seconds on the
   AVX-512 EPYC); a Slurm job's, of a zygote of the job's own, inside the job; a server refused
-  (another environment) starts as below.
+  (another environment) starts as below. Likewise a drafter build's torch stages
+  (``harness.drafters.distill``): forks of the ``bench`` process's own stage zygote, which imported
+  torch, transformers and speculators' trainer once for all the build's stages (~10 of a stage's
+  ~13 core-seconds there).
 
 Nothing is measured for speed under it: the benchmarks and the README's figures run without this
 directory. Standard library only; a process that is not vLLM's API server, never imports
@@ -75,21 +78,31 @@ def _fork_the_engine_core(module) -> None:
     platform.check_and_update_config = classmethod(check_and_update_config)
 
 
+def _zygote():
+    """zygote.py, loaded from beside this file (a pytest-xdist worker runs with its controller's
+    sys.path, without this directory)."""
+    if "zygote" not in sys.modules:
+        path = os.path.join(os.path.dirname(__file__), "zygote.py")
+        spec = importlib.util.spec_from_file_location("zygote", path)
+        sys.modules["zygote"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["zygote"])
+    return sys.modules["zygote"]
+
+
+def _with_popen(module, popen) -> None:
+    """``module``'s ``subprocess.Popen`` is ``popen`` (the module's own namespace only)."""
+    import subprocess
+    import types
+
+    module.subprocess = types.SimpleNamespace(**{**vars(subprocess), "Popen": popen})
+
+
 def _servers_from_the_zygote(module) -> None:
     """harness.server starts vLLM's API server as a fork of the session's zygote (zygote.py) where
     one runs and takes it; anything else, or a refusal, starts as it always does."""
     import subprocess
-    import types
 
-    # beside this file (a pytest-xdist worker runs with its controller's sys.path, without it)
-    spec = importlib.util.spec_from_file_location(
-        "zygote", os.path.join(os.path.dirname(__file__), "zygote.py")
-    )
-    zygote = sys.modules.get("zygote") or importlib.util.module_from_spec(spec)
-    if "zygote" not in sys.modules:
-        sys.modules["zygote"] = zygote
-        spec.loader.exec_module(zygote)
-    ZYGOTE_ENV, fork_server = zygote.ZYGOTE_ENV, zygote.fork_server
+    ZYGOTE_ENV, fork_server = _zygote().ZYGOTE_ENV, _zygote().fork_server
 
     def popen(args, **kwargs):
         env = kwargs.get("env") or {}
@@ -109,7 +122,33 @@ def _servers_from_the_zygote(module) -> None:
                 return forked
         return subprocess.Popen(args, **kwargs)
 
-    module.subprocess = types.SimpleNamespace(**{**vars(subprocess), "Popen": popen})
+    _with_popen(module, popen)
+
+
+def _stages_from_a_zygote(module) -> None:
+    """harness.drafters.distill starts a build's torch stages as forks of this bench process's own
+    stage zygote (zygote.fork_stage: torch, transformers and speculators' trainer imported once for
+    the build's stages); a refusal starts them as they always start."""
+    import subprocess
+
+    fork_stage = _zygote().fork_stage
+
+    def popen(args, **kwargs):
+        plain = (
+            kwargs.get("stdin") == subprocess.DEVNULL
+            and kwargs.get("start_new_session")
+            and set(kwargs) <= {"stdin", "start_new_session", "preexec_fn"}
+        )
+        if plain:  # its output where this process's goes, as a Popen that inherits it
+            sys.stdout.flush()
+            sys.stderr.flush()
+            with open(os.devnull, "rb") as devnull:
+                forked = fork_stage(list(args), dict(os.environ), devnull.fileno(), 1, 2)
+            if forked is not None:
+                return forked
+        return subprocess.Popen(args, **kwargs)
+
+    _with_popen(module, popen)
 
 
 if __name__ == "sitecustomize":  # at interpreter start; not when a test imports MARK from here
@@ -118,6 +157,7 @@ if __name__ == "sitecustomize":  # at interpreter start; not when a test imports
     bench = "harness.cli" in argv or any(os.path.basename(arg) == "bench" for arg in argv[1:2])
     if bench and os.environ.get("BENCH_TEST_ZYGOTE", "0") != "0":  # zygote.ZYGOTE_ENV: a bench process
         sys.meta_path.insert(0, _AfterImport("harness.server", _servers_from_the_zygote))
+        sys.meta_path.insert(0, _AfterImport("harness.drafters.distill", _stages_from_a_zygote))
     if SERVER in getattr(sys, "orig_argv", ()):
         # Python's cyclic garbage collector took ~17% of the API server's import of vLLM (which
         # creates many long-lived objects and no garbage to speak of): off until the server's

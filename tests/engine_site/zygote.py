@@ -1,6 +1,8 @@
 """The test suite's engines only: one process that imports vLLM's API server once and forks a fresh
-server for each start-up the suite's runs ask for (``python -m zygote SOCKET``; tests/conftest.py
-starts it for the session and puts its socket in ``ZYGOTE_ENV``).
+server for each start-up the suite's runs ask for (``python -m zygote SOCKET MODULE``;
+tests/conftest.py starts it for the session and puts its socket in ``ZYGOTE_ENV``). The same for a
+drafter build's torch stages (``STAGES``): a process that starts them asks a stage zygote of its
+own, started at its first stage, which imported torch, transformers and speculators' trainer once.
 
 Importing vLLM is most of a test server's start-up: ~10 of the ~14 core-seconds a test-regime
 start-up cost on the 2-core AVX-512 EPYC, and the suite starts ~20 servers. Here that import is
@@ -12,7 +14,7 @@ it), the environment it was given, Python's start-up signal dispositions, the in
 sequence (threads joined, ``atexit``), and a SIGTERM when the bench process that asked for it dies
 (what ``harness.server`` asks of the kernel with ``PR_SET_PDEATHSIG``: here a pidfd watches the
 bench process, since this process is the server's parent). Its exit status reaches the bench
-process over the request's connection (``ForkedServer``, what ``harness.server`` holds instead of
+process over the request's connection (``Forked``, what ``harness.server`` holds instead of
 a ``subprocess.Popen``).
 
 A fork is only as good as the environment the import saw: a request whose environment differs
@@ -20,7 +22,7 @@ from this process's in anything but per-test noise (``ALLOWED_TO_DIFFER``) is re
 bench process starts that server as users' start (an engine patch's PYTHONPATH, another thread
 count, a planted endpoint). Each refusal and each fork is logged. A Slurm job's servers never come
 from the session's zygote, which runs outside the job: the job's ``bench`` process starts a zygote
-of its own at its first server (``job_zygote``), its child inside the job, where Slurm's signals
+of its own at its first server (``own_zygote``), its child inside the job, where Slurm's signals
 and process tracking reach it and its forks. Nothing is measured for speed under it: the
 benchmarks and the README's figures run without this directory.
 """
@@ -44,6 +46,27 @@ import traceback
 
 ZYGOTE_ENV = "BENCH_TEST_ZYGOTE"  # the zygote's socket: set for the processes of a test session ("0": none)
 SERVER = "vllm.entrypoints.openai.api_server"
+STAGES = "harness.drafters.train_stages"  # a drafter build's torch stages (python -m STAGES STAGE WORK)
+# What a zygote of each ``python -m`` module imports before it forks: all that module's own run
+# would import. A torch stage imports its libraries inside its functions (the bench process that
+# starts it never imports torch): torch, transformers, datasets and speculators' trainer, ~10
+# core-seconds of each stage's ~13 on the AVX-512 EPYC, for the suite's 8 stages.
+PRELOAD = {
+    SERVER: (SERVER,),
+    STAGES: (
+        STAGES,
+        "torch",
+        "safetensors.torch",
+        "datasets",
+        "transformers.models.auto.modeling_auto",
+        "transformers.models.llama.modeling_llama",
+        "speculators.train.cli",
+        "speculators.train.config",
+        "speculators.train.checkpointer",
+        "speculators.train.trainer",
+        "speculators.train.vocab_mapping",
+    ),
+}
 # What may differ between the zygote's environment and a server's without making the fork unlike a
 # fresh start, none of it read while vLLM, torch, transformers or huggingface_hub import (each is
 # read when it is used): the test that asked (pytest, xdist), the harness's and the tests' own
@@ -75,11 +98,12 @@ def env_difference(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
 # ---- the bench process's side -------------------------------------------------------------------
 
 
-class ForkedServer:
-    """A server the zygote forked, as ``harness.server`` uses a ``subprocess.Popen``: ``pid``,
-    ``poll``, ``wait`` and ``returncode`` (the zygote, its parent, sends the status when it reaps it).
-    Like ``Popen.poll``, it reports the server's end as soon as the server has ended (a pidfd says
-    so), waiting only the moment the zygote takes to reap it (it wakes on SIGCHLD)."""
+class Forked:
+    """A process the zygote forked (a server, a torch stage), as its starter uses a
+    ``subprocess.Popen``: ``pid``, ``poll``, ``wait`` and ``returncode`` (the zygote, its parent,
+    sends the status when it reaps it). Like ``Popen.poll``, it reports the process's end as soon
+    as it has ended (a pidfd says so), waiting only the moment the zygote takes to reap it (it
+    wakes on SIGCHLD)."""
 
     def __init__(self, args: list[str], pid: int, conn: socket.socket):
         self.args = args
@@ -140,23 +164,41 @@ class ForkedServer:
         self.send_signal(signal.SIGKILL)
 
 
-def fork_server(args: list[str], env: dict[str, str], stdin, stdout, stderr) -> ForkedServer | None:
+def fork_server(args: list[str], env: dict[str, str], stdin, stdout, stderr) -> Forked | None:
     """Ask the zygote for ``args`` (``python -m SERVER ...``) with these descriptors; None where
     there is no zygote or it refuses (the caller then starts the server itself). A Slurm job's
     server is never the session zygote's: it asks a zygote of its ``bench`` process's own, a child
-    of that process inside the job (``job_zygote``)."""
+    of that process inside the job (``own_zygote``)."""
     path = env.get(ZYGOTE_ENV, "0")
-    if path == "0" or len(args) < 3 or args[1:3] != ["-m", SERVER]:
+    if path == "0" or args[1:3] != ["-m", SERVER]:
         return None
     if IN_A_JOB in env:
-        path = job_zygote(env)
+        path = own_zygote(SERVER, env)
+    return fork(path, args, env, stdin, stdout, stderr)
+
+
+def fork_stage(args: list[str], env: dict[str, str], stdin, stdout, stderr, cwd: str = "") -> Forked | None:
+    """A drafter build's torch stage (``python -m STAGES STAGE WORK``) forked by this process's own
+    stage zygote, started at its first stage with that stage's environment; None where the session
+    runs no zygote (``BENCH_TEST_ZYGOTE=0``) or it refuses (the caller starts the stage itself).
+    ``cwd``: its working directory (this process's by default)."""
+    if env.get(ZYGOTE_ENV, "0") == "0" or args[1:3] != ["-m", STAGES]:
+        return None
+    return fork(own_zygote(STAGES, env), args, env, stdin, stdout, stderr, cwd)
+
+
+def fork(
+    path: str, args: list[str], env: dict[str, str], stdin, stdout, stderr, cwd: str = ""
+) -> Forked | None:
+    """Ask the zygote at ``path`` to fork ``args`` with this environment, these descriptors and
+    working directory (this process's by default): None where it is not there or refuses."""
     if not _ready(path):
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(TIMEOUT_S)
     try:
         conn.connect(path)
-        request = {"args": args, "env": env, "cwd": os.getcwd(), "watch": os.getpid()}
+        request = {"args": args, "env": env, "cwd": cwd or os.getcwd(), "watch": os.getpid()}
         socket.send_fds(conn, [json.dumps(request).encode()], [stdin, stdout, stderr])
         conn.shutdown(socket.SHUT_WR)
         answer = json.loads(_line(conn))
@@ -166,22 +208,23 @@ def fork_server(args: list[str], env: dict[str, str], stdin, stdout, stderr) -> 
     if "pid" not in answer:
         conn.close()
         return None
-    return ForkedServer(args, answer["pid"], conn)
+    return Forked(args, answer["pid"], conn)
 
 
-_JOB_ZYGOTE: dict[str, str] = {}  # this bench process's own zygote, in a Slurm job: its socket
+_OWN: dict[str, tuple[subprocess.Popen, str]] = {}  # this process's own zygotes, by module
 
 
-def start_zygote(env: dict[str, str], **popen) -> tuple[subprocess.Popen, str]:
-    """A zygote (``python -m zygote SOCKET PADDING``) with this environment, in a fresh directory
-    beside its log and its pid (what a server start waits on while it imports): it and its socket."""
+def start_zygote(env: dict[str, str], module: str = SERVER, **popen) -> tuple[subprocess.Popen, str]:
+    """A zygote of ``module`` (``python -m zygote SOCKET MODULE PADDING``) with this environment, in
+    a fresh directory beside its log and its pid (what a start waits on while it imports): it and
+    its socket."""
     import tempfile
 
     directory = tempfile.mkdtemp(prefix=DIR_PREFIX)
     path = os.path.join(directory, "zygote.sock")
     with open(os.path.join(directory, "zygote.log"), "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "zygote", path, "#" * PAD],  # PAD: room for its servers' argv
+            [sys.executable, "-m", "zygote", path, module, "#" * PAD],  # PAD: room for its forks' argv
             env={k: v for k, v in env.items() if k != ZYGOTE_ENV},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -193,23 +236,29 @@ def start_zygote(env: dict[str, str], **popen) -> tuple[subprocess.Popen, str]:
     return process, path
 
 
-def job_zygote(env: dict[str, str]) -> str:
-    """The socket of this ``bench`` process's own zygote, started at its first server (with that
-    server's environment) as its child: inside the Slurm job, where Slurm's signals and process
-    tracking reach it and the servers it forks. It ends with this process (it watches it) and
-    removes its directory; ``atexit`` stops it first when this process ends normally."""
-    if "path" not in _JOB_ZYGOTE:
+def own_zygote(module: str, env: dict[str, str]) -> str:
+    """The socket of this process's own zygote of ``module``, started at its first request (with
+    that request's environment) as its child: a Slurm job's ``bench`` process's, of vLLM's server,
+    runs inside the job, where Slurm's signals and process tracking reach it and the servers it
+    forks. It ends with this process (it watches it) and removes its directory; ``atexit`` (or
+    ``stop_own_zygotes``) stops it first."""
+    if module not in _OWN:
         import atexit
 
-        process, _JOB_ZYGOTE["path"] = start_zygote(env)
+        _OWN[module] = start_zygote(env, module)
+        atexit.register(stop_own_zygotes)
+    return _OWN[module][1]
 
-        def stop() -> None:
-            process.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=30)
 
-        atexit.register(stop)
-    return _JOB_ZYGOTE["path"]
+def stop_own_zygotes(*modules: str) -> None:
+    """This process's own zygotes of these modules (all of them by default) stop."""
+    for module in modules or list(_OWN):
+        process, _ = _OWN.pop(module, (None, None))
+        if process is None:
+            continue
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
 
 
 def _line(conn: socket.socket) -> bytes:
@@ -248,8 +297,8 @@ def _log(message: str) -> None:
     print(f"zygote {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
-def _become_server(request: dict, fds: list[int], own: list, started: int) -> None:
-    """In the forked child: turn into ``python -m SERVER ARGS`` as the bench process started it;
+def _become(request: dict, fds: list[int], own: list, started: int) -> None:
+    """In the forked child: turn into ``python -m MODULE ARGS`` as its starter started it;
     one byte on ``started`` once it has (its own session, its descriptors, its directory)."""
     code, by_signal = 1, False
     try:
@@ -274,7 +323,7 @@ def _become_server(request: dict, fds: list[int], own: list, started: int) -> No
 
 
 def _as_started(request: dict, fds: list[int], own: list) -> None:
-    """The process an exec'd ``python -m SERVER ARGS`` would be, from the bench process's Popen."""
+    """The process an exec'd ``python -m MODULE ARGS`` would be, from its starter's Popen."""
     signal.set_wakeup_fd(-1)
     for item in own:  # the zygote's sockets and descriptors
         item.close() if isinstance(item, socket.socket) else os.close(item)
@@ -306,13 +355,15 @@ def _as_started(request: dict, fds: list[int], own: list) -> None:
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    if request["module"] != SERVER:  # (a server's stays off until its config is made: sitecustomize)
+        gc.enable()  # on, as in any freshly started interpreter (the zygote imported with it off)
     _watch(request["watch"])
 
 
 def _show_argv(args: list[str]) -> None:
     """``args`` in /proc/PID/cmdline as exec would put them (NUL-separated: the harness reads a
     server's socket or port there before it stops a group), and its command name: written over
-    the zygote's own argv, which it padded for the purpose (``PAD``)."""
+    the zygote's own argv, which it padded for the purpose (``PAD``: NULs follow the argv there)."""
     with open("/proc/self/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (proc(5) fields 48, 49)
@@ -327,14 +378,19 @@ def _show_argv(args: list[str]) -> None:
 
 
 def _run(args: list[str]) -> tuple[int, bool]:
-    """``python -m SERVER ARGS[3:]``: its exit status as Python would give it, and whether that is
+    """``python -m MODULE ARGS[3:]``: its exit status as Python would give it, and whether that is
     a signal's number (an unhandled KeyboardInterrupt ends an exec'd Python by SIGINT)."""
-    sys.argv = [sys.modules[SERVER].__file__, *args[3:]]
+    module = args[2]
+    sys.argv = [sys.modules[module].__file__, *args[3:]]
     sys.path[0] = os.getcwd()
+    # run as ``python -m`` runs it: once, as __main__, not also in sys.modules under its own name
+    # (what it imports stays imported: that is the zygote's import). Left there, runpy warns: a
+    # RuntimeWarning in every fork's log that a fresh start never prints.
+    del sys.modules[module]
     import runpy
 
     try:
-        runpy.run_module(SERVER, run_name="__main__", alter_sys=True)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):
             return (stop.code or 0) & 0xFF, False
@@ -361,14 +417,15 @@ def _watch(pid: int) -> None:
     threading.Thread(target=wait, name="bench-death-watch", daemon=True).start()
 
 
-def serve(path: str) -> None:
+def serve(path: str, module: str) -> None:
     session = os.pidfd_open(os.getppid())  # the pytest run that started it: it ends with it
     gc.disable()  # as sitecustomize does for a server's import: off until the server's config is made
     import tempfile
 
     started, before, zygote_tmp = time.process_time(), dict(os.environ), tempfile.gettempdir()
     try:
-        __import__(SERVER)
+        for name in PRELOAD.get(module, (module,)):
+            __import__(name)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(path + ".new")
         listener.listen(16)
@@ -376,7 +433,7 @@ def serve(path: str) -> None:
         traceback.print_exc()
         os.unlink(os.path.join(os.path.dirname(path), PID_FILE))  # no zygote: servers start as users' do
         raise
-    _log(f"imported {SERVER} in {time.process_time() - started:.1f} CPU s (pid {os.getpid()})")
+    _log(f"imported {module} in {time.process_time() - started:.1f} CPU s (pid {os.getpid()})")
     if threading.active_count() > 1:
         _log(f"threads after the import: {[t.name for t in threading.enumerate()]} (a fork keeps only one)")
     # what the import itself put in the environment (vLLM sets a few variables as it loads): each
@@ -405,7 +462,7 @@ def serve(path: str) -> None:
                 continue
             conn, _ = listener.accept()
             try:
-                context = {"imported": imported, "zygote_tmp": zygote_tmp}
+                context = {"imported": imported, "zygote_tmp": zygote_tmp, "module": module}
                 _answer(conn, before, context, children, [*own, *children.values()])
             except (OSError, ValueError) as error:
                 _log(f"a request failed: {error!r}")
@@ -435,6 +492,8 @@ def _answer(conn: socket.socket, mine: dict, context: dict, children: dict, own:
         differs = env_difference(mine, request["env"])
         if os.path.realpath(request["args"][0]) != os.path.realpath(sys.executable):
             differs.append(f"the interpreter {request['args'][0]}")
+        if request["args"][1:3] != ["-m", request["module"]]:
+            differs.append(f"what it runs (this zygote runs python -m {request['module']})")
         if differs or len(fds) != 3:
             _log(f"refused (starts as users' do): differs in {', '.join(differs) or 'its descriptors'}")
             conn.sendall(json.dumps({"refused": differs}).encode() + b"\n")
@@ -461,21 +520,24 @@ def _fork(request: dict, fds: list[int], own: list) -> int:
     pid = os.fork()
     if pid == 0:
         os.close(started_r)
-        _become_server(request, fds, own, started_w)
+        _become(request, fds, own, started_w)
     os.close(started_w)
     try:
         ready, _, _ = select.select([started_r], [], [], TIMEOUT_S)
         if not (ready and os.read(started_r, 1)):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            raise OSError(f"the fork {pid} did not become a server within {TIMEOUT_S:.0f} s")
+            raise OSError(f"the fork {pid} did not become {request['args'][2]} within {TIMEOUT_S:.0f} s")
     finally:
         os.close(started_r)
     return pid
 
 
 def _where(args: list[str]) -> str:
-    """Where a server listens (its --uds or --port): the log's name for it (its argv may hold secrets)."""
+    """Where a server listens (its --uds or --port), or a stage's name and work directory: the log's
+    name for it (a server's argv may hold secrets)."""
+    if args[2] == STAGES:
+        return ":".join(args[3:5])
     for flag in ("--uds", "--port"):
         if flag in args[:-1]:
             return args[args.index(flag) + 1]
@@ -499,4 +561,4 @@ def _reap(children: dict[int, socket.socket]) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])  # (sys.argv[2]: the padding, PAD bytes of room for the servers' argv)
+    serve(sys.argv[1], sys.argv[2])  # (sys.argv[3]: the padding, PAD bytes of room for its forks' argv)
