@@ -109,7 +109,10 @@ def sample(seen: dict[tuple[int, float], Seen], ours: set[int]) -> None:
             parent = None
             try:
                 parent_proc = psutil.Process(info["ppid"])
-                if is_zygote(parent_proc.cmdline()):  # a forked server: its bench's
+                if is_zygote(parent_proc.cmdline()):  # a fork: its requester's (a bench process's)
+                    # its own environment block is gone (setproctitle moves it): its zygote's
+                    # names the test where a process's own zygote was started for it (a stage's)
+                    environ = parent_proc.environ()
                     parent_proc = psutil.Process(requester(parent_proc.cmdline()[3], info["pid"]))
                 parent = (parent_proc.pid, parent_proc.create_time())
             except (psutil.Error, OSError, IndexError, ValueError):

@@ -162,8 +162,10 @@ def test_open_loop_requests_go_when_due_not_when_a_slot_frees(stream_server: str
     for record in records:
         assert record.ok, record.error
         assert record.t_scheduled <= record.t_dispatched <= record.t_send < record.t_done
-        # on time: a loaded machine adds ms (0.24 s was seen once, a suite starting its engines beside it)
-        assert record.t_dispatched - record.t_scheduled < 0.5
+        # on time: a loaded machine adds ms (0.24 s was seen once, a suite starting its engines beside
+        # it; 0.63 s once, beside the study's Slurm jobs starting theirs); the schedule spans 1 s, so
+        # a window that sent at its own pace rather than the schedule's still shows
+        assert record.t_dispatched - record.t_scheduled < 1.0
     assert result.duration_s >= 1.0  # the window lasts as long as its schedule
     # all due at once, one slot: each waits for the one before it to finish
     capped = _window(stream_server, "raw", 4, 1, engine_fields=fields, schedule=[0.0] * 4, request_rate=100.0)
