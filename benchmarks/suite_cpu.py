@@ -43,7 +43,7 @@ from harness.sensors.environment import describe_cpu  # noqa: E402
 README_COMMAND = ["-v", "--durations=25", "-n", "2"]  # the README's test command, after `python -m pytest`
 TEST_VARIABLE = "PYTEST_CURRENT_TEST"
 STAGE_KIND = "drafter torch stage"
-# tests/engine_site/zygote.py's, by the module it serves (python -m zygote SOCKET MODULE PADDING)
+# tests/engine_site/zygote.py's, by the module it serves (python -m zygote SOCKET MODULE ...)
 ZYGOTE_KINDS = {"harness.drafters.train_stages": "stage zygote (its import)"}
 ZYGOTE_KIND = "vllm zygote (its import)"
 # what a process can turn into after it was first seen: vLLM's engine core renames itself, and a
@@ -83,7 +83,7 @@ def kind_of(cmdline: list[str], name: str) -> str:
 
 
 def is_zygote(cmdline: list[str]) -> bool:
-    """tests/engine_site/zygote.py (``python -m zygote SOCKET MODULE PADDING``)."""
+    """tests/engine_site/zygote.py (``python -m zygote SOCKET MODULE STARTER PADDING``)."""
     return cmdline[1:3] == ["-m", "zygote"]
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.model_build import resolve_package_gguf
-from tests.engine_site.zygote import STAGES, fork_stage, stop_own_zygotes
+from tests.engine_site.zygote import STAGES, ZYGOTE_ENV, fork_stage, stop_own_zygotes
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = [
@@ -53,6 +53,8 @@ def _stage(stage: str, work: Path) -> None:
         forked = fork_stage(
             args, dict(os.environ), devnull.fileno(), output.fileno(), output.fileno(), str(ROOT)
         )
+        # where the session runs zygotes, a refusal is a fault of the set-up (not silently slower)
+        assert forked is not None or os.environ.get(ZYGOTE_ENV, "0") == "0", "the stage zygote refused"
         if forked is None:
             returncode = subprocess.run(
                 args, stdin=devnull, stdout=output, stderr=output, timeout=900, cwd=ROOT

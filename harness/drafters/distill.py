@@ -22,6 +22,7 @@ and a new drafter is built; a regime that measures other prompts gets its own (h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -386,11 +387,13 @@ def run_watched(
                     ) from None
     finally:  # stalled or interrupted: SIGINT first (the trainer's own shutdown), then SIGKILL
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
+            with contextlib.suppress(ProcessLookupError):  # (its group ended meanwhile)
+                os.killpg(proc.pid, signal.SIGINT)
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
 

