@@ -436,7 +436,12 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
     if _ZYGOTE not in config.stash:
         return
     _, directory = config.stash[_ZYGOTE]
-    log = (directory / "zygote.log").read_text(errors="replace").splitlines()
+    path = directory / "zygote.log"
+    log = path.read_text(errors="replace").splitlines() if path.is_file() else []
+    if not any(" imported " in line for line in log):  # its import failed, or is not done yet
+        why = log[-1] if log else "no log"
+        terminalreporter.write_line(f"engine zygote (tests/engine_site/zygote.py): never served ({why})")
+        return
     forked = sum(" forked " in line for line in log)
     refused = [line.split("differs in ", 1)[-1] for line in log if " refused " in line]
     why = f" (their environment differs in: {'; '.join(sorted(set(refused)))})" if refused else ""

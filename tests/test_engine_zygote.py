@@ -5,6 +5,7 @@ standard library, end to end: its argv, descriptors, output and exit status."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -117,38 +118,51 @@ def test_a_fork_runs_its_module_as_python_m_runs_it(tmp_path: Path) -> None:
 
 def test_a_zygote_and_its_forks_end_with_the_process_that_started_it(tmp_path: Path) -> None:
     """A process's own zygote (a stage zygote's way) whose starter is killed with SIGKILL (no
-    atexit runs): the zygote stops, its fork gets SIGTERM, its directory goes. Nothing is left."""
+    atexit runs): the zygote stops, its fork gets SIGTERM (its input stays open: only a signal
+    ends it), its directory goes. Nothing is left."""
+    import shutil
     import signal
     import subprocess
     import time
 
     from harness.server import group_alive
 
+    read, write = os.pipe()  # the fork's input: the write end stays here, open, to the end
     starter = f"""
 import os, sys, time
 sys.path.insert(0, {str(Path(zygote.__file__).parent)!r})
 import zygote
 env = {{**os.environ, zygote.ZYGOTE_ENV: "0"}}
 path = zygote.own_zygote("json.tool", env)
-read, write = os.pipe()  # its input never comes: it waits
-forked = zygote.fork(path, [sys.executable, "-m", "json.tool"], env, read, 1, 2)
+forked = zygote.fork(path, [sys.executable, "-m", "json.tool"], env, {read}, 1, 2)
 print(zygote._OWN["json.tool"][0].pid, forked.pid, path, flush=True)
 time.sleep(120)
 """
-    proc = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True, pass_fds=(read,)
+    )
+    os.close(read)
+    started: list[int] = []
+    path = ""
     try:
         zygote_pid, fork_pid, path = proc.stdout.readline().split()
-        assert group_alive(int(zygote_pid)) and group_alive(int(fork_pid))  # each its own session
+        started += [int(zygote_pid), int(fork_pid)]
+        assert all(group_alive(pid) for pid in started)  # each its own session
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and (
-            group_alive(int(zygote_pid)) or group_alive(int(fork_pid)) or Path(path).parent.exists()
-        ):
+        while time.monotonic() < deadline and (any(map(group_alive, started)) or Path(path).parent.exists()):
             time.sleep(0.1)
         assert not group_alive(int(fork_pid)), "the fork outlived its starter"
         assert not group_alive(int(zygote_pid)), "the zygote outlived its starter"
         assert not Path(path).parent.exists(), "the zygote left its directory"
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        os.close(write)
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        for pid in started:  # what a failure above left
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        if path:
+            shutil.rmtree(Path(path).parent, ignore_errors=True)

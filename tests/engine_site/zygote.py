@@ -470,13 +470,15 @@ def serve(path: str, module: str, starter: int) -> None:
         for child in list(children):
             with contextlib.suppress(OSError):
                 os.killpg(child, signal.SIGTERM)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
         directory = os.path.dirname(path)
-        if os.path.basename(directory).startswith(DIR_PREFIX):  # nothing of it is left behind
+        if (stopping or not importing[0]) and os.path.basename(directory).startswith(DIR_PREFIX):
             import shutil
 
-            shutil.rmtree(directory, ignore_errors=True)
+            shutil.rmtree(directory, ignore_errors=True)  # nothing of it is left behind
+        else:  # it failed before serving: its log stays (why), the rest goes (no zygote here)
+            for left in (path, path + ".new", os.path.join(directory, PID_FILE)):
+                with contextlib.suppress(OSError):
+                    os.unlink(left)
 
 
 def _import(path: str, module: str) -> tuple[socket.socket, dict, dict]:
@@ -486,15 +488,11 @@ def _import(path: str, module: str) -> tuple[socket.socket, dict, dict]:
     import tempfile
 
     started, before, zygote_tmp = time.process_time(), dict(os.environ), tempfile.gettempdir()
-    try:
-        for name in PRELOAD.get(module, (module,)):
-            __import__(name)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path + ".new")
-        listener.listen(16)
-    except Exception:
-        traceback.print_exc()
-        raise
+    for name in PRELOAD.get(module, (module,)):
+        __import__(name)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".new")
+    listener.listen(16)
     # what it imported, out of the collector's sight: each fork's collections skip it (and do not
     # touch, so copy, its pages), as CPython's docs advise a process that forks workers
     gc.freeze()
@@ -573,8 +571,11 @@ def _fork(request: dict, fds: list[int], own: list) -> int:
     started_r, started_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(started_r)
-        _become(request, fds, own, started_w)
+        try:  # nothing may leave the child by raising: it would run the zygote's own cleanup
+            os.close(started_r)
+            _become(request, fds, own, started_w)
+        finally:
+            os._exit(1)
     os.close(started_w)
     try:
         ready, _, _ = select.select([started_r], [], [], TIMEOUT_S)
@@ -615,6 +616,15 @@ def _reap(children: dict[int, socket.socket]) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2], int(sys.argv[3]))  # (argv[4]: PAD bytes of room for its forks' argv)
-    sys.stderr.flush()
-    os._exit(0)  # not the interpreter's teardown of all it imported (seconds of CPU, for nothing)
+    status = 1
+    try:
+        serve(sys.argv[1], sys.argv[2], int(sys.argv[3]))  # (argv[4]: PAD bytes of room for its forks' argv)
+        status = 0
+    except SystemExit as stop:  # stopped while it imported
+        status = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # the import failed, or its starter was gone: why, in its log
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)  # not the interpreter's teardown of all it imported (seconds of CPU, for nothing)
