@@ -57,6 +57,16 @@ def bench(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
     )
 
 
+def wait_until(condition, timeout: float = 15.0, step: float = 0.1) -> bool:
+    """Whether ``condition()`` came true within ``timeout`` seconds (asked every ``step``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return bool(condition())
+
+
 def engine_processes(launch: dict) -> list[str]:
     """Pids of processes still serving where a ``launch.json`` says its server listened (its Unix
     socket, or its port)."""

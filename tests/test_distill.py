@@ -19,6 +19,7 @@ from harness.errors import UserError
 from harness.plan import plan_regime
 from harness.regime import load_regime
 from harness.workloads import load_prompt_pool, prompt_sha256
+from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "regimes" / "cpu_distill.yaml"
@@ -382,10 +383,9 @@ def test_a_stage_ends_with_the_bench_process_that_started_it(tmp_path: Path) -> 
         assert group_alive(pid)  # its own session and group (start_new_session)
         bench.kill()
         bench.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while group_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not group_alive(pid), "the stage outlived the bench process killed with SIGKILL"
+        assert wait_until(lambda: not group_alive(pid), 30), (
+            "the stage outlived the bench process killed with SIGKILL"
+        )
     finally:
         if bench.poll() is None:
             bench.kill()

@@ -26,7 +26,7 @@ from harness.results import SCHEMA_VERSION, load_summary, read_jsonl
 from harness.results.records import RequestRecord
 from harness.server import group_alive
 from harness.summary import summarize
-from tests.conftest import ENGINE_SITE, engine_processes
+from tests.conftest import ENGINE_SITE, engine_processes, wait_until
 from tests.engine_site.sitecustomize import MARK as FORKED
 from tests.engine_site.zygote import ZYGOTE_ENV
 
@@ -445,10 +445,9 @@ def _interrupt_then_resume(tmp_path: Path) -> Path:
         engine = int((run / "arms" / "baseline" / "server.pgid").read_text())
         killed.kill()
         killed.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while group_alive(engine) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not group_alive(engine), "the engine outlived the bench killed with SIGKILL"
+        assert wait_until(lambda: not group_alive(engine), 30), (
+            "the engine outlived the bench killed with SIGKILL"
+        )
     finally:
         if killed.poll() is None:
             killed.kill()

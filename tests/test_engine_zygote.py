@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_until
 from tests.engine_site import zygote
 from tests.engine_site.zygote import (
     IN_A_JOB,
@@ -123,7 +124,6 @@ def test_a_zygote_and_its_forks_end_with_the_process_that_started_it(tmp_path: P
     import shutil
     import signal
     import subprocess
-    import time
 
     from harness.server import group_alive
 
@@ -150,9 +150,7 @@ time.sleep(120)
         assert all(group_alive(pid) for pid in started)  # each its own session
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and (any(map(group_alive, started)) or Path(path).parent.exists()):
-            time.sleep(0.1)
+        wait_until(lambda: not any(map(group_alive, started)) and not Path(path).parent.exists(), 30)
         assert not group_alive(int(fork_pid)), "the fork outlived its starter"
         assert not group_alive(int(zygote_pid)), "the zygote outlived its starter"
         assert not Path(path).parent.exists(), "the zygote left its directory"

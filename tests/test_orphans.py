@@ -19,18 +19,10 @@ import pytest
 from harness.errors import UserError
 from harness.results.files import RunDir, lock_held, writer_lock
 from harness.server import PGID_FILE, group_alive, reap_abandoned
+from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = ROOT / "tests" / "lifecycle_child.py"
-
-
-def _wait(condition, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 # A stand-in bench: starts a Server the way the runner does, prints its group, then waits.
@@ -61,7 +53,7 @@ def test_a_bench_killed_by_sigkill_leaves_no_server(tmp_path: Path) -> None:
         assert group_alive(pgid)
         bench.kill()  # SIGKILL: no handler, no finally, no teardown
         bench.wait(timeout=10)
-        leader_gone = _wait(lambda: not Path(f"/proc/{pgid}").exists() or _zombie(pgid))
+        leader_gone = wait_until(lambda: not Path(f"/proc/{pgid}").exists() or _zombie(pgid))
         assert leader_gone, "the server outlived the bench that started it"
     finally:
         if bench.poll() is None:
@@ -93,7 +85,7 @@ def _left_running(run: Path, arm: str) -> int:
     )
     (arm_dir / PGID_FILE).write_text(f"{child.pid}\n")
     (arm_dir / "launch.json").write_text(json.dumps({"argv": [], "env": {}, "port": port}))
-    assert _wait(lambda: (arm_dir / "pids").exists())
+    assert wait_until(lambda: (arm_dir / "pids").exists())
     return child.pid
 
 
