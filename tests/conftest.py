@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.sensors.environment import describe_cpu
 from tests.engine_site.zygote import ZYGOTE_ENV, start_zygote
 
 try:
@@ -443,6 +444,9 @@ _ZYGOTE = pytest.StashKey[tuple]()
 
 
 def pytest_terminal_summary(terminalreporter, config) -> None:
+    # The suite's time turns on the CPU kind (docs/measured.md#per-machine-kind): the summary names
+    # it, so that the tail of a CI log, all that CI keeps, says which kind its durations are from.
+    terminalreporter.write_line(f"machine: {describe_cpu()}")
     if _ZYGOTE not in config.stash:
         return
     _, directory = config.stash[_ZYGOTE]
