@@ -2,7 +2,8 @@
 
 ``--simulate``: the harness's own estimators (``harness.intervals.cell_estimates`` for a cell's
 speedup and the winner's correction, ``harness.study.analysis`` for best K and break-even,
-``harness.gates.relative_check`` for a relative gate) on simulated runs whose truth is known.
+``harness.gates.relative_check`` for a relative gate, ``harness.rounds.Standing`` for a run that
+adds rounds until decided) on simulated runs whose truth is known.
 A simulated run: every arm's server starts once per round; each start-up has its own effect
 (log-normal, sd 3% or 6%: this project measured 3.5-6% per server), each round a drift shared by
 its start-ups (sd 2%), each request its own jitter (sd 5%: windows of 16 prompts vary by 1-2%; 2
@@ -235,10 +236,72 @@ def gate_lines(sds: list[float], rounds: list[int], runs: int, seed: int) -> Ite
             yield f"false fail  relative gate       {label}", failed / runs
 
 
+DECIDE_MIN, DECIDE_MAX = 2, 6  # load.server_starts: {min: 2, max: 6, decide: true}
+
+
+@dataclass(frozen=True)
+class Deciding:
+    startup_sd: float
+    arms: int  # with the baseline
+    truth: float
+
+    def label(self) -> str:
+        return (
+            f"sd {100 * self.startup_sd:.0f}%  decide {DECIDE_MIN}-{DECIDE_MAX} rounds  {self.arms} arms  "
+            f"truth {self.truth:.2f}"
+        )
+
+
+def decide_lines(
+    settings: list[Deciding], runs: int, seed: int, looks: int | None = None
+) -> Iterator[tuple[str, float]]:
+    """A run that adds rounds until decided (``load.server_starts: {min: 2, max: 6, decide:
+    true}``): after each round from ``min`` on, the harness's own stop rule (``rounds.Standing``:
+    every speculative cell decided) on the intervals it would store, with ``looks`` (default the
+    design's, ``Load.looks``: 5) corrected for. At the round it stops on: the coverage of arm 1's
+    interval, its false "pays" and the winner's (corrected for the selection) at a true 1.00x, the
+    share that pays at 1.10x, and the rounds it used on average."""
+    from harness.rounds import Standing
+
+    looks = DECIDE_MAX - DECIDE_MIN + 1 if looks is None else looks
+    for setting in settings:
+        rng = np.random.default_rng([seed, int(1000 * setting.startup_sd), setting.arms, 6])
+        covered = pays = winner_pays = rounds_used = 0
+        for _ in range(runs):
+            (table,) = simulate_tables(
+                rng, setting.startup_sd, DECIDE_MAX, [setting.truth] * (setting.arms - 1)
+            )
+            for n in range(DECIDE_MIN, DECIDE_MAX + 1):
+                so_far = {arm: {r: v for r, v in got.items() if r < n} for arm, got in table.items()}
+                found = cell_estimates(so_far, "a0", looks=looks)
+                if Standing(found).all_decided:
+                    break
+            first = found["a1"]
+            covered += first.low is not None and first.low <= setting.truth <= first.high  # type: ignore[operator]
+            pays += first.verdict == "pays"
+            best = max(found.values(), key=lambda e: e.point)
+            winner_pays += best.selected_from(len(found)).verdict == "pays"
+            rounds_used += n
+        yield f"coverage  cell speedup, decide  {setting.label()}", covered / runs
+        if setting.truth == 1.0:
+            yield f"false pays  cell, decide        {setting.label()}", pays / runs
+            if setting.arms > 2:
+                yield f"false pays  winner, decide      {setting.label()}", winner_pays / runs
+        else:
+            yield f"pays  cell, decide              {setting.label()}", pays / runs
+        yield f"rounds used  decide             {setting.label()}", rounds_used / runs
+
+
+def deciding_lines(sds: list[float], rounds: list[int], runs: int, seed: int) -> Iterator[tuple[str, float]]:
+    settings = [Deciding(sd, arms, truth) for sd in sds for arms in (2, 3) for truth in (1.0, 1.10)]
+    return decide_lines(settings, runs, seed)
+
+
 EXTRA_LINES: list[Callable[[list[float], list[int], int, int], Iterator[tuple[str, float]]]] = [
     best_k_lines,
     break_even_lines,
     gate_lines,
+    deciding_lines,
 ]
 
 

@@ -21,6 +21,12 @@ degrees of freedom (m arms with the baseline, n rounds): nominal coverage from t
   residuals are correlated and pooling them would claim degrees of freedom the data lack.
 - An arm missing rounds (it failed on a later start-up) gets its own two-arm model with the
   baseline over the rounds both have.
+- A run that adds rounds until its verdicts are decided (``load.server_starts: {min, max, decide:
+  true}``) looks at its intervals once per round from ``min`` to ``max`` and stops on the first
+  that decides: each look is another chance for a lucky interval to clear 1 (at a true 1.00x, 7%
+  false "pays" from min 2 to max 6 with plain 95% intervals). Its intervals are repeated
+  confidence intervals: each at 1 - 0.05 / looks (Bonferroni over the looks), so that all of them,
+  and so the one the run stopped on, cover together with 95% (``Estimate.looks``).
 
 Every view reads the interval this module computed and the summary stored (``speedup_low``,
 ``speedup_high``, ``speedup_log_se``, ``speedup_df``), so a run, a study, a gate and an export
@@ -60,7 +66,9 @@ class Spread:
 @dataclass(frozen=True)
 class Estimate:
     """A speedup, its 95% interval, and the verdict it supports. ``log_se`` and ``df`` make the
-    interval at any other confidence (a selection among several arms needs a stricter one)."""
+    interval at any other confidence (a selection among several arms needs a stricter one).
+    ``looks``: how many intervals the run's design could look at before it stopped (1: a fixed
+    number of rounds); the interval is at ``level()``, so that the one stopped on covers 95%."""
 
     point: float
     low: float | None = None
@@ -69,9 +77,16 @@ class Estimate:
     df: int = 0
     log_se: float | None = None
     source: IntervalSource | None = None
+    looks: int = 1
 
-    def bounds(self, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
-        """The t interval at ``confidence``; None without one."""
+    def level(self, candidates: int = 1) -> float:
+        """The confidence of each interval behind a 95% claim: Bonferroni over the design's looks
+        and, for the winner of several arms, over the ``candidates`` it was picked from."""
+        return 1 - (1 - CONFIDENCE) / (self.looks * max(candidates, 1))
+
+    def bounds(self, confidence: float | None = None) -> tuple[float, float] | None:
+        """The t interval at ``confidence`` (by default ``level()``); None without one."""
+        confidence = self.level() if confidence is None else confidence
         if self.log_se is None or self.df < 1:
             return (self.low, self.high) if self.low is not None and self.high is not None else None
         half = stats.t_quantile(1 - (1 - confidence) / 2, self.df) * self.log_se
@@ -84,7 +99,7 @@ class Estimate:
         each candidate's interval at 1 - 0.05 / candidates)."""
         if candidates <= 1:
             return self
-        found = self.bounds(1 - (1 - CONFIDENCE) / candidates)
+        found = self.bounds(self.level(candidates))
         return replace(self, low=found[0], high=found[1]) if found else self
 
     @property
@@ -105,6 +120,20 @@ class Estimate:
     def decided(self) -> bool:
         return self.verdict in DECIDED
 
+    def stored(self) -> dict[str, object]:
+        """The fields a summary stores for it (a cell's or a ramp span's ``speedup_*``), which
+        ``stored_estimate`` reads back."""
+        return {
+            "speedup": self.point,
+            "speedup_low": self.low,
+            "speedup_high": self.high,
+            "speedup_interval": self.source,
+            "speedup_rounds": self.rounds,
+            "speedup_df": self.df or None,
+            "speedup_log_se": self.log_se,
+            "speedup_looks": self.looks if self.looks > 1 else None,
+        }
+
     def text(self) -> str:
         if self.low is None or self.high is None:
             side = "faster" if self.point > 1.0 else "slower" if self.point < 1.0 else "no change"
@@ -121,13 +150,14 @@ def stored_estimate(
     df: int | None,
     log_se: float | None,
     source: str | None,
+    looks: int | None = None,
 ) -> Estimate | None:
     """An estimate rebuilt from what a summary stored (never re-computed: every view, the study
     and the gates show the interval the summary holds); a source of an older version is dropped."""
     if point is None:
         return None
     known = source if source in get_args(IntervalSource) else None
-    return Estimate(point, low, high, rounds or 1, df or 0, log_se, known)  # type: ignore[arg-type]
+    return Estimate(point, low, high, rounds or 1, df or 0, log_se, known, looks or 1)  # type: ignore[arg-type]
 
 
 def _balanced(
@@ -151,6 +181,7 @@ def _estimate(
     ss: float,
     df: int,
     spread: Spread | None,
+    looks: int,
 ) -> Estimate:
     n = len(rounds)
     # exp(mean log ratio), as the product of the ratios: one round gives its ratio to the last digit
@@ -162,17 +193,20 @@ def _estimate(
     elif df > 0:
         pooled_df, variance, source = df, ss / df, "server_starts"
     else:
-        return Estimate(point, rounds=n)
+        return Estimate(point, rounds=n, looks=looks)
     log_se = math.sqrt(2 * variance / n)
-    found = Estimate(point, rounds=n, df=pooled_df, log_se=log_se, source=source)
+    found = Estimate(point, rounds=n, df=pooled_df, log_se=log_se, source=source, looks=looks)
     low, high = found.bounds()  # type: ignore[misc]
     return replace(found, low=low, high=high)
 
 
-def cell_estimates(table: RoundTable, baseline: str, spread: Spread | None = None) -> dict[str, Estimate]:
+def cell_estimates(
+    table: RoundTable, baseline: str, spread: Spread | None = None, looks: int = 1
+) -> dict[str, Estimate]:
     """Every arm's speedup against ``baseline`` in one (workload, load level) from its table of
     per-round start-up mean tok/s (``arm -> round -> tok/s``; a non-positive or missing value is
-    a start-up that measured nothing). The baseline itself is not in the result."""
+    a start-up that measured nothing). The baseline itself is not in the result. ``looks``: the
+    intervals the run's design may look at before it stops (``Load.looks``)."""
     logs = {a: {r: math.log(v) for r, v in by_round.items() if v and v > 0} for a, by_round in table.items()}
     rounds = sorted(logs.get(baseline, {}))
     if not rounds:
@@ -182,7 +216,7 @@ def cell_estimates(table: RoundTable, baseline: str, spread: Spread | None = Non
     found: dict[str, Estimate] = {}
     if complete:
         ss, df = _balanced(logs, [baseline, *complete], rounds)
-        found |= {a: _estimate(table, logs, a, baseline, rounds, ss, df, spread) for a in complete}
+        found |= {a: _estimate(table, logs, a, baseline, rounds, ss, df, spread, looks) for a in complete}
     for arm in others:
         if arm in found:
             continue
@@ -190,7 +224,7 @@ def cell_estimates(table: RoundTable, baseline: str, spread: Spread | None = Non
         if not common:
             continue
         ss, df = _balanced(logs, [baseline, arm], common)
-        found[arm] = _estimate(table, logs, arm, baseline, common, ss, df, spread)
+        found[arm] = _estimate(table, logs, arm, baseline, common, ss, df, spread, looks)
     return found
 
 

@@ -536,6 +536,12 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
         ("speedup_rounds", "count", "rounds of server start-ups the speedup's model used"),
         ("speedup_df", "count", "degrees of freedom of the speedup's t interval"),
         ("speedup_log_se", "", "standard error of log(speedup) in the arms x rounds model"),
+        (
+            "speedup_looks",
+            "count",
+            "looks at the interval a run that adds rounds until decided could take; the interval is "
+            "at 1 - 0.05/looks (empty: 1, a fixed number of rounds)",
+        ),
         ("mean_in_flight", "requests", "requests in flight on average in the cell's windows (Little's law)"),
         ("client_cpu_cores", "cores", "CPU the harness client used during the windows"),
         ("stage", "", "ramp: the stage's index in load.ramp (from 0); empty: the whole ramp"),

@@ -143,7 +143,7 @@ def _arm_ramp(raw: RawRun, arm: RawArm, workload: str) -> list[RampStageMetrics]
     return out
 
 
-def ramp_metrics(raw: RawRun, spread: Spread | None = None) -> list[RampStageMetrics]:
+def ramp_metrics(raw: RawRun, spread: Spread | None = None, looks: int = 1) -> list[RampStageMetrics]:
     """Every arm's ramp metrics per workload and stage (and whole), with speedups against the
     baseline from the arms x rounds model; [] for a run without a ramp."""
     workloads = list(dict.fromkeys(w.workload for arm in raw.arms.values() for w in arm.ramp_windows))
@@ -152,7 +152,7 @@ def ramp_metrics(raw: RawRun, spread: Spread | None = None) -> list[RampStageMet
     estimates = {}
     for key in dict.fromkeys((m.workload, m.stage) for m in found):
         table = {m.arm: dict(enumerate(m.startup_tok_s)) for m in found if (m.workload, m.stage) == key}
-        for arm, estimate in cell_estimates(table, baseline, spread).items():
+        for arm, estimate in cell_estimates(table, baseline, spread, looks).items():
             estimates[(arm, *key)] = estimate
     out = []
     for metrics in found:
@@ -160,16 +160,6 @@ def ramp_metrics(raw: RawRun, spread: Spread | None = None) -> list[RampStageMet
         if metrics.arm == baseline:
             metrics = metrics.model_copy(update={"speedup": 1.0 if metrics.output_tok_s else None})
         elif estimate is not None:
-            metrics = metrics.model_copy(
-                update={
-                    "speedup": estimate.point,
-                    "speedup_low": estimate.low,
-                    "speedup_high": estimate.high,
-                    "speedup_rounds": estimate.rounds,
-                    "speedup_df": estimate.df or None,
-                    "speedup_log_se": estimate.log_se,
-                    "speedup_interval": estimate.source,
-                }
-            )
+            metrics = metrics.model_copy(update=estimate.stored())
         out.append(metrics)
     return out

@@ -39,6 +39,7 @@ def _estimate(metrics: RampStageMetrics) -> Estimate | None:
         metrics.speedup_df,
         metrics.speedup_log_se,
         metrics.speedup_interval,
+        metrics.speedup_looks,
     )
 
 

@@ -342,8 +342,9 @@ class AdaptiveRepeats(StrictModel):
 class DecidedStarts(StrictModel):
     """Spend start-ups where they matter: ``min`` rounds always, then one more round at a time while
     any speculative cell's verdict is undecided (its interval neither excludes 1 nor lies within the
-    equivalence margin of 1: ``harness.intervals``), up to ``max``. Strict: ``decide: "yes"`` or
-    ``max: 4.0`` is an error, not a guess."""
+    equivalence margin of 1: ``harness.intervals``), up to ``max``. Each interval is then at
+    1 - 0.05 / (max - min + 1), for the looks the run may take (``Load.looks``). Strict: ``decide:
+    "yes"`` or ``max: 4.0`` is an error, not a guess."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -511,6 +512,11 @@ class Load(StrictModel):
     def decides(self) -> bool:
         """Rounds are added until the verdicts are decided (``server_starts: {decide: true}``)."""
         return not isinstance(self.server_starts, int) and self.server_starts.decide
+
+    def looks(self) -> int:
+        """How many times a run may look at its intervals and stop: once per round from ``min`` to
+        ``max`` when it decides, else once (``harness.intervals``: each interval is corrected for them)."""
+        return self.max_server_starts() - self.min_server_starts() + 1 if self.decides() else 1
 
     ignore_eos: bool = Field(default=False, description="Generate max_output_tokens regardless of EOS.")
     warmup_requests: int = Field(

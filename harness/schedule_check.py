@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from harness import stats
-from harness.intervals import CONFIDENCE, Estimate
+from harness.intervals import Estimate
 from harness.results.model import ArmSummary, CellMetrics, RampStageMetrics
 
 
@@ -46,7 +45,15 @@ def _estimate(cell: CellMetrics | RampStageMetrics) -> Estimate | None:
         cell.speedup_rounds or 1,
         cell.speedup_df or 0,
         cell.speedup_log_se,
+        looks=cell.speedup_looks or 1,
     )
+
+
+def _with_interval(point: float, rounds: int, df: int, log_se: float, looks: int) -> Estimate:
+    """An estimate with its t interval at its level (``Estimate.level``: the design's looks)."""
+    found = Estimate(point, rounds=rounds, df=df, log_se=log_se, looks=looks)
+    low, high = found.bounds()  # type: ignore[misc]
+    return replace(found, low=low, high=high)
 
 
 def ratio(a: Estimate, b: Estimate) -> Estimate:
@@ -55,10 +62,7 @@ def ratio(a: Estimate, b: Estimate) -> Estimate:
     if a.log_se is None or b.log_se is None or a.df < 1 or b.df < 1:
         return Estimate(point, rounds=min(a.rounds, b.rounds))
     log_se, df = max(a.log_se, b.log_se), min(a.df, b.df)
-    half = stats.t_quantile(1 - (1 - CONFIDENCE) / 2, df) * log_se
-    return Estimate(
-        point, point * math.exp(-half), point * math.exp(half), min(a.rounds, b.rounds), df, log_se
-    )
+    return _with_interval(point, min(a.rounds, b.rounds), df, log_se, max(a.looks, b.looks))
 
 
 def over_levels(ratios: Sequence[Estimate]) -> Estimate | None:
@@ -70,10 +74,7 @@ def over_levels(ratios: Sequence[Estimate]) -> Estimate | None:
         return Estimate(point, rounds=min(r.rounds for r in ratios))
     log_se = sum(r.log_se for r in ratios) / len(ratios)  # type: ignore[misc]
     df = min(r.df for r in ratios)
-    half = stats.t_quantile(1 - (1 - CONFIDENCE) / 2, df) * log_se
-    return Estimate(
-        point, point * math.exp(-half), point * math.exp(half), min(r.rounds for r in ratios), df, log_se
-    )
+    return _with_interval(point, min(r.rounds for r in ratios), df, log_se, max(r.looks for r in ratios))
 
 
 def drafted_per_draft(cell: CellMetrics) -> float | None:

@@ -374,7 +374,9 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
     ]
 
 
-def _with_speedups(cells: list[CellMetrics], baseline: str, spread: Spread | None) -> list[CellMetrics]:
+def _with_speedups(
+    cells: list[CellMetrics], baseline: str, spread: Spread | None, looks: int = 1
+) -> list[CellMetrics]:
     """Per (workload, load level): every arm's speedup and interval from the arms x rounds model
     (``harness.intervals``) over its start-ups' mean tok/s; and per repeat, against the baseline's
     same repeat (with adaptive repeats an arm may run more repeats than the baseline did: those
@@ -383,7 +385,7 @@ def _with_speedups(cells: list[CellMetrics], baseline: str, spread: Spread | Non
     found = {}
     for key, members in groups.items():
         table = {c.arm: c.startup_tok_s() for c in members}
-        for arm, estimate in cell_estimates(table, baseline, spread).items():
+        for arm, estimate in cell_estimates(table, baseline, spread, looks).items():
             found[(arm, *key)] = estimate
     base = {(c.workload, c.level): c for c in cells if c.arm == baseline}
     out = []
@@ -400,15 +402,7 @@ def _with_speedups(cells: list[CellMetrics], baseline: str, spread: Spread | Non
         if cell.arm == baseline:
             update["speedup"] = speedup(cell.output_tok_s, cell.output_tok_s)
         elif estimate is not None:
-            update |= {
-                "speedup": estimate.point,
-                "speedup_low": estimate.low,
-                "speedup_high": estimate.high,
-                "speedup_interval": estimate.source,
-                "speedup_rounds": estimate.rounds,
-                "speedup_df": estimate.df or None,
-                "speedup_log_se": estimate.log_se,
-            }
+            update |= estimate.stored()
         out.append(cell.model_copy(update=update))
     return out
 
@@ -435,7 +429,8 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
     cells = [c for arm in raw.regime.arms for c in _arm_cells(raw, arm)]
     calibration = raw.calibration
     spread = Spread(calibration.sd, calibration.df, calibration.label()) if calibration else None
-    cells = _with_speedups(cells, baseline, spread)
+    looks = raw.regime.load.looks()  # a run that adds rounds until decided: its intervals are corrected
+    cells = _with_speedups(cells, baseline, spread, looks)
     section = exactness(raw)
     cells = [c.model_copy(update={"exactness": _cell_exactness(c, section, baseline)}) for c in cells]
     return Summary(
@@ -456,7 +451,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         slo=raw.regime.slo,
         distribution=distribution_section(raw),
         calibration=calibration.label() if calibration else None,
-        ramp=ramp_metrics(raw, spread),
+        ramp=ramp_metrics(raw, spread, looks),
     )
 
 

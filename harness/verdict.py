@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from harness import pooling
-from harness.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate, stored_estimate
+from harness.intervals import CONFIDENCE, EQUIVALENCE_MARGIN, FEW_DF, Estimate, stored_estimate
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
@@ -349,6 +349,7 @@ def estimate_of(cell: CellMetrics) -> Estimate | None:
         cell.speedup_df,
         cell.speedup_log_se,
         cell.speedup_interval,
+        cell.speedup_looks,
     )
 
 
@@ -479,7 +480,14 @@ def interval_note(summary: Summary) -> str:
     calibrated = any("calibration" in str(s) for s in sources)
     where = f"{rounds} rounds of server start-ups" if rounds > 1 else "1 start-up per arm"
     calibration = f" and {summary.calibration}" if calibrated and summary.calibration else ""
+    looks = max((c.speedup_looks or 1 for c in cells), default=1)
+    level = 100 * (1 - (1 - CONFIDENCE) / looks)
+    sequential = (
+        f"; rounds added until decided: each interval at {level:.1f}% for the {looks} looks it could take"
+        if looks > 1
+        else ""
+    )
     return (
         f"speedup with its 95% t interval from {where}{calibration} (arms x rounds model, "
-        f"{df_text} degrees of freedom{few}; best arm corrected for the number of arms)"
+        f"{df_text} degrees of freedom{few}; best arm corrected for the number of arms{sequential})"
     )

@@ -13,7 +13,7 @@ import yaml
 
 from harness.errors import UserError
 from harness.plan import describe_plan, plan_regime
-from harness.results import read_jsonl
+from harness.results import SCHEMA_VERSION, read_jsonl
 from harness.runner import run_regime
 from tests.test_run_plan import REGIME, StandIn, _console
 
@@ -87,7 +87,7 @@ def test_each_turn_is_a_window_built_from_the_arms_own_answers(
     assert cells[("ngram_k4", "agentic_code_refine.turn3")].turn == 3
     assert cells[("ngram_k4", "agentic_code_refine.turn3")].speedup is not None
     record = json.loads((run.root / "regime.json").read_text())
-    assert record["schema_version"] == 10
+    assert record["schema_version"] == SCHEMA_VERSION
     assert [w["definition"]["conversation"]["turns"] for w in record["workloads"]] == [2, 3]
 
 

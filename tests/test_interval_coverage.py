@@ -55,3 +55,16 @@ def test_relative_gate_covers_no_change_and_rarely_fails_a_quiet_night() -> None
     lines = dict(coverage.gate_lines([0.06], [2], RUNS, seed=5))
     assert 0.92 <= lines["coverage  relative gate         sd 6%  2 start-ups a side  no change"] <= 0.98
     assert lines["false fail  relative gate       sd 6%  2 start-ups a side  no change"] <= 0.03
+
+
+def test_a_run_that_decides_keeps_its_false_pays_rate() -> None:
+    """Rounds added until decided (min 2, max 6) at a true 1.00x: with the looks corrected for, the
+    interval it stops on covers and rarely pays; with plain 95% intervals (looks=1) the stop rule
+    picks the lucky ones (the simulation can tell the two apart)."""
+    setting = coverage.Deciding(0.03, 2, 1.0)
+    label = setting.label()
+    corrected = dict(coverage.decide_lines([setting], RUNS, seed=6))
+    assert corrected[f"coverage  cell speedup, decide  {label}"] >= 0.93
+    assert corrected[f"false pays  cell, decide        {label}"] <= 0.03
+    plain = dict(coverage.decide_lines([setting], RUNS, seed=6, looks=1))
+    assert plain[f"false pays  cell, decide        {label}"] >= 0.05

@@ -25,6 +25,27 @@ def test_two_arms_two_rounds_is_the_paired_t_on_log_ratios() -> None:
     assert found.verdict == "indistinguishable" and not found.decided
 
 
+def test_a_deciding_design_widens_each_interval_for_its_looks() -> None:
+    table = {"baseline": {0: 100.0, 1: 110.0, 2: 104.0}, "a": {0: 130.0, 1: 138.0, 2: 135.0}, "b": {}}
+    table["b"] = {0: 120.0, 1: 133.0, 2: 121.0}
+    fixed = cell_estimates(table, "baseline")
+    deciding = cell_estimates(table, "baseline", looks=4)
+    for arm in ("a", "b"):
+        one, four = fixed[arm], deciding[arm]
+        assert (four.point, four.log_se, four.df, four.looks) == (one.point, one.log_se, one.df, 4)
+        # the t interval at 1 - 0.05 / 4, two-sided, computed here
+        half = stats.t_quantile(1 - 0.05 / 8, four.df) * four.log_se
+        assert (four.low, four.high) == pytest.approx(
+            (four.point * math.exp(-half), four.point * math.exp(half)), rel=1e-9
+        )
+        # the winner of 2 arms: Bonferroni over both (1 - 0.05 / 8)
+        winner = four.selected_from(2)
+        half = stats.t_quantile(1 - 0.05 / 16, four.df) * four.log_se
+        assert winner.low == pytest.approx(four.point * math.exp(-half), rel=1e-9)
+        assert one.selected_from(2).low == pytest.approx(one.bounds(0.975)[0], rel=1e-9)
+    assert fixed["a"].verdict == "pays" and deciding["a"].low < fixed["a"].low
+
+
 def test_more_arms_pool_the_residual_of_the_two_way_model() -> None:
     rng = np.random.default_rng(3)
     arms, rounds = ["baseline", "a", "b", "c"], 3

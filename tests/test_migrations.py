@@ -186,6 +186,15 @@ def test_v9_files_read_without_turns_or_prefix_cache_counts() -> None:
     assert _pure(run_record.migrate_v9, {"schema_version": 9})["schema_version"] == 10
 
 
+def test_v10_files_read_as_one_look() -> None:
+    """Version 11: cells gained ``speedup_looks`` (a deciding design's looks; absent: 1, a fixed
+    number of rounds); a version-10 summary, status and run record are otherwise unchanged."""
+    v10 = {"schema_version": 10, "cells": [{"arm": "a", "speedup_df": 2}], "arms": []}
+    assert _pure(summary.migrate_v10, v10) == {**v10, "schema_version": 11}
+    assert _pure(status.migrate_v10, {"status": "ok"}) == {"status": "ok"}
+    assert _pure(run_record.migrate_v10, {"schema_version": 10})["schema_version"] == 11
+
+
 def test_summary_v8_cells_read_without_the_new_acceptance_figures() -> None:
     """Version 9: cells gained accepted_past_stop and prompt_tau, which a version-8 summary lacks
     (read as not derived); a version-8 status and run record are unchanged."""

@@ -103,6 +103,7 @@ def history_entry(run_dir: Path, engine_commit: str | None = None, study: str | 
             cell.speedup_df,
             cell.speedup_log_se,
             cell.speedup_interval,
+            cell.speedup_looks,
         )
         baseline = cell.arm == view.summary.baseline_arm
         cells.append(

@@ -142,6 +142,9 @@ class CellMetrics(ResultModel):
     speedup_rounds: int | None = None
     speedup_df: int | None = None
     speedup_log_se: float | None = None
+    # the intervals the run's design could look at before it stopped (load.server_starts decide);
+    # the interval is corrected for them (harness.intervals). None: 1, a fixed number of rounds
+    speedup_looks: int | None = None
     # requests in flight on average over the cell's windows (version 7 on): a window that drains
     # (num_prompts near the concurrency) runs below its stated load
     mean_in_flight: float | None = None
@@ -271,6 +274,9 @@ class RampStageMetrics(ResultModel):
     speedup_rounds: int | None = None
     speedup_df: int | None = None
     speedup_log_se: float | None = None
+    # the intervals the run's design could look at before it stopped (load.server_starts decide);
+    # the interval is corrected for them (harness.intervals). None: 1, a fixed number of rounds
+    speedup_looks: int | None = None
     speedup_interval: str | None = None
 
 
@@ -384,7 +390,7 @@ class DistributionSection(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[10] = SCHEMA_VERSION
+    schema_version: Literal[11] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str

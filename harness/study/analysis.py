@@ -57,6 +57,7 @@ class Observation:
     speedup_df: int | None = None
     speedup_rounds: int | None = None
     speedup_interval: str | None = None  # its source: server_starts, calibration or both
+    speedup_looks: int | None = None  # the looks its run's design could take (Estimate.looks); None: 1
     scheduled: bool = False  # the arm runs a K per batch size (k_schedule): not one K of its family
 
 
@@ -72,6 +73,7 @@ def estimate(observation: Observation) -> Estimate | None:
         o.speedup_df,
         o.speedup_log_se,
         o.speedup_interval,
+        o.speedup_looks,
     )
 
 
@@ -233,7 +235,9 @@ def break_even(observations: Sequence[Observation]) -> BreakEven:
         )
         return BreakEven(kind=kind, rounds=len(rounds), **base)  # type: ignore[arg-type]
     concurrency, direction, bracket = found
-    interval = crossing_set(levels, rounds)
+    # a point whose run added rounds until decided: the set at its intervals' level (Estimate.level)
+    level = min(found.level() for o in series if (found := estimate(o)) is not None)
+    interval = crossing_set(levels, rounds, level)
     low, high = interval if interval is not None else (None, None)
     return BreakEven(
         kind="crosses",
@@ -310,7 +314,8 @@ def best_k(observations: Sequence[Observation]) -> list[BestK]:
         if all(_has_interval(e) for e in estimates):
             log_se = max(e.log_se for e in estimates)  # type: ignore[union-attr, type-var]
             df = min(e.df for e in estimates)  # type: ignore[union-attr]
-            kept = best_set([math.log(o.speedup) for o in members], log_se, df)  # type: ignore[arg-type]
+            level = min(e.level() for e in estimates)  # type: ignore[union-attr]
+            kept = best_set([math.log(o.speedup) for o in members], log_se, df, level)  # type: ignore[arg-type]
             tied = tuple(sorted(o.k for i, o in enumerate(members) if kept[i] and i != best))  # type: ignore[misc]
         out.append(
             BestK(

@@ -67,6 +67,7 @@ def point_observations(
                 speedup_df=cell.speedup_df,
                 speedup_rounds=cell.speedup_rounds,
                 speedup_interval=cell.speedup_interval,
+                speedup_looks=cell.speedup_looks,
             )
         )
     return out

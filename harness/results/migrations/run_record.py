@@ -78,6 +78,12 @@ def migrate_v9(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "schema_version": 10}
 
 
+def migrate_v10(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 11 corrected the summary's intervals for a deciding design's looks
+    (``summary.migrate_v10``): the record is unchanged."""
+    return {**record, "schema_version": 11}
+
+
 STEPS = (
     migrate_v1,
     migrate_v2,
@@ -88,4 +94,5 @@ STEPS = (
     migrate_v7,
     migrate_v8,
     migrate_v9,
+    migrate_v10,
 )

@@ -56,6 +56,11 @@ def migrate_v9(status: dict[str, Any]) -> dict[str, Any]:
     return status
 
 
+def migrate_v10(status: dict[str, Any]) -> dict[str, Any]:
+    """Version 11 corrected the summary's intervals for a deciding design's looks: unchanged."""
+    return status
+
+
 STEPS = (
     migrate_v1,
     migrate_v2,
@@ -66,4 +71,5 @@ STEPS = (
     migrate_v7,
     migrate_v8,
     migrate_v9,
+    migrate_v10,
 )

@@ -79,6 +79,14 @@ def migrate_v9(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "schema_version": 10}
 
 
+def migrate_v10(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 11: cells and ramp spans gained ``speedup_looks``, the looks at its interval a run
+    that adds rounds until decided could take (its interval is at 1 - 0.05 / looks). Absent: 1. A
+    version-10 run that decided stored uncorrected intervals; ``bench`` re-derives corrected ones
+    from the raw files."""
+    return {**summary, "schema_version": 11}
+
+
 STEPS = (
     migrate_v1,
     migrate_v2,
@@ -89,4 +97,5 @@ STEPS = (
     migrate_v7,
     migrate_v8,
     migrate_v9,
+    migrate_v10,
 )
