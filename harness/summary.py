@@ -7,12 +7,13 @@ workload x concurrency, over repeats) and categories (over a category's workload
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from harness import pooling
 from harness.engines import get_adapter
-from harness.intervals import Spread, cell_estimates
+from harness.intervals import Estimate, Spread, cell_estimates
 from harness.probes import distribution
 from harness.probes.acceptance import (
     SpecCounters,
@@ -375,17 +376,25 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
 
 
 def _with_speedups(
-    cells: list[CellMetrics], baseline: str, spread: Spread | None, looks: int = 1
+    cells: list[CellMetrics],
+    baseline: str,
+    spread: Spread | None,
+    looks: int = 1,
+    unpaired: Collection[str] = (),
 ) -> list[CellMetrics]:
     """Per (workload, load level): every arm's speedup and interval from the arms x rounds model
     (``harness.intervals``) over its start-ups' mean tok/s; and per repeat, against the baseline's
     same repeat (with adaptive repeats an arm may run more repeats than the baseline did: those
-    pair with the baseline's pooled tok/s), which the gates and studies read."""
+    pair with the baseline's pooled tok/s), which the gates and studies read. An ``unpaired`` arm
+    (``RunTiming.unpaired_arms``: its start-ups ran in other rounds than the baseline's) keeps its
+    point but no interval: the model's pairing by round does not hold for it."""
     groups = pooling.grouped(cells, lambda cell: (cell.workload, cell.level))
     found = {}
     for key, members in groups.items():
         table = {c.arm: c.startup_tok_s() for c in members}
         for arm, estimate in cell_estimates(table, baseline, spread, looks).items():
+            if arm in unpaired:
+                estimate = Estimate(estimate.point, rounds=estimate.rounds, looks=estimate.looks)
             found[(arm, *key)] = estimate
     base = {(c.workload, c.level): c for c in cells if c.arm == baseline}
     out = []
@@ -430,7 +439,8 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
     calibration = raw.calibration
     spread = Spread(calibration.sd, calibration.df, calibration.label()) if calibration else None
     looks = raw.regime.load.looks()  # a run that adds rounds until decided: its intervals are corrected
-    cells = _with_speedups(cells, baseline, spread, looks)
+    unpaired = raw.timing.unpaired_arms(baseline) if raw.timing else []
+    cells = _with_speedups(cells, baseline, spread, looks, unpaired)
     section = exactness(raw)
     cells = [c.model_copy(update={"exactness": _cell_exactness(c, section, baseline)}) for c in cells]
     return Summary(

@@ -448,6 +448,12 @@ def run_caveats(summary: Summary) -> list[str]:
         if m not in summary.mismatches
     ]
     found += [f"arm {a.name} is {a.status}: not in any verdict" for a in summary.arms if a.status != "ok"]
+    found += [
+        f"arm {arm}: its start-ups ran in other rounds than the baseline's (retried on resume), so they "
+        "are not paired by round: its speedup has no interval (drift between those rounds would be in it); "
+        "a new run measures it with the baseline"
+        for arm in (summary.timing.unpaired_arms(summary.baseline_arm) if summary.timing else [])
+    ]
     found += failed_requests(summary)
     mechanics = [a.name for a in summary.arms if "mechanics only" in str((a.drafter or {}).get("label", ""))]
     if mechanics:

@@ -26,7 +26,7 @@ from harness.rounds import Standing, cell_estimate, completed_starts, round_line
 from harness.runner import Runner
 from harness.study.placement import time_limit_minutes
 from harness.summary import summarize
-from harness.verdict import interval_note
+from harness.verdict import interval_note, run_caveats
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "tests" / "fixtures" / "run_v3_smoke"
@@ -138,6 +138,40 @@ def test_a_run_that_decides_corrects_its_intervals_for_its_looks(tmp_path: Path)
     assert "looks" not in interval_note(summarize(SMOKE))
     plan = describe_plan(plan_regime(_regime(tmp_path, server_starts={"min": 2, "max": 6, "decide": True})))
     assert "until every verdict is decided, (intervals over start-ups at 99.0% for 5 looks)" in plan
+
+
+def test_an_arm_retried_in_rounds_of_its_own_gets_no_interval(tmp_path: Path) -> None:
+    """ngram failed in round 0 and was retried on resume, alone, in rounds 2 and 3: its start-ups
+    0 and 1 ran in other rounds than the baseline's 0 and 1, so the model's pairing by round does not
+    hold for it: its speedup keeps its point, loses its interval, and the run says why."""
+    run = tmp_path / "run"
+    shutil.copytree(SMOKE, run)
+    record = json.loads((run / "regime.json").read_text())
+    record["regime"]["load"]["server_starts"] = 2
+    (run / "regime.json").write_text(json.dumps(record))
+    _second_start_up(run, "baseline", slower=1.0)
+    _second_start_up(run, "ngram_k4", slower=1.25)
+    others = ["eagle3_untrained_k3", "dflash_untrained_k3", "self_draft_k3"]
+    rounds = [
+        Round(
+            order=["baseline", "ngram_k4", *others],
+            server_starts=dict.fromkeys(["baseline", "ngram_k4", *others], 0),
+            done=["baseline", "ngram_k4", *others],
+        ),
+        Round(order=["baseline"], server_starts={"baseline": 1}, done=["baseline"]),
+        Round(order=["ngram_k4"], server_starts={"ngram_k4": 0}, done=["ngram_k4"]),
+        Round(order=["ngram_k4"], server_starts={"ngram_k4": 1}, done=["ngram_k4"]),
+    ]
+    timing = RunTiming.model_validate(json.loads((run / "timing.json").read_text()))
+    (run / "timing.json").write_text(timing.model_copy(update={"rounds": rounds}).model_dump_json())
+    assert timing.model_copy(update={"rounds": rounds}).unpaired_arms("baseline") == ["ngram_k4"]
+    assert timing.model_copy(update={"rounds": rounds[:2]}).unpaired_arms("baseline") == []
+    summary = summarize(run)
+    cell = next(c for c in summary.cells if c.arm == "ngram_k4" and c.concurrency == 1)
+    assert cell.speedup is not None and cell.speedup_rounds == 2
+    assert (cell.speedup_low, cell.speedup_high, cell.speedup_df, cell.speedup_interval) == (None,) * 4
+    assert any(c.startswith("arm ngram_k4: its start-ups ran in other rounds") for c in run_caveats(summary))
+    assert not any("other rounds" in c for c in run_caveats(summarize(SMOKE)))
 
 
 def test_repeats_on_one_start_up_are_averaged_into_one_sample() -> None:

@@ -315,6 +315,25 @@ class RunTiming(ResultModel):
     invocations: list[Invocation]
     rounds: list[Round] = []  # [] for runs before version 7 recorded them
 
+    def unpaired_arms(self, baseline: str) -> list[str]:
+        """The arms whose start-ups ran in other rounds than the baseline's start-ups of the same
+        index: an arm that failed and was retried on resume starts its count again at 0, in rounds
+        of its own (often in another invocation), so the arms x rounds model would pair it with
+        baseline start-ups of other rounds and drift between them would be in its speedup, unseen
+        by the interval. The last round that ran an arm's start-up is the one its kept files hold
+        (an earlier attempt's were set aside)."""
+        ran: dict[tuple[str, int], int] = {}
+        for index, entry in enumerate(self.rounds):
+            for arm in entry.done:
+                ran[(arm, entry.server_starts[arm])] = index
+        return sorted(
+            {
+                arm
+                for (arm, start), index in ran.items()
+                if arm != baseline and ran.get((baseline, start)) not in (None, index)
+            }
+        )
+
     def total(self, name: str) -> float:
         return sum(getattr(i, name) for i in self.invocations)
 
