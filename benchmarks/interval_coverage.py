@@ -236,6 +236,36 @@ def gate_lines(sds: list[float], rounds: list[int], runs: int, seed: int) -> Ite
             yield f"false fail  relative gate       {label}", failed / runs
 
 
+def calibrated_gate_lines(
+    sds: list[float], rounds: list[int], runs: int, seed: int, arm: bool = True
+) -> Iterator[tuple[str, float]]:
+    """A relative tok/s gate (limit 5%) between two runs of one start-up each, no real change, on a
+    machine with a calibration (6 rounds beforehand): the spread it uses is the calibration's of one
+    arm across rounds (``intervals.arm_spread``, the round's drift included); ``arm=False`` uses the
+    residual sd instead (``residual_spread``, the drift taken out), what a version-1 calibration had."""
+    from harness.gates import relative_check
+    from harness.intervals import arm_spread
+
+    spread_of = arm_spread if arm else residual_spread
+    for sd in sds:
+        rng = np.random.default_rng([seed, int(1000 * sd), 7])
+        covered = failed = 0
+        for _ in range(runs):
+            calibration = simulate_tables(rng, sd, 6, [1.0], levels=2)
+            spread = spread_of(calibration)
+            prompts = rng.lognormal(0.0, 0.5, PROMPTS)
+            (night,) = simulate_curve(rng, sd, 1, [[1.0]], prompts)
+            (reference,) = simulate_curve(rng, sd, 1, [[1.0]], prompts)
+            found = relative_check(
+                list(night["a1"].values()), list(reference["a1"].values()), 5.0, True, spread=spread
+            )
+            covered += found.low is not None and found.low <= 0.0 <= found.high  # type: ignore[operator]
+            failed += found.verdict == "fail"
+        label = f"sd {100 * sd:.0f}%  1 start-up a side + calibration ({'one arm' if arm else 'residual'} sd)"
+        yield f"coverage  relative gate         {label}", covered / runs
+        yield f"false fail  relative gate       {label}", failed / runs
+
+
 DECIDE_MIN, DECIDE_MAX = 2, 6  # load.server_starts: {min: 2, max: 6, decide: true}
 
 
@@ -301,6 +331,7 @@ EXTRA_LINES: list[Callable[[list[float], list[int], int, int], Iterator[tuple[st
     best_k_lines,
     break_even_lines,
     gate_lines,
+    calibrated_gate_lines,
     deciding_lines,
 ]
 
@@ -357,11 +388,17 @@ def real_coverage(regime: Path, runs: int, results_dir: Path, reuse: bool) -> in
                 print(f"run {index + 1} exited {done.returncode}: stopping", file=sys.stderr)
                 return done.returncode
     found = [(d, summarize(d)) for d in sorted(p.parent for p in results_dir.glob("*/*/regime.json"))]
-    # complete runs only (a run still going, or interrupted, is not one of the N)
+    # complete runs only (a run still going, or interrupted, is not one of the N), and not one the
+    # harness calls provisional: measured beside a busy neighbour, it is not a sample of the engine
     complete = [(d, s) for d, s in found if all(a.status == "ok" for a in s.arms)]
+    provisional = [d for d, s in complete if any(c.noisy_neighbour for c in s.cells)]
+    complete = [(d, s) for d, s in complete if d not in provisional]
     run_dirs, summaries = [d for d, _ in complete], [s for _, s in complete]
     print(f"\n{len(summaries)} runs of {regime} on {cpu_model()}:")
     print("  " + ", ".join(d.name for d in run_dirs))
+    if provisional:
+        names = ", ".join(d.name for d in provisional)
+        print(f"  left out, measured beside a busy neighbour (the verdict's PROVISIONAL): {names}")
     cells = sorted(
         {(c.arm, c.workload, c.level) for s in summaries for c in s.cells if c.arm != s.baseline_arm}
     )

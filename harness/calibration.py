@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from harness.environment import environment_fingerprint, identity_differences, machine_identity
 from harness.errors import UserError
-from harness.intervals import Estimate, RoundTable, Spread, cell_estimates, residual_spread
+from harness.intervals import Estimate, RoundTable, Spread, arm_spread, cell_estimates, residual_spread
 from harness.regime import LoadLevel, Regime
 from harness.results import Summary, read_json, write_json_atomic
 from harness.results.calibration import Calibration
@@ -127,6 +127,7 @@ def measure_calibration(
             "there is no spread to measure (did the arms fail? bench show the run)"
         )
     sd, df = found
+    arm_sd, arm_df = arm_spread(tables) or (None, None)
     measured = {arm for table in tables for arm in table}
     return Calibration(
         regime_name=regime.name,
@@ -140,6 +141,8 @@ def measure_calibration(
         sd=sd,
         df=df,
         cells=len(tables),
+        arm_sd=arm_sd,
+        arm_df=arm_df,
     )
 
 
@@ -233,10 +236,16 @@ def chosen_calibration(
 def calibration_text(calibration: Calibration) -> str:
     """The spread a calibration found, as ``bench calibrate`` prints it."""
     cells = f"{calibration.cells} cell" + ("s" if calibration.cells != 1 else "")
+    one_arm = (
+        f"; one arm across rounds {100 * calibration.arm_sd:.1f}%, the round's drift included, for "
+        f"relative gates ({calibration.arm_df} degrees of freedom)"
+        if calibration.arm_sd is not None
+        else ""
+    )
     return (
         f"start-up spread {100 * calibration.sd:.1f}% (residual sd of log start-up tok/s; "
         f"{calibration.df} degrees of freedom; {cells}, {calibration.rounds} rounds of "
-        f"{len(calibration.arms)} arms)"
+        f"{len(calibration.arms)} arms){one_arm}"
     )
 
 

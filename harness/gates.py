@@ -14,10 +14,12 @@ what its start-up gave and cannot see the start-up to start-up spread; prompt-le
 one value per prompt. The change current / baseline - 1 gets a t interval on the log ratio
 (``stats.log_ratio_interval``: pooled two-sample t; a metric that may be 0 gets the difference's,
 ``stats.difference_interval``); a Mann-Whitney p-value is shown beside it. It fails when the change
-is worse than the tolerance AND its interval excludes no change; an interval wider than the limit
-(half-width above the tolerance) could not have seen a regression of that size: "inconclusive",
+is worse than the tolerance AND its interval excludes no change; it passes when the interval rules
+out a regression beyond the tolerance, or is within it around a point within it; an interval wider
+than the limit that does neither could not have seen a regression of that size: "inconclusive",
 never "pass"; one start-up on a side is "inconclusive" too, unless the run has a machine
-calibration and the metric is output_tok_s (its start-up spread then makes the interval).
+calibration and the metric is output_tok_s (its spread of one arm across rounds then makes the
+interval).
 "Inconclusive" is shown, never failing. A failed or missing arm is a regression; an engine that
 never started is an infrastructure error (exit 3), not a regression. ``--confirm`` re-runs the
 failing arms on fresh start-ups: a check fails only if it fails in both runs (``confirm``).
@@ -430,10 +432,16 @@ def _relative(
     unit = "prompt" if metric.samples == "prompt" else "start-up"
     one_startup = unit == "start-up" and min(len(values), len(reference)) < 2
     # a calibration measured the start-up spread of log tok/s on this machine: it stands in for the
-    # spread one start-up per side cannot show, for that metric only
+    # spread one start-up per side cannot show, for that metric only. One arm across two runs: its
+    # spread across rounds, the round's drift included (arm_sd; a version-1 calibration has none,
+    # and its residual sd, with the drift taken out, would understate it)
     spread = (
-        (calibration.sd, calibration.df)
-        if calibration and one_startup and metric.name == "output_tok_s"
+        (calibration.arm_sd, calibration.arm_df)
+        if calibration
+        and calibration.arm_sd
+        and calibration.arm_df
+        and one_startup
+        and metric.name == "output_tok_s"
         else None
     )
     result = relative_check(

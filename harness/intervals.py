@@ -99,8 +99,10 @@ class Estimate:
         each candidate's interval at 1 - 0.05 / candidates)."""
         if candidates <= 1:
             return self
-        found = self.bounds(self.level(candidates))
-        return replace(self, low=found[0], high=found[1]) if found else self
+        if self.log_se is None or self.log_se <= 0 or self.df < 1:  # nothing to widen it with
+            return Estimate(self.point, rounds=self.rounds, looks=self.looks)
+        low, high = self.bounds(self.level(candidates))  # type: ignore[misc]
+        return replace(self, low=low, high=high)
 
     @property
     def verdict(self) -> Verdict:
@@ -194,6 +196,8 @@ def _estimate(
         pooled_df, variance, source = df, ss / df, "server_starts"
     else:
         return Estimate(point, rounds=n, looks=looks)
+    if variance <= 0:  # start-ups that agree to the last digit are copies, not a measured spread
+        return Estimate(point, rounds=n, looks=looks)
     log_se = math.sqrt(2 * variance / n)
     found = Estimate(point, rounds=n, df=pooled_df, log_se=log_se, source=source, looks=looks)
     low, high = found.bounds()  # type: ignore[misc]
@@ -226,6 +230,25 @@ def cell_estimates(
         ss, df = _balanced(logs, [baseline, arm], common)
         found[arm] = _estimate(table, logs, arm, baseline, common, ss, df, spread, looks)
     return found
+
+
+def arm_spread(tables: list[RoundTable]) -> tuple[float, int] | None:
+    """The spread of one arm's log(start-up mean tok/s) across rounds (``(sd, df)``; None when no
+    arm has two rounds): the round's drift included, which cancels from a speedup (one round, two
+    arms) but not from a comparison of one arm across two runs (a relative gate). Each arm's
+    variance over its rounds, averaged over arms and cells; the degrees of freedom are one cell's
+    (the fewest): a start-up measures every cell, so the cells are not independent."""
+    variances, dfs = [], []
+    for table in tables:
+        logs = [[math.log(v) for v in t.values() if v and v > 0] for t in table.values()]
+        logs = [values for values in logs if len(values) >= 2]
+        if not logs:
+            continue
+        for values in logs:
+            centre = sum(values) / len(values)
+            variances.append(sum((v - centre) ** 2 for v in values) / (len(values) - 1))
+        dfs.append(sum(len(values) - 1 for values in logs))
+    return (math.sqrt(sum(variances) / len(variances)), min(dfs)) if variances else None
 
 
 def residual_spread(tables: list[RoundTable]) -> tuple[float, int] | None:

@@ -1,15 +1,16 @@
-"""Statistics for the regression gates: pure functions on plain lists of samples.
+"""The statistics every derived number uses: pure functions on plain lists of samples.
 
-The gate calls a regression only when the effect is larger than the tolerance AND the
-measurements separate it from noise. Two tools, both distribution-free:
-
-- a percentile bootstrap confidence interval of the relative change of a statistic (mean, median
-  or p90) between a baseline sample and a current sample, each side resampled independently;
+- t and normal quantiles, and the one-sided Dunnett quantile of Hsu's comparisons with the best
+  (``t_quantile``, ``best_of_quantile``): the speedup's model (``harness.intervals``), best K and
+  break-even (``harness.study.analysis``);
+- t intervals of a relative change between two samples, on the log ratio or the difference
+  (``log_ratio_interval``, ``difference_interval``): the relative gates;
+- a percentile bootstrap of one statistic (mean, median or p90), seeded so the same samples give
+  the same verdict (``bootstrap``, the one resampling loop): an absolute gate's interval, and the
+  precision of adaptive repeats;
 - the Mann-Whitney U test (exact for small samples without ties, normal approximation with tie
-  and continuity corrections otherwise), reported next to it.
-
-Resampling uses its own seeded generator: the same samples always give the same verdict. Every
-bootstrap of the harness (gates, speedup intervals, break-even, best K) goes through ``bootstrap``.
+  and continuity corrections otherwise), shown beside a gate's interval, and Cliff's delta
+  stratified by prompt: the distribution check of sampled runs.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 A pure function of the typed ``Summary``. Per (workload, load level) window:
 
 - the fastest arm (the baseline included) and the fastest speculative arm;
-- whether that speculative arm pays: its speedup's 95% interval (from the server start-ups, the
-  repeats, or with one window from the requests) lies above 1 ("pays"), below 1 ("loses"), or spans 1
-  ("indistinguishable from the baseline");
+- whether that speculative arm pays: its speedup's 95% interval (``harness.intervals``: the arms x
+  rounds model over the server start-ups, or a machine calibration), corrected for the arms it was
+  picked from, lies above 1 ("pays"), below 1 ("loses"), within 3% of 1 ("equivalent"), or spans 1
+  ("indistinguishable from the baseline"); with no interval it is "unverified";
 - $/Mtok at the baseline and at that arm, and the saving;
 - whether its greedy outputs stayed identical to the baseline's;
 - the caveats that qualify it, never hidden: a drafter that only exercises the mechanics, a

@@ -204,7 +204,9 @@ def test_relative_gate_compares_startups(tmp_path: Path) -> None:
 
 def test_a_calibration_stands_in_for_the_startup_spread_of_tok_s(tmp_path: Path) -> None:
     """One start-up per side, but the run has this machine's calibration: output_tok_s gets the
-    calibration's sd with its df (tau, not a timed rate, stays inconclusive)."""
+    calibration's spread of one arm across rounds with its df (tau, not a timed rate, stays
+    inconclusive); a version-1 calibration has only the residual sd, with the round's drift taken
+    out, which would understate one arm's spread across two runs: inconclusive."""
     rules = {
         "rules": [
             {
@@ -234,14 +236,18 @@ def test_a_calibration_stands_in_for_the_startup_spread_of_tok_s(tmp_path: Path)
         "run_id": "20261201-093000-a1b2c3",
         "rounds": 6,
         "arms": ["baseline", "ngram_k4"],
-        "sd": 0.04,
+        "sd": 0.03,
         "df": 5,
         "cells": 4,
     }
+    (worse / "calibration.json").write_text(json.dumps({**calibration, "schema_version": 1}))
+    tok_s, _ = evaluate(*open_views(worse, good))
+    assert tok_s.verdict == "inconclusive" and tok_s.message.startswith("one start-up per side")
+    calibration |= {"arm_sd": 0.04, "arm_df": 5}
     (worse / "calibration.json").write_text(json.dumps(calibration))
     view, baseline = open_views(worse, good)
     tok_s, tau = evaluate(view, baseline)
-    half = 2.5705818366147395 * 0.04 * math.sqrt(2)  # t(0.975, 5) x sd x sqrt(1/1 + 1/1)
+    half = 2.5705818366147395 * 0.04 * math.sqrt(2)  # t(0.975, 5) x arm_sd x sqrt(1/1 + 1/1)
     assert tok_s.verdict == "fail" and tok_s.value / tok_s.baseline_value == pytest.approx(1 / 1.25)
     assert (tok_s.low, tok_s.high) == pytest.approx(
         (1 - math.exp(-math.log(1.25) + half), 1 - math.exp(-math.log(1.25) - half))

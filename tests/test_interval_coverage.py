@@ -68,3 +68,10 @@ def test_a_run_that_decides_keeps_its_false_pays_rate() -> None:
     assert corrected[f"false pays  cell, decide        {label}"] <= 0.03
     plain = dict(coverage.decide_lines([setting], RUNS, seed=6, looks=1))
     assert plain[f"false pays  cell, decide        {label}"] >= 0.05
+
+
+def test_a_calibrated_gate_with_one_start_up_a_side_uses_one_arms_spread() -> None:
+    lines = dict(coverage.calibrated_gate_lines([0.03], [], RUNS, seed=7))
+    label = "sd 3%  1 start-up a side + calibration (one arm sd)"
+    assert 0.92 <= lines[f"coverage  relative gate         {label}"] <= 0.98
+    assert lines[f"false fail  relative gate       {label}"] <= 0.04

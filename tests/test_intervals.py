@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness import stats
-from harness.intervals import Estimate, Spread, cell_estimates, residual_spread
+from harness.intervals import Estimate, Spread, arm_spread, cell_estimates, residual_spread
 
 
 def test_two_arms_two_rounds_is_the_paired_t_on_log_ratios() -> None:
@@ -134,3 +134,15 @@ def test_calibration_spread_averages_cells_but_claims_one_cells_df() -> None:
 def test_best_of_quantile_matches_dunnetts_tables(others: int, df: int, table: float) -> None:
     assert stats.best_of_quantile(others, df) == pytest.approx(table, abs=0.006)
     assert stats.best_of_quantile(1, df) == pytest.approx(stats.t_quantile(0.95, df))
+
+
+def test_one_arms_spread_across_rounds_keeps_the_rounds_drift() -> None:
+    # the same drift in both arms: the residual (a speedup's spread) is 0, one arm's is the drift's
+    drift = [0.0, 0.05, -0.03]
+    table = {"baseline": {r: 100 * math.exp(d) for r, d in enumerate(drift)}}
+    table["ngram"] = {r: 130 * math.exp(d) for r, d in enumerate(drift)}
+    residual = residual_spread([table])
+    assert residual is not None and residual[0] == pytest.approx(0.0, abs=1e-12)
+    sd, df = arm_spread([table, table])  # type: ignore[misc]
+    assert sd == pytest.approx(float(np.std(drift, ddof=1))) and df == 4  # one cell's: 2 arms x 2
+    assert arm_spread([{"baseline": {0: 100.0}}]) is None

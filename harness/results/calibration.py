@@ -18,7 +18,7 @@ CALIBRATION_FILE = "calibration.json"
 
 
 class Calibration(ResultModel):
-    schema_version: Literal[1] = 1
+    schema_version: Literal[1, 2] = 2
     regime_name: str
     regime_fingerprint: str  # of the calibrated regime (the run's own, not the small window's)
     machine_fingerprint: str  # harness.environment.environment_fingerprint of the machine
@@ -30,6 +30,11 @@ class Calibration(ResultModel):
     sd: float  # residual sd of log(start-up mean tok/s)
     df: int  # its degrees of freedom (one cell's: the cells of a start-up share its server)
     cells: int  # how many (workload, load level) cells it averaged
+    # version 2: the sd of one arm's log(start-up mean tok/s) across rounds, the round's drift
+    # included (harness.intervals.arm_spread), and its degrees of freedom: what a comparison of one
+    # arm across two runs has (a relative gate), where the drift does not cancel. None: version 1
+    arm_sd: float | None = None
+    arm_df: int | None = None
 
     def file_name(self) -> str:
         """Its name in a calibration store: one file per regime name, fingerprint and machine (a

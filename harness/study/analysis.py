@@ -337,10 +337,8 @@ def best_k(observations: Sequence[Observation]) -> list[BestK]:
 
 
 def corrected(found: Estimate, candidates: int) -> Estimate:
-    """``found`` as the winner of ``candidates`` arms (Bonferroni, ``Estimate.selected_from``);
-    without a standard error to widen the interval with, a winner among several is unverified."""
-    if candidates > 1 and not _has_interval(found):
-        return Estimate(found.point, rounds=found.rounds)
+    """``found`` as the winner of ``candidates`` arms (Bonferroni, ``Estimate.selected_from``:
+    without a standard error to widen the interval with, a winner among several is unverified)."""
     return found.selected_from(candidates)
 
 
