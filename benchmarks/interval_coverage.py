@@ -287,7 +287,8 @@ def decide_lines(
 ) -> Iterator[tuple[str, float]]:
     """A run that adds rounds until decided (``load.server_starts: {min: 2, max: 6, decide:
     true}``): after each round from ``min`` on, the harness's own stop rule (``rounds.Standing``:
-    every speculative cell decided) on the intervals it would store, with ``looks`` (default the
+    every speculative cell decided, and the window's fastest arm after the selection correction)
+    on the intervals it would store, with ``looks`` (default the
     design's, ``Load.looks``: 5) corrected for. At the round it stops on: the coverage of arm 1's
     interval, its false "pays" and the winner's (corrected for the selection) at a true 1.00x, the
     share that pays at 1.10x, and the rounds it used on average."""
@@ -304,7 +305,8 @@ def decide_lines(
             for n in range(DECIDE_MIN, DECIDE_MAX + 1):
                 so_far = {arm: {r: v for r, v in got.items() if r < n} for arm, got in table.items()}
                 found = cell_estimates(so_far, "a0", looks=looks)
-                if Standing(found).all_decided:
+                fastest = max(found.values(), key=lambda e: e.point).selected_from(len(found))
+                if Standing(found, {"window": fastest} if len(found) > 1 else {}).all_decided:
                     break
             first = found["a1"]
             covered += first.low is not None and first.low <= setting.truth <= first.high  # type: ignore[operator]

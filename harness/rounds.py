@@ -7,21 +7,23 @@ still buy anything.
   positions in turn: over two rounds every arm has sat early and late, so a linear drift cancels
   from every speedup instead of always favouring the arm that runs first.
 - Deciding: a round is added while any speculative cell's estimate (``harness.intervals``, read
-  back from the summary the runner writes after every start-up) is undecided; each added round is
-  reported with what it bought: how many cells are decided, and how the widest undecided interval
-  moved.
+  back from the summary the runner writes after every start-up) is undecided, or any window's
+  verdict is (its fastest arm corrected for the arms it was picked from: what the verdict says);
+  each added round is reported with what it bought: how many cells are decided, and how the widest
+  undecided interval moved. The intervals are corrected for the looks this stop rule takes
+  (``Estimate.looks``), so stopping on the first decided one does not make a lucky one pay.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.intervals import Estimate
 from harness.results.model import CellMetrics, Summary
 from harness.results.records import Round
-from harness.verdict import estimate_of
+from harness.verdict import estimate_of, window_verdicts
 
 
 def round_order(arms: Sequence[str], index: int) -> list[str]:
@@ -50,9 +52,12 @@ def _key(cell: CellMetrics) -> str:
 
 @dataclass(frozen=True)
 class Standing:
-    """Where a run's verdicts stand after a round: its speculative cells' estimates by cell."""
+    """Where a run's verdicts stand after a round: its speculative cells' estimates by cell, and
+    per window the verdict's own decision (the fastest arm, corrected for the arms it was picked
+    from), where there was a choice."""
 
     estimates: dict[str, Estimate]  # "<workload> @<level> <arm>" -> its estimate
+    winners: dict[str, Estimate] = field(default_factory=dict)  # "<workload> @<level>" -> decision
 
     @property
     def decided(self) -> int:
@@ -60,8 +65,13 @@ class Standing:
 
     @property
     def all_decided(self) -> bool:
-        """Every speculative cell decided (a run without one has nothing to decide: also True)."""
-        return self.decided == len(self.estimates)
+        """Every speculative cell decided, and every window's verdict after the selection
+        correction (a run without one has nothing to decide: also True)."""
+        return self.decided == len(self.estimates) and not self.undecided_winner()
+
+    def undecided_winner(self) -> str | None:
+        """A window whose fastest arm is undecided once corrected for the selection."""
+        return next((key for key, e in self.winners.items() if not e.decided), None)
 
     def widest_undecided(self) -> str | None:
         """The undecided cell with the widest interval on the log scale (one without an interval
@@ -79,7 +89,12 @@ class Standing:
 def standing(summary: Summary) -> Standing:
     """The speculative cells' estimates as the summary stored them."""
     found = {_key(c): e for c in summary.cells if (e := cell_estimate(c)) is not None}
-    return Standing(found)
+    winners = {
+        f"{v.workload} {v.level.short()}": v.decision
+        for v in window_verdicts(summary)
+        if v.decision is not None and v.candidates > 1
+    }
+    return Standing(found, winners)
 
 
 def _interval(estimate: Estimate | None) -> str:
@@ -97,7 +112,13 @@ def round_line(rounds: int, before: Standing | None, after: Standing) -> str:
     head = f"round {rounds}: {after.decided}/{len(after.estimates)} cells decided"
     key = (before.widest_undecided() if before else None) or after.widest_undecided()
     if key is None:
-        return head
+        window = after.undecided_winner()
+        if window is None:
+            return head
+        chosen = after.winners[window]
+        return (
+            f"{head}; {window}: its fastest arm not yet after the selection correction, {_interval(chosen)}"
+        )
     then = before.estimates.get(key) if before else None
     now = after.estimates.get(key)
     moved = f"{_interval(then)} -> {_interval(now)}" if before else _interval(now)

@@ -370,6 +370,19 @@ def test_what_a_round_bought_and_whether_the_cells_are_decided() -> None:
         == f"round 3: 1/2 cells decided; {key} [0.88, 1.19] -> [0.95, 1.09]"
     )
     assert round_line(2, None, of(pays)) == "round 2: 1/1 cells decided"
+    # every arm decided, but the window's fastest arm not once corrected for the selection: no stop
+    both = Estimate(1.2, 1.02, 1.40, rounds=3, df=2, log_se=0.04)
+    undecided = Standing({"chat @4 a": both, "chat @4 b": both}, {"chat @4": both.selected_from(2)})
+    assert undecided.undecided_winner() == "chat @4" and not undecided.all_decided
+    low, high = both.selected_from(2).low, both.selected_from(2).high
+    assert round_line(3, None, undecided) == (
+        f"round 3: 2/2 cells decided; chat @4: its fastest arm not yet after the selection correction, "
+        f"[{low:.2f}, {high:.2f}]"
+    )
+    assert Standing({"chat @4 a": both}, {"chat @4": both}).all_decided
+    # the run's standing holds the verdict's decision of every window with a choice of arms
+    windows = {f"{workload} {level.short()}" for workload, level in summary.window_keys()}
+    assert set(standing(summary).winners) == windows
 
 
 def test_completed_start_ups_from_the_rounds() -> None:
