@@ -327,7 +327,7 @@ def _repeats_text(load: Load) -> str:
         each = f", each window {load.repeats} times per start-up" if load.repeats != 1 else ""
         low, high = load.min_server_starts(), load.max_server_starts()
         times = (
-            f"{low} to {high} times, until every verdict is decided," if load.decides() else f"{high} times"
+            f"{low} to {high} times, until every verdict is decided" if load.decides() else f"{high} times"
         )
         looks = load.looks()
         level = f" at {100 * (1 - (1 - CONFIDENCE) / looks):.1f}% for {looks} looks" if looks > 1 else ""

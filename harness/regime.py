@@ -488,10 +488,11 @@ class Load(StrictModel):
         description="Start each arm's server this many times, in rounds (start-up 1 of every arm, then "
         "start-up 2, ..., the arms' order reversed every other round), and measure every window `repeats` "
         "times on each start-up: the speedup's interval "
-        "then resamples start-ups, so it covers "
+        "then rests on start-ups (the arms x rounds model), so it covers "
         "what changes from one start-up to the next (measured on a CPU: the baseline's tok/s by up to 15%), "
         "which repeats on one server cannot see. Or {min, max, decide: true}: add rounds from `min` on "
-        "until every speculative cell's verdict is decided, or `max`. Needs a fixed repeats count.",
+        "until every speculative cell's verdict is decided, or `max`; each interval is then at "
+        "1 - 0.05/(max - min + 1), for the looks the run may take. Needs a fixed repeats count.",
     )
 
     def min_repeats(self) -> int:

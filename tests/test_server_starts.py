@@ -137,7 +137,7 @@ def test_a_run_that_decides_corrects_its_intervals_for_its_looks(tmp_path: Path)
     assert "each interval at 99.0% for the 5 looks it could take" in interval_note(summary)
     assert "looks" not in interval_note(summarize(SMOKE))
     plan = describe_plan(plan_regime(_regime(tmp_path, server_starts={"min": 2, "max": 6, "decide": True})))
-    assert "until every verdict is decided, (intervals over start-ups at 99.0% for 5 looks)" in plan
+    assert "until every verdict is decided (intervals over start-ups at 99.0% for 5 looks)" in plan
 
 
 def test_an_arm_retried_in_rounds_of_its_own_gets_no_interval(tmp_path: Path) -> None:
