@@ -311,8 +311,7 @@ def decide_lines(
             first = found["a1"]
             covered += first.low is not None and first.low <= setting.truth <= first.high  # type: ignore[operator]
             pays += first.verdict == "pays"
-            best = max(found.values(), key=lambda e: e.point)
-            winner_pays += best.selected_from(len(found)).verdict == "pays"
+            winner_pays += fastest.verdict == "pays"
             rounds_used += n
         yield f"coverage  cell speedup, decide  {setting.label()}", covered / runs
         if setting.truth == 1.0:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Literal, get_args
+from typing import Literal, Protocol, get_args
 
 from harness import stats
 
@@ -51,6 +51,13 @@ IntervalSource = Literal["server_starts", "calibration", "server_starts+calibrat
 Verdict = Literal["pays", "loses", "equivalent", "indistinguishable", "unverified"]
 DECIDED: frozenset[str] = frozenset({"pays", "loses", "equivalent"})
 RoundTable = Mapping[str, Mapping[int, float]]  # arm -> round -> that start-up's mean tok/s
+
+
+def design_level(looks: int, candidates: int = 1) -> float:
+    """The confidence of each interval behind a 95% claim: Bonferroni over the ``looks`` a run's
+    design could take before it stopped and, for the winner of several arms, over the
+    ``candidates`` it was picked from."""
+    return 1 - (1 - CONFIDENCE) / (looks * max(candidates, 1))
 
 
 @dataclass(frozen=True)
@@ -80,9 +87,8 @@ class Estimate:
     looks: int = 1
 
     def level(self, candidates: int = 1) -> float:
-        """The confidence of each interval behind a 95% claim: Bonferroni over the design's looks
-        and, for the winner of several arms, over the ``candidates`` it was picked from."""
-        return 1 - (1 - CONFIDENCE) / (self.looks * max(candidates, 1))
+        """The confidence of each interval behind a 95% claim (``design_level``)."""
+        return design_level(self.looks, candidates)
 
     def bounds(self, confidence: float | None = None) -> tuple[float, float] | None:
         """The t interval at ``confidence`` (by default ``level()``); None without one."""
@@ -144,22 +150,37 @@ class Estimate:
         return f"{self.point:.2f}x [{self.low:.2f}, {self.high:.2f}]"
 
 
-def stored_estimate(
-    point: float | None,
-    low: float | None,
-    high: float | None,
-    rounds: int | None,
-    df: int | None,
-    log_se: float | None,
-    source: str | None,
-    looks: int | None = None,
-) -> Estimate | None:
-    """An estimate rebuilt from what a summary stored (never re-computed: every view, the study
-    and the gates show the interval the summary holds); a source of an older version is dropped."""
-    if point is None:
+class StoredSpeedup(Protocol):
+    """What holds an estimate's stored fields (``Estimate.stored``): a cell, a ramp span, a study's
+    observation."""
+
+    speedup: float | None
+    speedup_low: float | None
+    speedup_high: float | None
+    speedup_rounds: int | None
+    speedup_df: int | None
+    speedup_log_se: float | None
+    speedup_interval: str | None
+    speedup_looks: int | None
+
+
+def stored_estimate(stored: StoredSpeedup, rounds: int | None = None) -> Estimate | None:
+    """The estimate a summary stored (``Estimate.stored``'s fields), never re-computed: every view,
+    the study and the gates show the interval the summary holds; a source of an older version is
+    dropped. ``rounds``: where the stored count is absent (an older version)."""
+    if stored.speedup is None:
         return None
-    known = source if source in get_args(IntervalSource) else None
-    return Estimate(point, low, high, rounds or 1, df or 0, log_se, known, looks or 1)  # type: ignore[arg-type]
+    source = stored.speedup_interval if stored.speedup_interval in get_args(IntervalSource) else None
+    return Estimate(
+        stored.speedup,
+        stored.speedup_low,
+        stored.speedup_high,
+        stored.speedup_rounds or rounds or 1,
+        stored.speedup_df or 0,
+        stored.speedup_log_se,
+        source,  # type: ignore[arg-type]
+        stored.speedup_looks or 1,
+    )
 
 
 def _balanced(

@@ -31,7 +31,7 @@ from harness.engines import EngineAdapter, LaunchSpec, get_adapter
 from harness.engines.defects import known_defects, release_of
 from harness.engines.patches import patches
 from harness.errors import FieldError, UserError
-from harness.intervals import CONFIDENCE
+from harness.intervals import design_level
 from harness.model_build import resolve_package_gguf
 from harness.models import converted_dir, is_local_reference, resolve_model_path
 from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, workload_paths
@@ -330,7 +330,7 @@ def _repeats_text(load: Load) -> str:
             f"{low} to {high} times, until every verdict is decided" if load.decides() else f"{high} times"
         )
         looks = load.looks()
-        level = f" at {100 * (1 - (1 - CONFIDENCE) / looks):.1f}% for {looks} looks" if looks > 1 else ""
+        level = f" at {100 * design_level(looks):.1f}% for {looks} looks" if looks > 1 else ""
         return f", each arm's server started {times}{each} (intervals over start-ups{level})"
     if isinstance(load.repeats, int):
         return f", each window {load.repeats} times" if load.repeats > 1 else ""

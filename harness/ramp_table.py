@@ -31,16 +31,7 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def _estimate(metrics: RampStageMetrics) -> Estimate | None:
-    return stored_estimate(
-        metrics.speedup,
-        metrics.speedup_low,
-        metrics.speedup_high,
-        metrics.speedup_rounds,
-        metrics.speedup_df,
-        metrics.speedup_log_se,
-        metrics.speedup_interval,
-        metrics.speedup_looks,
-    )
+    return stored_estimate(metrics)
 
 
 def _speedup_text(metrics: RampStageMetrics, baseline: str) -> str:

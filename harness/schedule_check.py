@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from harness.intervals import Estimate
+from harness.intervals import Estimate, stored_estimate
 from harness.results.model import ArmSummary, CellMetrics, RampStageMetrics
 
 
@@ -36,17 +36,7 @@ def scheduled_k(schedule: Sequence[Sequence[int]], batch_size: int) -> int:
 
 
 def _estimate(cell: CellMetrics | RampStageMetrics) -> Estimate | None:
-    if cell.speedup is None:
-        return None
-    return Estimate(
-        cell.speedup,
-        cell.speedup_low,
-        cell.speedup_high,
-        cell.speedup_rounds or 1,
-        cell.speedup_df or 0,
-        cell.speedup_log_se,
-        looks=cell.speedup_looks or 1,
-    )
+    return stored_estimate(cell)
 
 
 def _with_interval(point: float, rounds: int, df: int, log_se: float, looks: int) -> Estimate:

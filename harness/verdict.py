@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from harness import pooling
-from harness.intervals import CONFIDENCE, EQUIVALENCE_MARGIN, FEW_DF, Estimate, stored_estimate
+from harness.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate, design_level, stored_estimate
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
@@ -342,16 +342,7 @@ def load_caveat(baseline: CellMetrics, best: CellMetrics | None) -> list[str]:
 
 def estimate_of(cell: CellMetrics) -> Estimate | None:
     """A cell's speedup with the interval the summary stored (``harness.intervals``' model)."""
-    return stored_estimate(
-        cell.speedup,
-        cell.speedup_low,
-        cell.speedup_high,
-        cell.speedup_rounds or cell.server_starts,
-        cell.speedup_df,
-        cell.speedup_log_se,
-        cell.speedup_interval,
-        cell.speedup_looks,
-    )
+    return stored_estimate(cell, rounds=cell.server_starts)
 
 
 def window_verdicts(summary: Summary) -> list[WindowVerdict]:
@@ -488,7 +479,7 @@ def interval_note(summary: Summary) -> str:
     where = f"{rounds} rounds of server start-ups" if rounds > 1 else "1 start-up per arm"
     calibration = f" and {summary.calibration}" if calibrated and summary.calibration else ""
     looks = max((c.speedup_looks or 1 for c in cells), default=1)
-    level = 100 * (1 - (1 - CONFIDENCE) / looks)
+    level = 100 * design_level(looks)
     sequential = (
         f"; rounds added until decided: each interval at {level:.1f}% for the {looks} looks it could take"
         if looks > 1

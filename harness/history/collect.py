@@ -95,16 +95,7 @@ def history_entry(run_dir: Path, engine_commit: str | None = None, study: str | 
                 HistorySample(**where, metric=name, sample=index, value=value)
                 for index, value in enumerate(values)
             ]
-        estimate = stored_estimate(
-            cell.speedup,
-            cell.speedup_low,
-            cell.speedup_high,
-            cell.speedup_rounds,
-            cell.speedup_df,
-            cell.speedup_log_se,
-            cell.speedup_interval,
-            cell.speedup_looks,
-        )
+        estimate = stored_estimate(cell)
         baseline = cell.arm == view.summary.baseline_arm
         cells.append(
             HistoryCell(

@@ -64,17 +64,7 @@ class Observation:
 def estimate(observation: Observation) -> Estimate | None:
     """The speedup of one cell with its interval, rebuilt from what its run stored (never
     resampled): a study and its runs always show the same interval."""
-    o = observation
-    return stored_estimate(
-        o.speedup,
-        o.speedup_low,
-        o.speedup_high,
-        o.speedup_rounds or len(o.round_speedups),
-        o.speedup_df,
-        o.speedup_log_se,
-        o.speedup_interval,
-        o.speedup_looks,
-    )
+    return stored_estimate(observation, rounds=len(observation.round_speedups))
 
 
 def _has_interval(found: Estimate | None) -> bool:

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from harness import stats
-from harness.intervals import CONFIDENCE
+from harness.intervals import design_level
 from harness.regime import Arm
 from harness.study import analysis
 from harness.study.analysis import Observation
@@ -202,7 +202,7 @@ def mixed(observations: Sequence[Observation], weights: Mapping[str, float]) -> 
         if all(f is not None and f.log_se is not None and f.df >= 1 for f in found):
             log_se = sum(share[w] * f.log_se for w, f in estimates.items())  # type: ignore[union-attr,operator]
             df = min(f.df for f in found)  # type: ignore[union-attr]
-            half = stats.t_quantile(1 - (1 - CONFIDENCE) / (2 * looks), df) * log_se
+            half = stats.t_quantile(1 - (1 - design_level(looks)) / 2, df) * log_se
             low, high = speedup * math.exp(-half), speedup * math.exp(half)
         out.append(
             replace(
