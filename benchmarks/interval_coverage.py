@@ -304,7 +304,8 @@ def decide_lines(
             )
             for n in range(DECIDE_MIN, DECIDE_MAX + 1):
                 so_far = {arm: {r: v for r, v in got.items() if r < n} for arm, got in table.items()}
-                found = cell_estimates(so_far, "a0", looks=looks)
+                first_look = DECIDE_MIN if looks > 1 else None
+                found = cell_estimates(so_far, "a0", looks=looks, first_look=first_look)
                 fastest = max(found.values(), key=lambda e: e.point).selected_from(len(found))
                 if Standing(found, {"window": fastest} if len(found) > 1 else {}).all_decided:
                     break

@@ -25,8 +25,14 @@ degrees of freedom (m arms with the baseline, n rounds): nominal coverage from t
   true}``) looks at its intervals once per round from ``min`` to ``max`` and stops on the first
   that decides: each look is another chance for a lucky interval to clear 1 (at a true 1.00x, 7%
   false "pays" from min 2 to max 6 with plain 95% intervals). Its intervals are repeated
-  confidence intervals: each at 1 - 0.05 / looks (Bonferroni over the looks), so that all of them,
-  and so the one the run stopped on, cover together with 95% (``Estimate.looks``).
+  confidence intervals: each at one level fitted to the design's looks (``stats.repeated_level``:
+  98.6% for 5 looks from 2 rounds, where Bonferroni's 1 - 0.05 / looks would take 99.0%), so that
+  all of them, and so the one the run stopped on, cover together with 95% (``Estimate.looks``,
+  ``Estimate.first_look``).
+- The fastest of several arms is biased up: a claim about it is one about every candidate at once,
+  each interval at the two-sided Dunnett (max-t) level for the candidates against the one baseline
+  (``stats.many_to_one_level``: 96.8% for 2 arms at 2 degrees of freedom, where Bonferroni's
+  97.5% ignores that the comparisons share the baseline and the variance estimate).
 
 Every view reads the interval this module computed and the summary stored (``speedup_low``,
 ``speedup_high``, ``speedup_log_se``, ``speedup_df``), so a run, a study, a gate and an export
@@ -53,11 +59,27 @@ DECIDED: frozenset[str] = frozenset({"pays", "loses", "equivalent"})
 RoundTable = Mapping[str, Mapping[int, float]]  # arm -> round -> that start-up's mean tok/s
 
 
-def design_level(looks: int, candidates: int = 1) -> float:
-    """The confidence of each interval behind a 95% claim: Bonferroni over the ``looks`` a run's
-    design could take before it stopped and, for the winner of several arms, over the
-    ``candidates`` it was picked from."""
-    return 1 - (1 - CONFIDENCE) / (looks * max(candidates, 1))
+def design_level(looks: int = 1, candidates: int = 1, df: int = 0, first_look: int | None = None) -> float:
+    """The confidence of each interval behind a simultaneous 95% claim, for ``candidates`` arms
+    (the winner of several is a claim about all of them) over the ``looks`` a run's design could
+    take before it stopped:
+
+    - one look (a fixed number of rounds): 95% for one arm; for several, the two-sided Dunnett
+      level at the intervals' ``df`` (``stats.many_to_one_level``: exact under the model);
+    - looks from ``first_look`` rounds on (a run that adds rounds until decided): the level fitted
+      to those looks (``stats.repeated_level``: the fewest degrees of freedom the design allows,
+      so conservative for more arms or a calibration);
+    - otherwise (a summary from before version 12, which did not store its first look; a first look
+      at one round, which has an interval only from a calibration; no degrees of freedom):
+      Bonferroni over looks x candidates, always valid and what version 11 stored."""
+    candidates = max(candidates, 1)
+    if looks <= 1 and candidates == 1:
+        return CONFIDENCE
+    if looks <= 1 and df >= 1:
+        return stats.many_to_one_level(candidates, df, CONFIDENCE)
+    if looks > 1 and first_look is not None and first_look >= 2:
+        return stats.repeated_level(candidates, first_look, looks, CONFIDENCE)
+    return 1 - (1 - CONFIDENCE) / (looks * candidates)
 
 
 @dataclass(frozen=True)
@@ -75,7 +97,8 @@ class Estimate:
     """A speedup, its 95% interval, and the verdict it supports. ``log_se`` and ``df`` make the
     interval at any other confidence (a selection among several arms needs a stricter one).
     ``looks``: how many intervals the run's design could look at before it stopped (1: a fixed
-    number of rounds); the interval is at ``level()``, so that the one stopped on covers 95%."""
+    number of rounds), the first after ``first_look`` rounds (None: unknown, or one look); the
+    interval is at ``level()``, so that the one stopped on covers 95%."""
 
     point: float
     low: float | None = None
@@ -85,10 +108,12 @@ class Estimate:
     log_se: float | None = None
     source: IntervalSource | None = None
     looks: int = 1
+    first_look: int | None = None
 
     def level(self, candidates: int = 1) -> float:
-        """The confidence of each interval behind a 95% claim (``design_level``)."""
-        return design_level(self.looks, candidates)
+        """The confidence of each interval behind a 95% claim about this arm as one of
+        ``candidates`` (``design_level``)."""
+        return design_level(self.looks, candidates, self.df, self.first_look)
 
     def bounds(self, confidence: float | None = None) -> tuple[float, float] | None:
         """The t interval at ``confidence`` (by default ``level()``); None without one."""
@@ -100,13 +125,13 @@ class Estimate:
         return math.exp(centre - half), math.exp(centre + half)
 
     def selected_from(self, candidates: int) -> Estimate:
-        """This estimate as the winner of ``candidates`` arms: its interval Bonferroni-corrected
-        for the selection (the fastest of several arms is biased up; a 95% claim about it needs
-        each candidate's interval at 1 - 0.05 / candidates)."""
+        """This estimate as the winner of ``candidates`` arms: its interval corrected for the
+        selection (the fastest of several arms is biased up; a 95% claim about it is one about
+        every candidate at once: ``level(candidates)``)."""
         if candidates <= 1:
             return self
         if self.log_se is None or self.log_se <= 0 or self.df < 1:  # nothing to widen it with
-            return Estimate(self.point, rounds=self.rounds, looks=self.looks)
+            return Estimate(self.point, rounds=self.rounds, looks=self.looks, first_look=self.first_look)
         low, high = self.bounds(self.level(candidates))  # type: ignore[misc]
         return replace(self, low=low, high=high)
 
@@ -140,6 +165,7 @@ class Estimate:
             "speedup_df": self.df or None,
             "speedup_log_se": self.log_se,
             "speedup_looks": self.looks if self.looks > 1 else None,
+            "speedup_first_look": self.first_look if self.looks > 1 else None,
         }
 
     def text(self) -> str:
@@ -162,6 +188,7 @@ class StoredSpeedup(Protocol):
     speedup_log_se: float | None
     speedup_interval: str | None
     speedup_looks: int | None
+    speedup_first_look: int | None
 
 
 def stored_estimate(stored: StoredSpeedup, rounds: int | None = None) -> Estimate | None:
@@ -180,6 +207,7 @@ def stored_estimate(stored: StoredSpeedup, rounds: int | None = None) -> Estimat
         stored.speedup_log_se,
         source,  # type: ignore[arg-type]
         stored.speedup_looks or 1,
+        stored.speedup_first_look,
     )
 
 
@@ -205,6 +233,7 @@ def _estimate(
     df: int,
     spread: Spread | None,
     looks: int,
+    first_look: int | None,
 ) -> Estimate:
     n = len(rounds)
     # exp(mean log ratio), as the product of the ratios: one round gives its ratio to the last digit
@@ -216,22 +245,29 @@ def _estimate(
     elif df > 0:
         pooled_df, variance, source = df, ss / df, "server_starts"
     else:
-        return Estimate(point, rounds=n, looks=looks)
+        return Estimate(point, rounds=n, looks=looks, first_look=first_look)
     if variance <= 0:  # start-ups that agree to the last digit are copies, not a measured spread
-        return Estimate(point, rounds=n, looks=looks)
+        return Estimate(point, rounds=n, looks=looks, first_look=first_look)
     log_se = math.sqrt(2 * variance / n)
-    found = Estimate(point, rounds=n, df=pooled_df, log_se=log_se, source=source, looks=looks)
+    found = Estimate(
+        point, rounds=n, df=pooled_df, log_se=log_se, source=source, looks=looks, first_look=first_look
+    )
     low, high = found.bounds()  # type: ignore[misc]
     return replace(found, low=low, high=high)
 
 
 def cell_estimates(
-    table: RoundTable, baseline: str, spread: Spread | None = None, looks: int = 1
+    table: RoundTable,
+    baseline: str,
+    spread: Spread | None = None,
+    looks: int = 1,
+    first_look: int | None = None,
 ) -> dict[str, Estimate]:
     """Every arm's speedup against ``baseline`` in one (workload, load level) from its table of
     per-round start-up mean tok/s (``arm -> round -> tok/s``; a non-positive or missing value is
     a start-up that measured nothing). The baseline itself is not in the result. ``looks``: the
-    intervals the run's design may look at before it stops (``Load.looks``)."""
+    intervals the run's design may look at before it stops (``Load.looks``), the first after
+    ``first_look`` rounds (``Load.first_look``)."""
     logs = {a: {r: math.log(v) for r, v in by_round.items() if v and v > 0} for a, by_round in table.items()}
     rounds = sorted(logs.get(baseline, {}))
     if not rounds:
@@ -241,7 +277,10 @@ def cell_estimates(
     found: dict[str, Estimate] = {}
     if complete:
         ss, df = _balanced(logs, [baseline, *complete], rounds)
-        found |= {a: _estimate(table, logs, a, baseline, rounds, ss, df, spread, looks) for a in complete}
+        found |= {
+            a: _estimate(table, logs, a, baseline, rounds, ss, df, spread, looks, first_look)
+            for a in complete
+        }
     for arm in others:
         if arm in found:
             continue
@@ -249,7 +288,7 @@ def cell_estimates(
         if not common:
             continue
         ss, df = _balanced(logs, [baseline, arm], common)
-        found[arm] = _estimate(table, logs, arm, baseline, common, ss, df, spread, looks)
+        found[arm] = _estimate(table, logs, arm, baseline, common, ss, df, spread, looks, first_look)
     return found
 
 

@@ -540,7 +540,13 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
             "speedup_looks",
             "count",
             "looks at the interval a run that adds rounds until decided could take; the interval is "
-            "at 1 - 0.05/looks (empty: 1, a fixed number of rounds)",
+            "at the level fitted to them (empty: 1, a fixed number of rounds)",
+        ),
+        (
+            "speedup_first_look",
+            "count",
+            "rounds at that run's first look (server_starts.min); empty: one look, or before version 12 "
+            "(then the looks' level is Bonferroni's 1 - 0.05/looks)",
         ),
         ("mean_in_flight", "requests", "requests in flight on average in the cell's windows (Little's law)"),
         ("client_cpu_cores", "cores", "CPU the harness client used during the windows"),

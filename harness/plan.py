@@ -330,7 +330,8 @@ def _repeats_text(load: Load) -> str:
             f"{low} to {high} times, until every verdict is decided" if load.decides() else f"{high} times"
         )
         looks = load.looks()
-        level = f" at {100 * design_level(looks):.1f}% for {looks} looks" if looks > 1 else ""
+        level = design_level(looks, first_look=load.first_look())
+        level = f" at {100 * level:.1f}% for {looks} looks" if looks > 1 else ""
         return f", each arm's server started {times}{each} (intervals over start-ups{level})"
     if isinstance(load.repeats, int):
         return f", each window {load.repeats} times" if load.repeats > 1 else ""

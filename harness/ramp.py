@@ -143,7 +143,9 @@ def _arm_ramp(raw: RawRun, arm: RawArm, workload: str) -> list[RampStageMetrics]
     return out
 
 
-def ramp_metrics(raw: RawRun, spread: Spread | None = None, looks: int = 1) -> list[RampStageMetrics]:
+def ramp_metrics(
+    raw: RawRun, spread: Spread | None = None, looks: int = 1, first_look: int | None = None
+) -> list[RampStageMetrics]:
     """Every arm's ramp metrics per workload and stage (and whole), with speedups against the
     baseline from the arms x rounds model; [] for a run without a ramp."""
     workloads = list(dict.fromkeys(w.workload for arm in raw.arms.values() for w in arm.ramp_windows))
@@ -152,7 +154,7 @@ def ramp_metrics(raw: RawRun, spread: Spread | None = None, looks: int = 1) -> l
     estimates = {}
     for key in dict.fromkeys((m.workload, m.stage) for m in found):
         table = {m.arm: dict(enumerate(m.startup_tok_s)) for m in found if (m.workload, m.stage) == key}
-        for arm, estimate in cell_estimates(table, baseline, spread, looks).items():
+        for arm, estimate in cell_estimates(table, baseline, spread, looks, first_look).items():
             estimates[(arm, *key)] = estimate
     out = []
     for metrics in found:

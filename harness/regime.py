@@ -342,8 +342,9 @@ class AdaptiveRepeats(StrictModel):
 class DecidedStarts(StrictModel):
     """Spend start-ups where they matter: ``min`` rounds always, then one more round at a time while
     any speculative cell's verdict is undecided (its interval neither excludes 1 nor lies within the
-    equivalence margin of 1: ``harness.intervals``), up to ``max``. Each interval is then at
-    1 - 0.05 / (max - min + 1), for the looks the run may take (``Load.looks``). Strict: ``decide:
+    equivalence margin of 1: ``harness.intervals``), up to ``max``. Each interval is then at the
+    level fitted to the looks the run may take (``Load.looks``, from ``min`` rounds: 98.6% for 2 to
+    6; Bonferroni's 1 - 0.05 / (max - min + 1) would be 99.0%). Strict: ``decide:
     "yes"`` or ``max: 4.0`` is an error, not a guess."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -491,8 +492,9 @@ class Load(StrictModel):
         "then rests on start-ups (the arms x rounds model), so it covers "
         "what changes from one start-up to the next (measured on a CPU: the baseline's tok/s by up to 15%), "
         "which repeats on one server cannot see. Or {min, max, decide: true}: add rounds from `min` on "
-        "until every speculative cell's verdict is decided, or `max`; each interval is then at "
-        "1 - 0.05/(max - min + 1), for the looks the run may take. Needs a fixed repeats count.",
+        "until every speculative cell's verdict is decided, or `max`; each interval is then at a "
+        "level fitted to the looks the run may take (98.6% from 2 to 6), so that the one it stops on "
+        "still covers 95%. Needs a fixed repeats count.",
     )
 
     def min_repeats(self) -> int:
@@ -518,6 +520,10 @@ class Load(StrictModel):
         """How many times a run may look at its intervals and stop: once per round from ``min`` to
         ``max`` when it decides, else once (``harness.intervals``: each interval is corrected for them)."""
         return self.max_server_starts() - self.min_server_starts() + 1 if self.decides() else 1
+
+    def first_look(self) -> int | None:
+        """The rounds at a deciding run's first look (``min``); None: one look, a fixed design."""
+        return self.min_server_starts() if self.decides() else None
 
     ignore_eos: bool = Field(default=False, description="Generate max_output_tokens regardless of EOS.")
     warmup_requests: int = Field(

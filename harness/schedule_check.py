@@ -39,9 +39,11 @@ def _estimate(cell: CellMetrics | RampStageMetrics) -> Estimate | None:
     return stored_estimate(cell)
 
 
-def _with_interval(point: float, rounds: int, df: int, log_se: float, looks: int) -> Estimate:
+def _with_interval(
+    point: float, rounds: int, df: int, log_se: float, looks: int, first_look: int | None
+) -> Estimate:
     """An estimate with its t interval at its level (``Estimate.level``: the design's looks)."""
-    found = Estimate(point, rounds=rounds, df=df, log_se=log_se, looks=looks)
+    found = Estimate(point, rounds=rounds, df=df, log_se=log_se, looks=looks, first_look=first_look)
     low, high = found.bounds()  # type: ignore[misc]
     return replace(found, low=low, high=high)
 
@@ -52,7 +54,8 @@ def ratio(a: Estimate, b: Estimate) -> Estimate:
     if a.log_se is None or b.log_se is None or a.df < 1 or b.df < 1:
         return Estimate(point, rounds=min(a.rounds, b.rounds))
     log_se, df = max(a.log_se, b.log_se), min(a.df, b.df)
-    return _with_interval(point, min(a.rounds, b.rounds), df, log_se, max(a.looks, b.looks))
+    design = max(a, b, key=lambda e: e.looks)  # one run: both arms had the same design
+    return _with_interval(point, min(a.rounds, b.rounds), df, log_se, design.looks, design.first_look)
 
 
 def over_levels(ratios: Sequence[Estimate]) -> Estimate | None:
@@ -64,7 +67,8 @@ def over_levels(ratios: Sequence[Estimate]) -> Estimate | None:
         return Estimate(point, rounds=min(r.rounds for r in ratios))
     log_se = sum(r.log_se for r in ratios) / len(ratios)  # type: ignore[misc]
     df = min(r.df for r in ratios)
-    return _with_interval(point, min(r.rounds for r in ratios), df, log_se, max(r.looks for r in ratios))
+    design = max(ratios, key=lambda r: r.looks)
+    return _with_interval(point, min(r.rounds for r in ratios), df, log_se, design.looks, design.first_look)
 
 
 def drafted_per_draft(cell: CellMetrics) -> float | None:

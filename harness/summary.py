@@ -381,6 +381,7 @@ def _with_speedups(
     spread: Spread | None,
     looks: int = 1,
     unpaired: Collection[str] = (),
+    first_look: int | None = None,
 ) -> list[CellMetrics]:
     """Per (workload, load level): every arm's speedup and interval from the arms x rounds model
     (``harness.intervals``) over its start-ups' mean tok/s; and per repeat, against the baseline's
@@ -392,9 +393,11 @@ def _with_speedups(
     found = {}
     for key, members in groups.items():
         table = {c.arm: c.startup_tok_s() for c in members}
-        for arm, estimate in cell_estimates(table, baseline, spread, looks).items():
+        for arm, estimate in cell_estimates(table, baseline, spread, looks, first_look).items():
             if arm in unpaired:
-                estimate = Estimate(estimate.point, rounds=estimate.rounds, looks=estimate.looks)
+                estimate = Estimate(
+                    estimate.point, rounds=estimate.rounds, looks=estimate.looks, first_look=first_look
+                )
             found[(arm, *key)] = estimate
     base = {(c.workload, c.level): c for c in cells if c.arm == baseline}
     out = []
@@ -438,9 +441,10 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
     cells = [c for arm in raw.regime.arms for c in _arm_cells(raw, arm)]
     calibration = raw.calibration
     spread = Spread(calibration.sd, calibration.df, calibration.label()) if calibration else None
-    looks = raw.regime.load.looks()  # a run that adds rounds until decided: its intervals are corrected
+    # a run that adds rounds until decided: its intervals are corrected for the looks it could take
+    looks, first_look = raw.regime.load.looks(), raw.regime.load.first_look()
     unpaired = raw.timing.unpaired_arms(baseline) if raw.timing else []
-    cells = _with_speedups(cells, baseline, spread, looks, unpaired)
+    cells = _with_speedups(cells, baseline, spread, looks, unpaired, first_look)
     section = exactness(raw)
     cells = [c.model_copy(update={"exactness": _cell_exactness(c, section, baseline)}) for c in cells]
     return Summary(
@@ -461,7 +465,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         slo=raw.regime.slo,
         distribution=distribution_section(raw),
         calibration=calibration.label() if calibration else None,
-        ramp=ramp_metrics(raw, spread, looks),
+        ramp=ramp_metrics(raw, spread, looks, first_look),
     )
 
 

@@ -479,7 +479,8 @@ def interval_note(summary: Summary) -> str:
     where = f"{rounds} rounds of server start-ups" if rounds > 1 else "1 start-up per arm"
     calibration = f" and {summary.calibration}" if calibrated and summary.calibration else ""
     looks = max((c.speedup_looks or 1 for c in cells), default=1)
-    level = 100 * design_level(looks)
+    first_look = next((c.speedup_first_look for c in cells if (c.speedup_looks or 1) == looks), None)
+    level = 100 * design_level(looks, first_look=first_look)
     sequential = (
         f"; rounds added until decided: each interval at {level:.1f}% for the {looks} looks it could take"
         if looks > 1

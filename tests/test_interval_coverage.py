@@ -30,8 +30,9 @@ def test_cell_interval_covers_and_rarely_says_pays_at_a_true_one(setting: covera
     if setting.truth == 1.0:
         assert lines[f"false pays  cell speedup        {setting.label()}"] <= 0.045
     if setting.truth == 1.0 and setting.arms > 2:
-        # the fastest of six arms that are all truly 1.00x, corrected for the selection
-        assert lines[f"false pays  winner, corrected   {setting.label()}"] <= 0.03
+        # the fastest of six arms that are all truly 1.00x, corrected for the selection (max-t: a
+        # nominal 2.5%, as one arm's; uncorrected, the fastest of six would pay far more often)
+        assert lines[f"false pays  winner, corrected   {setting.label()}"] <= 0.045
 
 
 def test_one_start_up_with_a_calibration_covers() -> None:

@@ -29,20 +29,30 @@ def test_a_deciding_design_widens_each_interval_for_its_looks() -> None:
     table = {"baseline": {0: 100.0, 1: 110.0, 2: 104.0}, "a": {0: 130.0, 1: 138.0, 2: 135.0}, "b": {}}
     table["b"] = {0: 120.0, 1: 133.0, 2: 121.0}
     fixed = cell_estimates(table, "baseline")
-    deciding = cell_estimates(table, "baseline", looks=4)
+    deciding = cell_estimates(table, "baseline", looks=4, first_look=2)  # looks after rounds 2 to 5
+    older = cell_estimates(table, "baseline", looks=4)  # a version-11 summary: no first look stored
     for arm in ("a", "b"):
-        one, four = fixed[arm], deciding[arm]
+        one, four, bonferroni = fixed[arm], deciding[arm], older[arm]
         assert (four.point, four.log_se, four.df, four.looks) == (one.point, one.log_se, one.df, 4)
-        # the t interval at 1 - 0.05 / 4, two-sided, computed here
-        half = stats.t_quantile(1 - 0.05 / 8, four.df) * four.log_se
+        # the t interval at the level fitted to 4 looks from 2 rounds, two-sided, computed here
+        level = stats.repeated_level(1, 2, 4)
+        assert 0.975 < level < 1 - 0.05 / 4  # the looks share rounds: less strict than Bonferroni
+        half = stats.t_quantile(1 - (1 - level) / 2, four.df) * four.log_se
         assert (four.low, four.high) == pytest.approx(
             (four.point * math.exp(-half), four.point * math.exp(half)), rel=1e-9
         )
-        # the winner of 2 arms: Bonferroni over both (1 - 0.05 / 8)
+        assert bonferroni.low < four.low < one.low and one.high < four.high < bonferroni.high
+        half = stats.t_quantile(1 - 0.05 / 8, four.df) * four.log_se  # Bonferroni: 1 - 0.05 / 4
+        assert bonferroni.low == pytest.approx(four.point * math.exp(-half), rel=1e-9)
+        # the winner of 2 arms: the level fitted to both arms over the 4 looks
         winner = four.selected_from(2)
-        half = stats.t_quantile(1 - 0.05 / 16, four.df) * four.log_se
+        half = stats.t_quantile(1 - (1 - stats.repeated_level(2, 2, 4)) / 2, four.df) * four.log_se
         assert winner.low == pytest.approx(four.point * math.exp(-half), rel=1e-9)
-        assert one.selected_from(2).low == pytest.approx(one.bounds(0.975)[0], rel=1e-9)
+        assert bonferroni.selected_from(2).low < winner.low < four.low
+        # one look: the two-sided Dunnett level for 2 arms at its degrees of freedom (4)
+        dunnett = stats.many_to_one_level(2, one.df)
+        assert one.selected_from(2).low == pytest.approx(one.bounds(dunnett)[0], rel=1e-9)
+        assert one.bounds(0.975)[0] < one.selected_from(2).low < one.low
     assert fixed["a"].verdict == "pays" and deciding["a"].low < fixed["a"].low
 
 
@@ -108,9 +118,10 @@ def test_verdicts_equivalence_and_the_selection_correction() -> None:
     assert Estimate(0.9, 0.85, 0.95, 3, 4, 0.02).verdict == "loses"
     picked = Estimate(1.05, *Estimate(1.05, rounds=3, df=4, log_se=0.015).bounds(), 3, 4, 0.015)
     assert picked.verdict == "pays"
-    corrected = picked.selected_from(4)  # Bonferroni: each of 4 candidates at 1 - 0.05 / 4
-    half = stats.t_quantile(1 - 0.025 / 4, 4) * 0.015
-    assert (corrected.low, corrected.high) == pytest.approx((1.05 * math.exp(-half), 1.05 * math.exp(half)))
+    corrected = picked.selected_from(4)  # max-t: the two-sided Dunnett value for 4 arms at 4 df
+    assert (corrected.low, corrected.high) == pytest.approx(picked.bounds(stats.many_to_one_level(4, 4)))
+    bonferroni = stats.t_quantile(1 - 0.025 / 4, 4) * 0.015  # each of 4 at 1 - 0.05 / 4: wider
+    assert 1.05 * math.exp(-bonferroni) < corrected.low
     assert corrected.verdict == "indistinguishable"
     assert picked.selected_from(1) is picked
 
@@ -134,6 +145,32 @@ def test_calibration_spread_averages_cells_but_claims_one_cells_df() -> None:
 def test_best_of_quantile_matches_dunnetts_tables(others: int, df: int, table: float) -> None:
     assert stats.best_of_quantile(others, df) == pytest.approx(table, abs=0.006)
     assert stats.best_of_quantile(1, df) == pytest.approx(stats.t_quantile(0.95, df))
+
+
+@pytest.mark.parametrize(
+    ("others", "df", "table"),
+    [(2, 10, 2.57), (3, 10, 2.76), (2, 20, 2.38), (3, 20, 2.54), (2, 5, 3.03), (5, 30, 2.66)],
+)  # Dunnett's two-sided 5% tables
+def test_the_winners_level_is_the_two_sided_dunnett_value(others: int, df: int, table: float) -> None:
+    level = stats.many_to_one_level(others, df)
+    assert stats.t_quantile(1 - (1 - level) / 2, df) == pytest.approx(table, abs=0.006)
+    # stricter than one interval's 95%, less than Bonferroni's (the comparisons share the baseline)
+    assert 0.95 < level < 1 - 0.05 / others
+    assert stats.many_to_one_level(1, df) == 0.95
+
+
+def test_the_looks_level_is_fitted_to_the_design_and_conservative_where_it_has_more_df() -> None:
+    """``repeated_level``: with one look it is the Dunnett level its simulation approximates; with
+    several, between one look's and Bonferroni's; a model with more arms or a calibration's degrees
+    of freedom would allow a level no stricter (within the simulation's error), so the fewest is
+    the safe one to use for every run of that design."""
+    assert stats.repeated_level(2, 3, 1) == pytest.approx(stats.many_to_one_level(2, 4), abs=0.002)
+    for others, first, looks in [(1, 2, 5), (2, 2, 3), (1, 3, 4)]:
+        level = stats.repeated_level(others, first, looks)
+        bonferroni = 1 - 0.05 / (looks * others)
+        assert stats.many_to_one_level(others, others * (first - 1)) < level < bonferroni
+        assert stats.repeated_level(others, first, looks, arms=others + 3) <= level + 0.001
+        assert stats.repeated_level(others, first, looks, calibration_df=5) <= level + 0.001
 
 
 def test_one_arms_spread_across_rounds_keeps_the_rounds_drift() -> None:

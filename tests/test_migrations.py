@@ -16,12 +16,14 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.errors import UserError
+from harness.intervals import Estimate
 from harness.regime import Regime
 from harness.results import SCHEMA_VERSION, RunDir, load_summary, parse_summary, read_run_record
 from harness.results.migrations import current_version, run_record, status, study, summary, upgrade
@@ -193,6 +195,20 @@ def test_v10_files_read_as_one_look() -> None:
     assert _pure(summary.migrate_v10, v10) == {**v10, "schema_version": 11}
     assert _pure(status.migrate_v10, {"status": "ok"}) == {"status": "ok"}
     assert _pure(run_record.migrate_v10, {"schema_version": 10})["schema_version"] == 11
+
+
+def test_v11_files_read_with_bonferroni_looks() -> None:
+    """Version 12: cells gained ``speedup_first_look`` (the rounds at a deciding design's first look,
+    to which the looks' level is fitted); a version-11 cell has none, and its looks keep the
+    Bonferroni level its stored interval was derived at, so a view's winner correction agrees with it."""
+    v11 = {"schema_version": 11, "cells": [{"arm": "a", "speedup_looks": 5}], "arms": []}
+    assert _pure(summary.migrate_v11, v11) == {**v11, "schema_version": 12}
+    assert _pure(status.migrate_v11, {"status": "ok"}) == {"status": "ok"}
+    assert _pure(run_record.migrate_v11, {"schema_version": 11})["schema_version"] == 12
+    old = Estimate(1.1, rounds=3, df=4, log_se=0.02, looks=5)
+    assert old.level() == pytest.approx(0.99) and old.level(2) == pytest.approx(0.995)
+    fitted = replace(old, first_look=2)
+    assert 0.95 < fitted.level() < 0.99 and 0.975 < fitted.level(2) < 0.995
 
 
 def test_summary_v8_cells_read_without_the_new_acceptance_figures() -> None:

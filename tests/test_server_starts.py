@@ -15,6 +15,7 @@ import pytest
 import yaml
 from rich.console import Console
 
+from harness import stats
 from harness.errors import UserError
 from harness.intervals import Estimate
 from harness.plan import describe_plan, plan_regime, run_plan
@@ -115,8 +116,9 @@ def test_the_interval_resamples_start_ups(tmp_path: Path) -> None:
 
 def test_a_run_that_decides_corrects_its_intervals_for_its_looks(tmp_path: Path) -> None:
     """Rounds added until decided (min 2, max 6): the run may look at its intervals 5 times and stop
-    on the first that decides, so each interval is at 1 - 0.05 / 5 (Bonferroni over the looks:
-    benchmarks/interval_coverage.py measures the false "pays" without it at 7%)."""
+    on the first that decides, so each interval is at the level fitted to those looks (98.6%, where
+    Bonferroni's 1 - 0.05 / 5 would be 99.0%: benchmarks/interval_coverage.py measures the false
+    "pays" without any correction at 7%)."""
     run = tmp_path / "run"
     shutil.copytree(SMOKE, run)
     record = json.loads((run / "regime.json").read_text())
@@ -126,18 +128,22 @@ def test_a_run_that_decides_corrects_its_intervals_for_its_looks(tmp_path: Path)
     _second_start_up(run, "ngram_k4", slower=1.25)
     summary = summarize(run)
     cell = next(c for c in summary.cells if c.arm == "ngram_k4" and c.concurrency == 1)
-    assert (cell.speedup_rounds, cell.speedup_df, cell.speedup_looks) == (2, 1, 5)
-    half = 63.6567412 * math.log(1.25) / 2  # t at 1 - 0.01 / 2 with 1 df
+    assert (cell.speedup_rounds, cell.speedup_df, cell.speedup_looks, cell.speedup_first_look) == (2, 1, 5, 2)
+    level = stats.repeated_level(1, 2, 5)
+    assert level == pytest.approx(0.986, abs=0.001)
+    half = stats.t_quantile(1 - (1 - level) / 2, 1) * math.log(1.25) / 2  # ~45 with 1 df (Bonferroni: 63.7)
     assert (cell.speedup_low, cell.speedup_high) == pytest.approx(
         (cell.speedup * math.exp(-half), cell.speedup * math.exp(half)), rel=1e-6
     )
     # every view rebuilds it from what the summary stored: the winner's correction composes with it
     estimate = cell_estimate(cell)
-    assert estimate is not None and estimate.looks == 5 and estimate.level(2) == pytest.approx(0.995)
-    assert "each interval at 99.0% for the 5 looks it could take" in interval_note(summary)
+    assert estimate is not None and estimate.looks == 5 and estimate.first_look == 2
+    assert estimate.level(2) == pytest.approx(stats.repeated_level(2, 2, 5))
+    assert level < estimate.level(2) < 0.995
+    assert "each interval at 98.6% for the 5 looks it could take" in interval_note(summary)
     assert "looks" not in interval_note(summarize(SMOKE))
     plan = describe_plan(plan_regime(_regime(tmp_path, server_starts={"min": 2, "max": 6, "decide": True})))
-    assert "until every verdict is decided (intervals over start-ups at 99.0% for 5 looks)" in plan
+    assert "until every verdict is decided (intervals over start-ups at 98.6% for 5 looks)" in plan
 
 
 def test_an_arm_retried_in_rounds_of_its_own_gets_no_interval(tmp_path: Path) -> None:

@@ -145,6 +145,9 @@ class CellMetrics(ResultModel):
     # the intervals the run's design could look at before it stopped (load.server_starts decide);
     # the interval is corrected for them (harness.intervals). None: 1, a fixed number of rounds
     speedup_looks: int | None = None
+    # the rounds at that design's first look (server_starts.min; version 12 on): the looks' level
+    # is fitted to them. None: one look, or a summary before version 12 (Bonferroni over the looks)
+    speedup_first_look: int | None = None
     # requests in flight on average over the cell's windows (version 7 on): a window that drains
     # (num_prompts near the concurrency) runs below its stated load
     mean_in_flight: float | None = None
@@ -277,6 +280,9 @@ class RampStageMetrics(ResultModel):
     # the intervals the run's design could look at before it stopped (load.server_starts decide);
     # the interval is corrected for them (harness.intervals). None: 1, a fixed number of rounds
     speedup_looks: int | None = None
+    # the rounds at that design's first look (server_starts.min; version 12 on): the looks' level
+    # is fitted to them. None: one look, or a summary before version 12 (Bonferroni over the looks)
+    speedup_first_look: int | None = None
     speedup_interval: str | None = None
 
 
@@ -390,7 +396,7 @@ class DistributionSection(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[11] = SCHEMA_VERSION
+    schema_version: Literal[12] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str

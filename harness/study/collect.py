@@ -68,6 +68,7 @@ def point_observations(
                 speedup_rounds=cell.speedup_rounds,
                 speedup_interval=cell.speedup_interval,
                 speedup_looks=cell.speedup_looks,
+                speedup_first_look=cell.speedup_first_look,
             )
         )
     return out

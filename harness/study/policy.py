@@ -199,10 +199,12 @@ def mixed(observations: Sequence[Observation], weights: Mapping[str, float]) -> 
         found = list(estimates.values())
         log_se = df = low = high = None
         looks = max((f.looks for f in found if f is not None), default=1)  # the design's looks
+        first_look = next((f.first_look for f in found if f is not None and f.looks == looks), None)
         if all(f is not None and f.log_se is not None and f.df >= 1 for f in found):
             log_se = sum(share[w] * f.log_se for w, f in estimates.items())  # type: ignore[union-attr,operator]
             df = min(f.df for f in found)  # type: ignore[union-attr]
-            half = stats.t_quantile(1 - (1 - design_level(looks)) / 2, df) * log_se
+            level = design_level(looks, 1, df, first_look)
+            half = stats.t_quantile(1 - (1 - level) / 2, df) * log_se
             low, high = speedup * math.exp(-half), speedup * math.exp(half)
         out.append(
             replace(
@@ -216,6 +218,7 @@ def mixed(observations: Sequence[Observation], weights: Mapping[str, float]) -> 
                 speedup_df=df,
                 speedup_rounds=min(f.rounds for f in found if f is not None),
                 speedup_looks=looks if looks > 1 else None,
+                speedup_first_look=first_look if looks > 1 else None,
                 tau=None,
                 output_tok_s=None,
                 usd_per_mtok=None,

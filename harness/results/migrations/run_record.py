@@ -84,6 +84,12 @@ def migrate_v10(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "schema_version": 11}
 
 
+def migrate_v11(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 12 fitted the summary's deciding intervals to the design's looks
+    (``summary.migrate_v11``): the record is unchanged."""
+    return {**record, "schema_version": 12}
+
+
 STEPS = (
     migrate_v1,
     migrate_v2,
@@ -95,4 +101,5 @@ STEPS = (
     migrate_v8,
     migrate_v9,
     migrate_v10,
+    migrate_v11,
 )

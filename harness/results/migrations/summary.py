@@ -87,6 +87,16 @@ def migrate_v10(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "schema_version": 11}
 
 
+def migrate_v11(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 12: cells and ramp spans gained ``speedup_first_look``, the rounds at a deciding
+    run's first look, to which the looks' level is fitted (``stats.repeated_level``); and the
+    winner of several arms is corrected at the two-sided Dunnett level instead of Bonferroni's.
+    Absent: a version-11 run's stored intervals were at Bonferroni's 1 - 0.05 / looks, and a view
+    of it keeps that level (``intervals.design_level``); ``bench`` re-derives fitted ones from the
+    raw files."""
+    return {**summary, "schema_version": 12}
+
+
 STEPS = (
     migrate_v1,
     migrate_v2,
@@ -98,4 +108,5 @@ STEPS = (
     migrate_v8,
     migrate_v9,
     migrate_v10,
+    migrate_v11,
 )
