@@ -329,12 +329,45 @@ def deciding_lines(sds: list[float], rounds: list[int], runs: int, seed: int) ->
     return decide_lines(settings, runs, seed)
 
 
+def decide_best_k_lines(
+    sds: list[float], rounds: list[int], runs: int, seed: int
+) -> Iterator[tuple[str, float]]:
+    """Best K in a run that adds rounds until decided (min 2, max 6): three truly equal K values,
+    the set at each look at the level the harness stores (``Estimate.level``, fitted to the looks
+    of one arm against the baseline, not to MCB's statistic): how often the set keeps K=1's arm at
+    every look, and how often any look claims one K "better than every other" (a run that stopped
+    there would say so)."""
+    from harness.study.analysis import best_set
+
+    looks = DECIDE_MAX - DECIDE_MIN + 1
+    for sd in sds:
+        rng = np.random.default_rng([seed, int(1000 * sd), 8])
+        kept = singleton = 0
+        for _ in range(runs):
+            (table,) = simulate_tables(rng, sd, DECIDE_MAX, [1.10, 1.10, 1.10])
+            every, any_single = True, False
+            for n in range(DECIDE_MIN, DECIDE_MAX + 1):
+                so_far = {arm: {r: v for r, v in got.items() if r < n} for arm, got in table.items()}
+                found = cell_estimates(so_far, "a0", looks=looks, first_look=DECIDE_MIN)
+                arms = ["a1", "a2", "a3"]
+                one = found["a1"]
+                chosen = best_set([math.log(found[a].point) for a in arms], one.log_se, one.df, one.level())  # type: ignore[arg-type]
+                every &= chosen[0]
+                any_single |= sum(chosen) == 1
+            kept += every
+            singleton += any_single
+        label = f"sd {100 * sd:.0f}%  decide {DECIDE_MIN}-{DECIDE_MAX} rounds  3 equal K"
+        yield f"coverage  best-K set, every look {label}", kept / runs
+        yield f"false better-than-every-other-K, any look {label}", singleton / runs
+
+
 EXTRA_LINES: list[Callable[[list[float], list[int], int, int], Iterator[tuple[str, float]]]] = [
     best_k_lines,
     break_even_lines,
     gate_lines,
     calibrated_gate_lines,
     deciding_lines,
+    decide_best_k_lines,
 ]
 
 

@@ -76,3 +76,13 @@ def test_a_calibrated_gate_with_one_start_up_a_side_uses_one_arms_spread() -> No
     label = "sd 3%  1 start-up a side + calibration (one arm sd)"
     assert 0.92 <= lines[f"coverage  relative gate         {label}"] <= 0.98
     assert lines[f"false fail  relative gate       {label}"] <= 0.04
+
+
+def test_best_k_over_a_deciding_runs_looks_keeps_its_claims() -> None:
+    """Best K in a run that adds rounds until decided: the set at the level fitted to the looks of
+    one arm (not to MCB's statistic) still keeps a true best at every look, and a false "better than
+    every other K" at any of the 5 looks stays within MCB's 5%."""
+    lines = dict(coverage.decide_best_k_lines([0.03], [], RUNS, seed=8))
+    label = "sd 3%  decide 2-6 rounds  3 equal K"
+    assert lines[f"coverage  best-K set, every look {label}"] >= 0.92
+    assert lines[f"false better-than-every-other-K, any look {label}"] <= 0.05
