@@ -82,6 +82,22 @@ def design_level(looks: int = 1, candidates: int = 1, df: int = 0, first_look: i
     return 1 - (1 - CONFIDENCE) / (looks * candidates)
 
 
+def bound_text(value: float) -> str:
+    """An interval's bound for the reader: two decimals, more where two would put it on 1 or across
+    it (0.9953 as "0.995", not "1.00", which would read as "touches 1" under an interval that does
+    not; 1.004 as "1.004" under "pays"), so that the verdict can be read off the numbers shown."""
+    for decimals in (2, 3, 4, 5, 6):
+        shown = round(value, decimals)
+        if value == 1.0 or (shown - 1.0) * (value - 1.0) > 0:
+            break
+    return f"{value:.{decimals}f}"
+
+
+def interval_text(low: float, high: float) -> str:
+    """``[low, high]`` with ``bound_text``: every view writes a speedup's interval with it."""
+    return f"[{bound_text(low)}, {bound_text(high)}]"
+
+
 @dataclass(frozen=True)
 class Spread:
     """The start-up spread known from a machine calibration: the residual sd of log(start-up mean
@@ -173,7 +189,7 @@ class Estimate:
             side = "faster" if self.point > 1.0 else "slower" if self.point < 1.0 else "no change"
             why = "start-up spread not measured" if self.rounds <= 1 else "no interval"
             return f"{self.point:.2f}x ({side}, unverified: {why})"
-        return f"{self.point:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+        return f"{self.point:.2f}x {interval_text(self.low, self.high)}"
 
 
 class StoredSpeedup(Protocol):

@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.intervals import Estimate
+from harness.intervals import Estimate, interval_text
 from harness.results.model import CellMetrics, Summary
 from harness.results.records import Round
 from harness.verdict import estimate_of, window_verdicts
@@ -102,7 +102,7 @@ def _interval(estimate: Estimate | None) -> str:
         return "not measured"
     if estimate.low is None or estimate.high is None:
         return f"{estimate.point:.2f}x (no interval)"
-    return f"[{estimate.low:.2f}, {estimate.high:.2f}]"
+    return interval_text(estimate.low, estimate.high)
 
 
 def round_line(rounds: int, before: Standing | None, after: Standing) -> str:

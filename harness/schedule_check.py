@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from harness.intervals import Estimate, stored_estimate
+from harness.intervals import Estimate, interval_text, stored_estimate
 from harness.results.model import ArmSummary, CellMetrics, RampStageMetrics
 
 
@@ -98,7 +98,7 @@ class LevelCheck:
             return "no static arm measured"
         if found.low is None or found.high is None:
             return f"{found.point:.2f}x the best static ({self.best_static}), unverified: no interval"
-        bounds = f"{found.point:.2f}x [{found.low:.2f}, {found.high:.2f}]"
+        bounds = f"{found.point:.2f}x {interval_text(found.low, found.high)}"
         if found.high < 1:
             return (
                 f"loses to the best static ({self.best_static}) by {100 * (1 - found.point):.0f}%: {bounds}"
@@ -129,7 +129,7 @@ class ScheduleCheck:
                 )
                 continue
             word = "beats" if found.low > 1 else "loses to" if found.high < 1 else "is within noise of"
-            bounds = f"{found.point:.2f}x [{found.low:.2f}, {found.high:.2f}]"
+            bounds = f"{found.point:.2f}x {interval_text(found.low, found.high)}"
             out.append(f"{self.arm} {word} {static} over the levels (geometric mean): {bounds}")
         losing = [
             lv

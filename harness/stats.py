@@ -62,12 +62,6 @@ class Interval:
     high: float
 
 
-def _relative(current: float, baseline: float) -> float:
-    if baseline == 0:
-        return 0.0 if current == 0 else math.copysign(math.inf, current)
-    return (current - baseline) / abs(baseline)
-
-
 Draw = TypeVar("Draw")
 
 
@@ -104,24 +98,6 @@ def bootstrap(
         else:
             values.append(drawn)
     return Draws(tuple(sorted(values)), missing, resamples)
-
-
-def bootstrap_relative_change(
-    baseline: Sequence[float],
-    current: Sequence[float],
-    statistic: Statistic = mean,
-    resamples: int = 2000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> Interval:
-    """(stat(current) - stat(baseline)) / |stat(baseline)|, with a percentile bootstrap interval."""
-    if not baseline or not current:
-        raise ValueError("both samples need at least one value")
-    point = _relative(statistic(current), statistic(baseline))
-    draws = bootstrap(
-        [current, baseline], lambda c, b: _relative(statistic(c), statistic(b)), resamples, seed
-    )
-    return Interval(point, *draws.bounds(confidence))
 
 
 def bootstrap_statistic(

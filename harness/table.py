@@ -7,6 +7,7 @@ from typing import Any
 from harness import pooling
 from harness.errors import UserError
 from harness.findings import findings
+from harness.intervals import interval_text
 from harness.metrics import METRICS, Metric, shown
 from harness.probes.acceptance import mean_acceptance_length
 from harness.regime import LoadLevel
@@ -446,7 +447,7 @@ def _ratio(found: Any) -> str:
         return "-"
     if found.low is None or found.high is None:
         return f"{found.point:.2f}x"
-    return f"{found.point:.2f}x [{found.low:.2f}, {found.high:.2f}]"
+    return f"{found.point:.2f}x {interval_text(found.low, found.high)}"
 
 
 def schedule_sections(summary: Summary) -> list[dict[str, Any]]:

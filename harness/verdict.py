@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from harness import pooling
-from harness.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate, design_level, stored_estimate
+from harness.intervals import (
+    EQUIVALENCE_MARGIN,
+    FEW_DF,
+    Estimate,
+    design_level,
+    interval_text,
+    stored_estimate,
+)
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
@@ -90,7 +97,7 @@ class WindowVerdict:
             return ""
         return (
             f" (best of {self.candidates} arms: not after correcting for the selection, "
-            f"[{self.decision.low:.2f}, {self.decision.high:.2f}])"
+            f"{interval_text(self.decision.low, self.decision.high)})"  # type: ignore[arg-type]
         )
 
     def text(self) -> str:

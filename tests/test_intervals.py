@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness import stats
-from harness.intervals import Estimate, Spread, arm_spread, cell_estimates, residual_spread
+from harness.intervals import Estimate, Spread, arm_spread, cell_estimates, interval_text, residual_spread
 
 
 def test_two_arms_two_rounds_is_the_paired_t_on_log_ratios() -> None:
@@ -183,3 +183,11 @@ def test_one_arms_spread_across_rounds_keeps_the_rounds_drift() -> None:
     sd, df = arm_spread([table, table])  # type: ignore[misc]
     assert sd == pytest.approx(float(np.std(drift, ddof=1))) and df == 4  # one cell's: 2 arms x 2
     assert arm_spread([{"baseline": {0: 100.0}}]) is None
+
+
+def test_an_intervals_bounds_never_read_as_on_or_across_one_when_they_are_not() -> None:
+    assert interval_text(0.9953, 1.153) == "[0.995, 1.15]"  # undecided: not "[1.00, 1.15]"
+    assert interval_text(1.004, 1.2) == "[1.004, 1.20]"  # pays: not "[1.00, 1.20]"
+    assert interval_text(0.8, 0.9996) == "[0.80, 0.9996]"  # loses
+    assert interval_text(0.99, 1.0) == "[0.99, 1.00]" and interval_text(1.2345, 1.5) == "[1.23, 1.50]"
+    assert Estimate(1.07, 0.9953, 1.153).text() == "1.07x [0.995, 1.15]"

@@ -251,8 +251,8 @@ def test_recommendation_must_pay_after_correcting_for_the_candidates() -> None:
     (rec,) = recommend(three)
     assert rec.arm is None and rec.best_arm == "ngram_k4" and rec.candidates == 3
     assert rec.selected.low == pytest.approx(edge * math.exp(-t3 * se))  # type: ignore[union-attr]
-    # (0.995 shows as 1.00: two decimals)
-    assert "faster, but not after correcting for the 3 arms it was picked from: [1.00, 1.15]" in rec.text()
+    # a bound of 0.995 is shown with three decimals: "1.00" would read as touching 1
+    assert "faster, but not after correcting for the 3 arms it was picked from: [0.995, 1.15]" in rec.text()
     assert not rec.decided  # neither deploy nor a decided "no speculation"
     # 1.2x pays even as the fastest of three
     (clear,) = recommend([obs(1.2), obs(1.0, arm="ngram_k2", k=2), obs(0.98, arm="e", family="e")])

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from harness import pooling, stats
-from harness.intervals import CONFIDENCE, Estimate, stored_estimate
+from harness.intervals import CONFIDENCE, Estimate, interval_text, stored_estimate
 
 
 @dataclass(frozen=True)
@@ -388,7 +388,7 @@ class Recommendation:
     def _why(self) -> str:
         found = self.selected
         bounds = (
-            f": [{found.low:.2f}, {found.high:.2f}]"
+            f": {interval_text(found.low, found.high)}"
             if self.candidates > 1 and found is not None and found.low is not None and found.high is not None
             else ""
         )

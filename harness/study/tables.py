@@ -10,6 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from harness.intervals import interval_text
 from harness.results.model import CellMetrics
 from harness.study.analysis import BestK, BreakEven, Recommendation
 from harness.study.collect import StudyResults
@@ -63,7 +64,7 @@ def _speedup_text(cell: CellMetrics) -> str:
         return "-"
     if cell.speedup_low is None or cell.speedup_high is None:
         return f"{cell.speedup:.2f}x"
-    return f"{cell.speedup:.2f}x [{cell.speedup_low:.2f}, {cell.speedup_high:.2f}]"
+    return f"{cell.speedup:.2f}x {interval_text(cell.speedup_low, cell.speedup_high)}"
 
 
 def point_rows(study: StudyResults) -> tuple[list[str], list[list[str]]]:
