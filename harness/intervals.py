@@ -59,7 +59,13 @@ DECIDED: frozenset[str] = frozenset({"pays", "loses", "equivalent"})
 RoundTable = Mapping[str, Mapping[int, float]]  # arm -> round -> that start-up's mean tok/s
 
 
-def design_level(looks: int = 1, candidates: int = 1, df: int = 0, first_look: int | None = None) -> float:
+def design_level(
+    looks: int = 1,
+    candidates: int = 1,
+    df: int = 0,
+    first_look: int | None = None,
+    model_arms: int = 0,
+) -> float:
     """The confidence of each interval behind a simultaneous 95% claim, for ``candidates`` arms
     (the winner of several is a claim about all of them) over the ``looks`` a run's design could
     take before it stopped:
@@ -69,16 +75,21 @@ def design_level(looks: int = 1, candidates: int = 1, df: int = 0, first_look: i
     - looks from ``first_look`` rounds on (a run that adds rounds until decided): the level fitted
       to those looks (``stats.repeated_level``: the fewest degrees of freedom the design allows,
       so conservative for more arms or a calibration);
-    - otherwise (a summary from before version 12, which did not store its first look; a first look
-      at one round, which has an interval only from a calibration; no degrees of freedom):
-      Bonferroni over looks x candidates, always valid and what version 11 stored."""
+    - otherwise Bonferroni over looks x candidates, always valid: a summary from before version 12
+      (which stored neither its first look nor its model), a first look at one round (an interval
+      only from a calibration), no degrees of freedom, and several candidates that were not fitted
+      in one model (``model_arms``, the arms of the winner's fit with the baseline, fewer than the
+      candidates and the baseline: an arm that missed rounds got a model and a variance estimate of
+      its own, and max-t's level rests on the candidates sharing one: with 2 candidates, one
+      missing a round, max-t covered 93% jointly where Bonferroni covered 95%)."""
     candidates = max(candidates, 1)
     if looks <= 1 and candidates == 1:
         return CONFIDENCE
-    if looks <= 1 and df >= 1:
-        return stats.many_to_one_level(candidates, df, CONFIDENCE)
-    if looks > 1 and first_look is not None and first_look >= 2:
-        return stats.repeated_level(candidates, first_look, looks, CONFIDENCE)
+    shared = candidates == 1 or model_arms >= candidates + 1
+    if looks <= 1 and df >= 1 and shared:
+        return stats.many_to_one_level(candidates, df)
+    if looks > 1 and first_look is not None and first_look >= 2 and shared:
+        return stats.repeated_level(candidates, first_look, looks)
     return 1 - (1 - CONFIDENCE) / (looks * candidates)
 
 
@@ -114,7 +125,8 @@ class Estimate:
     interval at any other confidence (a selection among several arms needs a stricter one).
     ``looks``: how many intervals the run's design could look at before it stopped (1: a fixed
     number of rounds), the first after ``first_look`` rounds (None: unknown, or one look); the
-    interval is at ``level()``, so that the one stopped on covers 95%."""
+    interval is at ``level()``, so that the one stopped on covers 95%. ``model_arms``: the arms
+    (with the baseline) of the fit it came from, whose residual variance it shares (0: unknown)."""
 
     point: float
     low: float | None = None
@@ -125,11 +137,12 @@ class Estimate:
     source: IntervalSource | None = None
     looks: int = 1
     first_look: int | None = None
+    model_arms: int = 0
 
     def level(self, candidates: int = 1) -> float:
         """The confidence of each interval behind a 95% claim about this arm as one of
         ``candidates`` (``design_level``)."""
-        return design_level(self.looks, candidates, self.df, self.first_look)
+        return design_level(self.looks, candidates, self.df, self.first_look, self.model_arms)
 
     def bounds(self, confidence: float | None = None) -> tuple[float, float] | None:
         """The t interval at ``confidence`` (by default ``level()``); None without one."""
@@ -147,7 +160,7 @@ class Estimate:
         if candidates <= 1:
             return self
         if self.log_se is None or self.log_se <= 0 or self.df < 1:  # nothing to widen it with
-            return Estimate(self.point, rounds=self.rounds, looks=self.looks, first_look=self.first_look)
+            return replace(self, low=None, high=None, df=0, log_se=None, source=None)
         low, high = self.bounds(self.level(candidates))  # type: ignore[misc]
         return replace(self, low=low, high=high)
 
@@ -182,6 +195,7 @@ class Estimate:
             "speedup_log_se": self.log_se,
             "speedup_looks": self.looks if self.looks > 1 else None,
             "speedup_first_look": self.first_look if self.looks > 1 else None,
+            "speedup_model_arms": self.model_arms or None,
         }
 
     def text(self) -> str:
@@ -205,6 +219,7 @@ class StoredSpeedup(Protocol):
     speedup_interval: str | None
     speedup_looks: int | None
     speedup_first_look: int | None
+    speedup_model_arms: int | None
 
 
 def stored_estimate(stored: StoredSpeedup, rounds: int | None = None) -> Estimate | None:
@@ -224,6 +239,7 @@ def stored_estimate(stored: StoredSpeedup, rounds: int | None = None) -> Estimat
         source,  # type: ignore[arg-type]
         stored.speedup_looks or 1,
         stored.speedup_first_look,
+        stored.speedup_model_arms or 0,
     )
 
 
@@ -250,6 +266,7 @@ def _estimate(
     spread: Spread | None,
     looks: int,
     first_look: int | None,
+    model_arms: int,
 ) -> Estimate:
     n = len(rounds)
     # exp(mean log ratio), as the product of the ratios: one round gives its ratio to the last digit
@@ -261,12 +278,19 @@ def _estimate(
     elif df > 0:
         pooled_df, variance, source = df, ss / df, "server_starts"
     else:
-        return Estimate(point, rounds=n, looks=looks, first_look=first_look)
+        return Estimate(point, rounds=n, looks=looks, first_look=first_look, model_arms=model_arms)
     if variance <= 0:  # start-ups that agree to the last digit are copies, not a measured spread
-        return Estimate(point, rounds=n, looks=looks, first_look=first_look)
+        return Estimate(point, rounds=n, looks=looks, first_look=first_look, model_arms=model_arms)
     log_se = math.sqrt(2 * variance / n)
     found = Estimate(
-        point, rounds=n, df=pooled_df, log_se=log_se, source=source, looks=looks, first_look=first_look
+        point,
+        rounds=n,
+        df=pooled_df,
+        log_se=log_se,
+        source=source,
+        looks=looks,
+        first_look=first_look,
+        model_arms=model_arms,
     )
     low, high = found.bounds()  # type: ignore[misc]
     return replace(found, low=low, high=high)
@@ -293,8 +317,9 @@ def cell_estimates(
     found: dict[str, Estimate] = {}
     if complete:
         ss, df = _balanced(logs, [baseline, *complete], rounds)
+        arms = len(complete) + 1
         found |= {
-            a: _estimate(table, logs, a, baseline, rounds, ss, df, spread, looks, first_look)
+            a: _estimate(table, logs, a, baseline, rounds, ss, df, spread, looks, first_look, arms)
             for a in complete
         }
     for arm in others:
@@ -304,7 +329,7 @@ def cell_estimates(
         if not common:
             continue
         ss, df = _balanced(logs, [baseline, arm], common)
-        found[arm] = _estimate(table, logs, arm, baseline, common, ss, df, spread, looks, first_look)
+        found[arm] = _estimate(table, logs, arm, baseline, common, ss, df, spread, looks, first_look, 2)
     return found
 
 

@@ -548,6 +548,12 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
             "rounds at that run's first look (server_starts.min); empty: one look, or before version 12 "
             "(then the looks' level is Bonferroni's 1 - 0.05/looks)",
         ),
+        (
+            "speedup_model_arms",
+            "count",
+            "arms with the baseline in the model the speedup was fitted in; the winner of several is "
+            "corrected at max-t where they all shared it, else Bonferroni (empty: before version 12)",
+        ),
         ("mean_in_flight", "requests", "requests in flight on average in the cell's windows (Little's law)"),
         ("client_cpu_cores", "cores", "CPU the harness client used during the windows"),
         ("stage", "", "ramp: the stage's index in load.ramp (from 0); empty: the whole ramp"),

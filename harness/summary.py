@@ -8,12 +8,13 @@ workload x concurrency, over repeats) and categories (over a category's workload
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness import pooling
 from harness.engines import get_adapter
-from harness.intervals import Estimate, Spread, cell_estimates
+from harness.intervals import Spread, cell_estimates
 from harness.probes import distribution
 from harness.probes.acceptance import (
     SpecCounters,
@@ -395,9 +396,7 @@ def _with_speedups(
         table = {c.arm: c.startup_tok_s() for c in members}
         for arm, estimate in cell_estimates(table, baseline, spread, looks, first_look).items():
             if arm in unpaired:
-                estimate = Estimate(
-                    estimate.point, rounds=estimate.rounds, looks=estimate.looks, first_look=first_look
-                )
+                estimate = replace(estimate, low=None, high=None, df=0, log_se=None, source=None)
             found[(arm, *key)] = estimate
     base = {(c.workload, c.level): c for c in cells if c.arm == baseline}
     out = []

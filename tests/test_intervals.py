@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -110,16 +111,24 @@ def test_an_arm_missing_a_round_gets_its_own_model_with_the_baseline() -> None:
     late = found["failed_late"]
     assert late.rounds == 2 and late.df == 1
     assert late.point == pytest.approx(math.sqrt(0.9 * 95 / 104))
+    # the two were fitted apart: a winner among them is corrected at Bonferroni's level, not max-t's
+    # (max-t rests on one shared variance estimate)
+    assert (found["a"].model_arms, late.model_arms) == (2, 2)
+    assert found["a"].selected_from(2).low == pytest.approx(found["a"].bounds(0.975)[0])
 
 
 def test_verdicts_equivalence_and_the_selection_correction() -> None:
     assert Estimate(1.0, 0.99, 1.02, 3, 4, 0.005).verdict == "equivalent"
     assert Estimate(1.0, 0.95, 1.02, 3, 4, 0.01).verdict == "indistinguishable"
     assert Estimate(0.9, 0.85, 0.95, 3, 4, 0.02).verdict == "loses"
-    picked = Estimate(1.05, *Estimate(1.05, rounds=3, df=4, log_se=0.015).bounds(), 3, 4, 0.015)
+    picked = Estimate(1.05, *Estimate(1.05, rounds=3, df=4, log_se=0.015).bounds(), 3, 4, 0.015, model_arms=5)
     assert picked.verdict == "pays"
     corrected = picked.selected_from(4)  # max-t: the two-sided Dunnett value for 4 arms at 4 df
     assert (corrected.low, corrected.high) == pytest.approx(picked.bounds(stats.many_to_one_level(4, 4)))
+    # candidates that were not all fitted in one model (the winner's fit had fewer arms than the
+    # candidates and the baseline: another arm missed rounds), or a model not stored: Bonferroni
+    for unshared in (replace(picked, model_arms=3), replace(picked, model_arms=0)):
+        assert unshared.selected_from(4).low == pytest.approx(picked.bounds(1 - 0.05 / 4)[0])
     bonferroni = stats.t_quantile(1 - 0.025 / 4, 4) * 0.015  # each of 4 at 1 - 0.05 / 4: wider
     assert 1.05 * math.exp(-bonferroni) < corrected.low
     assert corrected.verdict == "indistinguishable"

@@ -207,8 +207,10 @@ def test_v11_files_read_with_bonferroni_looks() -> None:
     assert _pure(run_record.migrate_v11, {"schema_version": 11})["schema_version"] == 12
     old = Estimate(1.1, rounds=3, df=4, log_se=0.02, looks=5)
     assert old.level() == pytest.approx(0.99) and old.level(2) == pytest.approx(0.995)
-    fitted = replace(old, first_look=2)
+    fitted = replace(old, first_look=2, model_arms=3)  # what version 12 stores
     assert 0.95 < fitted.level() < 0.99 and 0.975 < fitted.level(2) < 0.995
+    one_look = Estimate(1.1, rounds=3, df=4, log_se=0.02)  # a version-11 winner: Bonferroni, as before
+    assert one_look.level(2) == pytest.approx(0.975) and replace(one_look, model_arms=3).level(2) < 0.975
 
 
 def test_summary_v8_cells_read_without_the_new_acceptance_figures() -> None:

@@ -40,10 +40,11 @@ def obs(
     rounds: tuple[float, ...] | None = None,
     family: str = "ngram",
     method: str = "ngram",
+    model_arms: int | None = None,
 ) -> Observation:
     """A cell as its run stored it: the model's point, and its t interval from ``log_se`` and
     ``df`` (None: unverified, one start-up). ``rounds``: its per-round speedups (the point is then
-    their geometric mean)."""
+    their geometric mean). ``model_arms``: the arms of the fit it came from (None: not stored)."""
     if rounds is not None:
         speedup = math.exp(stats.mean([math.log(s) for s in rounds]))
     n = len(rounds) if rounds is not None else (1 if log_se is None else 3)
@@ -71,6 +72,7 @@ def obs(
         speedup_df=df if log_se is not None else None,
         speedup_rounds=n,
         speedup_interval="server_starts" if log_se is not None else None,
+        speedup_model_arms=model_arms,
     )
 
 
@@ -243,10 +245,10 @@ def test_recommendation_must_pay_after_correcting_for_the_candidates() -> None:
     assert edge * math.exp(-t1 * se) > 1 > edge * math.exp(-t3 * se)
     alone = recommend([obs(edge)])[0]
     assert alone.arm == "ngram_k4" and alone.candidates == 1 and "(pays)" in alone.text()
-    three = [
-        obs(edge),
-        obs(1.0, arm="ngram_k2", k=2),
-        obs(0.98, arm="eagle", family="eagle", method="eagle3"),
+    three = [  # fitted in one model of the baseline and the three arms: max-t
+        obs(edge, model_arms=4),
+        obs(1.0, arm="ngram_k2", k=2, model_arms=4),
+        obs(0.98, arm="eagle", family="eagle", method="eagle3", model_arms=4),
     ]
     (rec,) = recommend(three)
     assert rec.arm is None and rec.best_arm == "ngram_k4" and rec.candidates == 3
@@ -254,8 +256,14 @@ def test_recommendation_must_pay_after_correcting_for_the_candidates() -> None:
     # a bound of 0.995 is shown with three decimals: "1.00" would read as touching 1
     assert "faster, but not after correcting for the 3 arms it was picked from: [0.995, 1.15]" in rec.text()
     assert not rec.decided  # neither deploy nor a decided "no speculation"
+    # without the model stored (a version-11 summary), Bonferroni's correction: 3.96 at 4 df
+    (older,) = recommend([obs(edge), obs(1.0, arm="ngram_k2", k=2), obs(0.98, arm="eagle", family="e")])
+    bonferroni = stats.t_quantile(1 - 0.025 / 3, df)
+    assert older.selected.low == pytest.approx(edge * math.exp(-bonferroni * se))  # type: ignore[union-attr]
     # 1.2x pays even as the fastest of three
-    (clear,) = recommend([obs(1.2), obs(1.0, arm="ngram_k2", k=2), obs(0.98, arm="e", family="e")])
+    (clear,) = recommend(
+        [obs(1.2, model_arms=4), obs(1.0, arm="ngram_k2", k=2), obs(0.98, arm="e", family="e")]
+    )
     assert clear.arm == "ngram_k4" and clear.saving_pct == pytest.approx(100 * (1 - 1 / 1.2))
     assert "(pays after correcting for 3 candidates: [1.12, 1.29])" in clear.text()
 

@@ -19,6 +19,7 @@ from harness.environment import machine_differences
 from harness.errors import UserError
 from harness.findings import findings
 from harness.gates import StoredGate, read_gate
+from harness.intervals import bound_text
 from harness.metrics import COMPARED, HIGHLIGHTED, Metric, best, shown
 from harness.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD, conditional_rates
 from harness.ramp_table import ramp_schedule_sections, ramp_sections
@@ -93,7 +94,9 @@ def _metric_cell(metric: Metric, row: CellMetrics, best_values: dict[str, Any]) 
     else:
         css = "best" if best_values.get(metric.name) is not None and value == best_values[metric.name] else ""
     bounds = [getattr(row, name) for name in metric.interval] if metric.interval else []
-    interval = [format(b, metric.fmt) for b in bounds] if bounds and bounds[0] is not None else None
+    interval = None
+    if bounds and bounds[0] is not None:  # a speedup's interval: written as every view writes it
+        interval = [bound_text(b) if metric.ratio else format(b, metric.fmt) for b in bounds]
     note = metric.flag[1] if metric.flag and getattr(row, metric.flag[0], False) else None
     return {"text": text, "class": css, "interval": interval, "note": note}
 

@@ -148,6 +148,9 @@ class CellMetrics(ResultModel):
     # the rounds at that design's first look (server_starts.min; version 12 on): the looks' level
     # is fitted to them. None: one look, or a summary before version 12 (Bonferroni over the looks)
     speedup_first_look: int | None = None
+    # the arms (with the baseline) of the model the speedup was fitted in (version 12 on): the
+    # winner of several is corrected at max-t only where they all shared it. None: before version 12
+    speedup_model_arms: int | None = None
     # requests in flight on average over the cell's windows (version 7 on): a window that drains
     # (num_prompts near the concurrency) runs below its stated load
     mean_in_flight: float | None = None
@@ -283,6 +286,9 @@ class RampStageMetrics(ResultModel):
     # the rounds at that design's first look (server_starts.min; version 12 on): the looks' level
     # is fitted to them. None: one look, or a summary before version 12 (Bonferroni over the looks)
     speedup_first_look: int | None = None
+    # the arms (with the baseline) of the model the speedup was fitted in (version 12 on): the
+    # winner of several is corrected at max-t only where they all shared it. None: before version 12
+    speedup_model_arms: int | None = None
     speedup_interval: str | None = None
 
 

@@ -59,6 +59,7 @@ class Observation:
     speedup_interval: str | None = None  # its source: server_starts, calibration or both
     speedup_looks: int | None = None  # the looks its run's design could take (Estimate.looks); None: 1
     speedup_first_look: int | None = None  # the rounds at its first look (Estimate.first_look)
+    speedup_model_arms: int | None = None  # the arms of its model (Estimate.model_arms)
     scheduled: bool = False  # the arm runs a K per batch size (k_schedule): not one K of its family
 
 

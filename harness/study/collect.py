@@ -69,6 +69,7 @@ def point_observations(
                 speedup_interval=cell.speedup_interval,
                 speedup_looks=cell.speedup_looks,
                 speedup_first_look=cell.speedup_first_look,
+                speedup_model_arms=cell.speedup_model_arms,
             )
         )
     return out

@@ -89,11 +89,12 @@ def migrate_v10(summary: dict[str, Any]) -> dict[str, Any]:
 
 def migrate_v11(summary: dict[str, Any]) -> dict[str, Any]:
     """Version 12: cells and ramp spans gained ``speedup_first_look``, the rounds at a deciding
-    run's first look, to which the looks' level is fitted (``stats.repeated_level``); and the
-    winner of several arms is corrected at the two-sided Dunnett level instead of Bonferroni's.
+    run's first look, to which the looks' level is fitted (``stats.repeated_level``), and
+    ``speedup_model_arms``, the arms of the model a speedup was fitted in: the winner of several
+    arms that shared one is corrected at the two-sided Dunnett level instead of Bonferroni's.
     Absent: a version-11 run's stored intervals were at Bonferroni's 1 - 0.05 / looks, and a view
-    of it keeps that level (``intervals.design_level``); ``bench`` re-derives fitted ones from the
-    raw files."""
+    of it keeps Bonferroni's level for its looks and its winner (``intervals.design_level``), so
+    it reads as it did; ``bench`` re-derives fitted ones from the raw files."""
     return {**summary, "schema_version": 12}
 
 
