@@ -61,8 +61,9 @@ class WindowVerdict:
 
     @property
     def decision(self) -> Estimate | None:
-        """best's estimate corrected for being the fastest of ``candidates`` arms (max-t):
-        what the outcome rests on, so that picking the luckiest arm does not make it pay."""
+        """best's estimate corrected for being the fastest of ``candidates`` arms
+        (``Estimate.selected_from``): what the outcome rests on, so that picking the luckiest arm
+        does not make it pay."""
         return self.estimate.selected_from(self.candidates) if self.estimate else None
 
     @property

@@ -329,7 +329,7 @@ def best_k(observations: Sequence[Observation]) -> list[BestK]:
 
 
 def corrected(found: Estimate, candidates: int) -> Estimate:
-    """``found`` as the winner of ``candidates`` arms (max-t, ``Estimate.selected_from``:
+    """``found`` as the winner of ``candidates`` arms (``Estimate.selected_from``:
     without a standard error to widen the interval with, a winner among several is unverified)."""
     return found.selected_from(candidates)
 

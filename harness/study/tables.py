@@ -21,7 +21,7 @@ from harness.table import markdown_table, precision_line
 # what each table's numbers are, said once for the terminal titles and the Markdown
 RECOMMENDATION_RULE = (
     "the fastest speculative arm, deployed only when its speedup interval lies above 1 after "
-    "correcting for the number of arms it was picked from (max-t: every candidate's interval at once)"
+    "correcting for the number of arms it was picked from (every candidate's interval at once)"
 )
 BREAK_EVEN_RULE = (
     "where each arm's speedup crosses 1, interpolated on log2 concurrency; the 95% set pairs the "
