@@ -24,10 +24,13 @@ different paragraph. The rules, in the order the sentences appear:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from harness import pooling, stats
+from harness.intervals import stored_estimate
 from harness.probes.copying import COPY_NGRAM
-from harness.results.model import Summary
-from harness.verdict import WindowVerdict, window_verdicts
+from harness.results.model import CellMetrics, Summary
+from harness.verdict import WindowVerdict
 
 STRONG_RANK = 0.7  # a rank correlation at least this high "explains" the ordering of tau
 HIGH_TAU = 1.5  # tokens per step above which acceptance is not the limit
@@ -138,8 +141,23 @@ def chain_sentence(summary: Summary, arm: str) -> str | None:
     )
 
 
-def cost_of_step_sentence(summary: Summary, arm: str) -> str | None:
-    """Tokens per step against the speedup, at the cell where this arm accepted the most."""
+def _speed(cell: CellMetrics, verdicts: list[WindowVerdict]) -> str:
+    """A cell's speedup as a finding may state it: a number a window's verdict did not decide, or
+    that a busy neighbour may have made, is said to be so, never stated as a fact."""
+    text = f"{cell.speedup:.2f}x"
+    window = next((v for v in verdicts if (v.workload, v.level) == (cell.workload, cell.level)), None)
+    if window is not None and window.provisional:
+        return f"{text} (provisional: measured beside a busy neighbour)"
+    estimate = stored_estimate(cell, rounds=cell.server_starts)
+    if estimate is None or not estimate.decided:
+        return f"{text} ({estimate.verdict if estimate else 'unverified'})"
+    return text
+
+
+def cost_of_step_sentence(summary: Summary, arm: str, verdicts: list[WindowVerdict]) -> str | None:
+    """Tokens per step against the speedup, at the cell where this arm accepted the most. A step
+    that would cost less than one baseline decode step cannot be (a speculative step runs at least
+    one target forward): the sentence says what it saw instead of stating it."""
     cells = [c for c in summary.cells_of(arm) if c.tau is not None and c.speedup]
     if not cells:
         return None
@@ -152,19 +170,26 @@ def cost_of_step_sentence(summary: Summary, arm: str) -> str | None:
     per_step = cell.tokens_per_forward or tau
     cost = per_step / speed
     yields = f" ({cell.tokens_per_forward:.2f} tokens per target forward)" if cell.tokens_per_forward else ""
+    said = _speed(cell, verdicts)
     if tau < LOW_TAU:
         return (
             f"Acceptance is {arm}'s limit: its best tau is {tau:.2f} ({where}), so each step pays for "
-            f"drafting and verification and yields about one token ({speed:.2f}x)."
+            f"drafting and verification and yields about one token: {said}."
+        )
+    if cost < 1.0:
+        return (
+            f"{arm}'s {said} on {where} is more than its {per_step:.2f} tokens per step allow (a speculative "
+            f"step costs at least one target forward, so at most {per_step:.2f}x): the baseline's windows "
+            "there ran slower than its engine does, a disturbed measurement, not a cheap step."
         )
     if speed < 1.0 and tau >= HIGH_TAU:
         return (
             f"Verification, not acceptance, is {arm}'s limit in this regime: it emits {tau:.2f} tokens per "
-            f"step on {where} yet runs at {speed:.2f}x, so each of its steps{yields} costs {cost:.1f} "
+            f"step on {where} yet runs at {said}, so each of its steps{yields} costs {cost:.1f} "
             "baseline decode steps."
         )
     return (
-        f"{arm} turns tau {tau:.2f} into {speed:.2f}x on {where}: each of its steps{yields} costs "
+        f"{arm} turns tau {tau:.2f} into {said} on {where}: each of its steps{yields} costs "
         f"{cost:.1f} baseline decode steps."
     )
 
@@ -191,8 +216,8 @@ def load_sentence(summary: Summary, verdicts: list[WindowVerdict]) -> str | None
                 else (f"concurrency {levels[0].concurrency}", str(levels[-1].concurrency))
             )
             parts.append(
-                f"{first.best.arm} on {workload} goes from {first.best.speedup:.2f}x at {low} "
-                f"to {last.speedup:.2f}x at {high}"
+                f"{first.best.arm} on {workload} goes from {_speed(first.best, verdicts)} at {low} "
+                f"to {_speed(last, verdicts)} at {high}"
             )
     return ("With load, " + "; ".join(parts) + ".") if parts else None
 
@@ -214,12 +239,12 @@ def cost_sentence(verdicts: list[WindowVerdict]) -> str | None:
     return ("$/Mtok: " + "; ".join(parts) + ".") if parts else None
 
 
-def findings(summary: Summary) -> list[str]:
-    """The paragraph's sentences, in order; empty when the run measured no speculative arm."""
-    arms = _speculative_arms(summary)
+def findings(summary: Summary, verdicts: Sequence[WindowVerdict]) -> list[str]:
+    """The paragraph's sentences, in order; empty when the run measured no speculative arm.
+    ``verdicts``: the run's window verdicts (``harness.analysis`` computes them once)."""
+    arms, verdicts = _speculative_arms(summary), list(verdicts)
     sentences = [copying_sentence(summary), category_sentence(summary)]
     sentences += [chain_sentence(summary, arm) for arm in arms]
-    sentences += [cost_of_step_sentence(summary, arm) for arm in arms]
-    verdicts = window_verdicts(summary)  # once: both the load and the cost sentence read them
+    sentences += [cost_of_step_sentence(summary, arm, verdicts) for arm in arms]
     sentences += [load_sentence(summary, verdicts), cost_sentence(verdicts)]
     return [s for s in sentences if s]

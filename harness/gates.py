@@ -5,7 +5,9 @@ Every gate is evaluated per (arm, workload, load level) cell on SAMPLES, never o
 which samples and which statistic is the metric registry's (``harness.metrics``).
 
 A floor or ceiling fails when the bootstrap interval of the statistic lies entirely beyond it (one
-value per repeat of the window, per request pooled over repeats, or per prompt).
+value per repeat of the window, per request pooled over repeats, or per prompt). A speedup's floor
+or ceiling reads the cell's one estimate instead (``harness.intervals``: the arms x rounds model's
+point, and its t interval at the gate's confidence), the number every view shows for the cell.
 
 A relative gate (``max_regression_pct``, against a baseline run) compares START-UP-level samples:
 one value per server start-up of the cell (a window metric's mean over that start-up's repeats, a
@@ -38,7 +40,9 @@ from pydantic import ValidationError
 from harness import stats
 from harness.environment import machine_differences
 from harness.errors import UserError
+from harness.formats import interval_text
 from harness.history.reference import DEFAULT_NIGHTS, MIN_NIGHTS, WINDOWS, Nights, judge_series
+from harness.intervals import Estimate, stored_estimate
 from harness.metrics import METRICS, PROMPT_STATUS
 from harness.regime import Gate, Gates, LoadLevel, Regime
 from harness.results.calibration import Calibration
@@ -250,6 +254,43 @@ def _absolute(
             "inconclusive",
             f"{interval.point:.4g} is {side} but not beyond the noise ({spread})",
         )
+    return check
+
+
+def _speedup_limit(
+    check: Check,
+    estimate: Estimate | None,
+    confidence: float,
+    low_bound: float | None,
+    high_bound: float | None,
+) -> Check:
+    """A floor and/or ceiling on a cell's speedup, from its stored estimate: failed only when its
+    interval at ``confidence`` lies beyond; without an interval (one start-up per arm and no
+    calibration) a point beyond is inconclusive."""
+    if estimate is None:
+        check.verdict, check.message = "fail", "no speedup measured for this cell"
+        return check
+    check.n, check.value = estimate.rounds, estimate.point
+    bounds = estimate.bounds(confidence) if estimate.low is not None else None
+    if bounds is not None:
+        check.low, check.high = bounds
+    below = low_bound is not None and estimate.point < low_bound
+    above = high_bound is not None and estimate.point > high_bound
+    if not (below or above):
+        check.message = f"{estimate.point:.4g} within limits"
+        return check
+    side = f"below {low_bound:g}" if below else f"above {high_bound:g}"
+    if bounds is None:
+        check.verdict = "inconclusive"
+        check.message = f"{estimate.point:.4g} is {side}, unverified (set load.server_starts >= 2)"
+        return check
+    low, high = bounds
+    clearly = (below and high < low_bound) or (above and low > high_bound)  # type: ignore[operator]
+    spread = f"{100 * confidence:g}% interval {interval_text(low, high)}, {estimate.rounds} rounds"
+    check.verdict = "fail" if clearly else "inconclusive"
+    check.message = (
+        f"{estimate.point:.4g} is {side}" + ("" if clearly else " but not beyond the noise") + f" ({spread})"
+    )
     return check
 
 
@@ -542,7 +583,11 @@ def _rule_checks(
         values = view.samples(arm, workload, level, gate.metric)
         name = f"{arm} {gate.metric} {kind} {_cell_name(workload, level)}"
         check = _check(name, where, arm, gate.metric, workload, level)
-        if gate.max_regression_pct is None:
+        if gate.max_regression_pct is None and gate.metric == "speedup":
+            found = view.summary.cell(arm, workload, level)
+            estimate = stored_estimate(found, rounds=found.server_starts) if found is not None else None
+            checks.append(_speedup_limit(check, estimate, gates.confidence, gate.min, gate.max))
+        elif gate.max_regression_pct is None:
             startups = view.startups(arm, workload, level) if METRICS[gate.metric].samples == "repeat" else 0
             checks.append(_absolute(check, values, gates, gate.min, gate.max, startups))
         elif history is not None and history.enough:

@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, Protocol, get_args
 
 from harness import stats
+from harness.formats import interval_text
 
 CONFIDENCE = 0.95
 # a speedup whose whole interval lies within this of 1 (on the log scale) is decided: "equivalent"
@@ -91,22 +92,6 @@ def design_level(
     if looks > 1 and first_look is not None and first_look >= 2 and shared:
         return stats.repeated_level(candidates, first_look, looks)
     return 1 - (1 - CONFIDENCE) / (looks * candidates)
-
-
-def bound_text(value: float) -> str:
-    """An interval's bound for the reader: two decimals, more where two would put it on 1 or across
-    it (0.9953 as "0.995", not "1.00", which would read as "touches 1" under an interval that does
-    not; 1.004 as "1.004" under "pays"), so that the verdict can be read off the numbers shown."""
-    for decimals in (2, 3, 4, 5, 6):
-        shown = round(value, decimals)
-        if value == 1.0 or (shown - 1.0) * (value - 1.0) > 0:
-            break
-    return f"{value:.{decimals}f}"
-
-
-def interval_text(low: float, high: float) -> str:
-    """``[low, high]`` with ``bound_text``: every view writes a speedup's interval with it."""
-    return f"[{bound_text(low)}, {bound_text(high)}]"
 
 
 @dataclass(frozen=True)
@@ -197,6 +182,11 @@ class Estimate:
             "speedup_first_look": self.first_look if self.looks > 1 else None,
             "speedup_model_arms": self.model_arms or None,
         }
+
+    @classmethod
+    def from_stored(cls, stored: StoredSpeedup, rounds: int | None = None) -> Estimate | None:
+        """``stored_estimate``: the estimate a summary stored, for a view that holds the fields."""
+        return stored_estimate(stored, rounds)
 
     def text(self) -> str:
         if self.low is None or self.high is None:

@@ -450,15 +450,16 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
         (
             "verdict",
             "",
-            "the window's verdict on its fastest speculative arm, corrected for the number of arms it was "
-            "picked from: pays, loses, is within 3% of the baseline, indistinguishable from the baseline, "
-            "or unverified (one start-up per arm, no calibration)",
+            "on the row of the window's fastest speculative arm only: the window's verdict on it, corrected "
+            "for the number of arms it was picked from: pays, loses, equivalent (within 3% of the baseline), "
+            "indistinguishable (too noisy to tell), or unverified (one start-up per arm, no calibration); "
+            "empty on every other row",
         ),
-        ("verdict_arm", "", "the window's fastest speculative arm, which the verdict is about"),
         (
-            "deploy_arm",
+            "deploy",
             "",
-            "the arm to deploy here: the best speculative arm where it pays, else the baseline",
+            "true on the row of the arm to deploy here: the best speculative arm where it pays, else the "
+            "baseline",
         ),
         ("arm", "", "the arm's name in the regime"),
         ("method", "", "speculative method: baseline, ngram, eagle3, dflash, draft_model, ..."),

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.intervals import Estimate, stored_estimate
+from harness.analysis import RunAnalysis
+from harness.intervals import Estimate
 from harness.results.model import RampStageMetrics, Summary
 from harness.table import section_tables
 from harness.terminal import FitTable
@@ -31,7 +32,7 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def _estimate(metrics: RampStageMetrics) -> Estimate | None:
-    return stored_estimate(metrics)
+    return Estimate.from_stored(metrics)
 
 
 def _speedup_text(metrics: RampStageMetrics, baseline: str) -> str:
@@ -112,14 +113,12 @@ def ramp_sections(summary: Summary) -> list[dict[str, Any]]:
     return out
 
 
-def ramp_schedule_sections(summary: Summary) -> list[dict[str, Any]]:
+def ramp_schedule_sections(analysis: RunAnalysis) -> list[dict[str, Any]]:
     """A scheduled arm on the ramp, stage by stage and whole: the K its schedule gives the stage's
     batch size, what the engine drafted, its speedup and its ratio to every static arm of its
     method (same start-ups, the baseline cancels), and the verdict against the best of them."""
-    from harness.schedule_check import ramp_checks
-
     out = []
-    for check in ramp_checks(summary.arms, summary.ramp):
+    for check in analysis.ramp_checks:
         statics = sorted({s for _, level in check.spans for s in level.against})
         rows = [
             [
@@ -146,8 +145,8 @@ def ramp_schedule_sections(summary: Summary) -> list[dict[str, Any]]:
     return out
 
 
-def ramp_tables(summary: Summary) -> list[FitTable | str]:
+def ramp_tables(analysis: RunAnalysis) -> list[FitTable | str]:
     """``ramp_sections`` and ``ramp_schedule_sections`` for the terminal."""
     return section_tables(
-        ramp_sections(summary), key_text=(True, True, True), prose_last=False
-    ) + section_tables(ramp_schedule_sections(summary), key_text=(True,), prose_last=True)
+        ramp_sections(analysis.summary), key_text=(True, True, True), prose_last=False
+    ) + section_tables(ramp_schedule_sections(analysis), key_text=(True,), prose_last=True)

@@ -20,7 +20,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.intervals import Estimate, interval_text
+from harness.formats import interval_text
+from harness.intervals import Estimate
 from harness.results.model import CellMetrics, Summary
 from harness.results.records import Round
 from harness.verdict import estimate_of, window_verdicts

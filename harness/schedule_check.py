@@ -23,7 +23,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from harness.intervals import Estimate, interval_text, stored_estimate
+from harness.formats import interval_text
+from harness.intervals import Estimate, stored_estimate
 from harness.results.model import ArmSummary, CellMetrics, RampStageMetrics
 
 

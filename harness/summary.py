@@ -7,14 +7,14 @@ workload x concurrency, over repeats) and categories (over a category's workload
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness import pooling
 from harness.engines import get_adapter
-from harness.intervals import Spread, cell_estimates
+from harness.intervals import Estimate, Spread, cell_estimates
 from harness.probes import distribution
 from harness.probes.acceptance import (
     SpecCounters,
@@ -58,6 +58,7 @@ from harness.results.raw import RawRun, read_raw
 from harness.results.records import RequestRecord, WindowGpu, WindowRecord
 from harness.stats import mean, quantile
 
+ModelEstimates = Callable[[dict[Any, dict[str, dict[int, float]]]], dict[tuple[Any, str], Estimate]]
 PAIRING = "same workload, same prompt, same concurrency level; greedy, same seed and max tokens"
 
 
@@ -376,28 +377,34 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
     ]
 
 
-def _with_speedups(
-    cells: list[CellMetrics],
+def _model_estimates(
+    tables: dict[Any, dict[str, dict[int, float]]],
     baseline: str,
     spread: Spread | None,
-    looks: int = 1,
-    unpaired: Collection[str] = (),
-    first_look: int | None = None,
-) -> list[CellMetrics]:
-    """Per (workload, load level): every arm's speedup and interval from the arms x rounds model
-    (``harness.intervals``) over its start-ups' mean tok/s; and per repeat, against the baseline's
-    same repeat (with adaptive repeats an arm may run more repeats than the baseline did: those
-    pair with the baseline's pooled tok/s), which the gates and studies read. An ``unpaired`` arm
+    looks: int,
+    unpaired: Collection[str],
+    first_look: int | None,
+) -> dict[tuple[Any, str], Estimate]:
+    """Per key (a window, or a category at a level) and arm: the arms x rounds model's estimate
+    (``harness.intervals``) over its table of per-start-up mean tok/s. An ``unpaired`` arm
     (``RunTiming.unpaired_arms``: its start-ups ran in other rounds than the baseline's) keeps its
     point but no interval: the model's pairing by round does not hold for it."""
-    groups = pooling.grouped(cells, lambda cell: (cell.workload, cell.level))
     found = {}
-    for key, members in groups.items():
-        table = {c.arm: c.startup_tok_s() for c in members}
+    for key, table in tables.items():
         for arm, estimate in cell_estimates(table, baseline, spread, looks, first_look).items():
             if arm in unpaired:
                 estimate = replace(estimate, low=None, high=None, df=0, log_se=None, source=None)
-            found[(arm, *key)] = estimate
+            found[(key, arm)] = estimate
+    return found
+
+
+def _with_speedups(cells: list[CellMetrics], baseline: str, estimates: ModelEstimates) -> list[CellMetrics]:
+    """Per (workload, load level): every arm's speedup and interval from the arms x rounds model
+    over its start-ups' mean tok/s; and per repeat, against the baseline's same repeat (with
+    adaptive repeats an arm may run more repeats than the baseline did: those pair with the
+    baseline's pooled tok/s), which the gates and studies read."""
+    groups = pooling.grouped(cells, lambda cell: (cell.workload, cell.level))
+    found = estimates({key: {c.arm: c.startup_tok_s() for c in members} for key, members in groups.items()})
     base = {(c.workload, c.level): c for c in cells if c.arm == baseline}
     out = []
     for cell in cells:
@@ -409,7 +416,7 @@ def _with_speedups(
             for r in cell.per_repeat
         ]
         update: dict[str, Any] = {"per_repeat": per_repeat, "speedup": None}
-        estimate = found.get((cell.arm, cell.workload, cell.level))
+        estimate = found.get(((cell.workload, cell.level), cell.arm))
         if cell.arm == baseline:
             update["speedup"] = speedup(cell.output_tok_s, cell.output_tok_s)
         elif estimate is not None:
@@ -443,7 +450,11 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
     # a run that adds rounds until decided: its intervals are corrected for the looks it could take
     looks, first_look = raw.regime.load.looks(), raw.regime.load.first_look()
     unpaired = raw.timing.unpaired_arms(baseline) if raw.timing else []
-    cells = _with_speedups(cells, baseline, spread, looks, unpaired, first_look)
+
+    def estimates(tables: dict[Any, dict[str, dict[int, float]]]) -> dict[tuple[Any, str], Estimate]:
+        return _model_estimates(tables, baseline, spread, looks, unpaired, first_look)
+
+    cells = _with_speedups(cells, baseline, estimates)
     section = exactness(raw)
     cells = [c.model_copy(update={"exactness": _cell_exactness(c, section, baseline)}) for c in cells]
     return Summary(
@@ -457,7 +468,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         engine_patches=raw.record.get("engine_patches", []),
         arms=[_arm_summary(raw, arm) for arm in raw.regime.arms],
         cells=cells,
-        categories=category_rows(cells, baseline),
+        categories=category_rows(cells, baseline, estimates),
         exactness=section,
         unread_lines=raw.unread.notes,
         timing=raw.timing,
@@ -502,15 +513,43 @@ def distribution_section(raw: RawRun) -> DistributionSection | None:
     )
 
 
-def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetrics]:
+def category_startup_tok_s(members: list[CellMetrics]) -> dict[int, float]:
+    """A category's tok/s per server start-up: per repeat its workloads' tokens over their time,
+    the mean over the start-up's repeats (for one workload: ``CellMetrics.startup_tok_s``)."""
+    by_repeat: dict[tuple[int, int], list[float]] = {}
+    for member in members:
+        for r in member.per_repeat:
+            pooled = by_repeat.setdefault((r.server_start, r.repeat), [0.0, 0.0])
+            pooled[0] += r.output_tokens
+            pooled[1] += r.duration_s
+    found: dict[int, list[float]] = {}
+    for (start, _), (tokens, duration) in sorted(by_repeat.items()):
+        tok_s = output_tokens_per_s(int(tokens), duration)
+        if tok_s is not None:
+            found.setdefault(start, []).append(tok_s)
+    return {start: sum(v) / len(v) for start, v in found.items()}
+
+
+def category_rows(
+    cells: list[CellMetrics], baseline: str, estimates: ModelEstimates
+) -> list[CategoryMetrics]:
     """Per (arm, category, concurrency), pooled over the workloads of that category: tokens and
-    time add up, tau from the summed draft counts, exactness over all their prompts."""
+    time add up, tau from the summed draft counts, exactness over all their prompts; the speedup
+    from the arms x rounds model over the category's per-start-up tok/s, as a cell's."""
     rows = []
     groups = pooling.grouped(cells, lambda cell: (cell.arm, cell.category, cell.level))
+    tables: dict[Any, dict[str, dict[int, float]]] = {}
+    for (arm, category, level), members in groups.items():
+        tables.setdefault((category, level), {})[arm] = category_startup_tok_s(members)
+    found = estimates(tables)
     for (arm, category, level), members in groups.items():
         identical, pairs = pooling.identical_pct(
             (e.identical_pct, e.compared) for m in members if (e := m.exactness)
         )
+        estimate = found.get(((category, level), arm))
+        stored: dict[str, Any] = {"speedup": None} if estimate is None else estimate.stored()
+        if arm == baseline:
+            stored = {"speedup": 1.0}
         rows.append(
             CategoryMetrics(
                 arm=arm,
@@ -530,11 +569,7 @@ def category_rows(cells: list[CellMetrics], baseline: str) -> list[CategoryMetri
                 exactness_pairs=pairs,
                 copy_share_pct=pooling.share_pct(members, "copy_share_pct"),
                 context_share_pct=pooling.share_pct(members, "context_share_pct"),
-                speedup=None,
+                **stored,
             )
         )
-    base = {(r.category, r.level): r.output_tok_s for r in rows if r.arm == baseline}
-    return [
-        r.model_copy(update={"speedup": speedup(r.output_tok_s, base.get((r.category, r.level)))})
-        for r in rows
-    ]
+    return rows

@@ -4,22 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness import pooling
+from harness.analysis import RunAnalysis
 from harness.errors import UserError
-from harness.findings import findings
-from harness.intervals import interval_text
+from harness.formats import interval_text, speedup_text
+from harness.intervals import Estimate
 from harness.metrics import METRICS, Metric, shown
 from harness.probes.acceptance import mean_acceptance_length
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 from harness.terminal import Column, FitTable, wrap
-from harness.verdict import (
-    capacity_lines,
-    distribution_lines,
-    identical_counts,
-    interval_note,
-    run_caveats,
-    window_verdicts,
+from harness.verdict import Outcome
+from harness.verdict_text import capacity_lines, distribution_lines, identical_counts, verdict_lines
+
+# The speedup's definition, where a row shows it: why it may differ from the row's own tok/s ratio.
+SPEEDUP_NOTE = (
+    "speedup = the geometric mean over rounds of arm tok/s / baseline tok/s in the same round (a "
+    "round's drift cancels), with its 95% interval; the tok/s column pools every start-up, so their "
+    "ratio differs where the start-ups disagree (marked *)"
 )
 
 
@@ -27,11 +28,12 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _speedup(value: float | None) -> str:
-    if value is None:
+def _speedup(estimate: Estimate | None, marked: bool = False) -> str:
+    """A speedup with its interval, coloured by what the interval decides (never by the point)."""
+    if estimate is None:
         return "-"
-    colour = "green" if value > 1.0 else ("red" if value < 1.0 else "")
-    text = f"{value:.2f}x"
+    colour = {"pays": "green", "loses": "red"}.get(estimate.verdict, "")
+    text = speedup_text(estimate.point, estimate.low, estimate.high) + ("*" if marked else "")
     return f"[{colour}]{text}[/]" if colour else text
 
 
@@ -53,23 +55,25 @@ def measured(summary: Summary) -> set[str]:
     return found
 
 
-def metric_text(metric: Metric, cell: CellMetrics) -> str:
+def metric_text(metric: Metric, cell: CellMetrics, analysis: RunAnalysis) -> str:
     """One metric of one cell as the terminal shows it, rich markup included."""
     if metric.baseline_text is not None and cell.method == "baseline":
         return metric.baseline_text
     value = metric.value(cell)
     if metric.ratio:
-        return _speedup(value)
+        if cell.arm == analysis.summary.baseline_arm:
+            return "1.00x" if value is not None else "-"
+        return _speedup(analysis.estimate(cell), analysis.pooled_ratio_differs(cell))
     text = metric.format(value)
     if metric.flag and getattr(cell, metric.flag[0], False):
         return f"[red]{text} {metric.flag[1]}[/]"
     return text
 
 
-def minilab_tables(summary: Summary) -> list[FitTable]:
+def minilab_tables(analysis: RunAnalysis) -> list[FitTable]:
     """One table per (workload, load level), rows in the regime's arm order, the metric columns
     the registry's (``harness.metrics.shown``); stacked at print time where the console is narrow."""
-    tables = []
+    tables, summary = [], analysis.summary
     conditions = measured(summary)
     for workload, level in summary.window_keys():
         rows = [c for c in summary.cells if (c.workload, c.level) == (workload, level)]
@@ -86,39 +90,41 @@ def minilab_tables(summary: Summary) -> list[FitTable]:
                 row.arm,
                 row.method + (f" K={row.num_speculative_tokens}" if row.num_speculative_tokens else ""),
                 f"{row.requests_ok}/{row.requests_total}",
-                *(metric_text(m, row) for m in metrics),
+                *(metric_text(m, row, analysis) for m in metrics),
             )
         tables.append(table)
     return tables
 
 
-def category_table(summary: Summary) -> FitTable | None:
-    """Speculative arms per category: tau (over all concurrency levels), exactness, and speedup at
-    each level; categories ordered by the first speculative arm's tau, so the ordering shows."""
-    rows = [r for r in summary.categories if r.method != "baseline"]
+def category_table(analysis: RunAnalysis) -> FitTable | None:
+    """Speculative arms per category: tau (over all concurrency levels), exactness, and speedup with
+    its interval at each level (the same model as a cell's); categories in ``analysis.category_order``."""
+    rows = [r for r in analysis.summary.categories if r.method != "baseline"]
     if not rows:
         return None
     levels = sorted({r.level for r in rows}, key=LoadLevel.order)
     arms = list(dict.fromkeys(r.arm for r in rows))
-    pooled = pooling.grouped(rows, lambda r: (r.category, r.arm))
-    categories = pooling.category_order(rows, arms[0])
     table = FitTable(
         f"per category (ordered by {arms[0]} tau; tau over all load levels)",
         keys=[Column("category", text=True), Column("arm", text=True)],
         columns=[Column("tau"), Column("same\n%"), *(Column(f"speedup\n{lv.short()}") for lv in levels)],
     )
-    for category in categories:
+    for category in analysis.category_order:
         for arm in arms:
-            members = pooled.get((category, arm))
-            if members is None:
+            pooled = analysis.category_pooled.get((category, arm))
+            if pooled is None:
                 continue
-            speedups = {r.level: r.speedup for r in members}
+            tau, identical = pooled
+            members = {r.level: r for r in rows if (r.category, r.arm) == (category, arm)}
             table.add_row(
                 category,
                 arm,
-                _fmt(pooling.tau(members), ".2f"),
-                _fmt(pooling.identical_pct((r.identical_pct, r.exactness_pairs) for r in members)[0], ".0f"),
-                *(_speedup(speedups.get(level)) for level in levels),
+                _fmt(tau, ".2f"),
+                _fmt(identical, ".0f"),
+                *(
+                    _speedup(analysis.category_estimate(members[level])) if level in members else "-"
+                    for level in levels
+                ),
             )
     return table
 
@@ -211,7 +217,15 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 # The lab's deliverable: {arms} x {tau, tok/s, TPOT, $/Mtok, outputs identical?} per workload.
-LAB_COLUMNS = ("tau", "tok/s", "TPOT p50 ms", "$/Mtok", "identical")
+LAB_COLUMNS = ("speedup", "verdict", "tau", "tok/s", "TPOT p50 ms", "$/Mtok", "identical")
+OUTCOME_WORD = {  # the lab table's verdict column: one or two words
+    Outcome.PAYS: "pays",
+    Outcome.LOSES: "loses",
+    Outcome.EQUIVALENT: "no difference",
+    Outcome.INDISTINGUISHABLE: "too noisy to tell",
+    Outcome.UNVERIFIED: "unverified",
+    Outcome.NO_ARM: "",
+}
 _LAB_METRICS = (
     "tau",
     "output_tok_s",
@@ -224,6 +238,8 @@ def lab_level(summary: Summary, concurrency: int | LoadLevel | None = None) -> L
     """The load level the lab table shows: the one asked for (a closed-loop concurrency, or a
     level), else the first measured (the lowest concurrency, else the lowest rate)."""
     levels = summary.levels()
+    if not levels:
+        raise UserError("no arm measured anything in this run: there is no lab table to show")
     if concurrency is None:
         return levels[0]
     level = concurrency if isinstance(concurrency, LoadLevel) else LoadLevel(concurrency)
@@ -244,8 +260,22 @@ def _identical_cell(summary: Summary, cell: CellMetrics) -> str:
     return f"{same}/{compared}" + (f" ({near} near tie{'s' if near > 1 else ''})" if near else "")
 
 
-def lab_rows(summary: Summary, level: LoadLevel) -> tuple[list[str], list[list[str]]]:
+def _lab_verdict(analysis: RunAnalysis, cell: CellMetrics) -> str:
+    """The window's verdict word on the row of the arm it is about; the baseline's row says whether
+    it is the one to deploy."""
+    found = analysis.verdict(cell.workload, cell.level)
+    if found is None:
+        return "-"
+    if cell.arm == analysis.summary.baseline_arm:
+        return "deploy" if found.deploy == cell.arm and found.best is not None else ""
+    if found.best is None or found.best.arm != cell.arm:
+        return ""
+    return OUTCOME_WORD[found.outcome]
+
+
+def lab_rows(analysis: RunAnalysis, level: LoadLevel) -> tuple[list[str], list[list[str]]]:
     """One row per arm, the workloads side by side (the lab's columns for each)."""
+    summary = analysis.summary
     workloads = list(dict.fromkeys(c.workload for c in summary.cells))
     header = ["arm"] + [f"{w}: {column}" for w in workloads for column in LAB_COLUMNS]
     rows = []
@@ -256,51 +286,53 @@ def lab_rows(summary: Summary, level: LoadLevel) -> tuple[list[str], list[list[s
             if cell is None:
                 row += ["-"] * len(LAB_COLUMNS)
                 continue
-            row += [metric_text(METRICS[name], cell) for name in _LAB_METRICS] + [
-                _identical_cell(summary, cell)
-            ]
+            speed = "1.00x" if cell.arm == summary.baseline_arm else _plain(analysis.estimate(cell))
+            row += (
+                [speed, _lab_verdict(analysis, cell)]
+                + [metric_text(METRICS[name], cell, analysis) for name in _LAB_METRICS]
+                + [_identical_cell(summary, cell)]
+            )
         rows.append(row)
     return header, rows
 
 
-def lab_markdown(summary: Summary, concurrency: int | LoadLevel | None = None) -> str:
+def _plain(estimate: Estimate | None) -> str:
+    return "-" if estimate is None else speedup_text(estimate.point, estimate.low, estimate.high)
+
+
+def lab_markdown(analysis: RunAnalysis, concurrency: int | LoadLevel | None = None) -> str:
+    summary = analysis.summary
     level = lab_level(summary, concurrency)
-    header, rows = lab_rows(summary, level)
+    header, rows = lab_rows(analysis, level)
     title = f"{summary.regime_name} run {summary.run_id}, {level.label()}"
     note = (
-        "TPOT p50 in ms; identical: prompts whose greedy token ids equal the baseline's (near ties: numerics)"
+        "speedup with its 95% interval; verdict on the row of the arm it is about; TPOT p50 in ms; identical: prompts whose greedy token ids equal the baseline's (near "
+        "ties: numerics)"
     )
     return "\n".join([f"**{title}** ({note})", "", *markdown_table(header, rows)]) + "\n"
 
 
-def answer_lines(summary: Summary) -> list[str]:
+def answer_lines(analysis: RunAnalysis) -> list[str]:
     """The verdict per window, its caveats, the findings paragraph and the attention backends:
     what the terminal prints first after the tables (plain text, rich markup escaped by the caller),
     each wrapped to the terminal's width."""
-    lines = [f"Verdict ({interval_note(summary)}):"]
-    lines += [f"  {v.text()}" for v in window_verdicts(summary)]
-    lines += [f"  caveat: {c}" for c in run_caveats(summary)]
-    lines += capacity_lines(summary)
+    summary = analysis.summary
+    lines = verdict_lines(analysis)
+    lines += [f"  caveat: {c}" for c in analysis.caveats]
+    lines += capacity_lines(analysis)
     lines += distribution_lines(summary)
-    paragraph = findings(summary)
-    if paragraph:
-        lines += ["Findings: " + " ".join(paragraph)]
-    backends = backend_line(summary)
-    if backends:
-        lines.append(backends)
-    counting = draft_counting_line(summary)
-    if counting:
-        lines.append(counting)
-    verification = verification_line(summary)
-    if verification:
-        lines.append(verification)
-    lines += acceptance_check_lines(summary)
-    past_stop = past_stop_line(summary)
-    if past_stop:
-        lines.append(past_stop)
-    usage = cpu_line(summary)
-    if usage:
-        lines.append(usage)
+    if analysis.findings:
+        lines += ["Findings: " + " ".join(analysis.findings)]
+    for line in (
+        backend_line(summary),
+        draft_counting_line(summary),
+        verification_line(summary),
+        *acceptance_check_lines(summary),
+        past_stop_line(summary),
+        cpu_line(summary),
+    ):
+        if line:
+            lines.append(line)
     return [_wrapped(line) for line in lines]
 
 
@@ -450,14 +482,12 @@ def _ratio(found: Any) -> str:
     return f"{found.point:.2f}x {interval_text(found.low, found.high)}"
 
 
-def schedule_sections(summary: Summary) -> list[dict[str, Any]]:
+def schedule_sections(analysis: RunAnalysis) -> list[dict[str, Any]]:
     """Each scheduled arm against every static K of its method and the baseline, per level, with the
     K its schedule gives there and the drafted tokens per draft the engine's counters saw: a title,
     the header, the rows and the conclusions (the terminal's tables and the report's)."""
-    from harness.schedule_check import schedule_checks
-
     out = []
-    for check in schedule_checks(summary.arms, summary.cells):
+    for check in analysis.schedule_checks:
         statics = sorted({s for level in check.levels for s in level.against})
         schedule = ", ".join(f"{a}-{b}: {f'K={k}' if k else 'off'}" for a, b, k in check.schedule)
         source = f" from {check.source}" if check.source else ""
@@ -511,6 +541,6 @@ def section_tables(
     return out
 
 
-def schedule_tables(summary: Summary) -> list[FitTable | str]:
+def schedule_tables(analysis: RunAnalysis) -> list[FitTable | str]:
     """``schedule_sections`` for the terminal."""
-    return section_tables(schedule_sections(summary), key_text=(True, False), prose_last=True)
+    return section_tables(schedule_sections(analysis), key_text=(True, False), prose_last=True)

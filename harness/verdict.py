@@ -17,27 +17,27 @@ A pure function of the typed ``Summary``. Per (workload, load level) window:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
 from harness import pooling
-from harness.intervals import (
-    EQUIVALENCE_MARGIN,
-    FEW_DF,
-    Estimate,
-    design_level,
-    interval_text,
-    stored_estimate,
-)
+from harness.intervals import Estimate, stored_estimate
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
-OUTCOME_TEXT = {
-    "pays": "pays",
-    "loses": "loses",
-    "equivalent": f"is within {100 * EQUIVALENCE_MARGIN:.0f}% of the baseline",
-    "indistinguishable": "indistinguishable from the baseline",
-    "unverified": "unverified",  # the estimate's text says faster or slower, and why unverified
-}
+
+class Outcome(StrEnum):
+    """What a window's verdict says of its fastest speculative arm (the values are the words the
+    stored files and the export use; ``harness.verdict_text`` says each in plain words)."""
+
+    PAYS = "pays"  # its interval, corrected for the pick, lies above 1
+    LOSES = "loses"  # below 1
+    EQUIVALENT = "equivalent"  # within the equivalence margin of 1
+    INDISTINGUISHABLE = "indistinguishable"  # spans 1 and more than the margin: too noisy to tell
+    UNVERIFIED = "unverified"  # no interval: the start-up spread was not measured
+    NO_ARM = "no speculative arm measured"
+
+
 EFFECTIVE_LOAD_GAP = (
     0.10  # two arms whose mean requests in flight differ more were compared at different load
 )
@@ -54,6 +54,7 @@ class WindowVerdict:
     distribution: str | None = None  # temperature > 0: the best arm's distribution-check verdict
     candidates: int = 1  # speculative arms measured here: best was picked from them
     provisional: str | None = None  # why the numbers may not be the engine's alone (a busy neighbour)
+    prompts: int = 0  # the prompts of one window (the verdict's scope)
 
     @property
     def concurrency(self) -> int:
@@ -67,11 +68,16 @@ class WindowVerdict:
         return self.estimate.selected_from(self.candidates) if self.estimate else None
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> Outcome:
         """pays / loses / equivalent / indistinguishable / unverified, after the selection correction."""
         if self.decision is None:
-            return "no speculative arm measured"
-        return self.decision.verdict
+            return Outcome.NO_ARM
+        return Outcome(self.decision.verdict)
+
+    @property
+    def corrected(self) -> bool:
+        """Whether the selection correction changed the outcome the arm's own interval gives."""
+        return self.estimate is not None and self.outcome != self.estimate.verdict
 
     @property
     def fastest(self) -> str:
@@ -89,49 +95,6 @@ class WindowVerdict:
     def saving_pct(self) -> float | None:
         """$/Mtok saved by the best speculative arm against the baseline (negative: it costs more)."""
         return pooling.saving_pct(self.baseline.usd_per_mtok, self.best.usd_per_mtok if self.best else None)
-
-    def selection_text(self) -> str:
-        """What the selection correction did, when there was a selection to correct."""
-        if self.candidates <= 1 or self.estimate is None or self.decision is None:
-            return ""
-        if self.estimate.verdict == self.decision.verdict or self.decision.low is None:
-            return ""
-        return (
-            f" (best of {self.candidates} arms: not after correcting for the selection, "
-            f"{interval_text(self.decision.low, self.decision.high)})"  # type: ignore[arg-type]
-        )
-
-    def text(self) -> str:
-        where = f"{self.workload} {self.level.short()}"
-        if self.best is None or self.estimate is None:
-            tok_s = _num(self.baseline.output_tok_s, ".1f")
-            return f"{where}: no speculative arm measured; baseline {tok_s} tok/s"
-        said = f"{OUTCOME_TEXT[self.outcome]} at {self.estimate.text()}{self.selection_text()}"
-        if self.outcome == "unverified":
-            said = f"at {self.estimate.text()}"
-        head = (
-            f"{where}: {self.best.arm} {said}"
-            if self.fastest == self.best.arm
-            else f"{where}: baseline fastest; best speculative arm {self.best.arm} {said}"
-        )
-        if self.provisional:
-            head = f"PROVISIONAL ({self.provisional}): {head}"
-        same = (
-            identical_text(self.best)
-            if self.distribution is None
-            else f"output distribution {self.distribution}"
-        )
-        parts = [head, f"$/Mtok {self._cost()}", same]
-        return "; ".join(parts) + (f" [{'; '.join(self.caveats)}]" if self.caveats else "")
-
-    def _cost(self) -> str:
-        before = self.baseline.usd_per_mtok
-        after = self.best.usd_per_mtok if self.best else None
-        if before is None or after is None:
-            return "not priced"
-        saving = self.saving_pct
-        change = "" if saving is None else f" ({-saving:+.0f}%)"
-        return f"{before:.2f} -> {after:.2f}{change}"
 
 
 @dataclass(frozen=True)
@@ -183,96 +146,12 @@ def _capacity(arm: str, workload: str, points: list[tuple[float, float]], target
     return SloCapacity(arm, workload, "at least", points[-1][0])
 
 
-def capacity_lines(summary: Summary) -> list[str]:
-    found = slo_capacity(summary)
-    if not found:
-        return []
-    assert summary.slo is not None
-    head = (
-        f"SLO capacity (the highest request rate with {summary.slo.target_pct:g}% of requests within "
-        f"{summary.slo.describe()}):"
-    )
-    return [head] + [f"  {c.text()}" for c in found]
-
-
 def _distribution_verdict(summary: Summary, arm: str) -> str | None:
     section = summary.distribution
     if section is None:
         return None
     found = section.arms.get(arm)
     return found.verdict if found else "not checked"
-
-
-_STATISTIC_TEXT = {
-    "mean_logprob": "mean logprob",
-    "output_tokens": "output tokens",
-    "top1_share": "top-1 share",
-}
-
-
-def distribution_lines(summary: Summary) -> list[str]:
-    """Temperature > 0: each speculative arm's distribution-check verdict with its evidence: per
-    statistic the medians, Cliff's delta within prompts with its equivalence interval, the p-value."""
-    section = summary.distribution
-    if section is None:
-        return []
-    if section.margin is None:  # a summary from before the equivalence test
-        rule = (
-            f"two-sided Mann-Whitney at {section.alpha:g} / 3, shifted when also |Cliff's delta| >= "
-            f"{section.min_effect:g}"
-        )
-    else:
-        rule = (
-            f"compared within each prompt; consistent with lossless when every statistic's Cliff's delta "
-            f"has its {section.confidence:.1%} interval inside +-{section.margin:g}, shifted when one "
-            f"differs at {section.alpha:g} / 3 with |delta| >= {section.min_effect:g}"
-        )
-    lines = [
-        f"Distribution check ({section.samples_per_prompt} seeded samples per prompt per arm against "
-        f"{summary.baseline_arm}'s; {rule}):"
-    ]
-    for arm, result in section.arms.items():
-        tests = "; ".join(
-            f"{_STATISTIC_TEXT[t.statistic]} {_num(t.arm_median, '.3g')} vs {_num(t.baseline_median, '.3g')} "
-            f"({_delta_text(t.delta, t.low, t.high)}, p {_num(t.p_value, '.2g')})"
-            for t in result.tests
-        )
-        needed = result.samples_per_prompt_needed
-        hint = "" if needed is None else f"; i.e. samples_per_prompt: {needed}"
-        lines.append(f"  {arm}: {result.verdict}: {tests}{hint}")
-    if not section.arms:
-        lines.append("  no speculative arm has samples to compare")
-    return lines
-
-
-def _delta_text(delta: float | None, low: float | None, high: float | None) -> str:
-    interval = "" if low is None or high is None else f" [{low:+.2f}, {high:+.2f}]"
-    return f"delta {_num(delta, '+.2f')}{interval}"
-
-
-def _num(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def identical_counts(cell: CellMetrics) -> tuple[int, int, int] | None:
-    """(identical, near ties, compared) prompts of a cell against the baseline; None: not compared."""
-    shares = cell.exactness
-    if shares is None or not shares.compared:
-        return None
-
-    def count(pct: float | None) -> int:
-        return round(shares.compared * (pct or 0.0) / 100)
-
-    return count(shares.identical_pct), count(shares.near_tie_pct), shares.compared
-
-
-def identical_text(cell: CellMetrics) -> str:
-    counts = identical_counts(cell)
-    if counts is None:
-        return "outputs not compared"
-    same, near, compared = counts
-    ties = f" ({near} near tie{'s' if near > 1 else ''})" if near else ""
-    return f"outputs identical {same}/{compared}{ties}"
 
 
 def arm_caveats(arm: ArmSummary | None) -> list[str]:
@@ -383,6 +262,7 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
                 distribution=_distribution_verdict(summary, best.arm) if best else None,
                 candidates=max(1, len(speculative)),
                 provisional=provisional_text([baseline] + ([best] if best else [])),
+                prompts=baseline.requests_total // max(baseline.repeats, 1),
             )
         )
     return verdicts
@@ -469,32 +349,3 @@ def run_caveats(summary: Summary) -> list[str]:
             f"{floor.compared} prompts: an arm's divergences up to that share are numerics, not speculation"
         )
     return found
-
-
-def interval_note(summary: Summary) -> str:
-    """Where the verdicts' intervals come from, in one line."""
-    cells = [c for c in summary.cells if c.arm != summary.baseline_arm and c.speedup is not None]
-    sources = {c.speedup_interval for c in cells if c.speedup_interval}
-    rounds = max((c.speedup_rounds or c.server_starts for c in cells), default=1)
-    if not sources:
-        return (
-            "unverified: 1 start-up per arm, no calibration (set load.server_starts >= 2, or bench calibrate)"
-        )
-    dfs = sorted({c.speedup_df for c in cells if c.speedup_df})
-    df_text = f"{dfs[0]}" if len(dfs) == 1 else f"{dfs[0]}-{dfs[-1]}" if dfs else "-"
-    few = "; few degrees of freedom: relies on normality" if dfs and dfs[0] < FEW_DF else ""
-    calibrated = any("calibration" in str(s) for s in sources)
-    where = f"{rounds} rounds of server start-ups" if rounds > 1 else "1 start-up per arm"
-    calibration = f" and {summary.calibration}" if calibrated and summary.calibration else ""
-    looks = max((c.speedup_looks or 1 for c in cells), default=1)
-    first_look = next((c.speedup_first_look for c in cells if (c.speedup_looks or 1) == looks), None)
-    level = 100 * design_level(looks, first_look=first_look)
-    sequential = (
-        f"; rounds added until decided: each interval at {level:.1f}% for the {looks} looks it could take"
-        if looks > 1
-        else ""
-    )
-    return (
-        f"speedup with its 95% t interval from {where}{calibration} (arms x rounds model, "
-        f"{df_text} degrees of freedom{few}; best arm corrected for the number of arms{sequential})"
-    )

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness.analysis import analyze
 from harness.client import parse_top_logprobs
 from harness.errors import UserError
 from harness.probes.distribution import SequenceStats, compare, sequence_stats, tost_z, verdict
@@ -21,7 +22,7 @@ from harness.results import RequestRecord
 from harness.stats import mann_whitney_two_sided, stratified_cliffs_delta
 from harness.summary import summarize
 from harness.table import answer_lines
-from harness.verdict import distribution_lines
+from harness.verdict_text import distribution_lines
 
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
 
@@ -256,7 +257,7 @@ def _sampled_run(tmp_path: Path, shift: float, seeds: int = 6) -> Path:
 
 
 def test_a_sampled_run_reports_the_distribution_check(tmp_path: Path) -> None:
-    from harness.report import render_report
+    from tests.views import render_report
 
     summary = summarize(_sampled_run(tmp_path, 0.0))
     assert summary.exactness.applicable is False and summary.distribution is not None
@@ -269,7 +270,7 @@ def test_a_sampled_run_reports_the_distribution_check(tmp_path: Path) -> None:
     assert found.samples_per_prompt_needed == 21
     logprob = found.tests[0]
     assert (logprob.prompts, logprob.n_arm, logprob.needed_per_side) == (8, 48, 161)
-    text = " ".join(" ".join(answer_lines(summary)).split())  # wrapped to the terminal: joined again
+    text = " ".join(" ".join(answer_lines(analyze(summary))).split())  # wrapped to the terminal: joined again
     assert "Distribution check (6 seeded samples per prompt per arm" in text
     assert "99.3% interval inside +-0.2" in text
     assert (

@@ -62,10 +62,11 @@ def test_summary_and_texts_carry_both(tmp_path: Path) -> None:
     (recorded from the server log after start-up) in the terminal line and the report."""
     import json
 
-    from harness.report import render_report
+    from harness.analysis import analyze
     from harness.results.raw import read_raw
     from harness.summary import summarize
     from harness.table import answer_lines, draft_counting_line
+    from tests.views import render_report
 
     run = tmp_path / "smoke"
     shutil.copytree(SMOKE, run)
@@ -92,7 +93,9 @@ def test_summary_and_texts_carry_both(tmp_path: Path) -> None:
     assert ngram.tokens_per_forward > 1.0 and all(r.tokens_per_forward for r in ngram.per_repeat)
     line = draft_counting_line(summary)
     assert line.startswith("Drafts counted as (tau's denominator): proposing_steps for every speculative arm")
-    assert line in [" ".join(text.split()) for text in answer_lines(summary)]  # wrapped to the terminal
+    assert line in [
+        " ".join(text.split()) for text in answer_lines(analyze(summary))
+    ]  # wrapped to the terminal
     html = render_report(run)
     assert "tok / target fwd" in html and "drafts counted as proposing_steps" in html
     assert "<i>every_step</i>, every decode step is a K-token draft" in html

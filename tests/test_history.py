@@ -414,7 +414,7 @@ def _stepped(tmp_path: Path) -> Path:
 
 
 def test_the_trend_page_marks_the_step_and_lists_it_open(tmp_path: Path) -> None:
-    from harness.report.history import render_history
+    from harness.commands.history import trend_page as render_history
 
     page = render_history(_stepped(tmp_path))
     assert page == render_history(tmp_path / "h.duckdb")  # deterministic
@@ -442,7 +442,7 @@ def test_the_trend_page_marks_the_step_and_lists_it_open(tmp_path: Path) -> None
 
 @needs_browser
 def test_the_trend_page_in_headless_chromium(tmp_path: Path) -> None:
-    from harness.report.history import render_history
+    from harness.commands.history import trend_page as render_history
 
     page = tmp_path / "history.html"
     page.write_text(render_history(_stepped(tmp_path)))

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from harness import stats
-from harness.intervals import Estimate, Spread, arm_spread, cell_estimates, interval_text, residual_spread
+from harness.formats import interval_text
+from harness.intervals import Estimate, Spread, arm_spread, cell_estimates, residual_spread
 
 
 def test_two_arms_two_rounds_is_the_paired_t_on_log_ratios() -> None:

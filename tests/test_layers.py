@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
 PLACES: dict[str, str] = {
     "harness": "commands",  # the package's public API: load_run / load_study (PEP 562, on use)
     "harness.errors": "foundations",
+    "harness.formats": "foundations",  # how a speedup and its interval are written
     "harness.metrics": "foundations",
     "harness.stats": "foundations",
     "harness.probes": "foundations",
@@ -77,7 +78,9 @@ PLACES: dict[str, str] = {
     "harness.table": "present",
     "harness.ramp_table": "present",  # the ramp's stages and boundaries, for the terminal and the report
     "harness.terminal": "present",
-    "harness.findings": "present",
+    "harness.findings": "derive",  # the findings' rules over the numbers (sentences: to become facts)
+    "harness.analysis": "derive",  # the one analysis of a run: what every view of it renders
+    "harness.verdict_text": "present",  # the verdict in plain words, its statistics beneath
     "harness.report": "present",
     "harness.gate_report": "present",
     "harness.study.tables": "present",
@@ -197,3 +200,39 @@ def test_no_import_circle() -> None:
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
+
+
+def _derive_names_imported(name: str) -> list[str]:
+    """What a module imports from derive modules, by name: ``module.name`` for each name, and the
+    module itself for an ``import`` or ``from harness import module`` (function-level ones too)."""
+    tree = ast.parse(MODULES[name].read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("harness"):
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                if submodule in MODULES and layer(submodule) == "derive":
+                    found.append(submodule)  # a whole derive module: its functions with it
+                elif node.module in MODULES and layer(node.module) == "derive":
+                    found.append(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name in MODULES and layer(a.name) == "derive"]
+    return found
+
+
+def _is_type_or_constant(qualified: str) -> bool:
+    import importlib
+
+    module, _, attr = qualified.rpartition(".")
+    if qualified in MODULES or module not in MODULES:
+        return False
+    value = getattr(importlib.import_module(module), attr)
+    return isinstance(value, type) or not callable(value)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if layer(n) == "present"))
+def test_present_imports_only_derive_types(name: str) -> None:
+    """Present renders the analysis derive made: from derive it takes types (and constants), never a
+    function, so no view can compute a number of its own."""
+    functions = [q for q in _derive_names_imported(name) if not _is_type_or_constant(q)]
+    assert not functions, f"{name} (present) imports derive functions or modules: {', '.join(functions)}"

@@ -11,7 +11,11 @@ from harness.probes.throughput import output_tokens_per_s, speedup
 from harness.regime import Arm
 from harness.results import CellMetrics, ExactnessShares, RepeatMetrics, RequestRecord, WindowRecord
 from harness.stats import quantile
-from harness.summary import _with_speedups, category_rows, cell_metrics
+from harness.summary import _model_estimates, _with_speedups, category_rows, cell_metrics
+
+
+def _plain(tables):  # the arms x rounds model with no calibration, no looks, every arm paired
+    return _model_estimates(tables, "base", None, 1, (), None)
 
 
 def test_tau_from_counter_deltas() -> None:
@@ -182,7 +186,7 @@ def test_speedup_pairs_same_workload_and_concurrency() -> None:
         _cell("ng", "w", 4, 90.0),
         _cell("ng", "other", 1, 90.0),
     ]
-    rows = _with_speedups(rows, baseline="base", spread=None)
+    rows = _with_speedups(rows, "base", _plain)
     assert [r.speedup for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])
     assert [r.per_repeat[0].speedup for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])
 
@@ -216,6 +220,16 @@ def test_categories_pool_their_workloads() -> None:
             drafts=drafts,
             accepted_tokens=accepted,
             exactness=exactness,
+            per_repeat=[
+                RepeatMetrics(
+                    repeat=0,
+                    duration_s=duration,
+                    output_tokens=tokens,
+                    output_tok_s=tokens / duration,
+                    tau=None,
+                    usd_per_mtok=None,
+                )
+            ],
         )
 
     rows = [
@@ -225,7 +239,8 @@ def test_categories_pool_their_workloads() -> None:
         row("ng", "b", "extract", 100, 15.0, 30, 20, 50),
         row("ng", "c", "chat", 50, 10.0, 10, 5, None),
     ]
-    cells = {(r.arm, r.category): r for r in category_rows(rows, "base")}
+    # the category's speedup: the cells' model over its per-start-up tok/s (tokens over time per repeat)
+    cells = {(r.arm, r.category): r for r in category_rows(rows, "base", _plain)}
     extract = cells[("ng", "extract")]
     assert extract.workloads == ["a", "b"] and extract.output_tok_s == pytest.approx(10.0)
     assert extract.tau == pytest.approx(1 + 40 / 40) and extract.speedup == pytest.approx(1.0)

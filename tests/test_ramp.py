@@ -307,9 +307,11 @@ def test_the_views_show_the_ramp_and_a_schedule_on_it() -> None:
     (section,) = ramp_sections(summary)
     assert len(section["rows"]) == 3 * len(arms) and section["rows"][0][0] == "1: @1"
     assert section["rows"][-1][0] == "whole ramp"
+    from types import SimpleNamespace
+
     from harness.ramp_table import ramp_schedule_sections
 
-    proofs = ramp_schedule_sections(summary)
+    proofs = ramp_schedule_sections(SimpleNamespace(ramp_checks=checks))  # type: ignore[arg-type]
     assert [len(p["rows"]) for p in proofs] == [3] * len(scheduled)  # 2 stages and the whole ramp
     assert all(p["rows"][0][1] != "-" and p["rows"][-1][1] == "-" for p in proofs)  # K per stage, none whole
     assert all("on the whole ramp" in p["lines"][0] for p in proofs)

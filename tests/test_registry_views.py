@@ -139,7 +139,7 @@ def test_export_carries_identity_verdict_and_a_full_data_dictionary(tmp_path: Pa
     assert dictionary[("cells", "output_tok_s")]["unit"] == "tokens/s"
     assert dictionary[("cells", "tpot_ms_p50")]["direction"] == "lower is better"
     assert "position i + 1" in dictionary[("cells", "acceptance_pos_0")]["definition"]
-    from harness.verdict import OUTCOME_TEXT, window_verdicts
+    from harness.verdict import window_verdicts
 
     with (tmp_path / "cells.csv").open() as handle:
         cells = list(csv.DictReader(handle))
@@ -149,6 +149,9 @@ def test_export_carries_identity_verdict_and_a_full_data_dictionary(tmp_path: Pa
             for r in cells
             if (r["workload"], r["concurrency"]) == (verdict.workload, str(verdict.concurrency))
         ]
-        assert {(r["verdict"], r["deploy_arm"]) for r in window} == {
-            (OUTCOME_TEXT[verdict.outcome], verdict.deploy)
-        }
+        # the verdict on the row of the arm it is about only (filtering verdict == "pays" finds that
+        # arm, not every arm of the window); deploy on the row of the arm to deploy
+        assert [(r["arm"], r["verdict"]) for r in window if r["verdict"]] == [
+            (verdict.best.arm, verdict.outcome)
+        ]
+        assert [r["arm"] for r in window if r["deploy"] == "True"] == [verdict.deploy]

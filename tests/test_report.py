@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.report import render_comparison, render_report
 from tests.browser import chromium, needs_browser
+from tests.views import render_comparison, render_report
 
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
 HOSTILE = '</table></pre><script>document.title="PWNED"</script>"\'<b>bold</b>'
@@ -99,7 +99,7 @@ def test_report_opens_with_the_verdict_and_shows_gates_next_to_their_cells(tmp_p
         '<td class="text"><b>ngram_k4</b></td>' not in html
         and '<td class="text"><b>baseline</b></td>' in html
     )
-    assert "1.52x (faster, unverified: start-up spread not measured)" in html
+    assert "unverified: ngram_k4 1.52x (faster) on 6 code prompts at concurrency 1" in html
     assert "Caveat: mechanics only: eagle3_untrained_k3, dflash_untrained_k3, self_draft_k3" in html
     assert "Tau rises with the share copied from the prompt" in html and "53% in the prompt" in html
     assert html.count('<ul class="gate-checks">') == 4  # under each mini-lab table
@@ -114,8 +114,9 @@ def test_report_opens_with_the_verdict_and_shows_gates_next_to_their_cells(tmp_p
 def test_findings_differ_between_two_real_runs() -> None:
     from harness.findings import findings
     from harness.summary import summarize
+    from harness.verdict import window_verdicts
 
-    smoke, older = findings(summarize(SMOKE)), findings(summarize(GOLDEN))
+    smoke, older = (findings(s, window_verdicts(s)) for s in (summarize(SMOKE), summarize(GOLDEN)))
     assert smoke != older and not set(smoke) & set(older)
 
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 import harness
+from harness.analysis import analyze
 from harness.cli import main
 from harness.client import WindowResult
 from harness.errors import UserError
@@ -58,7 +59,11 @@ def test_golden_v1_summary_loads_and_equals_the_rederived_one() -> None:
     stored = load_summary(GOLDEN / "summary.json")  # a version-1 file
     derived = summarize(GOLDEN)
     # JSON floats round-trip exactly; cells gained fields since v1 (compared key by key below)
-    assert derived.model_copy(update={"cells": stored.cells, "arms": stored.arms}) == stored
+    update = {"cells": stored.cells, "arms": stored.arms, "categories": stored.categories}
+    assert derived.model_copy(update=update) == stored
+    # categories gained their speedup's model fields; one start-up of one repeat: the same ratio
+    assert [c.speedup for c in derived.categories] == pytest.approx([c.speedup for c in stored.categories])
+    assert all(c.speedup_low is None for c in derived.categories)
     # arms gained how their drafts were verified and sampled (v8): re-derived from the regime, absent
     # from the stored file ("not recorded")
     unrecorded = {"verification": None, "draft_sampling": None}
@@ -70,7 +75,7 @@ def test_golden_v1_summary_loads_and_equals_the_rederived_one() -> None:
     assert all(c.speedup_interval is None for c in derived.cells)  # 1 repeat, 2 prompts: too few for one
     assert all(c.copy_share_pct is None for c in derived.cells)  # v1 samples hold no prompt token ids
     assert [a.status for a in derived.arms] == ["ok", "ok"]
-    assert len(minilab_tables(derived)) == 4
+    assert len(minilab_tables(analyze(derived))) == 4
     stored_cells = json.loads((GOLDEN / "summary.json").read_text())["windows"]
     dumped = [
         c.model_dump(mode="json") for c in derived.cells

@@ -17,6 +17,7 @@ import yaml
 from rich.console import Console
 
 from harness import stats
+from harness.analysis import analyze
 from harness.errors import UserError
 from harness.intervals import Estimate
 from harness.plan import describe_plan, plan_regime, run_plan
@@ -28,7 +29,13 @@ from harness.rounds import Standing, cell_estimate, completed_starts, round_line
 from harness.runner import Runner
 from harness.study.placement import time_limit_minutes
 from harness.summary import summarize
-from harness.verdict import interval_note, run_caveats
+from harness.verdict import run_caveats
+from harness.verdict_text import basis_line
+
+
+def interval_note(summary):
+    return basis_line(analyze(summary).basis)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "tests" / "fixtures" / "run_v3_smoke"

@@ -89,13 +89,14 @@ def test_the_summary_derives_slo_share_and_goodput_from_the_samples(tmp_path: Pa
 
 
 def test_tables_report_and_gates_carry_the_slo(tmp_path: Path) -> None:
-    from harness.report import render_report
+    from harness.analysis import analyze
+    from tests.views import render_report
 
     gates = {"rules": [{"arm": "ngram_k4", "metric": "slo_pct", "min": 50}]}
     run = _with_slo(tmp_path, {"ttft_ms": 400, "tpot_ms": 90}, gates)
     summary = summarize(run)
     console = Console(width=400, record=True)
-    for table in minilab_tables(summary):
+    for table in minilab_tables(analyze(summary)):
         console.print(table)
     text = " ".join(console.export_text().split())  # titles wrap at the table's width
     assert "SLO TTFT <= 400 ms, TPOT <= 90 ms, goodput in requests/s" in text and "in SLO" in text
@@ -106,7 +107,7 @@ def test_tables_report_and_gates_carry_the_slo(tmp_path: Path) -> None:
     for check in checks:
         cell = summary.cell(check.arm, check.workload, check.concurrency)
         assert check.verdict == ("pass" if cell.slo_pct >= 50 else "fail")
-    assert "in SLO" not in " ".join(str(t.title) for t in minilab_tables(summarize(GOLDEN)))
+    assert "in SLO" not in " ".join(str(t.title) for t in minilab_tables(analyze(summarize(GOLDEN))))
     # notebooks: per request whether it met the targets, per repeat the share and the goodput
     from harness import load_run
 
@@ -124,7 +125,9 @@ def test_tables_report_and_gates_carry_the_slo(tmp_path: Path) -> None:
 def test_slo_capacity_is_the_highest_rate_that_still_met_the_target() -> None:
     """From open-loop cells: interpolated between the last rate that met the target share and the first
     that missed it; a bound when every rate (or none) met it."""
-    from harness.verdict import capacity_lines, slo_capacity
+    from harness.analysis import analyze
+    from harness.verdict import slo_capacity
+    from harness.verdict_text import capacity_lines
 
     base = summarize(GOLDEN)
 
@@ -137,7 +140,7 @@ def test_slo_capacity_is_the_highest_rate_that_still_met_the_target() -> None:
             pct = shares[cell.arm][0 if rate == 0.5 else 1]
             cells.append(cell.model_copy(update={"request_rate": rate, "slo_pct": pct}))
         summary = base.model_copy(update={"cells": cells, "slo": Slo(ttft_ms=500, target_pct=90)})
-        return [c.text() for c in slo_capacity(summary)] + capacity_lines(summary)[:1]
+        return [c.text() for c in slo_capacity(summary)] + capacity_lines(analyze(summary))[:1]
 
     found = at_rates({"baseline": (100.0, 80.0), "ngram_k4": (100.0, 95.0)})
     # baseline: 100% at 0.5, 80% at 1.0 -> 90% reached at 0.5 + (100 - 90) / (100 - 80) x 0.5 = 0.75

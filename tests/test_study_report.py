@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.commands.report import study_page as render_study
 from harness.regime import Regime
 from harness.results.files import read_json
 from harness.study.collect import load_study
 from harness.study.record import StudyDir, StudyPointRecord, StudyRecord
-from harness.study.report import render_study
 from harness.study.tables import markdown
 from tests.browser import chromium, needs_browser
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis import analyze
 from harness.client import RequestRecord, _absorb_chunk
 from harness.errors import UserError
 from harness.findings import findings
@@ -19,6 +20,12 @@ from harness.results.model import CellMetrics, Summary
 from harness.summary import summarize
 from harness.table import answer_lines, lab_markdown
 from harness.verdict import run_caveats, window_verdicts
+from harness.verdict_text import verdict_line
+
+
+def _findings(summary):
+    return findings(summary, window_verdicts(summary))
+
 
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
 
@@ -104,18 +111,21 @@ def test_verdict_follows_the_interval(summary: Summary) -> None:
     pays = verdicts[("code_humaneval", 1)]
     assert pays.outcome == "pays" and pays.fastest == "ngram_k4"
     assert pays.saving_pct == pytest.approx(100 * (3.36 - 2.0) / 3.36, abs=0.2)
-    assert pays.text().startswith(
-        "code_humaneval @1: ngram_k4 pays at 1.60x [1.40, 1.80]; $/Mtok 3.36 -> 2.00 (-41%)"
+    assert verdict_line(pays).startswith(
+        "code_humaneval @1: ngram_k4 pays: 1.60x faster (95%: 1.40-1.80x) on 2 code prompts at concurrency 1; "
+        "$/Mtok 3.36 -> 2.00 (-41%)"
     )
-    assert "outputs identical 2/2" in pays.text()
+    assert "outputs identical 2/2" in verdict_line(pays)
     loses = verdicts[("code_humaneval", 2)]
     assert loses.outcome == "loses" and loses.fastest == "baseline"
-    assert loses.text().startswith("code_humaneval @2: baseline fastest; best speculative arm ngram_k4 loses")
+    assert verdict_line(loses).startswith(
+        "code_humaneval @2: ngram_k4 loses: 0.80x, slower than the baseline (95%: 0.70-0.90x)"
+    )
     spans = verdicts[("chat_mtbench", 1)]
-    assert spans.outcome == "indistinguishable" and "indistinguishable from the baseline" in spans.text()
+    assert spans.outcome == "indistinguishable" and "too noisy to tell: ngram_k4 1.05x" in verdict_line(spans)
     no_interval = verdicts[("chat_mtbench", 2)]
     assert no_interval.outcome == "unverified" and no_interval.deploy == "baseline"
-    assert "ngram_k4 at 0.99x (slower, unverified: start-up spread not measured)" in no_interval.text()
+    assert "unverified: ngram_k4 0.99x (slower) on 2 chat prompts" in verdict_line(no_interval)
     assert pays.deploy == "ngram_k4" and spans.deploy == "baseline"
 
 
@@ -134,12 +144,12 @@ def test_a_noisy_neighbour_makes_the_verdict_provisional_and_a_draining_window_i
         },
     )
     verdict = {(v.workload, v.concurrency): v for v in window_verdicts(noisy)}[("code_humaneval", 2)]
-    assert verdict.text().startswith(
+    assert verdict_line(verdict).startswith(
         "PROVISIONAL (measured beside a busy neighbour: baseline: other processes 0.95 cores"
     )
     assert (
         "effective load differs: baseline averaged 1.98 requests in flight, ngram_k4 1.70 (stated 2)"
-        in verdict.text()
+        in verdict_line(verdict)
     )
 
 
@@ -156,7 +166,9 @@ def test_caveats_are_never_hidden(summary: Summary) -> None:
         update={"arms": arms, "exactness": exactness, "lossy_settings": ["x allowed"]}
     )
     verdict = window_verdicts(changed)[0]
-    assert "ngram_k4: untrained, mechanics only" in verdict.caveats and "mechanics only" in verdict.text()
+    assert "ngram_k4: untrained, mechanics only" in verdict.caveats and "mechanics only" in verdict_line(
+        verdict
+    )
     caveats = run_caveats(changed)
     assert any(c.startswith("noise floor: the baseline reproduced itself on 75%") for c in caveats)
     assert "lossy acceptance allowed: x allowed" in caveats
@@ -189,7 +201,7 @@ def test_findings_change_with_the_numbers(summary: Summary) -> None:
 
     # the fixture's ngram tau: 2.94 on code, 3.64 on chat
     with_copy = with_cells(summary, **shares((40.0, 45.0), (10.0, 50.0)))
-    text = " ".join(findings(with_copy))
+    text = " ".join(_findings(with_copy))
     assert (
         "code_humaneval: 40% in the prompt, 45% in the prompt or earlier output, tau 2.94; "
         "chat_mtbench: 10% in the prompt, 50% in the prompt or earlier output, tau 3.64." in text
@@ -198,44 +210,54 @@ def test_findings_change_with_the_numbers(summary: Summary) -> None:
         "Tau follows the share found in the prompt or the earlier output (rank correlation 1.00 over 2"
         in text
     )
-    swapped = " ".join(findings(with_cells(summary, **shares((5.0, 6.0), (30.0, 31.0)))))
+    swapped = " ".join(_findings(with_cells(summary, **shares((5.0, 6.0), (30.0, 31.0)))))
     assert (
         "Tau rises with the share copied from the prompt (rank correlation 1.00 over 2 workloads)" in swapped
     )
-    neither = " ".join(findings(with_cells(summary, **shares((40.0, 60.0), (10.0, 20.0)))))
+    neither = " ".join(_findings(with_cells(summary, **shares((40.0, 60.0), (10.0, 20.0)))))
     assert "Neither share explains tau (rank correlation -1.00 with the prompt share, -1.00 with" in neither
     # high tau without a speedup: verification, not acceptance, is the limit
     # each step's cost follows the output tokens per target forward (1.57 here), not tau
     assert (
-        "turns tau 3.64 into 1.03x on chat_mtbench @1: each of its steps (1.57 tokens per target forward) "
-        "costs 1.5 baseline decode steps" in text
+        "turns tau 3.64 into 1.03x (unverified) on chat_mtbench @1: each of its steps (1.57 tokens per target "
+        "forward) costs 1.5 baseline decode steps" in text
+    )
+    # a step cheaper than a baseline decode step cannot be: the finding says what it saw instead
+    cheap = " ".join(_findings(with_cells(with_copy, **{"ngram_k4/chat_mtbench/1": {"speedup": 2.0}})))
+    assert "costs 0.8 baseline decode steps" not in cheap and (
+        "ngram_k4's 2.00x (unverified) on chat_mtbench @1 is more than its 1.57 tokens per step allow (a "
+        "speculative step costs at least one target forward, so at most 1.57x)" in cheap
     )
     slow = with_cells(with_copy, **{"ngram_k4/chat_mtbench/1": {"speedup": 0.5}})
     assert (
         "Verification, not acceptance, is ngram_k4's limit in this regime: it emits 3.64 tokens per step on "
-        "chat_mtbench @1 yet runs at 0.50x, so each of its steps (1.57 tokens per target forward) costs 3.1 "
-        "baseline decode steps" in " ".join(findings(slow))
+        "chat_mtbench @1 yet runs at 0.50x (unverified), so each of its steps (1.57 tokens per target forward) costs 3.1 "
+        "baseline decode steps" in " ".join(_findings(slow))
     )
     counted = with_cells(slow, **{"ngram_k4/chat_mtbench/1": {"speedup": 0.5, "tokens_per_forward": 2.1}})
     assert (
         "so each of its steps (2.10 tokens per target forward) costs 4.2 baseline decode steps"
-        in " ".join(findings(counted))
+        in " ".join(_findings(counted))
     )
     untracked = with_cells(slow, **{"ngram_k4/chat_mtbench/1": {"speedup": 0.5, "tokens_per_forward": None}})
-    assert "so each of its steps costs 7.3 baseline decode steps" in " ".join(findings(untracked))  # tau
+    assert "so each of its steps costs 7.3 baseline decode steps" in " ".join(_findings(untracked))  # tau
     low_tau = with_cells(
         summary,
         **{f"ngram_k4/{w}/{c}": {"tau": 1.05} for w in ("code_humaneval", "chat_mtbench") for c in (1, 2)},
     )
-    assert "Acceptance is ngram_k4's limit: its best tau is 1.05" in " ".join(findings(low_tau))
+    assert "Acceptance is ngram_k4's limit: its best tau is 1.05" in " ".join(_findings(low_tau))
 
 
 def test_findings_name_the_chain_break_the_load_trend_and_the_cost(summary: Summary) -> None:
-    text = " ".join(findings(summary))
+    text = " ".join(_findings(summary))
     rates = [c.per_position_acceptance for c in summary.cells_of("ngram_k4")]
     assert all(len(r) == 4 for r in rates)
     assert "ngram_k4 accepts its draft token at position 1 in 87% of steps and at position 4 in 33%" in text
-    assert "With load, ngram_k4 on code_humaneval goes from 0.98x at concurrency 1 to 0.95x at 2" in text
+    # one start-up per arm: the findings say the numbers are unverified, never state them as facts
+    assert (
+        "With load, ngram_k4 on code_humaneval goes from 0.98x (unverified) at concurrency 1 to 0.95x "
+        "(unverified) at 2" in text
+    )
     assert "$/Mtok: code_humaneval @1 stays at the baseline's 3.36 (no arm shown to pay)" in text
     paying = with_cells(
         summary,
@@ -248,7 +270,7 @@ def test_findings_name_the_chain_break_the_load_trend_and_the_cost(summary: Summ
             }
         },
     )
-    assert "code_humaneval @1 3.36 -> 2.10 with ngram_k4 (-38%)" in " ".join(findings(paying))
+    assert "code_humaneval @1 3.36 -> 2.10 with ngram_k4 (-38%)" in " ".join(_findings(paying))
     broken = with_cells(
         summary,
         **{
@@ -257,39 +279,46 @@ def test_findings_name_the_chain_break_the_load_trend_and_the_cost(summary: Summ
             for c in (1, 2)
         },
     )
-    assert "the chain breaks most often at position 1 (80 points lost there)" in " ".join(findings(broken))
+    assert "the chain breaks most often at position 1 (80 points lost there)" in " ".join(_findings(broken))
 
 
 # ---- the lab table and the terminal ------------------------------------------------------------
 
 
 def test_lab_table_in_markdown(summary: Summary) -> None:
-    text = lab_markdown(summary)
+    text = lab_markdown(analyze(summary))
     lines = text.splitlines()
     assert lines[0].startswith("**cpu_e2e run run_v1, concurrency 1**")
     assert lines[2].startswith(
-        "| arm | code_humaneval: tau | code_humaneval: tok/s | code_humaneval: TPOT p50 ms"
+        "| arm | code_humaneval: speedup | code_humaneval: verdict | code_humaneval: tau | code_humaneval: tok/s"
     )
-    assert lines[4] == "| baseline | 1 | 8.3 | 51.0 | 3.36 | reference | 1 | 8.4 | 50.7 | 3.29 | reference |"
-    assert lines[5] == "| ngram_k4 | 2.94 | 8.1 | 54.1 | 3.43 | 2/2 | 3.64 | 8.7 | 48.7 | 3.20 | 2/2 |"
-    assert "concurrency 2" in lab_markdown(summary, 2)
+    assert lines[4] == (
+        "| baseline | 1.00x | deploy | 1 | 8.3 | 51.0 | 3.36 | reference | 1.00x | deploy | 1 | 8.4 | 50.7 | 3.29 "
+        "| reference |"
+    )
+    assert lines[5] == (
+        "| ngram_k4 | 0.98x | unverified | 2.94 | 8.1 | 54.1 | 3.43 | 2/2 | 1.03x | unverified | 3.64 | 8.7 | "
+        "48.7 | 3.20 | 2/2 |"
+    )
+    assert "concurrency 2" in lab_markdown(analyze(summary), 2)
     with pytest.raises(UserError, match="concurrency 8 was not measured in this run"):
-        lab_markdown(summary, 8)
+        lab_markdown(analyze(summary), 8)
 
 
 def test_answer_lines_start_with_the_verdict(summary: Summary) -> None:
-    lines = answer_lines(summary)
-    assert lines[0].replace("\n  ", " ") == (
-        "Verdict (unverified: 1 start-up per arm, no calibration (set load.server_starts >= 2, or bench "
-        "calibrate)):"
-    )
+    lines = answer_lines(analyze(summary))
+    assert lines[0] == "Verdict:"
     assert (
         lines[1]
         .replace("\n    ", " ")
         .startswith(
-            "  code_humaneval @1: baseline fastest; best speculative arm ngram_k4 at 0.98x (slower, "
-            "unverified: start-up spread not measured)"
+            "  code_humaneval @1: unverified: ngram_k4 0.98x (slower) on 2 code prompts at concurrency 1"
         )
+    )
+    intervals = next(line for line in lines if line.startswith("  intervals: "))
+    assert intervals.replace("\n    ", " ") == (
+        "  intervals: unverified: 1 start-up per arm, no calibration (set load.server_starts >= 2, or bench "
+        "calibrate)"
     )
     assert any(line.startswith("Findings: ngram_k4 accepts") for line in lines)
 
@@ -338,4 +367,4 @@ def test_timing_and_cpu_lines(summary: Summary) -> None:
     assert verdict.provisional == (
         "measured beside a busy neighbour: ngram_k4: other processes 0.60 cores, hypervisor steal 0%"
     )
-    assert verdict.text().startswith("PROVISIONAL (measured beside a busy neighbour: ngram_k4: other")
+    assert verdict_line(verdict).startswith("PROVISIONAL (measured beside a busy neighbour: ngram_k4: other")

@@ -274,16 +274,26 @@ def _changes(history_path: Path, metrics: list[str] | None, console: Console) ->
     return EXIT_OK
 
 
+def trend_page(history_path: Path, metrics: list[str] | None = None) -> str:
+    """The trend page of a history: its series derived once, then rendered."""
+    from harness.history.store import open_history
+    from harness.history.trend import trend_series
+    from harness.report.history import render_history
+
+    with open_history(history_path, read_only=True) as history:
+        runs, samples, cells = history.runs(), history.samples(), history.cells()
+    return render_history(history_path, runs, trend_series(samples, runs, cells, metrics))
+
+
 def _report(history_path: Path, output: Path | None, metrics: list[str] | None, console: Console) -> int:
     from harness.metrics import METRICS
-    from harness.report.history import render_history
     from harness.results.files import write_text_atomic
 
     for name in metrics or []:
         if name not in METRICS:
             raise UserError(f"--metric {name}: not a metric (metrics: {', '.join(sorted(METRICS))})")
     page = output or history_path.parent / "history.html"
-    write_text_atomic(page, render_history(history_path, metrics))
+    write_text_atomic(page, trend_page(history_path, metrics))
     console.print(f"wrote {page}", highlight=False, markup=False, soft_wrap=True)
     return EXIT_OK
 

@@ -70,12 +70,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.baseline is not None:  # the baseline is A, the run is B: ratios run / baseline
         run_dir, other = args.baseline.resolve(), run_dir
     if kind_of(run_dir) == "study":
-        from harness.study.report import render_study
-
         if other is not None:
             raise UserError(f"{run_dir} is a study: its page already compares its points; report one study")
         out_dir = args.output or Path("reports") / f"{run_dir.parent.name}-{run_dir.name}"
-        console.print(f"Report: {render_study(run_dir, out_dir)}", markup=False)
+        console.print(f"Report: {study_page(run_dir, out_dir)}", markup=False)
         return EXIT_OK
     html, default = _render(run_dir, other, args.force, console)
     output = args.output or default
@@ -84,13 +82,25 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def study_page(study_dir: Path, out_dir: Path) -> Path:
+    """A study's page and its points' reports under ``out_dir``, each point's run analysed once."""
+    from harness.analysis import load_analysis
+    from harness.study.collect import load_study
+    from harness.study.report import render_study
+
+    study = load_study(study_dir)
+    runs = {point: load_analysis(path) for point, path in study.run_dirs.items()}
+    return render_study(study, runs, out_dir)
+
+
 def _render(run_dir: Path, other: Path | None, force: bool, console: Console) -> tuple[str, Path]:
     """The page and its default file: one run, or two side by side."""
-    from harness.report import render_comparison, render_context, report_context
+    from harness.analysis import load_analysis
+    from harness.report import render_comparison, render_report
 
+    run = load_analysis(run_dir)
     if other is None:
-        context = report_context(run_dir)
-        print_unread(context["summary"], console)
-        return render_context(context), Path("reports") / f"{run_dir.parent.name}-{run_dir.name}.html"
-    html = render_comparison(run_dir, other, force)
+        print_unread(run.analysis.summary, console)
+        return render_report(run), Path("reports") / f"{run_dir.parent.name}-{run_dir.name}.html"
+    html = render_comparison(run, load_analysis(other), force)
     return html, Path("reports") / f"compare-{run_dir.name}-vs-{other.name}.html"

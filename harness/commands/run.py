@@ -169,7 +169,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
             calibration=calibration,
             allow_known_defect=args.allow_known_defect,
         )
-    code = print_results(summary, console)
+    from harness.analysis import analyze
+
+    code = print_results(analyze(summary), console)
     console.print(f"Results: {run_dir.root}", markup=False)
     if args.history is not None:
         _append_history(args.history, run_dir.root, console)

@@ -18,7 +18,9 @@ Re-derive the summary of a stored run from its raw files and print it: the mini-
 verdict per workload and load level, the findings paragraph, exactness and caveats. Given a study,
 print its recommendation, break-even loads, best K and flips, and refresh its analysis.md.
 
---minilab prints only the lab's compact table in Markdown, for a design doc.
+--minilab prints only the lab's compact table in Markdown, for a design doc: per arm and workload
+the speedup with its 95% interval, the window's verdict word (on the row of the arm it is about),
+tau, tok/s, TPOT, $/Mtok and how many outputs stayed identical to the baseline's.
 
 The metrics (harness.metrics):
 
@@ -39,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--minilab",
         action="store_true",
-        help="print only the compact table (one row per arm; tau, tok/s, TPOT, $/Mtok, identical per "
-        "workload, side by side) as Markdown",
+        help="print only the compact table (one row per arm; speedup [95%%], verdict, tau, tok/s, TPOT, "
+        "$/Mtok, identical per workload, side by side) as Markdown",
     )
     parser.add_argument(
         "--concurrency",
@@ -50,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    from harness.analysis import analyze
     from harness.summary import summarize
 
     if kind_of(args.run_dir) == "study":
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         from harness.table import lab_markdown
 
         # resolved: the run id is the directory's name, and `.` has none
-        summary = summarize(args.run_dir.resolve())
-        print(lab_markdown(summary, args.concurrency), end="")  # plain: for pasting, no wrapping
+        analysis = analyze(summarize(args.run_dir.resolve()))
+        print(lab_markdown(analysis, args.concurrency), end="")  # plain: for pasting, no wrapping
         return EXIT_OK
-    return print_results(summarize(args.run_dir), console)
+    return print_results(analyze(summarize(args.run_dir)), console)

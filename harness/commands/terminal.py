@@ -11,15 +11,15 @@ from rich.markup import escape
 from harness.commands.common import EXIT_ENGINE, EXIT_OK
 
 if TYPE_CHECKING:
+    from harness.analysis import RunAnalysis
     from harness.results import Summary
     from harness.study.collect import StudyResults
 
 # Printed under every run's tables; the registry's own definitions: harness.metrics.METRICS.
 LEGEND = (
-    "tau = 1 + accepted/drafts from the engine's counters over each window; speedup = arm tok/s / "
-    "baseline tok/s on the same prompts and concurrency; TPOT = (E2E - TTFT)/(tokens - 1) per request; "
-    "same % = prompts whose greedy token ids equal the baseline's (for the baseline: its own second "
-    "pass)."
+    "tau = 1 + accepted/drafts from the engine's counters over each window; TPOT = (E2E - TTFT)/(tokens "
+    "- 1) per request; same % = prompts whose greedy token ids equal the baseline's (for the baseline: "
+    "its own second pass)."
 )
 
 
@@ -28,10 +28,11 @@ def print_unread(summary: Summary, console: Console) -> None:
         console.print(f"[yellow]raw data not read:[/] {escape(note)}", soft_wrap=True)
 
 
-def print_results(summary: Summary, console: Console) -> int:
+def print_results(analysis: RunAnalysis, console: Console) -> int:
     """A run's tables, answer, categories, drafters, exactness and notes; exit 3 when an arm failed."""
     from harness.ramp_table import ramp_tables
     from harness.table import (
+        SPEEDUP_NOTE,
         answer_lines,
         category_table,
         drafter_lines,
@@ -43,16 +44,17 @@ def print_results(summary: Summary, console: Console) -> int:
         timing_line,
     )
 
-    for table in minilab_tables(summary):
+    summary = analysis.summary
+    for table in minilab_tables(analysis):
         console.print(table)
-    for line in answer_lines(summary):  # the answer first, right after the tables
+    for line in answer_lines(analysis):  # the answer first, right after the tables
         console.print(escape(line), highlight=False, soft_wrap=True)
-    for item in [*schedule_tables(summary), *ramp_tables(summary)]:  # a schedule's proof; the ramp
+    for item in [*schedule_tables(analysis), *ramp_tables(analysis)]:  # a schedule's proof; the ramp
         if isinstance(item, str):
             console.print(escape(item), highlight=False, soft_wrap=True)
         else:
             console.print(item)
-    categories = category_table(summary)
+    categories = category_table(analysis)
     if categories is not None:
         console.print(categories)
     for line in drafter_lines(summary):
@@ -70,7 +72,7 @@ def print_results(summary: Summary, console: Console) -> int:
     failed = failed_arms(summary)
     for arm in failed:
         console.print(f"[red]arm {arm.name}: {arm.status}[/] {escape(arm.error or '')}", soft_wrap=True)
-    console.print(LEGEND)
+    console.print(f"{SPEEDUP_NOTE}; {LEGEND}", highlight=False)
     return EXIT_ENGINE if failed else EXIT_OK
 
 

@@ -9,27 +9,26 @@ from __future__ import annotations
 
 import re
 from importlib.resources import files
-from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from harness import pooling
+from harness.analysis import AnalyzedRun, RunAnalysis
 from harness.environment import machine_differences
 from harness.errors import UserError
-from harness.findings import findings
-from harness.gates import StoredGate, read_gate
-from harness.intervals import bound_text
+from harness.formats import bound_text, speedup_text
+from harness.gates import StoredGate
+from harness.intervals import EQUIVALENCE_MARGIN
 from harness.metrics import COMPARED, HIGHLIGHTED, Metric, best, shown
-from harness.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD, conditional_rates
+from harness.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD
 from harness.ramp_table import ramp_schedule_sections, ramp_sections
 from harness.regime import LoadLevel
 from harness.report import figures
 from harness.results.model import CellMetrics, Summary
-from harness.results.raw import RawRun, read_raw
-from harness.summary import summarize
+from harness.results.raw import RawRun
 from harness.table import (
     LAB_COLUMNS,
+    SPEEDUP_NOTE,
     backend_line,
     backend_text,
     cpu_line,
@@ -43,14 +42,11 @@ from harness.table import (
     schedule_sections,
     verification_line,
 )
-from harness.verdict import (
-    OUTCOME_TEXT,
-    identical_text,
-    interval_note,
-    run_caveats,
-    slo_capacity,
-    window_verdicts,
-)
+from harness.verdict import Outcome
+from harness.verdict_text import OUTCOME_WORDS, basis_line, outputs_text, statistics_line, verdict_line
+
+# a verdict's colour on the page: from the outcome, never from the point estimate
+OUTCOME_CLASS = {Outcome.PAYS: "gain", Outcome.LOSES: "loss"}
 
 
 def template_environment() -> jinja2.Environment:
@@ -83,26 +79,37 @@ def _best(rows: list[CellMetrics]) -> dict[str, Any]:
     return found
 
 
-def _metric_cell(metric: Metric, row: CellMetrics, best_values: dict[str, Any]) -> dict[str, Any]:
-    """One metric of one row as the page shows it: text, CSS class, interval, qualifying note."""
+def _metric_cell(
+    metric: Metric, row: CellMetrics, best_values: dict[str, Any], analysis: RunAnalysis
+) -> dict[str, Any]:
+    """One metric of one row as the page shows it: text, CSS class, interval, qualifying note. A
+    speedup is the cell's one estimate, coloured by what its interval decides."""
     if metric.baseline_text is not None and row.method == "baseline":
         return {"text": metric.baseline_text, "class": "", "interval": None, "note": None}
-    value = metric.value(row)
-    text = "–" if value is None else format(value, metric.fmt) + ("x" if metric.ratio else "")
-    if metric.ratio and value is not None:
-        css = "loss" if value < 1 else ("gain" if value > 1 else "")
-    else:
-        css = "best" if best_values.get(metric.name) is not None and value == best_values[metric.name] else ""
-    bounds = [getattr(row, name) for name in metric.interval] if metric.interval else []
-    interval = None
-    if bounds and bounds[0] is not None:  # a speedup's interval: written as every view writes it
-        interval = [bound_text(b) if metric.ratio else format(b, metric.fmt) for b in bounds]
     note = metric.flag[1] if metric.flag and getattr(row, metric.flag[0], False) else None
+    if metric.ratio:
+        estimate = analysis.estimate(row)
+        if estimate is None:
+            text = "1.00x" if row.arm == analysis.summary.baseline_arm and row.speedup is not None else "–"
+            return {"text": text, "class": "", "interval": None, "note": note}
+        interval = (
+            None
+            if estimate.low is None or estimate.high is None
+            else [bound_text(estimate.low), bound_text(estimate.high)]
+        )
+        mark = "*" if analysis.pooled_ratio_differs(row) else ""
+        css = OUTCOME_CLASS.get(Outcome(estimate.verdict), "")
+        return {"text": f"{estimate.point:.2f}x{mark}", "class": css, "interval": interval, "note": note}
+    value = metric.value(row)
+    text = "–" if value is None else format(value, metric.fmt)
+    css = "best" if best_values.get(metric.name) is not None and value == best_values[metric.name] else ""
+    bounds = [getattr(row, name) for name in metric.interval] if metric.interval else []
+    interval = [format(b, metric.fmt) for b in bounds] if bounds and bounds[0] is not None else None
     return {"text": text, "class": css, "interval": interval, "note": note}
 
 
-def _tables(summary: Summary, gate: StoredGate | None) -> list[dict[str, Any]]:
-    tables = []
+def _tables(analysis: RunAnalysis, gate: StoredGate | None) -> list[dict[str, Any]]:
+    tables, summary = [], analysis.summary
     conditions = measured(summary)
     for workload, level in summary.window_keys():
         rows = [c for c in summary.cells if (c.workload, c.level) == (workload, level)]
@@ -116,7 +123,7 @@ def _tables(summary: Summary, gate: StoredGate | None) -> list[dict[str, Any]]:
                 "prompt_format": rows[0].prompt_format,
                 "rows": rows,
                 "metrics": metrics,  # the registry's columns (harness.metrics.shown)
-                "cells": [[_metric_cell(m, row, best_values) for m in metrics] for row in rows],
+                "cells": [[_metric_cell(m, row, best_values, analysis) for m in metrics] for row in rows],
                 # the gate's checks of these cells, next to them
                 "checks": [
                     c
@@ -142,30 +149,39 @@ def _legend(summary: Summary) -> list[tuple[str, str]]:
     return legend
 
 
-def _verdicts(summary: Summary) -> list[dict[str, Any]]:
-    rows = []
-    for verdict in window_verdicts(summary):
-        best = verdict.best
+def _verdicts(analysis: RunAnalysis) -> list[dict[str, Any]]:
+    """Per window: the plain-words line, and the columns a reviewer scans (the verdict, the arm,
+    its speedup [95%], $/Mtok, outputs); caveats become numbered footnotes under the table."""
+    rows, notes = [], []
+    for verdict in analysis.verdicts:
+        best, estimate = verdict.best, verdict.estimate
+        marks = []
+        for caveat in verdict.caveats:
+            if caveat not in notes:
+                notes.append(caveat)
+            marks.append(notes.index(caveat) + 1)
         rows.append(
             {
                 "where": f"{verdict.workload} {verdict.level.short()}",
                 "verdict": verdict,
+                "line": verdict_line(verdict),
+                "statistics": statistics_line(verdict),
                 "answer": verdict.deploy,
-                "outcome": OUTCOME_TEXT.get(verdict.outcome, verdict.outcome),
-                "speedup": verdict.estimate.text() if verdict.estimate else "–",
+                "outcome": OUTCOME_WORDS[verdict.outcome],
+                "class": OUTCOME_CLASS.get(verdict.outcome, ""),
+                "speedup": speedup_text(estimate.point, estimate.low, estimate.high) if estimate else "–",
                 "best": best.arm if best else "–",
                 "usd_before": verdict.baseline.usd_per_mtok,
                 "usd_after": best.usd_per_mtok if best else None,
-                "saving_pct": verdict.saving_pct,
-                "identical": (
-                    f"distribution {verdict.distribution}"
-                    if verdict.distribution
-                    else (identical_text(best) if best else "–")
-                ),
-                "caveats": "; ".join(verdict.caveats),
+                # a change in $/Mtok only where the verdict decided one
+                "saving_pct": verdict.saving_pct
+                if verdict.outcome in (Outcome.PAYS, Outcome.LOSES)
+                else None,
+                "identical": outputs_text(verdict),
+                "marks": marks,
             }
         )
-    return rows
+    return rows, notes
 
 
 def _fingerprint(raw: RawRun, summary: Summary) -> list[tuple[str, str]]:
@@ -240,22 +256,27 @@ def readable_note(note: str) -> str:
     return re.sub(r"(?:(\w+): )?No module named '([\w.]+)'", missing, note)
 
 
-def _warnings(summary: Summary) -> list[str]:
+def _warnings(analysis: RunAnalysis) -> list[str]:
     """Banners above the verdict: what qualifies every number of the run (the verdict's caveats),
     and raw lines that could not be read."""
-    return run_caveats(summary) + [f"Raw data not read: {note}" for note in summary.unread_lines]
+    return list(analysis.caveats) + [f"Raw data not read: {note}" for note in analysis.summary.unread_lines]
 
 
-def _categories(summary: Summary) -> dict[str, Any]:
-    """Per category and concurrency level: tau, speedup and exactness of each speculative arm,
-    categories ordered by the first speculative arm's tau over all load levels, as in the terminal
-    (``pooling.category_order``: the ordering is the finding)."""
-    rows = [r for r in summary.categories if r.method != "baseline"]
+def _categories(analysis: RunAnalysis) -> dict[str, Any]:
+    """Per category and concurrency level: tau, speedup [95%] (the cells' model over the category's
+    start-ups) and exactness of each speculative arm, in ``analysis.category_order``."""
+    rows = [r for r in analysis.summary.categories if r.method != "baseline"]
     arms = list(dict.fromkeys(r.arm for r in rows))
     levels = sorted({r.level for r in rows}, key=LoadLevel.order)
-    cells = {(r.category, r.arm, r.level): r for r in rows}
-    order = pooling.category_order(rows, arms[0]) if arms else []
-    return {"arms": arms, "levels": levels, "order": order, "cells": cells}
+    cells = {}
+    for r in rows:
+        estimate = analysis.category_estimate(r)
+        cells[(r.category, r.arm, r.level)] = {
+            "row": r,
+            "speedup": speedup_text(estimate.point, estimate.low, estimate.high) if estimate else "–",
+            "class": OUTCOME_CLASS.get(Outcome(estimate.verdict), "") if estimate else "",
+        }
+    return {"arms": arms, "levels": levels, "order": list(analysis.category_order), "cells": cells}
 
 
 def _trained_drafters(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -297,24 +318,35 @@ def _trained_drafters(record: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _lab(summary: Summary) -> dict[str, Any]:
+def _lab(analysis: RunAnalysis) -> dict[str, Any]:
+    summary = analysis.summary
     level = lab_level(summary)
-    header, rows = lab_rows(summary, level)
+    header, rows = lab_rows(analysis, level)
     workloads = list(dict.fromkeys(c.workload for c in summary.cells))
+    width = len(LAB_COLUMNS)
     return {
         "level": level,
         "workloads": workloads,
         "columns": LAB_COLUMNS,
         "rows": rows,
-        "markdown": lab_markdown(summary, level),
+        # one table per workload on the page (so that it fits a narrow window), the same cells
+        "by_workload": [
+            (w, [[row[0], *row[1 + i * width : 1 + (i + 1) * width]] for row in rows])
+            for i, w in enumerate(workloads)
+        ],
+        "markdown": lab_markdown(analysis, level),
         "header": header,
     }
 
 
-def report_context(run_dir: Path) -> dict[str, Any]:
-    raw = read_raw(run_dir)
-    summary = summarize(raw)
-    gate = read_gate(run_dir)
+def _speedup_points(analysis: RunAnalysis) -> list[tuple[CellMetrics, Any]]:
+    """Each speculative cell with its one estimate, for the speedup figure."""
+    return [(c, e) for c in analysis.summary.cells if (e := analysis.estimate(c)) is not None]
+
+
+def report_context(run: AnalyzedRun) -> dict[str, Any]:
+    raw, analysis, gate = run.raw, run.analysis, run.gate
+    summary = analysis.summary
     record = raw.record
     arms = [a.name for a in summary.arms]
     workloads = list(dict.fromkeys(c.workload for c in summary.cells))
@@ -323,6 +355,7 @@ def report_context(run_dir: Path) -> dict[str, Any]:
     power_windows = {name: arm.windows for name, arm in raw.arms.items()}
     sources = sorted({c.power_source for c in rows if c.power_source})
     notes = sorted({readable_note(c.power_note) for c in rows if c.power_note})
+    verdicts, verdict_notes = _verdicts(analysis)
     return {
         "power_note": f"measured with {', '.join(sources)}"
         if sources
@@ -332,33 +365,41 @@ def report_context(run_dir: Path) -> dict[str, Any]:
         "summary": summary,
         "run_id": summary.run_id,
         "fingerprint": _fingerprint(raw, summary),
-        "warnings": _warnings(summary),
-        "tables": _tables(summary, gate),
+        "warnings": _warnings(analysis),
+        "tables": _tables(analysis, gate),
+        "speedup_note": SPEEDUP_NOTE,
         "legend": _legend(summary),
         "cpu_line": cpu_line(summary),
-        "verdicts": _verdicts(summary),
-        "capacity": slo_capacity(summary),
-        "interval_note": interval_note(summary),
-        "findings": findings(summary),
-        "lab": _lab(summary),
+        "verdicts": verdicts,
+        "verdict_notes": verdict_notes,
+        "capacity": analysis.capacities,
+        "interval_note": basis_line(analysis.basis),
+        "findings": analysis.findings,
+        "lab": _lab(analysis),
         "gate": gate,
-        "categories": _categories(summary),
-        "schedules": schedule_sections(summary),
-        "ramps": ramp_sections(summary) + ramp_schedule_sections(summary),
+        "categories": _categories(analysis),
+        "schedules": schedule_sections(analysis),
+        "ramps": ramp_sections(summary) + ramp_schedule_sections(analysis),
         "trained_drafters": _trained_drafters(record),
         "figures": [
             f
             for f in (
-                ("tau per arm and workload", figures.tau_figure(rows, arms, workloads)),
+                ("tau per arm and workload", figures.tau_figure(analysis.tau_by_arm, arms, workloads)),
                 (
-                    "speedup vs concurrency",
-                    figures.speedup_figure(rows, arms, workloads, summary.baseline_arm),
+                    "speedup vs concurrency, with 95% intervals",
+                    figures.speedup_figure(
+                        _speedup_points(analysis), EQUIVALENCE_MARGIN, summary.baseline_arm
+                    ),
+                ),
+                (
+                    "throughput per user vs per server (Pareto)",
+                    figures.pareto_figure(list(analysis.pareto), "server", summary.baseline_arm),
                 ),
                 (
                     "goodput vs request rate" if summary.slo else "throughput vs request rate",
                     figures.rate_figure(rows, arms, workloads, summary.slo is not None),
                 ),
-                ("per-position acceptance", figures.per_position_figure(rows)),
+                ("per-position acceptance", figures.per_position_figure(analysis.per_position)),
                 ("TPOT distribution", figures.tpot_figure(samples)),
                 ("power over time", figures.power_figure(power_windows)),
                 (
@@ -368,7 +409,7 @@ def report_context(run_dir: Path) -> dict[str, Any]:
             )
             if f[1] is not None
         ],
-        **_acceptance_positions(rows),
+        **_acceptance_positions(analysis),
         "exactness": summary.exactness,
         "environment": raw.environment,  # the machine, compared by render_comparison
         "draft_counting": DRAFT_COUNTING,
@@ -376,13 +417,14 @@ def report_context(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _acceptance_positions(rows: list[CellMetrics]) -> dict[str, Any]:
+def _acceptance_positions(analysis: RunAnalysis) -> dict[str, Any]:
     """Per speculative arm, the marginal and conditional per-position rates over its cells, and the
     cells whose counters failed a consistency check."""
     table = []
-    for arm, marginal in figures.aggregate_per_position(rows).items():
-        table.append({"arm": arm, "kind": "marginal", "rates": marginal})
-        table.append({"arm": arm, "kind": "conditional", "rates": conditional_rates(marginal)})
+    for arm, (marginal, conditional) in analysis.per_position.items():
+        table.append({"arm": arm, "kind": "marginal", "rates": list(marginal)})
+        table.append({"arm": arm, "kind": "conditional", "rates": list(conditional)})
+    rows = analysis.summary.cells
     failures = [f"{c.arm} {c.workload} @ {c.level.label()}: {p}" for c in rows for p in c.acceptance_checks]
     return {
         "acceptance_positions": table,
@@ -395,13 +437,14 @@ def render_context(context: dict[str, Any]) -> str:
     return template_environment().get_template("report.html.j2").render(**context)
 
 
-def render_report(run_dir: Path) -> str:
-    return render_context(report_context(run_dir))
+def render_report(run: AnalyzedRun) -> str:
+    return render_context(report_context(run))
 
 
-def render_comparison(run_a: Path, run_b: Path, force: bool) -> str:
+def render_comparison(first: AnalyzedRun, second: AnalyzedRun, force: bool) -> str:
     """Two runs side by side with the ratio B / A of each metric, refused across regimes."""
-    a, b = report_context(run_a), report_context(run_b)
+    a, b = report_context(first), report_context(second)
+    run_a, run_b = first.root, second.root
     fp_a, fp_b = a["summary"].regime_fingerprint, b["summary"].regime_fingerprint
     if fp_a != fp_b and not force:
         raise UserError(

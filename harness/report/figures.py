@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display; also the only backend whose PNGs are byte-stable
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness import pooling  # noqa: E402
 from harness.history.trend import Series  # noqa: E402
+from harness.intervals import Estimate  # noqa: E402
 from harness.probes import ramp  # noqa: E402
 from harness.results.model import CellMetrics  # noqa: E402
 from harness.results.records import RampWindowRecord, RequestRecord, WindowRecord  # noqa: E402
@@ -38,24 +39,7 @@ def _arm_labels(ax: plt.Axes, positions: list[float], labels: list[str]) -> None
     ax.set_xticks(positions, labels, rotation=25, ha="right", rotation_mode="anchor", fontsize=8)
 
 
-def aggregate_tau(rows: list[CellMetrics]) -> dict[tuple[str, str], float]:
-    """tau per (arm, workload) over all its cells (``pooling.tau``)."""
-    taus = {
-        key: pooling.tau(cells) for key, cells in pooling.grouped(rows, lambda r: (r.arm, r.workload)).items()
-    }
-    return {key: tau for key, tau in taus.items() if tau is not None}
-
-
-def aggregate_per_position(rows: list[CellMetrics]) -> dict[str, list[float]]:
-    """Per-position acceptance rate per arm over all its cells (``pooling.per_position``)."""
-    rates = {
-        arm: pooling.per_position(cells) for arm, cells in pooling.grouped(rows, lambda r: r.arm).items()
-    }
-    return {arm: rate for arm, rate in rates.items() if rate}
-
-
-def tau_figure(rows: list[CellMetrics], arms: list[str], workloads: list[str]) -> str | None:
-    taus = aggregate_tau(rows)
+def tau_figure(taus: dict[tuple[str, str], float], arms: list[str], workloads: list[str]) -> str | None:
     spec_arms = [a for a in arms if any((a, w) in taus for w in workloads)]
     if not spec_arms:
         return None
@@ -72,37 +56,90 @@ def tau_figure(rows: list[CellMetrics], arms: list[str], workloads: list[str]) -
     return _png(fig)
 
 
+# a point's colour follows what its interval decides, never the point itself
+VERDICT_COLOURS = {"pays": "tab:green", "loses": "tab:red"}
+
+
 def speedup_figure(
-    rows: list[CellMetrics], arms: list[str], workloads: list[str], baseline: str
+    cells: list[tuple[CellMetrics, Estimate]], equivalence: float, baseline_label: str
 ) -> str | None:
-    fig, ax = plt.subplots(figsize=(6.4, 3.2))
-    plotted = False
-    for arm in (a for a in arms if a != baseline):
-        for workload in workloads:
-            points = sorted(
-                (r.concurrency, r.speedup)
-                for r in rows
-                if r.arm == arm
-                and r.workload == workload
-                and r.speedup is not None
-                and r.request_rate is None
-            )
-            if points:
-                ax.plot(
-                    [c for c, _ in points], [s for _, s in points], marker="o", label=f"{arm} / {workload}"
-                )
-                plotted = True
-    if not plotted:
-        plt.close(fig)
+    """Per speculative arm and workload, its speedup against concurrency with its 95% interval as
+    bars, and the band within which it is "no different" from the baseline; a point is filled green
+    (pays) or red (loses) where its interval decides, hollow where it does not."""
+    closed = [(c, e) for c, e in cells if c.request_rate is None]
+    if not closed:
         return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    series: dict[tuple[str, str], list[tuple[int, Estimate]]] = {}
+    for cell, estimate in closed:
+        series.setdefault((cell.arm, cell.workload), []).append((cell.concurrency, estimate))
+    for (arm, workload), points in series.items():
+        points.sort(key=lambda p: p[0])
+        xs, ys = [c for c, _ in points], [e.point for _, e in points]
+        (line,) = ax.plot(xs, ys, linewidth=1.0, label=f"{arm} / {workload}")
+        for x, e in points:
+            colour = VERDICT_COLOURS.get(e.verdict)
+            if e.low is not None and e.high is not None:
+                ax.errorbar(
+                    [x],
+                    [e.point],
+                    yerr=[[e.point - e.low], [e.high - e.point]],
+                    color=line.get_color(),
+                    capsize=3,
+                    linewidth=1.0,
+                )
+            ax.plot(
+                [x],
+                [e.point],
+                marker="o",
+                markersize=6,
+                color=line.get_color(),
+                markerfacecolor=colour or "white",
+                markeredgecolor=line.get_color(),
+            )
+    ax.axhspan(math.exp(-equivalence), math.exp(equivalence), color="grey", alpha=0.2, linewidth=0)
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    levels = sorted({r.concurrency for r in rows if r.request_rate is None})
+    levels = sorted({c.concurrency for c, _ in closed})
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels, [str(level) for level in levels])
     ax.minorticks_off()
     ax.set_xlabel("concurrency")
-    ax.set_ylabel("speedup vs baseline")
-    ax.set_title("speedup vs concurrency (below the dashed line: a loss)")
+    ax.set_ylabel(f"speedup vs {baseline_label}")
+    ax.set_title(
+        "speedup vs concurrency, 95% intervals (grey band: no difference; filled: decided)", fontsize=9
+    )
+    _legend(ax)
+    return _png(fig)
+
+
+def pareto_figure(points: list[tuple[str, str, int, float, float]], per: str, baseline: str) -> str | None:
+    """Throughput per user against throughput per machine (or GPU), one curve per arm and workload
+    over the load levels (vLLM's ``bench sweep plot_pareto``, AIPerf's Pareto plot); the baseline's
+    front drawn dashed: an arm's point above and right of it serves more at the same per-user speed.
+    ``points``: (arm, workload, concurrency, tok/s per user, tok/s per ``per``)."""
+    curves: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
+    for arm, workload, level, user, machine in points:
+        curves.setdefault((arm, workload), []).append((level, user, machine))
+    if not any(len(c) >= 2 for c in curves.values()):
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    for (arm, workload), curve in curves.items():
+        curve.sort()
+        style = {"linestyle": "--", "color": "black"} if arm == baseline else {}
+        ax.plot(
+            [u for _, u, _ in curve],
+            [m for _, _, m in curve],
+            marker="o",
+            label=f"{arm} / {workload}",
+            **style,
+        )
+        for level, user, machine in curve:
+            ax.annotate(str(level), (user, machine), fontsize=6, textcoords="offset points", xytext=(3, 3))
+    ax.set_xlabel("output tok/s per user (per request in flight)")
+    ax.set_ylabel(f"output tok/s per {per}")
+    ax.set_title(
+        f"throughput per user vs per {per}, by concurrency (dashed: the baseline's front)", fontsize=9
+    )
     _legend(ax)
     return _png(fig)
 
@@ -137,19 +174,31 @@ def rate_figure(rows: list[CellMetrics], arms: list[str], workloads: list[str], 
     return _png(fig)
 
 
-def per_position_figure(rows: list[CellMetrics]) -> str | None:
-    curves = aggregate_per_position(rows)
+def per_position_figure(curves: dict[str, tuple[tuple[float, ...], tuple[float | None, ...]]]) -> str | None:
+    """Per arm, the marginal acceptance per draft position (solid: accepted at i / drafts) and the
+    conditional (dashed: accepted at i given i - 1 was): where the chain breaks."""
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     # positions counted from 1, as the findings count them; the limits leave room for points at 0 and 1
-    for arm, rates in curves.items():
-        ax.plot(range(1, len(rates) + 1), rates, marker="o", label=arm)
-    ax.set_xticks(range(1, max(len(rates) for rates in curves.values()) + 1))
+    for arm, (marginal, conditional) in curves.items():
+        (line,) = ax.plot(range(1, len(marginal) + 1), marginal, marker="o", label=f"{arm} marginal")
+        if conditional:
+            ax.plot(
+                range(1, len(conditional) + 1),
+                [math.nan if c is None else c for c in conditional],
+                marker="x",
+                linestyle="--",
+                color=line.get_color(),
+                label=f"{arm} conditional",
+            )
+    ax.set_xticks(range(1, max(len(m) for m, _ in curves.values()) + 1))
     ax.set_xlabel("draft position")
     ax.set_ylabel("acceptance rate")
     ax.set_ylim(-0.04, 1.04)
-    ax.set_title("per-position acceptance (accepted at position i / drafts)")
+    ax.set_title(
+        "per-position acceptance: marginal (solid) and conditional on the one before (dashed)", fontsize=9
+    )
     _legend(ax, fontsize=8)
     return _png(fig)
 
@@ -242,10 +291,11 @@ def ramp_figure(ramps: dict[str, tuple[list[RampWindowRecord], list[RequestRecor
     return _png(fig)
 
 
-def trend_figure(series: list[Series], title: str, band_nights: int) -> str | None:
-    """One arm's metric over the nights, one line per cell: each night with its interval over its
-    start-ups, the band a night with no change falls in (the history gate's) over the last nights,
-    and each change point marked at its night with the step."""
+def trend_figure(series: list[Series], title: str, band_nights: int, band_confidence: float) -> str | None:
+    """One arm's metric over the nights, one line per cell: each night with its own interval (a
+    speedup: the one its run stored), the band a night with no change falls in (the history gate's
+    prediction interval, at ``band_confidence``) over the last nights, and each change point marked
+    at its night with the step."""
     drawn = [s for s in series if s.nights]
     if not drawn:
         return None
@@ -279,6 +329,6 @@ def trend_figure(series: list[Series], title: str, band_nights: int) -> str | No
     labels = [n.started_at[5:16] if same_day else n.started_at[:10] for n in nights]
     step = max(1, len(labels) // 10)
     ax.set_xticks(range(0, len(labels), step), labels[::step], rotation=30, ha="right", fontsize=7)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(f"{title} (band: {100 * band_confidence:.0f}% prediction interval)", fontsize=9)
     _legend(ax)
     return _png(fig)

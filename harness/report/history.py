@@ -9,18 +9,16 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from harness.history.changes import MAX_PVALUE
 from harness.history.reference import DEFAULT_NIGHTS
-from harness.history.store import open_history
-from harness.history.trend import trend_series
+from harness.history.trend import BAND_CONFIDENCE, Series
 from harness.metrics import METRICS
 from harness.report import figures, template_environment
 
 
-def history_context(path: Path, metrics: list[str] | None = None) -> dict[str, Any]:
-    with open_history(path, read_only=True) as history:
-        runs, samples = history.runs(), history.samples()
-    series = trend_series(samples, runs, metrics)
+def history_context(path: Path, runs: pd.DataFrame, series: list[Series]) -> dict[str, Any]:
     groups = []
     for (fingerprint, machine), members in groupby(
         series, key=lambda s: (s.key.regime_fingerprint, s.key.machine_key)
@@ -34,7 +32,7 @@ def history_context(path: Path, metrics: list[str] | None = None) -> dict[str, A
                 {
                     "arm": arm,
                     "metric": metric,
-                    "figure": figures.trend_figure(lines, f"{arm}: {label}", DEFAULT_NIGHTS),
+                    "figure": figures.trend_figure(lines, f"{arm}: {label}", DEFAULT_NIGHTS, BAND_CONFIDENCE),
                     "changes": [c for line in lines for c in line.changes],
                 }
             )
@@ -56,9 +54,14 @@ def history_context(path: Path, metrics: list[str] | None = None) -> dict[str, A
         "open_regressions": open_regressions,
         "max_pvalue": MAX_PVALUE,
         "band_nights": DEFAULT_NIGHTS,
+        "band_confidence": BAND_CONFIDENCE,
         "metrics": [METRICS[m] for m in dict.fromkeys(s.key.metric for s in series) if m in METRICS],
     }
 
 
-def render_history(path: Path, metrics: list[str] | None = None) -> str:
-    return template_environment().get_template("history.html.j2").render(**history_context(path, metrics))
+def render_history(path: Path, runs: pd.DataFrame, series: list[Series]) -> str:
+    """The trend page of the history at ``path``: its ``runs`` and the ``series`` derive made of them
+    (``history.trend.trend_series``)."""
+    return (
+        template_environment().get_template("history.html.j2").render(**history_context(path, runs, series))
+    )

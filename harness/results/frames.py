@@ -12,7 +12,9 @@ Every table is derived from the raw files (the same ``Summary`` that ``bench sho
 column names carry their units (``_s``, ``_ms``, ``_pct``, ``tok_s``). Lists are spread into
 columns (``acceptance_pos_0``, ...) so CSV and parquet hold plain values. Every table starts with
 the run's identity (``run_id``, ``regime``, ``regime_fingerprint``, ``environment_fingerprint``), so
-tables of several runs concatenate; ``cells`` ends with its window's verdict. ``export`` also writes
+tables of several runs concatenate; ``cells`` ends with its window's verdict, on the row of the arm
+it is about (``verdict``: pays, loses, equivalent, indistinguishable, unverified; empty on every
+other row) and ``deploy`` (true on the row of the arm to deploy). ``export`` also writes
 ``columns.csv``, the data dictionary (table, column, unit, direction, definition) from the metric
 registry (``harness.metrics``).
 """
@@ -26,6 +28,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from harness.analysis import RunAnalysis, analyze
 from harness.engines import get_adapter
 from harness.metrics import METRICS, column_doc
 from harness.probes.acceptance import SpecCounters, mean_acceptance_length
@@ -35,7 +38,7 @@ from harness.probes.slo import meets
 from harness.results.model import RampStageMetrics, Summary
 from harness.results.raw import RawRun, read_raw
 from harness.summary import summarize
-from harness.verdict import OUTCOME_TEXT, window_verdicts
+from harness.verdict import Outcome
 
 ExportFormat = Literal["csv", "parquet", "jsonl"]
 TABLES = ("cells", "requests", "categories", "repeats", "ramp")
@@ -59,6 +62,7 @@ class Run:
     path: Path
     summary: Summary
     raw: RawRun
+    analysis: RunAnalysis
 
     def identity(self) -> dict[str, Any]:
         """The columns every table starts with: which run, in which regime, on which machine."""
@@ -69,16 +73,20 @@ class Run:
             "environment_fingerprint": self.raw.environment.get("fingerprint"),
         }
 
-    def _verdicts(self) -> dict[tuple[str, Any], dict[str, Any]]:
-        """Per window, what ``bench show`` answers first: the verdict, its arm, the arm to deploy."""
-        return {
-            (v.workload, v.level): {
-                "verdict": OUTCOME_TEXT.get(v.outcome, v.outcome),
-                "verdict_arm": v.best.arm if v.best else None,
-                "deploy_arm": v.deploy,
-            }
-            for v in window_verdicts(self.summary)
-        }
+    def _verdicts(self) -> dict[tuple[str, str, Any], dict[str, Any]]:
+        """Per cell, what ``bench show`` answers first of its window: the verdict on the row of the
+        arm it is about, and which arm to deploy (the analysis's verdicts, computed once)."""
+        found: dict[tuple[str, str, Any], dict[str, Any]] = {}
+        for v in self.analysis.verdicts:
+            for cell in self.summary.cells:
+                if (cell.workload, cell.level) != (v.workload, v.level):
+                    continue
+                about = v.best is not None and v.best.arm == cell.arm and v.outcome != Outcome.NO_ARM
+                found[(cell.arm, v.workload, v.level)] = {
+                    "verdict": str(v.outcome) if about else None,
+                    "deploy": v.deploy == cell.arm,
+                }
+        return found
 
     def cells(self) -> pd.DataFrame:
         """One row per (arm, workload, concurrency): every cell metric, per-position acceptance spread
@@ -110,13 +118,12 @@ class Run:
                 row[f"{status}_pct"] = shares.get(f"{status}_pct")
             # a metric the registry adds as a computed property of the cell, not a stored field
             row.update({m.name: m.value(cell) for m in METRICS.values() if m.name not in row and not m.field})
-            row.update(verdicts.get((cell.workload, cell.level), {}))
+            row.update(verdicts.get((cell.arm, cell.workload, cell.level), {"verdict": None, "deploy": None}))
             rows.append(row)
-        return (
-            pd.DataFrame(rows)
-            if rows
-            else pd.DataFrame(columns=[*IDENTITY, "arm", "workload", "concurrency"])
-        )
+        if not rows:
+            return pd.DataFrame(columns=[*IDENTITY, "arm", "workload", "concurrency"])
+        # typed, so that a column with no value in this run keeps its type in parquet
+        return pd.DataFrame(rows).astype({"verdict": "string", "deploy": "boolean"})
 
     def repeats(self) -> pd.DataFrame:
         """One row per repeat of each cell: the window-level samples the gates test."""
@@ -255,7 +262,8 @@ class Run:
 def load_run(path: str | Path) -> Run:
     """Load a run directory (any readable schema version) for analysis."""
     raw = read_raw(Path(path))
-    return Run(path=Path(path), summary=summarize(raw), raw=raw)
+    summary = summarize(raw)
+    return Run(path=Path(path), summary=summary, raw=raw, analysis=analyze(summary))
 
 
 def export(run: Run, out_dir: Path, fmt: ExportFormat = "csv") -> list[Path]:

@@ -235,10 +235,22 @@ class CategoryMetrics(ResultModel):
     accepted_tokens: float
     identical_pct: float | None
     exactness_pairs: int
+    # the arms x rounds model over the category's per-start-up tok/s (its workloads' tokens over
+    # their time, per start-up; harness.intervals), stored as a cell's: for a category of one
+    # workload, the cell's own estimate. A summary before this field: the pooled tok/s ratio
     speedup: float | None
     copy_share_pct: float | None = None
     context_share_pct: float | None = None
     request_rate: float | None = None  # open-loop windows: requests/s
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    speedup_interval: str | None = None
+    speedup_rounds: int | None = None
+    speedup_df: int | None = None
+    speedup_log_se: float | None = None
+    speedup_looks: int | None = None
+    speedup_first_look: int | None = None
+    speedup_model_arms: int | None = None
 
     @property
     def level(self) -> LoadLevel:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from harness import pooling, stats
-from harness.intervals import CONFIDENCE, Estimate, interval_text, stored_estimate
+from harness.formats import interval_text
+from harness.intervals import CONFIDENCE, Estimate, stored_estimate
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,15 @@ class Observation:
     speedup_model_arms: int | None = None  # the arms of its model (Estimate.model_arms)
     scheduled: bool = False  # the arm runs a K per batch size (k_schedule): not one K of its family
 
+    def estimate(self) -> Estimate | None:
+        """Its speedup with the interval its run stored (never resampled): a study and its runs
+        always show the same interval."""
+        return stored_estimate(self, rounds=len(self.round_speedups))
+
 
 def estimate(observation: Observation) -> Estimate | None:
-    """The speedup of one cell with its interval, rebuilt from what its run stored (never
-    resampled): a study and its runs always show the same interval."""
-    return stored_estimate(observation, rounds=len(observation.round_speedups))
+    """``Observation.estimate``, as a function for the study's own rules."""
+    return observation.estimate()
 
 
 def _has_interval(found: Estimate | None) -> bool:

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from harness.analysis import AnalyzedRun
 from harness.report import render_report, template_environment
 from harness.report.figures import _png
 from harness.results.files import write_text_atomic
-from harness.study.analysis import BreakEven, estimate
-from harness.study.collect import StudyResults, load_study
+from harness.study.analysis import BreakEven
+from harness.study.collect import StudyResults
 from harness.study.policy import RULE as POLICY_RULE
 from harness.study.tables import best_k_rows, break_even_rows, engine_lines, policy_rows, recommendation_rows
 
@@ -39,7 +40,7 @@ def speedup_figures(study: StudyResults) -> list[tuple[str, str]]:
             for arm, members in series.items():
                 members.sort(key=lambda o: o.concurrency)
                 levels = [o.concurrency for o in members]
-                estimates = [estimate(o) for o in members]
+                estimates = [o.estimate() for o in members]
                 (line,) = ax.plot(levels, [e.point for e in estimates], marker="o", label=arm)  # type: ignore[union-attr]
                 if all(e.low is not None for e in estimates):  # type: ignore[union-attr]
                     ax.fill_between(
@@ -116,16 +117,16 @@ def k_figures(study: StudyResults) -> list[tuple[str, str]]:
     return out
 
 
-def render_study(study_dir: Path, out_dir: Path) -> Path:
-    """Write ``out_dir/index.html`` and each point's own report; returns the index."""
-    study = load_study(study_dir)
+def render_study(study: StudyResults, runs: dict[str, AnalyzedRun], out_dir: Path) -> Path:
+    """Write ``out_dir/index.html`` and each point's own report (``runs``: the points' analysed
+    runs); returns the index."""
     record = study.record
     points = []
     for point in record.points:
         report = None
         if point.id in study.summaries:
             report = f"{point.id}.html"
-            write_text_atomic(out_dir / report, render_report(study.run_dirs[point.id]))
+            write_text_atomic(out_dir / report, render_report(runs[point.id]))
         arms = [c.arm for c in study.summaries[point.id].cells] if point.id in study.summaries else []
         points.append(
             {

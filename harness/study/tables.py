@@ -10,7 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from harness.intervals import interval_text
+from harness.formats import interval_text
 from harness.results.model import CellMetrics
 from harness.study.analysis import BestK, BreakEven, Recommendation
 from harness.study.collect import StudyResults

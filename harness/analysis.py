@@ -1,0 +1,212 @@
+"""The one analysis of a run (derive layer: pure): what every view of a run renders.
+
+``analyze`` turns a run's ``Summary`` (itself derived from the raw files) into a ``RunAnalysis``:
+the cells with their one estimate each, the verdict per (workload, load level), the caveats, the
+findings, the SLO capacities and the scheduled arms' checks. It is computed once per command; the
+terminal, the Markdown lab table, the HTML report and the export take it and compute nothing of
+their own, so a cell's speedup and interval are the same numbers wherever they appear
+(``tests/test_one_answer.py`` parses them out of every view).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import pooling
+from harness import verdict as verdicts_of
+from harness.findings import findings
+from harness.gates import StoredGate, read_gate
+from harness.intervals import Estimate, design_level, stored_estimate
+from harness.probes.acceptance import conditional_rates
+from harness.probes.throughput import speedup
+from harness.regime import LoadLevel
+from harness.results.model import CategoryMetrics, CellMetrics, Summary
+from harness.results.raw import RawRun, read_raw
+from harness.schedule_check import RampCheck, ScheduleCheck, ramp_checks, schedule_checks
+from harness.summary import summarize
+from harness.verdict import (
+    SloCapacity,
+    WindowVerdict,
+    estimate_of,
+    run_caveats,
+    slo_capacity,
+)
+
+
+@dataclass(frozen=True)
+class IntervalBasis:
+    """Where the run's intervals come from, for the one line under the verdicts."""
+
+    sources: tuple[str, ...]  # "server_starts", "calibration", ...: none when every speedup is unverified
+    rounds: int  # rounds of server start-ups
+    dfs: tuple[int, ...]  # the degrees of freedom of the speculative cells' intervals, sorted
+    calibration: str | None  # the calibration's label, where one was used
+    looks: int  # a deciding run: the looks its design could take (1: a fixed number of rounds)
+    look_level: float  # the level of each interval over those looks
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    """Everything a view of one run shows, derived once."""
+
+    summary: Summary
+    verdicts: tuple[WindowVerdict, ...]
+    caveats: tuple[str, ...]  # what qualifies every verdict of the run
+    findings: tuple[str, ...]
+    capacities: tuple[SloCapacity, ...]
+    schedule_checks: tuple[ScheduleCheck, ...]
+    ramp_checks: tuple[RampCheck, ...]  # a scheduled arm on a ramp, per stage and whole
+    basis: IntervalBasis
+    # cells ("arm workload level") whose tok/s ratio to the baseline's, both pooled over start-ups,
+    # rounds to another speedup than the model's (the start-ups disagree): the views mark them
+    ratio_differs: frozenset[str]
+    category_order: tuple[str, ...]  # by the first speculative arm's tau: the ordering is the finding
+    category_pooled: dict[
+        tuple[str, str], tuple[float | None, float | None]
+    ]  # (category, arm) -> tau, identical %
+    tau_by_arm: dict[tuple[str, str], float]  # (arm, workload) -> tau over its load levels
+    # arm -> (marginal, conditional) acceptance per draft position over all its cells
+    per_position: dict[str, tuple[tuple[float, ...], tuple[float | None, ...]]]
+    # closed-loop cells: (arm, workload, concurrency, tok/s per request in flight, tok/s per server)
+    pareto: tuple[tuple[str, str, int, float, float], ...]
+
+    def estimate(self, cell: CellMetrics) -> Estimate | None:
+        """A speculative cell's speedup with its interval (None for the baseline): the one estimate."""
+        return None if cell.arm == self.summary.baseline_arm else estimate_of(cell)
+
+    def category_estimate(self, row: CategoryMetrics) -> Estimate | None:
+        """A category row's speedup with its interval, from the same model over the category's
+        per-start-up tok/s (``summary.category_rows``)."""
+        return None if row.arm == self.summary.baseline_arm else stored_estimate(row)
+
+    def pooled_ratio_differs(self, cell: CellMetrics) -> bool:
+        return _key(cell) in self.ratio_differs
+
+    def verdict(self, workload: str, level: LoadLevel) -> WindowVerdict | None:
+        return next((v for v in self.verdicts if (v.workload, v.level) == (workload, level)), None)
+
+    def cell_verdict(self, cell: CellMetrics) -> WindowVerdict | None:
+        """The window's verdict where this cell is the arm it is about (None for every other arm)."""
+        found = self.verdict(cell.workload, cell.level)
+        return found if found is not None and found.best is not None and found.best.arm == cell.arm else None
+
+
+def _key(cell: CellMetrics) -> str:
+    return f"{cell.arm} {cell.workload} {cell.level.short()}"
+
+
+def _ratio_differs(summary: Summary) -> frozenset[str]:
+    """The speculative cells whose pooled tok/s ratio, as a reader computes it from the row, rounds
+    to another figure than the speedup (two decimals)."""
+    found = set()
+    for cell in summary.cells:
+        base = summary.cell(summary.baseline_arm, cell.workload, cell.level)
+        if cell.arm == summary.baseline_arm or base is None or cell.speedup is None:
+            continue
+        ratio = speedup(cell.output_tok_s, base.output_tok_s)
+        if ratio is not None and round(ratio, 2) != round(cell.speedup, 2):
+            found.add(_key(cell))
+    return frozenset(found)
+
+
+def _categories(
+    summary: Summary,
+) -> tuple[tuple[str, ...], dict[tuple[str, str], tuple[float | None, float | None]]]:
+    """The categories in the order of the first speculative arm's tau, and per (category, arm) its
+    tau over every load level and its identical share."""
+    rows = [r for r in summary.categories if r.method != "baseline"]
+    if not rows:
+        return (), {}
+    arms = list(dict.fromkeys(r.arm for r in rows))
+    pooled = {
+        key: (
+            pooling.tau(members),
+            pooling.identical_pct((r.identical_pct, r.exactness_pairs) for r in members)[0],
+        )
+        for key, members in pooling.grouped(rows, lambda r: (r.category, r.arm)).items()
+    }
+    return tuple(pooling.category_order(rows, arms[0])), pooled
+
+
+def _tau_by_arm(summary: Summary) -> dict[tuple[str, str], float]:
+    taus = {
+        key: pooling.tau(cells)
+        for key, cells in pooling.grouped(summary.cells, lambda r: (r.arm, r.workload)).items()
+    }
+    return {key: tau for key, tau in taus.items() if tau is not None}
+
+
+def _per_position(summary: Summary) -> dict[str, tuple[tuple[float, ...], tuple[float | None, ...]]]:
+    """Per arm, its marginal per-position acceptance over all its cells and the conditional rates
+    (accepted at i given accepted at i - 1) from it."""
+    grouped = pooling.grouped(summary.cells, lambda r: r.arm)
+    rates = {arm: pooling.per_position(cells) for arm, cells in grouped.items()}
+    return {arm: (tuple(rate), tuple(conditional_rates(rate))) for arm, rate in rates.items() if rate}
+
+
+def _pareto(summary: Summary) -> tuple[tuple[str, str, int, float, float], ...]:
+    """Throughput per user (per request in flight) and per server, per closed-loop cell."""
+    return tuple(
+        (c.arm, c.workload, c.concurrency, c.output_tok_s / c.mean_in_flight, c.output_tok_s)
+        for c in summary.cells
+        if c.request_rate is None and c.output_tok_s and c.mean_in_flight
+    )
+
+
+def _basis(summary: Summary) -> IntervalBasis:
+    cells = [c for c in summary.cells if c.arm != summary.baseline_arm and c.speedup is not None]
+    looks = max((c.speedup_looks or 1 for c in cells), default=1)
+    first_look = next((c.speedup_first_look for c in cells if (c.speedup_looks or 1) == looks), None)
+    sources = tuple(sorted({c.speedup_interval for c in cells if c.speedup_interval}))
+    return IntervalBasis(
+        sources=sources,
+        rounds=max((c.speedup_rounds or c.server_starts for c in cells), default=1),
+        dfs=tuple(sorted({c.speedup_df for c in cells if c.speedup_df})),
+        calibration=summary.calibration if any("calibration" in s for s in sources) else None,
+        looks=looks,
+        look_level=design_level(looks, first_look=first_look),
+    )
+
+
+def analyze(summary: Summary) -> RunAnalysis:
+    """The run's analysis: its window verdicts computed here, once, and handed to everything else
+    that needs them (the findings' load and cost sentences)."""
+    verdicts = tuple(verdicts_of.window_verdicts(summary))
+    order, pooled = _categories(summary)
+    return RunAnalysis(
+        summary=summary,
+        verdicts=verdicts,
+        caveats=tuple(run_caveats(summary)),
+        findings=tuple(findings(summary, verdicts)),
+        capacities=tuple(slo_capacity(summary)),
+        schedule_checks=tuple(schedule_checks(summary.arms, summary.cells)),
+        ramp_checks=tuple(ramp_checks(summary.arms, summary.ramp)),
+        basis=_basis(summary),
+        ratio_differs=_ratio_differs(summary),
+        category_order=order,
+        category_pooled=pooled,
+        tau_by_arm=_tau_by_arm(summary),
+        per_position=_per_position(summary),
+        pareto=_pareto(summary),
+    )
+
+
+@dataclass(frozen=True)
+class AnalyzedRun:
+    """A run directory read and analysed once: its raw files (the regime, the environment, the
+    samples a figure draws), its analysis, and the gate verdicts ``bench gate`` stored, if any."""
+
+    raw: RawRun
+    analysis: RunAnalysis
+    gate: StoredGate | None
+
+    @property
+    def root(self) -> Path:
+        return self.raw.run.root
+
+
+def load_analysis(run_dir: Path) -> AnalyzedRun:
+    """Read a run directory's raw files and derive its analysis (the summary, then the verdicts)."""
+    raw = read_raw(run_dir)
+    return AnalyzedRun(raw, analyze(summarize(raw)), read_gate(run_dir))

@@ -1,0 +1,229 @@
+"""The verdict in words (present layer: renders a ``RunAnalysis``, computes nothing).
+
+Each window's answer comes first in plain words a reviewer reads without a glossary ("pays",
+"loses", "no difference", "too noisy to tell", "unverified"), with its number, its 95% range and
+its scope; the model's details (degrees of freedom, the correction for picking the fastest arm,
+the looks of a deciding run) go on one line beneath it.
+"""
+
+from __future__ import annotations
+
+from harness.analysis import IntervalBasis, RunAnalysis
+from harness.formats import bound_text, interval_text, range_text
+from harness.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate
+from harness.results.model import CellMetrics, Summary
+from harness.verdict import Outcome, WindowVerdict
+
+OUTCOME_WORDS = {
+    Outcome.PAYS: "pays",
+    Outcome.LOSES: "loses",
+    Outcome.EQUIVALENT: "no difference",
+    Outcome.INDISTINGUISHABLE: "too noisy to tell",
+    Outcome.UNVERIFIED: "unverified",
+    Outcome.NO_ARM: "no speculative arm measured",
+}
+
+
+def _own(estimate: Estimate) -> str:
+    """The arm's own 95% range, as every table shows its interval."""
+    if estimate.low is None or estimate.high is None:
+        return "no interval"
+    return f"95%: {range_text(estimate.low, estimate.high)}"
+
+
+def _said(v: WindowVerdict) -> str:
+    """The outcome, the arm, its number and range, and the window's scope, in plain words."""
+    e, d, arm = v.estimate, v.decision, v.best.arm  # type: ignore[union-attr]
+    assert e is not None and d is not None
+    scope = f"on {v.prompts} {v.baseline.category} prompts at {v.level.label()}"
+    outcome = v.outcome
+    if outcome == Outcome.PAYS:
+        return f"{arm} pays: {e.point:.2f}x faster ({_own(e)}) {scope}"
+    if outcome == Outcome.LOSES:
+        return f"{arm} loses: {e.point:.2f}x, slower than the baseline ({_own(e)}) {scope}"
+    if outcome == Outcome.EQUIVALENT:
+        margin = f"{100 * EQUIVALENCE_MARGIN:.0f}%"
+        return f"no difference: {arm} within {margin} of the baseline, {e.point:.2f}x ({_own(e)}) {scope}"
+    if outcome == Outcome.INDISTINGUISHABLE:
+        low, high = d.low, d.high
+        assert low is not None and high is not None
+        picked = f" as the fastest of {v.candidates} arms" if v.corrected else ""
+        hint = (
+            "re-run on a quiet machine"
+            if v.provisional
+            else "add rounds (load.server_starts) or bench calibrate"
+        )
+        return (
+            f"too noisy to tell: {arm} {e.point:.2f}x ({_own(e)}), anywhere from {bound_text(low)}x to "
+            f"{bound_text(high)}x{picked} {scope}; {hint}"
+        )
+    side = "faster" if round(e.point, 2) > 1.0 else "slower" if round(e.point, 2) < 1.0 else "about the same"
+    why = "one start-up per arm: its spread was not measured" if e.rounds <= 1 else "no interval"
+    return f"unverified: {arm} {e.point:.2f}x ({side}) {scope}; {why}"
+
+
+def _cost(v: WindowVerdict) -> str:
+    """$/Mtok at the baseline and at the arm; a change only where the verdict decided one."""
+    before = v.baseline.usd_per_mtok
+    after = v.best.usd_per_mtok if v.best else None
+    if before is None or after is None:
+        return "not priced"
+    if v.outcome in (Outcome.PAYS, Outcome.LOSES) and v.saving_pct is not None:
+        return f"$/Mtok {before:.2f} -> {after:.2f} ({-v.saving_pct:+.0f}%)"
+    return f"$/Mtok {before:.2f} at the baseline (no change shown)"
+
+
+def identical_counts(cell: CellMetrics) -> tuple[int, int, int] | None:
+    """(identical, near ties, compared) prompts of a cell against the baseline; None: not compared."""
+    shares = cell.exactness
+    if shares is None or not shares.compared:
+        return None
+
+    def count(pct: float | None) -> int:
+        return round(shares.compared * (pct or 0.0) / 100)
+
+    return count(shares.identical_pct), count(shares.near_tie_pct), shares.compared
+
+
+def identical_text(cell: CellMetrics) -> str:
+    counts = identical_counts(cell)
+    if counts is None:
+        return "outputs not compared"
+    same, near, compared = counts
+    ties = f" ({near} near tie{'s' if near > 1 else ''})" if near else ""
+    return f"outputs identical {same}/{compared}{ties}"
+
+
+def outputs_text(v: WindowVerdict) -> str:
+    if v.best is None:
+        return "–"
+    return f"output distribution {v.distribution}" if v.distribution else identical_text(v.best)
+
+
+def verdict_line(v: WindowVerdict) -> str:
+    """The window's answer in one line: plain words first, then $/Mtok and exactness, then caveats."""
+    where = f"{v.workload} {v.level.short()}"
+    if v.best is None or v.estimate is None:
+        tok_s = "-" if v.baseline.output_tok_s is None else f"{v.baseline.output_tok_s:.1f}"
+        return f"{where}: no speculative arm measured; baseline {tok_s} tok/s"
+    head = f"{where}: {_said(v)}"
+    if v.provisional:
+        head = f"PROVISIONAL ({v.provisional}): {head}"
+    line = "; ".join([head, _cost(v), outputs_text(v)])
+    return line + (f" [{'; '.join(v.caveats)}]" if v.caveats else "")
+
+
+def statistics_line(v: WindowVerdict) -> str | None:
+    """The model's details of one window's verdict, on the line beneath it."""
+    e, d = v.estimate, v.decision
+    if e is None or e.low is None or e.high is None:
+        return None
+    parts = [f"{e.rounds} rounds" if e.rounds > 1 else "1 start-up per arm and a calibration"]
+    parts.append(f"{e.df} degrees of freedom" + (" (few: relies on normality)" if e.df < FEW_DF else ""))
+    if e.looks > 1:
+        parts.append(f"corrected for {e.looks} looks ({100 * e.level():.1f}% each)")
+    if v.candidates > 1:
+        if d is not None and d.low is not None and d.high is not None:
+            parts.append(
+                f"as the fastest of {v.candidates} arms {interval_text(d.low, d.high)} "
+                f"({100 * e.level(v.candidates):.1f}%)"
+            )
+        else:
+            parts.append(f"as the fastest of {v.candidates} arms: no interval")
+    return f"{e.point:.2f}x {interval_text(e.low, e.high)}: " + "; ".join(parts)
+
+
+def basis_line(basis: IntervalBasis) -> str:
+    """Where every verdict's interval comes from, in one line."""
+    if not basis.sources:
+        return (
+            "unverified: 1 start-up per arm, no calibration (set load.server_starts >= 2, or bench calibrate)"
+        )
+    dfs = basis.dfs
+    df_text = f"{dfs[0]}" if len(dfs) == 1 else f"{dfs[0]}-{dfs[-1]}" if dfs else "-"
+    where = f"{basis.rounds} rounds of server start-ups" if basis.rounds > 1 else "1 start-up per arm"
+    calibration = f" and {basis.calibration}" if basis.calibration else ""
+    sequential = (
+        f"; rounds added until decided: each interval at {100 * basis.look_level:.1f}% for the "
+        f"{basis.looks} looks it could take"
+        if basis.looks > 1
+        else ""
+    )
+    return (
+        f"95% t intervals from {where}{calibration}, arms x rounds model, {df_text} degrees of freedom; "
+        f"the fastest arm corrected for the number of arms{sequential}"
+    )
+
+
+def verdict_lines(analysis: RunAnalysis) -> list[str]:
+    """The verdict block: each window's line and its statistics beneath, then the basis."""
+    lines = ["Verdict:"]
+    for v in analysis.verdicts:
+        lines.append(f"  {verdict_line(v)}")
+        details = statistics_line(v)
+        if details:
+            lines.append(f"      {details}")
+    lines.append(f"  intervals: {basis_line(analysis.basis)}")
+    return lines
+
+
+def capacity_lines(analysis: RunAnalysis) -> list[str]:
+    found, slo = analysis.capacities, analysis.summary.slo
+    if not found or slo is None:
+        return []
+    head = (
+        f"SLO capacity (the highest request rate with {slo.target_pct:g}% of requests within "
+        f"{slo.describe()}):"
+    )
+    return [head] + [f"  {c.text()}" for c in found]
+
+
+_STATISTIC_TEXT = {
+    "mean_logprob": "mean logprob",
+    "output_tokens": "output tokens",
+    "top1_share": "top-1 share",
+}
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _delta_text(delta: float | None, low: float | None, high: float | None) -> str:
+    interval = "" if low is None or high is None else f" [{low:+.2f}, {high:+.2f}]"
+    return f"delta {_num(delta, '+.2f')}{interval}"
+
+
+def distribution_lines(summary: Summary) -> list[str]:
+    """Temperature > 0: each speculative arm's distribution-check verdict with its evidence: per
+    statistic the medians, Cliff's delta within prompts with its equivalence interval, the p-value."""
+    section = summary.distribution
+    if section is None:
+        return []
+    if section.margin is None:  # a summary from before the equivalence test
+        rule = (
+            f"two-sided Mann-Whitney at {section.alpha:g} / 3, shifted when also |Cliff's delta| >= "
+            f"{section.min_effect:g}"
+        )
+    else:
+        rule = (
+            f"compared within each prompt; consistent with lossless when every statistic's Cliff's delta "
+            f"has its {section.confidence:.1%} interval inside +-{section.margin:g}, shifted when one "
+            f"differs at {section.alpha:g} / 3 with |delta| >= {section.min_effect:g}"
+        )
+    lines = [
+        f"Distribution check ({section.samples_per_prompt} seeded samples per prompt per arm against "
+        f"{summary.baseline_arm}'s; {rule}):"
+    ]
+    for arm, result in section.arms.items():
+        tests = "; ".join(
+            f"{_STATISTIC_TEXT[t.statistic]} {_num(t.arm_median, '.3g')} vs {_num(t.baseline_median, '.3g')} "
+            f"({_delta_text(t.delta, t.low, t.high)}, p {_num(t.p_value, '.2g')})"
+            for t in result.tests
+        )
+        needed = result.samples_per_prompt_needed
+        hint = "" if needed is None else f"; i.e. samples_per_prompt: {needed}"
+        lines.append(f"  {arm}: {result.verdict}: {tests}{hint}")
+    if not section.arms:
+        lines.append("  no speculative arm has samples to compare")
+    return lines

@@ -1,0 +1,131 @@
+"""One answer: a cell's speedup and interval are the same numbers in every view of a run.
+
+The views (``bench show``'s tables, verdict and per-category table, ``bench show --minilab``,
+``bench report``'s mini-lab, verdict, lab and category tables, ``bench export``) are rendered by the
+commands and parsed back (``tests/one_answer.py``) for the stored runs: one start-up per arm
+(``run_v1``, ``run_v3_smoke``) and two rounds measured beside a busy process (``run_v12_provisional``,
+PROVISIONAL: there the start-ups disagree, so a view that pooled tok/s instead of reading the
+estimate shows another number). The figures, the gates and the trend page are checked on what they
+are given. ``test_end_to_end.py`` runs the same check on a fresh run.
+
+On the main this issue started from (commit 90d1be3) the check fails: the per-category tables
+show the pooled tok/s ratio (2.20x [0.20, 24.77] is 3.05x there), ``--minilab`` and the report's
+lab table show no speedup, and the verdict writes no range in words.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.analysis import analyze, load_analysis
+from harness.cli import main
+from harness.formats import bound_text
+from harness.summary import summarize
+from tests.one_answer import disagreements, expected
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RUNS = ("run_v1", "run_v3_smoke", "run_v12_provisional")
+TWO_ROUNDS = FIXTURES / "run_v12_provisional"
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_every_view_shows_each_cells_one_estimate(run: str, tmp_path: Path) -> None:
+    assert disagreements(FIXTURES / run, tmp_path) == []
+
+
+def test_the_fixture_is_one_where_pooling_would_disagree() -> None:
+    """The two-round fixture's start-ups disagree: a ratio of pooled tok/s is another number than the
+    model's estimate, so a view that computed its own could not pass the check above."""
+    summary = summarize(TWO_ROUNDS)
+    cell = summary.cell("ngram_k4", "code_humaneval", 4)
+    base = summary.cell("baseline", "code_humaneval", 4)
+    assert cell is not None and base is not None and cell.speedup is not None
+    assert abs(cell.output_tok_s / base.output_tok_s - cell.speedup) > 0.5  # 3.05 pooled, 2.20 modelled
+    analysis = analyze(summary)
+    assert all(v.provisional for v in analysis.verdicts)
+    assert analysis.pooled_ratio_differs(cell)  # and the views mark the row
+
+
+def test_verdicts_are_computed_once_per_command(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """``bench show`` and ``bench report`` derive the window verdicts once: every part of the view
+    reads the analysis instead of deriving its own."""
+    from harness import verdict
+
+    calls = []
+    original = verdict.window_verdicts
+
+    def counted(summary):  # type: ignore[no-untyped-def]
+        calls.append(summary.run_id)
+        return original(summary)
+
+    monkeypatch.setattr(verdict, "window_verdicts", counted)
+    assert main(["show", str(TWO_ROUNDS)]) == 0
+    assert calls == ["run_v12_provisional"]
+    assert main(["show", str(TWO_ROUNDS), "--minilab"]) == 0
+    assert len(calls) == 2
+    capsys.readouterr()
+
+
+def test_the_speedup_figure_draws_each_estimate_with_its_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's speedup figure is given every speculative cell's one estimate (its interval bars
+    and its colour come from it); the Pareto figure is drawn for a run with two load levels."""
+    from harness.report import figures, render_report
+
+    given = {}
+    original = figures.speedup_figure
+
+    def spy(cells, equivalence, baseline):  # type: ignore[no-untyped-def]
+        given.update({(c.arm, c.workload, c.level.short()): e for c, e in cells})
+        return original(cells, equivalence, baseline)
+
+    monkeypatch.setattr(figures, "speedup_figure", spy)
+    html = render_report(load_analysis(TWO_ROUNDS))
+    truth = expected(summarize(TWO_ROUNDS))
+    shown = {k: (f"{e.point:.2f}", bound_text(e.low), bound_text(e.high)) for k, e in given.items()}
+    assert shown == truth
+    assert "throughput per user vs per server (Pareto)" in html
+    assert "speedup vs concurrency, with 95% intervals" in html
+
+
+def test_a_speedup_floor_gate_reads_the_estimate(tmp_path: Path) -> None:
+    """A speedup floor holds the cell's one estimate to the floor (its point, and its interval at the
+    gate's confidence), not a bootstrap of its own."""
+    from harness.gates import RunView, evaluate
+    from harness.regime import Gate
+
+    view = RunView(TWO_ROUNDS)
+    view.regime = view.regime.model_copy(
+        update={"gates": view.regime.gates.model_copy(update={"rules": [Gate(arm="ngram_k4", metric="speedup", min=1.5)]})}
+    )
+    checks = {(c.workload, c.concurrency): c for c in evaluate(view)}
+    cell = view.summary.cell("ngram_k4", "code_humaneval", 4)
+    assert cell is not None
+    check = checks[("code_humaneval", 4)]
+    assert check.value == cell.speedup and check.verdict == "pass"
+    low = checks[("code_humaneval", 1)]  # 1.22x: below the floor, but its interval spans it
+    assert low.verdict == "inconclusive" and "but not beyond the noise" in low.message
+
+
+def test_the_trend_page_shows_each_nights_stored_estimate(tmp_path: Path) -> None:
+    """A night's speedup on the trend page is the one its run stored (point and interval), and the
+    band is labelled at the level the history gate holds one check to."""
+    from harness.history.store import open_history
+    from harness.history.trend import BAND_CONFIDENCE, trend_series
+
+    history = tmp_path / "h.duckdb"
+    run = tmp_path / "night"
+    shutil.copytree(TWO_ROUNDS, run)
+    assert main(["history", "add", str(run), "--history", str(history)]) == 0
+    with open_history(history, read_only=True) as opened:
+        runs, samples, cells = opened.runs(), opened.samples(), opened.cells()
+    truth = expected(summarize(run))
+    speedups = [s for s in trend_series(samples, runs, cells) if s.key.metric == "speedup"]
+    assert speedups
+    for series in speedups:
+        (night,) = series.nights
+        key = (series.key.arm, series.key.workload, f"@{series.key.concurrency}")
+        assert (f"{night.value:.2f}", bound_text(night.low), bound_text(night.high)) == truth[key]
+    assert BAND_CONFIDENCE == pytest.approx(0.99)
