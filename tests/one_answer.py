@@ -34,7 +34,9 @@ def expected(summary: Summary) -> dict[tuple[str, str, str], Shown]:
         if cell.arm == summary.baseline_arm or cell.speedup is None:
             continue
         low, high = cell.speedup_low, cell.speedup_high
-        interval = (bound_text(low), bound_text(high)) if low is not None and high is not None else (None, None)
+        interval = (
+            (bound_text(low), bound_text(high)) if low is not None and high is not None else (None, None)
+        )
         found[(cell.arm, cell.workload, cell.level.short())] = (f"{cell.speedup:.2f}", *interval)
     return found
 
@@ -170,7 +172,12 @@ def report_cells(html: str, summary: Summary) -> dict[str, dict[tuple[str, str, 
     the lab's level) and the per-category table (categories of one workload)."""
     parser = _Tables()
     parser.feed(html)
-    views: dict[str, dict[tuple[str, str, str], Shown]] = {"minilab": {}, "verdict": {}, "lab": {}, "categories": {}}
+    views: dict[str, dict[tuple[str, str, str], Shown]] = {
+        "minilab": {},
+        "verdict": {},
+        "lab": {},
+        "categories": {},
+    }
     levels = sorted({c.level for c in summary.categories}, key=LoadLevel.order)
     single = {c.category: c.workloads[0] for c in summary.categories if len(c.workloads) == 1}
     lab = re.search(r"One row per arm at (.*?) \(", html)
@@ -197,7 +204,9 @@ def report_cells(html: str, summary: Summary) -> dict[str, dict[tuple[str, str, 
             column = header.index("speedup")
             for row in body:
                 if row[column] not in ("1.00x", "-"):
-                    views["lab"][(row[0], str(attrs["data-workload"]), _level(lab.group(1)))] = _shown(row[column])
+                    views["lab"][(row[0], str(attrs["data-workload"]), _level(lab.group(1)))] = _shown(
+                        row[column]
+                    )
         elif kind == "categories":
             for row in body:
                 if row[0] in single:
@@ -236,7 +245,9 @@ def every_view(run_dir: Path, tmp_path: Path) -> dict[str, dict[tuple[str, str, 
         "bench show: categories": terminal_categories(shown, summary),
     }
     lab_level = summary.levels()[0]
-    views["bench show --minilab"] = markdown_cells(bench("show", str(run_dir), "--minilab"), lab_level.short())
+    views["bench show --minilab"] = markdown_cells(
+        bench("show", str(run_dir), "--minilab"), lab_level.short()
+    )
     page = tmp_path / "report.html"
     bench("report", str(run_dir), "-o", str(page))
     views |= {f"bench report: {k}": v for k, v in report_cells(page.read_text(), summary).items()}

@@ -98,7 +98,11 @@ def test_a_speedup_floor_gate_reads_the_estimate(tmp_path: Path) -> None:
 
     view = RunView(TWO_ROUNDS)
     view.regime = view.regime.model_copy(
-        update={"gates": view.regime.gates.model_copy(update={"rules": [Gate(arm="ngram_k4", metric="speedup", min=1.5)]})}
+        update={
+            "gates": view.regime.gates.model_copy(
+                update={"rules": [Gate(arm="ngram_k4", metric="speedup", min=1.5)]}
+            )
+        }
     )
     checks = {(c.workload, c.concurrency): c for c in evaluate(view)}
     cell = view.summary.cell("ngram_k4", "code_humaneval", 4)
@@ -128,4 +132,4 @@ def test_the_trend_page_shows_each_nights_stored_estimate(tmp_path: Path) -> Non
         (night,) = series.nights
         key = (series.key.arm, series.key.workload, f"@{series.key.concurrency}")
         assert (f"{night.value:.2f}", bound_text(night.low), bound_text(night.high)) == truth[key]
-    assert BAND_CONFIDENCE == pytest.approx(0.99)
+    assert pytest.approx(0.99) == BAND_CONFIDENCE

@@ -16,7 +16,7 @@ from harness.results.files import read_json
 from harness.study.collect import load_study
 from harness.study.record import StudyDir, StudyPointRecord, StudyRecord
 from harness.study.tables import markdown
-from tests.browser import chromium, needs_browser
+from tests.browser import chromium, measured_page, needs_browser
 
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
 
@@ -86,6 +86,12 @@ def test_study_page_in_headless_chromium(study: Path, tmp_path: Path) -> None:
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert 'class="recommendation"' in dom.stdout and 'class="break-even"' in dom.stdout
     assert dom.stdout.count("<img ") >= 2 and "Uncaught" not in dom.stderr
+    for window in (800, 1280, 1400):  # the recommendation (the study's verdict) fits whole
+        found = measured_page(page.read_text(), tmp_path, window, ("table.recommendation",))
+        assert found["scroll-width"] <= window and found["tables"] == 1 and found["over"] == 0, (
+            window,
+            found,
+        )
     shot = tmp_path / "study.png"
     taken = chromium(f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri())
     assert taken.returncode == 0 and shot.stat().st_size > 20_000

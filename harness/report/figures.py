@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display; also the only backend whose PNGs are byte-stable
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 from harness.history.trend import Series  # noqa: E402
 from harness.intervals import Estimate  # noqa: E402
@@ -70,11 +71,13 @@ def speedup_figure(
     if not closed:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
-    series: dict[tuple[str, str], list[tuple[int, Estimate]]] = {}
+    series: dict[tuple[str, str], list[tuple[float, Estimate]]] = {}
     for cell, estimate in closed:
         series.setdefault((cell.arm, cell.workload), []).append((cell.concurrency, estimate))
-    for (arm, workload), points in series.items():
+    for index, ((arm, workload), points) in enumerate(series.items()):
         points.sort(key=lambda p: p[0])
+        dodge = 2 ** (0.05 * (index - (len(series) - 1) / 2))  # side by side, so the bars do not overlap
+        points = [(c * dodge, e) for c, e in points]
         xs, ys = [c for c, _ in points], [e.point for _, e in points]
         (line,) = ax.plot(xs, ys, linewidth=1.0, label=f"{arm} / {workload}")
         for x, e in points:
@@ -99,6 +102,10 @@ def speedup_figure(
             )
     ax.axhspan(math.exp(-equivalence), math.exp(equivalence), color="grey", alpha=0.2, linewidth=0)
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    # a ratio on a log axis: 0.5x and 2x sit equally far from 1, and a wide interval does not flatten the rest
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}x"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     levels = sorted({c.concurrency for c, _ in closed})
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels, [str(level) for level in levels])
