@@ -306,8 +306,8 @@ def lab_markdown(analysis: RunAnalysis, concurrency: int | LoadLevel | None = No
     header, rows = lab_rows(analysis, level)
     title = f"{summary.regime_name} run {summary.run_id}, {level.label()}"
     note = (
-        "speedup with its 95% interval; verdict on the row of the arm it is about; TPOT p50 in ms; identical: prompts whose greedy token ids equal the baseline's (near "
-        "ties: numerics)"
+        "speedup with its 95% interval; verdict on the row of the arm it is about; TPOT p50 in ms; "
+        "identical: prompts whose greedy token ids equal the baseline's (near ties: numerics)"
     )
     return "\n".join([f"**{title}** ({note})", "", *markdown_table(header, rows)]) + "\n"
 

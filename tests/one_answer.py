@@ -167,6 +167,44 @@ class _Tables(HTMLParser):
             self._cell.append(data)
 
 
+def _minilab_rows(attrs: dict[str, str | None], header: list[str], body: list[list[str]]) -> dict:
+    rate = attrs.get("data-request-rate")
+    level = LoadLevel(int(attrs["data-concurrency"] or 0), float(rate) if rate else None).short()
+    column = next(i for i, h in enumerate(header) if h.startswith("speedup"))
+    return {
+        (r[0], str(attrs["data-workload"]), level): _shown(r[column])
+        for r in body
+        if r[column] not in ("1.00x", "–")
+    }
+
+
+def _verdict_rows(header: list[str], body: list[list[str]]) -> dict:
+    if "speedup [95%]" not in header:
+        return {}
+    column = header.index("speedup [95%]")
+    return {(r[2].split(" ")[0], *r[0].split(" ")): _shown(r[column]) for r in body if r[column] != "–"}
+
+
+def _lab_rows(attrs: dict[str, str | None], header: list[str], body: list[list[str]], level: str) -> dict:
+    if "speedup" not in header:
+        return {}
+    column = header.index("speedup")
+    workload = str(attrs["data-workload"])
+    return {(r[0], workload, level): _shown(r[column]) for r in body if r[column] not in ("1.00x", "-")}
+
+
+def _category_rows(body: list[list[str]], summary: Summary) -> dict:
+    levels = sorted({c.level for c in summary.categories}, key=LoadLevel.order)
+    single = {c.category: c.workloads[0] for c in summary.categories if len(c.workloads) == 1}
+    found = {}
+    for row in body:
+        if row[0] in single:
+            texts = [t for t in row[2:] if SPEEDUP.fullmatch(t)]
+            for level, text in zip(levels, texts, strict=True):
+                found[(row[1], single[row[0]], level.short())] = _shown(text)
+    return found
+
+
 def report_cells(html: str, summary: Summary) -> dict[str, dict[tuple[str, str, str], Shown]]:
     """``bench report``: the mini-lab tables' speedup column, the verdict table, the lab tables (at
     the lab's level) and the per-category table (categories of one workload)."""
@@ -178,41 +216,17 @@ def report_cells(html: str, summary: Summary) -> dict[str, dict[tuple[str, str, 
         "lab": {},
         "categories": {},
     }
-    levels = sorted({c.level for c in summary.categories}, key=LoadLevel.order)
-    single = {c.category: c.workloads[0] for c in summary.categories if len(c.workloads) == 1}
     lab = re.search(r"One row per arm at (.*?) \(", html)
     for attrs, rows in parser.tables:
         kind, header, body = attrs.get("class"), rows[0], rows[1:]
         if kind == "minilab":
-            level = (
-                LoadLevel(int(attrs["data-concurrency"] or 0), float(attrs["data-request-rate"] or 0))
-                if attrs.get("data-request-rate")
-                else LoadLevel(int(attrs["data-concurrency"] or 0))
-            ).short()
-            column = next(i for i, h in enumerate(header) if h.startswith("speedup"))
-            for row in body:
-                if row[column] not in ("1.00x", "–"):
-                    views["minilab"][(row[0], str(attrs["data-workload"]), level)] = _shown(row[column])
-        elif kind == "verdict" and "speedup [95%]" in header:
-            column = header.index("speedup [95%]")
-            for row in body:
-                if row[column] != "–":
-                    workload, level = row[0].split(" ")
-                    arm = row[2].split(" ")[0]
-                    views["verdict"][(arm, workload, level)] = _shown(row[column])
-        elif kind == "lab" and lab and "speedup" in header:
-            column = header.index("speedup")
-            for row in body:
-                if row[column] not in ("1.00x", "-"):
-                    views["lab"][(row[0], str(attrs["data-workload"]), _level(lab.group(1)))] = _shown(
-                        row[column]
-                    )
+            views["minilab"] |= _minilab_rows(attrs, header, body)
+        elif kind == "verdict":
+            views["verdict"] |= _verdict_rows(header, body)
+        elif kind == "lab" and lab:
+            views["lab"] |= _lab_rows(attrs, header, body, _level(lab.group(1)))
         elif kind == "categories":
-            for row in body:
-                if row[0] in single:
-                    texts = [t for t in row[2:] if SPEEDUP.fullmatch(t)]
-                    for level, text in zip(levels, texts, strict=True):
-                        views["categories"][(row[1], single[row[0]], level.short())] = _shown(text)
+            views["categories"] |= _category_rows(body, summary)
     return views
 
 

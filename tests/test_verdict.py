@@ -112,8 +112,8 @@ def test_verdict_follows_the_interval(summary: Summary) -> None:
     assert pays.outcome == "pays" and pays.fastest == "ngram_k4"
     assert pays.saving_pct == pytest.approx(100 * (3.36 - 2.0) / 3.36, abs=0.2)
     assert verdict_line(pays).startswith(
-        "code_humaneval @1: ngram_k4 pays: 1.60x faster (95%: 1.40-1.80x) on 2 code prompts at concurrency 1; "
-        "$/Mtok 3.36 -> 2.00 (-41%)"
+        "code_humaneval @1: ngram_k4 pays: 1.60x faster (95%: 1.40-1.80x) on 2 code prompts at "
+        "concurrency 1; $/Mtok 3.36 -> 2.00 (-41%)"
     )
     assert "outputs identical 2/2" in verdict_line(pays)
     loses = verdicts[("code_humaneval", 2)]
@@ -219,8 +219,8 @@ def test_findings_change_with_the_numbers(summary: Summary) -> None:
     # high tau without a speedup: verification, not acceptance, is the limit
     # each step's cost follows the output tokens per target forward (1.57 here), not tau
     assert (
-        "turns tau 3.64 into 1.03x (unverified) on chat_mtbench @1: each of its steps (1.57 tokens per target "
-        "forward) costs 1.5 baseline decode steps" in text
+        "turns tau 3.64 into 1.03x (unverified) on chat_mtbench @1: each of its steps (1.57 tokens per "
+        "target forward) costs 1.5 baseline decode steps" in text
     )
     # a step cheaper than a baseline decode step cannot be: the finding says what it saw instead
     cheap = " ".join(_findings(with_cells(with_copy, **{"ngram_k4/chat_mtbench/1": {"speedup": 2.0}})))
@@ -231,8 +231,8 @@ def test_findings_change_with_the_numbers(summary: Summary) -> None:
     slow = with_cells(with_copy, **{"ngram_k4/chat_mtbench/1": {"speedup": 0.5}})
     assert (
         "Verification, not acceptance, is ngram_k4's limit in this regime: it emits 3.64 tokens per step on "
-        "chat_mtbench @1 yet runs at 0.50x (unverified), so each of its steps (1.57 tokens per target forward) costs 3.1 "
-        "baseline decode steps" in " ".join(_findings(slow))
+        "chat_mtbench @1 yet runs at 0.50x (unverified), so each of its steps (1.57 tokens per target "
+        "forward) costs 3.1 baseline decode steps" in " ".join(_findings(slow))
     )
     counted = with_cells(slow, **{"ngram_k4/chat_mtbench/1": {"speedup": 0.5, "tokens_per_forward": 2.1}})
     assert (
@@ -290,15 +290,16 @@ def test_lab_table_in_markdown(summary: Summary) -> None:
     lines = text.splitlines()
     assert lines[0].startswith("**cpu_e2e run run_v1, concurrency 1**")
     assert lines[2].startswith(
-        "| arm | code_humaneval: speedup | code_humaneval: verdict | code_humaneval: tau | code_humaneval: tok/s"
+        "| arm | code_humaneval: speedup | code_humaneval: verdict | code_humaneval: tau | "
+        "code_humaneval: tok/s"
     )
     assert lines[4] == (
-        "| baseline | 1.00x | deploy | 1 | 8.3 | 51.0 | 3.36 | reference | 1.00x | deploy | 1 | 8.4 | 50.7 | 3.29 "
-        "| reference |"
+        "| baseline | 1.00x | deploy | 1 | 8.3 | 51.0 | 3.36 | reference | 1.00x | deploy | 1 | 8.4 | 50.7 "
+        "| 3.29 | reference |"
     )
     assert lines[5] == (
-        "| ngram_k4 | 0.98x | unverified | 2.94 | 8.1 | 54.1 | 3.43 | 2/2 | 1.03x | unverified | 3.64 | 8.7 | "
-        "48.7 | 3.20 | 2/2 |"
+        "| ngram_k4 | 0.98x | unverified | 2.94 | 8.1 | 54.1 | 3.43 | 2/2 | 1.03x | unverified | 3.64 | "
+        "8.7 | 48.7 | 3.20 | 2/2 |"
     )
     assert "concurrency 2" in lab_markdown(analyze(summary), 2)
     with pytest.raises(UserError, match="concurrency 8 was not measured in this run"):
