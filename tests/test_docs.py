@@ -70,3 +70,43 @@ def test_every_docs_page_is_in_the_mkdocs_nav():
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
     assert {p for p in pages if f" {p}" not in nav} == set()
+
+
+# a fenced block quoting a stored fixture's output: the nearest `bench show tests/fixtures/...`
+# command in the few lines before the block says which (with --minilab: the lab's table)
+QUOTED = re.compile(
+    r"`(bench show (tests/fixtures/\w+)( --minilab)?)`(?:(?!```).){0,600}?```\n(.*?)```", re.S
+)
+
+
+def _quoted_outputs() -> list[tuple[str, str, str, bool]]:
+    found = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for match in QUOTED.finditer(path.read_text()):
+            found.append(
+                (f"{path.name}: {match.group(1)}", match.group(2), match.group(4), bool(match.group(3)))
+            )
+    return found
+
+
+@pytest.mark.parametrize("where, run, block, minilab", _quoted_outputs(), ids=lambda v: str(v)[:40])
+def test_quoted_outputs_are_what_bench_show_prints(where: str, run: str, block: str, minilab: bool) -> None:
+    """An output the docs quote for a stored fixture is what `bench show` prints for it today
+    (whitespace aside: the docs wrap it to their own width)."""
+    import os
+    import subprocess
+    import sys
+
+    args = ["show", run, *(["--minilab"] if minilab else [])]
+    env = {**os.environ, "COLUMNS": "1000", "TERM": "dumb", "NO_COLOR": "1"}
+    printed = subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    output = " ".join(printed.stdout.split())
+    for part in block.split("\n\n"):  # paragraphs of the quote, each printed as it stands
+        assert " ".join(part.split()) in output, f"{where} quotes what it no longer prints:\n{part}"
+
+
+def test_the_docs_quote_a_stored_fixture() -> None:
+    assert any(run.endswith("run_v12_provisional") for _, run, _, _ in _quoted_outputs())

@@ -1,26 +1,28 @@
 """The house's rule, checked on the code itself: every module belongs to one layer, and imports
-point only down the layers (a function-level import is an arrow too; one made only for type checking is not).
+point only down the layers (a function-level import is an arrow too; one made only for type
+checking is not). The layers, and which module is in which, are the one layer map in
+docs/development.md#layout (this test reads its table):
 
     commands        cli, commands/*
-    run side        plan, runner, server, client, engines/*, sensors/*, drafters/*, study execution
-    present         terminal tables, prose, HTML report, gate writers, export frames
-    derive          summary, pooling, intervals, verdicts, gates, study analysis (pure, no I/O)
-    store           results/* files and records, study records
-    config          regime, models, workloads, and engines/ (what each engine is: argv, request
-                    fields, counter semantics, parsers)
-    foundations     errors, metrics registry, statistics, the probes' formulas, arrivals: pure
-                    functions over plain values (derive's own floor: they know no files)
+    run side        plan, runner, server, client, engines' HTTP, sensors, drafters, study execution
+    present         terminal tables, the verdict in words, HTML pages, gate writers
+    derive          summary, pooling, intervals, verdicts, the run's analysis, gates, study analysis
+    store           results/* files and records, study records, the history's file
+    config          regime, models, workloads, and engines/ (what each engine is)
+    foundations     errors, metrics registry, statistics, formats, the probes' formulas, arrivals
 
-The run side and present sit side by side: neither imports the other. The one sanctioned upward
-arrow is a function-level one, listed in LAZY with its reason: an engine adapter's I/O methods
-reach engines/http.py (the run side's HTTP) only when the run side calls them. A module that is not
-placed fails the test, so a new module must say where it lives. No module in derive (or below it)
-imports a process, thread, socket, HTTP client or NVML: those are the sensors' and the run side's.
+The run side and present sit side by side: neither imports the other. Present takes only types
+(and constants) from derive, never a function: a view renders the analysis, it computes nothing.
+The one sanctioned upward arrow is a function-level one, listed in LAZY with its reason: an engine
+adapter's I/O methods reach engines/http.py (the run side's HTTP) only when the run side calls
+them. A module that is not placed fails the test, so a new module must say where it lives. No
+module in derive (or below it) imports a process, thread, socket, HTTP client or NVML.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -38,73 +40,18 @@ LAYERS: dict[str, int] = {
     "run": 4,
     "commands": 5,
 }
-# module name (or package prefix) -> layer; the longest prefix wins
-PLACES: dict[str, str] = {
-    "harness": "commands",  # the package's public API: load_run / load_study (PEP 562, on use)
-    "harness.errors": "foundations",
-    "harness.formats": "foundations",  # how a speedup and its interval are written
-    "harness.metrics": "foundations",
-    "harness.stats": "foundations",
-    "harness.probes": "foundations",
-    "harness.arrivals": "foundations",
-    "harness.config_file": "foundations",
-    "harness.secrets": "foundations",  # what counts as a secret, and its redaction
-    "harness.environment": "foundations",  # machine identity and fingerprint of a stored environment
-    "harness.regime": "config",
-    "harness.models": "config",  # names a model's files; building one is harness.model_build's
-    "harness.engines": "config",  # engine knowledge: argv, request fields, counters, parsers
-    "harness.workloads": "config",
-    "harness.results": "store",
-    "harness.history.entry": "store",  # what the history keeps of a run, typed
-    "harness.history.store": "store",  # the history's DuckDB file: schema, migrations, reads
-    "harness.history.collect": "derive",  # a run directory as a history entry (its start-up samples)
-    "harness.history.changes": "derive",  # change points per series (Apache Otava's E-Divisive)
-    "harness.history.trend": "derive",  # the series the trend page draws: nights, band, open regressions
-    "harness.history.reference": "derive",  # the nights a run is gated against, their prediction interval
-    "harness.results.frames": "derive",  # the derived numbers as DataFrames (load_run().cells())
-    "harness.study.record": "store",
-    "harness.summary": "derive",
-    "harness.pooling": "derive",
-    "harness.intervals": "derive",
-    "harness.rounds": "derive",  # the start-ups' order per round and when another round buys nothing
-    "harness.verdict": "derive",
-    "harness.schedule_check": "derive",  # a scheduled arm against every static K of its method
-    "harness.ramp": "derive",  # a run's ramps per stage, pooled over start-ups
-    "harness.gates": "derive",
-    "harness.study.analysis": "derive",
-    "harness.study.collect": "derive",
-    "harness.study.policy": "derive",  # the K per batch size a study's decided cells support
-    "harness.study.policy_file": "store",  # policy.json, and k_schedule: {from: STUDY} resolved from it
-    "harness.table": "present",
-    "harness.ramp_table": "present",  # the ramp's stages and boundaries, for the terminal and the report
-    "harness.terminal": "present",
-    "harness.findings": "derive",  # the findings' rules over the numbers (sentences: to become facts)
-    "harness.analysis": "derive",  # the one analysis of a run: what every view of it renders
-    "harness.verdict_text": "present",  # the verdict in plain words, its statistics beneath
-    "harness.report": "present",
-    "harness.gate_report": "present",
-    "harness.study.tables": "present",
-    "harness.study.report": "present",
-    "harness.study.analysis_md": "present",
-    "harness.engines.http": "run",
-    "harness.model_build": "run",
-    "harness.sensors": "run",
-    "harness.server": "run",
-    "harness.client": "run",
-    "harness.plan": "run",
-    "harness.calibration": "run",  # calibration regimes, the store and the lookup a run makes
-    "harness.runner": "run",
-    "harness.validation": "run",
-    "harness.drafters": "run",
-    "harness.study.run": "run",
-    "harness.study.executors": "run",
-    "harness.study.jobs": "run",
-    "harness.study.placement": "run",
-    "harness.study.sweep": "run",
-    "harness.study": "run",
-    "harness.cli": "commands",
-    "harness.commands": "commands",
-}
+# module name (or package prefix) -> layer; the longest prefix wins: the one layer map, the table in
+# docs/development.md#layout (between its "<!-- layers" and "<!-- /layers -->" markers)
+LAYER_MAP = ROOT / "docs" / "development.md"
+
+
+def _places() -> dict[str, str]:
+    text = LAYER_MAP.read_text()
+    table = text[text.index("<!-- layers") : text.index("<!-- /layers -->")]
+    return dict(re.findall(r"^\| `([\w.]+)` \| (\w[\w ]*?) \|", table, re.MULTILINE))
+
+
+PLACES: dict[str, str] = _places()
 LAZY = {
     ("harness.engines.vllm", "harness.engines.http"): "the adapter's I/O methods, called by the run side",
     ("harness.engines.sglang", "harness.engines.http"): "the adapter's I/O methods, called by the run side",
