@@ -14,7 +14,13 @@ from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
 from harness.terminal import Column, FitTable, wrap
 from harness.verdict import Outcome
-from harness.verdict_text import capacity_lines, distribution_lines, identical_counts, verdict_lines
+from harness.verdict_text import (
+    capacity_lines,
+    caveat_text,
+    distribution_lines,
+    identical_counts,
+    verdict_lines,
+)
 
 # The speedup's definition, where a row shows it: why it may differ from the row's own tok/s ratio.
 SPEEDUP_NOTE = (
@@ -318,7 +324,7 @@ def answer_lines(analysis: RunAnalysis) -> list[str]:
     each wrapped to the terminal's width."""
     summary = analysis.summary
     lines = verdict_lines(analysis)
-    lines += [f"  caveat: {c}" for c in analysis.caveats]
+    lines += [f"  caveat: {caveat_text(c)}" for c in analysis.caveats]
     lines += capacity_lines(analysis)
     lines += distribution_lines(summary)
     if analysis.findings:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from harness import pooling
 from harness.intervals import Estimate, stored_estimate
@@ -38,6 +38,34 @@ class Outcome(StrEnum):
     NO_ARM = "no speculative arm measured"
 
 
+@dataclass(frozen=True)
+class Caveat:
+    """What qualifies a verdict (or every verdict of a run), as a code and the numbers it rests on;
+    ``harness.verdict_text.caveat_text`` says it in words."""
+
+    code: str  # one of verdict_text.CAVEAT_TEXT's keys
+    arm: str | None = None
+    values: tuple[tuple[str, Any], ...] = ()  # (name, value) pairs, in the order the words use them
+
+    def __getitem__(self, name: str) -> Any:
+        return dict(self.values)[name]
+
+
+def caveat(code: str, arm: str | None = None, **values: Any) -> Caveat:
+    return Caveat(code, arm, tuple(values.items()))
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """What else ran during a cell's windows: on the CPU and, where watched, on its GPUs."""
+
+    arm: str
+    others_cpu_cores: float | None
+    steal_share: float | None
+    gpu_other_processes: int | None
+    gpu_others_sm_pct: float | None
+
+
 EFFECTIVE_LOAD_GAP = (
     0.10  # two arms whose mean requests in flight differ more were compared at different load
 )
@@ -50,11 +78,17 @@ class WindowVerdict:
     baseline: CellMetrics
     best: CellMetrics | None  # the fastest speculative arm; None when none produced a speedup
     estimate: Estimate | None  # best's speedup with its interval (what every view shows for the cell)
-    caveats: tuple[str, ...]  # about the best arm
+    caveats: tuple[Caveat, ...]  # about the best arm
     distribution: str | None = None  # temperature > 0: the best arm's distribution-check verdict
     candidates: int = 1  # speculative arms measured here: best was picked from them
-    provisional: str | None = None  # why the numbers may not be the engine's alone (a busy neighbour)
+    # the cells measured beside a busy neighbour: their numbers may not be the engine's alone
+    neighbours: tuple[Neighbour, ...] = ()
     prompts: int = 0  # the prompts of one window (the verdict's scope)
+
+    @property
+    def provisional(self) -> bool:
+        """Measured beside a busy neighbour: the window's verdict is provisional."""
+        return bool(self.neighbours)
 
     @property
     def concurrency(self) -> int:
@@ -154,7 +188,7 @@ def _distribution_verdict(summary: Summary, arm: str) -> str | None:
     return found.verdict if found else "not checked"
 
 
-def arm_caveats(arm: ArmSummary | None) -> list[str]:
+def arm_caveats(arm: ArmSummary | None) -> list[Caveat]:
     """What qualifies an arm's numbers: where its drafter came from."""
     if arm is None:
         return []
@@ -162,54 +196,40 @@ def arm_caveats(arm: ArmSummary | None) -> list[str]:
     drafter = arm.drafter or {}
     label = str(drafter.get("label") or "")
     if "mechanics only" in label:
-        found.append(f"{arm.name}: {label}")
+        found.append(caveat("drafter_mechanics", arm.name, label=label))
     held_out = drafter.get("held_out") or {}
     if held_out.get("trained_on"):
-        found.append(
-            f"{arm.name}: drafter trained on {held_out['trained_on']} of the measured prompts (tau flattered)"
-        )
+        found.append(caveat("drafter_trained_on_measured", arm.name, prompts=held_out["trained_on"]))
     return found
 
 
-def neighbour_text(cell: CellMetrics) -> str:
-    """What else ran during a cell's windows: on the CPU and, where watched, on its GPUs."""
-    parts = []
-    if cell.others_cpu_cores is not None:
-        steal = 100 * (cell.steal_share or 0)
-        parts.append(f"other processes {cell.others_cpu_cores:.2f} cores, hypervisor steal {steal:.0f}%")
-    if cell.gpu_other_processes:
-        sm = "" if cell.gpu_others_sm_pct is None else f" using {cell.gpu_others_sm_pct:.0f}% of the SMs"
-        parts.append(f"{cell.gpu_other_processes} other process(es) on its GPUs{sm}")
-    return "; ".join(parts)
+def neighbour(cell: CellMetrics) -> Neighbour:
+    return Neighbour(
+        cell.arm, cell.others_cpu_cores, cell.steal_share, cell.gpu_other_processes, cell.gpu_others_sm_pct
+    )
 
 
-def cpu_caveats(cells: list[CellMetrics]) -> list[str]:
+def cpu_caveats(cells: list[CellMetrics]) -> list[Caveat]:
     """Windows whose numbers may be the client's or the schedule's: a client that used most of a
-    core, or fell behind its arrival schedule (a busy neighbour is the verdict's banner:
-    ``provisional_text``)."""
+    core, or fell behind its arrival schedule (a busy neighbour makes the verdict provisional)."""
     found = []
     for cell in cells:
         if cell.client_busy:
-            found.append(
-                f"{cell.arm}: the harness's client used {cell.client_cpu_cores:.2f} cores, its numbers "
-                "may be the client's"
-            )
+            found.append(caveat("client_busy", cell.arm, cores=cell.client_cpu_cores))
         if cell.behind_schedule:
             found.append(
-                f"{cell.arm}: the client fell behind its arrival schedule (p90 lag "
-                f"{cell.schedule_lag_ms_p90:.0f} ms; sent {cell.achieved_rate_rps or 0:.2f} of "
-                f"{cell.request_rate:g} req/s): the load arrived lighter than stated"
+                caveat(
+                    "behind_schedule",
+                    cell.arm,
+                    lag_ms=cell.schedule_lag_ms_p90,
+                    sent_rps=cell.achieved_rate_rps or 0,
+                    rate=cell.request_rate,
+                )
             )
     return found
 
 
-def provisional_text(cells: list[CellMetrics]) -> str | None:
-    """Why a window's verdict is provisional: its cells were measured beside a busy neighbour."""
-    noisy = [f"{c.arm}: {neighbour_text(c)}" for c in cells if c.noisy_neighbour]
-    return "measured beside a busy neighbour: " + "; ".join(noisy) if noisy else None
-
-
-def load_caveat(baseline: CellMetrics, best: CellMetrics | None) -> list[str]:
+def load_caveat(baseline: CellMetrics, best: CellMetrics | None) -> list[Caveat]:
     """Two arms compared at different effective load: their mean requests in flight differ by more
     than ``EFFECTIVE_LOAD_GAP`` (a window that drains runs below its concurrency, by how fast each
     arm finishes). Closed loop only: at one open-loop rate the arms get the same offered load, and
@@ -221,9 +241,15 @@ def load_caveat(baseline: CellMetrics, best: CellMetrics | None) -> list[str]:
     if abs(best.mean_in_flight / baseline.mean_in_flight - 1) <= EFFECTIVE_LOAD_GAP:
         return []
     return [
-        f"effective load differs: {baseline.arm} averaged {baseline.mean_in_flight:.2f} requests in flight, "
-        f"{best.arm} {best.mean_in_flight:.2f} (stated {baseline.concurrency}): the window drains, "
-        f"use num_prompts >= {4 * baseline.concurrency}"
+        caveat(
+            "effective_load",
+            best.arm,
+            baseline=baseline.arm,
+            baseline_in_flight=baseline.mean_in_flight,
+            arm_in_flight=best.mean_in_flight,
+            stated=baseline.concurrency,
+            prompts=4 * baseline.concurrency,
+        )
     ]
 
 
@@ -261,14 +287,16 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
                 ),
                 distribution=_distribution_verdict(summary, best.arm) if best else None,
                 candidates=max(1, len(speculative)),
-                provisional=provisional_text([baseline] + ([best] if best else [])),
+                neighbours=tuple(
+                    neighbour(c) for c in [baseline] + ([best] if best else []) if c.noisy_neighbour
+                ),
                 prompts=baseline.requests_total // max(baseline.repeats, 1),
             )
         )
     return verdicts
 
 
-def self_draft_expectations(summary: Summary) -> list[str]:
+def self_draft_expectations(summary: Summary) -> list[Caveat]:
     """What a self-draft's tau should be when the run samples (temperature > 0): it depends on how
     the draft samples. Greedy drafting (vLLM's default) proposes the target's argmax and is treated
     as one-hot, so even a correct engine accepts each drafted token with the target's probability
@@ -281,22 +309,12 @@ def self_draft_expectations(summary: Summary) -> list[str]:
         if not str((arm.drafter or {}).get("label", "")).startswith("self-draft") or not arm.draft_sampling:
             continue
         top = (arm.num_speculative_tokens or 0) + 1
-        if arm.draft_sampling == "greedy":
-            found.append(
-                f"{arm.name} drafts greedily (draft_sample_method greedy): at temperature > 0 each drafted "
-                "token is accepted with the target's probability of its argmax, not 1, so its tau stays "
-                f"below K + 1 = {top} on a correct engine; probabilistic drafting approaches it"
-            )
-        else:
-            found.append(
-                f"{arm.name} samples its drafts from the target itself (draft_sample_method "
-                f"{arm.draft_sampling}): an exact rejection sampler accepts them all, tau near K + 1 = "
-                f"{top}; well below it, suspect the engine"
-            )
+        code = "self_draft_greedy" if arm.draft_sampling == "greedy" else "self_draft_sampled"
+        found.append(caveat(code, arm.name, sampling=arm.draft_sampling, top=top))
     return found
 
 
-def failed_requests(summary: Summary) -> list[str]:
+def failed_requests(summary: Summary) -> list[Caveat]:
     """Per arm, the requests that ended in an error (a timeout, a refused request, a response the
     client could not read): its figures count only the others."""
     found = []
@@ -304,48 +322,37 @@ def failed_requests(summary: Summary) -> list[str]:
         cells = summary.cells_of(arm.name)
         failed = sum(c.requests_errored for c in cells)
         if failed:
+            where = tuple(
+                (f"{c.workload} {c.level.short()}", c.requests_errored) for c in cells if c.requests_errored
+            )
             total = sum(c.requests_total for c in cells)
-            where = ", ".join(
-                f"{c.workload} {c.level.short()}: {c.requests_errored}" for c in cells if c.requests_errored
-            )
-            found.append(
-                f"arm {arm.name}: {failed} of {total} requests failed ({where}); its figures count only the "
-                "completed ones (the errors are in its samples.jsonl)"
-            )
+            found.append(caveat("failed_requests", arm.name, failed=failed, total=total, where=where))
     return found
 
 
-def run_caveats(summary: Summary) -> list[str]:
+def run_caveats(summary: Summary) -> list[Caveat]:
     """What qualifies every verdict of the run."""
-    found = [f"regime mismatch (run with --allow-mismatch): {m}" for m in summary.mismatches]
-    found += [f"lossy acceptance allowed: {s}" for s in summary.lossy_settings]
-    found += [f"known engine defect, forced (--allow-known-defect): {d}" for d in summary.known_defects]
-    found += [f"engine patched: {p}" for p in summary.engine_patches]
+    found = [caveat("regime_mismatch", detail=m) for m in summary.mismatches]
+    found += [caveat("lossy", detail=s) for s in summary.lossy_settings]
+    found += [caveat("known_defect", detail=d) for d in summary.known_defects]
+    found += [caveat("engine_patched", detail=p) for p in summary.engine_patches]
     found += [
-        f"arm {a.name}: regime mismatch: {m}"
+        caveat("arm_mismatch", a.name, detail=m)
         for a in summary.arms
         for m in a.mismatches
         if m not in summary.mismatches
     ]
-    found += [f"arm {a.name} is {a.status}: not in any verdict" for a in summary.arms if a.status != "ok"]
+    found += [caveat("arm_not_ok", a.name, status=a.status) for a in summary.arms if a.status != "ok"]
     found += [
-        f"arm {arm}: its start-ups ran in other rounds than the baseline's (retried on resume), so they "
-        "are not paired by round: its speedup has no interval (drift between those rounds would be in it); "
-        "a new run measures it with the baseline"
+        caveat("unpaired", arm)
         for arm in (summary.timing.unpaired_arms(summary.baseline_arm) if summary.timing else [])
     ]
     found += failed_requests(summary)
     mechanics = [a.name for a in summary.arms if "mechanics only" in str((a.drafter or {}).get("label", ""))]
     if mechanics:
-        found.append(
-            f"mechanics only: {', '.join(mechanics)} draft with untrained weights or the target itself; "
-            "their speed is what the method costs here, their tau says nothing about the method"
-        )
+        found.append(caveat("mechanics_only", arms=tuple(mechanics)))
     found += self_draft_expectations(summary)
     floor = summary.exactness.noise_floor if summary.exactness.applicable else None
     if floor is not None and floor.identical_pct is not None and floor.identical_pct < 100.0:
-        found.append(
-            f"noise floor: the baseline reproduced itself on {floor.identical_pct:.0f}% of "
-            f"{floor.compared} prompts: an arm's divergences up to that share are numerics, not speculation"
-        )
+        found.append(caveat("noise_floor", pct=floor.identical_pct, compared=floor.compared))
     return found

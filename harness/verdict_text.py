@@ -12,7 +12,7 @@ from harness.analysis import IntervalBasis, RunAnalysis
 from harness.formats import bound_text, interval_text, range_text
 from harness.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate
 from harness.results.model import CellMetrics, Summary
-from harness.verdict import Outcome, WindowVerdict
+from harness.verdict import Caveat, Neighbour, Outcome, WindowVerdict
 
 OUTCOME_WORDS = {
     Outcome.PAYS: "pays",
@@ -22,6 +22,86 @@ OUTCOME_WORDS = {
     Outcome.UNVERIFIED: "unverified",
     Outcome.NO_ARM: "no speculative arm measured",
 }
+
+
+# every caveat's words, by its code (harness.verdict.Caveat): its arm and values fill them in
+CAVEAT_TEXT: dict[str, str] = {
+    "drafter_mechanics": "{arm}: {label}",
+    "drafter_trained_on_measured": (
+        "{arm}: drafter trained on {prompts} of the measured prompts (tau flattered)"
+    ),
+    "client_busy": "{arm}: the harness's client used {cores:.2f} cores, its numbers may be the client's",
+    "behind_schedule": (
+        "{arm}: the client fell behind its arrival schedule (p90 lag {lag_ms:.0f} ms; sent {sent_rps:.2f} of "
+        "{rate:g} req/s): the load arrived lighter than stated"
+    ),
+    "effective_load": (
+        "effective load differs: {baseline} averaged {baseline_in_flight:.2f} requests in flight, {arm} "
+        "{arm_in_flight:.2f} (stated {stated}): the window drains, use num_prompts >= {prompts}"
+    ),
+    "regime_mismatch": "regime mismatch (run with --allow-mismatch): {detail}",
+    "lossy": "lossy acceptance allowed: {detail}",
+    "known_defect": "known engine defect, forced (--allow-known-defect): {detail}",
+    "engine_patched": "engine patched: {detail}",
+    "arm_mismatch": "arm {arm}: regime mismatch: {detail}",
+    "arm_not_ok": "arm {arm} is {status}: not in any verdict",
+    "unpaired": (
+        "arm {arm}: its start-ups ran in other rounds than the baseline's (retried on resume), so they are "
+        "not paired by round: its speedup has no interval (drift between those rounds would be in it); a new "
+        "run measures it with the baseline"
+    ),
+    "failed_requests": (
+        "arm {arm}: {failed} of {total} requests failed ({where}); its figures count only the completed ones "
+        "(the errors are in its samples.jsonl)"
+    ),
+    "mechanics_only": (
+        "mechanics only: {arms} draft with untrained weights or the target itself; their speed is what the "
+        "method costs here, their tau says nothing about the method"
+    ),
+    "self_draft_greedy": (
+        "{arm} drafts greedily (draft_sample_method greedy): at temperature > 0 each drafted token is "
+        "accepted with the target's probability of its argmax, not 1, so its tau stays below K + 1 = {top} "
+        "on a correct engine; probabilistic drafting approaches it"
+    ),
+    "self_draft_sampled": (
+        "{arm} samples its drafts from the target itself (draft_sample_method {sampling}): an exact "
+        "rejection sampler accepts them all, tau near K + 1 = {top}; well below it, suspect the engine"
+    ),
+    "noise_floor": (
+        "noise floor: the baseline reproduced itself on {pct:.0f}% of {compared} prompts: an arm's "
+        "divergences up to that share are numerics, not speculation"
+    ),
+}
+
+
+def caveat_text(found: Caveat) -> str:
+    values = dict(found.values)
+    if "where" in values:  # (cell, count) pairs
+        values["where"] = ", ".join(f"{cell}: {count}" for cell, count in values["where"])
+    if "arms" in values:
+        values["arms"] = ", ".join(values["arms"])
+    return CAVEAT_TEXT[found.code].format(arm=found.arm, **values)
+
+
+def neighbour_text(found: Neighbour) -> str:
+    """What else ran during a cell's windows: on the CPU and, where watched, on its GPUs."""
+    parts = []
+    if found.others_cpu_cores is not None:
+        steal = 100 * (found.steal_share or 0)
+        parts.append(f"other processes {found.others_cpu_cores:.2f} cores, hypervisor steal {steal:.0f}%")
+    if found.gpu_other_processes:
+        sm = "" if found.gpu_others_sm_pct is None else f" using {found.gpu_others_sm_pct:.0f}% of the SMs"
+        parts.append(f"{found.gpu_other_processes} other process(es) on its GPUs{sm}")
+    return "; ".join(parts)
+
+
+def provisional_text(v: WindowVerdict) -> str:
+    """Why a window's verdict is provisional (empty when it is not)."""
+    if not v.neighbours:
+        return ""
+    return "measured beside a busy neighbour: " + "; ".join(
+        f"{n.arm}: {neighbour_text(n)}" for n in v.neighbours
+    )
 
 
 def _own(estimate: Estimate) -> str:
@@ -108,9 +188,9 @@ def verdict_line(v: WindowVerdict) -> str:
         return f"{where}: no speculative arm measured; baseline {tok_s} tok/s"
     head = f"{where}: {_said(v)}"
     if v.provisional:
-        head = f"PROVISIONAL ({v.provisional}): {head}"
+        head = f"PROVISIONAL ({provisional_text(v)}): {head}"
     line = "; ".join([head, _cost(v), outputs_text(v)])
-    return line + (f" [{'; '.join(v.caveats)}]" if v.caveats else "")
+    return line + (f" [{'; '.join(caveat_text(c) for c in v.caveats)}]" if v.caveats else "")
 
 
 def statistics_line(v: WindowVerdict) -> str | None:

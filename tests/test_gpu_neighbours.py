@@ -161,13 +161,14 @@ def test_the_texts_name_a_gpu_neighbour() -> None:
     from harness.gates import RunView
     from harness.results import CellMetrics, RunDir
     from harness.table import cpu_line
-    from harness.verdict import neighbour_text
+    from harness.verdict import neighbour
+    from harness.verdict_text import neighbour_text
 
     summary = RunView(RunDir(Path(__file__).parent / "fixtures" / "run_v3_smoke")).summary  # a real run
     cell: CellMetrics = summary.cells[-1]
     gpu = {"gpu_other_processes": 2, "gpu_others_sm_pct": 37.4, "noisy_neighbour": True}
     busy = cell.model_copy(update=gpu)
-    assert neighbour_text(busy).endswith("; 2 other process(es) on its GPUs using 37% of the SMs")
+    assert neighbour_text(neighbour(busy)).endswith("; 2 other process(es) on its GPUs using 37% of the SMs")
     line = cpu_line(summary.model_copy(update={"cells": [*summary.cells[:-1], busy]}))
     assert "Other processes on the engine's GPUs: at most 2, using at most 37% of the SMs." in line
     assert f"Flagged (busy neighbour or busy client): {busy.arm} {busy.workload} @{busy.concurrency}." in line

@@ -20,7 +20,7 @@ from harness.results.model import CellMetrics, Summary
 from harness.summary import summarize
 from harness.table import answer_lines, lab_markdown
 from harness.verdict import run_caveats, window_verdicts
-from harness.verdict_text import verdict_line
+from harness.verdict_text import caveat_text, provisional_text, verdict_line
 
 
 def _findings(summary):
@@ -166,23 +166,22 @@ def test_caveats_are_never_hidden(summary: Summary) -> None:
         update={"arms": arms, "exactness": exactness, "lossy_settings": ["x allowed"]}
     )
     verdict = window_verdicts(changed)[0]
-    assert "ngram_k4: untrained, mechanics only" in verdict.caveats and "mechanics only" in verdict_line(
-        verdict
-    )
-    caveats = run_caveats(changed)
+    assert [c.code for c in verdict.caveats] == ["drafter_mechanics"]  # a code with its values
+    assert "[ngram_k4: untrained, mechanics only]" in verdict_line(verdict)
+    caveats = [caveat_text(c) for c in run_caveats(changed)]
     assert any(c.startswith("noise floor: the baseline reproduced itself on 75%") for c in caveats)
     assert "lossy acceptance allowed: x allowed" in caveats
     assert any("regime mismatch" in c for c in caveats)  # the fixture ran with --allow-mismatch
     failed = changed.model_copy(update={"arms": [a.model_copy(update={"status": "failed"}) for a in arms]})
-    assert "arm ngram_k4 is failed: not in any verdict" in run_caveats(failed)
+    assert "arm ngram_k4 is failed: not in any verdict" in map(caveat_text, run_caveats(failed))
 
 
 def test_failed_requests_are_a_caveat_of_the_run(summary: Summary) -> None:
-    assert not [c for c in run_caveats(summary) if "requests failed" in c]
+    assert not [c for c in run_caveats(summary) if c.code == "failed_requests"]
     cell = next(c for c in summary.cells if c.arm == "ngram_k4")
     cells = [c.model_copy(update={"requests_errored": 2}) if c is cell else c for c in summary.cells]
     total = sum(c.requests_total for c in summary.cells_of("ngram_k4"))
-    caveats = run_caveats(summary.model_copy(update={"cells": cells}))
+    caveats = [caveat_text(c) for c in run_caveats(summary.model_copy(update={"cells": cells}))]
     assert (
         f"arm ngram_k4: 2 of {total} requests failed ({cell.workload} {cell.level.short()}: 2); its figures "
         "count only the completed ones (the errors are in its samples.jsonl)"
@@ -365,7 +364,7 @@ def test_timing_and_cpu_lines(summary: Summary) -> None:
     )
     assert line.endswith("Flagged (busy neighbour or busy client): ngram_k4 code_humaneval @1.")
     verdict = window_verdicts(busy)[0]
-    assert verdict.provisional == (
+    assert verdict.provisional and provisional_text(verdict) == (
         "measured beside a busy neighbour: ngram_k4: other processes 0.60 cores, hypervisor steal 0%"
     )
     assert verdict_line(verdict).startswith("PROVISIONAL (measured beside a busy neighbour: ngram_k4: other")

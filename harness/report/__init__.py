@@ -43,7 +43,15 @@ from harness.table import (
     verification_line,
 )
 from harness.verdict import Outcome
-from harness.verdict_text import OUTCOME_WORDS, basis_line, outputs_text, statistics_line, verdict_line
+from harness.verdict_text import (
+    OUTCOME_WORDS,
+    basis_line,
+    caveat_text,
+    outputs_text,
+    provisional_text,
+    statistics_line,
+    verdict_line,
+)
 
 # a verdict's colour on the page: from the outcome, never from the point estimate
 OUTCOME_CLASS = {Outcome.PAYS: "gain", Outcome.LOSES: "loss"}
@@ -156,7 +164,7 @@ def _verdicts(analysis: RunAnalysis) -> list[dict[str, Any]]:
     for verdict in analysis.verdicts:
         best, estimate = verdict.best, verdict.estimate
         marks = []
-        for caveat in verdict.caveats:
+        for caveat in map(caveat_text, verdict.caveats):
             if caveat not in notes:
                 notes.append(caveat)
             marks.append(notes.index(caveat) + 1)
@@ -164,6 +172,7 @@ def _verdicts(analysis: RunAnalysis) -> list[dict[str, Any]]:
             {
                 "where": f"{verdict.workload} {verdict.level.short()}",
                 "verdict": verdict,
+                "provisional": provisional_text(verdict),
                 "line": verdict_line(verdict),
                 "statistics": statistics_line(verdict),
                 "answer": verdict.deploy,
@@ -259,7 +268,8 @@ def readable_note(note: str) -> str:
 def _warnings(analysis: RunAnalysis) -> list[str]:
     """Banners above the verdict: what qualifies every number of the run (the verdict's caveats),
     and raw lines that could not be read."""
-    return list(analysis.caveats) + [f"Raw data not read: {note}" for note in analysis.summary.unread_lines]
+    caveats = [caveat_text(c) for c in analysis.caveats]
+    return caveats + [f"Raw data not read: {note}" for note in analysis.summary.unread_lines]
 
 
 def _categories(analysis: RunAnalysis) -> dict[str, Any]:
