@@ -1,4 +1,4 @@
-"""The one analysis of a run (derive layer: pure): what every view of a run renders.
+"""The one analysis of a run (derive layer): what every view of a run renders.
 
 ``analyze`` turns a run's ``Summary`` (itself derived from the raw files) into a ``RunAnalysis``:
 the cells with their one estimate each, the verdict per (workload, load level), the caveats, the
@@ -6,26 +6,37 @@ findings, the SLO capacities and the scheduled arms' checks. It is computed once
 terminal, the Markdown lab table, the HTML report and the export take it and compute nothing of
 their own, so a cell's speedup and interval are the same numbers wherever they appear
 (``tests/test_one_answer.py`` parses them out of every view).
+
+The analysis is stored with the run (``analysis.json``: its own version, and a digest of the raw
+files it came from and of the harness code that derived it), written after every server start-up
+of a run; ``load_analysis`` reads it while it is fresh and derives it again, in memory, when it is
+missing, stale (another harness, or a raw file changed) or unreadable.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import TypeAdapter, ValidationError
+
 from harness import pooling
 from harness import verdict as verdicts_of
+from harness.errors import UserError
 from harness.findings import findings
 from harness.gates import StoredGate, read_gate
 from harness.intervals import Estimate, design_level, stored_estimate
 from harness.probes.acceptance import conditional_rates
 from harness.probes.throughput import speedup
 from harness.regime import LoadLevel
+from harness.results.files import read_json, write_text_atomic
 from harness.results.model import CategoryMetrics, CellMetrics, Summary
 from harness.results.raw import RawRun, read_raw
 from harness.schedule_check import RampCheck, ScheduleCheck, ramp_checks, schedule_checks
 from harness.summary import summarize
 from harness.verdict import (
+    Caveat,
     SloCapacity,
     WindowVerdict,
     estimate_of,
@@ -52,7 +63,7 @@ class RunAnalysis:
 
     summary: Summary
     verdicts: tuple[WindowVerdict, ...]
-    caveats: tuple[str, ...]  # what qualifies every verdict of the run
+    caveats: tuple[Caveat, ...]  # what qualifies every verdict of the run
     findings: tuple[str, ...]
     capacities: tuple[SloCapacity, ...]
     schedule_checks: tuple[ScheduleCheck, ...]
@@ -62,10 +73,9 @@ class RunAnalysis:
     # rounds to another speedup than the model's (the start-ups disagree): the views mark them
     ratio_differs: frozenset[str]
     category_order: tuple[str, ...]  # by the first speculative arm's tau: the ordering is the finding
-    category_pooled: dict[
-        tuple[str, str], tuple[float | None, float | None]
-    ]  # (category, arm) -> tau, identical %
-    tau_by_arm: dict[tuple[str, str], float]  # (arm, workload) -> tau over its load levels
+    # (category, arm, tau over every load level, identical %): the category table's pooled columns
+    category_pooled: tuple[tuple[str, str, float | None, float | None], ...]
+    tau_by_arm: tuple[tuple[str, str, float], ...]  # (arm, workload, tau over its load levels)
     # arm -> (marginal, conditional) acceptance per draft position over all its cells
     per_position: dict[str, tuple[tuple[float, ...], tuple[float | None, ...]]]
     # closed-loop cells: (arm, workload, concurrency, tok/s per request in flight, tok/s per server)
@@ -79,6 +89,14 @@ class RunAnalysis:
         """A category row's speedup with its interval, from the same model over the category's
         per-start-up tok/s (``summary.category_rows``)."""
         return None if row.arm == self.summary.baseline_arm else stored_estimate(row)
+
+    def category_pool(self, category: str, arm: str) -> tuple[float | None, float | None] | None:
+        """(tau, identical %) of an arm on a category over every load level; None: not measured."""
+        return next(((t, i) for c, a, t, i in self.category_pooled if (c, a) == (category, arm)), None)
+
+    def taus(self) -> dict[tuple[str, str], float]:
+        """tau per (arm, workload) over its load levels."""
+        return {(arm, workload): tau for arm, workload, tau in self.tau_by_arm}
 
     def pooled_ratio_differs(self, cell: CellMetrics) -> bool:
         return _key(cell) in self.ratio_differs
@@ -112,29 +130,31 @@ def _ratio_differs(summary: Summary) -> frozenset[str]:
 
 def _categories(
     summary: Summary,
-) -> tuple[tuple[str, ...], dict[tuple[str, str], tuple[float | None, float | None]]]:
+) -> tuple[tuple[str, ...], tuple[tuple[str, str, float | None, float | None], ...]]:
     """The categories in the order of the first speculative arm's tau, and per (category, arm) its
     tau over every load level and its identical share."""
     rows = [r for r in summary.categories if r.method != "baseline"]
     if not rows:
-        return (), {}
+        return (), ()
     arms = list(dict.fromkeys(r.arm for r in rows))
-    pooled = {
-        key: (
+    pooled = tuple(
+        (
+            category,
+            arm,
             pooling.tau(members),
             pooling.identical_pct((r.identical_pct, r.exactness_pairs) for r in members)[0],
         )
-        for key, members in pooling.grouped(rows, lambda r: (r.category, r.arm)).items()
-    }
+        for (category, arm), members in pooling.grouped(rows, lambda r: (r.category, r.arm)).items()
+    )
     return tuple(pooling.category_order(rows, arms[0])), pooled
 
 
-def _tau_by_arm(summary: Summary) -> dict[tuple[str, str], float]:
-    taus = {
-        key: pooling.tau(cells)
-        for key, cells in pooling.grouped(summary.cells, lambda r: (r.arm, r.workload)).items()
-    }
-    return {key: tau for key, tau in taus.items() if tau is not None}
+def _tau_by_arm(summary: Summary) -> tuple[tuple[str, str, float], ...]:
+    taus = [
+        (arm, workload, pooling.tau(cells))
+        for (arm, workload), cells in pooling.grouped(summary.cells, lambda r: (r.arm, r.workload)).items()
+    ]
+    return tuple((arm, workload, tau) for arm, workload, tau in taus if tau is not None)
 
 
 def _per_position(summary: Summary) -> dict[str, tuple[tuple[float, ...], tuple[float | None, ...]]]:
@@ -192,6 +212,71 @@ def analyze(summary: Summary) -> RunAnalysis:
     )
 
 
+ANALYSIS_FILE = "analysis.json"
+ANALYSIS_VERSION = 1  # of analysis.json's layout; a reader of another version derives it again
+# the raw files derive reads (arms/<arm>/...): warm-ups, server logs and what derive writes are not
+RAW_FILES = ("regime.json", "environment.json", "timing.json", "calibration.json")
+RAW_ARM_FILES = (
+    "status.json",
+    "samples.jsonl",
+    "noise_floor.jsonl",
+    "distribution.jsonl",
+    "windows.jsonl",
+    "ramp.jsonl",
+    "ramp_windows.jsonl",
+)
+_CODE = Path(__file__).resolve().parent
+
+
+def _code_digest() -> str:
+    """The harness's own source: an analysis derived by other code is not this code's."""
+    digest = hashlib.sha256()
+    for path in sorted(_CODE.rglob("*.py")):
+        digest.update(path.relative_to(_CODE).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def raw_digest(run_dir: Path) -> str:
+    """A digest of the run's raw files (names and bytes) and of the code that derives them."""
+    digest = hashlib.sha256(f"analysis {ANALYSIS_VERSION} {_code_digest()}".encode())
+    paths = [run_dir / name for name in RAW_FILES]
+    paths += [arm / name for arm in sorted((run_dir / "arms").glob("*")) for name in RAW_ARM_FILES]
+    for path in paths:
+        if path.is_file():
+            digest.update(path.relative_to(run_dir).as_posix().encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+_STORED = TypeAdapter(RunAnalysis)
+
+
+def write_analysis(run_dir: Path, analysis: RunAnalysis) -> None:
+    """Store the analysis beside the raw files it came from, with their digest."""
+    body = _STORED.dump_json(analysis).decode()
+    head = f'{{"analysis_version": {ANALYSIS_VERSION}, "digest": "{raw_digest(run_dir)}", "analysis": '
+    write_text_atomic(run_dir / ANALYSIS_FILE, head + body + "}\n")
+
+
+def stored_analysis(run_dir: Path) -> RunAnalysis | None:
+    """The stored analysis while it is fresh: None when it is missing, of another version, made from
+    other raw files or by other code, or unreadable (then derived again: it is never the only copy
+    of anything)."""
+    path = run_dir / ANALYSIS_FILE
+    if not path.is_file():
+        return None
+    try:
+        stored = read_json(path)
+        fresh = (
+            isinstance(stored, dict)
+            and stored.get("analysis_version") == ANALYSIS_VERSION
+            and stored.get("digest") == raw_digest(run_dir)
+        )
+        return _STORED.validate_python(stored["analysis"]) if fresh else None
+    except (UserError, ValidationError, KeyError, TypeError):
+        return None
+
+
 @dataclass(frozen=True)
 class AnalyzedRun:
     """A run directory read and analysed once: its raw files (the regime, the environment, the
@@ -207,6 +292,8 @@ class AnalyzedRun:
 
 
 def load_analysis(run_dir: Path) -> AnalyzedRun:
-    """Read a run directory's raw files and derive its analysis (the summary, then the verdicts)."""
+    """A run directory's raw files and its analysis: the stored one while it is fresh, else derived
+    from the raw files (the summary, then the verdicts)."""
     raw = read_raw(run_dir)
-    return AnalyzedRun(raw, analyze(summarize(raw)), read_gate(run_dir))
+    analysis = stored_analysis(raw.run.root) or analyze(summarize(raw))
+    return AnalyzedRun(raw, analysis, read_gate(run_dir))

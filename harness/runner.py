@@ -32,6 +32,7 @@ from rich.progress import (
 )
 
 from harness import stats
+from harness.analysis import analyze, write_analysis
 from harness.arrivals import arrival_offsets, ramp_dues
 from harness.calibration import CalibrationSource
 from harness.client import RampResult, WindowResult, run_ramp, run_window
@@ -948,8 +949,10 @@ def _write_lines(path: Path, lines: list[dict[str, Any]]) -> None:
 
 
 def _write_summary(run: RunDir) -> Summary:
+    """The run's summary and its analysis, stored beside the raw files (what ``bench show`` reads)."""
     summary = summarize(run)
     write_json_atomic(run.summary, summary.model_dump(mode="json"))
+    write_analysis(run.root, analyze(summary))
     return summary
 
 

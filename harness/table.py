@@ -117,7 +117,7 @@ def category_table(analysis: RunAnalysis) -> FitTable | None:
     )
     for category in analysis.category_order:
         for arm in arms:
-            pooled = analysis.category_pooled.get((category, arm))
+            pooled = analysis.category_pool(category, arm)
             if pooled is None:
                 continue
             tau, identical = pooled

@@ -45,7 +45,8 @@ class Caveat:
 
     code: str  # one of verdict_text.CAVEAT_TEXT's keys
     arm: str | None = None
-    values: tuple[tuple[str, Any], ...] = ()  # (name, value) pairs, in the order the words use them
+    # (name, value) pairs, the values plain numbers and strings (stored as they are in analysis.json)
+    values: tuple[tuple[str, str | int | float | None], ...] = ()
 
     def __getitem__(self, name: str) -> Any:
         return dict(self.values)[name]
@@ -322,8 +323,8 @@ def failed_requests(summary: Summary) -> list[Caveat]:
         cells = summary.cells_of(arm.name)
         failed = sum(c.requests_errored for c in cells)
         if failed:
-            where = tuple(
-                (f"{c.workload} {c.level.short()}", c.requests_errored) for c in cells if c.requests_errored
+            where = ", ".join(
+                f"{c.workload} {c.level.short()}: {c.requests_errored}" for c in cells if c.requests_errored
             )
             total = sum(c.requests_total for c in cells)
             found.append(caveat("failed_requests", arm.name, failed=failed, total=total, where=where))
@@ -350,7 +351,7 @@ def run_caveats(summary: Summary) -> list[Caveat]:
     found += failed_requests(summary)
     mechanics = [a.name for a in summary.arms if "mechanics only" in str((a.drafter or {}).get("label", ""))]
     if mechanics:
-        found.append(caveat("mechanics_only", arms=tuple(mechanics)))
+        found.append(caveat("mechanics_only", arms=", ".join(mechanics)))
     found += self_draft_expectations(summary)
     floor = summary.exactness.noise_floor if summary.exactness.applicable else None
     if floor is not None and floor.identical_pct is not None and floor.identical_pct < 100.0:

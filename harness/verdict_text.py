@@ -75,12 +75,7 @@ CAVEAT_TEXT: dict[str, str] = {
 
 
 def caveat_text(found: Caveat) -> str:
-    values = dict(found.values)
-    if "where" in values:  # (cell, count) pairs
-        values["where"] = ", ".join(f"{cell}: {count}" for cell, count in values["where"])
-    if "arms" in values:
-        values["arms"] = ", ".join(values["arms"])
-    return CAVEAT_TEXT[found.code].format(arm=found.arm, **values)
+    return CAVEAT_TEXT[found.code].format(arm=found.arm, **dict(found.values))
 
 
 def neighbour_text(found: Neighbour) -> str:

@@ -133,3 +133,31 @@ def test_the_trend_page_shows_each_nights_stored_estimate(tmp_path: Path) -> Non
         key = (series.key.arm, series.key.workload, f"@{series.key.concurrency}")
         assert (f"{night.value:.2f}", bound_text(night.low), bound_text(night.high)) == truth[key]
     assert pytest.approx(0.99) == BAND_CONFIDENCE
+
+
+def test_the_stored_analysis_is_read_while_fresh(
+    monkeypatch: pytest.MonkeyPatch, capsys, tmp_path: Path
+) -> None:
+    """``analysis.json`` (written by the runner after every start-up) is what ``bench show`` reads
+    while its digest matches the raw files and the code; a changed raw file, another version or a
+    broken file is derived again, with the same output and no traceback."""
+    from harness import verdict
+    from harness.analysis import ANALYSIS_FILE, write_analysis
+
+    run = tmp_path / "run"
+    shutil.copytree(TWO_ROUNDS, run)
+    assert main(["show", str(run)]) == 0
+    derived = capsys.readouterr().out
+    write_analysis(run, analyze(summarize(run)))
+    calls = []
+    original = verdict.window_verdicts
+    monkeypatch.setattr(verdict, "window_verdicts", lambda s: calls.append(s) or original(s))
+    assert main(["show", str(run)]) == 0
+    assert capsys.readouterr().out == derived and calls == []  # read, not derived
+    with (run / "timing.json").open("a") as handle:  # a raw file changed: stale
+        handle.write("\n")
+    assert main(["show", str(run)]) == 0
+    assert capsys.readouterr().out == derived and len(calls) == 1
+    (run / ANALYSIS_FILE).write_text('{"analysis_version": 1, "digest": ')  # cut short
+    assert main(["show", str(run)]) == 0
+    assert capsys.readouterr().out == derived and len(calls) == 2

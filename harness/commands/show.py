@@ -1,4 +1,4 @@
-"""`bench show RUN_DIR`: re-derive a stored run (or a study) and print its tables."""
+"""`bench show RUN_DIR`: print a stored run's analysis (derived again where it is stale), or a study's."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from harness.metrics import METRICS
 NAME = "show"
 SUMMARY = "re-derive and print the mini-lab tables, verdict and findings of a stored run (or a study)"
 DESCRIPTION = f"""
-Re-derive the summary of a stored run from its raw files and print it: the mini-lab tables, the
-verdict per workload and load level, the findings paragraph, exactness and caveats. Given a study,
+Print a stored run: the mini-lab tables, the verdict per workload and load level, the findings
+paragraph, exactness and caveats, from the run's analysis.json while it is fresh, else derived again
+from the raw files (a run of another harness version, or one whose raw files changed). Given a study,
 print its recommendation, break-even loads, best K and flips, and refresh its analysis.md.
 
 --minilab prints only the lab's compact table in Markdown, for a design doc: per arm and workload
@@ -52,8 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from harness.analysis import analyze
-    from harness.summary import summarize
+    from harness.analysis import load_analysis
 
     if kind_of(args.run_dir) == "study":
         from harness.study.analysis_md import write_analysis
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         from harness.table import lab_markdown
 
         # resolved: the run id is the directory's name, and `.` has none
-        analysis = analyze(summarize(args.run_dir.resolve()))
+        analysis = load_analysis(args.run_dir.resolve()).analysis
         print(lab_markdown(analysis, args.concurrency), end="")  # plain: for pasting, no wrapping
         return EXIT_OK
-    return print_results(analyze(summarize(args.run_dir)), console)
+    return print_results(load_analysis(args.run_dir).analysis, console)

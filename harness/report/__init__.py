@@ -394,7 +394,7 @@ def report_context(run: AnalyzedRun) -> dict[str, Any]:
         "figures": [
             f
             for f in (
-                ("tau per arm and workload", figures.tau_figure(analysis.tau_by_arm, arms, workloads)),
+                ("tau per arm and workload", figures.tau_figure(analysis.taus(), arms, workloads)),
                 (
                     "speedup vs concurrency, with 95% intervals",
                     figures.speedup_figure(
