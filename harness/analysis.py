@@ -24,7 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from harness import pooling
 from harness import verdict as verdicts_of
 from harness.errors import UserError
-from harness.findings import findings
+from harness.findings import Fact, findings
 from harness.gates import StoredGate, read_gate
 from harness.intervals import Estimate, design_level, stored_estimate
 from harness.probes.acceptance import conditional_rates
@@ -64,7 +64,7 @@ class RunAnalysis:
     summary: Summary
     verdicts: tuple[WindowVerdict, ...]
     caveats: tuple[Caveat, ...]  # what qualifies every verdict of the run
-    findings: tuple[str, ...]
+    findings: tuple[Fact, ...]  # the findings paragraph's facts (verdict_text words them)
     capacities: tuple[SloCapacity, ...]
     schedule_checks: tuple[ScheduleCheck, ...]
     ramp_checks: tuple[RampCheck, ...]  # a scheduled arm on a ramp, per stage and whole

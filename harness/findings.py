@@ -1,8 +1,9 @@
 """The findings paragraph: why tau and the speedup came out as they did, written from the numbers.
 
-Deterministic rules over the typed ``Summary`` (no language model, no canned text): every
-sentence is built from figures in the summary and names them, so a different run gives a
-different paragraph. The rules, in the order the sentences appear:
+Deterministic rules over the typed ``Summary`` (no language model, no canned text). Each rule
+gives facts (``Fact``: a kind and the figures it rests on); ``harness.verdict_text`` words them,
+so a different run gives a different paragraph and derive hands the views no English. The rules,
+in the order the sentences appear:
 
 1. **Copying** (why tau differs between workloads): per workload, the share of the baseline's
    output 3-grams found in the prompt (``copy_share_pct``) and in the prompt or the earlier
@@ -25,6 +26,7 @@ different paragraph. The rules, in the order the sentences appear:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from harness import pooling, stats
 from harness.intervals import stored_estimate
@@ -56,10 +58,28 @@ def _workloads(summary: Summary) -> list[str]:
     return list(dict.fromkeys(c.workload for c in summary.cells))
 
 
-def copying_sentence(summary: Summary) -> str | None:
+@dataclass(frozen=True)
+class Fact:
+    """One finding: its kind and the figures it rests on, plain numbers and strings."""
+
+    kind: str
+    arm: str | None = None
+    values: tuple[tuple[str, str | int | float | None], ...] = ()
+
+    def __getitem__(self, name: str) -> str | int | float | None:
+        return dict(self.values)[name]
+
+
+def fact(kind: str, arm: str | None = None, **values: str | int | float | None) -> Fact:
+    return Fact(kind, arm, tuple(values.items()))
+
+
+def copying_facts(summary: Summary) -> list[Fact]:
+    """Per workload, the shares of the output copied (from the prompt; from the prompt or earlier
+    output) beside the lookup arm's tau; with two or more workloads, which share orders tau."""
     arm = _lookup_arm(summary)
     if arm is None:
-        return None
+        return []
     rows = []
     for workload in _workloads(summary):
         base = [c for c in summary.cells_of(summary.baseline_arm) if c.workload == workload]
@@ -67,137 +87,114 @@ def copying_sentence(summary: Summary) -> str | None:
         tau = pooling.tau(c for c in summary.cells_of(arm) if c.workload == workload)
         if first and first.copy_share_pct is not None and first.context_share_pct is not None and tau:
             rows.append((workload, first.copy_share_pct, first.context_share_pct, tau))
-    if not rows:
-        return None
-    listed = "; ".join(
-        f"{w}: {copy:.0f}% in the prompt, {ctx:.0f}% in the prompt or earlier output, tau {tau:.2f}"
+    found = [
+        fact("copy_share", arm, workload=w, copy=copy, context=ctx, tau=tau, ngram=COPY_NGRAM)
         for w, copy, ctx, tau in rows
-    )
-    text = (
-        f"Share of the output's {COPY_NGRAM}-token n-grams found earlier in the sequence, against {arm}'s "
-        f"tau over all load levels: {listed}."
-    )
+    ]
     if len(rows) < 2:
-        return text
+        return found
     taus = [r[3] for r in rows]
     by_prompt = stats.rank_correlation([r[1] for r in rows], taus)
     by_context = stats.rank_correlation([r[2] for r in rows], taus)
-    over = f"over {len(rows)} workloads"
     if by_prompt is not None and by_prompt >= STRONG_RANK and by_prompt >= (by_context or -1.0) - 0.2:
-        return text + (
-            f" Tau rises with the share copied from the prompt (rank correlation {by_prompt:.2f} {over}): "
-            "prompt lookup accepts what the output copies."
-        )
-    if by_context is not None and by_context >= STRONG_RANK:
-        return text + (
-            f" Tau follows the share found in the prompt or the earlier output (rank correlation "
-            f"{by_context:.2f} {over}) more than the share copied from the prompt ({_rho(by_prompt)}): "
-            "the output repeating itself, not the prompt, is much of what the drafter accepts."
-        )
-    return text + (
-        f" Neither share explains tau (rank correlation {_rho(by_prompt)} with the prompt share, "
-        f"{_rho(by_context)} with the context share, {over}): acceptance here comes from text that "
-        "neither the prompt nor the earlier output contains verbatim."
-    )
+        explains = "prompt"
+    elif by_context is not None and by_context >= STRONG_RANK:
+        explains = "context"
+    else:
+        explains = "neither"
+    values = {"rho_prompt": by_prompt, "rho_context": by_context, "workloads": len(rows)}
+    return [*found, fact(f"copy_explains_{explains}", arm, **values)]
 
 
-def _rho(value: float | None) -> str:
-    return "undefined" if value is None else f"{value:.2f}"
-
-
-def category_sentence(summary: Summary) -> str | None:
+def category_facts(summary: Summary) -> list[Fact]:
     arm = _lookup_arm(summary)
     workloads_per_category: dict[str, set[str]] = {}
     for cell in summary.cells:
         workloads_per_category.setdefault(cell.category, set()).add(cell.workload)
     if arm is None or len(workloads_per_category) < 2:
-        return None
+        return []
     if all(len(w) == 1 for w in workloads_per_category.values()):
-        return None
+        return []
     taus = [
         (tau, category)
         for category in workloads_per_category
         if (tau := pooling.tau(c for c in summary.cells_of(arm) if c.category == category)) is not None
     ]
     if len(taus) < 2:
-        return None
+        return []
     (low, low_cat), (high, high_cat) = min(taus), max(taus)
-    return f"By category, {arm}'s tau ranges from {low:.2f} ({low_cat}) to {high:.2f} ({high_cat})."
+    return [fact("category_tau", arm, low=low, low_category=low_cat, high=high, high_category=high_cat)]
 
 
-def chain_sentence(summary: Summary, arm: str) -> str | None:
+def chain_facts(summary: Summary, arm: str) -> list[Fact]:
     rates = pooling.per_position(summary.cells_of(arm))
     if len(rates) < 2 or rates[0] < LOW_FIRST_POSITION:
-        return None  # nothing accepted to speak of: the cost-of-step sentence says acceptance is the limit
+        return []  # nothing accepted to speak of: the cost-of-step fact says acceptance is the limit
     drops = [previous - rate for previous, rate in zip([1.0, *rates], rates, strict=False)]
     worst = max(range(len(drops)), key=lambda i: drops[i])
     if drops[worst] < 0.01:
-        lowest = 100 * min(rates)
-        return f"{arm}'s chain does not break: every draft position is accepted in {lowest:.0f}% of steps."
-    return (
-        f"{arm} accepts its draft token at position 1 in {100 * rates[0]:.0f}% of steps and at position "
-        f"{len(rates)} in {100 * rates[-1]:.0f}%; the chain breaks most often at position {worst + 1} "
-        f"({100 * drops[worst]:.0f} points lost there)."
-    )
+        return [fact("chain_holds", arm, lowest_pct=100 * min(rates))]
+    return [
+        fact(
+            "chain_breaks",
+            arm,
+            first_pct=100 * rates[0],
+            last_position=len(rates),
+            last_pct=100 * rates[-1],
+            worst_position=worst + 1,
+            lost=100 * drops[worst],
+        )
+    ]
 
 
-def _speed(cell: CellMetrics, verdicts: list[WindowVerdict]) -> str:
-    """A cell's speedup as a finding may state it: a number a window's verdict did not decide, or
-    that a busy neighbour may have made, is said to be so, never stated as a fact."""
-    text = f"{cell.speedup:.2f}x"
+def _state(cell: CellMetrics, verdicts: list[WindowVerdict]) -> str:
+    """What a finding says of a cell's speedup beside its number: a number a window's verdict did
+    not decide, or that a busy neighbour may have made, is said to be so, never stated as a fact
+    ("" where it was decided)."""
     window = next((v for v in verdicts if (v.workload, v.level) == (cell.workload, cell.level)), None)
     if window is not None and window.provisional:
-        return f"{text} (provisional: measured beside a busy neighbour)"
+        return "provisional"
     estimate = stored_estimate(cell, rounds=cell.server_starts)
     if estimate is None or not estimate.decided:
-        return f"{text} ({estimate.verdict if estimate else 'unverified'})"
-    return text
+        return estimate.verdict if estimate else "unverified"
+    return ""
 
 
-def cost_of_step_sentence(summary: Summary, arm: str, verdicts: list[WindowVerdict]) -> str | None:
+def step_facts(summary: Summary, arm: str, verdicts: list[WindowVerdict]) -> list[Fact]:
     """Tokens per step against the speedup, at the cell where this arm accepted the most. A step
     that would cost less than one baseline decode step cannot be (a speculative step runs at least
-    one target forward): the sentence says what it saw instead of stating it."""
+    one target forward): the fact is then what was seen, not a cheap step."""
     cells = [c for c in summary.cells_of(arm) if c.tau is not None and c.speedup]
     if not cells:
-        return None
+        return []
     cell = max(cells, key=lambda c: (c.tau, -c.concurrency))
     tau, speed = cell.tau, cell.speedup
     assert tau is not None and speed is not None
-    where = f"{cell.workload} {cell.level.short()}"
     # what a step yields is output tokens per target forward where the engine's counters give it
     # (tau counts only the steps that drafted on some engines); tau where they do not
     per_step = cell.tokens_per_forward or tau
-    cost = per_step / speed
-    yields = f" ({cell.tokens_per_forward:.2f} tokens per target forward)" if cell.tokens_per_forward else ""
-    said = _speed(cell, verdicts)
+    values = {
+        "tau": tau,
+        "where": f"{cell.workload} {cell.level.short()}",
+        "speedup": speed,
+        "state": _state(cell, verdicts),
+        "per_forward": cell.tokens_per_forward,
+        "per_step": per_step,
+        "cost": per_step / speed,
+    }
     if tau < LOW_TAU:
-        return (
-            f"Acceptance is {arm}'s limit: its best tau is {tau:.2f} ({where}), so each step pays for "
-            f"drafting and verification and yields about one token: {said}."
-        )
-    if cost < 1.0:
-        return (
-            f"{arm}'s {said} on {where} is more than its {per_step:.2f} tokens per step allow (a speculative "
-            f"step costs at least one target forward, so at most {per_step:.2f}x): the baseline's windows "
-            "there ran slower than its engine does, a disturbed measurement, not a cheap step."
-        )
+        return [fact("acceptance_limit", arm, **values)]
+    if per_step / speed < 1.0:
+        return [fact("impossible_step", arm, **values)]
     if speed < 1.0 and tau >= HIGH_TAU:
-        return (
-            f"Verification, not acceptance, is {arm}'s limit in this regime: it emits {tau:.2f} tokens per "
-            f"step on {where} yet runs at {said}, so each of its steps{yields} costs {cost:.1f} "
-            "baseline decode steps."
-        )
-    return (
-        f"{arm} turns tau {tau:.2f} into {said} on {where}: each of its steps{yields} costs "
-        f"{cost:.1f} baseline decode steps."
-    )
+        return [fact("verification_limit", arm, **values)]
+    return [fact("step_cost", arm, **values)]
 
 
-def load_sentence(summary: Summary, verdicts: list[WindowVerdict]) -> str | None:
+def load_facts(summary: Summary, verdicts: list[WindowVerdict]) -> list[Fact]:
     """The best arm's speedup at the lightest and heaviest load, closed loop (by concurrency) and
     open loop (by request rate) each."""
-    parts = []
+    found = []
     by_window = {(v.workload, v.level): v for v in verdicts}
     for open_loop in (False, True):
         levels = [lv for lv in summary.levels() if (lv.request_rate is not None) == open_loop]
@@ -215,36 +212,46 @@ def load_sentence(summary: Summary, verdicts: list[WindowVerdict]) -> str | None
                 if open_loop
                 else (f"concurrency {levels[0].concurrency}", str(levels[-1].concurrency))
             )
-            parts.append(
-                f"{first.best.arm} on {workload} goes from {_speed(first.best, verdicts)} at {low} "
-                f"to {_speed(last, verdicts)} at {high}"
+            found.append(
+                fact(
+                    "load",
+                    first.best.arm,
+                    workload=workload,
+                    low=low,
+                    low_speedup=first.best.speedup,
+                    low_state=_state(first.best, verdicts),
+                    high=high,
+                    high_speedup=last.speedup,
+                    high_state=_state(last, verdicts),
+                )
             )
-    return ("With load, " + "; ".join(parts) + ".") if parts else None
+    return found
 
 
-def cost_sentence(verdicts: list[WindowVerdict]) -> str | None:
-    parts = []
+def cost_facts(verdicts: list[WindowVerdict]) -> list[Fact]:
+    found = []
     for verdict in verdicts:
         before = verdict.baseline.usd_per_mtok
         where = f"{verdict.workload} {verdict.level.short()}"
         if before is None:
             continue
         if verdict.outcome == "pays" and verdict.best and verdict.best.usd_per_mtok is not None:
-            parts.append(
-                f"{where} {before:.2f} -> {verdict.best.usd_per_mtok:.2f} with {verdict.best.arm} "
-                f"(-{verdict.saving_pct:.0f}%)"
+            after, saving = verdict.best.usd_per_mtok, verdict.saving_pct
+            found.append(
+                fact("cost_pays", verdict.best.arm, where=where, before=before, after=after, saving=saving)
             )
         else:
-            parts.append(f"{where} stays at the baseline's {before:.2f} (no arm shown to pay)")
-    return ("$/Mtok: " + "; ".join(parts) + ".") if parts else None
+            found.append(fact("cost_stays", where=where, before=before))
+    return found
 
 
-def findings(summary: Summary, verdicts: Sequence[WindowVerdict]) -> list[str]:
-    """The paragraph's sentences, in order; empty when the run measured no speculative arm.
+def findings(summary: Summary, verdicts: Sequence[WindowVerdict]) -> list[Fact]:
+    """The paragraph's facts, in order; empty when the run measured no speculative arm.
     ``verdicts``: the run's window verdicts (``harness.analysis`` computes them once)."""
     arms, verdicts = _speculative_arms(summary), list(verdicts)
-    sentences = [copying_sentence(summary), category_sentence(summary)]
-    sentences += [chain_sentence(summary, arm) for arm in arms]
-    sentences += [cost_of_step_sentence(summary, arm, verdicts) for arm in arms]
-    sentences += [load_sentence(summary, verdicts), cost_sentence(verdicts)]
-    return [s for s in sentences if s]
+    found = copying_facts(summary) + category_facts(summary)
+    for arm in arms:
+        found += chain_facts(summary, arm)
+    for arm in arms:
+        found += step_facts(summary, arm, verdicts)
+    return found + load_facts(summary, verdicts) + cost_facts(verdicts)

@@ -18,6 +18,7 @@ from harness.verdict_text import (
     capacity_lines,
     caveat_text,
     distribution_lines,
+    findings_text,
     identical_counts,
     verdict_lines,
 )
@@ -328,7 +329,7 @@ def answer_lines(analysis: RunAnalysis) -> list[str]:
     lines += capacity_lines(analysis)
     lines += distribution_lines(summary)
     if analysis.findings:
-        lines += ["Findings: " + " ".join(analysis.findings)]
+        lines += ["Findings: " + " ".join(findings_text(analysis.findings))]
     for line in (
         backend_line(summary),
         draft_counting_line(summary),

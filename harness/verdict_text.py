@@ -8,7 +8,10 @@ the looks of a deciding run) go on one line beneath it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from harness.analysis import IntervalBasis, RunAnalysis
+from harness.findings import Fact
 from harness.formats import bound_text, interval_text, range_text
 from harness.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate
 from harness.results.model import CellMetrics, Summary
@@ -302,3 +305,132 @@ def distribution_lines(summary: Summary) -> list[str]:
     if not section.arms:
         lines.append("  no speculative arm has samples to compare")
     return lines
+
+
+def _speed(speedup: float, state: str) -> str:
+    """A speedup a finding states, with what its window decided of it ("" where decided)."""
+    said = {
+        "provisional": "provisional: measured beside a busy neighbour",
+        "indistinguishable": "too noisy to tell",
+    }.get(state, state)
+    return f"{speedup:.2f}x" + (f" ({said})" if said else "")
+
+
+def _rho(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.2f}"
+
+
+def _step(f: Fact) -> str:
+    """The step-cost finding: acceptance or verification as the limit, or what was seen."""
+    arm, speed = f.arm, _speed(f["speedup"], f["state"])  # type: ignore[arg-type]
+    per_forward = f["per_forward"]
+    yields = f" ({per_forward:.2f} tokens per target forward)" if per_forward else ""
+    if f.kind == "acceptance_limit":
+        return (
+            f"Acceptance is {arm}'s limit: its best tau is {f['tau']:.2f} ({f['where']}), so each step pays "
+            f"for drafting and verification and yields about one token: {speed}."
+        )
+    if f.kind == "impossible_step":
+        return (
+            f"{arm}'s {speed} on {f['where']} is more than its {f['per_step']:.2f} tokens per step allow (a "
+            f"speculative step costs at least one target forward, so at most {f['per_step']:.2f}x): the "
+            "baseline's windows there ran slower than its engine does, a disturbed measurement, not a cheap "
+            "step."
+        )
+    if f.kind == "verification_limit":
+        return (
+            f"Verification, not acceptance, is {arm}'s limit in this regime: it emits {f['tau']:.2f} tokens "
+            f"per step on {f['where']} yet runs at {speed}, so each of its steps{yields} costs "
+            f"{f['cost']:.1f} baseline decode steps."
+        )
+    return (
+        f"{arm} turns tau {f['tau']:.2f} into {speed} on {f['where']}: each of its steps{yields} costs "
+        f"{f['cost']:.1f} baseline decode steps."
+    )
+
+
+def _copying(rows: list[Fact], explains: Fact | None) -> str:
+    arm, ngram = rows[0].arm, rows[0]["ngram"]
+    listed = "; ".join(
+        f"{r['workload']}: {r['copy']:.0f}% in the prompt, {r['context']:.0f}% in the prompt or earlier "
+        f"output, tau {r['tau']:.2f}"
+        for r in rows
+    )
+    text = (
+        f"Share of the output's {ngram}-token n-grams found earlier in the sequence, against {arm}'s tau "
+        f"over all load levels: {listed}."
+    )
+    if explains is None:
+        return text
+    over = f"over {explains['workloads']} workloads"
+    prompt, context = explains["rho_prompt"], explains["rho_context"]
+    if explains.kind == "copy_explains_prompt":
+        return text + (
+            f" Tau rises with the share copied from the prompt (rank correlation {_rho(prompt)} {over}): "  # type: ignore[arg-type]
+            "prompt lookup accepts what the output copies."
+        )
+    if explains.kind == "copy_explains_context":
+        return text + (
+            f" Tau follows the share found in the prompt or the earlier output (rank correlation "
+            f"{_rho(context)} {over}) more than the share copied from the prompt ({_rho(prompt)}): "  # type: ignore[arg-type]
+            "the output repeating itself, not the prompt, is much of what the drafter accepts."
+        )
+    return text + (
+        f" Neither share explains tau (rank correlation {_rho(prompt)} with the prompt share, "  # type: ignore[arg-type]
+        f"{_rho(context)} with the context share, {over}): acceptance here comes from text that "  # type: ignore[arg-type]
+        "neither the prompt nor the earlier output contains verbatim."
+    )
+
+
+def _load(facts: list[Fact]) -> str:
+    parts = [
+        f"{f.arm} on {f['workload']} goes from {_speed(f['low_speedup'], f['low_state'])} at {f['low']} to "  # type: ignore[arg-type]
+        f"{_speed(f['high_speedup'], f['high_state'])} at {f['high']}"  # type: ignore[arg-type]
+        for f in facts
+    ]
+    return "With load, " + "; ".join(parts) + "."
+
+
+def _cost_sentence(facts: list[Fact]) -> str:
+    parts = [
+        f"{f['where']} {f['before']:.2f} -> {f['after']:.2f} with {f.arm} (-{f['saving']:.0f}%)"
+        if f.kind == "cost_pays"
+        else f"{f['where']} stays at the baseline's {f['before']:.2f} (no arm shown to pay)"
+        for f in facts
+    ]
+    return "$/Mtok: " + "; ".join(parts) + "."
+
+
+def findings_text(facts: Sequence[Fact]) -> list[str]:
+    """The findings paragraph's sentences, from the analysis's facts, in their order."""
+    sentences: list[str] = []
+    copy_rows = [f for f in facts if f.kind == "copy_share"]
+    explains = next((f for f in facts if f.kind.startswith("copy_explains")), None)
+    if copy_rows:
+        sentences.append(_copying(copy_rows, explains))
+    for f in facts:
+        if f.kind == "category_tau":
+            sentences.append(
+                f"By category, {f.arm}'s tau ranges from {f['low']:.2f} ({f['low_category']}) to "
+                f"{f['high']:.2f} ({f['high_category']})."
+            )
+        elif f.kind == "chain_holds":
+            sentences.append(
+                f"{f.arm}'s chain does not break: every draft position is accepted in {f['lowest_pct']:.0f}% "
+                "of steps."
+            )
+        elif f.kind == "chain_breaks":
+            sentences.append(
+                f"{f.arm} accepts its draft token at position 1 in {f['first_pct']:.0f}% of steps and at "
+                f"position {f['last_position']} in {f['last_pct']:.0f}%; the chain breaks most often at "
+                f"position {f['worst_position']} ({f['lost']:.0f} points lost there)."
+            )
+        elif f.kind in ("acceptance_limit", "impossible_step", "verification_limit", "step_cost"):
+            sentences.append(_step(f))
+    load = [f for f in facts if f.kind == "load"]
+    if load:
+        sentences.append(_load(load))
+    cost = [f for f in facts if f.kind in ("cost_pays", "cost_stays")]
+    if cost:
+        sentences.append(_cost_sentence(cost))
+    return sentences

@@ -27,7 +27,7 @@ from harness.summary import summarize
 from tests.one_answer import disagreements, expected
 
 FIXTURES = Path(__file__).parent / "fixtures"
-RUNS = ("run_v1", "run_v3_smoke", "run_v12_provisional")
+RUNS = ("run_v1", "run_v3_smoke", "run_v12_default", "run_v12_provisional")
 TWO_ROUNDS = FIXTURES / "run_v12_provisional"
 
 

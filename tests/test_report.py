@@ -116,8 +116,11 @@ def test_findings_differ_between_two_real_runs() -> None:
     from harness.findings import findings
     from harness.summary import summarize
     from harness.verdict import window_verdicts
+    from harness.verdict_text import findings_text
 
-    smoke, older = (findings(s, window_verdicts(s)) for s in (summarize(SMOKE), summarize(GOLDEN)))
+    smoke, older = (
+        findings_text(findings(s, window_verdicts(s))) for s in (summarize(SMOKE), summarize(GOLDEN))
+    )
     assert smoke != older and not set(smoke) & set(older)
 
 

@@ -20,11 +20,11 @@ from harness.results.model import CellMetrics, Summary
 from harness.summary import summarize
 from harness.table import answer_lines, lab_markdown
 from harness.verdict import run_caveats, window_verdicts
-from harness.verdict_text import caveat_text, provisional_text, verdict_line
+from harness.verdict_text import caveat_text, findings_text, provisional_text, verdict_line
 
 
-def _findings(summary):
-    return findings(summary, window_verdicts(summary))
+def _findings(summary):  # the facts, worded as the views word them
+    return findings_text(findings(summary, window_verdicts(summary)))
 
 
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 VIEWS = FIXTURES / "views"
 RUNS = ("run_v1", "run_v3_smoke")
+SHOWN = (*RUNS, "run_v12_default", "run_v12_provisional")  # two rounds: quiet, and beside a busy process
 UPDATE = os.environ.get("BENCH_UPDATE_VIEWS") == "1"
 
 
@@ -53,13 +54,13 @@ def _check(name: str, text: str, tmp_path: Path) -> None:
     assert text == golden.read_text(), f"{name} differs from {golden} (BENCH_UPDATE_VIEWS=1 re-writes it)"
 
 
-@pytest.mark.parametrize("run", RUNS)
+@pytest.mark.parametrize("run", SHOWN)
 @pytest.mark.parametrize("columns", [200, 80])
 def test_show(run: str, columns: int, tmp_path: Path) -> None:
     _check(f"{run}.show.{columns}.txt", _bench("show", f"tests/fixtures/{run}", columns=columns), tmp_path)
 
 
-@pytest.mark.parametrize("run", RUNS)
+@pytest.mark.parametrize("run", SHOWN)
 def test_show_minilab(run: str, tmp_path: Path) -> None:
     _check(f"{run}.minilab.md", _bench("show", f"tests/fixtures/{run}", "--minilab"), tmp_path)
 
