@@ -17,7 +17,7 @@ __all__ = ["__version__", "load_history", "load_run", "load_study"]
 
 def __getattr__(name: str) -> Any:
     if name == "load_run":
-        from harness.results.frames import load_run
+        from harness.frames import load_run
 
         return load_run
     if name == "load_history":

@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from harness.engine_http import auth_headers, http_base, unix_socket
 from harness.engines import SERVED_MODEL_NAME
-from harness.engines.http import auth_headers, http_base, unix_socket
 from harness.regime import Load, RampStage, Sampling
 from harness.results.records import RequestRecord  # the one request record: the store's type
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt

@@ -11,7 +11,7 @@ reports, and where its samples come from when a gate needs more than one number:
 
 The gates, the terminal table (``harness.table``), the report's tables and highlighting
 (``harness.report``), the comparison view and the export's data dictionary (``columns.csv``,
-``harness.results.frames``) look metrics up here; the formulas themselves live in
+``harness.frames``) look metrics up here; the formulas themselves live in
 ``harness.probes``. A new metric is a formula, a ``CellMetrics`` field and an entry below: the
 views iterate the registry in its order, so they show it without being touched.
 

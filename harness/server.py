@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from harness.engines import http
+from harness import engine_http as http
 from harness.errors import EngineError
 from harness.results.files import lock_held
 from harness.secrets import scrub, scrub_file, secret_values

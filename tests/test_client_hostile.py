@@ -78,7 +78,7 @@ def test_every_bad_response_is_that_requests_error_and_the_window_goes_on(hostil
 def test_the_harness_http_ignores_proxies_from_the_environment(hostile_server: str, monkeypatch) -> None:
     """A proxy in the environment (HTTP_PROXY on a cluster login node) must not carry the harness's
     requests to its own loopback server: here the proxy is a closed port."""
-    from harness.engines import http
+    from harness import engine_http as http
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,7 +14,7 @@ docs/development.md#layout (this test reads its table):
 The run side and present sit side by side: neither imports the other. Present takes only types
 (and constants) from derive, never a function: a view renders the analysis, it computes nothing.
 The one sanctioned upward arrow is a function-level one, listed in LAZY with its reason: an engine
-adapter's I/O methods reach engines/http.py (the run side's HTTP) only when the run side calls
+adapter's I/O methods reach engine_http.py (the run side's HTTP) only when the run side calls
 them. A module that is not placed fails the test, so a new module must say where it lives. No
 module in derive (or below it) imports a process, thread, socket, HTTP client or NVML.
 """
@@ -53,8 +53,8 @@ def _places() -> dict[str, str]:
 
 PLACES: dict[str, str] = _places()
 LAZY = {
-    ("harness.engines.vllm", "harness.engines.http"): "the adapter's I/O methods, called by the run side",
-    ("harness.engines.sglang", "harness.engines.http"): "the adapter's I/O methods, called by the run side",
+    ("harness.engines.vllm", "harness.engine_http"): "the adapter's I/O methods, called by the run side",
+    ("harness.engines.sglang", "harness.engine_http"): "the adapter's I/O methods, called by the run side",
 }
 IMPURE = ("subprocess", "threading", "socket", "httpx", "aiohttp", "requests", "urllib", "pynvml", "asyncio")
 

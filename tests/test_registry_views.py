@@ -120,7 +120,7 @@ def test_without_the_entry_no_view_shows_it(
 
 
 def test_export_carries_identity_verdict_and_a_full_data_dictionary(tmp_path: Path, summary: Summary) -> None:
-    from harness.results.frames import IDENTITY, TABLES, export, load_run
+    from harness.frames import IDENTITY, TABLES, export, load_run
 
     export(load_run(RUN), tmp_path)
     with (tmp_path / "columns.csv").open() as handle:

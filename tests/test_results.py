@@ -21,6 +21,7 @@ from harness.analysis import analyze
 from harness.cli import main
 from harness.client import WindowResult
 from harness.errors import UserError
+from harness.frames import export, load_run
 from harness.plan import plan_regime, run_plan
 from harness.probes.acceptance import SpecCounters
 from harness.regime import LoadLevel
@@ -38,7 +39,6 @@ from harness.results import (
     read_records,
     write_json_atomic,
 )
-from harness.results.frames import export, load_run
 from harness.runner import Runner
 from harness.summary import summarize
 from harness.table import minilab_tables

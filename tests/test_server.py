@@ -102,7 +102,7 @@ def test_a_server_on_a_unix_socket_listens_where_only_this_user_can_connect(tmp_
         server.wait_ready(timeout_s=30)
         assert server.base_url == f"unix:{uds}"
         assert stat.S_IMODE(uds.parent.stat().st_mode) == 0o700 and uds.parent.stat().st_uid == os.getuid()
-        from harness.engines import http
+        from harness import engine_http as http
 
         with http.client(2.0, server.base_url) as client:
             assert client.get("http://localhost/health").status_code == 200

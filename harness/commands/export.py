@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from harness.results.frames import export, load_run, write_table
+    from harness.frames import export, load_run, write_table
 
     out_dir = args.output or args.run_dir / "export"
     if kind_of(args.run_dir) == "study":

@@ -11,7 +11,7 @@ from the runner (tests/test_engine_registry.py registers a toy engine to prove i
 
 Adapters never import their engine (it runs in its own process) and are imported only when asked
 for, so ``import harness`` imports neither vLLM nor SGLang; this module itself does no I/O (the
-HTTP the adapters share is ``harness.engines.http``).
+HTTP the adapters share is ``harness.engine_http``).
 """
 
 from __future__ import annotations

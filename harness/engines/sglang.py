@@ -370,7 +370,7 @@ class SglangAdapter:
         return request_counters([r.spec_details for r in records if r.spec_details])
 
     def reset_prefix_cache(self, base_url: str) -> bool:
-        from harness.engines import http  # I/O: only the run side calls this method
+        from harness import engine_http as http  # I/O: only the run side calls this method
 
         return http.post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)
 
@@ -379,7 +379,7 @@ class SglangAdapter:
 
     def server_figures(self, base_url: str) -> dict | None:
         """SGLang's own server-wide acceptance figure, stored next to tau, never used as tau."""
-        from harness.engines import http  # I/O: only the run side calls this method
+        from harness import engine_http as http  # I/O: only the run side calls this method
 
         info = http.get_json(base_url, "/server_info")
         figures = None if info is None else server_figures_from_info(info)
@@ -391,7 +391,7 @@ class SglangAdapter:
 
     def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
         """``/server_info``: the resolved server arguments, as the engine applied them."""
-        from harness.engines import http  # I/O: only the run side calls this method
+        from harness import engine_http as http  # I/O: only the run side calls this method
 
         info = http.get_json(base_url, "/server_info")
         return {} if info is None else served_from_server_info(info)

@@ -408,7 +408,7 @@ class VllmAdapter:
         return request_counters([record.spec_details]) if record.spec_details else None
 
     def read_spec_counters(self, base_url: str) -> SpecCounters | None:
-        from harness.engines import http  # I/O: only the run side calls this method
+        from harness import engine_http as http  # I/O: only the run side calls this method
 
         return http.scrape_spec_counters(base_url, self.metrics_path, self.parse_spec_counters)
 
@@ -416,12 +416,12 @@ class VllmAdapter:
         return window.counter_delta()  # the scrapes right before and after the window
 
     def reset_prefix_cache(self, base_url: str) -> bool:
-        from harness.engines import http  # I/O: only the run side calls this method
+        from harness import engine_http as http  # I/O: only the run side calls this method
 
         return http.post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)
 
     def read_prefix_cache(self, base_url: str) -> PrefixCacheCounts | None:
-        from harness.engines import http  # I/O: only the run side calls this method
+        from harness import engine_http as http  # I/O: only the run side calls this method
 
         text = http.get_text(base_url, self.metrics_path)
         return None if text is None else self.parse_prefix_cache(text)
@@ -465,7 +465,7 @@ class VllmAdapter:
         served: dict = (
             _from_log(log_path.read_text(errors="replace")) if log_path and log_path.exists() else {}
         )
-        from harness.engines import http  # I/O: only the run side calls this method
+        from harness import engine_http as http  # I/O: only the run side calls this method
 
         version = http.get_json(base_url, "/version")
         if version is not None:  # an engine without these routes: nothing to check against

@@ -183,7 +183,7 @@ class StudyResults:
         with the point id, each regime axis as a column, and the arm's family."""
         import pandas as pd
 
-        from harness.results.frames import load_run
+        from harness.frames import load_run
 
         frames = []
         for point in self.record.points:
