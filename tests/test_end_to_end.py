@@ -508,3 +508,14 @@ def test_a_server_forked_by_the_zygote_answers_as_a_fresh_one(finished_run, besi
     assert where(resumed / "arms" / "baseline") in forked_at
     assert not {where(run / "arms" / arm) for arm in ("baseline", "ngram_k4")} & forked_at
     assert "refused (starts as users' do): differs in HF_ENDPOINT" in log
+
+
+def test_every_view_of_a_fresh_run_shows_one_estimate(finished_run, tmp_path: Path) -> None:
+    """A fresh run: its stored analysis is fresh (written by the runner, read by bench show), and
+    every view shows each cell's one estimate (tests/one_answer.py, as for the stored runs)."""
+    from harness.analysis import stored_analysis
+    from tests.one_answer import disagreements
+
+    _, run_dir = finished_run
+    assert stored_analysis(run_dir) is not None
+    assert disagreements(run_dir, tmp_path) == []

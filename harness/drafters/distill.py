@@ -41,6 +41,7 @@ import httpx
 from rich.console import Console
 from rich.progress import Progress
 
+from harness import engine_http as http
 from harness.config_file import existing_path
 from harness.drafters.manifest import (
     BUILDER_VERSION,
@@ -58,7 +59,7 @@ from harness.drafters.workdir import (
     read_answers,
     train_losses,
 )
-from harness.engines import SERVED_MODEL_NAME, get_adapter, http
+from harness.engines import SERVED_MODEL_NAME, get_adapter
 from harness.errors import EngineError, UserError
 from harness.models import cache_root
 from harness.regime import Arm, Regime, TrainedDrafter, workload_paths
