@@ -282,7 +282,7 @@ def test_table_printed_and_no_process_left(finished_run) -> None:
     assert "greedy exactness vs baseline" in proc.stdout
     # the answer comes first after the mini-lab tables: the verdict, then the findings
     last_table = proc.stdout.rindex("chat_mtbench (chat, chat prompts) @ concurrency")
-    verdict, findings = proc.stdout.index("Verdict ("), proc.stdout.index("Findings: ")
+    verdict, findings = proc.stdout.index("Verdict:"), proc.stdout.index("Findings: ")
     assert last_table < verdict < findings < proc.stdout.index("greedy exactness vs baseline")
     assert "Attention backend: CPU_ATTN for every arm" in proc.stdout
     assert _engine_pids(run) == []
