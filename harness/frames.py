@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from harness.analysis import RunAnalysis, analyze
+from harness.analysis import RunAnalysis, load_analysis
 from harness.engines import get_adapter
 from harness.metrics import METRICS, column_doc
 from harness.probes.acceptance import SpecCounters, mean_acceptance_length
@@ -36,8 +36,7 @@ from harness.probes.copying import copied_ngrams, share_pct
 from harness.probes.schedule import client_lag_s, queueing_s
 from harness.probes.slo import meets
 from harness.results.model import RampStageMetrics, Summary
-from harness.results.raw import RawRun, read_raw
-from harness.summary import summarize
+from harness.results.raw import RawRun
 from harness.verdict import Outcome
 
 ExportFormat = Literal["csv", "parquet", "jsonl"]
@@ -261,9 +260,8 @@ class Run:
 
 def load_run(path: str | Path) -> Run:
     """Load a run directory (any readable schema version) for analysis."""
-    raw = read_raw(Path(path))
-    summary = summarize(raw)
-    return Run(path=Path(path), summary=summary, raw=raw, analysis=analyze(summary))
+    found = load_analysis(Path(path))  # the run's stored analysis while it is fresh
+    return Run(path=Path(path), summary=found.analysis.summary, raw=found.raw, analysis=found.analysis)
 
 
 def export(run: Run, out_dir: Path, fmt: ExportFormat = "csv") -> list[Path]:

@@ -220,16 +220,16 @@ def stored_estimate(stored: StoredSpeedup, rounds: int | None = None) -> Estimat
         return None
     source = stored.speedup_interval if stored.speedup_interval in get_args(IntervalSource) else None
     return Estimate(
-        stored.speedup,
-        stored.speedup_low,
-        stored.speedup_high,
-        stored.speedup_rounds or rounds or 1,
-        stored.speedup_df or 0,
-        stored.speedup_log_se,
-        source,  # type: ignore[arg-type]
-        stored.speedup_looks or 1,
-        stored.speedup_first_look,
-        stored.speedup_model_arms or 0,
+        point=stored.speedup,
+        low=stored.speedup_low,
+        high=stored.speedup_high,
+        rounds=stored.speedup_rounds or rounds or 1,
+        df=stored.speedup_df or 0,
+        log_se=stored.speedup_log_se,
+        source=source,  # type: ignore[arg-type]
+        looks=stored.speedup_looks or 1,
+        first_look=stored.speedup_first_look,
+        model_arms=stored.speedup_model_arms or 0,
     )
 
 

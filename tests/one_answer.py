@@ -50,7 +50,7 @@ def bench(*args: str) -> str:
     return proc.stdout
 
 
-def _shown(text: str) -> Shown:
+def shown_numbers(text: str) -> Shown:
     match = SPEEDUP.search(text)
     assert match, f"no speedup in {text!r}"
     return match.group(1), match.group(2), match.group(3)
@@ -76,7 +76,7 @@ def terminal_cells(text: str, arms: list[str]) -> dict[tuple[str, str, str], Sho
             continue
         words = line.split()
         if window and words and words[0] in arms[1:] and SPEEDUP.search(line):  # arms[0]: the baseline
-            found[(words[0], *window)] = _shown(line)
+            found[(words[0], *window)] = shown_numbers(line)
         if line.startswith("Verdict:"):
             window = None
     return found
@@ -123,7 +123,7 @@ def terminal_categories(text: str, summary: Summary) -> dict[tuple[str, str, str
             continue
         texts = [m.group(0) for m in SPEEDUP.finditer(line)]
         for level, text in zip(levels, texts, strict=True):
-            found[(words[1], single[words[0]], level.short())] = _shown(text)
+            found[(words[1], single[words[0]], level.short())] = shown_numbers(text)
     return found
 
 
@@ -135,7 +135,7 @@ def markdown_cells(text: str, level: str) -> dict[tuple[str, str, str], Shown]:
     for row in rows[1:]:
         for index, name in enumerate(header):
             if name.endswith(": speedup") and row[index].strip() not in ("-", "1.00x"):
-                found[(row[0].strip(), name.removesuffix(": speedup"), level)] = _shown(row[index])
+                found[(row[0].strip(), name.removesuffix(": speedup"), level)] = shown_numbers(row[index])
     return found
 
 
@@ -172,7 +172,7 @@ def _minilab_rows(attrs: dict[str, str | None], header: list[str], body: list[li
     level = LoadLevel(int(attrs["data-concurrency"] or 0), float(rate) if rate else None).short()
     column = next(i for i, h in enumerate(header) if h.startswith("speedup"))
     return {
-        (r[0], str(attrs["data-workload"]), level): _shown(r[column])
+        (r[0], str(attrs["data-workload"]), level): shown_numbers(r[column])
         for r in body
         if r[column] not in ("1.00x", "–")
     }
@@ -182,7 +182,9 @@ def _verdict_rows(header: list[str], body: list[list[str]]) -> dict:
     if "speedup [95%]" not in header:
         return {}
     column = header.index("speedup [95%]")
-    return {(r[2].split(" ")[0], *r[0].split(" ")): _shown(r[column]) for r in body if r[column] != "–"}
+    return {
+        (r[2].split(" ")[0], *r[0].split(" ")): shown_numbers(r[column]) for r in body if r[column] != "–"
+    }
 
 
 def _lab_rows(attrs: dict[str, str | None], header: list[str], body: list[list[str]], level: str) -> dict:
@@ -190,7 +192,9 @@ def _lab_rows(attrs: dict[str, str | None], header: list[str], body: list[list[s
         return {}
     column = header.index("speedup")
     workload = str(attrs["data-workload"])
-    return {(r[0], workload, level): _shown(r[column]) for r in body if r[column] not in ("1.00x", "-")}
+    return {
+        (r[0], workload, level): shown_numbers(r[column]) for r in body if r[column] not in ("1.00x", "-")
+    }
 
 
 def _category_rows(body: list[list[str]], summary: Summary) -> dict:
@@ -201,7 +205,7 @@ def _category_rows(body: list[list[str]], summary: Summary) -> dict:
         if row[0] in single:
             texts = [t for t in row[2:] if SPEEDUP.fullmatch(t)]
             for level, text in zip(levels, texts, strict=True):
-                found[(row[1], single[row[0]], level.short())] = _shown(text)
+                found[(row[1], single[row[0]], level.short())] = shown_numbers(text)
     return found
 
 

@@ -26,7 +26,7 @@ from harness.errors import UserError
 from harness.intervals import Estimate
 from harness.regime import Regime
 from harness.results import SCHEMA_VERSION, RunDir, load_summary, parse_summary, read_run_record
-from harness.results.migrations import current_version, run_record, status, study, summary, upgrade
+from harness.results.migrations import Migrations, run_record, status, study, summary, upgrade
 from harness.study.record import StudyDir, StudyRecord
 from harness.summary import summarize
 
@@ -46,22 +46,28 @@ def _pure(step: Any, data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _stepwise(steps: Any, data: dict[str, Any], start: int) -> dict[str, Any]:
-    """Every step from version ``start`` on, one at a time: each must move the version by exactly one."""
-    for version, step in enumerate(steps[start - 1 :], start=start):
+def _stepwise(migrations: Migrations, data: dict[str, Any], start: int) -> dict[str, Any]:
+    """Every step from version ``start`` on, one at a time (the identity where a version has none):
+    each step must move a versioned file's version by exactly one."""
+    for version in range(start, migrations.current):
+        step = migrations.steps.get(version)
+        if step is None:
+            continue
         data = _pure(step, data)
-        assert data["schema_version"] == version + 1, step.__name__
-    return data
+        if "schema_version" in data:
+            assert data["schema_version"] == version + 1, step.__name__
+    return {**data, "schema_version": migrations.current} if "schema_version" in data else data
 
 
 def test_each_kind_reads_up_to_the_version_it_writes() -> None:
-    for steps in (run_record.STEPS, status.STEPS, summary.STEPS):
-        assert current_version(steps) == SCHEMA_VERSION  # a run's files share one numbering
-    assert current_version(study.STEPS) == StudyRecord.model_fields["schema_version"].default == 2
+    for module in (run_record, status, summary):
+        assert module.MIGRATIONS.current == SCHEMA_VERSION  # a run's files share one numbering
+    assert study.MIGRATIONS.current == StudyRecord.model_fields["schema_version"].default == 2
     for module in (run_record, status, summary, study):
-        assert [s.__name__ for s in module.STEPS] == [
-            f"migrate_v{n}" for n in range(1, len(module.STEPS) + 1)
-        ]
+        found = module.MIGRATIONS
+        assert all(step.__name__ == f"migrate_v{n}" for n, step in found.steps.items())
+        # every version is said once: a step where it changed the file, else what it added, in words
+        assert sorted([*found.steps, *found.history]) == list(range(1, found.current))
 
 
 @pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, 99])
@@ -86,9 +92,9 @@ def test_a_newer_version_is_refused_with_a_hint(tmp_path: Path, version: int) ->
 def test_a_version_that_never_existed_is_refused(version: object) -> None:
     never = "is not supported by this harness .*use the harness version that wrote"
     with pytest.raises(UserError, match=never):
-        upgrade({"schema_version": version}, summary.STEPS, "summary.json")
+        upgrade({"schema_version": version}, summary.MIGRATIONS, "summary.json")
     with pytest.raises(UserError, match="not supported"):
-        upgrade(["not", "an", "object"], summary.STEPS, "summary.json")
+        upgrade(["not", "an", "object"], summary.MIGRATIONS, "summary.json")
 
 
 def test_regime_json_v1_gains_its_drafters() -> None:
@@ -99,7 +105,7 @@ def test_regime_json_v1_gains_its_drafters() -> None:
     assert {k: v for k, v in step.items() if k not in ("drafters", "schema_version")} == {
         k: v for k, v in stored.items() if k != "schema_version"
     }
-    current = _stepwise(run_record.STEPS, stored, 1)
+    current = _stepwise(run_record.MIGRATIONS, stored, 1)
     assert current == read_run_record(RunDir(RUN_V1))
     assert all(w["chat"] is None for w in current["workloads"])  # migrate_v3 ran too
     Regime.model_validate(current["regime"])  # today's strict model reads the migrated regime
@@ -112,7 +118,7 @@ def test_regime_json_v3_workloads_record_that_they_sent_no_chat_settings() -> No
     assert [w["chat"] for w in step["workloads"]] == [None] * len(stored["workloads"])
     assert [{k: v for k, v in w.items() if k != "chat"} for w in step["workloads"]] == stored["workloads"]
     assert step["drafters"] == stored["drafters"] and step["drafters"]  # kept, not replaced
-    current = _stepwise(run_record.STEPS, stored, 3)
+    current = _stepwise(run_record.MIGRATIONS, stored, 3)
     assert current == read_run_record(RunDir(RUN_V3))
     Regime.model_validate(current["regime"])
 
@@ -122,9 +128,7 @@ def test_a_status_from_before_server_starts_lists_its_one_start_up(run: Path) ->
     version = _json(run / "regime.json")["schema_version"]
     stored = _json(run / "arms" / "baseline" / "status.json")
     assert "startups_s" not in stored and "schema_version" not in stored
-    current = stored
-    for step in status.STEPS[version - 1 :]:
-        current = _pure(step, current)
+    current = _stepwise(status.MIGRATIONS, stored, version)
     assert current == {**stored, "startups_s": [stored["startup_s"]]}
     assert RunDir(run).read_status("baseline").startups_s == [stored["startup_s"]]
 
@@ -140,7 +144,7 @@ def test_summary_v1_windows_become_cells() -> None:
     stored = _json(RUN_V1 / "summary.json")
     step = _pure(summary.migrate_v1, stored)
     assert step["cells"] == stored["windows"] and "windows" not in step and step["unread_lines"] == []
-    current = _stepwise(summary.STEPS, stored, 1)
+    current = _stepwise(summary.MIGRATIONS, stored, 1)
     assert parse_summary(current, "test") == load_summary(RUN_V1 / "summary.json")
     assert [a["startups_s"] for a in current["arms"]] == [[a["startup_s"]] for a in stored["arms"]]
 
@@ -183,18 +187,18 @@ def test_v9_files_read_without_turns_or_prefix_cache_counts() -> None:
     """Version 10: windows and cells gained a conversation's ``turn`` and the prefix cache's counts;
     a version-9 summary, status and run record are otherwise unchanged."""
     v9 = {"schema_version": 9, "cells": [{"arm": "a"}], "arms": []}
-    assert _pure(summary.migrate_v9, v9) == {**v9, "schema_version": 10}
-    assert _pure(status.migrate_v9, {"status": "ok"}) == {"status": "ok"}
-    assert _pure(run_record.migrate_v9, {"schema_version": 9})["schema_version"] == 10
+    assert upgrade(v9, summary.MIGRATIONS, "summary.json") == {**v9, "schema_version": 12}  # as it is
+    assert upgrade({"status": "ok"}, status.MIGRATIONS, "status.json", 9) == {"status": "ok"}
+    assert upgrade({"schema_version": 9}, run_record.MIGRATIONS, "regime.json")["schema_version"] == 12
 
 
 def test_v10_files_read_as_one_look() -> None:
     """Version 11: cells gained ``speedup_looks`` (a deciding design's looks; absent: 1, a fixed
     number of rounds); a version-10 summary, status and run record are otherwise unchanged."""
     v10 = {"schema_version": 10, "cells": [{"arm": "a", "speedup_df": 2}], "arms": []}
-    assert _pure(summary.migrate_v10, v10) == {**v10, "schema_version": 11}
-    assert _pure(status.migrate_v10, {"status": "ok"}) == {"status": "ok"}
-    assert _pure(run_record.migrate_v10, {"schema_version": 10})["schema_version"] == 11
+    assert upgrade(v10, summary.MIGRATIONS, "summary.json") == {**v10, "schema_version": 12}  # as it is
+    assert upgrade({"status": "ok"}, status.MIGRATIONS, "status.json", 10) == {"status": "ok"}
+    assert upgrade({"schema_version": 10}, run_record.MIGRATIONS, "regime.json")["schema_version"] == 12
 
 
 def test_v11_files_read_with_bonferroni_looks() -> None:
@@ -202,9 +206,9 @@ def test_v11_files_read_with_bonferroni_looks() -> None:
     to which the looks' level is fitted); a version-11 cell has none, and its looks keep the
     Bonferroni level its stored interval was derived at, so a view's winner correction agrees with it."""
     v11 = {"schema_version": 11, "cells": [{"arm": "a", "speedup_looks": 5}], "arms": []}
-    assert _pure(summary.migrate_v11, v11) == {**v11, "schema_version": 12}
-    assert _pure(status.migrate_v11, {"status": "ok"}) == {"status": "ok"}
-    assert _pure(run_record.migrate_v11, {"schema_version": 11})["schema_version"] == 12
+    assert upgrade(v11, summary.MIGRATIONS, "summary.json") == {**v11, "schema_version": 12}  # as it is
+    assert upgrade({"status": "ok"}, status.MIGRATIONS, "status.json", 11) == {"status": "ok"}
+    assert upgrade({"schema_version": 11}, run_record.MIGRATIONS, "regime.json")["schema_version"] == 12
     old = Estimate(1.1, rounds=3, df=4, log_se=0.02, looks=5)
     assert old.level() == pytest.approx(0.99) and old.level(2) == pytest.approx(0.995)
     fitted = replace(old, first_look=2, model_arms=3)  # what version 12 stores
@@ -217,9 +221,9 @@ def test_summary_v8_cells_read_without_the_new_acceptance_figures() -> None:
     """Version 9: cells gained accepted_past_stop and prompt_tau, which a version-8 summary lacks
     (read as not derived); a version-8 status and run record are unchanged."""
     v8 = {"schema_version": 8, "cells": [{"arm": "a"}], "arms": []}
-    assert _pure(summary.migrate_v8, v8) == {**v8, "schema_version": 9}
-    assert _pure(status.migrate_v8, {"status": "ok"}) == {"status": "ok"}
-    assert _pure(run_record.migrate_v8, {"schema_version": 8})["schema_version"] == 9
+    assert upgrade(v8, summary.MIGRATIONS, "summary.json") == {**v8, "schema_version": 12}  # as it is
+    assert upgrade({"status": "ok"}, status.MIGRATIONS, "status.json", 8) == {"status": "ok"}
+    assert upgrade({"schema_version": 8}, run_record.MIGRATIONS, "regime.json")["schema_version"] == 12
 
 
 def test_summary_v7_gains_what_it_knew_of_its_engine() -> None:

@@ -3,9 +3,10 @@
 The views (``bench show``'s tables, verdict and per-category table, ``bench show --minilab``,
 ``bench report``'s mini-lab, verdict, lab and category tables, ``bench export``) are rendered by the
 commands and parsed back (``tests/one_answer.py``) for the stored runs: one start-up per arm
-(``run_v1``, ``run_v3_smoke``) and two rounds measured beside a busy process (``run_v12_provisional``,
-PROVISIONAL: there the start-ups disagree, so a view that pooled tok/s instead of reading the
-estimate shows another number). The figures, the gates and the trend page are checked on what they
+(``run_v1``, ``run_v3_smoke``), two quiet rounds (``run_v12_default``), two rounds measured beside a
+busy process (``run_v12_provisional``, PROVISIONAL: there the start-ups disagree, so a view that
+pooled tok/s instead of reading the estimate shows another number), and a run that added rounds
+until decided (``run_v12_decide``: 4 rounds, its intervals corrected for 3 looks). The figures, the gates and the trend page are checked on what they
 are given. ``test_end_to_end.py`` runs the same check on a fresh run.
 
 On the main this issue started from (commit 90d1be3) the check fails: the per-category tables
@@ -24,10 +25,10 @@ from harness.analysis import analyze, load_analysis
 from harness.cli import main
 from harness.formats import bound_text
 from harness.summary import summarize
-from tests.one_answer import disagreements, expected
+from tests.one_answer import disagreements, expected, shown_numbers
 
 FIXTURES = Path(__file__).parent / "fixtures"
-RUNS = ("run_v1", "run_v3_smoke", "run_v12_default", "run_v12_provisional")
+RUNS = ("run_v1", "run_v3_smoke", "run_v12_default", "run_v12_provisional", "run_v12_decide")
 TWO_ROUNDS = FIXTURES / "run_v12_provisional"
 
 
@@ -161,3 +162,44 @@ def test_the_stored_analysis_is_read_while_fresh(
     (run / ANALYSIS_FILE).write_text('{"analysis_version": 1, "digest": ')  # cut short
     assert main(["show", str(run)]) == 0
     assert capsys.readouterr().out == derived and len(calls) == 2
+
+
+def test_a_study_shows_each_points_one_estimate(tmp_path: Path, capsys) -> None:
+    """A study of the two stored two-round runs (its points): its per-point table (terminal and
+    ``analysis.md``) and its recommendation show each cell's estimate as its own run's views do."""
+    from harness.regime import Regime
+    from harness.results.files import read_json
+    from harness.study.record import StudyDir, StudyPointRecord, StudyRecord
+
+    root = tmp_path / "study"
+    points = {"p0": FIXTURES / "run_v12_default", "p1": TWO_ROUNDS}
+    for point, run in points.items():
+        shutil.copytree(run, root / "points" / point)
+    regime = Regime.model_validate(read_json(TWO_ROUNDS / "regime.json")["regime"]).model_dump(mode="json")
+    record = StudyRecord(
+        name="one_answer",
+        source_path=str(TWO_ROUNDS / "regime.json"),
+        regime=regime,
+        regime_axes={"engine.enforce_eager": [True, False]},
+        arm_axes={},
+        families={"baseline": "baseline", "ngram_k2": "ngram", "ngram_k4": "ngram"},
+        points=[
+            StudyPointRecord(id=p, axes=[("engine.enforce_eager", v)], fingerprint="f", run_dir=f"points/{p}")
+            for p, v in (("p0", True), ("p1", False))
+        ],
+    )
+    StudyDir(root).write(record)
+    assert main(["show", str(root)]) in (0, 3)
+    capsys.readouterr()
+    rows = [line.strip("|").split(" | ") for line in (root / "analysis.md").read_text().splitlines()]
+    truth = {point: expected(summarize(run)) for point, run in points.items()}
+    shown = {
+        (row[0].split(":")[0].strip(), row[3].strip(), row[1].strip(), row[2].strip()): shown_numbers(row[-1])
+        for row in rows
+        if len(row) == 9
+        and row[0].strip() in ("p0: engine.enforce_eager=True", "p1: engine.enforce_eager=False")
+        and row[3].strip() != "baseline"
+    }
+    assert len(shown) == 8  # 2 points x 2 arms x 2 levels
+    for (point, arm, workload, level), numbers in shown.items():
+        assert numbers == truth[point][(arm, workload, level)], (point, arm, workload, level)

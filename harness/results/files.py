@@ -232,7 +232,7 @@ class RunDir:
         path = self.status(arm)
         if not path.exists():
             return ArmStatus(status="not_run")
-        data = migrations.upgrade(read_json(path), status_steps.STEPS, str(path), self.schema_version)
+        data = migrations.upgrade(read_json(path), status_steps.MIGRATIONS, str(path), self.schema_version)
         try:
             return ArmStatus.model_validate(data)
         except ValidationError as exc:
@@ -314,4 +314,4 @@ def lock_held(path: Path) -> bool:
 def read_run_record(run: RunDir) -> dict[str, Any]:
     """A run's ``regime.json`` as the current version; versions this harness does not know are refused."""
     path = run.root / "regime.json"
-    return migrations.upgrade(read_json(path), run_record_steps.STEPS, str(path))
+    return migrations.upgrade(read_json(path), run_record_steps.MIGRATIONS, str(path))

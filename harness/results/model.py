@@ -467,7 +467,7 @@ def parse_summary(data: Any, source: str) -> Summary:
     """A summary dict of any readable version as a ``Summary`` (``migrations.summary``); errors name
     the source and field."""
     try:
-        return Summary.model_validate(migrations.upgrade(data, summary_steps.STEPS, source))
+        return Summary.model_validate(migrations.upgrade(data, summary_steps.MIGRATIONS, source))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])

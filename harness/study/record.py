@@ -113,7 +113,7 @@ class StudyDir:
         write_json_atomic(self.record_path, record.model_dump(mode="json"))
 
     def read(self) -> StudyRecord:
-        data = migrations.upgrade(read_json(self.record_path), study_steps.STEPS, str(self.record_path))
+        data = migrations.upgrade(read_json(self.record_path), study_steps.MIGRATIONS, str(self.record_path))
         try:
             return StudyRecord.model_validate(data)
         except ValidationError as exc:

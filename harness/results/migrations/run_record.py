@@ -8,19 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.results.migrations import Migrations
+
 
 def migrate_v1(record: dict[str, Any]) -> dict[str, Any]:
     """Version 2 typed the results: samples carry ``ttft_s``/``tpot_s`` (the record's own, written
     for readers outside the harness), the summary is the dump of ``Summary``. ``drafters`` (each arm's
     drafter provenance) appeared during version 1: a record without it predates drafter arms."""
     return {**record, "schema_version": 2, "drafters": record.get("drafters", {})}
-
-
-def migrate_v2(record: dict[str, Any]) -> dict[str, Any]:
-    """Version 3: samples carry ``prompt_token_ids`` and, measured, no top logprobs (only the
-    baseline's second pass, ``noise_floor.jsonl``, asks for them); windows their ``cpu`` by whom; arm
-    statuses the ``attention_backend``; ``timing.json`` per invocation. ``regime.json`` is unchanged."""
-    return {**record, "schema_version": 3}
 
 
 def migrate_v3(record: dict[str, Any]) -> dict[str, Any]:
@@ -31,75 +26,60 @@ def migrate_v3(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "schema_version": 4, "workloads": workloads}
 
 
-def migrate_v4(record: dict[str, Any]) -> dict[str, Any]:
-    """Version 5: a regime may set ``slo`` targets and open-loop ``load.request_rate`` (a version-4
-    regime has neither: the defaults); open-loop windows carry ``request_rate``, ``arrival`` and
-    ``schedule``, their samples ``t_scheduled`` and ``t_dispatched``; sampled runs (temperature > 0)
-    an ``arms/<arm>/distribution.jsonl``."""
-    return {**record, "schema_version": 5}
-
-
-def migrate_v5(record: dict[str, Any]) -> dict[str, Any]:
-    """Version 6: ``load.server_starts`` (a version-5 regime started each arm's server once: the
-    default, 1); windows record their ``server_start`` (their ``repeat`` counts over every start-up),
-    arm statuses every start-up's time (``startups_s``: ``status.migrate_v5``)."""
-    return {**record, "schema_version": 6}
-
-
-def migrate_v6(record: dict[str, Any]) -> dict[str, Any]:
-    """Version 7 changed the summary's speedup model (``summary.migrate_v6``); ``regime.json`` is
-    unchanged. A version-7 regime's ``load.server_starts`` may be ``{min, max, decide}`` (rounds added
-    until the verdicts are decided; a version-6 regime has an int, read as before). ``timing.json``
-    records the rounds of start-ups (``rounds``: each round's arms in the order they ran, reversed
-    every other round, their start-up indexes and the arms whose start-up ended; a resume continues
-    the last round); a version-6 run has none, reads as ``[]``, and a resume of it starts an
-    incomplete arm over. Open-loop samples are read as before: their TTFT and E2E from the due time
-    (``RequestRecord.scheduled_ttft_s``) are computed from the times every version-5 line holds."""
-    return {**record, "schema_version": 7}
-
-
-def migrate_v7(record: dict[str, Any]) -> dict[str, Any]:
-    """Version 8: a regime may name engine patches (``engine.patches``; absent: none), and the
-    record holds ``known_defects``, the known engine defects the run was forced through (absent:
-    none); ``environment.json`` holds ``engine_patches`` (name, sha256, the defect it fixes)."""
-    return {**record, "schema_version": 8}
-
-
-def migrate_v8(record: dict[str, Any]) -> dict[str, Any]:
-    """Version 9: on vLLM 0.33 a request's ``spec_details`` may hold its own acceptance (the
-    response's ``metrics.speculative_decoding``); the record is otherwise unchanged."""
-    return {**record, "schema_version": 9}
-
-
-def migrate_v9(record: dict[str, Any]) -> dict[str, Any]:
-    """Version 10: windows may carry ``turn`` (a conversation workload's turn; its cells are named
-    ``<workload>.turn<t>``) and ``prefix_cache`` (the window's prefix-cache lookups and hits); a
-    workload definition may hold ``conversation``. The record is otherwise unchanged."""
-    return {**record, "schema_version": 10}
-
-
-def migrate_v10(record: dict[str, Any]) -> dict[str, Any]:
-    """Version 11 corrected the summary's intervals for a deciding design's looks
-    (``summary.migrate_v10``): the record is unchanged."""
-    return {**record, "schema_version": 11}
-
-
-def migrate_v11(record: dict[str, Any]) -> dict[str, Any]:
-    """Version 12 fitted the summary's deciding intervals to the design's looks
-    (``summary.migrate_v11``): the record is unchanged."""
-    return {**record, "schema_version": 12}
-
-
-STEPS = (
-    migrate_v1,
-    migrate_v2,
-    migrate_v3,
-    migrate_v4,
-    migrate_v5,
-    migrate_v6,
-    migrate_v7,
-    migrate_v8,
-    migrate_v9,
-    migrate_v10,
-    migrate_v11,
+MIGRATIONS = Migrations(
+    current=12,
+    steps={1: migrate_v1, 3: migrate_v3},
+    # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
+    history={
+        2: (
+            "Version 3: samples carry ``prompt_token_ids`` and, measured, no top logprobs (only the "
+            "baseline's second pass, ``noise_floor.jsonl``, asks for them); windows their ``cpu`` by whom; "
+            "arm statuses the ``attention_backend``; ``timing.json`` per invocation. ``regime.json`` is "
+            "unchanged."
+        ),
+        4: (
+            "Version 5: a regime may set ``slo`` targets and open-loop ``load.request_rate`` (a version-4 "
+            "regime has neither: the defaults); open-loop windows carry ``request_rate``, ``arrival`` and "
+            "``schedule``, their samples ``t_scheduled`` and ``t_dispatched``; sampled runs (temperature > 0)"
+            " an ``arms/<arm>/distribution.jsonl``."
+        ),
+        5: (
+            "Version 6: ``load.server_starts`` (a version-5 regime started each arm's server once: the "
+            "default, 1); windows record their ``server_start`` (their ``repeat`` counts over every start-"
+            "up), arm statuses every start-up's time (``startups_s``: ``status.migrate_v5``)."
+        ),
+        6: (
+            "Version 7 changed the summary's speedup model (``summary.migrate_v6``); ``regime.json`` is "
+            "unchanged. A version-7 regime's ``load.server_starts`` may be ``{min, max, decide}`` (rounds "
+            "added until the verdicts are decided; a version-6 regime has an int, read as before). "
+            "``timing.json`` records the rounds of start-ups (``rounds``: each round's arms in the order they"
+            " ran, reversed every other round, their start-up indexes and the arms whose start-up ended; a "
+            "resume continues the last round); a version-6 run has none, reads as ``[]``, and a resume of it "
+            "starts an incomplete arm over. Open-loop samples are read as before: their TTFT and E2E from the"
+            " due time (``RequestRecord.scheduled_ttft_s``) are computed from the times every version-5 line "
+            "holds."
+        ),
+        7: (
+            "Version 8: a regime may name engine patches (``engine.patches``; absent: none), and the record "
+            "holds ``known_defects``, the known engine defects the run was forced through (absent: none); "
+            "``environment.json`` holds ``engine_patches`` (name, sha256, the defect it fixes)."
+        ),
+        8: (
+            "Version 9: on vLLM 0.33 a request's ``spec_details`` may hold its own acceptance (the response's"
+            " ``metrics.speculative_decoding``); the record is otherwise unchanged."
+        ),
+        9: (
+            "Version 10: windows may carry ``turn`` (a conversation workload's turn; its cells are named "
+            "``<workload>.turn<t>``) and ``prefix_cache`` (the window's prefix-cache lookups and hits); a "
+            "workload definition may hold ``conversation``. The record is otherwise unchanged."
+        ),
+        10: (
+            "Version 11 corrected the summary's intervals for a deciding design's looks (summary's history, "
+            "version 11): the record is unchanged."
+        ),
+        11: (
+            "Version 12 fitted the summary's deciding intervals to the design's looks (summary's history, "
+            "version 12): the record is unchanged."
+        ),
+    },
 )

@@ -4,25 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def migrate_v1(status: dict[str, Any]) -> dict[str, Any]:
-    """Version 2 changed no status field."""
-    return status
-
-
-def migrate_v2(status: dict[str, Any]) -> dict[str, Any]:
-    """Version 3 added ``attention_backend``; absent, it reads as None: not recorded."""
-    return status
-
-
-def migrate_v3(status: dict[str, Any]) -> dict[str, Any]:
-    """Version 4 added ``draft_counting``; absent, it reads as None: not recorded."""
-    return status
-
-
-def migrate_v4(status: dict[str, Any]) -> dict[str, Any]:
-    """Version 5 changed no status field."""
-    return status
+from harness.results.migrations import Migrations
 
 
 def migrate_v5(status: dict[str, Any]) -> dict[str, Any]:
@@ -34,48 +16,26 @@ def migrate_v5(status: dict[str, Any]) -> dict[str, Any]:
     return {**status, "startups_s": [] if first is None else [first]}
 
 
-def migrate_v6(status: dict[str, Any]) -> dict[str, Any]:
-    """Version 7 changed the summary's speedup model only (``summary.migrate_v6``): unchanged."""
-    return status
-
-
-def migrate_v7(status: dict[str, Any]) -> dict[str, Any]:
-    """Version 8 recorded the engine's known defects and patches in the run and its summary
-    (``summary.migrate_v7``): unchanged."""
-    return status
-
-
-def migrate_v8(status: dict[str, Any]) -> dict[str, Any]:
-    """Version 9 added derived acceptance figures to the summary's cells (``summary.migrate_v8``):
-    unchanged."""
-    return status
-
-
-def migrate_v9(status: dict[str, Any]) -> dict[str, Any]:
-    """Version 10 added conversation turns and prefix-cache counts to the windows: unchanged."""
-    return status
-
-
-def migrate_v10(status: dict[str, Any]) -> dict[str, Any]:
-    """Version 11 corrected the summary's intervals for a deciding design's looks: unchanged."""
-    return status
-
-
-def migrate_v11(status: dict[str, Any]) -> dict[str, Any]:
-    """Version 12 fitted the summary's deciding intervals to the design's looks: unchanged."""
-    return status
-
-
-STEPS = (
-    migrate_v1,
-    migrate_v2,
-    migrate_v3,
-    migrate_v4,
-    migrate_v5,
-    migrate_v6,
-    migrate_v7,
-    migrate_v8,
-    migrate_v9,
-    migrate_v10,
-    migrate_v11,
+MIGRATIONS = Migrations(
+    current=12,
+    steps={5: migrate_v5},
+    # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
+    history={
+        1: "Version 2 changed no status field.",
+        2: "Version 3 added ``attention_backend``; absent, it reads as None: not recorded.",
+        3: "Version 4 added ``draft_counting``; absent, it reads as None: not recorded.",
+        4: "Version 5 changed no status field.",
+        6: "Version 7 changed the summary's speedup model only (``summary.migrate_v6``): unchanged.",
+        7: (
+            "Version 8 recorded the engine's known defects and patches in the run and its summary "
+            "(``summary.migrate_v7``): unchanged."
+        ),
+        8: (
+            "Version 9 added derived acceptance figures to the summary's cells (summary's history, version "
+            "9): unchanged."
+        ),
+        9: "Version 10 added conversation turns and prefix-cache counts to the windows: unchanged.",
+        10: "Version 11 corrected the summary's intervals for a deciding design's looks: unchanged.",
+        11: "Version 12 fitted the summary's deciding intervals to the design's looks: unchanged.",
+    },
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.results.migrations import status
+from harness.results.migrations import Migrations, status
 
 
 def migrate_v1(summary: dict[str, Any]) -> dict[str, Any]:
@@ -14,27 +14,6 @@ def migrate_v1(summary: dict[str, Any]) -> dict[str, Any]:
     concurrency), ``unread_lines`` added (none: version 1 did not say)."""
     upgraded = {key: value for key, value in summary.items() if key != "windows"}
     return {**upgraded, "schema_version": 2, "cells": summary["windows"], "unread_lines": []}
-
-
-def migrate_v2(summary: dict[str, Any]) -> dict[str, Any]:
-    """Version 3: cells gained the speedup's interval, the copy and context shares and the CPU shares
-    and flags, arms their attention backend, the summary the run's ``timing``; absent, each reads as
-    not recorded."""
-    return {**summary, "schema_version": 3}
-
-
-def migrate_v3(summary: dict[str, Any]) -> dict[str, Any]:
-    """Version 4: cells gained the GPU neighbours' SM share and count (and ``noisy_neighbour`` counts a
-    busy GPU neighbour too; a version-3 cell's flag stays as it was derived), cells and repeats
-    ``tokens_per_forward``, arms their ``draft_counting``; absent, each reads as not recorded."""
-    return {**summary, "schema_version": 4}
-
-
-def migrate_v4(summary: dict[str, Any]) -> dict[str, Any]:
-    """Version 5: ``slo`` targets with cells' and repeats' ``slo_pct`` and ``goodput_rps``, open-loop
-    cells (the achieved rate, lag, queueing, ``behind_schedule``), the ``distribution`` section; a
-    version-4 run had no SLO, no open loop and no distribution check."""
-    return {**summary, "schema_version": 5}
 
 
 def migrate_v5(summary: dict[str, Any]) -> dict[str, Any]:
@@ -64,50 +43,51 @@ def migrate_v7(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "schema_version": 8, "known_defects": [], "engine_patches": []}
 
 
-def migrate_v8(summary: dict[str, Any]) -> dict[str, Any]:
-    """Version 9: cells gained ``accepted_past_stop`` (drafts the counters accepted past requests'
-    stops, at least; ``probes.acceptance.accepted_past_stop``) and ``prompt_tau`` (tau per prompt
-    from each request's own acceptance, where the engine reports it). Absent: not derived; ``bench``
-    re-derives both from the raw files."""
-    return {**summary, "schema_version": 9}
-
-
-def migrate_v9(summary: dict[str, Any]) -> dict[str, Any]:
-    """Version 10: cells gained ``turn`` (a conversation workload's turn), ``prompt_tokens_mean`` and
-    ``prefix_cache_hit_pct`` (prompt tokens served from the prefix cache). Absent: a single-turn
-    workload, or not read; ``bench`` re-derives them from the raw files."""
-    return {**summary, "schema_version": 10}
-
-
-def migrate_v10(summary: dict[str, Any]) -> dict[str, Any]:
-    """Version 11: cells and ramp spans gained ``speedup_looks``, the looks at its interval a run
-    that adds rounds until decided could take (its interval is at 1 - 0.05 / looks). Absent: 1. A
-    version-10 run that decided stored uncorrected intervals; ``bench`` re-derives corrected ones
-    from the raw files."""
-    return {**summary, "schema_version": 11}
-
-
-def migrate_v11(summary: dict[str, Any]) -> dict[str, Any]:
-    """Version 12: cells and ramp spans gained ``speedup_first_look``, the rounds at a deciding
-    run's first look, to which the looks' level is fitted (``stats.repeated_level``), and
-    ``speedup_model_arms``, the arms of the model a speedup was fitted in: the winner of several
-    arms that shared one is corrected at the two-sided Dunnett level instead of Bonferroni's.
-    Absent: a version-11 run's stored intervals were at Bonferroni's 1 - 0.05 / looks, and a view
-    of it keeps Bonferroni's level for its looks and its winner (``intervals.design_level``), so
-    it reads as it did; ``bench`` re-derives fitted ones from the raw files."""
-    return {**summary, "schema_version": 12}
-
-
-STEPS = (
-    migrate_v1,
-    migrate_v2,
-    migrate_v3,
-    migrate_v4,
-    migrate_v5,
-    migrate_v6,
-    migrate_v7,
-    migrate_v8,
-    migrate_v9,
-    migrate_v10,
-    migrate_v11,
+MIGRATIONS = Migrations(
+    current=12,
+    steps={1: migrate_v1, 5: migrate_v5, 6: migrate_v6, 7: migrate_v7},
+    # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
+    history={
+        2: (
+            "Version 3: cells gained the speedup's interval, the copy and context shares and the CPU shares "
+            "and flags, arms their attention backend, the summary the run's ``timing``; absent, each reads as"
+            " not recorded."
+        ),
+        3: (
+            "Version 4: cells gained the GPU neighbours' SM share and count (and ``noisy_neighbour`` counts a"
+            " busy GPU neighbour too; a version-3 cell's flag stays as it was derived), cells and repeats "
+            "``tokens_per_forward``, arms their ``draft_counting``; absent, each reads as not recorded."
+        ),
+        4: (
+            "Version 5: ``slo`` targets with cells' and repeats' ``slo_pct`` and ``goodput_rps``, open-loop "
+            "cells (the achieved rate, lag, queueing, ``behind_schedule``), the ``distribution`` section; a "
+            "version-4 run had no SLO, no open loop and no distribution check."
+        ),
+        8: (
+            "Version 9: cells gained ``accepted_past_stop`` (drafts the counters accepted past requests' "
+            "stops, at least; ``probes.acceptance.accepted_past_stop``) and ``prompt_tau`` (tau per prompt "
+            "from each request's own acceptance, where the engine reports it). Absent: not derived; ``bench``"
+            " re-derives both from the raw files."
+        ),
+        9: (
+            "Version 10: cells gained ``turn`` (a conversation workload's turn), ``prompt_tokens_mean`` and "
+            "``prefix_cache_hit_pct`` (prompt tokens served from the prefix cache). Absent: a single-turn "
+            "workload, or not read; ``bench`` re-derives them from the raw files."
+        ),
+        10: (
+            "Version 11: cells and ramp spans gained ``speedup_looks``, the looks at its interval a run that "
+            "adds rounds until decided could take (its interval is at 1 - 0.05 / looks). Absent: 1. A "
+            "version-10 run that decided stored uncorrected intervals; ``bench`` re-derives corrected ones "
+            "from the raw files."
+        ),
+        11: (
+            "Version 12: cells and ramp spans gained ``speedup_first_look``, the rounds at a deciding run's "
+            "first look, to which the looks' level is fitted (``stats.repeated_level``), and "
+            "``speedup_model_arms``, the arms of the model a speedup was fitted in: the winner of several "
+            "arms that shared one is corrected at the two-sided Dunnett level instead of Bonferroni's. "
+            "Absent: a version-11 run's stored intervals were at Bonferroni's 1 - 0.05 / looks, and a view of"
+            " it keeps Bonferroni's level for its looks and its winner (``intervals.design_level``), so it "
+            "reads as it did; ``bench`` re-derives fitted ones from the raw files."
+        ),
+    },
 )
