@@ -11,12 +11,10 @@ import pytest
 
 from harness.cli import main
 from harness.commands.report import study_page as render_study
-from harness.regime import Regime
-from harness.results.files import read_json
 from harness.study.collect import load_study
-from harness.study.record import StudyDir, StudyPointRecord, StudyRecord
 from harness.study.tables import markdown
 from tests.browser import chromium, measured_page, needs_browser
+from tests.views import write_study
 
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
 
@@ -24,23 +22,8 @@ GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
 @pytest.fixture
 def study(tmp_path: Path) -> Path:
     """Two copies of the golden run as the points of a study over engine.enforce_eager."""
-    root = tmp_path / "study-x"
-    for point in ("p0", "p1"):
-        shutil.copytree(GOLDEN, root / "points" / point)
-    regime = Regime.model_validate(read_json(GOLDEN / "regime.json")["regime"]).model_dump(mode="json")
-    record = StudyRecord(
-        name="golden_study",
-        source_path=str(GOLDEN / "regime.json"),
-        regime=regime,
-        regime_axes={"engine.enforce_eager": [True, False]},
-        arm_axes={},
-        families={"baseline": "baseline", "ngram_k4": "ngram_k4"},
-        points=[
-            StudyPointRecord(id=p, axes=[("engine.enforce_eager", v)], fingerprint="f", run_dir=f"points/{p}")
-            for p, v in (("p0", True), ("p1", False))
-        ],
-    )
-    StudyDir(root).write(record)
+    points = {"p0": GOLDEN, "p1": GOLDEN}
+    root = write_study(tmp_path / "study-x", points, {"baseline": "baseline", "ngram_k4": "ngram_k4"})
     return root
 
 

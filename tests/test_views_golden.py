@@ -25,7 +25,12 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 VIEWS = FIXTURES / "views"
 RUNS = ("run_v1", "run_v3_smoke")
-SHOWN = (*RUNS, "run_v12_default", "run_v12_provisional", "run_v12_decide")  # two rounds (quiet, busy), 2-4 deciding
+SHOWN = (
+    *RUNS,
+    "run_v12_default",
+    "run_v12_provisional",
+    "run_v12_decide",
+)  # two rounds (quiet, busy), 2-4 deciding
 UPDATE = os.environ.get("BENCH_UPDATE_VIEWS") == "1"
 
 

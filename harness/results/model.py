@@ -220,7 +220,24 @@ class CellMetrics(ResultModel):
         return [sum(m := [v for s, v in values if s == start]) / len(m) for start in starts]
 
 
-class CategoryMetrics(ResultModel):
+class SpeedupFields(ResultModel):
+    """A speedup as the arms x rounds model estimated it (``harness.intervals.Estimate.stored``), for
+    a record that is not a cell: a category (the model over its per-start-up tok/s) or a ramp span.
+    The fields mean what a cell's ``speedup_*`` fields mean (``CellMetrics``)."""
+
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    speedup_interval: str | None = None
+    speedup_rounds: int | None = None
+    speedup_df: int | None = None
+    speedup_log_se: float | None = None
+    speedup_looks: int | None = None
+    speedup_first_look: int | None = None
+    speedup_model_arms: int | None = None
+
+
+class CategoryMetrics(SpeedupFields):
     """One arm on one category at one concurrency level, pooled over the category's workloads."""
 
     arm: str
@@ -238,26 +255,16 @@ class CategoryMetrics(ResultModel):
     # the arms x rounds model over the category's per-start-up tok/s (its workloads' tokens over
     # their time, per start-up; harness.intervals), stored as a cell's: for a category of one
     # workload, the cell's own estimate. A summary before this field: the pooled tok/s ratio
-    speedup: float | None
     copy_share_pct: float | None = None
     context_share_pct: float | None = None
     request_rate: float | None = None  # open-loop windows: requests/s
-    speedup_low: float | None = None
-    speedup_high: float | None = None
-    speedup_interval: str | None = None
-    speedup_rounds: int | None = None
-    speedup_df: int | None = None
-    speedup_log_se: float | None = None
-    speedup_looks: int | None = None
-    speedup_first_look: int | None = None
-    speedup_model_arms: int | None = None
 
     @property
     def level(self) -> LoadLevel:
         return LoadLevel(self.concurrency, self.request_rate)
 
 
-class RampStageMetrics(ResultModel):
+class RampStageMetrics(SpeedupFields):
     """One arm's ramp (``load.ramp``) on one workload: one stage, or the whole ramp (``stage``
     None), pooled over the server start-ups (``harness.ramp``; formulas in ``probes.ramp``)."""
 
@@ -285,23 +292,7 @@ class RampStageMetrics(ResultModel):
     drafted_per_draft: float | None = None  # drafted tokens per draft: the K the engine ran (0: none)
     # an engine that adapts its steps (SGLang): the steps it ran as the stage ended, mean over start-ups
     engine_steps: float | None = None
-    # the arms x rounds model over the start-ups' tok/s in this span (harness.intervals), as a cell's
-    speedup: float | None = None
-    speedup_low: float | None = None
-    speedup_high: float | None = None
-    speedup_rounds: int | None = None
-    speedup_df: int | None = None
-    speedup_log_se: float | None = None
-    # the intervals the run's design could look at before it stopped (load.server_starts decide);
-    # the interval is corrected for them (harness.intervals). None: 1, a fixed number of rounds
-    speedup_looks: int | None = None
-    # the rounds at that design's first look (server_starts.min; version 12 on): the looks' level
-    # is fitted to them. None: one look, or a summary before version 12 (Bonferroni over the looks)
-    speedup_first_look: int | None = None
-    # the arms (with the baseline) of the model the speedup was fitted in (version 12 on): the
-    # winner of several is corrected at max-t only where they all shared it. None: before version 12
-    speedup_model_arms: int | None = None
-    speedup_interval: str | None = None
+
 
 
 class ArmSummary(ArmStatus):
