@@ -294,7 +294,6 @@ class RampStageMetrics(SpeedupFields):
     engine_steps: float | None = None
 
 
-
 class ArmSummary(ArmStatus):
     """An arm's configuration, where its drafter came from, and its status."""
 
