@@ -50,8 +50,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from harness.gates import NIGHT_FALSE_ALARM, RunView, history_check, relative_check  # noqa: E402
-from harness.history.reference import MIN_NIGHTS, WINDOWS  # noqa: E402
 from harness.history.store import load_history  # noqa: E402
+from harness.history_analysis.reference import MIN_NIGHTS, WINDOWS  # noqa: E402
 from harness.metrics import METRICS  # noqa: E402
 
 Cell = tuple[str, str, int, str]  # arm, workload, concurrency, metric

@@ -1,7 +1,7 @@
 """Do the harness's intervals cover what they claim? Measured, not argued.
 
 ``--simulate``: the harness's own estimators (``harness.intervals.cell_estimates`` for a cell's
-speedup and the winner's correction, ``harness.study.analysis`` for best K and break-even,
+speedup and the winner's correction, ``harness.study_analysis.analysis`` for best K and break-even,
 ``harness.gates.relative_check`` for a relative gate, ``harness.rounds.Standing`` for a run that
 adds rounds until decided) on simulated runs whose truth is known.
 A simulated run: every arm's server starts once per round; each start-up has its own effect
@@ -157,11 +157,11 @@ def run_simulation(runs: int, seed: int, quick: bool = False) -> list[tuple[str,
 
 
 def best_k_lines(sds: list[float], rounds: list[int], runs: int, seed: int) -> Iterator[tuple[str, float]]:
-    """Best K (Hsu's MCB, ``harness.study.analysis.best_set``) when three K values are truly equal
+    """Best K (Hsu's MCB, ``harness.study_analysis.analysis.best_set``) when three K values are truly equal
     (1.10x each: the least favourable case, where MCB's 95% is exact): how often the set of K values
     that cannot be told from the best keeps K=1's arm (each is a true best), and how often it
     claims one K "better than every other"."""
-    from harness.study.analysis import best_set
+    from harness.study_analysis.analysis import best_set
 
     for sd in sds:
         for n in rounds:
@@ -192,10 +192,10 @@ CURVE = [math.exp(math.log(1.3) + SLOPE * math.log2(c)) for c in LEVELS]
 def break_even_lines(
     sds: list[float], rounds: list[int], runs: int, seed: int
 ) -> Iterator[tuple[str, float]]:
-    """The break-even set (``harness.study.analysis.crossing_set``: test inversion, levels paired by
+    """The break-even set (``harness.study_analysis.analysis.crossing_set``: test inversion, levels paired by
     round) for a curve 1.30x / 1.06x / 0.87x at concurrency 1 / 4 / 16, crossing at 6: how often it
     holds the true crossing (no set counts as a miss)."""
-    from harness.study.analysis import crossing_set
+    from harness.study_analysis.analysis import crossing_set
 
     for sd in sds:
         for n in rounds:
@@ -337,7 +337,7 @@ def decide_best_k_lines(
     of one arm against the baseline, not to MCB's statistic): how often the set keeps K=1's arm at
     every look, and how often any look claims one K "better than every other" (a run that stopped
     there would say so)."""
-    from harness.study.analysis import best_set
+    from harness.study_analysis.analysis import best_set
 
     looks = DECIDE_MAX - DECIDE_MIN + 1
     for sd in sds:

@@ -25,7 +25,7 @@ def __getattr__(name: str) -> Any:
 
         return load_history
     if name == "load_study":
-        from harness.study.collect import load_study
+        from harness.study_analysis.collect import load_study
 
         return load_study
     raise AttributeError(f"module 'harness' has no attribute {name!r}")

@@ -41,7 +41,7 @@ from harness import stats
 from harness.environment import machine_differences
 from harness.errors import UserError
 from harness.formats import interval_text
-from harness.history.reference import DEFAULT_NIGHTS, MIN_NIGHTS, WINDOWS, Nights, judge_series
+from harness.history_analysis.reference import DEFAULT_NIGHTS, MIN_NIGHTS, WINDOWS, Nights, judge_series
 from harness.intervals import Estimate, stored_estimate
 from harness.metrics import METRICS, PROMPT_STATUS
 from harness.regime import Gate, Gates, LoadLevel, Regime
@@ -381,7 +381,7 @@ def history_check(
     confidence: float = 0.95,
     reference: int = DEFAULT_NIGHTS,
 ) -> HistoryResult:
-    """A maximum-regression gate against the nights before (``harness.history.reference``): the
+    """A maximum-regression gate against the nights before (``harness.history_analysis.reference``): the
     night's summary of its start-up samples, and the mean of the last 3 nights', against the
     prediction interval the good nights before them give (``low``/``high``: the night's band, as
     changes against their centre). Fails when a window lies beyond its band on the worse side AND

@@ -230,7 +230,7 @@ def changed_workload(record: dict[str, Any], plan: Plan) -> str | None:
 def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
     """Load and check a regime and its workloads; starts nothing."""
     if regime is None:
-        from harness.study.policy_file import resolve_schedules
+        from harness.study_records.policy_file import resolve_schedules
 
         regime = resolve_schedules(load_regime(regime_path), regime_path)
     _check_local_paths(regime, regime_path)

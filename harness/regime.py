@@ -1041,7 +1041,7 @@ class Arm(StrictModel):
 
 
 class PolicySettings(StrictModel):
-    """How a study turns its decided cells into a K per batch size (harness.study.policy)."""
+    """How a study turns its decided cells into a K per batch size (harness.study_analysis.policy)."""
 
     workload_mix: dict[str, float] = Field(
         default_factory=dict,

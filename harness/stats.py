@@ -2,7 +2,7 @@
 
 - t and normal quantiles, and the one-sided Dunnett quantile of Hsu's comparisons with the best
   (``t_quantile``, ``best_of_quantile``): the speedup's model (``harness.intervals``), best K and
-  break-even (``harness.study.analysis``);
+  break-even (``harness.study_analysis.analysis``);
 - the confidence of each interval behind a simultaneous 95% claim: over several arms against one
   baseline (``many_to_one_level``, two-sided Dunnett) and over the looks of a run that adds rounds
   until decided (``repeated_level``, fitted by seeded simulation): the winner's correction and the

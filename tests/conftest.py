@@ -171,7 +171,7 @@ def shared_study(tmp_path_factory, slurm) -> dict:
     gates copies of p0. One study serves them all (each start-up costs ~40 s on the AVX2 machine):
     7 start-ups, plus the timed-out point's one."""
     from harness.server import group_alive
-    from harness.study.collect import load_study
+    from harness.study_analysis.collect import load_study
 
     results = tmp_path_factory.mktemp("results")
     env = {**slurm.env, "COLUMNS": "200"}

@@ -27,7 +27,7 @@ from harness.plan import Plan, plan_regime
 from harness.probes.acceptance import acceptance
 from harness.regime import SpecMethod, load_regime
 from harness.schedule_check import scheduled_k
-from harness.study.policy_file import resolve_schedules
+from harness.study_records.policy_file import resolve_schedules
 from harness.validation import check_served
 from tests import engine_parsers
 

@@ -17,8 +17,8 @@ import pytest
 import harness
 from harness.errors import UserError
 from harness.gates import RunView
-from harness.history.collect import history_entry, machine_key
 from harness.history.store import SCHEMA_VERSION, open_history
+from harness.history_analysis.collect import history_entry, machine_key
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "tests" / "fixtures" / "run_v3_smoke"  # a real CPU run (cpu_smoke, one start-up per arm)
@@ -142,7 +142,7 @@ from datetime import datetime, timedelta  # noqa: E402
 import numpy as np  # noqa: E402
 
 from harness.gates import history_check  # noqa: E402
-from harness.history.reference import comparable_nights  # noqa: E402
+from harness.history_analysis.reference import comparable_nights  # noqa: E402
 
 
 def _nights(
@@ -181,7 +181,7 @@ def test_false_alarms_and_detection_on_simulated_nights() -> None:
     within 3 nights almost always, and a step that persists keeps failing (its nights are not the
     reference)."""
     from harness.gates import NIGHT_FALSE_ALARM
-    from harness.history.reference import WINDOWS
+    from harness.history_analysis.reference import WINDOWS
 
     confidence = 1 - 2 * NIGHT_FALSE_ALARM / len(WINDOWS)
     rng = np.random.default_rng(2)
@@ -346,7 +346,7 @@ def _series_history(path: Path, values: list[float], engine_from: int | None = N
 
 
 def _changes(path: Path):
-    from harness.history.changes import change_points
+    from harness.history_analysis.changes import change_points
 
     with open_history(path, read_only=True) as history:
         return change_points(history.samples(), history.runs())

@@ -27,7 +27,7 @@ from harness.intervals import Estimate
 from harness.regime import Regime
 from harness.results import SCHEMA_VERSION, RunDir, load_summary, parse_summary, read_run_record
 from harness.results.migrations import Migrations, run_record, status, study, summary, upgrade
-from harness.study.record import StudyDir, StudyRecord
+from harness.study_records.record import StudyDir, StudyRecord
 from harness.summary import summarize
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -120,7 +120,7 @@ def test_the_trend_page_shows_each_nights_stored_estimate(tmp_path: Path) -> Non
     """A night's speedup on the trend page is the one its run stored (point and interval), and the
     band is labelled at the level the history gate holds one check to."""
     from harness.history.store import open_history
-    from harness.history.trend import BAND_CONFIDENCE, trend_series
+    from harness.history_analysis.trend import BAND_CONFIDENCE, trend_series
 
     history = tmp_path / "h.duckdb"
     run = tmp_path / "night"

@@ -18,9 +18,9 @@ import yaml
 from harness.errors import UserError
 from harness.regime import load_regime, schedule_problems
 from harness.results.files import write_json_atomic
-from harness.study.analysis import crossing
-from harness.study.policy import MIX, TOP_BATCH_SIZE, document, mixed, policies
-from harness.study.policy_file import POLICY_JSON, read_policy, resolve_schedules
+from harness.study_analysis.analysis import crossing
+from harness.study_analysis.policy import MIX, TOP_BATCH_SIZE, document, mixed, policies
+from harness.study_records.policy_file import POLICY_JSON, read_policy, resolve_schedules
 from tests.test_study_analysis import obs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -294,7 +294,7 @@ def test_a_scheduled_arm_is_not_one_k_of_its_family() -> None:
     neither a K the policy chooses from nor one best K compares."""
     from dataclasses import replace
 
-    from harness.study.analysis import best_k
+    from harness.study_analysis.analysis import best_k
 
     knee = [replace(o, arm="knee", scheduled=True, speedup=3.0) for o in _study() if o.k == 4]
     (schedule,) = policies(_study() + knee)

@@ -11,7 +11,7 @@ import pytest
 
 from harness import stats
 from harness.intervals import Estimate
-from harness.study.analysis import (
+from harness.study_analysis.analysis import (
     Observation,
     best_k,
     best_set,

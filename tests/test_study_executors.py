@@ -22,9 +22,9 @@ from harness.sensors.devices import visible_indices
 from harness.study import run as study_run
 from harness.study.executors import JobOutcome, JobSpec, outcome_of, slurm_parameters
 from harness.study.placement import Demand, plan_lines, plan_placement
-from harness.study.record import ExecutorOptions, PointAttempt, StudyDir
 from harness.study.run import Dispatcher, study_record
 from harness.study.sweep import plan_study
+from harness.study_records.record import ExecutorOptions, PointAttempt, StudyDir
 from tests.conftest import ROOT, bench
 
 CLUSTER_REGIME = ROOT / "tests" / "regimes" / "cpu_cluster_e2e.yaml"
@@ -388,8 +388,8 @@ def test_executor_options_are_for_studies_only() -> None:
 
 
 def test_a_study_spanning_two_gpu_models_says_so(tmp_path: Path) -> None:
-    from harness.study.collect import StudyResults
-    from harness.study.tables import caveats
+    from harness.study_analysis.collect import StudyResults
+    from harness.study_pages.tables import caveats
 
     study, _ = plan_study(CLUSTER_REGIME)
     record = study_record(study, ExecutorOptions(name="slurm"))

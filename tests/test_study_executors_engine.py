@@ -24,7 +24,7 @@ import pytest
 
 from harness.probes.acceptance import SpecCounters, mean_acceptance_length
 from harness.results import read_jsonl
-from harness.study.collect import load_study
+from harness.study_analysis.collect import load_study
 from tests.conftest import NODE, STUDY_REGIME, bench, engine_processes
 
 pytestmark = pytest.mark.engine

@@ -24,7 +24,7 @@ def write_study(root: Path, points: dict[str, Path], families: dict[str, str]) -
 
     from harness.regime import Regime
     from harness.results.files import read_json
-    from harness.study.record import StudyDir, StudyPointRecord, StudyRecord
+    from harness.study_records.record import StudyDir, StudyPointRecord, StudyRecord
 
     for point, run in points.items():
         shutil.copytree(run, root / "points" / point)

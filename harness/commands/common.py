@@ -14,7 +14,7 @@ from typing import Any, Literal
 from harness.errors import UserError
 
 EXIT_OK, EXIT_USAGE, EXIT_ENGINE, EXIT_INTERRUPTED = 0, 2, 3, 130  # 1: a regression (harness.gates)
-RUN_RECORD = "regime.json"  # what makes a directory a run (the study's marker: harness.study.record)
+RUN_RECORD = "regime.json"  # what makes a directory a run (the study's marker: harness.study_records.record)
 
 Kind = Literal["run", "study"]
 
@@ -53,7 +53,7 @@ def _fill(paragraph: str, width: int) -> str:
 def kind_of(path: Path) -> Kind:
     """What a directory given on the command line holds: a run or a study; anything else is refused
     here, with what each would have held."""
-    from harness.study.record import is_study_dir
+    from harness.study_records.record import is_study_dir
 
     if is_study_dir(path):
         return "study"
@@ -116,7 +116,7 @@ def add_executor_flags(parser: argparse.ArgumentParser) -> None:
 
 def executor_options(args: argparse.Namespace, base: Any = None) -> Any:
     """The executor flags over ``base`` (a resumed study's own options); None when none was given."""
-    from harness.study.record import ExecutorOptions
+    from harness.study_records.record import ExecutorOptions
 
     flags = {
         "name": args.executor,
@@ -141,6 +141,6 @@ def read_regime(path: Path) -> Any:
     """A regime file, validated, with each arm's ``k_schedule: {from: STUDY}`` resolved to that
     study's schedule: what `bench run` and `bench validate` work from."""
     from harness.regime import load_regime
-    from harness.study.policy_file import resolve_schedules
+    from harness.study_records.policy_file import resolve_schedules
 
     return resolve_schedules(load_regime(path), path)

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     out_dir = args.output or args.run_dir / "export"
     if kind_of(args.run_dir) == "study":
-        from harness.study.collect import load_study
+        from harness.study_analysis.collect import load_study
 
         table = load_study(args.run_dir).cells()
         path = write_table(table, out_dir / f"study_cells.{args.format}", args.format)

@@ -171,9 +171,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def _history(args: argparse.Namespace, view: RunView, console: Console) -> HistoryGate:
     """The nights this run's relative gates compare with, said in one line (or why it falls back)."""
     from harness.gates import history_gate
-    from harness.history.collect import history_run
-    from harness.history.reference import MIN_NIGHTS, comparable_nights
     from harness.history.store import open_history
+    from harness.history_analysis.collect import history_run
+    from harness.history_analysis.reference import MIN_NIGHTS, comparable_nights
 
     if args.nights < 2:
         raise UserError(f"--nights {args.nights}: a prediction interval needs 2 nights or more")

@@ -140,7 +140,7 @@ def _run_dirs(path: Path) -> list[tuple[Path, str | None]]:
     """The run directories a path names: itself, or a study's points (with the study's name)."""
     if kind_of(path) == "run":
         return [(path, None)]
-    from harness.study.record import StudyDir
+    from harness.study_records.record import StudyDir
 
     study = StudyDir(path)
     return [(study.point_run(point).root, path.name) for point in study.read().points]
@@ -161,8 +161,8 @@ def found_under(folder: Path) -> list[Path]:
 
 def add_to_history(paths: list[Path], history_path: Path, engine_commit: str | None, console: Console) -> int:
     """Append run and study directories (each study point) to the history, each run once."""
-    from harness.history.collect import IncompleteRun, history_entry
     from harness.history.store import open_history
+    from harness.history_analysis.collect import IncompleteRun, history_entry
 
     runs = [found for path in paths for found in _run_dirs(path)]
     added = kept = 0
@@ -241,8 +241,8 @@ def _accept(history_path: Path, run_id: str, reason: str, console: Console) -> i
 def _changes(history_path: Path, metrics: list[str] | None, console: Console) -> int:
     from rich.table import Table
 
-    from harness.history.changes import MAX_PVALUE, MIN_NIGHTS, change_points
     from harness.history.store import open_history
+    from harness.history_analysis.changes import MAX_PVALUE, MIN_NIGHTS, change_points
 
     with open_history(history_path, read_only=True) as history:
         found = change_points(history.samples(), history.runs(), metrics)
@@ -277,7 +277,7 @@ def _changes(history_path: Path, metrics: list[str] | None, console: Console) ->
 def trend_page(history_path: Path, metrics: list[str] | None = None) -> str:
     """The trend page of a history: its series derived once, then rendered."""
     from harness.history.store import open_history
-    from harness.history.trend import trend_series
+    from harness.history_analysis.trend import trend_series
     from harness.report.history import render_history
 
     with open_history(history_path, read_only=True) as history:

@@ -85,8 +85,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def study_page(study_dir: Path, out_dir: Path) -> Path:
     """A study's page and its points' reports under ``out_dir``, each point's run analysed once."""
     from harness.analysis import load_analysis
-    from harness.study.collect import load_study
-    from harness.study.report import render_study
+    from harness.study_analysis.collect import load_study
+    from harness.study_pages.report import render_study
 
     study = load_study(study_dir)
     runs = {point: load_analysis(path) for point, path in study.run_dirs.items()}

@@ -191,9 +191,9 @@ def _run_study(
     announce: Callable[[Path | None], None] | None,
     console: Console,
 ) -> int:
-    from harness.study.analysis_md import write_analysis
-    from harness.study.record import ExecutorOptions, StudyDir
     from harness.study.run import resume_study, run_study
+    from harness.study_pages.analysis_md import write_analysis
+    from harness.study_records.record import ExecutorOptions, StudyDir
 
     if args.resume is not None:
         options = executor_options(args, StudyDir(args.resume).read().executor)

@@ -56,8 +56,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from harness.analysis import load_analysis
 
     if kind_of(args.run_dir) == "study":
-        from harness.study.analysis_md import write_analysis
-        from harness.study.collect import load_study
+        from harness.study_analysis.collect import load_study
+        from harness.study_pages.analysis_md import write_analysis
 
         results = load_study(args.run_dir)
         write_analysis(results)  # derived: refreshed on every show

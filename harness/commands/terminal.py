@@ -1,5 +1,5 @@
 """What `bench run` and `bench show` print of a run or a study (the tables themselves are
-harness.table's and harness.study.tables'), and the notes every reading command prints first."""
+harness.table's and harness.study_pages.tables'), and the notes every reading command prints first."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from harness.commands.common import EXIT_ENGINE, EXIT_OK
 if TYPE_CHECKING:
     from harness.analysis import RunAnalysis
     from harness.results import Summary
-    from harness.study.collect import StudyResults
+    from harness.study_analysis.collect import StudyResults
 
 # Printed under every run's tables; the registry's own definitions: harness.metrics.METRICS.
 LEGEND = (
@@ -79,8 +79,8 @@ def print_results(analysis: RunAnalysis, console: Console) -> int:
 def print_study(results: StudyResults, console: Console) -> int:
     """A study's tables and its arms without results (failed or interrupted); exit 3 when there is
     one or a point is missing."""
-    from harness.study.analysis_md import ANALYSIS_FILE
-    from harness.study.tables import terminal_tables
+    from harness.study_pages.analysis_md import ANALYSIS_FILE
+    from harness.study_pages.tables import terminal_tables
 
     for summary in results.summaries.values():
         print_unread(summary, console)

@@ -75,8 +75,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _validate_study(path: Path, regime: Any, options: Any, console: Console, allow_defect: bool) -> int:
-    from harness.study.record import ExecutorOptions
     from harness.study.sweep import plan_study
+    from harness.study_records.record import ExecutorOptions
 
     options = options or ExecutorOptions()
     study, plans = plan_study(path, regime)

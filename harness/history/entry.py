@@ -58,7 +58,7 @@ class HistoryCell(ResultModel):
     speedup_log_se: float | None
     speedup_df: int | None
     # measured beside a busy neighbour (schema 2): its timed numbers are not the engine's alone, so
-    # a night with it is no reference for that cell (harness.history.reference)
+    # a night with it is no reference for that cell (harness.history_analysis.reference)
     noisy_neighbour: bool = False
 
 

@@ -16,7 +16,7 @@ matplotlib.use("Agg")  # no display; also the only backend whose PNGs are byte-s
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
-from harness.history.trend import Series  # noqa: E402
+from harness.history_analysis.trend import Series  # noqa: E402
 from harness.intervals import Estimate  # noqa: E402
 from harness.probes import ramp  # noqa: E402
 from harness.results.model import CellMetrics  # noqa: E402

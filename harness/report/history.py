@@ -11,9 +11,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.history.changes import MAX_PVALUE
-from harness.history.reference import DEFAULT_NIGHTS
-from harness.history.trend import BAND_CONFIDENCE, Series
+from harness.history_analysis.changes import MAX_PVALUE
+from harness.history_analysis.reference import DEFAULT_NIGHTS
+from harness.history_analysis.trend import BAND_CONFIDENCE, Series
 from harness.metrics import METRICS
 from harness.report import figures, template_environment
 

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Protocol
 
 from harness.errors import UserError
 from harness.study.jobs import run_job
-from harness.study.record import ExecutorOptions, JobState, PointAttempt
+from harness.study_records.record import ExecutorOptions, JobState, PointAttempt
 
 EXIT_INTERRUPTED = 130
 

@@ -29,8 +29,8 @@ from harness.regime import stored_regime
 from harness.results.files import read_json, write_json_atomic
 from harness.runner import Runner, resume_run
 from harness.sensors.environment import collect_gpus, collect_placement
-from harness.study.record import StudyDir
 from harness.study.sweep import plan_study
+from harness.study_records.record import StudyDir
 
 PLACEMENT_FILE = "placement.json"
 LOG_TAIL_LINES = 30  # of a failed job's output, kept in study.json

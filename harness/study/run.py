@@ -20,7 +20,6 @@ from harness.plan import Plan
 from harness.regime import Regime, stored_regime
 from harness.results.files import RunDir, read_json, writer_lock
 from harness.server import log_tail, stop_left_running
-from harness.study.collect import StudyResults, load_study
 from harness.study.executors import (
     Executor,
     Job,
@@ -33,8 +32,15 @@ from harness.study.executors import (
 )
 from harness.study.jobs import LOG_TAIL_LINES, PLACEMENT_FILE, now, point_command
 from harness.study.placement import Demand, Slot, plan_placement, point_gpus, time_limit_minutes
-from harness.study.record import ExecutorOptions, PointAttempt, StudyDir, StudyPointRecord, StudyRecord
 from harness.study.sweep import StudyPlan, plan_study
+from harness.study_analysis.collect import StudyResults, load_study
+from harness.study_records.record import (
+    ExecutorOptions,
+    PointAttempt,
+    StudyDir,
+    StudyPointRecord,
+    StudyRecord,
+)
 
 POLL_S = 0.5
 INTERRUPT_GRACE_S = 150  # a job's runner stops its server (up to 20 s) and writes its files

@@ -17,7 +17,8 @@ The mix: per K and level, the workloads' speedups combined as a weighted geometr
 start-up's the same way; its log standard error is the weighted sum of theirs (the workloads ran
 on the same start-ups, so their errors are not independent: the sum is the conservative bound).
 
-Pure: ``harness.study.collect`` gives the observations, ``harness.study.policy_file`` the file.
+Pure: ``harness.study_analysis.collect`` gives the observations, ``harness.study_records.policy_file``
+the file.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from dataclasses import dataclass, replace
 from harness import stats
 from harness.intervals import design_level
 from harness.regime import Arm
-from harness.study import analysis
-from harness.study.analysis import Observation
-from harness.study.policy_file import PolicyBoundary, PolicyFile, PolicyLevel, PolicySchedule
+from harness.study_analysis import analysis
+from harness.study_analysis.analysis import Observation
+from harness.study_records.policy_file import PolicyBoundary, PolicyFile, PolicyLevel, PolicySchedule
 
 MIX = "mix"  # the workload name of the weighted mix's schedule
 # the last range's end: vLLM carries the last K through every batch size above it anyway

@@ -13,9 +13,9 @@ from harness.errors import UserError
 from harness.regime import Regime
 from harness.results.files import RunDir, read_json, read_run_record
 from harness.results.model import CellMetrics, Summary
-from harness.study import analysis, policy
-from harness.study.policy_file import PolicyFile
-from harness.study.record import StudyDir, StudyPointRecord, StudyRecord
+from harness.study_analysis import analysis, policy
+from harness.study_records.policy_file import PolicyFile
+from harness.study_records.record import StudyDir, StudyPointRecord, StudyRecord
 from harness.summary import summarize
 
 if TYPE_CHECKING:

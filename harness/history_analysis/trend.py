@@ -18,8 +18,8 @@ import pandas as pd
 
 from harness import stats
 from harness.gates import NIGHT_FALSE_ALARM
-from harness.history.changes import SERIES, ChangePoint, SeriesKey, change_points
-from harness.history.reference import DEFAULT_NIGHTS, night_summary, prediction
+from harness.history_analysis.changes import SERIES, ChangePoint, SeriesKey, change_points
+from harness.history_analysis.reference import DEFAULT_NIGHTS, night_summary, prediction
 from harness.metrics import METRICS
 
 # the level of the band: ``bench gate --history`` fails a night alone at 1 - 2 x 1% / (checks x 2

@@ -15,7 +15,7 @@ module derives:
 - the flips: where a decided recommendation, a decided best K or the sign of a speedup changes
   between two points that differ in one regime axis.
 
-No I/O here: ``harness.study.collect`` builds the ``Observation``s from stored runs.
+No I/O here: ``harness.study_analysis.collect`` builds the ``Observation``s from stored runs.
 """
 
 from __future__ import annotations

@@ -12,10 +12,16 @@ from harness.analysis import AnalyzedRun
 from harness.report import render_report, template_environment
 from harness.report.figures import _png
 from harness.results.files import write_text_atomic
-from harness.study.analysis import BreakEven
-from harness.study.collect import StudyResults
-from harness.study.policy import RULE as POLICY_RULE
-from harness.study.tables import best_k_rows, break_even_rows, engine_lines, policy_rows, recommendation_rows
+from harness.study_analysis.analysis import BreakEven
+from harness.study_analysis.collect import StudyResults
+from harness.study_analysis.policy import RULE as POLICY_RULE
+from harness.study_pages.tables import (
+    best_k_rows,
+    break_even_rows,
+    engine_lines,
+    policy_rows,
+    recommendation_rows,
+)
 
 
 def speedup_figures(study: StudyResults) -> list[tuple[str, str]]:

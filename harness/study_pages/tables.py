@@ -12,10 +12,10 @@ from rich.table import Table
 
 from harness.formats import interval_text
 from harness.results.model import CellMetrics
-from harness.study.analysis import BestK, BreakEven, Recommendation
-from harness.study.collect import StudyResults
-from harness.study.policy import RULE as POLICY_RULE
-from harness.study.policy_file import POLICY_YAML, PolicySchedule
+from harness.study_analysis.analysis import BestK, BreakEven, Recommendation
+from harness.study_analysis.collect import StudyResults
+from harness.study_analysis.policy import RULE as POLICY_RULE
+from harness.study_records.policy_file import POLICY_YAML, PolicySchedule
 from harness.table import markdown_table, precision_line
 
 # what each table's numbers are, said once for the terminal titles and the Markdown

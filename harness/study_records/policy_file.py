@@ -1,5 +1,5 @@
 """A study's ``policy.json`` (and ``policy.yaml``, the same document for people): the speculation
-policy ``harness.study.policy`` derived, with the exact engine configuration that runs it.
+policy ``harness.study_analysis.policy`` derived, with the exact engine configuration that runs it.
 
 Written beside ``study.json`` when a study ends and by ``bench show STUDY``; read back by an arm's
 ``k_schedule: {from: STUDY_DIR}`` (``harness.plan.resolve_schedules``). ``schema_version`` is this

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from harness import stats
-from harness.history.reference import night_summary
+from harness.history_analysis.reference import night_summary
 
 MAX_PVALUE = 0.001  # Otava's default significance (and its E-Divisive permutations' floor is 1/100)
 WINDOW = 30  # Otava's sliding window: a step is judged against at most this many nights around it

@@ -8,9 +8,9 @@ from __future__ import annotations
 import yaml
 
 from harness.results.files import write_json_atomic, write_text_atomic
-from harness.study.collect import StudyResults
-from harness.study.policy_file import POLICY_JSON, POLICY_YAML
-from harness.study.tables import markdown
+from harness.study_analysis.collect import StudyResults
+from harness.study_pages.tables import markdown
+from harness.study_records.policy_file import POLICY_JSON, POLICY_YAML
 
 ANALYSIS_FILE = "analysis.md"
 
