@@ -167,6 +167,12 @@ class Estimate:
     def decided(self) -> bool:
         return self.verdict in DECIDED
 
+    @property
+    def out_of_rounds(self) -> bool:
+        """A run that added rounds until decided and used every round its design allowed."""
+        last = (self.first_look or 0) + self.looks - 1
+        return self.looks > 1 and self.first_look is not None and self.rounds >= last
+
     def stored(self) -> dict[str, object]:
         """The fields a summary stores for it (a cell's or a ramp span's ``speedup_*``), which
         ``stored_estimate`` reads back."""

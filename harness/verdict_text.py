@@ -126,11 +126,15 @@ def _said(v: WindowVerdict) -> str:
         low, high = d.low, d.high
         assert low is not None and high is not None
         picked = f" as the fastest of {v.candidates} arms" if v.corrected else ""
-        hint = (
-            "re-run on a quiet machine"
-            if v.provisional
-            else "add rounds (load.server_starts) or bench calibrate"
-        )
+        if v.provisional:
+            hint = "re-run on a quiet machine"
+        elif e.out_of_rounds:
+            hint = (
+                f"all {e.rounds} rounds its design allowed were used: raise load.server_starts.max, or "
+                "bench calibrate"
+            )
+        else:
+            hint = "add rounds (load.server_starts) or bench calibrate"
         return (
             f"too noisy to tell: {arm} {e.point:.2f}x ({_own(e)}), anywhere from {bound_text(low)}x to "
             f"{bound_text(high)}x{picked} {scope}; {hint}"

@@ -201,3 +201,11 @@ def test_an_intervals_bounds_never_read_as_on_or_across_one_when_they_are_not() 
     assert interval_text(0.8, 0.9996) == "[0.80, 0.9996]"  # loses
     assert interval_text(0.99, 1.0) == "[0.99, 1.00]" and interval_text(1.2345, 1.5) == "[1.23, 1.50]"
     assert Estimate(1.07, 0.9953, 1.153).text() == "1.07x [0.995, 1.15]"
+
+
+def test_a_deciding_run_knows_when_it_used_every_round() -> None:
+    """From 2 rounds with 3 looks a design may take 4 rounds: at 4 it is out of rounds (the verdict
+    then says to raise the maximum, not to add rounds); a fixed number of rounds never is."""
+    assert Estimate(1.1, rounds=4, looks=3, first_look=2).out_of_rounds
+    assert not Estimate(1.1, rounds=3, looks=3, first_look=2).out_of_rounds
+    assert not Estimate(1.1, rounds=4).out_of_rounds
