@@ -143,15 +143,6 @@ class SloCapacity:
     rate: float
     between: tuple[float, float] | None = None  # the measured rates an interpolation lies between
 
-    def text(self) -> str:
-        where = f"{self.arm} on {self.workload}"
-        if self.kind == "at least":
-            return f"{where}: at least {self.rate:g} req/s (every rate measured met it)"
-        if self.kind == "below":
-            return f"{where}: below {self.rate:g} req/s (the lowest rate measured missed it)"
-        low, high = self.between or (self.rate, self.rate)
-        return f"{where}: about {self.rate:.2f} req/s (interpolated between {low:g} and {high:g})"
-
 
 def slo_capacity(summary: Summary) -> list[SloCapacity]:
     """Per arm and workload with open-loop windows and SLO targets: the SLO capacity."""

@@ -15,7 +15,7 @@ from harness.findings import Fact
 from harness.formats import bound_text, interval_text, range_text
 from harness.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate
 from harness.results.model import CellMetrics, Summary
-from harness.verdict import Caveat, Neighbour, Outcome, WindowVerdict
+from harness.verdict import Caveat, Neighbour, Outcome, SloCapacity, WindowVerdict
 
 OUTCOME_WORDS = {
     Outcome.PAYS: "pays",
@@ -249,6 +249,17 @@ def verdict_lines(analysis: RunAnalysis) -> list[str]:
     return lines
 
 
+def capacity_text(c: SloCapacity) -> str:
+    """An arm's SLO capacity on a workload, as measured: bounded, or interpolated between two rates."""
+    where = f"{c.arm} on {c.workload}"
+    if c.kind == "at least":
+        return f"{where}: at least {c.rate:g} req/s (every rate measured met it)"
+    if c.kind == "below":
+        return f"{where}: below {c.rate:g} req/s (the lowest rate measured missed it)"
+    low, high = c.between or (c.rate, c.rate)
+    return f"{where}: about {c.rate:.2f} req/s (interpolated between {low:g} and {high:g})"
+
+
 def capacity_lines(analysis: RunAnalysis) -> list[str]:
     found, slo = analysis.capacities, analysis.summary.slo
     if not found or slo is None:
@@ -257,7 +268,7 @@ def capacity_lines(analysis: RunAnalysis) -> list[str]:
         f"SLO capacity (the highest request rate with {slo.target_pct:g}% of requests within "
         f"{slo.describe()}):"
     )
-    return [head] + [f"  {c.text()}" for c in found]
+    return [head] + [f"  {capacity_text(c)}" for c in found]
 
 
 _STATISTIC_TEXT = {

@@ -127,7 +127,7 @@ def test_slo_capacity_is_the_highest_rate_that_still_met_the_target() -> None:
     that missed it; a bound when every rate (or none) met it."""
     from harness.analysis import analyze
     from harness.verdict import slo_capacity
-    from harness.verdict_text import capacity_lines
+    from harness.verdict_text import capacity_lines, capacity_text
 
     base = summarize(GOLDEN)
 
@@ -140,7 +140,7 @@ def test_slo_capacity_is_the_highest_rate_that_still_met_the_target() -> None:
             pct = shares[cell.arm][0 if rate == 0.5 else 1]
             cells.append(cell.model_copy(update={"request_rate": rate, "slo_pct": pct}))
         summary = base.model_copy(update={"cells": cells, "slo": Slo(ttft_ms=500, target_pct=90)})
-        return [c.text() for c in slo_capacity(summary)] + capacity_lines(analyze(summary))[:1]
+        return [capacity_text(c) for c in slo_capacity(summary)] + capacity_lines(analyze(summary))[:1]
 
     found = at_rates({"baseline": (100.0, 80.0), "ngram_k4": (100.0, 95.0)})
     # baseline: 100% at 0.5, 80% at 1.0 -> 90% reached at 0.5 + (100 - 90) / (100 - 80) x 0.5 = 0.75

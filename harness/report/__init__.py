@@ -46,6 +46,7 @@ from harness.verdict import Outcome
 from harness.verdict_text import (
     OUTCOME_WORDS,
     basis_line,
+    capacity_text,
     caveat_text,
     findings_text,
     outputs_text,
@@ -383,7 +384,7 @@ def report_context(run: AnalyzedRun) -> dict[str, Any]:
         "cpu_line": cpu_line(summary),
         "verdicts": verdicts,
         "verdict_notes": verdict_notes,
-        "capacity": analysis.capacities,
+        "capacity": [capacity_text(c) for c in analysis.capacities],
         "interval_note": basis_line(analysis.basis),
         "findings": findings_text(analysis.findings),
         "lab": _lab(analysis),
