@@ -10,6 +10,7 @@ from typing import Any
 from harness.analysis import RunAnalysis
 from harness.intervals import Estimate
 from harness.results.model import RampStageMetrics, Summary
+from harness.schedule_text import level_verdict, ramp_line
 from harness.table import section_tables
 from harness.terminal import FitTable
 
@@ -127,7 +128,7 @@ def ramp_schedule_sections(analysis: RunAnalysis) -> list[dict[str, Any]]:
                 _fmt(level.drafted_per_draft, ".2f"),
                 level.speedup.text() if level.speedup is not None else "-",
                 *(level.against[s].text() if s in level.against else "-" for s in statics),
-                level.verdict(),
+                level_verdict(level),
             ]
             for label, level in check.spans
         ]
@@ -139,7 +140,7 @@ def ramp_schedule_sections(analysis: RunAnalysis) -> list[dict[str, Any]]:
                 + [f"vs {s}" for s in statics]
                 + ["verdict"],
                 "rows": rows,
-                "lines": [check.summary_line()],
+                "lines": [ramp_line(check)],
             }
         )
     return out

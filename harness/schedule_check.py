@@ -23,7 +23,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from harness.formats import interval_text
 from harness.intervals import Estimate, stored_estimate
 from harness.results.model import ArmSummary, CellMetrics, RampStageMetrics
 
@@ -93,21 +92,6 @@ class LevelCheck:
     def against_best(self) -> Estimate | None:
         return self.against.get(self.best_static) if self.best_static else None
 
-    def verdict(self) -> str:
-        found = self.against_best
-        if found is None:
-            return "no static arm measured"
-        if found.low is None or found.high is None:
-            return f"{found.point:.2f}x the best static ({self.best_static}), unverified: no interval"
-        bounds = f"{found.point:.2f}x {interval_text(found.low, found.high)}"
-        if found.high < 1:
-            return (
-                f"loses to the best static ({self.best_static}) by {100 * (1 - found.point):.0f}%: {bounds}"
-            )
-        if found.low > 1:
-            return f"beats the best static ({self.best_static}): {bounds}"
-        return f"within noise of the best static ({self.best_static}): {bounds}"
-
     def baseline_verdict(self) -> str:
         return self.speedup.verdict if self.speedup is not None else "unmeasured"
 
@@ -120,37 +104,6 @@ class ScheduleCheck:
     source: str | None
     levels: list[LevelCheck]
     over: dict[str, Estimate]  # static arm -> geometric mean over the levels of schedule / static
-
-    def summary_lines(self) -> list[str]:
-        out = []
-        for static, found in sorted(self.over.items()):
-            if found.low is None or found.high is None:
-                out.append(
-                    f"{self.arm} / {static} over the levels: {found.point:.2f}x (unverified: no interval)"
-                )
-                continue
-            word = "beats" if found.low > 1 else "loses to" if found.high < 1 else "is within noise of"
-            bounds = f"{found.point:.2f}x {interval_text(found.low, found.high)}"
-            out.append(f"{self.arm} {word} {static} over the levels (geometric mean): {bounds}")
-        losing = [
-            lv
-            for lv in self.levels
-            if lv.against_best is not None and lv.against_best.high is not None and lv.against_best.high < 1
-        ]
-        baseline = [lv for lv in self.levels if lv.speedup is not None and lv.speedup.verdict == "loses"]
-        out.append(
-            "within noise of the best static arm, or better, at every level"
-            if not losing
-            else "behind the best static arm at "
-            + ", ".join(f"{lv.workload}@{lv.concurrency} ({lv.verdict()})" for lv in losing)
-        )
-        out.append(
-            "never loses to the baseline"
-            if not baseline
-            else "loses to the baseline at "
-            + ", ".join(f"{lv.workload}@{lv.concurrency} ({lv.speedup.text()})" for lv in baseline)  # type: ignore[union-attr]
-        )
-        return out
 
 
 def schedule_checks(arms: Sequence[ArmSummary], cells: Sequence[CellMetrics]) -> list[ScheduleCheck]:
@@ -206,18 +159,6 @@ class RampCheck:
     arm: str
     workload: str
     spans: list[tuple[str, LevelCheck]]  # (label: "@4, 20-40 s" or "whole ramp", check)
-
-    def summary_line(self) -> str:
-        whole = next((check for label, check in self.spans if label == "whole ramp"), None)
-        if whole is None:
-            return f"{self.arm} on the ramp ({self.workload}): not measured"
-        against = "; ".join(f"vs {static} {found.text()}" for static, found in sorted(whole.against.items()))
-        speed = whole.speedup.text() if whole.speedup is not None else "unmeasured"
-        return (
-            f"{self.arm} on the whole ramp ({self.workload}): {speed} over the baseline"
-            + (f"; {against}" if against else "")
-            + f"; {whole.verdict()}"
-        )
 
 
 def ramp_checks(arms: Sequence[ArmSummary], ramp: Sequence[RampStageMetrics]) -> list[RampCheck]:

@@ -12,6 +12,7 @@ from harness.metrics import METRICS, Metric, shown
 from harness.probes.acceptance import mean_acceptance_length
 from harness.regime import LoadLevel
 from harness.results.model import ArmSummary, CellMetrics, Summary
+from harness.schedule_text import level_verdict, schedule_lines
 from harness.terminal import Column, FitTable, wrap
 from harness.verdict import Outcome
 from harness.verdict_text import (
@@ -506,7 +507,7 @@ def schedule_sections(analysis: RunAnalysis) -> list[dict[str, Any]]:
                 _fmt(level.drafted_per_draft, ".2f"),
                 _ratio(level.speedup),
                 *(_ratio(level.against.get(s)) for s in statics),
-                level.verdict(),
+                level_verdict(level),
             ]
             for level in check.levels
         ]
@@ -518,7 +519,7 @@ def schedule_sections(analysis: RunAnalysis) -> list[dict[str, Any]]:
                 + [f"vs {s}" for s in statics]
                 + ["verdict"],
                 "rows": rows,
-                "lines": check.summary_lines(),
+                "lines": schedule_lines(check),
             }
         )
     return out

@@ -279,6 +279,7 @@ def test_the_views_show_the_ramp_and_a_schedule_on_it() -> None:
     from harness.ramp_table import ramp_sections
     from harness.results.model import ArmSummary
     from harness.schedule_check import ramp_checks
+    from harness.schedule_text import ramp_line
 
     raw = _ramp_run()
     found = ramp_metrics(raw)
@@ -300,7 +301,7 @@ def test_the_views_show_the_ramp_and_a_schedule_on_it() -> None:
         labels = [label for label, _ in check.spans]
         assert labels == ["@1, 0-10 s", "@4, 10-20 s", "whole ramp"]
         assert check.spans[0][1].scheduled_k >= 0 and check.spans[-1][1].scheduled_k == -1
-        assert "on the whole ramp (code)" in check.summary_line()
+        assert "on the whole ramp (code)" in ramp_line(check)
     from harness.results.model import Summary
 
     summary = Summary.model_construct(arms=arms, ramp=found, baseline_arm=raw.baseline_arm)

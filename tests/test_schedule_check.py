@@ -12,6 +12,7 @@ from harness import stats
 from harness.intervals import Estimate
 from harness.results.model import ArmSummary
 from harness.schedule_check import over_levels, ratio, schedule_checks, scheduled_k
+from harness.schedule_text import level_verdict, schedule_lines
 from tests.test_probes import _cell
 
 SCHEDULE = [(1, 2, 4), (3, 5, 2), (6, 1024, 0)]
@@ -77,10 +78,10 @@ def test_the_schedule_against_every_static_k_per_level_and_over_the_levels() -> 
     assert [lv.scheduled_k for lv in check.levels] == [4, 2, 0]
     assert [lv.drafted_per_draft for lv in check.levels] == [3.9, 2.0, 0.0]
     assert (one.best_static, four.best_static, eight.best_static) == ("ngram_k4", "ngram_k2", "ngram_k2")
-    assert one.verdict().startswith("within noise of the best static (ngram_k4): 0.99x")
-    assert eight.verdict().startswith("loses to the best static (ngram_k2) by 22%")
+    assert level_verdict(one).startswith("within noise of the best static (ngram_k4): 0.99x")
+    assert level_verdict(eight).startswith("loses to the best static (ngram_k2) by 22%")
     assert eight.baseline_verdict() == "loses"
-    lines = check.summary_lines()
+    lines = schedule_lines(check)
     assert lines[-2].startswith("behind the best static arm at code@8")
     assert lines[-1].startswith("loses to the baseline at code@8 (0.70x")
     k4 = check.over["ngram_k4"]
