@@ -238,7 +238,8 @@ def _code_digest() -> str:
 
 def raw_digest(run_dir: Path) -> str:
     """A digest of the run's raw files (names and bytes) and of the code that derives them."""
-    digest = hashlib.sha256(f"analysis {ANALYSIS_VERSION} {_code_digest()}".encode())
+    # the directory's name is the run id the analysis holds: a renamed or copied run derives again
+    digest = hashlib.sha256(f"analysis {ANALYSIS_VERSION} {_code_digest()} {run_dir.resolve().name}".encode())
     paths = [run_dir / name for name in RAW_FILES]
     paths += [arm / name for arm in sorted((run_dir / "arms").glob("*")) for name in RAW_ARM_FILES]
     for path in paths:
@@ -273,7 +274,7 @@ def stored_analysis(run_dir: Path) -> RunAnalysis | None:
             and stored.get("digest") == raw_digest(run_dir)
         )
         return _STORED.validate_python(stored["analysis"]) if fresh else None
-    except (UserError, ValidationError, KeyError, TypeError):
+    except (UserError, ValidationError, KeyError, TypeError, ValueError, RecursionError):
         return None
 
 

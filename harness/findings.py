@@ -154,6 +154,9 @@ def _state(cell: CellMetrics, verdicts: list[WindowVerdict]) -> str:
     window = next((v for v in verdicts if (v.workload, v.level) == (cell.workload, cell.level)), None)
     if window is not None and window.provisional:
         return "provisional"
+    if window is not None and window.best is not None and window.best.arm == cell.arm:
+        # the window's own verdict, corrected for picking the fastest arm: what was decided of it
+        return "" if window.outcome in ("pays", "loses", "equivalent") else str(window.outcome)
     estimate = stored_estimate(cell, rounds=cell.server_starts)
     if estimate is None or not estimate.decided:
         return estimate.verdict if estimate else "unverified"
@@ -235,8 +238,14 @@ def cost_facts(verdicts: list[WindowVerdict]) -> list[Fact]:
         where = f"{verdict.workload} {verdict.level.short()}"
         if before is None:
             continue
-        if verdict.outcome == "pays" and verdict.best and verdict.best.usd_per_mtok is not None:
-            after, saving = verdict.best.usd_per_mtok, verdict.saving_pct
+        saving = verdict.saving_pct
+        if (
+            verdict.outcome == "pays"
+            and verdict.best
+            and verdict.best.usd_per_mtok is not None
+            and saving is not None
+        ):
+            after = verdict.best.usd_per_mtok
             found.append(
                 fact("cost_pays", verdict.best.arm, where=where, before=before, after=after, saving=saving)
             )

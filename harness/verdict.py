@@ -263,6 +263,8 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
             if (c.workload, c.level) == (workload, level)
             and c.arm != summary.baseline_arm
             and c.speedup is not None
+            and (arm := summary.arm(c.arm)) is not None
+            and arm.status == "ok"  # a failed arm is in no verdict (run_caveats says so)
         ]
         best = max(speculative, key=lambda c: c.speedup or 0.0, default=None)
         verdicts.append(

@@ -116,9 +116,9 @@ def _said(v: WindowVerdict) -> str:
     scope = f"on {v.prompts} {v.baseline.category} prompts at {v.level.label()}"
     outcome = v.outcome
     if outcome == Outcome.PAYS:
-        return f"{arm} pays: {e.point:.2f}x faster ({_own(e)}) {scope}"
+        return f"{arm} pays: {bound_text(e.point)}x faster ({_own(e)}) {scope}"
     if outcome == Outcome.LOSES:
-        return f"{arm} loses: {e.point:.2f}x, slower than the baseline ({_own(e)}) {scope}"
+        return f"{arm} loses: {bound_text(e.point)}x, slower than the baseline ({_own(e)}) {scope}"
     if outcome == Outcome.EQUIVALENT:
         margin = f"{100 * EQUIVALENCE_MARGIN:.0f}%"
         return f"no difference: {arm} within {margin} of the baseline, {e.point:.2f}x ({_own(e)}) {scope}"
@@ -217,6 +217,11 @@ def statistics_line(v: WindowVerdict) -> str | None:
 
 def basis_line(basis: IntervalBasis) -> str:
     """Where every verdict's interval comes from, in one line."""
+    if not basis.sources and basis.rounds > 1:
+        return (
+            f"no interval from {basis.rounds} rounds: no speculative arm's start-ups were paired with "
+            "the baseline's by round (see the caveats)"
+        )
     if not basis.sources:
         return (
             "unverified: 1 start-up per arm, no calibration (set load.server_starts >= 2, or bench calibrate)"

@@ -188,3 +188,27 @@ def test_a_study_shows_each_points_one_estimate(tmp_path: Path, capsys) -> None:
     assert len(shown) == 8  # 2 points x 2 arms x 2 levels
     for (point, arm, workload, level), numbers in shown.items():
         assert numbers == truth[point][(arm, workload, level)], (point, arm, workload, level)
+
+
+def test_a_renamed_run_and_a_failed_arm_are_derived_again(tmp_path: Path, capsys) -> None:
+    """A review's cases: a copied run's stored analysis holds the old run id, so the copy derives it
+    again; an arm whose status is failed is in no verdict (the caveat says so) even where its samples
+    remain; a baseline priced at 0 has no saving to state, and nothing raises."""
+    import json
+
+    from harness.analysis import stored_analysis, write_analysis
+
+    first = tmp_path / "first"
+    shutil.copytree(FIXTURES / "run_v12_default", first)
+    write_analysis(first, analyze(summarize(first)))
+    copy = tmp_path / "copy"
+    shutil.copytree(first, copy)
+    assert stored_analysis(first) is not None and stored_analysis(copy) is None
+    status = copy / "arms" / "ngram_k4" / "status.json"
+    status.write_text(json.dumps({**json.loads(status.read_text()), "status": "failed"}))
+    analysis = analyze(summarize(copy))
+    assert all(v.best is None or v.best.arm != "ngram_k4" for v in analysis.verdicts)
+    record = copy / "regime.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "price_per_hour": 0}))
+    assert main(["show", str(copy)]) in (0, 3)
+    capsys.readouterr()

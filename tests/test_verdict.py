@@ -368,3 +368,29 @@ def test_timing_and_cpu_lines(summary: Summary) -> None:
         "measured beside a busy neighbour: ngram_k4: other processes 0.60 cores, hypervisor steal 0%"
     )
     assert verdict_line(verdict).startswith("PROVISIONAL (measured beside a busy neighbour: ngram_k4: other")
+
+
+def test_a_finding_says_what_the_window_decided_of_its_fastest_arm(summary: Summary) -> None:
+    """The fastest arm's own interval clears 1, but not once corrected for the pick: the finding
+    states its number as undecided, as the verdict does."""
+    two_arms = with_cells(
+        summary,
+        **{
+            "ngram_k4/code_humaneval/1": {
+                "speedup": 1.3,
+                "speedup_low": 1.01,
+                "speedup_high": 1.67,
+                "speedup_interval": "server_starts",
+                "speedup_df": 2,
+                "speedup_log_se": 0.06,
+                "speedup_rounds": 2,
+            }
+        },
+    )
+    from dataclasses import replace
+
+    verdicts = window_verdicts(two_arms)
+    picked = replace(verdicts[0], candidates=2)  # the fastest of 2 arms: corrected for the pick
+    assert verdicts[0].outcome == "pays" and picked.outcome == "indistinguishable"
+    text = " ".join(findings_text(findings(two_arms, [picked, *verdicts[1:]])))
+    assert "ngram_k4 on code_humaneval goes from 1.30x (too noisy to tell) at concurrency 1" in text

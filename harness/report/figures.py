@@ -113,7 +113,8 @@ def speedup_figure(
     ax.set_xlabel("concurrency")
     ax.set_ylabel(f"speedup vs {baseline_label}")
     ax.set_title(
-        "speedup vs concurrency, 95% intervals (grey band: no difference; filled: decided)", fontsize=9
+        "speedup vs concurrency, 95% intervals (grey band: within 3%; filled: pays, green, or loses, red)",
+        fontsize=9,
     )
     _legend(ax)
     return _png(fig)
