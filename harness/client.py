@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
@@ -24,6 +24,23 @@ from harness.engines import SERVED_MODEL_NAME
 from harness.regime import Load, RampStage, Sampling
 from harness.results.records import RequestRecord  # the one request record: the store's type
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt
+
+T = TypeVar("T")
+
+
+def run_client(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)``, quiet about a stop signal: the CLI's handler raises KeyboardInterrupt
+    inside whichever task holds the thread, the CLI reports it once, and the task it ended is not
+    reported again when collected ("Task exception was never retrieved" and a traceback in the
+    job's log, pushing out what the job printed)."""
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if not isinstance(context.get("exception"), KeyboardInterrupt):
+            loop.default_exception_handler(context)
+
+    with asyncio.Runner() as runner:
+        runner.get_loop().set_exception_handler(handle)
+        return runner.run(main)
 
 
 def request_body(

@@ -10,7 +10,6 @@ An interrupt stops the current server (the ``Server`` context manager) and propa
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -35,7 +34,7 @@ from harness import stats
 from harness.analysis import analyze, write_analysis
 from harness.arrivals import arrival_offsets, ramp_dues
 from harness.calibration import CalibrationSource
-from harness.client import RampResult, WindowResult, run_ramp, run_window
+from harness.client import RampResult, WindowResult, run_client, run_ramp, run_window
 from harness.errors import EngineError, UserError
 from harness.plan import RunPlan, changed_workload, plan_regime, prepare_run
 from harness.probes.acceptance import SpecCounters
@@ -744,7 +743,7 @@ class Runner:
             fields = self.plan.adapter.request_fields(
                 workload.definition.prompt_format, 0, workload.chat.template_kwargs if workload.chat else None
             )
-            result = asyncio.run(
+            result = run_client(
                 run_ramp(
                     server.base_url,
                     workload,
@@ -862,7 +861,7 @@ class Runner:
             )
             chat = workload.chat.template_kwargs if workload.chat else None
             fields = self.plan.adapter.request_fields(workload.definition.prompt_format, top_logprobs, chat)
-            result = asyncio.run(
+            result = run_client(
                 run_window(
                     server.base_url,
                     workload,

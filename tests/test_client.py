@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -225,3 +227,35 @@ def test_chat_settings_merge_and_the_system_prompt_goes_first() -> None:
     conversation = Prompt("c", "hi", messages=(("system", "its own"), ("user", "hi")))
     assert merged.messages(conversation)[0] == {"role": "system", "content": "its own"}  # never two
     assert ChatTemplate().request_fields() == {} and ChatTemplate().is_empty()
+
+
+STOPPED_IN_A_TASK = """
+import asyncio, os, signal
+from harness.client import run_client
+
+def stop(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")  # as harness.cli's handler does
+
+signal.signal(signal.SIGTERM, stop)
+
+async def request():
+    os.kill(os.getpid(), signal.SIGTERM)  # arrives while this task holds the thread
+    await asyncio.sleep(0)
+
+async def window():
+    task = asyncio.create_task(request())
+    await asyncio.sleep(1)
+
+try:
+    run_client(window())
+except KeyboardInterrupt:
+    print("interrupted, reported once")
+"""
+
+
+def test_a_stop_signal_inside_a_request_task_is_reported_once_without_a_traceback() -> None:
+    # asyncio.run would log the ended task again when collected ("Task exception was never
+    # retrieved" and a traceback), pushing a Slurm job's own output out of its log's tail
+    done = subprocess.run([sys.executable, "-c", STOPPED_IN_A_TASK], capture_output=True, text=True, cwd=ROOT)
+    assert done.stdout == "interrupted, reported once\n"
+    assert done.stderr == "", done.stderr

@@ -42,6 +42,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from harness import engine_http as http
+from harness.client import run_client
 from harness.config_file import existing_path
 from harness.drafters.manifest import (
     BUILDER_VERSION,
@@ -336,7 +337,7 @@ def generate(plan: DistillPlan, regime: Regime, console: Console) -> Path:
         console.print(f"  target server ready in {startup:.0f} s (log {server.log_path})", markup=False)
         with progress_bar(console) as progress:
             task = progress.add_task("target answers", total=len(plan.prompts), completed=len(done), note="")
-            asyncio.run(_generate(plan, regime, server.base_url, out, todo, progress, task))
+            run_client(_generate(plan, regime, server.base_url, out, todo, progress, task))
     return out
 
 
