@@ -13,6 +13,7 @@ match is refused with what differs, as comparisons are.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +24,15 @@ from pydantic import ValidationError
 
 from harness.environment import environment_fingerprint, identity_differences, machine_identity
 from harness.errors import UserError
-from harness.intervals import Estimate, RoundTable, Spread, arm_spread, cell_estimates, residual_spread
+from harness.intervals import (
+    CALIBRATION_MAX_AGE_H,
+    Estimate,
+    RoundTable,
+    Spread,
+    arm_spread,
+    cell_estimates,
+    residual_spread,
+)
 from harness.regime import LoadLevel, Regime
 from harness.results import Summary, read_json, write_json_atomic
 from harness.results.calibration import Calibration
@@ -210,22 +219,57 @@ class CalibrationSource:
     enabled: bool = True  # False: no calibration, whatever the store holds
 
 
+def calibration_age_h(calibration: Calibration, now: datetime | None = None) -> float:
+    """Hours since the calibration was made (a calibration without a readable time: infinitely old)."""
+    try:
+        created = datetime.fromisoformat(calibration.created)
+    except ValueError:
+        return math.inf
+    created = created if created.tzinfo else created.replace(tzinfo=UTC)
+    return ((now or datetime.now(UTC)) - created).total_seconds() / 3600
+
+
+def _stale(calibration: Calibration) -> str | None:
+    """Why a calibration is too old to stand in for today's start-up spread (None: it is not)."""
+    age = calibration_age_h(calibration)
+    if age <= CALIBRATION_MAX_AGE_H:
+        return None
+    return (
+        f"{calibration.label()} is {age / 24:.1f} days old; a calibration holds for "
+        f"{CALIBRATION_MAX_AGE_H:.0f} h (shared machines of one type measured 3.5% and 7.6% start-up "
+        "spreads on different days)"
+    )
+
+
 def chosen_calibration(
-    source: CalibrationSource, regime: Regime, environment: dict[str, Any], regime_path: Path | str = ""
+    source: CalibrationSource,
+    regime: Regime,
+    environment: dict[str, Any],
+    regime_path: Path | str = "",
+    notes: list[str] | None = None,
 ) -> Calibration | None:
     """The calibration a run of ``regime`` on the machine of ``environment`` uses: the file the
     user named (refused, with what differs, unless it was made for this regime fingerprint on this
-    machine), or the store's match, or none."""
+    machine within CALIBRATION_MAX_AGE_H), or the store's match while it is that young (an older
+    one is left out, and why is added to ``notes``), or none."""
     if not source.enabled:
         return None
     if source.file is None:
-        return find_calibration(source.store or default_store(), regime, environment)
+        found = find_calibration(source.store or default_store(), regime, environment)
+        why = _stale(found) if found is not None else None
+        if why is not None:
+            if notes is not None:
+                notes.append(f"not used: {why}; bench calibrate {regime_path or 'REGIME'} makes a fresh one")
+            return None
+        return found
     calibration = read_calibration(source.file)
     problems = calibration_mismatch(calibration, regime, environment)
+    if (why := _stale(calibration)) is not None:
+        problems.append(f"age: {why}")
     if problems:
         raise UserError(
-            f"{source.file}: this calibration was not made for {regime_path or regime.name} on this "
-            "machine; its spread says nothing about this run, so nothing was started:\n  "
+            f"{source.file}: this calibration does not describe {regime_path or regime.name} on this "
+            "machine today; its spread says nothing about this run, so nothing was started:\n  "
             + "\n  ".join(problems)
             + f"\nCalibrate this regime here (bench calibrate {regime_path or 'REGIME'}), or run without "
             "--calibration."

@@ -34,6 +34,24 @@ degrees of freedom (m arms with the baseline, n rounds): nominal coverage from t
   (``stats.many_to_one_level``: 96.8% for 2 arms at 2 degrees of freedom, where Bonferroni's
   97.5% ignores that the comparisons share the baseline and the variance estimate).
 
+Outside that model, three things a user decides on (docs/statistics.md, "the workload"):
+
+- **Prompts are a sample of the workload.** The same prompts go to every start-up, so their
+  spread cancels from the residual: the model's interval is about these prompts. A delete-one-prompt
+  jackknife of the cell's own estimator (each window's tok/s without the prompt, its tokens and its
+  share of the requests' time taken out) gives the prompt-sampling variance, added to the start-ups'
+  (``prompt_log_se``); the degrees of freedom are Welch-Satterthwaite's over the two terms (prompts - 1
+  for the jackknife's). The interval is then about the workload the prompts were drawn from.
+- **Arms with unequal spread.** The pooled residual hides one noisy arm among quiet ones. Each arm's
+  own paired differences with the baseline (n - 1 df) are tested against the residual variance of
+  the model without it (an F test); where its own is the larger at p < 0.2 beside one other arm and
+  0.5 beside more (``OWN_SPREAD_ALPHA``: a test with 1 df barely sees a 3x spread at the usual 5%,
+  and a missed one under-covers), its interval comes from its own differences (``own_spread``).
+- **A calibration from another day.** A run's own residual is tested against its calibration's
+  (an F test at ``CALIBRATION_ALPHA``); a run noisier than its calibration does not pool it
+  (``calibration_refused``), and one older than ``CALIBRATION_MAX_AGE_H`` is not used at all
+  (``harness.summary``): one start-up then stays unverified.
+
 Every view reads the interval this module computed and the summary stored (``speedup_low``,
 ``speedup_high``, ``speedup_log_se``, ``speedup_df``), so a run, a study, a gate and an export
 always show the same interval for the same cell.
@@ -42,7 +60,7 @@ always show the same interval for the same cell.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, get_args
 
@@ -53,6 +71,17 @@ CONFIDENCE = 0.95
 # a speedup whose whole interval lies within this of 1 (on the log scale) is decided: "equivalent"
 EQUIVALENCE_MARGIN = 0.03
 FEW_DF = 4  # below this many degrees of freedom the t interval leans on normality: said so
+# an arm's own paired spread replaces the pooled one where its own is the larger at p below this:
+# with one other speculative arm, and with more (their pooled residual then hides a noisy arm the
+# more). A simulation (3 / 4-7 arms, 2-3 rounds, one arm with 1x / 2x / 3x the others' spread):
+# 0.2 with one other covered 0.955-0.965 / 0.937-0.950 / 0.931-0.932, 0.5 with more 0.973-0.979 /
+# 0.951-0.962 / 0.939-0.953; 0.2 with 6 others covered 0.88 at 3x
+OWN_SPREAD_ALPHA = (0.2, 0.5)
+# a run's residual refuses its calibration where the run's is the larger at p below this
+CALIBRATION_ALPHA = 0.5
+# a calibration describes the day it was taken: shared VMs of one type measured 3.5% and 7.6% on
+# different days, and a 3.5% calibration on a 7.6% day covered 0.66-0.71
+CALIBRATION_MAX_AGE_H = 24.0
 
 IntervalSource = Literal["server_starts", "calibration", "server_starts+calibration"]
 Verdict = Literal["pays", "loses", "equivalent", "indistinguishable", "unverified"]
@@ -123,6 +152,12 @@ class Estimate:
     looks: int = 1
     first_look: int | None = None
     model_arms: int = 0
+    # the workload: the prompts the jackknife's term counts (0: none, the interval is about these
+    # prompts) and that term's standard error on the log scale (inside ``log_se``)
+    prompts: int = 0
+    prompt_log_se: float | None = None
+    own_spread: bool = False  # the start-up term from this arm's own paired differences
+    calibration_refused: bool = False  # the run's residual disagreed with its calibration's
 
     def level(self, candidates: int = 1) -> float:
         """The confidence of each interval behind a 95% claim about this arm as one of
@@ -187,6 +222,10 @@ class Estimate:
             "speedup_looks": self.looks if self.looks > 1 else None,
             "speedup_first_look": self.first_look if self.looks > 1 else None,
             "speedup_model_arms": self.model_arms or None,
+            "speedup_prompts": self.prompts or None,
+            "speedup_prompt_log_se": self.prompt_log_se,
+            "speedup_own_spread": self.own_spread or None,
+            "speedup_calibration_refused": self.calibration_refused or None,
         }
 
     @classmethod
@@ -236,6 +275,11 @@ def stored_estimate(stored: StoredSpeedup, rounds: int | None = None) -> Estimat
         looks=stored.speedup_looks or 1,
         first_look=stored.speedup_first_look,
         model_arms=stored.speedup_model_arms or 0,
+        # version 13 on (absent in an older summary, and in a study observation before it)
+        prompts=getattr(stored, "speedup_prompts", None) or 0,
+        prompt_log_se=getattr(stored, "speedup_prompt_log_se", None),
+        own_spread=bool(getattr(stored, "speedup_own_spread", None)),
+        calibration_refused=bool(getattr(stored, "speedup_calibration_refused", None)),
     )
 
 
@@ -251,6 +295,145 @@ def _balanced(
     return ss, (m - 1) * (n - 1)
 
 
+@dataclass(frozen=True)
+class WindowPrompts:
+    """One measured window of an arm, as the prompt term reads it: its start-up, its length, and
+    per prompt the output tokens its requests produced and the seconds they took."""
+
+    server_start: int
+    duration_s: float
+    prompts: Mapping[str, tuple[int, float]]
+
+
+PromptTable = Mapping[str, Sequence[WindowPrompts]]  # arm -> its windows in one cell
+
+
+def _log_point(
+    windows: Mapping[str, Sequence[WindowPrompts]],
+    arm: str,
+    baseline: str,
+    rounds: list[int],
+    left_out: str | None,
+) -> float | None:
+    """The cell's estimator on these windows (mean over rounds of the log ratio of the start-ups'
+    mean tok/s), with ``left_out``'s tokens and its share of the requests' time taken out of every
+    window: at concurrency c the window lasts about the requests' summed time over c, so a prompt's
+    share of that sum is its share of the window."""
+
+    def startup_mean(name: str, start: int) -> float | None:
+        values = []
+        for window in windows[name]:
+            if window.server_start != start:
+                continue
+            tokens = sum(t for t, _ in window.prompts.values())
+            busy = sum(b for _, b in window.prompts.values())
+            if left_out is not None and left_out in window.prompts:
+                own_tokens, own_busy = window.prompts[left_out]
+                tokens, kept = tokens - own_tokens, 1 - own_busy / busy if busy > 0 else 1.0
+            else:
+                kept = 1.0
+            if tokens > 0 and window.duration_s * kept > 0:
+                values.append(tokens / (window.duration_s * kept))
+        return sum(values) / len(values) if values else None
+
+    logs = []
+    for start in rounds:
+        mine, base = startup_mean(arm, start), startup_mean(baseline, start)
+        if mine is None or base is None:
+            return None
+        logs.append(math.log(mine / base))
+    return sum(logs) / len(logs)
+
+
+def prompt_variance(
+    prompts: PromptTable, arm: str, baseline: str, rounds: list[int]
+) -> tuple[float, int] | None:
+    """The prompt-sampling variance of the cell's log speedup: the delete-one-prompt jackknife of
+    its own estimator over the prompts both arms answered (``(variance, prompts)``; None with
+    fewer than 2 prompts or windows that lack a round). It also holds each prompt's own
+    window-to-window noise, already in the start-ups' term: conservative by that much."""
+    if arm not in prompts or baseline not in prompts:
+        return None
+    answered = [set().union(*(w.prompts for w in prompts[name])) for name in (arm, baseline)]
+    common = sorted(answered[0] & answered[1])
+    if len(common) < 2:
+        return None
+    leave_one = [_log_point(prompts, arm, baseline, rounds, p) for p in common]
+    if any(v is None for v in leave_one):
+        return None
+    values = [v for v in leave_one if v is not None]
+    centre = sum(values) / len(values)
+    count = len(values)
+    return (count - 1) / count * sum((v - centre) ** 2 for v in values), count
+
+
+def _satterthwaite(parts: Sequence[tuple[float, float]]) -> int:
+    """Welch-Satterthwaite's degrees of freedom of a sum of variance terms ``(variance, df)``,
+    rounded down (the conservative side)."""
+    total = sum(v for v, _ in parts)
+    denominator = sum(v * v / df for v, df in parts if df > 0 and v > 0)
+    return max(1, math.floor(total * total / denominator)) if denominator > 0 else 0
+
+
+def _f_larger(variance: float, df: int, reference: float, reference_df: int, alpha: float) -> bool:
+    """Is ``variance`` larger than ``reference`` at p < ``alpha`` (one-sided F test)?"""
+    from scipy.stats import f
+
+    if reference <= 0:
+        return variance > 0
+    return float(f.sf(variance / reference, df, reference_df)) < alpha
+
+
+@dataclass(frozen=True)
+class _StartupTerm:
+    """The start-ups' part of a speedup's variance: the variance of its log point, the degrees of
+    freedom, where they came from."""
+
+    variance: float
+    df: int
+    source: IntervalSource
+    own_spread: bool = False
+    calibration_refused: bool = False
+
+
+def _startup_term(
+    logs: Mapping[str, Mapping[int, float]],
+    arm: str,
+    baseline: str,
+    rounds: list[int],
+    ss: float,
+    df: int,
+    spread: Spread | None,
+    others: list[str],
+) -> _StartupTerm | None:
+    """The arms x rounds model's term; the arm's own paired differences where its spread is the
+    larger (``others``: the model's other speculative arms, which it is tested against); the
+    calibration pooled unless the run's residual is the larger."""
+    n = len(rounds)
+    if df > 0 and others and n >= 2:
+        differences = [logs[arm][r] - logs[baseline][r] for r in rounds]
+        centre = sum(differences) / n
+        own = sum((d - centre) ** 2 for d in differences) / (n - 1)
+        rest_ss, rest_df = _balanced(logs, [baseline, *others], rounds)
+        alpha = OWN_SPREAD_ALPHA[0 if len(others) == 1 else 1]
+        if own > 0 and _f_larger(own, n - 1, 2 * rest_ss / rest_df, rest_df, alpha):
+            return _StartupTerm(own / n, n - 1, "server_starts", own_spread=True)
+    refused = False
+    if spread is not None and df > 0:
+        refused = _f_larger(ss / df, df, spread.sd**2, spread.df, CALIBRATION_ALPHA)
+    if spread is not None and not refused:
+        pooled_df = df + spread.df
+        variance = (ss + spread.df * spread.sd**2) / pooled_df
+        source: IntervalSource = "calibration" if df == 0 else "server_starts+calibration"
+    elif df > 0:
+        pooled_df, variance, source = df, ss / df, "server_starts"
+    else:
+        return None
+    if variance <= 0:  # start-ups that agree to the last digit are copies, not a measured spread
+        return None
+    return _StartupTerm(2 * variance / n, pooled_df, source, calibration_refused=refused)
+
+
 def _estimate(
     table: RoundTable,
     logs: Mapping[str, Mapping[int, float]],
@@ -260,33 +443,33 @@ def _estimate(
     ss: float,
     df: int,
     spread: Spread | None,
-    looks: int,
-    first_look: int | None,
-    model_arms: int,
+    design: tuple[int, int | None, int],
+    others: list[str],
+    prompts: PromptTable | None,
 ) -> Estimate:
+    looks, first_look, model_arms = design
     n = len(rounds)
     # exp(mean log ratio), as the product of the ratios: one round gives its ratio to the last digit
     point = math.prod(table[arm][r] / table[baseline][r] for r in rounds) ** (1 / n)
-    if spread is not None:
-        pooled_df = df + spread.df
-        variance = (ss + spread.df * spread.sd**2) / pooled_df
-        source: IntervalSource = "calibration" if df == 0 else "server_starts+calibration"
-    elif df > 0:
-        pooled_df, variance, source = df, ss / df, "server_starts"
-    else:
-        return Estimate(point, rounds=n, looks=looks, first_look=first_look, model_arms=model_arms)
-    if variance <= 0:  # start-ups that agree to the last digit are copies, not a measured spread
-        return Estimate(point, rounds=n, looks=looks, first_look=first_look, model_arms=model_arms)
-    log_se = math.sqrt(2 * variance / n)
-    found = Estimate(
-        point,
-        rounds=n,
-        df=pooled_df,
-        log_se=log_se,
-        source=source,
-        looks=looks,
-        first_look=first_look,
-        model_arms=model_arms,
+    bare = Estimate(point, rounds=n, looks=looks, first_look=first_look, model_arms=model_arms)
+    term = _startup_term(logs, arm, baseline, rounds, ss, df, spread, others)
+    if term is None:  # no start-up spread known: unverified, whatever the prompts say
+        return bare
+    if term.own_spread:  # its own two-arm model: a winner's correction cannot lean on a shared variance
+        bare = replace(bare, model_arms=2)
+    parts = [(term.variance, float(term.df))]
+    sampled = prompt_variance(prompts, arm, baseline, rounds) if prompts else None
+    if sampled is not None:
+        parts.append((sampled[0], float(sampled[1] - 1)))
+    found = replace(
+        bare,
+        df=_satterthwaite(parts) if sampled is not None else term.df,
+        log_se=math.sqrt(sum(v for v, _ in parts)),
+        source=term.source,
+        prompts=sampled[1] if sampled is not None else 0,
+        prompt_log_se=math.sqrt(sampled[0]) if sampled is not None else None,
+        own_spread=term.own_spread,
+        calibration_refused=term.calibration_refused,
     )
     low, high = found.bounds()  # type: ignore[misc]
     return replace(found, low=low, high=high)
@@ -298,12 +481,14 @@ def cell_estimates(
     spread: Spread | None = None,
     looks: int = 1,
     first_look: int | None = None,
+    prompts: PromptTable | None = None,
 ) -> dict[str, Estimate]:
     """Every arm's speedup against ``baseline`` in one (workload, load level) from its table of
     per-round start-up mean tok/s (``arm -> round -> tok/s``; a non-positive or missing value is
     a start-up that measured nothing). The baseline itself is not in the result. ``looks``: the
     intervals the run's design may look at before it stops (``Load.looks``), the first after
-    ``first_look`` rounds (``Load.first_look``)."""
+    ``first_look`` rounds (``Load.first_look``). ``prompts``: each arm's windows prompt by prompt,
+    for the prompt-sampling term (None: the interval is about these prompts)."""
     logs = {a: {r: math.log(v) for r, v in by_round.items() if v and v > 0} for a, by_round in table.items()}
     rounds = sorted(logs.get(baseline, {}))
     if not rounds:
@@ -313,11 +498,10 @@ def cell_estimates(
     found: dict[str, Estimate] = {}
     if complete:
         ss, df = _balanced(logs, [baseline, *complete], rounds)
-        arms = len(complete) + 1
-        found |= {
-            a: _estimate(table, logs, a, baseline, rounds, ss, df, spread, looks, first_look, arms)
-            for a in complete
-        }
+        design = (looks, first_look, len(complete) + 1)
+        for a in complete:
+            rest = [o for o in complete if o != a]
+            found[a] = _estimate(table, logs, a, baseline, rounds, ss, df, spread, design, rest, prompts)
     for arm in others:
         if arm in found:
             continue
@@ -325,7 +509,8 @@ def cell_estimates(
         if not common:
             continue
         ss, df = _balanced(logs, [baseline, arm], common)
-        found[arm] = _estimate(table, logs, arm, baseline, common, ss, df, spread, looks, first_look, 2)
+        design = (looks, first_look, 2)
+        found[arm] = _estimate(table, logs, arm, baseline, common, ss, df, spread, design, [], prompts)
     return found
 
 

@@ -515,10 +515,12 @@ def prepare_run(
         raise UserError(f"{plan.regime_path}: a regime with a sweep: section is a study; run it as one")
     version, environment, preflight = _machine_checks(plan, console, allow_mismatch)
     forced = refuse_known_defects(plan, version, allow_known_defect, console)
-    calibrated = None
+    calibrated, notes = None, []
     if resumed_model is None:
         source = calibration or CalibrationSource()
-        calibrated = chosen_calibration(source, plan.regime, environment, plan.regime_path)
+        calibrated = chosen_calibration(source, plan.regime, environment, plan.regime_path, notes)
+    for note in notes:
+        console.print(f"[yellow]calibration[/] {escape(note)}", soft_wrap=True)
     if calibrated is not None:
         console.print(f"Intervals from {escape(calibrated.label())}", soft_wrap=True)
     model = plan.resolve_models(build=True, console=console)

@@ -658,6 +658,26 @@ class Exactness(StrictModel):
     )
 
 
+class VerdictSettings(StrictModel):
+    """How the verdict reads the intervals: what precision it aims for, and whether its claims hold
+    over every window at once. Not a condition of the measurement (not in the fingerprint)."""
+
+    precision_pct: float = Field(
+        default=10.0,
+        gt=0,
+        le=100,
+        description="The half-width (in %) a speedup's 95% interval should reach: the verdict says how many "
+        "prompts and rounds would reach it, and bench validate warns when the prompts per window cannot at "
+        "the prompt-to-prompt spread this project measured (20% for ngram on code prompts).",
+    )
+    familywise: bool = Field(
+        default=False,
+        description="Hold the 95% over every window of the run at once (Bonferroni over the windows): with 9 "
+        "windows where nothing pays, some window's winner 'pays' in about 1 run in 5 otherwise. The verdict "
+        "always states how many false 'pays' its windows may hold by chance.",
+    )
+
+
 class UntrainedDrafter(StrictModel):
     """A randomly initialised drafter that the harness builds for the target (EAGLE-3 or DFlash).
 
@@ -1202,6 +1222,11 @@ class Regime(StrictModel):
         "to every cell, the tables and the gates. Part of the conditions runs are compared under.",
     )
     exactness: Exactness = Field(default_factory=Exactness, description="Greedy-exactness probe settings.")
+    verdict: VerdictSettings = Field(
+        default_factory=VerdictSettings,
+        description="How the verdict reads the intervals: the precision it aims for, and claims held over "
+        "every window at once (familywise).",
+    )
     distribution_check: DistributionCheck = Field(
         default_factory=DistributionCheck,
         description="At temperature > 0: the output-distribution check that replaces greedy exactness.",
@@ -1384,7 +1409,7 @@ class Regime(StrictModel):
         return self.target.path or ""
 
 
-_NOT_CONDITIONS = {"name", "description", "gates", "sweep", "policy"}
+_NOT_CONDITIONS = {"name", "description", "gates", "sweep", "policy", "verdict"}
 
 
 def _excluded(names: set[str]) -> dict[str, Any]:

@@ -7,14 +7,14 @@ workload x concurrency, over repeats) and categories (over a category's workload
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness import pooling
 from harness.engines import get_adapter
-from harness.intervals import Estimate, Spread, cell_estimates
+from harness.intervals import Estimate, PromptTable, Spread, WindowPrompts, cell_estimates
 from harness.probes import distribution
 from harness.probes.acceptance import (
     SpecCounters,
@@ -58,7 +58,12 @@ from harness.results.raw import RawRun, read_raw
 from harness.results.records import RequestRecord, WindowGpu, WindowRecord
 from harness.stats import mean, quantile
 
-ModelEstimates = Callable[[dict[Any, dict[str, dict[int, float]]]], dict[tuple[Any, str], Estimate]]
+# per key (a window, or a category at a level): the arms' start-up tok/s and their windows prompt
+# by prompt, to every arm's estimate
+ModelEstimates = Callable[
+    [dict[Any, dict[str, dict[int, float]]], Mapping[Any, PromptTable]], dict[tuple[Any, str], Estimate]
+]
+PromptTables = dict[Any, dict[str, list[WindowPrompts]]]
 PAIRING = "same workload, same prompt, same concurrency level; greedy, same seed and max tokens"
 
 
@@ -353,6 +358,52 @@ def _cell_exactness(cell: CellMetrics, section: ExactnessSection, baseline: str)
     return ExactnessShares(**shares([e.status for e in entries])) if entries else None
 
 
+def _window_prompts(windows: list[WindowRecord], records: list[RequestRecord]) -> list[WindowPrompts]:
+    """Each window of one arm's cell, prompt by prompt: the tokens its answered requests produced
+    and the seconds they took (send to last token), the prompt term's data."""
+    found = []
+    for window in windows:
+        prompts: dict[str, tuple[int, float]] = {}
+        for r in records:
+            if r.repeat == window.repeat and r.ok and r.t_done is not None:
+                tokens, busy = prompts.get(r.prompt_id, (0, 0.0))
+                prompts[r.prompt_id] = (tokens + r.output_tokens, busy + r.t_done - r.t_send)
+        found.append(WindowPrompts(window.server_start, window.duration_s, prompts))
+    return found
+
+
+def prompt_tables(raw: RawRun) -> tuple[PromptTables, PromptTables]:
+    """Per (workload, level) and per (category, level): each arm's windows prompt by prompt. A
+    category's window at one (start-up, repeat) is its workloads' windows together, as its tok/s
+    is (``category_startup_tok_s``), its prompts named by workload."""
+    cells: PromptTables = {}
+    categories: dict[Any, dict[str, dict[tuple[int, int], tuple[float, dict[str, tuple[int, float]]]]]] = {}
+    for name, arm in raw.arms.items():
+        by_cell: dict[tuple[str, Any], list[WindowRecord]] = {}
+        for window in arm.windows:
+            by_cell.setdefault((window.workload, window.level), []).append(window)
+        for (workload, level), windows in by_cell.items():
+            records = [r for r in arm.samples if (r.workload, r.level) == (workload, level)]
+            measured = _window_prompts(windows, records)
+            cells.setdefault((workload, level), {})[name] = measured
+            merged = categories.setdefault((windows[0].category, level), {}).setdefault(name, {})
+            for window, prompts in zip(windows, measured, strict=True):
+                duration, pooled = merged.get((window.server_start, window.repeat), (0.0, {}))
+                named = {f"{workload}/{p}": v for p, v in prompts.prompts.items()}
+                merged[(window.server_start, window.repeat)] = (duration + window.duration_s, pooled | named)
+    pooled_tables: PromptTables = {
+        key: {
+            name: [
+                WindowPrompts(start, duration, prompts)
+                for (start, _), (duration, prompts) in sorted(w.items())
+            ]
+            for name, w in arms.items()
+        }
+        for key, arms in categories.items()
+    }
+    return cells, pooled_tables
+
+
 def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
     regime, drafter = raw.regime, (raw.record.get("drafters") or {}).get(arm.name)
     label = drafter["label"] if drafter else None
@@ -379,6 +430,7 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
 
 def _model_estimates(
     tables: dict[Any, dict[str, dict[int, float]]],
+    prompts: Mapping[Any, PromptTable],
     baseline: str,
     spread: Spread | None,
     looks: int,
@@ -391,20 +443,25 @@ def _model_estimates(
     point but no interval: the model's pairing by round does not hold for it."""
     found = {}
     for key, table in tables.items():
-        for arm, estimate in cell_estimates(table, baseline, spread, looks, first_look).items():
+        found_here = cell_estimates(table, baseline, spread, looks, first_look, prompts.get(key))
+        for arm, estimate in found_here.items():
             if arm in unpaired:
                 estimate = replace(estimate, low=None, high=None, df=0, log_se=None, source=None)
             found[(key, arm)] = estimate
     return found
 
 
-def _with_speedups(cells: list[CellMetrics], baseline: str, estimates: ModelEstimates) -> list[CellMetrics]:
+def _with_speedups(
+    cells: list[CellMetrics], baseline: str, estimates: ModelEstimates, prompts: PromptTables
+) -> list[CellMetrics]:
     """Per (workload, load level): every arm's speedup and interval from the arms x rounds model
     over its start-ups' mean tok/s; and per repeat, against the baseline's same repeat (with
     adaptive repeats an arm may run more repeats than the baseline did: those pair with the
     baseline's pooled tok/s), which the gates and studies read."""
     groups = pooling.grouped(cells, lambda cell: (cell.workload, cell.level))
-    found = estimates({key: {c.arm: c.startup_tok_s() for c in members} for key, members in groups.items()})
+    found = estimates(
+        {key: {c.arm: c.startup_tok_s() for c in members} for key, members in groups.items()}, prompts
+    )
     base = {(c.workload, c.level): c for c in cells if c.arm == baseline}
     out = []
     for cell in cells:
@@ -451,10 +508,13 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
     looks, first_look = raw.regime.load.looks(), raw.regime.load.first_look()
     unpaired = raw.timing.unpaired_arms(baseline) if raw.timing else []
 
-    def estimates(tables: dict[Any, dict[str, dict[int, float]]]) -> dict[tuple[Any, str], Estimate]:
-        return _model_estimates(tables, baseline, spread, looks, unpaired, first_look)
+    def estimates(
+        tables: dict[Any, dict[str, dict[int, float]]], prompts: Mapping[Any, PromptTable]
+    ) -> dict[tuple[Any, str], Estimate]:
+        return _model_estimates(tables, prompts, baseline, spread, looks, unpaired, first_look)
 
-    cells = _with_speedups(cells, baseline, estimates)
+    cell_prompts, category_prompts = prompt_tables(raw)
+    cells = _with_speedups(cells, baseline, estimates, cell_prompts)
     section = exactness(raw)
     cells = [c.model_copy(update={"exactness": _cell_exactness(c, section, baseline)}) for c in cells]
     return Summary(
@@ -468,7 +528,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         engine_patches=raw.record.get("engine_patches", []),
         arms=[_arm_summary(raw, arm) for arm in raw.regime.arms],
         cells=cells,
-        categories=category_rows(cells, baseline, estimates),
+        categories=category_rows(cells, baseline, estimates, category_prompts),
         exactness=section,
         unread_lines=raw.unread.notes,
         timing=raw.timing,
@@ -531,7 +591,7 @@ def category_startup_tok_s(members: list[CellMetrics]) -> dict[int, float]:
 
 
 def category_rows(
-    cells: list[CellMetrics], baseline: str, estimates: ModelEstimates
+    cells: list[CellMetrics], baseline: str, estimates: ModelEstimates, prompts: PromptTables
 ) -> list[CategoryMetrics]:
     """Per (arm, category, concurrency), pooled over the workloads of that category: tokens and
     time add up, tau from the summed draft counts, exactness over all their prompts; the speedup
@@ -541,7 +601,7 @@ def category_rows(
     tables: dict[Any, dict[str, dict[int, float]]] = {}
     for (arm, category, level), members in groups.items():
         tables.setdefault((category, level), {})[arm] = category_startup_tok_s(members)
-    found = estimates(tables)
+    found = estimates(tables, prompts)
     for (arm, category, level), members in groups.items():
         identical, pairs = pooling.identical_pct(
             (e.identical_pct, e.compared) for m in members if (e := m.exactness)

@@ -12,7 +12,7 @@ import math
 import statistics
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -230,8 +230,20 @@ def test_a_run_finds_only_its_own_regime_and_machines_calibration(tmp_path: Path
     write_calibration(newer, store)
     assert find_calibration(store, regime, MACHINE) == newer
     source = CalibrationSource(store=store)
-    assert chosen_calibration(source, regime, MACHINE) == newer
+    # the newest is days old: not used, and the run says why
+    notes: list[str] = []
+    assert chosen_calibration(source, regime, MACHINE, "regimes/cpu_smoke.yaml", notes) is None
+    assert len(notes) == 1 and notes[0].startswith("not used: this machine's calibration of 2026-12-05")
+    assert "days old; a calibration holds for 24 h" in notes[0]
+    assert notes[0].endswith("bench calibrate regimes/cpu_smoke.yaml makes a fresh one")
+    old = write_calibration(newer, tmp_path / "old")
+    today = _calibration(renamed, created=datetime.now(UTC) - timedelta(hours=3))
+    write_calibration(today, store)
+    assert chosen_calibration(source, regime, MACHINE) == today
     assert chosen_calibration(CalibrationSource(store=store, enabled=False), regime, MACHINE) is None
+    # one the user names that is too old is refused, as one of another machine is
+    with pytest.raises(UserError, match="does not describe regimes/cpu_smoke.yaml on this machine today"):
+        chosen_calibration(CalibrationSource(file=old), regime, MACHINE, "regimes/cpu_smoke.yaml")
 
 
 def test_a_broken_file_in_the_store_is_named(tmp_path: Path) -> None:
@@ -252,7 +264,7 @@ def test_a_named_calibration_of_another_machine_or_regime_is_refused_with_what_d
     with pytest.raises(UserError) as refused:
         chosen_calibration(CalibrationSource(file=theirs), regime, MACHINE, "regimes/cpu_smoke.yaml")
     message = str(refused.value)
-    assert message.startswith(f"{theirs}: this calibration was not made for regimes/cpu_smoke.yaml on this")
+    assert message.startswith(f"{theirs}: this calibration does not describe regimes/cpu_smoke.yaml on this")
     assert "cpu_model: Intel Xeon Platinum 8481C vs AMD EPYC 7B13" in message
     assert "regime fingerprint" not in message and "bench calibrate regimes/cpu_smoke.yaml" in message
 
@@ -262,7 +274,7 @@ def test_a_named_calibration_of_another_machine_or_regime_is_refused_with_what_d
         f"regime fingerprint: {regime.fingerprint()} (calibrated: cpu_smoke) vs {longer.fingerprint()} "
         "(this run: cpu_smoke)"
     ]
-    mine = write_calibration(_calibration(regime), tmp_path / "mine")
+    mine = write_calibration(_calibration(regime, created=datetime.now(UTC)), tmp_path / "mine")
     assert chosen_calibration(CalibrationSource(file=mine), regime, MACHINE) == read_calibration(mine)
     with pytest.raises(UserError, match="no such calibration file"):
         chosen_calibration(CalibrationSource(file=tmp_path / "gone.json"), regime, MACHINE)
@@ -288,12 +300,15 @@ def test_prepare_run_uses_this_machines_calibration_and_says_so(
 ) -> None:
     environment = {**MACHINE, "engine_version": "0.31.0"}
     plan, _ = _prepared(monkeypatch, environment)
-    stored = _calibration(plan.regime, environment)
+    stored = _calibration(plan.regime, environment, created=datetime.now(UTC))
     write_calibration(stored, tmp_path)
     console, out = _console()
     ready = prepare_run(plan, console, calibration=CalibrationSource(store=tmp_path))
     assert ready.calibration == stored
-    assert "Intervals from this machine's calibration of 2026-12-01 (5 rounds of 2 arms" in out.getvalue()
+    assert (
+        f"Intervals from this machine's calibration of {stored.created[:10]} (5 rounds of 2 arms"
+        in out.getvalue()
+    )
     assert (
         prepare_run(plan, console, calibration=CalibrationSource(store=tmp_path, enabled=False)).calibration
         is None

@@ -76,12 +76,39 @@ def test_more_arms_pool_the_residual_of_the_two_way_model() -> None:
     df = (len(arms) - 1) * (rounds - 1)
     se = math.sqrt(ss[0] / df * 2 / rounds)
     t = stats.t_quantile(0.975, df)
+    pooled = [arm for arm in ("a", "b", "c") if not found[arm].own_spread]
+    assert pooled, "three arms of one spread: at least one keeps the pooled residual"
     for arm in ("a", "b", "c"):
         effect = coef[arms.index(arm)] - coef[0]
         assert found[arm].point == pytest.approx(math.exp(effect))
-        assert found[arm].low == pytest.approx(math.exp(effect - t * se))
-        assert found[arm].high == pytest.approx(math.exp(effect + t * se))
-        assert found[arm].df == df == 6
+        if arm in pooled:
+            assert found[arm].low == pytest.approx(math.exp(effect - t * se))
+            assert found[arm].high == pytest.approx(math.exp(effect + t * se))
+            assert found[arm].df == df == 6
+        else:  # its paired differences spread more than the others' residual (F test): its own
+            d = [math.log(table[arm][r] / table["baseline"][r]) for r in range(rounds)]
+            own_se = float(np.std(d, ddof=1)) / math.sqrt(rounds)
+            half = stats.t_quantile(0.975, rounds - 1) * own_se
+            assert (found[arm].low, found[arm].high) == pytest.approx(
+                (math.exp(effect - half), math.exp(effect + half))
+            )
+            assert found[arm].df == rounds - 1 and found[arm].model_arms == 2
+
+
+def test_an_arm_that_spreads_more_than_the_others_gets_its_own_interval() -> None:
+    rng = np.random.default_rng(5)
+    rounds = 4
+    quiet = {
+        a: {r: 100.0 * math.exp(rng.normal(0, 0.01)) for r in range(rounds)}
+        for a in ("baseline", "b", "c", "d")
+    }
+    noisy = {r: 110.0 * math.exp(s) for r, s in enumerate([0.12, -0.10, 0.08, -0.11])}
+    found = cell_estimates({**quiet, "noisy": noisy}, "baseline")
+    assert found["noisy"].own_spread and found["noisy"].df == rounds - 1
+    assert not any(found[a].own_spread for a in ("b", "c", "d"))
+    # pooled, the quiet arms' residual would have narrowed the noisy arm's interval
+    alone = cell_estimates({"baseline": quiet["baseline"], "noisy": noisy}, "baseline")["noisy"]
+    assert (found["noisy"].low, found["noisy"].high) == pytest.approx((alone.low, alone.high))
 
 
 def test_one_start_up_is_unverified_unless_a_calibration_gives_the_spread() -> None:
@@ -93,12 +120,17 @@ def test_one_start_up_is_unverified_unless_a_calibration_gives_the_spread() -> N
     half = stats.t_quantile(0.975, 10) * 0.03 * math.sqrt(2)
     assert (calibrated.low, calibrated.high) == pytest.approx((1.2 * math.exp(-half), 1.2 * math.exp(half)))
     assert (calibrated.source, calibrated.df) == ("calibration", 10)
-    # with two rounds the run's own residual is pooled with the calibration's
-    two = {"baseline": {0: 100.0, 1: 100.0}, "ngram": {0: 120.0, 1: 126.0}}
+    # with two rounds the run's own residual is pooled with the calibration's, where it agrees
+    two = {"baseline": {0: 100.0, 1: 100.0}, "ngram": {0: 120.0, 1: 121.2}}
     both = cell_estimates(two, "baseline", Spread(0.03, 10, "calibration"))["ngram"]
-    ss = (math.log(1.2) - math.log(1.26)) ** 2 / 4
-    assert both.df == 11 and both.source == "server_starts+calibration"
+    ss = (math.log(1.2) - math.log(1.212)) ** 2 / 4
+    assert both.df == 11 and both.source == "server_starts+calibration" and not both.calibration_refused
     assert both.log_se == pytest.approx(math.sqrt((ss + 10 * 0.03**2) / 11 * 2 / 2))
+    # a run noisier than its calibration (another day): the calibration is not pooled
+    noisy = {"baseline": {0: 100.0, 1: 100.0}, "ngram": {0: 120.0, 1: 150.0}}
+    own = cell_estimates(noisy, "baseline", Spread(0.03, 10, "calibration"))["ngram"]
+    assert own.calibration_refused and (own.source, own.df) == ("server_starts", 1)
+    assert own.log_se == cell_estimates(noisy, "baseline")["ngram"].log_se
 
 
 def test_an_arm_missing_a_round_gets_its_own_model_with_the_baseline() -> None:

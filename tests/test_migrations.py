@@ -24,6 +24,7 @@ import pytest
 
 from harness.errors import UserError
 from harness.intervals import Estimate
+from harness.results.files import SCHEMA_VERSION
 from harness.regime import Regime
 from harness.results import SCHEMA_VERSION, RunDir, load_summary, parse_summary, read_run_record
 from harness.results.migrations import Migrations, run_record, status, study, summary, upgrade
@@ -187,18 +188,30 @@ def test_v9_files_read_without_turns_or_prefix_cache_counts() -> None:
     """Version 10: windows and cells gained a conversation's ``turn`` and the prefix cache's counts;
     a version-9 summary, status and run record are otherwise unchanged."""
     v9 = {"schema_version": 9, "cells": [{"arm": "a"}], "arms": []}
-    assert upgrade(v9, summary.MIGRATIONS, "summary.json") == {**v9, "schema_version": 12}  # as it is
+    assert upgrade(v9, summary.MIGRATIONS, "summary.json") == {
+        **v9,
+        "schema_version": SCHEMA_VERSION,
+    }  # as it is
     assert upgrade({"status": "ok"}, status.MIGRATIONS, "status.json", 9) == {"status": "ok"}
-    assert upgrade({"schema_version": 9}, run_record.MIGRATIONS, "regime.json")["schema_version"] == 12
+    assert (
+        upgrade({"schema_version": 9}, run_record.MIGRATIONS, "regime.json")["schema_version"]
+        == SCHEMA_VERSION
+    )
 
 
 def test_v10_files_read_as_one_look() -> None:
     """Version 11: cells gained ``speedup_looks`` (a deciding design's looks; absent: 1, a fixed
     number of rounds); a version-10 summary, status and run record are otherwise unchanged."""
     v10 = {"schema_version": 10, "cells": [{"arm": "a", "speedup_df": 2}], "arms": []}
-    assert upgrade(v10, summary.MIGRATIONS, "summary.json") == {**v10, "schema_version": 12}  # as it is
+    assert upgrade(v10, summary.MIGRATIONS, "summary.json") == {
+        **v10,
+        "schema_version": SCHEMA_VERSION,
+    }  # as it is
     assert upgrade({"status": "ok"}, status.MIGRATIONS, "status.json", 10) == {"status": "ok"}
-    assert upgrade({"schema_version": 10}, run_record.MIGRATIONS, "regime.json")["schema_version"] == 12
+    assert (
+        upgrade({"schema_version": 10}, run_record.MIGRATIONS, "regime.json")["schema_version"]
+        == SCHEMA_VERSION
+    )
 
 
 def test_v11_files_read_with_bonferroni_looks() -> None:
@@ -206,9 +219,15 @@ def test_v11_files_read_with_bonferroni_looks() -> None:
     to which the looks' level is fitted); a version-11 cell has none, and its looks keep the
     Bonferroni level its stored interval was derived at, so a view's winner correction agrees with it."""
     v11 = {"schema_version": 11, "cells": [{"arm": "a", "speedup_looks": 5}], "arms": []}
-    assert upgrade(v11, summary.MIGRATIONS, "summary.json") == {**v11, "schema_version": 12}  # as it is
+    assert upgrade(v11, summary.MIGRATIONS, "summary.json") == {
+        **v11,
+        "schema_version": SCHEMA_VERSION,
+    }  # as it is
     assert upgrade({"status": "ok"}, status.MIGRATIONS, "status.json", 11) == {"status": "ok"}
-    assert upgrade({"schema_version": 11}, run_record.MIGRATIONS, "regime.json")["schema_version"] == 12
+    assert (
+        upgrade({"schema_version": 11}, run_record.MIGRATIONS, "regime.json")["schema_version"]
+        == SCHEMA_VERSION
+    )
     old = Estimate(1.1, rounds=3, df=4, log_se=0.02, looks=5)
     assert old.level() == pytest.approx(0.99) and old.level(2) == pytest.approx(0.995)
     fitted = replace(old, first_look=2, model_arms=3)  # what version 12 stores
@@ -221,9 +240,15 @@ def test_summary_v8_cells_read_without_the_new_acceptance_figures() -> None:
     """Version 9: cells gained accepted_past_stop and prompt_tau, which a version-8 summary lacks
     (read as not derived); a version-8 status and run record are unchanged."""
     v8 = {"schema_version": 8, "cells": [{"arm": "a"}], "arms": []}
-    assert upgrade(v8, summary.MIGRATIONS, "summary.json") == {**v8, "schema_version": 12}  # as it is
+    assert upgrade(v8, summary.MIGRATIONS, "summary.json") == {
+        **v8,
+        "schema_version": SCHEMA_VERSION,
+    }  # as it is
     assert upgrade({"status": "ok"}, status.MIGRATIONS, "status.json", 8) == {"status": "ok"}
-    assert upgrade({"schema_version": 8}, run_record.MIGRATIONS, "regime.json")["schema_version"] == 12
+    assert (
+        upgrade({"schema_version": 8}, run_record.MIGRATIONS, "regime.json")["schema_version"]
+        == SCHEMA_VERSION
+    )
 
 
 def test_summary_v7_gains_what_it_knew_of_its_engine() -> None:

@@ -14,8 +14,8 @@ from harness.stats import quantile
 from harness.summary import _model_estimates, _with_speedups, category_rows, cell_metrics
 
 
-def _plain(tables):  # the arms x rounds model with no calibration, no looks, every arm paired
-    return _model_estimates(tables, "base", None, 1, (), None)
+def _plain(tables, prompts):  # the arms x rounds model with no calibration, no looks, every arm paired
+    return _model_estimates(tables, prompts, "base", None, 1, (), None)
 
 
 def test_tau_from_counter_deltas() -> None:
@@ -186,7 +186,7 @@ def test_speedup_pairs_same_workload_and_concurrency() -> None:
         _cell("ng", "w", 4, 90.0),
         _cell("ng", "other", 1, 90.0),
     ]
-    rows = _with_speedups(rows, "base", _plain)
+    rows = _with_speedups(rows, "base", _plain, {})
     assert [r.speedup for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])
     assert [r.per_repeat[0].speedup for r in rows] == pytest.approx([1.0, 1.0, 1.5, 0.9, None])
 
@@ -240,7 +240,7 @@ def test_categories_pool_their_workloads() -> None:
         row("ng", "c", "chat", 50, 10.0, 10, 5, None),
     ]
     # the category's speedup: the cells' model over its per-start-up tok/s (tokens over time per repeat)
-    cells = {(r.arm, r.category): r for r in category_rows(rows, "base", _plain)}
+    cells = {(r.arm, r.category): r for r in category_rows(rows, "base", _plain, {})}
     extract = cells[("ng", "extract")]
     assert extract.workloads == ["a", "b"] and extract.output_tok_s == pytest.approx(10.0)
     assert extract.tau == pytest.approx(1 + 40 / 40) and extract.speedup == pytest.approx(1.0)

@@ -151,6 +151,14 @@ class CellMetrics(ResultModel):
     # the arms (with the baseline) of the model the speedup was fitted in (version 12 on): the
     # winner of several is corrected at max-t only where they all shared it. None: before version 12
     speedup_model_arms: int | None = None
+    # the workload (version 13 on): the prompts the interval's prompt-sampling term counts and that
+    # term's standard error on the log scale (inside speedup_log_se); the start-up term from the
+    # arm's own paired differences (its spread differs); the calibration left out (the run's own
+    # residual is the larger). None: none of these, or a summary before version 13
+    speedup_prompts: int | None = None
+    speedup_prompt_log_se: float | None = None
+    speedup_own_spread: bool | None = None
+    speedup_calibration_refused: bool | None = None
     # requests in flight on average over the cell's windows (version 7 on): a window that drains
     # (num_prompts near the concurrency) runs below its stated load
     mean_in_flight: float | None = None
@@ -235,6 +243,10 @@ class SpeedupFields(ResultModel):
     speedup_looks: int | None = None
     speedup_first_look: int | None = None
     speedup_model_arms: int | None = None
+    speedup_prompts: int | None = None
+    speedup_prompt_log_se: float | None = None
+    speedup_own_spread: bool | None = None
+    speedup_calibration_refused: bool | None = None
 
 
 class CategoryMetrics(SpeedupFields):
@@ -404,7 +416,7 @@ class DistributionSection(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[12] = SCHEMA_VERSION
+    schema_version: Literal[13] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str

@@ -27,7 +27,7 @@ def migrate_v3(record: dict[str, Any]) -> dict[str, Any]:
 
 
 MIGRATIONS = Migrations(
-    current=12,
+    current=13,
     steps={1: migrate_v1, 3: migrate_v3},
     # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
     history={
@@ -80,6 +80,10 @@ MIGRATIONS = Migrations(
         11: (
             "Version 12 fitted the summary's deciding intervals to the design's looks (summary's history, "
             "version 12): the record is unchanged."
+        ),
+        12: (
+            "Version 13 made the summary's intervals about the workload (summary's history, version 13): "
+            "the record is unchanged."
         ),
     },
 )

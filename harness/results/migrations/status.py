@@ -17,7 +17,7 @@ def migrate_v5(status: dict[str, Any]) -> dict[str, Any]:
 
 
 MIGRATIONS = Migrations(
-    current=12,
+    current=13,
     steps={5: migrate_v5},
     # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
     history={
@@ -37,5 +37,6 @@ MIGRATIONS = Migrations(
         9: "Version 10 added conversation turns and prefix-cache counts to the windows: unchanged.",
         10: "Version 11 corrected the summary's intervals for a deciding design's looks: unchanged.",
         11: "Version 12 fitted the summary's deciding intervals to the design's looks: unchanged.",
+        12: "Version 13 made the summary's intervals about the workload: unchanged.",
     },
 )

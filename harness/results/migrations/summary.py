@@ -44,7 +44,7 @@ def migrate_v7(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 MIGRATIONS = Migrations(
-    current=12,
+    current=13,
     steps={1: migrate_v1, 5: migrate_v5, 6: migrate_v6, 7: migrate_v7},
     # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
     history={
@@ -88,6 +88,13 @@ MIGRATIONS = Migrations(
             "Absent: a version-11 run's stored intervals were at Bonferroni's 1 - 0.05 / looks, and a view of"
             " it keeps Bonferroni's level for its looks and its winner (``intervals.design_level``), so it "
             "reads as it did; ``bench`` re-derives fitted ones from the raw files."
+        ),
+        12: (
+            "Version 13: a speedup's interval is about the workload: cells, categories and ramp spans gained "
+            "``speedup_prompts`` and ``speedup_prompt_log_se`` (the prompt-sampling term, a jackknife over "
+            "prompts, inside ``speedup_log_se``), ``speedup_own_spread`` (the arm's own paired spread "
+            "replaced the pooled one) and ``speedup_calibration_refused``. Absent: a version-12 interval, "
+            "about its prompts only; ``bench`` re-derives the new one from the raw files."
         ),
     },
 )
