@@ -29,7 +29,7 @@ from harness.gates import StoredGate, read_gate
 from harness.intervals import Estimate, design_level, stored_estimate
 from harness.probes.acceptance import conditional_rates
 from harness.probes.throughput import speedup
-from harness.regime import LoadLevel
+from harness.regime import LoadLevel, VerdictSettings
 from harness.results.files import read_json, write_text_atomic
 from harness.results.model import CategoryMetrics, CellMetrics, Summary
 from harness.results.raw import RawRun, read_raw
@@ -55,6 +55,17 @@ class IntervalBasis:
     calibration: str | None  # the calibration's label, where one was used
     looks: int  # a deciding run: the looks its design could take (1: a fixed number of rounds)
     look_level: float  # the level of each interval over those looks
+    # the workload: the prompts per window whose sampling the intervals include (none: about these
+    # prompts only, a summary before version 13)
+    prompts: tuple[int, ...] = ()
+    own_spread: tuple[str, ...] = ()  # cells ("arm workload @level") on their own paired spread
+    calibration_refused: bool = False  # some cell's run residual refused the calibration
+    # many windows: how many verdicts the run decides, whether each holds over all of them at once
+    # (verdict.familywise), and the false "pays" to expect among them by chance if nothing paid
+    windows: int = 1
+    familywise: bool = False
+    chance_pays: float = 0.0
+    precision_pct: float = VerdictSettings().precision_pct  # verdict.precision_pct
 
 
 @dataclass(frozen=True)
@@ -174,7 +185,20 @@ def _pareto(summary: Summary) -> tuple[tuple[str, str, int, float, float], ...]:
     )
 
 
-def _basis(summary: Summary) -> IntervalBasis:
+def _chance_pays(verdicts: tuple[WindowVerdict, ...]) -> float:
+    """The false "pays" to expect over the windows if no arm truly paid: each decided window's
+    one-sided error at the level its decision was made (``WindowVerdict.decision``)."""
+    total = 0.0
+    for v in verdicts:
+        e = v.estimate
+        if e is None or e.log_se is None or e.df < 1:
+            continue
+        level = 1 - (1 - e.level(v.candidates)) / max(v.windows, 1)
+        total += (1 - level) / 2
+    return total
+
+
+def _basis(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> IntervalBasis:
     cells = [c for c in summary.cells if c.arm != summary.baseline_arm and c.speedup is not None]
     looks = max((c.speedup_looks or 1 for c in cells), default=1)
     first_look = next((c.speedup_first_look for c in cells if (c.speedup_looks or 1) == looks), None)
@@ -186,6 +210,13 @@ def _basis(summary: Summary) -> IntervalBasis:
         calibration=summary.calibration if any("calibration" in s for s in sources) else None,
         looks=looks,
         look_level=design_level(looks, first_look=first_look),
+        prompts=tuple(sorted({c.speedup_prompts for c in cells if c.speedup_prompts})),
+        own_spread=tuple(f"{c.arm} {c.workload} {c.level.short()}" for c in cells if c.speedup_own_spread),
+        calibration_refused=any(c.speedup_calibration_refused for c in cells),
+        windows=len(verdicts),
+        familywise=bool(summary.verdict and summary.verdict.familywise),
+        chance_pays=_chance_pays(verdicts),
+        precision_pct=(summary.verdict or VerdictSettings()).precision_pct,
     )
 
 
@@ -202,7 +233,7 @@ def analyze(summary: Summary) -> RunAnalysis:
         capacities=tuple(slo_capacity(summary)),
         schedule_checks=tuple(schedule_checks(summary.arms, summary.cells)),
         ramp_checks=tuple(ramp_checks(summary.arms, summary.ramp)),
-        basis=_basis(summary),
+        basis=_basis(summary, verdicts),
         ratio_differs=_ratio_differs(summary),
         category_order=order,
         category_pooled=pooled,
@@ -213,7 +244,7 @@ def analyze(summary: Summary) -> RunAnalysis:
 
 
 ANALYSIS_FILE = "analysis.json"
-ANALYSIS_VERSION = 1  # of analysis.json's layout; a reader of another version derives it again
+ANALYSIS_VERSION = 2  # of analysis.json's layout; a reader of another version derives it again
 # the raw files derive reads (arms/<arm>/...): warm-ups, server logs and what derive writes are not
 RAW_FILES = ("regime.json", "environment.json", "timing.json", "calibration.json")
 RAW_ARM_FILES = (

@@ -82,6 +82,18 @@ CALIBRATION_ALPHA = 0.5
 # a calibration describes the day it was taken: shared VMs of one type measured 3.5% and 7.6% on
 # different days, and a 3.5% calibration on a 7.6% day covered 0.66-0.71
 CALIBRATION_MAX_AGE_H = 24.0
+# the prompt-to-prompt spread of a speedup (log sd of one prompt's gain) this project measured: ngram
+# on code_humaneval, run 20261206-042904-e78784, 0.19-0.21 at concurrency 1 (0.34-0.35 at 4); what
+# bench validate assumes before a run has measured its own
+REFERENCE_PROMPT_SPREAD = 0.2
+
+
+def prompts_for(precision_pct: float, spread: float = REFERENCE_PROMPT_SPREAD) -> int:
+    """The prompts per window whose sampling alone keeps a speedup's 95% interval within
+    +-``precision_pct`` at a prompt-to-prompt spread of ``spread`` (normal quantile)."""
+    z = stats.normal_quantile(1 - (1 - CONFIDENCE) / 2)
+    return math.ceil((z * spread / math.log(1 + precision_pct / 100)) ** 2)
+
 
 IntervalSource = Literal["server_starts", "calibration", "server_starts+calibration"]
 Verdict = Literal["pays", "loses", "equivalent", "indistinguishable", "unverified"]
@@ -173,16 +185,33 @@ class Estimate:
         centre = math.log(self.point)
         return math.exp(centre - half), math.exp(centre + half)
 
-    def selected_from(self, candidates: int) -> Estimate:
+    def selected_from(self, candidates: int, windows: int = 1) -> Estimate:
         """This estimate as the winner of ``candidates`` arms: its interval corrected for the
         selection (the fastest of several arms is biased up; a 95% claim about it is one about
-        every candidate at once: ``level(candidates)``)."""
-        if candidates <= 1:
+        every candidate at once: ``level(candidates)``); with ``windows`` > 1 (``verdict.familywise``)
+        also held over that many windows at once (Bonferroni: each window's error / windows)."""
+        if candidates <= 1 and windows <= 1:
             return self
         if self.log_se is None or self.log_se <= 0 or self.df < 1:  # nothing to widen it with
+            if self.low is None or self.high is None:
+                return self
             return replace(self, low=None, high=None, df=0, log_se=None, source=None)
-        low, high = self.bounds(self.level(candidates))  # type: ignore[misc]
+        level = 1 - (1 - self.level(candidates)) / max(windows, 1)
+        low, high = self.bounds(level)  # type: ignore[misc]
         return replace(self, low=low, high=high)
+
+    def ratio_to(self, other: Estimate, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+        """The interval of this speedup over ``other``'s, two estimates from independent runs (two
+        points of a study): their log standard errors add, Welch-Satterthwaite's degrees of freedom.
+        None where either has no interval."""
+        if self.log_se is None or other.log_se is None or self.df < 1 or other.df < 1:
+            return None
+        parts = [(self.log_se**2, float(self.df)), (other.log_se**2, float(other.df))]
+        half = stats.t_quantile(1 - (1 - confidence) / 2, _satterthwaite(parts)) * math.sqrt(
+            sum(v for v, _ in parts)
+        )
+        centre = math.log(self.point / other.point)
+        return math.exp(centre - half), math.exp(centre + half)
 
     @property
     def verdict(self) -> Verdict:
@@ -197,6 +226,13 @@ class Estimate:
         if math.log(self.high) <= EQUIVALENCE_MARGIN and math.log(self.low) >= -EQUIVALENCE_MARGIN:
             return "equivalent"
         return "indistinguishable"
+
+    @property
+    def prompt_half_pct(self) -> float | None:
+        """The prompts' sampling alone, as a 95% half-width in % (normal quantile)."""
+        if self.prompt_log_se is None:
+            return None
+        return 100 * math.expm1(stats.normal_quantile(1 - (1 - CONFIDENCE) / 2) * self.prompt_log_se)
 
     @property
     def decided(self) -> bool:
@@ -281,6 +317,34 @@ def stored_estimate(stored: StoredSpeedup, rounds: int | None = None) -> Estimat
         own_spread=bool(getattr(stored, "speedup_own_spread", None)),
         calibration_refused=bool(getattr(stored, "speedup_calibration_refused", None)),
     )
+
+
+@dataclass(frozen=True)
+class Design:
+    """What a cell's interval would need to reach a stated half-width: prompts per window and
+    rounds of start-ups (from its own two variance terms, scaled)."""
+
+    prompts: int
+    rounds: int
+    half_pct: float  # the half-width this run reached (%, on the log scale: exp(half) - 1)
+    reachable: bool = True  # False: not within the rounds searched (prompts and rounds then 0)
+
+
+def design_for(estimate: Estimate, precision_pct: float, most_rounds: int = 12) -> Design | None:
+    """The fewest prompts (at the fewest rounds from the run's own up to ``most_rounds``) whose
+    95% interval would reach +-``precision_pct``: the start-ups' term shrinks with rounds, the
+    prompts' with prompts, each as 1/n (normal quantile: about). None without both terms."""
+    if estimate.log_se is None or estimate.prompt_log_se is None or not estimate.prompts:
+        return None
+    target = math.log(1 + precision_pct / 100) / stats.normal_quantile(1 - (1 - CONFIDENCE) / 2)
+    prompt_v = estimate.prompt_log_se**2 * estimate.prompts  # per prompt
+    startup_v = max(estimate.log_se**2 - estimate.prompt_log_se**2, 0.0) * estimate.rounds  # per round
+    half = stats.t_quantile(1 - (1 - CONFIDENCE) / 2, max(estimate.df, 1)) * estimate.log_se
+    for rounds in range(max(estimate.rounds, 2), most_rounds + 1):
+        room = target**2 - startup_v / rounds
+        if room > 0:
+            return Design(max(estimate.prompts, math.ceil(prompt_v / room)), rounds, 100 * math.expm1(half))
+    return Design(0, 0, 100 * math.expm1(half), reachable=False)
 
 
 def _balanced(

@@ -453,3 +453,118 @@ def normal_quantile(p: float) -> float:
 def normal_two_sided_p(z: float) -> float:
     """P(|Z| >= |z|) for a standard normal Z."""
     return math.erfc(abs(z) / math.sqrt(2))
+
+
+# ---- gates on the start-up as the unit (issue 60, item 4) ---------------------------------------
+
+
+def satterthwaite_df(parts: Sequence[tuple[float, float]]) -> float:
+    """Welch-Satterthwaite's degrees of freedom of a sum of variance estimates ``(variance, df)``:
+    (sum v)^2 / sum(v^2 / df); a part with no variance adds nothing, and none at all gives the
+    largest df given (the sum is then known exactly)."""
+    total = sum(v for v, _ in parts)
+    weighted = sum(v**2 / df for v, df in parts if v > 0)
+    return total**2 / weighted if weighted > 0 else max(df for _, df in parts)
+
+
+def mean_interval(
+    values: Sequence[float],
+    confidence: float = 0.95,
+    *,
+    log: bool = True,
+    sd: float | None = None,
+    df: float = 0,
+) -> Interval:
+    """The mean of ``values`` (one per server start-up) with a t interval: on the logs (the
+    geometric mean; a start-up moves a rate by a factor) or on the values themselves (a quantity
+    that may be 0), with n - 1 degrees of freedom, or, given ``sd`` (of one value on that scale)
+    and its ``df`` from elsewhere (a machine calibration), that spread with those."""
+    if not values:
+        raise ValueError("the sample needs at least one value")
+    if log and min(values) <= 0:
+        raise ValueError("a mean on the log scale needs positive values")
+    scale = [math.log(v) for v in values] if log else list(values)
+    n, centre = len(scale), mean(scale)
+    if sd is None:
+        df = n - 1
+        if df < 1:
+            raise ValueError("a t interval needs two values or more")
+        sd = math.sqrt(sum((v - centre) ** 2 for v in scale) / df)
+    elif df < 1:
+        raise ValueError("a known spread needs its degrees of freedom")
+    half = t_quantile(1 - (1 - confidence) / 2, df) * sd / math.sqrt(n)
+    back: Callable[[float], float] = math.exp if log else (lambda v: v)
+    return Interval(back(centre), back(centre - half), back(centre + half))
+
+
+def cluster_bootstrap_interval(
+    clusters: Sequence[Sequence[float]],
+    statistic: Statistic,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    log: bool = True,
+) -> Interval:
+    """statistic(all values pooled) with an interval that resamples whole CLUSTERS (server
+    start-ups: draw as many as there are, with replacement, pool their values, take the statistic),
+    never the values across clusters as if independent: the requests of one start-up share what
+    that start-up gave. With few clusters a percentile interval is far too narrow (2 start-ups
+    give 4 distinct draws: the interval is the two start-ups' range, beyond a floor a quarter of
+    the time at a true mean on it), so the draws give a standard error, scaled by sqrt(k / (k - 1))
+    (the bootstrap's variance of a mean of k clusters is (k - 1) / k of the unbiased one), and
+    the interval is t with k - 1 degrees of freedom, on the log scale where the values are positive."""
+    k = len(clusters)
+    if k < 2 or any(not c for c in clusters):
+        raise ValueError("a cluster bootstrap needs two non-empty clusters or more")
+    positive = log and min(min(c) for c in clusters) > 0
+    to = math.log if positive else (lambda v: v)
+    pooled = [v for c in clusters for v in c]
+    draws = bootstrap([list(clusters)], lambda drawn: to(statistic([v for c in drawn for v in c])),
+                      resamples, seed)  # fmt: skip
+    centre = to(statistic(pooled))
+    spread = math.sqrt(sum((d - mean(draws.values)) ** 2 for d in draws.values) / (len(draws.values) - 1))
+    half = t_quantile(1 - (1 - confidence) / 2, k - 1) * spread * math.sqrt(k / (k - 1))
+    back: Callable[[float], float] = math.exp if positive else (lambda v: v)
+    return Interval(back(centre), back(centre - half), back(centre + half))
+
+
+def between_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
+    """The variance of a group's shared effect (a night's, over the start-ups it ran), by the
+    method of moments of the one-way random-effects model: the variance of the groups' means less
+    the part their own values' spread puts there (mean of s_i^2 / n_i), floored at 0; with the
+    groups' count less one as degrees of freedom. A group of one value has no spread of its own
+    and counts whole (conservative). None with fewer than two groups."""
+    kept = [list(g) for g in groups if g]
+    if len(kept) < 2:
+        return None
+    means = [mean(g) for g in kept]
+    centre = mean(means)
+    of_means = sum((m - centre) ** 2 for m in means) / (len(means) - 1)
+    within = [
+        sum((v - m) ** 2 for v in g) / (len(g) - 1) / len(g)
+        for g, m in zip(kept, means, strict=True)
+        if len(g) > 1
+    ]
+    return max(0.0, of_means - (mean(within) if within else 0.0)), len(kept) - 1
+
+
+def lag1_autocorrelation(values: Sequence[float]) -> float | None:
+    """The lag-1 sample autocorrelation of a series (in its order): sum of (x_t - mean)(x_t+1 -
+    mean) over sum of (x_t - mean)^2; None with fewer than 3 values or no spread. Biased low by
+    about (1 + 4 rho) / n in short series."""
+    if len(values) < 3:
+        return None
+    centre = mean(values)
+    spread = sum((v - centre) ** 2 for v in values)
+    if spread <= 0:
+        return None
+    return sum((a - centre) * (b - centre) for a, b in zip(values[:-1], values[1:], strict=True)) / spread
+
+
+@lru_cache(maxsize=256)
+def heavy_tail_factor(p: float, df: int = 3) -> float:
+    """The p-quantile of a t with ``df`` degrees of freedom scaled to unit variance, over the
+    normal's: how much farther out a heavy-tailed value of the same sd lies (t(3) at 0.9975: 1.53)."""
+    from scipy.stats import norm, t
+
+    return float(t.ppf(p, df) / math.sqrt(df / (df - 2)) / norm.ppf(p))

@@ -533,6 +533,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         unread_lines=raw.unread.notes,
         timing=raw.timing,
         slo=raw.regime.slo,
+        verdict=raw.regime.verdict,
         distribution=distribution_section(raw),
         calibration=calibration.label() if calibration else None,
         ramp=ramp_metrics(raw, spread, looks, first_look),

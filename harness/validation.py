@@ -224,6 +224,26 @@ def lossy_settings(regime: Regime, inherited: Mapping[str, str] | None = None) -
 STEADY_PROMPTS_PER_SLOT = 4
 
 
+def prompt_warnings(regime: Regime, source: Path) -> list[str]:
+    """Prompts per window too few for the stated precision (``verdict.precision_pct``): a speedup's
+    interval holds the prompts' sampling (``harness.intervals``), and at the prompt-to-prompt spread
+    this project measured, fewer prompts cannot reach it however many rounds run."""
+    from harness.intervals import REFERENCE_PROMPT_SPREAD, prompts_for
+
+    precision = regime.verdict.precision_pct
+    needed = prompts_for(precision)
+    if regime.load.num_prompts >= needed or regime.load.ramp:
+        return []
+    message = (
+        f"{regime.load.num_prompts} prompts per window cannot pin a speedup to +-{precision:g}% "
+        f"(verdict.precision_pct): the verdict is about the workload the prompts are sampled from, and at "
+        f"the prompt-to-prompt spread this project measured ({100 * REFERENCE_PROMPT_SPREAD:.0f}%, ngram "
+        f"on code) their sampling alone spans more; give num_prompts >= {needed}, or state the precision "
+        "you need"
+    )
+    return [str(located(source, FieldError(("load", "num_prompts"), message)))]
+
+
 def window_warnings(regime: Regime, source: Path) -> list[str]:
     """Closed-loop levels whose windows drain: ``num_prompts`` below 4 x the concurrency. Not a
     refusal (a quick look may want it), but the arms are then compared at a lower load than stated,

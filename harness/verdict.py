@@ -21,8 +21,8 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from harness import pooling
-from harness.intervals import Estimate, stored_estimate
-from harness.regime import LoadLevel
+from harness.intervals import Design, Estimate, design_for, stored_estimate
+from harness.regime import LoadLevel, VerdictSettings
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
 
@@ -85,6 +85,10 @@ class WindowVerdict:
     # the cells measured beside a busy neighbour: their numbers may not be the engine's alone
     neighbours: tuple[Neighbour, ...] = ()
     prompts: int = 0  # the prompts of one window (the verdict's scope)
+    # verdict.familywise: the windows its claim is held over at once (1: this window alone)
+    windows: int = 1
+    # what would reach verdict.precision_pct (None: no prompt term, or the interval already does)
+    design: Design | None = None
 
     @property
     def provisional(self) -> bool:
@@ -97,10 +101,10 @@ class WindowVerdict:
 
     @property
     def decision(self) -> Estimate | None:
-        """best's estimate corrected for being the fastest of ``candidates`` arms
-        (``Estimate.selected_from``): what the outcome rests on, so that picking the luckiest arm
-        does not make it pay."""
-        return self.estimate.selected_from(self.candidates) if self.estimate else None
+        """best's estimate corrected for being the fastest of ``candidates`` arms (and, with
+        ``verdict.familywise``, for the run's ``windows``: ``Estimate.selected_from``): what the
+        outcome rests on, so that picking the luckiest arm does not make it pay."""
+        return self.estimate.selected_from(self.candidates, self.windows) if self.estimate else None
 
     @property
     def outcome(self) -> Outcome:
@@ -250,10 +254,19 @@ def estimate_of(cell: CellMetrics) -> Estimate | None:
     return stored_estimate(cell, rounds=cell.server_starts)
 
 
+def _design(estimate: Estimate | None, settings: VerdictSettings) -> Design | None:
+    """What would reach the stated precision, where this interval does not."""
+    design = design_for(estimate, settings.precision_pct) if estimate is not None else None
+    return design if design is not None and design.half_pct > settings.precision_pct else None
+
+
 def window_verdicts(summary: Summary) -> list[WindowVerdict]:
     """One verdict per (workload, load level), in the order measured."""
     verdicts = []
-    for workload, level in summary.window_keys():
+    settings = summary.verdict or VerdictSettings()
+    keys = summary.window_keys()
+    windows = len(keys) if settings.familywise else 1
+    for workload, level in keys:
         baseline = summary.cell(summary.baseline_arm, workload, level)
         if baseline is None:
             continue  # the baseline failed: no speedup exists to judge (run_caveats says so)
@@ -267,13 +280,14 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
             and arm.status == "ok"  # a failed arm is in no verdict (run_caveats says so)
         ]
         best = max(speculative, key=lambda c: c.speedup or 0.0, default=None)
+        estimate = estimate_of(best) if best else None
         verdicts.append(
             WindowVerdict(
                 workload=workload,
                 level=level,
                 baseline=baseline,
                 best=best,
-                estimate=estimate_of(best) if best else None,
+                estimate=estimate,
                 caveats=tuple(
                     (arm_caveats(summary.arm(best.arm)) if best else [])
                     + cpu_caveats([baseline] + ([best] if best else []))
@@ -285,6 +299,8 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
                     neighbour(c) for c in [baseline] + ([best] if best else []) if c.noisy_neighbour
                 ),
                 prompts=baseline.requests_total // max(baseline.repeats, 1),
+                windows=windows,
+                design=_design(estimate, settings),
             )
         )
     return verdicts

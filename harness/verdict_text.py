@@ -109,11 +109,19 @@ def _own(estimate: Estimate) -> str:
     return f"95%: {range_text(estimate.low, estimate.high)}"
 
 
+def scope_text(v: WindowVerdict) -> str:
+    """What the verdict is about: the workload its prompts were sampled from, where the interval
+    holds their sampling; else these prompts (one start-up, or a summary before version 13)."""
+    if v.estimate is not None and v.estimate.prompts:
+        return f"on {v.workload} ({v.prompts} prompts sampled)"
+    return f"on {v.prompts} {v.baseline.category} prompts"
+
+
 def _said(v: WindowVerdict) -> str:
     """The outcome, the arm, its number and range, and the window's scope, in plain words."""
     e, d, arm = v.estimate, v.decision, v.best.arm  # type: ignore[union-attr]
     assert e is not None and d is not None
-    scope = f"on {v.prompts} {v.baseline.category} prompts at {v.level.label()}"
+    scope = f"{scope_text(v)} at {v.level.label()}"
     outcome = v.outcome
     if outcome == Outcome.PAYS:
         return f"{arm} pays: {bound_text(e.point)}x faster ({_own(e)}) {scope}"
@@ -134,7 +142,7 @@ def _said(v: WindowVerdict) -> str:
                 "bench calibrate"
             )
         else:
-            hint = "add rounds (load.server_starts) or bench calibrate"
+            hint = "add prompts (load.num_prompts) or rounds (load.server_starts), or bench calibrate"
         return (
             f"too noisy to tell: {arm} {e.point:.2f}x ({_own(e)}), anywhere from {bound_text(low)}x to "
             f"{bound_text(high)}x{picked} {scope}; {hint}"
@@ -201,6 +209,15 @@ def statistics_line(v: WindowVerdict) -> str | None:
     if e is None or e.low is None or e.high is None:
         return None
     parts = [f"{e.rounds} rounds" if e.rounds > 1 else "1 start-up per arm and a calibration"]
+    if e.prompts and e.prompt_log_se is not None:
+        spread = e.prompt_half_pct
+        parts.append(
+            f"{e.prompts} prompts as a sample of the workload (their sampling alone +-{spread:.0f}%)"
+        )
+    if e.own_spread:
+        parts.append("its own start-up spread (it varies more than the other arms: F test)")
+    if e.calibration_refused:
+        parts.append("the calibration not pooled (this run varies more than it: F test)")
     parts.append(f"{e.df} degrees of freedom" + (" (few: relies on normality)" if e.df < FEW_DF else ""))
     if e.looks > 1:
         parts.append(f"corrected for {e.looks} looks ({100 * e.level():.1f}% each)")
@@ -213,6 +230,38 @@ def statistics_line(v: WindowVerdict) -> str | None:
         else:
             parts.append(f"as the fastest of {v.candidates} arms: no interval")
     return f"{e.point:.2f}x {interval_text(e.low, e.high)}: " + "; ".join(parts)
+
+
+def design_line(v: WindowVerdict, precision_pct: float) -> str | None:
+    """What would pin the window's interval to the stated precision (``verdict.precision_pct``)."""
+    d = v.design
+    if d is None:
+        return None
+    if not d.reachable:
+        return (
+            f"+-{d.half_pct:.0f}% now; +-{precision_pct:g}% is out of reach within 12 rounds at this "
+            "start-up spread: a quieter machine, or bench calibrate"
+        )
+    rounds = "" if d.rounds <= (v.estimate.rounds if v.estimate else 1) else f" and {d.rounds} rounds"
+    return (
+        f"+-{d.half_pct:.0f}% now; about {d.prompts} prompts per window{rounds} would pin it to "
+        f"+-{precision_pct:g}% (verdict.precision_pct)"
+    )
+
+
+def chance_line(basis: IntervalBasis) -> str | None:
+    """The run's windows together: the false "pays" chance alone could give among them."""
+    if basis.windows <= 1 or basis.chance_pays <= 0:
+        return None
+    if basis.familywise:
+        return (
+            f"{basis.windows} windows, held at 95% together (verdict.familywise): at most "
+            f"{basis.chance_pays:.3f} false 'pays' expected among them if nothing paid"
+        )
+    return (
+        f"{basis.windows} windows, each at 95% alone: up to {basis.chance_pays:.2f} false 'pays' expected "
+        "among them if nothing paid (verdict.familywise: true holds 95% over all of them)"
+    )
 
 
 def basis_line(basis: IntervalBasis) -> str:
@@ -236,21 +285,34 @@ def basis_line(basis: IntervalBasis) -> str:
         if basis.looks > 1
         else ""
     )
+    workload = (
+        f" and {'/'.join(str(p) for p in basis.prompts)} prompts per window as a sample of the workload"
+        if basis.prompts
+        else " (about these prompts only)"
+    )
+    own = f"; on their own spread: {', '.join(basis.own_spread)}" if basis.own_spread else ""
     return (
-        f"95% t intervals from {where}{calibration}, arms x rounds model, {df_text} degrees of freedom; "
-        f"the fastest arm corrected for the number of arms{sequential}"
+        f"95% t intervals from {where}{calibration}{workload}, arms x rounds model, {df_text} degrees of "
+        f"freedom; the fastest arm corrected for the number of arms{sequential}{own}"
     )
 
 
 def verdict_lines(analysis: RunAnalysis) -> list[str]:
     """The verdict block: each window's line and its statistics beneath, then the basis."""
     lines = ["Verdict:"]
+    precision = analysis.basis.precision_pct
     for v in analysis.verdicts:
         lines.append(f"  {verdict_line(v)}")
         details = statistics_line(v)
         if details:
             lines.append(f"      {details}")
+        design = design_line(v, precision)
+        if design:
+            lines.append(f"      {design}")
     lines.append(f"  intervals: {basis_line(analysis.basis)}")
+    chance = chance_line(analysis.basis)
+    if chance:
+        lines.append(f"  windows: {chance}")
     return lines
 
 

@@ -306,6 +306,18 @@ def test_no_recommendation_flip_from_an_undecided_side() -> None:
     assert flips(a + b) == []
 
 
+def test_no_flip_where_both_sides_are_decided_but_one_truth_fits_both() -> None:
+    # "pays" at 1.018x [1.003, 1.033] and "within 3%" at 1.00x [0.974, 1.026]: both decided, and
+    # a true 1.01x fits both sides (their ratio's interval holds 1): no flip
+    pays = [obs(1.018, log_se=0.007, df=20)]
+    equivalent = [obs(1.0, point="p1", axes=DTYPE_FP32, log_se=0.0125, df=20)]
+    assert (estimate(pays[0]).verdict, estimate(equivalent[0]).verdict) == ("pays", "equivalent")
+    assert flips(pays + equivalent) == []
+    # the same two sides told apart (1.30x against 1.00x): the recommendation flips
+    apart = [obs(1.3, log_se=0.008, df=20)]
+    assert [f.what for f in flips(apart + equivalent)] == ["recommendation"]
+
+
 def test_best_k_flips_only_between_singleton_sets() -> None:
     a = [obs(1.5, k=4, arm="k4"), obs(1.2, k=2, arm="k2")]
     b = [

@@ -312,3 +312,36 @@ def test_a_draining_closed_loop_window_is_warned_of(tmp_path: Path) -> None:
     # the shipped smoke regime measures 6 prompts at concurrency 4: the drained fixture
     smoke = window_warnings(CPU, ROOT / "regimes" / "cpu_smoke.yaml")
     assert [w.split(": ", 2)[1] for w in smoke] == ["load.num_prompts"] and "4 x 4 = 16" in smoke[0]
+
+
+def test_validate_warns_when_the_prompts_cannot_reach_the_stated_precision(tmp_path: Path) -> None:
+    import yaml
+
+    from harness.intervals import prompts_for
+    from harness.validation import prompt_warnings
+
+    # at the measured 20% prompt-to-prompt spread, +-10% needs (1.96 x 0.2 / ln 1.1)^2 = 16.9 prompts
+    assert prompts_for(10.0) == 17 and prompts_for(5.0) == 65
+    data = yaml.safe_load((ROOT / "regimes" / "cpu_smoke.yaml").read_text())
+    data["workloads"] = [str(ROOT / "regimes" / w) for w in data["workloads"]]
+    data["load"].update({"concurrency": [1], "num_prompts": 16})
+    path = tmp_path / "few.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "num_prompts" in text)
+    (warning,) = prompt_warnings(load_regime(path), path)
+    assert warning.startswith(f"{path}:{line}: load.num_prompts: 16 prompts per window cannot pin a speedup")
+    assert "+-10% (verdict.precision_pct)" in warning and "num_prompts >= 17" in warning
+    # a looser stated precision, or enough prompts: nothing to say
+    data["verdict"] = {"precision_pct": 15}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert prompt_warnings(load_regime(path), path) == []
+    data["verdict"] = {"precision_pct": 10}
+    data["load"]["num_prompts"] = 20
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert prompt_warnings(load_regime(path), path) == []
+    assert (
+        prompt_warnings(
+            load_regime(ROOT / "regimes" / "cpu_default.yaml"), ROOT / "regimes" / "cpu_default.yaml"
+        )
+        == []
+    )

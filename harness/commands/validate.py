@@ -166,11 +166,12 @@ def _print_plan(plan: Any, console: Console) -> None:
     """What `bench validate` shows of one concrete regime: the plan, this machine against it, commands."""
     from harness.plan import describe_plan
     from harness.sensors.environment import collect_environment
-    from harness.validation import window_warnings
+    from harness.validation import prompt_warnings, window_warnings
 
     model = plan.resolve_models(build=False)
     console.print(describe_plan(plan), highlight=False)
-    for warning in window_warnings(plan.regime, plan.regime_path):
+    warnings = window_warnings(plan.regime, plan.regime_path) + prompt_warnings(plan.regime, plan.regime_path)
+    for warning in warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     preflight = plan.preflight(collect_environment(plan.adapter.installed_version()))
     for problem in preflight.lossy:

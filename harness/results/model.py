@@ -24,7 +24,7 @@ from pydantic import Field, ValidationError
 from harness.errors import UserError
 from harness.probes import distribution
 from harness.probes.exactness import Status
-from harness.regime import LoadLevel, Slo
+from harness.regime import LoadLevel, Slo, VerdictSettings
 from harness.results import migrations
 from harness.results.files import SCHEMA_VERSION, read_json
 from harness.results.migrations import summary as summary_steps
@@ -434,6 +434,9 @@ class Summary(ResultModel):
     unread_lines: list[str] = []  # torn last lines of raw files that were skipped (a crash mid-write)
     timing: RunTiming | None = None  # where the run's wall time went (timing.json)
     slo: Slo | None = None  # the targets slo_pct and goodput_rps were derived with (the run's regime)
+    # how the verdict reads the intervals (the run's regime's verdict: section; version 13 on).
+    # None: the defaults
+    verdict: VerdictSettings | None = None
     distribution: DistributionSection | None = None  # temperature > 0 only
     # the machine calibration whose start-up spread the intervals used (Calibration.label(); version 7)
     calibration: str | None = None

@@ -504,6 +504,15 @@ def flips(observations: Sequence[Observation]) -> list[Flip]:
     return out
 
 
+def _differ(a: Estimate | None, b: Estimate | None) -> bool:
+    """Whether two points' speedups are told apart: the 95% interval of their ratio excludes 1
+    (``Estimate.ratio_to``). Both sides decided is not enough: the two points may be one truth."""
+    if a is None or b is None:
+        return False
+    ratio = a.ratio_to(b)
+    return ratio is not None and (ratio[0] > 1.0 or ratio[1] < 1.0)
+
+
 def _recommendation_flips(recs: dict, where: tuple) -> list[Flip]:
     axis, (va, vb), (p, q) = where
     out = []
@@ -515,6 +524,8 @@ def _recommendation_flips(recs: dict, where: tuple) -> list[Flip]:
             continue  # a point without a speculative arm measured (its job failed): nothing to flip
         if not (a.decided and b.decided):
             continue  # an undecided side could be either answer: not a flip
+        if not _differ(a.speedup, b.speedup):
+            continue  # "pays" at 1.04x and "within 3%" at 1.02x can both be true of one 1.03x
         text = (
             f"{workload} @ {concurrency}: the recommendation flips from {_label(a)} "
             f"({a.best_arm} {a.speedup.text()}; {a.status()}) at {axis}={va} to {_label(b)} "
@@ -551,6 +562,8 @@ def _sign_flips(speed: dict, where: tuple) -> list[Flip]:
         ea, eb = estimate(a), estimate(b)
         # a sign flip is a gain on one side and a loss on the other, each beyond its own noise
         if {ea.verdict, eb.verdict} != {"pays", "loses"}:  # type: ignore[union-attr]
+            continue
+        if not _differ(ea, eb):
             continue
         verb_a, verb_b = ("gains" if e.verdict == "pays" else "loses" for e in (ea, eb))  # type: ignore[union-attr]
         text = (
