@@ -27,13 +27,15 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from simulated_runs import World, calibration_of, simulate_run  # noqa: E402
 
 from harness.intervals import Spread, cell_estimates, residual_spread  # noqa: E402
 
@@ -361,6 +363,102 @@ def decide_best_k_lines(
         yield f"false better-than-every-other-K, any look {label}", singleton / runs
 
 
+# ---- out of the model, through the real pipeline (benchmarks/simulated_runs.py) ---------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """An out-of-model world (``simulated_runs.World``) under a name the lines carry, and a
+    calibration's own spread where the run uses one (from another day: ``calibration_sd``)."""
+
+    name: str
+    world: World
+    calibration_sd: float | None = None
+
+    def label(self) -> str:
+        w = self.world
+        spread = f"  a1 spread x{w.factor(1):g}" if w.factor(1) != 1 else ""
+        calibrated = (
+            f"  calibrated at sd {100 * self.calibration_sd:.1f}%" if self.calibration_sd is not None else ""
+        )
+        return (
+            f"{self.name}  {w.prompts} prompts  sd {100 * w.startup_sd:.0f}%{spread}{calibrated}  "
+            f"{w.rounds} rounds  {w.arms} arms  truth {w.truth:.2f}"
+        )
+
+
+def pipeline_lines(scenarios: list[Scenario], runs: int, seed: int) -> Iterator[tuple[str, float]]:
+    """Each scenario's runs as raw records, derived by the harness's own ``summarize`` and
+    ``window_verdicts``: how often arm a1's interval covers the WORKLOAD's speedup; at a true 1.00x,
+    how often a1 and the window's winner (its decision, corrected for the pick) say "pays"."""
+    from harness.summary import summarize
+    from harness.verdict import estimate_of, window_verdicts
+
+    for index, scenario in enumerate(scenarios):
+        rng = np.random.default_rng([seed, index, 11])
+        world = scenario.world
+        covered = pays = winner_pays = 0
+        for _ in range(runs):
+            calibration = None
+            if scenario.calibration_sd is not None:  # made on another day, with its own spread
+                calibration = calibration_of(rng, replace(world, startup_sd=scenario.calibration_sd))
+            summary = summarize(simulate_run(rng, world, calibration))
+            first = estimate_of(summary.cell("a1", "w0", 1))  # type: ignore[arg-type]
+            assert first is not None
+            covered += first.low is not None and first.low <= world.truth <= first.high  # type: ignore[operator]
+            pays += first.verdict == "pays"
+            winner_pays += window_verdicts(summary)[0].outcome == "pays"
+        label = scenario.label()
+        yield f"coverage  workload speedup      {label}", covered / runs
+        if world.truth == 1.0:
+            yield f"false pays  workload speedup    {label}", pays / runs
+            if world.arms > 2:
+                yield f"false pays  winner, workload    {label}", winner_pays / runs
+
+
+def windows_lines(runs: int, seed: int, windows: int = 9) -> Iterator[tuple[str, float]]:
+    """Many windows, every arm truly 1.00x (3 arms, 2 rounds): how often some window's winner says
+    "pays" in a run, each window at 95% alone and with ``verdict.familywise``; and the false "pays"
+    the verdict says to expect (``IntervalBasis.chance_pays``) on average."""
+    from harness.analysis import analyze
+    from harness.summary import summarize
+
+    for familywise in (False, True):
+        rng = np.random.default_rng([seed, windows, 12])
+        world = World(windows=windows, familywise=familywise)
+        anywhere = expected = 0.0
+        for _ in range(runs):
+            analysis = analyze(summarize(simulate_run(rng, world)))
+            anywhere += any(v.outcome == "pays" for v in analysis.verdicts)
+            expected += analysis.basis.chance_pays
+        held = "familywise" if familywise else "each window alone"
+        label = f"many windows  {windows} windows  sd 5%  2 rounds  3 arms  truth 1.00  {held}"
+        yield f"false pays  any window's winner {label}", anywhere / runs
+        yield f"stated false pays expected     {label}", expected / runs
+
+
+def pipeline_scenarios(quick: bool = False) -> list[Scenario]:
+    prompts = [
+        Scenario("prompts", World(prompts=n, rounds=r, truth=t))
+        for n in (16, 64)
+        for r in (2, 3)
+        for t in (1.0, 1.10)
+    ]
+    unequal = [Scenario("unequal spread", World(spread=(x,), arms=m)) for x in (2.0, 3.0) for m in (3, 5)]
+    calibrated = [
+        Scenario("calibration other day", World(), calibration_sd=0.025),
+        Scenario("calibration same day", World(), calibration_sd=0.05),
+    ]
+    if quick:
+        return [prompts[0], unequal[1], calibrated[0]]
+    return prompts + unequal + calibrated
+
+
+def scenario_lines(sds: list[float], rounds: list[int], runs: int, seed: int) -> Iterator[tuple[str, float]]:
+    yield from pipeline_lines(pipeline_scenarios(), max(runs // 2, 100), seed)
+    yield from windows_lines(max(runs // 8, 50), seed)
+
+
 EXTRA_LINES: list[Callable[[list[float], list[int], int, int], Iterator[tuple[str, float]]]] = [
     best_k_lines,
     break_even_lines,
@@ -368,6 +466,7 @@ EXTRA_LINES: list[Callable[[list[float], list[int], int, int], Iterator[tuple[st
     calibrated_gate_lines,
     deciding_lines,
     decide_best_k_lines,
+    scenario_lines,
 ]
 
 

@@ -40,8 +40,9 @@ Outside that model, three things a user decides on (docs/statistics.md, "the wor
   spread cancels from the residual: the model's interval is about these prompts. A delete-one-prompt
   jackknife of the cell's own estimator (each window's tok/s without the prompt, its tokens and its
   share of the requests' time taken out) gives the prompt-sampling variance, added to the start-ups'
-  (``prompt_log_se``); the degrees of freedom are Welch-Satterthwaite's over the two terms (prompts - 1
-  for the jackknife's). The interval is then about the workload the prompts were drawn from.
+  (``prompt_log_se``); the degrees of freedom combine the two terms' (prompts - 1 for the
+  jackknife's: ``_combined_df``). The interval is then about the workload the prompts were drawn
+  from.
 - **Arms with unequal spread.** The pooled residual hides one noisy arm among quiet ones. Each arm's
   own paired differences with the baseline (n - 1 df) are tested against the residual variance of
   the model without it (an F test); where its own is the larger at p < 0.2 beside one other arm and
@@ -202,12 +203,12 @@ class Estimate:
 
     def ratio_to(self, other: Estimate, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
         """The interval of this speedup over ``other``'s, two estimates from independent runs (two
-        points of a study): their log standard errors add, Welch-Satterthwaite's degrees of freedom.
+        points of a study): their log standard errors add, degrees of freedom as ``_combined_df``.
         None where either has no interval."""
         if self.log_se is None or other.log_se is None or self.df < 1 or other.df < 1:
             return None
         parts = [(self.log_se**2, float(self.df)), (other.log_se**2, float(other.df))]
-        half = stats.t_quantile(1 - (1 - confidence) / 2, _satterthwaite(parts)) * math.sqrt(
+        half = stats.t_quantile(1 - (1 - confidence) / 2, _combined_df(parts)) * math.sqrt(
             sum(v for v, _ in parts)
         )
         centre = math.log(self.point / other.point)
@@ -431,12 +432,26 @@ def prompt_variance(
     return (count - 1) / count * sum((v - centre) ** 2 for v in values), count
 
 
-def _satterthwaite(parts: Sequence[tuple[float, float]]) -> int:
-    """Welch-Satterthwaite's degrees of freedom of a sum of variance terms ``(variance, df)``,
-    rounded down (the conservative side)."""
+def _combined_df(parts: Sequence[tuple[float, float]], confidence: float = CONFIDENCE) -> int:
+    """The degrees of freedom of a sum of variance terms ``(variance, df)``: the t whose quantile is
+    the geometric mean of Welch-Satterthwaite's and Banerjee's (each term at its own t, in
+    quadrature), rounded down. Satterthwaite's alone under-covered (0.91-0.92, 2 rounds and 64
+    prompts: a start-up term with 2 df that came out small by chance raised the df to the prompts'
+    exactly when the variance was short); Banerjee's alone over-covered (0.975-0.988);
+    benchmarks/interval_coverage.py measures this one in every scenario (docs/statistics.md)."""
     total = sum(v for v, _ in parts)
+    if total <= 0:
+        return 0
+    tail = 1 - (1 - confidence) / 2
     denominator = sum(v * v / df for v, df in parts if df > 0 and v > 0)
-    return max(1, math.floor(total * total / denominator)) if denominator > 0 else 0
+    welch = max(1.0, total * total / denominator) if denominator > 0 else 1.0
+    banerjee = math.sqrt(sum(stats.t_quantile(tail, df) ** 2 * v for v, df in parts if df > 0) / total)
+    target = math.sqrt(stats.t_quantile(tail, welch) * banerjee)
+    most = max(1, int(sum(df for _, df in parts)))
+    df = 1
+    while df < most and stats.t_quantile(tail, df + 1) >= target:
+        df += 1
+    return df
 
 
 def _f_larger(variance: float, df: int, reference: float, reference_df: int, alpha: float) -> bool:
@@ -527,7 +542,7 @@ def _estimate(
         parts.append((sampled[0], float(sampled[1] - 1)))
     found = replace(
         bare,
-        df=_satterthwaite(parts) if sampled is not None else term.df,
+        df=_combined_df(parts) if sampled is not None else term.df,
         log_se=math.sqrt(sum(v for v, _ in parts)),
         source=term.source,
         prompts=sampled[1] if sampled is not None else 0,

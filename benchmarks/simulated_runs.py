@@ -1,0 +1,196 @@
+"""Simulated runs as raw records, for the coverage benchmark's out-of-model scenarios: each run is a
+``RawRun`` (what ``read_raw`` gives from a run directory: every request with its prompt, send and
+completion times and token ids, every window with its start-up and length), and the harness's own
+``summarize`` and ``window_verdicts`` derive its intervals and verdicts, so the path from raw files
+to the verdict is the one a real run takes (``write_run`` stores one as files, to check that).
+
+The world a run samples (concurrency 1, requests back to back):
+
+- the workload: a population of prompts; each window's prompts are a fresh sample of it. A
+  prompt's baseline time is log-normal (sd 0.5: prompts differ in length and difficulty), and
+  each speculative arm's gain on it is log-normal around the arm's mean, ``prompt_sd`` apart (this
+  project measured 0.19-0.21 for ngram on code at concurrency 1). The truth is the WORKLOAD's
+  speedup: the population's tokens over its time, exp(mean log gain - prompt_sd^2 / 2) with the
+  same tokens per prompt, which the simulation sets to ``truth``;
+- each arm's server start-up its own speed (log-normal, ``startup_sd`` times the arm's own factor:
+  one arm may spread 2x or 3x the others), each round a drift shared by its start-ups (2%), each
+  request a jitter of its own (5%);
+- the same prompts go to every start-up of a window, in the same order, ``repeats`` times.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from harness.intervals import residual_spread
+from harness.regime import Exactness, Regime, VerdictSettings, load_regime
+from harness.results.calibration import Calibration
+from harness.results.files import RunDir
+from harness.results.raw import RawArm, RawRun
+from harness.results.records import ArmStatus, RequestRecord, WindowRecord
+
+ROOT = Path(__file__).resolve().parent.parent
+DRIFT_SD = 0.02
+REQUEST_SD = 0.05
+TOKENS = 24  # per request: the same for every arm (greedy, lossless)
+BASE_TIME_SD = 0.5
+
+
+@dataclass(frozen=True)
+class World:
+    arms: int = 3  # with the baseline
+    rounds: int = 2
+    prompts: int = 16
+    startup_sd: float = 0.05
+    spread: tuple[float, ...] = ()  # each speculative arm's start-up spread factor (default 1)
+    prompt_sd: float = 0.2
+    truth: float = 1.0  # every speculative arm's true workload speedup
+    windows: int = 1
+    repeats: int = 2
+    familywise: bool = False
+
+    def factor(self, arm: int) -> float:
+        """Arm ``arm``'s start-up spread factor (0: the baseline)."""
+        return self.spread[arm - 1] if 0 < arm <= len(self.spread) else 1.0
+
+
+@dataclass
+class _Regimes:
+    cache: dict[tuple[int, bool], Regime] = field(default_factory=dict)
+
+    def get(self, arms: int, familywise: bool) -> Regime:
+        if (arms, familywise) not in self.cache:
+            base = load_regime(ROOT / "regimes" / "cpu_default.yaml")
+            ngram = base.arms[1]
+            speculative = [ngram.model_copy(update={"name": f"a{i}"}) for i in range(1, arms)]
+            self.cache[(arms, familywise)] = base.model_copy(
+                update={
+                    "arms": [base.arms[0].model_copy(update={"name": "a0"}), *speculative],
+                    "exactness": Exactness(enabled=False),
+                    "verdict": VerdictSettings(familywise=familywise),
+                    "gates": base.gates.model_copy(update={"rules": []}),
+                }
+            )
+        return self.cache[(arms, familywise)]
+
+
+REGIMES = _Regimes()
+
+
+def simulate_run(
+    rng: np.random.Generator, world: World, calibration: Calibration | None = None, name: str = "sim"
+) -> RawRun:
+    """One run of ``world`` as raw records (arm ``a0`` is the baseline)."""
+    regime = REGIMES.get(world.arms, world.familywise)
+    startup = rng.normal(0.0, world.startup_sd, (world.arms, world.rounds))
+    startup *= np.array([world.factor(a) for a in range(world.arms)])[:, None]
+    drift = rng.normal(0.0, DRIFT_SD, world.rounds)
+    centre = math.log(world.truth) + world.prompt_sd**2 / 2  # the workload's speedup is the truth
+    samples: dict[int, list[RequestRecord]] = {a: [] for a in range(world.arms)}
+    windows: dict[int, list[WindowRecord]] = {a: [] for a in range(world.arms)}
+    for w in range(world.windows):
+        workload = f"w{w}"
+        base_time = rng.lognormal(0.0, BASE_TIME_SD, world.prompts)
+        gains = [np.ones(world.prompts)] + [
+            np.exp(rng.normal(centre, world.prompt_sd, world.prompts)) for _ in range(1, world.arms)
+        ]
+        for a in range(world.arms):
+            for r in range(world.rounds):
+                pace = math.exp(-(startup[a, r] + drift[r]))
+                for k in range(world.repeats):
+                    repeat = r * world.repeats + k
+                    times = base_time / gains[a] * pace * np.exp(rng.normal(0.0, REQUEST_SD, world.prompts))
+                    clock = 0.0
+                    for p, seconds in enumerate(times):
+                        samples[a].append(
+                            RequestRecord(
+                                workload=workload,
+                                prompt_id=f"p{p}",
+                                concurrency=1,
+                                prompt_format="raw",
+                                repeat=repeat,
+                                t_send=clock,
+                                t_first_token=clock + 0.1 * seconds,
+                                t_done=clock + seconds,
+                                token_ids=[1] * TOKENS,
+                            )
+                        )
+                        clock += float(seconds)
+                    windows[a].append(
+                        WindowRecord(
+                            workload=workload,
+                            category="code",
+                            prompt_format="raw",
+                            concurrency=1,
+                            repeat=repeat,
+                            server_start=r,
+                            duration_s=clock,
+                        )
+                    )
+    arms = {
+        arm.name: RawArm(
+            name=arm.name,
+            status=ArmStatus(status="ok", startups_s=[1.0] * world.rounds),
+            samples=samples[a],
+            windows=windows[a],
+            noise_floor=[],
+        )
+        for a, arm in enumerate(regime.arms)
+    }
+    record = {"price_per_hour": 0.1, "fingerprint": "simulated", "drafters": {}}
+    return RawRun(
+        run=RunDir(Path("/nonexistent") / name),
+        record=record,
+        regime=regime,
+        environment={},
+        arms=arms,
+        calibration=calibration,
+    )
+
+
+def calibration_of(rng: np.random.Generator, world: World, rounds: int = 6) -> Calibration:
+    """A machine calibration made by ``bench calibrate``'s model (``residual_spread``) on a run of
+    ``world`` with ``rounds`` rounds and two windows."""
+    from harness.summary import summarize
+
+    raw = simulate_run(rng, World(**{**world.__dict__, "rounds": rounds, "windows": 2}))
+    summary = summarize(raw)
+    tables = [
+        {c.arm: c.startup_tok_s() for c in summary.cells if c.workload == workload}
+        for workload in {c.workload for c in summary.cells}
+    ]
+    sd, df = residual_spread(tables)  # type: ignore[misc]
+    return Calibration(
+        regime_name="simulated",
+        regime_fingerprint="simulated",
+        machine_fingerprint="simulated",
+        machine={},
+        created="2026-12-06T00:00:00+00:00",
+        run_id="simulated",
+        rounds=rounds,
+        arms=[f"a{a}" for a in range(world.arms)],
+        sd=sd,
+        df=df,
+        cells=len(tables),
+    )
+
+
+def write_run(raw: RawRun, root: Path) -> Path:
+    """Store a simulated run as a run directory (the files ``read_raw`` reads)."""
+    from harness.results.files import SCHEMA_VERSION
+
+    root.mkdir(parents=True)
+    record = {**raw.record, "schema_version": SCHEMA_VERSION, "regime": raw.regime.model_dump(mode="json")}
+    (root / "regime.json").write_text(json.dumps(record))
+    for name, arm in raw.arms.items():
+        folder = root / "arms" / name
+        folder.mkdir(parents=True)
+        (folder / "status.json").write_text(arm.status.model_dump_json())
+        (folder / "samples.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in arm.samples))
+        (folder / "windows.jsonl").write_text("".join(w.model_dump_json() + "\n" for w in arm.windows))
+    return root
