@@ -23,7 +23,8 @@ each night with the rule ``max_regression_pct: --limit`` on every arm, cell and 
   night alone and the mean of the last 3), each check at the Bonferroni-corrected confidence of a
   night (``gates.NIGHT_FALSE_ALARM`` over the checks and their windows);
 - the two-run gate (``harness.gates.relative_check``, as ``bench gate --baseline``): against the
-  night before (the last good run), at the regime's 95%.
+  night before (the last good run), at the regime's 95%, with its night term from the nights
+  before that one (``gates._night_term``; none before the 3rd night: no failure then).
 
 ``--starts N`` draws N start-ups per arm a replayed night from the same real deviations: what a
 regime with ``load.server_starts: N`` would buy on that machine (its night effects still carry the
@@ -32,6 +33,19 @@ noise of the real nights' fewer start-ups: conservative).
 Printed: per gate, the share of nights before the step on which any check failed (false alarms per
 night) and, over the series, how many nights after the step it took to fail a check of the
 stepped arm (detection), with the source and the CPU it was measured on.
+
+``--simulate`` runs simulated nights instead, at the shipped settings (``regimes/cpu_nightly.yaml``:
+12 start-ups an arm a night, 7.6% start-up spread on the log scale, the speedup and tau gated at
+5%, so 2 checks a night), with a night effect of ``--night-sd`` (2% by default: about the
+start-up noise of a night's mean, 7.6% / sqrt(12)) drawn per scenario: normal, t with 3 df (scaled
+to that sd), AR(1) with rho 0.6, and normal with one night in 15 shifted 8% the worse way. Per
+scenario: the false alarms per night (target <= 1%) and the share of series where a -10% step is
+found within 3 nights. It also simulates the gates beside it, each through the harness's own
+function: a tok/s floor at 2/3/5 start-ups with the true mean on the floor (false fails, nominal
+2.5%), and the two-run relative gate (limit 5%) at 2 and 4 start-ups a run with a night effect and
+its night term from 5 earlier nights (false alarms must not rise with start-ups):
+
+    .venv/bin/python benchmarks/history_gate.py --simulate [--runs 4000] [--series 400]
 
     .venv/bin/python benchmarks/history_gate.py --history results/nightly/history.duckdb --first 7
     .venv/bin/python benchmarks/history_gate.py --source results/cpu_policy/study-.../points/p0
@@ -49,7 +63,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from harness.gates import NIGHT_FALSE_ALARM, RunView, history_check, relative_check  # noqa: E402
+from harness.gates import NIGHT_FALSE_ALARM, RunView, _night_term, history_check, relative_check  # noqa: E402
 from harness.history.store import load_history  # noqa: E402
 from harness.history_analysis.reference import MIN_NIGHTS, WINDOWS  # noqa: E402
 from harness.metrics import METRICS  # noqa: E402
@@ -204,8 +218,10 @@ def replay(args: argparse.Namespace, source: Source) -> dict:
                     verdicts["history"][cell] = history_check(
                         tonight, earlier, args.limit, better[cell[3]], confidence
                     ).verdict
+                # its night term from the nights before the reference night (None before 2 of them)
+                term, _ = _night_term(cell[3], True, [n[cell] for n in nights[: index - 1]], None)
                 verdicts["two-run"][cell] = relative_check(
-                    tonight, nights[index - 1][cell], args.limit, better[cell[3]]
+                    tonight, nights[index - 1][cell], args.limit, better[cell[3]], night=term
                 ).verdict
             for gate, cells in verdicts.items():
                 if not cells:
@@ -226,6 +242,126 @@ def replay(args: argparse.Namespace, source: Source) -> dict:
             "still": still}  # fmt: skip
 
 
+# ---- simulated nights and gates (``--simulate``) -----------------------------------------------
+
+SHIPPED_STARTS, SHIPPED_SPREAD, SHIPPED_CHECKS = 12, 0.076, 2  # regimes/cpu_nightly.yaml
+SCENARIOS = ("normal", "t(3)", "AR(1) rho 0.6", "1 night in 15 shifted 8%")
+
+
+def night_effects(rng: np.random.Generator, scenario: str, count: int, sd: float) -> np.ndarray:
+    """``count`` nights' shared effects (log scale) of one series, with sd ``sd`` (the shifted
+    scenario: normal nights plus a -8% shift on one night in 15, the worse way)."""
+    if scenario == "t(3)":
+        return rng.standard_t(3, count) * sd / math.sqrt(3)  # a t(3)'s variance is 3
+    if scenario.startswith("AR(1)"):
+        rho, out = 0.6, np.empty(count)
+        level = rng.normal(0, sd)
+        for i in range(count):
+            out[i] = level
+            level = rho * level + rng.normal(0, sd * math.sqrt(1 - rho**2))
+        return out
+    base = rng.normal(0, sd, count)
+    if scenario.startswith("1 night in 15"):
+        return base + np.where(rng.random(count) < 1 / 15, math.log(0.92), 0.0)
+    return base
+
+
+def simulate_history(
+    scenario: str, series: int, seed: int = 0, night_sd: float = 0.02, starts: int = SHIPPED_STARTS,
+    spread: float = SHIPPED_SPREAD, nights: int = 26, step_night: int = 20, step: float = -0.10,
+) -> tuple[float, int, float]:  # fmt: skip
+    """The history gate (``gates.history_check``, a 5% limit, at a night's confidence for
+    ``SHIPPED_CHECKS`` checks) on simulated series: every night from the 6th judged against all the
+    nights before it. Returns (false alarms per night before the step, nights judged, share of
+    series where the step was found within 3 nights)."""
+    rng = np.random.default_rng([seed, SCENARIOS.index(scenario)])
+    confidence = 1 - 2 * NIGHT_FALSE_ALARM / (SHIPPED_CHECKS * len(WINDOWS))
+    alarms = judged = found = 0
+    for _ in range(series):
+        effects = night_effects(rng, scenario, nights, night_sd)
+        values = [
+            list(
+                np.exp(
+                    effects[i] + rng.normal(0, spread, starts) + (math.log1p(step) if i >= step_night else 0)
+                )
+            )
+            for i in range(nights)
+        ]
+        hit = False
+        for i in range(MIN_NIGHTS, min(nights, step_night + 3)):
+            verdict = history_check(values[i], values[:i], 5.0, True, confidence).verdict
+            if i < step_night:
+                judged += 1
+                alarms += verdict == "fail"
+            else:
+                hit = hit or verdict == "fail"
+        found += hit
+    return alarms / judged, judged, found / series
+
+
+def simulate_floor(startups: int, runs: int, seed: int = 0, spread: float = SHIPPED_SPREAD) -> float:
+    """A tok/s floor (``gates._absolute``, the regime's 95%) on a run of ``startups`` start-ups whose
+    true mean is the floor: how often it fails (nominal 2.5%, one-sided)."""
+    from harness.gates import Check, _absolute
+    from harness.regime import Gates
+
+    gates, rng, fails = Gates.model_validate({}), np.random.default_rng([seed, startups, 11]), 0
+    for _ in range(runs):
+        values = list(100.0 * np.exp(rng.normal(0, spread, startups)))
+        check = Check("floor", "rules[0]", "a", "output_tok_s", "w", 1, "pass", "")
+        fails += _absolute(check, values, gates, 100.0, None, startups).verdict == "fail"
+    return fails / runs
+
+
+def simulate_two_run(
+    startups: int, runs: int, seed: int = 0, night_sd: float = 0.03, spread: float = 0.05, earlier: int = 5
+) -> tuple[float, float]:
+    """The two-run gate (``gates.relative_check``, limit 5%, 95%) between two nights with no change,
+    each with its night effect and ``startups`` start-ups: the false alarms with its night term from
+    ``earlier`` nights before (``gates._night_term``, as ``bench gate --baseline`` with a short
+    history), and with the start-ups pooled as independent (the gate before: no night term, a
+    failure on the start-ups' spread alone)."""
+    from harness.gates import _decide, _night_term, relative_check
+    from harness.stats import log_ratio_interval
+
+    rng = np.random.default_rng([seed, startups, 12])
+    with_night = pooled = 0
+
+    def night() -> list[float]:
+        return list(100.0 * np.exp(rng.normal(0, night_sd) + rng.normal(0, spread, startups)))
+
+    for _ in range(runs):
+        before = [night() for _ in range(earlier)]
+        tonight, reference = night(), night()
+        term, _ = _night_term("output_tok_s", True, before, None)
+        with_night += relative_check(tonight, reference, 5.0, True, night=term).verdict == "fail"
+        pooled += _decide(log_ratio_interval(reference, tonight), 5.0, True).verdict == "fail"
+    return with_night / runs, pooled / runs
+
+
+def simulate(args: argparse.Namespace) -> int:
+    """``--simulate``: the lines the module's docstring describes."""
+    label = (
+        f"{SHIPPED_STARTS} start-ups a night, start-up spread {100 * SHIPPED_SPREAD:g}%, night effect sd "
+        f"{100 * args.night_sd:g}%, limit 5%, {SHIPPED_CHECKS} checks a night, -10% step"
+    )
+    print(f"simulated history gate: {label}")
+    for scenario in SCENARIOS:
+        rate, judged, found = simulate_history(scenario, args.series, args.seed, args.night_sd)
+        print(f"false alarm  history  {scenario:26s}  {rate:.4f}  ({judged} nights)")
+        print(f"found within 3 nights  history  {scenario:26s}  {found:.3f}  ({args.series} series)")
+    for startups in (2, 3, 5):
+        rate = simulate_floor(startups, args.runs, args.seed)
+        print(f"false fail  floor  {startups} start-ups  {rate:.3f}  ({args.runs} runs)")
+    for startups in (2, 4):
+        night, pooled = simulate_two_run(startups, args.runs, args.seed)
+        print(f"false alarm  two-run night term  {startups} start-ups  {night:.3f}  ({args.runs} runs)")
+        print(
+            f"false alarm  two-run pooled start-ups  {startups} start-ups  {pooled:.3f}  ({args.runs} runs)"
+        )
+    return 0
+
+
 def cpu_model() -> str:
     from harness.sensors.environment import collect_cpu
 
@@ -237,6 +373,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument("--simulate", action="store_true", help="simulated nights and gates (no data)")
     given.add_argument("--history", type=Path, help="a history database holding a real series of nights")
     given.add_argument("--source", type=Path, help="a run directory with server_starts >= 2")
     parser.add_argument("--first", type=int, default=1000, help="with --history: its first N nights only")
@@ -252,10 +389,19 @@ def main() -> int:
     parser.add_argument("--step", type=float, default=-0.10, help="the injected change (-0.10: 10%% slower)")
     parser.add_argument("--arm", help="the arm the step hits (default: the last arm by name)")
     parser.add_argument("--limit", type=float, default=5.0, help="the rule's max_regression_pct")
-    parser.add_argument("--night-sd", type=float, default=0.0, help="with --source: night drift (log sd)")
-    parser.add_argument("--series", type=int, default=200)
+    parser.add_argument(
+        "--night-sd", type=float, help="night effect (log sd): with --source 0, with --simulate 0.02"
+    )
+    parser.add_argument("--series", type=int, help="series of nights (default 200; --simulate 400)")
+    parser.add_argument("--runs", type=int, default=4000, help="--simulate: runs a floor or two-run setting")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.simulate:
+        args.night_sd = 0.02 if args.night_sd is None else args.night_sd
+        args.series = args.series or 400
+        return simulate(args)
+    args.night_sd = args.night_sd or 0.0
+    args.series = args.series or 200
     args.metric = args.metric or ["output_tok_s"]
     if args.history is not None:
         source = from_history(args.history, args.first, args.metric)

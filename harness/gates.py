@@ -4,24 +4,32 @@ against a baseline run, without failing on noise.
 Every gate is evaluated per (arm, workload, load level) cell on SAMPLES, never on one number;
 which samples and which statistic is the metric registry's (``harness.metrics``).
 
-A floor or ceiling fails when the bootstrap interval of the statistic lies entirely beyond it (one
-value per repeat of the window, per request pooled over repeats, or per prompt). A speedup's floor
-or ceiling reads the cell's one estimate instead (``harness.intervals``: the arms x rounds model's
-point, and its t interval at the gate's confidence), the number every view shows for the cell.
+The server start-up is the unit of evidence. A floor or ceiling fails when its interval lies
+entirely beyond it (``_limit_interval``): a window metric's start-up means get a t interval on their
+logs (n - 1 df: the percentile bootstrap it replaced false-failed 23.6% / 11.8% / 7.4% at 2 / 3 / 5
+start-ups with the true mean on the floor, nominal 2.5%); a request metric (TTFT, TPOT percentiles)
+resamples whole start-ups, pooling their requests (``stats.cluster_bootstrap_interval``), never its
+requests across start-ups as if independent; below 2 start-ups a point beyond is "inconclusive",
+unless a machine calibration gives tok/s its one-start-up spread. Prompt metrics resample their
+prompts, and tau of one start-up its repeats (an engine count). A speedup's floor or ceiling reads
+the cell's one estimate instead (``harness.intervals``: the arms x rounds model's point, and its t
+interval at the gate's confidence), the number every view shows for the cell.
 
 A relative gate (``max_regression_pct``, against a baseline run) compares START-UP-level samples:
 one value per server start-up of the cell (a window metric's mean over that start-up's repeats, a
-request metric's percentile over that start-up's requests), because repeats on one server share
-what its start-up gave and cannot see the start-up to start-up spread; prompt-level metrics stay
-one value per prompt. The change current / baseline - 1 gets a t interval on the log ratio
-(``stats.log_ratio_interval``: pooled two-sample t; a metric that may be 0 gets the difference's,
-``stats.difference_interval``); a Mann-Whitney p-value is shown beside it. It fails when the change
-is worse than the tolerance AND its interval excludes no change; it passes when the interval rules
-out a regression beyond the tolerance, or is within it around a point within it; an interval wider
-than the limit that does neither could not have seen a regression of that size: "inconclusive",
-never "pass"; one start-up on a side is "inconclusive" too, unless the run has a machine
-calibration and the metric is output_tok_s (its spread of one arm across rounds then makes the
-interval).
+request metric's percentile over that start-up's requests); prompt-level metrics stay one value per
+prompt. Two runs are two nights, and a night's shared effect (the machine's hour, its image) is in
+every start-up of it: the change between the runs' means of their start-ups (log scale) gets a
+t interval whose variance holds each run's night term (from the history's earlier nights, or a
+calibration; 0 for an engine count) beside the start-ups' spread within a run, Welch-Satterthwaite
+degrees of freedom (``relative_check``); without a night term a change the start-ups alone would
+fail is "inconclusive" (pooling start-ups as independent false-alarmed 12.0% at 2 start-ups and
+27.2% at 4 in this project's replay). A Mann-Whitney p-value is shown beside it. It fails when the
+change is worse than the tolerance AND its interval excludes no change; it passes when the interval
+rules out a regression beyond the tolerance, or is within it around a point within it; an interval
+wider than the limit that does neither could not have seen a regression of that size:
+"inconclusive", never "pass"; one start-up on a side is "inconclusive" too, unless the run has a
+machine calibration and the metric is output_tok_s.
 "Inconclusive" is shown, never failing. A failed or missing arm is a regression; an engine that
 never started is an infrastructure error (exit 3), not a regression. ``--confirm`` re-runs the
 failing arms on fresh start-ups: a check fails only if it fails in both runs (``confirm``).
@@ -41,7 +49,14 @@ from harness import stats
 from harness.environment import machine_differences
 from harness.errors import UserError
 from harness.formats import interval_text
-from harness.history_analysis.reference import DEFAULT_NIGHTS, MIN_NIGHTS, WINDOWS, Nights, judge_series
+from harness.history_analysis.reference import (
+    DEFAULT_NIGHTS,
+    MIN_NIGHTS,
+    SAID_AUTOCORRELATION,
+    WINDOWS,
+    Nights,
+    judge_series,
+)
 from harness.intervals import Estimate, stored_estimate
 from harness.metrics import METRICS, PROMPT_STATUS
 from harness.regime import Gate, Gates, LoadLevel, Regime
@@ -165,13 +180,19 @@ class RunView:
         if metric.samples == "repeat":
             values = cell.independent_samples(name)  # one per start-up when there are several
             return values if cell.server_starts > 1 or not values else [stats.mean(values)]
+        return [_statistic(name)(v) for v in self.startup_requests(arm, workload, level, name)]
+
+    def startup_requests(self, arm: str, workload: str, level: LoadLevel, name: str) -> list[list[float]]:
+        """A request metric's values per server start-up of the cell (oldest first): the clusters a
+        request-metric gate resamples (requests of one start-up share what it gave)."""
+        metric = METRICS[name]
         per_start: dict[int, list[float]] = {}
         repeats = self.regime.load.max_repeats()
         for r in self.raw.arms[arm].samples:
             value = getattr(r, metric.sample_field)  # type: ignore[arg-type]
             if r.ok and (r.workload, r.level) == (workload, level) and value is not None:
                 per_start.setdefault(r.repeat // repeats, []).append(value * metric.scale)
-        return [_statistic(name)(v) for _, v in sorted(per_start.items())]
+        return [v for _, v in sorted(per_start.items())]
 
     def startups(self, arm: str, workload: str, level: LoadLevel) -> int:
         cell = self.summary.cell(arm, workload, level)
@@ -215,6 +236,72 @@ def _arm_problem(view: RunView, arm: str) -> tuple[Verdict, str] | None:
     return "fail", f"arm {arm} is {status.status}: {status.error or 'no results'}"[:400]
 
 
+ONE_STARTUP_LIMIT = "one start-up: no interval can see the start-up spread (set load.server_starts >= 2{})"
+
+
+def _calibrated_spread(calibration: Calibration | None, metric: str) -> tuple[float, int] | None:
+    """One start-up's spread of log tok/s across rounds, the round's drift included, from a
+    version-2 machine calibration: what stands in for the start-up spread a run of one start-up
+    cannot show (``intervals.arm_spread``). tok/s only: it is what a calibration measures."""
+    if calibration is None or not calibration.arm_sd or not calibration.arm_df or metric != "output_tok_s":
+        return None
+    return calibration.arm_sd, calibration.arm_df
+
+
+def _limit_interval(
+    check: Check, values: list[float], gates: Gates, startups: int, clusters: list[list[float]] | None,
+    spread: tuple[float, int] | None,
+) -> tuple[stats.Interval | None, float, str]:  # fmt: skip
+    """The interval an absolute gate judges (None: only a point), its point, and what it rests on.
+    The server start-up is the unit: a window metric's start-up means get a t interval on their
+    logs (n - 1 df), a request metric's start-ups are resampled whole (``stats.cluster_bootstrap_
+    interval``); one start-up has none (unless a calibration gives tok/s its spread). A prompt
+    metric's prompts, and an engine count (tau) of one start-up, keep the bootstrap over their values:
+    greedy prompts are the unit, and a count of one server at least shows its repeats' noise."""
+    metric = METRICS[check.metric]
+    statistic = _statistic(check.metric)
+    if metric.samples == "prompt" or (metric.samples == "repeat" and startups <= 1 and not metric.timed):
+        found = stats.bootstrap_statistic(values, statistic, gates.bootstrap_resamples, gates.confidence)
+        basis = f"interval {found.low:.4g}..{found.high:.4g}, n={len(values)}"
+        if len(values) == 1:
+            basis += "; n=1: a single measurement, no noise estimate (set load.repeats)"
+        elif startups == 1:
+            basis += (
+                "; one start-up: the interval cannot see the start-up spread (set load.server_starts >= 2)"
+            )
+        return found, found.point, basis
+    positive = min(values) > 0
+    level = f"{100 * gates.confidence:g}% interval"
+    if startups >= 2 and metric.samples == "request" and clusters and len(clusters) >= 2:
+        found = stats.cluster_bootstrap_interval(
+            clusters, statistic, gates.bootstrap_resamples, gates.confidence
+        )
+        return (
+            found,
+            found.point,
+            f"{level} {found.low:.4g}..{found.high:.4g}, {len(clusters)} start-ups resampled",
+        )
+    if startups >= 2 and metric.samples == "repeat" and len(values) >= 2:
+        found = stats.mean_interval(values, gates.confidence, log=positive)
+        return (
+            found,
+            found.point,
+            f"{level} {found.low:.4g}..{found.high:.4g}, t over {len(values)} start-ups",
+        )
+    point = statistic(values)
+    if spread is not None and positive and metric.samples == "repeat":
+        found = stats.mean_interval([point], gates.confidence, sd=spread[0], df=spread[1])
+        return (
+            found,
+            point,
+            f"{level} {found.low:.4g}..{found.high:.4g}, one start-up, spread from the calibration",
+        )
+    why = " or calibrate this machine" if metric.name == "output_tok_s" else ""
+    if metric.samples == "request":
+        why += "; its requests share that server's start-up, so resampling them cannot"
+    return None, point, ONE_STARTUP_LIMIT.format(why)
+
+
 def _absolute(
     check: Check,
     values: list[float],
@@ -222,37 +309,39 @@ def _absolute(
     low_bound: float | None,
     high_bound: float | None,
     startups: int = 0,
+    *,
+    clusters: list[list[float]] | None = None,
+    spread: tuple[float, int] | None = None,
 ) -> Check:
-    """A floor and/or ceiling on one cell's statistic: failed only when its interval is beyond.
-    ``startups``: how many server start-ups measured a window metric's cell (0: not a window metric)."""
+    """A floor and/or ceiling on one cell's statistic: failed only when its interval is beyond
+    (``_limit_interval``); a point beyond with no interval, or an interval reaching the limit, is
+    inconclusive. ``values``: a window metric's start-up means (its repeats with one start-up), a
+    request metric's requests pooled (``clusters``: per start-up), a prompt metric's prompts;
+    ``startups``: the cell's server start-ups; ``spread``: a calibration's (``_calibrated_spread``)."""
     check.n = len(values)
-    metric = check.metric
     if not values:
         check.verdict, check.message = "fail", "no measurement for this cell"
         return check
-    interval = stats.bootstrap_statistic(
-        values, _statistic(metric), gates.bootstrap_resamples, gates.confidence
-    )
-    check.value, check.low, check.high = interval.point, interval.low, interval.high
-    below = low_bound is not None and interval.point < low_bound
-    above = high_bound is not None and interval.point > high_bound
+    interval, point, basis = _limit_interval(check, values, gates, startups, clusters, spread)
+    check.value = point
+    if interval is not None:
+        check.low, check.high = interval.low, interval.high
+    below = low_bound is not None and point < low_bound
+    above = high_bound is not None and point > high_bound
     if not (below or above):
-        check.message = f"{interval.point:.4g} within limits"
+        check.message = f"{point:.4g} within limits"
         return check
-    clearly = (below and interval.high < low_bound) or (above and interval.low > high_bound)
     side = f"below {low_bound:g}" if below else f"above {high_bound:g}"
-    spread = f"interval {interval.low:.4g}..{interval.high:.4g}, n={len(values)}"
-    if len(values) == 1:
-        spread += "; n=1: a single measurement, no noise estimate (set load.repeats)"
-    elif startups == 1:
-        # repeats on one server: the interval sees the window's noise, not the start-up spread
-        spread += "; one start-up: the interval cannot see the start-up spread (set load.server_starts >= 2)"
+    if interval is None:
+        check.verdict, check.message = "inconclusive", f"{point:.4g} is {side}, unverified: {basis}"
+        return check
+    clearly = (below and interval.high < low_bound) or (above and interval.low > high_bound)  # type: ignore[operator]
     if clearly:
-        check.verdict, check.message = "fail", f"{interval.point:.4g} is {side} ({spread})"
+        check.verdict, check.message = "fail", f"{point:.4g} is {side} ({basis})"
     else:
         check.verdict, check.message = (
             "inconclusive",
-            f"{interval.point:.4g} is {side} but not beyond the noise ({spread})",
+            f"{point:.4g} is {side} but not beyond the noise ({basis})",
         )
     return check
 
@@ -295,6 +384,11 @@ def _speedup_limit(
 
 
 ONE_STARTUP = "one start-up per side cannot see the start-up spread (set load.server_starts >= 2)"
+NIGHT_UNKNOWN = (
+    "the night term is unknown (no earlier nights of this regime and machine in a --history, no "
+    "machine calibration): the start-ups of one run share its night, so their spread alone cannot "
+    "tell a regression from the night"
+)
 
 
 class RelativeResult(NamedTuple):
@@ -308,6 +402,42 @@ class RelativeResult(NamedTuple):
     reason: str  # "" for a pass or a regression; the inconclusive's cause otherwise
 
 
+def _between_runs(
+    values: list[float],
+    reference: list[float],
+    confidence: float,
+    positive: bool,
+    spread: tuple[float, int] | None,
+    night: tuple[float, float] | None,
+) -> stats.Interval | None:
+    """The change between two runs' means of their start-ups (on the logs where positive), with a
+    t interval whose variance holds each run's night: per run night_sd^2 + s_w^2 / n, s_w the
+    start-ups' spread within a run (pooled over both, or ``spread`` where a side has one start-up),
+    Welch-Satterthwaite's degrees of freedom. None: no within-run spread to use."""
+    to = math.log if positive else (lambda v: v)
+    sides = [[to(v) for v in reference], [to(v) for v in values]]
+    counts = [len(side) for side in sides]
+    if min(counts) >= 2:
+        df_w = sum(n - 1 for n in counts)
+        within = sum(sum((v - stats.mean(side)) ** 2 for v in side) for side in sides) / df_w
+    elif spread is not None:
+        within, df_w = spread[0] ** 2, spread[1]
+    else:
+        return None
+    parts = [(within * (1 / counts[0] + 1 / counts[1]), float(df_w))]
+    if night is not None:
+        parts.append((2 * night[0] ** 2, float(night[1])))
+    variance = sum(v for v, _ in parts)
+    if not positive and stats.mean(sides[0]) == 0:
+        raise ValueError("the baseline's mean is 0: no relative change")
+    centre = stats.mean(sides[1]) - stats.mean(sides[0])
+    half = stats.t_quantile(1 - (1 - confidence) / 2, stats.satterthwaite_df(parts)) * math.sqrt(variance)
+    if positive:
+        return stats.Interval(math.exp(centre) - 1, math.exp(centre - half) - 1, math.exp(centre + half) - 1)
+    scale = abs(stats.mean(sides[0]))
+    return stats.Interval(centre / scale, (centre - half) / scale, (centre + half) / scale)
+
+
 def relative_check(
     values: list[float],
     reference: list[float],
@@ -316,6 +446,7 @@ def relative_check(
     confidence: float = 0.95,
     *,
     spread: tuple[float, int] | None = None,
+    night: tuple[float, float] | None = None,
     unit: str = "start-up",
 ) -> RelativeResult:
     """A maximum-regression gate on plain samples (one value per ``unit``: a server start-up, or a
@@ -325,23 +456,44 @@ def relative_check(
     regression beyond the tolerance, or its half-width is within the tolerance and the point is too;
     otherwise inconclusive: the interval's half-width exceeds the tolerance (it could not have seen
     a regression of that size), or the point is beyond the tolerance but the interval reaches no
-    change. With one value on a side it is inconclusive unless ``spread`` (the sd of one log value
-    and its df: a machine calibration) says how far one start-up moves."""
+    change.
+
+    Start-ups: two runs are two nights, and the start-ups of one share its night's effect (the
+    machine's hour, its image, its neighbours), which no count of start-ups averages away: pooling
+    them as independent found 12.0% false alarms at 2 start-ups a run and 27.2% at 4 in this
+    project's replay (more start-ups, more false alarms: pseudo-replication). So the unit is the
+    run: its mean of start-ups, with the variance night_sd^2 + s_w^2 / n per run (``_between_runs``).
+    ``night``: the sd of a run's shared effect on that scale and its df (from the history's nights or
+    a machine calibration); None: unknown, and a change that would fail on the within-run spread
+    alone is "inconclusive" (``NIGHT_UNKNOWN``), never a failure. With one value on a side the
+    within-run spread is ``spread``'s (a calibration's), else inconclusive. Prompts (greedy
+    exactness) are their own unit: a pooled two-sample t over them."""
     if not values or not reference:
         return RelativeResult("inconclusive", None, None, None, "no measurement on a side")
     positive = min([*values, *reference]) > 0
+    startups = unit == "start-up"
     known = spread if positive else None
-    if min(len(values), len(reference)) < 2 and known is None:
-        why = ONE_STARTUP if unit == "start-up" else f"one {unit} on a side gives no noise estimate"
+    if min(len(values), len(reference)) < 2 and (known is None or not startups):
+        why = ONE_STARTUP if startups else f"one {unit} on a side gives no noise estimate"
         return RelativeResult("inconclusive", None, None, None, why)
     try:
-        if positive:
-            sd, df = known if known is not None else (None, None)
-            interval = stats.log_ratio_interval(reference, values, confidence, sd=sd, df=df)
+        if startups:
+            interval = _between_runs(values, reference, confidence, positive, known, night)
+            assert interval is not None  # a side of one value has ``known`` here
+        elif positive:
+            interval = stats.log_ratio_interval(reference, values, confidence)
         else:
             interval = stats.difference_interval(reference, values, confidence)
     except ValueError as exc:  # a baseline of 0: no relative change to speak of
         return RelativeResult("inconclusive", None, None, None, str(exc))
+    found = _decide(interval, tolerance_pct, higher_is_better)
+    if found.verdict == "fail" and startups and night is None:
+        return found._replace(verdict="inconclusive", reason=NIGHT_UNKNOWN)
+    return found
+
+
+def _decide(interval: stats.Interval, tolerance_pct: float, higher_is_better: bool) -> RelativeResult:
+    """A relative change's verdict from its interval (``relative_check``)."""
     sign = -1.0 if higher_is_better else 1.0  # worse = positive
     worse = sign * interval.point
     worse_low, worse_high = sorted((sign * interval.low, sign * interval.high))
@@ -371,6 +523,8 @@ class HistoryResult(NamedTuple):
     centre: float | None = None  # the reference nights' centre, on the metric's own scale
     nights: int = 0  # reference nights
     window: int = 1  # nights in the judged mean
+    autocorrelation: float = 0.0  # the reference nights' lag-1 autocorrelation the band allowed for
+    effective: float = 0.0  # the independent nights the reference is worth at it
 
 
 def history_check(
@@ -400,7 +554,8 @@ def history_check(
     centre = math.exp(found.centre) if found.positive else found.centre
 
     def result(verdict: Verdict, reason: str) -> HistoryResult:
-        return HistoryResult(verdict, low, high, shown.change, reason, centre, found.nights, shown.window)
+        return HistoryResult(verdict, low, high, shown.change, reason, centre, found.nights, shown.window,
+                             found.autocorrelation, found.effective)  # fmt: skip
 
     if judged.failed is not None:
         return result("fail", "")
@@ -448,9 +603,53 @@ def _historic(
         f"{result.nights} good nights of {len(nights)} of this fingerprint and machine; "
         f"limit {tolerance_pct:g}%)"
     )
+    if result.autocorrelation >= SAID_AUTOCORRELATION:  # a slow drift: fewer nights' worth of evidence
+        described += (
+            f"; the nights drift together (lag-1 autocorrelation {result.autocorrelation:.2f}): the band "
+            f"counts them as {result.effective:.1f} independent nights"
+        )
     check.verdict = result.verdict
     check.message = {"fail": "regression: ", "pass": ""}.get(result.verdict, f"{result.reason}: ") + described
     return check
+
+
+UNTIMED_NIGHT_DF = 1e6  # a night term known to be 0 (its degrees of freedom: as good as exact)
+
+
+def _night_term(
+    metric: str, positive: bool, nights: Sequence[Sequence[float]], calibration: Calibration | None
+) -> tuple[tuple[float, float] | None, str]:
+    """The sd of a run's night effect (on the gate's scale) with its df, and where it came from:
+    the earlier nights of this regime and machine in the history (the one-way random-effects
+    variance of their start-up samples: ``stats.between_variance``), else a version-2 machine
+    calibration for tok/s (its one-arm spread across rounds, drift included, less its residual
+    spread: what a round's shared effect adds), else 0 for a metric that is not timed (an engine
+    count: the registry's ``timed``, the same reason a busy neighbour does not make its change
+    inconclusive); (None, "") where none of these holds."""
+    to = math.log if positive else (lambda v: v)
+    usable = [list(n) for n in nights if n and (not positive or min(n) > 0)]
+    found = stats.between_variance([[to(v) for v in n] for n in usable])
+    if found is not None:
+        variance, df = found
+        return (math.sqrt(variance), df), (
+            f"night term from {len(usable)} earlier nights in the history (sd {_pct(variance, positive)})"
+        )
+    spread = _calibrated_spread(calibration, metric)
+    if spread is not None and positive and calibration is not None:
+        variance = max(0.0, spread[0] ** 2 - calibration.sd**2)
+        return (math.sqrt(variance), spread[1]), (
+            f"night term from {calibration.label()} (sd {_pct(variance, positive)})"
+        )
+    if not METRICS[metric].timed:  # an engine's count: the machine's night does not move it (registry)
+        return (
+            0.0,
+            UNTIMED_NIGHT_DF,
+        ), "no night term: an engine count, which the machine's night does not move"
+    return None, ""
+
+
+def _pct(variance: float, positive: bool) -> str:
+    return f"{100 * math.sqrt(variance):.1f}%" if positive else f"{math.sqrt(variance):.3g}"
 
 
 def _relative(
@@ -460,8 +659,11 @@ def _relative(
     gates: Gates,
     tolerance_pct: float,
     calibration: Calibration | None = None,
+    nights: Sequence[Sequence[float]] = (),
 ) -> Check:
-    """A maximum regression against the baseline run on start-up-level samples (``relative_check``)."""
+    """A maximum regression against the baseline run on start-up-level samples (``relative_check``),
+    with each run's night effect in the variance (``_night_term``: from ``nights``, the history's
+    earlier nights, or the calibration)."""
     check.n, check.n_baseline = len(values), len(reference)
     metric = METRICS[check.metric]
     if not values:
@@ -471,24 +673,22 @@ def _relative(
         check.verdict, check.message = "skipped", "the baseline run has no measurement for this cell"
         return check
     unit = "prompt" if metric.samples == "prompt" else "start-up"
+    positive = min([*values, *reference]) > 0
     one_startup = unit == "start-up" and min(len(values), len(reference)) < 2
-    # a calibration measured the start-up spread of log tok/s on this machine: it stands in for the
-    # spread one start-up per side cannot show, for that metric only. One arm across two runs: its
-    # spread across rounds, the round's drift included (arm_sd; a version-1 calibration has none,
-    # and its residual sd, with the drift taken out, would understate it)
+    # one start-up on a side: a calibration's residual spread of log tok/s on this machine stands in
+    # for the start-up spread it cannot show (its night term is added apart, below)
     spread = (
-        (calibration.arm_sd, calibration.arm_df)
-        if calibration
-        and calibration.arm_sd
-        and calibration.arm_df
-        and one_startup
-        and metric.name == "output_tok_s"
+        (calibration.sd, calibration.df)
+        if one_startup and calibration is not None and _calibrated_spread(calibration, metric.name)
         else None
     )
-    result = relative_check(
-        values, reference, tolerance_pct, metric.higher_is_better, gates.confidence, spread=spread, unit=unit
+    night, night_said = (
+        _night_term(metric.name, positive, nights, calibration) if unit == "start-up" else (None, "")
     )
-    positive = min([*values, *reference]) > 0
+    result = relative_check(
+        values, reference, tolerance_pct, metric.higher_is_better, gates.confidence,
+        spread=spread, night=night, unit=unit,
+    )  # fmt: skip
     centre = _geometric_mean if positive else stats.mean  # the ratio of these is the change shown
     check.value, check.baseline_value = centre(values), centre(reference)
     first, second = (reference, values) if metric.higher_is_better else (values, reference)
@@ -501,7 +701,9 @@ def _relative(
     sign = -1.0 if metric.higher_is_better else 1.0
     worse = sign * result.change
     check.low, check.high = sorted((sign * result.low, sign * result.high))  # type: ignore[operator]
-    source = f"; interval from {calibration.label()}" if spread is not None and calibration else ""
+    source = f"; spread from {calibration.label()}" if spread is not None and calibration else ""
+    if unit == "start-up":
+        source += f"; {night_said}" if night is not None else "; night term unknown: within-run spread only"
     described = (
         f"{check.value:.4g} vs {check.baseline_value:.4g}: {100 * worse:+.1f}% worse (interval "
         f"{100 * check.low:+.1f}..{100 * check.high:+.1f}%, Mann-Whitney p={check.p_value:.3g}, "
@@ -588,8 +790,9 @@ def _rule_checks(
             estimate = stored_estimate(found, rounds=found.server_starts) if found is not None else None
             checks.append(_speedup_limit(check, estimate, gates.confidence, gate.min, gate.max))
         elif gate.max_regression_pct is None:
-            startups = view.startups(arm, workload, level) if METRICS[gate.metric].samples == "repeat" else 0
-            checks.append(_absolute(check, values, gates, gate.min, gate.max, startups))
+            checks.append(
+                _limit_check(view, arm, (workload, level), gate.metric, check, (gate.min, gate.max))
+            )
         elif history is not None and history.enough:
             checks.append(_relative_history(view, history, arm, (workload, level), gate, check))
         elif baseline is None:
@@ -603,7 +806,15 @@ def _rule_checks(
         else:
             values = view.startup_samples(arm, workload, level, gate.metric)
             reference = baseline.startup_samples(arm, workload, level, gate.metric)
-            check = _relative(check, values, reference, gates, gate.max_regression_pct, view.raw.calibration)
+            # too few nights for the history gate still say how far a night moves
+            nights = (
+                history.nights.values(arm, workload, level.concurrency, level.request_rate, gate.metric)
+                if history is not None
+                else []
+            )
+            check = _relative(
+                check, values, reference, gates, gate.max_regression_pct, view.raw.calibration, nights
+            )
             reason = _not_the_engines_alone(view, baseline, arm, workload, level)
             # a timed metric's change may be the neighbour's (or a lagging client's), not the engine's;
             # tau and token comparisons are the engine's own counts whoever else ran
@@ -629,6 +840,25 @@ def _not_the_engines_alone(
     return None
 
 
+def _limit_check(
+    view: RunView, arm: str, cell: tuple[str, LoadLevel], metric: str, check: Check,
+    bounds: tuple[float | None, float | None],
+) -> Check:  # fmt: skip
+    """A floor and/or ceiling (``_absolute``) on the samples its metric is judged on: a window
+    metric's start-up means (its repeats with one start-up), a request metric's requests with
+    their start-ups, a prompt metric's prompts."""
+    workload, level = cell
+    startups = view.startups(arm, workload, level)
+    kind = METRICS[metric].samples
+    if kind == "repeat" and startups >= 2:
+        values = view.startup_samples(arm, workload, level, metric)
+    else:
+        values = view.samples(arm, workload, level, metric)
+    clusters = view.startup_requests(arm, workload, level, metric) if kind == "request" else None
+    spread = _calibrated_spread(view.raw.calibration, metric)
+    return _absolute(check, values, view.regime.gates, *bounds, startups, clusters=clusters, spread=spread)
+
+
 def _golden_checks(view: RunView, index: int, arm: str) -> list[Check]:
     """One ``gates.golden_tau`` entry on one arm's cells of its workload."""
     gates = view.regime.gates
@@ -648,9 +878,8 @@ def _golden_checks(view: RunView, index: int, arm: str) -> list[Check]:
             continue
         name = f"{arm} tau = {golden.tau:g} +- {golden.tolerance:g} (golden) {_cell_name(workload, level)}"
         check = _check(name, where, arm, "tau", workload, level)
-        values = view.samples(arm, workload, level, "tau")
         bounds = golden.tau - golden.tolerance, golden.tau + golden.tolerance
-        checks.append(_absolute(check, values, gates, *bounds, view.startups(arm, workload, level)))
+        checks.append(_limit_check(view, arm, (workload, level), "tau", check, bounds))
     return checks
 
 

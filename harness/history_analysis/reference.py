@@ -140,14 +140,24 @@ def night_summary(values: Sequence[float], positive: bool) -> float:
     return stats.mean([math.log(v) for v in values]) if positive else stats.mean(list(values))
 
 
+# fewer reference nights: their lag-1 autocorrelation is not estimated (taken as 0)
+MIN_AUTOCORRELATION_NIGHTS = 5
+# where the nights' lag-1 autocorrelation is at least this, the gate's message says so
+SAID_AUTOCORRELATION = 0.3
+
+
 @dataclass(frozen=True)
 class Prediction:
-    """Where a night's summary should fall if nothing changed (log scale for positive metrics)."""
+    """Where a night's summary should fall if nothing changed (log scale for positive metrics).
+    ``autocorrelation``: the reference nights' lag-1 autocorrelation the band was widened for (0:
+    none seen), ``effective``: the independent nights the reference is worth at it."""
 
     centre: float
     half: float  # the prediction interval's half-width
     nights: int
     positive: bool
+    autocorrelation: float = 0.0
+    effective: float = 0.0
 
     def change(self, summary: float) -> float:
         """The night against the nights' centre: relative (positive) or absolute."""
@@ -160,18 +170,57 @@ class Prediction:
         return -self.half, self.half
 
 
+def _ar1_terms(count: int, window: int, rho: float) -> tuple[float, float]:
+    """Under AR(1) nights with lag-1 correlation ``rho`` and unit variance: the variance of the
+    reference's mean (``count`` nights), and of the difference between the mean of the ``window``
+    nights that follow and it."""
+    if rho <= 0:
+        return 1 / count, 1 / window + 1 / count
+    ref, new = range(count), range(count, count + window)
+    corr = [rho**lag for lag in range(count + window)]
+    v_ref = sum(corr[abs(i - j)] for i in ref for j in ref) / count**2
+    v_new = sum(corr[abs(i - j)] for i in new for j in new) / window**2
+    shared = sum(corr[abs(i - j)] for i in new for j in ref) / (window * count)
+    return v_ref, v_new + v_ref - 2 * shared
+
+
 def prediction(
     summaries: Sequence[float], positive: bool, confidence: float, window: int = 1
 ) -> Prediction | None:
     """Where the mean of ``window`` new nights' summaries falls if nothing changed, from the
-    reference nights' summaries; None with fewer than 2."""
+    reference nights' summaries (oldest first); None with fewer than 2. The one band of the gate
+    and the trend page.
+
+    A t prediction interval, centre +- t x s x sqrt(1/k + 1/N), made to hold for the nights
+    nightly machines give (simulated in benchmarks/history_gate.py --simulate):
+
+    - serially correlated nights (a slow drift: AR(1)): with the reference's lag-1 autocorrelation
+      r (from ``MIN_AUTOCORRELATION_NIGHTS`` on; 0 where negative), s^2 is corrected for its bias,
+      1/k + 1/N becomes the AR(1) variance of the k nights' mean less the reference's, and the t's
+      degrees of freedom are the effective nights' less one. r is not corrected for its own
+      downward bias: corrected and clipped at 0, independent nights got r > 0 half the time and
+      the -10% step was found within 3 nights in 8-10 points fewer series;
+    - heavy-tailed nights (a night effect like a t with 3 df, or a night in 15 shifted 8%): the
+      night alone is held to the quantile of a t(3) of the same sd (``stats.heavy_tail_factor``:
+      1.53 x at one check's 0.25%); the mean of 3 nights, which must also have every night on the
+      worse side, keeps the t's (its tails are lighter, and it is what finds a persisting step).
+      A robust scale (the MAD) would do the reverse: shifted nights in the reference are what
+      widens the band for the next one."""
     count = len(summaries)
     if count < 2:
         return None
     centre = stats.mean(list(summaries))
     sd = math.sqrt(sum((s - centre) ** 2 for s in summaries) / (count - 1))
-    half = stats.t_quantile(1 - (1 - confidence) / 2, count - 1) * sd * math.sqrt(1 / window + 1 / count)
-    return Prediction(centre, half, count, positive)
+    found = stats.lag1_autocorrelation(list(summaries)) if count >= MIN_AUTOCORRELATION_NIGHTS else None
+    rho = min(max(found or 0.0, 0.0), 0.9)
+    v_ref, factor = _ar1_terms(count, window, rho)
+    scale = sd * math.sqrt((count - 1) / (count * (1 - v_ref)))  # E[s^2] = sigma^2 (N - N v_ref) / (N - 1)
+    effective = 1 / v_ref
+    p = 1 - (1 - confidence) / 2
+    quantile = stats.t_quantile(p, round(max(1.0, effective - 1), 2))
+    if window == 1:
+        quantile *= stats.heavy_tail_factor(round(p, 6))
+    return Prediction(centre, quantile * scale * math.sqrt(factor), count, positive, rho, effective)
 
 
 @dataclass(frozen=True)
