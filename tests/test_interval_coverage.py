@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -86,3 +87,61 @@ def test_best_k_over_a_deciding_runs_looks_keeps_its_claims() -> None:
     label = "sd 3%  decide 2-6 rounds  3 equal K"
     assert lines[f"coverage  best-K set, every look {label}"] >= 0.92
     assert lines[f"false better-than-every-other-K, any look {label}"] <= 0.05
+
+
+# ---- out of the model, through the summary (benchmarks/simulated_runs.py) ---------------------
+
+PIPELINE_RUNS = 250  # Monte Carlo sd of a 0.95 coverage: 0.014
+
+
+def test_the_workload_is_the_estimand_through_the_summary() -> None:
+    """16 prompts sampled from a workload whose prompts gain differently (log-sd 0.2), 3 arms, 2
+    rounds, a true 1.00x: the interval the summary stores covers the workload's speedup; the
+    arms x rounds model alone (about these prompts) would not."""
+    from simulated_runs import World, simulate_run
+
+    from harness.intervals import cell_estimates
+    from harness.summary import summarize
+
+    scenario = coverage.Scenario("prompts", World(prompts=16, rounds=2, truth=1.0))
+    lines = dict(coverage.pipeline_lines([scenario], PIPELINE_RUNS, seed=21))
+    assert 0.92 <= lines[f"coverage  workload speedup      {scenario.label()}"] <= 0.99
+    assert lines[f"false pays  workload speedup    {scenario.label()}"] <= 0.045
+    assert lines[f"false pays  winner, workload    {scenario.label()}"] <= 0.045
+    rng = np.random.default_rng(22)
+    covered = 0
+    for _ in range(PIPELINE_RUNS):
+        summary = summarize(simulate_run(rng, scenario.world))
+        table = {c.arm: c.startup_tok_s() for c in summary.cells}
+        these = cell_estimates(table, "a0")["a1"]  # without the prompts' sampling
+        covered += these.low is not None and these.low <= 1.0 <= these.high
+    assert covered / PIPELINE_RUNS < 0.90
+
+
+def test_an_arm_with_three_times_the_spread_and_a_calibration_from_a_quieter_day_still_cover() -> None:
+    from simulated_runs import World
+
+    scenarios = [
+        coverage.Scenario("unequal spread", World(spread=(3.0,), arms=3)),
+        coverage.Scenario("calibration other day", World(), calibration_sd=0.025),
+    ]
+    lines = dict(coverage.pipeline_lines(scenarios, PIPELINE_RUNS, seed=23))
+    for scenario in scenarios:
+        assert 0.905 <= lines[f"coverage  workload speedup      {scenario.label()}"] <= 0.99
+        assert lines[f"false pays  workload speedup    {scenario.label()}"] <= 0.05
+
+
+def test_familywise_holds_the_claim_over_every_window() -> None:
+    lines = dict(coverage.windows_lines(runs=60, seed=24, windows=4))
+    alone = "many windows  4 windows  sd 5%  2 rounds  3 arms  truth 1.00  each window alone"
+    together = "many windows  4 windows  sd 5%  2 rounds  3 arms  truth 1.00  familywise"
+    assert lines[f"false pays  any window's winner {together}"] <= 0.05
+    assert (
+        lines[f"false pays  any window's winner {together}"]
+        <= lines[f"false pays  any window's winner {alone}"]
+    )
+    # what the verdict states: each window's one-sided error at its decision's level, summed
+    assert 0.0 < lines[f"stated false pays expected     {together}"] <= 0.025 + 1e-9
+    assert (
+        lines[f"stated false pays expected     {together}"] < lines[f"stated false pays expected     {alone}"]
+    )
