@@ -443,8 +443,7 @@ def _combined_df(parts: Sequence[tuple[float, float]], confidence: float = CONFI
     if total <= 0:
         return 0
     tail = 1 - (1 - confidence) / 2
-    denominator = sum(v * v / df for v, df in parts if df > 0 and v > 0)
-    welch = max(1.0, total * total / denominator) if denominator > 0 else 1.0
+    welch = max(1.0, stats.satterthwaite_df([(v, df) for v, df in parts if df > 0]))
     banerjee = math.sqrt(sum(stats.t_quantile(tail, df) ** 2 * v for v, df in parts if df > 0) / total)
     target = math.sqrt(stats.t_quantile(tail, welch) * banerjee)
     most = max(1, int(sum(df for _, df in parts)))

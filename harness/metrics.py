@@ -563,6 +563,24 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
             "arms with the baseline in the model the speedup was fitted in; the winner of several is "
             "corrected at max-t where they all shared it, else Bonferroni (empty: before version 12)",
         ),
+        (
+            "speedup_prompts",
+            "count",
+            "prompts whose sampling the interval holds (a jackknife over them): the interval is about the "
+            "workload they were sampled from (empty: about these prompts, or before version 13)",
+        ),
+        ("speedup_prompt_log_se", "", "the prompts' sampling's part of the speedup's log standard error"),
+        (
+            "speedup_own_spread",
+            "",
+            "true: the interval's start-up term is the arm's own paired differences with the baseline (it "
+            "varies more than the other arms)",
+        ),
+        (
+            "speedup_calibration_refused",
+            "",
+            "true: the run varied more than its calibration, which was not pooled",
+        ),
         ("mean_in_flight", "requests", "requests in flight on average in the cell's windows (Little's law)"),
         ("client_cpu_cores", "cores", "CPU the harness client used during the windows"),
         ("stage", "", "ramp: the stage's index in load.ramp (from 0); empty: the whole ramp"),

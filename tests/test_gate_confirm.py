@@ -28,7 +28,7 @@ from harness.gates import (
     read_gate,
     relative_check,
 )
-from tests.test_gates import _copy, _scale_ngram_acceptance, _startups
+from tests.test_gates import _calibrate, _copy, _scale_ngram_acceptance, _startups
 
 T_975_2 = 4.302652729749464  # Student's t, 0.975 quantile, 2 and 8 degrees of freedom (scipy's)
 T_975_8 = 2.306004135204166
@@ -65,8 +65,10 @@ def test_difference_interval_for_shares_that_may_be_zero() -> None:
 
 
 def test_relative_check_verdicts() -> None:
-    # 20% slower at every start-up, tight: a regression
-    fail = relative_check([80.0, 82.0, 79.0], [100.0, 102.0, 99.0], 10, higher_is_better=True)
+    # 20% slower at every start-up, tight, the nights' own spread known (2%, 5 df): a regression
+    fail = relative_check(
+        [80.0, 82.0, 79.0], [100.0, 102.0, 99.0], 10, higher_is_better=True, night=(0.02, 5)
+    )
     assert fail.verdict == "fail" and fail.high < -0.1 and fail.reason == ""
     assert fail.change == pytest.approx(
         math.exp(sum(math.log(v / 100) for v in (80, 82 / 1.02, 79 / 0.99)) / 3) - 1
@@ -84,13 +86,19 @@ def test_relative_check_verdicts() -> None:
     better = relative_check([130.0, 200.0, 160.0], [100.0, 101.0, 99.0], 10, higher_is_better=True)
     assert better.verdict == "pass" and (better.high - better.low) / 2 > 0.1 and better.low > 0.1
     # lower is better (latency): 20% higher is worse
-    slower = relative_check([120.0, 121.0, 119.0], [100.0, 101.0, 99.0], 10, higher_is_better=False)
+    slower = relative_check(
+        [120.0, 121.0, 119.0], [100.0, 101.0, 99.0], 10, higher_is_better=False, night=(0.02, 5)
+    )
     assert slower.verdict == "fail" and slower.low > 0.1
     # one start-up per side: inconclusive, unless a spread is known
     one = relative_check([80.0], [100.0, 101.0], 10, higher_is_better=True)
     assert one == ("inconclusive", None, None, None, ONE_STARTUP)
-    known = relative_check([80.0], [100.0], 10, higher_is_better=True, spread=(0.02, 8))
+    known = relative_check([80.0], [100.0], 10, higher_is_better=True, spread=(0.02, 8), night=(0.0, 8))
     assert known.verdict == "fail" and known.change == pytest.approx(-0.2)
+    # without a night term, what the within-run spread alone would fail is not failed: two runs are
+    # two nights, and the night's shared effect is unknown
+    unknown = relative_check([80.0, 82.0, 79.0], [100.0, 102.0, 99.0], 10, higher_is_better=True)
+    assert unknown.verdict == "inconclusive" and "night term is unknown" in unknown.reason
     assert relative_check([0.0], [100.0], 10, True, unit="prompt").reason.startswith("one prompt")
     assert relative_check([], [100.0], 10, True).verdict == "inconclusive"
 
@@ -209,6 +217,8 @@ def test_bench_gate_confirm_keeps_the_failures_the_confirmation_repeats(
     fresh = _copy(tmp_path / "prepared", "fresh", rules)
     _scale_ngram_acceptance(fresh, 0.5)
     _startups(fresh, [1.01, 0.99, 1.02])
+    for run in (worse, fresh):  # a machine calibration gives the comparison its night term
+        _calibrate(run)
     asked = []
 
     def fake_run(view, regime, run_dir, console):  # what would start the servers

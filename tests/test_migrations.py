@@ -24,7 +24,6 @@ import pytest
 
 from harness.errors import UserError
 from harness.intervals import Estimate
-from harness.results.files import SCHEMA_VERSION
 from harness.regime import Regime
 from harness.results import SCHEMA_VERSION, RunDir, load_summary, parse_summary, read_run_record
 from harness.results.migrations import Migrations, run_record, status, study, summary, upgrade

@@ -59,7 +59,8 @@ def test_golden_v1_summary_loads_and_equals_the_rederived_one() -> None:
     stored = load_summary(GOLDEN / "summary.json")  # a version-1 file
     derived = summarize(GOLDEN)
     # JSON floats round-trip exactly; cells gained fields since v1 (compared key by key below)
-    update = {"cells": stored.cells, "arms": stored.arms, "categories": stored.categories}
+    # (and the summary its regime's verdict settings, version 13: absent from a v1 file, the defaults)
+    update = {"cells": stored.cells, "arms": stored.arms, "categories": stored.categories, "verdict": None}
     assert derived.model_copy(update=update) == stored
     # categories gained their speedup's model fields; one start-up of one repeat: the same ratio
     assert [c.speedup for c in derived.categories] == pytest.approx([c.speedup for c in stored.categories])
@@ -95,7 +96,7 @@ def _as_old(new: object, old: object) -> object:
 def test_current_summary_round_trips_and_is_frozen() -> None:
     summary = summarize(GOLDEN)
     dumped = summary.model_dump(mode="json")
-    assert dumped["schema_version"] == SCHEMA_VERSION == 12 and "cells" in dumped and "windows" not in dumped
+    assert dumped["schema_version"] == SCHEMA_VERSION == 13 and "cells" in dumped and "windows" not in dumped
     assert parse_summary(json.loads(json.dumps(dumped)), "test") == summary
     with pytest.raises(ValidationError):
         summary.cells[0].tau = 9.0  # type: ignore[misc]

@@ -104,15 +104,19 @@ def test_the_interval_resamples_start_ups(tmp_path: Path) -> None:
     assert cell.server_starts == 2 and [r.server_start for r in cell.per_repeat] == [0, 1]
     first, second = (r.speedup for r in cell.per_repeat)
     assert first == pytest.approx(before.speedup, rel=1e-6) and second == pytest.approx(first / 1.25)
-    # the arms x rounds model over the two start-ups: the geometric mean, a t interval with 1 df
-    # (with two arms in the model it is the paired t on the log ratios)
+    # the arms x rounds model over the two start-ups: the geometric mean; its start-up term is the
+    # paired t's on the log ratios (two arms in the model: 1 df, se log(1.25) / 2), the prompts'
+    # sampling added to it (a jackknife over the window's prompts)
     point = first / math.sqrt(1.25)
-    half = 12.7062047 * math.log(1.25) / 2
     assert cell.speedup == pytest.approx(point) and cell.speedup_interval == "server_starts"
+    assert cell.speedup_prompts == 6 and cell.speedup_prompt_log_se > 0
+    startup_se = math.log(1.25) / 2
+    assert cell.speedup_log_se == pytest.approx(math.hypot(startup_se, cell.speedup_prompt_log_se))
+    assert cell.speedup_rounds == 2 and 1 <= cell.speedup_df <= 1 + 6 - 1
+    half = stats.t_quantile(0.975, cell.speedup_df) * cell.speedup_log_se
     assert (cell.speedup_low, cell.speedup_high) == pytest.approx(
         (point * math.exp(-half), point * math.exp(half)), rel=1e-6
     )
-    assert (cell.speedup_rounds, cell.speedup_df) == (2, 1)
     assert before.speedup_interval is None and before.speedup_low is None  # one start-up: unverified
     assert "2 rounds of server start-ups" in interval_note(two)
     assert interval_note(one).startswith("unverified: 1 start-up per arm, no calibration")
@@ -136,10 +140,11 @@ def test_a_run_that_decides_corrects_its_intervals_for_its_looks(tmp_path: Path)
     _second_start_up(run, "ngram_k4", slower=1.25)
     summary = summarize(run)
     cell = next(c for c in summary.cells if c.arm == "ngram_k4" and c.concurrency == 1)
-    assert (cell.speedup_rounds, cell.speedup_df, cell.speedup_looks, cell.speedup_first_look) == (2, 1, 5, 2)
+    assert (cell.speedup_rounds, cell.speedup_looks, cell.speedup_first_look) == (2, 5, 2)
     level = stats.repeated_level(1, 2, 5)
     assert level == pytest.approx(0.986, abs=0.001)
-    half = stats.t_quantile(1 - (1 - level) / 2, 1) * math.log(1.25) / 2  # ~45 with 1 df (Bonferroni: 63.7)
+    # at that level, on the model's standard error (the start-ups' and the prompts' terms)
+    half = stats.t_quantile(1 - (1 - level) / 2, cell.speedup_df) * cell.speedup_log_se
     assert (cell.speedup_low, cell.speedup_high) == pytest.approx(
         (cell.speedup * math.exp(-half), cell.speedup * math.exp(half)), rel=1e-6
     )

@@ -106,7 +106,8 @@ def test_tables_report_and_gates_carry_the_slo(tmp_path: Path) -> None:
     assert {c.metric for c in checks} == {"slo_pct"}
     for check in checks:
         cell = summary.cell(check.arm, check.workload, check.concurrency)
-        assert check.verdict == ("pass" if cell.slo_pct >= 50 else "fail")
+        # one start-up: below the floor is "inconclusive" (its spread across start-ups is unmeasured)
+        assert check.verdict == ("pass" if cell.slo_pct >= 50 else "inconclusive"), check.message
     assert "in SLO" not in " ".join(str(t.title) for t in minilab_tables(analyze(summarize(GOLDEN))))
     # notebooks: per request whether it met the targets, per repeat the share and the goodput
     from harness import load_run

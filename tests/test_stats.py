@@ -24,8 +24,13 @@ def _normal(mean: float, sd: float, n: int, seed: int) -> list[float]:
 
 def test_real_ten_percent_regression_with_low_noise_is_caught() -> None:
     baseline, current = _normal(100.0, 1.0, 20, 1), _normal(90.0, 1.0, 20, 2)  # tok/s 10% lower
-    check = _relative(_check("output_tok_s"), current, baseline, GATES, tolerance_pct=5)
+    # the night's own effect, from earlier nights in the history (1% apart): two runs are two nights
+    nights = [_normal(m, 1.0, 20, 10 + i) for i, m in enumerate((100.0, 101.0, 99.0, 100.5))]
+    check = _relative(_check("output_tok_s"), current, baseline, GATES, tolerance_pct=5, nights=nights)
     assert check.verdict == "fail" and check.low > 0.05 and check.p_value < 0.001
+    # without a night term a tok/s change cannot be failed on the within-run spread alone
+    alone = _relative(_check("output_tok_s"), current, baseline, GATES, tolerance_pct=5)
+    assert alone.verdict == "inconclusive"
     # the same on a lower-is-better metric: TPOT 10% higher
     check = _relative(
         _check("tpot_ms_p50"),
@@ -33,6 +38,7 @@ def test_real_ten_percent_regression_with_low_noise_is_caught() -> None:
         _normal(50.0, 0.5, 20, 4),
         GATES,
         tolerance_pct=5,
+        nights=[_normal(m, 0.5, 20, 20 + i) for i, m in enumerate((50.0, 50.5, 49.5, 50.2))],
     )
     assert check.verdict == "fail" and check.message.startswith("regression")
 
