@@ -13,9 +13,10 @@ across rounds: the same prompts every round, as the harness sends). One line per
     coverage  cell speedup  sd 3%  2 rounds  2 arms  truth 1.10  0.951  (2000 runs)
 
 ``--regime R --runs N``: the same question on the real engine. N independent ``bench run``s of R
-(each its own start-ups); per cell, how often a run's interval covers the pooled estimate of the
-other runs (the geometric mean of their speedups), and whether the verdicts agree wherever any run
-calls the cell decided. Prints the run ids and the CPU model (lscpu) with the table.
+(each its own start-ups, run i on the i-th disjoint sample of the workload's prompts); per cell,
+how often a run's interval covers the pooled estimate of the other runs (the geometric mean of
+their speedups), and whether the verdicts agree wherever any run calls the cell decided. Prints
+the run ids and the CPU model (lscpu) with the table.
 
     .venv/bin/python benchmarks/interval_coverage.py --simulate [--runs 2000] [--seed 0]
     .venv/bin/python benchmarks/interval_coverage.py --regime regimes/cpu_coverage.yaml --runs 6
@@ -489,19 +490,45 @@ def main() -> int:
     parser.add_argument(
         "--reuse", action="store_true", help="read the runs already in --results-dir (--regime)"
     )
+    parser.add_argument(
+        "--same-prompts",
+        action="store_true",
+        help="every run on the regime's own prompts (default: run i on the i-th disjoint sample of them)",
+    )
     args = parser.parse_args()
     if args.simulate:
         for label, value in run_simulation(args.runs, args.seed):
             print(f"{label}  {value:.3f}  ({args.runs} runs)")
         return 0
-    return real_coverage(args.regime, args.runs, args.results_dir, args.reuse)
+    return real_coverage(args.regime, args.runs, args.results_dir, args.reuse, not args.same_prompts)
 
 
-def real_coverage(regime: Path, runs: int, results_dir: Path, reuse: bool) -> int:
+def subset_regime(regime: Path, index: int, folder: Path) -> Path:
+    """``regime`` with each workload's prompts the ``index``-th disjoint sample (``Workload.subset``):
+    the regime and its workloads copied into ``folder``."""
+    import yaml
+
+    data = yaml.safe_load(regime.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    workloads = []
+    for entry in data["workloads"]:
+        source = (regime.parent / entry).resolve()
+        workload = yaml.safe_load(source.read_text())
+        target = folder / f"{source.stem}-subset{index}.yaml"
+        target.write_text(yaml.safe_dump({**workload, "subset": index}, sort_keys=False))
+        workloads.append(str(target.resolve()))
+    target = folder / f"{regime.stem}-subset{index}.yaml"
+    target.write_text(yaml.safe_dump({**data, "workloads": workloads}, sort_keys=False))
+    return target
+
+
+def real_coverage(regime: Path, runs: int, results_dir: Path, reuse: bool, disjoint: bool = True) -> int:
     """N independent runs of ``regime`` (each ``bench run`` in its own process: its own start-ups),
-    then per cell: how often a run's interval covers the geometric mean of the other runs'
-    speedups, and whether the runs' decided verdicts agree. With ``reuse``, the runs already under
-    ``results_dir`` are read instead (the table again from stored raw files)."""
+    each on its own disjoint sample of the workload's prompts (``disjoint``: the verdict is about the
+    workload, so another sample of it must agree), then per cell: how often a run's interval covers
+    the geometric mean of the other runs' speedups, and whether the runs' decided verdicts agree.
+    With ``reuse``, the runs already under ``results_dir`` are read instead (the table again from
+    stored raw files)."""
     import subprocess
 
     from harness.summary import summarize
@@ -512,9 +539,18 @@ def real_coverage(regime: Path, runs: int, results_dir: Path, reuse: bool) -> in
     results_dir.mkdir(parents=True, exist_ok=True)
     if not reuse:
         for index in range(runs):
-            print(f"run {index + 1}/{runs}: bench run {regime} --results-dir {results_dir}", flush=True)
+            regime_file = subset_regime(regime, index, results_dir / "subsets") if disjoint else regime
+            print(f"run {index + 1}/{runs}: bench run {regime_file} --results-dir {results_dir}", flush=True)
             done = subprocess.run(
-                [sys.executable, "-m", "harness.cli", "run", str(regime), "--results-dir", str(results_dir)],
+                [
+                    sys.executable,
+                    "-m",
+                    "harness.cli",
+                    "run",
+                    str(regime_file),
+                    "--results-dir",
+                    str(results_dir),
+                ],
                 cwd=HERE.parent,
                 check=False,
             )

@@ -139,6 +139,13 @@ class Workload(StrictModel):
         "engine applies the model's chat template)."
     )
     sample_seed: int = Field(default=0, description="Seed of the shuffle that picks which prompts are used.")
+    subset: int = Field(
+        default=0,
+        ge=0,
+        description="Which of the disjoint samples of num_prompts prompts is used (0: the usual one; 1: "
+        "num_prompts others, none of subset 0's; ...): runs on disjoint subsets check that a verdict holds "
+        "for the workload, not for one sample of it (benchmarks/interval_coverage.py --regime).",
+    )
     chat: ChatTemplate | None = Field(
         default=None,
         description="Chat workloads only: chat-template arguments and a system prompt for every request "
@@ -472,6 +479,16 @@ def load_workload(
             f"{path}: has {len(prompts)} prompts, the regime asks for load.num_prompts={num_prompts}"
         )
     chosen = random.Random(definition.sample_seed).sample(prompts, num_prompts)
+    left = prompts
+    for subset in range(1, definition.subset + 1):  # each subset drawn from what the earlier left
+        taken = {p.prompt_id for p in chosen}
+        left = [p for p in left if p.prompt_id not in taken]
+        if len(left) < num_prompts:
+            raise UserError(
+                f"{path}: subset {definition.subset} of {num_prompts} prompts needs "
+                f"{num_prompts * (definition.subset + 1)} prompts; it has {len(prompts)}"
+            )
+        chosen = random.Random(f"{definition.sample_seed}/{subset}").sample(left, num_prompts)
     if context_tokens is not None:
         chosen = [with_context(p, prompts, context_tokens, definition.sample_seed) for p in chosen]
     effective = None
