@@ -241,3 +241,44 @@ def test_a_deciding_run_knows_when_it_used_every_round() -> None:
     assert Estimate(1.1, rounds=4, looks=3, first_look=2).out_of_rounds
     assert not Estimate(1.1, rounds=3, looks=3, first_look=2).out_of_rounds
     assert not Estimate(1.1, rounds=4).out_of_rounds
+
+
+def test_the_prompt_term_is_the_jackknife_of_the_cells_own_estimator() -> None:
+    from harness.intervals import Design, WindowPrompts, design_for, prompt_variance
+
+    # concurrency 1, requests back to back: a window lasts its requests' summed time, so leaving a
+    # prompt out leaves exactly the others' tokens over the others' time
+    base = {"p0": (10, 1.0), "p1": (10, 2.0), "p2": (10, 1.5), "p3": (10, 0.5)}
+    gains = {"p0": 1.5, "p1": 1.1, "p2": 1.3, "p3": 0.9}
+    arm = {p: (t, s / gains[p]) for p, (t, s) in base.items()}
+
+    def windows(prompts: dict, pace: float) -> list[WindowPrompts]:
+        return [
+            WindowPrompts(r, sum(s for _, s in prompts.values()) * pace * (1 + r / 10), prompts)
+            for r in (0, 1)
+        ]
+
+    table = {"baseline": windows(base, 1.0), "arm": windows(arm, 1.0)}
+    variance, count = prompt_variance(table, "arm", "baseline", [0, 1])
+    left_out = [
+        math.log(
+            sum(s for q, (_, s) in base.items() if q != p) / sum(s for q, (_, s) in arm.items() if q != p)
+        )
+        for p in base
+    ]
+    assert count == 4
+    assert variance == pytest.approx(3 / 4 * sum((v - np.mean(left_out)) ** 2 for v in left_out))
+    # in a cell's estimate: the start-ups' term and the prompts' add (the interval holds both)
+    found = cell_estimates(
+        {"baseline": {0: 100.0, 1: 104.0}, "arm": {0: 125.0, 1: 126.0}}, "baseline", prompts=table
+    )
+    alone = cell_estimates({"baseline": {0: 100.0, 1: 104.0}, "arm": {0: 125.0, 1: 126.0}}, "baseline")
+    assert found["arm"].prompts == 4 and found["arm"].prompt_log_se == pytest.approx(math.sqrt(variance))
+    assert found["arm"].log_se == pytest.approx(math.hypot(alone["arm"].log_se, math.sqrt(variance)))
+    assert found["arm"].high > alone["arm"].high
+    # what would pin it to +-10%: the prompts' term shrinks as 1/prompts, the start-ups' as 1/rounds
+    design = design_for(found["arm"], 10.0)
+    assert isinstance(design, Design) and design.reachable and design.prompts >= 4
+    z = stats.normal_quantile(0.975)
+    startup_v, prompt_v = alone["arm"].log_se ** 2 * 2, variance * 4
+    assert z * math.sqrt(startup_v / design.rounds + prompt_v / design.prompts) <= math.log(1.1) + 1e-9
