@@ -332,20 +332,26 @@ class Design:
 
 
 def design_for(estimate: Estimate, precision_pct: float, most_rounds: int = 12) -> Design | None:
-    """The fewest prompts (at the fewest rounds from the run's own up to ``most_rounds``) whose
-    95% interval would reach +-``precision_pct``: the start-ups' term shrinks with rounds, the
-    prompts' with prompts, each as 1/n (normal quantile: about). None without both terms."""
+    """The prompts per window and rounds (from the run's own up to ``most_rounds``) whose 95%
+    interval would reach +-``precision_pct`` with the fewest requests (rounds x prompts): the
+    start-ups' term shrinks with rounds, the prompts' with prompts, each as 1/n (normal quantile:
+    about). None without both terms; unreachable where no such design is within the rounds."""
     if estimate.log_se is None or estimate.prompt_log_se is None or not estimate.prompts:
         return None
     target = math.log(1 + precision_pct / 100) / stats.normal_quantile(1 - (1 - CONFIDENCE) / 2)
     prompt_v = estimate.prompt_log_se**2 * estimate.prompts  # per prompt
     startup_v = max(estimate.log_se**2 - estimate.prompt_log_se**2, 0.0) * estimate.rounds  # per round
-    half = stats.t_quantile(1 - (1 - CONFIDENCE) / 2, max(estimate.df, 1)) * estimate.log_se
+    half = 100 * math.expm1(stats.t_quantile(1 - (1 - CONFIDENCE) / 2, max(estimate.df, 1)) * estimate.log_se)
+    found = []
     for rounds in range(max(estimate.rounds, 2), most_rounds + 1):
         room = target**2 - startup_v / rounds
         if room > 0:
-            return Design(max(estimate.prompts, math.ceil(prompt_v / room)), rounds, 100 * math.expm1(half))
-    return Design(0, 0, 100 * math.expm1(half), reachable=False)
+            prompts = max(estimate.prompts, math.ceil(prompt_v / room))
+            found.append((rounds * prompts, rounds, prompts))
+    if not found:
+        return Design(0, 0, half, reachable=False)
+    _, rounds, prompts = min(found)
+    return Design(prompts, rounds, half)
 
 
 def _balanced(
