@@ -192,7 +192,7 @@ def test_k_schedule_from_a_study_resolves_to_its_schedule(tmp_path: Path) -> Non
 FINGERPRINTS_BEFORE = {
     "cpu_categories": "ac86173c81e8f291",
     "cpu_coverage": "27afa539ca896a45",
-    "cpu_default": "8feedf3d514c387b",  # 20 prompts x 20 tokens since issue 60 (16 x 24 before: 94b348a45defc74d)
+    "cpu_default": "8feedf3d514c387b",  # 20 x 20 tokens since issue 60 (16 x 24: 94b348a45defc74d)
     "cpu_production": "760bb2862175d675",
     "cpu_sampled": "73d0520e3d582b06",
     "cpu_smoke": "7212af3f01638e0d",
