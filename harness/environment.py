@@ -72,3 +72,11 @@ def environment_fingerprint(record: dict[str, Any]) -> str:
     fields = {key: record.get(key) for key in FINGERPRINT_FIELDS}
     fields["gpu_names"] = [g["name"] for g in record.get("gpus") or []]
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def gpus_text(gpus: list[dict[str, Any]]) -> str:
+    """GPU records (index, name, uuid: ``environment.json``'s ``server_gpus``) as a reader matches
+    them against nvidia-smi: 'GPU 0 (NVIDIA H200, GPU-5b1c...)'."""
+    return ", ".join(
+        f"GPU {g['index']} ({', '.join(str(p) for p in (g.get('name'), g.get('uuid')) if p)})" for g in gpus
+    )

@@ -30,6 +30,7 @@ from harness.drafters.fit import Fit, drafter_fit
 from harness.engines import EngineAdapter, LaunchSpec, get_adapter
 from harness.engines.defects import known_defects, release_of
 from harness.engines.patches import patches
+from harness.environment import gpus_text
 from harness.errors import FieldError, UserError
 from harness.intervals import design_level
 from harness.model_build import resolve_package_gguf
@@ -37,9 +38,10 @@ from harness.models import converted_dir, is_local_reference, resolve_model_path
 from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, workload_paths
 from harness.results.calibration import Calibration
 from harness.secrets import redact_args, redact_env
+from harness.sensors.devices import server_env
 from harness.sensors.environment import collect_environment
 from harness.server import SOCKET_DIR_PREFIX
-from harness.validation import check_environment, lossy_settings
+from harness.validation import check_environment, cuda_check, lossy_settings, server_gpus
 from harness.workloads import ChatTemplate, LoadedWorkload, load_workload
 
 
@@ -49,6 +51,17 @@ class Preflight:
 
     mismatches: list[str]
     lossy: list[str]
+    # the GPUs each arm's server runs on (validation.server_gpus: index, name, uuid...); [] on a CPU
+    # regime or where no GPU is visible
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    # a GPU regime's driver CUDA against its engine's (validation.cuda_check), checked or why not:
+    # recorded in environment.json; None on a CPU regime or where no GPU is visible
+    cuda_check: str | None = None
+
+    def notes(self) -> list[str]:
+        """What `bench validate` and `bench run` print besides the mismatches."""
+        gpus = [f"each server runs on {gpus_text(self.gpus)}"] if self.gpus else []
+        return gpus + ([f"CUDA: {self.cuda_check}"] if self.cuda_check else [])
 
 
 @dataclass(frozen=True)
@@ -119,10 +132,15 @@ class Plan:
         """The regime against the live environment; the caller decides what refuses a run."""
         mismatches = [str(m) for m in check_environment(self.regime, environment)]
         inherited = environment.get("env") or {}
-        return Preflight(mismatches=mismatches, lossy=lossy_settings(self.regime, inherited))
+        gpus = server_gpus(self.regime, environment)
+        cuda = cuda_check(self.regime, environment)[1] if gpus else None
+        lossy = lossy_settings(self.regime, inherited)
+        return Preflight(mismatches=mismatches, lossy=lossy, gpus=gpus, cuda_check=cuda)
 
-    def arm_commands(self, model: str) -> list[ArmCommand]:
-        """Each arm's exact launch command (after ``resolve_models``), the port shown as PORT."""
+    def arm_commands(self, model: str, gpus: list[dict[str, Any]] | None = None) -> list[ArmCommand]:
+        """Each arm's exact launch command (after ``resolve_models``), the port shown as PORT; with
+        ``gpus`` (``Preflight.gpus``) the devices the harness gives each server, as the runner does."""
+        devices = server_env([g["index"] for g in gpus]) if gpus else {}
         commands = []
         for arm in self.regime.arms:
             # the port is wherever two specs for two ports differ: the engine names its own flag
@@ -130,7 +148,7 @@ class Plan:
             # shown with its secrets redacted (harness.secrets): a terminal is not a safe place
             shown, twins = redact_args(spec.argv), redact_args(other.argv)
             argv = [_show_port(part, twin) for part, twin in zip(shown, twins, strict=True)]
-            env, other_env = redact_env(spec.env), redact_env(other.env)
+            env, other_env = redact_env(spec.env | devices), redact_env(other.env | devices)
             env = " ".join(f"{k}={shlex.quote(_show_port(v, other_env[k]))}" for k, v in sorted(env.items()))
             commands.append(
                 ArmCommand(arm, f"{env + ' ' if env else ''}{shlex.join(argv)}", self._drafter_note(arm))
@@ -445,6 +463,10 @@ class RunPlan:
     # this machine's calibration of the regime (the runner copies it into the run as calibration.json);
     # None: none found, --no-calibration, or a resumed run (it keeps the one in its directory)
     calibration: Calibration | None = None
+    # the GPUs every server runs on (index, name, uuid, as environment.json's server_gpus): the runner
+    # gives each server exactly these and reads power and neighbours on them; () where none was
+    # chosen (a CPU regime, no GPU visible): nothing is set and NVML, if any, reads what is visible
+    gpus: tuple[dict[str, Any], ...] = ()
 
 
 def run_plan(
@@ -459,6 +481,7 @@ def run_plan(
     allow_mismatch: bool = False,
     started: float | None = None,
     calibration: Calibration | None = None,
+    gpus: list[dict[str, Any]] | None = None,
 ) -> RunPlan:
     """The finished value from a plan whose models are resolved; checks nothing (``prepare_run``
     checks, then builds it with this)."""
@@ -492,6 +515,7 @@ def run_plan(
             regime.distribution_check.samples_per_prompt if regime.distribution_applies() else None
         ),
         calibration=calibration,
+        gpus=tuple(gpus or ()),
     )
 
 
@@ -540,6 +564,7 @@ def prepare_run(
         allow_mismatch=allow_mismatch,
         started=started,
         calibration=calibrated,
+        gpus=preflight.gpus,
     )
 
 
@@ -551,6 +576,10 @@ def _machine_checks(
     version = _engine_version(plan)
     environment = collect_environment(version)
     preflight = plan.preflight(environment)
+    if preflight.gpus:  # recorded with the run (environment.json)
+        environment |= {"server_gpus": preflight.gpus, "cuda_check": preflight.cuda_check}
+    for note in preflight.notes():
+        console.print(escape(note), soft_wrap=True, highlight=False)
     if preflight.lossy and not plan.regime.allow_lossy_acceptance:
         raise UserError(
             f"{plan.regime_path}: lossy or fake acceptance settings (set allow_lossy_acceptance: true to "

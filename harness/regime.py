@@ -59,6 +59,19 @@ class Hardware(StrictModel):
     gpu_count: int | None = Field(
         default=None, ge=1, description="Number of GPUs the regime uses. Required for kind=gpu."
     )
+    gpu_models_accepted: list[str] = Field(
+        default_factory=list,
+        description="Other NVML names accepted as gpu_model, for parts that are truly the same (e.g. a "
+        "name that changed between drivers). Names are compared whole (case and spacing aside): 'NVIDIA "
+        "H200 NVL', a 600 W part, is not an 'NVIDIA H200' unless listed here.",
+    )
+    devices: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        description="The GPUs each arm's server runs on, by NVML index (PCI bus order), one per "
+        "tensor-parallel rank, e.g. [0]; picked among those CUDA_VISIBLE_DEVICES leaves the harness. "
+        "Default: the first tensor_parallel_size of them. Power, energy and the neighbour check read "
+        "exactly these GPUs. Where, not what: not part of the fingerprint.",
+    )
     cpu_model: str | None = Field(
         default=None,
         description="Part of the CPU's model name, e.g. 'EPYC' or 'Xeon Platinum 8480': pin it only when the "
@@ -94,6 +107,13 @@ class Hardware(StrictModel):
         if self.kind == "cpu" and (self.gpu_model is not None or self.gpu_count is not None):
             given = "gpu_model" if self.gpu_model is not None else "gpu_count"
             raise FieldError(given, "kind 'cpu' takes no gpu_model or gpu_count")
+        if self.kind == "cpu" and (self.devices is not None or self.gpu_models_accepted):
+            given = "devices" if self.devices is not None else "gpu_models_accepted"
+            raise FieldError(given, "kind 'cpu' runs on no GPU")
+        devices = self.devices or []
+        for index, device in enumerate(devices):
+            if device in devices[:index]:
+                raise FieldError(("devices", index), f"GPU {device} is listed twice", value=device)
         return self
 
 
@@ -1294,6 +1314,22 @@ class Regime(StrictModel):
                 f"tensor_parallel_size {self.tensor_parallel_size} must divide hardware.gpu_count "
                 f"{self.hardware.gpu_count}",
             )
+        # the harness gives each server its GPUs (hardware.devices): a second say in engine.env would
+        # leave power and the neighbour check reading GPUs the server does not use
+        taken = [n for n in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER") if n in self.engine.env]
+        if self.hardware.kind == "gpu" and taken:
+            raise FieldError(
+                ("engine", "env", taken[0]),
+                "the harness sets it for each server from hardware.devices (default: the first "
+                "tensor_parallel_size GPUs visible to it): pin the GPUs there",
+            )
+        devices = self.hardware.devices
+        if devices is not None and len(devices) != self.tensor_parallel_size:
+            raise FieldError(
+                ("hardware", "devices"),
+                f"{len(devices)} GPU(s) for a server of tensor_parallel_size {self.tensor_parallel_size}: "
+                "list one per rank",
+            )
         if self.hardware.kind == "gpu" and self.cost.usd_per_gpu_hour is None:
             raise FieldError(
                 ("cost", "usd_per_machine_hour"),
@@ -1373,6 +1409,10 @@ class Regime(StrictModel):
         unset: dict[str, Any] = {"slo": True} if self.slo is None else {}
         if not self.engine.patches:
             unset["engine"] = {"patches"}
+        # hardware.devices says where a server runs, never what it runs: always left out
+        unset["hardware"] = {"devices"} | (
+            set() if self.hardware.gpu_models_accepted else {"gpu_models_accepted"}
+        )
         load_fields = (
             self.load.open_loop_fields()
             | ({"server_starts"} if self.load.server_starts == 1 else set())  # an int N hashes as before

@@ -47,6 +47,7 @@ from harness.results import (
     AttentionBackend,
     DraftCounting,
     Invocation,
+    PowerGpu,
     RequestRecord,
     RunDir,
     RunTiming,
@@ -65,6 +66,7 @@ from harness.results.records import RampWindowRecord, Round
 from harness.rounds import Standing, completed_starts, round_line, round_order, standing
 from harness.secrets import redact_args, redact_env, scrub_file, secret_values
 from harness.sensors import cpu, gpu
+from harness.sensors.devices import server_env
 from harness.sensors.environment import model_identity
 from harness.sensors.power import PowerSampler, open_reader
 from harness.server import PortTaken, Server, engine_server, reap_abandoned
@@ -118,10 +120,14 @@ class Runner:
         # where this invocation's wall time goes (timing.json): seconds per phase, from preparing on
         self.started = plan.started
         self.clock = {"prepare_s": 0.0, "startup_s": 0.0, "measured_s": 0.0, "warmup_s": 0.0}
+        # the servers' own GPUs (RunPlan.gpus): power, energy and neighbours are read on them only; None
+        # where none was chosen (a CPU regime): NVML, if any, reads every visible GPU
+        self.devices = [g["index"] for g in plan.gpus] or None
         self.power_reader, self.power_note = (None, "disabled by the regime")
         if plan.power.enabled:
-            self.power_reader, self.power_note = open_reader()
-        self.gpu_reader = gpu.open_process_reader()  # None on a machine without NVML: nothing to watch
+            self.power_reader, self.power_note = open_reader(devices=self.devices)
+        # None on a machine without NVML: nothing to watch
+        self.gpu_reader = gpu.open_process_reader(self.devices)
         self.on_created: Callable[[Path], None] | None = None  # told the new run directory (bench run --json)
 
     def run(self, run_root: Path | None = None) -> tuple[RunDir, Summary]:
@@ -419,7 +425,13 @@ class Runner:
         plan = self.plan
         draft = plan.draft_paths.get(arm.name)
         server = engine_server(
-            plan.adapter, plan.regime, arm, plan.model, run.server_log(arm.name, start), draft_model=draft
+            plan.adapter,
+            plan.regime,
+            arm,
+            plan.model,
+            run.server_log(arm.name, start),
+            draft_model=draft,
+            env=server_env(self.devices) if self.devices else None,
         )
         launch = {"argv": redact_args(server.argv), "env": redact_env(server.extra_env), "port": server.port}
         if server.uds is not None:
@@ -660,6 +672,7 @@ class Runner:
                 source=self.power_reader.source if self.power_reader else None,
                 note=self.power_note,
                 samples=[(r.t, r.watts, r.energy_j, r.throttled) for r in readings],
+                gpus=self._power_gpus(),
             ),
             precision=reached,
             cpu=cpu_used,
@@ -667,6 +680,13 @@ class Runner:
         )
         append_jsonl(run.windows(arm.name), window.model_dump(mode="json"))
         return reached, result.records
+
+    def _power_gpus(self) -> list[PowerGpu] | None:
+        """The GPUs an NVML power reading summed: the servers' own; None where it read every visible
+        one (no GPU chosen) or power came from elsewhere."""
+        if self.power_reader is None or self.power_reader.source != "nvml" or not self.plan.gpus:
+            return None
+        return [PowerGpu(index=g["index"], name=g.get("name"), uuid=g.get("uuid")) for g in self.plan.gpus]
 
     def _measure_ramp(
         self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, start: int

@@ -372,10 +372,12 @@ def engine_server(
     model: str,
     log_path: Path,
     draft_model: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Server:
     """The server for one start-up of ``arm`` (not started yet): on a fresh private Unix socket
     where the adapter's engine listens on one, else on a port the OS just had free; the values
-    it must not print (``harness.secrets``) scrubbed from its log."""
+    it must not print (``harness.secrets``) scrubbed from its log. ``env``: the harness's own
+    additions to the engine's launch environment (the GPUs it runs on), over the adapter's."""
     uds = unix_socket_path() if adapter.unix_socket else None
     port = 0 if uds is not None else free_port()
     where: dict[str, str] = {} if uds is None else {"uds": str(uds)}  # only for adapters that take it
@@ -385,10 +387,11 @@ def engine_server(
         private = key_file.parent
         where["key_file"] = str(key_file)
     spec = adapter.launch_spec(regime, arm, model, port, sys.executable, draft_model=draft_model, **where)
-    secrets = secret_values({**os.environ, **spec.env}, spec.argv) | ({key} if key else set())
+    launch_env = {**spec.env, **(env or {})}
+    secrets = secret_values({**os.environ, **launch_env}, spec.argv) | ({key} if key else set())
     return Server(
         spec.argv,
-        spec.env,
+        launch_env,
         port,
         log_path,
         adapter.health_path,

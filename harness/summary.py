@@ -55,7 +55,7 @@ from harness.results.model import (
     Summary,
 )
 from harness.results.raw import RawRun, read_raw
-from harness.results.records import RequestRecord, WindowGpu, WindowRecord
+from harness.results.records import PowerGpu, RequestRecord, WindowGpu, WindowRecord
 from harness.stats import mean, quantile
 
 # per key (a window, or a category at a level): the arms' start-up tok/s and their windows prompt
@@ -537,7 +537,16 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         distribution=distribution_section(raw),
         calibration=calibration.label() if calibration else None,
         ramp=ramp_metrics(raw, spread, looks, first_look),
+        power_gpus=_power_gpus(raw),
     )
+
+
+def _power_gpus(raw: RawRun) -> list[PowerGpu] | None:
+    """Every GPU a window's power was read on, in the order first read (one set per run: the
+    regime's servers all get the same GPUs)."""
+    powers = [w.power for arm in raw.arms.values() for w in arm.windows if w.power]
+    found = [gpu for power in powers for gpu in power.gpus or []]
+    return list(dict.fromkeys(found)) or None
 
 
 def distribution_section(raw: RawRun) -> DistributionSection | None:

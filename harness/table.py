@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.analysis import RunAnalysis
+from harness.environment import gpus_text
 from harness.errors import UserError
 from harness.formats import interval_text, speedup_text
 from harness.intervals import Estimate
@@ -464,6 +465,14 @@ def verification_line(summary: Summary) -> str | None:
     else:
         body = ", ".join(f"{name} {text}" for name, text in texts.items())
     return f"Drafts verified and sampled: {body} (rejection_sample_method, draft_sample_method)."
+
+
+def power_line(summary: Summary) -> str | None:
+    """Which GPUs the power and energy columns are of (the servers' own), where the run recorded them."""
+    if not summary.power_gpus:
+        return None
+    gpus = gpus_text([g.model_dump() for g in summary.power_gpus])
+    return _wrapped(f"Power and energy (W, J, J/token): NVML on the servers' own GPUs only, {gpus}.")
 
 
 def timing_line(summary: Summary) -> str | None:

@@ -19,8 +19,11 @@ from typing import Any
 
 from harness.config_file import located
 from harness.engines import get_adapter
+from harness.engines.cuda import cuda_needed, cuda_older
+from harness.engines.defects import release_of
 from harness.errors import FieldError
 from harness.regime import Arm, Regime
+from harness.sensors.devices import choose_gpus
 
 
 @dataclass(frozen=True)
@@ -104,13 +107,78 @@ def _suffix_mismatches(regime: Regime, environment: dict[str, Any]) -> list[Mism
     ]
 
 
+def server_gpus(regime: Regime, environment: dict[str, Any]) -> list[dict[str, Any]]:
+    """The GPUs each arm's server runs on (``hardware.devices``, else the first
+    ``tensor_parallel_size`` visible: a study executor's placement, or within a user's
+    CUDA_VISIBLE_DEVICES), as the environment record lists them; [] for a CPU regime."""
+    if regime.hardware.kind != "gpu":
+        return []
+    visible = environment.get("gpus") or []
+    return choose_gpus(visible, regime.hardware.devices, regime.tensor_parallel_size)[0]
+
+
+def _same_gpu(name: str, wanted: str) -> bool:
+    """Whole names, case and spacing aside: 'NVIDIA H200 NVL' (a 600 W part) is no 'NVIDIA H200'."""
+    return " ".join(name.split()).casefold() == " ".join(wanted.split()).casefold()
+
+
+def _gpu_mismatches(regime: Regime, environment: dict[str, Any]) -> list[Mismatch]:
+    """The servers' GPUs against ``hardware.gpu_model`` (or a name of ``gpu_models_accepted``), and
+    pinned ``hardware.devices`` that this process may not use."""
+    hardware, found = regime.hardware, []
+    visible = environment.get("gpus") or []
+    chosen, missing = choose_gpus(visible, hardware.devices, regime.tensor_parallel_size)
+    if missing:
+        cvd = (environment.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
+        where = f" (CUDA_VISIBLE_DEVICES={cvd})" if cvd is not None else ""
+        found.append(
+            Mismatch(
+                "hardware.devices",
+                "GPU(s) " + ", ".join(map(str, hardware.devices or [])),
+                f"GPU(s) {', '.join(map(str, missing))} not visible here{where}; visible: "
+                + (", ".join(str(g["index"]) for g in visible) or "none"),
+            )
+        )
+    accepted = [hardware.gpu_model or "", *hardware.gpu_models_accepted]
+    names = sorted({g["name"] for g in chosen if not any(_same_gpu(g["name"], a) for a in accepted)})
+    if names:
+        expected = " or ".join(f"'{a}'" for a in accepted) if len(accepted) > 1 else str(hardware.gpu_model)
+        found.append(Mismatch("hardware.gpu_model", expected, ", ".join(names)))
+    return found
+
+
+def cuda_check(regime: Regime, environment: dict[str, Any]) -> tuple[list[Mismatch], str]:
+    """The driver's CUDA against what the pinned engine release's wheels need
+    (``harness.engines.cuda``): a mismatch where it is older, and one line for the record saying what
+    was checked, or why nothing was (a release the table does not know, no driver CUDA)."""
+    engine = regime.engine.name
+    release = release_of(regime.engine.version or environment.get("engine_version") or "")
+    needed, driver = cuda_needed(engine, release), environment.get("cuda_driver")
+    if needed is None:
+        return [], f"{engine} {release or '(no release)'}: its CUDA need is not known here, not checked"
+    if driver is None:
+        return [], f"{engine} {release} needs CUDA {needed}; the driver's CUDA is unknown, not checked"
+    try:
+        older = cuda_older(driver, needed)
+    except ValueError:
+        return [], f"{engine} {release} needs CUDA {needed}; the driver's CUDA {driver!r} is unreadable"
+    line = f"{engine} {release} needs CUDA {needed}; the driver supports CUDA {driver}"
+    if not older:
+        return [], line
+    mismatch = Mismatch(
+        "engine.version",
+        f"{release} ({engine}'s wheels need a driver supporting CUDA {needed} or newer)",
+        f"a driver supporting CUDA {driver} at most (driver {environment.get('gpu_driver') or 'unknown'})",
+    )
+    return [mismatch], line
+
+
 def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Mismatch]:
     """The regime's pins against the machine and the installed engine, before anything starts."""
     found: list[Mismatch] = []
     hardware = regime.hardware
     gpus = environment.get("gpus") or []
     if hardware.kind == "gpu":
-        names = sorted({g["name"] for g in gpus})
         if not gpus:
             found.append(
                 Mismatch(
@@ -120,12 +188,12 @@ def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Misma
                 )
             )
         else:
-            if any(hardware.gpu_model.lower() not in g["name"].lower() for g in gpus):
-                found.append(Mismatch("hardware.gpu_model", hardware.gpu_model, ", ".join(names)))
+            found += _gpu_mismatches(regime, environment)
             # A study point placed by an executor gets the GPUs its server uses, not the whole node.
             needed = regime.tensor_parallel_size if environment.get("placement") else hardware.gpu_count
             if len(gpus) < needed:
                 found.append(Mismatch("hardware.gpu_count", str(needed), f"{len(gpus)} visible"))
+            found += cuda_check(regime, environment)[0]
     elif gpus:
         found.append(
             Mismatch("hardware.kind", "cpu", f"{len(gpus)} GPU(s) visible; a GPU engine build may use them")

@@ -39,6 +39,7 @@ def print_results(analysis: RunAnalysis, console: Console) -> int:
         exactness_table,
         failed_arms,
         minilab_tables,
+        power_line,
         precision_line,
         schedule_tables,
         timing_line,
@@ -66,6 +67,9 @@ def print_results(analysis: RunAnalysis, console: Console) -> int:
     precision = precision_line(summary.cells)
     if precision:
         console.print(precision, highlight=False)
+    power = power_line(summary)  # whose power the tables' W and J/token columns are
+    if power:
+        console.print(escape(power), highlight=False, soft_wrap=True)
     timing = timing_line(summary)
     if timing:
         console.print(timing, highlight=False, soft_wrap=True)

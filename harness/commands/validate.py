@@ -176,6 +176,8 @@ def _print_plan(plan: Any, console: Console) -> None:
     preflight = plan.preflight(collect_environment(plan.adapter.installed_version()))
     for problem in preflight.lossy:
         console.print(f"[yellow]lossy acceptance setting:[/] {escape(problem)}", soft_wrap=True)
+    for note in preflight.notes():  # the GPUs the servers get, the driver's CUDA against the engine's
+        console.print(escape(note), soft_wrap=True, highlight=False)
     if preflight.mismatches:
         console.print(
             "This machine does not match the regime (`bench run` would stop; --allow-mismatch to run anyway):"
@@ -185,7 +187,7 @@ def _print_plan(plan: Any, console: Console) -> None:
     else:
         console.print("This machine matches the regime's pins.")
     fits = plan.drafter_fits(model)
-    for command in plan.arm_commands(model):
+    for command in plan.arm_commands(model, preflight.gpus):
         arm = command.arm
         console.print(
             f"\n[bold]{arm.name}[/] ({arm.method}, K={arm.num_speculative_tokens or '-'}{command.drafter}):",

@@ -14,7 +14,7 @@ from typing import Any
 import jinja2
 
 from harness.analysis import AnalyzedRun, RunAnalysis
-from harness.environment import machine_differences
+from harness.environment import gpus_text, machine_differences
 from harness.errors import UserError
 from harness.formats import bound_text, speedup_text
 from harness.gates import StoredGate
@@ -371,8 +371,10 @@ def report_context(run: AnalyzedRun) -> dict[str, Any]:
     sources = sorted({c.power_source for c in rows if c.power_source})
     notes = sorted({readable_note(c.power_note) for c in rows if c.power_note})
     verdicts, verdict_notes = _verdicts(analysis)
+    # the GPUs read (the servers' own), named where the power figures are
+    on = f" on {gpus_text([g.model_dump() for g in summary.power_gpus])}" if summary.power_gpus else ""
     return {
-        "power_note": f"measured with {', '.join(sources)}"
+        "power_note": f"measured with {', '.join(sources)}{on}"
         if sources
         else (", ".join(notes) or "not recorded"),
         "power_measured": bool(sources),

@@ -28,7 +28,7 @@ from harness.regime import LoadLevel, Slo, VerdictSettings
 from harness.results import migrations
 from harness.results.files import SCHEMA_VERSION, read_json
 from harness.results.migrations import summary as summary_steps
-from harness.results.records import ArmStatus, ResultModel, RunTiming
+from harness.results.records import ArmStatus, PowerGpu, ResultModel, RunTiming
 
 
 class RepeatMetrics(ResultModel):
@@ -442,6 +442,9 @@ class Summary(ResultModel):
     calibration: str | None = None
     # load.ramp: per arm, workload and stage (and the whole ramp), pooled over start-ups; [] without one
     ramp: list[RampStageMetrics] = []
+    # the GPUs the windows' NVML power and energy were read on (the servers' own); None: NVML read
+    # every visible GPU, power came from elsewhere, or a run from before the harness chose them
+    power_gpus: list[PowerGpu] | None = None
 
     def cell(
         self, arm: str, workload: str, concurrency: int | LoadLevel, request_rate: float | None = None

@@ -131,10 +131,21 @@ _REQUEST = TypeAdapter(RequestRecord)
 RequestRecord = RequestRecord
 
 
+class PowerGpu(ResultModel):
+    """One GPU whose power a window's NVML samples summed (as NVML names it)."""
+
+    index: int  # NVML's (PCI bus order)
+    name: str | None = None
+    uuid: str | None = None
+
+
 class WindowPower(ResultModel):
     source: str | None = None  # "nvml", "rapl", or None: not measured
     note: str = "not recorded"
     samples: list[tuple[float, float | None, float | None, bool]] = []  # (t, W, cumulative J, throttled)
+    # nvml: the GPUs summed, the servers' own (RunPlan.gpus); None: every GPU visible to the harness, or
+    # recorded before the harness chose a server's GPUs (no migration: it reads as "not recorded")
+    gpus: list[PowerGpu] | None = None
 
 
 class WindowPrecision(ResultModel):

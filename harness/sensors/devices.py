@@ -39,3 +39,34 @@ def visible_handles(pynvml: Any) -> list[tuple[int, Any]]:
         uuid = pynvml.nvmlDeviceGetUUID(handle)
         uuids.append(uuid.decode() if isinstance(uuid, bytes) else uuid)
     return [(i, handles[i]) for i in visible_indices(len(handles), uuids)]
+
+
+def handles_at(pynvml: Any, indices: list[int] | None) -> list[tuple[int, Any]]:
+    """(NVML index, handle) of the GPUs at ``indices`` (a server's own), or of every visible GPU
+    where None (no GPU was chosen: a CPU regime, or one without NVML when the run began)."""
+    if indices is None:
+        return visible_handles(pynvml)
+    return [(index, pynvml.nvmlDeviceGetHandleByIndex(index)) for index in indices]
+
+
+def choose_gpus(
+    visible: list[dict[str, Any]], pinned: list[int] | None, count: int
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """The GPUs a server runs on, as (their records, the pinned indices that are not visible).
+    ``visible``: the environment record's GPUs (those ``CUDA_VISIBLE_DEVICES`` leaves the harness,
+    a user's or a study executor's placement, in its order); ``pinned``: the regime's NVML indices,
+    else the first ``count`` visible. A pin outside the visible set is reported, and the default
+    taken in its place (what a run allowed through the mismatch uses)."""
+    by_index = {gpu["index"]: gpu for gpu in visible}
+    missing = [index for index in pinned or [] if index not in by_index]
+    if pinned is not None and not missing:
+        return [by_index[index] for index in pinned], []
+    return visible[:count], missing
+
+
+def server_env(indices: list[int]) -> dict[str, str]:
+    """The launch environment that gives a server exactly these GPUs: NVML indices are PCI bus
+    order, CUDA's only with CUDA_DEVICE_ORDER=PCI_BUS_ID (its default puts the fastest first).
+    Indices, not UUIDs: vLLM turns each entry into an integer
+    (``Platform.device_id_to_physical_device_id``)."""
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, indices)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}

@@ -24,14 +24,17 @@ POLL_PERIOD_S = 1.0
 
 
 class NvmlProcessReader:
-    """The compute processes on every GPU and their SM utilisation since the previous read."""
+    """The compute processes on ``devices`` (NVML indices: a server's own GPUs; None: every visible
+    one) and their SM utilisation since the previous read. A sample names its GPU by NVML index."""
 
-    def __init__(self) -> None:
-        self._nvml, self._handles = open_nvml()
+    def __init__(self, devices: list[int] | None = None) -> None:
+        self._nvml, handles = open_nvml(devices)
+        self._devices = list(range(len(handles))) if devices is None else list(devices)
+        self._handles = handles
 
     def read(self, since_us: int) -> list[ProcessSample]:
         nvml, found = self._nvml, []
-        for device, handle in enumerate(self._handles):
+        for device, handle in zip(self._devices, self._handles, strict=True):
             sm = self._sm_pct(handle, since_us)
             for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
                 memory = proc.usedGpuMemory
@@ -68,10 +71,11 @@ class NvmlProcessReader:
         self._nvml.nvmlShutdown()
 
 
-def open_process_reader() -> NvmlProcessReader | None:
-    """NVML's process view, or None where there is no NVML or no GPU (a CPU machine)."""
+def open_process_reader(devices: list[int] | None = None) -> NvmlProcessReader | None:
+    """NVML's process view of ``devices`` (see ``NvmlProcessReader``), or None where there is no NVML
+    or no GPU (a CPU machine)."""
     try:
-        return NvmlProcessReader()
+        return NvmlProcessReader(devices)
     except Exception:  # ImportError, NVMLError, RuntimeError: all mean "no GPU to watch"
         return None
 

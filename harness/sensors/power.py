@@ -16,10 +16,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.sensors.devices import visible_handles
+from harness.sensors.devices import handles_at
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,18 @@ _THROTTLE_MASK_NAMES = (
 )
 
 
-def open_nvml() -> tuple[Any, list[Any]]:
-    """nvidia-ml-py, initialised, and a handle per GPU. ImportError, NVMLError or RuntimeError
-    ("no GPU") mean "not available" here."""
+def open_nvml(devices: list[int] | None = None) -> tuple[Any, list[Any]]:
+    """nvidia-ml-py, initialised, and a handle per GPU: the NVML indices ``devices`` (the servers'
+    own, ``harness.sensors.devices.choose_gpus``), else every visible GPU. ImportError, NVMLError or
+    RuntimeError ("no GPU") mean "not available" here."""
     import pynvml  # nvidia-ml-py
 
     pynvml.nvmlInit()
-    handles = [handle for _, handle in visible_handles(pynvml)]  # a placed point's GPUs only
+    try:
+        handles = [handle for _, handle in handles_at(pynvml, devices)]
+    except Exception:
+        pynvml.nvmlShutdown()
+        raise
     if not handles:
         pynvml.nvmlShutdown()
         raise RuntimeError("NVML sees no GPU")
@@ -62,10 +68,13 @@ def open_nvml() -> tuple[Any, list[Any]]:
 
 
 class NvmlReader:
+    """The summed power and energy of ``devices`` (NVML indices; None: every visible GPU). A TP=1
+    server on an 8-GPU node is charged its own GPU, not the seven idle ones beside it."""
+
     source = "nvml"
 
-    def __init__(self) -> None:
-        self._nvml, self._handles = open_nvml()
+    def __init__(self, devices: list[int] | None = None) -> None:
+        self._nvml, self._handles = open_nvml(devices)
         self._mask = sum(getattr(self._nvml, name, 0) for name in _THROTTLE_MASK_NAMES)
 
     def read(self) -> PowerReading:
@@ -106,15 +115,19 @@ class RaplReader:
 
 
 def open_reader(
-    factories: tuple[Callable[[], PowerReader], ...] = (NvmlReader, RaplReader),
+    factories: tuple[Callable[[], PowerReader], ...] | None = None, devices: list[int] | None = None
 ) -> tuple[PowerReader | None, str]:
-    """The first power source that works here, or None with the reason each one gave."""
+    """The first power source that works here, or None with the reason each one gave; by default
+    NVML over ``devices`` (see ``NvmlReader``), then RAPL."""
+    if factories is None:
+        factories = (partial(NvmlReader, devices), RaplReader)
     reasons = []
     for factory in factories:
         try:
             return factory(), ""
         except Exception as exc:  # ImportError, NVMLError, OSError, RuntimeError: all mean "not here"
-            reasons.append(f"{getattr(factory, 'source', factory.__name__)}: {exc or type(exc).__name__}")
+            made = getattr(factory, "func", factory)  # a partial's class
+            reasons.append(f"{getattr(made, 'source', made.__name__)}: {exc or type(exc).__name__}")
     return None, "not available (" + "; ".join(reasons) + ")"
 
 
