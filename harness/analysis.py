@@ -37,9 +37,11 @@ from harness.schedule_check import RampCheck, ScheduleCheck, ramp_checks, schedu
 from harness.summary import summarize
 from harness.verdict import (
     Caveat,
+    PublishedCheck,
     SloCapacity,
     WindowVerdict,
     estimate_of,
+    published_checks,
     run_caveats,
     slo_capacity,
 )
@@ -91,6 +93,8 @@ class RunAnalysis:
     per_position: dict[str, tuple[tuple[float, ...], tuple[float | None, ...]]]
     # closed-loop cells: (arm, workload, concurrency, tok/s per request in flight, tok/s per server)
     pareto: tuple[tuple[str, str, int, float, float], ...]
+    # each arm's published figures beside what its cells measured (arms[i].published); () without any
+    published: tuple[PublishedCheck, ...] = ()
 
     def estimate(self, cell: CellMetrics) -> Estimate | None:
         """A speculative cell's speedup with its interval (None for the baseline): the one estimate."""
@@ -240,6 +244,7 @@ def analyze(summary: Summary) -> RunAnalysis:
         tau_by_arm=_tau_by_arm(summary),
         per_position=_per_position(summary),
         pareto=_pareto(summary),
+        published=tuple(published_checks(summary)),
     )
 
 

@@ -954,6 +954,44 @@ def schedule_problems(entries: list[ScheduleEntry], k_max: int) -> list[tuple[tu
     return found
 
 
+class PublishedFigure(StrictModel):
+    """A figure someone published for this arm's method and target (a paper, an engine's docs or CI),
+    as the range a healthy run of the arm is expected to land in. Not a condition of the measurement
+    (not in the fingerprint): the views show it beside the measured value, and the verdict's
+    ``published_outside`` caveat names its source when the measured 95% interval lies entirely
+    outside it."""
+
+    quantity: Literal["speedup", "tau"] = Field(
+        description="What was published: speedup (tok/s against the baseline) or tau (mean acceptance "
+        "length)."
+    )
+    low: float = Field(gt=0, description="The range's low end (a single published value: low = high).")
+    high: float = Field(gt=0, description="The range's high end.")
+    source: str = Field(
+        min_length=1,
+        description="Where it was published and under which conditions, e.g. 'EAGLE-3 paper, MT-Bench, "
+        "T=0, K=7'.",
+    )
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="The load.concurrency level it was published at (most are at 1); unset: every level.",
+    )
+    workload: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The workload (by name) it compares with, e.g. chat_mtbench; unset: every workload.",
+    )
+
+    @model_validator(mode="after")
+    def _range(self) -> PublishedFigure:
+        if self.low > self.high:
+            raise FieldError("high", f"the range's high end {self.high:g} is below its low end {self.low:g}")
+        if self.quantity == "tau" and self.low < 1:
+            raise FieldError("low", f"tau counts the bonus token: at least 1 (got {self.low:g})")
+        return self
+
+
 class Arm(StrictModel):
     """One server configuration: a speculative method (or none) with its draft depth K."""
 
@@ -991,6 +1029,12 @@ class Arm(StrictModel):
         default=None,
         description="Where a k_schedule came from (set when {from: ...} is resolved; shown with results).",
     )
+    published: list[PublishedFigure] = Field(
+        default_factory=list,
+        description="Published figures for this arm (speedup or tau, a range and its source): shown beside "
+        "the measured value; a caveat names the source when the measured 95% interval lies entirely outside "
+        "the range. Not a condition (not in the fingerprint).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -1010,13 +1054,14 @@ class Arm(StrictModel):
         if self.method == "baseline":
             given = [
                 k
-                for k in ("num_speculative_tokens", "draft_model", "options", "k_schedule")
+                for k in ("num_speculative_tokens", "draft_model", "options", "k_schedule", "published")
                 if getattr(self, k)
             ]
             if given:
                 raise FieldError(
                     given[0],
-                    "a baseline arm takes no num_speculative_tokens, draft_model, options or k_schedule",
+                    "a baseline arm takes no num_speculative_tokens, draft_model, options, k_schedule or "
+                    "published (its speedup is 1 by definition and it has no tau)",
                 )
             return self
         if self.num_speculative_tokens is None and not isinstance(self.k_schedule, KScheduleSource):
@@ -1286,6 +1331,13 @@ class Regime(StrictModel):
             )
         for index, gate in enumerate(self.gates.rules):
             self._check_gate(index, gate, names)
+        for index, arm in enumerate(self.arms):
+            for entry, figure in enumerate(arm.published):
+                if figure.concurrency is not None and figure.concurrency not in self.load.concurrency:
+                    raise FieldError(
+                        ("arms", index, "published", entry, "concurrency"),
+                        f"{figure.concurrency} is not one of load.concurrency",
+                    )
         if self.sampling.temperature > 0 and self.exactness.near_tie_margin is not None:
             raise FieldError(
                 ("exactness", "near_tie_margin"),
@@ -1456,7 +1508,12 @@ def _excluded(names: set[str]) -> dict[str, Any]:
     return dict.fromkeys(names, True)
 
 
-_NOT_OF_THE_ARM = {"draft_model": {"trained": {"stall_timeout_s"}}, "k_schedule_source": True}
+# published figures are what the run is read against, not a condition of it (like verdict:)
+_NOT_OF_THE_ARM = {
+    "draft_model": {"trained": {"stall_timeout_s"}},
+    "k_schedule_source": True,
+    "published": True,
+}
 
 
 def _arm_fields(arm: Arm) -> dict[str, Any]:

@@ -492,6 +492,7 @@ def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
         drafter=drafter,
         k_schedule=[tuple(r) for r in arm.k_schedule] if isinstance(arm.k_schedule, list) else None,
         k_schedule_source=arm.k_schedule_source,
+        published=list(arm.published),
         **get_adapter(raw.regime.engine.name).sampling_settings(arm),
         **status.model_dump(),
     )

@@ -22,6 +22,7 @@ from harness.verdict_text import (
     distribution_lines,
     findings_text,
     identical_counts,
+    published_lines,
     verdict_lines,
 )
 
@@ -329,6 +330,7 @@ def answer_lines(analysis: RunAnalysis) -> list[str]:
     lines = verdict_lines(analysis)
     lines += [f"  caveat: {caveat_text(c)}" for c in analysis.caveats]
     lines += capacity_lines(analysis)
+    lines += published_lines(analysis)
     lines += distribution_lines(summary)
     if analysis.findings:
         lines += ["Findings: " + " ".join(findings_text(analysis.findings))]

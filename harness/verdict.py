@@ -16,13 +16,14 @@ A pure function of the typed ``Summary``. Per (workload, load level) window:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from harness import pooling
-from harness.intervals import Design, Estimate, design_for, stored_estimate
-from harness.regime import LoadLevel, VerdictSettings
+from harness import pooling, stats
+from harness.intervals import CONFIDENCE, Design, Estimate, design_for, stored_estimate
+from harness.regime import LoadLevel, PublishedFigure, VerdictSettings
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
 
@@ -340,6 +341,140 @@ def failed_requests(summary: Summary) -> list[Caveat]:
     return found
 
 
+PublishedOutcome = Literal["inside", "overlaps", "outside", "no interval"]
+
+
+@dataclass(frozen=True)
+class PublishedCheck:
+    """One published figure (``arms[i].published``) beside what one cell of its arm measured: the
+    measured value with its 95% interval, and where that interval lies against the published range.
+    Only an interval that lies entirely outside the range is "outside" (the ``published_outside``
+    caveat): a point outside with an interval reaching into it is "overlaps", not a finding."""
+
+    arm: str
+    workload: str
+    level: LoadLevel
+    quantity: Literal["speedup", "tau"]
+    low: float  # the published range
+    high: float
+    source: str
+    measured: float | None  # the cell's speedup (its one estimate) or tau; None: not measured
+    measured_low: float | None = None  # its 95% interval; None: a point only
+    measured_high: float | None = None
+    # what the interval rests on: "model" (the speedup's arms x rounds model), "prompts" or
+    # "start-ups" (tau's: ``tau_interval``); None without one
+    basis: str | None = None
+
+    @property
+    def outcome(self) -> PublishedOutcome:
+        if self.measured is None or self.measured_low is None or self.measured_high is None:
+            return "no interval"
+        if self.measured_high < self.low or self.measured_low > self.high:
+            return "outside"
+        if self.low <= self.measured_low and self.measured_high <= self.high:
+            return "inside"
+        return "overlaps"
+
+
+def tau_interval(cell: CellMetrics) -> tuple[stats.Interval, str] | None:
+    """A cell's tau with a 95% t interval, and what it rests on. Greedy tau barely moves between
+    server start-ups (the same prompts draft the same tokens); what moves it is which prompts were
+    drawn: where the engine reported each request's own acceptance (``prompt_tau``), the interval
+    is the pooled tau +- t * the per-prompt taus' standard error ("prompts"); else a t interval over
+    the start-ups' means of their repeats ("start-ups"); None with neither (one start-up, no
+    per-request acceptance)."""
+    if cell.tau is None:
+        return None
+    per_prompt = list((cell.prompt_tau or {}).values())
+    if len(per_prompt) >= 2:
+        centre, n = stats.mean(per_prompt), len(per_prompt)
+        sd = math.sqrt(sum((t - centre) ** 2 for t in per_prompt) / (n - 1))
+        half = stats.t_quantile(1 - (1 - CONFIDENCE) / 2, n - 1) * sd / math.sqrt(n)
+        return stats.Interval(cell.tau, max(1.0, cell.tau - half), cell.tau + half), "prompts"
+    by_start: dict[int, list[float]] = {}
+    for r in cell.per_repeat:
+        if r.tau is not None and r.tau > 0:
+            by_start.setdefault(r.server_start, []).append(r.tau)
+    if len(by_start) < 2:
+        return None
+    found = stats.mean_interval([stats.mean(v) for v in by_start.values()], CONFIDENCE)
+    return stats.Interval(cell.tau, found.low, found.high), "start-ups"
+
+
+def _covers(figure: PublishedFigure, cell: CellMetrics) -> bool:
+    if figure.workload is not None and figure.workload != cell.workload:
+        return False
+    if figure.concurrency is None:
+        return True
+    return cell.request_rate is None and cell.concurrency == figure.concurrency
+
+
+def _measured(
+    figure: PublishedFigure, cell: CellMetrics
+) -> tuple[float | None, stats.Interval | None, str | None]:
+    """What a cell measured of a figure's quantity: its value, its 95% interval, what that rests on."""
+    if figure.quantity == "speedup":
+        estimate = estimate_of(cell)
+        if estimate is None:
+            return None, None, None
+        if estimate.low is None or estimate.high is None:
+            return estimate.point, None, None
+        return estimate.point, stats.Interval(estimate.point, estimate.low, estimate.high), "model"
+    found = tau_interval(cell)
+    return cell.tau, found[0] if found else None, found[1] if found else None
+
+
+def published_checks(summary: Summary) -> list[PublishedCheck]:
+    """Every published figure of every arm against each cell of that arm it covers (its workload and
+    concurrency, where given), in the order the arms and cells were measured."""
+    found = []
+    for arm in summary.arms:
+        for figure in arm.published:
+            for cell in summary.cells_of(arm.name):
+                if not _covers(figure, cell):
+                    continue
+                measured, interval, basis = _measured(figure, cell)
+                found.append(
+                    PublishedCheck(
+                        arm=arm.name,
+                        workload=cell.workload,
+                        level=cell.level,
+                        quantity=figure.quantity,
+                        low=figure.low,
+                        high=figure.high,
+                        source=figure.source,
+                        measured=measured,
+                        measured_low=interval.low if interval else None,
+                        measured_high=interval.high if interval else None,
+                        basis=basis,
+                    )
+                )
+    return found
+
+
+def published_caveats(summary: Summary) -> list[Caveat]:
+    """A measured 95% interval that lies entirely outside the range its arm's published figure
+    gives: the run is not the publication's regime, or something is wrong; the caveat names the
+    source. A range its interval overlaps, or a point with no interval, is shown, never a caveat."""
+    return [
+        caveat(
+            "published_outside",
+            check.arm,
+            quantity=check.quantity,
+            where=f"{check.workload} {check.level.short()}",
+            point=check.measured,
+            low=check.measured_low,
+            high=check.measured_high,
+            published_low=check.low,
+            published_high=check.high,
+            source=check.source,
+            side="below" if (check.measured_high or 0.0) < check.low else "above",
+        )
+        for check in published_checks(summary)
+        if check.outcome == "outside"
+    ]
+
+
 def run_caveats(summary: Summary) -> list[Caveat]:
     """What qualifies every verdict of the run."""
     found = [caveat("regime_mismatch", detail=m) for m in summary.mismatches]
@@ -365,4 +500,5 @@ def run_caveats(summary: Summary) -> list[Caveat]:
     floor = summary.exactness.noise_floor if summary.exactness.applicable else None
     if floor is not None and floor.identical_pct is not None and floor.identical_pct < 100.0:
         found.append(caveat("noise_floor", pct=floor.identical_pct, compared=floor.compared))
+    found += published_caveats(summary)
     return found

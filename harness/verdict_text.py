@@ -15,7 +15,7 @@ from harness.findings import Fact
 from harness.formats import bound_text, interval_text, range_text
 from harness.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate
 from harness.results.model import CellMetrics, Summary
-from harness.verdict import Caveat, Neighbour, Outcome, SloCapacity, WindowVerdict
+from harness.verdict import Caveat, Neighbour, Outcome, PublishedCheck, SloCapacity, WindowVerdict
 
 OUTCOME_WORDS = {
     Outcome.PAYS: "pays",
@@ -73,6 +73,11 @@ CAVEAT_TEXT: dict[str, str] = {
     "noise_floor": (
         "noise floor: the baseline reproduced itself on {pct:.0f}% of {compared} prompts: an arm's "
         "divergences up to that share are numerics, not speculation"
+    ),
+    "published_outside": (
+        "{arm} {where}: its {quantity}'s 95% interval [{low:.2f}, {high:.2f}] lies entirely {side} the "
+        "published {published_low:g}-{published_high:g} ({source}): this run is not the publication's "
+        "regime (hardware, engine, K, prompts, counting), or something is wrong"
     ),
 }
 
@@ -314,6 +319,40 @@ def verdict_lines(analysis: RunAnalysis) -> list[str]:
     if chance:
         lines.append(f"  windows: {chance}")
     return lines
+
+
+PUBLISHED_WORDS = {
+    "inside": "within it",
+    "overlaps": "overlaps it",
+    "outside": "entirely outside it (a caveat)",
+    "no interval": "a point, no interval: not judged",
+}
+
+
+def _figure(quantity: str, value: float) -> str:
+    return f"{value:.2f}x" if quantity == "speedup" else f"{value:.2f}"
+
+
+def published_text(check: PublishedCheck) -> str:
+    """One published figure beside what its cell measured: ``eagle3_k3 chat_mtbench @1: speedup
+    2.10x [1.95, 2.26] against the published 2.2-2.5x (source): overlaps it``."""
+    where = f"{check.arm} {check.workload} {check.level.short()}"
+    unit = "x" if check.quantity == "speedup" else ""
+    published = f"the published {check.low:g}-{check.high:g}{unit} ({check.source})"
+    if check.measured is None:
+        return f"{where}: {check.quantity} not measured; {published}"
+    measured = _figure(check.quantity, check.measured)
+    if check.measured_low is not None and check.measured_high is not None:
+        measured += f" {interval_text(check.measured_low, check.measured_high)}"
+    return f"{where}: {check.quantity} {measured} against {published}: {PUBLISHED_WORDS[check.outcome]}"
+
+
+def published_lines(analysis: RunAnalysis) -> list[str]:
+    """The arms' published figures beside what was measured (none: no lines)."""
+    if not analysis.published:
+        return []
+    head = "Published figures (each arm's own 95% interval against the range published for it):"
+    return [head] + [f"  {published_text(c)}" for c in analysis.published]
 
 
 def capacity_text(c: SloCapacity) -> str:

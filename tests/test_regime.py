@@ -34,7 +34,14 @@ def test_gpu_regime_pins() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["cpu_smoke.yaml", "h200_tp8.yaml", "h200_tp1_qwen3_8b.yaml", "h200_tp1_qwen3_8b_sglang.yaml"]
+    "name",
+    [
+        "cpu_smoke.yaml",
+        "h200_tp8.yaml",
+        "h200_tp1_qwen3_8b.yaml",
+        "h200_tp1_qwen3_8b_sglang.yaml",
+        "h100_tp8.yaml",
+    ],
 )
 def test_shipped_regimes_cover_every_method(name: str) -> None:
     assert {arm.method for arm in load_regime(ROOT / "regimes" / name).arms} == {

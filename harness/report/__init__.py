@@ -16,7 +16,7 @@ import jinja2
 from harness.analysis import AnalyzedRun, RunAnalysis
 from harness.environment import gpus_text, machine_differences
 from harness.errors import UserError
-from harness.formats import bound_text, speedup_text
+from harness.formats import bound_text, interval_text, speedup_text
 from harness.gates import StoredGate
 from harness.intervals import EQUIVALENCE_MARGIN
 from harness.metrics import COMPARED, HIGHLIGHTED, Metric, best, shown
@@ -45,6 +45,7 @@ from harness.table import (
 from harness.verdict import Outcome
 from harness.verdict_text import (
     OUTCOME_WORDS,
+    PUBLISHED_WORDS,
     basis_line,
     capacity_text,
     caveat_text,
@@ -270,6 +271,29 @@ def readable_note(note: str) -> str:
     return re.sub(r"(?:(\w+): )?No module named '([\w.]+)'", missing, note)
 
 
+def _published(analysis: RunAnalysis) -> list[dict[str, str]]:
+    """Each arm's published figures beside what its cells measured (``analysis.published``)."""
+    rows = []
+    for check in analysis.published:
+        unit = "x" if check.quantity == "speedup" else ""
+        measured = "–" if check.measured is None else f"{check.measured:.2f}{unit}"
+        if check.measured_low is not None and check.measured_high is not None:
+            measured += f" {interval_text(check.measured_low, check.measured_high)}"
+        rows.append(
+            {
+                "arm": check.arm,
+                "where": f"{check.workload} {check.level.short()}",
+                "quantity": check.quantity,
+                "measured": measured,
+                "published": f"{check.low:g}-{check.high:g}{unit}",
+                "source": check.source,
+                "outcome": PUBLISHED_WORDS[check.outcome],
+                "class": "loses" if check.outcome == "outside" else "",
+            }
+        )
+    return rows
+
+
 def _warnings(analysis: RunAnalysis) -> list[str]:
     """Banners above the verdict: what qualifies every number of the run (the verdict's caveats),
     and raw lines that could not be read."""
@@ -390,6 +414,7 @@ def report_context(run: AnalyzedRun) -> dict[str, Any]:
         "verdicts": verdicts,
         "verdict_notes": verdict_notes,
         "capacity": [capacity_text(c) for c in analysis.capacities],
+        "published": _published(analysis),
         "interval_note": basis_line(analysis.basis),
         "chance_note": chance_line(analysis.basis),
         "findings": findings_text(analysis.findings),

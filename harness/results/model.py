@@ -24,7 +24,7 @@ from pydantic import Field, ValidationError
 from harness.errors import UserError
 from harness.probes import distribution
 from harness.probes.exactness import Status
-from harness.regime import LoadLevel, Slo, VerdictSettings
+from harness.regime import LoadLevel, PublishedFigure, Slo, VerdictSettings
 from harness.results import migrations
 from harness.results.files import SCHEMA_VERSION, read_json
 from harness.results.migrations import summary as summary_steps
@@ -322,6 +322,9 @@ class ArmSummary(ArmStatus):
     # policy.json); None: one K for every batch size (and in summaries from before schedules)
     k_schedule: list[tuple[int, int, int]] | None = None
     k_schedule_source: str | None = None
+    # figures published for the arm (the regime's arms[i].published): what the views show beside the
+    # measured value and the published_outside caveat reads; [] in summaries from before them
+    published: list[PublishedFigure] = []
 
 
 class ExactnessEntry(ResultModel):
