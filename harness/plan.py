@@ -39,6 +39,7 @@ from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, work
 from harness.results.calibration import Calibration
 from harness.secrets import redact_args, redact_env
 from harness.sensors.devices import server_env
+from harness.sensors.engine_facts import installed_facts
 from harness.sensors.environment import collect_environment
 from harness.server import SOCKET_DIR_PREFIX
 from harness.validation import check_environment, cuda_check, lossy_settings, server_gpus
@@ -253,7 +254,8 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
         regime = resolve_schedules(load_regime(regime_path), regime_path)
     _check_local_paths(regime, regime_path)
     adapter = get_adapter(regime.engine.name)
-    for location, message in adapter.option_problems(regime)[:1]:
+    installed = installed_facts(adapter, regime.engine.version)  # where the adapter's tables do not decide
+    for location, message in adapter.option_problems(regime, installed)[:1]:
         raise located(regime_path, FieldError(location, message))
     paths = workload_paths(regime, regime_path)
     load = regime.load

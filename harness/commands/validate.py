@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from harness.commands.common import EXIT_OK, add_executor_flags, executor_options, read_regime
+from harness.commands.common import EXIT_OK, EXIT_USAGE, add_executor_flags, executor_options, read_regime
 from harness.errors import UserError
 
 NAME = "validate"
@@ -26,6 +26,7 @@ EXAMPLES = """
 bench validate regimes/cpu_default.yaml
 bench validate regimes/h200_tp_study.yaml --executor slurm --partition gpu
 pip install "$(bench validate regimes/h200_tp8.yaml --engine-requirement)"
+bench validate regimes/h200_tp8.yaml --engine-version 0.35.0   # what an upgrade would break
 """
 INTERRUPTED = "nothing was started or written"
 
@@ -37,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print only the pip requirement of the engine release the regime pins (e.g. vllm==0.33.0), "
         'for installing exactly that: pip install "$(bench validate REGIME --engine-requirement)"',
+    )
+    parser.add_argument(
+        "--engine-version",
+        metavar="VERSION",
+        help="check the regime's arms and engine settings against another release of its engine instead "
+        "of the one it pins, and list everything that would break there (removed keys, keys that release "
+        "ignores, flags, known defects); exit status 2 when something breaks",
     )
     parser.add_argument(
         "--allow-known-defect",
@@ -63,6 +71,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.engine_requirement:
         print(engine_requirement(regime, args.regime))  # plain: a script reads it
         return EXIT_OK
+    if args.engine_version:
+        return _under_release(args.regime, regime, args.engine_version, console)
     if regime.sweep is not None:
         return _validate_study(args.regime, regime, executor_options(args), console, args.allow_known_defect)
     plan = plan_regime(args.regime, regime)
@@ -72,6 +82,37 @@ def run(args: argparse.Namespace, console: Console) -> int:
     )
     _print_plan(plan, console)
     return EXIT_OK
+
+
+def _under_release(path: Path, regime: Any, version: str, console: Console) -> int:
+    """Every problem the regime would have pinned to ``version`` of its engine (not only the first,
+    as a run refuses): what breaks on an upgrade."""
+    from harness.config_file import located
+    from harness.engines import get_adapter
+    from harness.engines.defects import known_defects
+    from harness.errors import FieldError
+    from harness.sensors.engine_facts import installed_facts
+
+    moved = regime.model_copy(update={"engine": regime.engine.model_copy(update={"version": version})})
+    adapter = get_adapter(moved.engine.name)
+    found = [
+        str(located(path, FieldError(location, message)))
+        for location, message in adapter.option_problems(moved, installed_facts(adapter, version))
+    ]
+    found += [
+        f"{path}: {d.upstream} in {moved.engine.name} {version}: {d.effect} (avoid: {d.avoid})"
+        for d in known_defects(moved, version)
+    ]
+    was = regime.engine.version or "unpinned"
+    if not found:
+        console.print(f"[green]{path}: nothing breaks under {moved.engine.name} {version}[/] (pinned: {was})")
+        return EXIT_OK
+    console.print(
+        f"[red]{path}: {len(found)} thing(s) break under {moved.engine.name} {version}[/] (pinned: {was}):"
+    )
+    for line in found:
+        console.print(f"  {escape(line)}", soft_wrap=True)
+    return EXIT_USAGE
 
 
 def _validate_study(path: Path, regime: Any, options: Any, console: Console, allow_defect: bool) -> int:

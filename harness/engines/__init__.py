@@ -85,8 +85,17 @@ class EngineAdapter(Protocol):
         """Settings of ``regime`` that make this engine's acceptance lossy or fake, described by
         their regime path (refused unless ``allow_lossy_acceptance``)."""
 
-    def option_problems(self, regime: Regime) -> list[tuple[tuple, str]]:
-        """Arm options this engine does not take, as (regime path, what is wrong) (a regime error)."""
+    def installed_facts_reader(self, version: str | None) -> str | None:
+        """A module (``python -m``) printing the installed engine's own facts as one JSON line, where
+        they decide for a regime pinned to ``version`` (harness.sensors.engine_facts runs it); None
+        where the adapter's own tables do."""
+
+    def method_packages(self, version: str | None) -> dict[str, str]:
+        """Method -> the Python package release ``version`` of the engine imports for it."""
+
+    def option_problems(self, regime: Regime, installed: Any = None) -> list[tuple[tuple, str]]:
+        """Arm options this engine does not take, as (regime path, what is wrong) (a regime error);
+        ``installed``: the installed engine's own facts where they decide (harness.sensors.engine_facts)."""
 
     def sampling_settings(self, arm: Arm) -> dict[str, str]:
         """How the arm's drafts are verified and sampled (``verification``, ``draft_sampling``):

@@ -166,7 +166,13 @@ class SglangAdapter:
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         return f"sglang=={version}"
 
-    def option_problems(self, regime: Regime) -> list[tuple[tuple, str]]:
+    def installed_facts_reader(self, version: str | None) -> str | None:
+        return None  # its options are checked against SPECULATIVE_OPTIONS (the contract tests: its parser)
+
+    def method_packages(self, version: str | None) -> dict[str, str]:
+        return {}
+
+    def option_problems(self, regime: Regime, installed: Any = None) -> list[tuple[tuple, str]]:
         """Flags in ``engine.extra_args`` the harness sets itself or that belong to an arm, and arm
         options that are not SGLang's own --speculative-* settings (``SPECULATIVE_OPTIONS``)."""
         found = [

