@@ -38,7 +38,7 @@ from harness.probes.schedule import achieved_rate_rps, behind_schedule, lag_p90_
 from harness.probes.slo import attainment_pct, goodput_rps
 from harness.probes.throughput import mean_in_flight, output_tokens_per_s, speedup
 from harness.ramp import ramp_metrics
-from harness.regime import Arm, Slo
+from harness.regime import Arm, Regime, Slo
 from harness.results.files import RunDir
 from harness.results.model import (
     ArmSummary,
@@ -346,8 +346,20 @@ def exactness(raw: RawRun) -> ExactnessSection:
     }
     noise = _block(reference, second, margin, f"{baseline} (first pass)") if second else None
     return ExactnessSection(
-        applicable=True, near_tie_margin=margin, pairing=PAIRING, arms=arms, noise_floor=noise
+        applicable=True,
+        near_tie_margin=margin,
+        pairing=PAIRING,
+        arms=arms,
+        noise_floor=noise,
+        compile_mode=compile_mode(regime),
     )
+
+
+def compile_mode(regime: Regime) -> str:
+    """The mode the arms' servers run in (the noise floor's pass runs on the baseline's server)."""
+    if regime.engine.enforce_eager:
+        return "eager"
+    return "drafter eager" if regime.engine.eager_speculation else "compiled"
 
 
 def _cell_exactness(cell: CellMetrics, section: ExactnessSection, baseline: str) -> ExactnessShares | None:

@@ -177,9 +177,10 @@ def exactness_table(summary: Summary) -> FitTable | None:
     blocks = list(section.arms.items())
     if section.noise_floor:
         blocks.insert(0, (f"{summary.baseline_arm} (2nd pass)", section.noise_floor))
+    mode = f"; every server {section.compile_mode}, the 2nd pass's too" if section.compile_mode else ""
     table = FitTable(
         f"greedy exactness vs {summary.baseline_arm}, same prompt and concurrency (near tie: top-2 margin < "
-        f"{section.near_tie_margin} nats)",
+        f"{section.near_tie_margin} nats{mode})",
         keys=[Column("arm", text=True)],
         columns=[
             *(Column(h) for h in ("pairs", "identical\n%", "near_tie\n%", "diverged\n%", "unknown\n%")),

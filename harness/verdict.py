@@ -475,6 +475,22 @@ def published_caveats(summary: Summary) -> list[Caveat]:
     ]
 
 
+def compiled_divergence(summary: Summary) -> list[Caveat]:
+    """Arms whose outputs left the baseline's more often than the baseline left itself, while the
+    speculative path ran compiled: the noise floor (the baseline against itself, in the same mode)
+    cannot tell a divergence the compiled verify path makes from one speculation makes."""
+    exactness = summary.exactness
+    floor = exactness.noise_floor if exactness.applicable else None
+    if floor is None or floor.identical_pct is None or exactness.compile_mode != "compiled":
+        return []
+    below = [
+        f"{arm} {block.identical_pct:.0f}%"
+        for arm, block in exactness.arms.items()
+        if block.identical_pct is not None and block.identical_pct < floor.identical_pct
+    ]
+    return [caveat("compiled_divergence", arms=", ".join(below), floor=floor.identical_pct)] if below else []
+
+
 def run_caveats(summary: Summary) -> list[Caveat]:
     """What qualifies every verdict of the run."""
     found = [caveat("regime_mismatch", detail=m) for m in summary.mismatches]
@@ -500,5 +516,6 @@ def run_caveats(summary: Summary) -> list[Caveat]:
     floor = summary.exactness.noise_floor if summary.exactness.applicable else None
     if floor is not None and floor.identical_pct is not None and floor.identical_pct < 100.0:
         found.append(caveat("noise_floor", pct=floor.identical_pct, compared=floor.compared))
+    found += compiled_divergence(summary)
     found += published_caveats(summary)
     return found

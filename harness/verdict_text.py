@@ -70,6 +70,12 @@ CAVEAT_TEXT: dict[str, str] = {
         "{arm} samples its drafts from the target itself (draft_sample_method {sampling}): an exact "
         "rejection sampler accepts them all, tau near K + 1 = {top}; well below it, suspect the engine"
     ),
+    "compiled_divergence": (
+        "compiled: outputs identical to the baseline's on fewer prompts than the baseline's own 2nd pass "
+        "({floor:.0f}%): {arms}; with the speculative path compiled (torch.compile, CUDA graphs) the noise "
+        "floor cannot tell a divergence of the compiled verify path from one of speculation, "
+        "engine.enforce_eager: true (or engine.eager_speculation where the release reads it) tells them apart"
+    ),
     "noise_floor": (
         "noise floor: the baseline reproduced itself on {pct:.0f}% of {compared} prompts: an arm's "
         "divergences up to that share are numerics, not speculation"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harness.client import parse_top_logprobs
@@ -195,3 +197,21 @@ def test_margins_come_from_the_second_pass_where_it_saw_the_same_prefix() -> Non
     candidate = [sample([1, 2, 8, 4], [])]
     [entry] = compare_records(merged[:1], candidate, 0.5)
     assert entry["status"] == "near_tie" and entry["margin"] == pytest.approx(0.2)
+
+
+def test_a_divergence_with_the_speculative_path_compiled_says_so() -> None:
+    """run_v3_smoke ran compiled (engine.enforce_eager: false): every speculative arm matched the
+    baseline on 75% of prompts where the baseline's 2nd pass matched itself on 100%. The exactness
+    section records the mode; the run's caveats say the floor cannot tell compiled from speculative
+    divergence; in eager mode the same shares are no such caveat."""
+    from harness.summary import summarize
+    from harness.verdict import compiled_divergence
+    from harness.verdict_text import caveat_text
+
+    summary = summarize(Path(__file__).parent / "fixtures" / "run_v3_smoke")
+    assert summary.exactness.compile_mode == "compiled"
+    (found,) = compiled_divergence(summary)
+    assert found["floor"] == 100.0 and found["arms"].startswith("ngram_k4 75%")
+    assert "cannot tell a divergence of the compiled verify path" in caveat_text(found)
+    eager = summary.exactness.model_copy(update={"compile_mode": "eager"})
+    assert compiled_divergence(summary.model_copy(update={"exactness": eager})) == []

@@ -361,6 +361,10 @@ class ExactnessSection(ResultModel):
     pairing: str | None = None
     arms: dict[str, ExactnessBlock] = {}
     noise_floor: ExactnessBlock | None = None
+    # the mode every arm's server ran in, the baseline's noise-floor pass included (its own server):
+    # "compiled" (torch.compile, CUDA graphs), "drafter eager" (engine.eager_speculation) or "eager";
+    # None in summaries from before it was recorded
+    compile_mode: str | None = None
 
     def block(self, arm: str, baseline: str) -> ExactnessBlock | None:
         """An arm's comparison with the baseline; for the baseline itself, its noise floor."""
