@@ -1,0 +1,192 @@
+"""What the GPU stand-ins (``vllm/`` and ``sglang/`` beside this file) share: a deterministic
+"model" and a speculative decoder with a known acceptance pattern, streamed over aiohttp.
+
+tests/test_gpu_rehearsal.py puts this directory first on a GPU regime's ``engine.env.PYTHONPATH``,
+so the harness's real adapters launch ``python -m vllm.entrypoints.openai.api_server ...`` and
+``python -m sglang.launch_server ...`` exactly as on a GPU machine, and these modules answer: no
+model, no GPU, only the protocol each engine speaks (its routes, counters, log lines and served
+configuration), each read from the engine's own argv.
+
+- The "model" is greedy and deterministic: output token i of a prompt depends on the prompt and i
+  only, so every arm (and every pass) returns the same tokens for the same prompt, and stops at
+  max_tokens with finish_reason "length".
+- Speculation: after the prefill's token, each verify step accepts ``ACCEPTED_PER_STEP[j % 4]``
+  drafts (capped at the served K) and emits them plus its own token; the counters count what the
+  step accepted, as the engines do (drafts accepted past max_tokens included). With K=3 and
+  ``1 + 10 n`` output tokens the steps end on a whole cycle: tau = 1 + mean(pattern) = 2.5.
+- ``STAND_IN_SERVED_K`` in the environment makes a speculating stand-in serve that K instead of
+  the one it was launched with (and say so, as the engine would): a wrong launch in miniature.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sys
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+ACCEPTED_PER_STEP = (3, 1, 2, 0)  # drafts accepted at verify steps 0, 1, 2, 3, 4 (= 0), ...
+STEP_S = 0.01  # seconds per forward pass (the prefill's, then each verify or decode step)
+SERVED_K_ENV = "STAND_IN_SERVED_K"
+VOCAB = 32000
+
+
+def log(message: str) -> None:
+    """A line of the server's log (its stdout: the harness's log file)."""
+    print(message, flush=True)
+
+
+def served_k(launched: int) -> int:
+    """The K this stand-in serves: the one it was launched with, unless ``SERVED_K_ENV`` says otherwise."""
+    return int(os.environ.get(SERVED_K_ENV, launched))
+
+
+def device_line() -> str:
+    """What the server was given of the machine's GPUs (a GPU engine would use every visible one)."""
+    return " ".join(f"{k}={os.environ.get(k)}" for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"))
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """The prompt as one string: a completion's text, or a chat's messages and template arguments."""
+    if "messages" in body:
+        return json.dumps([body["messages"], body.get("chat_template_kwargs")], sort_keys=True)
+    return str(body.get("prompt", ""))
+
+
+def requested_top(body: dict[str, Any], chat: bool) -> int:
+    """The top logprobs a request asks for (chat: logprobs + top_logprobs; completions: logprobs=N)."""
+    if chat:
+        return int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0
+    return int(body.get("logprobs") or 0)
+
+
+def prompt_ids(text: str) -> list[int]:
+    """One id per whitespace-separated word (a tokenizer, roughly)."""
+    return [zlib.crc32(word.encode()) % VOCAB for word in text.split()] or [0]
+
+
+def output_ids(text: str, count: int) -> list[int]:
+    """The greedy answer: ``count`` ids that depend on the prompt and the position only."""
+    seed = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+    return [(seed + 7919 * i) % VOCAB for i in range(count)]
+
+
+def token_text(token: int) -> str:
+    return f" t{token}"
+
+
+def logprobs_of(token: int, top: int) -> list[tuple[int, float]]:
+    """The top ``top`` (id, logprob) at a position: the chosen token first, a wide margin below it."""
+    return [(token, -0.05)] + [((token + k) % VOCAB, -3.0 - k) for k in range(1, top)]
+
+
+def logprobs(tokens: list[int], top: int, chat: bool, name: Callable[[int], str]) -> dict[str, Any]:
+    """A chunk's ``logprobs`` in the OpenAI shape of its endpoint, each token keyed by ``name``
+    (vLLM with return_tokens_as_token_ids: "token_id:N"; SGLang: the token's text)."""
+    tops = [logprobs_of(t, top) for t in tokens]
+    if chat:
+        return {
+            "content": [
+                {
+                    "token": name(t),
+                    "logprob": entry[0][1],
+                    "top_logprobs": [{"token": name(i), "logprob": lp} for i, lp in entry],
+                }
+                for t, entry in zip(tokens, tops, strict=True)
+            ]
+        }
+    return {
+        "tokens": [name(t) for t in tokens],
+        "token_logprobs": [entry[0][1] for entry in tops],
+        "top_logprobs": [{name(i): lp for i, lp in entry} for entry in tops],
+    }
+
+
+@dataclass
+class Step:
+    tokens: list[int]  # what this pass emits (the prefill: one token)
+    accepted: int | None  # drafts the verify step accepted (None: the prefill, or no speculation)
+
+
+def steps(ids: list[int], k: int) -> list[Step]:
+    """The passes that produce ``ids``: the prefill's token, then one token per decode step (k = 0),
+    or per verify step its accepted drafts plus its own token, cut at the last id."""
+    out, done, j = [Step(ids[:1], None)], 1, 0
+    while done < len(ids):
+        accepted = min(ACCEPTED_PER_STEP[j % len(ACCEPTED_PER_STEP)], k) if k else 0
+        emitted = ids[done : done + accepted + 1]
+        out.append(Step(emitted, accepted if k else None))
+        done, j = done + len(emitted), j + 1
+    return out
+
+
+@dataclass
+class Acceptance:
+    """One request's (or the server's) speculative counts, as the engines keep them."""
+
+    k: int
+    steps: int = 0
+    accepted: int = 0
+    histogram: list[int] = field(default_factory=list)  # steps that accepted exactly j drafts
+    per_position: list[int] = field(default_factory=list)  # steps that accepted position p
+
+    def __post_init__(self) -> None:
+        self.histogram = self.histogram or [0] * (self.k + 1)
+        self.per_position = self.per_position or [0] * self.k
+
+    def count(self, accepted: int) -> None:
+        self.steps += 1
+        self.accepted += accepted
+        self.histogram[accepted] += 1
+        for position in range(accepted):
+            self.per_position[position] += 1
+
+    @property
+    def proposed(self) -> int:
+        return self.steps * self.k
+
+
+class Streamer:
+    """One streamed response: server-sent events over ``request``'s connection."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        self.response = response
+
+    async def send(self, payload: dict[str, Any] | str, event: str | None = None) -> None:
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        head = f"event: {event}\n" if event else ""
+        await self.response.write(f"{head}data: {data}\n\n".encode())
+
+
+async def stream(request: web.Request, produce: Callable[[Streamer], Awaitable[None]]) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    await produce(Streamer(response))
+    await response.write_eof()
+    return response
+
+
+async def forward_pass() -> None:
+    await asyncio.sleep(STEP_S)
+
+
+def chunk_id() -> str:
+    return f"cmpl-{time.monotonic_ns()}"
+
+
+def serve(app: web.Application, host: str | None, port: int | None, uds: str | None) -> None:
+    """Serve until SIGTERM (what the harness sends the process group)."""
+    where = f"unix:{uds}" if uds else f"http://{host}:{port}"
+    log(f"stand-in: serving on {where} (pid {os.getpid()}, python {sys.version.split()[0]})")
+    if uds:
+        web.run_app(app, path=uds, print=None, handle_signals=True)
+    else:
+        web.run_app(app, host=host, port=port, print=None, handle_signals=True)

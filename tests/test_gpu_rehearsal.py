@@ -1,0 +1,250 @@
+"""The GPU path's dress rehearsal on CPU, end to end: ``bench run`` on the shipped GPU regimes
+(regimes/h100_tp1_llama31_8b.yaml on vLLM 0.34.0, regimes/h200_tp1_qwen3_8b_sglang.yaml on SGLang
+0.5.23), cut down to two arms and a few tokens, launched by the harness's REAL adapters on a node of
+8 GPUs (a fake NVML: ``fake_nvml`` of tests/test_gpu_arm_devices.py) of which each arm's server uses
+one.
+
+The servers are stand-ins (tests/gpu_stand_ins/, first on the regime's engine.env.PYTHONPATH): the
+harness runs ``python -m vllm.entrypoints.openai.api_server ...`` and ``python -m
+sglang.launch_server ...`` as on a GPU machine, and they answer with each engine's routes, counters,
+start-up log and served configuration, read from the argv they were given, with a known acceptance
+pattern. Nothing here ran on a GPU, nor on the real engines: it shows the harness's side of the GPU
+path (launch, devices, counters, served-config checks, power, exactness, the views) works end to
+end; what the engines themselves do on a GPU stays unmeasured (docs/gpu.md)."""
+
+from __future__ import annotations
+
+import io
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.cli import main
+from harness.engines import get_adapter
+from harness.results import RunDir, Summary, read_json, read_records
+from harness.results.records import WindowRecord
+from harness.server import _LIVE_GROUPS  # the server groups this process started and has not stopped
+from tests.gpu_stand_ins.stand_in_engine import ACCEPTED_PER_STEP, SERVED_K_ENV
+from tests.test_gpu_arm_devices import ARM_GPU, ARM_WATTS, IDLE_WATTS, fake_nvml
+
+ROOT = Path(__file__).resolve().parent.parent
+STAND_INS = ROOT / "tests" / "gpu_stand_ins"
+K = 3  # the speculative arm's K in both regimes (eagle3_k3)
+# whole cycles of the stand-ins' acceptance pattern after the prefill's token: no step is cut short
+CYCLE_TOKENS = sum(min(a, K) + 1 for a in ACCEPTED_PER_STEP)
+MAX_TOKENS = 1 + 2 * CYCLE_TOKENS
+# tau = 1 + accepted / verify steps, each step accepting the pattern's drafts (at most K)
+TAU = 1 + sum(min(a, K) for a in ACCEPTED_PER_STEP) / len(ACCEPTED_PER_STEP)
+PER_POSITION = [sum(min(a, K) > p for a in ACCEPTED_PER_STEP) / len(ACCEPTED_PER_STEP) for p in range(K)]
+NODE_WATTS = ARM_WATTS + 7 * IDLE_WATTS  # what summing the whole node would read
+NEIGHBOUR_PID = 5555  # someone else's job on GPU 5
+
+ENGINES = {
+    "vllm": {
+        "regime": "h100_tp1_llama31_8b.yaml",
+        "version": "0.34.0",
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "draft_counting": "every_step",
+    },
+    "sglang": {
+        "regime": "h200_tp1_qwen3_8b_sglang.yaml",
+        "version": "0.5.23",
+        "gpu": "NVIDIA H200",
+        "draft_counting": "verify_steps",
+    },
+}
+
+
+def _rehearsal_regime(engine: str, tmp_path: Path) -> Path:
+    """The shipped GPU regime, as it is but for the load (2 prompts per workload, a few tokens, one
+    level, one start-up, no warm-up), two arms (baseline, EAGLE-3 K=3), power sampled often enough for
+    windows of a fraction of a second, and the stand-ins first on the servers' PYTHONPATH."""
+    shipped = ROOT / "regimes" / ENGINES[engine]["regime"]
+    data = yaml.safe_load(shipped.read_text())
+    data["name"] = f"rehearsal_{engine}"
+    data["workloads"] = [str((shipped.parent / w).resolve()) for w in data["workloads"]]
+    data["load"] = {
+        "concurrency": [1],
+        "num_prompts": 2,
+        "max_output_tokens": MAX_TOKENS,
+        "warmup_requests": 0,
+        "server_starts": 1,
+    }
+    data["arms"] = [arm for arm in data["arms"] if arm["name"] in ("baseline", "eagle3_k3")]
+    assert [arm.get("num_speculative_tokens") for arm in data["arms"]] == [None, K]
+    data["power"] = {"sample_period_s": 0.02}
+    data["engine"]["env"] = {"PYTHONPATH": str(STAND_INS)}
+    if engine == "vllm":  # pinned to GPU 3; the SGLang run gets it from a user's CUDA_VISIBLE_DEVICES
+        data["hardware"]["devices"] = [ARM_GPU]
+    path = tmp_path / f"rehearsal_{engine}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+class _ServersOnTheirGpu(dict):
+    """NVML's compute processes per GPU, as the node lists them: the servers the harness has running
+    (each process group's leader: the stand-in itself) on the arm's GPU, someone else's job on GPU 5."""
+
+    def __init__(self) -> None:
+        super().__init__({5: [NEIGHBOUR_PID]})
+
+    def get(self, device: int, default: Any = None) -> Any:
+        return sorted(_LIVE_GROUPS) if device == ARM_GPU else super().get(device, default)
+
+    def __getitem__(self, device: int) -> Any:
+        return sorted(_LIVE_GROUPS) if device == ARM_GPU else super().__getitem__(device)
+
+
+def _gpu_node(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process as the GPU machine it stands in for: an 8-GPU NVML (GPU 3 at 100 W, the others at
+    600 W, a driver with CUDA 13.0), the engine installed at the regime's release, a hub token (the
+    Llama target is gated). SGLang's arm gets GPU 3 as the first of a user's CUDA_VISIBLE_DEVICES."""
+    nvml = fake_nvml([ENGINES[engine]["gpu"]] * 8, processes=_ServersOnTheirGpu())
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    version = f"{engine} {ENGINES[engine]['version']}"
+    monkeypatch.setattr(get_adapter(engine), "installed_version", lambda: version)
+    monkeypatch.setenv("HF_TOKEN", "hf_rehearsal_stand_in")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.delenv("BENCH_EXECUTOR", raising=False)
+    monkeypatch.delenv(SERVED_K_ENV, raising=False)
+    if engine == "sglang":
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{ARM_GPU},6")
+    else:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def _bench_run(regime: Path, tmp_path: Path) -> tuple[int, RunDir]:
+    """``bench run REGIME`` in this process; its exit code and run directory."""
+    outcome = tmp_path / "outcome.json"
+    results = tmp_path / "results"
+    code = main(
+        ["run", str(regime), "--results-dir", str(results), "--no-calibration", "--json", str(outcome)]
+    )
+    return code, RunDir(Path(read_json(outcome)["dir"]))
+
+
+@pytest.fixture(scope="module", params=sorted(ENGINES))
+def rehearsal(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One rehearsal run per engine, read by the tests below."""
+    engine = request.param
+    tmp_path = tmp_path_factory.mktemp(f"rehearsal_{engine}")
+    printed, shown = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _gpu_node(engine, monkeypatch)
+        with redirect_stdout(printed):
+            code, run = _bench_run(_rehearsal_regime(engine, tmp_path), tmp_path)
+        with redirect_stdout(shown):
+            show_code = main(["show", str(run.root)])
+    return {
+        "engine": engine,
+        "code": code,
+        "run": run,
+        "summary": Summary.model_validate(read_json(run.summary)),  # what the run stored
+        "show": " ".join(shown.getvalue().split()),
+        "show_code": show_code,
+        "printed": printed.getvalue(),
+    }
+
+
+def test_every_arm_runs_as_the_regime_says(rehearsal: dict[str, Any]) -> None:
+    run, engine = rehearsal["run"], rehearsal["engine"]
+    assert rehearsal["code"] == 0, rehearsal["printed"][-4000:]
+    for arm in ("baseline", "eagle3_k3"):
+        status = run.read_status(arm)
+        assert (status.status, status.mismatches, status.error) == ("ok", [], None), arm
+        assert status.draft_counting is not None
+        assert status.draft_counting.semantics == ENGINES[engine]["draft_counting"]
+    assert rehearsal["summary"].mismatches == []
+    # every request answered, to its last token
+    for cell in rehearsal["summary"].cells:
+        assert (cell.requests_ok, cell.requests_errored) == (2, 0)
+        assert cell.output_tokens == 2 * MAX_TOKENS
+
+
+def test_tau_is_what_the_servers_counted(rehearsal: dict[str, Any]) -> None:
+    """tau and per-position acceptance from the engine's own counts (vLLM: /metrics counters around
+    the window; SGLang: each response's spec_tokens_details), equal to the stand-ins' pattern, and
+    the requests' own acceptance (vLLM's per-request metrics) agreeing with the counters."""
+    cells = {(c.arm, c.workload): c for c in rehearsal["summary"].cells}
+    workloads = {w for _, w in cells}
+    assert workloads == {"code_humaneval", "chat_mtbench"}
+    for workload in workloads:
+        spec = cells[("eagle3_k3", workload)]
+        assert spec.tau == pytest.approx(TAU) and TAU == 2.5
+        assert spec.per_position_acceptance == pytest.approx(PER_POSITION)
+        assert spec.acceptance_checks == []
+        assert spec.prompt_tau is not None and len(spec.prompt_tau) == 2
+        assert spec.prompt_tau == pytest.approx(dict.fromkeys(spec.prompt_tau, TAU))
+        assert spec.drafts == 2 * 2 * len(ACCEPTED_PER_STEP)  # 2 prompts x 2 cycles of steps
+        assert spec.draft_tokens == K * spec.drafts
+        assert cells[("baseline", workload)].tau in (None, 1.0)
+
+
+def test_outputs_are_identical_to_the_baseline(rehearsal: dict[str, Any]) -> None:
+    exactness = rehearsal["summary"].exactness
+    assert exactness.applicable
+    block = exactness.arms["eagle3_k3"]
+    assert (block.compared, block.identical_pct) == (4, 100.0)
+    assert exactness.noise_floor is not None and exactness.noise_floor.identical_pct == 100.0
+
+
+def test_each_server_ran_on_the_one_chosen_gpu(rehearsal: dict[str, Any]) -> None:
+    run, engine = rehearsal["run"], rehearsal["engine"]
+    environment = read_json(run.root / "environment.json")
+    assert [g["index"] for g in environment["server_gpus"]] == [ARM_GPU]
+    version = ENGINES[engine]["version"]
+    assert environment["cuda_check"] == f"{engine} {version} needs CUDA 13.0; the driver supports CUDA 13.0"
+    for arm in ("baseline", "eagle3_k3"):
+        launch = read_json(run.arm_dir(arm) / "launch.json")
+        assert launch["env"]["CUDA_VISIBLE_DEVICES"] == str(ARM_GPU)
+        assert launch["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+        # what the server process itself was given (its own log line), not only what was recorded
+        log = run.server_log(arm, 0).read_text()
+        assert f"CUDA_VISIBLE_DEVICES={ARM_GPU} CUDA_DEVICE_ORDER=PCI_BUS_ID" in log
+
+
+def test_power_energy_and_neighbours_come_from_that_gpu_only(rehearsal: dict[str, Any]) -> None:
+    run = rehearsal["run"]
+    for arm in ("baseline", "eagle3_k3"):
+        for window in read_records(run.windows(arm), WindowRecord):
+            # NVML finds the server on its GPU, and no one else's process there
+            assert window.gpu is not None and window.gpu.attributed
+            assert (window.gpu.engine_devices, window.gpu.others) == ([ARM_GPU], [])
+            assert window.power is not None and window.power.source == "nvml"
+            assert len(window.power.samples) >= 2
+            assert {s[1] for s in window.power.samples} == {ARM_WATTS}  # all eight: NODE_WATTS
+            assert [g.index for g in window.power.gpus or []] == [ARM_GPU]
+    for cell in rehearsal["summary"].cells:
+        assert cell.power_source == "nvml"
+        assert cell.peak_w == ARM_WATTS
+        assert cell.mean_w == pytest.approx(ARM_WATTS, rel=0.2)
+        assert cell.mean_w < NODE_WATTS / 10
+
+
+def test_bench_show_names_the_gpu(rehearsal: dict[str, Any]) -> None:
+    gpu = ENGINES[rehearsal["engine"]]["gpu"]
+    assert rehearsal["show_code"] == 0
+    assert f"GPU {ARM_GPU} ({gpu}, GPU-0000000{ARM_GPU}-fake)" in rehearsal["show"]
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_server_with_another_k_is_a_served_config_mismatch(
+    engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stand-in serves K=2 where the arm launched K=3 (and says so, as the engine would: vLLM in
+    its start-up log, SGLang in /server_info): the arm stops as a regime mismatch, nothing measured."""
+    _gpu_node(engine, monkeypatch)
+    monkeypatch.setenv(SERVED_K_ENV, "2")
+    code, run = _bench_run(_rehearsal_regime(engine, tmp_path), tmp_path)
+    out = capsys.readouterr()
+    assert code != 0
+    expected = "arms[1].num_speculative_tokens: regime pins 3, found server reports 2"
+    assert expected in " ".join((out.out + out.err).split())
+    status = run.read_status("eagle3_k3")
+    assert (status.status, status.error, status.mismatches) == ("failed", "regime mismatch", [expected])
+    assert not run.windows("eagle3_k3").exists()
+    assert run.read_status("baseline").mismatches == []  # the baseline speculates with nothing either way
