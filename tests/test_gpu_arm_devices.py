@@ -380,3 +380,16 @@ def test_a_too_old_driver_is_refused_before_anything_starts(
     shown = " ".join(capsys.readouterr().out.split())
     assert expected in shown and "each server runs on GPU 0 (NVIDIA H200, GPU-00000000-fake)" in shown
     assert "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0" in shown
+
+
+def test_without_chosen_gpus_the_process_view_names_the_visible_ones_by_nvml_index(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reader opened on every visible GPU (no GPU chosen) labels them by NVML index, as the
+    chosen path does: CUDA_VISIBLE_DEVICES=6,2 leaves GPUs 6 and 2, not 0 and 1."""
+    from harness.sensors.gpu import NvmlProcessReader
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,2")
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
+    assert NvmlProcessReader(None)._devices == [6, 2]
+    assert NvmlProcessReader([3])._devices == [3]

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.probes.gpu import ProcessSample, window_gpu
 from harness.sensors.cpu import process_group_pids, process_name
+from harness.sensors.devices import handles_at
 from harness.sensors.power import open_nvml
 
 POLL_PERIOD_S = 1.0
@@ -29,7 +30,8 @@ class NvmlProcessReader:
 
     def __init__(self, devices: list[int] | None = None) -> None:
         self._nvml, handles = open_nvml(devices)
-        self._devices = list(range(len(handles))) if devices is None else list(devices)
+        # every visible GPU by its NVML index (CUDA_VISIBLE_DEVICES=6,2 leaves 6 and 2, not 0 and 1)
+        self._devices = [i for i, _ in handles_at(self._nvml, None)] if devices is None else list(devices)
         self._handles = handles
 
     def read(self, since_us: int) -> list[ProcessSample]:
