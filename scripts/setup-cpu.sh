@@ -52,7 +52,10 @@ rm -rf "$build_tools"
 echo "setup-cpu: unpacking the pinned engine releases' Python sources for the contract tests..."
 parsers="$VENV/engine-parsers"
 rm -rf "$parsers" && mkdir -p "$parsers/wheels"
-"${pip[@]}" download --quiet --no-deps -d "$parsers/wheels" -r requirements/pinned-engines.txt
+# one release at a time: pip resolves a requirements file as one set, and two releases of vLLM conflict
+grep -v '^#' requirements/pinned-engines.txt | grep . | while read -r release; do
+  "${pip[@]}" download --quiet --no-deps -d "$parsers/wheels" "$release"
+done
 "$VENV/bin/python" - "$parsers" <<'PY'
 import sys, zipfile
 from pathlib import Path
