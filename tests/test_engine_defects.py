@@ -294,3 +294,22 @@ def test_the_keys_0_34_ignores_are_the_ones_its_sources_say() -> None:
     assert readers == []
     speculator = (root / "v1" / "worker" / "gpu" / "spec_decode" / "speculator_config.py").read_text()
     assert "enforce_eager=target.enforce_eager" in speculator
+
+
+def test_the_variables_0_34_refuses_are_the_ones_its_sources_say() -> None:
+    """REMOVED_ENV and the V1 runner switch against vLLM 0.34's validate_environ: any
+    VLLM_USE_V2_MODEL_RUNNER but "1" stops it, and so does each removed variable."""
+    from engine_parsers import PINNED_SOURCES
+
+    from harness.engines.vllm import REMOVED_ENV, V1_RUNNER_ENV
+
+    root = PINNED_SOURCES / "vllm-0.34.0" / "vllm"
+    platform = (root / "platforms" / "interface.py").read_text()
+    assert (
+        f'if env == "{V1_RUNNER_ENV[0]}":\n                if value != "1":\n                    raise'
+        in platform
+    )
+    envs = (root / "envs.py").read_text()
+    start = envs.index("removed_environment_variables: dict[str, str] = {")
+    removed = envs[start : envs.index("\n}\n", start)]
+    assert set(re.findall(r'\n    "(VLLM_\w+)":', removed)) == set(REMOVED_ENV["0.34"])

@@ -122,9 +122,15 @@ def test_eager_speculation_where_the_runner_reads_it(tmp_path: Path, capsys) -> 
 
 
 def test_v1_runner_switch_is_an_error_on_0_34(tmp_path: Path, capsys) -> None:
-    path = _regime_file(tmp_path, DEEPSEEK, {"env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}})
+    path = _regime_file(
+        tmp_path, DEEPSEEK, {"env": {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_MARLIN_INPUT_DTYPE": "int8"}}
+    )
     code, out = _validate(capsys, str(path))
     assert code != 0 and "engine.env.VLLM_USE_V2_MODEL_RUNNER" in out and "no V1 model runner" in out
+    code, out = _validate(capsys, str(path), "--engine-version", "0.34.0")  # every problem, not the first
+    assert "engine.env.VLLM_MARLIN_INPUT_DTYPE: removed in vLLM 0.34.0" in out
+    one = _regime_file(tmp_path, DEEPSEEK, {"env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}})
+    assert _validate(capsys, str(one))[0] == 0  # redundant, not refused
 
 
 def test_each_compiled_speculative_configuration_gets_its_own_compile_cache() -> None:

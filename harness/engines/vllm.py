@@ -395,17 +395,36 @@ def _drafter_eager_problem(version: str | None, regime: Regime, arm: Arm) -> str
     )
 
 
+# Variables a release refuses at start-up (platforms/interface.py validate_environ, 0.34: any
+# VLLM_USE_V2_MODEL_RUNNER but "1", and envs.removed_environment_variables), with its reason
+REMOVED_ENV = {
+    "0.34": {
+        "VLLM_MARLIN_INPUT_DTYPE": "Marlin no longer supports 8-bit activations (use --quantization humming "
+        "with VLLM_HUMMING_INPUT_QUANT_CONFIG)",
+    },
+}
+
+
 def _env_problems(regime: Regime) -> list[tuple[tuple, str]]:
-    release = _release(regime.engine.version)
-    name, value = V1_RUNNER_ENV
-    if len(release) == 2 and release >= V1_RUNNER_GONE_SINCE and regime.engine.env.get(name) == value:
-        return [
-            (
-                ("engine", "env", name),
-                f"vLLM {regime.engine.version} has no V1 model runner: {name}={value} is an error there",
+    """Variables of ``engine.env`` the pinned release refuses at start-up."""
+    version = regime.engine.version
+    release = _release(version)
+    removed = REMOVED_ENV.get(".".join(str(x) for x in release), {})
+    found = []
+    for name, value in regime.engine.env.items():
+        if (
+            name == V1_RUNNER_ENV[0]
+            and len(release) == 2
+            and release >= V1_RUNNER_GONE_SINCE
+            and value != "1"
+        ):
+            message = f"vLLM {version} has no V1 model runner: {name}={value} stops its start-up (unset it)"
+            found.append((("engine", "env", name), message))
+        elif name in removed:
+            found.append(
+                (("engine", "env", name), f"removed in vLLM {version}, which refuses it: {removed[name]}")
             )
-        ]
-    return []
+    return found
 
 
 class VllmAdapter:
