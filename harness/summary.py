@@ -356,10 +356,10 @@ def exactness(raw: RawRun) -> ExactnessSection:
 
 
 def compile_mode(regime: Regime) -> str:
-    """The mode the arms' servers run in (the noise floor's pass runs on the baseline's server)."""
-    if regime.engine.enforce_eager:
-        return "eager"
-    return "drafter eager" if regime.engine.eager_speculation else "compiled"
+    """The mode the arms' servers run in (the noise floor's pass runs on the baseline's server):
+    "eager" (engine.enforce_eager) or "compiled"; the drafter-only switch leaves the target's
+    verify pass, whose argmax is the output, compiled."""
+    return "eager" if regime.engine.enforce_eager else "compiled"
 
 
 def _cell_exactness(cell: CellMetrics, section: ExactnessSection, baseline: str) -> ExactnessShares | None:

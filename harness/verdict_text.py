@@ -72,9 +72,9 @@ CAVEAT_TEXT: dict[str, str] = {
     ),
     "compiled_divergence": (
         "compiled: outputs identical to the baseline's on fewer prompts than the baseline's own 2nd pass "
-        "({floor:.0f}%): {arms}; with the speculative path compiled (torch.compile, CUDA graphs) the noise "
-        "floor cannot tell a divergence of the compiled verify path from one of speculation, "
-        "engine.enforce_eager: true (or engine.eager_speculation where the release reads it) tells them apart"
+        "({floor:.0f}%): {arms}; with the engine compiled (engine.enforce_eager: false) the noise floor "
+        "cannot tell a divergence of the compiled verify pass from one of speculation: a run with "
+        "engine.enforce_eager: true tells them apart"
     ),
     "noise_floor": (
         "noise floor: the baseline reproduced itself on {pct:.0f}% of {compared} prompts: an arm's "

@@ -616,9 +616,7 @@ def _managed_checks(strings: dict[str, list[str]], managed, reserved=None) -> li
     wrong = [
         f"{dest}: the parser spells it {sorted(strings.get(dest, []))}, the adapter {sorted(item.spellings)}"
         for dest, item in managed.items()
-        if dest != "config"
-        and sorted(strings.get(dest, [])) != sorted(item.spellings)
-        and not (item.since and dest not in strings)  # a flag of newer releases than this parser's
+        if dest != "config" and sorted(strings.get(dest, [])) != sorted(item.spellings)
     ]
     for dest, spellings in strings.items():
         if dest in managed or dest == "help":

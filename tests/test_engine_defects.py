@@ -313,3 +313,31 @@ def test_the_variables_0_34_refuses_are_the_ones_its_sources_say() -> None:
     start = envs.index("removed_environment_variables: dict[str, str] = {")
     removed = envs[start : envs.index("\n}\n", start)]
     assert set(re.findall(r'\n    "(VLLM_\w+)":', removed)) == set(REMOVED_ENV["0.34"])
+
+
+def test_the_options_only_some_0_34_methods_take_are_its_sources() -> None:
+    """METHOD_SPECIFIC_OPTIONS against vLLM 0.34: config/speculative.py's _METHOD_SPECIFIC_OPTIONS,
+    and the supported_options of the EAGLE and MTP speculators (MTP's adds to EAGLE's)."""
+    from engine_parsers import PINNED_SOURCES
+
+    from harness.engines.vllm import METHOD_SPECIFIC_OPTIONS
+
+    root = PINNED_SOURCES / "vllm-0.34.0" / "vllm"
+    config = (root / "config" / "speculative.py").read_text()
+    listed = re.search(r"_METHOD_SPECIFIC_OPTIONS = \(([^)]*)\)", config)
+    options, supported = METHOD_SPECIFIC_OPTIONS["0.34"]
+    assert listed and set(re.findall(r'"(\w+)"', listed[1])) == set(options)
+    specs = root / "v1" / "worker" / "gpu" / "spec_decode"
+    eagle = re.search(
+        r"supported_options = frozenset\(\{([^}]*)\}\)", (specs / "eagle" / "config.py").read_text()
+    )
+    mtp = re.search(
+        r"EagleSpeculatorConfig.supported_options \| \{([^}]*)\}", (specs / "mtp" / "config.py").read_text()
+    )
+    assert eagle and mtp
+    assert set(supported["eagle3"]) == set(re.findall(r'"(\w+)"', eagle[1]))
+    assert set(supported["mtp"]) == set(supported["eagle3"]) | set(re.findall(r'"(\w+)"', mtp[1]))
+    for method in ("ngram", "suffix", "draft_model", "dflash"):  # their speculators declare none
+        assert method not in supported
+    for folder in ("ngram", "suffix"):
+        assert "supported_options" not in (specs / folder / "config.py").read_text()

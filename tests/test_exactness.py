@@ -212,6 +212,6 @@ def test_a_divergence_with_the_speculative_path_compiled_says_so() -> None:
     assert summary.exactness.compile_mode == "compiled"
     (found,) = compiled_divergence(summary)
     assert found["floor"] == 100.0 and found["arms"].startswith("ngram_k4 75%")
-    assert "cannot tell a divergence of the compiled verify path" in caveat_text(found)
+    assert "cannot tell a divergence of the compiled verify pass" in caveat_text(found)
     eager = summary.exactness.model_copy(update={"compile_mode": "eager"})
     assert compiled_divergence(summary.model_copy(update={"exactness": eager})) == []

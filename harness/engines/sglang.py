@@ -181,6 +181,8 @@ class SglangAdapter:
                 regime.engine.extra_args, MANAGED_FLAGS, RESERVED_PREFIXES
             )
         ]
+        if regime.engine.eager_speculation:  # vLLM's drafter-only switch: SGLang has no such setting
+            found.append((("engine", "eager_speculation"), "SGLang has no drafter-only eager mode"))
         for index, arm in enumerate(regime.arms):
             if arm.method != "baseline" and arm.method not in ALGORITHMS:
                 found.append(

