@@ -115,6 +115,24 @@ def _package_mismatches(regime: Regime, environment: dict[str, Any]) -> list[Mis
     return found
 
 
+def _inherited_env_mismatches(regime: Regime, environment: dict[str, Any]) -> list[Mismatch]:
+    """Variables exported where bench runs, which every server inherits, that the pinned release
+    refuses at start-up (vLLM 0.34: VLLM_USE_V2_MODEL_RUNNER=0, 0.33's own advice): the engine's
+    checks of ``engine.env`` applied to them (the recorded environment holds the engine's prefixes)."""
+    inherited = {k: v for k, v in (environment.get("env") or {}).items() if k not in regime.engine.env}
+    if not inherited:
+        return []
+    engine = regime.engine.model_copy(update={"env": {**inherited, **regime.engine.env}})
+    problems = get_adapter(regime.engine.name).option_problems(regime.model_copy(update={"engine": engine}))
+    return [
+        Mismatch(
+            f"environment.{location[2]}", "unset", f"{inherited[location[2]]} where bench runs: {message}"
+        )
+        for location, message in problems
+        if location[:2] == ("engine", "env") and location[2] in inherited
+    ]
+
+
 def server_gpus(regime: Regime, environment: dict[str, Any]) -> list[dict[str, Any]]:
     """The GPUs each arm's server runs on (``hardware.devices``, else the first
     ``tensor_parallel_size`` visible: a study executor's placement, or within a user's
@@ -208,6 +226,7 @@ def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Misma
         )
     found += _cpu_mismatches(hardware, environment)
     found += _package_mismatches(regime, environment)
+    found += _inherited_env_mismatches(regime, environment)
     pin, installed = regime.engine.version, environment.get("engine_version")
     if pin and installed and not _version_matches(pin, installed):
         found.append(Mismatch("engine.version", pin, installed))

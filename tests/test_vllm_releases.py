@@ -242,3 +242,18 @@ def test_an_unpinned_regime_is_held_to_the_installed_release(tmp_path: Path) -> 
     installed = {"version": "0.34.0", "fields": fields, "methods": ["suffix", "mtp", "ngram"], "sampling": {}}
     found = get_adapter("vllm").option_problems(dead, installed)
     assert [(loc[-1], "ignores it" in m) for loc, m in found] == [("suffix_decoding_min_token_prob", True)]
+
+
+def test_a_variable_exported_where_bench_runs_is_checked_too() -> None:
+    """Every server inherits bench's environment: VLLM_USE_V2_MODEL_RUNNER=0 exported (0.33's advice)
+    would stop every 0.34 start-up; it is a mismatch before anything starts."""
+    from harness.validation import check_environment
+
+    regime = load_regime(DEEPSEEK)
+    record = {"engine_version": "vllm 0.34.0", "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}}
+    (found,) = [m for m in check_environment(regime, record) if m.field.startswith("environment.")]
+    assert found.field == "environment.VLLM_USE_V2_MODEL_RUNNER" and "no V1 model runner" in found.actual
+    fine = {"engine_version": "vllm 0.34.0", "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}}
+    assert not [m for m in check_environment(regime, fine) if m.field.startswith("environment.")]
+    on_033 = regime.model_copy(update={"engine": regime.engine.model_copy(update={"version": "0.33.0"})})
+    assert not [m for m in check_environment(on_033, record) if m.field.startswith("environment.")]
