@@ -193,6 +193,31 @@ _JSON = {"content-type": "application/json"}
 # the engines send are the last ones, with every token id of the prompt and of the output.
 MAX_ERROR_BODY_BYTES = 64 * 1024
 MAX_EVENT_BYTES = 8 * 1024 * 1024
+# What one request may stream, beyond which it is the server's error, not an answer: the tokens the
+# request asked for at most (max_tokens) with this margin, and as many text characters per token
+# (the longest tokens of today's vocabularies are a few dozen characters). An engine that streams
+# ids without end (1.5 MB events of 500,000 ids each, each under the event cap) took bench to 3.8 GB
+# in 8 s before this (issue 64).
+TOKEN_MARGIN = 2
+EXTRA_TOKENS = 64
+MAX_CHARS_PER_TOKEN = 256
+
+
+def _check_limit(record: RequestRecord, limit: int | None, body: dict[str, Any]) -> None:
+    """Raise where ``record`` holds more than a response to ``body`` may stream."""
+    if limit is not None and (
+        len(record.token_ids) > limit or len(record.text) > limit * MAX_CHARS_PER_TOKEN
+    ):
+        raise UnreadableResponse(
+            f"more than {limit} tokens streamed for max_tokens {body.get('max_tokens')} "
+            f"({len(record.token_ids)} ids, {len(record.text)} characters): not an answer"
+        )
+
+
+def token_limit(body: dict[str, Any]) -> int | None:
+    """The most tokens a response to ``body`` may stream; None where it names no max_tokens."""
+    asked = body.get("max_tokens") or body.get("max_completion_tokens")
+    return TOKEN_MARGIN * asked + EXTRA_TOKENS if isinstance(asked, int) and asked > 0 else None
 
 
 def sse_events(buffer: bytes | bytearray) -> tuple[list[bytes], bytes]:
@@ -235,6 +260,7 @@ async def send_request(
     time they arrived, not the time each was parsed). An event is split out only when a read could
     have ended one, so a long event costs its length once, not once per read."""
     record.t_send = time.perf_counter() - clock_zero
+    limit = token_limit(body)
     try:
         async with session.post(path, data=orjson.dumps(body), headers=_JSON) as response:
             if response.status != 200:  # the rest of the body is never read: the connection closes
@@ -256,6 +282,7 @@ async def send_request(
                         done = True
                         break
                     _absorb_chunk(record, _decode(payload), now, extras)
+                _check_limit(record, limit, body)
                 if done:
                     break
         if record.finish_reason is None:

@@ -503,7 +503,11 @@ def run_caveats(summary: Summary) -> list[Caveat]:
         for m in a.mismatches
         if m not in summary.mismatches
     ]
-    found += [caveat("arm_not_ok", a.name, status=a.status) for a in summary.arms if a.status != "ok"]
+    found += [
+        caveat("arm_not_ok", a.name, status=a.status, why=f" ({a.error[:300]})" if a.error else "")
+        for a in summary.arms
+        if a.status != "ok"
+    ]
     found += [
         caveat("unpaired", arm)
         for arm in (summary.timing.unpaired_arms(summary.baseline_arm) if summary.timing else [])

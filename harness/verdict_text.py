@@ -47,7 +47,7 @@ CAVEAT_TEXT: dict[str, str] = {
     "known_defect": "known engine defect, forced (--allow-known-defect): {detail}",
     "engine_patched": "engine patched: {detail}",
     "arm_mismatch": "arm {arm}: regime mismatch: {detail}",
-    "arm_not_ok": "arm {arm} is {status}: not in any verdict",
+    "arm_not_ok": "arm {arm} is {status}: not in any verdict{why}",
     "unpaired": (
         "arm {arm}: its start-ups ran in other rounds than the baseline's (retried on resume), so they are "
         "not paired by round: its speedup has no interval (drift between those rounds would be in it); a new "
@@ -89,7 +89,8 @@ CAVEAT_TEXT: dict[str, str] = {
 
 
 def caveat_text(found: Caveat) -> str:
-    return CAVEAT_TEXT[found.code].format(arm=found.arm, **dict(found.values))
+    # "why": a value analyses stored before it was recorded do not hold
+    return CAVEAT_TEXT[found.code].format(arm=found.arm, **{"why": "", **dict(found.values)})
 
 
 def neighbour_text(found: Neighbour) -> str:

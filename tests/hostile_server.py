@@ -7,6 +7,8 @@ sends for ``/v1/completions`` depends on the request's prompt.
   ``bad-sglext``: an ``sglext`` that is a string;
 - ``huge-error``: status 500 with a 200 MiB body, streamed a MiB at a time;
 - ``endless-event``: a 200 OK stream whose one ``data:`` line never ends (no blank line) until the
+  client goes away;
+- ``token-flood``: well-formed events of 200,000 token ids each, without a finish_reason, until the
   client goes away.
 
     python tests/hostile_server.py --port 8766
@@ -60,6 +62,13 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await response.write(b"data: {")
         while True:  # until the client closes the connection (ConnectionResetError ends the handler)
             await response.write(b"1" * 65536)
+            await asyncio.sleep(0)
+    if prompt == "token-flood":
+        flood = _event(
+            {"choices": [{"index": 0, "text": "", "token_ids": [7] * 200_000, "finish_reason": None}]}
+        )
+        while True:  # each event under the client's event cap; the stream under no cap of its own
+            await response.write(flood)
             await asyncio.sleep(0)
     if prompt in MALFORMED:
         await response.write(_event(MALFORMED[prompt]))

@@ -54,7 +54,7 @@ def _window(url: str, texts: list[str], extras=None):
 
 
 def test_every_bad_response_is_that_requests_error_and_the_window_goes_on(hostile_server: str) -> None:
-    texts = ["good", *MALFORMED, "huge-error", "endless-event", "good"]
+    texts = ["good", *MALFORMED, "huge-error", "endless-event", "token-flood", "good"]
     tracemalloc.start()
     try:
         result = _window(hostile_server, texts, extras=get_adapter("sglang").absorb_chunk)
@@ -66,11 +66,17 @@ def test_every_bad_response_is_that_requests_error_and_the_window_goes_on(hostil
     for record in result.records:
         if record.prompt_id.endswith("-good"):
             assert record.ok and record.token_ids == [0, 1, 2, 3], record.error
-    errors = {text: by_text[text].error for text in (*MALFORMED, "huge-error", "endless-event")}
+    errors = {
+        text: by_text[text].error for text in (*MALFORMED, "huge-error", "endless-event", "token-flood")
+    }
     assert all(errors.values()), errors
     assert "not a JSON object" in errors["not-an-object"] and "JSONDecodeError" in errors["not-json"]
     assert errors["huge-error"].startswith("HTTP 500: xxx") and len(errors["huge-error"]) <= 510
     assert f"an event over {MAX_EVENT_BYTES // 2**20} MiB with no end" in errors["endless-event"]
+    # max_output_tokens 4: at most 2 x 4 + 64 tokens, the first flooding event ends it
+    assert errors["token-flood"].startswith(
+        "UnreadableResponse: more than 72 tokens streamed for max_tokens 4"
+    )
     # a 200 MiB body read whole used to add 525 MiB; the endless event grew without end
     assert peak < 64 * 2**20, f"the client held {peak / 2**20:.0f} MiB"
 

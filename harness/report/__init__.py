@@ -357,8 +357,12 @@ def _trained_drafters(record: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _lab(analysis: RunAnalysis) -> dict[str, Any]:
+def _lab(analysis: RunAnalysis) -> dict[str, Any] | None:
+    """The lab's table at the lowest measured level; None where no arm measured anything (every arm
+    failed: the page still says what happened to each)."""
     summary = analysis.summary
+    if not summary.levels():
+        return None
     level = lab_level(summary)
     header, rows = lab_rows(analysis, level)
     workloads = list(dict.fromkeys(c.workload for c in summary.cells))

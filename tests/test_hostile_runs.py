@@ -1,0 +1,45 @@
+"""Every view works on every run (issue 64): a run where every arm failed at start-up (its arms'
+status.json say failed, its sample files are empty) is shown, reported, exported and gated, each
+saying what happened to each arm, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from harness.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+ERROR = "server exited during start-up (exit 1): CUDA out of memory"
+
+
+def _all_failed(tmp_path: Path) -> Path:
+    run = tmp_path / "all_failed"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "run_v12_default", run)
+    (run / "analysis.json").unlink(missing_ok=True)
+    for arm in (run / "arms").iterdir():
+        status = json.loads((arm / "status.json").read_text())
+        (arm / "status.json").write_text(
+            json.dumps({**status, "status": "failed", "phase": "startup", "error": ERROR})
+        )
+        for name in ("samples.jsonl", "windows.jsonl", "noise_floor.jsonl"):
+            (arm / name).write_text("")
+    return run
+
+
+def test_a_run_where_every_arm_failed_has_every_view(tmp_path: Path, capsys) -> None:
+    run = _all_failed(tmp_path)
+    assert main(["show", str(run)]) == 3  # EXIT_ENGINE: the run's arms failed, as bench run said
+    shown = " ".join(capsys.readouterr().out.split())
+    assert f"arm ngram_k4 is failed: not in any verdict ({ERROR})" in shown
+    page = tmp_path / "page.html"
+    assert main(["report", str(run), "-o", str(page)]) == 0  # used to stop: "no lab table to show"
+    html = page.read_text()
+    assert "No arm measured anything in this run: there is no lab table" in html
+    assert f"arm baseline is failed: not in any verdict ({ERROR})" in html
+    assert main(["export", str(run), "-o", str(tmp_path / "export")]) == 0
+    assert main(["gate", str(run)]) == 3  # its engines did not start: infrastructure, not a regression
+    gated = " ".join(capsys.readouterr().out.split())
+    assert f"infrastructure: the engine for ngram_k4 did not start: {ERROR}" in gated
+    assert (run / "gate" / "junit.xml").is_file()
