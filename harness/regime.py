@@ -182,6 +182,20 @@ class Engine(StrictModel):
     )
 
     @model_validator(mode="after")
+    def _launchable(self) -> Engine:
+        """What the operating system refuses in a process's environment and arguments (a name with
+        '=' or NUL, a NUL anywhere): refused here, at its line, rather than at the first start-up."""
+        for name, value in self.env.items():
+            if not name or "=" in name or "\0" in name:
+                raise FieldError(("env", name), "not an environment variable name (empty, '=' or NUL in it)")
+            if "\0" in value:
+                raise FieldError(("env", name), "a NUL character in the value: no process can be given it")
+        for index, arg in enumerate(self.extra_args):
+            if "\0" in arg:
+                raise FieldError(("extra_args", index), "a NUL character: no process can be given it")
+        return self
+
+    @model_validator(mode="after")
     def _known_patches(self) -> Engine:
         known = patches()
         for index, name in enumerate(self.patches):

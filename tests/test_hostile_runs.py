@@ -8,6 +8,9 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+import yaml
+
 from harness.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,3 +46,26 @@ def test_a_run_where_every_arm_failed_has_every_view(tmp_path: Path, capsys) -> 
     gated = " ".join(capsys.readouterr().out.split())
     assert f"infrastructure: the engine for ngram_k4 did not start: {ERROR}" in gated
     assert (run / "gate" / "junit.xml").is_file()
+
+
+@pytest.mark.parametrize(
+    ("engine", "said"),
+    [
+        ({"env": {"A=B": "1"}}, "engine.env.A=B: not an environment variable name"),
+        ({"env": {"A\0": "1"}}, "not an environment variable name"),
+        ({"env": {"A": "x\0y"}}, "engine.env.A: a NUL character in the value"),
+        ({"extra_args": ["--max-num-seqs", "4\0"]}, "engine.extra_args[1]: a NUL character"),
+    ],
+)
+def test_what_no_process_can_be_given_is_refused_at_its_line(tmp_path: Path, capsys, engine, said) -> None:
+    """NUL or '=' in engine.env, NUL in an argument: `bench validate` used to say valid and `bench
+    run` crashed at the first start-up (leaving its socket directory behind)."""
+    data = yaml.safe_load((ROOT / "regimes" / "cpu_default.yaml").read_text())
+    data["engine"] |= engine
+    data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["validate", str(path)]) == 2
+    out = capsys.readouterr()
+    err = " ".join((out.out + out.err).split())
+    assert f"{path}:" in err and said in err and "Traceback" not in err
