@@ -262,12 +262,29 @@ def _source_file(workload: Workload, workload_path: Path) -> Path:
     return existing_path(workload_path, ("source", "path"), src.path, "prompt file")
 
 
+# The most a prompt file may hold, decompressed: far above any benchmark's prompts (MT-Bench is
+# 0.1 MiB, ShareGPT's conversations ~0.7 GiB as JSON), and read in bounded steps, so that a gzip
+# bomb (17 MB expanding to 4 GB took bench to a MemoryError at 2.75 GB in 1.7 s) or a link to an
+# endless device stops at the cap with a message.
+MAX_PROMPT_FILE_BYTES = 256 * 2**20
+
+
 def _read_text(file: Path) -> str:
     """A prompt file's text (gzip-compressed when it ends in .gz), or a UserError saying why not."""
+    if not file.is_file():  # a device, a pipe or a folder: nothing a prompt file can be
+        raise UserError(f"{file}: not a regular file")
+    opener = gzip.open if file.suffix == ".gz" else open
     try:
-        data = gzip.decompress(file.read_bytes()) if file.suffix == ".gz" else file.read_bytes()
+        with opener(file, "rb") as handle:
+            data = handle.read(MAX_PROMPT_FILE_BYTES + 1)
     except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
         raise UserError(f"{file}: cannot read: {exc}") from None
+    if len(data) > MAX_PROMPT_FILE_BYTES:
+        unpacked = " once decompressed" if file.suffix == ".gz" else ""
+        raise UserError(
+            f"{file}: over {MAX_PROMPT_FILE_BYTES // 2**20} MiB of prompts{unpacked}: take the prompts a "
+            "regime sends (num_prompts, subset) into a file of their own"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -69,3 +69,31 @@ def test_what_no_process_can_be_given_is_refused_at_its_line(tmp_path: Path, cap
     out = capsys.readouterr()
     err = " ".join((out.out + out.err).split())
     assert f"{path}:" in err and said in err and "Traceback" not in err
+
+
+def test_a_gzip_bomb_and_a_device_are_refused_with_bounded_memory(tmp_path: Path) -> None:
+    """A prompt file that expands past the cap (here 257 MiB of zeros in a 1.1 MiB .jsonl.gz) is
+    refused once the cap is read, not decompressed whole; a link to /dev/zero is no prompt file."""
+    import gzip
+    import tracemalloc
+
+    from harness.errors import UserError
+    from harness.workloads import MAX_PROMPT_FILE_BYTES, _read_text
+
+    bomb = tmp_path / "prompts.jsonl.gz"
+    with gzip.open(bomb, "wb", compresslevel=1) as handle:
+        for _ in range(MAX_PROMPT_FILE_BYTES // 2**20 + 1):
+            handle.write(bytes(2**20))
+    assert bomb.stat().st_size < 2 * 2**20
+    tracemalloc.start()
+    try:
+        with pytest.raises(UserError, match="over 256 MiB of prompts once decompressed"):
+            _read_text(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MAX_PROMPT_FILE_BYTES  # the cap read once (it used to be the whole expansion)
+    device = tmp_path / "zero.jsonl"
+    device.symlink_to("/dev/zero")
+    with pytest.raises(UserError, match="not a regular file"):
+        _read_text(device)
