@@ -97,3 +97,19 @@ def test_a_gzip_bomb_and_a_device_are_refused_with_bounded_memory(tmp_path: Path
     device.symlink_to("/dev/zero")
     with pytest.raises(UserError, match="not a regular file"):
         _read_text(device)
+
+
+@pytest.mark.parametrize("command", ["show", "report", "export", "gate"])
+def test_a_run_file_that_is_a_device_is_named_not_read(tmp_path: Path, capsys, command: str) -> None:
+    """samples.jsonl a link to /dev/zero: each view names the file (it used to read until a
+    MemoryError)."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "run_v12_default", run)
+    (run / "analysis.json").unlink(missing_ok=True)
+    samples = run / "arms" / "ngram_k4" / "samples.jsonl"
+    samples.unlink()
+    samples.symlink_to("/dev/zero")
+    args = [command, str(run)] + (["-o", str(tmp_path / "out")] if command in ("report", "export") else [])
+    assert main(args) == 2
+    out = capsys.readouterr()
+    assert f"{samples}: not a regular file" in " ".join((out.out + out.err).split())

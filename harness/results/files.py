@@ -136,6 +136,8 @@ def read_records(path: Path, model: type[RecordT], unread: UnreadLines | None = 
 
 
 def _read_utf8(path: Path) -> str:
+    if not path.is_file():  # a link to /dev/zero read to a MemoryError: a run's files are regular ones
+        raise UserError(f"{path}: not a regular file; the run directory is damaged")
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
