@@ -37,6 +37,10 @@ class StrictModel(BaseModel):
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 64
 MAX_EXPANDED_NODES = 100_000
+# Values written out in the text (aliases not counted): the largest shipped file holds a few hundred,
+# a K schedule up to 1,024 batch sizes three thousand. PyYAML composes ~50,000 values a second, so a
+# 4 MiB flat list took 46 s of CPU and 1.5 GB before it was refused; this stops it within a second.
+MAX_WRITTEN_NODES = 20_000
 
 
 class _Refused(yaml.YAMLError):
@@ -46,14 +50,23 @@ class _Refused(yaml.YAMLError):
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, composing at most ``MAX_DEPTH`` levels deep."""
+    """PyYAML's safe loader, composing at most ``MAX_DEPTH`` levels deep and ``MAX_WRITTEN_NODES``
+    values."""
 
     depth = 0
+    nodes = 0
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         self.depth += 1
+        self.nodes += 1
         if self.depth > MAX_DEPTH:
             raise _Refused(f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark)
+        if self.nodes > MAX_WRITTEN_NODES:
+            raise _Refused(
+                f"more than {MAX_WRITTEN_NODES:,} values: a regime or workload file holds settings; put data "
+                "(prompts, schedules) in files of their own",
+                self.peek_event().start_mark,
+            )
         try:
             return super().compose_node(parent, index)
         finally:
@@ -61,10 +74,12 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 def _check_graph(root: yaml.Node) -> None:
-    """Refuse a duplicate key (YAML keeps the last one silently) and aliases that expand past
-    ``MAX_EXPANDED_NODES``. Each node is visited once (an alias is a node met again), so a bomb
-    is refused in the time its text takes to read."""
+    """Refuse a duplicate key (YAML keeps the last one silently), aliases that expand past
+    ``MAX_EXPANDED_NODES`` and aliases nested, each inside the next, past ``MAX_DEPTH`` (ten anchors
+    50 deep made a value 500 deep that the fingerprint's serialiser refused). Each node is visited
+    once (an alias is a node met again), so a bomb is refused in the time its text takes to read."""
     sizes: dict[int, int] = {}
+    depths: dict[int, int] = {}
 
     def size(node: yaml.Node) -> int:
         known = sizes.get(id(node))
@@ -75,7 +90,7 @@ def _check_graph(root: yaml.Node) -> None:
                 )
             return known
         sizes[id(node)] = -1
-        total = 1
+        total, children = 1, []
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, yaml.Node] = {}
             for key_node, value_node in node.value:
@@ -88,11 +103,20 @@ def _check_graph(root: yaml.Node) -> None:
                             key_node.start_mark,
                         )
                 total += size(key_node) + size(value_node)
+                children.append(value_node)
         elif isinstance(node, yaml.SequenceNode):
             total += sum(size(item) for item in node.value)
+            children = node.value
+        depths[id(node)] = 1 + max((depths[id(child)] for child in children), default=0)
+        if depths[id(node)] > MAX_DEPTH:
+            raise _Refused(
+                f"its aliases nest it more than {MAX_DEPTH} levels deep (anchors inside anchors); write the "
+                "nested values out",
+                node.start_mark,
+            )
         if total > MAX_EXPANDED_NODES:
             raise _Refused(
-                f"its aliases expand to more than {MAX_EXPANDED_NODES:,} values (an alias bomb?); write the "
+                f"its aliases expand to more than {MAX_EXPANDED_NODES:,} values (an alias bomb); write the "
                 "repeated values out or alias fewer levels",
                 node.start_mark,
             )

@@ -32,6 +32,15 @@ def alias_bomb(levels: int = 9, width: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
+def alias_chain(anchors: int = 10, depth: int = 50) -> str:
+    """``anchors`` anchors, each ``depth`` levels of lists around an alias of the one before."""
+    lines, inner = [], "x"
+    for i in range(anchors):
+        lines.append(f"c{i}: &c{i} {'[' * depth}{inner}{']' * depth}")
+        inner = f"*c{i}"
+    return "\n".join(lines) + "\n"
+
+
 HOSTILE = {
     "alias bomb": (GOOD_TEXT + alias_bomb(), "aliases expand to more than 100,000 values"),
     "recursive alias": (GOOD_TEXT + "extra: &loop [*loop]\n", "a recursive alias"),
@@ -43,6 +52,11 @@ HOSTILE = {
         GOOD_TEXT + "x-note: it's\ndeep: " + "[" * 100_000 + "]" * 100_000 + "\ny: 'q'\n",
         f"nested more than {MAX_DEPTH}",
     ),
+    # ten anchors, each 50 levels deep inside the next: 500 levels once expanded (the fingerprint's
+    # serialiser refused it: "Maximum serialization depth exceeded"), though no text nests past 64
+    "alias chain": (GOOD_TEXT + alias_chain(), f"its aliases nest it more than {MAX_DEPTH} levels deep"),
+    # a flat list with no alias: 46 s of CPU and 1.5 GB before it was refused as "an alias bomb?"
+    "a million values": (GOOD_TEXT + "x: [" + ",".join(["1"] * 1_000_000) + "]\n", "more than 20,000 values"),
     "duplicate key": (
         GOOD_TEXT.replace("engine:\n", "engine:\n  enforce_eager: true\n  enforce_eager: false\n", 1),
         "duplicate key 'enforce_eager' (first at line",
