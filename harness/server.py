@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 
 _LIVE_GROUPS: set[int] = set()
 PGID_FILE = "server.pgid"
+# Every server process, and every child it forks, carries its arm directory in this variable: a
+# group whose leader is gone (bench SIGKILLed, the server dead, its forked child reparented) is found
+# by it, never by the group number alone (a number the kernel may give to someone else's group).
+SERVER_MARK = "BENCH_SERVER_DIR"
 # Linux's prctl(PR_SET_PDEATHSIG): the server gets SIGTERM when the bench process that started it
 # dies, even by SIGKILL (when no teardown runs at all). Looked up here, in the parent: the child only
 # calls it between fork and exec, where nothing else is safe to do.
@@ -146,6 +150,8 @@ def stop_left_running(directory: Path) -> list[int]:
         if where.encode() in cmdline and group_alive(pgid):
             kill_group(pgid, grace_s=10.0)
             stopped.append(pgid)
+        elif _kill_marked(pgid, pgid_file.parent.resolve()):  # the leader gone, its children left
+            stopped.append(pgid)
         pgid_file.unlink(missing_ok=True)
         socket_dir = Path(launch["uds"]).parent if launch.get("uds") else None
         if socket_dir is not None and socket_dir.name.startswith(SOCKET_DIR_PREFIX):
@@ -208,6 +214,25 @@ def group_pids(pgid: int) -> set[int]:
     return pids
 
 
+def _kill_marked(pgid: int, arm_dir: Path) -> bool:
+    """SIGKILL the processes of group ``pgid`` that carry ``arm_dir`` as their ``SERVER_MARK`` (a
+    server's children whose leader is gone); whether there were any."""
+    mark = f"{SERVER_MARK}={arm_dir}".encode()
+    found = False
+    for pid in group_pids(pgid):
+        try:
+            marked = mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone, or not this user's
+        if marked:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                found = True
+            except ProcessLookupError:
+                pass
+    return found
+
+
 def reap_abandoned(directory: Path) -> list[int]:
     """``stop_left_running`` for every run directory under ``directory`` (itself included) whose
     writer is gone: no live process holds its ``run.lock`` (``harness.results.files.writer_lock``).
@@ -263,7 +288,7 @@ class Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, **self.extra_env},
+                env={**os.environ, **self.extra_env, SERVER_MARK: str(self.log_path.parent.resolve())},
                 start_new_session=True,  # own process group: teardown reaches every child
                 preexec_fn=die_with_parent,  # SIGTERM when bench dies: no engine outlives it
             )

@@ -287,3 +287,42 @@ def test_a_server_that_died_with_its_bench_leaves_no_private_directory(tmp_path:
     finally:
         if private.exists():
             private.rmdir()
+
+
+def test_a_servers_child_left_without_its_leader_is_found_by_its_mark(tmp_path: Path) -> None:
+    """bench SIGKILLed, then the server itself: its forked child (same group, reparented) used to
+    survive every later run and resume (stop_left_running acted only while the leader lived). Now
+    the group's processes that carry the arm's mark are stopped; an unmarked one is not."""
+    from harness.server import SERVER_MARK, free_port, stop_left_running
+
+    def started(run: Path, mark: bool) -> tuple[int, int]:
+        arm_dir = run / "arms" / "ngram_k4"
+        arm_dir.mkdir(parents=True)
+        env = {**os.environ, **({SERVER_MARK: str(arm_dir.resolve())} if mark else {})}
+        port = free_port()
+        leader = subprocess.Popen(
+            [sys.executable, str(CHILD), "healthy", str(port), str(arm_dir / "pids")],
+            start_new_session=True,
+            env=env,
+        )
+        (arm_dir / PGID_FILE).write_text(f"{leader.pid}\n")
+        (arm_dir / "launch.json").write_text(json.dumps({"argv": [], "env": {}, "port": port}))
+        assert wait_until(lambda: (arm_dir / "pids").exists() and (arm_dir / "pids").read_text().strip())
+        child = int((arm_dir / "pids").read_text().split()[1])
+        leader.kill()  # the server dies; its engine-core-like child lives on in the group
+        leader.wait(timeout=10)
+        return leader.pid, child
+
+    marked_group, marked_child = started(tmp_path / "marked", mark=True)
+    other_group, other_child = started(tmp_path / "other", mark=False)
+    try:
+        assert group_alive(marked_group) and group_alive(other_group)  # the children, leaderless
+        assert stop_left_running(tmp_path / "marked") == [marked_group]
+        assert wait_until(lambda: not group_alive(marked_group))
+        assert stop_left_running(tmp_path / "other") == [] and group_alive(other_group)
+    finally:
+        for pid in (marked_child, other_child):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
