@@ -21,6 +21,7 @@ import orjson
 
 from harness.engine_http import auth_headers, http_base, unix_socket
 from harness.engines import SERVED_MODEL_NAME
+from harness.formats import inert
 from harness.regime import Load, RampStage, Sampling
 from harness.results.records import RequestRecord  # the one request record: the store's type
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt
@@ -265,7 +266,7 @@ async def send_request(
         async with session.post(path, data=orjson.dumps(body), headers=_JSON) as response:
             if response.status != 200:  # the rest of the body is never read: the connection closes
                 detail = (await response.content.read(MAX_ERROR_BODY_BYTES)).decode(errors="replace")[:500]
-                record.error = f"HTTP {response.status}: {detail}"
+                record.error = inert(f"HTTP {response.status}: {detail}")
                 return record
             buffer, done = bytearray(), False  # grown in place: an endless event is no quadratic copy
             async for data in response.content.iter_any():
@@ -292,9 +293,9 @@ async def send_request(
     except TimeoutError:  # aiohttp's read timeout (asyncio.TimeoutError is TimeoutError)
         record.error = "timeout"
     except (aiohttp.ClientError, orjson.JSONDecodeError, UnreadableResponse) as exc:
-        record.error = f"{type(exc).__name__}: {exc}"[:500]
+        record.error = inert(f"{type(exc).__name__}: {exc}"[:500])
     except Exception as exc:  # a chunk of another shape ({"choices": [null]}): this request's error only
-        record.error = f"unreadable response ({type(exc).__name__}: {exc})"[:500]
+        record.error = inert(f"unreadable response ({type(exc).__name__}: {exc})"[:500])
     finally:
         record.t_done = time.perf_counter() - clock_zero
     return record

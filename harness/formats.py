@@ -1,6 +1,9 @@
-"""How a speedup and its interval are written, in every view (foundations: plain values in, text out)."""
+"""How a speedup and its interval are written, in every view, and text from outside made inert
+(foundations: plain values in, text out)."""
 
 from __future__ import annotations
+
+import re
 
 
 def bound_text(value: float) -> str:
@@ -28,3 +31,14 @@ def speedup_text(point: float, low: float | None = None, high: float | None = No
 def range_text(low: float, high: float) -> str:
     """An interval in words for the plain verdict: ``1.22-1.33x``."""
     return f"{bound_text(low)}-{bound_text(high)}x"
+
+
+# Control characters (C0 but newline and tab, DEL, C1) in text from outside (an engine's log or
+# error body, a server's reply): written as escapes, so that no terminal, Markdown page, JUnit file
+# or log line acts on them (an ESC sequence recolours a terminal; a NUL truncates a C string).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inert(text: str) -> str:
+    """``text`` with its control characters as visible escapes (``\\x1b``), newlines and tabs kept."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

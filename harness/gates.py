@@ -48,7 +48,7 @@ from pydantic import ValidationError
 from harness import stats
 from harness.environment import machine_differences
 from harness.errors import UserError
-from harness.formats import interval_text
+from harness.formats import inert, interval_text
 from harness.history_analysis.reference import (
     DEFAULT_NIGHTS,
     MIN_NIGHTS,
@@ -232,8 +232,11 @@ def _arm_problem(view: RunView, arm: str) -> tuple[Verdict, str] | None:
     if status.status == "ok":
         return None
     if status.status == "failed" and status.phase == "startup":
-        return "error", f"infrastructure: the engine for {arm} did not start: {(status.error or '')[:300]}"
-    return "fail", f"arm {arm} is {status.status}: {status.error or 'no results'}"[:400]
+        return (
+            "error",
+            f"infrastructure: the engine for {arm} did not start: {inert((status.error or '')[:300])}",
+        )
+    return "fail", inert(f"arm {arm} is {status.status}: {status.error or 'no results'}"[:400])
 
 
 ONE_STARTUP_LIMIT = "one start-up: no interval can see the start-up spread (set load.server_starts >= 2{})"

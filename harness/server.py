@@ -38,6 +38,7 @@ import httpx
 
 from harness import engine_http as http
 from harness.errors import EngineError
+from harness.formats import inert
 from harness.results.files import lock_held
 from harness.secrets import scrub, scrub_file, secret_values
 
@@ -298,7 +299,7 @@ class Server:
 
     def tail(self) -> str:
         """The end of the engine's log, as the harness shows it: secrets scrubbed."""
-        return scrub(log_tail(self.log_path), self.secrets)
+        return inert(scrub(log_tail(self.log_path), self.secrets))
 
     def exit_code(self) -> int | None:
         return None if self.process is None else self.process.poll()

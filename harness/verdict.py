@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from harness import pooling, stats
+from harness.formats import inert
 from harness.intervals import CONFIDENCE, Design, Estimate, design_for, stored_estimate
 from harness.regime import LoadLevel, PublishedFigure, VerdictSettings
 from harness.results.model import ArmSummary, CellMetrics, Summary
@@ -504,7 +505,7 @@ def run_caveats(summary: Summary) -> list[Caveat]:
         if m not in summary.mismatches
     ]
     found += [
-        caveat("arm_not_ok", a.name, status=a.status, why=f" ({a.error[:300]})" if a.error else "")
+        caveat("arm_not_ok", a.name, status=a.status, why=f" ({inert(a.error[:300])})" if a.error else "")
         for a in summary.arms
         if a.status != "ok"
     ]

@@ -8,6 +8,7 @@ sends for ``/v1/completions`` depends on the request's prompt.
 - ``huge-error``: status 500 with a 200 MiB body, streamed a MiB at a time;
 - ``endless-event``: a 200 OK stream whose one ``data:`` line never ends (no blank line) until the
   client goes away;
+- ``control-error``: status 500 whose body holds NUL, \x01 and an ESC colour sequence;
 - ``token-flood``: well-formed events of 200,000 token ids each, without a finish_reason, until the
   client goes away.
 
@@ -50,6 +51,8 @@ MALFORMED = {
 
 async def completions(request: web.Request) -> web.StreamResponse:
     prompt = (await request.json())["prompt"]
+    if prompt == "control-error":
+        return web.Response(status=500, body=b"bad\x00thing \x01 \x1b[31mred\x1b[0m")
     if prompt == "huge-error":
         response = web.StreamResponse(status=500)
         await response.prepare(request)

@@ -54,7 +54,7 @@ def _window(url: str, texts: list[str], extras=None):
 
 
 def test_every_bad_response_is_that_requests_error_and_the_window_goes_on(hostile_server: str) -> None:
-    texts = ["good", *MALFORMED, "huge-error", "endless-event", "token-flood", "good"]
+    texts = ["good", *MALFORMED, "huge-error", "endless-event", "token-flood", "control-error", "good"]
     tracemalloc.start()
     try:
         result = _window(hostile_server, texts, extras=get_adapter("sglang").absorb_chunk)
@@ -74,6 +74,8 @@ def test_every_bad_response_is_that_requests_error_and_the_window_goes_on(hostil
     assert errors["huge-error"].startswith("HTTP 500: xxx") and len(errors["huge-error"]) <= 510
     assert f"an event over {MAX_EVENT_BYTES // 2**20} MiB with no end" in errors["endless-event"]
     # max_output_tokens 4: at most 2 x 4 + 64 tokens, the first flooding event ends it
+    # text from outside is inert: the terminal, summary.md and JUnit get escapes, not control characters
+    assert by_text["control-error"].error == "HTTP 500: bad\\x00thing \\x01 \\x1b[31mred\\x1b[0m"
     assert errors["token-flood"].startswith(
         "UnreadableResponse: more than 72 tokens streamed for max_tokens 4"
     )

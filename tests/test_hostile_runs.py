@@ -15,6 +15,8 @@ from harness.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 ERROR = "server exited during start-up (exit 1): CUDA out of memory"
+# what an engine's log may hold: a NUL, a control character, an ESC colour sequence
+RAW = "boom\x00 \x01 \x1b[31mred\x1b[0m"
 
 
 def _all_failed(tmp_path: Path) -> Path:
@@ -46,6 +48,27 @@ def test_a_run_where_every_arm_failed_has_every_view(tmp_path: Path, capsys) -> 
     gated = " ".join(capsys.readouterr().out.split())
     assert f"infrastructure: the engine for ngram_k4 did not start: {ERROR}" in gated
     assert (run / "gate" / "junit.xml").is_file()
+
+
+def test_an_engines_control_characters_reach_no_view_raw(tmp_path: Path, capsys) -> None:
+    """An arm error holding NUL, \\x01 and ESC sequences (from an engine's log) is shown escaped by
+    bench show and written escaped to the gate's Markdown and JUnit."""
+    run = _all_failed(tmp_path)
+    for arm in (run / "arms").iterdir():
+        status = json.loads((arm / "status.json").read_text())
+        (arm / "status.json").write_text(json.dumps({**status, "phase": "measuring", "error": RAW}))
+    main(["show", str(run)])
+    main(["gate", str(run)])
+    out = capsys.readouterr()
+    written = [
+        out.out,
+        out.err,
+        (run / "gate" / "summary.md").read_text(),
+        (run / "gate" / "junit.xml").read_text(),
+    ]
+    for text in written:
+        assert "\x1b" not in text and "\x00" not in text and "\x01" not in text
+    assert "boom\\x00 \\x01 \\x1b[31mred" in written[2]
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness.commands.common import EXIT_ENGINE, EXIT_OK
+from harness.formats import inert
 
 if TYPE_CHECKING:
     from harness.analysis import RunAnalysis
@@ -75,7 +76,9 @@ def print_results(analysis: RunAnalysis, console: Console) -> int:
         console.print(timing, highlight=False, soft_wrap=True)
     failed = failed_arms(summary)
     for arm in failed:
-        console.print(f"[red]arm {arm.name}: {arm.status}[/] {escape(arm.error or '')}", soft_wrap=True)
+        console.print(
+            f"[red]arm {arm.name}: {arm.status}[/] {escape(inert(arm.error or ''))}", soft_wrap=True
+        )
     console.print(f"{SPEEDUP_NOTE}; {LEGEND}", highlight=False)
     return EXIT_ENGINE if failed else EXIT_OK
 
