@@ -12,6 +12,7 @@ finished ``RunPlan``: the runner reads it and never calls back here.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 import tempfile
@@ -257,6 +258,12 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
     installed = installed_facts(adapter, regime.engine.version)  # where the adapter's tables do not decide
     for location, message in adapter.option_problems(regime, installed)[:1]:
         raise located(regime_path, FieldError(location, message))
+    if not regime.allow_lossy_acceptance:  # what bench run refuses, bench validate refuses, at its line
+        for problem in adapter.lossy_settings(regime)[:1]:
+            where, _, what = problem.partition(": ")
+            location = tuple(int(p) if p.isdecimal() else p for p in re.findall(r"[^.\[\]]+", where))
+            message = f"lossy or fake acceptance settings: {what} (allow_lossy_acceptance: true measures it)"
+            raise located(regime_path, FieldError(location, message))
     paths = workload_paths(regime, regime_path)
     load = regime.load
     _check_context(regime, regime_path)

@@ -136,3 +136,31 @@ def test_a_run_file_that_is_a_device_is_named_not_read(tmp_path: Path, capsys, c
     assert main(args) == 2
     out = capsys.readouterr()
     assert f"{samples}: not a regular file" in " ".join((out.out + out.err).split())
+
+
+def test_what_bench_run_refuses_as_lossy_bench_validate_refuses_at_its_line(tmp_path: Path, capsys) -> None:
+    """rejection_sample_method fly (vLLM 0.34) used to pass bench validate with a notice and no
+    line, and an SGLang accept threshold of "nan" was not flagged at all (nan < 1 is false)."""
+    for source, arm, options, said in [
+        (
+            ROOT / "regimes" / "h200_tp8_deepseek_mtp.yaml",
+            3,
+            {"rejection_sample_method": "fly"},
+            "'fly' is a lossy",
+        ),
+        (
+            ROOT / "regimes" / "h200_tp1_qwen3_8b_sglang.yaml",
+            1,
+            {"speculative_accept_threshold_single": "nan"},
+            "nan < 1 accepts drafts the target would reject",
+        ),
+    ]:
+        data = yaml.safe_load(source.read_text())
+        data["workloads"] = [str((source.parent / w).resolve()) for w in data["workloads"]]
+        data["arms"][arm]["options"] = {**data["arms"][arm].get("options", {}), **options}
+        path = tmp_path / source.name
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        assert main(["validate", str(path)]) == 2
+        out = capsys.readouterr()
+        shown = " ".join((out.out + out.err).split())
+        assert f"{path}:" in shown and f"arms[{arm}].options.{next(iter(options))}" in shown and said in shown

@@ -245,8 +245,8 @@ class SglangAdapter:
                 if key not in arm.options:
                     continue
                 value = arm.options[key]
-                try:  # as the server's parser reads it: "0.3" is 0.3
-                    lossy = float(str(value)) < 1
+                try:  # as the server's parser reads it: "0.3" is 0.3; "nan" compares as nothing
+                    lossy = not float(str(value)) >= 1
                 except ValueError:
                     lossy = True  # unreadable: flag it rather than let it through
                 if lossy:
