@@ -164,3 +164,21 @@ def test_what_bench_run_refuses_as_lossy_bench_validate_refuses_at_its_line(tmp_
         out = capsys.readouterr()
         shown = " ".join((out.out + out.err).split())
         assert f"{path}:" in shown and f"arms[{arm}].options.{next(iter(options))}" in shown and said in shown
+
+
+def test_a_nan_in_a_run_file_is_named_not_shown(tmp_path: Path, capsys) -> None:
+    """t_done: NaN in samples.jsonl used to be accepted (show printed nan; history add failed on a
+    NOT NULL constraint with a traceback): the line is named as corrupt."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "run_v12_default", run)
+    (run / "analysis.json").unlink(missing_ok=True)
+    samples = run / "arms" / "ngram_k4" / "samples.jsonl"
+    lines = samples.read_text().splitlines()
+    row = json.loads(lines[2])
+    lines[2] = json.dumps({**row, "t_done": float("nan")})
+    samples.write_text("\n".join(lines) + "\n")
+    assert main(["show", str(run)]) == 2
+    out = capsys.readouterr()
+    assert f"{samples}:3: not valid JSON (NaN is not a number this harness writes)" in " ".join(
+        (out.out + out.err).split()
+    )

@@ -94,6 +94,15 @@ class UnreadLines:
         self.notes.append(f"{path}: line {number} not read (a torn last line: a write cut by a crash)")
 
 
+def _no_constant(name: str) -> Any:
+    """NaN is no number the harness writes (a time or a count is a number or null): a line holding
+    one (``t_done: NaN``: shown as nan, a NOT NULL failure in the history) is corrupt. An infinite
+    logprob an engine reported is kept as it was written."""
+    if name == "NaN":
+        raise json.JSONDecodeError(f"{name} is not a number this harness writes", name, 0)
+    return float(name)
+
+
 def read_jsonl(path: Path, unread: UnreadLines | None = None) -> list[dict[str, Any]]:
     """Every line of a JSONL file; a missing file reads as empty. A line that is not a JSON object
     is an error naming the file and line, except a last line with no newline (a write cut by a
@@ -108,7 +117,7 @@ def read_jsonl(path: Path, unread: UnreadLines | None = None) -> list[dict[str, 
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, parse_constant=_no_constant)
         except json.JSONDecodeError as exc:
             if number == len(lines) and torn_allowed:
                 if unread is not None:
