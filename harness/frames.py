@@ -21,6 +21,8 @@ registry (``harness.metrics``).
 
 from __future__ import annotations
 
+import os
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -289,11 +291,21 @@ def dictionary(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def write_table(frame: pd.DataFrame, path: Path, fmt: ExportFormat) -> Path:
+    """``frame`` at ``path``, through a temporary file created new (never through a link someone
+    placed there: a link at ``path`` itself is replaced, not followed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "csv":
-        frame.to_csv(path, index=False)
-    elif fmt == "parquet":
-        frame.to_parquet(path, index=False)
-    else:
-        frame.to_json(path, orient="records", lines=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if fmt == "csv":
+                handle.write(frame.to_csv(index=False).encode())
+            elif fmt == "parquet":
+                frame.to_parquet(handle, index=False)
+            else:
+                handle.write(frame.to_json(orient="records", lines=True).encode())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path

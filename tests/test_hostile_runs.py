@@ -182,3 +182,23 @@ def test_a_nan_in_a_run_file_is_named_not_shown(tmp_path: Path, capsys) -> None:
     assert f"{samples}:3: not valid JSON (NaN is not a number this harness writes)" in " ".join(
         (out.out + out.err).split()
     )
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "jsonl"])
+def test_export_never_writes_through_a_link(tmp_path: Path, fmt: str) -> None:
+    """A link placed at DIR/cells.<fmt> (to a file of someone else's) is replaced by the export,
+    never written through."""
+    out = tmp_path / "export"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (out / f"cells.{fmt}").symlink_to(victim)
+    assert (
+        main(
+            ["export", str(ROOT / "tests" / "fixtures" / "run_v12_default"), "-o", str(out), "--format", fmt]
+        )
+        == 0
+    )
+    assert victim.read_text() == "keep me"
+    assert (out / f"cells.{fmt}").is_file() and not (out / f"cells.{fmt}").is_symlink()
+    assert not list(out.glob(".*.tmp-*"))  # no temporary file left
