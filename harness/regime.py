@@ -1555,6 +1555,20 @@ def load_regime(path: str | Path) -> Regime:
     return load_model(Path(path), Regime)
 
 
+def recorded_source(recorded: str, directory: Path) -> Path:
+    """The regime file a run or study (``directory``) recorded it came from. Recorded absolute since
+    issue 64, so a resume works from any directory; a relative path, as earlier runs recorded it, is
+    tried from here, then from each folder above the run (a run under ``results/`` of the folder it
+    was started in)."""
+    path = Path(recorded)
+    if path.is_absolute() or path.exists():
+        return path
+    for folder in list(directory.resolve().parents)[:4]:
+        if (folder / path).is_file():
+            return folder / path
+    return path
+
+
 def stored_regime(stored: dict[str, Any], source: Path) -> Regime:
     """A regime read back from a run or a study (``regime.json``, ``study.json``), its redacted
     secrets restored to start servers again: each from the regime file it came from (``source``),
@@ -1562,14 +1576,14 @@ def stored_regime(stored: dict[str, Any], source: Path) -> Regime:
     Refused when a secret can be found in neither."""
     regime = Regime.model_validate(stored)
     engine = regime.engine
-    hidden_env = [name for name, value in engine.env.items() if value == REDACTED]
+    hidden_env = [name for name, value in engine.env.items() if REDACTED in value]
     hidden_args = [i for i, arg in enumerate(engine.extra_args) if REDACTED in arg]
     if not hidden_env and not hidden_args:
         return regime
     try:
-        current = load_regime(source).engine
-    except UserError:
-        current = None
+        current, unread = load_regime(source).engine, ""
+    except UserError as error:  # said with the secret it was needed for
+        current, unread = None, f" (the regime file could not be read: {error})"
     env = dict(engine.env)
     for name in hidden_env:
         if current is not None and name in current.env:
@@ -1579,14 +1593,14 @@ def stored_regime(stored: dict[str, Any], source: Path) -> Regime:
         else:
             raise UserError(
                 f"{source}: engine.env.{name}: its value was not stored (a secret); set {name} in the "
-                "environment, or restore it in the regime file, to continue"
+                f"environment, or restore it in the regime file, to continue{unread}"
             )
     args = list(engine.extra_args)
     if hidden_args:
         if current is None or redact_args(current.extra_args) != engine.extra_args:
             raise UserError(
                 f"{source}: engine.extra_args[{hidden_args[0]}]: its secret was not stored and the regime "
-                "file's extra_args are no longer the run's; restore them to continue"
+                f"file's extra_args are no longer the run's; restore them to continue{unread}"
             )
         args = list(current.extra_args)
     return regime.model_copy(update={"engine": engine.model_copy(update={"env": env, "extra_args": args})})

@@ -40,7 +40,7 @@ from harness.plan import RunPlan, changed_workload, plan_regime, prepare_run
 from harness.probes.acceptance import SpecCounters
 from harness.probes.cpu import window_cpu
 from harness.probes.throughput import output_tokens_per_s
-from harness.regime import Arm, LoadLevel, Regime, stored_regime
+from harness.regime import Arm, LoadLevel, Regime, recorded_source, stored_regime
 from harness.results import (
     SCHEMA_VERSION,
     ArmStatus,
@@ -88,7 +88,7 @@ SETTLE_INTERVAL_S = 0.1
 def _regime_record(plan: RunPlan) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
-        "source_path": str(plan.regime_path),
+        "source_path": str(plan.regime_path.resolve()),  # a resume may start in another directory
         "fingerprint": plan.regime.fingerprint(),
         "price_per_hour": plan.regime.price_per_hour(),
         "near_tie_margin": plan.regime.near_tie_margin(),
@@ -1005,8 +1005,8 @@ def resume_run(run_dir: Path, console: Console, allow_mismatch: bool = False) ->
     """Resume with the regime stored in the run, refusing if its workloads changed since."""
     run = RunDir(run_dir)
     record = read_run_record(run)
-    regime = stored_regime(record["regime"], Path(record["source_path"]))
-    plan = plan_regime(Path(record["source_path"]), regime)
+    source = recorded_source(record["source_path"], run_dir)
+    plan = plan_regime(source, stored_regime(record["regime"], source))
     changed = changed_workload(record, plan)
     if changed is not None:
         raise UserError(

@@ -1,43 +1,62 @@
 """Secrets a regime or the environment hands the engine, kept out of everything the harness writes
 and prints.
 
-A value is secret when its name says so, or it is the credentials part of a URL
-(``https://user:pass@host``). A name says so by its words (split at ``_`` and ``-``): an
-environment variable with any of ``SECRET_WORDS`` among them (``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``),
-a flag whose last word is one (``--hf-token``, ``--api-key``, ``--ssl-keyfile-password``: a flag
-names its value last, and ``--max-num-batched-tokens`` or ``--dbo-decode-token-threshold`` are
-numbers, not secrets). The harness passes secrets
-to the server it starts, and writes ``<redacted>`` in their place everywhere else: ``regime.json``,
-``study.json``, ``launch.json``, ``environment.json``, the terminal, the report, and the engine's
-own log (scrubbed when its server stops: vLLM prints its non-default arguments at start-up). The
-fingerprints are computed over the redacted regime: rotating a token is not a change of
-conditions, and a hash of a weak secret written beside the rest of the regime is a guessing oracle.
+A value is secret when its name says so, when it has the shape of a known credential, or when it is
+the credentials part of a URL (``https://user:pass@host``). A name (an environment variable or a
+flag, split into words at ``_``, ``-`` and ``.``) says so by its last word, the one that names what
+the value is: ``HF_TOKEN``, ``OPENAI_API_KEY``, ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``,
+``--hf-token``, ``--ssl-keyfile-password``; or by a word that is a secret wherever it stands
+(``SECRET``, ``PASSWORD``, ``CREDENTIALS``). A word elsewhere does not: ``FAKE_TOKEN_SLEEP``,
+``--max-num-batched-tokens`` and ``HF_TOKEN_PATH`` name numbers and paths. A value of a credential's
+shape (a Hugging Face, OpenAI, GitHub, GitLab, Slack or AWS key) is secret under any name.
+
+The harness passes secrets to the server it starts, and writes ``<redacted>`` in their place
+everywhere else: ``regime.json``, ``study.json``, ``launch.json``, ``environment.json``, the
+terminal, the report, and the engine's own log (scrubbed when its server stops: vLLM prints its
+non-default arguments at start-up, as Python's ``repr`` writes them, so a secret is scrubbed in
+each quoting form a log writes it in). The fingerprints are computed over the redacted regime:
+rotating a token is not a change of conditions, and a hash of a weak secret written beside the rest
+of the regime is a guessing oracle.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 REDACTED = "<redacted>"
+# a name's last word names its value
 SECRET_WORDS = frozenset(
     {"token", "key", "apikey", "secret", "password", "passwd", "pass", "credential", "credentials", "auth"}
+)
+# a word that makes its value secret wherever it stands in the name (AWS_SECRET_ACCESS_KEY_ID)
+SECRET_ANYWHERE = frozenset({"secret", "password", "passwd", "credential", "credentials"})
+# the shapes of the credentials engines and hubs are given, secret under any name
+_CREDENTIAL_SHAPES = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{20,}"  # Hugging Face
+    r"|sk-[A-Za-z0-9_-]{20,}"  # OpenAI, Anthropic
+    r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
+    r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16})\b"  # AWS access key ids
 )
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s\"']+)@")
 
 
 def secret_name(name: str) -> bool:
-    """An environment variable (any word) or a flag (its last word) whose value is a secret."""
-    words = re.split(r"[-_.]+", name.lower().lstrip("-"))
-    if name.startswith("-"):
-        return words[-1] in SECRET_WORDS
-    return any(word in SECRET_WORDS for word in words)
+    """An environment variable or a flag whose value is a secret: by its last word, or by a word
+    that is a secret anywhere."""
+    words = [word for word in re.split(r"[-_.]+", name.lower().lstrip("-")) if word]
+    return bool(words) and (words[-1] in SECRET_WORDS or any(word in SECRET_ANYWHERE for word in words))
 
 
 def redact_url(text: str) -> str:
-    """``https://user:pass@host/x`` -> ``https://<redacted>@host/x`` (any scheme, anywhere in text)."""
-    return _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+    """``https://user:pass@host/x`` -> ``https://<redacted>@host/x`` (any scheme, anywhere in text),
+    and every value of a credential's shape -> ``<redacted>``."""
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+    return _CREDENTIAL_SHAPES.sub(REDACTED, text)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -77,14 +96,26 @@ def secret_values(env: Mapping[str, str], args: Iterable[str]) -> set[str]:
             hidden.add(arg.partition("=")[2])
     for text in [*env.values(), *args]:
         hidden |= {match["userinfo"] for match in _URL_CREDENTIALS.finditer(text)}
+        hidden |= set(_CREDENTIAL_SHAPES.findall(text))
     # a secret of 1-3 characters would scrub every such string of a log: it is redacted where the
     # harness writes it, not searched for in the engine's text
     return {value for value in hidden if len(value) >= 4 and value != REDACTED}
 
 
+def _written_forms(value: str) -> set[str]:
+    """``value`` as a log may write it: as is, inside Python's ``repr`` and JSON's quotes (a
+    backslash doubled, a quote escaped), and those forms nested once (a list's ``repr`` inside a
+    dict's)."""
+    forms = {value}
+    for _ in range(2):
+        forms |= {written for form in forms for written in (repr(form)[1:-1], json.dumps(form)[1:-1])}
+    return forms
+
+
 def scrub(text: str, values: Iterable[str]) -> str:
-    for value in sorted(values, key=len, reverse=True):
-        text = text.replace(value, REDACTED)
+    forms = {form for value in values for form in _written_forms(value)}
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, REDACTED)
     return redact_url(text)
 
 

@@ -181,6 +181,7 @@ def stand_in_run(
     regime_file: Path = REGIME,
     edit=None,
     adapter: StandIn | None = None,
+    relative: bool = False,
     **run_options: bool,
 ):
     """A whole run through the runner with the stand-in engine (baseline and ngram_k4, one window
@@ -203,8 +204,34 @@ def stand_in_run(
     regime.write_text(yaml.safe_dump(data))
     monkeypatch.setattr("harness.plan.get_adapter", lambda name: adapter or StandIn())
     console, out = _console()
+    if relative:  # as given on the command line, from the folder it is in
+        regime = Path(regime.name)
     run, summary = run_regime(regime, tmp_path / "results", console, allow_mismatch=True, **run_options)
     return run, summary, out.getvalue(), console, out
+
+
+def test_a_run_resumes_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 64: a run started as ``bench run stand_in.yaml`` recorded that relative path, so a
+    resume from another directory could not find the regime file and said its secret "was not
+    stored". The path is now recorded absolute; a relative one (an earlier run's) is found from the
+    folders above the run."""
+    monkeypatch.chdir(tmp_path)
+    run, summary, _, console, out = stand_in_run(tmp_path, monkeypatch, relative=True)
+    assert [a.status for a in summary.arms] == ["ok", "ok"], out.getvalue()
+    record = json.loads((run.root / "regime.json").read_text())
+    assert record["source_path"] == str(tmp_path / "stand_in.yaml")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    _, again = resume_run(run.root, console, allow_mismatch=True)
+    assert [a.status for a in again.arms] == ["ok", "ok"]
+    record["source_path"] = "stand_in.yaml"  # as an earlier run recorded it
+    (run.root / "regime.json").write_text(json.dumps(record))
+    _, again = resume_run(run.root, console, allow_mismatch=True)
+    assert [a.status for a in again.arms] == ["ok", "ok"]
+    (tmp_path / "stand_in.yaml").unlink()  # gone: the error says so, with the secret it was needed for
+    with pytest.raises(UserError, match=r"BENCH_TEST_TOKEN: .* \(the regime file could not be read: "):
+        resume_run(run.root, console, allow_mismatch=True)
 
 
 def test_a_run_and_its_resume_go_through_the_finished_plan(

@@ -46,6 +46,27 @@ def test_names_and_values_that_are_secret() -> None:
     # numbers named after tokens are not secrets: a flag names its value by its last word
     assert not any(secret_name(n) for n in ("--max-num-batched-tokens", "--dbo-decode-token-threshold"))
     assert not any(secret_name(n) for n in ("VLLM_CPU_KVCACHE_SPACE", "HF_ENDPOINT", "OMP_NUM_THREADS"))
+    # a name says so by its last word, or by a word that is a secret anywhere (issue 64: any name
+    # with the word TOKEN was taken for one, FAKE_TOKEN_SLEEP included)
+    assert all(secret_name(n) for n in ("OPENAI_API_KEY", "HUGGING_FACE_HUB_TOKEN", "AWS_SESSION_TOKEN"))
+    assert all(secret_name(n) for n in ("AZURE_CLIENT_SECRET_ID", "DB_PASSWORD_VALUE", "GOOGLE_CREDENTIALS"))
+    assert not any(secret_name(n) for n in ("FAKE_TOKEN_SLEEP", "HF_TOKEN_PATH", "TOKENIZERS_PARALLELISM"))
+    # and a value of a credential's shape is secret under any name
+    shaped = {
+        "A": "hf_" + "a1B2" * 6,
+        "B": "sk-proj-" + "x9" * 12,
+        "C": "ghp_" + "Q" * 36,
+        "D": "AKIA" + "ABCDEFGHIJKLMNOP",
+        "E": "xoxb-1234-5678-abcdefghij",
+        "F": "Authorization: Bearer hf_" + "z" * 30,
+    }
+    assert set(redact_env(shaped).values()) == {REDACTED, f"Authorization: Bearer {REDACTED}"}
+    assert redact_args(["--header", shaped["F"]]) == ["--header", f"Authorization: Bearer {REDACTED}"]
+    assert secret_values(shaped, []) == {value.rpartition(" ")[2] for value in shaped.values()}
+    assert redact_env({"X": "hf_overrides", "Y": "task-queue-with-a-very-long-name"}) == {
+        "X": "hf_overrides",
+        "Y": "task-queue-with-a-very-long-name",
+    }
     assert redact_url("x https://user:pw@hub.example/y and s3://AKIA@bucket") == (
         f"x https://{REDACTED}@hub.example/y and s3://{REDACTED}@bucket"
     )
@@ -132,6 +153,35 @@ def test_an_engine_log_is_scrubbed(tmp_path: Path) -> None:
         log.read_text()
         == f"INFO non-default args: {{'hf_token': '{REDACTED}', 'hf_endpoint': 'https://{REDACTED}@hub'}}\n"
     )
+
+
+@pytest.mark.parametrize(
+    "secret",
+    ["hf_BACK\\SLASHsecret7", 'it\'s "quoted" both ways', "tab\there\nnewline", "caf\u00e9-\u00fcml"],
+)
+def test_a_secret_is_scrubbed_in_each_form_a_log_writes_it(tmp_path: Path, secret: str) -> None:
+    """vLLM logs its non-default arguments as a dict's repr: a backslash doubled, a quote escaped
+    (issue 64: 'hf_BACK\\\\SLASHsecret7' survived the scrub); JSON logs escape their own way."""
+    import json
+
+    log = tmp_path / "server.log"
+    written = [repr({"hf_token": secret}), json.dumps({"hf_token": secret}), repr([repr(secret)]), secret]
+    log.write_text("\n".join(written) + "\n")
+    scrub_file(log, {secret})
+    text = log.read_text()
+    assert text.count(REDACTED) == len(written), text
+    assert not any(piece in text for piece in ("BACK", "quoted", "here", "caf"))
+
+
+def test_a_url_credential_in_a_plain_variable_is_restored_on_resume(tmp_path: Path) -> None:
+    data = yaml.safe_load(GOOD_TEXT)
+    data["engine"]["env"] = {"HF_ENDPOINT": "https://me:pw-planted@hub.example/x"}
+    path = tmp_path / "regime.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    regime = load_regime(path)
+    stored = regime.redacted().model_dump(mode="json")
+    assert stored["engine"]["env"]["HF_ENDPOINT"] == f"https://{REDACTED}@hub.example/x"
+    assert stored_regime(stored, path) == regime
 
 
 def test_a_per_start_key_is_never_read_as_a_flag() -> None:

@@ -241,11 +241,11 @@ def confirmation_run(view: RunView, regime: Regime, run_dir: Path, console: Cons
     regime file the run recorded, into ``RUN_DIR-confirm`` (``-confirm-2``, ... when taken) beside
     the run; the prompts must still be the ones the run measured."""
     from harness.plan import changed_workload, plan_regime, prepare_run
-    from harness.regime import stored_regime
+    from harness.regime import recorded_source, stored_regime
     from harness.runner import Runner
 
     record = view.record
-    source = Path(record["source_path"])
+    source = recorded_source(record["source_path"], run_dir)
     plan = plan_regime(source, stored_regime(regime.model_dump(mode="json"), source))  # its secrets back
     changed = changed_workload(record, plan)
     if changed is not None:

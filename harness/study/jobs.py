@@ -25,7 +25,7 @@ from rich.console import Console
 
 from harness.errors import UserError
 from harness.plan import prepare_run
-from harness.regime import stored_regime
+from harness.regime import recorded_source, stored_regime
 from harness.results.files import read_json, write_json_atomic
 from harness.runner import Runner, resume_run
 from harness.sensors.environment import collect_gpus, collect_placement
@@ -116,7 +116,8 @@ def run_point(
     ids = [p.id for p in record.points]
     if point_id not in ids:
         raise UserError(f"{study_root}: no point {point_id!r} (points: {', '.join(ids)})")
-    _, plans = plan_study(Path(record.source_path), stored_regime(record.regime, Path(record.source_path)))
+    source = recorded_source(record.source_path, study_root)
+    _, plans = plan_study(source, stored_regime(record.regime, source))
     plan = plans[ids.index(point_id)]
     root = study_root / run_dir
     if resume and (root / "regime.json").is_file():

@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from harness.errors import UserError
 from harness.plan import Plan
-from harness.regime import Regime, stored_regime
+from harness.regime import Regime, recorded_source, stored_regime
 from harness.results.files import RunDir, read_json, writer_lock
 from harness.server import log_tail, stop_left_running
 from harness.study.executors import (
@@ -50,7 +50,7 @@ def study_record(study: StudyPlan, executor: ExecutorOptions) -> StudyRecord:
     sweep = study.regime.sweep
     return StudyRecord(
         name=study.regime.name,
-        source_path=str(study.source),
+        source_path=str(study.source.resolve()),  # a resume may start in another directory
         regime=study.regime.redacted().model_dump(mode="json"),  # no secret on disk
         regime_axes=dict(sweep.regime) if sweep else {},
         arm_axes=dict(sweep.arms) if sweep else {},
@@ -139,9 +139,8 @@ def resume_study(
     job still running is re-attached to where its executor can (Slurm; a local job on this node)."""
     directory = StudyDir(study_dir)
     record = directory.read()
-    study, plans = plan_study(
-        Path(record.source_path), stored_regime(record.regime, Path(record.source_path))
-    )
+    source = recorded_source(record.source_path, study_dir)
+    study, plans = plan_study(source, stored_regime(record.regime, source))
     if [p.regime.fingerprint() for p in study.points] != [p.fingerprint for p in record.points]:
         raise UserError(
             f"{study_dir}: the study's points no longer expand to the regimes it started with "
