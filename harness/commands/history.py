@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from harness.commands.common import EXIT_OK, kind_of, subcommand
+from harness.commands.common import EXIT_OK, EXIT_USAGE, kind_of, subcommand
 from harness.errors import UserError
 
 NAME = "history"
@@ -160,37 +160,49 @@ def found_under(folder: Path) -> list[Path]:
 
 
 def add_to_history(paths: list[Path], history_path: Path, engine_commit: str | None, console: Console) -> int:
-    """Append run and study directories (each study point) to the history, each run once."""
+    """Append run and study directories (each study point) to the history, each run once. A run that
+    cannot be read (a corrupt line) is said and not added, the others are; exit 2 then."""
     from harness.history.store import open_history
     from harness.history_analysis.collect import IncompleteRun, history_entry
 
     runs = [found for path in paths for found in _run_dirs(path)]
-    added = kept = 0
-    unfinished: list[str] = []
+    entries, notes, unreadable = [], [], 0
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with open_history(history_path) as history, Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("adding runs", total=len(runs))
+    # read every run first: the history file is held (other writers wait) only while it is written
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("reading runs", total=len(runs))
         for run_dir, study in runs:
             try:
                 entry = history_entry(run_dir, engine_commit, study)
             except IncompleteRun as exc:
-                unfinished.append(str(exc))  # a study's failed point, an interrupted run: said, not added
-                bar.advance(task)
-                continue
+                notes.append(f"[yellow]not added:[/] {escape(str(exc))}")  # an unfinished run: said
+            except UserError as exc:  # a corrupt file: said with its line, the other runs go on
+                notes.append(f"[red]not added:[/] {escape(str(exc))}")
+                unreadable += 1
+            else:
+                entries.append(entry)
+                notes += [
+                    f"[yellow]{escape(entry.run.run_id)} added;[/] {escape(line)}"
+                    for line in entry.unread_lines
+                ]
+            bar.advance(task)
+    added = kept = 0
+    with open_history(history_path) as history:
+        for entry in entries:
             if history.add(entry):
                 added += 1
             else:
                 kept += 1
-            bar.advance(task)
-    for note in unfinished:
-        console.print(f"[yellow]not added:[/] {escape(note)}", highlight=False, soft_wrap=True)
+    for note in notes:
+        console.print(note, highlight=False, soft_wrap=True)
     console.print(
-        f"{history_path}: {added} run(s) added, {kept} already there",
+        f"{history_path}: {added} run(s) added, {kept} already there"
+        + (f", {unreadable} not readable" if unreadable else ""),
         highlight=False,
         markup=False,
         soft_wrap=True,
     )
-    return EXIT_OK
+    return EXIT_USAGE if unreadable else EXIT_OK
 
 
 def _show(history_path: Path, console: Console) -> int:

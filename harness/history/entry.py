@@ -66,3 +66,6 @@ class HistoryEntry(ResultModel):
     run: HistoryRun
     samples: list[HistorySample]
     cells: list[HistoryCell]
+    # the run's raw lines that were not read (a torn last line: a write cut by a crash): said by
+    # `bench history add`, not stored (the history keeps what was read)
+    unread_lines: list[str] = []

@@ -18,6 +18,8 @@ as the typed models of ``harness.history.entry``.
 from __future__ import annotations
 
 import json
+import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +32,9 @@ from harness.history.entry import HistoryEntry
 
 SCHEMA_VERSION = 2
 DEFAULT_PATH = Path("results") / "history.duckdb"
+# DuckDB lets one process hold a file for writing: another writer (a second `bench history add`, a
+# nightly `bench run --history`) waits this long for it, then is told who holds it
+LOCK_WAIT_S = 120.0
 
 TABLES = {
     "runs": """
@@ -177,17 +182,43 @@ def _ready(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(step + 1)])
 
 
-def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    try:
-        return duckdb.connect(str(path), read_only=read_only)
-    except duckdb.IOException as exc:  # another process holds it, or not a DuckDB file
-        raise UserError(f"{path}: cannot open the history: {str(exc).splitlines()[0]}") from None
+def _connect(path: Path, read_only: bool, wait_s: float = LOCK_WAIT_S) -> duckdb.DuckDBPyConnection:
+    """A connection to ``path``, waiting up to ``wait_s`` while another process holds its lock."""
+    deadline, said = time.monotonic() + wait_s, False
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:  # another process holds it, or not a DuckDB file
+            reason = str(exc).splitlines()[0]
+            if "lock" not in reason.lower() or time.monotonic() >= deadline:
+                raise UserError(f"{path}: cannot open the history: {reason}") from None
+            if not said:  # once: the terminal of a nightly job shows why it paused
+                print(f"{path}: held by another process; waiting up to {wait_s:.0f} s", file=sys.stderr)
+                said = True
+            time.sleep(0.2)
+        except duckdb.Error as exc:
+            raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: Path, exc: duckdb.Error) -> UserError:
+    return UserError(
+        f"{path}: the history file is damaged ({str(exc).splitlines()[0]}); restore it from a copy, "
+        "or move it aside and rebuild it with bench history import RESULTS_DIR"
+    )
+
+
+def _damage(exc: BaseException) -> bool:
+    """DuckDB's word for a file it cannot read: a checksum that does not match, a block it cannot
+    deserialize (a programming error, a bad query, is none of these)."""
+    text = str(exc).lower()
+    return isinstance(exc, duckdb.Error) and ("corrupt" in text or "checksum" in text or "serializ" in text)
 
 
 @contextmanager
 def open_history(path: Path, read_only: bool = False) -> Iterator[History]:
     """The history file at ``path`` (created, with its folder, unless ``read_only``). An older file is
-    migrated first, also when it is opened to be read."""
+    migrated first, also when it is opened to be read. A damaged file is an error naming it, where
+    it is opened or read."""
     if read_only and not path.is_file():
         raise UserError(f"{path}: no history file (bench history add RUN creates it)")
     if not read_only:
@@ -207,6 +238,10 @@ def open_history(path: Path, read_only: bool = False) -> Iterator[History]:
                 f"{path}: history schema {_schema_version(con)}, this harness reads {SCHEMA_VERSION}"
             )
         yield History(con, path)
+    except duckdb.Error as exc:
+        if _damage(exc):
+            raise _unreadable(path, exc) from None
+        raise
     finally:
         con.close()
 

@@ -110,4 +110,9 @@ def history_entry(run_dir: Path, engine_commit: str | None = None, study: str | 
                 noisy_neighbour=bool(cell.noisy_neighbour),
             )
         )
-    return HistoryEntry(run=history_run(view, run_dir, engine_commit, study), samples=samples, cells=cells)
+    return HistoryEntry(
+        run=history_run(view, run_dir, engine_commit, study),
+        samples=samples,
+        cells=cells,
+        unread_lines=view.summary.unread_lines,
+    )
