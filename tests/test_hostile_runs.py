@@ -202,3 +202,22 @@ def test_export_never_writes_through_a_link(tmp_path: Path, fmt: str) -> None:
     assert victim.read_text() == "keep me"
     assert (out / f"cells.{fmt}").is_file() and not (out / f"cells.{fmt}").is_symlink()
     assert not list(out.glob(".*.tmp-*"))  # no temporary file left
+
+
+def test_a_finished_arms_missing_or_empty_samples_are_said(tmp_path: Path, capsys) -> None:
+    """A deleted or emptied samples.jsonl of an arm that finished showed as 0/0 with nothing said:
+    every view now says which file is missing or empty (the terminal, the report's caveats)."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "run_v3_smoke", run)
+    (run / "analysis.json").unlink(missing_ok=True)
+    emptied = run / "arms" / "ngram_k4" / "samples.jsonl"
+    emptied.write_text("")
+    deleted = run / "arms" / "self_draft_k3" / "windows.jsonl"
+    deleted.unlink()
+    assert main(["show", str(run)]) in (0, 3)
+    shown = " ".join(capsys.readouterr().out.split())
+    assert f"{emptied}: empty, though its arm finished: its requests are in no figure" in shown
+    assert f"{deleted}: missing, though its arm finished" in shown
+    report = tmp_path / "report.html"
+    assert main(["report", str(run), "-o", str(report)]) == 0
+    assert "ngram_k4/samples.jsonl: empty, though its arm finished" in report.read_text()

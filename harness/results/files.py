@@ -93,6 +93,11 @@ class UnreadLines:
     def add(self, path: Path, number: int) -> None:
         self.notes.append(f"{path}: line {number} not read (a torn last line: a write cut by a crash)")
 
+    def missing(self, path: Path) -> None:
+        """A file a finished arm must have written, missing or empty (deleted, truncated since)."""
+        state = "missing" if not path.exists() else "empty"
+        self.notes.append(f"{path}: {state}, though its arm finished: its requests are in no figure")
+
 
 def _no_constant(name: str) -> Any:
     """NaN is no number the harness writes (a time or a count is a number or null): a line holding

@@ -70,6 +70,11 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
         )
         for arm in regime.arms
     }
+    for name, arm in arms.items():  # a finished arm wrote both: one gone is said, not shown as 0/0
+        if arm.status.status == "ok":
+            for path, rows in ((run.samples(name), arm.samples), (run.windows(name), arm.windows)):
+                if not rows:
+                    unread.missing(path)
     timing_path = run.root / "timing.json"
     timing = RunTiming.model_validate(read_json(timing_path)) if timing_path.exists() else None
     calibration_path = run.root / CALIBRATION_FILE
