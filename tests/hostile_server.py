@@ -12,7 +12,10 @@ sends for ``/v1/completions`` depends on the request's prompt.
 - ``token-flood``: well-formed events of 200,000 token ids each, without a finish_reason, until the
   client goes away.
 
-    python tests/hostile_server.py --port 8766
+    python tests/hostile_server.py --port 8766 [--every MODE]
+
+With ``--every MODE`` every request behaves as that prompt's mode, and ``/health`` and ``/metrics``
+answer: a stand-in engine a whole ``bench run`` launches (tests/chaos_bench.py).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ MALFORMED = {
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    prompt = (await request.json())["prompt"]
+    prompt = request.app["every"] or (await request.json())["prompt"]
     if prompt == "control-error":
         return web.Response(status=500, body=b"bad\x00thing \x01 \x1b[31mred\x1b[0m")
     if prompt == "huge-error":
@@ -83,9 +86,14 @@ async def completions(request: web.Request) -> web.StreamResponse:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--every", help="every request behaves as this prompt's mode")
     args = parser.parse_args()
     app = web.Application()
+    app["every"] = args.every
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", completions)
+    app.router.add_get("/health", lambda request: web.Response(text="ok"))
+    app.router.add_get("/metrics", lambda request: web.Response(text=""))
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
 
 
