@@ -14,7 +14,7 @@ import difflib
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -249,6 +249,21 @@ def _all_field_names(model: type[BaseModel], seen: set[type] | None = None) -> s
     return names
 
 
+def _owners(
+    model: type[BaseModel], key: str, path: str = "", seen: frozenset[type] = frozenset()
+) -> list[str]:
+    """The dotted paths of the sections of ``model`` where ``key`` is a field (``target``,
+    ``arms[]``): where a key reported unknown belongs."""
+    if model in seen:
+        return []
+    found = [path or "the top level"] if key in model.model_fields else []
+    for name, field in model.model_fields.items():
+        many = any(get_origin(a) in (list, tuple) for a in (field.annotation, *get_args(field.annotation)))
+        for sub in _nested_models(field.annotation):
+            found += _owners(sub, key, f"{path}.{name}".lstrip(".") + ("[]" if many else ""), seen | {model})
+    return list(dict.fromkeys(found))
+
+
 def _nested_models(annotation: Any) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
@@ -285,6 +300,12 @@ def error_message(error: dict[str, Any], model: type[BaseModel]) -> str:
         return _field_message(raised)
     if kind == "extra_forbidden":
         key = str(error["loc"][-1])
+        owners = _owners(model, key)
+        if owners:  # a right key in the wrong place: a line above it lost, or its indentation
+            return (
+                f"unknown key '{key}' here; it is a key of {' or '.join(owners[:3])}: check its indentation "
+                "and the lines above it"
+            )
         return f"unknown key '{key}'" + did_you_mean(key, sorted(_all_field_names(model)))
     if kind == "missing":
         return "required field is missing"

@@ -231,6 +231,20 @@ def test_malformed_yaml_text(tmp_path: Path, text: str, expected: str) -> None:
         load_regime(path)
 
 
+def test_a_right_key_in_the_wrong_place_says_where_it_belongs(tmp_path: Path) -> None:
+    """A lost ``target:`` line makes its keys the engine's: the fuzz suite found "unknown key
+    'dtype'; did you mean 'dtype'?"; the error now says which section the key belongs to."""
+    lines = GOOD_TEXT.splitlines()
+    lines.remove("target:")
+    path = tmp_path / "regime.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError) as refused:
+        load_regime(path)
+    message = str(refused.value)
+    assert "engine.dtype: unknown key 'dtype' here; it is a key of target: check its indentation" in message
+    assert "did you mean 'dtype'" not in message
+
+
 def test_gate_names_a_workload_the_regime_lacks(tmp_path: Path) -> None:
     data = yaml.safe_load(yaml.safe_dump(GOOD))
     data["gates"]["rules"][0]["workload"] = "poetry"
