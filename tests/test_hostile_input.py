@@ -58,7 +58,10 @@ HOSTILE = {
     # a flat list with no alias: 46 s of CPU and 1.5 GB before it was refused as "an alias bomb?"
     "a million values": (GOOD_TEXT + "x: [" + ",".join(["1"] * 1_000_000) + "]\n", "more than 20,000 values"),
     # one line 2 MB long: PyYAML's own scanner took 1.2 s of CPU to read it (libyaml's: 0.01 s)
-    "a 2 MB line": (GOOD_TEXT.replace("name: cpu_smoke", "name: " + "a " * 1_000_000, 1), "name: String should"),
+    "a 2 MB line": (
+        GOOD_TEXT.replace("name: cpu_smoke", "name: " + "a " * 1_000_000, 1),
+        "name: String should",
+    ),
     "a 2 MB quoted value": (GOOD_TEXT + "x: '" + "b" * 2_000_000 + "'\n", "unknown key 'x'"),
     "duplicate key": (
         GOOD_TEXT.replace("engine:\n", "engine:\n  enforce_eager: true\n  enforce_eager: false\n", 1),
@@ -137,6 +140,27 @@ def test_benign_anchors_and_merge_keys_still_load(tmp_path: Path) -> None:
     path = tmp_path / "regime.yaml"
     path.write_text(GOOD_TEXT.replace("engine:\n", "engine: &engine\n", 1))
     assert load_regime(path).engine.name == "vllm"
+
+
+def test_a_wrong_value_a_line_long_is_shown_by_its_start_and_length(tmp_path: Path) -> None:
+    path = tmp_path / "regime.yaml"
+    path.write_text(GOOD_TEXT.replace("name: cpu_smoke", "name: " + "a " * 1_000_000, 1))
+    with pytest.raises(UserError) as refused:
+        load_regime(path)
+    message = str(refused.value)
+    assert "(got 'a a a" in message and "... 2,000,001 characters)" in message and len(message) < 1000
+
+
+def test_a_sweep_of_more_arms_a_point_than_allowed_is_refused(tmp_path: Path) -> None:
+    sweep = (
+        "sweep:\n  arms:\n    ngram_k4:\n      num_speculative_tokens: ["
+        + ", ".join(map(str, range(1, 301)))
+        + "]\n"
+    )
+    path = tmp_path / "regime.yaml"
+    path.write_text(GOOD_TEXT + sweep)
+    with pytest.raises(UserError, match=r"at most 256"):
+        load_regime(path)
 
 
 def test_a_sweep_of_billions_of_points_is_refused_before_expanding(tmp_path: Path) -> None:
@@ -246,6 +270,23 @@ BYPASSES = {
         "a config file would set flags unseen",
     ),
     "counters turned off": ("vllm", _extra(["--disable-log-stats"]), "the counters tau is read from"),
+    "a port of its own": ("vllm", _extra(["--port", "9"]), "at a port it chose, or to a private Unix socket"),
+    "a socket of its own": (
+        "vllm",
+        _extra(["--uds=/tmp/x"]),
+        "at a port it chose, or to a private Unix socket",
+    ),
+    "a key of its own": (
+        "vllm",
+        _extra(["--api-key", "k"]),
+        "the harness's own requests must reach the server",
+    ),
+    "the method by option": ("vllm", _options({"method": "eagle3"}), "set by the arm's method"),
+    "a lossy method in another case": (
+        "vllm",
+        _options({"rejection_sample_method": "Synthetic"}),
+        "'Synthetic' is not one vLLM 0.32.0 takes",
+    ),
     "tensor parallel attached": ("vllm", _extra(["-tp2"]), "use tensor_parallel_size"),
     "the draft model by option": ("vllm", _options({"model": "/elsewhere"}), "set by the arm's draft_model"),
     "K by option": (
@@ -275,6 +316,11 @@ BYPASSES = {
         "speculation is each arm's",
     ),
     "sglang on every address": ("sglang", _extra(["--host=0.0.0.0"]), "binds each server to 127.0.0.1"),
+    "an sglang config file": (
+        "sglang",
+        _extra(["--config", "flags.yaml"]),
+        "a config file would set flags unseen",
+    ),
     "the model by its alias": ("sglang", _extra(["--model", "/elsewhere"]), "the target is target.path"),
 }
 
