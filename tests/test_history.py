@@ -541,7 +541,10 @@ def test_concurrent_writers_wait_for_each_other(tmp_path: Path) -> None:
 
 def _holding(history: Path, seconds: float) -> subprocess.Popen:
     """Another process that holds ``history`` for writing for ``seconds`` (running when returned)."""
-    code = f"import duckdb, time; c = duckdb.connect({str(history)!r}); print(1, flush=True); time.sleep({seconds})"
+    code = (
+        f"import duckdb, time; c = duckdb.connect({str(history)!r}); print(1, flush=True); "
+        f"time.sleep({seconds})"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "1"
     return holder
