@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, get_args, get_origin
 
@@ -333,11 +333,23 @@ def _one_line(source: Path, loc: Loc, lines: dict[Loc, int], message: str) -> st
 
 
 def format_validation_error(
-    path: Path, exc: ValidationError, lines: dict[Loc, int], model: type[BaseModel]
+    path: Path,
+    exc: ValidationError,
+    lines: dict[Loc, int],
+    model: type[BaseModel],
+    placed: Sequence[tuple[str, Loc]] = (),
 ) -> str:
-    return "\n".join(
-        _one_line(path, error_loc(error), lines, error_message(error, model)) for error in exc.errors()
-    )
+    """One line per error: the file's line, or the command-line override (``placed``: each as
+    typed, with the field it set) that set that field."""
+    out = []
+    for error in exc.errors():
+        loc, message = error_loc(error), error_message(error, model)
+        # the last override at or around this field set it (an error inside a list it set, or on the
+        # section it is in); an error about the whole file stays the file's
+        near = [typed for typed, at in placed if loc[: len(at)] == at or (loc and at[: len(loc)] == loc)]
+        given = near[-1] if near else None
+        out.append(f"{given}: {dotted(loc)}: {message}" if given else _one_line(path, loc, lines, message))
+    return "\n".join(out)
 
 
 def located(source: Path, error: FieldError) -> UserError:
@@ -388,12 +400,20 @@ def _paths_near(written: str, base: Path) -> list[str]:
     ]
 
 
-def load_model(path: Path, model: type[ModelT], context: dict[str, Any] | None = None) -> ModelT:
-    """Read ``path`` and validate it as ``model``; raise UserError with file/line/path on failure."""
+def load_model(
+    path: Path,
+    model: type[ModelT],
+    context: dict[str, Any] | None = None,
+    edit: Callable[[dict[str, Any]], Sequence[tuple[str, Loc]]] | None = None,
+) -> ModelT:
+    """Read ``path``, let ``edit`` change its data (the command line's overrides: it returns each
+    as typed with the field it set), and validate it as ``model``; raise UserError with
+    file/line/path (or the override) on failure."""
     data, lines = read_yaml(path)
     if not isinstance(data, dict):
         raise UserError(f"{path}:1: expected a mapping of keys at the top level, got {type(data).__name__}")
+    placed = edit(data) if edit is not None else ()
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:
-        raise UserError(format_validation_error(path, exc, lines, model)) from None
+        raise UserError(format_validation_error(path, exc, lines, model, placed)) from None

@@ -17,6 +17,7 @@ import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from harness.errors import FieldError, UserError
 from harness.intervals import design_level
 from harness.model_build import resolve_package_gguf
 from harness.models import converted_dir, is_local_reference, resolve_model_path
+from harness.overrides import Override, describe
 from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, workload_paths
 from harness.results.calibration import Calibration
 from harness.secrets import redact_args, redact_env
@@ -84,6 +86,8 @@ class Plan:
     drafters: dict[str, ResolvedDrafter] = field(
         default_factory=dict
     )  # arm name -> drafter (set by resolve_models)
+    # what the command line set in the regime file (already in ``regime``), recorded with the run
+    overrides: tuple[Override, ...] = ()
 
     def resolve_models(
         self, build: bool, console: Console | None = None, build_trained: bool | None = None
@@ -247,12 +251,13 @@ def changed_workload(record: dict[str, Any], plan: Plan) -> str | None:
     return next((w.name for w in plan.workloads if stored.get(w.name) != w.content_sha256), None)
 
 
-def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
-    """Load and check a regime and its workloads; starts nothing."""
+def plan_regime(regime_path: Path, regime: Regime | None = None, overrides: Sequence[Override] = ()) -> Plan:
+    """Load and check a regime and its workloads; starts nothing. ``overrides``: what the command
+    line set in the file (in ``regime`` when it is given), recorded with the run."""
     if regime is None:
         from harness.study_records.policy_file import resolve_schedules
 
-        regime = resolve_schedules(load_regime(regime_path), regime_path)
+        regime = resolve_schedules(load_regime(regime_path, overrides), regime_path)
     _check_local_paths(regime, regime_path)
     adapter = get_adapter(regime.engine.name)
     installed = installed_facts(adapter, regime.engine.version)  # where the adapter's tables do not decide
@@ -283,7 +288,13 @@ def plan_regime(regime_path: Path, regime: Regime | None = None) -> Plan:
         if workload is not None and workload not in names:
             message = f"no workload named '{workload}' (workloads: {', '.join(names)})"
             raise located(regime_path, FieldError(location, message, value=workload, choices=names))
-    return Plan(regime=regime, regime_path=regime_path, adapter=adapter, workloads=workloads)
+    return Plan(
+        regime=regime,
+        regime_path=regime_path,
+        adapter=adapter,
+        workloads=workloads,
+        overrides=tuple(overrides),
+    )
 
 
 def _check_context(regime: Regime, regime_path: Path) -> None:
@@ -425,6 +436,7 @@ def describe_plan(plan: Plan) -> str:
         f"{regime.tensor_parallel_size}; {exactness}"
         + (f"; SLO {regime.slo.describe()} (SLO share and goodput per cell)" if regime.slo else "")
         + _patches_text(regime)
+        + (f"; set on the command line: {describe(plan.overrides)}" if plan.overrides else "")
         + "."
     )
 
@@ -476,6 +488,7 @@ class RunPlan:
     # gives each server exactly these and reads power and neighbours on them; () where none was
     # chosen (a CPU regime, no GPU visible): nothing is set and NVML, if any, reads what is visible
     gpus: tuple[dict[str, Any], ...] = ()
+    overrides: tuple[Override, ...] = ()  # what the command line set in the regime file, recorded
 
 
 def run_plan(
@@ -525,6 +538,7 @@ def run_plan(
         ),
         calibration=calibration,
         gpus=tuple(gpus or ()),
+        overrides=plan.overrides,
     )
 
 

@@ -13,8 +13,9 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     AfterValidator,
@@ -37,6 +38,9 @@ from harness.metrics import GATED
 from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
 from harness.secrets import REDACTED, redact_args, redact_env
 from harness.workloads import ChatTemplate
+
+if TYPE_CHECKING:
+    from harness.overrides import Override
 
 SpecMethod = Literal["baseline", "ngram", "suffix", "draft_model", "eagle3", "dflash", "mtp"]
 # Draft-free methods (ngram: the prompt's n-grams; suffix: a suffix tree over the prompt and earlier
@@ -1550,9 +1554,12 @@ def _arm_fields(arm: Arm) -> dict[str, Any]:
     return arm.model_dump(mode="json", exclude=excluded)
 
 
-def load_regime(path: str | Path) -> Regime:
-    """Load and validate a regime file. Raises UserError naming file, line and field on bad input."""
-    return load_model(Path(path), Regime)
+def load_regime(path: str | Path, overrides: Sequence[Override] = ()) -> Regime:
+    """Load and validate a regime file, with the command line's ``overrides`` set in it. Raises
+    UserError naming file, line and field (or the override) on bad input."""
+    from harness.overrides import apply_overrides
+
+    return load_model(Path(path), Regime, edit=lambda data: apply_overrides(data, overrides))
 
 
 def recorded_source(recorded: str, directory: Path) -> Path:

@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from harness.arrivals import arrival_offsets, ramp_dues
 from harness.calibration import CalibrationSource
 from harness.client import RampResult, WindowResult, run_client, run_ramp, run_window
 from harness.errors import EngineError, UserError
+from harness.overrides import Override
 from harness.plan import RunPlan, changed_workload, plan_regime, prepare_run
 from harness.probes.acceptance import SpecCounters
 from harness.probes.cpu import window_cpu
@@ -89,6 +90,8 @@ def _regime_record(plan: RunPlan) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "source_path": str(plan.regime_path.resolve()),  # a resume may start in another directory
+        # what the command line set in that file (already in "regime", the regime as run)
+        "overrides": [override.model_dump(mode="json") for override in plan.overrides],
         "fingerprint": plan.regime.fingerprint(),
         "price_per_hour": plan.regime.price_per_hour(),
         "near_tie_margin": plan.regime.near_tie_margin(),
@@ -984,13 +987,15 @@ def run_regime(
     regime: Regime | None = None,
     calibration: CalibrationSource | None = None,
     allow_known_defect: bool = False,
+    overrides: Sequence[Override] = (),
 ) -> tuple[RunDir, Summary]:
     """A new run of the regime; ``on_created`` hears the run directory the moment it exists;
-    ``regime``: the file's model when the caller has already read it; ``calibration``: where this
-    machine's calibration of it is looked for (default: the user's store); ``allow_known_defect``:
-    measure through a known engine defect (recorded) instead of refusing."""
+    ``regime``: the file's model when the caller has already read it (with ``overrides``, the
+    command line's changes, set in it); ``calibration``: where this machine's calibration of it is
+    looked for (default: the user's store); ``allow_known_defect``: measure through a known engine
+    defect (recorded) instead of refusing."""
     plan = prepare_run(
-        plan_regime(regime_path, regime),
+        plan_regime(regime_path, regime, overrides),
         console,
         allow_mismatch,
         calibration=calibration,

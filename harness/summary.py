@@ -539,6 +539,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         lossy_settings=raw.record.get("lossy_settings", []),
         known_defects=raw.record.get("known_defects", []),
         engine_patches=raw.record.get("engine_patches", []),
+        overrides=list(dict.fromkeys(o["given"] for o in raw.record.get("overrides", []))),
         arms=[_arm_summary(raw, arm) for arm in raw.regime.arms],
         cells=cells,
         categories=category_rows(cells, baseline, estimates, category_prompts),

@@ -182,6 +182,7 @@ def stand_in_run(
     edit=None,
     adapter: StandIn | None = None,
     relative: bool = False,
+    overrides=(),
     **run_options: bool,
 ):
     """A whole run through the runner with the stand-in engine (baseline and ngram_k4, one window
@@ -206,7 +207,9 @@ def stand_in_run(
     console, out = _console()
     if relative:  # as given on the command line, from the folder it is in
         regime = Path(regime.name)
-    run, summary = run_regime(regime, tmp_path / "results", console, allow_mismatch=True, **run_options)
+    run, summary = run_regime(
+        regime, tmp_path / "results", console, allow_mismatch=True, overrides=overrides, **run_options
+    )
     return run, summary, out.getvalue(), console, out
 
 

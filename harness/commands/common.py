@@ -8,10 +8,14 @@ import argparse
 import re
 import shutil
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from harness.errors import UserError
+
+if TYPE_CHECKING:
+    from harness.overrides import Override
 
 EXIT_OK, EXIT_USAGE, EXIT_ENGINE, EXIT_INTERRUPTED = 0, 2, 3, 130  # 1: a regression (harness.gates)
 RUN_RECORD = "regime.json"  # what makes a directory a run (the study's marker: harness.study_records.record)
@@ -137,10 +141,52 @@ def executor_options(args: argparse.Namespace, base: Any = None) -> Any:
     return (base or ExecutorOptions()).model_copy(update=given)
 
 
-def read_regime(path: Path) -> Any:
-    """A regime file, validated, with each arm's ``k_schedule: {from: STUDY}`` resolved to that
-    study's schedule: what `bench run` and `bench validate` work from."""
+def read_regime(path: Path, overrides: Sequence[Override] = ()) -> Any:
+    """A regime file, validated, with the command line's ``overrides`` set in it and each arm's
+    ``k_schedule: {from: STUDY}`` resolved to that study's schedule: what `bench run` and `bench
+    validate` work from."""
     from harness.regime import load_regime
     from harness.study_records.policy_file import resolve_schedules
 
-    return resolve_schedules(load_regime(path), path)
+    return resolve_schedules(load_regime(path, overrides), path)
+
+
+def add_override_flags(parser: argparse.ArgumentParser) -> None:
+    """``--set PATH=VALUE`` and the common overrides as flags (harness.overrides)."""
+    group = parser.add_argument_group(
+        "changing the regime from the command line",
+        "set in the regime file's data before it is validated (the same checks, naming the flag); the "
+        "run records each and is fingerprinted with it (calibrations, history and gates see it)",
+    )
+    group.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        dest="set_values",
+        help="set one field, VALUE in YAML: --set load.concurrency=[1,8], --set "
+        "arms.ngram_k4.num_speculative_tokens=3, --set engine.env.OMP_NUM_THREADS=2 (repeatable)",
+    )
+    group.add_argument("--num-prompts", type=int, metavar="N", help="load.num_prompts: prompts per window")
+    group.add_argument(
+        "--concurrency",
+        metavar="N[,N...]",
+        help="the closed-loop levels to measure (load.concurrency); without --request-rate, no open-loop "
+        "level is measured",
+    )
+    group.add_argument(
+        "--request-rate",
+        metavar="R[,R...]",
+        help="the open-loop rates to measure, requests/s (load.request_rate); without --concurrency, no "
+        "closed-loop level is measured",
+    )
+    group.add_argument(
+        "--arms", metavar="NAME[,NAME...]", help="measure only these arms (the baseline always runs)"
+    )
+
+
+def overrides_from(args: argparse.Namespace) -> list[Override]:
+    from harness.overrides import flag_overrides, parse_set
+
+    found = flag_overrides(args.num_prompts, args.concurrency, args.request_rate, args.arms)
+    return found + [parse_set(text) for text in args.set_values]

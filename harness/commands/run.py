@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from harness.commands.common import add_executor_flags, executor_options, kind_of, read_regime
+from harness.commands.common import (
+    add_executor_flags,
+    add_override_flags,
+    executor_options,
+    kind_of,
+    overrides_from,
+    read_regime,
+)
 from harness.commands.terminal import print_results, print_study
 from harness.errors import UserError
 
@@ -38,6 +45,8 @@ EXAMPLES = """
 bench run regimes/cpu_default.yaml
 bench run regimes/h200_tp8.yaml --results-dir /data/results --json run.json
 bench run --resume results/cpu_default/20261201-093000-a1b2c3  # continue an interrupted run
+bench run regimes/cpu_default.yaml --concurrency 2 --num-prompts 8  # one level, fewer prompts
+bench run regimes/cpu_default.yaml --set arms.ngram_k4.num_speculative_tokens=3 --arms ngram_k4
 bench run regimes/cpu_default.yaml --no-calibration  # ignore this machine's calibration
 bench run regimes/cpu_default.yaml --calibration ~/calibrations/cpu_default-0123456789ab-ba9876543210.json
 bench run regimes/h200_tp_study.yaml --executor slurm --partition gpu
@@ -116,6 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="use no calibration: with one start-up per arm every speedup stays unverified",
     )
+    add_override_flags(parser)
     add_executor_flags(parser)
 
 
@@ -133,7 +143,13 @@ def calibration_source(args: argparse.Namespace) -> CalibrationSource | None:
 def run(args: argparse.Namespace, console: Console) -> int:
     if (args.regime is None) == (args.resume is None):
         raise UserError("give a regime file to start a run, or --resume RUN_DIR to continue one (not both)")
-    regime = read_regime(args.regime) if args.regime is not None else None  # read once, used below
+    overrides = overrides_from(args)
+    if overrides and args.resume is not None:
+        raise UserError(
+            "a resumed run keeps the regime it started with: --set and the load flags apply to a new run"
+        )
+    # read once, used below
+    regime = read_regime(args.regime, overrides) if args.regime is not None else None
     study = kind_of(args.resume) == "study" if regime is None else regime.sweep is not None
     announce = None  # tells --json the run (or study) directory the moment it exists
     if args.json_out is not None:
@@ -168,6 +184,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             regime=regime,
             calibration=calibration,
             allow_known_defect=args.allow_known_defect,
+            overrides=overrides,
         )
     from harness.analysis import analyze
 
@@ -201,7 +218,14 @@ def _run_study(
     else:
         options = executor_options(args) or ExecutorOptions()
         _, results = run_study(
-            args.regime, args.results_dir, console, options, args.allow_mismatch, announce, regime=regime
+            args.regime,
+            args.results_dir,
+            console,
+            options,
+            args.allow_mismatch,
+            announce,
+            regime=regime,
+            overrides=overrides_from(args),
         )
     write_analysis(results)  # analysis.md beside study.json: what the run derived, in prose
     code = print_study(results, console)

@@ -29,6 +29,11 @@ def print_unread(summary: Summary, console: Console) -> None:
         console.print(f"[yellow]raw data not read:[/] {escape(note)}", soft_wrap=True)
 
 
+def print_overrides(summary: Summary, console: Console) -> None:
+    if summary.overrides:  # the tables are of the regime as run, not as its file says
+        console.print(f"Set on the command line: {escape('; '.join(summary.overrides))}", highlight=False)
+
+
 def print_results(analysis: RunAnalysis, console: Console) -> int:
     """A run's tables, answer, categories, drafters, exactness and notes; exit 3 when an arm failed."""
     from harness.ramp_table import ramp_tables
@@ -47,6 +52,7 @@ def print_results(analysis: RunAnalysis, console: Console) -> int:
     )
 
     summary = analysis.summary
+    print_overrides(summary, console)
     for table in minilab_tables(analysis):
         console.print(table)
     for line in answer_lines(analysis):  # the answer first, right after the tables

@@ -9,7 +9,15 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from harness.commands.common import EXIT_OK, EXIT_USAGE, add_executor_flags, executor_options, read_regime
+from harness.commands.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    add_executor_flags,
+    add_override_flags,
+    executor_options,
+    overrides_from,
+    read_regime,
+)
 from harness.errors import UserError
 
 NAME = "validate"
@@ -51,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="as for bench run: report a known engine defect the regime meets instead of refusing it",
     )
+    add_override_flags(parser)
     add_executor_flags(parser)
 
 
@@ -67,7 +76,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from harness.engines import engine_requirement
     from harness.plan import plan_regime
 
-    regime = read_regime(args.regime)
+    overrides = overrides_from(args)
+    regime = read_regime(args.regime, overrides)
     if args.engine_requirement:
         print(engine_requirement(regime, args.regime))  # plain: a script reads it
         return EXIT_OK
@@ -75,7 +85,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return _under_release(args.regime, regime, args.engine_version, console)
     if regime.sweep is not None:
         return _validate_study(args.regime, regime, executor_options(args), console, args.allow_known_defect)
-    plan = plan_regime(args.regime, regime)
+    plan = plan_regime(args.regime, regime, overrides)
     _defects(plan, args.allow_known_defect, console)
     console.print(
         f"[green]{args.regime}: valid[/] (regime '{regime.name}', fingerprint {regime.fingerprint()})"

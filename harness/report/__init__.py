@@ -215,6 +215,7 @@ def _fingerprint(raw: RawRun, summary: Summary) -> list[tuple[str, str]]:
     target, load = regime.target, regime.load
     return [
         ("regime", f"{regime.name} (fingerprint {record['fingerprint']})"),
+        ("set on the command line", "; ".join(summary.overrides) or "nothing (the regime file as written)"),
         ("hardware pinned", pinned),
         ("measured on", f"CPU {environment.get('cpu_model')} x {environment.get('cpu_count')}; GPUs: {gpus}"),
         ("tensor parallel", str(regime.tensor_parallel_size)),

@@ -434,6 +434,9 @@ class Summary(ResultModel):
     known_defects: list[str]
     # the engine patches the servers ran with (harness.engines.patches): upstream issue, name@hash
     engine_patches: list[str]
+    # what the command line set in the regime file, as typed (--set load.concurrency=[2]); in the
+    # regime as run and its fingerprint
+    overrides: list[str] = []
     arms: list[ArmSummary]
     cells: list[CellMetrics]
     categories: list[CategoryMetrics]

@@ -117,7 +117,7 @@ def run_point(
     if point_id not in ids:
         raise UserError(f"{study_root}: no point {point_id!r} (points: {', '.join(ids)})")
     source = recorded_source(record.source_path, study_root)
-    _, plans = plan_study(source, stored_regime(record.regime, source))
+    _, plans = plan_study(source, stored_regime(record.regime, source), record.set_overrides())
     plan = plans[ids.index(point_id)]
     root = study_root / run_dir
     if resume and (root / "regime.json").is_file():

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
 from harness.errors import UserError
+from harness.overrides import Override
 from harness.plan import Plan
 from harness.regime import Regime, recorded_source, stored_regime
 from harness.results.files import RunDir, read_json, writer_lock
@@ -46,7 +47,9 @@ POLL_S = 0.5
 INTERRUPT_GRACE_S = 150  # a job's runner stops its server (up to 20 s) and writes its files
 
 
-def study_record(study: StudyPlan, executor: ExecutorOptions) -> StudyRecord:
+def study_record(
+    study: StudyPlan, executor: ExecutorOptions, overrides: Sequence[Override] = ()
+) -> StudyRecord:
     sweep = study.regime.sweep
     return StudyRecord(
         name=study.regime.name,
@@ -62,6 +65,7 @@ def study_record(study: StudyPlan, executor: ExecutorOptions) -> StudyRecord:
             for p in study.points
         ],
         executor=executor,
+        overrides=[override.model_dump(mode="json") for override in overrides],
     )
 
 
@@ -115,15 +119,17 @@ def run_study(
     allow_mismatch: bool = False,
     on_created: Callable[[Path], None] | None = None,
     regime: Regime | None = None,
+    overrides: Sequence[Override] = (),
 ) -> tuple[StudyDir, StudyResults]:
     """A new study; ``on_created`` hears the study directory the moment it exists; ``regime``: the
-    file's model when the caller has already read it."""
-    study, plans = plan_study(regime_path, regime)
+    file's model when the caller has already read it (with ``overrides``, the command line's
+    changes, set in it; each point's run records them)."""
+    study, plans = plan_study(regime_path, regime, overrides)
     placement([p.id for p in study.points], plans, options)  # a point that cannot fit: refused now
     directory = StudyDir.create(results_dir, study.regime.name)
     if on_created is not None:
         on_created(directory.root)
-    record = study_record(study, options)
+    record = study_record(study, options, overrides)
     directory.write(record)
     console.print(
         f"Study directory: [bold]{directory.root}[/] ({len(study.points)} points, "
@@ -140,7 +146,7 @@ def resume_study(
     directory = StudyDir(study_dir)
     record = directory.read()
     source = recorded_source(record.source_path, study_dir)
-    study, plans = plan_study(source, stored_regime(record.regime, source))
+    study, plans = plan_study(source, stored_regime(record.regime, source), record.set_overrides())
     if [p.regime.fingerprint() for p in study.points] != [p.fingerprint for p in record.points]:
         raise UserError(
             f"{study_dir}: the study's points no longer expand to the regimes it started with "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from pydantic import ValidationError
 
 from harness.config_file import dotted, error_loc, error_message, read_yaml
 from harness.errors import UserError
+from harness.overrides import Override
 from harness.plan import Plan, plan_regime
 from harness.regime import Regime, load_regime
 
@@ -160,8 +162,11 @@ def expand(regime: Regime, source: Path) -> StudyPlan:
     return StudyPlan(regime=regime, source=source, points=points, families=families)
 
 
-def plan_study(regime_path: Path, regime: Regime | None = None) -> tuple[StudyPlan, list[Plan]]:
-    """Expand and validate every point (workloads, local paths) before anything starts."""
-    regime = regime if regime is not None else load_regime(regime_path)
+def plan_study(
+    regime_path: Path, regime: Regime | None = None, overrides: Sequence[Override] = ()
+) -> tuple[StudyPlan, list[Plan]]:
+    """Expand and validate every point (workloads, local paths) before anything starts; the
+    command line's ``overrides`` (set in ``regime`` when it is given) go to every point's record."""
+    regime = regime if regime is not None else load_regime(regime_path, overrides)
     study = expand(regime, regime_path)
-    return study, [plan_regime(regime_path, point.regime) for point in study.points]
+    return study, [plan_regime(regime_path, point.regime, overrides) for point in study.points]

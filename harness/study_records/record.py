@@ -24,7 +24,7 @@ study writes study.json; jobs write into their own run directories.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
@@ -33,6 +33,9 @@ from harness.results import migrations
 from harness.results.files import RunDir, create_exclusive, new_run_id, read_json, write_json_atomic
 from harness.results.migrations import study as study_steps
 from harness.results.records import ResultModel
+
+if TYPE_CHECKING:
+    from harness.overrides import Override
 
 STUDY_FILE = "study.json"
 
@@ -92,6 +95,13 @@ class StudyRecord(ResultModel):
     families: dict[str, str]  # expanded arm name -> the arm it came from
     points: list[StudyPointRecord]
     executor: ExecutorOptions = ExecutorOptions()
+    # what the command line set in the study file (already in "regime"), each with its flag
+    overrides: list[dict[str, Any]] = []
+
+    def set_overrides(self) -> list[Override]:
+        from harness.overrides import Override
+
+        return [Override.model_validate(override) for override in self.overrides]
 
 
 class StudyDir:
