@@ -4,6 +4,7 @@ JSON routes. Each adapter names its own paths."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -90,6 +91,18 @@ def scrape_spec_counters(
     if status != 200:
         raise EngineError(f"could not read {metrics_path}: HTTP {status}")
     return parse(body.decode(errors="replace"))
+
+
+def read_total(base_url: str, metrics_path: str, name: str) -> float | None:
+    """A counter's value summed over its label sets, right now; None when it cannot be read or the
+    server has no such counter."""
+    from harness.probes.acceptance import parse_prometheus
+
+    text = get_text(base_url, metrics_path)
+    if text is None:
+        return None
+    values = [s.value for s in parse_prometheus(text) if s.name == name and math.isfinite(s.value)]
+    return sum(values) if values else None
 
 
 def post_prefix_cache_reset(base_url: str, path: str) -> bool:

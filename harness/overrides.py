@@ -61,6 +61,7 @@ def flag_overrides(
     concurrency: str | None = None,
     request_rate: str | None = None,
     arms: str | None = None,
+    endpoints: Sequence[str] = (),
 ) -> list[Override]:
     """The common overrides as flags. ``--concurrency`` and ``--request-rate`` give the load levels
     to measure: the other kind of level is emptied unless it is given too."""
@@ -79,6 +80,14 @@ def flag_overrides(
             found.append(
                 Override(path=path, value=[] if text is None else _numbers(text, flag, kind), given=given)
             )
+    for text in endpoints:  # --endpoint NAME=URL: that arm is an existing server
+        name, equals, url = text.partition("=")
+        if not equals or not name.strip() or not url.strip():
+            raise UserError(
+                f"--endpoint {text}: expected ARM=URL, e.g. --endpoint ngram_k4=http://10.0.0.5:8000"
+            )
+        path = f"arms.{name.strip()}.endpoint"
+        found.append(Override(path=path, value=url.strip(), given=f"--endpoint {text}"))
     if arms is not None:
         found.append(
             Override(

@@ -12,6 +12,7 @@ finished ``RunPlan``: the runner reads it and never calls back here.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import sys
@@ -40,7 +41,7 @@ from harness.models import converted_dir, is_local_reference, resolve_model_path
 from harness.overrides import Override, describe
 from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, workload_paths
 from harness.results.calibration import Calibration
-from harness.secrets import redact_args, redact_env
+from harness.secrets import redact_args, redact_env, redact_url
 from harness.sensors.devices import server_env
 from harness.sensors.engine_facts import installed_facts
 from harness.sensors.environment import collect_environment
@@ -258,7 +259,8 @@ def plan_regime(regime_path: Path, regime: Regime | None = None, overrides: Sequ
         from harness.study_records.policy_file import resolve_schedules
 
         regime = resolve_schedules(load_regime(regime_path, overrides), regime_path)
-    _check_local_paths(regime, regime_path)
+    if not regime.endpoints():  # an endpoint's model is on its own machine
+        _check_local_paths(regime, regime_path)
     adapter = get_adapter(regime.engine.name)
     installed = installed_facts(adapter, regime.engine.version)  # where the adapter's tables do not decide
     for location, message in adapter.option_problems(regime, installed)[:1]:
@@ -560,6 +562,8 @@ def prepare_run(
     started = time.monotonic()
     if plan.regime.sweep is not None:  # a study: each of its points is a job (harness.study.run)
         raise UserError(f"{plan.regime_path}: a regime with a sweep: section is a study; run it as one")
+    if plan.regime.endpoints():
+        return _endpoint_plan(plan, console, allow_mismatch, started)
     version, environment, preflight = _machine_checks(plan, console, allow_mismatch)
     forced = refuse_known_defects(plan, version, allow_known_defect, console)
     calibrated, notes = None, []
@@ -588,6 +592,39 @@ def prepare_run(
         started=started,
         calibration=calibrated,
         gpus=preflight.gpus,
+    )
+
+
+ENDPOINT_MODEL = "the model each endpoint serves"
+
+
+def _endpoint_plan(plan: Plan, console: Console, allow_mismatch: bool, started: float) -> RunPlan:
+    """A regime whose arms are existing servers: nothing is installed, built or started here, and
+    this machine is the client's, not the servers'. The regime's pins (hardware, target, engine,
+    each arm's method and K) are what the user declares the servers to be: recorded as declared,
+    checked only where a server reports them (its version, its context length: the runner)."""
+    regime = plan.regime
+    unset = [(i, a) for i, a in enumerate(regime.arms) if a.api_key_env and a.api_key_env not in os.environ]
+    for index, arm in unset[:1]:
+        raise located(
+            plan.regime_path,
+            FieldError(("arms", index, "api_key_env"), f"{arm.api_key_env} is not set in this environment"),
+        )
+    declared = (
+        "declared, not checked: the arms are existing servers; hardware, target and engine are what the "
+        "regime says they run"
+    )
+    console.print(f"[yellow]{escape(declared)}[/]", soft_wrap=True, highlight=False)
+    environment = collect_environment(plan.adapter.installed_version())  # the client's machine
+    environment["endpoints"] = {arm.name: redact_url(arm.endpoint or "") for arm in regime.arms}
+    return run_plan(
+        plan,
+        ENDPOINT_MODEL,
+        engine_version=f"{regime.engine.name} (endpoints: as each server reports it)",
+        environment=environment,
+        mismatches=[],
+        allow_mismatch=allow_mismatch,
+        started=started,
     )
 
 

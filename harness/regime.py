@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
@@ -1062,6 +1063,19 @@ class Arm(StrictModel):
         "the measured value; a caveat names the source when the measured 95% interval lies entirely outside "
         "the range. Not a condition (not in the fingerprint).",
     )
+    endpoint: str | None = Field(
+        default=None,
+        description="An existing server to measure instead of starting one (http://host:port, or "
+        "unix:/path/to.sock): the harness never starts or stops it. Its method, K and machine are "
+        "declared, not checked; what it reports of itself (/version, /v1/models) is recorded. Every arm "
+        "of a regime is an endpoint or none is (bench run --endpoint NAME=URL sets one).",
+    )
+    api_key_env: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="With endpoint: the environment variable holding the server's API key, sent as a "
+        "bearer token (never written anywhere).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -1076,8 +1090,24 @@ class Arm(StrictModel):
                 data = {**data, "num_speculative_tokens": max(ks)}
         return data
 
+    def _check_endpoint(self) -> None:
+        if self.endpoint is None:
+            if self.api_key_env is not None:
+                raise FieldError("api_key_env", "api_key_env applies to an arm with an endpoint")
+            return
+        if not re.fullmatch(r"(https?://[^\s/?#]+|unix:/\S+)/?", self.endpoint):
+            raise FieldError(
+                "endpoint",
+                "expected a server's base URL, http://host:port (no path: /v1 is the harness's to add) or "
+                "unix:/path/to.sock",
+                value=self.endpoint,
+            )
+        if self.draft_model is not None and (self.draft_model.untrained or self.draft_model.trained):
+            raise FieldError("draft_model", "an endpoint's drafter is the running server's: nothing to build")
+
     @model_validator(mode="after")
     def _method_fields(self) -> Arm:
+        self._check_endpoint()
         if self.method == "baseline":
             given = [
                 k
@@ -1372,8 +1402,30 @@ class Regime(StrictModel):
                 f"{self.sampling.temperature:g} (sampled runs get the distribution check instead)",
             )
         self._check_hardware_fits()
+        self._check_endpoints()
         _check_sweep(self)
         return self
+
+    def endpoints(self) -> bool:
+        """Whether the arms are existing servers (``arms[].endpoint``) rather than servers it starts."""
+        return any(arm.endpoint is not None for arm in self.arms)
+
+    def _check_endpoints(self) -> None:
+        """Every arm an endpoint, or none: a fresh start-up's spread and a running deployment's
+        window-to-window spread are two questions, and one interval cannot answer both."""
+        if not self.endpoints():
+            return
+        for index, arm in enumerate(self.arms):
+            if arm.endpoint is None:
+                raise FieldError(
+                    ("arms", index, "endpoint"),
+                    "every arm is an existing server (endpoint) or none is: give this arm the server to "
+                    "measure (bench run --endpoint NAME=URL), or measure started servers only",
+                )
+        if self.engine.patches:
+            raise FieldError(
+                ("engine", "patches"), "a patch applies to servers the harness starts, not to endpoints"
+            )
 
     def _check_hardware_fits(self) -> None:
         """TP and the price match the hardware kind."""
@@ -1548,9 +1600,11 @@ _NOT_OF_THE_ARM = {
 def _arm_fields(arm: Arm) -> dict[str, Any]:
     """What defines an arm, for the fingerprint: a schedule is, while given (arms without one hash as
     before it existed); where it came from is provenance, not a condition."""
-    excluded: dict[str, Any] = {**_NOT_OF_THE_ARM}
+    excluded: dict[str, Any] = {**_NOT_OF_THE_ARM, "api_key_env": True}  # where a key is, not what runs
     if arm.k_schedule is None:
         excluded["k_schedule"] = True
+    if arm.endpoint is None:  # regimes without endpoints hash as before they existed
+        excluded["endpoint"] = True
     return arm.model_dump(mode="json", exclude=excluded)
 
 

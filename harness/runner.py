@@ -30,6 +30,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from harness import engine_http as http
 from harness import stats
 from harness.analysis import analyze, write_analysis
 from harness.arrivals import arrival_offsets, ramp_dues
@@ -65,12 +66,12 @@ from harness.results import (
 from harness.results.calibration import CALIBRATION_FILE
 from harness.results.records import RampWindowRecord, Round
 from harness.rounds import Standing, completed_starts, round_line, round_order, standing
-from harness.secrets import redact_args, redact_env, scrub_file, secret_values
+from harness.secrets import redact_args, redact_env, redact_url, scrub_file, secret_values
 from harness.sensors import cpu, gpu
 from harness.sensors.devices import server_env
 from harness.sensors.environment import model_identity
 from harness.sensors.power import PowerSampler, open_reader
-from harness.server import PortTaken, Server, engine_server, reap_abandoned
+from harness.server import ExternalServer, PortTaken, Server, engine_server, reap_abandoned
 from harness.summary import summarize
 from harness.validation import check_served, window_warnings
 from harness.workloads import LoadedWorkload, Prompt, next_turn
@@ -127,10 +128,12 @@ class Runner:
         # where none was chosen (a CPU regime): NVML, if any, reads every visible GPU
         self.devices = [g["index"] for g in plan.gpus] or None
         self.power_reader, self.power_note = (None, "disabled by the regime")
-        if plan.power.enabled:
+        if plan.power.enabled and not plan.regime.endpoints():
             self.power_reader, self.power_note = open_reader(devices=self.devices)
-        # None on a machine without NVML: nothing to watch
-        self.gpu_reader = gpu.open_process_reader(self.devices)
+        elif plan.regime.endpoints():  # this machine's sensors say nothing of a server elsewhere
+            self.power_note = "not read: the arms are existing servers, on machines of their own"
+        # None on a machine without NVML, or with endpoints: nothing of theirs to watch here
+        self.gpu_reader = None if plan.regime.endpoints() else gpu.open_process_reader(self.devices)
         self.on_created: Callable[[Path], None] | None = None  # told the new run directory (bench run --json)
 
     def run(self, run_root: Path | None = None) -> tuple[RunDir, Summary]:
@@ -389,15 +392,17 @@ class Runner:
         phase = "startup"  # a failure before the server is ready is infrastructure, not a regression
         try:
             with self._ready_server(run, arm, start) as (server, startup_s):
-                startups.append(startup_s)
-                self.clock["startup_s"] += startups[-1]
+                if server.process is not None:  # an endpoint was reached, not started: no start-up time
+                    startups.append(startup_s)
+                self.clock["startup_s"] += startup_s
                 phase = "measuring"
                 served = {
-                    "startup_s": startups[0],
+                    "startup_s": startups[0] if startups else None,
                     "startups_s": startups,
                     **self._check_served(run, arm, server),
                 }
-                run.write_status(arm.name, ArmStatus(status="running", pgid=server.process.pid, **served))
+                pgid = server.process.pid if server.process is not None else None
+                run.write_status(arm.name, ArmStatus(status="running", pgid=pgid, **served))
                 self._warm_up(run, arm, server)
                 for workload in self.plan.workloads:
                     for level in self.plan.load.levels():
@@ -421,11 +426,19 @@ class Runner:
             run.write_status(arm.name, ArmStatus(status="interrupted", startups_s=startups))
             raise
 
-    def _server(self, run: RunDir, arm: Arm, start: int) -> Server:
+    def _server(self, run: RunDir, arm: Arm, start: int) -> Server | ExternalServer:
         """The arm's server for one start-up (``engine_server``: a fresh private socket or port),
         its exact argv in ``launch.json`` with its secrets redacted (the latest start-up's: only
-        the socket or port differs between them), its own log."""
+        the socket or port differs between them), its own log. An arm with an ``endpoint`` gets
+        that existing server, reached again for each round."""
         plan = self.plan
+        if arm.endpoint is not None:
+            key = os.environ.get(arm.api_key_env) if arm.api_key_env else None
+            launch = {"endpoint": redact_url(arm.endpoint), "api_key_env": arm.api_key_env}
+            write_json_atomic(run.arm_dir(arm.name) / "launch.json", {**launch, "server_start": start})
+            return ExternalServer(
+                arm.endpoint, plan.adapter.health_path, run.server_log(arm.name, start), key
+            )
         draft = plan.draft_paths.get(arm.name)
         server = engine_server(
             plan.adapter,
@@ -446,7 +459,8 @@ class Runner:
         """What the started engine reports against the regime: stop the run on a mismatch
         unless allowed (then it is recorded in the arm's status). Returns the arm status's fields
         from it: the mismatches, the attention backend the engine selected and how it counts drafts."""
-        served = self.plan.adapter.served_config(server.base_url, server.log_path)
+        log = server.log_path if server.process is not None else None  # an endpoint's log is not here
+        served = self.plan.adapter.served_config(server.base_url, log)
         found = [str(m) for m in check_served(self.plan.regime, served, arm)]
         if found and not self.plan.allow_mismatch:
             run.write_status(arm.name, ArmStatus(status="failed", error="regime mismatch", mismatches=found))
@@ -606,8 +620,10 @@ class Runner:
         what it could not send."""
         adapter, sent = self.plan.adapter, workload.prompts if prompts is None else prompts
         later_turn = (workload.turn or 1) > 1
-        cache_reset = False if later_turn else adapter.reset_prefix_cache(server.base_url)
+        external = server.process is None  # an endpoint: its prefix cache is its own, never emptied
+        cache_reset = False if later_turn or external else adapter.reset_prefix_cache(server.base_url)
         cache_before = adapter.read_prefix_cache(server.base_url)
+        generated = self._generated(server) if external else None
         before = adapter.read_spec_counters(server.base_url)  # None: counted per request
         sampler = (
             PowerSampler(self.power_reader, self.plan.power.sample_period_s) if self.power_reader else None
@@ -638,21 +654,26 @@ class Runner:
                     error=f"not sent: the conversation ended at turn {turn} (its request failed)",
                 )
             )
-        cpu_before = cpu.snapshot(server.process.pid)
-        gpu_watch = gpu.watch(self.gpu_reader, server.process.pid)
+        pid = server.process.pid if server.process is not None else None
+        cpu_before = cpu.snapshot(pid) if pid is not None else None
+        gpu_watch = gpu.watch(self.gpu_reader, pid) if pid is not None else None
         try:
             schedule = self._turn_schedule(workload, level, repeat, sent)
             result = self._send(server, workload, sent, level, label, keep, repeat, schedule=schedule)
         finally:
             readings = sampler.stop() if sampler else []
             gpu_used = gpu_watch.stop() if gpu_watch else None
-        cpu_used = window_cpu(cpu_before, cpu.snapshot(server.process.pid))
+        cpu_used = window_cpu(cpu_before, cpu.snapshot(pid) if pid is not None else None)
         self._check_alive(server, result)
         after = self._settled_counters(server) if before is not None else None
         cache_after = adapter.read_prefix_cache(server.base_url) if cache_before is not None else None
         cache = cache_after.minus(cache_before).to_json() if cache_after and cache_before else None
         server_reported = self.plan.adapter.server_figures(server.base_url)
         tokens = sum(len(r.token_ids) for r in result.records if r.ok)
+        others = None
+        if generated is not None and (now := self._generated(server)) is not None:
+            own = sum(len(r.token_ids) for r in result.records)  # a failed request's tokens count too
+            others = max(0.0, now - generated - own)
         reached = precision(repeat, output_tokens_per_s(tokens, result.duration_s)) if precision else None
         window = WindowRecord(
             workload=workload.name,
@@ -671,6 +692,7 @@ class Runner:
             counters_before=before.to_json() if before is not None else None,
             counters_after=after.to_json() if after is not None else None,
             server_reported=server_reported,
+            others_tokens=others,
             power=WindowPower(
                 source=self.power_reader.source if self.power_reader else None,
                 note=self.power_note,
@@ -723,7 +745,8 @@ class Runner:
             self.plan.sampling.seed,
             f"{workload.name}/ramp/{start}",
         )
-        cpu_before = cpu.snapshot(server.process.pid)
+        pid = server.process.pid if server.process is not None else None
+        cpu_before = cpu.snapshot(pid) if pid is not None else None
         result = self._ramp_window(server, workload, label, keep, start, dues, stage_end)
         self._check_alive(server, result)
         window = RampWindowRecord(
@@ -738,7 +761,7 @@ class Runner:
             acceptance_source=adapter.acceptance_source,
             counters=counters,
             stage_reported=reported,
-            cpu=window_cpu(cpu_before, cpu.snapshot(server.process.pid)),
+            cpu=window_cpu(cpu_before, cpu.snapshot(pid) if pid is not None else None),
         )
         append_jsonl(run.ramp_windows(arm.name), window.model_dump(mode="json"))
 
@@ -765,7 +788,7 @@ class Runner:
 
             fields = self.plan.adapter.request_fields(
                 workload.definition.prompt_format, 0, workload.chat.template_kwargs if workload.chat else None
-            )
+            ) | _model_field(server)
             result = run_client(
                 run_ramp(
                     server.base_url,
@@ -816,6 +839,11 @@ class Runner:
         for workload in self.plan.workloads:
             for level in self.plan.load.levels():
                 self._converse(workload, send(level))
+
+    def _generated(self, server: Server | ExternalServer) -> float | None:
+        """The server's output tokens so far, all requests together (the metrics' counter)."""
+        adapter = self.plan.adapter
+        return http.read_total(server.base_url, adapter.metrics_path, adapter.generation_counter)
 
     def _settled_counters(self, server: Server) -> SpecCounters | None:
         """The counters after a window, read until two reads agree: the engine publishes a step's
@@ -884,6 +912,7 @@ class Runner:
             )
             chat = workload.chat.template_kwargs if workload.chat else None
             fields = self.plan.adapter.request_fields(workload.definition.prompt_format, top_logprobs, chat)
+            fields |= _model_field(server)
             result = run_client(
                 run_window(
                     server.base_url,
@@ -954,6 +983,11 @@ class Runner:
             )
         if result.records and all(not r.ok for r in result.records):
             raise EngineError(f"every request failed (first error: {result.records[0].error})")
+
+
+def _model_field(server: Server | ExternalServer) -> dict[str, str]:
+    """An endpoint's requests name the model it serves; the harness's own servers serve "target"."""
+    return {"model": server.served_model} if server.served_model else {}
 
 
 def _timing(run: RunDir) -> RunTiming:

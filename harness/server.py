@@ -40,7 +40,7 @@ from harness import engine_http as http
 from harness.errors import EngineError
 from harness.formats import inert
 from harness.results.files import lock_held
-from harness.secrets import scrub, scrub_file, secret_values
+from harness.secrets import redact_url, scrub, scrub_file, secret_values
 
 if TYPE_CHECKING:
     from harness.engines import EngineAdapter
@@ -275,6 +275,7 @@ class Server:
         # when it stops and from every tail of it the harness shows (harness.secrets)
         self.secrets = secrets
         self.process: subprocess.Popen | None = None
+        self.served_model: str | None = None  # requests name the harness's own served name
 
     @property
     def base_url(self) -> str:
@@ -384,6 +385,81 @@ class Server:
             shutil.rmtree(self.private_dir, ignore_errors=True)
 
     def __enter__(self) -> Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class ExternalServer:
+    """A server an arm names (``arms[].endpoint``) that the harness did not start: it is read and
+    sent requests, never started or stopped, and no process of this machine is its own (no CPU,
+    GPU or power accounting is taken for it here). Its served model's id, from ``/v1/models``, is
+    the model every request names."""
+
+    process = None  # not the harness's: nothing to account, signal or stop
+
+    def __init__(self, base_url: str, health_path: str, log_path: Path, api_key: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.health_path = health_path
+        self.log_path = log_path  # the harness's notes on it: the server's own log is not here
+        self.api_key = api_key
+        self.served_model: str | None = None
+
+    def start(self) -> None:
+        http.register_key(self.base_url, self.api_key)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        where = redact_url(self.base_url)
+        with open(self.log_path, "a") as log:
+            log.write(f"an existing server at {where}: not started or stopped by the harness\n")
+
+    def wait_ready(self, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:
+        """Block until it answers its health route and lists a model (whose id requests then name);
+        the seconds that took (reaching it, not a start-up)."""
+        started = time.monotonic()
+        with http.client(5.0, self.base_url) as client:
+            while True:
+                elapsed = time.monotonic() - started
+                self.served_model, reason = self._probe(client)
+                if self.served_model is not None:
+                    return elapsed
+                if elapsed > timeout_s:
+                    where = redact_url(self.base_url)
+                    raise EngineError(f"{where}: not serving after {timeout_s:.0f} s ({inert(reason[:300])})")
+                if on_tick:
+                    on_tick(elapsed)
+                time.sleep(READY_POLL_S)
+
+    def _probe(self, client: httpx.Client) -> tuple[str | None, str]:
+        """The id of the model it serves, or None and why not."""
+        base = http.http_base(self.base_url)
+        try:
+            if client.get(base + self.health_path).status_code != 200:
+                return None, "its health route does not answer 200"
+            listed = client.get(base + "/v1/models")
+        except httpx.HTTPError as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+        if listed.status_code == 401:
+            raise EngineError(f"{redact_url(self.base_url)}: the server refuses the key (HTTP 401)")
+        try:
+            models = listed.json().get("data") or [] if listed.status_code == 200 else []
+        except (ValueError, AttributeError):
+            models = []
+        if models and isinstance(models[0], dict) and isinstance(models[0].get("id"), str):
+            return models[0]["id"], ""
+        return None, f"/v1/models answers {listed.status_code} with no model"
+
+    def tail(self) -> str:
+        return ""  # its log is on its own machine
+
+    def exit_code(self) -> int | None:
+        return None
+
+    def stop(self) -> None:
+        http.register_key(self.base_url, None)  # left running: it is not the harness's
+
+    def __enter__(self) -> ExternalServer:
         self.start()
         return self
 

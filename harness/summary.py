@@ -56,6 +56,7 @@ from harness.results.model import (
 )
 from harness.results.raw import RawRun, read_raw
 from harness.results.records import PowerGpu, RequestRecord, WindowGpu, WindowRecord
+from harness.secrets import redact_url
 from harness.stats import mean, quantile
 
 # per key (a window, or a category at a level): the arms' start-up tok/s and their windows prompt
@@ -494,6 +495,13 @@ def _with_speedups(
     return out
 
 
+def _others_tokens(windows: list[WindowRecord]) -> float | None:
+    """What an endpoint generated for others during the arm's windows; None when any window could
+    not tell."""
+    seen = [w.others_tokens for w in windows]
+    return None if not seen or any(v is None for v in seen) else sum(v for v in seen if v is not None)
+
+
 def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
     drafter = (raw.record.get("drafters") or {}).get(arm.name)
     status = raw.arms[arm.name].status
@@ -505,6 +513,8 @@ def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
         k_schedule=[tuple(r) for r in arm.k_schedule] if isinstance(arm.k_schedule, list) else None,
         k_schedule_source=arm.k_schedule_source,
         published=list(arm.published),
+        endpoint=redact_url(arm.endpoint) if arm.endpoint else None,
+        others_tokens=_others_tokens(raw.arms[arm.name].windows) if arm.endpoint else None,
         **get_adapter(raw.regime.engine.name).sampling_settings(arm),
         **status.model_dump(),
     )

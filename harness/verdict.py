@@ -523,4 +523,24 @@ def run_caveats(summary: Summary) -> list[Caveat]:
         found.append(caveat("noise_floor", pct=floor.identical_pct, compared=floor.compared))
     found += compiled_divergence(summary)
     found += published_caveats(summary)
+    found += endpoint_caveats(summary)
+    return found
+
+
+def endpoint_caveats(summary: Summary) -> list[Caveat]:
+    """What a run of existing servers (arms[].endpoint) is about, and what it could not see: its
+    rounds are windows on running servers, not start-ups; a server that generated tokens for others
+    during an arm's windows was not the arm's alone."""
+    arms = [arm for arm in summary.arms if arm.endpoint is not None]
+    if not arms:
+        return []
+    found = [caveat("endpoint_scope")]
+    found += [
+        caveat("endpoint_shared", arm.name, tokens=arm.others_tokens)
+        for arm in arms
+        if arm.others_tokens is not None and arm.others_tokens > 0
+    ]
+    unknown = [arm.name for arm in arms if arm.others_tokens is None and arm.status == "ok"]
+    if unknown:
+        found.append(caveat("endpoint_alone_unknown", arms=", ".join(unknown)))
     return found

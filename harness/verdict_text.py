@@ -80,6 +80,20 @@ CAVEAT_TEXT: dict[str, str] = {
         "noise floor: the baseline reproduced itself on {pct:.0f}% of {compared} prompts: an arm's "
         "divergences up to that share are numerics, not speculation"
     ),
+    "endpoint_scope": (
+        "existing servers: every arm is a server the harness did not start, so each round is one window "
+        "of each arm on the servers as they ran, not a fresh start-up; the intervals are about these "
+        "deployments over this run's time, and cannot see a restart's spread, the servers' machines "
+        "(hardware, target and engine are declared, not checked) or their prefix caches (not emptied)"
+    ),
+    "endpoint_shared": (
+        "{arm}: its server generated {tokens:,.0f} output tokens for other clients during its windows: "
+        "its timings and tau include another tenant's load"
+    ),
+    "endpoint_alone_unknown": (
+        "{arms}: whether each window was alone on its server is unknown (its metrics report no generated-"
+        "token counter)"
+    ),
     "published_outside": (
         "{arm} {where}: its {quantity}'s 95% interval [{low:.2f}, {high:.2f}] lies entirely {side} the "
         "published {published_low:g}-{published_high:g} ({source}): this run is not the publication's "

@@ -271,6 +271,7 @@ ENGINE_MODULES = frozenset(
     {
         "test_distill_engine.py",
         "test_end_to_end.py",
+        "test_endpoints.py",
         "test_engine_faults.py",
         "test_gate_engine.py",
         "test_production_engine.py",
@@ -284,7 +285,7 @@ ENGINE_MODULES = frozenset(
 STUDY_MODULES = frozenset(
     {"test_gate_engine.py", "test_slurm.py", "test_study_engine.py", "test_study_executors_engine.py"}
 )
-TWO_SERVERS = frozenset({"study", "test_end_to_end.py"})
+TWO_SERVERS = frozenset({"study", "test_end_to_end.py", "test_endpoints.py"})
 SECOND_LANE = frozenset({"test_distill_engine.py"})
 LONGEST_FIRST = (
     "study",  # 7 start-ups, two at a time (the timed-out point beside them)

@@ -183,10 +183,19 @@ def add_override_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--arms", metavar="NAME[,NAME...]", help="measure only these arms (the baseline always runs)"
     )
+    group.add_argument(
+        "--endpoint",
+        action="append",
+        default=[],
+        metavar="ARM=URL",
+        dest="endpoints",
+        help="measure an existing server for that arm (arms.ARM.endpoint): the harness never starts or "
+        "stops it; every arm must then be one (repeatable)",
+    )
 
 
 def overrides_from(args: argparse.Namespace) -> list[Override]:
     from harness.overrides import flag_overrides, parse_set
 
-    found = flag_overrides(args.num_prompts, args.concurrency, args.request_rate, args.arms)
+    found = flag_overrides(args.num_prompts, args.concurrency, args.request_rate, args.arms, args.endpoints)
     return found + [parse_set(text) for text in args.set_values]

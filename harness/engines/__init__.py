@@ -73,6 +73,9 @@ class EngineAdapter(Protocol):
     # Whether its server takes a per-start API key from a file (``launch_spec(key_file=...)``): the
     # harness sends it with every request, and readiness checks it (``harness.server``).
     keyed: bool
+    # The cumulative output-token counter on its metrics endpoint (every request's): an existing
+    # server's window is alone on it when this grows by the window's own tokens only.
+    generation_counter: str
     # Environment variables that fake acceptance (refused, set in the regime or inherited, unless
     # the regime allows lossy acceptance).
     fake_acceptance_env: tuple[str, ...]

@@ -153,6 +153,9 @@ class SglangAdapter:
     # 200 only once a real one-token generation went through (503 while starting).
     health_path = "/health_generate"
     metrics_path = "/metrics"
+    # output tokens the server generated, all requests together: an endpoint's window is alone on it
+    # when this grew by the window's own tokens only
+    generation_counter = "sglang:generation_tokens_total"
     reset_prefix_cache_path = "/flush_cache"  # empties the radix cache; refused while requests run
     acceptance_source = "per_request"
     env_prefixes = ("SGLANG_",)

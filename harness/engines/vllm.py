@@ -488,6 +488,9 @@ class VllmAdapter:
     name = "vllm"
     health_path = "/health"
     metrics_path = "/metrics"
+    # output tokens the server generated, all requests together: an endpoint's window is alone on it
+    # when this grew by the window's own tokens only
+    generation_counter = "vllm:generation_tokens_total"
     # Every measured window starts from a cold prefix cache: the same prompts are sent at each
     # concurrency level (and again for the noise floor), and a warm cache would shrink TTFT and
     # change the computation path of later windows. The route exists only in dev mode.

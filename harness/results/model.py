@@ -325,6 +325,12 @@ class ArmSummary(ArmStatus):
     # figures published for the arm (the regime's arms[i].published): what the views show beside the
     # measured value and the published_outside caveat reads; [] in summaries from before them
     published: list[PublishedFigure] = []
+    # an existing server the arm measured (arms[].endpoint, credentials redacted); None: one the
+    # harness started
+    endpoint: str | None = None
+    # an endpoint's windows: output tokens it generated for others while they ran, summed; None where
+    # its metrics have no generation counter (nobody can tell) or it is not an endpoint
+    others_tokens: float | None = None
 
 
 class ExactnessEntry(ResultModel):

@@ -211,6 +211,10 @@ class WindowRecord(ResultModel):
     counters_before: dict[str, Any] | None = None  # SpecCounters.to_json()
     counters_after: dict[str, Any] | None = None
     server_reported: dict[str, Any] | None = None  # the engine's own server-wide figure, labelled, never tau
+    # an existing server (arms[].endpoint): the output tokens it generated in the window beyond the
+    # window's own requests (another tenant's); None: a server the harness started, or one whose
+    # metrics have no such counter (then nobody can tell)
+    others_tokens: float | None = None
     power: WindowPower | None = None
     precision: WindowPrecision | None = None  # adaptive repeats only
     cpu: WindowCpu | None = None  # None: recorded before version 3, or no /proc on this machine
