@@ -7,18 +7,19 @@ which samples and which statistic is the metric registry's (``harness.metrics``)
 The server start-up is the unit of evidence. A floor or ceiling fails when its interval lies
 entirely beyond it (``_limit_interval``): a window metric's start-up means get a t interval on their
 logs (n - 1 df: the percentile bootstrap it replaced false-failed 23.6% / 11.8% / 7.4% at 2 / 3 / 5
-start-ups with the true mean on the floor, nominal 2.5%); a request metric (TTFT, TPOT percentiles)
-resamples whole start-ups, pooling their requests (``stats.cluster_bootstrap_interval``), never its
-requests across start-ups as if independent; below 2 start-ups a point beyond is "inconclusive",
-unless a machine calibration gives tok/s its one-start-up spread. Prompt metrics resample their
-prompts, and tau of one start-up its repeats (an engine count). A speedup's floor or ceiling reads
-the cell's one estimate instead (``harness.intervals``: the arms x rounds model's point, and its t
-interval at the gate's confidence), the number every view shows for the cell.
+start-ups with the true mean on the floor, nominal 2.5%); a request metric (TTFT, TPOT, E2E
+percentiles), and a chunk metric (ITL) alike, resamples whole start-ups, pooling their requests'
+samples (``stats.cluster_bootstrap_interval``), never its requests across start-ups as if
+independent; below 2 start-ups a point beyond is "inconclusive", unless a machine calibration
+gives tok/s its one-start-up spread. Prompt metrics resample their prompts, and tau of one
+start-up its repeats (an engine count). A speedup's floor or ceiling reads the cell's one estimate
+instead (``harness.intervals``: the arms x rounds model's point, and its t interval at the gate's
+confidence), the number every view shows for the cell.
 
 A relative gate (``max_regression_pct``, against a baseline run) compares START-UP-level samples:
 one value per server start-up of the cell (a window metric's mean over that start-up's repeats, a
-request metric's percentile over that start-up's requests); prompt-level metrics stay one value per
-prompt. Two runs are two nights, and a night's shared effect (the machine's hour, its image) is in
+request or chunk metric's statistic over that start-up's samples); prompt-level metrics stay one
+value per prompt. Two runs are two nights, and a night's shared effect (the machine's hour, its image) is in
 every start-up of it: the change between the runs' means of their start-ups (log scale) gets a
 t interval whose variance holds each run's night term (from the history's earlier nights, or a
 calibration; 0 for an engine count) beside the start-ups' spread within a run, Welch-Satterthwaite
@@ -58,12 +59,12 @@ from harness.history_analysis.reference import (
     judge_series,
 )
 from harness.intervals import Estimate, stored_estimate
-from harness.metrics import METRICS, PROMPT_STATUS
+from harness.metrics import METRICS, PROMPT_STATUS, Metric
 from harness.regime import Gate, Gates, LoadLevel, Regime
 from harness.results.calibration import Calibration
 from harness.results.files import read_json
 from harness.results.raw import read_raw
-from harness.results.records import ResultModel
+from harness.results.records import RequestRecord, ResultModel
 from harness.summary import summarize
 
 Verdict = str  # "pass" | "fail" | "inconclusive" | "skipped" | "error"
@@ -164,13 +165,12 @@ class RunView:
         records = [
             r for r in self.raw.arms[arm].samples if r.ok and (r.workload, r.level) == (workload, level)
         ]
-        values = [getattr(r, metric.sample_field) for r in records]
-        return [v * metric.scale for v in values if v is not None]
+        return [v for r in records for v in _record_samples(metric, r)]
 
     def startup_samples(self, arm: str, workload: str, level: LoadLevel, name: str) -> list[float]:
         """A relative gate's samples: one value per server start-up of the cell (a window metric's
-        mean over the start-up's repeats; a request metric's statistic over the start-up's
-        requests), or one per prompt for a prompt-level metric."""
+        mean over the start-up's repeats; a request or chunk metric's statistic over the start-up's
+        samples), or one per prompt for a prompt-level metric."""
         cell = self.summary.cell(arm, workload, level)
         if cell is None:
             return []
@@ -183,15 +183,14 @@ class RunView:
         return [_statistic(name)(v) for v in self.startup_requests(arm, workload, level, name)]
 
     def startup_requests(self, arm: str, workload: str, level: LoadLevel, name: str) -> list[list[float]]:
-        """A request metric's values per server start-up of the cell (oldest first): the clusters a
-        request-metric gate resamples (requests of one start-up share what it gave)."""
+        """A request or chunk metric's values per server start-up of the cell (oldest first): the
+        clusters its gate resamples (requests of one start-up share what it gave)."""
         metric = METRICS[name]
         per_start: dict[int, list[float]] = {}
         repeats = self.regime.load.max_repeats()
         for r in self.raw.arms[arm].samples:
-            value = getattr(r, metric.sample_field)  # type: ignore[arg-type]
-            if r.ok and (r.workload, r.level) == (workload, level) and value is not None:
-                per_start.setdefault(r.repeat // repeats, []).append(value * metric.scale)
+            if r.ok and (r.workload, r.level) == (workload, level) and (values := _record_samples(metric, r)):
+                per_start.setdefault(r.repeat // repeats, []).extend(values)
         return [v for _, v in sorted(per_start.items())]
 
     def startups(self, arm: str, workload: str, level: LoadLevel) -> int:
@@ -201,6 +200,18 @@ class RunView:
 
 def _statistic(name: str) -> stats.Statistic:
     return stats.STATISTICS[METRICS[name].statistic]
+
+
+# sources whose samples a request record carries: one per request, or one per streamed chunk
+PER_RECORD = ("request", "chunk")
+
+
+def _record_samples(metric: Metric, record: RequestRecord) -> list[float]:
+    """A request or chunk metric's samples in one record, in the metric's unit: the request's value
+    (none where undefined), or one per streamed chunk after the first."""
+    value = getattr(record, metric.sample_field)  # type: ignore[arg-type]
+    values = value if metric.samples == "chunk" else [] if value is None else [value]
+    return [v * metric.scale for v in values]
 
 
 def _cell_name(workload: str, level: LoadLevel) -> str:
@@ -275,7 +286,7 @@ def _limit_interval(
         return found, found.point, basis
     positive = min(values) > 0
     level = f"{100 * gates.confidence:g}% interval"
-    if startups >= 2 and metric.samples == "request" and clusters and len(clusters) >= 2:
+    if startups >= 2 and metric.samples in PER_RECORD and clusters and len(clusters) >= 2:
         found = stats.cluster_bootstrap_interval(
             clusters, statistic, gates.bootstrap_resamples, gates.confidence
         )
@@ -300,7 +311,7 @@ def _limit_interval(
             f"{level} {found.low:.4g}..{found.high:.4g}, one start-up, spread from the calibration",
         )
     why = " or calibrate this machine" if metric.name == "output_tok_s" else ""
-    if metric.samples == "request":
+    if metric.samples in PER_RECORD:
         why += "; its requests share that server's start-up, so resampling them cannot"
     return None, point, ONE_STARTUP_LIMIT.format(why)
 
@@ -848,8 +859,8 @@ def _limit_check(
     bounds: tuple[float | None, float | None],
 ) -> Check:  # fmt: skip
     """A floor and/or ceiling (``_absolute``) on the samples its metric is judged on: a window
-    metric's start-up means (its repeats with one start-up), a request metric's requests with
-    their start-ups, a prompt metric's prompts."""
+    metric's start-up means (its repeats with one start-up), a request or chunk metric's samples
+    with their start-ups, a prompt metric's prompts."""
     workload, level = cell
     startups = view.startups(arm, workload, level)
     kind = METRICS[metric].samples
@@ -857,7 +868,7 @@ def _limit_check(
         values = view.startup_samples(arm, workload, level, metric)
     else:
         values = view.samples(arm, workload, level, metric)
-    clusters = view.startup_requests(arm, workload, level, metric) if kind == "request" else None
+    clusters = view.startup_requests(arm, workload, level, metric) if kind in PER_RECORD else None
     spread = _calibrated_spread(view.raw.calibration, metric)
     return _absolute(check, values, view.regime.gates, *bounds, startups, clusters=clusters, spread=spread)
 

@@ -7,6 +7,9 @@ reports, and where its samples come from when a gate needs more than one number:
 - ``repeat``: one value per repeat of the window (``CellMetrics.per_repeat``), statistic = mean;
 - ``request``: one value per successful request (``RequestRecord.<sample_field>``, in seconds,
   shown in ms), statistic = the percentile itself, pooled over repeats;
+- ``chunk``: one value per streamed chunk after a successful request's first (``RequestRecord.
+  <sample_field>``, a list per request: ITL), statistic = the mean or a percentile, pooled over the
+  cell's requests and repeats (vLLM's pooling); gated as a request metric is, its start-ups the unit;
 - ``prompt``: one 0/100 value per prompt compared with the baseline, statistic = mean.
 
 The gates, the terminal table (``harness.table``), the report's tables and highlighting
@@ -26,8 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Statistic = Literal["mean", "p50", "p90"]
-SampleSource = Literal["repeat", "request", "prompt"]
+Statistic = Literal["mean", "p50", "p90", "p99"]
+SampleSource = Literal["repeat", "request", "chunk", "prompt"]
 # when a view shows a metric's column: always, or only where the run measured what it needs
 Shown = Literal["always", "slo", "power", "copy", "open_loop", "turns", "never"]
 
@@ -41,7 +44,8 @@ class Metric:
     statistic: Statistic
     samples: SampleSource
     description: str
-    sample_field: str | None = None  # per-request metrics: the RequestRecord field, in seconds
+    # request and chunk metrics: the RequestRecord field, in seconds (a chunk metric's: a list per request)
+    sample_field: str | None = None
     scale: float = 1.0  # sample value -> metric unit (s -> ms)
     gated: bool = True  # may appear in a regime's gates
     highlighted: bool = True  # the report marks the best arm's value per table
@@ -152,6 +156,19 @@ _ALL = (
         scale=1000.0,
         fmt=".0f",
     ),
+    # the tails and ITL are the report's and the export's: the terminal's table must fit 80 columns
+    Metric(
+        name="ttft_ms_p99",
+        label="TTFT p99",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p99",
+        samples="request",
+        description="99th percentile time to first token (open loop: from when the request was due)",
+        sample_field="scheduled_ttft_s",
+        scale=1000.0,
+        fmt=".0f",
+    ),
     Metric(
         name="tpot_ms_p50",
         label="TPOT p50",
@@ -177,6 +194,95 @@ _ALL = (
         scale=1000.0,
         fmt=".1f",
         terminal=True,
+    ),
+    Metric(
+        name="tpot_ms_p99",
+        label="TPOT p99",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p99",
+        samples="request",
+        description="99th percentile time per output token after the first",
+        sample_field="tpot_s",
+        scale=1000.0,
+        fmt=".1f",
+    ),
+    # vLLM's ITL: per streamed chunk, which carries ~tau tokens under speculation (never TPOT)
+    Metric(
+        name="itl_ms_mean",
+        label="ITL mean",
+        unit="ms",
+        higher_is_better=False,
+        statistic="mean",
+        samples="chunk",
+        description="mean inter-token latency (vLLM's ITL): the gap between successive streamed chunks after "
+        "a request's first, pooled over the cell's chunks; one chunk carries ~tau tokens, so it is not TPOT",
+        sample_field="itl_s",
+        scale=1000.0,
+        fmt=".1f",
+    ),
+    Metric(
+        name="itl_ms_p50",
+        label="ITL p50",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p50",
+        samples="chunk",
+        description="median inter-token latency (vLLM's ITL): gap between successive streamed chunks, "
+        "pooled over the cell's chunks",
+        sample_field="itl_s",
+        scale=1000.0,
+        fmt=".1f",
+    ),
+    Metric(
+        name="itl_ms_p99",
+        label="ITL p99",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p99",
+        samples="chunk",
+        description="99th percentile inter-token latency (vLLM's ITL): gap between successive streamed "
+        "chunks, pooled over the cell's chunks",
+        sample_field="itl_s",
+        scale=1000.0,
+        fmt=".1f",
+    ),
+    Metric(
+        name="e2e_ms_p50",
+        label="E2E p50",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p50",
+        samples="request",
+        description="median end-to-end latency, send to the end of the stream (vLLM's E2EL; open loop: from "
+        "when the request was due)",
+        sample_field="scheduled_e2e_s",
+        scale=1000.0,
+        fmt=".0f",
+    ),
+    Metric(
+        name="e2e_ms_p90",
+        label="E2E p90",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p90",
+        samples="request",
+        description="90th percentile end-to-end latency (open loop: from when the request was due)",
+        sample_field="scheduled_e2e_s",
+        scale=1000.0,
+        fmt=".0f",
+    ),
+    Metric(
+        name="e2e_ms_p99",
+        label="E2E p99",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p99",
+        samples="request",
+        description="99th percentile end-to-end latency (open loop: from when the request was due)",
+        sample_field="scheduled_e2e_s",
+        scale=1000.0,
+        fmt=".0f",
     ),
     Metric(
         name="usd_per_mtok",
@@ -386,6 +492,20 @@ _ALL = (
         statistic="p90",
         samples="request",
         description="open loop: 90th percentile time to first token from the send (the slot's wait left out)",
+        sample_field="ttft_s",
+        scale=1000.0,
+        fmt=".0f",
+        shown="open_loop",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="ttft_ms_p99_sent",
+        label="TTFT p99 sent",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p99",
+        samples="request",
+        description="open loop: 99th percentile time to first token from the send (the slot's wait left out)",
         sample_field="ttft_s",
         scale=1000.0,
         fmt=".0f",
@@ -637,7 +757,7 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
         ("t_send_s", "s", "when the request was sent, from the window's start"),
         ("ttft_ms", "ms", "time to first token: first token time - send time"),
         ("tpot_ms", "ms", "time per output token: (E2E - TTFT) / (output tokens - 1)"),
-        ("e2e_ms", "ms", "send to last token"),
+        ("e2e_ms", "ms", "end-to-end latency: send to the end of the stream"),
         ("within_slo", "", "the request met every SLO target (empty: the regime sets none)"),
     )
 }

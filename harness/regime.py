@@ -864,7 +864,8 @@ class Gate(StrictModel):
     arm: str = Field(description="Arm name, or '*' for every speculative arm.")
     metric: GateMetric = Field(
         description="A gated metric of harness.metrics: tau, tokens_per_forward, speedup, output_tok_s, "
-        "usd_per_mtok, ttft/tpot_ms_p50/p90, slo_pct, goodput_rps, identical_pct or diverged_pct."
+        "usd_per_mtok, ttft/tpot/e2e_ms_p50/p90/p99, itl_ms_mean/p50/p99, slo_pct, goodput_rps, "
+        "identical_pct or diverged_pct."
     )
     workload: str | None = Field(default=None, description="Only this workload (default: every workload).")
     concurrency: int | None = Field(

@@ -9,7 +9,7 @@
   deciding design (``harness.intervals.design_level``);
 - t intervals of a relative change between two samples, on the log ratio or the difference
   (``log_ratio_interval``, ``difference_interval``): the relative gates;
-- a percentile bootstrap of one statistic (mean, median or p90), seeded so the same samples give
+- a percentile bootstrap of one statistic (mean, median, p90 or p99), seeded so the same samples give
   the same verdict (``bootstrap``, the one resampling loop): an absolute gate's interval, and the
   precision of adaptive repeats;
 - the Mann-Whitney U test (exact for small samples without ties, normal approximation with tie
@@ -51,8 +51,12 @@ def p90(values: Sequence[float]) -> float:
     return quantile(values, 0.9)
 
 
+def p99(values: Sequence[float]) -> float:
+    return quantile(values, 0.99)
+
+
 # The statistic a metric reports (``harness.metrics.Metric.statistic``) as a function.
-STATISTICS: dict[str, Statistic] = {"mean": mean, "p50": median, "p90": p90}
+STATISTICS: dict[str, Statistic] = {"mean": mean, "p50": median, "p90": p90, "p99": p99}
 
 
 @dataclass(frozen=True)

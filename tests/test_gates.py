@@ -10,6 +10,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness import stats
@@ -238,6 +239,51 @@ def test_relative_gate_compares_startups(tmp_path: Path) -> None:
     assert (tok_s.low, tok_s.high) == pytest.approx((0.1089, 0.2692), abs=1e-4)
     assert tok_s.message.startswith("regression: ") and "n=3/3 start-ups" in tok_s.message
     assert "night term from this machine's calibration" in tok_s.message
+
+
+def test_a_chunk_metric_is_gated_on_every_chunk_gap_with_its_startups_as_the_unit(tmp_path: Path) -> None:
+    """ITL (one sample per streamed chunk after a request's first): its samples are every chunk gap
+    of the cell's requests, its clusters one per start-up (start-up s's chunks spread 1 + s/10 times
+    as far), its value the cell's (one answer), its interval the start-ups resampled whole."""
+    rules = {
+        "rules": [
+            {"arm": "ngram_k4", "metric": "itl_ms_p99", "workload": "code_humaneval", "max": 1.0},
+            {"arm": "ngram_k4", "metric": "itl_ms_mean", "workload": "code_humaneval", "max": 1e6},
+        ]
+    }
+    run = _startups(_copy(tmp_path, "itl", rules), [1.0, 1.0, 1.0])
+    path = run / "arms" / "ngram_k4" / "samples.jsonl"
+    lines = read_jsonl(path)
+    for line in lines:
+        first, stretch = line["chunks"][0][0], 1 + line["repeat"] / 10
+        line["chunks"] = [[first + (t - first) * stretch, n, text] for t, n, text in line["chunks"]]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    view = RunView(run)
+    cell = next(c for c in view.summary.cells if (c.arm, c.workload) == ("ngram_k4", "code_humaneval"))
+    where = ("ngram_k4", "code_humaneval", cell.level)
+    ok = [line for line in lines if line["error"] is None and line["workload"] == "code_humaneval"]
+    ok = [line for line in ok if line["concurrency"] == cell.concurrency]
+    per_startup = [
+        np.concatenate([np.diff([c[0] for c in line["chunks"]]) for line in ok if line["repeat"] == s]) * 1000
+        for s in range(3)
+    ]
+    assert [len(c) for c in view.startup_requests(*where, "itl_ms_p99")] == [len(g) for g in per_startup]
+    assert np.concatenate(view.startup_requests(*where, "itl_ms_p99")) == pytest.approx(
+        np.concatenate(per_startup)
+    )
+    assert view.startup_samples(*where, "itl_ms_p99") == pytest.approx(
+        [np.percentile(g, 99) for g in per_startup]
+    )
+    assert view.startup_samples(*where, "itl_ms_mean") == pytest.approx([np.mean(g) for g in per_startup])
+
+    checks = [c for c in evaluate(view) if c.concurrency == cell.concurrency]
+    p99, mean = (next(c for c in checks if c.metric == name) for name in ("itl_ms_p99", "itl_ms_mean"))
+    assert p99.value == pytest.approx(cell.itl_ms_p99)  # the cell's number, pooled over start-ups
+    assert cell.itl_ms_p99 == pytest.approx(np.percentile(np.concatenate(per_startup), 99))
+    assert mean.value == pytest.approx(cell.itl_ms_mean)
+    assert p99.verdict == "fail" and mean.verdict == "pass"
+    assert p99.low < p99.value < p99.high and "3 start-ups resampled" in p99.message
 
 
 def test_a_calibration_stands_in_for_the_startup_spread_of_tok_s(tmp_path: Path) -> None:

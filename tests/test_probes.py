@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from harness.probes.acceptance import SpecCounters, acceptance
 from harness.probes.cost import usd_per_mtok
-from harness.probes.latency import tpot_s, ttft_s
+from harness.probes.latency import itl_s, tpot_s, ttft_s
 from harness.probes.throughput import output_tokens_per_s, speedup
 from harness.regime import Arm
 from harness.results import CellMetrics, ExactnessShares, RepeatMetrics, RequestRecord, WindowRecord
@@ -126,6 +127,46 @@ def test_repeats_pool_into_one_cell_and_stay_apart_per_repeat() -> None:
     assert metrics.tau == pytest.approx(1 + 12 / 8)  # pooled counters
     assert [r.tau for r in metrics.per_repeat] == pytest.approx([3.0, 2.0])
     assert [r.output_tok_s for r in metrics.per_repeat] == pytest.approx([10.5, 10.25])
+
+
+def _streamed(t_send: float, chunks: list[tuple[float, int]], error: str | None = None) -> RequestRecord:
+    """A request whose stream is ``chunks`` (time, tokens), done at the last chunk + 5 ms."""
+    record = _record(t_send, chunks[0][0], chunks[-1][0] + 0.005, sum(n for _, n in chunks), error)
+    record.chunks = [(t, n, "x" * n) for t, n in chunks]
+    return record
+
+
+def test_itl_is_per_chunk_pooled_over_requests_and_never_tpot() -> None:
+    """vLLM's ITL: one gap per streamed chunk after a request's first, however many tokens the chunk
+    carries, pooled over the cell's requests (an errored one left out); TPOT stays per token and
+    per request. Every p99 and ITL statistic against numpy's (vLLM's own np.mean / np.median /
+    np.percentile), never hand arithmetic."""
+    rng = np.random.default_rng(62)
+    kept = []
+    for index in range(7):
+        times = 0.2 + index + np.cumsum(rng.uniform(0.01, 0.09, size=12 + index))  # 12..18 chunks
+        tokens = rng.integers(1, 6, size=len(times))  # 1..5 tokens a chunk
+        kept.append(_streamed(float(index), [(float(t), int(n)) for t, n in zip(times, tokens, strict=True)]))
+    errored = _streamed(9.0, [(9.1, 1), (9.9, 3)], error="timeout")
+    window = _window(0, 30.0, SpecCounters())
+    metrics = cell_metrics(ARM, None, [window], [*kept, errored], 0.36, None, engine="vllm")
+
+    gaps = np.concatenate([np.diff([t for t, _, _ in r.chunks]) for r in kept]) * 1000
+    assert len(gaps) == sum(len(r.chunks) - 1 for r in kept)  # one per chunk after the first
+    assert metrics.itl_ms_mean == pytest.approx(np.mean(gaps))
+    assert metrics.itl_ms_p50 == pytest.approx(np.median(gaps))
+    assert metrics.itl_ms_p99 == pytest.approx(np.percentile(gaps, 99))
+    tpots = [(r.t_done - r.t_first_token) / (r.output_tokens - 1) * 1000 for r in kept]
+    ttfts = [(r.t_first_token - r.t_send) * 1000 for r in kept]
+    e2es = [(r.t_done - r.t_send) * 1000 for r in kept]
+    for name, values in (("tpot", tpots), ("ttft", ttfts), ("e2e", e2es)):
+        assert getattr(metrics, f"{name}_ms_p99") == pytest.approx(np.percentile(values, 99)), name
+    assert metrics.e2e_ms_p50 == pytest.approx(np.median(e2es))
+    assert metrics.e2e_ms_p90 == pytest.approx(np.percentile(e2es, 90))
+    # a chunk carries ~3 tokens here: ITL is a step, about 3 TPOTs, never the per-token figure
+    assert metrics.itl_ms_mean > 2 * metrics.tpot_ms_p50
+    assert itl_s([1.0]) == [] and itl_s([]) == []
+    assert kept[0].itl_s == pytest.approx(np.diff([t for t, _, _ in kept[0].chunks]))
 
 
 def _cell(arm: str, workload: str, concurrency: int, tok_s: float, **fields: object) -> CellMetrics:

@@ -75,10 +75,20 @@ class CellMetrics(ResultModel):
     output_tokens: int
     duration_s: float
     output_tok_s: float | None
+    # the p99s, vLLM's ITL (per streamed chunk, not per token: probes.latency) and E2E are None in
+    # a summary.json written before them (the views derive the summary again from the raw files)
     ttft_ms_p50: float | None
     ttft_ms_p90: float | None
+    ttft_ms_p99: float | None = None
     tpot_ms_p50: float | None
     tpot_ms_p90: float | None
+    tpot_ms_p99: float | None = None
+    itl_ms_mean: float | None = None
+    itl_ms_p50: float | None = None
+    itl_ms_p99: float | None = None
+    e2e_ms_p50: float | None = None
+    e2e_ms_p90: float | None = None
+    e2e_ms_p99: float | None = None
     acceptance_source: str
     server_reported: dict[str, Any] | None  # the engine's own server-wide figure, labelled, never tau
     tau: float | None  # None for the baseline and where nothing was drafted
@@ -188,10 +198,11 @@ class CellMetrics(ResultModel):
     achieved_rate_rps: float | None = None
     schedule_lag_ms_p90: float | None = None
     queueing_ms_p50: float | None = None
-    # open loop: TTFT from the send (ttft_ms_p50/p90 count from the due time, queueing inside:
+    # open loop: TTFT from the send (ttft_ms_p50/p90/p99 count from the due time, queueing inside:
     # probes.latency); None for closed loop, where the two are the same
     ttft_ms_p50_sent: float | None = None
     ttft_ms_p90_sent: float | None = None
+    ttft_ms_p99_sent: float | None = None
     behind_schedule: bool = False
 
     @property

@@ -2,7 +2,7 @@
 
 - ``RequestRecord``: one line of ``samples.jsonl`` / ``noise_floor.jsonl`` / ``warmup.jsonl`` /
   ``distribution.jsonl``: what the client observed about one request, filled in while it streams,
-  with its TTFT, TPOT and E2E computed from it (one formula each, ``probes.latency``);
+  with its TTFT, TPOT, E2E and ITL computed from it (one formula each, ``probes.latency``);
 - ``WindowRecord``: one line of ``windows.jsonl`` (one measured window: its duration, the counter
   scrapes around it, its power samples), built by the runner and read back by the summary;
 - ``ArmStatus``: an arm's ``status.json``.
@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, TypeAdapter, with_config
 
 from harness.probes.acceptance import SpecCounters
-from harness.probes.latency import from_due_s, tpot_s, ttft_s
+from harness.probes.latency import e2e_s, from_due_s, itl_s, tpot_s, ttft_s
 from harness.probes.schedule import queueing_s
 from harness.regime import LoadLevel, RampStage
 
@@ -94,7 +94,14 @@ class RequestRecord:
 
     @property
     def e2e_s(self) -> float | None:
-        return None if self.t_done is None else self.t_done - self.t_send
+        """End of the stream - send (``probes.latency.e2e_s``)."""
+        return e2e_s(self.t_send, self.t_done)
+
+    @property
+    def itl_s(self) -> list[float]:
+        """vLLM's ITL: the gap before each streamed chunk after the first (``probes.latency.itl_s``);
+        one per chunk, not per token."""
+        return itl_s([t for t, _, _ in self.chunks])
 
     @property
     def queueing_s(self) -> float | None:
