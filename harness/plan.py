@@ -46,7 +46,7 @@ from harness.sensors.devices import server_env
 from harness.sensors.engine_facts import installed_facts
 from harness.sensors.environment import collect_environment
 from harness.server import SOCKET_DIR_PREFIX
-from harness.validation import check_environment, cuda_check, lossy_settings, server_gpus
+from harness.validation import check_environment, cuda_check, lossy_settings, no_gpu_here, server_gpus
 from harness.workloads import ChatTemplate, LoadedWorkload, load_workload
 
 
@@ -646,7 +646,12 @@ def _machine_checks(
             "measure them anyway; they are flagged in the results):\n  " + "\n  ".join(preflight.lossy)
         )
     why = "this machine does not match the regime"
-    _refuse_unless_allowed(plan, preflight.mismatches, why, "regime mismatch", console, allow_mismatch)
+    no_gpu = no_gpu_here(plan.regime, environment)  # --allow-mismatch cannot help: say where to run it
+    checks = f" (`bench validate {plan.regime_path}` checks the file on any machine)."
+    next_step = no_gpu + checks if no_gpu else None
+    _refuse_unless_allowed(
+        plan, preflight.mismatches, why, "regime mismatch", console, allow_mismatch, next_step
+    )
     return version, environment, preflight
 
 
@@ -677,15 +682,22 @@ def _engine_version(plan: Plan) -> str:
 
 
 def _refuse_unless_allowed(
-    plan: Plan, found: list[str], why: str, label: str, console: Console, allow_mismatch: bool
+    plan: Plan,
+    found: list[str],
+    why: str,
+    label: str,
+    console: Console,
+    allow_mismatch: bool,
+    next_step: str | None = None,
 ) -> None:
     """Mismatches stop the run before anything starts, unless allowed: then each is printed
-    (and recorded with the run)."""
+    (and recorded with the run). The refusal ends with ``next_step``, by default --allow-mismatch."""
     if found and not allow_mismatch:
         raise UserError(
             f"{plan.regime_path}: {why}; nothing was started:\n  "
             + "\n  ".join(found)
-            + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
+            + "\n"
+            + (next_step or "Pass --allow-mismatch to run anyway (every mismatch is recorded).")
         )
     for item in found:
         console.print(f"[yellow]{label} (allowed):[/] {escape(item)}", soft_wrap=True)

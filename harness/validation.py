@@ -233,6 +233,28 @@ def check_environment(regime: Regime, environment: dict[str, Any]) -> list[Misma
     return found + _hub_token_mismatches(regime, environment)
 
 
+def no_gpu_here(regime: Regime, environment: dict[str, Any]) -> str | None:
+    """For a GPU regime where no GPU is visible: that its servers cannot run here and where to run
+    them. ``--allow-mismatch`` helps past a GPU of another model, a CPU without a feature or another
+    engine release; past a missing GPU it would only start servers that cannot run (the flag still
+    lets them start), so a refusal says this instead of suggesting it. None for a CPU regime, an
+    endpoint regime (its servers are elsewhere) or where a GPU is visible."""
+    hardware = regime.hardware
+    if hardware.kind != "gpu" or environment.get("gpus") or regime.endpoints():
+        return None
+    probe = environment.get("gpu_probe") or "not probed"
+    why = "NVML lists none" if probe == "nvml" else probe
+    visible = (environment.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        why += f"; CUDA_VISIBLE_DEVICES={visible}"
+    if probe == "nvidia-ml-py not installed":
+        why += "; the vllm and sglang extras install it"
+    return (
+        f"No GPU is visible here ({why}), and a GPU regime's servers cannot run without one: run it on a "
+        f"machine with {hardware.gpu_count} x {hardware.gpu_model}"
+    )
+
+
 def check_served(regime: Regime, served: dict[str, Any], arm: Arm | None = None) -> list[Mismatch]:
     """After start-up: what the server says it runs (version, max length, dtype, quantization,
     and for ``arm`` its speculative method and K). Fields the engine did not report are skipped."""

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from harness.cli import main
+
 ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted(p.name for p in (ROOT / "regimes").glob("*.yaml"))
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:
@@ -47,6 +53,51 @@ def test_error_with_brackets_is_printed_verbatim(tmp_path: Path) -> None:
         out.returncode == 2
         and "arms[1].num_speculative_tokens: Input should be greater than 0 (got -1)" in out.stdout
     )
+
+
+def test_a_mistyped_command_is_answered_with_the_one_meant() -> None:
+    out = bench("valdate", "x")
+    said = out.stdout + out.stderr
+    assert out.returncode == 2 and said.strip() == "error: no command 'valdate'; did you mean 'validate'?"
+    assert "Traceback" not in said and "invalid choice" not in said
+    out = bench("frobnicate")  # nothing close: every command
+    assert out.returncode == 2 and "error: no command 'frobnicate'; the commands: run, " in out.stdout
+    assert "validate, show" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def fresh_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What a fresh clone has of regimes/ and workloads/: no results/ (so no study, no policy)."""
+    root = tmp_path_factory.mktemp("fresh")
+    for folder in ("regimes", "workloads"):
+        shutil.copytree(ROOT / folder, root / folder)
+    return root
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_regime_validates_on_a_fresh_clone(
+    name: str,
+    fresh_clone: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """`bench validate` from a fresh clone, its caches empty: every shipped regime exits 0. The two
+    that verify cpu_policy.yaml's policy say which run writes it (`bench run` refuses until then:
+    tests/test_policy.py)."""
+    monkeypatch.chdir(fresh_clone)
+    for variable in ("HOME", "XDG_CACHE_HOME", "BENCH_CACHE_DIR"):
+        monkeypatch.setenv(variable, str(tmp_path / variable.lower()))
+    monkeypatch.setattr("harness.cli.signal.signal", lambda *args: None)  # pytest keeps its own handlers
+    code = main(["validate", f"regimes/{name}"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert code == 0 and f"regimes/{name}: valid" in said, said
+    if name.startswith("cpu_policy_verify"):
+        assert (
+            "k_schedule: from results/cpu_policy/study-<id>/policy.json: not there yet: `bench run "
+            "regimes/cpu_policy.yaml` creates it; bench run refuses until then"
+        ) in said
+    assert not (fresh_clone / "results").exists()  # validating wrote nothing
 
 
 def test_show_on_a_non_run_dir(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 import yaml
 
 from harness.errors import UserError
-from harness.regime import load_regime, schedule_problems
+from harness.regime import KScheduleSource, load_regime, schedule_problems
 from harness.results.files import write_json_atomic
 from harness.study_analysis.analysis import crossing
 from harness.study_analysis.policy import MIX, TOP_BATCH_SIZE, document, mixed, policies
@@ -185,6 +187,70 @@ def test_k_schedule_from_a_study_resolves_to_its_schedule(tmp_path: Path) -> Non
         path = _regime(tmp_path, {**arm, "k_schedule": bad})
         with pytest.raises(UserError, match=said):
             resolve_schedules(load_regime(path), path)
+
+
+def test_a_policy_a_study_beside_the_regime_will_write_is_pending_to_validate_and_refused_to_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cpu_policy_verify.yaml's case (issue 62): its `from:` names the results folder of the study
+    regime beside it, empty on a fresh clone. `bench validate` leaves the arm unresolved and says
+    which run writes the policy; `bench run` refuses, saying to run that study first; once the study
+    has written it, both resolve it."""
+    monkeypatch.chdir(tmp_path)  # `bench run` from here writes results/ here
+    shutil.copy(ROOT / "regimes" / "cpu_policy.yaml", tmp_path / "cpu_policy.yaml")  # name: cpu_policy
+    arm = {"name": "policy", "method": "ngram", "num_speculative_tokens": 4}
+    path = Path(_regime(tmp_path, {**arm, "k_schedule": {"from": "results/cpu_policy"}}).name)
+    pending: list[str] = []
+    regime = resolve_schedules(load_regime(path), path, pending)
+    assert isinstance(regime.arms[1].k_schedule, KScheduleSource)
+    assert pending == [
+        "arms[1].k_schedule: from results/cpu_policy/study-<id>/policy.json: not there yet: "
+        "`bench run cpu_policy.yaml` creates it; bench run refuses until then"
+    ]
+    refusal = (
+        "policy_arm.yaml: arms[1].k_schedule: no results/cpu_policy/study-<id>/policy.json yet: run "
+        "`bench run cpu_policy.yaml` first (the study writes it when it ends)"
+    )
+    with pytest.raises(UserError, match=re.escape(refusal)):
+        resolve_schedules(load_regime(path), path)
+    # from elsewhere, the study's default results folder is elsewhere too: the flag that puts it there
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    with pytest.raises(UserError, match=re.escape(f"--results-dir {tmp_path / 'results'}` first")):
+        resolve_schedules(load_regime(tmp_path / path), tmp_path / path)
+    monkeypatch.chdir(tmp_path)
+    # a folder no study regime here writes is refused as before, to validate too
+    nowhere = _regime(tmp_path, {**arm, "k_schedule": {"from": "results/nowhere"}})
+    with pytest.raises(UserError, match="no policy here"):
+        resolve_schedules(load_regime(nowhere), nowhere, [])
+    study = _policy_dir(tmp_path)  # the study ran: its policy is read, by validate and run alike
+    path = _regime(tmp_path, {**arm, "k_schedule": {"from": "results/cpu_policy"}})
+    for given in ([], None):
+        resolved = resolve_schedules(load_regime(path), path, given)
+        assert resolved.arms[1].k_schedule == [(1, 2, 4), (3, 11, 2), (12, TOP_BATCH_SIZE, 0)]
+        assert resolved.arms[1].k_schedule_source == f"{study / POLICY_JSON}: p0/ngram/code" and not given
+
+
+def test_the_shipped_verify_regimes_say_which_run_writes_their_policy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`bench run` of a verify regime before cpu_policy.yaml's study has run: refused, exit 2, naming
+    that run, nothing started or written (`bench validate` of it: tests/test_cli.py)."""
+    from harness.cli import main
+
+    for folder in ("regimes", "workloads"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("harness.cli.signal.signal", lambda *args: None)  # pytest keeps its own handlers
+    for name, index in (("cpu_policy_verify", 4), ("cpu_policy_verify_k0", 1)):
+        code = main(["run", f"regimes/{name}.yaml"])
+        said = " ".join(capsys.readouterr().out.split())
+        assert code == 2 and said == (
+            f"error: regimes/{name}.yaml: arms[{index}].k_schedule: no "
+            "results/cpu_policy/study-<id>/policy.json yet: run `bench run regimes/cpu_policy.yaml` first "
+            "(the study writes it when it ends)"
+        )
+    assert not (tmp_path / "results").exists()
 
 
 # each shipped regime's fingerprint as the harness computed it before arms had k_schedule and regimes

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli import main
+from harness.engines.vllm import VllmAdapter
 from harness.regime import load_regime
 from harness.sensors.environment import collect_env_vars
 from harness.validation import check_environment, check_served, lossy_settings
@@ -118,17 +120,70 @@ def test_secrets_are_never_recorded() -> None:
     }
 
 
-def test_gpu_regime_here_stops_before_launching(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", "regimes/h200_tp8.yaml", "--results-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert "does not match the regime; nothing was started" in out.stdout and "hardware.kind" in out.stdout
-    assert "--allow-mismatch" in out.stdout
+def _bench_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, environment: dict, *argv: str
+) -> tuple[int, str]:
+    """``bench ARGV`` in this process on a machine that is ``environment`` (its vLLM the regime's
+    0.34.0), nothing of this machine's own read: its exit code and what it printed."""
+    monkeypatch.setattr("harness.plan.collect_environment", lambda version: environment)
+    monkeypatch.setattr("harness.sensors.environment.collect_environment", lambda version: environment)
+    monkeypatch.setattr(VllmAdapter, "installed_version", lambda self: "vllm 0.34.0")
+    monkeypatch.setattr("harness.cli.signal.signal", lambda *args: None)  # pytest keeps its own handlers
+    code = main(list(argv))
+    return code, " ".join(capsys.readouterr().out.split())
+
+
+NO_GPU = {**_env([]), "gpu_probe": "NVML unavailable: Driver Not Loaded"}
+
+
+def test_a_gpu_regime_without_a_gpu_says_where_to_run_it_not_allow_mismatch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """No GPU at all: the servers cannot run here whatever is allowed, so the refusal says where to
+    run the regime and that `bench validate` checks the file anywhere; it never suggests
+    --allow-mismatch. `bench validate` still exits 0 (the file is valid) and says the same."""
+    regime, results = "regimes/h100_tp1_llama31_8b.yaml", str(tmp_path / "results")
+    code, said = _bench_on(monkeypatch, capsys, NO_GPU, "run", regime, "--results-dir", results)
+    assert code == 2 and "error:" in said and "does not match the regime; nothing was started" in said
+    assert "hardware.kind: regime pins gpu (1 x NVIDIA H100 80GB HBM3), found no GPU" in said
+    assert (
+        "No GPU is visible here (NVML unavailable: Driver Not Loaded), and a GPU regime's servers cannot run "
+        "without one: run it on a machine with 1 x NVIDIA H100 80GB HBM3 (`bench validate "
+        f"{regime}` checks the file on any machine)."
+    ) in said
+    assert "allow-mismatch" not in said and "Traceback" not in said
     assert list(tmp_path.iterdir()) == []  # no run directory, no server
+    code, said = _bench_on(monkeypatch, capsys, NO_GPU, "validate", regime)
+    assert code == 0 and f"{regime}: valid" in said and "allow-mismatch" not in said
+    assert "This machine does not match the regime (`bench run` would stop): hardware.kind" in said
+    assert "run it on a machine with 1 x NVIDIA H100 80GB HBM3; the file itself is valid." in said
+
+
+@pytest.mark.parametrize(
+    ("regime", "environment", "field"),
+    [
+        ("regimes/h100_tp1_llama31_8b.yaml", _env(["NVIDIA A100-SXM4-80GB"]), "hardware.gpu_model"),
+        (
+            "regimes/h100_tp1_llama31_8b.yaml",
+            _env(["NVIDIA H100 80GB HBM3"], "vllm 0.33.0"),
+            "engine.version",
+        ),
+        ("regimes/cpu_smoke.yaml", {**_env([]), "cpu_flags": ["sse4_2"]}, "hardware.cpu_flags"),
+    ],
+    ids=["another-gpu", "another-engine", "a-cpu-feature-missing"],
+)
+def test_where_allow_mismatch_can_help_the_refusal_suggests_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    regime: str,
+    environment: dict,
+    field: str,
+) -> None:
+    code, said = _bench_on(monkeypatch, capsys, environment, "run", regime, "--results-dir", str(tmp_path))
+    assert code == 2 and f"{field}: regime pins" in said, said
+    assert "Pass --allow-mismatch to run anyway (every mismatch is recorded)." in said
+    assert "No GPU is visible here" not in said
 
 
 def test_lossy_regime_is_refused(tmp_path: Path) -> None:

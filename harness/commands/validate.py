@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,6 @@ from harness.commands.common import (
     add_override_flags,
     executor_options,
     overrides_from,
-    read_regime,
 )
 from harness.errors import UserError
 
@@ -77,7 +77,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from harness.plan import plan_regime
 
     overrides = overrides_from(args)
-    regime = read_regime(args.regime, overrides)
+    pending: list[str] = []  # the arms whose policy a study beside the regime has not written yet
+    regime = _read(args.regime, overrides, pending)
     if args.engine_requirement:
         print(engine_requirement(regime, args.regime))  # plain: a script reads it
         return EXIT_OK
@@ -87,11 +88,26 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return _validate_study(args.regime, regime, executor_options(args), console, args.allow_known_defect)
     plan = plan_regime(args.regime, regime, overrides)
     _defects(plan, args.allow_known_defect, console)
-    console.print(
-        f"[green]{args.regime}: valid[/] (regime '{regime.name}', fingerprint {regime.fingerprint()})"
+    fingerprint = (
+        "fingerprint once its k_schedule is resolved" if pending else f"fingerprint {regime.fingerprint()}"
     )
+    console.print(f"[green]{args.regime}: valid[/] (regime '{regime.name}', {fingerprint})")
+    for line in pending:
+        console.print(f"[yellow]pending:[/] {escape(line)}", soft_wrap=True, highlight=False)
     _print_plan(plan, console)
     return EXIT_OK
+
+
+def _read(path: Path, overrides: Any, pending: list[str]) -> Any:
+    """The regime as `bench run` reads it (``read_regime``), except an arm whose ``k_schedule: {from:
+    ...}`` names a policy that a study regime beside it has not written yet: left unresolved, and
+    said in ``pending`` (the file is valid; `bench run` refuses it, naming that study). A study's
+    arms are resolved as `bench run` resolves them: its points' commands need the schedule."""
+    from harness.regime import load_regime
+    from harness.study_records.policy_file import resolve_schedules
+
+    loaded = load_regime(path, overrides)
+    return resolve_schedules(loaded, path, pending if loaded.sweep is None else None)
 
 
 def _under_release(path: Path, regime: Any, version: str, console: Console) -> int:
@@ -216,30 +232,43 @@ def _sbatch_lines(demand: Any, plan: Any, options: Any, regime: Any) -> list[str
 def _print_plan(plan: Any, console: Console) -> None:
     """What `bench validate` shows of one concrete regime: the plan, this machine against it, commands."""
     from harness.plan import describe_plan
+    from harness.regime import KScheduleSource
     from harness.sensors.environment import collect_environment
-    from harness.validation import prompt_warnings, window_warnings
+    from harness.validation import no_gpu_here, prompt_warnings, window_warnings
 
     model = plan.resolve_models(build=False)
     console.print(describe_plan(plan), highlight=False)
     warnings = window_warnings(plan.regime, plan.regime_path) + prompt_warnings(plan.regime, plan.regime_path)
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
-    preflight = plan.preflight(collect_environment(plan.adapter.installed_version()))
+    environment = collect_environment(plan.adapter.installed_version())
+    preflight = plan.preflight(environment)
     for problem in preflight.lossy:
         console.print(f"[yellow]lossy acceptance setting:[/] {escape(problem)}", soft_wrap=True)
     for note in preflight.notes():  # the GPUs the servers get, the driver's CUDA against the engine's
         console.print(escape(note), soft_wrap=True, highlight=False)
+    no_gpu = no_gpu_here(plan.regime, environment)  # --allow-mismatch cannot help there
     if preflight.mismatches:
-        console.print(
-            "This machine does not match the regime (`bench run` would stop; --allow-mismatch to run anyway):"
-        )
+        instead = "" if no_gpu else "; --allow-mismatch to run anyway"
+        console.print(f"This machine does not match the regime (`bench run` would stop{instead}):")
         for mismatch in preflight.mismatches:
             console.print(f"  [yellow]{escape(mismatch)}[/]", soft_wrap=True)
+        if no_gpu:
+            console.print(f"{escape(no_gpu)}; the file itself is valid.", soft_wrap=True, highlight=False)
     else:
         console.print("This machine matches the regime's pins.")
     fits = plan.drafter_fits(model)
-    for command in plan.arm_commands(model, preflight.gpus):
-        arm = command.arm
+    # an arm whose schedule's policy is not there yet has no command yet (``_read``)
+    ready = [arm for arm in plan.regime.arms if not isinstance(arm.k_schedule, KScheduleSource)]
+    commandable = dataclasses.replace(plan, regime=plan.regime.model_copy(update={"arms": ready}))
+    commands = {c.arm.name: c for c in commandable.arm_commands(model, preflight.gpus)}
+    for arm in plan.regime.arms:
+        command = commands.get(arm.name)
+        if command is None:
+            console.print(
+                f"\n[bold]{arm.name}[/] ({arm.method}, K from its policy, pending above)", highlight=False
+            )
+            continue
         console.print(
             f"\n[bold]{arm.name}[/] ({arm.method}, K={arm.num_speculative_tokens or '-'}{command.drafter}):",
             highlight=False,

@@ -8,9 +8,11 @@ file's own; a file of another version is refused, never half-read.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import ValidationError
 
 from harness.errors import UserError
@@ -117,9 +119,45 @@ def newest_policy(path: Path) -> Path:
     return studies[-1] if studies else path
 
 
-def resolve_schedules(regime: Regime, regime_path: Path | None) -> Regime:
+def creating_study(folder: Path, regime_path: Path | None) -> Path | None:
+    """The study regime beside ``regime_path`` whose runs write ``folder``: a regime's studies go to
+    results/<its name>/study-<id>, so a regime with a sweep: named as ``folder`` is (None: none, or
+    ``folder`` names one study, which no later run creates)."""
+    if regime_path is None or folder.name.startswith("study-"):
+        return None
+    for candidate in sorted(Path(regime_path).parent.glob("*.yaml")):
+        try:
+            data = yaml.safe_load(candidate.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and data.get("name") == folder.name and data.get("sweep") is not None:
+            return candidate
+    return None
+
+
+def _not_yet(folder: Path, study: Path) -> tuple[str, str]:
+    """Where a policy will be and the command that writes it: ``bench run STUDY`` (with the
+    --results-dir that puts it there, unless the default from here does)."""
+    shown = Path(os.path.normpath(folder))
+    command = f"bench run {study}"
+    if Path("results").resolve() != shown.parent.resolve():
+        command += f" --results-dir {shown.parent}"
+    return f"{shown}/study-<id>/{POLICY_JSON}", command
+
+
+def resolve_schedules(regime: Regime, regime_path: Path | None, pending: list[str] | None = None) -> Regime:
     """The regime with every ``k_schedule: {from: STUDY_DIR}`` replaced by that study's schedule
-    (and ``k_schedule_source`` saying which): what runs, is fingerprinted and is stored."""
+    (and ``k_schedule_source`` saying which): what runs, is fingerprinted and is stored.
+
+    A ``from:`` naming the results folder of a study regime beside this one (``creating_study``)
+    that holds no policy yet is refused, naming the run that writes it; with ``pending`` (`bench
+    validate`) the arm is left unresolved instead, and said in ``pending``."""
+    # Why a shipped regime may name a policy a run will create, rather than the policy being shipped
+    # (issue 62): a policy is what one study measured on one machine (two sessions on this project's
+    # EPYC wrote an all-off one and a K=2-up-to-batch-2 one: docs/measured.md), so one checked in
+    # would be verified on every other machine as if it were theirs, and would be read before the
+    # study the regime asks for had run. The file is checked everywhere as it is; only `bench run`
+    # needs the policy, and it names the run that writes it.
     arms = list(regime.arms)
     changed = False
     for index, arm in enumerate(arms):
@@ -130,8 +168,20 @@ def resolve_schedules(regime: Regime, regime_path: Path | None) -> Regime:
         study_dir = Path(source.source)
         if not study_dir.is_absolute() and regime_path is not None:
             study_dir = Path(regime_path).parent / study_dir
+        study_dir = newest_policy(study_dir)
+        study = None if (study_dir / POLICY_JSON).is_file() else creating_study(study_dir, regime_path)
+        if study is not None:
+            policy, command = _not_yet(study_dir, study)
+            if pending is None:
+                raise UserError(
+                    f"{where}: no {policy} yet: run `{command}` first (the study writes it when it ends)"
+                )
+            pending.append(
+                f"arms[{index}].k_schedule: from {policy}: not there yet: `{command}` creates it; bench run "
+                "refuses until then"
+            )
+            continue
         try:
-            study_dir = newest_policy(study_dir)
             found = read_policy(study_dir)
             families = {s.family for s in found.schedules if s.method == arm.method}
             family = source.family or (families.pop() if len(families) == 1 else None)
