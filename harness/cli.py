@@ -20,6 +20,7 @@ from rich.markup import escape
 from harness import __version__, terminal
 from harness.commands import (
     calibrate,
+    capacity,
     drafter,
     export,
     gate,
@@ -31,10 +32,12 @@ from harness.commands import (
     validate,
 )
 from harness.commands.common import EXIT_ENGINE, EXIT_INTERRUPTED, EXIT_USAGE, subcommand
+from harness.config_file import did_you_mean
 from harness.errors import EngineError, UserError
 
 COMMANDS: tuple[ModuleType, ...] = (
     run,
+    capacity,
     calibrate,
     validate,
     show,
@@ -70,6 +73,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def unknown_command(argv: list[str]) -> str | None:
+    """What is wrong with a command line whose command is no command's name (a typo: the closest
+    name; else every name), or None: the parser's own checks then apply. Only ``-h``, ``--help`` and
+    ``--version`` may come before the command, so the first other word is it; any other option is
+    left to the parser."""
+    names = [command.NAME for command in COMMANDS]
+    for arg in argv:
+        if arg.startswith("-"):
+            return None  # --help, --version, or an option the parser refuses in its own words
+        if arg in names:
+            return None
+        return f"no command '{arg}'" + (did_you_mean(arg, names) or f"; the commands: {', '.join(names)}")
+    return None
+
+
 def report_error(exc: BaseException, command: ModuleType, console: Console) -> int:
     """An error that ended ``command``, as the one line the user reads, and its exit code."""
     if isinstance(exc, KeyboardInterrupt):
@@ -100,10 +118,14 @@ def _while_stopping(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    command: ModuleType = args.handler
     # Piped output (CI logs, files) would otherwise be cut to 80 columns and truncate the table.
     console = terminal.console()  # the terminal's width; COLUMNS when piped
+    unknown = unknown_command(sys.argv[1:] if argv is None else argv)
+    if unknown is not None:  # argparse would list every choice; this names the one meant
+        console.print(f"[red]error:[/] {escape(unknown)}", highlight=False, soft_wrap=True)
+        return EXIT_USAGE
+    args = _parser().parse_args(argv)
+    command: ModuleType = args.handler
     # SIGTERM/SIGHUP unwind like Ctrl-C, so every server context manager stops its process group.
     # Ctrl-C itself too: left to asyncio.run, SIGINT only cancels the window's main task, and a task
     # that completes anyway (its last request done, the HTTP session closing) swallows the interrupt.

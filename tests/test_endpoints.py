@@ -193,3 +193,63 @@ def test_existing_servers_are_measured_and_left_running(deployment, tmp_path: Pa
     assert all(w["others_tokens"] > 0 for w in windows["ngram_k4"]), windows["ngram_k4"]
     assert "existing servers: every arm is a server the harness did not start" in said
     assert "ngram_k4: its server generated" in said and "baseline: its server generated" not in said
+
+
+@pytest.mark.engine
+def test_the_capacity_search_on_the_real_engine(deployment, tmp_path: Path) -> None:
+    """bench capacity on the same two servers: each arm's probes, capacity and bracket, printed
+    with the comparison when both were found. Rates and capacities are measured, never asserted."""
+    regime_path, urls, _ = deployment
+    out = subprocess.run(
+        [
+            *BENCH,
+            "capacity",
+            str(regime_path),
+            "--results-dir",
+            str(tmp_path),
+            "--allow-mismatch",
+            "--endpoint",
+            f"baseline={urls['baseline']}",
+            "--endpoint",
+            f"ngram_k4={urls['ngram_k4']}",
+            "--set",
+            "slo.ttft_ms=1000",
+            "--set",
+            "slo.tpot_ms=80",
+            "--set",
+            "slo.target_pct=75",
+            "--start-rate",
+            "4",
+            "--max-probes",
+            "4",
+            "--prompts-per-probe",
+            "12",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=900,
+    )
+    said = " ".join((out.stdout + out.stderr).split())
+    assert out.returncode in (0, 3) and "Traceback" not in said, said[-3000:]
+    (found,) = tmp_path.glob("*/capacity-*")
+    record = json.loads((found / "capacity.json").read_text())
+    assert record["slo"]["ttft_ms"] == 1000 and record["settings"]["max_probes"] == 4
+    assert "twice the highest rate that held" in record["stop_rule"]
+    for name in urls:
+        probes = [
+            json.loads(line) for line in (found / "arms" / name / "probes.jsonl").read_text().splitlines()
+        ]
+        assert 2 <= len(probes) <= 4 and probes[0]["rate_rps"] == 4.0 and all(p["sent"] == 12 for p in probes)
+        held = []
+        for probe in probes:  # the stop rule, as it ran
+            assert not held or probe["rate_rps"] <= 2 * max(held) + 1e-9
+            held += [probe["rate_rps"]] if probe["holds"] else []
+        samples = (found / "arms" / name / "samples.jsonl").read_text().splitlines()
+        assert len(samples) == 12 * len(probes)  # every request kept, warm-ups not
+    assert "Capacity within TTFT 1000 ms / TPOT 80 ms at 75%" in said
+    if "none found" not in said and "not reached" not in said:
+        assert (
+            "ngram_k4 serves" in said and "the baseline" in said and "between the searches' brackets" in said
+        )

@@ -1,0 +1,120 @@
+"""The capacity search's rule and answer without an engine (tests/test_endpoints.py runs it on the
+real CPU engine): the next rate from the probes so far, against a server whose true capacity is
+known, and the capacities, Wilson intervals and comparison derived from stored probes."""
+
+from __future__ import annotations
+
+import pytest
+from scipy.stats import binomtest
+
+from harness.capacity_analysis import analyze_capacity, arm_capacity
+from harness.capacity_search import next_rate
+from harness.results.capacity import CapacityProbe, CapacityRecord, SearchSettings
+
+SETTINGS = SearchSettings(
+    workload="w",
+    start_rps=1.0,
+    prompts_per_probe=20,
+    max_probes=12,
+    resolution=0.1,
+    target_pct=95.0,
+    min_rps=1 / 64,
+)
+
+
+def _search(true_capacity: float, settings: SearchSettings = SETTINGS) -> list[CapacityProbe]:
+    """The probes the search sends to a server that holds the SLO exactly up to ``true_capacity``."""
+    probes: list[CapacityProbe] = []
+    while (step := next_rate(probes, settings)) is not None:
+        rate, phase = step
+        holds = rate <= true_capacity
+        met = 20 if holds else min(18, int(19 * true_capacity / rate))  # fewer met as the load grows
+        probes.append(
+            CapacityProbe(
+                index=len(probes),
+                rate_rps=rate,
+                sent=20,
+                met=met,
+                failed=0,
+                duration_s=1.0,
+                holds=holds,
+                phase=phase,
+            )
+        )
+    return probes
+
+
+@pytest.mark.parametrize("true_capacity", [0.05, 0.7, 1.0, 3.3, 17.0])
+def test_the_search_brackets_then_bisects_to_the_resolution(true_capacity: float) -> None:
+    probes = _search(true_capacity)
+    found = arm_capacity("a", probes, SETTINGS.resolution)
+    assert found.capacity_rps is not None and found.ceiling_rps is not None
+    assert found.capacity_rps <= true_capacity < found.ceiling_rps
+    assert found.ceiling_rps / found.capacity_rps - 1 <= SETTINGS.resolution + 1e-9 and found.resolved
+    # never offered above twice the highest rate that held (an open loop's backlog grows without bound)
+    for index, probe in enumerate(probes):
+        held = [p.rate_rps for p in probes[:index] if p.holds]
+        assert not held or probe.rate_rps <= 2 * max(held) + 1e-12
+    assert [p.phase for p in probes][:2] != ["bisect", "bisect"]
+
+
+def test_the_search_stops_at_its_limits() -> None:
+    assert len(_search(1e9, SETTINGS.model_copy(update={"max_probes": 5}))) == 5  # never fails: max_probes
+    below = _search(1e-6)  # never holds, halving never helps (0 of 20 at every rate): stops at once
+    assert [p.rate_rps for p in below] == [1.0, 0.5] and arm_capacity("a", below, 0.1).capacity_rps is None
+
+
+def test_halving_stops_at_min_rps_while_it_helps() -> None:
+    probes: list[CapacityProbe] = []
+    while (step := next_rate(probes, SETTINGS)) is not None:  # attainment rises as the rate falls
+        rate, phase = step
+        met = min(18, int(10 + 1 / rate))
+        probes.append(
+            CapacityProbe(
+                index=len(probes),
+                rate_rps=rate,
+                sent=20,
+                met=met,
+                failed=0,
+                duration_s=1.0,
+                holds=False,
+                phase=phase,
+            )
+        )
+    assert min(p.rate_rps for p in probes) >= SETTINGS.min_rps and len(probes) < SETTINGS.max_probes
+
+
+def test_the_answer_from_stored_probes() -> None:
+    def probes(rates: list[tuple[float, int]]) -> list[CapacityProbe]:
+        return [
+            CapacityProbe(
+                index=i, rate_rps=r, sent=20, met=m, failed=0, duration_s=1.0, holds=m >= 19, phase="bracket"
+            )
+            for i, (r, m) in enumerate(rates)
+        ]
+
+    record = CapacityRecord(
+        source_path="x.yaml",
+        fingerprint="f",
+        stop_rule="r",
+        slo={"ttft_ms": 500.0, "tpot_ms": 50.0},
+        regime={
+            "arms": [{"name": "baseline", "method": "baseline"}, {"name": "ngram_k4", "method": "ngram"}]
+        },
+        settings=SETTINGS,
+    )
+    analysis = analyze_capacity(
+        record,
+        {
+            "baseline": probes([(1, 20), (2, 19), (4, 12), (3, 15)]),
+            "ngram_k4": probes([(1, 20), (2, 20), (4, 19), (8, 5)]),
+        },
+    )
+    base, ngram = analysis.arms
+    assert (base.capacity_rps, base.ceiling_rps, ngram.capacity_rps, ngram.ceiling_rps) == (2, 3, 4, 8)
+    (compared,) = analysis.comparisons
+    assert (compared.ratio, compared.low, compared.high) == (2.0, 4 / 3, 8 / 2)
+    at = base.at_capacity()
+    expected = binomtest(19, 20).proportion_ci(confidence_level=0.95, method="wilson")
+    assert at.attainment_pct == 95.0 and at.low_pct == pytest.approx(100 * expected.low)
+    assert analysis.slo == "TTFT 500 ms / TPOT 50 ms"
