@@ -244,7 +244,8 @@ def statistics_line(v: WindowVerdict) -> str | None:
         parts.append("its own start-up spread (it varies more than the other arms: F test)")
     if e.calibration_refused:
         parts.append("the calibration not pooled (this run varies more than it: F test)")
-    parts.append(f"{e.df} degrees of freedom" + (" (few: relies on normality)" if e.df < FEW_DF else ""))
+    degrees = "degree" if e.df == 1 else "degrees"
+    parts.append(f"{e.df} {degrees} of freedom" + (" (few: relies on normality)" if e.df < FEW_DF else ""))
     if e.looks > 1:
         parts.append(f"corrected for {e.looks} looks ({100 * e.level():.1f}% each)")
     if v.candidates > 1:
