@@ -22,13 +22,14 @@ SETTINGS = SearchSettings(
 )
 
 
-def _search(true_capacity: float, settings: SearchSettings = SETTINGS) -> list[CapacityProbe]:
-    """The probes the search sends to a server that holds the SLO exactly up to ``true_capacity``."""
+def _searched(served, settings: SearchSettings = SETTINGS) -> list[CapacityProbe]:
+    """The probes the search sends to a server that meets the SLO for ``served(rate)`` of 20
+    requests at each rate."""
     probes: list[CapacityProbe] = []
     while (step := next_rate(probes, settings)) is not None:
         rate, phase = step
-        holds = rate <= true_capacity
-        met = 20 if holds else min(18, int(19 * true_capacity / rate))  # fewer met as the load grows
+        met = served(rate)
+        holds = 100 * met / 20 >= settings.target_pct
         probes.append(
             CapacityProbe(
                 index=len(probes),
@@ -42,6 +43,13 @@ def _search(true_capacity: float, settings: SearchSettings = SETTINGS) -> list[C
             )
         )
     return probes
+
+
+def _search(true_capacity: float, settings: SearchSettings = SETTINGS) -> list[CapacityProbe]:
+    """A server that holds the SLO exactly up to ``true_capacity``, fewer met as the load grows past it."""
+    return _searched(
+        lambda rate: 20 if rate <= true_capacity else min(18, int(19 * true_capacity / rate)), settings
+    )
 
 
 @pytest.mark.parametrize("true_capacity", [0.05, 0.7, 1.0, 3.3, 17.0])
@@ -65,22 +73,8 @@ def test_the_search_stops_at_its_limits() -> None:
 
 
 def test_halving_stops_at_min_rps_while_it_helps() -> None:
-    probes: list[CapacityProbe] = []
-    while (step := next_rate(probes, SETTINGS)) is not None:  # attainment rises as the rate falls
-        rate, phase = step
-        met = min(18, int(10 + 1 / rate))
-        probes.append(
-            CapacityProbe(
-                index=len(probes),
-                rate_rps=rate,
-                sent=20,
-                met=met,
-                failed=0,
-                duration_s=1.0,
-                holds=False,
-                phase=phase,
-            )
-        )
+    probes = _searched(lambda rate: min(18, int(10 + 1 / rate)))  # attainment rises as the rate falls
+    assert all(not p.holds for p in probes)
     assert min(p.rate_rps for p in probes) >= SETTINGS.min_rps and len(probes) < SETTINGS.max_probes
 
 

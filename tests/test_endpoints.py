@@ -126,6 +126,10 @@ def deployment(tmp_path_factory):
             server.stop()
 
 
+def _endpoints(urls: dict[str, str]) -> list[str]:
+    return [arg for name, url in urls.items() for arg in ("--endpoint", f"{name}={url}")]
+
+
 def _other_tenant(url: str, stop: threading.Event) -> None:
     """Another client of the ngram server: a short request after another until told to stop."""
     body = {"model": None, "prompt": "def add(a, b):", "max_tokens": 8, "temperature": 0}
@@ -151,10 +155,7 @@ def test_existing_servers_are_measured_and_left_running(deployment, tmp_path: Pa
                 "--results-dir",
                 str(tmp_path),
                 "--allow-mismatch",
-                "--endpoint",
-                f"baseline={urls['baseline']}",
-                "--endpoint",
-                f"ngram_k4={urls['ngram_k4']}",
+                *_endpoints(urls),
             ],
             capture_output=True,
             text=True,
@@ -208,10 +209,7 @@ def test_the_capacity_search_on_the_real_engine(deployment, tmp_path: Path) -> N
             "--results-dir",
             str(tmp_path),
             "--allow-mismatch",
-            "--endpoint",
-            f"baseline={urls['baseline']}",
-            "--endpoint",
-            f"ngram_k4={urls['ngram_k4']}",
+            *_endpoints(urls),
             "--set",
             "slo.ttft_ms=1000",
             "--set",
