@@ -52,8 +52,8 @@ def _signal_handlers() -> Iterator[None]:
 def test_the_parser_has_every_command() -> None:
     assert set(SUBCOMMANDS) == {
         "run", "capacity", "calibrate", "validate", "show", "report", "gate", "export", "drafter",
-        "drafter build", "study-point", "history", "history add", "history import", "history show", "history accept",
-        "history changes", "history report",
+        "drafter build", "study-point", "history", "history add", "history import", "history show",
+        "history accept", "history changes", "history report",
     }  # fmt: skip
 
 
