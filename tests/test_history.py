@@ -516,7 +516,9 @@ def test_concurrent_writers_wait_for_each_other(tmp_path: Path) -> None:
     history = tmp_path / "h.duckdb"
     with open_history(history):
         pass
-    holder = _holding(history, 3)  # a writer holding the file when the two start
+    # a writer holding the file until the first add says it waits (however long it takes to start
+    # and read its run on a loaded machine), then letting go
+    holder = _holding(history, 120)
     adds = [
         subprocess.Popen(
             BENCH + ["history", "add", str(run), "--history", str(history)],
@@ -527,8 +529,14 @@ def test_concurrent_writers_wait_for_each_other(tmp_path: Path) -> None:
         )
         for run in runs
     ]
-    outputs = [add.communicate(timeout=120)[0] for add in adds]
+    said = ""
+    while "held by another process; waiting" not in said:
+        line = adds[0].stdout.readline()
+        assert line, f"the first add ended without waiting: {said}"
+        said += line
+    holder.kill()
     holder.wait(timeout=10)
+    outputs = [said + adds[0].communicate(timeout=120)[0], adds[1].communicate(timeout=120)[0]]
     assert [add.returncode for add in adds] == [0, 0], outputs
     assert any("held by another process; waiting" in out for out in outputs), outputs
     assert sorted(harness.load_history(history).runs().run_id) == ["run_v1", "run_v3_smoke"]
