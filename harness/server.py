@@ -392,6 +392,9 @@ class Server:
         self.stop()
 
 
+REACH_TIMEOUT_S = 60.0  # an existing server that does not answer within this is not serving
+
+
 class ExternalServer:
     """A server an arm names (``arms[].endpoint``) that the harness did not start: it is read and
     sent requests, never started or stopped, and no process of this machine is its own (no CPU,
@@ -416,7 +419,9 @@ class ExternalServer:
 
     def wait_ready(self, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:
         """Block until it answers its health route and lists a model (whose id requests then name);
-        the seconds that took (reaching it, not a start-up)."""
+        the seconds that took (reaching it, not a start-up). A running server answers at once: the
+        wait is at most ``REACH_TIMEOUT_S`` (a restart in progress), not a start-up's timeout."""
+        timeout_s = min(timeout_s, REACH_TIMEOUT_S)
         started = time.monotonic()
         with http.client(5.0, self.base_url) as client:
             while True:

@@ -96,6 +96,24 @@ def test_the_caveats_say_what_an_endpoint_run_is_about() -> None:
     assert len(said) == 3
 
 
+def test_an_endpoint_that_does_not_answer_is_an_engine_failure_within_the_reach_timeout(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import time
+
+    from harness.errors import EngineError
+    from harness.server import ExternalServer
+
+    monkeypatch.setattr("harness.server.REACH_TIMEOUT_S", 1.0)
+    server = ExternalServer(f"http://user:secret-pw@127.0.0.1:{free_port()}", "/health", tmp_path / "log")
+    started = time.monotonic()
+    with server, pytest.raises(EngineError, match=r"not serving after 1 s \(ConnectError") as failed:
+        server.wait_ready(600)  # a start-up's timeout: an existing server gets the reach timeout
+    assert time.monotonic() - started < 10 and "secret-pw" not in str(failed.value)
+    assert "not started or stopped by the harness" in (tmp_path / "log").read_text()
+    assert "secret-pw" not in (tmp_path / "log").read_text()
+
+
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     """The e2e regime's baseline and ngram_k4 as two running servers on 127.0.0.1 ports (started
