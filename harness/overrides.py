@@ -21,6 +21,7 @@ import yaml
 
 from harness.config_file import Loc, StrictModel, did_you_mean, dotted, parse_yaml
 from harness.errors import UserError
+from harness.secrets import REDACTED, redact_url, secret_name
 
 
 class Override(StrictModel):
@@ -87,7 +88,9 @@ def flag_overrides(
                 f"--endpoint {text}: expected ARM=URL, e.g. --endpoint ngram_k4=http://10.0.0.5:8000"
             )
         path = f"arms.{name.strip()}.endpoint"
-        found.append(Override(path=path, value=url.strip(), given=f"--endpoint {text}"))
+        found.append(
+            Override(path=path, value=url.strip(), given=f"--endpoint {name}={redact_url(url.strip())}")
+        )
     if arms is not None:
         found.append(
             Override(
@@ -174,10 +177,31 @@ def apply_overrides(data: Any, overrides: Sequence[Override]) -> list[tuple[str,
 
 
 def record(overrides: Sequence[Override]) -> list[dict[str, Any]]:
-    """What the run's ``regime.json`` keeps of them."""
-    return [override.model_dump(mode="json") for override in overrides]
+    """What a run's ``regime.json`` (or a study's, a capacity search's record) keeps of them: a
+    URL's credentials and a secret-named field's value redacted (harness.secrets)."""
+    kept = []
+    for override in overrides:
+        value = override.value
+        if _secret(override):
+            value = REDACTED
+        elif isinstance(value, str):
+            value = redact_url(value)
+        kept.append({**override.model_dump(mode="json"), "value": value, "given": shown(override)})
+    return kept
+
+
+def _secret(override: Override) -> bool:
+    return secret_name(re.split(r"[.\[\]]", override.path.rstrip("]"))[-1])
+
+
+def shown(override: Override) -> str:
+    """The override as the terminal and the records show it: a secret-named field's value and a
+    URL's credentials redacted."""
+    if _secret(override) and override.given.startswith("--set "):
+        return f"--set {override.path}={REDACTED}"
+    return redact_url(override.given)
 
 
 def describe(overrides: Sequence[Override]) -> str:
-    """One line for the terminal: what the command line changed."""
-    return "; ".join(dict.fromkeys(o.given for o in overrides))
+    """One line for the terminal: what the command line changed (a URL's credentials redacted)."""
+    return "; ".join(dict.fromkeys(shown(o) for o in overrides))

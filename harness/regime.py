@@ -37,7 +37,7 @@ from harness.environment import CPU_FEATURES
 from harness.errors import FieldError, UserError
 from harness.metrics import GATED
 from harness.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
-from harness.secrets import REDACTED, redact_args, redact_env
+from harness.secrets import REDACTED, redact_args, redact_env, redact_url
 from harness.workloads import ChatTemplate
 
 if TYPE_CHECKING:
@@ -1533,7 +1533,11 @@ class Regime(StrictModel):
         engine = self.engine.model_copy(
             update={"env": redact_env(self.engine.env), "extra_args": redact_args(self.engine.extra_args)}
         )
-        return self.model_copy(update={"engine": engine})
+        arms = [  # an endpoint's credentials (https://user:pass@host)
+            arm.model_copy(update={"endpoint": redact_url(arm.endpoint)}) if arm.endpoint else arm
+            for arm in self.arms
+        ]
+        return self.model_copy(update={"engine": engine, "arms": arms})
 
     def _unset(self) -> dict[str, Any]:
         """Settings left out of the hashes while unset (no SLO, no open-loop rate): fingerprints from
@@ -1640,7 +1644,8 @@ def stored_regime(stored: dict[str, Any], source: Path) -> Regime:
     engine = regime.engine
     hidden_env = [name for name, value in engine.env.items() if REDACTED in value]
     hidden_args = [i for i, arg in enumerate(engine.extra_args) if REDACTED in arg]
-    if not hidden_env and not hidden_args:
+    hidden_endpoints = [i for i, arm in enumerate(regime.arms) if arm.endpoint and REDACTED in arm.endpoint]
+    if not hidden_env and not hidden_args and not hidden_endpoints:
         return regime
     try:
         current, unread = load_regime(source).engine, ""
@@ -1665,7 +1670,26 @@ def stored_regime(stored: dict[str, Any], source: Path) -> Regime:
                 f"file's extra_args are no longer the run's; restore them to continue{unread}"
             )
         args = list(current.extra_args)
-    return regime.model_copy(update={"engine": engine.model_copy(update={"env": env, "extra_args": args})})
+    arms = list(regime.arms)
+    if hidden_endpoints:
+        # an endpoint's credentials come back from the regime file, by the arm's name
+        written = {} if current is None else _endpoints_in(source)
+        for index in hidden_endpoints:
+            restored = written.get(arms[index].name)
+            if restored is None or redact_url(restored) != arms[index].endpoint:
+                raise UserError(
+                    f"{source}: arms[{index}].endpoint: its credentials were not stored and the regime file "
+                    f"no longer gives them{unread}; write them there (or keep them out of the URL: "
+                    "api_key_env) to continue"
+                )
+            arms[index] = arms[index].model_copy(update={"endpoint": restored})
+    return regime.model_copy(
+        update={"engine": engine.model_copy(update={"env": env, "extra_args": args}), "arms": arms}
+    )
+
+
+def _endpoints_in(source: Path) -> dict[str, str]:
+    return {arm.name: arm.endpoint for arm in load_regime(source).arms if arm.endpoint}
 
 
 def workload_paths(regime: Regime, regime_path: Path) -> list[Path]:

@@ -38,6 +38,7 @@ from harness.calibration import CalibrationSource
 from harness.client import RampResult, WindowResult, run_client, run_ramp, run_window
 from harness.errors import EngineError, UserError
 from harness.overrides import Override
+from harness.overrides import record as overrides_record
 from harness.plan import RunPlan, changed_workload, plan_regime, prepare_run
 from harness.probes.acceptance import SpecCounters
 from harness.probes.cpu import window_cpu
@@ -92,7 +93,7 @@ def _regime_record(plan: RunPlan) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "source_path": str(plan.regime_path.resolve()),  # a resume may start in another directory
         # what the command line set in that file (already in "regime", the regime as run)
-        "overrides": [override.model_dump(mode="json") for override in plan.overrides],
+        "overrides": overrides_record(plan.overrides),
         "fingerprint": plan.regime.fingerprint(),
         "price_per_hour": plan.regime.price_per_hour(),
         "near_tie_margin": plan.regime.near_tie_margin(),

@@ -269,3 +269,30 @@ def test_the_capacity_search_on_the_real_engine(deployment, tmp_path: Path) -> N
         assert (
             "ngram_k4 serves" in said and "the baseline" in said and "between the searches' brackets" in said
         )
+
+
+def test_an_endpoints_credentials_are_never_written_and_come_back_on_resume(tmp_path: Path) -> None:
+    from harness.errors import UserError
+    from harness.overrides import describe, flag_overrides, parse_set
+    from harness.overrides import record as overrides_record
+    from harness.regime import stored_regime
+
+    given = flag_overrides(endpoints=["baseline=http://a:1", "ngram_k4=https://me:pw-planted@b:2"])
+    given.append(parse_set("engine.env.HF_TOKEN=hf_plantedplantedplantedplanted1"))
+    regime = load_regime(E2E, given)
+    stored = regime.redacted().model_dump(mode="json")
+    shown = json.dumps([stored, overrides_record(given), describe(given)])
+    assert "pw-planted" not in shown and "hf_planted" not in shown, shown
+    assert stored["arms"][1]["endpoint"] == "https://<redacted>@b:2"
+    # a resume puts the credentials back from the regime file, or refuses naming the field
+    data = yaml.safe_load(E2E.read_text().replace("../../workloads/", f"{ROOT}/workloads/"))
+    for arm, url in zip(data["arms"], ["http://a:1", "https://me:pw-planted@b:2"], strict=True):
+        arm["endpoint"] = url
+    data["engine"]["env"]["HF_TOKEN"] = "hf_plantedplantedplantedplanted1"
+    source = tmp_path / "deployed.yaml"
+    source.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert stored_regime(stored, source).arms[1].endpoint == "https://me:pw-planted@b:2"
+    data["arms"][1]["endpoint"] = "https://b:2"
+    source.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(UserError, match=r"arms\[1\]\.endpoint: its credentials were not stored"):
+        stored_regime(stored, source)

@@ -77,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     from harness.capacity_analysis import analyze_capacity
     from harness.capacity_search import STOP_RULE, CapacitySearch
+    from harness.overrides import record as overrides_record
     from harness.plan import plan_regime, prepare_run
     from harness.results.capacity import CAPACITY_FILE, CapacityRecord, SearchSettings
     from harness.results.files import create_exclusive, new_run_id, write_json_atomic
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         source_path=str(Path(args.regime).resolve()),
         fingerprint=regime.fingerprint(),
         regime=regime.redacted().model_dump(mode="json"),
-        overrides=[o.model_dump(mode="json") for o in overrides],
+        overrides=overrides_record(overrides),
         slo=regime.slo.model_dump(mode="json"),
         settings=settings,
         stop_rule=STOP_RULE,

@@ -229,6 +229,21 @@ def _sbatch_lines(demand: Any, plan: Any, options: Any, regime: Any) -> list[str
     return sbatch_options(spec, options, folder)
 
 
+def _print_endpoints(plan: Any, console: Console) -> None:
+    from harness.secrets import redact_url
+
+    console.print(
+        "Every arm is an existing server: nothing is started here, and its hardware, target and engine "
+        "are declared, not checked (what each server reports of itself is recorded when it runs).",
+        highlight=False,
+    )
+    for arm in plan.regime.arms:
+        key = f", key from ${arm.api_key_env}" if arm.api_key_env else ""
+        console.print(
+            f"  {escape(arm.name)} ({arm.method}): {escape(redact_url(arm.endpoint))}{key}", highlight=False
+        )
+
+
 def _print_plan(plan: Any, console: Console) -> None:
     """What `bench validate` shows of one concrete regime: the plan, this machine against it, commands."""
     from harness.plan import describe_plan
@@ -236,11 +251,14 @@ def _print_plan(plan: Any, console: Console) -> None:
     from harness.sensors.environment import collect_environment
     from harness.validation import no_gpu_here, prompt_warnings, window_warnings
 
-    model = plan.resolve_models(build=False)
     console.print(describe_plan(plan), highlight=False)
     warnings = window_warnings(plan.regime, plan.regime_path) + prompt_warnings(plan.regime, plan.regime_path)
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    if plan.regime.endpoints():  # nothing is launched here, and this machine is only the client's
+        _print_endpoints(plan, console)
+        return
+    model = plan.resolve_models(build=False)
     environment = collect_environment(plan.adapter.installed_version())
     preflight = plan.preflight(environment)
     for problem in preflight.lossy:

@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from harness.errors import UserError
 from harness.overrides import Override
+from harness.overrides import record as overrides_record
 from harness.plan import Plan
 from harness.regime import Regime, recorded_source, stored_regime
 from harness.results.files import RunDir, read_json, writer_lock
@@ -65,7 +66,7 @@ def study_record(
             for p in study.points
         ],
         executor=executor,
-        overrides=[override.model_dump(mode="json") for override in overrides],
+        overrides=overrides_record(overrides),
     )
 
 
