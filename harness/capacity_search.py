@@ -53,8 +53,11 @@ def next_rate(probes: list[CapacityProbe], settings: SearchSettings) -> tuple[fl
         return max(held) * 2, "bracket"
     if not held:
         lowest, above = sorted(probes, key=lambda p: p.rate_rps)[:2] if len(probes) > 1 else (probes[0], None)
-        if above is not None and lowest.met / max(lowest.sent, 1) <= above.met / max(above.sent, 1):
-            return None  # halving the load did not help: the SLO is missed without load, not for it
+        share = lowest.met / max(lowest.sent, 1)
+        if above is not None and 0 < share <= above.met / max(above.sent, 1):
+            # some met it, and halving the load did not raise that: missed without load, not for it
+            # (none at both rates is an overload still being halved out of)
+            return None
         lower = ceiling / 2
         return (lower, "bracket") if lower >= settings.min_rps else None
     floor = max(held)
@@ -158,6 +161,8 @@ class CapacitySearch:
         slo = plan.regime.slo
         met = sum(meets(r, slo) for r in result.records) if slo else 0
         sent = len(result.records)
+        if sent == 0:  # nothing to count: no evidence either way, not a failing rate
+            raise EngineError(f"no request of the probe at {rate:.3g} req/s was sent")
         probe = CapacityProbe(
             index=index,
             rate_rps=rate,

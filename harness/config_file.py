@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.errors import FieldError, UserError
+from harness.secrets import secret_name
 
 Loc = tuple[Any, ...]
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -314,6 +315,7 @@ def error_message(error: dict[str, Any], model: type[BaseModel]) -> str:
         "input" in error
         and kind not in ("model_type", "dict_type")
         and not isinstance(error["input"], (dict, list))
+        and not secret_name(str(error["loc"][-1]) if error["loc"] else "")  # a secret is never echoed
     ):
         shown = repr(error["input"])
         # a value a line long is shown by its start (a 2 MB name was printed whole)
@@ -348,7 +350,10 @@ def format_validation_error(
         # section it is in); an error about the whole file stays the file's
         near = [typed for typed, at in placed if loc[: len(at)] == at or (loc and at[: len(loc)] == loc)]
         given = near[-1] if near else None
-        out.append(f"{given}: {dotted(loc)}: {message}" if given else _one_line(path, loc, lines, message))
+        line = f"{given}: {dotted(loc)}: {message}" if given else _one_line(path, loc, lines, message)
+        if placed and not given:  # a field the file set, checked against one the command line set
+            line += f" (with {'; '.join(dict.fromkeys(typed for typed, _ in placed))} from the command line)"
+        out.append(line)
     return "\n".join(out)
 
 

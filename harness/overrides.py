@@ -143,6 +143,9 @@ def _keep_arms(data: dict[str, Any], override: Override) -> Loc:
     if not isinstance(arms, list):
         raise UserError(f"{override.given}: the regime has no arms: list")
     names = [arm.get("name") for arm in arms if isinstance(arm, dict)]
+    baseline = [arm.get("name") for arm in arms if isinstance(arm, dict) and arm.get("method") == "baseline"]
+    if not [name for name in override.value if name not in baseline]:
+        raise UserError(f"{override.given}: name at least one arm besides the baseline (it always runs)")
     for name in override.value:
         if name not in names:
             raise UserError(
@@ -157,6 +160,10 @@ def _keep_arms(data: dict[str, Any], override: Override) -> Loc:
     sweep = data.get("sweep")
     if isinstance(sweep, dict) and isinstance(sweep.get("arms"), dict):  # axes of arms not run go too
         sweep["arms"] = {k: v for k, v in sweep["arms"].items() if k in override.value}
+    gates = data.get("gates")
+    if isinstance(gates, dict) and isinstance(gates.get("rules"), list):  # and the gates of arms not run
+        kept = {"*", *override.value, *baseline}
+        gates["rules"] = [r for r in gates["rules"] if not isinstance(r, dict) or r.get("arm") in kept]
     return ("arms",)
 
 
@@ -168,11 +175,14 @@ def apply_overrides(data: Any, overrides: Sequence[Override]) -> list[tuple[str,
     placed = []
     for override in overrides:
         if override.path == "arms" and override.given.startswith("--arms"):
-            placed.append((override.given, _keep_arms(data, override)))
+            placed.append((shown(override), _keep_arms(data, override)))
             continue
         container, loc = _resolve(data, override)
-        container[loc[-1]] = override.value
-        placed.append((override.given, loc))
+        value = override.value
+        if loc[:2] == ("engine", "env") and len(loc) == 3 and isinstance(value, bool | int | float):
+            value = str(value).lower() if isinstance(value, bool) else str(value)  # env values are text
+        container[loc[-1]] = value
+        placed.append((shown(override), loc))
     return placed
 
 

@@ -603,8 +603,8 @@ class Load(StrictModel):
     @classmethod
     def _rates_positive_unique(cls, rates: list[float]) -> list[float]:
         for index, rate in enumerate(rates):
-            if rate <= 0:
-                raise FieldError(index, "every request rate must be > 0 (requests/s)")
+            if not math.isfinite(rate) or rate <= 0:
+                raise FieldError(index, "every request rate must be a finite number > 0 (requests/s)")
             if rate in rates[:index]:
                 raise FieldError(index, "request rates must be unique")
         return rates
@@ -1091,6 +1091,12 @@ class Arm(StrictModel):
                 data = {**data, "num_speculative_tokens": max(ks)}
         return data
 
+    @field_validator("endpoint")
+    @classmethod
+    def _one_spelling(cls, endpoint: str | None) -> str | None:
+        """http://h:1/ and http://h:1 are one server: one fingerprint, one spelling in the record."""
+        return endpoint.rstrip("/") if endpoint and not endpoint.startswith("unix:") else endpoint
+
     def _check_endpoint(self) -> None:
         if self.endpoint is None:
             if self.api_key_env is not None:
@@ -1522,7 +1528,7 @@ class Regime(StrictModel):
             mode="json", exclude=_excluded(_NOT_CONDITIONS | {"arms"}) | self._unset()
         )
         # when a drafter build gives up is not part of the regime (nor of the drafter's identity)
-        fields["arms"] = [_arm_fields(arm) for arm in self.arms]
+        fields["arms"] = [_arm_fields(arm) for arm in redacted.arms]
         if self.engine.patches:  # a patch is its code: an edited patch is another regime
             fields["engine"]["patches"] = self.engine.patch_labels()
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]

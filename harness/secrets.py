@@ -35,7 +35,7 @@ SECRET_WORDS = frozenset(
 SECRET_ANYWHERE = frozenset({"secret", "password", "passwd", "credential", "credentials"})
 # the shapes of the credentials engines and hubs are given, secret under any name
 _CREDENTIAL_SHAPES = re.compile(
-    r"\b(?:hf_[A-Za-z0-9]{20,}"  # Hugging Face
+    r"(?<![\w/.-])(?:hf_[A-Za-z0-9]{20,}"  # a whole token, never a part of a word or path; Hugging Face
     r"|sk-[A-Za-z0-9_-]{20,}"  # OpenAI, Anthropic
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
     r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab

@@ -87,7 +87,11 @@ CASES = [
     ("temperature negative", _set("sampling.temperature", -0.5), "sampling.temperature"),
     ("seed text", _set("sampling.seed", "x"), "sampling.seed"),
     ("concurrency empty", _set("load.concurrency", []), "load: give at least one load level"),
-    ("rate zero", _set("load.request_rate", [0.5, 0]), "every request rate must be > 0 (requests/s)"),
+    (
+        "rate zero",
+        _set("load.request_rate", [0.5, 0]),
+        "every request rate must be a finite number > 0 (requests/s)",
+    ),
     ("rate repeated", _set("load.request_rate", [1, 1]), "request rates must be unique"),
     ("rate not a number", _set("load.request_rate", ["fast"]), "load.request_rate[0]: Input should be a"),
     ("burstiness zero", _set("load.burstiness", 0), "load.burstiness"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from scipy.stats import binomtest
 
-from harness.capacity_analysis import analyze_capacity, arm_capacity
+from harness.capacity_analysis import ArmCapacity, analyze_capacity, arm_capacity, probe_result
 from harness.capacity_search import next_rate
 from harness.results.capacity import CapacityProbe, CapacityRecord, SearchSettings
 
@@ -68,14 +68,46 @@ def test_the_search_brackets_then_bisects_to_the_resolution(true_capacity: float
 
 def test_the_search_stops_at_its_limits() -> None:
     assert len(_search(1e9, SETTINGS.model_copy(update={"max_probes": 5}))) == 5  # never fails: max_probes
-    below = _search(1e-6)  # never holds, halving never helps (0 of 20 at every rate): stops at once
-    assert [p.rate_rps for p in below] == [1.0, 0.5] and arm_capacity("a", below, 0.1).capacity_rps is None
+    below = _search(1e-6)  # never holds, none met at any rate: halves down to min_rps, then stops
+    assert all(not p.holds for p in below) and min(p.rate_rps for p in below) >= SETTINGS.min_rps
+    assert arm_capacity("a", below, 0.1).capacity_rps is None
+    missed = _searched(lambda rate: 10)  # half met at every rate: halving does not help, stops at once
+    assert [p.rate_rps for p in missed] == [1.0, 0.5]
 
 
 def test_halving_stops_at_min_rps_while_it_helps() -> None:
     probes = _searched(lambda rate: min(18, int(10 + 1 / rate)))  # attainment rises as the rate falls
     assert all(not p.holds for p in probes)
     assert min(p.rate_rps for p in probes) >= SETTINGS.min_rps and len(probes) < SETTINGS.max_probes
+
+
+def test_an_overload_met_by_none_is_halved_out_of() -> None:
+    """None met at 1 and at 0.5 req/s is an overload still being left (a review found the search gave
+    up there): it halves on until the SLO holds."""
+    found = arm_capacity("a", _searched(lambda rate: 20 if rate <= 0.3 else 0), 0.1)
+    assert found.capacity_rps is not None and found.capacity_rps <= 0.3 < found.ceiling_rps
+
+
+def test_the_comparison_says_a_ratio_only_where_it_means_one() -> None:
+    from harness.capacity_analysis import CapacityAnalysis, CapacityComparison
+    from harness.commands.capacity import comparison_lines
+
+    def arm(name: str, capacity: float | None, ceiling: float | None, probes: int = 2) -> ArmCapacity:
+        results = tuple(probe_result(p) for p in _searched(lambda rate: 20)[:probes])
+        return ArmCapacity(name, capacity, ceiling, results, False)
+
+    def lines(base: ArmCapacity, other: ArmCapacity, compared: tuple = ()) -> list[str]:
+        analysis = CapacityAnalysis("TTFT 500 ms", 95.0, "w", "baseline", (base, other), compared)
+        return comparison_lines(analysis)
+
+    both_open = lines(
+        arm("baseline", 2, None), arm("ng", 4, None), (CapacityComparison("ng", 2.0, None, None),)
+    )
+    assert "not comparable" in both_open[0] and "+100%" not in both_open[0]
+    half = lines(arm("baseline", 2, None), arm("ng", 1, 2), (CapacityComparison("ng", 0.5, None, 1.0),))
+    assert "-50% [..., +0%]" in half[0]
+    assert "met the SLO at no rate probed" in lines(arm("baseline", None, 1), arm("ng", 2, 4))[0]
+    assert "was not measured" in lines(arm("baseline", None, None, probes=0), arm("ng", 2, 4))[0]
 
 
 def test_the_answer_from_stored_probes() -> None:

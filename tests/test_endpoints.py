@@ -296,3 +296,14 @@ def test_an_endpoints_credentials_are_never_written_and_come_back_on_resume(tmp_
     source.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(UserError, match=r"arms\[1\]\.endpoint: its credentials were not stored"):
         stored_regime(stored, source)
+
+
+def test_one_server_one_fingerprint_whatever_its_password_or_slash() -> None:
+    from harness.overrides import flag_overrides
+
+    def fingerprint(baseline: str) -> str:
+        return load_regime(
+            E2E, flag_overrides(endpoints=[f"baseline={baseline}", "ngram_k4=http://h:2"])
+        ).fingerprint()
+
+    assert fingerprint("http://u:pw1@h:1") == fingerprint("http://u:pw2@h:1/") != fingerprint("http://h:9")

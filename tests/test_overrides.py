@@ -142,3 +142,20 @@ def test_a_run_records_its_overrides_and_runs_the_regime_as_set(tmp_path: Path, 
     assert {cell.concurrency for cell in summary.cells} == {3}
     assert summary.overrides == ["--set load.concurrency=[3]", "--num-prompts 3"]
     assert "set on the command line: --set load.concurrency=[3]; --num-prompts 3" in " ".join(printed.split())
+
+
+def test_what_a_review_found_holds() -> None:
+    """An env value as YAML reads it (a number) is text; --arms keeps the gates of the arms it runs
+    and needs one besides the baseline; a secret-named value is never echoed; an error the file's
+    field gives against an override says the override."""
+    env = load_regime(DEFAULT, [parse_set("engine.env.OMP_NUM_THREADS=2"), parse_set("engine.env.X=true")])
+    assert env.engine.env["OMP_NUM_THREADS"] == "2" and env.engine.env["X"] == "true"
+    kept = load_regime(DEFAULT, flag_overrides(arms="ngram_k2"))
+    assert {rule.arm for rule in kept.gates.rules} <= {"*", "baseline", "ngram_k2"}
+    with pytest.raises(UserError, match="name at least one arm besides the baseline"):
+        load_regime(DEFAULT, flag_overrides(arms="baseline"))
+    with pytest.raises(UserError) as refused:
+        load_regime(DEFAULT, [parse_set("engine.env.HF_TOKEN=[1]")])
+    assert "--set engine.env.HF_TOKEN=<redacted>" in str(refused.value) and "[1]" not in str(refused.value)
+    with pytest.raises(UserError, match=r"with --set arms.baseline.method=ngram from the command line"):
+        load_regime(DEFAULT, [parse_set("arms.baseline.method=ngram")])

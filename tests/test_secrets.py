@@ -63,6 +63,9 @@ def test_names_and_values_that_are_secret() -> None:
     assert set(redact_env(shaped).values()) == {REDACTED, f"Authorization: Bearer {REDACTED}"}
     assert redact_args(["--header", shaped["F"]]) == ["--header", f"Authorization: Bearer {REDACTED}"]
     assert secret_values(shaped, []) == {value.rpartition(" ")[2] for value in shaped.values()}
+    # a shape is a whole token: a model path that holds one is a path (a review found 'llama-3-8b-sk-...')
+    path = "/models/llama-3-8b-sk-instruct-finetune-v1"
+    assert redact_env({"MODEL": path}) == {"MODEL": path} and redact_args(["--tokenizer", path])[1] == path
     assert redact_env({"X": "hf_overrides", "Y": "task-queue-with-a-very-long-name"}) == {
         "X": "hf_overrides",
         "Y": "task-queue-with-a-very-long-name",

@@ -4,6 +4,7 @@ the real server, and each speculative arm's capacity against the baseline's."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from rich.console import Console
@@ -92,15 +93,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if regime.sweep is not None:
         raise UserError(f"{args.regime}: a study (sweep:) has no one capacity; search one of its points")
     for value, flag in ((args.start_rate, "--start-rate"), (args.resolution, "--resolution")):
-        if value <= 0:
-            raise UserError(f"{flag} must be positive")
+        if not math.isfinite(value) or value <= 0:
+            raise UserError(f"{flag} must be a finite number > 0")
     if args.max_probes < 2:
         raise UserError("--max-probes must be at least 2 (one rate that holds, one that does not)")
-    plan = prepare_run(plan_regime(args.regime, regime, overrides), console, args.allow_mismatch)
+    if args.prompts_per_probe is not None and args.prompts_per_probe < 1:
+        raise UserError("--prompts-per-probe must be at least 1")
+    plan = plan_regime(args.regime, regime, overrides)  # the workloads, before anything is prepared
     workloads = [w.name for w in plan.workloads]
     workload = args.workload or workloads[0]
     if workload not in workloads:
         raise UserError(f"--workload {workload}: not one of the regime's workloads ({', '.join(workloads)})")
+    plan = prepare_run(plan, console, args.allow_mismatch)
     settings = SearchSettings(
         workload=workload,
         start_rps=args.start_rate,
@@ -140,26 +144,46 @@ def print_capacity(analysis: CapacityAnalysis, console: Console) -> None:
         table.add_column(column, justify="left" if column == "arm" else "right")
     for arm in analysis.arms:
         at = arm.at_capacity()
+        none = "none found" if arm.probes else "not measured"
         table.add_row(
             arm.arm,
-            "none found" if arm.capacity_rps is None else f"{arm.capacity_rps:.3g}",
+            none if arm.capacity_rps is None else f"{arm.capacity_rps:.3g}",
             "not reached" if arm.ceiling_rps is None else f"{arm.ceiling_rps:.3g}",
             "-" if at is None else f"{at.attainment_pct:.0f}% [{at.low_pct:.0f}, {at.high_pct:.0f}]",
             str(len(arm.probes)),
         )
     console.print(table)
+    for line in comparison_lines(analysis):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def comparison_lines(analysis: CapacityAnalysis) -> list[str]:
+    """Each speculative arm against the baseline, in words: a ratio only where it means one."""
     base = next((a for a in analysis.arms if a.arm == analysis.baseline), None)
+    within = f"within {analysis.slo} at {analysis.target_pct:g}%"
+    if base is None or not base.probes:
+        return [f"the baseline was not measured: no comparison {within}"]
+    if base.capacity_rps is None:
+        lowest = min(p.rate_rps for p in base.probes)
+        return [f"the baseline met the SLO at no rate probed (down to {lowest:.3g} req/s): no ratio {within}"]
+    lines = []
     for found in analysis.comparisons:
         arm = next(a for a in analysis.arms if a.arm == found.arm)
-        bracket = (
-            f" [{found.low - 1:+.0%}, {found.high - 1:+.0%}] between the searches' brackets"
-            if found.low is not None and found.high is not None
-            else " (a bracket end not reached)"
+        if found.low is None and found.high is None:
+            lines.append(
+                f"{found.arm} and the baseline held at every rate probed (up to {arm.capacity_rps:.3g} and "
+                f"{base.capacity_rps:.3g} req/s): not comparable {within}; start higher (--start-rate)"
+            )
+            continue
+        low = "..." if found.low is None else f"{found.low - 1:+.0%}"
+        high = "..." if found.high is None else f"{found.high - 1:+.0%}"
+        serves = f"{found.arm} serves {arm.capacity_rps:.3g} req/s {within}"
+        lines.append(
+            f"{serves}, the baseline {base.capacity_rps:.3g}: {found.ratio - 1:+.0%} [{low}, {high}] between "
+            "the searches' brackets"
         )
-        gain = f"{found.ratio - 1:+.0%}{bracket}"
-        console.print(
-            f"{found.arm} serves {arm.capacity_rps:.3g} req/s within {analysis.slo} at "
-            f"{analysis.target_pct:g}%, the baseline {base.capacity_rps:.3g}: {gain}",
-            highlight=False,
-            soft_wrap=True,
-        )
+    for arm in analysis.arms:
+        if arm.arm != analysis.baseline and arm.capacity_rps is None:
+            state = "was not measured" if not arm.probes else "met the SLO at no rate probed"
+            lines.append(f"{arm.arm} {state}")
+    return lines

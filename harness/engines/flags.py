@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.engines import SERVED_MODEL_NAME
+from harness.secrets import redact_args
 
 # What to write instead, where both engines' flags mean the same thing.
 OWN_SERVER = "the harness binds each server to 127.0.0.1 at a port it chose, or to a private Unix socket"
@@ -95,5 +96,6 @@ def managed_flag_problems(
             spelling, instead = hit
             written = arg.split("=", 1)[0]
             read_as = "" if written == spelling else f" (the engine reads it as {spelling})"
-            found.append((index, f"'{arg}'{read_as} is set by the harness: {instead}"))
+            shown = redact_args([arg])[0]  # --api-key=VALUE: the flag, never its value
+            found.append((index, f"'{shown}'{read_as} is set by the harness: {instead}"))
     return found
