@@ -362,7 +362,9 @@ def _levels_text(load: Load) -> str:
     return " and ".join(parts)
 
 
-def _repeats_text(load: Load) -> str:
+def _repeats_text(load: Load, endpoints: bool = False) -> str:
+    if load.max_server_starts() > 1 and endpoints:  # nothing is started: a round is one window of each
+        return f", each arm's server measured in {load.max_server_starts()} rounds (intervals over rounds)"
     if load.max_server_starts() > 1:
         each = f", each window {load.repeats} times per start-up" if load.repeats != 1 else ""
         low, high = load.min_server_starts(), load.max_server_starts()
@@ -429,7 +431,7 @@ def describe_plan(plan: Plan) -> str:
     return (
         f"{len(regime.arms)} arms ({', '.join(a.name for a in regime.arms)}) x workloads {workloads} x "
         + _levels_text(load)
-        + _repeats_text(load)
+        + _repeats_text(load, regime.endpoints())
         + f"; {load.num_prompts} prompts per window"
         + (f" padded to about {load.context_tokens} tokens" if load.context_tokens else "")
         + f", max {load.max_output_tokens} "

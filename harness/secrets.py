@@ -31,6 +31,10 @@ REDACTED = "<redacted>"
 SECRET_WORDS = frozenset(
     {"token", "key", "apikey", "secret", "password", "passwd", "pass", "credential", "credentials", "auth"}
 )
+# a last word that names where a value is kept, not the value: a path is no secret
+LOCATION_WORDS = frozenset({"file", "path", "dir", "sock", "socket", "url", "endpoint"})
+# values too common to search a log for (a switch named like a secret: HF_HUB_DISABLE_IMPLICIT_TOKEN=true)
+COMMON_VALUES = frozenset({"true", "false", "yes", "no", "auto", "none", "null", "0", "1"})
 # a word that makes its value secret wherever it stands in the name (AWS_SECRET_ACCESS_KEY_ID)
 SECRET_ANYWHERE = frozenset({"secret", "password", "passwd", "credential", "credentials"})
 # the shapes of the credentials engines and hubs are given, secret under any name
@@ -47,9 +51,12 @@ _URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userin
 
 def secret_name(name: str) -> bool:
     """An environment variable or a flag whose value is a secret: by its last word, or by a word
-    that is a secret anywhere."""
+    that is a secret anywhere, unless its last word says the value is where one is kept
+    (``MY_PASSWORD_FILE``, ``GOOGLE_APPLICATION_CREDENTIALS_PATH``)."""
     words = [word for word in re.split(r"[-_.]+", name.lower().lstrip("-")) if word]
-    return bool(words) and (words[-1] in SECRET_WORDS or any(word in SECRET_ANYWHERE for word in words))
+    if not words or words[-1] in LOCATION_WORDS:
+        return False
+    return words[-1] in SECRET_WORDS or any(word in SECRET_ANYWHERE for word in words)
 
 
 def redact_url(text: str) -> str:
@@ -99,7 +106,11 @@ def secret_values(env: Mapping[str, str], args: Iterable[str]) -> set[str]:
         hidden |= set(_CREDENTIAL_SHAPES.findall(text))
     # a secret of 1-3 characters would scrub every such string of a log: it is redacted where the
     # harness writes it, not searched for in the engine's text
-    return {value for value in hidden if len(value) >= 4 and value != REDACTED}
+    return {
+        value
+        for value in hidden
+        if len(value) >= 4 and value != REDACTED and value.lower() not in COMMON_VALUES
+    }
 
 
 def _written_forms(value: str) -> set[str]:

@@ -51,6 +51,11 @@ def test_names_and_values_that_are_secret() -> None:
     assert all(secret_name(n) for n in ("OPENAI_API_KEY", "HUGGING_FACE_HUB_TOKEN", "AWS_SESSION_TOKEN"))
     assert all(secret_name(n) for n in ("AZURE_CLIENT_SECRET_ID", "DB_PASSWORD_VALUE", "GOOGLE_CREDENTIALS"))
     assert not any(secret_name(n) for n in ("FAKE_TOKEN_SLEEP", "HF_TOKEN_PATH", "TOKENIZERS_PARALLELISM"))
+    assert not any(secret_name(n) for n in ("MY_PASSWORD_FILE", "DB_SECRET_DIR"))  # where one is kept
+    # a switch named like a secret: its "true" is never searched for in a log (it would scrub every one)
+    assert secret_values({"HF_HUB_DISABLE_IMPLICIT_TOKEN": "true", "HF_TOKEN": "tok-1234"}, []) == {
+        "tok-1234"
+    }
     # and a value of a credential's shape is secret under any name
     shaped = {
         "A": "hf_" + "a1B2" * 6,
