@@ -83,7 +83,7 @@ def flag_overrides(
             )
     for text in endpoints:  # --endpoint NAME=URL: that arm is an existing server
         name, equals, url = text.partition("=")
-        if not equals or not name.strip() or not url.strip():
+        if not equals or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name.strip()) or not url.strip():
             raise UserError(
                 f"--endpoint {text}: expected ARM=URL, e.g. --endpoint ngram_k4=http://10.0.0.5:8000"
             )

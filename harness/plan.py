@@ -254,7 +254,17 @@ def changed_workload(record: dict[str, Any], plan: Plan) -> str | None:
 
 def plan_regime(regime_path: Path, regime: Regime | None = None, overrides: Sequence[Override] = ()) -> Plan:
     """Load and check a regime and its workloads; starts nothing. ``overrides``: what the command
-    line set in the file (in ``regime`` when it is given), recorded with the run."""
+    line set in the file (in ``regime`` when it is given), recorded with the run; a refusal here
+    names them too (the field it names may be one the command line set)."""
+    try:
+        return _plan_regime(regime_path, regime, overrides)
+    except UserError as exc:
+        if not overrides or "from the command line)" in str(exc):
+            raise
+        raise UserError(f"{exc} (with {describe(overrides)} from the command line)") from None
+
+
+def _plan_regime(regime_path: Path, regime: Regime | None, overrides: Sequence[Override]) -> Plan:
     if regime is None:
         from harness.study_records.policy_file import resolve_schedules
 

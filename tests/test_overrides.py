@@ -159,3 +159,12 @@ def test_what_a_review_found_holds() -> None:
     assert "--set engine.env.HF_TOKEN=<redacted>" in str(refused.value) and "[1]" not in str(refused.value)
     with pytest.raises(UserError, match=r"with --set arms.baseline.method=ngram from the command line"):
         load_regime(DEFAULT, [parse_set("arms.baseline.method=ngram")])
+    from harness.plan import plan_regime
+
+    nowhere = [parse_set("workloads[0]=../workloads/nosuch.yaml")]  # found after validation, by the plan
+    with pytest.raises(
+        UserError, match=r"\(with --set workloads\[0\]=../workloads/nosuch.yaml from the command"
+    ):
+        plan_regime(DEFAULT, overrides=nowhere)
+    with pytest.raises(UserError, match="expected ARM=URL"):
+        flag_overrides(endpoints=["ngram_k2.options=http://h:1"])
