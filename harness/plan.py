@@ -11,6 +11,7 @@ finished ``RunPlan``: the runner reads it and never calls back here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -34,7 +35,7 @@ from harness.engines import EngineAdapter, LaunchSpec, get_adapter
 from harness.engines.defects import known_defects, release_of
 from harness.engines.patches import patches
 from harness.environment import gpus_text
-from harness.errors import FieldError, UserError
+from harness.errors import EngineError, FieldError, UserError
 from harness.intervals import design_level
 from harness.model_build import resolve_package_gguf
 from harness.models import converted_dir, is_local_reference, resolve_model_path
@@ -503,12 +504,22 @@ class RunPlan:
     # chosen (a CPU regime, no GPU visible): nothing is set and NVML, if any, reads what is visible
     gpus: tuple[dict[str, Any], ...] = ()
     overrides: tuple[Override, ...] = ()  # what the command line set in the regime file, recorded
+    # an endpoint regime: what each arm's server said it serves before the run (in its fingerprint)
+    served_endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def fingerprint(self) -> str:
+        """The run's fingerprint: the regime's, and for existing servers what each one serves."""
+        if not self.served_endpoints:
+            return self.regime.fingerprint()
+        served = json.dumps(self.served_endpoints, sort_keys=True)
+        return hashlib.sha256(f"{self.regime.fingerprint()} {served}".encode()).hexdigest()[:16]
 
 
 def run_plan(
     plan: Plan,
     model: str,
     *,
+    served_endpoints: dict[str, dict[str, Any]] | None = None,
     engine_version: str = "",
     environment: dict[str, Any] | None = None,
     mismatches: list[str] | None = None,
@@ -553,6 +564,7 @@ def run_plan(
         calibration=calibration,
         gpus=tuple(gpus or ()),
         overrides=plan.overrides,
+        served_endpoints=served_endpoints or {},
     )
 
 
@@ -629,6 +641,7 @@ def _endpoint_plan(plan: Plan, console: Console, allow_mismatch: bool, started: 
     console.print(f"[yellow]{escape(declared)}[/]", soft_wrap=True, highlight=False)
     environment = collect_environment(plan.adapter.installed_version())  # the client's machine
     environment["endpoints"] = {arm.name: redact_url(arm.endpoint or "") for arm in regime.arms}
+    served = {arm.name: _served(plan, arm) for arm in regime.arms}  # each reached now, before any window
     return run_plan(
         plan,
         ENDPOINT_MODEL,
@@ -637,7 +650,26 @@ def _endpoint_plan(plan: Plan, console: Console, allow_mismatch: bool, started: 
         mismatches=[],
         allow_mismatch=allow_mismatch,
         started=started,
+        served_endpoints=served,
     )
+
+
+def _served(plan: Plan, arm: Arm) -> dict[str, Any]:
+    """What an endpoint says it serves (its model's id, its release, its context length ...), read
+    before anything is measured: it goes into the run's fingerprint (another deployment behind the
+    same address is another regime), and an endpoint that does not answer refuses the run now."""
+    from harness.server import ExternalServer
+
+    key = os.environ.get(arm.api_key_env) if arm.api_key_env else None
+    with tempfile.TemporaryDirectory() as folder:
+        server = ExternalServer(arm.endpoint or "", plan.adapter.health_path, Path(folder) / "reach.log", key)
+        with server:
+            try:
+                server.wait_ready(plan.regime.engine.startup_timeout_s)
+            except EngineError as exc:
+                raise UserError(f"arms.{arm.name}.endpoint: {exc}") from None
+            served = plan.adapter.served_config(server.base_url, None)
+    return json.loads(json.dumps({"model": server.served_model, **served}, sort_keys=True, default=str))
 
 
 def _machine_checks(

@@ -94,7 +94,8 @@ def _regime_record(plan: RunPlan) -> dict[str, Any]:
         "source_path": str(plan.regime_path.resolve()),  # a resume may start in another directory
         # what the command line set in that file (already in "regime", the regime as run)
         "overrides": overrides_record(plan.overrides),
-        "fingerprint": plan.regime.fingerprint(),
+        "fingerprint": plan.fingerprint(),  # the regime's (and what existing servers serve)
+        "served_endpoints": plan.served_endpoints,
         "price_per_hour": plan.regime.price_per_hour(),
         "near_tie_margin": plan.regime.near_tie_margin(),
         "resolved_model": plan.model,

@@ -192,6 +192,13 @@ def test_existing_servers_are_measured_and_left_running(deployment, tmp_path: Pa
     (run,) = tmp_path.glob("*/*")
     record = json.loads((run / "regime.json").read_text())
     assert [a["endpoint"] for a in record["regime"]["arms"]] == [urls["baseline"], urls["ngram_k4"]]
+    # what each server said it serves, read before the run, is in the run's fingerprint
+    served = record["served_endpoints"]
+    assert served["baseline"]["model"] and served["ngram_k4"]["version"], served
+    from harness.overrides import flag_overrides
+
+    as_written = load_regime(regime_path, flag_overrides(endpoints=[f"{n}={u}" for n, u in urls.items()]))
+    assert record["fingerprint"] != as_written.fingerprint()  # the same addresses, serving what they serve
     assert record["overrides"][0]["given"].startswith("--endpoint baseline=")
     for name in urls:
         launch = json.loads((run / "arms" / name / "launch.json").read_text())

@@ -118,7 +118,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     console.print(f"Capacity directory: [bold]{escape(str(directory))}[/]")
     record = CapacityRecord(
         source_path=str(Path(args.regime).resolve()),
-        fingerprint=regime.fingerprint(),
+        fingerprint=plan.fingerprint(),  # the regime's, and what existing servers serve
         regime=regime.redacted().model_dump(mode="json"),
         overrides=overrides_record(overrides),
         slo=regime.slo.model_dump(mode="json"),
