@@ -12,7 +12,6 @@ highest rate that held and the lowest that did not, until they are within the re
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 from rich.console import Console
@@ -114,8 +113,7 @@ class CapacitySearch:
     def _server(self, arm: Arm) -> Server | ExternalServer:
         log = self.arm_dir(arm.name) / "server.log"
         if arm.endpoint is not None:
-            key = os.environ.get(arm.api_key_env) if arm.api_key_env else None
-            return ExternalServer(arm.endpoint, self.plan.adapter.health_path, log, key)
+            return ExternalServer.of_arm(arm, self.plan.adapter.health_path, log)
         draft = self.plan.draft_paths.get(arm.name)
         return engine_server(
             self.plan.adapter, self.plan.regime, arm, self.plan.model, log, draft_model=draft

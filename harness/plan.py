@@ -660,15 +660,15 @@ def _served(plan: Plan, arm: Arm) -> dict[str, Any]:
     same address is another regime), and an endpoint that does not answer refuses the run now."""
     from harness.server import ExternalServer
 
-    key = os.environ.get(arm.api_key_env) if arm.api_key_env else None
-    with tempfile.TemporaryDirectory() as folder:
-        server = ExternalServer(arm.endpoint or "", plan.adapter.health_path, Path(folder) / "reach.log", key)
-        with server:
-            try:
-                server.wait_ready(plan.regime.engine.startup_timeout_s)
-            except EngineError as exc:
-                raise UserError(f"arms.{arm.name}.endpoint: {exc}") from None
-            served = plan.adapter.served_config(server.base_url, None)
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        ExternalServer.of_arm(arm, plan.adapter.health_path, Path(folder) / "reach.log") as server,
+    ):
+        try:
+            server.wait_ready(plan.regime.engine.startup_timeout_s)
+        except EngineError as exc:
+            raise UserError(f"arms.{arm.name}.endpoint: {exc}") from None
+        served = plan.adapter.served_config(server.base_url, None)
     return json.loads(json.dumps({"model": server.served_model, **served}, sort_keys=True, default=str))
 
 

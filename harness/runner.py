@@ -435,12 +435,9 @@ class Runner:
         that existing server, reached again for each round."""
         plan = self.plan
         if arm.endpoint is not None:
-            key = os.environ.get(arm.api_key_env) if arm.api_key_env else None
             launch = {"endpoint": redact_url(arm.endpoint), "api_key_env": arm.api_key_env}
             write_json_atomic(run.arm_dir(arm.name) / "launch.json", {**launch, "server_start": start})
-            return ExternalServer(
-                arm.endpoint, plan.adapter.health_path, run.server_log(arm.name, start), key
-            )
+            return ExternalServer.of_arm(arm, plan.adapter.health_path, run.server_log(arm.name, start))
         draft = plan.draft_paths.get(arm.name)
         server = engine_server(
             plan.adapter,

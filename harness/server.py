@@ -410,6 +410,12 @@ class ExternalServer:
         self.api_key = api_key
         self.served_model: str | None = None
 
+    @classmethod
+    def of_arm(cls, arm: Arm, health_path: str, log_path: Path) -> ExternalServer:
+        """The server an arm names (``arm.endpoint``), with its key from ``arm.api_key_env``."""
+        key = os.environ.get(arm.api_key_env) if arm.api_key_env else None
+        return cls(arm.endpoint or "", health_path, log_path, key)
+
     def start(self) -> None:
         http.register_key(self.base_url, self.api_key)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
