@@ -23,6 +23,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from harness import pooling
 from harness import verdict as verdicts_of
+from harness.ceiling import Ceiling, decode_ceiling
+from harness.cost_model import CostModel, cost_model
 from harness.errors import UserError
 from harness.findings import Fact, findings
 from harness.gates import StoredGate, read_gate
@@ -95,6 +97,10 @@ class RunAnalysis:
     pareto: tuple[tuple[str, str, int, float, float], ...]
     # each arm's published figures beside what its cells measured (arms[i].published); () without any
     published: tuple[PublishedCheck, ...] = ()
+    # the step cost of each speculative cell, its line over K and the speedups it predicts
+    cost: CostModel = CostModel()
+    # the decode floor at batch 1 against the baseline's measured step (None: not recorded)
+    ceiling: Ceiling | None = None
 
     def estimate(self, cell: CellMetrics) -> Estimate | None:
         """A speculative cell's speedup with its interval (None for the baseline): the one estimate."""
@@ -229,11 +235,12 @@ def analyze(summary: Summary) -> RunAnalysis:
     that needs them (the findings' load and cost sentences)."""
     verdicts = tuple(verdicts_of.window_verdicts(summary))
     order, pooled = _categories(summary)
+    cost = cost_model(summary)
     return RunAnalysis(
         summary=summary,
         verdicts=verdicts,
         caveats=tuple(run_caveats(summary)),
-        findings=tuple(findings(summary, verdicts)),
+        findings=tuple(findings(summary, verdicts, cost)),
         capacities=tuple(slo_capacity(summary)),
         schedule_checks=tuple(schedule_checks(summary.arms, summary.cells)),
         ramp_checks=tuple(ramp_checks(summary.arms, summary.ramp)),
@@ -245,11 +252,13 @@ def analyze(summary: Summary) -> RunAnalysis:
         per_position=_per_position(summary),
         pareto=_pareto(summary),
         published=tuple(published_checks(summary)),
+        cost=cost,
+        ceiling=decode_ceiling(summary),
     )
 
 
 ANALYSIS_FILE = "analysis.json"
-ANALYSIS_VERSION = 2  # of analysis.json's layout; a reader of another version derives it again
+ANALYSIS_VERSION = 3  # of analysis.json's layout; a reader of another version derives it again
 # the raw files derive reads (arms/<arm>/...): warm-ups, server logs and what derive writes are not
 RAW_FILES = ("regime.json", "environment.json", "timing.json", "calibration.json")
 RAW_ARM_FILES = (

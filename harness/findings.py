@@ -15,9 +15,13 @@ in the order the sentences appear:
 3. **Where the chain breaks**: per speculative arm, the per-position acceptance pooled over its
    cells, and the position before which it drops most.
 4. **Acceptance or verification**: per speculative arm, tokens per step (tau) against the
-   speedup: each step costs (output tokens per target forward, else tau) / speedup baseline
-   decode steps. High tau without a speedup means
-   verification (and drafting) is the limit in this regime; tau near 1 means acceptance is.
+   speedup: each step costs what the cost model measured (``harness.cost_model``: the engine's own
+   step count), else (output tokens per target forward, else tau) / speedup baseline decode steps,
+   an inference said to be one. High tau without a speedup means verification (and drafting) is
+   the limit in this regime; tau near 1 means acceptance is.
+4b. **Why a larger K stops paying**: per chain method and window, from the K that ran fastest to
+   the next larger K run, how much its tokens per engine step grew against how much its step cost
+   grew (the speedup is their ratio): acceptance that no longer grows, or a step that grows faster.
 5. **Load**: how the best arm's speedup moves between the lowest and highest concurrency (and
    request rate, for open-loop windows).
 6. **Cost**: per workload and load level, $/Mtok at the baseline against the fastest arm.
@@ -29,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness import pooling, stats
+from harness.cost_model import CostModel
 from harness.intervals import stored_estimate
 from harness.probes.copying import COPY_NGRAM
 from harness.results.model import CellMetrics, Summary
@@ -163,10 +168,13 @@ def _state(cell: CellMetrics, verdicts: list[WindowVerdict]) -> str:
     return ""
 
 
-def step_facts(summary: Summary, arm: str, verdicts: list[WindowVerdict]) -> list[Fact]:
-    """Tokens per step against the speedup, at the cell where this arm accepted the most. A step
-    that would cost less than one baseline decode step cannot be (a speculative step runs at least
-    one target forward): the fact is then what was seen, not a cheap step."""
+def step_facts(
+    summary: Summary, arm: str, verdicts: list[WindowVerdict], cost: CostModel | None = None
+) -> list[Fact]:
+    """Tokens per step against the speedup, at the cell where this arm accepted the most, and the
+    step's cost: measured where the engine counted its steps (``cost``), else inferred as tokens per
+    step / speedup. An inferred step that would cost less than one baseline decode step cannot be (a
+    speculative step runs at least one target forward): the fact is then what was seen."""
     cells = [c for c in summary.cells_of(arm) if c.tau is not None and c.speedup]
     if not cells:
         return []
@@ -176,6 +184,7 @@ def step_facts(summary: Summary, arm: str, verdicts: list[WindowVerdict]) -> lis
     # what a step yields is output tokens per target forward where the engine's counters give it
     # (tau counts only the steps that drafted on some engines); tau where they do not
     per_step = cell.tokens_per_forward or tau
+    measured = cost.cost_of(cell) if cost is not None else None
     values = {
         "tau": tau,
         "where": f"{cell.workload} {cell.level.short()}",
@@ -183,15 +192,54 @@ def step_facts(summary: Summary, arm: str, verdicts: list[WindowVerdict]) -> lis
         "state": _state(cell, verdicts),
         "per_forward": cell.tokens_per_forward,
         "per_step": per_step,
-        "cost": per_step / speed,
+        "cost": measured.cost if measured else per_step / speed,
+        "measured": measured is not None,
+        "cost_low": measured.low if measured else None,
+        "cost_high": measured.high if measured else None,
+        "needs": measured.break_even_tau if measured else None,
     }
     if tau < LOW_TAU:
         return [fact("acceptance_limit", arm, **values)]
-    if per_step / speed < 1.0:
+    if measured is None and per_step / speed < 1.0:
         return [fact("impossible_step", arm, **values)]
     if speed < 1.0 and tau >= HIGH_TAU:
         return [fact("verification_limit", arm, **values)]
     return [fact("step_cost", arm, **values)]
+
+
+GROWTH_FLAT = 0.05  # a larger K whose tokens per step grew less than this: acceptance stopped growing
+
+
+def k_limit_facts(summary: Summary, cost: CostModel) -> list[Fact]:
+    """Per chain method, drafter and window with two or more K run: from the fastest K to the next
+    larger one, the growth of its tokens per engine step against that of its step cost."""
+    families: dict[tuple, list] = {}
+    for c in cost.costs:
+        if c.k:
+            families.setdefault((c.method, c.drafter, c.workload, c.level), []).append(c)
+    found = []
+    for members in families.values():
+        speed = {c.arm: summary.cell(c.arm, c.workload, c.level) for c in members}
+        ranked = [c for c in members if (cell := speed[c.arm]) is not None and cell.speedup]
+        if len(ranked) < 2:
+            continue
+        best = max(ranked, key=lambda c: speed[c.arm].speedup)  # type: ignore[union-attr]
+        above = sorted((c for c in ranked if (c.k or 0) > (best.k or 0)), key=lambda c: c.k or 0)
+        if not above:
+            continue
+        nxt = above[0]
+        grew, costlier = nxt.yield_per_step / best.yield_per_step - 1, nxt.cost / best.cost - 1
+        found.append(
+            fact(
+                "k_limit_acceptance" if grew < GROWTH_FLAT else "k_limit_cost",
+                nxt.arm,
+                best=best.arm,
+                where=f"{best.workload} {best.level.short()}",
+                grew_pct=100 * grew,
+                costlier_pct=100 * costlier,
+            )
+        )
+    return found
 
 
 def load_facts(summary: Summary, verdicts: list[WindowVerdict]) -> list[Fact]:
@@ -254,13 +302,17 @@ def cost_facts(verdicts: list[WindowVerdict]) -> list[Fact]:
     return found
 
 
-def findings(summary: Summary, verdicts: Sequence[WindowVerdict]) -> list[Fact]:
+def findings(
+    summary: Summary, verdicts: Sequence[WindowVerdict], cost: CostModel | None = None
+) -> list[Fact]:
     """The paragraph's facts, in order; empty when the run measured no speculative arm.
-    ``verdicts``: the run's window verdicts (``harness.analysis`` computes them once)."""
+    ``verdicts``: the run's window verdicts and ``cost`` its cost model (``harness.analysis``
+    computes both once)."""
     arms, verdicts = _speculative_arms(summary), list(verdicts)
     found = copying_facts(summary) + category_facts(summary)
     for arm in arms:
         found += chain_facts(summary, arm)
     for arm in arms:
-        found += step_facts(summary, arm, verdicts)
+        found += step_facts(summary, arm, verdicts, cost)
+    found += k_limit_facts(summary, cost) if cost is not None else []
     return found + load_facts(summary, verdicts) + cost_facts(verdicts)

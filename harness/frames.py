@@ -16,11 +16,15 @@ tables of several runs concatenate; ``cells`` ends with its window's verdict, on
 it is about (``verdict``: pays, loses, equivalent, indistinguishable, unverified; empty on every
 other row) and ``deploy`` (true on the row of the arm to deploy). ``export`` also writes
 ``columns.csv``, the data dictionary (table, column, unit, direction, definition) from the metric
-registry (``harness.metrics``).
+registry (``harness.metrics``), and ``speculation_profile.json``: each speculative cell's
+per-position acceptance in the harness's terms and in NVIDIA specdec_bench's (its acceptance
+metric's ``Acceptance_Length_Histogram``, ``Conditional_Acceptance_Rate``, ``Average_AR``,
+``Request_AR``), with whether K may be extrapolated down from it (``harness.cost_model``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import Iterable
@@ -31,9 +35,15 @@ from typing import Any, Literal
 import pandas as pd
 
 from harness.analysis import RunAnalysis, load_analysis
+from harness.cost_model import CHAIN_METHODS
 from harness.engines import get_adapter
 from harness.metrics import METRICS, column_doc
-from harness.probes.acceptance import SpecCounters, mean_acceptance_length
+from harness.probes.acceptance import (
+    SpecCounters,
+    acceptance_problems,
+    length_histogram,
+    mean_acceptance_length,
+)
 from harness.probes.copying import copied_ngrams, share_pct
 from harness.probes.schedule import client_lag_s, queueing_s
 from harness.probes.slo import meets
@@ -45,6 +55,8 @@ ExportFormat = Literal["csv", "parquet", "jsonl"]
 TABLES = ("cells", "requests", "categories", "repeats", "ramp")
 IDENTITY = ["run_id", "regime", "regime_fingerprint", "environment_fingerprint"]  # Run.identity()
 DICTIONARY = "columns.csv"
+PROFILE = "speculation_profile.json"
+PROFILE_VERSION = 1
 
 
 def _frame(rows: Iterable[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
@@ -271,7 +283,55 @@ def export(run: Run, out_dir: Path, fmt: ExportFormat = "csv") -> list[Path]:
     with one), and the data dictionary of their columns as ``columns.csv``; returns the files."""
     frames = {name: run.table(name) for name in TABLES if name != "ramp" or run.summary.ramp}
     paths = [write_table(frame, out_dir / f"{name}.{fmt}", fmt) for name, frame in frames.items()]
-    return [*paths, write_table(dictionary(frames), out_dir / DICTIONARY, "csv")]
+    profile = _write_bytes(json.dumps(speculation_profile(run), indent=1).encode(), out_dir / PROFILE)
+    return [*paths, write_table(dictionary(frames), out_dir / DICTIONARY, "csv"), profile]
+
+
+def speculation_profile(run: Run) -> dict[str, Any]:
+    """Per speculative cell with drafts: tau (per step, as the engine counts drafts), the marginal
+    and conditional per-position rates, the two counter checks, whether K extrapolates down from it
+    (a chain drafter) and specdec_bench's fields for the same numbers. ``Request_AR``: each prompt's
+    tau where the engine reported it per request (vLLM 0.33+, SGLang), else absent."""
+    cells = []
+    for cell in run.summary.cells:
+        if cell.tau is None or not cell.per_position_acceptance:
+            continue
+        marginal = cell.per_position_acceptance
+        histogram = length_histogram(marginal, cell.drafts)
+        conditional = cell.conditional_acceptance
+        cells.append(
+            {
+                "arm": cell.arm,
+                "method": cell.method,
+                "num_speculative_tokens": cell.num_speculative_tokens,
+                "drafter": cell.drafter,
+                "workload": cell.workload,
+                "load": cell.level.label(),
+                "draft_counting": arm.draft_counting if (arm := run.summary.arm(cell.arm)) else None,
+                "drafts": cell.drafts,
+                "tau": cell.tau,
+                "marginal_acceptance": marginal,
+                "conditional_acceptance": conditional,
+                "checks": {
+                    "al_is_one_plus_sum_of_marginals_and_non_increasing": not acceptance_problems(
+                        cell.tau, marginal
+                    ),
+                    "problems": acceptance_problems(cell.tau, marginal),
+                },
+                "extrapolable_down_in_k": cell.method in CHAIN_METHODS,
+                "specdec_bench": {
+                    "Average_AR": cell.tau,
+                    "Acceptance_Length_Histogram": {str(k): v for k, v in histogram.items()},
+                    # by emitted length: P(length >= k | length >= k - 1); length 1 is every step
+                    "Conditional_Acceptance_Rate": {
+                        "1": 1.0,
+                        **{str(i + 2): rate for i, rate in enumerate(conditional) if rate is not None},
+                    },
+                    **({"Request_AR": cell.prompt_tau} if cell.prompt_tau else {}),
+                },
+            }
+        )
+    return {"profile_version": PROFILE_VERSION, **run.identity(), "cells": cells}
 
 
 def dictionary(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -290,22 +350,28 @@ def dictionary(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return _frame(rows, ["table", "column", "unit", "direction", "definition"])
 
 
-def write_table(frame: pd.DataFrame, path: Path, fmt: ExportFormat) -> Path:
-    """``frame`` at ``path``, through a temporary file created new (never through a link someone
+def _write_bytes(body: bytes, path: Path) -> Path:
+    """``body`` at ``path``, through a temporary file created new (never through a link someone
     placed there: a link at ``path`` itself is replaced, not followed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         with os.fdopen(fd, "wb") as handle:
-            if fmt == "csv":
-                handle.write(frame.to_csv(index=False).encode())
-            elif fmt == "parquet":
-                frame.to_parquet(handle, index=False)
-            else:
-                handle.write(frame.to_json(orient="records", lines=True).encode())
+            handle.write(body)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def write_table(frame: pd.DataFrame, path: Path, fmt: ExportFormat) -> Path:
+    """``frame`` at ``path`` in ``fmt`` (``_write_bytes``)."""
+    if fmt == "csv":
+        body = frame.to_csv(index=False).encode()
+    elif fmt == "parquet":
+        body = frame.to_parquet(index=False)
+    else:
+        body = frame.to_json(orient="records", lines=True).encode()
+    return _write_bytes(body, path)

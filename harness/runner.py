@@ -71,6 +71,7 @@ from harness.secrets import redact_args, redact_env, redact_url, scrub_file, sec
 from harness.sensors import cpu, gpu
 from harness.sensors.devices import server_env
 from harness.sensors.environment import model_identity
+from harness.sensors.floor import decode_floor_inputs
 from harness.sensors.power import PowerSampler, open_reader
 from harness.server import ExternalServer, PortTaken, Server, engine_server, reap_abandoned
 from harness.summary import summarize
@@ -166,11 +167,23 @@ class Runner:
                     "engine_patches": plan.engine_patches,
                     "target_identity": model_identity(plan.model),
                     "draft_identities": drafts,
+                    "decode_floor": self._decode_floor(),
                 },
             )
             if plan.calibration is not None:  # before any arm: re-deriving the run gives its intervals
                 write_json_atomic(run.root / CALIBRATION_FILE, plan.calibration.model_dump(mode="json"))
             return run, self._run_arms(run)
+
+    def _decode_floor(self) -> dict[str, Any] | None:
+        """The decode floor's inputs on this machine (``sensors.floor``); None for existing servers,
+        whose machine is not this one."""
+        regime = self.plan.regime
+        if regime.endpoints():
+            return None
+        names = [g["name"] for g in self.plan.gpus if g.get("name")]
+        return decode_floor_inputs(
+            regime.hardware.kind, self.plan.model, regime.target.dtype, regime.tensor_parallel_size, names
+        )
 
     def resume(self, run: RunDir) -> tuple[RunDir, Summary]:
         """Continue a run from its first arm without complete results; completed arms are kept

@@ -12,6 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from harness import pooling
 from harness.engines import get_adapter
 from harness.intervals import Estimate, PromptTable, Spread, WindowPrompts, cell_estimates
@@ -36,7 +38,7 @@ from harness.probes.power import combine_power, summarize_power
 from harness.probes.prefix_cache import PrefixCacheCounts, hit_pct
 from harness.probes.schedule import achieved_rate_rps, behind_schedule, lag_p90_s, queueing_s
 from harness.probes.slo import attainment_pct, goodput_rps
-from harness.probes.throughput import mean_in_flight, output_tokens_per_s, speedup
+from harness.probes.throughput import mean_in_flight, output_tokens_per_s, speedup, step_ms
 from harness.ramp import ramp_metrics
 from harness.regime import Arm, Regime, Slo
 from harness.results.files import RunDir
@@ -44,6 +46,7 @@ from harness.results.model import (
     ArmSummary,
     CategoryMetrics,
     CellMetrics,
+    DecodeFloorInputs,
     DistributionArm,
     DistributionSection,
     DistributionTest,
@@ -96,6 +99,7 @@ def _repeats(
         tokens = sum(r.output_tokens for r in mine)
         tok_s = output_tokens_per_s(tokens, window.duration_s)
         in_flight = [r for r in records if r.repeat == window.repeat]
+        steps = window.counter_delta().engine_steps  # the server's own count, whoever counts tau
         per_repeat.append(
             RepeatMetrics(
                 repeat=window.repeat,
@@ -109,11 +113,18 @@ def _repeats(
                 ),
                 usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
                 mean_in_flight=mean_in_flight(in_flight, window.duration_s),
+                engine_steps=steps if steps is not None and steps > 0 else None,
                 **_slo_metrics(in_flight, window.duration_s, slo),
             )
         )
         power.append(summarize_power(window.power.samples if window.power else None, tokens))
     return counters, per_repeat, power
+
+
+def _engine_steps(repeats: list[RepeatMetrics]) -> float | None:
+    """The cell's engine steps: None unless every window counted them (a part is not the whole)."""
+    counts = [r.engine_steps for r in repeats]
+    return sum(c for c in counts if c is not None) if counts and None not in counts else None
 
 
 def cell_metrics(
@@ -148,6 +159,7 @@ def cell_metrics(
     own = _request_acceptance(ok, engine)
     copies = [copied_ngrams(r.prompt_token_ids, r.token_ids) for r in ok]
     power_stats = combine_power(power, output_tokens)
+    engine_steps = _engine_steps(per_repeat)
     first = windows[0]
     return CellMetrics(
         arm=arm.name,
@@ -203,6 +215,8 @@ def cell_metrics(
         drafts=acc.drafts,
         draft_tokens=acc.draft_tokens,
         accepted_tokens=acc.accepted_tokens,
+        engine_steps=engine_steps,
+        step_ms=step_ms(duration, engine_steps),
         usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
         mean_in_flight=mean_in_flight(records, duration),
         **_slo_metrics(records, duration, slo),
@@ -573,7 +587,19 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         calibration=calibration.label() if calibration else None,
         ramp=ramp_metrics(raw, spread, looks, first_look),
         power_gpus=_power_gpus(raw),
+        decode_floor=_decode_floor(raw),
     )
+
+
+def _decode_floor(raw: RawRun) -> DecodeFloorInputs | None:
+    """environment.json's ``decode_floor`` (a run before version 14, or an endpoint's, has none)."""
+    recorded = raw.environment.get("decode_floor")
+    if not isinstance(recorded, dict):
+        return None
+    try:
+        return DecodeFloorInputs.model_validate(recorded)
+    except ValidationError:
+        return None  # a record this harness cannot read is no floor, not a failed summary
 
 
 def _power_gpus(raw: RawRun) -> list[PowerGpu] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.analysis import RunAnalysis
+from harness.cost_text import ceiling_lines, cost_lines
 from harness.environment import gpus_text
 from harness.errors import UserError
 from harness.formats import interval_text, speedup_text
@@ -335,6 +336,7 @@ def answer_lines(analysis: RunAnalysis) -> list[str]:
     lines += distribution_lines(summary)
     if analysis.findings:
         lines += ["Findings: " + " ".join(findings_text(analysis.findings))]
+    lines += cost_lines(analysis.cost) + ceiling_lines(analysis.ceiling)
     for line in (
         backend_line(summary),
         draft_counting_line(summary),

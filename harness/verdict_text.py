@@ -468,6 +468,15 @@ def _step(f: Fact) -> str:
     arm, speed = f.arm, _speed(f["speedup"], f["state"])  # type: ignore[arg-type]
     per_forward = f["per_forward"]
     yields = f" ({per_forward:.2f} tokens per target forward)" if per_forward else ""
+    costs = f"{f['cost']:.2f}"
+    if f["measured"]:
+        low, high = f["cost_low"], f["cost_high"]
+        bounds = f" {interval_text(low, high)}" if low is not None and high is not None else ""  # type: ignore[arg-type]
+        costs += f"{bounds} baseline steps, measured"
+        if f["needs"] is not None:
+            costs += f" (it needs tau {f['needs']:.2f} to pay there)"
+    else:
+        costs += " baseline decode steps (inferred: tokens per step / speedup)"
     if f.kind == "acceptance_limit":
         return (
             f"Acceptance is {arm}'s limit: its best tau is {f['tau']:.2f} ({f['where']}), so each step pays "
@@ -483,12 +492,11 @@ def _step(f: Fact) -> str:
     if f.kind == "verification_limit":
         return (
             f"Verification, not acceptance, is {arm}'s limit in this regime: it emits {f['tau']:.2f} tokens "
-            f"per step on {f['where']} yet runs at {speed}, so each of its steps{yields} costs "
-            f"{f['cost']:.1f} baseline decode steps."
+            f"per step on {f['where']} yet runs at {speed}: each of its steps{yields} costs {costs}."
         )
     return (
         f"{arm} turns tau {f['tau']:.2f} into {speed} on {f['where']}: each of its steps{yields} costs "
-        f"{f['cost']:.1f} baseline decode steps."
+        f"{costs}."
     )
 
 
@@ -570,6 +578,16 @@ def findings_text(facts: Sequence[Fact]) -> list[str]:
             )
         elif f.kind in ("acceptance_limit", "impossible_step", "verification_limit", "step_cost"):
             sentences.append(_step(f))
+        elif f.kind.startswith("k_limit"):
+            why = (
+                "acceptance stopped growing"
+                if f.kind == "k_limit_acceptance"
+                else "the step's cost grew faster than acceptance"
+            )
+            sentences.append(
+                f"{f.arm} measured slower than {f['best']} on {f['where']}: {why} (tokens per step "
+                f"{f['grew_pct']:+.0f}%, step cost {f['costlier_pct']:+.0f}%)."
+            )
     load = [f for f in facts if f.kind == "load"]
     if load:
         sentences.append(_load(load))

@@ -108,6 +108,26 @@ def test_parse_real_metrics(adapter) -> None:
     assert acc.per_position == pytest.approx([4 / 14, 4 / 14, 3 / 14, 3 / 14])
 
 
+def test_engine_steps_are_the_step_histograms_count(adapter) -> None:
+    """The capture's tokens-per-step histogram observed 130 engine steps (3 prefills and the decode
+    steps after them); a server without the histogram does not say, which is not zero steps."""
+    assert adapter.parse_spec_counters(METRICS).engine_steps == 130.0
+    text = "\n".join(line for line in METRICS.splitlines() if "iteration_tokens" not in line)
+    assert adapter.parse_spec_counters(text).engine_steps is None
+    two = "".join(f'vllm:iteration_tokens_total_count{{engine="{e}"}} {n}\n' for e, n in ((0, 7.0), (1, 5.0)))
+    assert adapter.parse_spec_counters(two).engine_steps == 12.0
+
+
+def test_a_windows_engine_steps_are_its_delta_and_unknown_when_either_scrape_lacks_them() -> None:
+    from harness.probes.acceptance import SpecCounters
+
+    after = SpecCounters(drafts=4, engine_steps=544.0)
+    assert after.minus(SpecCounters(engine_steps=32.0)).engine_steps == 512.0
+    assert after.minus(SpecCounters()).engine_steps is None
+    assert SpecCounters.from_json(after.to_json()) == after
+    assert "engine_steps" not in SpecCounters().to_json()  # a version-13 window reads back the same
+
+
 def test_parse_without_spec_metrics_is_zero(adapter) -> None:
     text = "\n".join(line for line in METRICS.splitlines() if "spec_decode" not in line)
     counters = adapter.parse_spec_counters(text)

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from harness.results.records import RequestRecord, WindowRecord
 
 _COUNTER_PREFIX = "vllm:spec_decode_num_"
+# the tokens-per-step histogram's observation count: one per engine step that produced output
+# (v1/metrics/loggers.py observes it once per EngineCoreOutputs; 0.32 to 0.34)
+_ENGINE_STEPS = "vllm:iteration_tokens_total_count"
 # the local prefix cache's counters, in prompt tokens (external_prefix_cache_*: a KV connector's, not these)
 _PREFIX_CACHE = {"vllm:prefix_cache_queries_total": "queries", "vllm:prefix_cache_hits_total": "hits"}
 MAX_COUNT = 1e15  # tokens: beyond any server's lifetime (and summed, still finite)
@@ -740,7 +743,15 @@ class VllmAdapter:
     def parse_spec_counters(self, metrics_text: str) -> SpecCounters:
         totals = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0}
         per_position: dict[int, float] = {}
+        steps: float | None = None
         for sample in parse_prometheus(metrics_text):
+            if (
+                sample.name == _ENGINE_STEPS
+                and math.isfinite(sample.value)
+                and 0 <= sample.value <= MAX_COUNT
+            ):
+                steps = (steps or 0.0) + sample.value  # summed over engines (data parallel)
+                continue
             if not sample.name.startswith(_COUNTER_PREFIX) or not sample.name.endswith("_total"):
                 continue
             if not (math.isfinite(sample.value) and 0 <= sample.value <= MAX_COUNT):
@@ -753,7 +764,7 @@ class VllmAdapter:
                 per_position[int(position)] = per_position.get(int(position), 0.0) + sample.value
             elif key in totals:
                 totals[key] += sample.value  # summed over engines / label sets
-        return SpecCounters(accepted_per_position=per_position, **totals)
+        return SpecCounters(accepted_per_position=per_position, engine_steps=steps, **totals)
 
     def server_figures(self, base_url: str) -> dict | None:
         return None  # the /metrics counters tau comes from are already the server-wide figures

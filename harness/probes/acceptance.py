@@ -134,10 +134,20 @@ class SpecCounters:
     draft_tokens: float = 0.0
     accepted_tokens: float = 0.0
     accepted_per_position: dict[int, float] = field(default_factory=dict)
+    # the engine's steps so far, speculative or not (vLLM: the observations of its tokens-per-step
+    # histogram, one per engine step that produced output): a window's delta is its step count,
+    # whose time the cost model divides (harness.cost_model). None: the engine does not say
+    engine_steps: float | None = None
 
     def minus(self, before: SpecCounters) -> SpecCounters:
         positions = sorted(set(self.accepted_per_position) | set(before.accepted_per_position))
+        steps = (
+            None
+            if self.engine_steps is None or before.engine_steps is None
+            else self.engine_steps - before.engine_steps
+        )
         return SpecCounters(
+            engine_steps=steps,
             drafts=self.drafts - before.drafts,
             draft_tokens=self.draft_tokens - before.draft_tokens,
             accepted_tokens=self.accepted_tokens - before.accepted_tokens,
@@ -148,7 +158,8 @@ class SpecCounters:
         )
 
     def plus(self, other: SpecCounters) -> SpecCounters:
-        """Two windows' deltas together (the repeats of one window)."""
+        """Two windows' deltas together (the repeats of one window); the engine steps are summed by
+        whoever needs them (``harness.cost_model``): a window without them is not zero steps."""
         positions = sorted(set(self.accepted_per_position) | set(other.accepted_per_position))
         return SpecCounters(
             drafts=self.drafts + other.drafts,
@@ -161,7 +172,8 @@ class SpecCounters:
         )
 
     def to_json(self) -> dict:
-        return {
+        steps = {} if self.engine_steps is None else {"engine_steps": self.engine_steps}
+        return steps | {
             "drafts": self.drafts,
             "draft_tokens": self.draft_tokens,
             "accepted_tokens": self.accepted_tokens,
@@ -175,6 +187,7 @@ class SpecCounters:
             draft_tokens=data["draft_tokens"],
             accepted_tokens=data["accepted_tokens"],
             accepted_per_position={int(p): v for p, v in data["accepted_per_position"].items()},
+            engine_steps=data.get("engine_steps"),  # absent before the cost model (version 14)
         )
 
 
@@ -203,6 +216,15 @@ def conditional_rates(marginal: list[float]) -> list[float | None]:
         before = 1.0 if i == 0 else marginal[i - 1]
         rates.append(rate / before if before > 0 else None)
     return rates
+
+
+def length_histogram(marginal: list[float], drafts: float) -> dict[int, float]:
+    """Drafts by the tokens their step emitted (1 + the drafts accepted: 1 to K + 1), from the
+    marginal per-position rates: a step emits exactly j + 1 when positions < j were accepted and
+    position j was not, P = marginal[j - 1] - marginal[j] (marginal[-1] = 1, marginal[K] = 0).
+    specdec_bench's ``Acceptance_Length_Histogram`` counted from the counters."""
+    rates = [1.0, *marginal, 0.0]
+    return {j + 1: drafts * (rates[j] - rates[j + 1]) for j in range(len(marginal) + 1)}
 
 
 # counters are integers summed over the window; their ratios agree to float rounding

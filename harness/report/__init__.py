@@ -14,6 +14,7 @@ from typing import Any
 import jinja2
 
 from harness.analysis import AnalyzedRun, RunAnalysis
+from harness.cost_text import CEILING_NOTE, COST_NOTE, ceiling_lines, cost_rows, prediction_rows
 from harness.environment import gpus_text, machine_differences
 from harness.errors import UserError
 from harness.formats import bound_text, interval_text, speedup_text
@@ -423,6 +424,11 @@ def report_context(run: AnalyzedRun) -> dict[str, Any]:
         "interval_note": basis_line(analysis.basis),
         "chance_note": chance_line(analysis.basis),
         "findings": findings_text(analysis.findings),
+        "cost_rows": cost_rows(analysis.cost),
+        "prediction_rows": prediction_rows(analysis.cost),
+        "cost_note": COST_NOTE,
+        "ceiling": ceiling_lines(analysis.ceiling),
+        "ceiling_note": CEILING_NOTE,
         "lab": _lab(analysis),
         "gate": gate,
         "categories": _categories(analysis),
@@ -448,6 +454,7 @@ def report_context(run: AnalyzedRun) -> dict[str, Any]:
                     figures.rate_figure(rows, arms, workloads, summary.slo is not None),
                 ),
                 ("per-position acceptance", figures.per_position_figure(analysis.per_position)),
+                ("step cost vs K", figures.step_cost_figure(analysis.cost)),
                 ("TPOT distribution", figures.tpot_figure(samples)),
                 ("power over time", figures.power_figure(power_windows)),
                 (

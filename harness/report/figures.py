@@ -16,6 +16,7 @@ matplotlib.use("Agg")  # no display; also the only backend whose PNGs are byte-s
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
+from harness.cost_model import CostModel  # noqa: E402
 from harness.history_analysis.trend import Series  # noqa: E402
 from harness.intervals import Estimate  # noqa: E402
 from harness.probes import ramp  # noqa: E402
@@ -116,6 +117,51 @@ def speedup_figure(
         "speedup vs concurrency, 95% intervals (grey band: within 3%; filled: pays, green, or loses, red)",
         fontsize=9,
     )
+    _legend(ax)
+    return _png(fig)
+
+
+def step_cost_figure(model: CostModel) -> str | None:
+    """The speculative step's cost (x the baseline's step) against K, one line per method and load
+    level, each point with its 95% interval and the fitted line c(K) = a + b K dashed; the
+    baseline's step is 1. None below two K values of one method."""
+    if not model.lines:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    for line in model.lines:
+        points = sorted(
+            (
+                c
+                for c in model.costs
+                if (c.method, c.drafter, c.workload, c.level)
+                == (line.method, line.drafter, line.workload, line.level)
+                and c.k
+            ),
+            key=lambda c: c.k or 0,
+        )
+        label = f"{line.method} {line.workload} {line.level.short()}"
+        ks = [c.k or 0 for c in points]
+        (drawn,) = ax.plot(ks, [c.cost for c in points], marker="o", linewidth=0, label=label)
+        for c in points:
+            if c.low is not None and c.high is not None:
+                ax.errorbar(
+                    [c.k],
+                    [c.cost],
+                    yerr=[[c.cost - c.low], [c.high - c.cost]],
+                    color=drawn.get_color(),
+                    capsize=3,
+                    linewidth=1.0,
+                )
+        span = [min(ks), max(ks)]
+        ax.plot(span, [line.at(k)[0] for k in span], linestyle="--", linewidth=1.0, color=drawn.get_color())
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    every_k = sorted({c.k for c in model.costs if c.k})
+    ax.set_xticks(every_k, [str(k) for k in every_k])
+    ax.minorticks_off()
+    ax.set_xlabel("K (draft tokens per step)")
+    ax.set_ylabel("step cost (x the baseline's step)")
+    ax.set_title("speculative step cost vs K, 95% intervals (dashed: the fitted line)", fontsize=9)
     _legend(ax)
     return _png(fig)
 

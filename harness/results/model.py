@@ -45,6 +45,8 @@ class RepeatMetrics(ResultModel):
     goodput_rps: float | None = None  # requests meeting it per second of the window
     # requests in flight on average (their summed request times / the window's time; version 7 on)
     mean_in_flight: float | None = None
+    # the engine's steps in the window (SpecCounters.engine_steps; version 14 on): None, not counted
+    engine_steps: float | None = None
 
 
 class ExactnessShares(ResultModel):
@@ -110,6 +112,10 @@ class CellMetrics(ResultModel):
     drafts: float
     draft_tokens: float
     accepted_tokens: float
+    # the engine's steps over the cell's windows and their time per step, ms (version 14 on): the
+    # step cost model's samples (harness.cost_model); None where a window's engine did not count them
+    engine_steps: float | None = None
+    step_ms: float | None = None
     # output n-grams that occur in the prompt (probes.copying); None where no prompt ids were returned
     copy_share_pct: float | None = None
     # ... in the prompt or earlier in the output: what a prompt-lookup drafter can match
@@ -226,6 +232,15 @@ class CellMetrics(ResultModel):
         for r in self.per_repeat:
             if r.output_tok_s is not None:
                 found.setdefault(r.server_start, []).append(r.output_tok_s)
+        return {start: sum(v) / len(v) for start, v in sorted(found.items())}
+
+    def startup_step_rate(self) -> dict[int, float]:
+        """Each server start-up's mean engine steps per second over its repeats: the step cost
+        model's data (harness.cost_model), as ``startup_tok_s`` is the speedup's."""
+        found: dict[int, list[float]] = {}
+        for r in self.per_repeat:
+            if r.engine_steps and r.duration_s > 0:
+                found.setdefault(r.server_start, []).append(r.engine_steps / r.duration_s)
         return {start: sum(v) / len(v) for start, v in sorted(found.items())}
 
     def independent_samples(self, name: str) -> list[float]:
@@ -439,8 +454,31 @@ class DistributionSection(ResultModel):
         return distribution.confidence(self.alpha)
 
 
+class TargetFootprint(ResultModel):
+    """What one decode step of the target reads at its served dtype (``sensors.weights``)."""
+
+    parameters: int
+    dtype: str
+    bytes_per_parameter: int
+    weight_bytes: int
+    kv_bytes_per_token: int
+
+
+class Bandwidth(ResultModel):
+    gb_s: float  # 1e9 bytes/s, per device
+    source: str  # "measured: numpy copy, ..." or "published: <part>, <datasheet>"
+
+
+class DecodeFloorInputs(ResultModel):
+    """The decode floor's inputs as the run recorded them (environment.json's ``decode_floor``)."""
+
+    footprint: TargetFootprint | None
+    bandwidth: Bandwidth | None
+    tensor_parallel: int = 1
+
+
 class Summary(ResultModel):
-    schema_version: Literal[13] = SCHEMA_VERSION
+    schema_version: Literal[14] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str
@@ -472,6 +510,8 @@ class Summary(ResultModel):
     # the GPUs the windows' NVML power and energy were read on (the servers' own); None: NVML read
     # every visible GPU, power came from elsewhere, or a run from before the harness chose them
     power_gpus: list[PowerGpu] | None = None
+    # what the decode floor is computed from (version 14 on); None: not recorded, or an endpoint run
+    decode_floor: DecodeFloorInputs | None = None
 
     def cell(
         self, arm: str, workload: str, concurrency: int | LoadLevel, request_rate: float | None = None

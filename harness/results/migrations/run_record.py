@@ -27,7 +27,7 @@ def migrate_v3(record: dict[str, Any]) -> dict[str, Any]:
 
 
 MIGRATIONS = Migrations(
-    current=13,
+    current=14,
     steps={1: migrate_v1, 3: migrate_v3},
     # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
     history={
@@ -84,6 +84,11 @@ MIGRATIONS = Migrations(
         12: (
             "Version 13 made the summary's intervals about the workload (summary's history, version 13): "
             "the record is unchanged."
+        ),
+        13: (
+            "Version 14: a window's counters (``counters_before``, ``counters_after``) may carry "
+            "``engine_steps``, the engine's steps so far (vLLM's ``iteration_tokens_total`` count), for the "
+            "step cost model; absent: the engine did not say. The record is otherwise unchanged."
         ),
     },
 )

@@ -17,7 +17,7 @@ def migrate_v5(status: dict[str, Any]) -> dict[str, Any]:
 
 
 MIGRATIONS = Migrations(
-    current=13,
+    current=14,
     steps={5: migrate_v5},
     # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
     history={
@@ -38,5 +38,6 @@ MIGRATIONS = Migrations(
         10: "Version 11 corrected the summary's intervals for a deciding design's looks: unchanged.",
         11: "Version 12 fitted the summary's deciding intervals to the design's looks: unchanged.",
         12: "Version 13 made the summary's intervals about the workload: unchanged.",
+        13: "Version 14 added the engine's step count to the windows' counters: unchanged.",
     },
 )

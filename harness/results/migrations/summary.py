@@ -44,7 +44,7 @@ def migrate_v7(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 MIGRATIONS = Migrations(
-    current=13,
+    current=14,
     steps={1: migrate_v1, 5: migrate_v5, 6: migrate_v6, 7: migrate_v7},
     # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
     history={
@@ -95,6 +95,11 @@ MIGRATIONS = Migrations(
             "prompts, inside ``speedup_log_se``), ``speedup_own_spread`` (the arm's own paired spread "
             "replaced the pooled one) and ``speedup_calibration_refused``. Absent: a version-12 interval, "
             "about its prompts only; ``bench`` re-derives the new one from the raw files."
+        ),
+        13: (
+            "Version 14: cells and repeats gained ``engine_steps`` (the engine's steps in their windows) and "
+            "``step_ms`` (window time per step), the step cost model's samples (``harness.cost_model``). "
+            "Absent: not recorded (a window before version 14 has no step count)."
         ),
     },
 )
