@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from harness import stats
+from harness.engines.vllm import LOSSY_REJECTION
 from harness.intervals import CONFIDENCE, Estimate, cell_estimates
 from harness.regime import LoadLevel
 from harness.results.model import CellMetrics, Summary
@@ -170,9 +171,9 @@ def break_even_tau(cost: float, share: float, occupancy: float = 1.0) -> float:
 
 def yield_per_step(cell: CellMetrics, base: CellMetrics) -> float | None:
     """Output tokens per engine step, the arm's over the baseline's."""
-    if not (cell.engine_steps and base.engine_steps and base.output_tokens):
+    if not (cell.engine_step_count and base.engine_step_count and base.output_tokens):
         return None
-    return (cell.output_tokens / cell.engine_steps) / (base.output_tokens / base.engine_steps)
+    return (cell.output_tokens / cell.engine_step_count) / (base.output_tokens / base.engine_step_count)
 
 
 def _outcome(tau: float | None, low: float | None, high: float | None) -> Outcome:
@@ -352,12 +353,19 @@ def _checked(prediction: Prediction, cell: CellMetrics) -> Prediction:
     )
 
 
+def forced(summary: Summary, arm: str) -> bool:
+    """The arm's acceptance was forced (synthetic verification): it measures a step's cost at a
+    chosen acceptance, never a drafter's, so nothing is predicted from it or said of its K."""
+    found = summary.arm(arm)
+    return found is not None and found.verification in LOSSY_REJECTION
+
+
 def predictions(summary: Summary, costs: Sequence[StepCost]) -> list[Prediction]:
     """Per chain method, drafter and window: from its arm with the largest K, the speedup at every
     K below it; each K that ran is checked against a cost line fitted without it."""
     families: dict[tuple[str, str | None, str, LoadLevel], list[StepCost]] = {}
     for cost in costs:
-        if cost.method in CHAIN_METHODS and cost.k:
+        if cost.method in CHAIN_METHODS and cost.k and not forced(summary, cost.arm):
             families.setdefault(_family(cost), []).append(cost)
     found = []
     for members in families.values():

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness import pooling, stats
-from harness.cost_model import CostModel
+from harness.cost_model import CostModel, forced
 from harness.intervals import stored_estimate
 from harness.probes.copying import COPY_NGRAM
 from harness.results.model import CellMetrics, Summary
@@ -215,7 +215,7 @@ def k_limit_facts(summary: Summary, cost: CostModel) -> list[Fact]:
     larger one, the growth of its tokens per engine step against that of its step cost."""
     families: dict[tuple, list] = {}
     for c in cost.costs:
-        if c.k:
+        if c.k and not forced(summary, c.arm):
             families.setdefault((c.method, c.drafter, c.workload, c.level), []).append(c)
     found = []
     for members in families.values():

@@ -284,7 +284,7 @@ def export(run: Run, out_dir: Path, fmt: ExportFormat = "csv") -> list[Path]:
     frames = {name: run.table(name) for name in TABLES if name != "ramp" or run.summary.ramp}
     paths = [write_table(frame, out_dir / f"{name}.{fmt}", fmt) for name, frame in frames.items()]
     profile = _write_bytes(json.dumps(speculation_profile(run), indent=1).encode(), out_dir / PROFILE)
-    return [*paths, write_table(dictionary(frames), out_dir / DICTIONARY, "csv"), profile]
+    return [*paths, profile, write_table(dictionary(frames), out_dir / DICTIONARY, "csv")]
 
 
 def speculation_profile(run: Run) -> dict[str, Any]:
@@ -307,7 +307,9 @@ def speculation_profile(run: Run) -> dict[str, Any]:
                 "drafter": cell.drafter,
                 "workload": cell.workload,
                 "load": cell.level.label(),
-                "draft_counting": arm.draft_counting if (arm := run.summary.arm(cell.arm)) else None,
+                "draft_counting": counting.semantics
+                if (arm := run.summary.arm(cell.arm)) and (counting := arm.draft_counting)
+                else None,
                 "drafts": cell.drafts,
                 "tau": cell.tau,
                 "marginal_acceptance": marginal,

@@ -702,6 +702,13 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
             "true: the run varied more than its calibration, which was not pooled",
         ),
         ("mean_in_flight", "requests", "requests in flight on average in the cell's windows (Little's law)"),
+        (
+            "engine_step_count",
+            "steps",
+            "the engine's own steps in the window(s) (vLLM's tokens-per-step histogram count; empty: not "
+            "counted)",
+        ),
+        ("step_ms", "ms", "window time per engine step: the step cost model's sample (harness.cost_model)"),
         ("client_cpu_cores", "cores", "CPU the harness client used during the windows"),
         ("stage", "", "ramp: the stage's index in load.ramp (from 0); empty: the whole ramp"),
         ("label", "", "ramp: the stage's load (@4: 4 in flight; @2req/s: open loop); ramp: the whole"),

@@ -113,7 +113,7 @@ def _repeats(
                 ),
                 usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
                 mean_in_flight=mean_in_flight(in_flight, window.duration_s),
-                engine_steps=steps if steps is not None and steps > 0 else None,
+                engine_step_count=steps if steps is not None and steps > 0 else None,
                 **_slo_metrics(in_flight, window.duration_s, slo),
             )
         )
@@ -123,7 +123,7 @@ def _repeats(
 
 def _engine_steps(repeats: list[RepeatMetrics]) -> float | None:
     """The cell's engine steps: None unless every window counted them (a part is not the whole)."""
-    counts = [r.engine_steps for r in repeats]
+    counts = [r.engine_step_count for r in repeats]
     return sum(c for c in counts if c is not None) if counts and None not in counts else None
 
 
@@ -215,7 +215,7 @@ def cell_metrics(
         drafts=acc.drafts,
         draft_tokens=acc.draft_tokens,
         accepted_tokens=acc.accepted_tokens,
-        engine_steps=engine_steps,
+        engine_step_count=engine_steps,
         step_ms=step_ms(duration, engine_steps),
         usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
         mean_in_flight=mean_in_flight(records, duration),

@@ -468,15 +468,14 @@ def _step(f: Fact) -> str:
     arm, speed = f.arm, _speed(f["speedup"], f["state"])  # type: ignore[arg-type]
     per_forward = f["per_forward"]
     yields = f" ({per_forward:.2f} tokens per target forward)" if per_forward else ""
-    costs = f"{f['cost']:.2f}"
-    if f["measured"]:
+    if f["measured"]:  # the cost model's: the engine's own step count
         low, high = f["cost_low"], f["cost_high"]
         bounds = f" {interval_text(low, high)}" if low is not None and high is not None else ""  # type: ignore[arg-type]
-        costs += f"{bounds} baseline steps, measured"
+        costs = f"{f['cost']:.2f}{bounds} baseline steps, measured"
         if f["needs"] is not None:
             costs += f" (it needs tau {f['needs']:.2f} to pay there)"
-    else:
-        costs += " baseline decode steps (inferred: tokens per step / speedup)"
+    else:  # inferred as tokens per step / speedup, where the engine counted no steps
+        costs = f"{f['cost']:.1f} baseline decode steps"
     if f.kind == "acceptance_limit":
         return (
             f"Acceptance is {arm}'s limit: its best tau is {f['tau']:.2f} ({f['where']}), so each step pays "
@@ -492,7 +491,7 @@ def _step(f: Fact) -> str:
     if f.kind == "verification_limit":
         return (
             f"Verification, not acceptance, is {arm}'s limit in this regime: it emits {f['tau']:.2f} tokens "
-            f"per step on {f['where']} yet runs at {speed}: each of its steps{yields} costs {costs}."
+            f"per step on {f['where']} yet runs at {speed}, so each of its steps{yields} costs {costs}."
         )
     return (
         f"{arm} turns tau {f['tau']:.2f} into {speed} on {f['where']}: each of its steps{yields} costs "

@@ -99,7 +99,7 @@ def _as_old(new: object, old: object) -> object:
 def test_current_summary_round_trips_and_is_frozen() -> None:
     summary = summarize(GOLDEN)
     dumped = summary.model_dump(mode="json")
-    assert dumped["schema_version"] == SCHEMA_VERSION == 13 and "cells" in dumped and "windows" not in dumped
+    assert dumped["schema_version"] == SCHEMA_VERSION == 14 and "cells" in dumped and "windows" not in dumped
     assert parse_summary(json.loads(json.dumps(dumped)), "test") == summary
     with pytest.raises(ValidationError):
         summary.cells[0].tau = 9.0  # type: ignore[misc]
@@ -244,8 +244,9 @@ def test_export_reads_back_equal(tmp_path: Path, fmt: str) -> None:
     run = load_run(GOLDEN)
     files = export(run, tmp_path, fmt)  # type: ignore[arg-type]
     tables = [f"{t}.{fmt}" for t in ("cells", "requests", "categories", "repeats")]
-    assert [f.name for f in files] == [*tables, "columns.csv"]  # the data dictionary last, always CSV
-    for path in files[:-1]:
+    # the speculation profile (JSON), then the data dictionary last, always CSV
+    assert [f.name for f in files] == [*tables, "speculation_profile.json", "columns.csv"]
+    for path in files[:-2]:
         frame = run.table(path.stem)
         if fmt == "csv":
             back = pd.read_csv(path)
@@ -272,6 +273,7 @@ def test_bench_export_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         "columns.csv",
         "repeats.parquet",
         "requests.parquet",
+        "speculation_profile.json",
     ]
     assert main(["export", str(tmp_path / "nope")]) == 2
     assert "not a run directory" in capsys.readouterr().out

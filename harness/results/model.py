@@ -46,7 +46,7 @@ class RepeatMetrics(ResultModel):
     # requests in flight on average (their summed request times / the window's time; version 7 on)
     mean_in_flight: float | None = None
     # the engine's steps in the window (SpecCounters.engine_steps; version 14 on): None, not counted
-    engine_steps: float | None = None
+    engine_step_count: float | None = None
 
 
 class ExactnessShares(ResultModel):
@@ -114,7 +114,7 @@ class CellMetrics(ResultModel):
     accepted_tokens: float
     # the engine's steps over the cell's windows and their time per step, ms (version 14 on): the
     # step cost model's samples (harness.cost_model); None where a window's engine did not count them
-    engine_steps: float | None = None
+    engine_step_count: float | None = None
     step_ms: float | None = None
     # output n-grams that occur in the prompt (probes.copying); None where no prompt ids were returned
     copy_share_pct: float | None = None
@@ -239,8 +239,8 @@ class CellMetrics(ResultModel):
         model's data (harness.cost_model), as ``startup_tok_s`` is the speedup's."""
         found: dict[int, list[float]] = {}
         for r in self.per_repeat:
-            if r.engine_steps and r.duration_s > 0:
-                found.setdefault(r.server_start, []).append(r.engine_steps / r.duration_s)
+            if r.engine_step_count and r.duration_s > 0:
+                found.setdefault(r.server_start, []).append(r.engine_step_count / r.duration_s)
         return {start: sum(v) / len(v) for start, v in sorted(found.items())}
 
     def independent_samples(self, name: str) -> list[float]:

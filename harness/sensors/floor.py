@@ -25,8 +25,12 @@ def decode_floor_inputs(
         footprint = None
     bandwidth: dict[str, Any] | None = None
     if kind == "cpu":
-        reading = measure_memory_bandwidth()
-        bandwidth = {"gb_s": reading.gb_s, "source": f"measured: {reading.method}"}
+        try:
+            reading = measure_memory_bandwidth()
+        except MemoryError:  # a memory limit below the probe's 512 MiB: no bandwidth, no floor
+            reading = None
+        if reading is not None:
+            bandwidth = {"gb_s": reading.gb_s, "source": f"measured: {reading.method}"}
     elif gpu_names and (published := published_gpu_bandwidth(gpu_names[0])) is not None:
         bandwidth = {"gb_s": published.gb_s, "source": f"published: {published.part}, {published.source}"}
     return {

@@ -62,6 +62,9 @@ class Observation:
     speedup_first_look: int | None = None  # the rounds at its first look (Estimate.first_look)
     speedup_model_arms: int | None = None  # the arms of its model (Estimate.model_arms)
     scheduled: bool = False  # the arm runs a K per batch size (k_schedule): not one K of its family
+    # its acceptance is forced (synthetic verification: a calibration arm, lossy): measured, shown,
+    # never a choice (no best K, recommendation, flip or policy is made of it)
+    lossy: bool = False
 
     def estimate(self) -> Estimate | None:
         """Its speedup with the interval its run stored (never resampled): a study and its runs

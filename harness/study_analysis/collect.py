@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.engines.vllm import LOSSY_REJECTION
 from harness.environment import machine_identity
 from harness.errors import UserError
 from harness.regime import Regime
@@ -40,6 +41,7 @@ def point_observations(
     base = {(c.workload, c.concurrency): c for c in closed if c.arm == summary.baseline_arm}
     axes = tuple((path, value) for path, value in point.axes)
     scheduled = {a.name for a in summary.arms if a.k_schedule}
+    lossy = {a.name for a in summary.arms if a.verification in LOSSY_REJECTION}
     out = []
     for cell in closed:
         reference = base.get((cell.workload, cell.concurrency))
@@ -52,6 +54,7 @@ def point_observations(
                 method=cell.method,
                 k=cell.num_speculative_tokens,
                 scheduled=cell.arm in scheduled,
+                lossy=cell.arm in lossy,
                 workload=cell.workload,
                 concurrency=cell.concurrency,
                 speedup=cell.speedup,
@@ -128,8 +131,12 @@ class StudyResults:
             self._derived[name] = compute()
         return self._derived[name]
 
+    def deployable(self) -> list[analysis.Observation]:
+        """The observations a choice may be made of: every arm but those whose acceptance was forced."""
+        return [o for o in self.observations if not o.lossy]
+
     def recommendations(self) -> list[analysis.Recommendation]:
-        return self._once("recommendations", lambda: analysis.recommend(self.observations))
+        return self._once("recommendations", lambda: analysis.recommend(self.deployable()))
 
     def break_evens(self) -> list[analysis.BreakEven]:
         def compute() -> list[analysis.BreakEven]:
@@ -142,14 +149,14 @@ class StudyResults:
         return self._once("break_evens", compute)
 
     def best_ks(self) -> list[analysis.BestK]:
-        return self._once("best_ks", lambda: analysis.best_k(self.observations))
+        return self._once("best_ks", lambda: analysis.best_k(self.deployable()))
 
     def flips(self) -> list[analysis.Flip]:
-        return self._once("flips", lambda: analysis.flips(self.observations))
+        return self._once("flips", lambda: analysis.flips(self.deployable()))
 
     def policies(self) -> list[policy.Schedule]:
         """The speculation policy per point, family and workload (and the workload mix)."""
-        return self._once("policies", lambda: policy.policies(self.observations, self.workload_mix()))
+        return self._once("policies", lambda: policy.policies(self.deployable(), self.workload_mix()))
 
     def workload_mix(self) -> dict[str, float]:
         """The study regime's policy.workload_mix (unset: equal weights); a name the study did not

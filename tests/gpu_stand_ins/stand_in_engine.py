@@ -14,8 +14,18 @@ configuration), each read from the engine's own argv.
   drafts (capped at the served K) and emits them plus its own token; the counters count what the
   step accepted, as the engines do (drafts accepted past max_tokens included). With K=3 and
   ``1 + 10 n`` output tokens the steps end on a whole cycle: tau = 1 + mean(pattern) = 2.5.
+- Synthetic acceptance (the vLLM stand-in, ``rejection_sample_method: synthetic``): vLLM 0.34's
+  rule (``synthetic_rates``, from vllm/config/speculative.py) turns ``synthetic_acceptance_length``
+  or ``_rates`` into unconditional per-position rates, and verify step j accepts the positions
+  whose rate exceeds a low-discrepancy draw u_j (``synthetic_accepted``) instead of the pattern:
+  vLLM draws at random, the stand-in evenly, so over whole cycles tau is the length exactly
+  (length 1.5: 1, 0, 1, 0, ...; 2.0: 1 every step; 2.5 at K >= 2: 2, 1, 2, 1, ...).
 - ``STAND_IN_SERVED_K`` in the environment makes a speculating stand-in serve that K instead of
   the one it was launched with (and say so, as the engine would): a wrong launch in miniature.
+- The vLLM stand-in's engine (``EngineLoop``) runs one forward pass at a time for every request
+  waiting on one (a batch), each ``step_seconds(K)``: ``STEP_S`` plus ``DRAFT_STEP_S`` per draft
+  token, so the relative step cost is known, c(K) = 1 + K DRAFT_STEP_S / STEP_S = 1 + 0.5 K, and
+  it counts its steps as vLLM's tokens-per-step histogram does (one observation per step).
 """
 
 from __future__ import annotations
@@ -35,6 +45,9 @@ from aiohttp import web
 
 ACCEPTED_PER_STEP = (3, 1, 2, 0)  # drafts accepted at verify steps 0, 1, 2, 3, 4 (= 0), ...
 STEP_S = 0.01  # seconds per forward pass (the prefill's, then each verify or decode step)
+# the vLLM stand-in's step: this much longer per draft token (step_seconds); whole milliseconds,
+# which asyncio's timers keep (a 12.5 or 13 ms sleep took 14.3 on the 2-core machine, 15 ms 15.2)
+DRAFT_STEP_S = 0.005
 SERVED_K_ENV = "STAND_IN_SERVED_K"
 VOCAB = 32000
 
@@ -47,6 +60,61 @@ def log(message: str) -> None:
 def served_k(launched: int) -> int:
     """The K this stand-in serves: the one it was launched with, unless ``SERVED_K_ENV`` says otherwise."""
     return int(os.environ.get(SERVED_K_ENV, launched))
+
+
+def step_seconds(k: int) -> float:
+    """One engine step of the vLLM stand-in that drafts ``k`` tokens (and verifies k + 1)."""
+    return STEP_S + k * DRAFT_STEP_S
+
+
+def synthetic_rates(k: int, spec: dict[str, Any]) -> list[float] | None:
+    """The unconditional per-position acceptance rates of synthetic verification, as vLLM 0.34
+    resolves them (SpeculativeConfig._resolve_synthetic_acceptance_rates and
+    _acceptance_length_to_rates, vllm/config/speculative.py): exactly one of the rates (K of them,
+    in [0, 1], non-increasing) or a mean acceptance length L in [1, K + 1], whose rates are the
+    minimum-variance schedule [1] * floor(L - 1) + [frac(L - 1)] + [0, ...]. None: not synthetic.
+    ValueError with vLLM's message for what it refuses."""
+    rates, length = spec.get("synthetic_acceptance_rates"), spec.get("synthetic_acceptance_length")
+    if spec.get("rejection_sample_method") != "synthetic":
+        if rates is not None or length is not None:
+            raise ValueError(
+                "synthetic_acceptance_rates / synthetic_acceptance_length are only valid with "
+                "rejection_sample_method='synthetic'."
+            )
+        return None
+    if (rates is None) == (length is None):
+        raise ValueError(
+            "rejection_sample_method='synthetic' requires exactly one of synthetic_acceptance_rates "
+            "or synthetic_acceptance_length."
+        )
+    if rates is not None:
+        if len(rates) != k:
+            raise ValueError(f"synthetic_acceptance_rates must have length {k}, got {rates}.")
+        if not all(0.0 <= r <= 1.0 for r in rates):
+            raise ValueError(f"synthetic_acceptance_rates entries must be in [0, 1], got {rates}.")
+        if any(rates[i] > rates[i - 1] for i in range(1, k)):
+            raise ValueError(f"synthetic_acceptance_rates must be non-increasing, got {rates}.")
+        return [float(r) for r in rates]
+    if not 1.0 <= length <= k + 1:
+        raise ValueError(f"synthetic_acceptance_length must be in [1, {k + 1}], got {length}.")
+    drafts = length - 1
+    full = int(drafts)
+    return ([1.0] * full + [drafts - full] + [0.0] * (k - full - 1))[:k]
+
+
+def _radical_inverse(j: int) -> float:
+    """j's bits mirrored after the binary point (van der Corput): 0, 0.5, 0.25, 0.75, 0.125, ..."""
+    u, scale = 0.0, 0.5
+    while j:
+        u, j, scale = u + scale * (j & 1), j >> 1, scale / 2
+    return u
+
+
+def synthetic_accepted(rates: list[float], j: int) -> int:
+    """Drafts verify step ``j`` accepts: position p is accepted in a share rates[p] of the steps
+    (u_j below rates[p]), and the rates do not increase, so the accepted ones are a prefix."""
+    u = _radical_inverse(j)
+    return sum(u < rate for rate in rates)
 
 
 def device_line() -> str:
@@ -116,12 +184,16 @@ class Step:
     accepted: int | None  # drafts the verify step accepted (None: the prefill, or no speculation)
 
 
-def steps(ids: list[int], k: int) -> list[Step]:
+def steps(ids: list[int], k: int, rates: list[float] | None = None) -> list[Step]:
     """The passes that produce ``ids``: the prefill's token, then one token per decode step (k = 0),
-    or per verify step its accepted drafts plus its own token, cut at the last id."""
+    or per verify step its accepted drafts plus its own token, cut at the last id. Its drafts are
+    accepted in the pattern, or as synthetic ``rates`` say."""
     out, done, j = [Step(ids[:1], None)], 1, 0
     while done < len(ids):
-        accepted = min(ACCEPTED_PER_STEP[j % len(ACCEPTED_PER_STEP)], k) if k else 0
+        if rates is not None:
+            accepted = min(synthetic_accepted(rates, j), k)
+        else:
+            accepted = min(ACCEPTED_PER_STEP[j % len(ACCEPTED_PER_STEP)], k) if k else 0
         emitted = ids[done : done + accepted + 1]
         out.append(Step(emitted, accepted if k else None))
         done, j = done + len(emitted), j + 1
@@ -176,6 +248,57 @@ async def stream(request: web.Request, produce: Callable[[Streamer], Awaitable[N
 
 async def forward_pass() -> None:
     await asyncio.sleep(STEP_S)
+
+
+class EngineLoop:
+    """An engine core in miniature: one forward pass at a time for every request waiting on one
+    (a batch: a request that asks during a pass waits for the next), each ``step_s`` long. It counts
+    its steps and their tokens as vLLM's tokens-per-step histogram does (one observation a step)."""
+
+    BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)  # vLLM's, to 8192
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s = step_s
+        self.steps = 0
+        self.tokens = 0
+        self.buckets = [0] * len(self.BUCKETS)  # steps with at most BUCKETS[i] tokens
+        self._waiting: list[tuple[asyncio.Future, int]] = []
+        self._runner: asyncio.Task | None = None
+
+    async def forward(self, tokens: int) -> None:
+        """One forward pass of a request that computes ``tokens`` tokens in it."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append((future, tokens))
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.ensure_future(self._run())
+        await future
+
+    async def _run(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            await asyncio.sleep(self.step_s)
+            tokens = sum(n for _, n in batch)
+            self.steps += 1
+            self.tokens += tokens
+            for i, bound in enumerate(self.BUCKETS):
+                self.buckets[i] += tokens <= bound
+            for future, _ in batch:
+                if not future.done():  # its request went away
+                    future.set_result(None)
+
+    def histogram(self, name: str, labels: str) -> list[str]:
+        """The steps as a Prometheus histogram, ``name``_bucket/_count/_sum."""
+        lines = [f"# TYPE {name} histogram"]
+        lines += [
+            f'{name}_bucket{{{labels},le="{float(bound)}"}} {float(n)}'
+            for bound, n in zip(self.BUCKETS, self.buckets, strict=True)
+        ]
+        lines += [
+            f'{name}_bucket{{{labels},le="+Inf"}} {float(self.steps)}',
+            f"{name}_count{{{labels}}} {float(self.steps)}",
+            f"{name}_sum{{{labels}}} {float(self.tokens)}",
+        ]
+        return lines
 
 
 def chunk_id() -> str:

@@ -97,9 +97,9 @@ MIGRATIONS = Migrations(
             "about its prompts only; ``bench`` re-derives the new one from the raw files."
         ),
         13: (
-            "Version 14: cells and repeats gained ``engine_steps`` (the engine's steps in their windows) and "
-            "``step_ms`` (window time per step), the step cost model's samples (``harness.cost_model``). "
-            "Absent: not recorded (a window before version 14 has no step count)."
+            "Version 14: cells and repeats gained ``engine_step_count`` (the engine's steps in their "
+            "windows) and ``step_ms`` (window time per step), the step cost model's samples "
+            "(``harness.cost_model``). Absent: not recorded (a window before version 14 has no step count)."
         ),
     },
 )

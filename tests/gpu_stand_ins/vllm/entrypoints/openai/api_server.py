@@ -7,8 +7,12 @@ for tests/test_gpu_rehearsal.py: what the harness reads of vLLM, from the argv i
   platforms/cuda.py): the engine's config with dtype, quantization and speculative config, and the
   attention backend it selected.
 - ``/health``, ``/version``, ``/v1/models`` (max_model_len), ``/metrics`` (the spec-decode counters,
-  per position too, and the prefix cache's queries and hits, in tokens), ``/reset_prefix_cache``
-  only with VLLM_SERVER_DEV_MODE=1 (404 otherwise, as vLLM's router).
+  per position too, the prefix cache's queries and hits, in tokens, and the tokens-per-step
+  histogram, ``vllm:iteration_tokens_total``, whose count is the engine's steps),
+  ``/reset_prefix_cache`` only with VLLM_SERVER_DEV_MODE=1 (404 otherwise, as vLLM's router).
+- Its engine runs batched steps of a known time that grows with K (``EngineLoop``,
+  ``step_seconds``), and honours ``rejection_sample_method: synthetic`` with
+  ``synthetic_acceptance_length`` or ``_rates`` (refused at start-up where vLLM 0.34 refuses them).
 - Streamed completions and chat: ``token_ids`` per chunk with ``return_token_ids`` (the prompt's in
   the first), ``token_id:N`` logprob keys with ``return_tokens_as_token_ids``, a final usage chunk
   carrying ``metrics.speculative_decoding`` under ``--per-request-spec-decode-metrics summary``.
@@ -25,10 +29,10 @@ from typing import Any
 from aiohttp import web
 from stand_in_engine import (
     Acceptance,
+    EngineLoop,
     Streamer,
     chunk_id,
     device_line,
-    forward_pass,
     log,
     logprobs,
     output_ids,
@@ -37,8 +41,10 @@ from stand_in_engine import (
     requested_top,
     serve,
     served_k,
+    step_seconds,
     steps,
     stream,
+    synthetic_rates,
     token_text,
 )
 
@@ -75,6 +81,10 @@ class VllmStandIn:
         self.k = served_k(int(spec["num_speculative_tokens"])) if spec else 0
         self.method = spec["method"] if spec else None
         self.counts = Acceptance(self.k) if self.k else None
+        # synthetic verification's per-position rates (None: the stand-ins' pattern); ValueError:
+        # vLLM refuses the config, and the server never starts
+        self.rates = synthetic_rates(self.k, spec) if spec else None
+        self.engine = EngineLoop(step_seconds(self.k))
         self.queries = self.hits = 0
         self.cached: set[str] = set()
 
@@ -143,6 +153,7 @@ class VllmStandIn:
                 f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{p}"}} {float(n)}'
                 for p, n in enumerate(counts.per_position)
             ]
+        lines += self.engine.histogram("vllm:iteration_tokens_total", labels)  # registered always
         return web.Response(text="\n".join(lines) + "\n")
 
     def _prefix(self, text: str, tokens: int) -> None:
@@ -159,14 +170,14 @@ class VllmStandIn:
         self._prefix(text, len(prompt))
         top = requested_top(body, chat)
         own = Acceptance(self.k) if self.k else None
-        plan = steps(ids, self.k)
+        plan = steps(ids, self.k, self.rates)
 
         async def produce(out: Streamer) -> None:
             if chat:  # the role chunk, with the prompt's ids
                 first = self._envelope(chat, [{"index": 0, "delta": {"role": "assistant", "content": ""}}])
                 await out.send(first | ({"prompt_token_ids": prompt} if body.get("return_token_ids") else {}))
-            for index, step in enumerate(plan):
-                await forward_pass()
+            for index, step in enumerate(plan):  # the prefill computes the prompt too
+                await self.engine.forward(len(step.tokens) + (len(prompt) if index == 0 else 0))
                 if step.accepted is not None and own is not None and self.counts is not None:
                     own.count(step.accepted)
                     self.counts.count(step.accepted)
@@ -223,7 +234,10 @@ def main(argv: list[str]) -> None:
     args = parse(argv)
     if args.per_request_spec_decode_metrics not in (None, "none") and not args.speculative_config:
         sys.exit("--per-request-spec-decode-metrics requires speculative decoding")  # config/vllm.py
-    engine = VllmStandIn(args)
+    try:
+        engine = VllmStandIn(args)
+    except ValueError as exc:  # SpeculativeConfig's own refusal, before the engine starts
+        sys.exit(f"ValueError: {exc}")
     engine.startup_log()
     serve(engine.app(), args.host, args.port, args.uds)
 
