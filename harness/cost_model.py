@@ -39,14 +39,15 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from harness import stats
-from harness.engines.vllm import LOSSY_REJECTION
 from harness.intervals import CONFIDENCE, Estimate, cell_estimates
 from harness.regime import LoadLevel
 from harness.results.model import CellMetrics, Summary
 
 # drafters whose proposal at K' < K is the first K' tokens of their proposal at K
 CHAIN_METHODS = frozenset({"ngram", "suffix", "draft_model", "eagle3", "mtp"})
-Outcome = Literal["pays", "loses", "too close to tell", "unverified"]
+# the measured tau against the break-even interval; never "pays" or "loses", which are the verdict's:
+# the step cost's interval is about these prompts, the verdict's speedup about the workload
+Outcome = Literal["clears it", "falls short", "too close to tell", "unverified"]
 
 
 @dataclass(frozen=True)
@@ -180,9 +181,9 @@ def _outcome(tau: float | None, low: float | None, high: float | None) -> Outcom
     if tau is None or low is None or high is None:
         return "unverified"
     if tau > high:
-        return "pays"
+        return "clears it"
     if tau < low:
-        return "loses"
+        return "falls short"
     return "too close to tell"
 
 
@@ -272,7 +273,8 @@ def _fit(points: Sequence[StepCost]) -> tuple[float, float, tuple[float, float, 
         return float(a), float(b), None
     residual = sum(((c - a - b * k) / s) ** 2 for k, c, s in zip(ks, cs, ses, strict=True))  # type: ignore[operator]
     scale = max(1.0, residual / (len(points) - 2))  # points scattered beyond their intervals: wider
-    return float(a), float(b), (pcov[0][0] * scale, pcov[0][1] * scale, pcov[1][1] * scale)
+    var_a, cov_ab, var_b = (float(v) * scale for v in (pcov[0][0], pcov[0][1], pcov[1][1]))
+    return float(a), float(b), (var_a, cov_ab, var_b)
 
 
 def cost_line(points: Sequence[StepCost]) -> CostLine | None:
@@ -356,6 +358,8 @@ def _checked(prediction: Prediction, cell: CellMetrics) -> Prediction:
 def forced(summary: Summary, arm: str) -> bool:
     """The arm's acceptance was forced (synthetic verification): it measures a step's cost at a
     chosen acceptance, never a drafter's, so nothing is predicted from it or said of its K."""
+    from harness.engines.vllm import LOSSY_REJECTION  # on use: adapters are imported lazily
+
     found = summary.arm(arm)
     return found is not None and found.verification in LOSSY_REJECTION
 

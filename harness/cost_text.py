@@ -13,7 +13,8 @@ COST_NOTE = (
     "Step cost: the arm's mean engine step (window time / the engine's own step count) over the "
     "baseline's in the same window, geometric mean over start-ups, 95% interval from the speedup's "
     "model (about these prompts). Break-even tau: the acceptance at which a step of that cost would "
-    "pay, at the arm's proposing share and batch occupancy (docs/cost-model.md)."
+    "pay, at the arm's proposing share and batch occupancy; it clears it or falls short on these "
+    "prompts (whether the arm pays on the workload is the verdict's: docs/cost-model.md)."
 )
 
 
@@ -79,7 +80,7 @@ def cost_rows(model: CostModel) -> list[dict[str, Any]]:
             "share": "-" if c.proposing_share is None else f"{c.proposing_share:.2f}",
             "occupancy": "-" if c.occupancy is None else f"{c.occupancy:.2f}",
             "break_even": break_even_text(c),
-            "class": {"pays": "gain", "loses": "loss"}.get(c.outcome, ""),
+            "class": {"clears it": "gain", "falls short": "loss"}.get(c.outcome, ""),
         }
         for c in model.costs
     ]

@@ -368,3 +368,16 @@ def test_the_cost_model_recovers_the_stand_in_s_step_cost(study: dict[str, Any])
     assert line.ks == (1, 1, 5, 5)
     assert line.intercept == pytest.approx(1.0, abs=0.15)
     assert line.slope == pytest.approx((step_seconds(1) - STEP_S) / STEP_S, rel=0.15)
+
+
+def test_a_forced_acceptance_is_never_a_choice_nor_a_predictions_source(study: dict[str, Any]) -> None:
+    """Synthetic arms measure a step's cost at a chosen acceptance: the study makes no best K,
+    recommendation or policy of them, and the cost model predicts nothing from their acceptance."""
+    from harness.cost_model import cost_model
+    from harness.study_analysis.collect import load_study
+
+    assert cost_model(study["summary"]).predictions == ()
+    results = load_study(study["root"])
+    assert results.observations and all(o.lossy for o in results.observations if o.arm in ARMS)
+    assert all(r.best_arm is None for r in results.recommendations())
+    assert results.best_ks() == [] and results.policies() == []

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.engines.vllm import LOSSY_REJECTION
 from harness.environment import machine_identity
 from harness.errors import UserError
 from harness.regime import Regime
@@ -41,6 +40,8 @@ def point_observations(
     base = {(c.workload, c.concurrency): c for c in closed if c.arm == summary.baseline_arm}
     axes = tuple((path, value) for path, value in point.axes)
     scheduled = {a.name for a in summary.arms if a.k_schedule}
+    from harness.engines.vllm import LOSSY_REJECTION  # on use: adapters are imported lazily
+
     lossy = {a.name for a in summary.arms if a.verification in LOSSY_REJECTION}
     out = []
     for cell in closed:
