@@ -381,3 +381,14 @@ def test_a_forced_acceptance_is_never_a_choice_nor_a_predictions_source(study: d
     assert results.observations and all(o.lossy for o in results.observations if o.arm in ARMS)
     assert all(r.best_arm is None for r in results.recommendations())
     assert results.best_ks() == [] and results.policies() == []
+
+
+def test_the_studys_analysis_shows_each_points_step_costs(study: dict[str, Any]) -> None:
+    """analysis.md gives each point's step costs beside break-even tau, from the points' runs."""
+    from harness.study_analysis.collect import load_study
+    from harness.study_pages.tables import markdown
+
+    text = markdown(load_study(study["root"]))
+    section = text.split("## Step cost and break-even acceptance", 1)[1].split("## Flips", 1)[0]
+    for arm in ARMS:
+        assert f"{arm} chat_mtbench @1: step" in section, arm

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.cost_model import CostModel, cost_model
 from harness.environment import machine_identity
 from harness.errors import UserError
+from harness.findings import Fact, k_limit_facts
 from harness.regime import Regime
 from harness.results.files import RunDir, read_json, read_run_record
 from harness.results.model import CellMetrics, Summary
@@ -158,6 +160,17 @@ class StudyResults:
     def policies(self) -> list[policy.Schedule]:
         """The speculation policy per point, family and workload (and the workload mix)."""
         return self._once("policies", lambda: policy.policies(self.deployable(), self.workload_mix()))
+
+    def cost_models(self) -> dict[str, CostModel]:
+        """Each point's step cost model (``harness.cost_model``), from its summary."""
+        return self._once("cost_models", lambda: {p: cost_model(s) for p, s in self.summaries.items()})
+
+    def k_limits(self) -> dict[str, list[Fact]]:
+        """Per point, why a larger K stopped paying: acceptance or the step's cost (the findings' rule)."""
+        return self._once(
+            "k_limits",
+            lambda: {p: k_limit_facts(s, self.cost_models()[p]) for p, s in self.summaries.items()},
+        )
 
     def workload_mix(self) -> dict[str, float]:
         """The study regime's policy.workload_mix (unset: equal weights); a name the study did not

@@ -10,6 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from harness.cost_text import cost_lines
 from harness.formats import interval_text
 from harness.results.model import CellMetrics
 from harness.study_analysis.analysis import BestK, BreakEven, Recommendation
@@ -17,6 +18,7 @@ from harness.study_analysis.collect import StudyResults
 from harness.study_analysis.policy import RULE as POLICY_RULE
 from harness.study_records.policy_file import POLICY_YAML, PolicySchedule
 from harness.table import markdown_table, precision_line
+from harness.verdict_text import findings_text
 
 # what each table's numbers are, said once for the terminal titles and the Markdown
 RECOMMENDATION_RULE = (
@@ -225,6 +227,24 @@ def terminal_tables(study: StudyResults) -> list[Table | str]:
     return out
 
 
+def cost_section(study: StudyResults) -> list[str]:
+    """Per point, why a larger K stopped paying and its step costs with break-even tau
+    (docs/cost-model.md); nothing where no engine counted its steps."""
+    lines = []
+    for point, model in study.cost_models().items():
+        why, costs = findings_text(study.k_limits()[point]), cost_lines(model)
+        if why or costs:
+            lines += [
+                f"### {point}: {study.label(point)}",
+                "",
+                *why,
+                "",
+                *[f"    {line}" for line in costs],
+                "",
+            ]
+    return ["## Step cost and break-even acceptance", "", *lines] if lines else []
+
+
 def markdown(study: StudyResults) -> str:
     """The same tables for a design doc (``analysis.md`` in the study directory)."""
     record = study.record
@@ -254,6 +274,7 @@ def markdown(study: StudyResults) -> str:
         ]
         lines += markdown_table(header, rows) + [""]
         lines += [f"- `{line}`" for line in engine_lines(study)] + [""]
+    lines += cost_section(study)
     lines += ["## Flips", "", "Only where the decision is made by the data on both sides.", ""] + (
         [f"- {f.text}" for f in study.flips()] or ["None between the points measured."]
     )
