@@ -125,6 +125,7 @@ def test_every_arm_of_the_shipped_study_is_one_vllm_0_34_takes() -> None:
     cases += [{"k": k, "length": length} for k, length in grid]
     lists = [(3, [0.8, 0.6, 0.3]), (2, [0.5, 0.6]), (2, [0.5]), (1, [1.2]), (2, [1.0, 0.0])]
     cases += [{"k": k, "rates": rates} for k, rates in lists]
+    cases += [{"k": 2}, {"k": 2, "length": 1.5, "rates": [0.5, 0.0]}]  # neither, both
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(sources), str(ROOT)]),
@@ -156,7 +157,14 @@ def test_every_arm_of_the_shipped_study_is_one_vllm_0_34_takes() -> None:
         options = {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": length}
         arm = arms[0].model_copy(update={"num_speculative_tokens": k, "options": options})
         assert bool(_synthetic_problems(regime, arm)) == ("refused" in result), (k, length, result)
+    for case, result in zip(cases[len(arms) + len(grid) :], results[len(arms) + len(grid) :], strict=True):
+        options = {"rejection_sample_method": "synthetic"}
+        options |= {f"synthetic_acceptance_{key}": case[key] for key in ("length", "rates") if key in case}
+        arm = arms[0].model_copy(update={"num_speculative_tokens": case["k"], "options": options})
+        assert bool(_synthetic_problems(regime, arm)) == ("refused" in result), (case, result)
     for case, result in zip(cases[len(arms) :], results[len(arms) :], strict=True):
+        if "length" in case and "rates" in case or not ("length" in case or "rates" in case):
+            continue  # the stand-in takes what the harness passed: checked above
         spec = {"rejection_sample_method": "synthetic"}
         spec |= {f"synthetic_acceptance_{key}": case[key] for key in ("length", "rates") if key in case}
         try:

@@ -279,9 +279,30 @@ def _synthetic_problems(regime: Regime, arm: Arm) -> list[tuple[tuple[str, ...],
     if synthetic and regime.hardware.kind == "cpu":
         found.append((("rejection_sample_method",), "synthetic acceptance is for GPU calibration arms"))
     length = arm.options.get("synthetic_acceptance_length")
-    top = (arm.num_speculative_tokens or 0) + 1
-    if length is not None and not (isinstance(length, int | float) and 1 <= length <= top):
-        found.append((("synthetic_acceptance_length",), f"must be within [1, K + 1 = {top}]"))
+    rates = arm.options.get("synthetic_acceptance_rates")
+    k = arm.num_speculative_tokens or 0
+    if synthetic and (length is None) == (rates is None):  # vLLM 0.34's _resolve_synthetic_acceptance_rates
+        found.append(
+            (
+                ("rejection_sample_method",),
+                "synthetic needs exactly one of synthetic_acceptance_length or synthetic_acceptance_rates",
+            )
+        )
+    if length is not None and not (isinstance(length, int | float) and 1 <= length <= k + 1):
+        found.append((("synthetic_acceptance_length",), f"must be within [1, K + 1 = {k + 1}]"))
+    if rates is not None:
+        numbers = isinstance(rates, list) and all(isinstance(r, int | float) for r in rates)
+        if not numbers or len(rates) != k:
+            found.append((("synthetic_acceptance_rates",), f"must be a list of K = {k} rates"))
+        elif not all(0 <= r <= 1 for r in rates):
+            found.append((("synthetic_acceptance_rates",), "each rate must be within [0, 1]"))
+        elif any(later > earlier for earlier, later in zip(rates, rates[1:], strict=False)):
+            found.append(
+                (
+                    ("synthetic_acceptance_rates",),
+                    "must not rise with the position (each is P(the first i + 1 accepted))",
+                )
+            )
     return found
 
 
