@@ -258,7 +258,7 @@ def analyze(summary: Summary) -> RunAnalysis:
 
 
 ANALYSIS_FILE = "analysis.json"
-ANALYSIS_VERSION = 3  # of analysis.json's layout; a reader of another version derives it again
+ANALYSIS_VERSION = 4  # of analysis.json's layout; a reader of another version derives it again
 # the raw files derive reads (arms/<arm>/...): warm-ups, server logs and what derive writes are not
 RAW_FILES = ("regime.json", "environment.json", "timing.json", "calibration.json")
 RAW_ARM_FILES = (

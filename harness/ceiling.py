@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.cost_model import yield_per_step
 from harness.regime import LoadLevel
 from harness.results.model import Summary
 
@@ -40,12 +41,15 @@ def floor_step_ms(
 @dataclass(frozen=True)
 class ArmCeiling:
     """A speculative arm at batch 1 beside the speedup it could reach if verifying its drafts cost
-    one decode step: its tokens per step (what a memory-bound step allows at batch 1, where a
-    step's time is its weights' read, whatever the tokens verified)."""
+    one decode step: its tokens per engine step over the baseline's (``cost_model.yield_per_step``:
+    at step cost 1 the speedup is exactly that; a memory-bound step at batch 1 takes its weights'
+    read time, whatever the tokens verified)."""
 
     arm: str
     workload: str
     speedup: float
+    low: float | None  # the speedup's 95% interval (the cell's)
+    high: float | None
     tokens_per_step: float
 
 
@@ -85,13 +89,13 @@ def decode_ceiling(summary: Summary) -> Ceiling | None:
     context = (base.prompt_tokens_mean or 0.0) + base.output_tokens / base.requests_ok / 2
     footprint, bandwidth = inputs.footprint, inputs.bandwidth
     arms = tuple(
-        ArmCeiling(c.arm, c.workload, c.speedup, c.tokens_per_forward)
+        ArmCeiling(c.arm, c.workload, c.speedup, c.speedup_low, c.speedup_high, ceiling)
         for c in summary.cells
         if c.arm != summary.baseline_arm
         and c.level == one
         and c.workload == base.workload
         and c.speedup is not None
-        and c.tokens_per_forward is not None
+        and (ceiling := yield_per_step(c, base)) is not None
     )
     return Ceiling(
         floor_ms=floor_step_ms(

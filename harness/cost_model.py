@@ -23,8 +23,10 @@ factors (docs/cost-model.md):
   the covariance scaled up where the points scatter more than their intervals allow.
 - **Prediction.** A chain drafter's (ngram, a draft model, EAGLE-3, MTP) first K' < K positions
   are what it would propose at K', so the marginal per-position acceptance measured at K gives
-  tau at every K' below it: ``1 + sum of the first K' marginals``. With ``c(K')`` from the fit,
-  the predicted speedup is ``o (1 + p (tau - 1)) / c(K')``, ``o`` and ``p`` the measured arm's.
+  tau at every K' below it: ``1 + sum of the first K' marginals``. The share of tokens decoded
+  where the drafter proposed is held at the measured arm's (``token_share``: the share of steps
+  falls as K grows, the share of tokens is the text's); with ``c(K')`` from the fit, the predicted
+  speedup is ``o / ((1 - s) + s / tau) / c(K')``, ``o`` and ``s`` the measured arm's.
   Never up in K (positions never measured), never for a block drafter (DFlash drafts K tokens at
   once: each K needs its own measurement). Where K' was run, the prediction is checked against
   it: the fit leaves that arm out, and the measured speedup must fall within the two intervals'
@@ -78,6 +80,9 @@ class StepCost:
     break_even_low: float | None
     break_even_high: float | None
     outcome: Outcome  # the measured tau against the break-even interval
+    # its acceptance was forced (synthetic verification, ``forced``): its own line over K, and
+    # nothing is predicted from it
+    forced: bool = False
 
     @property
     def label(self) -> str:
@@ -170,6 +175,21 @@ def break_even_tau(cost: float, share: float, occupancy: float = 1.0) -> float:
     return max(1.0, 1.0 + (cost / occupancy - 1.0) / share)
 
 
+def token_share(share: float, tau: float) -> float:
+    """Of a request's tokens, the share decoded in steps where the drafter proposed: with a share
+    ``share`` of its steps proposing and emitting ``tau`` tokens each (the others 1), ``share tau /
+    (1 + share (tau - 1))``. A property of the text (its copied stretches, for ngram) more than of K:
+    a longer acceptance crosses a copied stretch in fewer steps, so the share of *steps* falls as K
+    grows (0.35 at K = 1 to 0.23 at K = 8 on the recorded CPU run) while this one holds."""
+    return share * tau / (1.0 + share * (tau - 1.0))
+
+
+def tokens_per_request_step(share_of_tokens: float, tau: float) -> float:
+    """Tokens per request step when ``share_of_tokens`` of them come ``tau`` to a step and the rest
+    one to a step: the inverse of ``token_share``, 1 + p (tau - 1) at the share of steps p."""
+    return 1.0 / ((1.0 - share_of_tokens) + share_of_tokens / tau)
+
+
 def yield_per_step(cell: CellMetrics, base: CellMetrics) -> float | None:
     """Output tokens per engine step, the arm's over the baseline's."""
     if not (cell.engine_step_count and base.engine_step_count and base.output_tokens):
@@ -187,12 +207,17 @@ def _outcome(tau: float | None, low: float | None, high: float | None) -> Outcom
     return "too close to tell"
 
 
-def _cost(cell: CellMetrics, base: CellMetrics, estimate: Estimate) -> StepCost:
+def _cost(cell: CellMetrics, base: CellMetrics, estimate: Estimate, acceptance_forced: bool) -> StepCost:
     """The step-rate ratio's estimate turned into a cost (its reciprocal) and a break-even tau."""
     cost = 1.0 / estimate.point
     low, high = (1.0 / estimate.high, 1.0 / estimate.low) if estimate.low and estimate.high else (None, None)
     share, produced = proposing_share(cell), yield_per_step(cell, base)
-    occupancy = produced / cell.tokens_per_forward if produced and cell.tokens_per_forward else None
+    # o is Y over the model's own tokens per request step, 1 + p (tau - 1), so that o (1 + p (tau - 1))
+    # is Y exactly at the measured tau and tau > tau* means Y > c. Not over tokens_per_forward: that
+    # counts the streamed steps and leaves out the drafts accepted past a request's stop, which tau
+    # and p count (ACCEPTED_PAST_STOP); with them the break-even and the predictions read high.
+    per_step = 1.0 + share * (cell.tau - 1.0) if share and cell.tau is not None else None
+    occupancy = produced / per_step if produced and per_step else None
     be = be_low = be_high = None
     if share and occupancy:
         be = break_even_tau(cost, share, occupancy)
@@ -222,6 +247,7 @@ def _cost(cell: CellMetrics, base: CellMetrics, estimate: Estimate) -> StepCost:
         break_even_low=be_low,
         break_even_high=be_high,
         outcome=_outcome(cell.tau, be_low, be_high),
+        forced=acceptance_forced,
     )
 
 
@@ -230,20 +256,21 @@ def step_costs(summary: Summary) -> list[StepCost]:
     found = []
     for workload, level in summary.window_keys():
         base = summary.cell(summary.baseline_arm, workload, level)
-        if base is None or base.step_ms is None:
-            continue
+        if base is None or base.step_ms is None or not base.output_tokens:
+            continue  # no baseline tokens (every request failed): no yield to set a cost against
         cells = [c for c in summary.cells if (c.workload, c.level) == (workload, level) and c.step_ms]
         table = {c.arm: c.startup_step_rate() for c in cells}
         estimates = cell_estimates(table, summary.baseline_arm)
         for cell in cells:
             estimate = estimates.get(cell.arm)
             if cell.arm != summary.baseline_arm and estimate is not None:
-                found.append(_cost(cell, base, estimate))
+                found.append(_cost(cell, base, estimate, forced(summary, cell.arm)))
     return found
 
 
-def _fit(points: Sequence[StepCost]) -> tuple[float, float, tuple[float, float, float] | None]:
-    """c = a + b K over the points, each weighted by its own interval where all have one."""
+def _fit(points: Sequence[StepCost]) -> tuple[float, float, tuple[float, float, float] | None, bool]:
+    """c = a + b K over the points, each weighted by its own interval where all have one; the last:
+    the covariance was scaled by the residuals (its degrees of freedom are then the fit's, n - 2)."""
     from scipy.optimize import curve_fit
 
     ks = [float(p.k or 0) for p in points]
@@ -254,13 +281,13 @@ def _fit(points: Sequence[StepCost]) -> tuple[float, float, tuple[float, float, 
         slope = (c1 - c0) / (k1 - k0)
         intercept = c0 - slope * k0
         if None in ses:
-            return intercept, slope, None
+            return intercept, slope, None, False
         s0, s1 = ses  # a linear map of two independent points
         d = k1 - k0
         var_b = (s0**2 + s1**2) / d**2
         var_a = (k1 / d) ** 2 * s0**2 + (k0 / d) ** 2 * s1**2
         cov_ab = -(k1 * s0**2 + k0 * s1**2) / d**2
-        return intercept, slope, (var_a, cov_ab, var_b)
+        return intercept, slope, (var_a, cov_ab, var_b), False
     weighted = None not in ses
     (a, b), pcov = curve_fit(
         lambda k, a, b: a + b * k,
@@ -270,11 +297,11 @@ def _fit(points: Sequence[StepCost]) -> tuple[float, float, tuple[float, float, 
         absolute_sigma=weighted,
     )
     if not weighted:
-        return float(a), float(b), None
+        return float(a), float(b), None, False
     residual = sum(((c - a - b * k) / s) ** 2 for k, c, s in zip(ks, cs, ses, strict=True))  # type: ignore[operator]
     scale = max(1.0, residual / (len(points) - 2))  # points scattered beyond their intervals: wider
     var_a, cov_ab, var_b = (float(v) * scale for v in (pcov[0][0], pcov[0][1], pcov[1][1]))
-    return float(a), float(b), (var_a, cov_ab, var_b)
+    return float(a), float(b), (var_a, cov_ab, var_b), scale > 1.0
 
 
 def cost_line(points: Sequence[StepCost]) -> CostLine | None:
@@ -282,7 +309,8 @@ def cost_line(points: Sequence[StepCost]) -> CostLine | None:
     points = [p for p in points if p.k]
     if len({p.k for p in points}) < 2:
         return None
-    intercept, slope, cov = _fit(points)
+    intercept, slope, cov, scaled = _fit(points)
+    df = min(p.df for p in points)
     first = points[0]
     return CostLine(
         method=first.method,
@@ -293,24 +321,26 @@ def cost_line(points: Sequence[StepCost]) -> CostLine | None:
         intercept=intercept,
         slope=slope,
         cov=cov,
-        df=min(p.df for p in points),
+        df=min(df, len(points) - 2) if scaled else df,  # a scale from the residuals has n - 2
     )
 
 
-def _family(cost: StepCost) -> tuple[str, str | None, str, LoadLevel]:
-    return cost.method, cost.drafter, cost.workload, cost.level
+def _family(cost: StepCost) -> tuple[str, str | None, str, LoadLevel, bool]:
+    """The arms one line over K is fitted through: a forced acceptance is never mixed with a real one."""
+    return cost.method, cost.drafter, cost.workload, cost.level, cost.forced
 
 
 def _predict(
     source: CellMetrics, top: StepCost, k: int, line: CostLine, leave_one_out: bool
 ) -> Prediction | None:
-    """``top``'s acceptance cut to ``k`` positions, at its proposing share and occupancy."""
+    """``top``'s acceptance cut to ``k`` positions, at its occupancy and its share of tokens decoded
+    where the drafter proposed (``token_share``)."""
     marginal = source.per_position_acceptance[:k]
     cost, cost_se = line.at(k)
-    if len(marginal) < k or cost <= 0 or not top.proposing_share or not top.occupancy:
+    if len(marginal) < k or cost <= 0 or not top.proposing_share or not top.occupancy or top.tau is None:
         return None
     tau = 1.0 + sum(marginal)
-    per_step = 1.0 + top.proposing_share * (tau - 1.0)
+    per_step = tokens_per_request_step(token_share(top.proposing_share, top.tau), tau)
     speedup = top.occupancy * per_step / cost
     log_se = cost_se / cost if cost_se is not None else None
     low = high = None
@@ -367,9 +397,9 @@ def forced(summary: Summary, arm: str) -> bool:
 def predictions(summary: Summary, costs: Sequence[StepCost]) -> list[Prediction]:
     """Per chain method, drafter and window: from its arm with the largest K, the speedup at every
     K below it; each K that ran is checked against a cost line fitted without it."""
-    families: dict[tuple[str, str | None, str, LoadLevel], list[StepCost]] = {}
+    families: dict[tuple[str, str | None, str, LoadLevel, bool], list[StepCost]] = {}
     for cost in costs:
-        if cost.method in CHAIN_METHODS and cost.k and not forced(summary, cost.arm):
+        if cost.method in CHAIN_METHODS and cost.k and not cost.forced:
             families.setdefault(_family(cost), []).append(cost)
     found = []
     for members in families.values():
@@ -393,7 +423,7 @@ def predictions(summary: Summary, costs: Sequence[StepCost]) -> list[Prediction]
 
 def cost_model(summary: Summary) -> CostModel:
     costs = step_costs(summary)
-    families: dict[tuple[str, str | None, str, LoadLevel], list[StepCost]] = {}
+    families: dict[tuple[str, str | None, str, LoadLevel, bool], list[StepCost]] = {}
     for cost in costs:
         families.setdefault(_family(cost), []).append(cost)
     lines = [line for members in families.values() if (line := cost_line(members)) is not None]

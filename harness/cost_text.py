@@ -26,7 +26,7 @@ def cost_text(cost: StepCost) -> str:
 
 
 def break_even_text(cost: StepCost) -> str:
-    """``needs 1.31 [1.22, 1.40], has 1.77: pays``."""
+    """``needs 1.31 [1.22, 1.40], has 1.77: clears it``."""
     if cost.break_even_tau is None:
         return "-"
     needs = f"needs {cost.break_even_tau:.2f}"
@@ -57,11 +57,10 @@ def cost_lines(model: CostModel) -> list[str]:
         )
     checks = model.checks()
     if checks:
-        inside = sum(1 for p in checks if p.inside)
-        tested = sum(1 for p in checks if p.inside is not None)
+        inside, tested = sum(1 for p in checks if p.inside), len(checks)
         lines.append(
-            f"Predicted from the largest K's acceptance, checked against the K values run "
-            f"({inside}/{tested} consistent at 95%):"
+            f"Predicted from the largest K's acceptance (interval: the cost line's only), checked "
+            f"against the K values run ({inside}/{tested} consistent at 95%):"
         )
         lines += [f"  {prediction_text(p)} ({p.workload} {p.level.short()}, from {p.source})" for p in checks]
     return lines
@@ -111,8 +110,8 @@ CEILING_NOTE = (
     "An estimate: the floor is the bytes a batch-1 step must read (the weights at the served dtype "
     "and the KV cache of the mean context) over the memory bandwidth; compute, launch overhead and "
     "communication are left out, so no real step reaches it. A speculative arm's ceiling is its "
-    "tokens per step: what it would reach if verifying its drafts cost one decode step, as at batch "
-    "1 on a memory-bound machine (docs/cost-model.md)."
+    "tokens per engine step over the baseline's: what it would reach if verifying its drafts cost "
+    "one decode step, as at batch 1 on a memory-bound machine (docs/cost-model.md)."
 )
 
 
@@ -134,8 +133,8 @@ def ceiling_lines(ceiling: Ceiling | None) -> list[str]:
         f"{measured}."
     ]
     lines += [
-        f"  {a.arm} {a.workload} @1: {a.speedup:.2f}x of a {a.tokens_per_step:.2f}x ceiling "
-        "(its tokens per step)"
+        f"  {a.arm} {a.workload} @1: {speedup_text(a.speedup, a.low, a.high)} of a "
+        f"{a.tokens_per_step:.2f}x ceiling (its tokens per engine step over the baseline's)"
         for a in ceiling.arms
     ]
     return lines

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness import pooling, stats
-from harness.cost_model import CostModel, forced
+from harness.cost_model import CostModel
 from harness.intervals import stored_estimate
 from harness.probes.copying import COPY_NGRAM
 from harness.results.model import CellMetrics, Summary
@@ -197,6 +197,8 @@ def step_facts(
         "cost_low": measured.low if measured else None,
         "cost_high": measured.high if measured else None,
         "needs": measured.break_even_tau if measured else None,
+        "needs_low": measured.break_even_low if measured else None,
+        "needs_high": measured.break_even_high if measured else None,
     }
     if tau < LOW_TAU:
         return [fact("acceptance_limit", arm, **values)]
@@ -207,15 +209,16 @@ def step_facts(
     return [fact("step_cost", arm, **values)]
 
 
-GROWTH_FLAT = 0.05  # a larger K whose tokens per step grew less than this: acceptance stopped growing
+GROWTH_FLAT = 0.05  # a larger K whose tokens per engine step grew less than this barely added any
 
 
-def k_limit_facts(summary: Summary, cost: CostModel) -> list[Fact]:
-    """Per chain method, drafter and window with two or more K run: from the fastest K to the next
-    larger one, the growth of its tokens per engine step against that of its step cost."""
+def k_limit_facts(summary: Summary, cost: CostModel, verdicts: Sequence[WindowVerdict]) -> list[Fact]:
+    """Per method, drafter and window with two or more K run: from the fastest K to the next larger
+    one, the growth of its tokens per engine step against that of its step cost (the speedup is
+    their ratio), each speedup with what its window decided of it."""
     families: dict[tuple, list] = {}
     for c in cost.costs:
-        if c.k and not forced(summary, c.arm):
+        if c.k and not c.forced:
             families.setdefault((c.method, c.drafter, c.workload, c.level), []).append(c)
     found = []
     for members in families.values():
@@ -229,12 +232,18 @@ def k_limit_facts(summary: Summary, cost: CostModel) -> list[Fact]:
             continue
         nxt = above[0]
         grew, costlier = nxt.yield_per_step / best.yield_per_step - 1, nxt.cost / best.cost - 1
+        slower, faster = speed[nxt.arm], speed[best.arm]
+        assert slower is not None and faster is not None and slower.speedup and faster.speedup
         found.append(
             fact(
-                "k_limit_acceptance" if grew < GROWTH_FLAT else "k_limit_cost",
+                "k_limit_yield" if grew < GROWTH_FLAT else "k_limit_cost",
                 nxt.arm,
                 best=best.arm,
                 where=f"{best.workload} {best.level.short()}",
+                speedup=slower.speedup,
+                state=_state(slower, list(verdicts)),
+                best_speedup=faster.speedup,
+                best_state=_state(faster, list(verdicts)),
                 grew_pct=100 * grew,
                 costlier_pct=100 * costlier,
             )
@@ -314,5 +323,5 @@ def findings(
         found += chain_facts(summary, arm)
     for arm in arms:
         found += step_facts(summary, arm, verdicts, cost)
-    found += k_limit_facts(summary, cost) if cost is not None else []
+    found += k_limit_facts(summary, cost, verdicts) if cost is not None else []
     return found + load_facts(summary, verdicts) + cost_facts(verdicts)

@@ -473,7 +473,11 @@ def _step(f: Fact) -> str:
         bounds = f" {interval_text(low, high)}" if low is not None and high is not None else ""  # type: ignore[arg-type]
         costs = f"{f['cost']:.2f}{bounds} baseline steps, measured"
         if f["needs"] is not None:
-            costs += f" (it needs tau {f['needs']:.2f} to pay there)"
+            needs_low, needs_high = f["needs_low"], f["needs_high"]
+            needs = f"{f['needs']:.2f}"
+            if needs_low is not None and needs_high is not None:
+                needs += f" {interval_text(needs_low, needs_high)}"  # type: ignore[arg-type]
+            costs += f" (its break-even tau there: {needs})"
     else:  # inferred as tokens per step / speedup, where the engine counted no steps
         costs = f"{f['cost']:.1f} baseline decode steps"
     if f.kind == "acceptance_limit":
@@ -578,14 +582,16 @@ def findings_text(facts: Sequence[Fact]) -> list[str]:
         elif f.kind in ("acceptance_limit", "impossible_step", "verification_limit", "step_cost"):
             sentences.append(_step(f))
         elif f.kind.startswith("k_limit"):
+            grew, costlier = f"{f['grew_pct']:+.1f}%", f"{f['costlier_pct']:+.1f}%"
             why = (
-                "acceptance stopped growing"
-                if f.kind == "k_limit_acceptance"
-                else "the step's cost grew faster than acceptance"
+                f"its tokens per step barely grew ({grew}) while its step cost grew {costlier}"
+                if f.kind == "k_limit_yield"
+                else f"its step cost grew faster ({costlier}) than its tokens per step ({grew})"
             )
             sentences.append(
-                f"{f.arm} measured slower than {f['best']} on {f['where']}: {why} (tokens per step "
-                f"{f['grew_pct']:+.0f}%, step cost {f['costlier_pct']:+.0f}%)."
+                f"{f.arm} against {f['best']} on {f['where']} ("  # type: ignore[arg-type]
+                f"{_speed(f['speedup'], f['state'])} vs {_speed(f['best_speedup'], f['best_state'])}): "  # type: ignore[arg-type]
+                f"{why}."
             )
     load = [f for f in facts if f.kind == "load"]
     if load:

@@ -23,6 +23,8 @@ from harness.cost_model import (
     cost_line,
     cost_model,
     proposing_share,
+    token_share,
+    tokens_per_request_step,
 )
 from harness.frames import export, load_run
 from harness.probes.acceptance import length_histogram
@@ -204,3 +206,58 @@ def test_the_exported_profile_speaks_specdec_benchs_terms(tmp_path: Path) -> Non
 
 def test_the_length_histogram_follows_the_marginals() -> None:
     assert length_histogram([0.5, 0.25], 8) == {1: 4.0, 2: 2.0, 3: 2.0}
+
+
+def test_the_break_even_outcome_is_the_yield_against_the_cost_interval(model) -> None:
+    """The docs' rule, independent of tau's bookkeeping: the step pays where Y > c, so the measured
+    tau clears its break-even exactly where Y exceeds c's upper bound, and falls short where Y is
+    below c's lower bound (drafts accepted past a request's stop are in tau, never in Y)."""
+    for cost in model.costs:
+        if cost.yield_per_step > cost.high:
+            assert cost.outcome == "clears it", cost.label
+        elif cost.yield_per_step < cost.low:
+            assert cost.outcome == "falls short", cost.label
+        else:
+            assert cost.outcome == "too close to tell", cost.label
+
+
+def test_the_yield_model_reproduces_the_measured_yield_at_the_measured_tau(model) -> None:
+    """o (1 + p (tau - 1)) = Y at the arm's own tau: a prediction from an arm at its own K would
+    give back the arm's own Y / c."""
+    for cost in model.costs:
+        modelled = cost.occupancy * (1 + cost.proposing_share * (cost.tau - 1))
+        assert modelled == pytest.approx(cost.yield_per_step, rel=1e-12), cost.label
+
+
+def test_a_window_whose_baseline_output_nothing_has_no_step_cost(summary) -> None:
+    """Every baseline request failed, though its engine stepped: no yield to compare, not a crash."""
+    cells = [
+        c.model_copy(update={"output_tokens": 0, "requests_ok": 0})
+        if c.arm == summary.baseline_arm and c.level.concurrency == 4
+        else c
+        for c in summary.cells
+    ]
+    costs = cost_model(summary.model_copy(update={"cells": cells})).costs
+    assert costs and all(c.level.concurrency == 1 for c in costs)
+
+
+def test_the_token_share_gives_back_the_step_share_at_the_measured_tau() -> None:
+    """s = p tau / (1 + p (tau - 1)) and back: at the arm's own tau the prediction's tokens per
+    request step are 1 + p (tau - 1); with fewer tokens a proposing step, the same copied text takes
+    more steps, so the share of steps that propose rises (as ngram's does at a smaller K)."""
+    for p, tau in ((0.23, 3.75), (1.0, 4.0), (0.35, 1.77)):
+        assert tokens_per_request_step(token_share(p, tau), tau) == pytest.approx(1 + p * (tau - 1))
+    s = token_share(0.23, 3.75)
+    fewer = 1.7
+    per_step = tokens_per_request_step(s, fewer)
+    steps_share = (s / fewer) * per_step  # proposing steps per request step
+    assert steps_share > 0.23
+
+
+def test_the_predictions_are_within_ten_percent_of_the_k_values_that_ran(model) -> None:
+    """What the docs report of the recorded run: every check consistent, each prediction within
+    10% of the speedup measured at its K."""
+    checks = model.checks()
+    assert len(checks) == 6 and all(p.inside for p in checks)
+    for p in checks:
+        assert p.speedup == pytest.approx(p.measured_speedup, rel=0.10), (p.k, p.level)

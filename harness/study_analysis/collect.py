@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.cost_model import CostModel, cost_model
+from harness.analysis import RunAnalysis, analyze
+from harness.cost_model import CostModel
 from harness.environment import machine_identity
 from harness.errors import UserError
-from harness.findings import Fact, k_limit_facts
+from harness.findings import Fact
 from harness.regime import Regime
 from harness.results.files import RunDir, read_json, read_run_record
 from harness.results.model import CellMetrics, Summary
@@ -161,16 +162,19 @@ class StudyResults:
         """The speculation policy per point, family and workload (and the workload mix)."""
         return self._once("policies", lambda: policy.policies(self.deployable(), self.workload_mix()))
 
+    def analyses(self) -> dict[str, RunAnalysis]:
+        """Each point's run analysis (``harness.analysis``), derived once from its summary."""
+        return self._once("analyses", lambda: {p: analyze(s) for p, s in self.summaries.items()})
+
     def cost_models(self) -> dict[str, CostModel]:
-        """Each point's step cost model (``harness.cost_model``), from its summary."""
-        return self._once("cost_models", lambda: {p: cost_model(s) for p, s in self.summaries.items()})
+        """Each point's step cost model (``harness.cost_model``), from its analysis."""
+        return {p: a.cost for p, a in self.analyses().items()}
 
     def k_limits(self) -> dict[str, list[Fact]]:
-        """Per point, why a larger K stopped paying: acceptance or the step's cost (the findings' rule)."""
-        return self._once(
-            "k_limits",
-            lambda: {p: k_limit_facts(s, self.cost_models()[p]) for p, s in self.summaries.items()},
-        )
+        """Per point, why a larger K stopped paying (its findings' rule: tokens per step or step cost)."""
+        return {
+            p: [f for f in a.findings if f.kind.startswith("k_limit")] for p, a in self.analyses().items()
+        }
 
     def workload_mix(self) -> dict[str, float]:
         """The study regime's policy.workload_mix (unset: equal weights); a name the study did not
