@@ -63,6 +63,7 @@ class Ceiling:
     dtype: str
     weight_bytes: int
     kv_bytes_per_token: int
+    unread_embedding: int  # an untied input embedding's elements, not in weight_bytes
     bandwidth_gb_s: float
     bandwidth_source: str
     tensor_parallel: int
@@ -110,6 +111,7 @@ def decode_ceiling(summary: Summary) -> Ceiling | None:
         dtype=footprint.dtype,
         weight_bytes=footprint.weight_bytes,
         kv_bytes_per_token=footprint.kv_bytes_per_token,
+        unread_embedding=footprint.unread_embedding,
         bandwidth_gb_s=bandwidth.gb_s,
         bandwidth_source=bandwidth.source,
         tensor_parallel=inputs.tensor_parallel,

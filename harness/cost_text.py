@@ -124,9 +124,12 @@ def ceiling_lines(ceiling: Ceiling | None) -> list[str]:
         if ceiling.baseline_step_ms and ceiling.times_floor
         else ""
     )
+    untied = (
+        " (an untied input embedding, looked up a row a step, left out)" if ceiling.unread_embedding else ""
+    )
     lines = [
         f"Decode floor (estimate) at batch 1: {ceiling.floor_ms:.1f} ms a step "
-        f"({ceiling.weight_bytes / 1e9:.2f} GB of {ceiling.dtype} weights, "
+        f"({ceiling.weight_bytes / 1e9:.2f} GB of {ceiling.dtype} weights{untied}, "
         f"{ceiling.parameters / 1e6:.0f}M parameters, and "
         f"{ceiling.context_tokens:.0f} tokens of KV at {ceiling.kv_bytes_per_token} B each, over "
         f"{ceiling.bandwidth_gb_s:.1f} GB/s x TP {ceiling.tensor_parallel}, {ceiling.bandwidth_source})"

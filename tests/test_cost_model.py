@@ -261,3 +261,13 @@ def test_the_predictions_are_within_ten_percent_of_the_k_values_that_ran(model) 
     assert len(checks) == 6 and all(p.inside for p in checks)
     for p in checks:
         assert p.speedup == pytest.approx(p.measured_speedup, rel=0.10), (p.k, p.level)
+
+
+def test_the_floor_says_when_an_untied_input_embedding_was_left_out(summary) -> None:
+    from harness.cost_text import ceiling_lines
+
+    floor = summary.decode_floor
+    untied = floor.model_copy(update={"footprint": floor.footprint.model_copy(update={"unread_embedding": 7})})
+    said = ceiling_lines(decode_ceiling(summary.model_copy(update={"decode_floor": untied})))[0]
+    assert "untied input embedding" in said
+    assert "untied" not in ceiling_lines(decode_ceiling(summary))[0]

@@ -164,3 +164,19 @@ def test_the_default_cache_is_under_home(tmp_path: Path, monkeypatch: pytest.Mon
     snapshot = _snapshot(tmp_path / ".cache" / "huggingface" / "hub", "org/model", "abc", 1_000)
     assert local_model_dir("org/model", environ={}) == snapshot
     assert local_model_dir("org/other", environ={}) is None
+
+
+def test_an_untied_input_embedding_is_looked_up_not_read(tmp_path: Path) -> None:
+    """With tie_word_embeddings false the input embedding is its own matrix, of which a step reads
+    one row: left out of the bytes (the output projection is read whole); tied, it is that matrix."""
+    tensors = {
+        "model.embed_tokens.weight": np.zeros((10, 8), np.float32),  # 80: the input embedding
+        "lm_head.weight": np.zeros((10, 8), np.float32),  # 80: the output projection, read whole
+        "model.layers.0.q": np.zeros((8, 8), np.float32),  # 64
+    }
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "tie_word_embeddings": False}))
+    untied = target_footprint(tmp_path, "bfloat16")
+    assert (untied.parameters, untied.unread_embedding, untied.weight_bytes) == (224, 80, 144 * 2)
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "tie_word_embeddings": True}))
+    assert target_footprint(tmp_path, "bfloat16").unread_embedding == 0

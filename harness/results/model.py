@@ -460,8 +460,9 @@ class TargetFootprint(ResultModel):
     parameters: int
     dtype: str
     bytes_per_parameter: int
-    weight_bytes: int
+    weight_bytes: int  # the parameters a step reads (an untied input embedding left out) x bytes
     kv_bytes_per_token: int
+    unread_embedding: int = 0  # an untied input embedding's elements: looked up a row, not read
 
 
 class Bandwidth(ResultModel):

@@ -23,15 +23,18 @@ _MAX_HEADER = 100_000_000  # the safetensors format's own limit on a header's si
 class TargetFootprint:
     """The bytes a batch-1 decode step reads: every weight once, and the KV cache of the context.
 
-    ``weight_bytes`` is ``parameters`` x ``bytes_per_parameter`` of the served dtype: the dense
-    footprint, an estimate. A quantized checkpoint served quantized reads fewer bytes, and one
-    served with a narrower ``kv_cache_dtype`` (fp8) reads fewer KV bytes."""
+    ``weight_bytes`` is the parameters a step reads x ``bytes_per_parameter`` of the served dtype:
+    the dense footprint, an estimate. An untied input embedding is left out
+    (``unread_embedding``): a step looks up one row of it, while the output projection (a tied
+    embedding's one matrix) is read whole. A quantized checkpoint served quantized reads fewer
+    bytes, and one served with a narrower ``kv_cache_dtype`` (fp8) reads fewer KV bytes."""
 
     parameters: int
     dtype: str  # the served dtype, "auto" resolved from the config
     bytes_per_parameter: int
     weight_bytes: int
     kv_bytes_per_token: int
+    unread_embedding: int = 0  # the untied input embedding's elements, not in weight_bytes
 
 
 def _header(path: Path) -> dict[str, Any]:
@@ -57,16 +60,34 @@ def _safetensors_files(model_dir: Path) -> list[Path]:
     return sorted(model_dir.glob("*.safetensors"))
 
 
-def count_parameters(files: list[Path]) -> int:
-    """Every tensor's element count, each tensor name once: tied embeddings are stored once and read
-    once per step (the output projection's matmul; the embedding lookup reads one row). Elements,
-    not weights, of a packed quantized tensor (GPTQ's int32 ``qweight`` holds 8 weights each)."""
+def _shapes(files: list[Path]) -> dict[str, list[int]]:
+    """Every tensor's shape by name, each name once (from the headers)."""
     shapes: dict[str, list[int]] = {}
     for path in files:
         for name, entry in _header(path).items():
             if name != "__metadata__":  # the file's string metadata, not a tensor
                 shapes.setdefault(name, entry["shape"])
-    return sum(math.prod(shape) for shape in shapes.values())  # prod([]) is 1: a scalar
+    return shapes
+
+
+def count_parameters(files: list[Path]) -> int:
+    """Every tensor's element count, each tensor name once: tied embeddings are stored once and read
+    once per step (the output projection's matmul; the embedding lookup reads one row). Elements,
+    not weights, of a packed quantized tensor (GPTQ's int32 ``qweight`` holds 8 weights each)."""
+    return sum(math.prod(shape) for shape in _shapes(files).values())  # prod([]) is 1: a scalar
+
+
+# the input embedding's tensor, as Llama/Qwen (embed_tokens), GPT-2 (wte) and BLOOM name it
+_INPUT_EMBEDDING = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight")
+
+
+def untied_input_embedding(files: list[Path], config: dict[str, Any]) -> int:
+    """The elements of an input embedding stored apart from the output projection (the config's
+    ``tie_word_embeddings`` is false): a step reads one row of it, not the matrix. 0 when tied."""
+    tied = config.get("tie_word_embeddings", _text_config(config).get("tie_word_embeddings", True))
+    if tied:
+        return 0
+    return sum(math.prod(s) for name, s in _shapes(files).items() if name.endswith(_INPUT_EMBEDDING))
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -117,13 +138,14 @@ def target_footprint(model_dir: Path, dtype: str) -> TargetFootprint | None:
     kv = kv_bytes_per_token(config, width)
     if kv is None:
         return None
-    parameters = count_parameters(files)
+    parameters, unread = count_parameters(files), untied_input_embedding(files, config)
     return TargetFootprint(
         parameters=parameters,
         dtype=served,
         bytes_per_parameter=width,
-        weight_bytes=parameters * width,
+        weight_bytes=(parameters - unread) * width,
         kv_bytes_per_token=kv,
+        unread_embedding=unread,
     )
 
 
