@@ -267,7 +267,8 @@ def test_the_floor_says_when_an_untied_input_embedding_was_left_out(summary) -> 
     from harness.cost_text import ceiling_lines
 
     floor = summary.decode_floor
-    untied = floor.model_copy(update={"footprint": floor.footprint.model_copy(update={"unread_embedding": 7})})
+    footprint = floor.footprint.model_copy(update={"unread_embedding": 7})
+    untied = floor.model_copy(update={"footprint": footprint})
     said = ceiling_lines(decode_ceiling(summary.model_copy(update={"decode_floor": untied})))[0]
     assert "untied input embedding" in said
     assert "untied" not in ceiling_lines(decode_ceiling(summary))[0]
