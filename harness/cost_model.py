@@ -343,10 +343,9 @@ def _predict(
     per_step = tokens_per_request_step(token_share(top.proposing_share, top.tau), tau)
     speedup = top.occupancy * per_step / cost
     log_se = cost_se / cost if cost_se is not None else None
-    low = high = None
-    if log_se is not None and line.df >= 1:
-        half = stats.t_quantile(1 - (1 - CONFIDENCE) / 2, line.df) * log_se
-        low, high = speedup * math.exp(-half), speedup * math.exp(half)
+    # the t interval on the log scale, as every speedup's (intervals.Estimate.bounds)
+    bounds = Estimate(speedup, df=line.df, log_se=log_se).bounds(CONFIDENCE) if log_se is not None else None
+    low, high = bounds if bounds is not None else (None, None)
     return Prediction(
         source=source.arm,
         method=source.method,

@@ -70,24 +70,26 @@ def _shapes(files: list[Path]) -> dict[str, list[int]]:
     return shapes
 
 
-def count_parameters(files: list[Path]) -> int:
+def count_parameters(files: list[Path], shapes: dict[str, list[int]] | None = None) -> int:
     """Every tensor's element count, each tensor name once: tied embeddings are stored once and read
     once per step (the output projection's matmul; the embedding lookup reads one row). Elements,
-    not weights, of a packed quantized tensor (GPTQ's int32 ``qweight`` holds 8 weights each)."""
-    return sum(math.prod(shape) for shape in _shapes(files).values())  # prod([]) is 1: a scalar
+    not weights, of a packed quantized tensor (GPTQ's int32 ``qweight`` holds 8 weights each).
+    ``shapes``: the headers' shapes where the caller has read them already."""
+    found = _shapes(files) if shapes is None else shapes
+    return sum(math.prod(shape) for shape in found.values())  # prod([]) is 1: a scalar
 
 
 # the input embedding's tensor, as Llama/Qwen (embed_tokens), GPT-2 (wte) and BLOOM name it
 _INPUT_EMBEDDING = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight")
 
 
-def untied_input_embedding(files: list[Path], config: dict[str, Any]) -> int:
+def untied_input_embedding(shapes: dict[str, list[int]], config: dict[str, Any]) -> int:
     """The elements of an input embedding stored apart from the output projection (the config's
     ``tie_word_embeddings`` is false): a step reads one row of it, not the matrix. 0 when tied."""
     tied = config.get("tie_word_embeddings", _text_config(config).get("tie_word_embeddings", True))
     if tied:
         return 0
-    return sum(math.prod(s) for name, s in _shapes(files).items() if name.endswith(_INPUT_EMBEDDING))
+    return sum(math.prod(s) for name, s in shapes.items() if name.endswith(_INPUT_EMBEDDING))
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +140,8 @@ def target_footprint(model_dir: Path, dtype: str) -> TargetFootprint | None:
     kv = kv_bytes_per_token(config, width)
     if kv is None:
         return None
-    parameters, unread = count_parameters(files), untied_input_embedding(files, config)
+    shapes = _shapes(files)  # every header read once
+    parameters, unread = count_parameters(files, shapes), untied_input_embedding(shapes, config)
     return TargetFootprint(
         parameters=parameters,
         dtype=served,
