@@ -70,6 +70,8 @@ class IntervalBasis:
     familywise: bool = False
     chance_pays: float = 0.0
     precision_pct: float = VerdictSettings().precision_pct  # verdict.precision_pct
+    # the half-normal prior's scale on the start-up spread, where some interval used it
+    prior_sd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,16 @@ class RunAnalysis:
     def estimate(self, cell: CellMetrics) -> Estimate | None:
         """A speculative cell's speedup with its interval (None for the baseline): the one estimate."""
         return None if cell.arm == self.summary.baseline_arm else estimate_of(cell)
+
+    def outcome(self, cell: CellMetrics) -> str | None:
+        """What a speculative cell's interval decides as its window's verdict reads it: held over
+        the window's arms at once (``WindowVerdict``), so that a colour, a marker or a deploy column
+        never says "pays" where the verdict does not (None for the baseline)."""
+        estimate = self.estimate(cell)
+        window = self.verdict(cell.workload, cell.level)
+        if estimate is None or window is None:
+            return estimate.verdict if estimate is not None else None
+        return estimate.selected_from(window.candidates, window.windows).verdict
 
     def category_estimate(self, row: CategoryMetrics) -> Estimate | None:
         """A category row's speedup with its interval, from the same model over the category's
@@ -227,6 +239,9 @@ def _basis(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> IntervalBas
         familywise=bool(summary.verdict and summary.verdict.familywise),
         chance_pays=_chance_pays(verdicts),
         precision_pct=(summary.verdict or VerdictSettings()).precision_pct,
+        prior_sd=(summary.verdict or VerdictSettings()).startup_prior_sd
+        if any(s.endswith("+prior") for s in sources)
+        else None,
     )
 
 

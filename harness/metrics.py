@@ -661,7 +661,12 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
         ("throttled", "", "the GPU slowed its clocks for heat or power during a window"),
         ("speedup_low", "x", "lower bound of the speedup's 95% interval"),
         ("speedup_high", "x", "upper bound of the speedup's 95% interval"),
-        ("speedup_interval", "", "where the interval's spread is from: server_starts, calibration or both"),
+        (
+            "speedup_interval",
+            "",
+            "where the interval's spread is from: server_starts (+prior: with the half-normal prior on "
+            "it), calibration or both",
+        ),
         ("speedup_rounds", "count", "rounds of server start-ups the speedup's model used"),
         ("speedup_df", "count", "degrees of freedom of the speedup's t interval"),
         ("speedup_log_se", "", "standard error of log(speedup) in the arms x rounds model"),

@@ -405,6 +405,28 @@ class DecidedStarts(StrictModel):
         default=True,
         description="Add rounds until decided; false: always `max` rounds (as `server_starts: max`).",
     )
+    windows: list[str] = Field(
+        default_factory=list,
+        description="The windows whose verdicts the rounds are added for, each '@LEVEL' (every workload at "
+        "that load level: '@1', '@2req/s') or 'WORKLOAD @LEVEL' ('code_humaneval @1'); the run stops when "
+        "these are decided, whatever the others say (a cell near 1.00x may never decide). Default: every "
+        "window.",
+    )
+    budget_minutes: float | None = Field(
+        default=None,
+        gt=0,
+        description="The most wall time the run may spend: no round is begun that the pace of the rounds "
+        "so far says would end past it (the plan states the expected time to decide and this bound). "
+        "Default: no bound but `max`.",
+    )
+    effect: float = Field(
+        default=1.2,
+        gt=1,
+        le=10,
+        description="The smallest speedup worth knowing (and its inverse, the smallest slowdown): the plan "
+        "and bench validate state how many rounds and minutes the design is expected to take to decide "
+        "an arm at this speedup.",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> DecidedStarts:
@@ -626,7 +648,24 @@ class Load(StrictModel):
                 "server_starts > 1 needs a fixed repeats count (adaptive repeats stop on one server's "
                 "interval, which does not cover the start-ups)",
             )
+        shorts = {level.short() for level in self.levels()}
+        for index, window in enumerate(self.decided_windows()):
+            level = "@" + window.rpartition("@")[2]
+            if "@" not in window or level not in shorts:
+                raise FieldError(
+                    ("server_starts", "windows", index),
+                    f"{window!r} names no load level of this regime: give '@LEVEL' or 'WORKLOAD @LEVEL', "
+                    f"LEVEL one of {', '.join(sorted(shorts))}",
+                )
         return self
+
+    def decided_windows(self) -> list[str]:
+        """The windows a deciding run stops on (``server_starts.windows``; []: every window)."""
+        return [] if isinstance(self.server_starts, int) else list(self.server_starts.windows)
+
+    def budget_minutes(self) -> float | None:
+        """A deciding run's wall-time bound (None: none but ``max`` rounds)."""
+        return None if isinstance(self.server_starts, int) else self.server_starts.budget_minutes
 
     def repeat_index(self, server_start: int, repeat: int) -> int:
         """A window's repeat number within its cell, counted over every start-up of the arm's server:
@@ -717,6 +756,17 @@ class VerdictSettings(StrictModel):
         description="The half-width (in %) a speedup's 95% interval should reach: the verdict says how many "
         "prompts and rounds would reach it, and bench validate warns when the prompts per window cannot at "
         "the prompt-to-prompt spread this project measured (20% for ngram on code prompts).",
+    )
+    startup_prior_sd: float | None = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="The scale of a weakly informative half-normal prior on the start-up spread (the sd of "
+        "log tok/s from one server start-up to the next): 0.1 rules out spreads of many tens of %, which a "
+        "t interval on 1-4 degrees of freedom must otherwise allow, and says nothing of a small one. It "
+        "narrows 2-3-round intervals without under-covering on a day up to 1.6x noisier than this "
+        "project's CPUs (docs/statistics.md). null: the plain t interval. Never used for a run of one "
+        "round (unverified) or with a calibration (which is the spread measured).",
     )
     familywise: bool = Field(
         default=False,

@@ -8,7 +8,9 @@ still buy anything.
   from every speedup instead of always favouring the arm that runs first.
 - Deciding: a round is added while any speculative cell's estimate (``harness.intervals``, read
   back from the summary the runner writes after every start-up) is undecided, or any window's
-  verdict is (its fastest arm corrected for the arms it was picked from: what the verdict says);
+  verdict is (its chosen arm held over the window's arms at once: what the verdict says), among the
+  windows the regime asks about (``load.server_starts.windows``; by default every one: a cell near
+  1.00x that can never decide would otherwise keep a run going to ``max`` for nothing);
   each added round is reported with what it bought: how many cells are decided, and how the widest
   undecided interval moved. The intervals are corrected for the looks this stop rule takes
   (``Estimate.looks``), so stopping on the first decided one does not make a lucky one pay.
@@ -51,6 +53,21 @@ def _key(cell: CellMetrics) -> str:
     return f"{cell.workload} {cell.level.short()} {cell.arm}"
 
 
+def _normal(window: str) -> str:
+    """'code@1', 'code @1' and ' @1' as one spelling: 'code @1', '@1'."""
+    workload, _, level = window.rpartition("@")
+    return f"{workload.strip()} @{level.strip()}".strip()
+
+
+def asked_about(window: str, asked: Sequence[str]) -> bool:
+    """Whether the window "<workload> @<level>" is one of ``asked`` (``load.server_starts.windows``:
+    '@LEVEL' or 'WORKLOAD @LEVEL'; none: every window)."""
+    if not asked:
+        return True
+    level = "@" + window.rpartition("@")[2]
+    return any(_normal(a) in (level, _normal(window)) for a in asked)
+
+
 @dataclass(frozen=True)
 class Standing:
     """Where a run's verdicts stand after a round: its speculative cells' estimates by cell, and
@@ -59,6 +76,7 @@ class Standing:
 
     estimates: dict[str, Estimate]  # "<workload> @<level> <arm>" -> its estimate
     winners: dict[str, Estimate] = field(default_factory=dict)  # "<workload> @<level>" -> decision
+    asked: tuple[str, ...] = ()  # the windows the run stops on (load.server_starts.windows; all)
 
     @property
     def decided(self) -> int:
@@ -66,13 +84,22 @@ class Standing:
 
     @property
     def all_decided(self) -> bool:
-        """Every speculative cell decided, and every window's verdict after the selection
-        correction (a run without one has nothing to decide: also True)."""
-        return self.decided == len(self.estimates) and not self.undecided_winner()
+        """Every speculative cell of the windows asked about decided, and each such window's verdict
+        after the selection correction (a run without one has nothing to decide: also True)."""
+        cells = [e for key, e in self.estimates.items() if asked_about(key.rpartition(" ")[0], self.asked)]
+        return all(e.decided for e in cells) and not self.undecided_winner()
+
+    def undecided_windows(self) -> list[str]:
+        """The windows asked about with a cell or a verdict still undecided, in order."""
+        found = [key.rpartition(" ")[0] for key, e in self.estimates.items() if not e.decided]
+        found += [key for key, e in self.winners.items() if not e.decided]
+        return [w for w in dict.fromkeys(found) if asked_about(w, self.asked)]
 
     def undecided_winner(self) -> str | None:
-        """A window whose fastest arm is undecided once corrected for the selection."""
-        return next((key for key, e in self.winners.items() if not e.decided), None)
+        """A window asked about whose chosen arm is undecided once held over the window's arms."""
+        return next(
+            (key for key, e in self.winners.items() if not e.decided and asked_about(key, self.asked)), None
+        )
 
     def widest_undecided(self) -> str | None:
         """The undecided cell with the widest interval on the log scale (one without an interval
@@ -87,15 +114,16 @@ class Standing:
         return max(undecided)[1] if undecided else None
 
 
-def standing(summary: Summary) -> Standing:
-    """The speculative cells' estimates as the summary stored them."""
+def standing(summary: Summary, asked: Sequence[str] = ()) -> Standing:
+    """The speculative cells' estimates as the summary stored them; ``asked``: the windows the run
+    stops on (none: every one)."""
     found = {_key(c): e for c in summary.cells if (e := cell_estimate(c)) is not None}
     winners = {
         f"{v.workload} {v.level.short()}": v.decision
         for v in window_verdicts(summary)
         if v.decision is not None and v.candidates > 1
     }
-    return Standing(found, winners)
+    return Standing(found, winners, tuple(asked))
 
 
 def _interval(estimate: Estimate | None) -> str:

@@ -227,14 +227,18 @@ class Runner:
         startups = {name: run.read_status(name).startups_s[:count] for name, count in done.items()}
         active = list(done)  # an arm that fails sits out the rounds after
         self.latest: Summary | None = None  # the summary after the latest start-up
+        self.round_s: list[float] = []  # the seconds each whole round of this invocation took
         after: Standing | None = None  # the verdicts after the last round this invocation completed
         try:
             while active and (left := self._next_round(run, rounds, done, active, after)):
+                began = time.monotonic()
                 for name in left:
                     self._round_start_up(run, name, done, active, startups)
                     rounds[-1] = rounds[-1].model_copy(update={"done": [*rounds[-1].done, name]})
                     self._write_rounds(run, rounds)
                     self.latest = _write_summary(run)
+                if len(left) == len(rounds[-1].order):  # a whole round: its pace plans the next
+                    self.round_s.append(time.monotonic() - began)
                 if self.plan.load.decides():
                     after = self._report_round(len(rounds), after)
             for name in active:  # every start-up it was to get is measured
@@ -331,13 +335,48 @@ class Runner:
             return all(done[n] >= load.max_server_starts() for n in active)
         if any(done[n] < load.min_server_starts() for n in active):
             return False
-        return (after if after is not None else standing(_write_summary(run))).all_decided
+        asked = load.decided_windows()
+        if (after if after is not None else standing(_write_summary(run), asked)).all_decided:
+            return True
+        return self._over_budget(done, active)
+
+    def _over_budget(self, done: dict[str, int], active: list[str]) -> bool:
+        """Whether another round would end past ``load.server_starts.budget_minutes``, at the pace of
+        this invocation's rounds so far (said when it stops the run)."""
+        budget = self.plan.load.budget_minutes()
+        if (
+            budget is None
+            or not self.round_s
+            or all(done[n] >= self.plan.load.max_server_starts() for n in active)
+        ):
+            return False
+        pace = sum(self.round_s) / len(self.round_s)
+        spent = time.monotonic() - self.started
+        if spent + pace <= 60 * budget:
+            return False
+        self.console.print(
+            f"stopped: another round (about {pace / 60:.1f} min) would end past the budget of {budget:g} min "
+            f"({spent / 60:.1f} min spent)",
+            highlight=False,
+        )
+        return True
 
     def _report_round(self, number: int, before: Standing | None) -> Standing:
-        """The line saying what round ``number`` bought (from ``min`` on); the verdicts after it."""
-        now = standing(self.latest)
-        if number >= self.plan.load.min_server_starts():
-            self.console.print(round_line(number, before, now), highlight=False)
+        """The line saying what round ``number`` bought (from ``min`` on), the windows still undecided
+        and the most time left; the verdicts after it."""
+        load = self.plan.load
+        now = standing(self.latest, load.decided_windows())
+        if number >= load.min_server_starts():
+            line = round_line(number, before, now)
+            left = now.undecided_windows()
+            if left and number < load.max_server_starts() and self.round_s:
+                pace = sum(self.round_s) / len(self.round_s)
+                most = pace * (load.max_server_starts() - number) / 60
+                budget = load.budget_minutes()
+                if budget is not None:
+                    most = min(most, max(0.0, budget - (time.monotonic() - self.started) / 60))
+                line += f"; undecided: {', '.join(left)} (at most {most:.1f} min left)"
+            self.console.print(line, highlight=False)
         return now
 
     def _write_timing(self, run: RunDir, interrupted: bool) -> None:
@@ -1052,9 +1091,50 @@ def run_regime(
     return runner.run()
 
 
-def resume_run(run_dir: Path, console: Console, allow_mismatch: bool = False) -> tuple[RunDir, Summary]:
-    """Resume with the regime stored in the run, refusing if its workloads changed since."""
+def continue_rounds(run: RunDir, rounds: int) -> None:
+    """A run continued to ``rounds`` rounds in all (``bench run --resume RUN --rounds N``): its stored
+    design becomes a deciding one from its first look to ``rounds`` (``load.server_starts: {min: its
+    first look, max: rounds, decide: true}``, its windows and budget kept), so every interval is
+    corrected for all the looks the run has taken and may take; its complete arms are readied to
+    take further start-ups, keeping every one measured. The fingerprint stays the run's: the
+    conditions measured did not change, only how long. Recorded among the run's overrides."""
+    with run.lock():
+        if run.schema_version() != SCHEMA_VERSION:  # its raw files stay of their version: no mixing
+            raise UserError(
+                f"{run.root}: written by another harness version (schema {run.schema_version()}, this one "
+                f"writes {SCHEMA_VERSION}); continue it with that version, or start a new run"
+            )
+        record = read_run_record(run)
+        starts = record["regime"]["load"]["server_starts"]
+        if isinstance(starts, int):
+            first, most, kept = starts, starts, {}
+        else:
+            first = starts["min"] if starts.get("decide", True) else starts["max"]
+            most, kept = starts["max"], starts
+        if rounds <= most:
+            raise UserError(
+                f"{run.root}: its design already allows {most} rounds; --rounds must be more than that"
+            )
+        design = {**kept, "min": first, "max": rounds, "decide": True}
+        record["regime"]["load"]["server_starts"] = design
+        given = {"given": f"--rounds {rounds}", "path": "load.server_starts", "value": design}
+        record["overrides"] = [*record.get("overrides", []), given]
+        stored_regime(record["regime"], recorded_source(record["source_path"], run.root))  # still valid
+        write_json_atomic(run.root / "regime.json", record)
+        for arm in record["regime"]["arms"]:
+            status = run.read_status(arm["name"])
+            if status.status == "ok":  # its start-ups are kept (_resume_arm): it takes more
+                run.write_status(arm["name"], status.model_copy(update={"status": "interrupted"}))
+
+
+def resume_run(
+    run_dir: Path, console: Console, allow_mismatch: bool = False, rounds: int | None = None
+) -> tuple[RunDir, Summary]:
+    """Resume with the regime stored in the run, refusing if its workloads changed since; with
+    ``rounds``, continue a finished run to that many rounds in all (``continue_rounds``)."""
     run = RunDir(run_dir)
+    if rounds is not None:
+        continue_rounds(run, rounds)
     record = read_run_record(run)
     source = recorded_source(record["source_path"], run_dir)
     plan = plan_regime(source, stored_regime(record["regime"], source))

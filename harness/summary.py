@@ -474,6 +474,7 @@ def _model_estimates(
     looks: int,
     unpaired: Collection[str],
     first_look: int | None,
+    prior_sd: float | None = None,
 ) -> dict[tuple[Any, str], Estimate]:
     """Per key (a window, or a category at a level) and arm: the arms x rounds model's estimate
     (``harness.intervals``) over its table of per-start-up mean tok/s. An ``unpaired`` arm
@@ -481,7 +482,7 @@ def _model_estimates(
     point but no interval: the model's pairing by round does not hold for it."""
     found = {}
     for key, table in tables.items():
-        found_here = cell_estimates(table, baseline, spread, looks, first_look, prompts.get(key))
+        found_here = cell_estimates(table, baseline, spread, looks, first_look, prompts.get(key), prior_sd)
         for arm, estimate in found_here.items():
             if arm in unpaired:
                 estimate = replace(estimate, low=None, high=None, df=0, log_se=None, source=None)
@@ -555,11 +556,12 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
     # a run that adds rounds until decided: its intervals are corrected for the looks it could take
     looks, first_look = raw.regime.load.looks(), raw.regime.load.first_look()
     unpaired = raw.timing.unpaired_arms(baseline) if raw.timing else []
+    prior_sd = raw.regime.verdict.startup_prior_sd
 
     def estimates(
         tables: dict[Any, dict[str, dict[int, float]]], prompts: Mapping[Any, PromptTable]
     ) -> dict[tuple[Any, str], Estimate]:
-        return _model_estimates(tables, prompts, baseline, spread, looks, unpaired, first_look)
+        return _model_estimates(tables, prompts, baseline, spread, looks, unpaired, first_look, prior_sd)
 
     cell_prompts, category_prompts = prompt_tables(raw)
     cells = _with_speedups(cells, baseline, estimates, cell_prompts)

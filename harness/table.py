@@ -39,11 +39,12 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _speedup(estimate: Estimate | None, marked: bool = False) -> str:
-    """A speedup with its interval, coloured by what the interval decides (never by the point)."""
+def _speedup(estimate: Estimate | None, marked: bool = False, outcome: str | None = None) -> str:
+    """A speedup with its interval, coloured by what the interval decides (never by the point):
+    ``outcome``, the window's reading of it over its arms at once, where given."""
     if estimate is None:
         return "-"
-    colour = {"pays": "green", "loses": "red"}.get(estimate.verdict, "")
+    colour = {"pays": "green", "loses": "red"}.get(outcome or estimate.verdict, "")
     text = speedup_text(estimate.point, estimate.low, estimate.high) + ("*" if marked else "")
     return f"[{colour}]{text}[/]" if colour else text
 
@@ -74,7 +75,7 @@ def metric_text(metric: Metric, cell: CellMetrics, analysis: RunAnalysis) -> str
     if metric.ratio:
         if cell.arm == analysis.summary.baseline_arm:
             return "1.00x" if value is not None else "-"
-        return _speedup(analysis.estimate(cell), analysis.pooled_ratio_differs(cell))
+        return _speedup(analysis.estimate(cell), analysis.pooled_ratio_differs(cell), analysis.outcome(cell))
     text = metric.format(value)
     if metric.flag and getattr(cell, metric.flag[0], False):
         return f"[red]{text} {metric.flag[1]}[/]"
@@ -325,13 +326,12 @@ def lab_markdown(analysis: RunAnalysis, concurrency: int | LoadLevel | None = No
 
 
 def answer_lines(analysis: RunAnalysis) -> list[str]:
-    """The verdict per window, its caveats, the findings paragraph and the attention backends:
-    what the terminal prints first after the tables (plain text, rich markup escaped by the caller),
-    each wrapped to the terminal's width."""
+    """The detail beneath the tables (capacity, published figures, the findings paragraph, step
+    costs, backends), then the answer: the verdict per window and the run's caveats, last, where the
+    eye lands when a run ends (plain text, rich markup escaped by the caller), each wrapped to the
+    terminal's width."""
     summary = analysis.summary
-    lines = verdict_lines(analysis)
-    lines += [f"  caveat: {caveat_text(c)}" for c in analysis.caveats]
-    lines += capacity_lines(analysis)
+    lines = capacity_lines(analysis)
     lines += published_lines(analysis)
     lines += distribution_lines(summary)
     if analysis.findings:
@@ -347,6 +347,8 @@ def answer_lines(analysis: RunAnalysis) -> list[str]:
     ):
         if line:
             lines.append(line)
+    lines += verdict_lines(analysis)
+    lines += [f"  caveat: {caveat_text(c)}" for c in analysis.caveats]
     return [_wrapped(line) for line in lines]
 
 

@@ -2,11 +2,15 @@
 
 A pure function of the typed ``Summary``. Per (workload, load level) window:
 
-- the fastest arm (the baseline included) and the fastest speculative arm;
-- whether that speculative arm pays: its speedup's 95% interval (``harness.intervals``: the arms x
-  rounds model over the server start-ups, or a machine calibration), corrected for the arms it was
-  picked from, lies above 1 ("pays"), below 1 ("loses"), within 3% of 1 ("equivalent"), or spans 1
-  ("indistinguishable from the baseline"); with no interval it is "unverified";
+- what to deploy: every speculative arm's speedup interval (``harness.intervals``: the arms x rounds
+  model over the server start-ups, or a machine calibration) held simultaneously over the window's
+  arms (two-sided Dunnett: a claim about one of several is a claim about all of them); among the
+  arms whose interval lies above 1 the fastest is deployed, whether or not it is the fastest of all
+  (a faster arm still undecided is named beside it: ``Rival``), and arms that cannot be told apart
+  from it (Hsu's comparisons with the best) are said to be so;
+- where none pays, the fastest speculative arm's outcome: below 1 ("loses"), within 3% of 1
+  ("equivalent"), or spanning 1 ("indistinguishable from the baseline"); with no interval it is
+  "unverified";
 - $/Mtok at the baseline and at that arm, and the saving;
 - whether its greedy outputs stayed identical to the baseline's;
 - the caveats that qualify it, never hidden: a drafter that only exercises the mechanics, a
@@ -23,7 +27,7 @@ from typing import Any, Literal
 
 from harness import pooling, stats
 from harness.formats import inert
-from harness.intervals import CONFIDENCE, Design, Estimate, design_for, stored_estimate
+from harness.intervals import CONFIDENCE, Design, Estimate, design_for, rounds_to_decide, stored_estimate
 from harness.regime import LoadLevel, PublishedFigure, VerdictSettings
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
@@ -75,11 +79,24 @@ EFFECTIVE_LOAD_GAP = (
 
 
 @dataclass(frozen=True)
+class Rival:
+    """Another speculative arm of a window, as the decision reads it beside the chosen one."""
+
+    arm: str
+    estimate: Estimate  # its own, at 95%
+    pays: bool  # its interval, simultaneous over the window's arms, lies above 1
+    # shown slower than the chosen arm (Hsu's multiple comparisons with the best, one-sided at 95%)
+    slower: bool
+
+
+@dataclass(frozen=True)
 class WindowVerdict:
     workload: str
     level: LoadLevel
     baseline: CellMetrics
-    best: CellMetrics | None  # the fastest speculative arm; None when none produced a speedup
+    # the chosen speculative arm: the fastest of those that pay, else the fastest; None when none
+    # produced a speedup
+    best: CellMetrics | None
     estimate: Estimate | None  # best's speedup with its interval (what every view shows for the cell)
     caveats: tuple[Caveat, ...]  # about the best arm
     distribution: str | None = None  # temperature > 0: the best arm's distribution-check verdict
@@ -91,6 +108,24 @@ class WindowVerdict:
     windows: int = 1
     # what would reach verdict.precision_pct (None: no prompt term, or the interval already does)
     design: Design | None = None
+    rivals: tuple[Rival, ...] = ()  # the window's other speculative arms, fastest first
+    # undecided: the rounds in all a continued run would need to decide it, were its point to hold
+    # (intervals.rounds_to_decide; None: decided, or not within reach by rounds)
+    to_decide: int | None = None
+
+    @property
+    def faster_undecided(self) -> tuple[Rival, ...]:
+        """Arms with a higher point than the chosen one that pays, themselves not shown to pay."""
+        if self.estimate is None or self.outcome != Outcome.PAYS:
+            return ()
+        return tuple(r for r in self.rivals if r.estimate.point > self.estimate.point and not r.pays)
+
+    @property
+    def tied(self) -> tuple[Rival, ...]:
+        """Arms that pay as well and are not shown slower than the chosen one (no winner among them)."""
+        if self.outcome != Outcome.PAYS:
+            return ()
+        return tuple(r for r in self.rivals if r.pays and not r.slower)
 
     @property
     def provisional(self) -> bool:
@@ -123,13 +158,15 @@ class WindowVerdict:
     @property
     def fastest(self) -> str:
         """The arm with the highest tok/s, the baseline included."""
-        if self.best is None or self.estimate is None or self.estimate.point <= 1.0:
-            return self.baseline.arm
-        return self.best.arm
+        points = [(r.estimate.point, r.arm) for r in self.rivals]
+        if self.best is not None and self.estimate is not None:
+            points.append((self.estimate.point, self.best.arm))
+        top = max(points, default=(0.0, self.baseline.arm))
+        return top[1] if top[0] > 1.0 else self.baseline.arm
 
     @property
     def deploy(self) -> str:
-        """The arm to deploy: the best speculative arm only where it pays, else the baseline."""
+        """The arm to deploy: the chosen speculative arm only where it pays, else the baseline."""
         return self.best.arm if self.best is not None and self.outcome == "pays" else self.baseline.arm
 
     @property
@@ -281,7 +318,7 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
             and (arm := summary.arm(c.arm)) is not None
             and arm.status == "ok"  # a failed arm is in no verdict (run_caveats says so)
         ]
-        best = max(speculative, key=lambda c: c.speedup or 0.0, default=None)
+        best, rivals = _choose(speculative, windows)
         estimate = estimate_of(best) if best else None
         verdicts.append(
             WindowVerdict(
@@ -303,9 +340,53 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
                 prompts=baseline.requests_total // max(baseline.repeats, 1),
                 windows=windows,
                 design=_design(estimate, settings),
+                rivals=rivals,
+                to_decide=_to_decide(estimate, max(1, len(speculative)), windows),
             )
         )
     return verdicts
+
+
+def _to_decide(estimate: Estimate | None, candidates: int, windows: int) -> int | None:
+    """The rounds a continued run needs to decide an undecided verdict (``rounds_to_decide``), on
+    the interval it is decided by (held over the window's arms)."""
+    if estimate is None or estimate.selected_from(candidates, windows).decided:
+        return None
+    return rounds_to_decide(estimate, candidates)
+
+
+def _choose(speculative: list[CellMetrics], windows: int) -> tuple[CellMetrics | None, tuple[Rival, ...]]:
+    """The arm a window's verdict is about, and the others beside it: each arm's interval held
+    over all of them at once (``Estimate.selected_from``); the fastest of those whose interval lies
+    above 1, else the fastest. A rival is shown slower where the chosen arm's log speedup exceeds
+    its by Hsu's one-sided margin (``stats.best_of_quantile``) on the larger of their standard errors:
+    under the arms x rounds model a difference of two arms has the start-up variance of a speedup,
+    and its prompt term is taken as the larger one's."""
+    if not speculative:
+        return None, ()
+    candidates = len(speculative)
+    estimates = {c.arm: e for c in speculative if (e := estimate_of(c)) is not None}
+    pays = {arm: e.selected_from(candidates, windows).verdict == "pays" for arm, e in estimates.items()}
+    ordered = sorted(speculative, key=lambda c: c.speedup or 0.0, reverse=True)
+    best = next((c for c in ordered if pays.get(c.arm)), ordered[0])
+    chosen = estimates.get(best.arm)
+    rivals = []
+    for cell in ordered:
+        e = estimates.get(cell.arm)
+        if cell is best or e is None:
+            continue
+        rivals.append(Rival(cell.arm, e, pays.get(cell.arm, False), _slower(chosen, e, candidates)))
+    return best, tuple(rivals)
+
+
+def _slower(chosen: Estimate | None, other: Estimate, candidates: int) -> bool:
+    """Whether ``other`` is shown slower than ``chosen`` (Hsu's comparisons with the best)."""
+    if chosen is None or chosen.log_se is None or other.log_se is None or min(chosen.df, other.df) < 1:
+        return False
+    margin = stats.best_of_quantile(candidates - 1, min(chosen.df, other.df)) * max(
+        chosen.log_se, other.log_se
+    )
+    return math.log(chosen.point) - math.log(other.point) > margin
 
 
 def self_draft_expectations(summary: Summary) -> list[Caveat]:

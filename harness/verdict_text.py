@@ -150,7 +150,7 @@ def _said(v: WindowVerdict) -> str:
     scope = f"{scope_text(v)} at {v.level.label()}"
     outcome = v.outcome
     if outcome == Outcome.PAYS:
-        return f"{arm} pays: {bound_text(e.point)}x faster ({_own(e)}) {scope}"
+        return f"{arm} pays: {bound_text(e.point)}x faster ({_own(e)}) {scope}{_rivals(v)}"
     if outcome == Outcome.LOSES:
         return f"{arm} loses: {bound_text(e.point)}x, slower than the baseline ({_own(e)}) {scope}"
     if outcome == Outcome.EQUIVALENT:
@@ -159,7 +159,7 @@ def _said(v: WindowVerdict) -> str:
     if outcome == Outcome.INDISTINGUISHABLE:
         low, high = d.low, d.high
         assert low is not None and high is not None
-        picked = f" as the fastest of {v.candidates} arms" if v.corrected else ""
+        picked = f" held over the {v.candidates} arms at once" if v.corrected else ""
         if v.provisional:
             hint = "re-run on a quiet machine"
         elif e.out_of_rounds:
@@ -167,8 +167,10 @@ def _said(v: WindowVerdict) -> str:
                 f"all {e.rounds} rounds its design allowed were used: raise load.server_starts.max, or "
                 "bench calibrate"
             )
+        elif v.to_decide is not None:
+            hint = f"{v.to_decide} rounds in all would decide it if {e.point:.2f}x holds (the command below)"
         else:
-            hint = "add prompts (load.num_prompts) or rounds (load.server_starts), or bench calibrate"
+            hint = "more rounds alone would not decide it: more prompts (load.num_prompts) in a new run"
         return (
             f"too noisy to tell: {arm} {e.point:.2f}x ({_own(e)}), anywhere from {bound_text(low)}x to "
             f"{bound_text(high)}x{picked} {scope}; {hint}"
@@ -176,6 +178,16 @@ def _said(v: WindowVerdict) -> str:
     side = "faster" if round(e.point, 2) > 1.0 else "slower" if round(e.point, 2) < 1.0 else "about the same"
     why = "one start-up per arm: its spread was not measured" if e.rounds <= 1 else "no interval"
     return f"unverified: {arm} {e.point:.2f}x ({side}) {scope}; {why}"
+
+
+def _rivals(v: WindowVerdict) -> str:
+    """The arms beside a paying choice: faster but undecided, or paying too and not told apart."""
+    said = [
+        f"{r.arm} may be faster ({r.estimate.point:.2f}x) but is too noisy to tell"
+        for r in v.faster_undecided
+    ]
+    said += [f"{r.arm} pays too ({r.estimate.point:.2f}x): which is faster is not decided" for r in v.tied]
+    return "".join(f"; {s}" for s in said)
 
 
 def _cost(v: WindowVerdict) -> str:
@@ -251,11 +263,11 @@ def statistics_line(v: WindowVerdict) -> str | None:
     if v.candidates > 1:
         if d is not None and d.low is not None and d.high is not None:
             parts.append(
-                f"as the fastest of {v.candidates} arms {interval_text(d.low, d.high)} "
+                f"held over the {v.candidates} arms at once {interval_text(d.low, d.high)} "
                 f"({100 * e.level(v.candidates):.1f}%)"
             )
         else:
-            parts.append(f"as the fastest of {v.candidates} arms: no interval")
+            parts.append(f"held over the {v.candidates} arms at once: no interval")
     return f"{e.point:.2f}x {interval_text(e.low, e.high)}: " + "; ".join(parts)
 
 
@@ -318,9 +330,14 @@ def basis_line(basis: IntervalBasis) -> str:
         else " (about these prompts only)"
     )
     own = f"; on their own spread: {', '.join(basis.own_spread)}" if basis.own_spread else ""
+    prior = (
+        f" with a half-normal prior (scale {100 * basis.prior_sd:.0f}%) on the start-up spread"
+        if basis.prior_sd is not None
+        else ""
+    )
     return (
-        f"95% t intervals from {where}{calibration}{workload}, arms x rounds model, {df_text} degrees of "
-        f"freedom; the fastest arm corrected for the number of arms{sequential}{own}"
+        f"95% t intervals from {where}{calibration}{workload}, arms x rounds model{prior}, {df_text} "
+        f"degrees of freedom; each arm's decision held over the window's arms at once{sequential}{own}"
     )
 
 
@@ -340,6 +357,31 @@ def verdict_lines(analysis: RunAnalysis) -> list[str]:
     chance = chance_line(analysis.basis)
     if chance:
         lines.append(f"  windows: {chance}")
+    return lines
+
+
+def round_minutes(summary: Summary) -> float | None:
+    """The wall minutes a round of start-ups took in this run (its preparation left out)."""
+    timing = summary.timing
+    rounds = max((c.server_starts for c in summary.cells), default=0)
+    if timing is None or rounds < 1:
+        return None
+    return (timing.total("wall_s") - timing.total("prepare_s")) / rounds / 60
+
+
+def continue_lines(analysis: RunAnalysis, run_dir: str) -> list[str]:
+    """Per undecided window, the one command that would decide it and about how long it takes."""
+    lines = []
+    minutes = round_minutes(analysis.summary)
+    for v in analysis.verdicts:
+        if v.to_decide is None or v.estimate is None:
+            continue
+        more = v.to_decide - v.estimate.rounds
+        took = f"about {more * minutes:.2g} min more" if minutes is not None else f"{more} more rounds"
+        lines.append(
+            f"To decide {v.workload} {v.level.short()}: bench run --resume {run_dir} --rounds {v.to_decide} "
+            f"({took}, if {v.estimate.point:.2f}x holds)"
+        )
     return lines
 
 

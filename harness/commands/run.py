@@ -72,6 +72,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "arms/<arm>.attempt-N); given a study directory, continue the study: finished points are kept",
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="with --resume: continue a finished run whose verdict is undecided to N rounds of start-ups "
+        "in all, in the same run directory (every start-up measured so far is kept; it then stops as soon "
+        "as its windows are decided, each interval corrected for every look the run has taken): the "
+        "command an undecided verdict prints",
+    )
+    parser.add_argument(
         "--allow-mismatch",
         action="store_true",
         help="run even when the machine or the started engine does not match the regime's pins; every "
@@ -144,6 +153,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if (args.regime is None) == (args.resume is None):
         raise UserError("give a regime file to start a run, or --resume RUN_DIR to continue one (not both)")
     overrides = overrides_from(args)
+    if args.rounds is not None and (args.resume is None or args.rounds < 2):
+        raise UserError("--rounds N continues a finished run: give it with --resume RUN_DIR, N >= 2")
     if overrides and args.resume is not None:
         raise UserError(
             "a resumed run keeps the regime it started with: --set and the load flags apply to a new run"
@@ -166,6 +177,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
             "--allow-known-defect applies to one regime: run the study's point that meets the defect "
             "on its own (its points' regimes are under the study directory) or apply the fix (engine.patches)"
         )
+    if study and args.rounds is not None:
+        raise UserError("--rounds continues one run; a study's points are continued by --resume alone")
     if study:
         return _run_study(args, regime, announce, console)
     if executor_options(args) is not None:
@@ -173,7 +186,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from harness.runner import resume_run, run_regime
 
     if args.resume is not None:
-        run_dir, summary = resume_run(args.resume, console, args.allow_mismatch)
+        run_dir, summary = resume_run(args.resume, console, args.allow_mismatch, args.rounds)
     else:
         run_dir, summary = run_regime(
             args.regime,
@@ -188,8 +201,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         )
     from harness.analysis import analyze
 
-    code = print_results(analyze(summary), console)
     console.print(f"Results: {run_dir.root}", markup=False)
+    code = print_results(analyze(summary), console, str(run_dir.root))
     if args.history is not None:
         _append_history(args.history, run_dir.root, console)
     return code

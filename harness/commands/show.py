@@ -69,4 +69,4 @@ def run(args: argparse.Namespace, console: Console) -> int:
         analysis = load_analysis(args.run_dir.resolve()).analysis
         print(lab_markdown(analysis, args.concurrency), end="")  # plain: for pasting, no wrapping
         return EXIT_OK
-    return print_results(load_analysis(args.run_dir).analysis, console)
+    return print_results(load_analysis(args.run_dir).analysis, console, str(args.run_dir))

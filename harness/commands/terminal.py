@@ -34,29 +34,26 @@ def print_overrides(summary: Summary, console: Console) -> None:
         console.print(f"Set on the command line: {escape('; '.join(summary.overrides))}", highlight=False)
 
 
-def print_results(analysis: RunAnalysis, console: Console) -> int:
-    """A run's tables, answer, categories, drafters, exactness and notes; exit 3 when an arm failed."""
+def print_results(analysis: RunAnalysis, console: Console, run_dir: str | None = None) -> int:
+    """A run's tables, categories, drafters, exactness and notes, then the answer last (the verdict
+    per window, the command that would decide an undecided one, with ``run_dir``, and the report's);
+    exit 3 when an arm failed."""
     from harness.ramp_table import ramp_tables
     from harness.table import (
-        SPEEDUP_NOTE,
         answer_lines,
         category_table,
         drafter_lines,
         exactness_table,
         failed_arms,
         minilab_tables,
-        power_line,
-        precision_line,
         schedule_tables,
-        timing_line,
     )
+    from harness.verdict_text import continue_lines
 
     summary = analysis.summary
     print_overrides(summary, console)
     for table in minilab_tables(analysis):
         console.print(table)
-    for line in answer_lines(analysis):  # the answer first, right after the tables
-        console.print(escape(line), highlight=False, soft_wrap=True)
     for item in [*schedule_tables(analysis), *ramp_tables(analysis)]:  # a schedule's proof; the ramp
         if isinstance(item, str):
             console.print(escape(item), highlight=False, soft_wrap=True)
@@ -71,6 +68,25 @@ def print_results(analysis: RunAnalysis, console: Console) -> int:
     if exact is not None:
         console.print(exact)
     print_unread(summary, console)
+    _print_notes(summary, console)
+    for line in answer_lines(analysis):  # the detail, then the answer: last, where the eye lands
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    failed = failed_arms(summary)
+    for arm in failed:
+        console.print(
+            f"[red]arm {arm.name}: {arm.status}[/] {escape(inert(arm.error or ''))}", soft_wrap=True
+        )
+    if run_dir is not None:
+        for line in continue_lines(analysis, run_dir):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        console.print(f"Report: bench report {escape(run_dir)}", highlight=False, soft_wrap=True)
+    return EXIT_ENGINE if failed else EXIT_OK
+
+
+def _print_notes(summary: Summary, console: Console) -> None:
+    """The notes under the tables: precision, whose power, where the time went, the legend."""
+    from harness.table import SPEEDUP_NOTE, power_line, precision_line, timing_line
+
     precision = precision_line(summary.cells)
     if precision:
         console.print(precision, highlight=False)
@@ -80,13 +96,7 @@ def print_results(analysis: RunAnalysis, console: Console) -> int:
     timing = timing_line(summary)
     if timing:
         console.print(timing, highlight=False, soft_wrap=True)
-    failed = failed_arms(summary)
-    for arm in failed:
-        console.print(
-            f"[red]arm {arm.name}: {arm.status}[/] {escape(inert(arm.error or ''))}", soft_wrap=True
-        )
     console.print(f"{SPEEDUP_NOTE}; {LEGEND}", highlight=False)
-    return EXIT_ENGINE if failed else EXIT_OK
 
 
 def print_study(results: StudyResults, console: Console) -> int:

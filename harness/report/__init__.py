@@ -112,7 +112,7 @@ def _metric_cell(
             else [bound_text(estimate.low), bound_text(estimate.high)]
         )
         mark = "*" if analysis.pooled_ratio_differs(row) else ""
-        css = OUTCOME_CLASS.get(Outcome(estimate.verdict), "")
+        css = OUTCOME_CLASS.get(Outcome(analysis.outcome(row) or estimate.verdict), "")
         return {"text": f"{estimate.point:.2f}x{mark}", "class": css, "interval": interval, "note": note}
     value = metric.value(row)
     text = "–" if value is None else format(value, metric.fmt)
@@ -384,9 +384,14 @@ def _lab(analysis: RunAnalysis) -> dict[str, Any] | None:
     }
 
 
-def _speedup_points(analysis: RunAnalysis) -> list[tuple[CellMetrics, Any]]:
-    """Each speculative cell with its one estimate, for the speedup figure."""
-    return [(c, e) for c in analysis.summary.cells if (e := analysis.estimate(c)) is not None]
+def _speedup_points(analysis: RunAnalysis) -> list[tuple[CellMetrics, Any, str]]:
+    """Each speculative cell with its one estimate and what its window decides of it, for the
+    speedup figure."""
+    return [
+        (c, e, analysis.outcome(c) or e.verdict)
+        for c in analysis.summary.cells
+        if (e := analysis.estimate(c)) is not None
+    ]
 
 
 def report_context(run: AnalyzedRun) -> dict[str, Any]:

@@ -63,26 +63,27 @@ VERDICT_COLOURS = {"pays": "tab:green", "loses": "tab:red"}
 
 
 def speedup_figure(
-    cells: list[tuple[CellMetrics, Estimate]], equivalence: float, baseline_label: str
+    cells: list[tuple[CellMetrics, Estimate, str]], equivalence: float, baseline_label: str
 ) -> str | None:
     """Per speculative arm and workload, its speedup against concurrency with its 95% interval as
     bars, and the band within which it is "no different" from the baseline; a point is filled green
-    (pays) or red (loses) where its interval decides, hollow where it does not."""
-    closed = [(c, e) for c, e in cells if c.request_rate is None]
+    (pays) or red (loses) where its window's verdict decides it (each cell's outcome, over the
+    window's arms at once), hollow where it does not."""
+    closed = [(c, e, o) for c, e, o in cells if c.request_rate is None]
     if not closed:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
-    series: dict[tuple[str, str], list[tuple[float, Estimate]]] = {}
-    for cell, estimate in closed:
-        series.setdefault((cell.arm, cell.workload), []).append((cell.concurrency, estimate))
+    series: dict[tuple[str, str], list[tuple[float, Estimate, str]]] = {}
+    for cell, estimate, outcome in closed:
+        series.setdefault((cell.arm, cell.workload), []).append((cell.concurrency, estimate, outcome))
     for index, ((arm, workload), points) in enumerate(series.items()):
         points.sort(key=lambda p: p[0])
         dodge = 2 ** (0.05 * (index - (len(series) - 1) / 2))  # side by side, so the bars do not overlap
-        points = [(c * dodge, e) for c, e in points]
-        xs, ys = [c for c, _ in points], [e.point for _, e in points]
+        points = [(c * dodge, e, o) for c, e, o in points]
+        xs, ys = [c for c, _, _ in points], [e.point for _, e, _ in points]
         (line,) = ax.plot(xs, ys, linewidth=1.0, label=f"{arm} / {workload}")
-        for x, e in points:
-            colour = VERDICT_COLOURS.get(e.verdict)
+        for x, e, outcome in points:
+            colour = VERDICT_COLOURS.get(outcome)
             if e.low is not None and e.high is not None:
                 ax.errorbar(
                     [x],
@@ -107,7 +108,7 @@ def speedup_figure(
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}x"))
     ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    levels = sorted({c.concurrency for c, _ in closed})
+    levels = sorted({c.concurrency for c, _, _ in closed})
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels, [str(level) for level in levels])
     ax.minorticks_off()

@@ -153,7 +153,15 @@ class CellMetrics(ResultModel):
     speedup_low: float | None = None
     speedup_high: float | None = None
     speedup_interval: (
-        Literal["server_starts", "calibration", "server_starts+calibration", "repeats", "requests"] | None
+        Literal[
+            "server_starts",
+            "server_starts+prior",
+            "calibration",
+            "server_starts+calibration",
+            "repeats",
+            "requests",
+        ]
+        | None
     ) = None
     speedup_rounds: int | None = None
     speedup_df: int | None = None
