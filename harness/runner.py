@@ -1099,9 +1099,9 @@ def continue_rounds(run: RunDir, rounds: int) -> None:
     take further start-ups, keeping every one measured. The fingerprint stays the run's: the
     conditions measured did not change, only how long. Recorded among the run's overrides."""
     with run.lock():
-        if run.schema_version() != SCHEMA_VERSION:  # its raw files stay of their version: no mixing
+        if run.schema_version != SCHEMA_VERSION:  # its raw files stay of their version: no mixing
             raise UserError(
-                f"{run.root}: written by another harness version (schema {run.schema_version()}, this one "
+                f"{run.root}: written by another harness version (schema {run.schema_version}, this one "
                 f"writes {SCHEMA_VERSION}); continue it with that version, or start a new run"
             )
         record = read_run_record(run)

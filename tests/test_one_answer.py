@@ -74,14 +74,16 @@ def test_verdicts_are_computed_once_per_command(monkeypatch: pytest.MonkeyPatch,
 
 def test_the_speedup_figure_draws_each_estimate_with_its_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     """The report's speedup figure is given every speculative cell's one estimate (its interval bars
-    and its colour come from it); the Pareto figure is drawn for a run with two load levels."""
+    and its colour from what its window decides of it); the Pareto figure is drawn for a run with two
+    load levels."""
     from harness.report import figures, render_report
 
-    given = {}
+    given, outcomes = {}, {}
     original = figures.speedup_figure
 
     def spy(cells, equivalence, baseline):  # type: ignore[no-untyped-def]
-        given.update({(c.arm, c.workload, c.level.short()): e for c, e in cells})
+        given.update({(c.arm, c.workload, c.level.short()): e for c, e, _ in cells})
+        outcomes.update({(c.arm, c.workload, c.level.short()): o for c, _, o in cells})
         return original(cells, equivalence, baseline)
 
     monkeypatch.setattr(figures, "speedup_figure", spy)
@@ -89,6 +91,12 @@ def test_the_speedup_figure_draws_each_estimate_with_its_interval(monkeypatch: p
     truth = expected(summarize(TWO_ROUNDS))
     shown = {k: (f"{e.point:.2f}", bound_text(e.low), bound_text(e.high)) for k, e in given.items()}
     assert shown == truth
+    analysis = load_analysis(TWO_ROUNDS).analysis
+    assert outcomes == {
+        (c.arm, c.workload, c.level.short()): analysis.outcome(c)
+        for c in analysis.summary.cells
+        if analysis.estimate(c) is not None
+    }
     assert "throughput per user vs per server (Pareto)" in html
     assert "speedup vs concurrency, with 95% intervals" in html
 

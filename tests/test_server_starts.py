@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +22,7 @@ from harness.analysis import analyze
 from harness.errors import UserError
 from harness.intervals import Estimate
 from harness.plan import describe_plan, plan_regime, run_plan
-from harness.regime import load_regime
+from harness.regime import load_regime, stored_regime
 from harness.results import RunDir, RunTiming, append_jsonl, read_jsonl
 from harness.results.model import CellMetrics, RepeatMetrics
 from harness.results.records import ArmStatus, Round
@@ -91,6 +92,7 @@ def test_the_interval_resamples_start_ups(tmp_path: Path) -> None:
     shutil.copytree(SMOKE, run)
     record = json.loads((run / "regime.json").read_text())
     record["regime"]["load"]["server_starts"] = 2
+    record["regime"]["verdict"] = {"startup_prior_sd": None}  # the plain t (the prior: the next test)
     (run / "regime.json").write_text(json.dumps(record))
     one = summarize(SMOKE)
     _second_start_up(run, "baseline", slower=1.0)
@@ -124,6 +126,31 @@ def test_the_interval_resamples_start_ups(tmp_path: Path) -> None:
     untrained = next(c for c in two.cells if c.arm == "eagle3_untrained_k3")
     assert untrained.server_starts == 1 and untrained.speedup_interval is None
     assert untrained.speedup_rounds == 1
+
+
+def test_the_prior_on_the_start_up_spread_narrows_a_two_round_interval(tmp_path: Path) -> None:
+    """The default half-normal prior (scale 0.1) on the start-up spread: the start-up term is its
+    posterior's matched t (stats.halfnormal_posterior_t), narrower than the plain t on 1 degree of
+    freedom; the prompts' term is the same."""
+    runs = {}
+    for prior in (None, 0.1):
+        run = tmp_path / f"run-{prior}"
+        shutil.copytree(SMOKE, run)
+        record = json.loads((run / "regime.json").read_text())
+        record["regime"]["load"]["server_starts"] = 2
+        record["regime"]["verdict"] = {"startup_prior_sd": prior}
+        (run / "regime.json").write_text(json.dumps(record))
+        _second_start_up(run, "baseline", slower=1.0)
+        _second_start_up(run, "ngram_k4", slower=1.25)
+        runs[prior] = next(c for c in summarize(run).cells if c.arm == "ngram_k4" and c.concurrency == 1)
+    plain, prior = runs[None], runs[0.1]
+    assert (plain.speedup_interval, prior.speedup_interval) == ("server_starts", "server_starts+prior")
+    assert prior.speedup == pytest.approx(plain.speedup)
+    assert prior.speedup_prompt_log_se == pytest.approx(plain.speedup_prompt_log_se)
+    # 2 arms x 2 rounds: the residual sum of squares is half the squared difference of the log ratios
+    variance, _ = stats.halfnormal_posterior_t(math.log(1.25) ** 2 / 4, 1, 1.0, 0.1)
+    assert prior.speedup_log_se == pytest.approx(math.hypot(math.sqrt(variance), prior.speedup_prompt_log_se))
+    assert prior.speedup_low > plain.speedup_low and prior.speedup_high < plain.speedup_high
 
 
 def test_a_run_that_decides_corrects_its_intervals_for_its_looks(tmp_path: Path) -> None:
@@ -346,14 +373,17 @@ def test_rounds_are_added_until_every_cell_is_decided(
     runner, run, order = _rounds_runner(tmp_path, monkeypatch, set(), server_starts=decide, console=console)
     no_interval = Standing({"chat @4 ngram_k4": Estimate(1.0)})  # one round: no interval yet
     after = iter([no_interval, _standing(0.80, 1.25), _standing(0.88, 1.19), _standing(1.01, 1.09)])
-    monkeypatch.setattr("harness.runner.standing", lambda summary: next(after))
+    monkeypatch.setattr("harness.runner.standing", lambda summary, asked=(): next(after))
     runner._run_arms(run)
     # round 2 left the cell undecided, round 3 too, round 4 decided it: no round 5
     assert len(order) == 8 and {start for start, _ in order} == {0, 1, 2, 3}
     lines = [line for line in out.getvalue().splitlines() if line.startswith("round ")]
+    # the windows still undecided and the most time left (at the rounds' pace: instant here)
+    lines = [re.sub(r" \(at most [0-9.]+ min left\)", "", line) for line in lines]
     assert lines == [
-        "round 2: 0/1 cells decided; chat @4 ngram_k4 1.00x (no interval) -> [0.80, 1.25]",
-        "round 3: 0/1 cells decided; chat @4 ngram_k4 [0.80, 1.25] -> [0.88, 1.19]",
+        "round 2: 0/1 cells decided; chat @4 ngram_k4 1.00x (no interval) -> [0.80, 1.25]; "
+        "undecided: chat @4",
+        "round 3: 0/1 cells decided; chat @4 ngram_k4 [0.80, 1.25] -> [0.88, 1.19]; undecided: chat @4",
         "round 4: 1/1 cells decided; chat @4 ngram_k4 [0.88, 1.19] -> [1.01, 1.09] (pays)",
     ]
     assert run.read_status("ngram_k4").status == "ok" and run.read_status("baseline").status == "ok"
@@ -362,7 +392,7 @@ def test_rounds_are_added_until_every_cell_is_decided(
 def test_undecided_rounds_stop_at_the_maximum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     decide = {"min": 2, "max": 3}
     runner, run, order = _rounds_runner(tmp_path, monkeypatch, set(), server_starts=decide)
-    monkeypatch.setattr("harness.runner.standing", lambda summary: _standing(0.9, 1.2))
+    monkeypatch.setattr("harness.runner.standing", lambda summary, asked=(): _standing(0.9, 1.2))
     runner._run_arms(run)
     assert [start for start, _ in order] == [0, 0, 1, 1, 2, 2]
     assert [r.order for r in _rounds(run)][-1] == ["baseline", "ngram_k4"]
@@ -463,3 +493,117 @@ def test_decided_server_starts_in_the_regime(tmp_path: Path) -> None:
                 repeats={"min": 2, "max": 4, "target_rel_half_width": 0.05},
             )
         )
+
+
+def test_a_deciding_run_stops_on_the_windows_it_was_asked_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``server_starts.windows: ['@1']``: the concurrency-2 window sits at 1.00x and can never
+    decide; the run stops when the concurrency-1 window is decided (round 3), not at ``max``."""
+    decide = {"min": 2, "max": 6, "windows": ["@1"]}
+    runner, run, order = _rounds_runner(tmp_path, monkeypatch, set(), server_starts=decide)
+    never = Estimate(1.0, 0.9, 1.1, rounds=2, df=1)
+
+    def at(low: float) -> dict[str, Estimate]:
+        return {"code @1 ngram_k4": Estimate(1.2, low, 1.4, rounds=2, df=1), "code @2 ngram_k4": never}
+
+    after = iter([at(0.8), at(0.95), at(1.05)])  # after rounds 1, 2 and 3
+    monkeypatch.setattr(
+        "harness.runner.standing", lambda summary, asked=(): Standing(next(after), {}, tuple(asked))
+    )
+    runner._run_arms(run)
+    assert {start for start, _ in order} == {0, 1, 2}
+    # asked about every window, the same run would have gone on: @2 is undecided
+    assert not Standing(at(1.05)).all_decided and Standing(at(1.05), {}, ("@1",)).all_decided
+    assert (
+        Standing(at(1.05), {}, ("code @1",)).all_decided and Standing(at(1.05), {}, ("code@1",)).all_decided
+    )
+    assert Standing(at(1.05), {}, ("@2",)).undecided_windows() == ["code @2"]
+
+
+def test_the_windows_asked_about_must_be_load_levels_of_the_regime(tmp_path: Path) -> None:
+    with pytest.raises(
+        UserError, match=r"load\.server_starts\.windows\[0\]: '@8' names no load level.*@1, @2"
+    ):
+        load_regime(_regime(tmp_path, server_starts={"min": 2, "max": 4, "windows": ["@8"]}))
+
+
+def test_a_deciding_run_begins_no_round_past_its_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clock moves 50 s at every reading: after round 2, the rounds' pace and the time spent
+    say that a third round would end past the 4-minute budget, so none begins (``max`` is 6)."""
+    out = io.StringIO()
+    decide = {"min": 2, "max": 6, "budget_minutes": 4}
+    runner, run, order = _rounds_runner(
+        tmp_path, monkeypatch, set(), server_starts=decide, console=Console(file=out, width=200)
+    )
+    clock = iter(range(0, 10_000, 50))
+    monkeypatch.setattr("harness.runner.time.monotonic", lambda: float(next(clock)))
+    runner.started = 0.0
+    monkeypatch.setattr("harness.runner.standing", lambda summary, asked=(): _standing(0.9, 1.2))
+    runner._run_arms(run)
+    assert {start for start, _ in order} == {0, 1}
+    assert "would end past the budget of 4 min" in out.getvalue()
+
+
+def test_an_undecided_run_says_how_many_rounds_would_decide_it() -> None:
+    from harness.intervals import rounds_to_decide
+
+    # a start-up term of 0.06 over 2 rounds and a prompts' term of 0.02: 1.15x needs more rounds
+    e = Estimate(
+        1.15,
+        0.9,
+        1.5,
+        rounds=2,
+        df=1,
+        log_se=math.hypot(0.06, 0.02),
+        prompts=20,
+        prompt_log_se=0.02,
+        model_arms=2,
+    )
+    needed = rounds_to_decide(e)
+    assert needed is not None and needed > 2
+    # at that many rounds the interval (its looks from round 2 on) excludes 1; one fewer does not
+    assert rounds_to_decide(e, most_rounds=needed - 1) is None
+    # the prompts' term alone wider than the effect: no number of rounds decides it
+    assert (
+        rounds_to_decide(Estimate(1.05, 0.8, 1.3, rounds=2, df=1, log_se=0.1, prompts=20, prompt_log_se=0.05))
+        is None
+    )
+    assert rounds_to_decide(Estimate(1.2)) is None  # no interval to scale
+
+
+def test_a_finished_run_is_continued_to_more_rounds(tmp_path: Path) -> None:
+    """``bench run --resume RUN --rounds N``: the stored design becomes a deciding one from the run's
+    first look to N (its intervals corrected for every look), its complete arms take more start-ups
+    (every one measured kept), the change is recorded among the overrides."""
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from simulated_runs import World, simulate_run, write_run
+
+    from harness.runner import continue_rounds
+
+    raw = simulate_run(np.random.default_rng(0), World(arms=2, rounds=2))
+    root = write_run(raw, tmp_path / "sim" / "run")
+    for name in ("a0", "a1"):
+        (root / "arms" / name / "status.json").write_text(
+            ArmStatus(status="ok", startups_s=[1.0, 1.0]).model_dump_json()
+        )
+    record = json.loads((root / "regime.json").read_text())
+    record["regime"]["load"]["server_starts"] = 2
+    record["source_path"] = str(ROOT / "regimes" / "cpu_default.yaml")
+    (root / "regime.json").write_text(json.dumps(record))
+    run = RunDir(root)
+    with pytest.raises(UserError, match="already allows 2 rounds"):
+        continue_rounds(run, 2)
+    continue_rounds(run, 5)
+    stored = json.loads((root / "regime.json").read_text())
+    assert stored["regime"]["load"]["server_starts"] == {"min": 2, "max": 5, "decide": True}
+    assert stored["overrides"][-1]["given"] == "--rounds 5"
+    assert [run.read_status(a).status for a in ("a0", "a1")] == ["interrupted", "interrupted"]
+    regime = stored_regime(stored["regime"], ROOT / "regimes" / "cpu_default.yaml")
+    assert (regime.load.looks(), regime.load.first_look()) == (4, 2)  # looks at rounds 2, 3, 4 and 5

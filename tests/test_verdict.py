@@ -305,11 +305,14 @@ def test_lab_table_in_markdown(summary: Summary) -> None:
         lab_markdown(analyze(summary), 8)
 
 
-def test_answer_lines_start_with_the_verdict(summary: Summary) -> None:
+def test_answer_lines_end_with_the_verdict(summary: Summary) -> None:
     lines = answer_lines(analyze(summary))
-    assert lines[0] == "Verdict:"
+    at = lines.index("Verdict:")
+    findings = next(i for i, line in enumerate(lines) if line.startswith("Findings: ngram_k4 accepts"))
+    assert findings < at  # the detail above, the answer last: where the eye lands when a run ends
+    assert all(line.startswith("  ") for line in lines[at + 1 :])  # nothing but the verdict's block after it
     assert (
-        lines[1]
+        lines[at + 1]
         .replace("\n    ", " ")
         .startswith(
             "  code_humaneval @1: unverified: ngram_k4 0.98x (slower) on 2 code prompts at concurrency 1"
@@ -320,7 +323,6 @@ def test_answer_lines_start_with_the_verdict(summary: Summary) -> None:
         "  intervals: unverified: 1 start-up per arm, no calibration (set load.server_starts >= 2, or bench "
         "calibrate)"
     )
-    assert any(line.startswith("Findings: ngram_k4 accepts") for line in lines)
 
 
 def test_backend_line_once_when_every_arm_agrees(summary: Summary) -> None:
