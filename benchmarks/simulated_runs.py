@@ -53,6 +53,9 @@ class World:
     windows: int = 1
     repeats: int = 2
     familywise: bool = False
+    # the machine drifting over a run: log speed lost per start-up slot, in the order they ran
+    # (rounds in ABBA order): a drift within a round that the round's term cannot absorb whole
+    slot_drift: float = 0.0
 
     def factor(self, arm: int) -> float:
         """Arm ``arm``'s start-up spread factor (0: the baseline)."""
@@ -89,6 +92,10 @@ def simulate_run(
     regime = REGIMES.get(world.arms, world.familywise)
     startup = rng.normal(0.0, world.startup_sd, (world.arms, world.rounds))
     startup *= np.array([world.factor(a) for a in range(world.arms)])[:, None]
+    for r in range(world.rounds):  # the slot each start-up ran in: round r's order reversed when odd
+        order = range(world.arms) if r % 2 == 0 else range(world.arms - 1, -1, -1)
+        for position, a in enumerate(order):
+            startup[a, r] -= world.slot_drift * (r * world.arms + position)
     drift = rng.normal(0.0, DRIFT_SD, world.rounds)
     centre = math.log(world.truth) + world.prompt_sd**2 / 2  # the workload's speedup is the truth
     samples: dict[int, list[RequestRecord]] = {a: [] for a in range(world.arms)}
@@ -151,6 +158,25 @@ def simulate_run(
         arms=arms,
         calibration=calibration,
     )
+
+
+def first_rounds(raw: RawRun, rounds: int, server_starts: object) -> RawRun:
+    """The run as it stood after its first ``rounds`` rounds, its regime's design ``server_starts``
+    (a deciding run's looks: what the runner's summary sees after each round)."""
+    from dataclasses import replace
+
+    repeats = raw.regime.load.max_repeats()
+    load = raw.regime.load.model_copy(update={"server_starts": server_starts})
+    arms = {
+        name: replace(
+            arm,
+            samples=[s for s in arm.samples if s.repeat < rounds * repeats],
+            windows=[w for w in arm.windows if w.server_start < rounds],
+            status=arm.status.model_copy(update={"startups_s": arm.status.startups_s[:rounds]}),
+        )
+        for name, arm in raw.arms.items()
+    }
+    return replace(raw, regime=raw.regime.model_copy(update={"load": load}), arms=arms)
 
 
 def calibration_of(rng: np.random.Generator, world: World, rounds: int = 6) -> Calibration:

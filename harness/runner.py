@@ -220,6 +220,7 @@ class Runner:
         start-up that was cut short is moved aside and measured again."""
         self.clock["prepare_s"] = time.monotonic() - self.started
         self.console.print(self.plan.description, highlight=False)
+        self.console.print(self._outlook(), highlight=False)
         for warning in window_warnings(self.plan.regime, self.plan.regime_path):
             self.console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
         rounds = self._read_rounds(run)
@@ -255,6 +256,15 @@ class Runner:
             raise
         self._write_timing(run, interrupted=False)
         return _write_summary(run)
+
+    def _outlook(self) -> str:
+        """What the design is expected to take to decide (``plan.outlook_text``), at the pace of this
+        regime's last run in the results directory and the spread of this machine's calibration."""
+        from harness.plan import earlier_round_minutes, outlook_text
+
+        regime, calibration = self.plan.regime, self.plan.calibration
+        spread = (calibration.sd, calibration.label()) if calibration is not None else None
+        return outlook_text(regime, earlier_round_minutes(self.results_dir, regime), spread)
 
     def _to_run(self, run: RunDir, rounds: list[Round]) -> dict[str, int]:
         """The arms without complete results, each readied to run (``_resume_arm``), with the

@@ -454,6 +454,11 @@ def normal_quantile(p: float) -> float:
     return NormalDist().inv_cdf(p)
 
 
+def normal_cdf(z: float) -> float:
+    """P(Z <= z) for a standard normal Z."""
+    return 0.5 * math.erfc(-z / math.sqrt(2))
+
+
 def normal_two_sided_p(z: float) -> float:
     """P(|Z| >= |z|) for a standard normal Z."""
     return math.erfc(abs(z) / math.sqrt(2))
@@ -583,6 +588,9 @@ def _mixture_tail(x: float, scales: Any, weights: Any) -> float:
     return float(2 * (weights * ndtr(-x / scales)).sum())
 
 
+_FLAT = 1.0
+
+
 def halfnormal_posterior_t(ss: float, df: int, factor: float, prior_sd: float) -> tuple[float, int]:
     """The error of an estimate whose variance is ``factor`` x sigma^2, where ``ss / sigma^2`` is
     chi-squared with ``df`` degrees of freedom (the arms x rounds model's residual) and sigma has a
@@ -602,7 +610,7 @@ def halfnormal_posterior_t(ss: float, df: int, factor: float, prior_sd: float) -
     centre = math.sqrt(ss / df)
     low, high = min(centre, prior_sd) / 1e3, max(centre, prior_sd) * 1e2
     sigma = np.exp(np.linspace(math.log(low), math.log(high), 4000))
-    log_post = -df * np.log(sigma) - ss / (2 * sigma**2) - sigma**2 / (2 * prior_sd**2) + np.log(sigma)
+    log_post = -df * np.log(sigma) - ss / (2 * sigma**2) - sigma**2 / (2 * prior_sd**2) + np.log(sigma) * _FLAT
     weights = np.exp(log_post - log_post.max())  # the log grid's d(sigma) = sigma d(log sigma)
     weights /= weights.sum()
     scales = sigma * math.sqrt(factor)

@@ -246,12 +246,15 @@ def _print_endpoints(plan: Any, console: Console) -> None:
 
 def _print_plan(plan: Any, console: Console) -> None:
     """What `bench validate` shows of one concrete regime: the plan, this machine against it, commands."""
-    from harness.plan import describe_plan
+    from harness.plan import describe_plan, earlier_round_minutes, outlook_text
     from harness.regime import KScheduleSource
     from harness.sensors.environment import collect_environment
     from harness.validation import no_gpu_here, prompt_warnings, window_warnings
 
     console.print(describe_plan(plan), highlight=False)
+    # what the design is expected to take to decide, at the pace of this regime's last run under
+    # results/ (the default --results-dir), else at a stated assumption
+    console.print(outlook_text(plan.regime, earlier_round_minutes(Path("results"), plan.regime)), highlight=False)
     warnings = window_warnings(plan.regime, plan.regime_path) + prompt_warnings(plan.regime, plan.regime_path)
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
