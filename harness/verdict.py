@@ -296,7 +296,11 @@ def estimate_of(cell: CellMetrics) -> Estimate | None:
 def _design(estimate: Estimate | None, settings: VerdictSettings) -> Design | None:
     """What would reach the stated precision, where this interval does not."""
     design = design_for(estimate, settings.precision_pct) if estimate is not None else None
-    return design if design is not None and design.half_pct > settings.precision_pct else None
+    if design is None or design.half_pct <= settings.precision_pct or estimate is None:
+        return None
+    # the normal-quantile design reached by what the run already has: at the edge, nothing to add
+    more = design.prompts > estimate.prompts or design.rounds > estimate.rounds or not design.reachable
+    return design if more else None
 
 
 def window_verdicts(summary: Summary) -> list[WindowVerdict]:

@@ -220,3 +220,54 @@ def test_a_renamed_run_and_a_failed_arm_are_derived_again(tmp_path: Path, capsys
     record.write_text(json.dumps({**json.loads(record.read_text()), "price_per_hour": 0}))
     assert main(["show", str(copy)]) in (0, 3)
     capsys.readouterr()
+
+
+SLOWER_PAYS = FIXTURES / "run_v14_slower_pays"
+
+
+def test_a_slower_arm_that_pays_is_deployed_and_coloured_alike_in_every_view(tmp_path: Path) -> None:
+    """The fixture (benchmarks/simulated_runs.py, seed 72: 3 rounds, a2 four times as spread): a1
+    1.21x pays with its interval held over the two arms; a2 is faster (1.24x) and its own 95% interval
+    [1.03, 1.50] clears 1, but not held over the two arms. Every view deploys a1, colours a1 alone
+    as paying, and names a2 as maybe faster; the numbers are each cell's one estimate."""
+    from harness.frames import load_run
+    from harness.metrics import METRICS
+    from harness.report import _metric_cell
+    from harness.table import metric_text
+
+    analysis = load_analysis(SLOWER_PAYS).analysis
+    a1, a2 = (analysis.summary.cell(arm, "w0", 1) for arm in ("a1", "a2"))
+    assert a1 is not None and a2 is not None
+    assert a2.speedup > a1.speedup and a2.speedup_low > 1.0  # faster, and its own 95% clears 1
+    (verdict,) = analysis.verdicts
+    assert (verdict.deploy, verdict.outcome, verdict.fastest) == ("a1", "pays", "a2")
+    assert [r.arm for r in verdict.faster_undecided] == ["a2"] and not verdict.tied
+    assert (analysis.outcome(a1), analysis.outcome(a2)) == ("pays", "indistinguishable")
+    # the terminal's table and the report's colour a1 alone
+    speedup = next(m for m in METRICS.values() if m.ratio and m.name == "speedup")
+    assert metric_text(speedup, a1, analysis).startswith("[green]")
+    assert not metric_text(speedup, a2, analysis).startswith("[")
+    assert _metric_cell(speedup, a1, {}, analysis)["class"] == "gain"
+    assert _metric_cell(speedup, a2, {}, analysis)["class"] == ""
+    # the export's deploy and verdict columns, the verdict's words, the findings' $/Mtok
+    cells = load_run(SLOWER_PAYS).cells()
+    rows = {r["arm"]: r for r in cells.to_dict("records")}
+    assert (rows["a1"]["deploy"], rows["a2"]["deploy"]) == (True, False)
+    assert (rows["a1"]["verdict"], rows["a2"]["verdict"]) == ("pays", None)
+    shown = main_output(["show", str(SLOWER_PAYS)])
+    assert (
+        "w0 @1: a1 pays: 1.21x faster" in shown
+        and "a2 may be faster (1.24x) but is too noisy to tell" in shown
+    )
+    assert "with a1 (-18%)" in shown  # the findings' $/Mtok follow the deployed arm
+    assert disagreements(SLOWER_PAYS, tmp_path) == []
+
+
+def main_output(argv: list[str]) -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(argv)
+    return " ".join(out.getvalue().split())
