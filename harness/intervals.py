@@ -500,6 +500,10 @@ def _f_larger(variance: float, df: int, reference: float, reference_df: int, alp
     return float(f.sf(variance / reference, df, reference_df)) < alpha
 
 
+# a residual variance below this is start-ups that agree to the last digit: copies, not a spread
+_COPIES = 1e-20
+
+
 @dataclass(frozen=True)
 class _StartupTerm:
     """The start-ups' part of a speedup's variance: the variance of its log point, the degrees of
@@ -535,7 +539,7 @@ def _startup_term(
         own = sum((d - centre) ** 2 for d in differences) / (n - 1)
         rest_ss, rest_df = _balanced(logs, [baseline, *others], rounds)
         if own > 0 and _f_larger(own, n - 1, 2 * rest_ss / rest_df, rest_df, OWN_SPREAD_ALPHA):
-            if prior_sd is not None:  # sigma^2 of one start-up is half a paired difference's
+            if prior_sd is not None and own > _COPIES:  # sigma^2 of one start-up: half a difference's
                 variance, own_df = stats.halfnormal_posterior_t(own * (n - 1) / 2, n - 1, 2 / n, prior_sd)
                 return _StartupTerm(variance, own_df, "server_starts+prior", own_spread=True)
             return _StartupTerm(own / n, n - 1, "server_starts", own_spread=True)
@@ -546,7 +550,7 @@ def _startup_term(
         pooled_df = df + spread.df
         variance = (ss + spread.df * spread.sd**2) / pooled_df
         source: IntervalSource = "calibration" if df == 0 else "server_starts+calibration"
-    elif df > 0 and prior_sd is not None and ss > 0:
+    elif df > 0 and prior_sd is not None and ss / df > _COPIES:
         term, term_df = stats.halfnormal_posterior_t(ss, df, 2 / n, prior_sd)
         return _StartupTerm(term, term_df, "server_starts+prior")
     elif df > 0:

@@ -588,9 +588,6 @@ def _mixture_tail(x: float, scales: Any, weights: Any) -> float:
     return float(2 * (weights * ndtr(-x / scales)).sum())
 
 
-_FLAT = 1.0
-
-
 def halfnormal_posterior_t(ss: float, df: int, factor: float, prior_sd: float) -> tuple[float, int]:
     """The error of an estimate whose variance is ``factor`` x sigma^2, where ``ss / sigma^2`` is
     chi-squared with ``df`` degrees of freedom (the arms x rounds model's residual) and sigma has a
@@ -610,14 +607,15 @@ def halfnormal_posterior_t(ss: float, df: int, factor: float, prior_sd: float) -
     centre = math.sqrt(ss / df)
     low, high = min(centre, prior_sd) / 1e3, max(centre, prior_sd) * 1e2
     sigma = np.exp(np.linspace(math.log(low), math.log(high), 4000))
-    log_post = -df * np.log(sigma) - ss / (2 * sigma**2) - sigma**2 / (2 * prior_sd**2) + np.log(sigma) * _FLAT
-    weights = np.exp(log_post - log_post.max())  # the log grid's d(sigma) = sigma d(log sigma)
+    # the likelihood of the residual, the half-normal prior, the log grid's d(sigma) = sigma d(log sigma)
+    log_post = -df * np.log(sigma) - ss / (2 * sigma**2) - sigma**2 / (2 * prior_sd**2) + np.log(sigma)
+    weights = np.exp(log_post - log_post.max())
     weights /= weights.sum()
     scales = sigma * math.sqrt(factor)
     top = float(scales.max()) * 10
 
     def quantile(alpha: float) -> float:
-        return brentq(lambda x: _mixture_tail(x, scales, weights) - alpha, 1e-12, top)
+        return brentq(lambda x: _mixture_tail(x, scales, weights) - alpha, 0.0, top)
 
     q95, q99 = quantile(0.05), quantile(0.01)
     ratio = q99 / q95

@@ -214,7 +214,7 @@ def test_verification_options_are_checked_against_the_pinned_release(tmp_path: P
     def planned(options: dict, **engine: object) -> None:
         data = yaml.safe_load((ROOT / "regimes" / "cpu_default.yaml").read_text())
         data["engine"] = {**data["engine"], **engine}
-        data["arms"][2]["options"] = {**data["arms"][2]["options"], **options}
+        data["arms"][1]["options"] = {**data["arms"][1]["options"], **options}
         data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
         path = tmp_path / "r.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -222,7 +222,7 @@ def test_verification_options_are_checked_against_the_pinned_release(tmp_path: P
 
     planned({"rejection_sample_method": "block", "draft_sample_method": "probabilistic"})
     with pytest.raises(
-        UserError, match=r"arms\[2\]\.options\.rejection_sample_method.*'fly' is not one vLLM 0.32.0"
+        UserError, match=r"arms\[1\]\.options\.rejection_sample_method.*'fly' is not one vLLM 0.32.0"
     ):
         planned({"rejection_sample_method": "fly"})
     with pytest.raises(UserError, match="synthetic acceptance is for GPU calibration arms"):

@@ -254,22 +254,23 @@ def test_the_shipped_verify_regimes_say_which_run_writes_their_policy(
 
 
 # each shipped regime's fingerprint as the harness computed it before arms had k_schedule and regimes
-# a policy section (commit 29d446c): stored runs stay comparable with new ones
+# a policy section (commit 29d446c): stored runs stay comparable with new ones; issue 69 gave the
+# ones marked their designs (rounds of start-ups; the default: 2 arms, 30 prompts, 4 rounds)
 FINGERPRINTS_BEFORE = {
-    "cpu_categories": "ac86173c81e8f291",
+    "cpu_categories": "b347ebc72f68a988",  # issue 69 (was ac86173c81e8f291)
     "cpu_coverage": "27afa539ca896a45",
-    "cpu_default": "8feedf3d514c387b",  # 20 x 20 tokens since issue 60 (16 x 24: 94b348a45defc74d)
-    "cpu_production": "760bb2862175d675",
-    "cpu_sampled": "73d0520e3d582b06",
-    "cpu_smoke": "7212af3f01638e0d",
+    "cpu_default": "36c41b0f70c57a6d",  # issue 69 (was 8feedf3d514c387b)
+    "cpu_production": "528eda5ac1449a2e",  # issue 69 (was 760bb2862175d675)
+    "cpu_sampled": "fb69c4183171d824",  # issue 69 (was 73d0520e3d582b06)
+    "cpu_smoke": "ea1aebcb64fd89aa",  # issue 69 (was 7212af3f01638e0d)
     "cpu_startup_spread": "6db4b74144997b78",
     "cpu_study": "8c954ed01dd4f928",
-    "cpu_trained_drafters": "ac2600d158c0984a",
-    "h200_tp1_qwen3_8b": "f9e94b2edb8d1e64",  # vLLM 0.34.0 since issue 61 (0.33.0: 7b7c7f2954473eee)
-    "h200_tp1_qwen3_8b_sglang": "607861b6cd24d3e8",
-    "h200_tp1_synthetic": "3cc7bb132185af99",  # vLLM 0.34.0 since issue 61 (0.33.0: 2983bf20fa2cc867)
-    "h200_tp8": "98ef405f0f8b2a73",  # vLLM 0.34.0 since issue 61 (0.33.0: 5eab9315d48a1d70)
-    "h200_tp_study": "04118e55230f8d6b",  # vLLM 0.34.0 since issue 61 (0.33.0: b0d965a77ca64dff)
+    "cpu_trained_drafters": "0e471585a883faf8",  # issue 69 (was ac2600d158c0984a)
+    "h200_tp1_qwen3_8b": "6165d3b9db0b3272",  # issue 69 (was f9e94b2edb8d1e64)
+    "h200_tp1_qwen3_8b_sglang": "07b5ebabf07f30e7",  # issue 69 (was 607861b6cd24d3e8)
+    "h200_tp1_synthetic": "a0d4698bfecd8577",  # issue 69 (was 3cc7bb132185af99)
+    "h200_tp8": "87c554cf2ef1c225",  # issue 69 (was 98ef405f0f8b2a73)
+    "h200_tp_study": "306c46809ac7acc5",  # issue 69 (was 04118e55230f8d6b)
 }
 
 

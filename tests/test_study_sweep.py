@@ -34,7 +34,7 @@ def test_gpu_study_expands_tp_points_and_k_arms() -> None:
     assert [p.label() for p in study.points] == [f"tensor_parallel_size={tp}" for tp in (1, 2, 4, 8)]
     arms = [a.name for a in study.points[0].regime.arms]
     assert arms == ["baseline", "eagle3_k1", "eagle3_k2", "eagle3_k3", "eagle3_k5", "dflash_k7", "dflash_k15"]
-    assert study.server_starts() == 28 and study.families["dflash_k7"] == "dflash"
+    assert study.server_starts() == 112 and study.families["dflash_k7"] == "dflash"
     fingerprints = {p.regime.fingerprint() for p in study.points}
     assert len(fingerprints) == 4  # each point is its own regime
     assert all(p.regime.sweep is None for p in study.points)
@@ -107,7 +107,7 @@ def test_validate_prints_every_point_and_its_commands() -> None:
         env={**os.environ, "COLUMNS": "200"},
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "valid study" in out.stdout and "4 points, 28 server start-ups" in out.stdout
+    assert "valid study" in out.stdout and "4 points, 112 server start-ups" in out.stdout
     assert out.stdout.count("--tensor-parallel-size 8") == 7  # p3's seven arms
     assert '"num_speculative_tokens": 5' in out.stdout
 

@@ -254,7 +254,8 @@ def _print_plan(plan: Any, console: Console) -> None:
     console.print(describe_plan(plan), highlight=False)
     # what the design is expected to take to decide, at the pace of this regime's last run under
     # results/ (the default --results-dir), else at a stated assumption
-    console.print(outlook_text(plan.regime, earlier_round_minutes(Path("results"), plan.regime)), highlight=False)
+    pace = earlier_round_minutes(Path("results"), plan.regime)
+    console.print(outlook_text(plan.regime, pace), highlight=False)
     warnings = window_warnings(plan.regime, plan.regime_path) + prompt_warnings(plan.regime, plan.regime_path)
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
