@@ -123,6 +123,29 @@ class RunAnalysis:
         per-start-up tok/s (``summary.category_rows``)."""
         return None if row.arm == self.summary.baseline_arm else stored_estimate(row)
 
+    def category_outcome(self, row: CategoryMetrics) -> str | None:
+        """What a category row's interval decides, held over the speculative arms measured at its
+        level at once (as ``outcome`` reads a cell; None for the baseline)."""
+        estimate = self.category_estimate(row)
+        if estimate is None:
+            return None
+        arms = {
+            r.arm
+            for r in self.summary.categories
+            if r.level == row.level and r.arm != self.summary.baseline_arm
+        }
+        return estimate.selected_from(max(len(arms), 1)).verdict
+
+    def minutes_to_decide(self, verdict: WindowVerdict) -> float | None:
+        """The wall minutes the rounds that would decide an undecided window would take at this run's
+        own pace (its rounds' wall time, preparation left out); None: decided, or no timing."""
+        timing, estimate = self.summary.timing, verdict.estimate
+        rounds = max((c.server_starts for c in self.summary.cells), default=0)
+        if verdict.to_decide is None or estimate is None or timing is None or rounds < 1:
+            return None
+        per_round = (timing.total("wall_s") - timing.total("prepare_s")) / rounds / 60
+        return (verdict.to_decide - estimate.rounds) * per_round
+
     def category_pool(self, category: str, arm: str) -> tuple[float | None, float | None] | None:
         """(tau, identical %) of an arm on a category over every load level; None: not measured."""
         return next(((t, i) for c, a, t, i in self.category_pooled if (c, a) == (category, arm)), None)

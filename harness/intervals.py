@@ -552,7 +552,7 @@ def _startup_term(
         source: IntervalSource = "calibration" if df == 0 else "server_starts+calibration"
     elif df > 0 and prior_sd is not None and ss / df > _COPIES:
         term, term_df = stats.halfnormal_posterior_t(ss, df, 2 / n, prior_sd)
-        return _StartupTerm(term, term_df, "server_starts+prior")
+        return _StartupTerm(term, term_df, "server_starts+prior", calibration_refused=refused)
     elif df > 0:
         pooled_df, variance, source = df, ss / df, "server_starts"
     else:
@@ -720,6 +720,7 @@ def decision_outlook(
     spread: float = ASSUMED_STARTUP_SPREAD,
     prompt_spread: float = REFERENCE_PROMPT_SPREAD,
     prior_sd: float | None = None,
+    calibration_df: int = 0,
 ) -> Outlook:
     """The outlook of a design of ``arms`` arms (the baseline included), ``prompts`` per window and
     rounds from ``first`` to ``most`` (a fixed design: ``first == most``), at a start-up spread and a
@@ -727,18 +728,22 @@ def decision_outlook(
     look's level (``design_level``: the looks and the arms held at once) times the two terms' standard
     error (``_combined_df``'s degrees of freedom; the start-up term under the prior of scale
     ``prior_sd`` at a residual of its expected size, where given), and the chance it lies clear of 1
-    is the normal's at the effect; a design stops at its first decided look."""
+    is the normal's at the effect; a design stops at its first decided look. ``calibration_df``: a
+    calibration of ``spread`` pooled in (its degrees of freedom; no prior then), which gives one
+    round an interval; without one, a look at one round has none."""
     if arms < 2:
         return Outlook(effect, first, most, float(first), 0.0, "no speculative arm to decide")
-    if most < 2:
+    if most < 2 and not calibration_df:
         why = "one start-up per arm: the start-up spread is not measured, every verdict unverified"
         return Outlook(effect, first, most, float(most), 0.0, why)
     looks = most - first + 1
     stop_by, expected = 0.0, float(first)
     for rounds in range(first, most + 1):
         residual_df = (arms - 1) * (rounds - 1)
-        startup = (2 * spread**2 / rounds, float(residual_df))
-        if prior_sd is not None:
+        if residual_df + calibration_df == 0:  # one round, no calibration: no interval at this look
+            continue
+        startup = (2 * spread**2 / rounds, float(residual_df + calibration_df))
+        if prior_sd is not None and not calibration_df:
             variance, df = stats.halfnormal_posterior_t(
                 spread**2 * residual_df, residual_df, 2 / rounds, prior_sd
             )

@@ -294,13 +294,7 @@ def _plan_regime(regime_path: Path, regime: Regime | None, overrides: Sequence[O
                 raise located(regime_path, FieldError(("workloads", index), message))
             names.append(name)
     _check_conversations(regime, regime_path, workloads)
-    gates = regime.gates
-    for location, workload in [
-        (("gates", "rules", i, "workload"), g.workload) for i, g in enumerate(gates.rules)
-    ] + [(("gates", "golden_tau", i, "workload"), g.workload) for i, g in enumerate(gates.golden_tau)]:
-        if workload is not None and workload not in names:
-            message = f"no workload named '{workload}' (workloads: {', '.join(names)})"
-            raise located(regime_path, FieldError(location, message, value=workload, choices=names))
+    _check_workload_names(regime, regime_path, names)
     return Plan(
         regime=regime,
         regime_path=regime_path,
@@ -308,6 +302,22 @@ def _plan_regime(regime_path: Path, regime: Regime | None, overrides: Sequence[O
         workloads=workloads,
         overrides=tuple(overrides),
     )
+
+
+def _check_workload_names(regime: Regime, regime_path: Path, names: list[str]) -> None:
+    """Every workload a gate or a deciding design's window names is one of the regime's cells' (a
+    misspelt window would match nothing and stop a deciding run at its minimum)."""
+    gates = regime.gates
+    named = [(("gates", "rules", i, "workload"), g.workload) for i, g in enumerate(gates.rules)]
+    named += [(("gates", "golden_tau", i, "workload"), g.workload) for i, g in enumerate(gates.golden_tau)]
+    named += [
+        (("load", "server_starts", "windows", i), window.rpartition("@")[0].strip() or None)
+        for i, window in enumerate(regime.load.decided_windows())
+    ]
+    for location, workload in named:
+        if workload is not None and workload not in names:
+            message = f"no workload named '{workload}' (workloads: {', '.join(names)})"
+            raise located(regime_path, FieldError(location, message, value=workload, choices=names))
 
 
 def _check_context(regime: Regime, regime_path: Path) -> None:
@@ -799,20 +809,23 @@ def earlier_round_minutes(results_dir: Path, regime: Regime) -> tuple[float, str
 
 
 def outlook_text(
-    regime: Regime, pace: tuple[float, str] | None = None, spread: tuple[float, str] | None = None
+    regime: Regime, pace: tuple[float, str] | None = None, spread: tuple[float, int, str] | None = None
 ) -> str:
     """What the design is expected to take to decide an arm at ``load.server_starts.effect`` (1.20x
     for a fixed design): rounds and minutes (``intervals.decision_outlook``), at ``pace`` (minutes a
     round, and where it is from: an earlier run; else ``assumed_round_minutes``) and ``spread`` (the
-    start-up spread and where it is from: a calibration; else the project's measured 5%)."""
+    start-up spread, its degrees of freedom and where it is from: a calibration, pooled; else the
+    project's measured 5%)."""
     load = regime.load
     starts = load.server_starts
     effect = 1.2 if isinstance(starts, int) else starts.effect
     arms = sum(1 for a in regime.arms if a.method != "baseline") + 1
-    sd, sd_from = spread or (
+    assumed = (
         ASSUMED_STARTUP_SPREAD,
+        0,
         "assumed: this project's measured 5%; bench calibrate measures this machine's",
     )
+    sd, calibration_df, sd_from = spread or assumed
     found = decision_outlook(
         arms,
         load.num_prompts,
@@ -821,6 +834,7 @@ def outlook_text(
         effect,
         sd,
         prior_sd=regime.verdict.startup_prior_sd,
+        calibration_df=calibration_df,
     )
     if found.cannot is not None:
         return (

@@ -1613,8 +1613,15 @@ class Regime(StrictModel):
             | (set() if self.load.ramp else {"ramp"})
             | ({"context_tokens"} if self.load.context_tokens is None else set())
         )
-        if load_fields:
-            unset["load"] = load_fields
+        load_unset: dict[str, Any] = dict.fromkeys(load_fields, True)
+        starts = self.load.server_starts
+        if isinstance(starts, DecidedStarts):  # issue 69's fields: the fingerprints from before hold
+            load_unset["server_starts"] = {"effect": True} | (  # the outlook's, never a condition
+                ({"windows": True} if not starts.windows else {})
+                | ({"budget_minutes": True} if starts.budget_minutes is None else {})
+            )
+        if load_unset:
+            unset["load"] = load_unset
         if fields := self.sampling.unset():
             unset["sampling"] = fields
         if self.distribution_check == DistributionCheck():

@@ -96,7 +96,7 @@ class Standing:
         return [w for w in dict.fromkeys(found) if asked_about(w, self.asked)]
 
     def undecided_winner(self) -> str | None:
-        """A window asked about whose chosen arm is undecided once held over the window's arms."""
+        """A window asked about whose chosen arm is undecided, its interval held over the window's arms."""
         return next(
             (key for key, e in self.winners.items() if not e.decided and asked_about(key, self.asked)), None
         )
@@ -145,9 +145,7 @@ def round_line(rounds: int, before: Standing | None, after: Standing) -> str:
         if window is None:
             return head
         chosen = after.winners[window]
-        return (
-            f"{head}; {window}: its fastest arm not yet after the selection correction, {_interval(chosen)}"
-        )
+        return f"{head}; {window}: its arm not yet decided held over the window's arms, {_interval(chosen)}"
     then = before.estimates.get(key) if before else None
     now = after.estimates.get(key)
     moved = f"{_interval(then)} -> {_interval(now)}" if before else _interval(now)

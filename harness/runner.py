@@ -123,6 +123,7 @@ class Runner:
     def __init__(self, plan: RunPlan, results_dir: Path, console: Console):
         self.plan = plan
         self.results_dir = results_dir
+        self.continuing = False  # bench run --resume --rounds: complete arms take more rounds
         self.console = console
         # where this invocation's wall time goes (timing.json): seconds per phase, from preparing on
         self.started = plan.started
@@ -185,11 +186,16 @@ class Runner:
             regime.hardware.kind, self.plan.model, regime.target.dtype, regime.tensor_parallel_size, names
         )
 
-    def resume(self, run: RunDir) -> tuple[RunDir, Summary]:
+    def resume(self, run: RunDir, continued: dict[str, Any] | None = None) -> tuple[RunDir, Summary]:
         """Continue a run from its first arm without complete results; completed arms are kept
-        as they are, an incomplete arm's earlier files are moved aside (never deleted)."""
+        as they are, an incomplete arm's earlier files are moved aside (never deleted). With
+        ``continued`` (``continued_record``: the run's record with more rounds), it is written first
+        and complete arms take the rounds they lack, every start-up measured so far kept."""
         with run.lock():
             self.console.print(f"Resuming [bold]{escape(str(run.root))}[/]")
+            if continued is not None:
+                write_json_atomic(run.root / "regime.json", continued)
+                self.continuing = True
             self._reap(run.root)
             # a bench killed mid-run stopped no server, so none of its logs was scrubbed: now
             engine = self.plan.regime.engine
@@ -263,7 +269,7 @@ class Runner:
         from harness.plan import earlier_round_minutes, outlook_text
 
         regime, calibration = self.plan.regime, self.plan.calibration
-        spread = (calibration.sd, calibration.label()) if calibration is not None else None
+        spread = (calibration.sd, calibration.df, calibration.label()) if calibration is not None else None
         return outlook_text(regime, earlier_round_minutes(self.results_dir, regime), spread)
 
     def _to_run(self, run: RunDir, rounds: list[Round]) -> dict[str, int]:
@@ -272,7 +278,8 @@ class Runner:
         arms = self.plan.regime.arms
         done: dict[str, int] = {}
         for index, arm in enumerate(arms, start=1):
-            if run.read_status(arm.name).status == "ok":
+            more = self.continuing and completed_starts(arm.name, rounds) < self.plan.load.max_server_starts()
+            if run.read_status(arm.name).status == "ok" and not more:
                 self.console.rule(
                     f"arm {index}/{len(arms)}: {arm.name} ({arm.method}): already complete, kept"
                 )
@@ -1101,51 +1108,45 @@ def run_regime(
     return runner.run()
 
 
-def continue_rounds(run: RunDir, rounds: int) -> None:
-    """A run continued to ``rounds`` rounds in all (``bench run --resume RUN --rounds N``): its stored
-    design becomes a deciding one from its first look to ``rounds`` (``load.server_starts: {min: its
-    first look, max: rounds, decide: true}``, its windows and budget kept), so every interval is
-    corrected for all the looks the run has taken and may take; its complete arms are readied to
-    take further start-ups, keeping every one measured. The fingerprint stays the run's: the
-    conditions measured did not change, only how long. Recorded among the run's overrides."""
-    with run.lock():
-        if run.schema_version != SCHEMA_VERSION:  # its raw files stay of their version: no mixing
-            raise UserError(
-                f"{run.root}: written by another harness version (schema {run.schema_version}, this one "
-                f"writes {SCHEMA_VERSION}); continue it with that version, or start a new run"
-            )
-        record = read_run_record(run)
-        starts = record["regime"]["load"]["server_starts"]
-        if isinstance(starts, int):
-            first, most, kept = starts, starts, {}
-        else:
-            first = starts["min"] if starts.get("decide", True) else starts["max"]
-            most, kept = starts["max"], starts
-        if rounds <= most:
-            raise UserError(
-                f"{run.root}: its design already allows {most} rounds; --rounds must be more than that"
-            )
-        design = {**kept, "min": first, "max": rounds, "decide": True}
-        record["regime"]["load"]["server_starts"] = design
-        given = {"given": f"--rounds {rounds}", "path": "load.server_starts", "value": design}
-        record["overrides"] = [*record.get("overrides", []), given]
-        stored_regime(record["regime"], recorded_source(record["source_path"], run.root))  # still valid
-        write_json_atomic(run.root / "regime.json", record)
-        for arm in record["regime"]["arms"]:
-            status = run.read_status(arm["name"])
-            if status.status == "ok":  # its start-ups are kept (_resume_arm): it takes more
-                run.write_status(arm["name"], status.model_copy(update={"status": "interrupted"}))
+def continued_record(run: RunDir, rounds: int) -> dict[str, Any]:
+    """The run's record continued to ``rounds`` rounds in all (``bench run --resume RUN --rounds N``),
+    not yet written: its design becomes a deciding one from its first look to ``rounds``
+    (``load.server_starts: {min: its first look, max: rounds, decide: true}``, its windows kept, its
+    budget dropped: the rounds asked for are the bound), so every interval is corrected for the looks
+    the run has taken and may take. The fingerprint stays the run's: the conditions measured did not
+    change, only how long. Recorded among the run's overrides. Nothing is changed until the run is
+    ready to continue (``Runner.resume``)."""
+    if run.schema_version != SCHEMA_VERSION:  # its raw files stay of their version: no mixing
+        raise UserError(
+            f"{run.root}: written by another harness version (schema {run.schema_version}, this one "
+            f"writes {SCHEMA_VERSION}); continue it with that version, or start a new run"
+        )
+    record = read_run_record(run)
+    starts = record["regime"]["load"]["server_starts"]
+    if isinstance(starts, int):
+        first, most, kept = starts, starts, {}
+    else:
+        first = starts["min"] if starts.get("decide", True) else starts["max"]
+        most, kept = starts["max"], {k: v for k, v in starts.items() if k != "budget_minutes"}
+    if rounds <= most:
+        raise UserError(
+            f"{run.root}: its design already allows {most} rounds; --rounds must be more than that"
+        )
+    design = {**kept, "min": first, "max": rounds, "decide": True}
+    record["regime"]["load"]["server_starts"] = design
+    given = {"given": f"--rounds {rounds}", "path": "load.server_starts", "value": design}
+    record["overrides"] = [*record.get("overrides", []), given]
+    return record
 
 
 def resume_run(
     run_dir: Path, console: Console, allow_mismatch: bool = False, rounds: int | None = None
 ) -> tuple[RunDir, Summary]:
     """Resume with the regime stored in the run, refusing if its workloads changed since; with
-    ``rounds``, continue a finished run to that many rounds in all (``continue_rounds``)."""
+    ``rounds``, continue a finished run to that many rounds in all (``continued_record``), written
+    only once every check has passed."""
     run = RunDir(run_dir)
-    if rounds is not None:
-        continue_rounds(run, rounds)
-    record = read_run_record(run)
+    record = continued_record(run, rounds) if rounds is not None else read_run_record(run)
     source = recorded_source(record["source_path"], run_dir)
     plan = plan_regime(source, stored_regime(record["regime"], source))
     changed = changed_workload(record, plan)
@@ -1159,4 +1160,4 @@ def resume_run(
     ready = prepare_run(
         plan, console, allow_mismatch, resumed_model=record["resolved_model"], allow_known_defect=forced
     )
-    return Runner(ready, run_dir.parent.parent, console).resume(run)
+    return Runner(ready, run_dir.parent.parent, console).resume(run, record if rounds is not None else None)

@@ -619,7 +619,7 @@ def halfnormal_posterior_t(ss: float, df: int, factor: float, prior_sd: float) -
 
     q95, q99 = quantile(0.05), quantile(0.01)
     ratio = q99 / q95
-    found = 1
-    while found < 1000 and t_quantile(0.995, found) / t_quantile(0.975, found) > ratio:
+    found = 1  # the most degrees of freedom whose tails are no lighter than the mixture's
+    while found < 1000 and t_quantile(0.995, found + 1) / t_quantile(0.975, found + 1) >= ratio:
         found += 1
     return (q95 / t_quantile(0.975, found)) ** 2, found

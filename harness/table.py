@@ -134,7 +134,12 @@ def category_table(analysis: RunAnalysis) -> FitTable | None:
                 _fmt(tau, ".2f"),
                 _fmt(identical, ".0f"),
                 *(
-                    _speedup(analysis.category_estimate(members[level])) if level in members else "-"
+                    _speedup(
+                        analysis.category_estimate(members[level]),
+                        outcome=analysis.category_outcome(members[level]),
+                    )
+                    if level in members
+                    else "-"
                     for level in levels
                 ),
             )

@@ -138,9 +138,9 @@ class WindowVerdict:
 
     @property
     def decision(self) -> Estimate | None:
-        """best's estimate corrected for being the fastest of ``candidates`` arms (and, with
-        ``verdict.familywise``, for the run's ``windows``: ``Estimate.selected_from``): what the
-        outcome rests on, so that picking the luckiest arm does not make it pay."""
+        """best's estimate held over the window's ``candidates`` arms at once (and, with
+        ``verdict.familywise``, over the run's ``windows``: ``Estimate.selected_from``): what the
+        outcome rests on, so that the luckiest of several arms does not pay by luck."""
         return self.estimate.selected_from(self.candidates, self.windows) if self.estimate else None
 
     @property

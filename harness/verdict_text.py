@@ -168,7 +168,10 @@ def _said(v: WindowVerdict) -> str:
                 "bench calibrate"
             )
         elif v.to_decide is not None:
-            hint = f"{v.to_decide} rounds in all would decide it if {e.point:.2f}x holds (the command below)"
+            hint = (
+                f"{v.to_decide} rounds in all would decide it if {e.point:.2f}x holds (bench run --resume "
+                f"RUN_DIR --rounds {v.to_decide})"
+            )
         else:
             hint = "more rounds alone would not decide it: more prompts (load.num_prompts) in a new run"
         return (
@@ -360,29 +363,23 @@ def verdict_lines(analysis: RunAnalysis) -> list[str]:
     return lines
 
 
-def round_minutes(summary: Summary) -> float | None:
-    """The wall minutes a round of start-ups took in this run (its preparation left out)."""
-    timing = summary.timing
-    rounds = max((c.server_starts for c in summary.cells), default=0)
-    if timing is None or rounds < 1:
-        return None
-    return (timing.total("wall_s") - timing.total("prepare_s")) / rounds / 60
-
-
 def continue_lines(analysis: RunAnalysis, run_dir: str) -> list[str]:
     """Per undecided window, the one command that would decide it and about how long it takes."""
     lines = []
-    minutes = round_minutes(analysis.summary)
     for v in analysis.verdicts:
         if v.to_decide is None or v.estimate is None:
             continue
-        more = v.to_decide - v.estimate.rounds
-        took = f"about {more * minutes:.2g} min more" if minutes is not None else f"{more} more rounds"
+        minutes = analysis.minutes_to_decide(v)
+        took = f"about {_minutes(minutes)} min more" if minutes is not None else "more rounds"
         lines.append(
             f"To decide {v.workload} {v.level.short()}: bench run --resume {run_dir} --rounds {v.to_decide} "
             f"({took}, if {v.estimate.point:.2f}x holds)"
         )
     return lines
+
+
+def _minutes(value: float) -> str:
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
 
 
 PUBLISHED_WORDS = {

@@ -152,10 +152,10 @@ def test_familywise_holds_the_claim_over_every_window() -> None:
 def test_the_default_design_covers_and_decides_a_true_twenty_percent() -> None:
     """The default regime's design (2 arms, 30 prompts, 4 rounds, the prior) through the summary
     path on a quiet day with its measured spreads: coverage near 95%, false "pays" rare, and "pays"
-    at a true 1.20x most of the time (0.835 over 800 runs: docs/statistics.md)."""
+    at a true 1.20x most of the time (docs/statistics.md has the table over 1,000 runs)."""
     design = coverage.shipped_design(coverage.HERE.parent / "regimes" / "cpu_default.yaml")
     assert (design.arms, design.prompts, design.first, design.most) == (2, 30, 4, 4)
     lines = dict(coverage.design_lines(design, 300, seed=9, scenarios={"quiet": {}}))
     assert 0.93 <= lines["coverage  design  cpu_default  quiet"] <= 0.99
-    assert lines["false pays  design  cpu_default  quiet  truth 1.00"] <= 0.03
+    assert lines["false pays  design  cpu_default  quiet  truth 1.00"] <= 0.045  # 1.8-2.3% over 1,000 runs
     assert lines["pays  design  cpu_default  quiet  truth 1.20"] >= 0.75

@@ -266,11 +266,11 @@ FINGERPRINTS_BEFORE = {
     "cpu_startup_spread": "6db4b74144997b78",
     "cpu_study": "8c954ed01dd4f928",
     "cpu_trained_drafters": "0e471585a883faf8",  # issue 69 (was ac2600d158c0984a)
-    "h200_tp1_qwen3_8b": "6165d3b9db0b3272",  # issue 69 (was f9e94b2edb8d1e64)
-    "h200_tp1_qwen3_8b_sglang": "07b5ebabf07f30e7",  # issue 69 (was 607861b6cd24d3e8)
-    "h200_tp1_synthetic": "a0d4698bfecd8577",  # issue 69 (was 3cc7bb132185af99)
-    "h200_tp8": "87c554cf2ef1c225",  # issue 69 (was 98ef405f0f8b2a73)
-    "h200_tp_study": "306c46809ac7acc5",  # issue 69 (was 04118e55230f8d6b)
+    "h200_tp1_qwen3_8b": "8a24a3a023755c40",  # issue 69 (was f9e94b2edb8d1e64)
+    "h200_tp1_qwen3_8b_sglang": "7ab84aaecbf09619",  # issue 69 (was 607861b6cd24d3e8)
+    "h200_tp1_synthetic": "b553e686c39062ae",  # issue 69 (was 3cc7bb132185af99)
+    "h200_tp8": "8385b4b8c51c978d",  # issue 69 (was 98ef405f0f8b2a73)
+    "h200_tp_study": "58ff46c0e841c08b",  # issue 69 (was 04118e55230f8d6b)
 }
 
 

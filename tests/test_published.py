@@ -3,7 +3,7 @@ fingerprint; the ``published_outside`` caveat fires only when the measured 95% i
 outside the range, never on a point outside with an interval reaching into it.
 
 The summaries are the stored two-round default run (tests/fixtures/run_v12_default: ngram_k4 on code
-at concurrency 1 measured 1.28x [1.09, 1.51], tau 2.98) with published figures added."""
+at concurrency 1 measured 1.28x [1.09, 1.50], tau 2.98) with published figures added."""
 
 from __future__ import annotations
 
@@ -46,14 +46,14 @@ def _speedup(low: float, high: float) -> dict:
 def test_the_measured_interval_the_checks_read(summary: Summary) -> None:
     cell = summary.cell("ngram_k4", "code_humaneval", 1)
     assert cell is not None and (cell.speedup_low, cell.speedup_high) == pytest.approx(
-        (1.086, 1.507), abs=1e-3
+        (1.091, 1.500), abs=1e-3
     )
 
 
 @pytest.mark.parametrize(
     ("low", "high", "outcome"),
     [
-        (1.6, 2.0, "outside"),  # the whole interval [1.09, 1.51] below the range
+        (1.6, 2.0, "outside"),  # the whole interval [1.09, 1.50] below the range
         (0.5, 1.05, "outside"),  # above it
         (1.4, 2.0, "overlaps"),  # the point 1.28 is outside, the interval reaches in: no caveat
         (1.0, 1.15, "overlaps"),
@@ -75,7 +75,7 @@ def test_the_caveat_fires_only_when_the_interval_lies_outside(
         text = caveat_text(caveats[0])
         side = "below" if low > 1.3 else "above"
         assert (
-            f"ngram_k4 code_humaneval @1: its speedup's 95% interval [1.09, 1.51] lies entirely {side}"
+            f"ngram_k4 code_humaneval @1: its speedup's 95% interval [1.09, 1.50] lies entirely {side}"
             in text
         )
         assert f"the published {low:g}-{high:g} (a paper, table 2)" in text
@@ -125,7 +125,7 @@ def test_views_show_the_figure_beside_the_measured_value(summary: Summary) -> No
     analysis = analyze(_published(summary, "ngram_k4", _speedup(1.6, 2.0)))
     lines = " ".join(" ".join(answer_lines(analysis)).split())  # wrapped to the terminal's width
     assert "Published figures" in lines
-    assert "ngram_k4 code_humaneval @1: speedup 1.28x [1.09, 1.51] against the published 1.6-2x" in lines
+    assert "ngram_k4 code_humaneval @1: speedup 1.28x [1.09, 1.50] against the published 1.6-2x" in lines
     assert "caveat: ngram_k4 code_humaneval @1: its speedup's 95% interval" in lines
 
 
@@ -214,6 +214,6 @@ def test_the_report_shows_the_figure_beside_the_measured_value(summary: Summary)
     published = analyze(_published(summary, "ngram_k4", _speedup(1.6, 2.0)))
     html = render_report(AnalyzedRun(run.raw, published, run.gate))
     assert '<h3 id="published">Published figures</h3>' in html
-    assert '<td>1.28x [1.09, 1.51]</td><td>1.6-2x</td><td class="text">a paper, table 2</td>' in html
+    assert '<td>1.28x [1.09, 1.50]</td><td>1.6-2x</td><td class="text">a paper, table 2</td>' in html
     assert "entirely outside it (a caveat)" in html
     assert 'id="published"' not in render_report(run)

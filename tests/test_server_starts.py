@@ -431,7 +431,7 @@ def test_what_a_round_bought_and_whether_the_cells_are_decided() -> None:
     assert undecided.undecided_winner() == "chat @4" and not undecided.all_decided
     low, high = both.selected_from(2).low, both.selected_from(2).high
     assert round_line(3, None, undecided) == (
-        f"round 3: 2/2 cells decided; chat @4: its fastest arm not yet after the selection correction, "
+        f"round 3: 2/2 cells decided; chat @4: its arm not yet decided held over the window's arms, "
         f"[{low:.2f}, {high:.2f}]"
     )
     assert Standing({"chat @4 a": both}, {"chat @4": both}).all_decided
@@ -576,8 +576,8 @@ def test_an_undecided_run_says_how_many_rounds_would_decide_it() -> None:
 
 def test_a_finished_run_is_continued_to_more_rounds(tmp_path: Path) -> None:
     """``bench run --resume RUN --rounds N``: the stored design becomes a deciding one from the run's
-    first look to N (its intervals corrected for every look), its complete arms take more start-ups
-    (every one measured kept), the change is recorded among the overrides."""
+    first look to N (its intervals corrected for every look), the change recorded among the
+    overrides; nothing is written until the run is ready to continue."""
     import sys
 
     import numpy as np
@@ -585,25 +585,48 @@ def test_a_finished_run_is_continued_to_more_rounds(tmp_path: Path) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from simulated_runs import World, simulate_run, write_run
 
-    from harness.runner import continue_rounds
+    from harness.runner import continued_record
 
     raw = simulate_run(np.random.default_rng(0), World(arms=2, rounds=2))
     root = write_run(raw, tmp_path / "sim" / "run")
-    for name in ("a0", "a1"):
-        (root / "arms" / name / "status.json").write_text(
-            ArmStatus(status="ok", startups_s=[1.0, 1.0]).model_dump_json()
-        )
     record = json.loads((root / "regime.json").read_text())
     record["regime"]["load"]["server_starts"] = 2
     record["source_path"] = str(ROOT / "regimes" / "cpu_default.yaml")
     (root / "regime.json").write_text(json.dumps(record))
     run = RunDir(root)
     with pytest.raises(UserError, match="already allows 2 rounds"):
-        continue_rounds(run, 2)
-    continue_rounds(run, 5)
-    stored = json.loads((root / "regime.json").read_text())
-    assert stored["regime"]["load"]["server_starts"] == {"min": 2, "max": 5, "decide": True}
-    assert stored["overrides"][-1]["given"] == "--rounds 5"
-    assert [run.read_status(a).status for a in ("a0", "a1")] == ["interrupted", "interrupted"]
-    regime = stored_regime(stored["regime"], ROOT / "regimes" / "cpu_default.yaml")
+        continued_record(run, 2)
+    continued = continued_record(run, 5)
+    assert continued["regime"]["load"]["server_starts"] == {"min": 2, "max": 5, "decide": True}
+    assert continued["overrides"][-1]["given"] == "--rounds 5"
+    assert json.loads((root / "regime.json").read_text()) == record  # not written yet
+    regime = stored_regime(continued["regime"], ROOT / "regimes" / "cpu_default.yaml")
     assert (regime.load.looks(), regime.load.first_look()) == (4, 2)  # looks at rounds 2, 3, 4 and 5
+
+
+def test_a_continued_run_adds_rounds_to_its_complete_arms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of 2 rounds, finished, continued to 4: both arms keep their 2 start-ups and take
+    start-ups 3 and 4 (the verdict stays undecided), in the ABBA order the rounds go on in."""
+    runner, run, order = _rounds_runner(tmp_path, monkeypatch, set(), server_starts=2)
+    runner._run_arms(run)
+    assert [start for start, _ in order] == [0, 0, 1, 1]
+    more, _, later = _rounds_runner(tmp_path, monkeypatch, set(), server_starts={"min": 2, "max": 4}, run=run)
+    more.continuing = True
+    monkeypatch.setattr("harness.runner.standing", lambda summary, asked=(): _standing(0.9, 1.2))
+    more._run_arms(run)
+    assert later == [(2, "baseline"), (2, "ngram_k4"), (3, "ngram_k4"), (3, "baseline")]
+    for arm in ("baseline", "ngram_k4"):
+        assert [w["server_start"] for w in read_jsonl(run.windows(arm))] == [0, 1, 2, 3]
+        assert run.read_status(arm).status == "ok"
+
+
+def test_a_window_asked_about_must_name_a_workload_of_the_regime(tmp_path: Path) -> None:
+    """A misspelt workload would match no window and stop a deciding run at its minimum."""
+    decide = {"min": 2, "max": 4, "windows": ["code_humaneval @1", "code_humanevl @2"]}
+    with pytest.raises(
+        UserError, match=r"load\.server_starts\.windows\[1\]: no workload named 'code_humanevl'"
+    ):
+        plan_regime(_regime(tmp_path, server_starts=decide))
+    plan_regime(_regime(tmp_path, server_starts={**decide, "windows": ["code_humaneval @1", "@2"]}))

@@ -315,7 +315,9 @@ def _categories(analysis: RunAnalysis) -> dict[str, Any]:
         cells[(r.category, r.arm, r.level)] = {
             "row": r,
             "speedup": speedup_text(estimate.point, estimate.low, estimate.high) if estimate else "–",
-            "class": OUTCOME_CLASS.get(Outcome(estimate.verdict), "") if estimate else "",
+            "class": OUTCOME_CLASS.get(Outcome(analysis.category_outcome(r) or estimate.verdict), "")
+            if estimate
+            else "",
         }
     return {"arms": arms, "levels": levels, "order": list(analysis.category_order), "cells": cells}
 
