@@ -53,7 +53,8 @@ Outside that model, three things a user decides on (docs/statistics.md, "the wor
   default: twice what this project measured on CPUs, more than its GPUs' 3.5-6%) rules out a spread
   of many tens of %, and says nothing of a small one; the interval is then its posterior's, as a
   matched t (``stats.halfnormal_posterior_t``, source ``server_starts+prior``). It never stands in
-  for a spread the run did not measure: one round stays unverified.
+  for a spread the run did not measure (one round stays unverified), and a run whose own spread
+  exceeds the prior's scale gets the plain t (``_prior_applies``).
 - **A calibration from another day.** A run's own residual is tested against its calibration's
   (an F test at ``CALIBRATION_ALPHA``); a run noisier than its calibration does not pool it
   (``calibration_refused``), and one older than ``CALIBRATION_MAX_AGE_H`` is not used at all
@@ -504,6 +505,15 @@ def _f_larger(variance: float, df: int, reference: float, reference_df: int, alp
 _COPIES = 1e-20
 
 
+def _prior_applies(prior_sd: float | None, variance: float) -> bool:
+    """Whether the prior on the start-up spread is used for a residual ``variance`` (one start-up's):
+    not for copies, and not where the run's own spread exceeds the prior's scale: a day that
+    disagrees with the prior gets the plain t interval, so that the prior narrows only intervals
+    whose data are compatible with it (at a spread three times the prior's scale it would otherwise
+    hold the interval near the prior's: 0.85-0.89 coverage in the model)."""
+    return prior_sd is not None and _COPIES < variance <= prior_sd**2
+
+
 @dataclass(frozen=True)
 class _StartupTerm:
     """The start-ups' part of a speedup's variance: the variance of its log point, the degrees of
@@ -539,7 +549,7 @@ def _startup_term(
         own = sum((d - centre) ** 2 for d in differences) / (n - 1)
         rest_ss, rest_df = _balanced(logs, [baseline, *others], rounds)
         if own > 0 and _f_larger(own, n - 1, 2 * rest_ss / rest_df, rest_df, OWN_SPREAD_ALPHA):
-            if prior_sd is not None and own > _COPIES:  # sigma^2 of one start-up: half a difference's
+            if _prior_applies(prior_sd, own / 2):  # sigma^2 of one start-up: half a difference's
                 variance, own_df = stats.halfnormal_posterior_t(own * (n - 1) / 2, n - 1, 2 / n, prior_sd)
                 return _StartupTerm(variance, own_df, "server_starts+prior", own_spread=True)
             return _StartupTerm(own / n, n - 1, "server_starts", own_spread=True)
@@ -550,7 +560,7 @@ def _startup_term(
         pooled_df = df + spread.df
         variance = (ss + spread.df * spread.sd**2) / pooled_df
         source: IntervalSource = "calibration" if df == 0 else "server_starts+calibration"
-    elif df > 0 and prior_sd is not None and ss / df > _COPIES:
+    elif df > 0 and _prior_applies(prior_sd, ss / df):
         term, term_df = stats.halfnormal_posterior_t(ss, df, 2 / n, prior_sd)
         return _StartupTerm(term, term_df, "server_starts+prior", calibration_refused=refused)
     elif df > 0:

@@ -766,7 +766,8 @@ class VerdictSettings(StrictModel):
         "t interval on 1-4 degrees of freedom must otherwise allow, and says nothing of a small one. It "
         "narrows 2-3-round intervals without under-covering on a day up to 1.6x noisier than this "
         "project's CPUs (docs/statistics.md). null: the plain t interval. Never used for a run of one "
-        "round (unverified) or with a calibration (which is the spread measured).",
+        "round (unverified), with a calibration (which is the spread measured), or where the run's own "
+        "spread exceeds this scale (the plain t then).",
     )
     familywise: bool = Field(
         default=False,

@@ -248,6 +248,8 @@ class Runner:
                     self.round_s.append(time.monotonic() - began)
                 if self.plan.load.decides():
                     after = self._report_round(len(rounds), after)
+                else:
+                    self._report_fixed_round(len(rounds))
             for name in active:  # every start-up it was to get is measured
                 status = run.read_status(name)
                 if status.status in ("running", "interrupted"):  # interrupted: by an earlier invocation
@@ -377,6 +379,16 @@ class Runner:
             highlight=False,
         )
         return True
+
+    def _report_fixed_round(self, number: int) -> None:
+        """A fixed design's progress after round ``number``: the rounds done and the time left at
+        the pace of this invocation's rounds."""
+        most = self.plan.load.max_server_starts()
+        if most < 2 or not self.round_s:
+            return
+        left = (most - number) * sum(self.round_s) / len(self.round_s) / 60
+        tail = f"; about {left:.1f} min of rounds left" if number < most else ""
+        self.console.print(f"round {number}/{most} done{tail}", highlight=False)
 
     def _report_round(self, number: int, before: Standing | None) -> Standing:
         """The line saying what round ``number`` bought (from ``min`` on), the windows still undecided

@@ -66,3 +66,40 @@ def test_wrap_keeps_words_whole_and_indents() -> None:
     lines = wrap(text, 20, indent="  ").splitlines()
     assert lines[0].startswith("  ngram_k4") and all(line.startswith("    ") for line in lines[1:])
     assert " ".join(lines).split() == text.split()  # nothing broken or lost, even past the width
+
+
+def test_the_answer_is_last_with_the_command_that_would_decide_it() -> None:
+    """`bench show` ends with the answer: the verdict block, the command that would decide an
+    undecided window and about how long it would take (run_v14_undecided: a 2-round run at 1.12x),
+    then the report's command. A decided run ends with its verdict and the report's command."""
+    lines = [line for line in _show("run_v14_undecided", 250).splitlines() if line.strip()]
+    assert lines[-1] == "Report: bench report tests/fixtures/run_v14_undecided"
+    decide = lines[-2]
+    assert re.fullmatch(
+        r"To decide w0 @1: bench run --resume tests/fixtures/run_v14_undecided --rounds \d+ "
+        r"\(about [0-9.]+ min more, if 1\.\d\dx holds\)",
+        decide,
+    ), decide
+    verdict = max(i for i, line in enumerate(lines) if line == "Verdict:")
+    assert "too noisy to tell" in lines[verdict + 1]
+    assert all(line.startswith("  ") for line in lines[verdict + 1 : -2])  # nothing else after the verdict
+    decided = [line for line in _show("run_v14_slower_pays", 250).splitlines() if line.strip()]
+    assert decided[-1] == "Report: bench report tests/fixtures/run_v14_slower_pays"
+    assert not any(line.startswith("To decide") for line in decided)
+
+
+def test_every_shipped_regime_states_what_it_takes_to_decide() -> None:
+    """`bench validate`'s outlook for every shipped regime: the expected rounds and minutes to decide
+    an arm at its effect, and none that cannot decide."""
+    from harness.plan import outlook_text, plan_regime
+
+    regimes = sorted((ROOT / "regimes").glob("*.yaml"))
+    said = {}
+    for path in regimes:
+        if path.stem.startswith("cpu_policy_verify"):  # needs the policy study's results first
+            continue
+        said[path.stem] = outlook_text(plan_regime(path).regime)
+    assert len(said) >= 25
+    for name, text in said.items():
+        assert text.startswith("Outlook: ") and "cannot decide" not in text, (name, text)
+        assert re.search(r"decide[sd]? (in about [0-9.]+ rounds|an arm at \d\.\d\dx)", text), (name, text)

@@ -44,6 +44,17 @@ class RawRun:
         return self.regime.baseline_arm.name
 
 
+def _validated(model: Any, path: Path) -> Any:
+    """A run's JSON record as ``model``: one that is not such a record is a clear error naming its
+    file and field, never a traceback (a hand-edited or foreign ``timing.json``)."""
+    try:
+        return model.model_validate(read_json(path))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UserError(f"{path}: {where}: {first['msg']}") from None
+
+
 def read_raw(run_dir: Path | RunDir) -> RawRun:
     """Every raw file of a run, validated; a directory without ``regime.json`` is refused."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
@@ -76,11 +87,9 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
                 if not rows:
                     unread.missing(path)
     timing_path = run.root / "timing.json"
-    timing = RunTiming.model_validate(read_json(timing_path)) if timing_path.exists() else None
+    timing = _validated(RunTiming, timing_path) if timing_path.exists() else None
     calibration_path = run.root / CALIBRATION_FILE
-    calibration = (
-        Calibration.model_validate(read_json(calibration_path)) if calibration_path.exists() else None
-    )
+    calibration = _validated(Calibration, calibration_path) if calibration_path.exists() else None
     return RawRun(
         run=run,
         record=record,
