@@ -294,10 +294,12 @@ def test_table_printed_and_no_process_left(finished_run) -> None:
     proc, run = finished_run
     assert "code_humaneval" in proc.stdout and "chat_mtbench" in proc.stdout and "speedup" in proc.stdout
     assert "greedy exactness vs baseline" in proc.stdout
-    # the answer comes first after the mini-lab tables: the verdict, then the findings
+    # the answer last, where the eye lands: the tables, the exactness, the findings, then the verdict
+    # and the report's command
     last_table = proc.stdout.rindex("chat_mtbench (chat, chat prompts) @ concurrency")
-    verdict, findings = proc.stdout.index("Verdict:"), proc.stdout.index("Findings: ")
-    assert last_table < verdict < findings < proc.stdout.index("greedy exactness vs baseline")
+    verdict, findings = proc.stdout.rindex("Verdict:"), proc.stdout.index("Findings: ")
+    assert last_table < proc.stdout.index("greedy exactness vs baseline") < findings < verdict
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("Report: bench report ")
     assert "Attention backend: CPU_ATTN for every arm" in proc.stdout
     assert _engine_pids(run) == []
     shown = subprocess.run(BENCH + ["show", str(run)], capture_output=True, text=True, cwd=ROOT)

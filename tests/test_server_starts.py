@@ -128,29 +128,42 @@ def test_the_interval_resamples_start_ups(tmp_path: Path) -> None:
     assert untrained.speedup_rounds == 1
 
 
+def _two_start_ups(
+    run: Path, server_starts: object, ngram_slower: float, verdict: dict | None = None
+) -> Path:
+    """The smoke fixture copied to ``run`` with a second start-up of the baseline (as fast) and of
+    ngram_k4 (``ngram_slower`` times as slow), its regime's design ``server_starts``."""
+    shutil.copytree(SMOKE, run)
+    record = json.loads((run / "regime.json").read_text())
+    record["regime"]["load"]["server_starts"] = server_starts
+    if verdict is not None:
+        record["regime"]["verdict"] = verdict
+    (run / "regime.json").write_text(json.dumps(record))
+    _second_start_up(run, "baseline", slower=1.0)
+    _second_start_up(run, "ngram_k4", slower=ngram_slower)
+    return run
+
+
 def test_the_prior_on_the_start_up_spread_narrows_a_two_round_interval(tmp_path: Path) -> None:
     """The default half-normal prior (scale 0.1) on the start-up spread: the start-up term is its
     posterior's matched t (stats.halfnormal_posterior_t), narrower than the plain t on 1 degree of
     freedom; the prompts' term is the same."""
     runs = {}
-    for prior in (None, 0.1):
-        run = tmp_path / f"run-{prior}"
-        shutil.copytree(SMOKE, run)
-        record = json.loads((run / "regime.json").read_text())
-        record["regime"]["load"]["server_starts"] = 2
-        record["regime"]["verdict"] = {"startup_prior_sd": prior}
-        (run / "regime.json").write_text(json.dumps(record))
-        _second_start_up(run, "baseline", slower=1.0)
-        _second_start_up(run, "ngram_k4", slower=1.25)
+    for prior in (None, 0.1):  # a 10% spread: within the prior's scale
+        run = _two_start_ups(tmp_path / f"run-{prior}", 2, 1.1, {"startup_prior_sd": prior})
         runs[prior] = next(c for c in summarize(run).cells if c.arm == "ngram_k4" and c.concurrency == 1)
     plain, prior = runs[None], runs[0.1]
     assert (plain.speedup_interval, prior.speedup_interval) == ("server_starts", "server_starts+prior")
     assert prior.speedup == pytest.approx(plain.speedup)
     assert prior.speedup_prompt_log_se == pytest.approx(plain.speedup_prompt_log_se)
     # 2 arms x 2 rounds: the residual sum of squares is half the squared difference of the log ratios
-    variance, _ = stats.halfnormal_posterior_t(math.log(1.25) ** 2 / 4, 1, 1.0, 0.1)
+    variance, _ = stats.halfnormal_posterior_t(math.log(1.1) ** 2 / 4, 1, 1.0, 0.1)
     assert prior.speedup_log_se == pytest.approx(math.hypot(math.sqrt(variance), prior.speedup_prompt_log_se))
     assert prior.speedup_low > plain.speedup_low and prior.speedup_high < plain.speedup_high
+    # a 25% spread exceeds the prior's scale: that run gets the plain t
+    run = _two_start_ups(tmp_path / "run-wide", 2, 1.25)
+    wide = next(c for c in summarize(run).cells if c.arm == "ngram_k4" and c.concurrency == 1)
+    assert wide.speedup_interval == "server_starts"
 
 
 def test_a_run_that_decides_corrects_its_intervals_for_its_looks(tmp_path: Path) -> None:
@@ -158,13 +171,7 @@ def test_a_run_that_decides_corrects_its_intervals_for_its_looks(tmp_path: Path)
     on the first that decides, so each interval is at the level fitted to those looks (98.6%, where
     Bonferroni's 1 - 0.05 / 5 would be 99.0%: benchmarks/interval_coverage.py measures the false
     "pays" without any correction at 7%)."""
-    run = tmp_path / "run"
-    shutil.copytree(SMOKE, run)
-    record = json.loads((run / "regime.json").read_text())
-    record["regime"]["load"]["server_starts"] = {"min": 2, "max": 6, "decide": True}
-    (run / "regime.json").write_text(json.dumps(record))
-    _second_start_up(run, "baseline", slower=1.0)
-    _second_start_up(run, "ngram_k4", slower=1.25)
+    run = _two_start_ups(tmp_path / "run", {"min": 2, "max": 6, "decide": True}, 1.25)
     summary = summarize(run)
     cell = next(c for c in summary.cells if c.arm == "ngram_k4" and c.concurrency == 1)
     assert (cell.speedup_rounds, cell.speedup_looks, cell.speedup_first_look) == (2, 5, 2)
@@ -193,13 +200,7 @@ def test_an_arm_retried_in_rounds_of_its_own_gets_no_interval(tmp_path: Path) ->
     """ngram failed in round 0 and was retried on resume, alone, in rounds 2 and 3: its start-ups
     0 and 1 ran in other rounds than the baseline's 0 and 1, so the model's pairing by round does not
     hold for it: its speedup keeps its point, loses its interval, and the run says why."""
-    run = tmp_path / "run"
-    shutil.copytree(SMOKE, run)
-    record = json.loads((run / "regime.json").read_text())
-    record["regime"]["load"]["server_starts"] = 2
-    (run / "regime.json").write_text(json.dumps(record))
-    _second_start_up(run, "baseline", slower=1.0)
-    _second_start_up(run, "ngram_k4", slower=1.25)
+    run = _two_start_ups(tmp_path / "run", 2, 1.25)
     others = ["eagle3_untrained_k3", "dflash_untrained_k3", "self_draft_k3"]
     rounds = [
         Round(
