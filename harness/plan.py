@@ -389,9 +389,11 @@ def _repeats_text(load: Load, endpoints: bool = False) -> str:
     if load.max_server_starts() > 1:
         each = f", each window {load.repeats} times per start-up" if load.repeats != 1 else ""
         low, high = load.min_server_starts(), load.max_server_starts()
-        times = (
-            f"{low} to {high} times, until every verdict is decided" if load.decides() else f"{high} times"
-        )
+        asked = load.decided_windows()
+        until = f"the verdicts at {', '.join(asked)} are" if asked else "every verdict is"
+        budget = load.budget_minutes()
+        within = f" or {budget:g} minutes are spent" if budget is not None else ""
+        times = f"{low} to {high} times, until {until} decided{within}" if load.decides() else f"{high} times"
         looks = load.looks()
         level = design_level(looks, first_look=load.first_look())
         level = f" at {100 * level:.1f}% for {looks} looks" if looks > 1 else ""
