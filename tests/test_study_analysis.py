@@ -268,6 +268,13 @@ def test_recommendation_must_pay_after_correcting_for_the_candidates() -> None:
     assert "(pays after correcting for 3 candidates: [1.12, 1.29])" in clear.text()
 
 
+def test_a_slower_arm_that_pays_is_recommended_over_a_faster_one_that_does_not() -> None:
+    """The verdict's decision over all the arms: the fastest (1.5x) is too noisy held over the two
+    arms; the slower (1.2x) pays, so it is the one deployed."""
+    (rec,) = recommend([obs(1.5, log_se=0.3, model_arms=3), obs(1.2, arm="ngram_k2", k=2, model_arms=3)])
+    assert rec.arm == "ngram_k2" and rec.best_arm == "ngram_k2" and rec.decided
+
+
 def test_recommendation_without_an_interval_is_unverified_and_never_deploys() -> None:
     (rec,) = recommend([obs(1.4, log_se=None), obs(1.1, arm="ngram_k2", k=2, log_se=None)])
     assert rec.arm is None and rec.selected.verdict == "unverified" and not rec.decided  # type: ignore[union-attr]

@@ -414,9 +414,10 @@ class Recommendation:
 
 
 def recommend(observations: Sequence[Observation]) -> list[Recommendation]:
-    """Per (point, workload, concurrency): the fastest speculative arm, deployed only when its
-    speedup pays after correcting for the number of speculative arms it was picked from (the
-    fastest of several is biased up); with no interval it is unverified and never deployed."""
+    """Per (point, workload, concurrency): the fastest speculative arm whose speedup pays held over
+    the number of speculative arms measured there (the verdict's decision over all the arms:
+    ``harness.verdict``), deployed; where none pays, the fastest, not deployed. With no interval an
+    arm is unverified and never deployed."""
     groups: dict[tuple[str, str, int], list[Observation]] = {}
     for o in observations:
         groups.setdefault((o.point, o.workload, o.concurrency), [])
@@ -427,9 +428,15 @@ def recommend(observations: Sequence[Observation]) -> list[Recommendation]:
         if not members:
             out.append(Recommendation(point, workload, concurrency, None, None, None, None, None, None, None))
             continue
-        best = max(members, key=lambda o: o.speedup)  # type: ignore[arg-type, return-value]
+        ordered = sorted(members, key=lambda o: o.speedup, reverse=True)  # type: ignore[arg-type, return-value]
+        paying = [
+            o
+            for o in ordered
+            if (e := estimate(o)) is not None and corrected(e, len(members)).verdict == "pays"
+        ]
+        best = paying[0] if paying else ordered[0]
         speedup = estimate(best)
-        deploy = speedup is not None and corrected(speedup, len(members)).verdict == "pays"
+        deploy = bool(paying)
         out.append(
             Recommendation(
                 point,
