@@ -828,11 +828,19 @@ def outlook_text(
         "assumed: this project's measured 5%; bench calibrate measures this machine's",
     )
     sd, calibration_df, sd_from = spread or assumed
+    minutes, pace_from = pace or (
+        assumed_round_minutes(regime),
+        "assumed; an earlier run of this regime replaces it",
+    )
+    most = load.max_server_starts()
+    budget = load.budget_minutes()
+    if budget is not None and load.decides():  # the rounds the budget lets begin (min are always run)
+        most = max(load.min_server_starts(), min(most, int(budget // minutes)))
     found = decision_outlook(
         arms,
         load.num_prompts,
         load.min_server_starts(),
-        load.max_server_starts(),
+        most,
         effect,
         sd,
         prior_sd=regime.verdict.startup_prior_sd,
@@ -843,22 +851,17 @@ def outlook_text(
             f"Outlook: this design cannot decide ({found.cannot}): set load.server_starts to "
             "{min: 2, max: 4} (rounds until decided), or bench calibrate this machine"
         )
-    minutes, pace_from = pace or (
-        assumed_round_minutes(regime),
-        "assumed; an earlier run of this regime replaces it",
-    )
-    expected, most = found.minutes(minutes)
-    budget = load.budget_minutes()
+    expected, at_most = found.minutes(minutes)
     bound = f", the budget {budget:g} min" if budget is not None else ""
     if load.decides():
         head = (
             f"an arm at {effect:.2f}x (load.server_starts.effect) is decided in about "
             f"{found.expected_rounds:.1f} rounds (about {expected:.0f} min), by round {found.most} "
-            f"{100 * found.power:.0f}% of the time; at most {found.most} rounds ({most:.0f} min{bound})"
+            f"{100 * found.power:.0f}% of the time; at most {found.most} rounds ({at_most:.0f} min{bound})"
         )
     else:
         head = (
-            f"{found.most} rounds (about {most:.0f} min) decide an arm at {effect:.2f}x "
+            f"{found.most} rounds (about {at_most:.0f} min) decide an arm at {effect:.2f}x "
             f"{100 * found.power:.0f}% of the time"
         )
     return (

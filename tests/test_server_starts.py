@@ -631,3 +631,15 @@ def test_a_window_asked_about_must_name_a_workload_of_the_regime(tmp_path: Path)
     ):
         plan_regime(_regime(tmp_path, server_starts=decide))
     plan_regime(_regime(tmp_path, server_starts={**decide, "windows": ["code_humaneval @1", "@2"]}))
+
+
+def test_the_outlook_counts_only_the_rounds_the_budget_lets_begin(tmp_path: Path) -> None:
+    """A deciding design of 2 to 6 rounds with a budget of 2.5 rounds' minutes: the outlook plans
+    for the 2 rounds the budget lets begin, and says the budget."""
+    from harness.plan import outlook_text
+
+    regime = plan_regime(_regime(tmp_path, server_starts={"min": 2, "max": 6, "budget_minutes": 25})).regime
+    text = outlook_text(regime, pace=(10.0, "an earlier run"))
+    assert "by round 2 " in text and "at most 2 rounds (20 min, the budget 25 min)" in text
+    unbounded = plan_regime(_regime(tmp_path, server_starts={"min": 2, "max": 6})).regime
+    assert "at most 6 rounds (60 min)" in outlook_text(unbounded, pace=(10.0, "an earlier run"))
