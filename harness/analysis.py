@@ -141,9 +141,9 @@ class RunAnalysis:
         own pace (its rounds' wall time, preparation left out); None: decided, or no timing."""
         timing, estimate = self.summary.timing, verdict.estimate
         rounds = max((c.server_starts for c in self.summary.cells), default=0)
-        if verdict.to_decide is None or estimate is None or timing is None or rounds < 1:
+        per_round = timing.minutes_per_round(rounds) if timing is not None else None
+        if verdict.to_decide is None or estimate is None or per_round is None:
             return None
-        per_round = (timing.total("wall_s") - timing.total("prepare_s")) / rounds / 60
         return (verdict.to_decide - estimate.rounds) * per_round
 
     def category_pool(self, category: str, arm: str) -> tuple[float | None, float | None] | None:

@@ -40,7 +40,7 @@ from harness.intervals import ASSUMED_STARTUP_SPREAD, REFERENCE_PROMPT_SPREAD, d
 from harness.model_build import resolve_package_gguf
 from harness.models import converted_dir, is_local_reference, resolve_model_path
 from harness.overrides import Override, describe
-from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, workload_paths
+from harness.regime import Arm, Load, Power, Regime, Sampling, load_regime, window_parts, workload_paths
 from harness.results.calibration import Calibration
 from harness.secrets import redact_args, redact_env, redact_url
 from harness.sensors.devices import server_env
@@ -311,7 +311,7 @@ def _check_workload_names(regime: Regime, regime_path: Path, names: list[str]) -
     named = [(("gates", "rules", i, "workload"), g.workload) for i, g in enumerate(gates.rules)]
     named += [(("gates", "golden_tau", i, "workload"), g.workload) for i, g in enumerate(gates.golden_tau)]
     named += [
-        (("load", "server_starts", "windows", i), window.rpartition("@")[0].strip() or None)
+        (("load", "server_starts", "windows", i), window_parts(window)[0] or None)
         for i, window in enumerate(regime.load.decided_windows())
     ]
     for location, workload in named:
@@ -804,8 +804,8 @@ def earlier_round_minutes(results_dir: Path, regime: Regime) -> tuple[float, str
         except (OSError, ValueError):
             continue  # a run being written, or of another version: the next
         complete = [r for r in timing.rounds if len(r.done) == len(r.order) == len(regime.arms)]
-        if complete and timing.invocations:
-            minutes = (timing.total("wall_s") - timing.total("prepare_s")) / len(complete) / 60
+        minutes = timing.minutes_per_round(len(complete)) if timing.invocations else None
+        if minutes is not None:
             return minutes, path.parent.name
     return None
 

@@ -387,6 +387,13 @@ class AdaptiveRepeats(StrictModel):
         return self
 
 
+def window_parts(window: str) -> tuple[str, str]:
+    """A window as ``server_starts.windows`` names it ('@1', 'code @1', 'code@1'): its workload ('' for
+    every workload) and its level as ``LoadLevel.short`` writes it ('@1')."""
+    workload, _, level = window.rpartition("@")
+    return workload.strip(), f"@{level.strip()}"
+
+
 class DecidedStarts(StrictModel):
     """Spend start-ups where they matter: ``min`` rounds always, then one more round at a time while
     any speculative cell's verdict is undecided (its interval neither excludes 1 nor lies within the
@@ -650,8 +657,7 @@ class Load(StrictModel):
             )
         shorts = {level.short() for level in self.levels()}
         for index, window in enumerate(self.decided_windows()):
-            level = "@" + window.rpartition("@")[2]
-            if "@" not in window or level not in shorts:
+            if "@" not in window or window_parts(window)[1] not in shorts:
                 raise FieldError(
                     ("server_starts", "windows", index),
                     f"{window!r} names no load level of this regime: give '@LEVEL' or 'WORKLOAD @LEVEL', "

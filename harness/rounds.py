@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from harness.formats import interval_text
 from harness.intervals import Estimate
+from harness.regime import window_parts
 from harness.results.model import CellMetrics, Summary
 from harness.results.records import Round
 from harness.verdict import estimate_of, window_verdicts
@@ -53,19 +54,11 @@ def _key(cell: CellMetrics) -> str:
     return f"{cell.workload} {cell.level.short()} {cell.arm}"
 
 
-def _normal(window: str) -> str:
-    """'code@1', 'code @1' and ' @1' as one spelling: 'code @1', '@1'."""
-    workload, _, level = window.rpartition("@")
-    return f"{workload.strip()} @{level.strip()}".strip()
-
-
 def asked_about(window: str, asked: Sequence[str]) -> bool:
     """Whether the window "<workload> @<level>" is one of ``asked`` (``load.server_starts.windows``:
     '@LEVEL' or 'WORKLOAD @LEVEL'; none: every window)."""
-    if not asked:
-        return True
-    level = "@" + window.rpartition("@")[2]
-    return any(_normal(a) in (level, _normal(window)) for a in asked)
+    workload, level = window_parts(window)
+    return not asked or any(window_parts(a) in (("", level), (workload, level)) for a in asked)
 
 
 @dataclass(frozen=True)

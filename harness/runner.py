@@ -369,7 +369,7 @@ class Runner:
             or all(done[n] >= self.plan.load.max_server_starts() for n in active)
         ):
             return False
-        pace = sum(self.round_s) / len(self.round_s)
+        pace = self._pace()
         spent = time.monotonic() - self.started
         if spent + pace <= 60 * budget:
             return False
@@ -380,13 +380,17 @@ class Runner:
         )
         return True
 
+    def _pace(self) -> float:
+        """The mean seconds a whole round of this invocation took (callers check there was one)."""
+        return sum(self.round_s) / len(self.round_s)
+
     def _report_fixed_round(self, number: int) -> None:
         """A fixed design's progress after round ``number``: the rounds done and the time left at
         the pace of this invocation's rounds."""
         most = self.plan.load.max_server_starts()
         if most < 2 or not self.round_s:
             return
-        left = (most - number) * sum(self.round_s) / len(self.round_s) / 60
+        left = (most - number) * self._pace() / 60
         tail = f"; about {left:.1f} min of rounds left" if number < most else ""
         self.console.print(f"round {number}/{most} done{tail}", highlight=False)
 
@@ -399,8 +403,7 @@ class Runner:
             line = round_line(number, before, now)
             left = now.undecided_windows()
             if left and number < load.max_server_starts() and self.round_s:
-                pace = sum(self.round_s) / len(self.round_s)
-                most = pace * (load.max_server_starts() - number) / 60
+                most = self._pace() * (load.max_server_starts() - number) / 60
                 budget = load.budget_minutes()
                 if budget is not None:
                     most = min(most, max(0.0, budget - (time.monotonic() - self.started) / 60))

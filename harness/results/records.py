@@ -359,6 +359,11 @@ class RunTiming(ResultModel):
     def total(self, name: str) -> float:
         return sum(getattr(i, name) for i in self.invocations)
 
+    def minutes_per_round(self, rounds: int) -> float | None:
+        """The wall minutes a round took over ``rounds`` rounds (the preparation left out); None
+        without a round."""
+        return (self.total("wall_s") - self.total("prepare_s")) / rounds / 60 if rounds > 0 else None
+
     @property
     def overhead_ratio(self) -> float | None:
         """Wall time / (start-ups + measured windows): 1.0 is a harness that costs nothing."""
