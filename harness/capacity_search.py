@@ -4,20 +4,25 @@ and writes every probe and request as it ends; ``harness.capacity_analysis`` der
 
 Each arm's server is started once (or, for an ``endpoint`` arm, reached) and probed with open-loop
 windows of a fixed number of requests on the regime's arrival process, the same schedule for every
-arm at the same rate. The next rate comes from the probes so far (``next_rate``): doubling from
-``start_rps`` while the SLO holds, halving while it does not, then geometric bisection between the
-highest rate that held and the lowest that did not, until they are within the resolution.
+arm at the same rate. The next rate, or the rule that ends the search, comes from the probes so far
+(``harness.capacity_analysis.next_step``, pure, so the answer names the same rule from the stored
+probes): doubling from ``start_rps`` while the SLO holds (up to ``max_rps``), halving while it does
+not, then geometric bisection between the highest rate that held and the lowest that did not, until
+they are within the resolution. Each probe's failed requests (HTTP errors, timeouts) are counted by
+kind apart from its SLO misses, and said as it ends.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
 from harness.arrivals import arrival_offsets
+from harness.capacity_analysis import Step, next_step, wilson_pct
 from harness.client import run_client, run_window
 from harness.errors import EngineError
 from harness.plan import RunPlan
@@ -29,40 +34,25 @@ from harness.results.records import RequestRecord
 from harness.server import ExternalServer, Server, engine_server
 from harness.workloads import LoadedWorkload
 
-# why the search never offers a rate far past capacity (an open loop's backlog grows without bound)
+# why the search never offers a rate far past capacity (an open loop's backlog grows without bound),
+# and when it ends (the rules' names: harness.capacity_analysis)
 STOP_RULE = (
-    "a rate is doubled only after it held, so none is offered above twice the highest rate that held; "
-    "bisection stays between a rate that held and one that did not; each probe sends a fixed number of "
-    "requests, so its backlog is bounded by them; the search ends when the bracket is within the "
-    "resolution, after max_probes windows, below min_rps, or when halving the rate did not raise the "
-    "attainment (the SLO is missed without load)"
+    "a rate is doubled only after it held, so none is offered above twice the highest rate that held, "
+    "nor above max_rps; bisection stays between a rate that held and one that did not; each probe sends "
+    "a fixed number of requests, so its backlog is bounded by them. The search ends when the bracket is "
+    "within the resolution (resolution), when the SLO held at max_rps (max-rate), when no rate held and "
+    "halving again would go below min_rps (min-rate), when no rate held and at the lowest rate the "
+    "attainment's Wilson 95% interval lies below the target and halving did not raise it "
+    "(missed-without-load: the SLO is missed without load), after max_probes windows (max-probes), or "
+    "when the engine fails (ended-early)"
 )
 
 
-def next_rate(probes: list[CapacityProbe], settings: SearchSettings) -> tuple[float, str] | None:
-    """The next rate to probe and its phase, from the probes so far; None when the search is done."""
-    if not probes:
-        return settings.start_rps, "bracket"
-    if len(probes) >= settings.max_probes:
-        return None
-    failing = [p.rate_rps for p in probes if not p.holds]
-    ceiling = min(failing) if failing else None
-    held = [p.rate_rps for p in probes if p.holds and (ceiling is None or p.rate_rps < ceiling)]
-    if ceiling is None:
-        return max(held) * 2, "bracket"
-    if not held:
-        lowest, above = sorted(probes, key=lambda p: p.rate_rps)[:2] if len(probes) > 1 else (probes[0], None)
-        share = lowest.met / max(lowest.sent, 1)
-        if above is not None and 0 < share <= above.met / max(above.sent, 1):
-            # some met it, and halving the load did not raise that: missed without load, not for it
-            # (none at both rates is an overload still being halved out of)
-            return None
-        lower = ceiling / 2
-        return (lower, "bracket") if lower >= settings.min_rps else None
-    floor = max(held)
-    if ceiling / floor - 1 <= settings.resolution:
-        return None
-    return math.sqrt(floor * ceiling), "bisect"
+def error_kind(error: str) -> str:
+    """A failed request's error in a few words, to count by: "HTTP 500", "timeout", "stalled", or the
+    exception's name."""
+    head = error.split(":", 1)[0].split("(", 1)[0].strip()
+    return head if head.startswith("HTTP ") or len(head) <= 40 else head[:40] + "..."
 
 
 class CapacitySearch:
@@ -85,8 +75,8 @@ class CapacitySearch:
             with self._server(arm) as server:
                 server.wait_ready(self.plan.startup_timeout_s)
                 self._warm_up(server)
-                while (step := next_rate(probes, self.settings)) is not None:
-                    probes.append(self._probe(arm, server, len(probes), *step))
+                while isinstance(step := next_step(probes, self.settings), Step):
+                    probes.append(self._probe(arm, server, len(probes), step))
         except EngineError as exc:
             self.console.print(f"[red]arm {arm.name}: search ended:[/] {escape(str(exc))}", soft_wrap=True)
         return probes
@@ -119,10 +109,9 @@ class CapacitySearch:
             self.plan.adapter, self.plan.regime, arm, self.plan.model, log, draft_model=draft
         )
 
-    def _probe(
-        self, arm: Arm, server: Server | ExternalServer, index: int, rate: float, phase: str
-    ) -> CapacityProbe:
+    def _probe(self, arm: Arm, server: Server | ExternalServer, index: int, step: Step) -> CapacityProbe:
         plan, settings, workload = self.plan, self.settings, self.workload
+        rate, phase = step.rate_rps, step.phase
         count = settings.prompts_per_probe
         prompts = (workload.prompts * math.ceil(count / len(workload.prompts)))[:count]
         # the same draw for every arm at this rate: arms are compared on the same arrivals
@@ -161,22 +150,34 @@ class CapacitySearch:
         sent = len(result.records)
         if sent == 0:  # nothing to count: no evidence either way, not a failing rate
             raise EngineError(f"no request of the probe at {rate:.3g} req/s was sent")
+        errors = Counter(error_kind(r.error) for r in result.records if r.error is not None)
         probe = CapacityProbe(
             index=index,
             rate_rps=rate,
             sent=sent,
             met=met,
-            failed=sum(not r.ok for r in result.records),
+            failed=sum(errors.values()),
             duration_s=result.duration_s,
-            holds=sent > 0 and 100.0 * met / sent >= settings.target_pct,
-            phase=phase,  # type: ignore[arg-type]
+            holds=100.0 * met / sent >= settings.target_pct,
+            phase=phase,
+            errors=dict(errors),
         )
         append_jsonl(self.arm_dir(arm.name) / PROBES_FILE, probe.model_dump(mode="json"))
-        word = "holds" if probe.holds else "does not hold"
-        self.console.print(
-            f"{arm.name} @ {rate:.3g} req/s ({phase}): {met}/{sent} within the SLO, {word}", highlight=False
-        )
+        self.console.print(escape(probe_line(arm.name, probe)), highlight=False, soft_wrap=True)
         return probe
+
+
+def probe_line(arm: str, probe: CapacityProbe) -> str:
+    """One probe as it ends: its attainment with its interval, and its failed requests apart from
+    its SLO misses."""
+    low, high = wilson_pct(probe.met, probe.sent)
+    word = "holds" if probe.holds else "does not hold"
+    kinds = ", ".join(f"{kind}: {count}" for kind, count in sorted(probe.errors.items()))
+    return (
+        f"{arm} @ {probe.rate_rps:.3g} req/s ({probe.phase}): {probe.met}/{probe.sent} within the SLO "
+        f"({probe.failed} failed, {probe.missed} missed a target), {100 * probe.met / probe.sent:.0f}% "
+        f"[{low:.0f}, {high:.0f}], {word}" + (f"; failed: {kinds}" if kinds else "")
+    )
 
 
 def _template(workload: LoadedWorkload) -> dict | None:

@@ -7,8 +7,15 @@ from __future__ import annotations
 import pytest
 from scipy.stats import binomtest
 
-from harness.capacity_analysis import ArmCapacity, analyze_capacity, arm_capacity, probe_result
-from harness.capacity_search import next_rate
+from harness.capacity_analysis import (
+    ArmCapacity,
+    Step,
+    Stop,
+    analyze_capacity,
+    arm_capacity,
+    next_step,
+    probe_result,
+)
 from harness.results.capacity import CapacityProbe, CapacityRecord, SearchSettings
 
 SETTINGS = SearchSettings(
@@ -26,8 +33,8 @@ def _searched(served, settings: SearchSettings = SETTINGS) -> list[CapacityProbe
     """The probes the search sends to a server that meets the SLO for ``served(rate)`` of 20
     requests at each rate."""
     probes: list[CapacityProbe] = []
-    while (step := next_rate(probes, settings)) is not None:
-        rate, phase = step
+    while isinstance(step := next_step(probes, settings), Step):
+        rate, phase = step.rate_rps, step.phase
         met = served(rate)
         holds = 100 * met / 20 >= settings.target_pct
         probes.append(
@@ -55,7 +62,7 @@ def _search(true_capacity: float, settings: SearchSettings = SETTINGS) -> list[C
 @pytest.mark.parametrize("true_capacity", [0.05, 0.7, 1.0, 3.3, 17.0])
 def test_the_search_brackets_then_bisects_to_the_resolution(true_capacity: float) -> None:
     probes = _search(true_capacity)
-    found = arm_capacity("a", probes, SETTINGS.resolution)
+    found = arm_capacity("a", probes, SETTINGS)
     assert found.capacity_rps is not None and found.ceiling_rps is not None
     assert found.capacity_rps <= true_capacity < found.ceiling_rps
     assert found.ceiling_rps / found.capacity_rps - 1 <= SETTINGS.resolution + 1e-9 and found.resolved
@@ -70,7 +77,7 @@ def test_the_search_stops_at_its_limits() -> None:
     assert len(_search(1e9, SETTINGS.model_copy(update={"max_probes": 5}))) == 5  # never fails: max_probes
     below = _search(1e-6)  # never holds, none met at any rate: halves down to min_rps, then stops
     assert all(not p.holds for p in below) and min(p.rate_rps for p in below) >= SETTINGS.min_rps
-    assert arm_capacity("a", below, 0.1).capacity_rps is None
+    assert arm_capacity("a", below, SETTINGS).capacity_rps is None
     missed = _searched(lambda rate: 10)  # half met at every rate: halving does not help, stops at once
     assert [p.rate_rps for p in missed] == [1.0, 0.5]
 
@@ -84,7 +91,7 @@ def test_halving_stops_at_min_rps_while_it_helps() -> None:
 def test_an_overload_met_by_none_is_halved_out_of() -> None:
     """None met at 1 and at 0.5 req/s is an overload still being left (a review found the search gave
     up there): it halves on until the SLO holds."""
-    found = arm_capacity("a", _searched(lambda rate: 20 if rate <= 0.3 else 0), 0.1)
+    found = arm_capacity("a", _searched(lambda rate: 20 if rate <= 0.3 else 0), SETTINGS)
     assert found.capacity_rps is not None and found.capacity_rps <= 0.3 < found.ceiling_rps
 
 
@@ -94,10 +101,10 @@ def test_the_comparison_says_a_ratio_only_where_it_means_one() -> None:
 
     def arm(name: str, capacity: float | None, ceiling: float | None, probes: int = 2) -> ArmCapacity:
         results = tuple(probe_result(p) for p in _searched(lambda rate: 20)[:probes])
-        return ArmCapacity(name, capacity, ceiling, results, False)
+        return ArmCapacity(name, capacity, ceiling, results, False, Stop("max-probes"), 8)
 
     def lines(base: ArmCapacity, other: ArmCapacity, compared: tuple = ()) -> list[str]:
-        analysis = CapacityAnalysis("TTFT 500 ms", 95.0, "w", "baseline", (base, other), compared)
+        analysis = CapacityAnalysis("TTFT 500 ms", 95.0, "w", "baseline", (base, other), compared, SETTINGS)
         return comparison_lines(analysis)
 
     both_open = lines(

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.capacity_analysis import CapacityAnalysis
+from harness.capacity_analysis import ArmCapacity, CapacityAnalysis
 from harness.commands.common import EXIT_ENGINE, EXIT_OK, add_override_flags, overrides_from, read_regime
 from harness.errors import UserError
 
@@ -22,9 +22,16 @@ The production form of the question: how many more requests a second does specul
 deployment serve within its latency targets? For each arm, open-loop windows of a fixed number of
 requests (the regime's arrival process, the same schedule for every arm at a rate) are sent at a
 rate that doubles from --start-rate while the regime's SLO attainment target (slo.target_pct) holds
-and halves while it does not, then is bisected between the highest rate that held and the lowest
-that did not until they are within --resolution. Each probe's attainment has a Wilson 95% interval;
-each arm's capacity is compared with the baseline's, between the ends of the two brackets.
+(up to --max-rate) and halves while it does not, then is bisected between the highest rate that held
+and the lowest that did not until they are within --resolution. Each probe's attainment has a Wilson
+95% interval; each arm's capacity is compared with the baseline's, between the ends of the two
+brackets.
+
+Each arm's search ends on a named rule, printed with the probes it used of --max-probes:
+resolution, max-rate, min-rate (no rate held down to --start-rate/16), missed-without-load (at the
+lowest rate the attainment's interval lies below the target and halving did not raise it: a lower
+rate whose interval still holds the target never ends it), max-probes, or ended-early (the engine
+failed). Each probe's failed requests (HTTP errors, timeouts) are counted apart from its SLO misses.
 
 The regime needs an slo: section. Results go to RESULTS_DIR/<regime>/capacity-<id>/ (capacity.json,
 each arm's probes.jsonl and samples.jsonl). No rate is offered above twice the highest that held.
@@ -34,6 +41,9 @@ bench capacity regimes/cpu_default.yaml --set slo.ttft_ms=500 --set slo.tpot_ms=
 bench capacity regimes/h100_tp1_llama31_8b.yaml --start-rate 4 --max-probes 10
 bench capacity REGIME --endpoint baseline=http://10.0.0.5:8000 --endpoint ngram_k4=http://10.0.0.6:8000
 """
+MAX_RATE_RPS = 1000.0  # far above what one deployment serves; a cap keeps every rate finite
+# the highest --max-rate taken: past it no client sends on schedule (the window is one burst)
+RATE_LIMIT_RPS = 1e6
 INTERRUPTED = "servers stopped; the probes so far are kept in the capacity directory"
 
 
@@ -48,7 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=1.0,
         metavar="RPS",
-        help="the first rate probed (default: 1 req/s)",
+        help="the first rate probed (default: 1 req/s; at most --max-rate)",
+    )
+    parser.add_argument(
+        "--max-rate",
+        type=float,
+        default=MAX_RATE_RPS,
+        metavar="RPS",
+        help=f"no rate above it is offered: doubling stops there (default: {MAX_RATE_RPS:g} req/s)",
     )
     parser.add_argument(
         "--max-probes", type=int, default=8, metavar="N", help="windows per arm at most (default: 8)"
@@ -83,6 +100,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from harness.results.capacity import CAPACITY_FILE, CapacityRecord, SearchSettings
     from harness.results.files import create_exclusive, new_run_id, write_json_atomic
 
+    _check_flags(args)
     overrides = overrides_from(args)
     regime = read_regime(args.regime, overrides)
     if regime.slo is None:
@@ -92,13 +110,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
         )
     if regime.sweep is not None:
         raise UserError(f"{args.regime}: a study (sweep:) has no one capacity; search one of its points")
-    for value, flag in ((args.start_rate, "--start-rate"), (args.resolution, "--resolution")):
-        if not math.isfinite(value) or value <= 0:
-            raise UserError(f"{flag} must be a finite number > 0")
-    if args.max_probes < 2:
-        raise UserError("--max-probes must be at least 2 (one rate that holds, one that does not)")
-    if args.prompts_per_probe is not None and args.prompts_per_probe < 1:
-        raise UserError("--prompts-per-probe must be at least 1")
     plan = plan_regime(args.regime, regime, overrides)  # the workloads, before anything is prepared
     workloads = [w.name for w in plan.workloads]
     workload = args.workload or workloads[0]
@@ -113,6 +124,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         resolution=args.resolution,
         target_pct=regime.slo.target_pct,
         min_rps=args.start_rate / 16,
+        max_rps=args.max_rate,
     )
     directory = create_exclusive(args.results_dir / regime.name / f"capacity-{new_run_id()}")
     console.print(f"Capacity directory: [bold]{escape(str(directory))}[/]")
@@ -137,11 +149,38 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK if all(a.capacity_rps is not None for a in analysis.arms) else EXIT_ENGINE
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """The search's flags, before anything is read or started: every rate finite and within the cap."""
+    flags = (
+        (args.start_rate, "--start-rate"),
+        (args.max_rate, "--max-rate"),
+        (args.resolution, "--resolution"),
+    )
+    for value, flag in flags:
+        if not math.isfinite(value) or value <= 0:
+            raise UserError(f"{flag} must be a finite number > 0 (got {value:g})")
+    if args.max_rate > RATE_LIMIT_RPS:
+        raise UserError(
+            f"--max-rate {args.max_rate:g} req/s: at most {RATE_LIMIT_RPS:g} (past it no client sends on "
+            "schedule: the window would be one burst)"
+        )
+    if args.start_rate > args.max_rate:
+        raise UserError(
+            f"--start-rate {args.start_rate:g} req/s is above --max-rate ({args.max_rate:g} req/s): "
+            "start lower, or raise the cap"
+        )
+    if args.max_probes < 2:
+        raise UserError("--max-probes must be at least 2 (one rate that holds, one that does not)")
+    if args.prompts_per_probe is not None and args.prompts_per_probe < 1:
+        raise UserError("--prompts-per-probe must be at least 1")
+
+
 def print_capacity(analysis: CapacityAnalysis, console: Console) -> None:
     """The table and the comparison lines (renders the analysis; computes nothing)."""
     table = Table(title=f"Capacity within {analysis.slo} at {analysis.target_pct:g}% ({analysis.workload})")
-    for column in ("arm", "capacity req/s", "fails at req/s", "attainment at capacity [95%]", "probes"):
-        table.add_column(column, justify="left" if column == "arm" else "right")
+    columns = ("arm", "capacity req/s", "fails at req/s", "attainment at capacity [95%]", "failed", "probes")
+    for column in (*columns, "stopped"):
+        table.add_column(column, justify="left" if column in ("arm", "stopped") else "right")
     for arm in analysis.arms:
         at = arm.at_capacity()
         none = "none found" if arm.probes else "not measured"
@@ -150,11 +189,74 @@ def print_capacity(analysis: CapacityAnalysis, console: Console) -> None:
             none if arm.capacity_rps is None else f"{arm.capacity_rps:.3g}",
             "not reached" if arm.ceiling_rps is None else f"{arm.ceiling_rps:.3g}",
             "-" if at is None else f"{at.attainment_pct:.0f}% [{at.low_pct:.0f}, {at.high_pct:.0f}]",
-            str(len(arm.probes)),
+            f"{arm.failed} of {arm.sent}",
+            f"{len(arm.probes)} of {arm.max_probes}",
+            arm.stop.rule,
         )
     console.print(table)
-    for line in comparison_lines(analysis):
+    for line in stop_lines(analysis) + failure_lines(analysis) + comparison_lines(analysis):
         console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def stop_lines(analysis: CapacityAnalysis) -> list[str]:
+    """Why each arm's search ended: the rule, the probes it used of its budget, the numbers behind it."""
+    return [
+        f"{arm.arm}: stopped: {arm.stop.rule} after {len(arm.probes)} of {arm.max_probes} probes: "
+        f"{_stop_reason(arm, analysis)}"
+        for arm in analysis.arms
+    ]
+
+
+def _stop_reason(arm: ArmCapacity, analysis: CapacityAnalysis) -> str:
+    settings, rule = analysis.settings, arm.stop.rule
+    lowest = min(arm.probes, key=lambda p: p.rate_rps) if arm.probes else None
+    if rule == "resolution":
+        bracket = f"[{arm.capacity_rps:.3g}, {arm.ceiling_rps:.3g}) req/s"
+        return f"the bracket {bracket} is within {settings.resolution:.0%}"
+    if rule == "max-rate":
+        cap = f"{arm.capacity_rps:.3g} req/s"
+        return f"the SLO held at {cap}, the cap on the rate (--max-rate): it may serve more"
+    if rule == "min-rate" and lowest is not None:
+        below = f"{settings.min_rps:.3g} req/s"
+        return f"no rate held down to {lowest.rate_rps:.3g} req/s; halving again would go below {below}"
+    if rule == "missed-without-load" and lowest is not None:
+        above = sorted(arm.probes, key=lambda p: p.rate_rps)[1]
+        return (
+            f"at {lowest.rate_rps:.3g} req/s {lowest.met}/{lowest.sent} met it, {lowest.attainment_pct:.0f}% "
+            f"[{lowest.low_pct:.0f}, {lowest.high_pct:.0f}], clearly below {analysis.target_pct:g}% and no "
+            f"higher than at {above.rate_rps:.3g} req/s ({above.met}/{above.sent}): the SLO is missed "
+            "without load" + (f" ({lowest.failed} of those {lowest.sent} failed)" if lowest.failed else "")
+        )
+    if rule == "max-probes":
+        return _budget_reason(arm, settings.resolution)
+    return "the search ended before its rule did (the engine failed or it was interrupted: see above)"
+
+
+def _budget_reason(arm: ArmCapacity, resolution: float) -> str:
+    if arm.capacity_rps is not None and arm.ceiling_rps is not None:
+        width = arm.ceiling_rps / arm.capacity_rps - 1
+        bracket = f"[{arm.capacity_rps:.3g}, {arm.ceiling_rps:.3g}) req/s"
+        return f"the bracket {bracket} is {width:.0%} wide, not {resolution:.0%}: more probes narrow it"
+    if arm.capacity_rps is not None:
+        return (
+            f"it held at every rate probed, up to {arm.capacity_rps:.3g} req/s: start higher (--start-rate)"
+        )
+    lowest = min(p.rate_rps for p in arm.probes)
+    return f"no rate held down to {lowest:.3g} req/s: start lower (--start-rate)"
+
+
+def failure_lines(analysis: CapacityAnalysis) -> list[str]:
+    """Each arm whose requests failed outright (HTTP errors, timeouts): how many, of which kinds.
+    They count as SLO misses, so an arm that fails requests is not one that is slow."""
+    lines = []
+    for arm in analysis.arms:
+        if arm.failed:
+            kinds = ", ".join(f"{kind}: {count}" for kind, count in arm.errors()) or "kinds not recorded"
+            lines.append(
+                f"{arm.arm}: {arm.failed} of {arm.sent} requests failed ({kinds}), counted as SLO misses: "
+                f"each one's error is in arms/{arm.arm}/samples.jsonl"
+            )
+    return lines
 
 
 def comparison_lines(analysis: CapacityAnalysis) -> list[str]:
