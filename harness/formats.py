@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 
 def bound_text(value: float) -> str:
@@ -42,3 +43,14 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def inert(text: str) -> str:
     """``text`` with its control characters as visible escapes (``\\x1b``), newlines and tabs kept."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def inert_tree(value: Any) -> Any:
+    """A JSON value (a server's reply) with every string in it, keys too, made ``inert``."""
+    if isinstance(value, str):
+        return inert(value)
+    if isinstance(value, dict):
+        return {inert(str(k)): inert_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [inert_tree(v) for v in value]
+    return value

@@ -36,6 +36,7 @@ from harness.engines.defects import known_defects, release_of
 from harness.engines.patches import patches
 from harness.environment import gpus_text
 from harness.errors import EngineError, FieldError, UserError
+from harness.formats import inert_tree
 from harness.intervals import ASSUMED_STARTUP_SPREAD, REFERENCE_PROMPT_SPREAD, decision_outlook, design_level
 from harness.model_build import resolve_package_gguf
 from harness.models import converted_dir, is_local_reference, resolve_model_path
@@ -681,7 +682,10 @@ def _served(plan: Plan, arm: Arm) -> dict[str, Any]:
         except EngineError as exc:
             raise UserError(f"arms.{arm.name}.endpoint: {exc}") from None
         served = plan.adapter.served_config(server.base_url, None)
-    return json.loads(json.dumps({"model": server.served_model, **served}, sort_keys=True, default=str))
+    # inert: a server's strings are printed (bench run, bench show) and compared after each window
+    return inert_tree(
+        json.loads(json.dumps({"model": server.served_model, **served}, sort_keys=True, default=str))
+    )
 
 
 def _machine_checks(

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -1424,6 +1425,12 @@ class Regime(StrictModel):
         "synthetic/fly, SGLang accept thresholds < 1, SGLANG_SIMULATE_ACC_LEN). Refused otherwise; always "
         "flagged in results.",
     )
+    allow_shared_endpoints: bool = Field(
+        default=False,
+        description="Let two arms name the same server (arms[].endpoint): refused otherwise, since such "
+        "a comparison is the server against itself (an A/A check of the harness's noise, or a server "
+        "that is told per request what to do); every such arm carries a caveat.",
+    )
     workloads: list[str] = Field(min_length=1, description="Workload files, relative to this regime file.")
     arms: list[Arm] = Field(min_length=1, description="Arms; exactly one must be the baseline.")
     gates: Gates = Field(default_factory=Gates, description="Regression gates checked by `bench gate`.")
@@ -1490,6 +1497,16 @@ class Regime(StrictModel):
             raise FieldError(
                 ("engine", "patches"), "a patch applies to servers the harness starts, not to endpoints"
             )
+        seen: dict[str, int] = {}
+        for index, arm in enumerate(self.arms):
+            first = seen.setdefault(endpoint_address(arm.endpoint or ""), index)
+            if first != index and not self.allow_shared_endpoints:
+                raise FieldError(
+                    ("arms", index, "endpoint"),
+                    f"the same server as arms[{first}] ({self.arms[first].name}): two arms on one server "
+                    "compare it with itself; give each arm its own server, or set allow_shared_endpoints: "
+                    "true if that is what you mean (each such arm is then flagged)",
+                )
 
     def _check_hardware_fits(self) -> None:
         """TP and the price match the hardware kind."""
@@ -1657,7 +1674,21 @@ class Regime(StrictModel):
         return self.target.path or ""
 
 
-_NOT_CONDITIONS = {"name", "description", "gates", "sweep", "policy", "verdict"}
+_NOT_CONDITIONS = {"name", "description", "gates", "sweep", "policy", "verdict", "allow_shared_endpoints"}
+
+
+def endpoint_address(url: str) -> str:
+    """One server however its URL is written: scheme, host (lower case) and port, or a socket's
+    path; never its credentials or a trailing slash."""
+    if url.startswith("unix:"):
+        return url.rstrip("/")
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # not a port: the URL's own check says so
+        port = None
+    default = 443 if parts.scheme == "https" else 80
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port or default}"
 
 
 def _excluded(names: set[str]) -> dict[str, Any]:

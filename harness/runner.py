@@ -37,10 +37,11 @@ from harness.arrivals import arrival_offsets, ramp_dues
 from harness.calibration import CalibrationSource
 from harness.client import RampResult, WindowResult, run_client, run_ramp, run_window
 from harness.errors import EngineError, UserError
+from harness.formats import inert_tree
 from harness.overrides import Override
 from harness.overrides import record as overrides_record
 from harness.plan import RunPlan, changed_workload, plan_regime, prepare_run
-from harness.probes.acceptance import SpecCounters
+from harness.probes.acceptance import SpecCounters, counter_breaks
 from harness.probes.cpu import window_cpu
 from harness.probes.throughput import output_tokens_per_s
 from harness.regime import Arm, LoadLevel, Regime, recorded_source, stored_regime
@@ -87,6 +88,14 @@ PORT_ATTEMPTS = 3
 # SETTLE_READS more times (vLLM publishes a step's counters shortly after streaming its tokens)
 SETTLE_READS = 20
 SETTLE_INTERVAL_S = 0.1
+# what names a deployment behind an endpoint (plan._served records it before the run): another value
+# of any of them mid-run is another deployment, and the arm stops
+DEPLOYMENT = ("model", "version", "max_model_len")
+
+
+class CountersBroken(EngineError):
+    """A window whose counter scrapes are no count of it (``counter_breaks``): its start-up is
+    measured again once, or the arm fails with this reason."""
 
 
 def _regime_record(plan: RunPlan) -> dict[str, Any]:
@@ -471,11 +480,16 @@ class Runner:
             if (aside / name).is_file():
                 shutil.copy2(aside / name, directory / name)
 
-    def _run_start_up(self, run: RunDir, arm: Arm, start: int, startups: list[float]) -> None:
+    def _run_start_up(
+        self, run: RunDir, arm: Arm, start: int, startups: list[float], again: bool = False
+    ) -> None:
         """One start-up of the arm's server: warmed up, then every window ``repeats`` times. The
         unmeasured passes (the baseline's reference pass, the distribution check) run on the first
-        start-up only. The arm is ``ok`` after its last start-up (``startups``: the earlier ones' times)."""
+        start-up only. The arm is ``ok`` after its last start-up (``startups``: the earlier ones' times).
+        A start-up whose counters broke (``CountersBroken``: the server restarted or reset them) is
+        measured again once (``again``), its first attempt's files kept aside; twice, the arm fails."""
         phase = "startup"  # a failure before the server is ready is infrastructure, not a regression
+        remeasured = run.read_status(arm.name).remeasured
         try:
             with self._ready_server(run, arm, start) as (server, startup_s):
                 if server.process is not None:  # an endpoint was reached, not started: no start-up time
@@ -485,8 +499,10 @@ class Runner:
                 served = {
                     "startup_s": startups[0] if startups else None,
                     "startups_s": startups,
+                    "remeasured": remeasured,
                     **self._check_served(run, arm, server),
                 }
+                self._check_deployment(arm, server, "before this round")
                 pgid = server.process.pid if server.process is not None else None
                 run.write_status(arm.name, ArmStatus(status="running", pgid=pgid, **served))
                 self._warm_up(run, arm, server)
@@ -501,16 +517,74 @@ class Runner:
                     self._distribution_pass(run, arm, server)
             # "ok" once the run has every start-up it wants (_run_arms: with decide, only it knows when)
             run.write_status(arm.name, ArmStatus(status="running", **served))
-        except EngineError as exc:
-            self.console.print(f"[red]arm {arm.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
-            run.write_status(
-                arm.name, ArmStatus(status="failed", phase=phase, error=str(exc), startups_s=startups)
+        except CountersBroken as exc:
+            if again:
+                self._arm_failed(run, arm, phase, f"{exc} (again, in the start-up measured again)", startups)
+                return
+            why = f"start-up {start + 1}: {exc}"
+            self.console.print(
+                f"[yellow]arm {arm.name}: {escape(why)}[/]: the start-up is measured again", soft_wrap=True
             )
+            self._set_aside_start_up(run, arm, start, startups, [*remeasured, why])
+            self._run_start_up(run, arm, start, startups, again=True)
+        except EngineError as exc:
+            self._arm_failed(run, arm, phase, str(exc), startups)
         except UserError:
             raise  # a refused regime: the check that raised has already written the arm's status
         except BaseException:
             run.write_status(arm.name, ArmStatus(status="interrupted", startups_s=startups))
             raise
+
+    def _arm_failed(self, run: RunDir, arm: Arm, phase: str, error: str, startups: list[float]) -> None:
+        self.console.print(f"[red]arm {arm.name} failed:[/] {escape(error)}", soft_wrap=True)
+        remeasured = run.read_status(arm.name).remeasured
+        status = ArmStatus(
+            status="failed", phase=phase, error=error, startups_s=startups, remeasured=remeasured
+        )
+        run.write_status(arm.name, status)
+
+    def _set_aside_start_up(
+        self, run: RunDir, arm: Arm, start: int, startups: list[float], remeasured: list[str]
+    ) -> None:
+        """The arm's files as they were before start-up ``start``: the whole directory moved aside
+        (nothing measured is deleted), the earlier start-ups' lines copied back."""
+        aside = run.set_aside(arm.name)
+        if aside is not None and start > 0:
+            self._copy_back(run, arm.name, aside, start)
+        del startups[start:]
+        status = ArmStatus(status="running", startups_s=startups, remeasured=remeasured)
+        run.write_status(arm.name, status)
+
+    def _deployment_now(self, arm: Arm, server: Server | ExternalServer) -> dict[str, Any] | None:
+        """What an endpoint serves now, as ``plan._served`` read it before the run (its model's id,
+        release, context length ...); None for a server the harness started (it serves "target")."""
+        if server.process is not None or arm.name not in self.plan.served_endpoints:
+            return None
+        listed = http.get_json(server.base_url, "/v1/models")
+        models = listed.get("data") if isinstance(listed, dict) else None
+        first = models[0] if isinstance(models, list) and models and isinstance(models[0], dict) else {}
+        now = {"model": first.get("id"), **self.plan.adapter.served_config(server.base_url, None)}
+        return inert_tree(json.loads(json.dumps(now, sort_keys=True, default=str)))  # as plan._served
+
+    def _deployment_change(
+        self, arm: Arm, server: Server | ExternalServer, now: dict, when: str
+    ) -> str | None:
+        """Why the arm stops, if the deployment behind its URL is not the one the run began on
+        (``plan.served_endpoints``): another model, release or context length is another regime."""
+        began = self.plan.served_endpoints[arm.name]
+        changed = [key for key in DEPLOYMENT if key in began and now.get(key) != began[key]]
+        if not changed:
+            return None
+        said = "; ".join(f"{key} {began[key]!r} then, {now.get(key)!r} now" for key in changed)
+        return (
+            f"the deployment behind {redact_url(server.base_url)} changed {when}: {said}: another "
+            "deployment is another regime, so the arm stops here (its windows so far are kept)"
+        )
+
+    def _check_deployment(self, arm: Arm, server: Server | ExternalServer, when: str) -> None:
+        now = self._deployment_now(arm, server)
+        if now is not None and (changed := self._deployment_change(arm, server, now, when)):
+            raise EngineError(changed)
 
     def _server(self, run: RunDir, arm: Arm, start: int) -> Server | ExternalServer:
         """The arm's server for one start-up (``engine_server``: a fresh private socket or port),
@@ -706,7 +780,7 @@ class Runner:
         external = server.process is None  # an endpoint: its prefix cache is its own, never emptied
         cache_reset = False if later_turn or external else adapter.reset_prefix_cache(server.base_url)
         cache_before = adapter.read_prefix_cache(server.base_url)
-        generated = self._generated(server) if external else None
+        generated = self._generated(server)  # every server's: a restart shows in it too
         before = adapter.read_spec_counters(server.base_url)  # None: counted per request
         sampler = (
             PowerSampler(self.power_reader, self.plan.power.sample_period_s) if self.power_reader else None
@@ -753,10 +827,12 @@ class Runner:
         cache = cache_after.minus(cache_before).to_json() if cache_after and cache_before else None
         server_reported = self.plan.adapter.server_figures(server.base_url)
         tokens = sum(len(r.token_ids) for r in result.records if r.ok)
-        others = None
-        if generated is not None and (now := self._generated(server)) is not None:
-            own = sum(len(r.token_ids) for r in result.records)  # a failed request's tokens count too
-            others = max(0.0, now - generated - own)
+        own = sum(len(r.token_ids) for r in result.records)  # a failed request's tokens count too
+        now = self._settled_generated(server, generated + own) if generated is not None else None
+        broken = counter_breaks(before, after, generated, now, own)
+        # an endpoint's other tenants: what it generated beyond the window (unknown across a break)
+        others = now - generated - own if external and now is not None and generated is not None else None
+        deployment = self._deployment_now(arm, server)  # an endpoint's, as the window ended
         reached = precision(repeat, output_tokens_per_s(tokens, result.duration_s)) if precision else None
         window = WindowRecord(
             workload=workload.name,
@@ -775,7 +851,9 @@ class Runner:
             counters_before=before.to_json() if before is not None else None,
             counters_after=after.to_json() if after is not None else None,
             server_reported=server_reported,
-            others_tokens=others,
+            others_tokens=None if broken else others,
+            counters_broken=broken,
+            served_model=deployment.get("model") if deployment else None,
             power=WindowPower(
                 source=self.power_reader.source if self.power_reader else None,
                 note=self.power_note,
@@ -787,7 +865,27 @@ class Runner:
             gpu=gpu_used,
         )
         append_jsonl(run.windows(arm.name), window.model_dump(mode="json"))
+        if deployment and (changed := self._deployment_change(arm, server, deployment, f"during {label}")):
+            raise EngineError(changed)  # once the window is recorded: it shows what was served
+        if broken:
+            raise CountersBroken(f"{label}: {'; '.join(broken)} (the server restarted or reset its counters)")
+        self._check_no_drafts(arm, window, result.records, label)
         return reached, result.records
+
+    def _check_no_drafts(
+        self, arm: Arm, window: WindowRecord, records: list[RequestRecord], label: str
+    ) -> None:
+        """A baseline is a baseline: a ``method: baseline`` arm whose server drafted is not one
+        (its speedups would compare speculation with speculation)."""
+        if arm.method != "baseline":
+            return
+        drafted = self.plan.adapter.window_counters(window, [r for r in records if r.ok])
+        if drafted.drafts > 0 or drafted.draft_tokens > 0:
+            raise EngineError(
+                f"{label}: this server speculates: {drafted.drafts:,.0f} drafts of "
+                f"{drafted.draft_tokens:,.0f} tokens in the window, yet arm {arm.name} is method: baseline; "
+                "the baseline must decode one token per pass (serve it without speculative decoding)"
+            )
 
     def _power_gpus(self) -> list[PowerGpu] | None:
         """The GPUs an NVML power reading summed: the servers' own; None where it read every visible
@@ -847,6 +945,10 @@ class Runner:
             cpu=window_cpu(cpu_before, cpu.snapshot(pid) if pid is not None else None),
         )
         append_jsonl(run.ramp_windows(arm.name), window.model_dump(mode="json"))
+        read = [SpecCounters.from_json(c) for c in counters if c is not None]
+        broken = [fell for was, now in zip(read, read[1:], strict=False) for fell in now.fallen(was)]
+        if broken:
+            raise CountersBroken(f"{label}: {'; '.join(broken)} (the server restarted or reset its counters)")
 
     def _ramp_window(
         self,
@@ -927,6 +1029,17 @@ class Runner:
         """The server's output tokens so far, all requests together (the metrics' counter)."""
         adapter = self.plan.adapter
         return http.read_total(server.base_url, adapter.metrics_path, adapter.generation_counter)
+
+    def _settled_generated(self, server: Server | ExternalServer, least: float) -> float | None:
+        """The generated-token counter after a window, read again (as the counters settle) while it
+        is below ``least``, the count before plus the window's own: a late publish is not a reset."""
+        now = self._generated(server)
+        for _ in range(SETTLE_READS):
+            if now is None or now >= least:
+                break
+            time.sleep(SETTLE_INTERVAL_S)
+            now = self._generated(server)
+        return now
 
     def _settled_counters(self, server: Server) -> SpecCounters | None:
         """The counters after a window, read until two reads agree: the engine publishes a step's

@@ -94,12 +94,15 @@ def _repeats(
     ok = [r for r in records if r.ok]
     for window in windows:
         mine = [r for r in ok if r.repeat == window.repeat]
-        delta = get_adapter(engine).window_counters(window, mine)
+        # counters that broke in the window (a restart or reset: the runner measures such a start-up
+        # again; an older run may hold one) count nothing: not summed, no tau, no steps
+        trusted = _counters_trusted(window)
+        delta = get_adapter(engine).window_counters(window, mine) if trusted else SpecCounters()
         counters = counters.plus(delta)
         tokens = sum(r.output_tokens for r in mine)
         tok_s = output_tokens_per_s(tokens, window.duration_s)
         in_flight = [r for r in records if r.repeat == window.repeat]
-        steps = window.counter_delta().engine_steps  # the server's own count, whoever counts tau
+        steps = window.counter_delta().engine_steps if trusted else None  # the server's own count
         per_repeat.append(
             RepeatMetrics(
                 repeat=window.repeat,
@@ -119,6 +122,17 @@ def _repeats(
         )
         power.append(summarize_power(window.power.samples if window.power else None, tokens))
     return counters, per_repeat, power
+
+
+def _counters_trusted(window: WindowRecord) -> bool:
+    """Whether a window's counter scrapes count the window: none broke as it ran, and none is lower
+    after it than before (a file written before the runner checked)."""
+    if window.counters_broken:
+        return False
+    if window.counters_before is None or window.counters_after is None:
+        return True
+    after = SpecCounters.from_json(window.counters_after)
+    return not after.fallen(SpecCounters.from_json(window.counters_before))
 
 
 def _engine_steps(repeats: list[RepeatMetrics]) -> float | None:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from harness import pooling, stats
 from harness.formats import inert
 from harness.intervals import CONFIDENCE, Design, Estimate, design_for, rounds_to_decide, stored_estimate
-from harness.regime import LoadLevel, PublishedFigure, VerdictSettings
+from harness.regime import LoadLevel, PublishedFigure, VerdictSettings, endpoint_address
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
 
@@ -628,4 +628,13 @@ def endpoint_caveats(summary: Summary) -> list[Caveat]:
     unknown = [arm.name for arm in arms if arm.others_tokens is None and arm.status == "ok"]
     if unknown:
         found.append(caveat("endpoint_alone_unknown", arms=", ".join(unknown)))
+    servers: dict[str, list[str]] = {}
+    for arm in arms:  # allow_shared_endpoints: two arms on one server were meant, and are said
+        servers.setdefault(endpoint_address(arm.endpoint or ""), []).append(arm.name)
+    found += [
+        caveat("endpoint_same_server", arm, arms=", ".join(names))
+        for names in servers.values()
+        if len(names) > 1
+        for arm in names
+    ]
     return found

@@ -94,6 +94,10 @@ CAVEAT_TEXT: dict[str, str] = {
         "{arms}: whether each window was alone on its server is unknown (its metrics report no generated-"
         "token counter)"
     ),
+    "endpoint_same_server": (
+        "{arm}: one server with {arms} (allow_shared_endpoints): their comparison is that server against "
+        "itself, and any difference between them is the windows' noise or their order"
+    ),
     "published_outside": (
         "{arm} {where}: its {quantity}'s 95% interval [{low:.2f}, {high:.2f}] lies entirely {side} the "
         "published {published_low:g}-{published_high:g} ({source}): this run is not the publication's "

@@ -79,7 +79,7 @@ def test_the_caveats_say_what_an_endpoint_run_is_about() -> None:
             num_speculative_tokens=4,
             drafter=None,
             status="ok",
-            endpoint="http://h:1",
+            endpoint=f"http://{name}:1",
             others_tokens=others,
         )
 

@@ -157,6 +157,26 @@ class SpecCounters:
             },
         )
 
+    def fallen(self, before: SpecCounters) -> list[str]:
+        """The counters lower now than ``before``, each as "NAME fell from A to B": a cumulative
+        counter never falls, so its server restarted or reset them in between, and a delta across it
+        is no count of anything (read as one, it is "the counters since the restart")."""
+        pairs = [
+            (n, getattr(before, n), getattr(self, n)) for n in ("drafts", "draft_tokens", "accepted_tokens")
+        ]
+        if before.engine_steps is not None and self.engine_steps is not None:
+            pairs.append(("engine_steps", before.engine_steps, self.engine_steps))
+        positions = sorted(set(before.accepted_per_position) | set(self.accepted_per_position))
+        pairs += [
+            (
+                f"accepted_per_position[{p}]",
+                before.accepted_per_position.get(p, 0.0),
+                self.accepted_per_position.get(p, 0.0),
+            )
+            for p in positions
+        ]
+        return [f"{name} fell from {was:,.0f} to {now:,.0f}" for name, was, now in pairs if now < was]
+
     def plus(self, other: SpecCounters) -> SpecCounters:
         """Two windows' deltas together (the repeats of one window); the engine steps are summed by
         whoever needs them (``harness.cost_model``): a window without them is not zero steps."""
@@ -225,6 +245,30 @@ def length_histogram(marginal: list[float], drafts: float) -> dict[int, float]:
     specdec_bench's ``Acceptance_Length_Histogram`` counted from the counters."""
     rates = [1.0, *marginal, 0.0]
     return {j + 1: drafts * (rates[j] - rates[j + 1]) for j in range(len(marginal) + 1)}
+
+
+def counter_breaks(
+    before: SpecCounters | None,
+    after: SpecCounters | None,
+    generated_before: float | None,
+    generated_after: float | None,
+    own_tokens: int,
+) -> list[str]:
+    """Why a window's counter scrapes cannot be trusted, if they cannot: a counter that fell (a
+    restart or a reset between the scrapes), or a server whose generated-token counter grew by less
+    than the window's own requests received (it was reset, or it counts something else). Empty: the
+    scrapes are a count of the window."""
+    found = after.fallen(before) if before is not None and after is not None else []
+    if generated_before is not None and generated_after is not None:
+        grew = generated_after - generated_before
+        if grew < 0:
+            found.append(f"generated tokens fell from {generated_before:,.0f} to {generated_after:,.0f}")
+        elif grew < own_tokens:
+            found.append(
+                f"generated tokens grew by {grew:,.0f}, fewer than the window's own {own_tokens:,} "
+                f"(from {generated_before:,.0f} to {generated_after:,.0f})"
+            )
+    return found
 
 
 # counters are integers summed over the window; their ratios agree to float rounding

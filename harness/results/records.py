@@ -222,6 +222,12 @@ class WindowRecord(ResultModel):
     # window's own requests (another tenant's); None: a server the harness started, or one whose
     # metrics have no such counter (then nobody can tell)
     others_tokens: float | None = None
+    # why its counter scrapes are no count of the window (a counter fell: the server restarted or
+    # reset; harness.probes.acceptance.counter_breaks): never summed; [] a count to trust
+    counters_broken: list[str] = []
+    # an existing server: the model id it served as the window ended (None: a server the harness
+    # started, which serves "target", or a window recorded before it was)
+    served_model: str | None = None
     power: WindowPower | None = None
     precision: WindowPrecision | None = None  # adaptive repeats only
     cpu: WindowCpu | None = None  # None: recorded before version 3, or no /proc on this machine
@@ -307,6 +313,9 @@ class ArmStatus(ResultModel):
     mismatches: list[str] = []  # regime mismatches recorded with --allow-mismatch
     attention_backend: AttentionBackend | None = None  # None: the engine did not say
     draft_counting: DraftCounting | None = None  # None: recorded before version 4
+    # the start-ups measured again, each with why (its counters broke: a server restart or reset);
+    # the first attempt's files are kept beside the arm's (arms/<arm>.attempt-N)
+    remeasured: list[str] = []
 
 
 class Invocation(ResultModel):

@@ -16,6 +16,9 @@ for tests/test_gpu_rehearsal.py: what the harness reads of vLLM, from the argv i
 - Streamed completions and chat: ``token_ids`` per chunk with ``return_token_ids`` (the prompt's in
   the first), ``token_id:N`` logprob keys with ``return_tokens_as_token_ids``, a final usage chunk
   carrying ``metrics.speculative_decoding`` under ``--per-request-spec-decode-metrics summary``.
+- A deployment that changes under the harness (tests/test_endpoint_trust.py), by environment:
+  ``STAND_IN_RESTART_AFTER=N[,M...]`` restarts it (every counter back to 0) as its N-th request ends;
+  ``STAND_IN_MODEL_AFTER=N:NAME`` serves model NAME from then on (another model behind the URL).
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ from stand_in_engine import (
 
 from vllm import __version__
 
+RESTART_AFTER_ENV = "STAND_IN_RESTART_AFTER"
+MODEL_AFTER_ENV = "STAND_IN_MODEL_AFTER"
 BACKENDS = ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"]
 NO_DRAFT_MODEL = ("ngram", "suffix", "extract_hidden_states")  # SpeculativeConfig.__repr__ shows model=None
 
@@ -80,13 +85,29 @@ class VllmStandIn:
         spec = args.speculative_config
         self.k = served_k(int(spec["num_speculative_tokens"])) if spec else 0
         self.method = spec["method"] if spec else None
-        self.counts = Acceptance(self.k) if self.k else None
         # synthetic verification's per-position rates (None: the stand-ins' pattern); ValueError:
         # vLLM refuses the config, and the server never starts
         self.rates = synthetic_rates(self.k, spec) if spec else None
+        self.model = args.served_model_name
+        self.ended = 0  # requests answered, for the changes the environment asks for
+        self._restart()
+
+    def _restart(self) -> None:
+        """Everything a process keeps in memory, fresh: what a restarted server reports."""
+        self.counts = Acceptance(self.k) if self.k else None
         self.engine = EngineLoop(step_seconds(self.k))
-        self.queries = self.hits = 0
+        self.queries = self.hits = self.generated = 0
         self.cached: set[str] = set()
+
+    def _request_ended(self) -> None:
+        self.ended += 1
+        if str(self.ended) in os.environ.get(RESTART_AFTER_ENV, "").split(","):
+            log("stand-in: restarting (every counter back to 0)")
+            self._restart()
+        after, _, name = os.environ.get(MODEL_AFTER_ENV, "").partition(":")
+        if after and self.ended == int(after):
+            log(f"stand-in: now serving {name}")
+            self.model = name
 
     def startup_log(self) -> None:
         args, spec = self.args, self.args.speculative_config
@@ -123,7 +144,7 @@ class VllmStandIn:
 
     async def models(self, _: web.Request) -> web.Response:
         model = {
-            "id": self.args.served_model_name,
+            "id": self.model,
             "object": "model",
             "owned_by": "vllm",
             "root": self.args.model,
@@ -136,10 +157,11 @@ class VllmStandIn:
         return web.json_response({"success": True})
 
     async def metrics(self, _: web.Request) -> web.Response:
-        labels = f'engine="0",model_name="{self.args.served_model_name}"'
+        labels = f'engine="0",model_name="{self.model}"'
         lines = [
             f"vllm:prefix_cache_queries_total{{{labels}}} {float(self.queries)}",
             f"vllm:prefix_cache_hits_total{{{labels}}} {float(self.hits)}",
+            f"vllm:generation_tokens_total{{{labels}}} {float(self.generated)}",
         ]
         counts = self.counts
         if counts is not None:  # vLLM registers the spec-decode counters only when it speculates
@@ -185,9 +207,11 @@ class VllmStandIn:
                 if index == 0 and not chat and body.get("return_token_ids"):
                     choice["prompt_token_ids"] = prompt
                 await out.send(self._envelope(chat, [choice]))
+                self.generated += len(step.tokens)
             if (body.get("stream_options") or {}).get("include_usage"):
                 await out.send(self._usage(chat, len(prompt), len(ids), own))
             await out.send("[DONE]")
+            self._request_ended()
 
         return await stream(request, produce)
 
@@ -206,7 +230,7 @@ class VllmStandIn:
 
     def _envelope(self, chat: bool, choices: list[dict]) -> dict[str, Any]:
         kind = "chat.completion.chunk" if chat else "text_completion"
-        return {"id": chunk_id(), "object": kind, "model": self.args.served_model_name, "choices": choices}
+        return {"id": chunk_id(), "object": kind, "model": self.model, "choices": choices}
 
     def _usage(self, chat: bool, prompt: int, completion: int, own: Acceptance | None) -> dict[str, Any]:
         chunk = self._envelope(chat, [])
