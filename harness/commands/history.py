@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from harness.commands.common import EXIT_OK, EXIT_USAGE, kind_of, subcommand
 from harness.errors import UserError
+from harness.formats import inert
 
 NAME = "history"
 SUMMARY = "keep runs in a history database (DuckDB): add, import, show, accept, change points, trend page"
@@ -21,7 +22,8 @@ harness's commit and when it started, and per arm and cell the start-up-level sa
 gateable metric and the cell's speedup with its interval and verdict.
 
 add: append runs or studies (a study adds each of its points); a run already in the history is
-not added again (keyed by run id). import: add every run and study found under a folder. show:
+not added again (keyed by run id and by its raw samples: a copy of a run's directory under another
+name is "already there (as RUN)"). import: add every run and study found under a folder. show:
 one line per run in the history. accept: take a change a run shows as the new normal (the
 history gate's nights for its fingerprint and machine start at that run). changes: the change
 points of every series (regime fingerprint x machine x arm x cell x metric, one value per night:
@@ -52,7 +54,9 @@ ACTIONS = {
         """Append run directories, or studies (each of their points), to the history file: per run its
         identity (regime fingerprint, machine, engine and patches, commits, time) and per cell the
         start-up-level samples of every gateable metric with the verdict. A run already in the file
-        is not added again (keyed by run id); an unfinished run is said, not added.""",
+        is not added again (keyed by run id, and by a digest of its raw samples: a copy of a run
+        directory under another name is said "already there (as RUN)"); an unfinished run is said,
+        not added.""",
         """bench history add results/cpu_default/20261201-093000-a1b2c3
         bench history add results/cpu_policy/study-20261202-073003-5ab544 --history nightly.duckdb""",
     ),
@@ -160,10 +164,12 @@ def found_under(folder: Path) -> list[Path]:
 
 
 def add_to_history(paths: list[Path], history_path: Path, engine_commit: str | None, console: Console) -> int:
-    """Append run and study directories (each study point) to the history, each run once. A run that
-    cannot be read (a corrupt line) is said and not added, the others are; exit 2 then."""
+    """Append run and study directories (each study point) to the history, each run once: a run id
+    it holds, or a copy of a run it holds (the same raw samples under another name, said with the
+    run id it is there as), adds nothing. A run that cannot be read (a corrupt line) is said and not
+    added, the others are; exit 2 then."""
     from harness.history.store import open_history
-    from harness.history_analysis.collect import IncompleteRun, history_entry
+    from harness.history_analysis.collect import IncompleteRun, content_digest, history_entry
 
     runs = [found for path in paths for found in _run_dirs(path)]
     entries, notes, unreadable = [], [], 0
@@ -175,24 +181,26 @@ def add_to_history(paths: list[Path], history_path: Path, engine_commit: str | N
             try:
                 entry = history_entry(run_dir, engine_commit, study)
             except IncompleteRun as exc:
-                notes.append(f"[yellow]not added:[/] {escape(str(exc))}")  # an unfinished run: said
+                notes.append(f"[yellow]not added:[/] {_text(str(exc))}")  # an unfinished run: said
             except UserError as exc:  # a corrupt file: said with its line, the other runs go on
-                notes.append(f"[red]not added:[/] {escape(str(exc))}")
+                notes.append(f"[red]not added:[/] {_text(str(exc))}")
                 unreadable += 1
             else:
                 entries.append(entry)
-                notes += [
-                    f"[yellow]{escape(entry.run.run_id)} added;[/] {escape(line)}"
-                    for line in entry.unread_lines
-                ]
             bar.advance(task)
     added = kept = 0
     with open_history(history_path) as history:
+        history.fill_digests(content_digest)  # an older file's runs: a copy of one is no new night
         for entry in entries:
-            if history.add(entry):
+            run = entry.run
+            stored = history.stored_as(run)
+            if stored is None and history.add(entry):
                 added += 1
-            else:
-                kept += 1
+                notes += [f"[yellow]{_text(run.run_id)} added;[/] {_text(n)}" for n in entry.unread_lines]
+                continue
+            kept += 1
+            if stored is not None and stored != run.run_id:  # a copy: said, with what it is a copy of
+                notes.append(f"{_text(run.source)}: already there (as {_text(stored)})")
     for note in notes:
         console.print(note, highlight=False, soft_wrap=True)
     console.print(
@@ -205,6 +213,13 @@ def add_to_history(paths: list[Path], history_path: Path, engine_commit: str | N
     return EXIT_USAGE if unreadable else EXIT_OK
 
 
+def _text(value: object) -> str:
+    """Text a run, a server or a user wrote (a run id, a regime name, a version, a reason), as rich
+    markup that prints it as it is: control characters as visible escapes (an ESC[2J or an OSC title
+    in it would clear or retitle the terminal), square brackets as text."""
+    return escape(inert(str(value)))
+
+
 def _show(history_path: Path, console: Console) -> int:
     from rich.table import Table
 
@@ -212,7 +227,7 @@ def _show(history_path: Path, console: Console) -> int:
 
     with open_history(history_path, read_only=True) as history:
         runs, cells, accepted = history.runs(), history.cells(), history.accepted()
-    table = Table(title=f"{history_path}: {len(runs)} run(s)")
+    table = Table(title=f"{escape(str(history_path))}: {len(runs)} run(s)")
     reasons = dict(zip(accepted.run_id, accepted.reason, strict=True))
     for header in ("started", "run", "regime", "fingerprint", "machine", "engine", "cells", "accepted"):
         table.add_column(header)
@@ -220,13 +235,13 @@ def _show(history_path: Path, console: Console) -> int:
     for row in runs.itertuples():
         table.add_row(
             str(row.started_at)[:19],
-            escape(row.run_id),
-            escape(row.regime),
-            row.regime_fingerprint,
-            row.machine_key,
-            escape(str(row.engine_version)),
+            _text(row.run_id),
+            _text(row.regime),
+            _text(row.regime_fingerprint),
+            _text(row.machine_key),
+            _text(row.engine_version),
             str(int(counts.get(row.run_id, 0)) if len(cells) else 0),
-            escape(reasons.get(row.run_id, "")),
+            _text(reasons.get(row.run_id, "")),  # stored inert (History.accept); an older file's may not be
         )
     console.print(table)
     return EXIT_OK
@@ -241,7 +256,7 @@ def _accept(history_path: Path, run_id: str, reason: str, console: Console) -> i
         added = history.accept(run_id, reason)
     said = "accepted" if added else "already accepted"
     console.print(
-        f"{history_path}: {run_id} {said}: the history gate's nights for its regime fingerprint and "
+        f"{history_path}: {inert(run_id)} {said}: the history gate's nights for its regime fingerprint and "
         "machine start at it",
         highlight=False,
         markup=False,
@@ -267,20 +282,21 @@ def _changes(history_path: Path, metrics: list[str] | None, console: Console) ->
         )
         return EXIT_OK
     table = Table(
-        title=f"{history_path}: {len(found)} change point(s), Apache Otava E-Divisive, p < {MAX_PVALUE:g}"
+        title=f"{escape(str(history_path))}: {len(found)} change point(s), Apache Otava E-Divisive, "
+        f"p < {MAX_PVALUE:g}"
     )
     for header in ("night", "run", "series", "before", "after", "change [95%]", "p", "what else changed"):
         table.add_column(header, overflow="fold")
     for point in found:
         table.add_row(
             point.started_at,
-            escape(point.run_id),
-            escape(point.where()),
+            _text(point.run_id),
+            _text(point.where()),
             f"{point.before:.4g} ({point.nights_before})",
             f"{point.after:.4g} ({point.nights_after})",
             f"{100 * point.change:+.1f}% [{100 * point.low:+.1f}, {100 * point.high:+.1f}]",
             f"{point.pvalue:.2g}",
-            escape("; ".join(point.what_changed) or "nothing recorded"),
+            _text("; ".join(point.what_changed) or "nothing recorded"),
         )
     console.print(table)
     return EXIT_OK

@@ -29,6 +29,9 @@ class HistoryRun(ResultModel):
     study: str | None = None  # the study directory's name, for a study's point
     point: str | None = None
     source: str  # the run directory it was read from
+    # a digest of the run's raw samples, not of where they lie (schema 3): a copy of the run under
+    # another name or folder has the same, and is the same night (None: not known, keyed by run id)
+    content_digest: str | None = None
 
 
 class HistorySample(ResultModel):

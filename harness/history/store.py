@@ -3,13 +3,19 @@
 One row per run (its regime fingerprint, the machine it ran on, the engine and its patches, the
 harness's commit, when it started), and per run, arm and cell the start-up-level samples of every
 metric (``harness.history.entry`` makes them from a run directory) and the cell's verdict with its
-interval. Runs are keyed by run id: adding one twice adds it once. The file carries its schema
-version; an older file is migrated on open (``MIGRATIONS``), a newer one refused.
+interval. Runs are keyed by run id and by content (a digest of the run's raw samples, not of its
+directory's name or path): adding one twice, or a copy of it under another name, adds it once. The
+file carries its schema version; an older file is migrated on open (``MIGRATIONS``), a newer one
+refused. Its free text (run ids, regime names, versions, an accept's reason) is the user's or a
+server's: a reason is made inert (``harness.formats.inert``) before it is stored, and every such
+text is made inert where it is printed.
 
     schema 1: runs, samples, cells, meta(schema_version)
     schema 2: + accepted (``bench history accept``: a change accepted as the new normal; the gate's
               nights for that fingerprint and machine start at the accepted run), + cells.noisy_neighbour,
               + runs.env
+    schema 3: + runs.content_digest (NULL for the runs of an older file until their directory is
+              read again: ``History.fill_digests``)
 
 Reads come back as DataFrames (``History.runs()``, ``.samples()``, ``.cells()``), the same columns
 as the typed models of ``harness.history.entry``.
@@ -28,9 +34,10 @@ import duckdb
 import pandas as pd
 
 from harness.errors import UserError
-from harness.history.entry import HistoryEntry
+from harness.formats import inert
+from harness.history.entry import HistoryEntry, HistoryRun
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_PATH = Path("results") / "history.duckdb"
 # DuckDB lets one process hold a file for writing: another writer (a second `bench history add`, a
 # nightly `bench run --history`) waits this long for it, then is told who holds it
@@ -43,7 +50,7 @@ TABLES = {
         environment_fingerprint VARCHAR, engine VARCHAR NOT NULL, engine_version VARCHAR,
         engine_patches VARCHAR NOT NULL, harness_commit VARCHAR, engine_commit VARCHAR,
         started_at TIMESTAMP NOT NULL, study VARCHAR, point VARCHAR, source VARCHAR NOT NULL,
-        added_at TIMESTAMP NOT NULL DEFAULT current_timestamp, env VARCHAR""",
+        added_at TIMESTAMP NOT NULL DEFAULT current_timestamp, env VARCHAR, content_digest VARCHAR""",
     "samples": """
         run_id VARCHAR NOT NULL, arm VARCHAR NOT NULL, method VARCHAR NOT NULL, workload VARCHAR NOT NULL,
         concurrency INTEGER NOT NULL, request_rate DOUBLE, metric VARCHAR NOT NULL, sample INTEGER NOT NULL,
@@ -66,8 +73,12 @@ def _schema_2(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE runs ADD COLUMN env VARCHAR")
 
 
+def _schema_3(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("ALTER TABLE runs ADD COLUMN content_digest VARCHAR")  # unknown (NULL) for older runs
+
+
 # schema N -> N + 1, run in order on an older file
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _schema_2}
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _schema_2, 2: _schema_3}
 
 
 class History:
@@ -79,11 +90,45 @@ class History:
     def has(self, run_id: str) -> bool:
         return self.connection.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone() is not None
 
+    def stored_as(self, run: HistoryRun) -> str | None:
+        """The run id the history holds ``run`` as: its own, or that of a run with the same raw
+        samples (a copy of the run's directory under another name); None when it holds neither."""
+        if self.has(run.run_id):
+            return run.run_id
+        if run.content_digest is None:
+            return None
+        found = self.connection.execute(
+            "SELECT run_id FROM runs WHERE content_digest = ? ORDER BY started_at, run_id LIMIT 1",
+            [run.content_digest],
+        ).fetchone()
+        return None if found is None else found[0]
+
+    def fill_digests(self, digest: Callable[[Path], str | None]) -> int:
+        """Give the runs an older file holds without a content digest theirs, from the directory each
+        was read from where it is still there (``digest``: the run directory's, as an entry has it);
+        how many were filled. A directory of another name is not theirs (a relative source read
+        from elsewhere) and is left alone."""
+        missing = self.connection.execute(
+            "SELECT run_id, source FROM runs WHERE content_digest IS NULL"
+        ).fetchall()
+        filled = 0
+        for run_id, source in missing:
+            where = Path(source)
+            if where.name != run_id.rsplit("/", 1)[-1] or not (where / "regime.json").is_file():
+                continue
+            found = digest(where)
+            if found is not None:
+                self.connection.execute(
+                    "UPDATE runs SET content_digest = ? WHERE run_id = ?", [found, run_id]
+                )
+                filled += 1
+        return filled
+
     def add(self, entry: HistoryEntry) -> bool:
         """Append one run with its samples and cells, in one transaction; False (nothing written)
-        when the history already holds that run id."""
+        when the history already holds it (``stored_as``: its run id, or a copy of it)."""
         run = entry.run
-        if self.has(run.run_id):
+        if self.stored_as(run) is not None:
             return False
         row = run.model_dump()
         row["machine"] = json.dumps(row["machine"], sort_keys=True)
@@ -110,18 +155,21 @@ class History:
 
     def accept(self, run_id: str, reason: str) -> bool:
         """Accept the change ``run_id`` shows as the new normal: later gates of its fingerprint and
-        machine take their nights from it on. False when it was accepted already."""
+        machine take their nights from it on. False when it was accepted already. The reason is
+        stored inert: a control character in it is kept as its visible escape (``\\x1b``)."""
         found = self.connection.execute(
             "SELECT regime_fingerprint, machine_key, started_at FROM runs WHERE run_id = ?", [run_id]
         ).fetchone()
         if found is None:
-            raise UserError(f"{self.path}: no run {run_id} in the history (bench history show lists them)")
+            raise UserError(
+                f"{self.path}: no run {inert(run_id)} in the history (bench history show lists them)"
+            )
         if self.connection.execute("SELECT 1 FROM accepted WHERE run_id = ?", [run_id]).fetchone():
             return False
         self.connection.execute(
             "INSERT INTO accepted (run_id, regime_fingerprint, machine_key, started_at, reason) "
             "VALUES (?, ?, ?, ?, ?)",
-            [run_id, *found, reason],
+            [run_id, *found, inert(reason)],
         )
         return True
 

@@ -11,6 +11,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harness.analysis import RAW_ARM_FILES
 from harness.environment import environment_fingerprint, machine_identity
 from harness.errors import UserError
 from harness.gates import RunView
@@ -27,6 +28,23 @@ SOFTWARE = ("engine_version", "torch")
 def machine_key(environment: dict) -> str:
     identity = {k: v for k, v in machine_identity(environment).items() if k not in SOFTWARE}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def content_digest(run_dir: Path) -> str | None:
+    """A digest of the run's raw samples: each arm's raw files (``harness.analysis.RAW_ARM_FILES``),
+    by their names within the run and their bytes, never the directory's name or path (unlike
+    ``harness.analysis.raw_digest``, which is of the analysis). A copy of the run under another name
+    or folder has the same digest: the same night. Its regime.json and environment.json are left
+    out: a copy whose gate rules were edited still holds the same night. None: no raw file."""
+    digest, found = hashlib.sha256(b"bench history content 1\0"), False
+    for arm in sorted(p for p in (run_dir / "arms").glob("*") if p.is_dir()):
+        for name in RAW_ARM_FILES:
+            path = arm / name
+            if path.is_file():
+                named = f"{arm.name}/{name}".encode() + b"\0"
+                digest.update(named + hashlib.sha256(path.read_bytes()).digest())
+                found = True
+    return digest.hexdigest() if found else None
 
 
 def started_at(run_id: str, run_dir: Path) -> datetime:
@@ -61,6 +79,7 @@ def history_run(
         study=study,
         point=run_dir.name if study else None,
         source=str(run_dir),
+        content_digest=content_digest(run_dir),
     )
 
 
