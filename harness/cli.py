@@ -34,6 +34,7 @@ from harness.commands import (
 from harness.commands.common import EXIT_ENGINE, EXIT_INTERRUPTED, EXIT_USAGE, subcommand
 from harness.config_file import did_you_mean
 from harness.errors import EngineError, UserError
+from harness.formats import inert
 
 COMMANDS: tuple[ModuleType, ...] = (
     run,
@@ -94,7 +95,9 @@ def report_error(exc: BaseException, command: ModuleType, console: Console) -> i
         console.print(f"[yellow]interrupted[/]: {escape(command.INTERRUPTED)}", highlight=False)
         return EXIT_INTERRUPTED
     label, code = ("engine failure", EXIT_ENGINE) if isinstance(exc, EngineError) else ("error", EXIT_USAGE)
-    console.print(f"[red]{label}:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    # inert here, once: a message echoes what a user typed (a run directory, a --set value) and what a
+    # server said, either of which may carry a terminal's control sequences
+    console.print(f"[red]{label}:[/] {escape(inert(str(exc)))}", highlight=False, soft_wrap=True)
     return code
 
 
@@ -122,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     console = terminal.console()  # the terminal's width; COLUMNS when piped
     unknown = unknown_command(sys.argv[1:] if argv is None else argv)
     if unknown is not None:  # argparse would list every choice; this names the one meant
-        console.print(f"[red]error:[/] {escape(unknown)}", highlight=False, soft_wrap=True)
+        console.print(f"[red]error:[/] {escape(inert(unknown))}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
     args = _parser().parse_args(argv)
     command: ModuleType = args.handler

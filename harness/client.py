@@ -19,11 +19,12 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 
-from harness.engine_http import auth_headers, http_base, unix_socket
+from harness.engine_http import auth_headers, http_base, sent_secrets, unix_socket
 from harness.engines import SERVED_MODEL_NAME
 from harness.formats import inert
 from harness.regime import Load, RampStage, Sampling
 from harness.results.records import RequestRecord  # the one request record: the store's type
+from harness.secrets import scrub
 from harness.workloads import ChatTemplate, LoadedWorkload, Prompt
 
 T = TypeVar("T")
@@ -193,6 +194,7 @@ _JSON = {"content-type": "application/json"}
 # server that sends none would otherwise grow the buffer until memory runs out). The largest events
 # the engines send are the last ones, with every token id of the prompt and of the output.
 MAX_ERROR_BODY_BYTES = 64 * 1024
+MAX_ERROR_CHARS = 500
 MAX_EVENT_BYTES = 8 * 1024 * 1024
 # What one request may stream, beyond which it is the server's error, not an answer: the tokens the
 # request asked for at most (max_tokens) with this margin, and as many text characters per token
@@ -236,6 +238,13 @@ def sse_events(buffer: bytes | bytearray) -> tuple[list[bytes], bytes]:
     return payloads, rest
 
 
+def _error(text: str, hidden: frozenset[str]) -> str:
+    """A request's error as it is stored: what the server was sent (``hidden``: its key, the URL's
+    credentials, their headers) scrubbed before the text is cut (a cut inside a key would keep its
+    start), cut to ``MAX_ERROR_CHARS``, control characters inert."""
+    return inert(scrub(text, hidden)[:MAX_ERROR_CHARS])
+
+
 def _decode(payload: bytes) -> dict[str, Any]:
     chunk = orjson.loads(payload)
     if not isinstance(chunk, dict):
@@ -250,10 +259,12 @@ async def send_request(
     body: dict[str, Any],
     clock_zero: float,
     extras: ChunkExtras | None = None,
+    hidden: frozenset[str] = frozenset(),
 ) -> RequestRecord:
     """Stream one request into ``record``; failures are recorded, never raised: whatever the
     server sends (an event of another shape, an endless event, a huge error body) ends this request
-    with an error and the window goes on.
+    with an error and the window goes on. ``hidden``: what the request carries that its error must
+    not keep if the server echoes it (``engine_http.sent_secrets``).
 
     The hot path of every measured window, so it stays lean (its cost per token is measured by
     ``benchmarks/client_overhead.py``): aiohttp's raw byte stream split into events here, orjson
@@ -265,8 +276,8 @@ async def send_request(
     try:
         async with session.post(path, data=orjson.dumps(body), headers=_JSON) as response:
             if response.status != 200:  # the rest of the body is never read: the connection closes
-                detail = (await response.content.read(MAX_ERROR_BODY_BYTES)).decode(errors="replace")[:500]
-                record.error = inert(f"HTTP {response.status}: {detail}")
+                detail = (await response.content.read(MAX_ERROR_BODY_BYTES)).decode(errors="replace")
+                record.error = _error(f"HTTP {response.status}: {detail}", hidden)
                 return record
             buffer, done = bytearray(), False  # grown in place: an endless event is no quadratic copy
             async for data in response.content.iter_any():
@@ -293,9 +304,9 @@ async def send_request(
     except TimeoutError:  # aiohttp's read timeout (asyncio.TimeoutError is TimeoutError)
         record.error = "timeout"
     except (aiohttp.ClientError, orjson.JSONDecodeError, UnreadableResponse) as exc:
-        record.error = inert(f"{type(exc).__name__}: {exc}"[:500])
+        record.error = _error(f"{type(exc).__name__}: {exc}", hidden)
     except Exception as exc:  # a chunk of another shape ({"choices": [null]}): this request's error only
-        record.error = inert(f"unreadable response ({type(exc).__name__}: {exc})"[:500])
+        record.error = _error(f"unreadable response ({type(exc).__name__}: {exc})", hidden)
     finally:
         record.t_done = time.perf_counter() - clock_zero
     return record
@@ -350,12 +361,13 @@ async def _send_guarded(
     extras: ChunkExtras | None,
     load: Load,
     stalled: asyncio.Event,
+    hidden: frozenset[str],
 ) -> None:
     """One request with its total deadline; a cancellation by the stall watchdog is its error."""
     path, body = request
     try:
         await asyncio.wait_for(
-            send_request(client, record, path, body, clock_zero, extras), load.request_timeout_s
+            send_request(client, record, path, body, clock_zero, extras, hidden), load.request_timeout_s
         )
     except asyncio.TimeoutError:
         record.error = f"timeout: not complete after {load.request_timeout_s:.0f} s"
@@ -415,6 +427,7 @@ async def run_window(
     clock_zero = time.perf_counter()
     started: list[RequestRecord] = []
     stalled = asyncio.Event()
+    hidden = sent_secrets(base_url)
 
     async with _session(base_url, concurrency, load) as client:
 
@@ -430,7 +443,7 @@ async def run_window(
                 request = request_body(
                     prompt, fmt, sampling, load, top_logprobs, engine_fields, workload.chat, seed
                 )
-                await _send_guarded(client, record, request, clock_zero, extras, load, stalled)
+                await _send_guarded(client, record, request, clock_zero, extras, load, stalled, hidden)
             if on_request_done:
                 on_request_done(record)
             return record
@@ -465,8 +478,9 @@ class _Ramp:
         load: Load,
         send: tuple[dict[str, Any] | None, ChunkExtras | None, int],  # engine fields, extras, repeat
         on_request_done: Callable[[RequestRecord], None] | None,
+        hidden: frozenset[str] = frozenset(),  # what its errors must not keep (sent_secrets)
     ):
-        self.client, self.workload, self.prompts = client, workload, prompts
+        self.client, self.workload, self.prompts, self.hidden = client, workload, prompts, hidden
         self.sampling, self.load, self.on_request_done = sampling, load, on_request_done
         self.engine_fields, self.extras, self.repeat = send
         self.cap = load.max_concurrency or 0  # open-loop stages: at most this many in flight (0: no cap)
@@ -488,7 +502,7 @@ class _Ramp:
             prompt, fmt, self.sampling, self.load, 0, self.engine_fields, self.workload.chat
         )
         await _send_guarded(
-            self.client, record, request, self.clock_zero, self.extras, self.load, self.stalled
+            self.client, record, request, self.clock_zero, self.extras, self.load, self.stalled, self.hidden
         )
         if self.on_request_done:
             self.on_request_done(record)
@@ -566,9 +580,8 @@ async def run_ramp(
     stage_ends: list[float] = []
     scrapes: list[asyncio.Future[None]] = []
     async with _session(base_url, limit, load) as client:
-        ramp = _Ramp(
-            client, workload, prompts, sampling, load, (engine_fields, extras, repeat), on_request_done
-        )
+        send = (engine_fields, extras, repeat)
+        ramp = _Ramp(client, workload, prompts, sampling, load, send, on_request_done, sent_secrets(base_url))
         guard = asyncio.ensure_future(
             _watch_stalls(ramp.started, ramp.tasks, ramp.clock_zero, load, ramp.stalled)
         )

@@ -11,7 +11,9 @@ from typing import Any
 import httpx
 
 from harness.errors import EngineError
+from harness.formats import inert
 from harness.probes.acceptance import SpecCounters
+from harness.secrets import scrub, sent_credentials
 
 # Every request the harness sends to a server it started. trust_env=False: the server is on this
 # machine, and a proxy from the environment (HTTP_PROXY on a cluster node, without NO_PROXY for
@@ -38,6 +40,18 @@ def register_key(base_url: str, key: str | None) -> None:
 def auth_headers(base_url: str) -> dict[str, str]:
     key = _KEYS.get(base_url)
     return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def sent_secrets(base_url: str) -> frozenset[str]:
+    """What every request to ``base_url`` carries that a server's error may echo (its key, the
+    URL's credentials, their headers: ``secrets.sent_credentials``), to scrub from what is stored."""
+    return frozenset(sent_credentials(base_url, _KEYS.get(base_url)))
+
+
+def error_text(base_url: str, text: str) -> str:
+    """An error about the server at ``base_url`` as it may be stored or printed: what it was sent
+    scrubbed (``sent_secrets``), control characters inert."""
+    return inert(scrub(text, sent_secrets(base_url)))
 
 
 def unix_socket(base_url: str) -> str | None:
@@ -87,7 +101,7 @@ def scrape_spec_counters(
     try:
         status, body = _get(base_url, metrics_path, 10.0)
     except httpx.HTTPError as exc:
-        raise EngineError(f"could not read {metrics_path}: {exc}") from None
+        raise EngineError(error_text(base_url, f"could not read {metrics_path}: {exc}")) from None
     if status != 200:
         raise EngineError(f"could not read {metrics_path}: HTTP {status}")
     return parse(body.decode(errors="replace"))
@@ -132,10 +146,22 @@ def get_text(base_url: str, path: str) -> str | None:
 
 
 def get_json(base_url: str, path: str) -> Any:
-    """The route's decoded JSON; None when it cannot be read (an engine without the route:
-    nothing to check against)."""
+    """The route's decoded JSON, every string in it inert (``/version``, ``/v1/models``,
+    ``/server_info``: what a server reports of itself is stored with the run and printed); None
+    when it cannot be read (an engine without the route: nothing to check against)."""
     try:
         status, body = _get(base_url, path, 10.0)
-        return json.loads(body) if status == 200 else None
+        return _inert_strings(json.loads(body)) if status == 200 else None
     except (httpx.HTTPError, ValueError, RecursionError):
         return None
+
+
+def _inert_strings(value: Any) -> Any:
+    """``value`` (decoded JSON) with its strings, keys included, made inert (``formats.inert``)."""
+    if isinstance(value, str):
+        return inert(value)
+    if isinstance(value, dict):
+        return {inert(k): _inert_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_inert_strings(item) for item in value]
+    return value

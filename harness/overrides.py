@@ -21,28 +21,67 @@ import yaml
 
 from harness.config_file import Loc, StrictModel, did_you_mean, dotted, parse_yaml
 from harness.errors import UserError
-from harness.secrets import REDACTED, redact_url, secret_name
+from harness.secrets import REDACTED, redact_args, redact_url, secret_name
 
 
 class Override(StrictModel):
     """One value set from the command line."""
 
     path: str  # as given: load.concurrency, arms.ngram_k4.num_speculative_tokens
-    value: Any
-    given: str  # the flag as typed, for messages and the record: --set load.concurrency=[2]
+    value: Any  # what runs: a secret in it is given to the server
+    # the flag as every message and record shows it: as typed (--set load.concurrency=[2]), or, where
+    # the value holds a secret, written from the redacted value (``redacted``)
+    given: str
+
+
+def redacted(path: str, value: Any) -> Any:
+    """``value`` as the records and the terminal show it (harness.secrets): the whole value of a
+    secret-named field, and inside mappings and lists, the value of each secret-named key, the
+    value after each secret-named flag (``[--api-key, X]``), a URL's credentials and a value of a
+    credential's shape. The one redaction of an override: its record and its text come from it."""
+    if secret_name(re.split(r"[.\[\]]", path.rstrip("]"))[-1]):
+        return REDACTED
+    return _redacted_inside(value)
+
+
+def _redacted_inside(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: REDACTED if secret_name(str(k)) else _redacted_inside(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if all(isinstance(item, str) for item in value):  # an argument list: --flag VALUE
+            return redact_args(value)
+        return [_redacted_inside(item) for item in value]
+    return redact_url(value) if isinstance(value, str) else value
+
+
+def _flow(value: Any) -> str:
+    """A value as one line of YAML, the way ``--set`` takes it: ``{MY_API_KEY: <redacted>}``."""
+    if isinstance(value, str):
+        return value
+    return yaml.safe_dump(value, default_flow_style=True, width=2**20, sort_keys=False).strip()
 
 
 def parse_set(text: str) -> Override:
-    """``PATH=VALUE`` (``--set``'s argument)."""
+    """``PATH=VALUE`` (``--set``'s argument). Its text is as typed unless the value holds a secret:
+    then it is written from the redacted value, so that no message or record can echo it."""
     path, equals, raw = text.partition("=")
     path = path.strip()
     if not equals or not path or not raw.strip():
-        raise UserError(f"--set {text}: expected PATH=VALUE, e.g. --set load.concurrency=[1,8]")
+        raise UserError(f"--set {_unparsed(text)}: expected PATH=VALUE, e.g. --set load.concurrency=[1,8]")
     try:
         value, _ = parse_yaml(raw)
     except yaml.YAMLError as exc:
-        raise UserError(f"--set {text}: the value is not YAML ({getattr(exc, 'problem', exc)})") from None
-    return Override(path=path, value=value, given=f"--set {text}")
+        problem = getattr(exc, "problem", exc)
+        raise UserError(f"--set {_unparsed(text)}: the value is not YAML ({problem})") from None
+    shown = redacted(path, value)
+    given = f"--set {text}" if shown == value and redact_url(raw) == raw else f"--set {path}={_flow(shown)}"
+    return Override(path=path, value=value, given=given)
+
+
+def _unparsed(text: str) -> str:
+    """A ``--set`` that could not be read, for its error: a secret-named field's value hidden."""
+    path, equals, raw = text.partition("=")
+    return f"{path}={REDACTED}" if equals and redacted(path.strip(), raw) == REDACTED else redact_url(text)
 
 
 def _numbers(text: str, flag: str, kind: type) -> list:
@@ -187,29 +226,18 @@ def apply_overrides(data: Any, overrides: Sequence[Override]) -> list[tuple[str,
 
 
 def record(overrides: Sequence[Override]) -> list[dict[str, Any]]:
-    """What a run's ``regime.json`` (or a study's, a capacity search's record) keeps of them: a
-    URL's credentials and a secret-named field's value redacted (harness.secrets)."""
-    kept = []
-    for override in overrides:
-        value = override.value
-        if _secret(override):
-            value = REDACTED
-        elif isinstance(value, str):
-            value = redact_url(value)
-        kept.append({**override.model_dump(mode="json"), "value": value, "given": shown(override)})
-    return kept
-
-
-def _secret(override: Override) -> bool:
-    return secret_name(re.split(r"[.\[\]]", override.path.rstrip("]"))[-1])
+    """What a run's ``regime.json`` (or a study's, a capacity search's record) keeps of them: the
+    value ``redacted``, the text as shown."""
+    return [
+        {**o.model_dump(mode="json"), "value": redacted(o.path, o.value), "given": shown(o)}
+        for o in overrides
+    ]
 
 
 def shown(override: Override) -> str:
-    """The override as the terminal and the records show it: a secret-named field's value and a
-    URL's credentials redacted."""
-    if _secret(override) and override.given.startswith("--set "):
-        return f"--set {override.path}={REDACTED}"
-    return redact_url(override.given)
+    """The override as the terminal and the records show it: its text, written without a secret
+    (``parse_set``; ``--endpoint``'s with the URL's credentials redacted)."""
+    return override.given
 
 
 def describe(overrides: Sequence[Override]) -> str:

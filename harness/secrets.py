@@ -14,13 +14,16 @@ The harness passes secrets to the server it starts, and writes ``<redacted>`` in
 everywhere else: ``regime.json``, ``study.json``, ``launch.json``, ``environment.json``, the
 terminal, the report, and the engine's own log (scrubbed when its server stops: vLLM prints its
 non-default arguments at start-up, as Python's ``repr`` writes them, so a secret is scrubbed in
-each quoting form a log writes it in). The fingerprints are computed over the redacted regime:
+each quoting form a log writes it in), and every error the harness stores of a server it sends a
+key or a URL's credentials to (an error page that echoes the ``Authorization`` header:
+``sent_credentials``). The fingerprints are computed over the redacted regime:
 rotating a token is not a change of conditions, and a hash of a weak secret written beside the rest
 of the regime is a guessing oracle.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -111,6 +114,32 @@ def secret_values(env: Mapping[str, str], args: Iterable[str]) -> set[str]:
         for value in hidden
         if len(value) >= 4 and value != REDACTED and value.lower() not in COMMON_VALUES
     }
+
+
+def sent_credentials(base_url: str, key: str | None) -> set[str]:
+    """What the harness sends a server at ``base_url`` that an error page of it may echo back: the
+    key (``api_key_env``'s, or a started server's own) as its ``Bearer`` header carries it, and the
+    URL's ``user:pass`` as written, decoded, and in its ``Basic`` header's form (the base64 of it, as
+    httpx and aiohttp send it). Scrubbed from every error of that server the harness stores
+    (``scrub``): ``Bearer <redacted>`` still says what was echoed."""
+    sent = {key} if key else set()
+    for match in _URL_CREDENTIALS.finditer(base_url):
+        plain = _percent_decoded(match["userinfo"])
+        sent |= {match["userinfo"], plain, plain.partition(":")[2]}
+        for encoding in ("utf-8", "latin-1"):
+            try:
+                sent.add(base64.b64encode(plain.encode(encoding)).decode())
+            except UnicodeEncodeError:
+                continue
+    # as secret_values: a value of 1-3 characters would scrub every such string of an error
+    return {value for value in sent if len(value) >= 4 and value.lower() not in COMMON_VALUES}
+
+
+def _percent_decoded(text: str) -> str:
+    """A URL part's ``%XX`` escapes decoded (``urllib.parse.unquote``'s, without the network
+    package below the run side), as a client decodes ``user:pa%40ss`` before it encodes it."""
+    decoded = re.sub(rb"%([0-9A-Fa-f]{2})", lambda m: bytes([int(m[1], 16)]), text.encode())
+    return decoded.decode(errors="replace")
 
 
 def _written_forms(value: str) -> set[str]:

@@ -437,7 +437,8 @@ class ExternalServer:
                     return elapsed
                 if elapsed > timeout_s:
                     where = redact_url(self.base_url)
-                    raise EngineError(f"{where}: not serving after {timeout_s:.0f} s ({inert(reason[:300])})")
+                    why = http.error_text(self.base_url, reason)[:300]  # its key and credentials scrubbed
+                    raise EngineError(f"{where}: not serving after {timeout_s:.0f} s ({why})")
                 if on_tick:
                     on_tick(elapsed)
                 time.sleep(READY_POLL_S)
@@ -458,7 +459,9 @@ class ExternalServer:
         except (ValueError, AttributeError):
             models = []
         if models and isinstance(models[0], dict) and isinstance(models[0].get("id"), str):
-            return models[0]["id"], ""
+            # inert as it is read, as engine_http.get_json reads /v1/models: the id is stored with
+            # the run and printed (an id with control characters is no real deployment's)
+            return inert(models[0]["id"]), ""
         return None, f"/v1/models answers {listed.status_code} with no model"
 
     def tail(self) -> str:

@@ -10,7 +10,13 @@ sends for ``/v1/completions`` depends on the request's prompt.
   client goes away;
 - ``control-error``: status 500 whose body holds NUL, \x01 and an ESC colour sequence;
 - ``token-flood``: well-formed events of 200,000 token ids each, without a finish_reason, until the
-  client goes away.
+  client goes away;
+- ``echo-auth``: status 401 whose body echoes the request's ``Authorization`` header (a Bearer key,
+  or the Basic form of a URL's ``user:pass``), as a careless gateway's error page does;
+  ``echo-auth-late``: the same after 490 characters, where a 500-character cut falls inside it.
+
+``/version`` and ``/v1/models`` answer as an existing vLLM server's would, with a version and a model
+id that carry terminal escapes (``HOSTILE_VERSION``, ``HOSTILE_MODEL``: an erase, an OSC title).
 
     python tests/hostile_server.py --port 8766 [--every MODE]
 
@@ -27,6 +33,9 @@ import json
 from aiohttp import web
 
 MIB = b"x" * 2**20
+# what the server reports of itself: an erase-screen and an OSC window-title sequence in each
+HOSTILE_VERSION = "0.31.0\x1b[2J\x1b]0;owned-version\x07"
+HOSTILE_MODEL = "target\x1b]0;owned-model\x07\x1b[2J"
 
 
 def _event(payload: object) -> bytes:
@@ -54,6 +63,9 @@ MALFORMED = {
 
 async def completions(request: web.Request) -> web.StreamResponse:
     prompt = request.app["every"] or (await request.json())["prompt"]
+    if prompt in ("echo-auth", "echo-auth-late"):
+        pad = "." * 490 if prompt == "echo-auth-late" else ""
+        return web.Response(status=401, text=f"{pad}refused: {request.headers.get('Authorization', 'none')}")
     if prompt == "control-error":
         return web.Response(status=500, body=b"bad\x00thing \x01 \x1b[31mred\x1b[0m")
     if prompt == "huge-error":
@@ -94,6 +106,9 @@ def main() -> None:
     app.router.add_post("/v1/chat/completions", completions)
     app.router.add_get("/health", lambda request: web.Response(text="ok"))
     app.router.add_get("/metrics", lambda request: web.Response(text=""))
+    app.router.add_get("/version", lambda request: web.json_response({"version": HOSTILE_VERSION}))
+    models = {"data": [{"id": HOSTILE_MODEL, "max_model_len": 1024}]}
+    app.router.add_get("/v1/models", lambda request: web.json_response(models))
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
 
 

@@ -83,6 +83,36 @@ def test_every_bad_response_is_that_requests_error_and_the_window_goes_on(hostil
     assert peak < 64 * 2**20, f"the client held {peak / 2**20:.0f} MiB"
 
 
+def test_a_key_or_url_credentials_an_endpoint_echoes_are_never_recorded(hostile_server: str) -> None:
+    """Issue 70, item 7: a server that echoes the request's Authorization header in its error body
+    (the key as a Bearer header, a URL's user:pass as a Basic one) has it scrubbed from the
+    request's recorded error, before the error is cut to its length (a cut inside the key would
+    keep its start)."""
+    import base64
+
+    from harness import engine_http as http
+
+    key, password = "key-" + "9f" * 16, "pa55word-xyz"
+    basic = base64.b64encode(f"us3r:{password}".encode()).decode()
+    keyed, with_credentials = hostile_server, hostile_server.replace("://", f"://us3r:{password}@")
+    http.register_key(keyed, key)
+    try:
+        records = [
+            *_window(keyed, ["echo-auth", "echo-auth-late"]).records,
+            *_window(with_credentials, ["echo-auth", "echo-auth-late"]).records,
+        ]
+    finally:
+        http.register_key(keyed, None)
+    errors = [record.error or "" for record in records]
+    assert (
+        errors[0] == "HTTP 401: refused: Bearer <redacted>"
+        and errors[2] == "HTTP 401: refused: Basic <redacted>"
+    )
+    for error in errors:
+        assert error.startswith("HTTP 401: ") and len(error) <= 510, error
+        assert not any(part in error for part in (key[:8], password, basic[:8])), error
+
+
 def test_the_harness_http_ignores_proxies_from_the_environment(hostile_server: str, monkeypatch) -> None:
     """A proxy in the environment (HTTP_PROXY on a cluster login node) must not carry the harness's
     requests to its own loopback server: here the proxy is a closed port."""

@@ -442,3 +442,38 @@ def test_user_text_is_printed_as_written_not_as_terminal_markup(tmp_path: Path) 
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "'[red]auto[/red]'" in out.stdout and "[bold]regime.yaml" in out.stdout
+
+
+def test_no_escape_sequence_from_a_server_or_a_user_reaches_the_terminal(tmp_path: Path) -> None:
+    """Issue 70, item 8: a server's version and model id carrying an erase and an OSC title (the
+    stand-in's), stored by a run as this harness reads them and, in a run stored before, raw; a run
+    directory's name and a --set value echoed in an error: the terminal gets each as visible text
+    (``\\x1b``), never the sequence."""
+    import json
+
+    from tests.test_secrets import bench, endpoint_run
+
+    run, printed = endpoint_run(tmp_path, "good")
+    assert "arm 2/2: ngram_k4" in printed, printed[-3000:]
+    status = run / "arms" / "ngram_k4" / "status.json"
+    assert "\\u001b" not in status.read_text()  # stored inert (as the text \x1b), not raw
+    stored = json.loads(status.read_text())  # a run stored before: the server's text raw in it
+    stored["mismatches"] = [
+        "engine.version: regime pins 0.31.0, found server reports 0.31\x1b[2J\x1b]0;x\x07"
+    ]
+    status.write_text(json.dumps(stored))
+    (run / "analysis.json").unlink()  # derived again from the raw files
+    shown = bench("show", str(run))
+    assert "server reports 0.31\\x1b[2J" in " ".join(shown.stdout.split()), shown.stdout[-3000:]
+    erased = bench("show", str(tmp_path / "gone\x1b[2J\x1b]0;title\x07"))
+    typed = bench(
+        "run", str(ROOT / "regimes" / "cpu_smoke.yaml"), "--set", "load.concurrency=\x1b]0;title\x07"
+    )
+    assert erased.returncode == 2 and typed.returncode == 2 and "\\x1b]0;title" in typed.stdout + typed.stderr
+    for said in (
+        printed,
+        shown.stdout + shown.stderr,
+        erased.stdout + erased.stderr,
+        typed.stdout + typed.stderr,
+    ):
+        assert "\x1b[2J" not in said and "\x1b]" not in said and "\x07" not in said, said[-2000:]

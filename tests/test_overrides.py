@@ -168,3 +168,30 @@ def test_what_a_review_found_holds() -> None:
         plan_regime(DEFAULT, overrides=nowhere)
     with pytest.raises(UserError, match="expected ARM=URL"):
         flag_overrides(endpoints=["ngram_k4.options=http://h:1"])
+
+
+def test_a_secret_inside_a_mapping_or_a_list_is_redacted_in_every_record() -> None:
+    """Issue 70, item 7: --set's mapping form (engine.env={KEY: value}) and a list (a flag and its
+    value) hide the secret as the dotted form does; the record's text is built from the redacted
+    value, what runs keeps it."""
+    from harness.overrides import describe, record, shown
+
+    secret, token = "sekrit-value-42", "hf_" + "A" * 30
+    overrides = [
+        parse_set(f"engine.env={{MY_API_KEY: {secret}, OMP_NUM_THREADS: '2'}}"),
+        parse_set(f"engine.extra_args=[--api-key, {secret}, --max-num-seqs, '8']"),
+        parse_set(f"arms.ngram_k4.options={{nested: [{{hf_token: {secret}}}], url: 'https://u:{secret}@h'}}"),
+        parse_set(f"engine.env.HF_HOME='{token}'"),  # a value of a credential's shape, under any name
+    ]
+    kept = record(overrides)
+    said = describe(overrides) + " ".join(shown(o) for o in overrides) + " ".join(map(str, kept))
+    assert secret not in said and token not in said and "<redacted>" in said
+    assert kept[0]["value"] == {"MY_API_KEY": "<redacted>", "OMP_NUM_THREADS": "2"}
+    assert kept[0]["given"] == "--set engine.env={MY_API_KEY: <redacted>, OMP_NUM_THREADS: '2'}"
+    assert kept[1]["value"] == ["--api-key", "<redacted>", "--max-num-seqs", "8"]
+    assert kept[2]["value"] == {"nested": [{"hf_token": "<redacted>"}], "url": "https://<redacted>@h"}
+    assert overrides[0].value["MY_API_KEY"] == secret  # the server is given it
+    assert parse_set("load.concurrency=[1, 8]").given == "--set load.concurrency=[1, 8]"  # as typed
+    with pytest.raises(UserError) as refused:  # a message about the override says it redacted too
+        load_regime(DEFAULT, [parse_set(f"engine.env.X.Y={{MY_API_KEY: {secret}}}")])
+    assert secret not in str(refused.value)

@@ -6,6 +6,7 @@ tests/test_end_to_end.py's main run."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -203,3 +204,86 @@ def test_a_per_start_key_is_never_read_as_a_flag() -> None:
         key, path = api_key_file()
         shutil.rmtree(path.parent)
         assert key[0].isalnum() and len(key) >= 32
+
+
+# What issue 70 planted: a secret given in --set's mapping form, an endpoint's key (sent as a Bearer
+# header) and the password of an endpoint's URL (sent as a Basic header), each echoed back by a
+# server's error page.
+SET_SECRET = "sekrit-value-42"
+ENDPOINT_KEY = "key-0123456789abcdef"
+URL_PASSWORD = "pa55word-xyz"
+BASIC = "dXMzcjpwYTU1d29yZC14eXo="  # base64 of us3r:pa55word-xyz, as a Basic header carries it
+
+
+def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        timeout=300,
+    )
+
+
+def endpoint_run(folder: Path, mode: str) -> tuple[Path, str]:
+    """A whole ``bench run`` whose two arms are existing servers (tests/hostile_server.py with
+    ``--every mode``, one each, no engine): the baseline reached through ``us3r:PASSWORD@``, ngram_k4 with a
+    key (``api_key_env``), and a secret set in ``engine.env`` by --set's mapping form. The run's
+    directory and everything it printed."""
+    from tests.conftest import local_server
+
+    data = yaml.safe_load((ROOT / "tests" / "regimes" / "cpu_e2e.yaml").read_text())
+    data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
+    data["load"] = {**data["load"], "concurrency": [1], "num_prompts": 2, "warmup_requests": 0}
+    data["load"].pop("ramp")
+    data["engine"] |= {"extra_args": [], "env": {}}
+    regime = folder / "endpoints.yaml"
+    regime.write_text(yaml.safe_dump(data, sort_keys=False))
+    server = (ROOT / "tests" / "hostile_server.py", "--every", mode)
+    with local_server(*server) as plain, local_server(*server) as url:
+        where = plain.removeprefix("http://")
+        out = bench(
+            "run",
+            str(regime),
+            "--results-dir",
+            str(folder / "results"),
+            "--allow-mismatch",
+            "--endpoint",
+            f"baseline=http://us3r:{URL_PASSWORD}@{where}",
+            "--endpoint",
+            f"ngram_k4={url}",
+            "--set",
+            "arms.ngram_k4.api_key_env=BENCH_ENDPOINT_KEY",
+            "--set",
+            f"engine.env={{MY_API_KEY: {SET_SECRET}, OMP_NUM_THREADS: '1'}}",
+            env={"BENCH_ENDPOINT_KEY": ENDPOINT_KEY},
+        )
+    (run,) = (folder / "results").glob("*/*")
+    return run, out.stdout + out.stderr
+
+
+def test_no_secret_of_the_command_line_or_an_endpoint_reaches_a_file_or_the_terminal(tmp_path: Path) -> None:
+    """Issue 70, item 7: the mapping form of --set redacted like the dotted form, and a key or a
+    URL's credentials that an endpoint echoes in an error body scrubbed from every stored error:
+    samples.jsonl, the arm's status, summary.json, analysis.json, the export, the report, the
+    terminal of bench run and bench show."""
+    run, printed = endpoint_run(tmp_path, "echo-auth")
+    assert "arm ngram_k4 failed" in printed, printed[-3000:]
+    shown = bench("show", str(run))
+    exported = bench("export", str(run))
+    report = bench("report", str(run), "-o", str(run / "report.html"))
+    assert exported.returncode == 0 and report.returncode == 0, exported.stderr + report.stderr
+    outputs = printed + shown.stdout + shown.stderr + exported.stdout + report.stdout
+    files = {path: path.read_text(errors="replace") for path in run.rglob("*") if path.is_file()}
+    assert {"samples.jsonl", "requests.csv", "summary.json", "analysis.json", "report.html"} <= {
+        path.name for path in files
+    }
+    for secret in (SET_SECRET, ENDPOINT_KEY, URL_PASSWORD, BASIC):
+        assert secret not in outputs, secret
+        assert [path.name for path, text in files.items() if secret in text] == [], secret
+    # what was set and what the server said are still there, the secrets in them redacted
+    assert f"engine.env={{MY_API_KEY: {REDACTED}, OMP_NUM_THREADS: '1'}}" in " ".join(printed.split())
+    samples = (run / "arms" / "ngram_k4" / "samples.jsonl").read_text()
+    assert f"HTTP 401: refused: Bearer {REDACTED}" in samples
+    assert f"HTTP 401: refused: Basic {REDACTED}" in (run / "arms" / "baseline" / "samples.jsonl").read_text()

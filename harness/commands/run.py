@@ -21,6 +21,7 @@ from harness.commands.common import (
 )
 from harness.commands.terminal import print_results, print_study
 from harness.errors import UserError
+from harness.formats import inert
 
 if TYPE_CHECKING:
     from harness.calibration import CalibrationSource
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         )
     from harness.analysis import analyze
 
-    console.print(f"Results: {run_dir.root}", markup=False)
+    console.print(f"Results: {inert(str(run_dir.root))}", markup=False)
     code = print_results(analyze(summary), console, str(run_dir.root))
     if args.history is not None:
         _append_history(args.history, run_dir.root, console)

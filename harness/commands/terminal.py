@@ -24,14 +24,22 @@ LEGEND = (
 )
 
 
+def said(text: str) -> str:
+    """Text of a stored run for the terminal: rich's markup escaped, control characters inert
+    (``formats.inert``). A run stored before issue 70 keeps what servers reported raw (a version or
+    a model id with an erase or a title sequence, inside a mismatch or a caveat), and what users
+    typed (an override) raw: every line of a run is printed through this."""
+    return escape(inert(text))
+
+
 def print_unread(summary: Summary, console: Console) -> None:
     for note in summary.unread_lines:
-        console.print(f"[yellow]raw data not read:[/] {escape(note)}", soft_wrap=True)
+        console.print(f"[yellow]raw data not read:[/] {said(note)}", soft_wrap=True)
 
 
 def print_overrides(summary: Summary, console: Console) -> None:
     if summary.overrides:  # the tables are of the regime as run, not as its file says
-        console.print(f"Set on the command line: {escape('; '.join(summary.overrides))}", highlight=False)
+        console.print(f"Set on the command line: {said('; '.join(summary.overrides))}", highlight=False)
 
 
 def print_results(analysis: RunAnalysis, console: Console, run_dir: str | None = None) -> int:
@@ -56,30 +64,28 @@ def print_results(analysis: RunAnalysis, console: Console, run_dir: str | None =
         console.print(table)
     for item in [*schedule_tables(analysis), *ramp_tables(analysis)]:  # a schedule's proof; the ramp
         if isinstance(item, str):
-            console.print(escape(item), highlight=False, soft_wrap=True)
+            console.print(said(item), highlight=False, soft_wrap=True)
         else:
             console.print(item)
     categories = category_table(analysis)
     if categories is not None:
         console.print(categories)
     for line in drafter_lines(summary):
-        console.print(escape(line), highlight=False, soft_wrap=True)
+        console.print(said(line), highlight=False, soft_wrap=True)
     exact = exactness_table(summary)
     if exact is not None:
         console.print(exact)
     print_unread(summary, console)
     _print_notes(summary, console)
     for line in answer_lines(analysis):  # the detail, then the answer: last, where the eye lands
-        console.print(escape(line), highlight=False, soft_wrap=True)
+        console.print(said(line), highlight=False, soft_wrap=True)
     failed = failed_arms(summary)
     for arm in failed:
-        console.print(
-            f"[red]arm {arm.name}: {arm.status}[/] {escape(inert(arm.error or ''))}", soft_wrap=True
-        )
+        console.print(f"[red]arm {said(arm.name)}: {arm.status}[/] {said(arm.error or '')}", soft_wrap=True)
     if run_dir is not None:
         for line in continue_lines(analysis, run_dir):
-            console.print(escape(line), highlight=False, soft_wrap=True)
-        console.print(f"Report: bench report {escape(run_dir)}", highlight=False, soft_wrap=True)
+            console.print(said(line), highlight=False, soft_wrap=True)
+        console.print(f"Report: bench report {said(run_dir)}", highlight=False, soft_wrap=True)
     return EXIT_ENGINE if failed else EXIT_OK
 
 
@@ -92,7 +98,7 @@ def _print_notes(summary: Summary, console: Console) -> None:
         console.print(precision, highlight=False)
     power = power_line(summary)  # whose power the tables' W and J/token columns are
     if power:
-        console.print(escape(power), highlight=False, soft_wrap=True)
+        console.print(said(power), highlight=False, soft_wrap=True)
     timing = timing_line(summary)
     if timing:
         console.print(timing, highlight=False, soft_wrap=True)
@@ -108,7 +114,9 @@ def print_study(results: StudyResults, console: Console) -> int:
     for summary in results.summaries.values():
         print_unread(summary, console)
     for item in terminal_tables(results):
-        console.print(item, highlight=False, soft_wrap=True) if isinstance(item, str) else console.print(item)
+        console.print(said(item), highlight=False, soft_wrap=True) if isinstance(
+            item, str
+        ) else console.print(item)
     failed = [
         f"{point}: arm {arm.name}: {arm.status}"  # failed, or interrupted (a resume continues it)
         for point, s in results.summaries.items()
@@ -116,9 +124,13 @@ def print_study(results: StudyResults, console: Console) -> int:
         if arm.status != "ok"
     ]
     for entry in failed:
-        console.print(f"[red]{escape(entry)}[/]", highlight=False)
+        console.print(f"[red]{said(entry)}[/]", highlight=False)
     analysis = results.root / ANALYSIS_FILE
     console.print(
-        f"Study: {results.root}" + (f" (tables for design docs: {analysis})" if analysis.is_file() else "")
+        said(
+            f"Study: {results.root}"
+            + (f" (tables for design docs: {analysis})" if analysis.is_file() else "")
+        ),
+        highlight=False,
     )
     return EXIT_ENGINE if failed or results.missing else EXIT_OK
