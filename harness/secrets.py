@@ -28,6 +28,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from urllib.parse import unquote
 
 REDACTED = "<redacted>"
 # a name's last word names its value
@@ -124,7 +125,7 @@ def sent_credentials(base_url: str, key: str | None) -> set[str]:
     (``scrub``): ``Bearer <redacted>`` still says what was echoed."""
     sent = {key} if key else set()
     for match in _URL_CREDENTIALS.finditer(base_url):
-        plain = _percent_decoded(match["userinfo"])
+        plain = unquote(match["userinfo"])  # as a client decodes user:pa%40ss before it encodes it
         sent |= {match["userinfo"], plain, plain.partition(":")[2]}
         for encoding in ("utf-8", "latin-1"):
             try:
@@ -133,13 +134,6 @@ def sent_credentials(base_url: str, key: str | None) -> set[str]:
                 continue
     # as secret_values: a value of 1-3 characters would scrub every such string of an error
     return {value for value in sent if len(value) >= 4 and value.lower() not in COMMON_VALUES}
-
-
-def _percent_decoded(text: str) -> str:
-    """A URL part's ``%XX`` escapes decoded (``urllib.parse.unquote``'s, without the network
-    package below the run side), as a client decodes ``user:pa%40ss`` before it encodes it."""
-    decoded = re.sub(rb"%([0-9A-Fa-f]{2})", lambda m: bytes([int(m[1], 16)]), text.encode())
-    return decoded.decode(errors="replace")
 
 
 def _written_forms(value: str) -> set[str]:
