@@ -37,7 +37,7 @@ from harness.arrivals import arrival_offsets, ramp_dues
 from harness.calibration import CalibrationSource
 from harness.client import RampResult, WindowResult, run_client, run_ramp, run_window
 from harness.errors import EngineError, UserError
-from harness.formats import inert_tree
+from harness.formats import inert, inert_tree
 from harness.overrides import Override
 from harness.overrides import record as overrides_record
 from harness.plan import RunPlan, changed_workload, plan_regime, prepare_run
@@ -536,7 +536,7 @@ class Runner:
             raise
 
     def _arm_failed(self, run: RunDir, arm: Arm, phase: str, error: str, startups: list[float]) -> None:
-        self.console.print(f"[red]arm {arm.name} failed:[/] {escape(error)}", soft_wrap=True)
+        self.console.print(f"[red]arm {arm.name} failed:[/] {escape(inert(error))}", soft_wrap=True)
         remeasured = run.read_status(arm.name).remeasured
         status = ArmStatus(
             status="failed", phase=phase, error=error, startups_s=startups, remeasured=remeasured
