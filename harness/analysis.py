@@ -9,14 +9,22 @@ their own, so a cell's speedup and interval are the same numbers wherever they a
 
 The analysis is stored with the run (``analysis.json``: its own version, and a digest of the raw
 files it came from and of the harness code that derived it), written after every server start-up
-of a run; ``load_analysis`` reads it while it is fresh and derives it again, in memory, when it is
-missing, stale (another harness, or a raw file changed) or unreadable.
+of a run; ``load_analysis`` derives it again, in memory, when it is missing, stale (another
+harness, or a raw file changed), over ``MAX_ANALYSIS_BYTES`` (never read) or unreadable. The digest
+keeps the cache fresh, not trusted (it sits in the file it keys: docs/security.md), so a fresh one
+is checked against what the raw files give before any view sees it (``_checked``): the summary
+summarised again, everything but the verdicts derived again, each verdict's cells, estimate and
+choice derived again from the cells; on any difference it is derived again and ``AnalyzedRun.note``
+says so. What the cache saves is the verdicts' simulations (the rounds to decide: seconds).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import inspect
+import json
+import stat
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
@@ -25,14 +33,13 @@ from harness import pooling
 from harness import verdict as verdicts_of
 from harness.ceiling import Ceiling, decode_ceiling
 from harness.cost_model import CostModel, cost_model
-from harness.errors import UserError
 from harness.findings import Fact, findings
 from harness.gates import StoredGate, read_gate
-from harness.intervals import Estimate, design_level, stored_estimate
+from harness.intervals import Estimate, design_level, rounds_to_decide, stored_estimate
 from harness.probes.acceptance import conditional_rates
 from harness.probes.throughput import speedup
 from harness.regime import LoadLevel, VerdictSettings
-from harness.results.files import read_json, write_text_atomic
+from harness.results.files import write_text_atomic
 from harness.results.model import CategoryMetrics, CellMetrics, Summary
 from harness.results.raw import RawRun, read_raw
 from harness.schedule_check import RampCheck, ScheduleCheck, ramp_checks, schedule_checks
@@ -271,7 +278,12 @@ def _basis(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> IntervalBas
 def analyze(summary: Summary) -> RunAnalysis:
     """The run's analysis: its window verdicts computed here, once, and handed to everything else
     that needs them (the findings' load and cost sentences)."""
-    verdicts = tuple(verdicts_of.window_verdicts(summary))
+    return _assemble(summary, tuple(verdicts_of.window_verdicts(summary)))
+
+
+def _assemble(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> RunAnalysis:
+    """Everything of the analysis but the verdicts, derived from the summary and the verdicts
+    (milliseconds: the verdicts are the one costly part)."""
     order, pooled = _categories(summary)
     cost = cost_model(summary)
     return RunAnalysis(
@@ -342,23 +354,116 @@ def write_analysis(run_dir: Path, analysis: RunAnalysis) -> None:
     write_text_atomic(run_dir / ANALYSIS_FILE, head + body + "}\n")
 
 
-def stored_analysis(run_dir: Path) -> RunAnalysis | None:
-    """The stored analysis while it is fresh: None when it is missing, of another version, made from
-    other raw files or by other code, or unreadable (then derived again: it is never the only copy
-    of anything)."""
+# a run's analysis is kilobytes per cell (164 kB for 6 arms x 4 workloads): a file past this is no
+# analysis this harness wrote, and is never read (derived again instead)
+MAX_ANALYSIS_BYTES = 64 * 2**20
+MISMATCH = f"{ANALYSIS_FILE} did not match the raw files: derived again"
+MOST_ROUNDS = inspect.signature(rounds_to_decide).parameters["most_rounds"].default  # its search's end
+
+
+def _read_stored(run_dir: Path) -> tuple[RunAnalysis | None, str | None]:
+    """The stored analysis where its version and digest are this code's and these raw files', and
+    why it was not read where that is news: (None, None) when it is missing or stale (a raw file
+    changed since, or other code wrote it: derived again without a word); (None, a line) when it
+    is over ``MAX_ANALYSIS_BYTES``, not a regular file, or unreadable. Its size is looked at
+    before anything is read, and no more than the limit is ever read."""
     path = run_dir / ANALYSIS_FILE
-    if not path.is_file():
-        return None
     try:
-        stored = read_json(path)
-        fresh = (
-            isinstance(stored, dict)
-            and stored.get("analysis_version") == ANALYSIS_VERSION
-            and stored.get("digest") == raw_digest(run_dir)
-        )
-        return _STORED.validate_python(stored["analysis"]) if fresh else None
-    except (UserError, ValidationError, KeyError, TypeError, ValueError, RecursionError):
+        found = path.stat()
+    except OSError:
+        return None, None
+    if not stat.S_ISREG(found.st_mode):
+        return None, f"{ANALYSIS_FILE} is not a regular file: derived again"
+    if found.st_size > MAX_ANALYSIS_BYTES:
+        return None, f"{ANALYSIS_FILE} is over {MAX_ANALYSIS_BYTES // 2**20} MiB: derived again"
+    unreadable = f"{ANALYSIS_FILE} could not be read: derived again"
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_ANALYSIS_BYTES + 1)  # it may have grown since: never past the limit
+        stored = json.loads(data) if len(data) <= MAX_ANALYSIS_BYTES else None
+    except (OSError, ValueError, RecursionError):  # ValueError: not UTF-8, not JSON
+        return None, unreadable
+    if not isinstance(stored, dict) or not isinstance(stored.get("analysis"), dict):
+        return None, unreadable
+    if stored.get("analysis_version") != ANALYSIS_VERSION or stored.get("digest") != raw_digest(run_dir):
+        return None, None
+    try:
+        return _STORED.validate_python(stored["analysis"]), None
+    except (ValidationError, ValueError, TypeError, RecursionError):
+        return None, unreadable
+
+
+def _window_again(summary: Summary, v: WindowVerdict, windows: int) -> WindowVerdict:
+    """A stored window verdict with every field that ``window_verdicts`` derives in milliseconds
+    derived again from ``summary`` (the cells, their estimates, the arm chosen, the rivals, the
+    caveats): all but the rounds a continued run would need (``to_decide``, a simulation of
+    seconds), kept as stored where the window is undecided, and cleared where it is decided."""
+    settings = summary.verdict or VerdictSettings()
+    baseline = summary.cell(summary.baseline_arm, v.workload, v.level)
+    if baseline is None:  # not a window a verdict is derived for (``_checked`` refuses it first)
+        return v
+    speculative = [
+        c
+        for c in summary.cells
+        if (c.workload, c.level) == (v.workload, v.level)
+        and c.arm != summary.baseline_arm
+        and c.speedup is not None
+        and (arm := summary.arm(c.arm)) is not None
+        and arm.status == "ok"
+    ]
+    best, rivals = verdicts_of._choose(speculative, windows)
+    estimate = estimate_of(best) if best else None
+    pair = [baseline] + ([best] if best else [])
+    candidates = max(1, len(speculative))
+    decided = estimate is None or estimate.selected_from(candidates, windows).decided
+    # undecided: kept as stored where it is a count ``rounds_to_decide`` can give (more rounds than
+    # the run has, up to its limit); cleared otherwise, so that the comparison fails
+    kept = v.to_decide is not None and estimate is not None and estimate.rounds < v.to_decide <= MOST_ROUNDS
+    return replace(
+        v,
+        baseline=baseline,
+        best=best,
+        estimate=estimate,
+        caveats=tuple(
+            (verdicts_of.arm_caveats(summary.arm(best.arm)) if best else [])
+            + verdicts_of.cpu_caveats(pair)
+            + verdicts_of.load_caveat(baseline, best)
+        ),
+        distribution=verdicts_of._distribution_verdict(summary, best.arm) if best else None,
+        candidates=candidates,
+        neighbours=tuple(verdicts_of.neighbour(c) for c in pair if c.noisy_neighbour),
+        prompts=baseline.requests_total // max(baseline.repeats, 1),
+        windows=windows,
+        design=verdicts_of._design(estimate, settings),
+        rivals=rivals,
+        to_decide=v.to_decide if kept and not decided else None,
+    )
+
+
+def _checked(stored: RunAnalysis, summary: Summary) -> RunAnalysis | None:
+    """The stored analysis where it is what ``summary`` (summarised again from the raw files) gives:
+    its summary (every cell a view shows), each window verdict's figures and choice (so that a
+    verdict states the estimate its table shows, ``_window_again``) and every other part, derived
+    again (milliseconds) and compared; None on any difference. Compared after the same trip through
+    JSON that the stored one made (a NaN stored as null, a set's order)."""
+    settings = summary.verdict or VerdictSettings()
+    keys = summary.window_keys()
+    measured = [k for k in keys if summary.cell(summary.baseline_arm, *k) is not None]
+    if [(v.workload, v.level) for v in stored.verdicts] != measured:
         return None
+    windows = len(keys) if settings.familywise else 1
+    again = _assemble(summary, tuple(_window_again(summary, v, windows) for v in stored.verdicts))
+    try:
+        return stored if _STORED.validate_json(_STORED.dump_json(again)) == stored else None
+    except (ValidationError, ValueError):  # a figure JSON cannot hold: the stored one is not it either
+        return None
+
+
+def stored_analysis(run_dir: Path) -> RunAnalysis | None:
+    """The stored analysis where it is fresh and what the raw files give (``load_analysis``); None
+    otherwise (then derived again: it is never the only copy of anything)."""
+    stored, _ = _read_stored(run_dir)
+    return _checked(stored, summarize(read_raw(run_dir))) if stored is not None else None
 
 
 @dataclass(frozen=True)
@@ -369,6 +474,10 @@ class AnalyzedRun:
     raw: RawRun
     analysis: RunAnalysis
     gate: StoredGate | None
+    # why the stored analysis.json was not used, where that is news (it did not match the raw
+    # files, or could not be read): one line a command prints on stderr; None when it was used, or
+    # was missing or stale
+    note: str | None = None
 
     @property
     def root(self) -> Path:
@@ -376,8 +485,12 @@ class AnalyzedRun:
 
 
 def load_analysis(run_dir: Path) -> AnalyzedRun:
-    """A run directory's raw files and its analysis: the stored one while it is fresh, else derived
-    from the raw files (the summary, then the verdicts)."""
+    """A run directory's raw files and its analysis: the stored one where it is fresh and what the
+    raw files give (summarised again and compared: ``_checked``), else derived from them."""
     raw = read_raw(run_dir)
-    analysis = stored_analysis(raw.run.root) or analyze(summarize(raw))
-    return AnalyzedRun(raw, analysis, read_gate(run_dir))
+    summary = summarize(raw)
+    stored, note = _read_stored(raw.run.root)
+    checked = _checked(stored, summary) if stored is not None else None
+    if stored is not None and checked is None:
+        note = MISMATCH
+    return AnalyzedRun(raw, checked or analyze(summary), read_gate(run_dir), note)

@@ -46,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from harness.frames import export, load_run, write_table
+    from harness.analysis import load_analysis
+    from harness.commands.report import print_note
+    from harness.frames import Run, export, write_table
 
     out_dir = args.output or args.run_dir / "export"
     if kind_of(args.run_dir) == "study":
@@ -58,7 +60,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
             f"wrote {path} (every point's cells, with the point and its axis values)", highlight=False
         )
         return EXIT_OK
-    run_record = load_run(args.run_dir)
+    found = load_analysis(args.run_dir)  # as load_run reads it, and why analysis.json was not used
+    print_note(found)
+    run_record = Run(
+        path=args.run_dir, summary=found.analysis.summary, raw=found.raw, analysis=found.analysis
+    )
     print_unread(run_record.summary, console)
     for path in export(run_record, out_dir, args.format):
         console.print(f"wrote {path}", highlight=False, markup=False)

@@ -4,13 +4,18 @@ side by side, or of a study."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from harness.commands.common import EXIT_OK, kind_of
 from harness.commands.terminal import print_unread
 from harness.errors import UserError
+
+if TYPE_CHECKING:
+    from harness.analysis import AnalyzedRun
 
 NAME = "report"
 SUMMARY = "render a run (or two runs side by side) into one self-contained HTML file"
@@ -90,7 +95,15 @@ def study_page(study_dir: Path, out_dir: Path) -> Path:
 
     study = load_study(study_dir)
     runs = {point: load_analysis(path) for point, path in study.run_dirs.items()}
+    for point, run in runs.items():
+        print_note(run, point)
     return render_study(study, runs, out_dir)
+
+
+def print_note(run: AnalyzedRun, label: str | None = None) -> None:
+    """Why a run's stored analysis.json was not used, where that is news: one line on stderr."""
+    if run.note:
+        print(f"{label}: {run.note}" if label else run.note, file=sys.stderr)
 
 
 def _render(run_dir: Path, other: Path | None, force: bool, console: Console) -> tuple[str, Path]:
@@ -99,8 +112,11 @@ def _render(run_dir: Path, other: Path | None, force: bool, console: Console) ->
     from harness.report import render_comparison, render_report
 
     run = load_analysis(run_dir)
+    print_note(run)
     if other is None:
         print_unread(run.analysis.summary, console)
         return render_report(run), Path("reports") / f"{run_dir.parent.name}-{run_dir.name}.html"
-    html = render_comparison(run, load_analysis(other), force)
+    base = load_analysis(other)
+    print_note(base)
+    html = render_comparison(run, base, force)
     return html, Path("reports") / f"compare-{run_dir.name}-vs-{other.name}.html"

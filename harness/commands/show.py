@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -15,8 +16,9 @@ NAME = "show"
 SUMMARY = "re-derive and print the mini-lab tables, verdict and findings of a stored run (or a study)"
 DESCRIPTION = f"""
 Print a stored run: the mini-lab tables, the verdict per workload and load level, the findings
-paragraph, exactness and caveats, from the run's analysis.json while it is fresh, else derived again
-from the raw files (a run of another harness version, or one whose raw files changed). Given a study,
+paragraph, exactness and caveats, from the run's analysis.json while it is fresh and matches what the
+raw files give, else derived again from the raw files (a run of another harness version, one whose
+raw files changed; one edited, or past its size limit: then said on stderr). Given a study,
 print its recommendation, break-even loads, best K and flips, and refresh its analysis.md.
 
 --minilab prints only the lab's compact table in Markdown, for a design doc: per arm and workload
@@ -62,11 +64,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
         results = load_study(args.run_dir)
         write_analysis(results)  # derived: refreshed on every show
         return print_study(results, console)
+    # resolved for --minilab: the run id is the directory's name, and `.` has none
+    run = load_analysis(args.run_dir.resolve() if args.minilab else args.run_dir)
+    if run.note:  # the stored analysis.json was not used, and why: stderr, so a piped table stays clean
+        print(run.note, file=sys.stderr)
     if args.minilab:
         from harness.table import lab_markdown
 
-        # resolved: the run id is the directory's name, and `.` has none
-        analysis = load_analysis(args.run_dir.resolve()).analysis
-        print(lab_markdown(analysis, args.concurrency), end="")  # plain: for pasting, no wrapping
+        print(lab_markdown(run.analysis, args.concurrency), end="")  # plain: for pasting, no wrapping
         return EXIT_OK
-    return print_results(load_analysis(args.run_dir).analysis, console, str(args.run_dir))
+    return print_results(run.analysis, console, str(args.run_dir))
