@@ -24,7 +24,7 @@ import hashlib
 import inspect
 import json
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
@@ -48,6 +48,7 @@ from harness.verdict import (
     Caveat,
     PublishedCheck,
     SloCapacity,
+    ToDecide,
     WindowVerdict,
     estimate_of,
     published_checks,
@@ -393,66 +394,32 @@ def _read_stored(run_dir: Path) -> tuple[RunAnalysis | None, str | None]:
         return None, unreadable
 
 
-def _window_again(summary: Summary, v: WindowVerdict, windows: int) -> WindowVerdict:
-    """A stored window verdict with every field that ``window_verdicts`` derives in milliseconds
-    derived again from ``summary`` (the cells, their estimates, the arm chosen, the rivals, the
-    caveats): all but the rounds a continued run would need (``to_decide``, a simulation of
-    seconds), kept as stored where the window is undecided, and cleared where it is decided."""
-    settings = summary.verdict or VerdictSettings()
-    baseline = summary.cell(summary.baseline_arm, v.workload, v.level)
-    if baseline is None:  # not a window a verdict is derived for (``_checked`` refuses it first)
-        return v
-    speculative = [
-        c
-        for c in summary.cells
-        if (c.workload, c.level) == (v.workload, v.level)
-        and c.arm != summary.baseline_arm
-        and c.speedup is not None
-        and (arm := summary.arm(c.arm)) is not None
-        and arm.status == "ok"
-    ]
-    best, rivals = verdicts_of._choose(speculative, windows)
-    estimate = estimate_of(best) if best else None
-    pair = [baseline] + ([best] if best else [])
-    candidates = max(1, len(speculative))
-    decided = estimate is None or estimate.selected_from(candidates, windows).decided
-    # undecided: kept as stored where it is a count ``rounds_to_decide`` can give (more rounds than
-    # the run has, up to its limit); cleared otherwise, so that the comparison fails
-    kept = v.to_decide is not None and estimate is not None and estimate.rounds < v.to_decide <= MOST_ROUNDS
-    return replace(
-        v,
-        baseline=baseline,
-        best=best,
-        estimate=estimate,
-        caveats=tuple(
-            (verdicts_of.arm_caveats(summary.arm(best.arm)) if best else [])
-            + verdicts_of.cpu_caveats(pair)
-            + verdicts_of.load_caveat(baseline, best)
-        ),
-        distribution=verdicts_of._distribution_verdict(summary, best.arm) if best else None,
-        candidates=candidates,
-        neighbours=tuple(verdicts_of.neighbour(c) for c in pair if c.noisy_neighbour),
-        prompts=baseline.requests_total // max(baseline.repeats, 1),
-        windows=windows,
-        design=verdicts_of._design(estimate, settings),
-        rivals=rivals,
-        to_decide=v.to_decide if kept and not decided else None,
-    )
+def _stored_rounds(stored: RunAnalysis) -> ToDecide:
+    """The rounds to decide each window as ``stored`` says, where that is a count
+    ``rounds_to_decide`` can give (more rounds than the run has, up to its search's end; None on a
+    decided window): what a check reads instead of simulating them again (seconds). A count it
+    cannot give reads as None, so the comparison fails."""
+    kept = {(v.workload, v.level): v.to_decide for v in stored.verdicts}
+
+    def rounds(
+        workload: str, level: LoadLevel, estimate: Estimate | None, candidates: int, windows: int
+    ) -> int | None:
+        value = kept.get((workload, level))
+        if value is None or estimate is None or estimate.selected_from(candidates, windows).decided:
+            return None
+        return value if estimate.rounds < value <= MOST_ROUNDS else None
+
+    return rounds
 
 
 def _checked(stored: RunAnalysis, summary: Summary) -> RunAnalysis | None:
     """The stored analysis where it is what ``summary`` (summarised again from the raw files) gives:
-    its summary (every cell a view shows), each window verdict's figures and choice (so that a
-    verdict states the estimate its table shows, ``_window_again``) and every other part, derived
-    again (milliseconds) and compared; None on any difference. Compared after the same trip through
-    JSON that the stored one made (a NaN stored as null, a set's order)."""
-    settings = summary.verdict or VerdictSettings()
-    keys = summary.window_keys()
-    measured = [k for k in keys if summary.cell(summary.baseline_arm, *k) is not None]
-    if [(v.workload, v.level) for v in stored.verdicts] != measured:
-        return None
-    windows = len(keys) if settings.familywise else 1
-    again = _assemble(summary, tuple(_window_again(summary, v, windows) for v in stored.verdicts))
+    its summary (every cell a view shows), each window's verdict (its cells, estimate, choice and
+    caveats: a verdict states the estimate its table shows) and every other part, derived again
+    (milliseconds: the rounds to decide are read, ``_stored_rounds``) and compared; None on any
+    difference. Compared after the same trip through JSON that the stored one made (a NaN stored as
+    null, a set's order)."""
+    again = _assemble(summary, tuple(verdicts_of.window_verdicts(summary, _stored_rounds(stored))))
     try:
         return stored if _STORED.validate_json(_STORED.dump_json(again)) == stored else None
     except (ValidationError, ValueError):  # a figure JSON cannot hold: the stored one is not it either

@@ -21,6 +21,7 @@ A pure function of the typed ``Summary``. Per (workload, load level) window:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
@@ -303,8 +304,15 @@ def _design(estimate: Estimate | None, settings: VerdictSettings) -> Design | No
     return design if more else None
 
 
-def window_verdicts(summary: Summary) -> list[WindowVerdict]:
-    """One verdict per (workload, load level), in the order measured."""
+# the rounds a continued run needs to decide a window: (workload, level, estimate, candidates,
+# windows) -> rounds; ``_to_decide`` simulates them (seconds), a stored analysis's check reads them
+ToDecide = Callable[[str, LoadLevel, "Estimate | None", int, int], "int | None"]
+
+
+def window_verdicts(summary: Summary, to_decide: ToDecide | None = None) -> list[WindowVerdict]:
+    """One verdict per (workload, load level), in the order measured; the rounds an undecided one
+    needs from ``to_decide`` (by default simulated, ``rounds_to_decide``)."""
+    rounds = to_decide or _to_decide
     verdicts = []
     settings = summary.verdict or VerdictSettings()
     keys = summary.window_keys()
@@ -345,13 +353,15 @@ def window_verdicts(summary: Summary) -> list[WindowVerdict]:
                 windows=windows,
                 design=_design(estimate, settings),
                 rivals=rivals,
-                to_decide=_to_decide(estimate, max(1, len(speculative)), windows),
+                to_decide=rounds(workload, level, estimate, max(1, len(speculative)), windows),
             )
         )
     return verdicts
 
 
-def _to_decide(estimate: Estimate | None, candidates: int, windows: int) -> int | None:
+def _to_decide(
+    _workload: str, _level: LoadLevel, estimate: Estimate | None, candidates: int, windows: int
+) -> int | None:
     """The rounds a continued run needs to decide an undecided verdict (``rounds_to_decide``), on
     the interval it is decided by (held over the window's arms)."""
     if estimate is None or estimate.selected_from(candidates, windows).decided:

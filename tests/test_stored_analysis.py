@@ -128,7 +128,7 @@ def test_a_fresh_analysis_is_read_not_derived(
     run = _stored(tmp_path, FIXTURES / source)
     stored = json.loads((run / ANALYSIS_FILE).read_text())
     calls: list[object] = []
-    monkeypatch.setattr(verdicts_of, "window_verdicts", lambda s: calls.append(s) or [])
+    monkeypatch.setattr(verdicts_of, "_to_decide", lambda *a: calls.append(a))
     monkeypatch.setattr(verdicts_of, "rounds_to_decide", lambda *a, **k: calls.append(a))
     loaded = load_analysis(run)
     monkeypatch.undo()
