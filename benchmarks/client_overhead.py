@@ -3,7 +3,7 @@
 Starts ``benchmarks/stream_server.py`` (a process of its own that streams pre-encoded
 OpenAI-format chunks as fast as it can), then drives it with, in turn:
 
-- the harness's client (``harness.client.run_window``, the code path every measured window
+- the harness's client (``harness.run.client.run_window``, the code path every measured window
   takes: token ids, the prompt's ids, top logprobs when asked, per-chunk timestamps);
 - ``vllm bench serve``'s client (``vllm.benchmarks.lib.endpoint_request_func.
   async_request_openai_completions`` with an aiohttp session as ``vllm bench serve`` opens it),
@@ -34,10 +34,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-import harness.client  # noqa: E402
-from harness.regime import Load, Sampling  # noqa: E402
-from harness.server import free_port  # noqa: E402
-from harness.workloads import LoadedWorkload, Prompt, Workload  # noqa: E402
+import harness.run.client  # noqa: E402
+from harness.config.regime import Load, Sampling  # noqa: E402
+from harness.config.workloads import LoadedWorkload, Prompt, Workload  # noqa: E402
+from harness.run.server import free_port  # noqa: E402
 
 Client = Callable[
     [str, int, int, int, int], Awaitable[int]
@@ -59,7 +59,7 @@ async def harness_client(url: str, concurrency: int, requests: int, tokens: int,
     )
     load = Load(concurrency=[concurrency], num_prompts=requests, max_output_tokens=tokens, ignore_eos=True)
     fields = {"return_token_ids": True}
-    result = await harness.client.run_window(
+    result = await harness.run.client.run_window(
         url,
         workload,
         workload.prompts,

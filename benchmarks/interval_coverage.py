@@ -1,8 +1,8 @@
 """Do the harness's intervals cover what they claim? Measured, not argued.
 
-``--simulate``: the harness's own estimators (``harness.intervals.cell_estimates`` for a cell's
-speedup and the winner's correction, ``harness.study_analysis.analysis`` for best K and break-even,
-``harness.gates.relative_check`` for a relative gate, ``harness.rounds.Standing`` for a run that
+``--simulate``: the harness's own estimators (``harness.derive.intervals.cell_estimates`` for a cell's
+speedup and the winner's correction, ``harness.derive.study.analysis`` for best K and break-even,
+``harness.derive.gates.relative_check`` for a relative gate, ``harness.derive.rounds.Standing`` for a run that
 adds rounds until decided) on simulated runs whose truth is known.
 A simulated run: every arm's server starts once per round; each start-up has its own effect
 (log-normal, sd 3% or 6%: this project measured 3.5-6% per server), each round a drift shared by
@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from simulated_runs import World, calibration_of, simulate_run  # noqa: E402
 
-from harness.intervals import Spread, cell_estimates, residual_spread  # noqa: E402
+from harness.derive.intervals import Spread, cell_estimates, residual_spread  # noqa: E402
 
 DRIFT_SD = 0.02  # shared by a round's start-ups
 REQUEST_SD = 0.05  # one request's time, within a window: windows then vary by 1-2%
@@ -168,11 +168,11 @@ def run_simulation(runs: int, seed: int, quick: bool = False) -> list[tuple[Any,
 
 
 def best_k_lines(sds: list[float], rounds: list[int], runs: int, seed: int) -> Iterator[tuple[str, float]]:
-    """Best K (Hsu's MCB, ``harness.study_analysis.analysis.best_set``) when three K values are truly equal
+    """Best K (Hsu's MCB, ``harness.derive.study.analysis.best_set``) when three K values are truly equal
     (1.10x each: the least favourable case, where MCB's 95% is exact): how often the set of K values
     that cannot be told from the best keeps K=1's arm (each is a true best), and how often it
     claims one K "better than every other"."""
-    from harness.study_analysis.analysis import best_set
+    from harness.derive.study.analysis import best_set
 
     for sd in sds:
         for n in rounds:
@@ -203,10 +203,10 @@ CURVE = [math.exp(math.log(1.3) + SLOPE * math.log2(c)) for c in LEVELS]
 def break_even_lines(
     sds: list[float], rounds: list[int], runs: int, seed: int
 ) -> Iterator[tuple[str, float]]:
-    """The break-even set (``harness.study_analysis.analysis.crossing_set``: test inversion, levels paired by
+    """The break-even set (``harness.derive.study.analysis.crossing_set``: test inversion, levels paired by
     round) for a curve 1.30x / 1.06x / 0.87x at concurrency 1 / 4 / 16, crossing at 6: how often it
     holds the true crossing (no set counts as a miss)."""
-    from harness.study_analysis.analysis import crossing_set
+    from harness.derive.study.analysis import crossing_set
 
     for sd in sds:
         for n in rounds:
@@ -226,10 +226,10 @@ def break_even_lines(
 
 
 def gate_lines(sds: list[float], rounds: list[int], runs: int, seed: int) -> Iterator[tuple[str, float]]:
-    """A relative tok/s gate (``harness.gates.relative_check``, limit 5%) between two runs of the
+    """A relative tok/s gate (``harness.derive.gates.relative_check``, limit 5%) between two runs of the
     same regime with no real change, each with its own start-ups: how often its interval of the
     change holds 0, and how often it fails."""
-    from harness.gates import relative_check
+    from harness.derive.gates import relative_check
 
     for sd in sds:
         for n in rounds:
@@ -254,8 +254,8 @@ def calibrated_gate_lines(
     machine with a calibration (6 rounds beforehand): the spread it uses is the calibration's of one
     arm across rounds (``intervals.arm_spread``, the round's drift included); ``arm=False`` uses the
     residual sd instead (``residual_spread``, the drift taken out), what a version-1 calibration had."""
-    from harness.gates import relative_check
-    from harness.intervals import arm_spread
+    from harness.derive.gates import relative_check
+    from harness.derive.intervals import arm_spread
 
     spread_of = arm_spread if arm else residual_spread
     for sd in sds:
@@ -303,7 +303,7 @@ def decide_lines(
     design's, ``Load.looks``: 5) corrected for. At the round it stops on: the coverage of arm 1's
     interval, its false "pays" and the winner's (corrected for the selection) at a true 1.00x, the
     share that pays at 1.10x, and the rounds it used on average."""
-    from harness.rounds import Standing
+    from harness.derive.rounds import Standing
 
     looks = DECIDE_MAX - DECIDE_MIN + 1 if looks is None else looks
     for setting in settings:
@@ -348,7 +348,7 @@ def decide_best_k_lines(
     of one arm against the baseline, not to MCB's statistic): how often the set keeps K=1's arm at
     every look, and how often any look claims one K "better than every other" (a run that stopped
     there would say so)."""
-    from harness.study_analysis.analysis import best_set
+    from harness.derive.study.analysis import best_set
 
     looks = DECIDE_MAX - DECIDE_MIN + 1
     for sd in sds:
@@ -400,8 +400,8 @@ def pipeline_lines(scenarios: list[Scenario], runs: int, seed: int) -> Iterator[
     """Each scenario's runs as raw records, derived by the harness's own ``summarize`` and
     ``window_verdicts``: how often arm a1's interval covers the WORKLOAD's speedup; at a true 1.00x,
     how often a1 and the window's winner (its decision, corrected for the pick) say "pays"."""
-    from harness.summary import summarize
-    from harness.verdict import estimate_of, window_verdicts
+    from harness.derive.summary import summarize
+    from harness.derive.verdict import estimate_of, window_verdicts
 
     for index, scenario in enumerate(scenarios):
         rng = np.random.default_rng([seed, index, 11])
@@ -429,8 +429,8 @@ def windows_lines(runs: int, seed: int, windows: int = 9) -> Iterator[tuple[str,
     """Many windows, every arm truly 1.00x (3 arms, 2 rounds): how often some window's winner says
     "pays" in a run, each window at 95% alone and with ``verdict.familywise``; and the false "pays"
     the verdict says to expect (``IntervalBasis.chance_pays``) on average."""
-    from harness.analysis import analyze
-    from harness.summary import summarize
+    from harness.derive.analysis import analyze
+    from harness.derive.summary import summarize
 
     for familywise in (False, True):
         rng = np.random.default_rng([seed, windows, 12])
@@ -468,7 +468,7 @@ class RunDesign:
     prior_sd: float | None = 0.1
 
     def server_starts(self) -> object:
-        from harness.regime import DecidedStarts
+        from harness.config.regime import DecidedStarts
 
         return self.most if self.first == self.most else DecidedStarts(min=self.first, max=self.most)
 
@@ -487,9 +487,9 @@ def stopped_run(rng: np.random.Generator, world: World, design: RunDesign) -> tu
     first decided look, else the last) and the rounds it took, as the runner's summaries say."""
     from simulated_runs import first_rounds
 
-    from harness.regime import VerdictSettings
-    from harness.summary import summarize
-    from harness.verdict import estimate_of
+    from harness.config.regime import VerdictSettings
+    from harness.derive.summary import summarize
+    from harness.derive.verdict import estimate_of
 
     raw = simulate_run(rng, replace(world, arms=design.arms, rounds=design.most, prompts=design.prompts))
     raw = replace(
@@ -532,7 +532,7 @@ def design_lines(
 
 def shipped_design(path: Path) -> RunDesign:
     """A shipped regime's design as ``RunDesign`` (its arms, prompts, rounds and prior)."""
-    from harness.regime import load_regime
+    from harness.config.regime import load_regime
 
     regime = load_regime(path)
     load = regime.load
@@ -549,7 +549,7 @@ def default_design_lines(
     """The default regime's design through the pipeline in every scenario (a quarter of ``runs`` a
     cell); then each shipped regime's outlook (``intervals.decision_outlook``, the normal
     approximation the plan states) at the design truths."""
-    from harness.intervals import decision_outlook
+    from harness.derive.intervals import decision_outlook
 
     quarter = max(runs // 4, 100)
     design = shipped_design(HERE.parent / "regimes" / "cpu_default.yaml")
@@ -667,8 +667,8 @@ def real_coverage(regime: Path, runs: int, results_dir: Path, reuse: bool, disjo
     stored raw files)."""
     import subprocess
 
-    from harness.summary import summarize
-    from harness.verdict import estimate_of
+    from harness.derive.summary import summarize
+    from harness.derive.verdict import estimate_of
 
     if runs < 2:
         raise SystemExit("--runs: at least 2 real runs (6 or more to say anything)")
@@ -737,7 +737,7 @@ def real_coverage(regime: Path, runs: int, results_dir: Path, reuse: bool, disjo
 
 
 def cpu_model() -> str:
-    from harness.sensors.environment import describe_cpu
+    from harness.run.sensors.environment import describe_cpu
 
     return describe_cpu()
 

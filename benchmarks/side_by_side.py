@@ -31,13 +31,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from harness.client import run_window  # noqa: E402
-from harness.engines import SERVED_MODEL_NAME  # noqa: E402
-from harness.plan import plan_regime  # noqa: E402
-from harness.probes.acceptance import acceptance  # noqa: E402
-from harness.regime import load_regime  # noqa: E402
-from harness.server import Server, free_port  # noqa: E402
-from harness.stats import median  # noqa: E402
+from harness.config.engines import SERVED_MODEL_NAME  # noqa: E402
+from harness.config.regime import load_regime  # noqa: E402
+from harness.core.probes.acceptance import acceptance  # noqa: E402
+from harness.core.stats import median  # noqa: E402
+from harness.run.client import run_window  # noqa: E402
+from harness.run.plan import plan_regime  # noqa: E402
+from harness.run.server import Server, free_port  # noqa: E402
 
 PEER = """
 import json, sys

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.intervals import residual_spread
-from harness.regime import Exactness, Regime, VerdictSettings, load_regime
+from harness.config.regime import Exactness, Regime, VerdictSettings, load_regime
+from harness.derive.intervals import residual_spread
 from harness.results.calibration import Calibration
 from harness.results.files import RunDir
 from harness.results.raw import RawArm, RawRun
@@ -182,7 +182,7 @@ def first_rounds(raw: RawRun, rounds: int, server_starts: object) -> RawRun:
 def calibration_of(rng: np.random.Generator, world: World, rounds: int = 6) -> Calibration:
     """A machine calibration made by ``bench calibrate``'s model (``residual_spread``) on a run of
     ``world`` with ``rounds`` rounds and two windows."""
-    from harness.summary import summarize
+    from harness.derive.summary import summarize
 
     raw = simulate_run(rng, World(**{**world.__dict__, "rounds": rounds, "windows": 2}))
     summary = summarize(raw)

@@ -38,13 +38,13 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.sensors.environment import describe_cpu  # noqa: E402
+from harness.run.sensors.environment import describe_cpu  # noqa: E402
 
 README_COMMAND = ["-v", "--durations=25", "-n", "2"]  # the README's test command, after `python -m pytest`
 TEST_VARIABLE = "PYTEST_CURRENT_TEST"
 STAGE_KIND = "drafter torch stage"
 # tests/engine_site/zygote.py's, by the module it serves (python -m zygote SOCKET MODULE ...)
-ZYGOTE_KINDS = {"harness.drafters.train_stages": "stage zygote (its import)"}
+ZYGOTE_KINDS = {"harness.run.drafters.train_stages": "stage zygote (its import)"}
 ZYGOTE_KIND = "vllm zygote (its import)"
 # what a process can turn into after it was first seen: vLLM's engine core renames itself, and a
 # fork of a zygote shows the argv it was started with once it is its own process
@@ -72,7 +72,7 @@ def kind_of(cmdline: list[str], name: str) -> str:
         return "vllm engine core"
     if "vllm.entrypoints" in joined:
         return "vllm API server"
-    if "harness.drafters.train_stages" in joined:
+    if "harness.run.drafters.train_stages" in joined:
         return STAGE_KIND
     if "harness.cli" in joined:
         return "bench command"

@@ -17,15 +17,15 @@ __all__ = ["__version__", "load_history", "load_run", "load_study"]
 
 def __getattr__(name: str) -> Any:
     if name == "load_run":
-        from harness.frames import load_run
+        from harness.derive.frames import load_run
 
         return load_run
     if name == "load_history":
-        from harness.history.store import load_history
+        from harness.results.history.store import load_history
 
         return load_history
     if name == "load_study":
-        from harness.study_analysis.collect import load_study
+        from harness.derive.study.collect import load_study
 
         return load_study
     raise AttributeError(f"module 'harness' has no attribute {name!r}")

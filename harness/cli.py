@@ -17,7 +17,7 @@ from types import ModuleType
 from rich.console import Console
 from rich.markup import escape
 
-from harness import __version__, terminal
+from harness import __version__
 from harness.commands import (
     calibrate,
     capacity,
@@ -32,9 +32,10 @@ from harness.commands import (
     validate,
 )
 from harness.commands.common import EXIT_ENGINE, EXIT_INTERRUPTED, EXIT_USAGE, subcommand
-from harness.config_file import did_you_mean
-from harness.errors import EngineError, UserError
-from harness.formats import inert
+from harness.core.config_file import did_you_mean
+from harness.core.errors import EngineError, UserError
+from harness.core.formats import inert
+from harness.present import width as terminal
 
 COMMANDS: tuple[ModuleType, ...] = (
     run,
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     # that completes anyway (its last request done, the HTTP session closing) swallows the interrupt.
     for signum in _STOP_SIGNALS:
         signal.signal(signum, _raise_interrupt)
-    from harness.server import kill_all_started
+    from harness.run.server import kill_all_started
 
     try:
         code = command.run(args, console)

@@ -20,9 +20,9 @@ def main() -> int:
     limit, regime, results = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
     sys.path.insert(0, str(ROOT))
-    import harness.plan
+    import harness.run.plan
     from harness.cli import main as bench
-    from harness.engines import LaunchSpec
+    from harness.config.engines import LaunchSpec
     from tests.test_run_plan import StandIn
 
     class Hostile(StandIn):
@@ -32,7 +32,7 @@ def main() -> int:
             server = str(ROOT / "tests" / "hostile_server.py")
             return LaunchSpec([python, server, "--port", str(port), "--every", MODES[arm.name]])
 
-    harness.plan.get_adapter = lambda name: Hostile()
+    harness.run.plan.get_adapter = lambda name: Hostile()
     return bench(["run", regime, "--results-dir", results, "--allow-mismatch"])
 
 

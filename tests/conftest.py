@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.sensors.environment import describe_cpu
+from harness.run.sensors.environment import describe_cpu
 from tests.engine_site.zygote import ZYGOTE_ENV, start_zygote
 
 try:
@@ -170,8 +170,8 @@ def shared_study(tmp_path_factory, slurm) -> dict:
     The executor and Slurm tests read the steps, the study tests the finished study, the gate test
     gates copies of p0. One study serves them all (each start-up costs ~40 s on the AVX2 machine):
     7 start-ups, plus the timed-out point's one."""
-    from harness.server import group_alive
-    from harness.study_analysis.collect import load_study
+    from harness.derive.study.collect import load_study
+    from harness.run.server import group_alive
 
     results = tmp_path_factory.mktemp("results")
     env = {**slurm.env, "COLUMNS": "200"}
@@ -408,7 +408,7 @@ def pytest_xdist_make_scheduler(config, log):
 # unpatched server a test's bench process starts a fork of it, in its own session and process group
 # (a start-up cost ~11 core-seconds less on the 2-core AVX-512 EPYC). The controller starts it
 # before the workers exist, with the environment the test regimes give their servers (tests/regimes/:
-# engine.env, and what harness.engines.vllm adds on a CPU), so that their requests match it; a server
+# engine.env, and what harness.config.engines.vllm adds on a CPU), so that their requests match it; a server
 # whose environment differs in what vLLM's import reads starts as users' do; a Slurm job's servers
 # come from a zygote of the job's own (zygote.own_zygote). BENCH_TEST_ZYGOTE=0: no zygote.
 ZYGOTE_SERVER_ENV = {

@@ -1,7 +1,7 @@
 """Every number a view shows for a cell's speedup, parsed back out of the view: the check behind
 ``tests/test_one_answer.py`` (the stored runs) and the end-to-end test (a fresh run).
 
-What each cell's speedup is comes from the run's summary (``harness.intervals``' one estimate per
+What each cell's speedup is comes from the run's summary (``harness.derive.intervals``' one estimate per
 cell, stored as ``speedup``, ``speedup_low``, ``speedup_high``); each view is rendered the way a
 user gets it (``bench show``, ``bench show --minilab``, ``bench report``, ``bench export``) and
 parsed with nothing but the text it printed. A view that writes a cell's speedup must write that
@@ -17,10 +17,10 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-from harness.formats import bound_text
-from harness.regime import LoadLevel
+from harness.config.regime import LoadLevel
+from harness.core.formats import bound_text
+from harness.derive.summary import summarize
 from harness.results.model import Summary
-from harness.summary import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 Shown = tuple[str, str | None, str | None]  # point "1.23", low, high as the views write them

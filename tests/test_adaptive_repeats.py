@@ -10,10 +10,10 @@ import pytest
 import yaml
 from rich.console import Console
 
-from harness.plan import plan_regime, run_plan
+from harness.derive.summary import cell_metrics
 from harness.results import RunDir, WindowRecord
-from harness.runner import Runner
-from harness.summary import cell_metrics
+from harness.run.plan import plan_regime, run_plan
+from harness.run.runner import Runner
 from tests.test_probes import ARM, _record
 
 ROOT = Path(__file__).resolve().parent.parent

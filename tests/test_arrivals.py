@@ -1,4 +1,5 @@
-"""Open-loop arrival schedules (harness.arrivals) and the schedule probes (harness.probes.schedule)."""
+"""Open-loop arrival schedules (harness.core.arrivals) and the schedule probes
+(harness.core.probes.schedule)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,14 @@ import statistics
 
 import pytest
 
-from harness.arrivals import arrival_offsets
-from harness.probes.schedule import achieved_rate_rps, behind_schedule, client_lag_s, lag_p90_s, queueing_s
+from harness.core.arrivals import arrival_offsets
+from harness.core.probes.schedule import (
+    achieved_rate_rps,
+    behind_schedule,
+    client_lag_s,
+    lag_p90_s,
+    queueing_s,
+)
 from harness.results import RequestRecord
 
 

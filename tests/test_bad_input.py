@@ -16,9 +16,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.errors import UserError
-from harness.plan import plan_regime
-from harness.regime import load_regime
+from harness.config.regime import load_regime
+from harness.core.errors import UserError
+from harness.run.plan import plan_regime
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD_TEXT = (ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace("../workloads/", f"{ROOT}/workloads/")
@@ -356,7 +356,7 @@ def test_workload_files_that_are_not_utf8_are_refused_with_file_and_line(tmp_pat
     import gzip
     import json
 
-    from harness.workloads import load_workload
+    from harness.config.workloads import load_workload
 
     workload = {
         "name": "w",

@@ -1,4 +1,4 @@
-"""The decode floor's denominator (harness/sensors/bandwidth.py): a small STREAM-like copy measured
+"""The decode floor's denominator (harness/run/sensors/bandwidth.py): a small STREAM-like copy measured
 here (4 MiB, so it takes milliseconds; the number itself is the machine's), and the published GPU
 bandwidths, which must cover every GPU a shipped regime pins."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.sensors.bandwidth import (
+from harness.run.sensors.bandwidth import (
     BandwidthReading,
     PublishedBandwidth,
     measure_memory_bandwidth,

@@ -1,4 +1,4 @@
-"""Machine calibrations (``bench calibrate``, ``harness.calibration``): the calibration regime made
+"""Machine calibrations (``bench calibrate``, ``harness.run.calibration``): the calibration regime made
 from a regime, the residual spread of its run as a ``Calibration``, the store's names, the lookup a
 run makes (a match is used, anything else never; a named file that does not match is refused) and
 the command's edges. The engine is never started: a whole calibration goes through the runner with
@@ -19,7 +19,13 @@ import pytest
 import yaml
 from rich.console import Console
 
-from harness.calibration import (
+from harness.config.regime import Regime, load_regime
+from harness.core.errors import UserError
+from harness.core.machine import environment_fingerprint, machine_identity
+from harness.results import Summary
+from harness.results.calibration import CALIBRATION_FILE, Calibration
+from harness.results.model import CellMetrics, RepeatMetrics
+from harness.run.calibration import (
     CalibrationSource,
     calibration_mismatch,
     calibration_regime,
@@ -31,13 +37,7 @@ from harness.calibration import (
     read_calibration,
     write_calibration,
 )
-from harness.environment import environment_fingerprint, machine_identity
-from harness.errors import UserError
-from harness.plan import plan_regime, prepare_run
-from harness.regime import Regime, load_regime
-from harness.results import Summary
-from harness.results.calibration import CALIBRATION_FILE, Calibration
-from harness.results.model import CellMetrics, RepeatMetrics
+from harness.run.plan import plan_regime, prepare_run
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "regimes" / "cpu_smoke.yaml"
@@ -289,7 +289,7 @@ def _prepared(monkeypatch: pytest.MonkeyPatch, environment: dict) -> tuple[objec
     plan = plan_regime(E2E)
     calls: list[str] = []
     monkeypatch.setattr(plan.adapter, "installed_version", lambda: "0.31.0")
-    monkeypatch.setattr("harness.plan.collect_environment", lambda version: environment)
+    monkeypatch.setattr("harness.run.plan.collect_environment", lambda version: environment)
     monkeypatch.setattr(plan, "resolve_models", lambda build, console=None: calls.append("resolve") or "/m")
     monkeypatch.setattr(plan, "drafter_fits", lambda model: {})
     return plan, calls
@@ -347,7 +347,7 @@ def test_calibrate_then_run_with_one_start_up_gets_the_calibrations_interval(
 ) -> None:
     from harness.cli import _parser
     from harness.commands import calibrate
-    from harness.runner import run_regime
+    from harness.run.runner import run_regime
     from tests.test_run_plan import StandIn
 
     model = tmp_path / "model"
@@ -362,7 +362,7 @@ def test_calibrate_then_run_with_one_start_up_gets_the_calibrations_interval(
     data["load"]["ramp"] = [{"concurrency": c, "duration_s": 0.3} for c in (1, 2)]
     regime = tmp_path / "stand_in.yaml"
     regime.write_text(yaml.safe_dump(data))
-    monkeypatch.setattr("harness.plan.get_adapter", lambda name: StandIn())
+    monkeypatch.setattr("harness.run.plan.get_adapter", lambda name: StandIn())
     console, out = _console()
     store = tmp_path / "store"
     args = _parser().parse_args(

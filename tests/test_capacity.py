@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from scipy.stats import binomtest
 
-from harness.capacity_analysis import (
+from harness.derive.capacity import (
     ArmCapacity,
     Step,
     Stop,
@@ -96,8 +96,8 @@ def test_an_overload_met_by_none_is_halved_out_of() -> None:
 
 
 def test_the_comparison_says_a_ratio_only_where_it_means_one() -> None:
-    from harness.capacity_analysis import CapacityAnalysis, CapacityComparison
     from harness.commands.capacity import comparison_lines
+    from harness.derive.capacity import CapacityAnalysis, CapacityComparison
 
     def arm(name: str, capacity: float | None, ceiling: float | None, probes: int = 2) -> ArmCapacity:
         results = tuple(probe_result(p) for p in _searched(lambda rate: 20)[:probes])

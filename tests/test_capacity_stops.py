@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 ROOT = Path(__file__).resolve().parent.parent
 if __name__ != "__main__":  # as a test, not as the stand-in server
-    from harness.capacity_analysis import Step, Stop, arm_capacity, next_step, search_stop
+    from harness.derive.capacity import Step, Stop, arm_capacity, next_step, search_stop
     from harness.results.capacity import CapacityProbe, CapacityRecord, SearchSettings
 
     SETTINGS = SearchSettings(
@@ -145,7 +145,7 @@ def test_a_version_1_capacity_directory_still_reads() -> None:
 
 
 def test_a_failed_request_is_counted_by_its_kind() -> None:
-    from harness.capacity_search import error_kind
+    from harness.run.capacity_search import error_kind
 
     errors = {
         "HTTP 500: boom": "HTTP 500",
@@ -179,14 +179,14 @@ def _stand_in_regime(tmp_path: Path) -> Path:
 
 def _bench_capacity(monkeypatch, capsys, regime: Path, *flags: str) -> tuple[int, str]:
     from harness.cli import main
-    from harness.engines import LaunchSpec
+    from harness.config.engines import LaunchSpec
     from tests.test_run_plan import StandIn
 
     class Failing(StandIn):
         def launch_spec(self, regime, arm, model, port, python, draft_model=None) -> LaunchSpec:
             return LaunchSpec([python, __file__, "--port", str(port)])
 
-    monkeypatch.setattr("harness.plan.get_adapter", lambda name: Failing())
+    monkeypatch.setattr("harness.run.plan.get_adapter", lambda name: Failing())
     monkeypatch.setenv("COLUMNS", "200")
     code = main(["capacity", str(regime), "--allow-mismatch", *flags])
     captured = capsys.readouterr()

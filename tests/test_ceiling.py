@@ -1,10 +1,10 @@
-"""The decode floor (harness/ceiling.py) against a hand computation."""
+"""The decode floor (harness/derive/ceiling.py) against a hand computation."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.ceiling import floor_step_ms
+from harness.derive.ceiling import floor_step_ms
 
 
 def test_the_floor_is_the_bytes_read_over_the_bandwidth() -> None:

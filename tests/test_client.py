@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import harness.results
-from harness.client import RequestRecord, _absorb_chunk, request_body
-from harness.engines import get_adapter
-from harness.regime import load_regime
-from harness.workloads import Prompt
+from harness.config.engines import get_adapter
+from harness.config.regime import load_regime
+from harness.config.workloads import Prompt
+from harness.run.client import RequestRecord, _absorb_chunk, request_body
 from tests.conftest import local_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def test_logprob_requests_key_tokens_by_id() -> None:
 
 
 def test_sse_events_split_complete_events_only() -> None:
-    from harness.client import sse_events
+    from harness.run.client import sse_events
 
     payloads, rest = sse_events(b'data: {"a":1}\n\ndata: {"b":2}\n\ndata: {"c"')
     assert payloads == [b'{"a":1}', b'{"b":2}'] and rest == b'data: {"c"'
@@ -120,9 +120,9 @@ def stream_server() -> str:
 def _window(url: str, fmt: str, count: int, concurrency: int, **kwargs):
     import asyncio
 
-    from harness.client import run_window
-    from harness.regime import Load, Sampling
-    from harness.workloads import LoadedWorkload, Workload
+    from harness.config.regime import Load, Sampling
+    from harness.config.workloads import LoadedWorkload, Workload
+    from harness.run.client import run_window
 
     source = {"path": "x.jsonl", "format": "jsonl"}
     definition = Workload.model_validate(
@@ -183,8 +183,8 @@ def test_open_loop_requests_go_when_due_not_when_a_slot_frees(stream_server: str
 def test_qwen3_regimes_disable_thinking_on_every_chat_request(regime_file: str) -> None:
     """Qwen3 thinks unless told not to: every chat request of the Qwen3 regimes says so, raw
     completions (no chat template) carry nothing."""
-    from harness.engines import get_adapter
-    from harness.plan import plan_regime
+    from harness.config.engines import get_adapter
+    from harness.run.plan import plan_regime
 
     plan = plan_regime(ROOT / "regimes" / regime_file)
     adapter = get_adapter(plan.regime.engine.name)
@@ -211,7 +211,7 @@ def test_qwen3_regimes_disable_thinking_on_every_chat_request(regime_file: str) 
 
 
 def test_chat_settings_merge_and_the_system_prompt_goes_first() -> None:
-    from harness.workloads import ChatTemplate, Prompt
+    from harness.config.workloads import ChatTemplate, Prompt
 
     workload = ChatTemplate(template_kwargs={"enable_thinking": True, "x": 1}, system_prompt="workload's")
     regime = ChatTemplate(template_kwargs={"enable_thinking": False})
@@ -231,7 +231,7 @@ def test_chat_settings_merge_and_the_system_prompt_goes_first() -> None:
 
 STOPPED_IN_A_TASK = """
 import asyncio, os, signal
-from harness.client import run_client
+from harness.run.client import run_client
 
 def stop(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")  # as harness.cli's handler does

@@ -16,15 +16,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from harness.client import (
+from harness.config.engines import get_adapter
+from harness.config.regime import Load, Sampling
+from harness.config.workloads import LoadedWorkload, Prompt, Workload
+from harness.run.client import (
     MAX_EVENT_BYTES,
     RequestRecord,
     run_window,
     sse_events,
 )
-from harness.engines import get_adapter
-from harness.regime import Load, Sampling
-from harness.workloads import LoadedWorkload, Prompt, Workload
 from tests.conftest import local_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +90,7 @@ def test_a_key_or_url_credentials_an_endpoint_echoes_are_never_recorded(hostile_
     keep its start)."""
     import base64
 
-    from harness import engine_http as http
+    from harness.run import engine_http as http
 
     key, password = "key-" + "9f" * 16, "pa55word-xyz"
     basic = base64.b64encode(f"us3r:{password}".encode()).decode()
@@ -116,7 +116,7 @@ def test_a_key_or_url_credentials_an_endpoint_echoes_are_never_recorded(hostile_
 def test_the_harness_http_ignores_proxies_from_the_environment(hostile_server: str, monkeypatch) -> None:
     """A proxy in the environment (HTTP_PROXY on a cluster login node) must not carry the harness's
     requests to its own loopback server: here the proxy is a closed port."""
-    from harness import engine_http as http
+    from harness.run import engine_http as http
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -206,7 +206,7 @@ def _stream_bytes(chunks: list) -> list[bytes]:
 def test_a_stream_of_any_shape_ends_in_a_well_typed_record_or_its_error(chunks, engine: str) -> None:
     """Whatever JSON a server streams (with either adapter reading its own fields), the request
     ends with an error, or with a record of the types the store reads: never an exception."""
-    from harness.client import send_request
+    from harness.run.client import send_request
 
     record = RequestRecord("w", "p", 1, "raw")
     extras = get_adapter(engine).absorb_chunk
@@ -221,7 +221,7 @@ def test_a_stream_of_any_shape_ends_in_a_well_typed_record_or_its_error(chunks, 
 
 
 def test_well_formed_streams_still_come_through_whole() -> None:
-    from harness.client import send_request
+    from harness.run.client import send_request
 
     chunks = [
         {"choices": [{"index": 0, "text": " a", "token_ids": [5, 6], "prompt_token_ids": [1, 2]}]},
@@ -269,7 +269,7 @@ def test_any_metrics_text_gives_finite_counters(lines: list[str]) -> None:
     (a position that is not a number, NaN, a negative count): never an exception mid-run."""
     import math
 
-    from harness.engines import get_adapter
+    from harness.config.engines import get_adapter
 
     counters = get_adapter("vllm").parse_spec_counters("\n".join(lines))
     values = [

@@ -18,7 +18,7 @@ from rich.console import Console
 from harness.cli import _parser, main, report_error
 from harness.commands import validate
 from harness.commands.common import kind_of, require_run
-from harness.errors import UserError
+from harness.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "tests" / "fixtures" / "run_v1"
@@ -74,7 +74,7 @@ def test_descriptions_wrap_and_examples_keep_their_lines() -> None:
 
 
 def test_gate_help_defines_metrics_from_the_registry() -> None:
-    from harness.metrics import GATED, METRICS
+    from harness.core.metrics import GATED, METRICS
 
     text = " ".join(SUBCOMMANDS["gate"].description.split())
     for name in GATED:
@@ -224,14 +224,14 @@ def test_cli_is_only_the_edge() -> None:
 
 
 def test_show_of_a_study_reads_it_without_its_execution_module(tmp_path: Path) -> None:
-    """`bench show STUDY` writes analysis.md from the present side: harness.study.run stays unimported."""
+    """`bench show STUDY` writes analysis.md from the present side: harness.run.study.run stays unimported."""
     study = tmp_path / "study"
     shutil.copytree(STUDY, study)
     script = (
         "import sys\n"
         "from harness.cli import main\n"
         f"code = main(['show', {str(study)!r}])\n"
-        "print('IMPORTED' if 'harness.study.run' in sys.modules else 'NOT IMPORTED', code)\n"
+        "print('IMPORTED' if 'harness.run.study.run' in sys.modules else 'NOT IMPORTED', code)\n"
     )
     env = {**os.environ, "COLUMNS": "200"}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, env=env)

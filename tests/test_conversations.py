@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.errors import UserError
-from harness.plan import describe_plan, plan_regime
+from harness.core.errors import UserError
 from harness.results import SCHEMA_VERSION, read_jsonl
-from harness.runner import run_regime
+from harness.run.plan import describe_plan, plan_regime
+from harness.run.runner import run_regime
 from tests.test_run_plan import REGIME, StandIn, _console
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def test_each_turn_is_a_window_built_from_the_arms_own_answers(
             resets.append(base_url)
             return True
 
-    monkeypatch.setattr("harness.plan.get_adapter", lambda name: Counting())
+    monkeypatch.setattr("harness.run.plan.get_adapter", lambda name: Counting())
     console, out = _console()
     run, summary = run_regime(
         _regime(tmp_path, repeats=2), tmp_path / "results", console, allow_mismatch=True
@@ -97,9 +97,9 @@ def test_a_failed_turn_ends_its_conversation_and_the_cell_counts_it(
     """A request that failed has no answer to carry: its conversation stops there and is stored as a
     failed request of each later turn (the cell says 2/3), the others go on carrying their own
     answers, each keeping its due time in the open-loop schedule."""
-    from harness import runner
-    from harness.arrivals import arrival_offsets
-    from harness.client import run_window as real_window
+    from harness.core.arrivals import arrival_offsets
+    from harness.run import runner
+    from harness.run.client import run_window as real_window
 
     sent: dict[str, list] = {}
 
@@ -114,7 +114,7 @@ def test_a_failed_turn_ends_its_conversation_and_the_cell_counts_it(
         return await real_window(base_url, workload, prompts, concurrency, sampling, load, done, *args)
 
     monkeypatch.setattr(runner, "run_window", failing)
-    monkeypatch.setattr("harness.plan.get_adapter", lambda name: StandIn())
+    monkeypatch.setattr("harness.run.plan.get_adapter", lambda name: StandIn())
     console, out = _console()
     regime = _regime(tmp_path, concurrency=[], request_rate=[20], max_concurrency=2)
     data = yaml.safe_load(regime.read_text())

@@ -1,4 +1,4 @@
-"""The step cost model (harness.cost_model) on a real recorded run, and its pure parts.
+"""The step cost model (harness.derive.cost_model) on a real recorded run, and its pure parts.
 
 The fixture is a real run of regimes/cpu_cost_model.yaml on the CPU engine (ngram K = 1, 2, 4, 8
 and a self-draft K = 3, three start-ups each, concurrency 1 and 4; its server logs left out): each
@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from scipy.optimize import curve_fit
 
-from harness.analysis import analyze
-from harness.ceiling import decode_ceiling, floor_step_ms
-from harness.cost_model import (
+from harness.config.regime import LoadLevel
+from harness.core.probes.acceptance import length_histogram
+from harness.derive.analysis import analyze
+from harness.derive.ceiling import decode_ceiling, floor_step_ms
+from harness.derive.cost_model import (
     CostModel,
     StepCost,
     break_even_tau,
@@ -26,11 +28,9 @@ from harness.cost_model import (
     token_share,
     tokens_per_request_step,
 )
-from harness.frames import export, load_run
-from harness.probes.acceptance import length_histogram
-from harness.regime import LoadLevel
+from harness.derive.frames import export, load_run
+from harness.derive.summary import summarize
 from harness.results.raw import read_raw
-from harness.summary import summarize
 
 RUN = Path(__file__).parent / "fixtures" / "run_v14_cost_model"
 
@@ -264,7 +264,7 @@ def test_the_predictions_are_within_ten_percent_of_the_k_values_that_ran(model) 
 
 
 def test_the_floor_says_when_an_untied_input_embedding_was_left_out(summary) -> None:
-    from harness.cost_text import ceiling_lines
+    from harness.present.cost_text import ceiling_lines
 
     floor = summary.decode_floor
     footprint = floor.footprint.model_copy(update={"unread_embedding": 7})

@@ -12,13 +12,13 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.drafters import TRAINING_PROMPTS_NAME, distill, held_out_check
-from harness.drafters.train_stages import _samples, train_argv
-from harness.drafters.workdir import read_answers
-from harness.errors import UserError
-from harness.plan import plan_regime
-from harness.regime import load_regime
-from harness.workloads import load_prompt_pool, prompt_sha256
+from harness.config.regime import load_regime
+from harness.config.workloads import load_prompt_pool, prompt_sha256
+from harness.core.errors import UserError
+from harness.run.drafters import TRAINING_PROMPTS_NAME, distill, held_out_check
+from harness.run.drafters.train_stages import _samples, train_argv
+from harness.run.drafters.workdir import read_answers
+from harness.run.plan import plan_regime
 from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -279,8 +279,8 @@ def test_validate_shows_the_distillation_plan(capsys) -> None:
 
 
 def test_provenance_lines_show_the_held_out_check() -> None:
-    from harness.report import _trained_drafters
-    from harness.table import drafter_note
+    from harness.present.report import _trained_drafters
+    from harness.present.table import drafter_note
 
     manifest = {
         "kind": "trained",
@@ -315,7 +315,7 @@ def test_the_truncation_trap_stops_a_build_before_training() -> None:
     """Prompt + answer longer than the training sequence: the answer (all the supervision) is cut
     first, a prompt that fills the sequence leaves an empty loss mask. Beyond 10% of the answer
     tokens lost the data stage stops, saying what would fit."""
-    from harness.drafters.train_stages import check_truncation, truncation
+    from harness.run.drafters.train_stages import check_truncation, truncation
 
     samples = [
         {"input_ids": [1] * 10 + [2] * 6, "loss_mask": [0] * 10 + [1] * 6},  # fits in 16
@@ -338,7 +338,7 @@ def test_a_stage_that_stops_making_progress_is_stopped(tmp_path: Path) -> None:
     import sys
     import time
 
-    from harness.drafters.distill import last_progress, run_watched
+    from harness.run.drafters.distill import last_progress, run_watched
 
     hung = [sys.executable, "-c", "import time; time.sleep(60)"]
     stage_log = tmp_path / "train.log"
@@ -367,11 +367,11 @@ def test_a_stage_ends_with_the_bench_process_that_started_it(tmp_path: Path) -> 
     import sys
     import time
 
-    from harness.server import group_alive
+    from harness.run.server import group_alive
 
     pid_file = tmp_path / "stage.pid"
     stage = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
-    watch = "import sys, pathlib; from harness.drafters.distill import run_watched; "
+    watch = "import sys, pathlib; from harness.run.drafters.distill import run_watched; "
     watch += "run_watched([sys.executable, '-c', sys.argv[2]], pathlib.Path(sys.argv[1]), stall_s=600)"
     bench = subprocess.Popen([sys.executable, "-c", watch, str(tmp_path), stage], cwd=ROOT)
     try:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.drafters import MANIFEST_NAME, TRAINING_PROMPTS_NAME
-from harness.models import cache_root
+from harness.config.models import cache_root
+from harness.config.workloads import load_workload, prompt_sha256
 from harness.results import read_jsonl
-from harness.workloads import load_workload, prompt_sha256
+from harness.run.drafters import MANIFEST_NAME, TRAINING_PROMPTS_NAME
 
 pytestmark = pytest.mark.engine
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.model_build import resolve_package_gguf
+from harness.run.model_build import resolve_package_gguf
 from tests.engine_site.zygote import STAGES, ZYGOTE_ENV, fork_stage, stop_own_zygotes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def _stage_zygote():
 
 
 def _stage(stage: str, work: Path) -> None:
-    """``python -m harness.drafters.train_stages STAGE WORK`` as the build runs it, to its end."""
+    """``python -m harness.run.drafters.train_stages STAGE WORK`` as the build runs it, to its end."""
     args = [sys.executable, "-m", STAGES, stage, str(work)]
     with tempfile.TemporaryFile() as output, open(os.devnull, "rb") as devnull:
         forked = fork_stage(
@@ -194,7 +194,7 @@ def test_a_warm_start_begins_where_its_source_ended(trained: dict, tmp_path: Pat
     """Continue a finished build (this module's, two epochs): its weights (cast from the bf16
     checkpoint to the float32 the CPU trains in), a fresh schedule, and a first loss at the
     trained level, checked."""
-    from harness.drafters.workdir import WARM_START_FILE, train_losses
+    from harness.run.drafters.workdir import WARM_START_FILE, train_losses
 
     source = trained["work"]
     losses = train_losses(source / "train_metrics.jsonl")
@@ -213,7 +213,7 @@ def test_a_warm_start_begins_where_its_source_ended(trained: dict, tmp_path: Pat
 
 
 def test_a_warm_start_that_did_not_load_fails() -> None:
-    from harness.drafters.train_stages import check_warm_start
+    from harness.run.drafters.train_stages import check_warm_start
 
     check_warm_start(15.2, source_first=28.2, source_last=14.7)
     with pytest.raises(SystemExit, match="did not start from the trained weights: its first loss 27.9"):

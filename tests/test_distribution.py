@@ -1,4 +1,5 @@
-"""The distribution check that replaces greedy exactness at temperature > 0 (harness.probes.distribution):
+"""The distribution check that replaces greedy exactness at temperature > 0
+(harness.core.probes.distribution):
 the statistics, the tests and verdicts on constructed samples (including the lossy case it must
 catch), and the whole path through a stored run: summary, terminal lines, report."""
 
@@ -13,16 +14,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.analysis import analyze
-from harness.client import parse_top_logprobs
-from harness.errors import UserError
-from harness.probes.distribution import SequenceStats, compare, sequence_stats, tost_z, verdict
-from harness.regime import load_regime
+from harness.config.regime import load_regime
+from harness.core.errors import UserError
+from harness.core.probes.distribution import SequenceStats, compare, sequence_stats, tost_z, verdict
+from harness.core.stats import mann_whitney_two_sided, stratified_cliffs_delta
+from harness.derive.analysis import analyze
+from harness.derive.summary import summarize
+from harness.present.table import answer_lines
+from harness.present.verdict_text import distribution_lines
 from harness.results import RequestRecord
-from harness.stats import mann_whitney_two_sided, stratified_cliffs_delta
-from harness.summary import summarize
-from harness.table import answer_lines
-from harness.verdict_text import distribution_lines
+from harness.run.client import parse_top_logprobs
 
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
 

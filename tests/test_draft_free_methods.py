@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.drafters.fit import drafter_fit, mtp_layers
-from harness.engines import get_adapter
-from harness.engines.sglang import served_from_server_info
-from harness.regime import Arm, load_regime
-from harness.validation import check_environment, check_served
+from harness.config.engines import get_adapter
+from harness.config.engines.sglang import served_from_server_info
+from harness.config.regime import Arm, load_regime
+from harness.run.drafters.fit import drafter_fit, mtp_layers
+from harness.run.validation import check_environment, check_served
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_MTP = load_regime(ROOT / "regimes" / "h200_tp8_deepseek_mtp.yaml")

@@ -1,4 +1,4 @@
-"""Does the drafter fit its arm (harness.drafters.fit)? Checked on config.json files written
+"""Does the drafter fit its arm (harness.run.drafters.fit)? Checked on config.json files written
 here in the layouts the harness builds and the hubs publish (z-lab DFlash, EAGLE-3)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.drafters.fit import drafter_fit
-from harness.regime import Arm
+from harness.config.regime import Arm
+from harness.run.drafters.fit import drafter_fit
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = {"hidden_size": 576, "num_hidden_layers": 30, "vocab_size": 49152, "num_attention_heads": 9}

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from harness.drafters import MANIFEST_NAME, resolve_drafter
-from harness.drafters.untrained import _draft_config, build_untrained
-from harness.errors import UserError
-from harness.regime import load_regime
+from harness.config.regime import load_regime
+from harness.core.errors import UserError
+from harness.run.drafters import MANIFEST_NAME, resolve_drafter
+from harness.run.drafters.untrained import _draft_config, build_untrained
 
 ROOT = Path(__file__).resolve().parent.parent
 # SmolLM2-135M's shape (the CPU default target), plus a tokenizer with one unused special token.

@@ -20,12 +20,12 @@ import pandas as pd
 import pytest
 
 import harness
-from harness.engines.patches import APPLIED_MARK
-from harness.metrics import column_doc
+from harness.config.engines.patches import APPLIED_MARK
+from harness.core.metrics import column_doc
+from harness.derive.summary import summarize
 from harness.results import SCHEMA_VERSION, load_summary, read_jsonl
 from harness.results.records import RequestRecord
-from harness.server import group_alive
-from harness.summary import summarize
+from harness.run.server import group_alive
 from tests.conftest import ENGINE_SITE, engine_processes, wait_until
 from tests.engine_site.sitecustomize import MARK as FORKED
 from tests.engine_site.zygote import ZYGOTE_ENV
@@ -396,7 +396,7 @@ def _listens_on_its_socket_only(arm: Path) -> None:
     from another user or host)."""
     import stat
 
-    from harness.server import group_pids
+    from harness.run.server import group_pids
 
     launch = json.loads((arm / "launch.json").read_text())
     uds = Path(launch["uds"])
@@ -529,7 +529,7 @@ def test_a_server_forked_by_the_zygote_answers_as_a_fresh_one(finished_run, besi
 def test_every_view_of_a_fresh_run_shows_one_estimate(finished_run, tmp_path: Path) -> None:
     """A fresh run: its stored analysis is fresh (written by the runner, read by bench show), and
     every view shows each cell's one estimate (tests/one_answer.py, as for the stored runs)."""
-    from harness.analysis import stored_analysis
+    from harness.derive.analysis import stored_analysis
     from tests.one_answer import disagreements
 
     _, run_dir = finished_run

@@ -20,7 +20,7 @@ import yaml
 from harness.cli import main
 from harness.results import RunDir, read_json, read_records
 from harness.results.records import WindowRecord
-from harness.server import Server, free_port
+from harness.run.server import Server, free_port
 from tests.gpu_stand_ins.stand_in_engine import ACCEPTED_PER_STEP
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,9 +167,9 @@ def test_a_baseline_whose_server_speculates_fails_its_pin(tmp_path: Path) -> Non
 
 
 def test_two_arms_on_one_server_are_refused_unless_meant(tmp_path: Path) -> None:
-    from harness.errors import UserError
-    from harness.overrides import flag_overrides, parse_set
-    from harness.regime import load_regime
+    from harness.config.regime import load_regime
+    from harness.core.errors import UserError
+    from harness.core.overrides import flag_overrides, parse_set
 
     regime = _regime(tmp_path)
     same = flag_overrides(endpoints=["baseline=http://u:pw@Host:80/", "ngram_k4=http://host"])
@@ -188,7 +188,7 @@ def test_two_arms_on_one_server_are_refused_unless_meant(tmp_path: Path) -> None
 
 
 def test_counter_breaks_name_what_fell_and_a_short_generation_count() -> None:
-    from harness.probes.acceptance import SpecCounters, counter_breaks
+    from harness.core.probes.acceptance import SpecCounters, counter_breaks
 
     before = SpecCounters(drafts=120, draft_tokens=480, accepted_tokens=200, accepted_per_position={0: 90})
     after = SpecCounters(drafts=3, draft_tokens=12, accepted_tokens=5, accepted_per_position={0: 2})
@@ -208,8 +208,8 @@ def test_a_window_whose_counters_fell_in_an_older_run_counts_nothing(tmp_path: P
     are lower after it than before is not summed into tau ("the counters since the restart")."""
     import shutil
 
+    from harness.derive.summary import summarize
     from harness.results.raw import read_raw
-    from harness.summary import summarize
 
     run = tmp_path / "run"
     shutil.copytree(ROOT / "tests" / "fixtures" / "run_v14_default", run)

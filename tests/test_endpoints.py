@@ -18,10 +18,10 @@ import httpx
 import pytest
 import yaml
 
-from harness.engines import get_adapter
-from harness.plan import model_reference
-from harness.regime import load_regime
-from harness.server import Server, free_port, group_alive
+from harness.config.engines import get_adapter
+from harness.config.regime import load_regime
+from harness.run.plan import model_reference
+from harness.run.server import Server, free_port, group_alive
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = [sys.executable, "-m", "harness.cli"]
@@ -43,8 +43,8 @@ E2E = ROOT / "tests" / "regimes" / "cpu_e2e.yaml"
     ],
 )
 def test_an_endpoint_regime_is_checked_before_anything(endpoints: dict, said: str) -> None:
-    from harness.errors import UserError
-    from harness.overrides import flag_overrides
+    from harness.core.errors import UserError
+    from harness.core.overrides import flag_overrides
 
     given = [f"{arm}={url}" for arm, url in endpoints.items()]
     with pytest.raises(UserError, match=re.escape(said)):
@@ -52,7 +52,7 @@ def test_an_endpoint_regime_is_checked_before_anything(endpoints: dict, said: st
 
 
 def test_an_endpoint_is_in_the_fingerprint_and_its_key_is_not() -> None:
-    from harness.overrides import flag_overrides, parse_set
+    from harness.core.overrides import flag_overrides, parse_set
 
     one = load_regime(E2E, flag_overrides(endpoints=["baseline=http://a:1", "ngram_k4=http://a:2"]))
     other = load_regime(E2E, flag_overrides(endpoints=["baseline=http://a:1", "ngram_k4=http://b:2"]))
@@ -68,9 +68,9 @@ def test_an_endpoint_is_in_the_fingerprint_and_its_key_is_not() -> None:
 
 
 def test_the_caveats_say_what_an_endpoint_run_is_about() -> None:
+    from harness.derive.verdict import endpoint_caveats
+    from harness.present.verdict_text import caveat_text
     from harness.results.model import ArmSummary
-    from harness.verdict import endpoint_caveats
-    from harness.verdict_text import caveat_text
 
     def arm(name: str, others: float | None) -> ArmSummary:
         return ArmSummary(
@@ -101,10 +101,10 @@ def test_an_endpoint_that_does_not_answer_is_an_engine_failure_within_the_reach_
 ) -> None:
     import time
 
-    from harness.errors import EngineError
-    from harness.server import ExternalServer
+    from harness.core.errors import EngineError
+    from harness.run.server import ExternalServer
 
-    monkeypatch.setattr("harness.server.REACH_TIMEOUT_S", 1.0)
+    monkeypatch.setattr("harness.run.server.REACH_TIMEOUT_S", 1.0)
     server = ExternalServer(f"http://user:secret-pw@127.0.0.1:{free_port()}", "/health", tmp_path / "log")
     started = time.monotonic()
     with server, pytest.raises(EngineError, match=r"not serving after 1 s \(ConnectError") as failed:
@@ -195,7 +195,7 @@ def test_existing_servers_are_measured_and_left_running(deployment, tmp_path: Pa
     # what each server said it serves, read before the run, is in the run's fingerprint
     served = record["served_endpoints"]
     assert served["baseline"]["model"] and served["ngram_k4"]["version"], served
-    from harness.overrides import flag_overrides
+    from harness.core.overrides import flag_overrides
 
     as_written = load_regime(regime_path, flag_overrides(endpoints=[f"{n}={u}" for n, u in urls.items()]))
     assert record["fingerprint"] != as_written.fingerprint()  # the same addresses, serving what they serve
@@ -279,10 +279,10 @@ def test_the_capacity_search_on_the_real_engine(deployment, tmp_path: Path) -> N
 
 
 def test_an_endpoints_credentials_are_never_written_and_come_back_on_resume(tmp_path: Path) -> None:
-    from harness.errors import UserError
-    from harness.overrides import describe, flag_overrides, parse_set
-    from harness.overrides import record as overrides_record
-    from harness.regime import stored_regime
+    from harness.config.regime import stored_regime
+    from harness.core.errors import UserError
+    from harness.core.overrides import describe, flag_overrides, parse_set
+    from harness.core.overrides import record as overrides_record
 
     given = flag_overrides(endpoints=["baseline=http://a:1", "ngram_k4=https://me:pw-planted@b:2"])
     given.append(parse_set("engine.env.HF_TOKEN=hf_plantedplantedplantedplanted1"))
@@ -306,7 +306,7 @@ def test_an_endpoints_credentials_are_never_written_and_come_back_on_resume(tmp_
 
 
 def test_one_server_one_fingerprint_whatever_its_password_or_slash() -> None:
-    from harness.overrides import flag_overrides
+    from harness.core.overrides import flag_overrides
 
     def fingerprint(baseline: str) -> str:
         return load_regime(

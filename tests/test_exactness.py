@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.client import parse_top_logprobs
-from harness.probes.exactness import (
+from harness.core.probes.exactness import (
     compare,
     compare_records,
     first_divergence,
@@ -16,6 +15,7 @@ from harness.probes.exactness import (
     top2_margin,
 )
 from harness.results import RequestRecord
+from harness.run.client import parse_top_logprobs
 
 EOS = 2
 MARGIN = 0.5
@@ -167,7 +167,7 @@ def test_compare_records_pairs_same_prompt_and_concurrency_only() -> None:
 
 
 def test_margins_come_from_the_second_pass_where_it_saw_the_same_prefix() -> None:
-    from harness.probes.exactness import with_logprobs_from
+    from harness.core.probes.exactness import with_logprobs_from
     from harness.results import RequestRecord
 
     def sample(ids: list[int], logprobs: list | None = None, prompt: str = "p") -> RequestRecord:
@@ -204,9 +204,9 @@ def test_a_divergence_with_the_speculative_path_compiled_says_so() -> None:
     baseline on 75% of prompts where the baseline's 2nd pass matched itself on 100%. The exactness
     section records the mode; the run's caveats say the floor cannot tell compiled from speculative
     divergence; in eager mode the same shares are no such caveat."""
-    from harness.summary import summarize
-    from harness.verdict import compiled_divergence
-    from harness.verdict_text import caveat_text
+    from harness.derive.summary import summarize
+    from harness.derive.verdict import compiled_divergence
+    from harness.present.verdict_text import caveat_text
 
     summary = summarize(Path(__file__).parent / "fixtures" / "run_v3_smoke")
     assert summary.exactness.compile_mode == "compiled"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.client import run_window
-from harness.errors import UserError
-from harness.regime import Load, Sampling
+from harness.config.regime import Load, Sampling
+from harness.config.workloads import LoadedWorkload, Prompt, Workload
+from harness.core.errors import UserError
 from harness.results import RunDir
-from harness.workloads import LoadedWorkload, Prompt, Workload
+from harness.run.client import run_window
 
 WORKLOAD = LoadedWorkload(
     definition=Workload.model_validate(

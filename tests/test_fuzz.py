@@ -18,8 +18,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.errors import UserError
-from harness.regime import load_regime
+from harness.config.regime import load_regime
+from harness.core.errors import UserError
 from harness.results.files import read_records
 from harness.results.records import RequestRecord, WindowRecord
 

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness import stats
 from harness.commands import gate as gate_command
-from harness.errors import UserError
-from harness.gate_report import markdown, ordered
-from harness.gates import (
+from harness.core import stats
+from harness.core.errors import UserError
+from harness.derive.gates import (
     ONE_STARTUP,
     Check,
     arms_to_confirm,
@@ -28,6 +27,7 @@ from harness.gates import (
     read_gate,
     relative_check,
 )
+from harness.present.gate_report import markdown, ordered
 from tests.test_gates import _calibrate, _copy, _scale_ngram_acceptance, _startups
 
 T_975_2 = 4.302652729749464  # Student's t, 0.975 quantile, 2 and 8 degrees of freedom (scipy's)

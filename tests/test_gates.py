@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import stats
-from harness.errors import UserError
-from harness.gates import RunView, evaluate, exit_code, open_views
+from harness.core import stats
+from harness.core.errors import UserError
+from harness.derive.gates import RunView, evaluate, exit_code, open_views
 from harness.results import RunDir, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -515,8 +515,8 @@ def test_the_gate_engine_tests_gates_are_a_regime_of_the_study_points_conditions
     """tests/test_gate_engine.py gates copies of the study's p0 with tests/regimes/cpu_gate.yaml's
     gates; `bench gate --gates` takes the gates alone, so what keeps that regime the one a user's
     nightly for p0 would be is this: its conditions fingerprint is p0's."""
-    from harness.plan import plan_regime
-    from harness.study.sweep import plan_study
+    from harness.run.plan import plan_regime
+    from harness.run.study.sweep import plan_study
 
     def conditions(plan) -> str:
         prompts = [

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import stats
-from harness.gates import NIGHT_UNKNOWN, Check, _absolute, _relative, history_check, relative_check
-from harness.regime import Gates
+from harness.config.regime import Gates
+from harness.core import stats
+from harness.derive.gates import NIGHT_UNKNOWN, Check, _absolute, _relative, history_check, relative_check
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -114,7 +114,7 @@ def test_the_history_band_holds_heavy_tailed_and_drifting_nights(scenario: str) 
 def test_the_history_gate_names_nights_that_drift_together() -> None:
     """Nights on a slow drift (each close to the last): the band counts fewer independent nights
     and the gate's message says so."""
-    from harness.gates import _historic
+    from harness.derive.gates import _historic
 
     nights = [[100 * math.exp(0.03 * math.sin(i / 3) + d)] for i, d in enumerate([0.001, -0.001] * 7)]
     found = history_check([100.0], nights, 5, True, 0.99)

@@ -27,19 +27,19 @@ import pytest
 import yaml
 from rich.console import Console
 
-from harness.calibration import CalibrationSource
-from harness.client import WindowResult
-from harness.engines import get_adapter
-from harness.engines.cuda import CUDA_NEEDED, cuda_older
-from harness.errors import UserError
-from harness.plan import plan_regime, prepare_run
-from harness.regime import load_regime
+from harness.config.engines import get_adapter
+from harness.config.engines.cuda import CUDA_NEEDED, cuda_older
+from harness.config.regime import load_regime
+from harness.core.errors import UserError
 from harness.results import RequestRecord, RunDir, read_json, read_records
 from harness.results.records import WindowRecord
-from harness.runner import Runner
-from harness.sensors.devices import choose_gpus
-from harness.sensors.environment import collect_environment
-from harness.validation import check_environment, cuda_check, server_gpus
+from harness.run.calibration import CalibrationSource
+from harness.run.client import WindowResult
+from harness.run.plan import plan_regime, prepare_run
+from harness.run.runner import Runner
+from harness.run.sensors.devices import choose_gpus
+from harness.run.sensors.environment import collect_environment
+from harness.run.validation import check_environment, cuda_check, server_gpus
 
 ROOT = Path(__file__).resolve().parent.parent
 ARM_GPU = 3  # the one GPU of the node the arm's server is given
@@ -172,7 +172,7 @@ class _Adapter:
     acceptance_source = "per_request"
 
     def __getattr__(self, name: str) -> Any:
-        from harness.engines import get_adapter
+        from harness.config.engines import get_adapter
 
         return getattr(get_adapter("vllm"), name)
 
@@ -282,9 +282,9 @@ def test_power_energy_and_neighbours_come_from_the_arms_own_gpu(
     assert [g["index"] for g in environment["server_gpus"]] == [ARM_GPU]
     assert environment["cuda_check"] == "vllm 0.33.0 needs CUDA 13.0; the driver supports CUDA 13.0"
     # presented: bench show and the report name the GPU where the power figures are
-    from harness.analysis import load_analysis
     from harness.commands.terminal import print_results
-    from harness.report import report_context
+    from harness.derive.analysis import load_analysis
+    from harness.present.report import report_context
 
     loaded = load_analysis(run.root)
     out = io.StringIO()
@@ -363,7 +363,7 @@ def test_a_too_old_driver_is_refused_before_anything_starts(
         started.append(server.argv)
         raise AssertionError("a server was started")
 
-    monkeypatch.setattr("harness.server.Server.start", no_server)
+    monkeypatch.setattr("harness.run.server.Server.start", no_server)
     monkeypatch.setenv("COLUMNS", "200")
     regime, results = _regime(tmp_path), tmp_path / "results"
     expected = (
@@ -387,7 +387,7 @@ def test_without_chosen_gpus_the_process_view_names_the_visible_ones_by_nvml_ind
 ) -> None:
     """A reader opened on every visible GPU (no GPU chosen) labels them by NVML index, as the
     chosen path does: CUDA_VISIBLE_DEVICES=6,2 leaves GPUs 6 and 2, not 0 and 1."""
-    from harness.sensors.gpu import NvmlProcessReader
+    from harness.run.sensors.gpu import NvmlProcessReader
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,2")
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())

@@ -15,9 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.probes.gpu import ProcessSample, window_gpu
-from harness.sensors import gpu
-from harness.sensors.cpu import process_name
+from harness.core.probes.gpu import ProcessSample, window_gpu
+from harness.run.sensors import gpu
+from harness.run.sensors.cpu import process_name
 
 
 def test_neighbours_are_the_other_processes_on_the_engines_gpus() -> None:
@@ -158,11 +158,11 @@ def test_the_watch_polls_until_stopped() -> None:
 def test_the_texts_name_a_gpu_neighbour() -> None:
     from pathlib import Path
 
-    from harness.gates import RunView
+    from harness.derive.gates import RunView
+    from harness.derive.verdict import neighbour
+    from harness.present.table import cpu_line
+    from harness.present.verdict_text import neighbour_text
     from harness.results import CellMetrics, RunDir
-    from harness.table import cpu_line
-    from harness.verdict import neighbour
-    from harness.verdict_text import neighbour_text
 
     summary = RunView(RunDir(Path(__file__).parent / "fixtures" / "run_v3_smoke")).summary  # a real run
     cell: CellMetrics = summary.cells[-1]

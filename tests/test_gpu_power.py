@@ -11,7 +11,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def nvml_reader():
-    from harness.sensors.power import NvmlReader
+    from harness.run.sensors.power import NvmlReader
 
     try:
         reader = NvmlReader()
@@ -27,7 +27,7 @@ def test_nvml_power_reading(nvml_reader) -> None:
 
 
 def test_environment_lists_the_gpus(nvml_reader) -> None:
-    from harness.sensors.environment import collect_gpus
+    from harness.run.sensors.environment import collect_gpus
 
     record = collect_gpus()
     assert record["gpu_probe"] == "nvml" and record["gpus"] and record["gpus"][0]["name"]
@@ -41,7 +41,7 @@ def test_nvml_tells_the_engine_from_a_neighbour_on_the_gpu(nvml_reader) -> None:
     import sys
     import time
 
-    from harness.sensors import gpu
+    from harness.run.sensors import gpu
 
     pytest.importorskip("torch", reason="a CUDA process needs torch")
     burn = (

@@ -24,10 +24,10 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.engines import get_adapter
+from harness.config.engines import get_adapter
 from harness.results import RunDir, Summary, read_json, read_records
 from harness.results.records import WindowRecord
-from harness.server import _LIVE_GROUPS  # the server groups this process started and has not stopped
+from harness.run.server import _LIVE_GROUPS  # the server groups this process started and has not stopped
 from tests.gpu_stand_ins.stand_in_engine import ACCEPTED_PER_STEP, SERVED_K_ENV
 from tests.test_gpu_arm_devices import ARM_GPU, ARM_WATTS, IDLE_WATTS, fake_nvml
 

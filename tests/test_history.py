@@ -15,10 +15,10 @@ import duckdb
 import pytest
 
 import harness
-from harness.errors import UserError
-from harness.gates import RunView
-from harness.history.store import SCHEMA_VERSION, open_history
-from harness.history_analysis.collect import history_entry, machine_key
+from harness.core.errors import UserError
+from harness.derive.gates import RunView
+from harness.derive.history.collect import history_entry, machine_key
+from harness.results.history.store import SCHEMA_VERSION, open_history
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "tests" / "fixtures" / "run_v3_smoke"  # a real CPU run (cpu_smoke, one start-up per arm)
@@ -141,8 +141,8 @@ from datetime import datetime, timedelta  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from harness.gates import history_check  # noqa: E402
-from harness.history_analysis.reference import comparable_nights  # noqa: E402
+from harness.derive.gates import history_check  # noqa: E402
+from harness.derive.history.reference import comparable_nights  # noqa: E402
 
 
 def _nights(
@@ -180,8 +180,8 @@ def test_false_alarms_and_detection_on_simulated_nights() -> None:
     with no change a night fails at most about 1% of the time; a -10% step with a 3% spread is found
     within 3 nights almost always, and a step that persists keeps failing (its nights are not the
     reference)."""
-    from harness.gates import NIGHT_FALSE_ALARM
-    from harness.history_analysis.reference import WINDOWS
+    from harness.derive.gates import NIGHT_FALSE_ALARM
+    from harness.derive.history.reference import WINDOWS
 
     confidence = 1 - 2 * NIGHT_FALSE_ALARM / len(WINDOWS)
     rng = np.random.default_rng(2)
@@ -303,7 +303,7 @@ def test_accepting_a_change_moves_where_the_nights_start_and_old_files_migrate(t
     old = tmp_path / "schema1.duckdb"
     with duckdb.connect(str(old)) as con:
         con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
-        from harness.history.store import TABLES
+        from harness.results.history.store import TABLES
 
         for name in ("runs", "samples", "cells"):  # as schema 1 made them: no noisy_neighbour, no env
             columns = TABLES[name].replace(",\n        noisy_neighbour BOOLEAN", "")
@@ -350,7 +350,7 @@ def _series_history(path: Path, values: list[float], engine_from: int | None = N
 
 
 def _changes(path: Path):
-    from harness.history_analysis.changes import change_points
+    from harness.derive.history.changes import change_points
 
     with open_history(path, read_only=True) as history:
         return change_points(history.samples(), history.runs())
@@ -511,7 +511,7 @@ def test_concurrent_writers_wait_for_each_other(tmp_path: Path) -> None:
     """Two `bench history add` at once: the second waits for the first's lock (issue 64: it failed
     at once, 5 tries in 6), and both runs are kept. A lock held longer than the wait is an error
     that says so."""
-    from harness.history.store import _connect
+    from harness.results.history.store import _connect
 
     runs = []
     for name, source in (("a", SMOKE), ("b", OLD)):

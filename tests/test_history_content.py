@@ -15,8 +15,8 @@ from pathlib import Path
 import duckdb
 
 import harness
-from harness.history.store import SCHEMA_VERSION, open_history
-from harness.history_analysis.collect import history_entry
+from harness.derive.history.collect import history_entry
+from harness.results.history.store import SCHEMA_VERSION, open_history
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "tests" / "fixtures" / "run_v3_smoke"  # a real CPU run (cpu_smoke, one start-up per arm)

@@ -15,10 +15,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.config_file import MAX_DEPTH, MAX_FILE_BYTES, parse_yaml, read_yaml
-from harness.errors import UserError
-from harness.regime import load_regime
-from harness.workloads import load_prompt_pool
+from harness.config.regime import load_regime
+from harness.config.workloads import load_prompt_pool
+from harness.core.config_file import MAX_DEPTH, MAX_FILE_BYTES, parse_yaml, read_yaml
+from harness.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD_TEXT = (ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace("../workloads/", f"{ROOT}/workloads/")
@@ -327,7 +327,7 @@ BYPASSES = {
 
 @pytest.mark.parametrize("case", sorted(BYPASSES))
 def test_every_bypass_is_refused_with_its_field_path(tmp_path: Path, case: str) -> None:
-    from harness.plan import plan_regime
+    from harness.run.plan import plan_regime
 
     engine, mutate, expected = BYPASSES[case]
     data = yaml.safe_load(GOOD_TEXT if engine == "vllm" else SGLANG_TEXT)
@@ -341,7 +341,7 @@ def test_every_bypass_is_refused_with_its_field_path(tmp_path: Path, case: str) 
 
 
 def test_the_lossy_string_threshold_is_flagged_and_bench_validate_names_the_field(tmp_path: Path) -> None:
-    from harness.validation import lossy_settings
+    from harness.run.validation import lossy_settings
 
     data = yaml.safe_load(SGLANG_TEXT)
     index = _speculating(data)
@@ -364,7 +364,7 @@ def test_the_lossy_string_threshold_is_flagged_and_bench_validate_names_the_fiel
 
 
 def _check(text: str, verdict: str = "fail"):
-    from harness.gates import Check
+    from harness.derive.gates import Check
 
     return Check(
         name=f"ngram_k4 tau >= 2 [{text}]",
@@ -384,7 +384,7 @@ HOSTILE_TEXT = "\x00\x07\x1b[31m<script>alert(1)</script> & \ud800 | next\ncell 
 def test_junit_always_parses_and_markdown_renders_as_text() -> None:
     import xml.etree.ElementTree as ET
 
-    from harness.gate_report import junit_xml, markdown
+    from harness.present.gate_report import junit_xml, markdown
 
     checks = [_check(HOSTILE_TEXT, verdict) for verdict in ("fail", "error", "skipped", "pass")]
     root = ET.fromstring(junit_xml(checks, "suite\x01"))  # raised ParseError: not well-formed
@@ -403,7 +403,7 @@ def test_junit_always_parses_and_markdown_renders_as_text() -> None:
 def test_any_text_in_a_gate_gives_junit_that_parses(text: str) -> None:
     import xml.etree.ElementTree as ET
 
-    from harness.gate_report import junit_xml
+    from harness.present.gate_report import junit_xml
 
     ET.fromstring(junit_xml([_check(text)], text))
 
@@ -422,7 +422,7 @@ def test_an_atomic_write_never_writes_through_a_link(tmp_path: Path) -> None:
 
 
 def test_a_torn_last_line_of_the_trainers_metrics_is_not_read(tmp_path: Path) -> None:
-    from harness.drafters.workdir import train_losses
+    from harness.run.drafters.workdir import train_losses
 
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text('{"train": {"loss": 2.5}}\n{"train": {"loss": 2.1}}\n{"train": {"lo')

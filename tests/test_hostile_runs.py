@@ -100,8 +100,8 @@ def test_a_gzip_bomb_and_a_device_are_refused_with_bounded_memory(tmp_path: Path
     import gzip
     import tracemalloc
 
-    from harness.errors import UserError
-    from harness.workloads import MAX_PROMPT_FILE_BYTES, _read_text
+    from harness.config.workloads import MAX_PROMPT_FILE_BYTES, _read_text
+    from harness.core.errors import UserError
 
     bomb = tmp_path / "prompts.jsonl.gz"
     with gzip.open(bomb, "wb", compresslevel=1) as handle:

@@ -102,8 +102,8 @@ def test_the_workload_is_the_estimand_through_the_summary() -> None:
     start-ups' few df left it at 0.91, too near 0.90 for a test)."""
     from simulated_runs import World, simulate_run
 
-    from harness.intervals import cell_estimates
-    from harness.summary import summarize
+    from harness.derive.intervals import cell_estimates
+    from harness.derive.summary import summarize
 
     scenario = coverage.Scenario("prompts", World(prompts=16, rounds=4, truth=1.0))
     lines = dict(coverage.pipeline_lines([scenario], PIPELINE_RUNS, seed=21))

@@ -1,4 +1,5 @@
-"""The one model of a speedup (harness.intervals): checked against formulas computed here, not by it."""
+"""The one model of a speedup (harness.derive.intervals): checked against formulas computed here,
+not by it."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from harness import stats
-from harness.formats import interval_text
-from harness.intervals import Estimate, Spread, arm_spread, cell_estimates, residual_spread
+from harness.core import stats
+from harness.core.formats import interval_text
+from harness.derive.intervals import Estimate, Spread, arm_spread, cell_estimates, residual_spread
 
 
 def test_two_arms_two_rounds_is_the_paired_t_on_log_ratios() -> None:
@@ -244,7 +245,7 @@ def test_a_deciding_run_knows_when_it_used_every_round() -> None:
 
 
 def test_the_prompt_term_is_the_jackknife_of_the_cells_own_estimator() -> None:
-    from harness.intervals import Design, WindowPrompts, design_for, prompt_variance
+    from harness.derive.intervals import Design, WindowPrompts, design_for, prompt_variance
 
     # concurrency 1, requests back to back: a window lasts its requests' summed time, so leaving a
     # prompt out leaves exactly the others' tokens over the others' time

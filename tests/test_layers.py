@@ -53,8 +53,14 @@ def _places() -> dict[str, str]:
 
 PLACES: dict[str, str] = _places()
 LAZY = {
-    ("harness.engines.vllm", "harness.engine_http"): "the adapter's I/O methods, called by the run side",
-    ("harness.engines.sglang", "harness.engine_http"): "the adapter's I/O methods, called by the run side",
+    (
+        "harness.config.engines.vllm",
+        "harness.run.engine_http",
+    ): "the adapter's I/O methods, called by the run side",
+    (
+        "harness.config.engines.sglang",
+        "harness.run.engine_http",
+    ): "the adapter's I/O methods, called by the run side",
 }
 IMPURE = ("subprocess", "threading", "socket", "httpx", "aiohttp", "requests", "urllib", "pynvml", "asyncio")
 PURE = ("urllib.parse",)  # splitting a URL's text is not reaching it
@@ -105,7 +111,7 @@ def _imports(name: str, path: Path) -> set[str]:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             submodules = {f"{base}.{alias.name}" for alias in node.names} & MODULES.keys()
-            out.update(submodules or {base})  # `from harness.study import analysis` imports analysis
+            out.update(submodules or {base})  # `from harness.run.study import analysis` imports analysis
     return out
 
 

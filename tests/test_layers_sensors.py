@@ -1,8 +1,8 @@
 """The layers, read from the source (AST, so a new import or a new /proc read fails here):
 
-- ``harness/probes/`` is formulas over stored samples: it imports nothing that runs a process, a
-  thread or a connection, nor NVML, nor the run side (``harness.sensors`` and its users), and reads
-  no file, no /proc and no environment variable; the sensors (``harness/sensors/``) do that;
+- ``harness/core/probes/`` is formulas over stored samples: it imports nothing that runs a process, a
+  thread or a connection, nor NVML, nor the run side (``harness.run.sensors`` and its users), and reads
+  no file, no /proc and no environment variable; the sensors (``harness/run/sensors/``) do that;
 - the drafters' modules import each other without a circle (function-level imports included);
 - no module of the harness imports another in a circle at module level."""
 
@@ -33,7 +33,13 @@ FORBIDDEN_MODULES = {
     "pynvml",
 }
 # the run side above the probes: they may import the probes, never the other way
-RUN_SIDE = ("harness.sensors", "harness.runner", "harness.server", "harness.client", "harness.engines")
+RUN_SIDE = (
+    "harness.run.sensors",
+    "harness.run.runner",
+    "harness.run.server",
+    "harness.run.client",
+    "harness.config.engines",
+)
 READS = {"open", "read_text", "read_bytes", "iterdir", "glob", "environ", "getenv", "cpu_count"}
 
 
@@ -62,7 +68,7 @@ def _imports(tree: ast.AST, known: dict[str, Path], nodes: Iterator[ast.AST] | N
 
 
 def _probe_files() -> list[Path]:
-    return sorted((PACKAGE / "probes").glob("*.py"))
+    return sorted((PACKAGE / "core" / "probes").glob("*.py"))
 
 
 @pytest.mark.parametrize("path", _probe_files(), ids=lambda p: p.name)
@@ -73,7 +79,7 @@ def test_the_probes_import_no_process_thread_socket_http_or_nvml(path: Path) -> 
         for name in imported
         if name.split(".")[0] in FORBIDDEN_MODULES or name.startswith(RUN_SIDE) or name == "os"
     )
-    assert not bad, f"{path.relative_to(ROOT)} imports {bad}: machine access belongs in harness/sensors/"
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}: machine access belongs in harness/run/sensors/"
 
 
 @pytest.mark.parametrize("path", _probe_files(), ids=lambda p: p.name)
@@ -93,9 +99,9 @@ def test_the_probes_read_no_file_proc_or_environment(path: Path) -> None:
 
 def test_the_scan_sees_what_it_forbids() -> None:
     """The scans themselves: a sensor module trips every one of them."""
-    sensor = ast.parse((PACKAGE / "sensors" / "gpu.py").read_text())
-    assert {"threading", "harness.sensors.power"} <= _imports(sensor, _modules())
-    cpu = list(ast.walk(ast.parse((PACKAGE / "sensors" / "cpu.py").read_text())))
+    sensor = ast.parse((PACKAGE / "run" / "sensors" / "gpu.py").read_text())
+    assert {"threading", "harness.run.sensors.power"} <= _imports(sensor, _modules())
+    cpu = list(ast.walk(ast.parse((PACKAGE / "run" / "sensors" / "cpu.py").read_text())))
     assert any(isinstance(n, ast.Constant) and n.value == "/proc" for n in cpu)
     assert any(isinstance(n, ast.Attribute) and n.attr == "read_text" for n in cpu)
 
@@ -143,8 +149,8 @@ def _graph(names: dict[str, Path], module_level: bool) -> dict[str, set[str]]:
 
 
 def test_the_drafters_import_each_other_without_a_circle() -> None:
-    drafters = {n: p for n, p in _modules().items() if n.startswith("harness.drafters.")}
-    assert "harness.drafters.distill" in drafters and "harness.drafters.train_stages" in drafters
+    drafters = {n: p for n, p in _modules().items() if n.startswith("harness.run.drafters.")}
+    assert "harness.run.drafters.distill" in drafters and "harness.run.drafters.train_stages" in drafters
     assert _cycles(_graph(drafters, module_level=False)) == []
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.environment import machine_differences
-from harness.regime import load_regime
-from harness.sensors.environment import collect_cpu, describe_cpu
-from harness.validation import check_environment
+from harness.config.regime import load_regime
+from harness.core.machine import machine_differences
+from harness.run.sensors.environment import collect_cpu, describe_cpu
+from harness.run.validation import check_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "tests" / "fixtures" / "run_v3_smoke"

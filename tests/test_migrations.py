@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from harness.errors import UserError
-from harness.intervals import Estimate
-from harness.regime import Regime
+from harness.config.regime import Regime
+from harness.core.errors import UserError
+from harness.derive.intervals import Estimate
+from harness.derive.summary import summarize
 from harness.results import SCHEMA_VERSION, RunDir, load_summary, parse_summary, read_run_record
 from harness.results.migrations import Migrations, run_record, status, study, summary, upgrade
-from harness.study_records.record import StudyDir, StudyRecord
-from harness.summary import summarize
+from harness.results.study.record import StudyDir, StudyRecord
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN_V1, RUN_V3 = FIXTURES / "run_v1", FIXTURES / "run_v3_smoke"

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import analyze, load_analysis
 from harness.cli import main
-from harness.formats import bound_text
-from harness.summary import summarize
+from harness.core.formats import bound_text
+from harness.derive.analysis import analyze, load_analysis
+from harness.derive.summary import summarize
 from tests.one_answer import disagreements, expected, shown_numbers
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -55,7 +55,7 @@ def test_the_fixture_is_one_where_pooling_would_disagree() -> None:
 def test_verdicts_are_computed_once_per_command(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """``bench show`` and ``bench report`` derive the window verdicts once: every part of the view
     reads the analysis instead of deriving its own."""
-    from harness import verdict
+    from harness.derive import verdict
 
     calls = []
     original = verdict.window_verdicts
@@ -76,7 +76,7 @@ def test_the_speedup_figure_draws_each_estimate_with_its_interval(monkeypatch: p
     """The report's speedup figure is given every speculative cell's one estimate (its interval bars
     and its colour from what its window decides of it); the Pareto figure is drawn for a run with two
     load levels."""
-    from harness.report import figures, render_report
+    from harness.present.report import figures, render_report
 
     given, outcomes = {}, {}
     original = figures.speedup_figure
@@ -104,8 +104,8 @@ def test_the_speedup_figure_draws_each_estimate_with_its_interval(monkeypatch: p
 def test_a_speedup_floor_gate_reads_the_estimate(tmp_path: Path) -> None:
     """A speedup floor holds the cell's one estimate to the floor (its point, and its interval at the
     gate's confidence), not a bootstrap of its own."""
-    from harness.gates import RunView, evaluate
-    from harness.regime import Gate
+    from harness.config.regime import Gate
+    from harness.derive.gates import RunView, evaluate
 
     view = RunView(TWO_ROUNDS)
     view.regime = view.regime.model_copy(
@@ -127,8 +127,8 @@ def test_a_speedup_floor_gate_reads_the_estimate(tmp_path: Path) -> None:
 def test_the_trend_page_shows_each_nights_stored_estimate(tmp_path: Path) -> None:
     """A night's speedup on the trend page is the one its run stored (point and interval), and the
     band is labelled at the level the history gate holds one check to."""
-    from harness.history.store import open_history
-    from harness.history_analysis.trend import BAND_CONFIDENCE, trend_series
+    from harness.derive.history.trend import BAND_CONFIDENCE, trend_series
+    from harness.results.history.store import open_history
 
     history = tmp_path / "h.duckdb"
     run = tmp_path / "night"
@@ -152,8 +152,8 @@ def test_the_stored_analysis_is_read_while_fresh(
     """``analysis.json`` (written by the runner after every start-up) is what ``bench show`` reads
     while its digest matches the raw files and the code; a changed raw file, another version or a
     broken file is derived again, with the same output and no traceback."""
-    from harness import verdict
-    from harness.analysis import ANALYSIS_FILE, write_analysis
+    from harness.derive import verdict
+    from harness.derive.analysis import ANALYSIS_FILE, write_analysis
 
     run = tmp_path / "run"
     shutil.copytree(TWO_ROUNDS, run)
@@ -209,7 +209,7 @@ def test_a_renamed_run_and_a_failed_arm_are_derived_again(tmp_path: Path, capsys
     remain; a baseline priced at 0 has no saving to state, and nothing raises."""
     import json
 
-    from harness.analysis import stored_analysis, write_analysis
+    from harness.derive.analysis import stored_analysis, write_analysis
 
     first = tmp_path / "first"
     shutil.copytree(FIXTURES / "run_v12_default", first)
@@ -235,10 +235,10 @@ def test_a_slower_arm_that_pays_is_deployed_and_coloured_alike_in_every_view(tmp
     1.21x pays with its interval held over the two arms; a2 is faster (1.24x) and its own 95% interval
     [1.03, 1.50] clears 1, but not held over the two arms. Every view deploys a1, colours a1 alone
     as paying, and names a2 as maybe faster; the numbers are each cell's one estimate."""
-    from harness.frames import load_run
-    from harness.metrics import METRICS
-    from harness.report import _metric_cell
-    from harness.table import metric_text
+    from harness.core.metrics import METRICS
+    from harness.derive.frames import load_run
+    from harness.present.report import _metric_cell
+    from harness.present.table import metric_text
 
     analysis = load_analysis(SLOWER_PAYS).analysis
     a1, a2 = (analysis.summary.cell(arm, "w0", 1) for arm in ("a1", "a2"))

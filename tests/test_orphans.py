@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 from harness.results.files import RunDir, lock_held, writer_lock
-from harness.server import PGID_FILE, group_alive, reap_abandoned
+from harness.run.server import PGID_FILE, group_alive, reap_abandoned
 from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ CHILD = ROOT / "tests" / "lifecycle_child.py"
 STARTER = """
 import sys, time
 from pathlib import Path
-from harness.server import Server, free_port
+from harness.run.server import Server, free_port
 port = free_port()
 root = Path(sys.argv[1])
 server = Server([sys.executable, sys.argv[2], "healthy", str(port), str(root / "pids")], {}, port,
@@ -75,7 +75,7 @@ def _zombie(pid: int) -> bool:
 def _left_running(run: Path, arm: str) -> int:
     """A server group as a killed bench leaves it: running, named in server.pgid, its port in
     launch.json."""
-    from harness.server import free_port
+    from harness.run.server import free_port
 
     port = free_port()
     arm_dir = run / "arms" / arm
@@ -213,7 +213,7 @@ def decoy():
 
 
 def test_a_server_whose_port_was_taken_is_never_declared_ready(tmp_path: Path, decoy: int) -> None:
-    from harness.server import PortTaken, Server
+    from harness.run.server import PortTaken, Server
 
     argv = [sys.executable, str(CHILD), "healthy", str(decoy), str(tmp_path / "pids")]
     with Server(argv, {}, decoy, tmp_path / "server.log", "/health") as server, pytest.raises(PortTaken):
@@ -223,12 +223,12 @@ def test_a_server_whose_port_was_taken_is_never_declared_ready(tmp_path: Path, d
 def test_a_run_whose_port_was_taken_starts_again_on_another(
     tmp_path: Path, decoy: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import harness.server
+    import harness.run.server
     from tests.test_run_plan import stand_in_run
 
     ports = iter([decoy])
-    real = harness.server.free_port
-    monkeypatch.setattr(harness.server, "free_port", lambda: next(ports, None) or real())
+    real = harness.run.server.free_port
+    monkeypatch.setattr(harness.run.server, "free_port", lambda: next(ports, None) or real())
     run, summary, printed, _, _ = stand_in_run(tmp_path, monkeypatch)
     assert [a.status for a in summary.arms] == ["ok", "ok"], printed
     assert f"port {decoy}: another process answers there, not this server" in printed
@@ -241,7 +241,7 @@ def test_a_run_whose_port_was_taken_starts_again_on_another(
 def test_a_keyed_server_is_ready_only_when_it_knows_this_starts_key(tmp_path: Path, served_key: str) -> None:
     """A keyed engine (SGLang) is ready when a route behind its key answers with this start's key:
     a server that refuses it is another server on the port."""
-    from harness.server import PortTaken, Server, free_port
+    from harness.run.server import PortTaken, Server, free_port
 
     port = free_port()
     argv = [sys.executable, str(CHILD), "keyed", str(port), str(tmp_path / "pids")]
@@ -257,7 +257,7 @@ def test_a_keyed_server_is_ready_only_when_it_knows_this_starts_key(tmp_path: Pa
 def test_a_server_that_never_started_leaves_no_private_directory(tmp_path: Path) -> None:
     """Its socket directory is made when the server is built; a start-up given up before its
     process existed (stopped without a start) must not leave it behind in /tmp."""
-    from harness.server import Server, unix_socket_path
+    from harness.run.server import Server, unix_socket_path
 
     uds = unix_socket_path()
     server = Server(["/bin/true"], {}, 0, tmp_path / "server.log", "/health", uds=uds)
@@ -272,7 +272,7 @@ def test_a_server_that_died_with_its_bench_leaves_no_private_directory(tmp_path:
     server's private socket directory (``/tmp/bench-engine-*``), which nobody else would."""
     import tempfile
 
-    from harness.server import SOCKET_DIR_PREFIX
+    from harness.run.server import SOCKET_DIR_PREFIX
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait(timeout=30)  # a pid that no process has any more
@@ -293,7 +293,7 @@ def test_a_servers_child_left_without_its_leader_is_found_by_its_mark(tmp_path: 
     """bench SIGKILLed, then the server itself: its forked child (same group, reparented) used to
     survive every later run and resume (stop_left_running acted only while the leader lived). Now
     the group's processes that carry the arm's mark are stopped; an unmarked one is not."""
-    from harness.server import SERVER_MARK, free_port, stop_left_running
+    from harness.run.server import SERVER_MARK, free_port, stop_left_running
 
     def started(run: Path, mark: bool) -> tuple[int, int]:
         arm_dir = run / "arms" / "ngram_k4"

@@ -1,4 +1,4 @@
-"""A regime changed from the command line (harness.overrides): ``--set PATH=VALUE`` and the load
+"""A regime changed from the command line (harness.core.overrides): ``--set PATH=VALUE`` and the load
 flags are set in the file's data before validation, refused with the flag named where they are
 wrong, recorded by the run with where each came from, and fingerprinted as run."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
-from harness.overrides import flag_overrides, parse_set
-from harness.regime import load_regime
+from harness.config.regime import load_regime
+from harness.core.errors import UserError
+from harness.core.overrides import flag_overrides, parse_set
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "regimes" / "cpu_default.yaml"
@@ -159,7 +159,7 @@ def test_what_a_review_found_holds() -> None:
     assert "--set engine.env.HF_TOKEN=<redacted>" in str(refused.value) and "[1]" not in str(refused.value)
     with pytest.raises(UserError, match=r"with --set arms.baseline.method=ngram from the command line"):
         load_regime(DEFAULT, [parse_set("arms.baseline.method=ngram")])
-    from harness.plan import plan_regime
+    from harness.run.plan import plan_regime
 
     nowhere = [parse_set("workloads[0]=../workloads/nosuch.yaml")]  # found after validation, by the plan
     with pytest.raises(
@@ -174,7 +174,7 @@ def test_a_secret_inside_a_mapping_or_a_list_is_redacted_in_every_record() -> No
     """Issue 70, item 7: --set's mapping form (engine.env={KEY: value}) and a list (a flag and its
     value) hide the secret as the dotted form does; the record's text is built from the redacted
     value, what runs keeps it."""
-    from harness.overrides import describe, record, shown
+    from harness.core.overrides import describe, record, shown
 
     secret, token = "sekrit-value-42", "hf_" + "A" * 30
     overrides = [

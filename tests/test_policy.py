@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.errors import UserError
-from harness.regime import KScheduleSource, load_regime, schedule_problems
+from harness.config.regime import KScheduleSource, load_regime, schedule_problems
+from harness.core.errors import UserError
+from harness.derive.study.analysis import crossing
+from harness.derive.study.policy import MIX, TOP_BATCH_SIZE, document, mixed, policies
 from harness.results.files import write_json_atomic
-from harness.study_analysis.analysis import crossing
-from harness.study_analysis.policy import MIX, TOP_BATCH_SIZE, document, mixed, policies
-from harness.study_records.policy_file import POLICY_JSON, read_policy, resolve_schedules
+from harness.results.study.policy_file import POLICY_JSON, read_policy, resolve_schedules
 from tests.test_study_analysis import obs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -317,8 +317,8 @@ def test_schedule_rules_directly() -> None:
 
 
 def test_engines_refuse_what_they_cannot_schedule() -> None:
-    from harness.engines.sglang import SglangAdapter
-    from harness.engines.vllm import VllmAdapter
+    from harness.config.engines.sglang import SglangAdapter
+    from harness.config.engines.vllm import VllmAdapter
 
     regime = load_regime(ROOT / "regimes" / "h200_tp1_qwen3_8b_sglang.yaml")
     eagle = next(a for a in regime.arms if a.method == "eagle3")
@@ -361,7 +361,7 @@ def test_a_scheduled_arm_is_not_one_k_of_its_family() -> None:
     neither a K the policy chooses from nor one best K compares."""
     from dataclasses import replace
 
-    from harness.study_analysis.analysis import best_k
+    from harness.derive.study.analysis import best_k
 
     knee = [replace(o, arm="knee", scheduled=True, speedup=3.0) for o in _study() if o.k == 4]
     (schedule,) = policies(_study() + knee)

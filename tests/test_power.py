@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.probes.power import summarize_power
-from harness.sensors.power import PowerReading, PowerSampler, RaplReader, open_reader
+from harness.core.probes.power import summarize_power
+from harness.run.sensors.power import PowerReading, PowerSampler, RaplReader, open_reader
 
 
 class FakeReader:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.probes.acceptance import SpecCounters, acceptance
-from harness.probes.cost import usd_per_mtok
-from harness.probes.latency import itl_s, tpot_s, ttft_s
-from harness.probes.throughput import output_tokens_per_s, speedup
-from harness.regime import Arm
+from harness.config.regime import Arm
+from harness.core.probes.acceptance import SpecCounters, acceptance
+from harness.core.probes.cost import usd_per_mtok
+from harness.core.probes.latency import itl_s, tpot_s, ttft_s
+from harness.core.probes.throughput import output_tokens_per_s, speedup
+from harness.core.stats import quantile
+from harness.derive.summary import _model_estimates, _with_speedups, category_rows, cell_metrics
 from harness.results import CellMetrics, ExactnessShares, RepeatMetrics, RequestRecord, WindowRecord
-from harness.stats import quantile
-from harness.summary import _model_estimates, _with_speedups, category_rows, cell_metrics
 
 
 def _plain(tables, prompts):  # the arms x rounds model with no calibration, no looks, every arm paired
@@ -292,8 +292,8 @@ def test_categories_pool_their_workloads() -> None:
 def test_cpu_accounting_splits_the_machine_by_whom() -> None:
     import os
 
-    from harness.probes import cpu
-    from harness.sensors import cpu as cpu_sensor
+    from harness.core.probes import cpu
+    from harness.run.sensors import cpu as cpu_sensor
 
     before = cpu.CpuSnapshot(busy_s=100.0, steal_s=1.0, engine_s=10.0, client_s=2.0, cores=4)
     after = cpu.CpuSnapshot(busy_s=110.0, steal_s=1.5, engine_s=17.0, client_s=2.5, cores=4)
@@ -318,7 +318,12 @@ def test_per_position_acceptance_marginal_conditional_and_its_checks() -> None:
     """vLLM's per-position counters are marginal (the share of drafts whose first i + 1 tokens
     were accepted); conditional = marginal_i / marginal_(i-1). Every cell's counters must give
     tau = 1 + the sum of the marginals, with marginals that never rise."""
-    from harness.probes.acceptance import SpecCounters, acceptance, acceptance_problems, conditional_rates
+    from harness.core.probes.acceptance import (
+        SpecCounters,
+        acceptance,
+        acceptance_problems,
+        conditional_rates,
+    )
 
     delta = SpecCounters(
         drafts=10, draft_tokens=30, accepted_tokens=12, accepted_per_position={0: 6, 1: 4, 2: 2}
@@ -344,7 +349,7 @@ def test_drafts_accepted_past_a_stop_are_measured_from_the_stream() -> None:
     """A verify step accepts its drafts before the stop is checked: the counters can count drafts
     never output. The stream shows the ones that were: each step's chunk is its own token plus the
     drafts it accepted."""
-    from harness.probes.acceptance import accepted_past_stop, streamed_steps
+    from harness.core.probes.acceptance import accepted_past_stop, streamed_steps
 
     # 1 prefill token, then steps emitting 3, 1, 4 and (the last, cut at max_tokens) 2 tokens:
     # 6 drafts output; the last step had accepted 3 (4 tokens) of which 1 went out -> 2 past the stop
@@ -391,7 +396,7 @@ def test_requests_own_acceptance_gives_tau_per_prompt_and_checks_the_counters() 
 def test_prefix_cache_share_pools_a_turns_windows() -> None:
     """A conversation turn's cell: its turn, and the prefix cache's hits over lookups added up over
     its windows (not averaged per window); a window the engine reported nothing for counts nothing."""
-    from harness.probes.prefix_cache import PrefixCacheCounts, hit_pct
+    from harness.core.probes.prefix_cache import PrefixCacheCounts, hit_pct
 
     assert hit_pct([PrefixCacheCounts(100, 0), PrefixCacheCounts(300, 256)]) == pytest.approx(64.0)
     assert hit_pct([]) is None and hit_pct([PrefixCacheCounts(0, 0)]) is None

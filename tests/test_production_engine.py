@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 import harness
-from harness.engines.patches import APPLIED_MARK, patches
-from harness.probes.copying import copied_ngrams
-from harness.probes.distribution import compare, sequence_stats
+from harness.config.engines.patches import APPLIED_MARK, patches
+from harness.core.probes.copying import copied_ngrams
+from harness.core.probes.distribution import compare, sequence_stats
+from harness.derive.summary import summarize
 from harness.results import RequestRecord, read_jsonl
-from harness.summary import summarize
 from tests.conftest import stop
 from tests.engine_site.sitecustomize import MARK as FORKED
 

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.analysis import analyze
-from harness.errors import UserError
-from harness.regime import PublishedFigure, load_regime
+from harness.config.regime import PublishedFigure, load_regime
+from harness.core.errors import UserError
+from harness.derive.analysis import analyze
+from harness.derive.summary import summarize
+from harness.derive.verdict import published_caveats, published_checks, run_caveats, tau_interval
+from harness.present.table import answer_lines
+from harness.present.verdict_text import caveat_text
 from harness.results.model import Summary
-from harness.summary import summarize
-from harness.table import answer_lines
-from harness.verdict import published_caveats, published_checks, run_caveats, tau_interval
-from harness.verdict_text import caveat_text
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "tests" / "fixtures" / "run_v12_default"
@@ -207,8 +207,8 @@ def test_a_baseline_takes_no_published_figure(tmp_path: Path) -> None:
 
 
 def test_the_report_shows_the_figure_beside_the_measured_value(summary: Summary) -> None:
-    from harness.analysis import AnalyzedRun, load_analysis
-    from harness.report import render_report
+    from harness.derive.analysis import AnalyzedRun, load_analysis
+    from harness.present.report import render_report
 
     run = load_analysis(RUN)
     published = analyze(_published(summary, "ngram_k4", _speedup(1.6, 2.0)))

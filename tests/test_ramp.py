@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from conftest import local_server
 
-from harness.client import run_ramp
-from harness.engines import ACTIVE_STEPS
-from harness.probes import ramp as formulas
-from harness.regime import Load, RampStage, Sampling
+from harness.config.engines import ACTIVE_STEPS
+from harness.config.regime import Load, RampStage, Sampling
+from harness.config.workloads import LoadedWorkload, Prompt, Workload
+from harness.core.probes import ramp as formulas
 from harness.results.records import RequestRecord
-from harness.workloads import LoadedWorkload, Prompt, Workload
+from harness.run.client import run_ramp
 
 ROOT = Path(__file__).resolve().parent.parent
 # each request: 10 tokens, 2 per chunk, 40 ms after each of the 6 events: ~0.24 s
@@ -39,7 +39,7 @@ def _workload(count: int = 3) -> tuple[LoadedWorkload, list[Prompt]]:
 
 
 def _ramp(url: str, stages: list[dict], dues=None, **load_fields):
-    from harness.engines import get_adapter
+    from harness.config.engines import get_adapter
 
     workload, prompts = _workload()
     load = Load(
@@ -142,8 +142,8 @@ def test_stage_formulas_count_chunks_inside_the_span() -> None:
 
 
 def test_ramp_stages_are_checked_with_their_field_path(tmp_path: Path) -> None:
-    from harness.errors import UserError
-    from harness.regime import load_regime
+    from harness.config.regime import load_regime
+    from harness.core.errors import UserError
 
     text = (ROOT / "regimes" / "cpu_default.yaml").read_text()
     bad = text.replace(
@@ -161,7 +161,7 @@ def test_ramp_stages_are_checked_with_their_field_path(tmp_path: Path) -> None:
 
 def test_a_regime_without_a_ramp_keeps_its_fingerprint() -> None:
     """``ramp`` is left out of the hashes while empty; a ramp changes the regime."""
-    from harness.regime import load_regime
+    from harness.config.regime import load_regime
 
     regime = load_regime(ROOT / "regimes" / "cpu_default.yaml")
     load = regime.load.model_copy(update={"ramp": [RampStage(concurrency=2, duration_s=5)]})
@@ -226,7 +226,7 @@ def _ramp_arm(name: str, rates: tuple[float, float], starts: list[float], drafte
 
 
 def _ramp_run():
-    from harness.regime import load_regime
+    from harness.config.regime import load_regime
     from harness.results.raw import RawRun
 
     regime = load_regime(ROOT / "tests" / "regimes" / "cpu_schedule_contract.yaml")
@@ -243,8 +243,8 @@ def _ramp_run():
 
 
 def test_a_stage_s_speedup_is_the_one_model_over_its_start_ups() -> None:
-    from harness.intervals import cell_estimates
-    from harness.ramp import ramp_metrics
+    from harness.derive.intervals import cell_estimates
+    from harness.derive.ramp import ramp_metrics
 
     raw = _ramp_run()
     found = ramp_metrics(raw)
@@ -275,11 +275,11 @@ def test_a_stage_s_speedup_is_the_one_model_over_its_start_ups() -> None:
 
 
 def test_the_views_show_the_ramp_and_a_schedule_on_it() -> None:
-    from harness.ramp import ramp_metrics
-    from harness.ramp_table import ramp_sections
+    from harness.derive.ramp import ramp_metrics
+    from harness.derive.schedule import ramp_checks
+    from harness.present.ramp_table import ramp_sections
+    from harness.present.schedule_text import ramp_line
     from harness.results.model import ArmSummary
-    from harness.schedule_check import ramp_checks
-    from harness.schedule_text import ramp_line
 
     raw = _ramp_run()
     found = ramp_metrics(raw)
@@ -310,7 +310,7 @@ def test_the_views_show_the_ramp_and_a_schedule_on_it() -> None:
     assert section["rows"][-1][0] == "whole ramp"
     from types import SimpleNamespace
 
-    from harness.ramp_table import ramp_schedule_sections
+    from harness.present.ramp_table import ramp_schedule_sections
 
     proofs = ramp_schedule_sections(SimpleNamespace(ramp_checks=checks))  # type: ignore[arg-type]
     assert [len(p["rows"]) for p in proofs] == [3] * len(scheduled)  # 2 stages and the whole ramp
@@ -321,7 +321,7 @@ def test_the_views_show_the_ramp_and_a_schedule_on_it() -> None:
 def test_an_engine_without_counters_counts_the_requests_sent_in_the_stage() -> None:
     """SGLang has no draft counters: a stage's tau and drafted per draft come from the requests
     sent in it (each one's spec details), as a cell's do."""
-    from harness.ramp import _span_metrics
+    from harness.derive.ramp import _span_metrics
     from harness.results.records import RampWindowRecord
 
     records = [_streaming(f"p{t}", t, t + 1, 8, 0) for t in range(20)]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.errors import UserError
-from harness.regime import load_regime
+from harness.config.regime import load_regime
+from harness.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = yaml.safe_load((ROOT / "regimes" / "cpu_smoke.yaml").read_text())

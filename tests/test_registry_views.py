@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.metrics import METRICS, Metric
+from harness.core.metrics import METRICS, Metric
+from harness.derive.summary import summarize
 from harness.results.model import CellMetrics, Summary
 from harness.results.raw import read_raw
-from harness.summary import summarize
 
 RUN = Path(__file__).parent / "fixtures" / "run_v1"
 
@@ -120,7 +120,7 @@ def test_without_the_entry_no_view_shows_it(
 
 
 def test_export_carries_identity_verdict_and_a_full_data_dictionary(tmp_path: Path, summary: Summary) -> None:
-    from harness.frames import IDENTITY, TABLES, export, load_run
+    from harness.derive.frames import IDENTITY, TABLES, export, load_run
 
     export(load_run(RUN), tmp_path)
     with (tmp_path / "columns.csv").open() as handle:
@@ -139,7 +139,7 @@ def test_export_carries_identity_verdict_and_a_full_data_dictionary(tmp_path: Pa
     assert dictionary[("cells", "output_tok_s")]["unit"] == "tokens/s"
     assert dictionary[("cells", "tpot_ms_p50")]["direction"] == "lower is better"
     assert "position i + 1" in dictionary[("cells", "acceptance_pos_0")]["definition"]
-    from harness.verdict import window_verdicts
+    from harness.derive.verdict import window_verdicts
 
     with (tmp_path / "cells.csv").open() as handle:
         cells = list(csv.DictReader(handle))

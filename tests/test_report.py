@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 from tests.browser import chromium, measured_page, needs_browser
 from tests.views import render_comparison, render_report
 
@@ -113,10 +113,10 @@ def test_report_opens_with_the_verdict_and_shows_gates_next_to_their_cells(tmp_p
 
 
 def test_findings_differ_between_two_real_runs() -> None:
-    from harness.findings import findings
-    from harness.summary import summarize
-    from harness.verdict import window_verdicts
-    from harness.verdict_text import findings_text
+    from harness.derive.findings import findings
+    from harness.derive.summary import summarize
+    from harness.derive.verdict import window_verdicts
+    from harness.present.verdict_text import findings_text
 
     smoke, older = (
         findings_text(findings(s, window_verdicts(s))) for s in (summarize(SMOKE), summarize(GOLDEN))
@@ -154,7 +154,7 @@ def test_report_fits_the_window(tmp_path: Path, window: int, run: str) -> None:
 
 def test_missing_power_source_is_said_in_words() -> None:
     """The stored note holds an ImportError's text; the page says what is missing instead."""
-    from harness.report import readable_note
+    from harness.present.report import readable_note
 
     html = render_report(SMOKE)
     assert "No module named" not in html

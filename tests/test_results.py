@@ -17,14 +17,14 @@ from pydantic import ValidationError
 from rich.console import Console
 
 import harness
-from harness.analysis import analyze
 from harness.cli import main
-from harness.client import WindowResult
-from harness.errors import UserError
-from harness.frames import export, load_run
-from harness.plan import plan_regime, run_plan
-from harness.probes.acceptance import SpecCounters
-from harness.regime import LoadLevel
+from harness.config.regime import LoadLevel
+from harness.core.errors import UserError
+from harness.core.probes.acceptance import SpecCounters
+from harness.derive.analysis import analyze
+from harness.derive.frames import export, load_run
+from harness.derive.summary import summarize
+from harness.present.table import minilab_tables
 from harness.results import (
     SCHEMA_VERSION,
     RequestRecord,
@@ -39,9 +39,9 @@ from harness.results import (
     read_records,
     write_json_atomic,
 )
-from harness.runner import Runner
-from harness.summary import summarize
-from harness.table import minilab_tables
+from harness.run.client import WindowResult
+from harness.run.plan import plan_regime, run_plan
+from harness.run.runner import Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
@@ -298,9 +298,9 @@ def test_the_runner_writes_its_window_as_a_window_record(
         [SpecCounters(drafts=3, accepted_tokens=2), SpecCounters(drafts=4, accepted_tokens=4), final, final]
     )
     monkeypatch.setattr(adapter, "read_spec_counters", lambda url: next(scrapes))
-    monkeypatch.setattr("harness.runner.SETTLE_INTERVAL_S", 0.0)
+    monkeypatch.setattr("harness.run.runner.SETTLE_INTERVAL_S", 0.0)
     cpu_used = {"engine_s": 1.5, "client_s": 0.25, "others_s": 0.0, "steal_s": 0.0, "cores": 2.0}
-    monkeypatch.setattr("harness.runner.window_cpu", lambda before, after: cpu_used)
+    monkeypatch.setattr("harness.run.runner.window_cpu", lambda before, after: cpu_used)
     monkeypatch.setattr(runner, "_check_alive", lambda server, result: None)
     sent = []
 

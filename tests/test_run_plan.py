@@ -1,4 +1,4 @@
-"""The plan is finished before the runner starts (``harness.plan.prepare_run``): the engine's
+"""The plan is finished before the runner starts (``harness.run.plan.prepare_run``): the engine's
 version, this machine against the regime, the models and the drafters' fits, refusals included;
 the runner only reads the frozen result. The checks' order is tested with the machine injected
 (the engine's version, the environment) and model resolution recorded instead of run; a whole run
@@ -17,13 +17,13 @@ import pytest
 import yaml
 from rich.console import Console
 
-from harness.drafters.fit import Fit
-from harness.engines import LaunchSpec, get_adapter
-from harness.errors import UserError
-from harness.plan import Plan, RunPlan, describe_plan, plan_regime, prepare_run
-from harness.probes.acceptance import SpecCounters
-from harness.regime import Arm, Regime
-from harness.runner import resume_run, run_regime
+from harness.config.engines import LaunchSpec, get_adapter
+from harness.config.regime import Arm, Regime
+from harness.core.errors import UserError
+from harness.core.probes.acceptance import SpecCounters
+from harness.run.drafters.fit import Fit
+from harness.run.plan import Plan, RunPlan, describe_plan, plan_regime, prepare_run
+from harness.run.runner import resume_run, run_regime
 
 ROOT = Path(__file__).resolve().parent.parent
 REGIME = ROOT / "tests" / "regimes" / "cpu_e2e.yaml"  # pins vllm 0.31.0
@@ -35,7 +35,7 @@ def _plan(monkeypatch: pytest.MonkeyPatch, installed: str | None = "0.32.0") -> 
     plan = plan_regime(REGIME)
     calls: list[str] = []
     monkeypatch.setattr(plan.adapter, "installed_version", lambda: installed)
-    monkeypatch.setattr("harness.plan.collect_environment", lambda version: {"engine_version": version})
+    monkeypatch.setattr("harness.run.plan.collect_environment", lambda version: {"engine_version": version})
 
     def resolve(build: bool, console: Console | None = None) -> str:
         calls.append(f"resolve build={build}")
@@ -110,13 +110,13 @@ def test_a_resumed_run_keeps_its_target(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_the_runner_never_calls_into_the_plan() -> None:
-    """Inside ``Runner`` no name from ``harness.plan`` but the RunPlan type, and no call on the plan
+    """Inside ``Runner`` no name from ``harness.run.plan`` but the RunPlan type, and no call on the plan
     object itself (``self.plan.x(...)``): it reads fields."""
-    tree = ast.parse((ROOT / "harness" / "runner.py").read_text())
+    tree = ast.parse((ROOT / "harness" / "run" / "runner.py").read_text())
     imported = {
         alias.asname or alias.name
         for node in tree.body
-        if isinstance(node, ast.ImportFrom) and node.module == "harness.plan"
+        if isinstance(node, ast.ImportFrom) and node.module == "harness.run.plan"
         for alias in node.names
     }
     assert "RunPlan" in imported and "prepare_run" in imported  # the entry points prepare it
@@ -203,7 +203,7 @@ def stand_in_run(
         edit(data)
     regime = tmp_path / "stand_in.yaml"
     regime.write_text(yaml.safe_dump(data))
-    monkeypatch.setattr("harness.plan.get_adapter", lambda name: adapter or StandIn())
+    monkeypatch.setattr("harness.run.plan.get_adapter", lambda name: adapter or StandIn())
     console, out = _console()
     if relative:  # as given on the command line, from the folder it is in
         regime = Path(regime.name)

@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from harness import stats
-from harness.intervals import Estimate
+from harness.core import stats
+from harness.derive.intervals import Estimate
+from harness.derive.schedule import over_levels, ratio, schedule_checks, scheduled_k
+from harness.present.schedule_text import level_verdict, schedule_lines
 from harness.results.model import ArmSummary
-from harness.schedule_check import over_levels, ratio, schedule_checks, scheduled_k
-from harness.schedule_text import level_verdict, schedule_lines
 from tests.test_probes import _cell
 
 SCHEDULE = [(1, 2, 4), (3, 5, 2), (6, 1024, 0)]

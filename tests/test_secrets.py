@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.errors import UserError
-from harness.regime import load_regime, stored_regime
-from harness.secrets import (
+from harness.config.regime import load_regime, stored_regime
+from harness.core.errors import UserError
+from harness.core.secrets import (
     REDACTED,
     redact_args,
     redact_env,
@@ -25,7 +25,7 @@ from harness.secrets import (
     secret_name,
     secret_values,
 )
-from harness.sensors.environment import collect_env_vars
+from harness.run.sensors.environment import collect_env_vars
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD_TEXT = (ROOT / "regimes" / "cpu_smoke.yaml").read_text().replace("../workloads/", f"{ROOT}/workloads/")
@@ -198,7 +198,7 @@ def test_a_per_start_key_is_never_read_as_a_flag() -> None:
     flag with no value and the server would not start (urlsafe keys did, 1 start in 64)."""
     import shutil
 
-    from harness.server import api_key_file
+    from harness.run.server import api_key_file
 
     for _ in range(200):
         key, path = api_key_file()

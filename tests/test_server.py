@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import EngineError
-from harness.server import Server, free_port, group_alive
+from harness.core.errors import EngineError
+from harness.run.server import Server, free_port, group_alive
 
 CHILD = Path(__file__).parent / "lifecycle_child.py"
 
@@ -68,7 +68,7 @@ def test_startup_timeout(tmp_path: Path) -> None:
 
 
 def test_sigterm_ignored_gets_sigkill(tmp_path: Path, monkeypatch) -> None:
-    import harness.server as server_module
+    import harness.run.server as server_module
 
     original = server_module.kill_group
     monkeypatch.setattr(server_module, "kill_group", lambda pgid: original(pgid, grace_s=1.0))
@@ -92,7 +92,7 @@ def test_a_server_on_a_unix_socket_listens_where_only_this_user_can_connect(tmp_
     port another listener could hold, no route another user could reach); stopping removes it."""
     import stat
 
-    from harness.server import unix_socket_path
+    from harness.run.server import unix_socket_path
 
     uds = unix_socket_path()
     pid_file = tmp_path / "pids"
@@ -102,7 +102,7 @@ def test_a_server_on_a_unix_socket_listens_where_only_this_user_can_connect(tmp_
         server.wait_ready(timeout_s=30)
         assert server.base_url == f"unix:{uds}"
         assert stat.S_IMODE(uds.parent.stat().st_mode) == 0o700 and uds.parent.stat().st_uid == os.getuid()
-        from harness import engine_http as http
+        from harness.run import engine_http as http
 
         with http.client(2.0, server.base_url) as client:
             assert client.get("http://localhost/health").status_code == 200

@@ -17,21 +17,21 @@ import pytest
 import yaml
 from rich.console import Console
 
-from harness import stats
-from harness.analysis import analyze
-from harness.errors import UserError
-from harness.intervals import Estimate
-from harness.plan import describe_plan, plan_regime, run_plan
-from harness.regime import load_regime, stored_regime
+from harness.config.regime import load_regime, stored_regime
+from harness.core import stats
+from harness.core.errors import UserError
+from harness.derive.analysis import analyze
+from harness.derive.intervals import Estimate
+from harness.derive.rounds import Standing, cell_estimate, completed_starts, round_line, round_order, standing
+from harness.derive.summary import summarize
+from harness.derive.verdict import run_caveats
+from harness.present.verdict_text import basis_line, caveat_text
 from harness.results import RunDir, RunTiming, append_jsonl, read_jsonl
 from harness.results.model import CellMetrics, RepeatMetrics
 from harness.results.records import ArmStatus, Round
-from harness.rounds import Standing, cell_estimate, completed_starts, round_line, round_order, standing
-from harness.runner import Runner
-from harness.study.placement import time_limit_minutes
-from harness.summary import summarize
-from harness.verdict import run_caveats
-from harness.verdict_text import basis_line, caveat_text
+from harness.run.plan import describe_plan, plan_regime, run_plan
+from harness.run.runner import Runner
+from harness.run.study.placement import time_limit_minutes
 
 
 def interval_note(summary):
@@ -266,7 +266,7 @@ def _rounds_runner(
         run.write_status(arm.name, ArmStatus(status=state, startups_s=startups))
 
     monkeypatch.setattr(runner, "_run_start_up", start_up)
-    monkeypatch.setattr("harness.runner._write_summary", lambda run: None)
+    monkeypatch.setattr("harness.run.runner._write_summary", lambda run: None)
     monkeypatch.setattr(runner, "_write_timing", lambda run, interrupted: None)
     return runner, run or RunDir.create_at(tmp_path / "run"), order
 
@@ -374,7 +374,7 @@ def test_rounds_are_added_until_every_cell_is_decided(
     runner, run, order = _rounds_runner(tmp_path, monkeypatch, set(), server_starts=decide, console=console)
     no_interval = Standing({"chat @4 ngram_k4": Estimate(1.0)})  # one round: no interval yet
     after = iter([no_interval, _standing(0.80, 1.25), _standing(0.88, 1.19), _standing(1.01, 1.09)])
-    monkeypatch.setattr("harness.runner.standing", lambda summary, asked=(): next(after))
+    monkeypatch.setattr("harness.run.runner.standing", lambda summary, asked=(): next(after))
     runner._run_arms(run)
     # round 2 left the cell undecided, round 3 too, round 4 decided it: no round 5
     assert len(order) == 8 and {start for start, _ in order} == {0, 1, 2, 3}
@@ -393,7 +393,7 @@ def test_rounds_are_added_until_every_cell_is_decided(
 def test_undecided_rounds_stop_at_the_maximum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     decide = {"min": 2, "max": 3}
     runner, run, order = _rounds_runner(tmp_path, monkeypatch, set(), server_starts=decide)
-    monkeypatch.setattr("harness.runner.standing", lambda summary, asked=(): _standing(0.9, 1.2))
+    monkeypatch.setattr("harness.run.runner.standing", lambda summary, asked=(): _standing(0.9, 1.2))
     runner._run_arms(run)
     assert [start for start, _ in order] == [0, 0, 1, 1, 2, 2]
     assert [r.order for r in _rounds(run)][-1] == ["baseline", "ngram_k4"]
@@ -510,7 +510,7 @@ def test_a_deciding_run_stops_on_the_windows_it_was_asked_about(
 
     after = iter([at(0.8), at(0.95), at(1.05)])  # after rounds 1, 2 and 3
     monkeypatch.setattr(
-        "harness.runner.standing", lambda summary, asked=(): Standing(next(after), {}, tuple(asked))
+        "harness.run.runner.standing", lambda summary, asked=(): Standing(next(after), {}, tuple(asked))
     )
     runner._run_arms(run)
     assert {start for start, _ in order} == {0, 1, 2}
@@ -540,16 +540,16 @@ def test_a_deciding_run_begins_no_round_past_its_budget(
         tmp_path, monkeypatch, set(), server_starts=decide, console=Console(file=out, width=200)
     )
     clock = iter(range(0, 10_000, 50))
-    monkeypatch.setattr("harness.runner.time.monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr("harness.run.runner.time.monotonic", lambda: float(next(clock)))
     runner.started = 0.0
-    monkeypatch.setattr("harness.runner.standing", lambda summary, asked=(): _standing(0.9, 1.2))
+    monkeypatch.setattr("harness.run.runner.standing", lambda summary, asked=(): _standing(0.9, 1.2))
     runner._run_arms(run)
     assert {start for start, _ in order} == {0, 1}
     assert "would end past the budget of 4 min" in out.getvalue()
 
 
 def test_an_undecided_run_says_how_many_rounds_would_decide_it() -> None:
-    from harness.intervals import rounds_to_decide
+    from harness.derive.intervals import rounds_to_decide
 
     # a start-up term of 0.06 over 2 rounds and a prompts' term of 0.02: 1.15x needs more rounds
     e = Estimate(
@@ -586,7 +586,7 @@ def test_a_finished_run_is_continued_to_more_rounds(tmp_path: Path) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from simulated_runs import World, simulate_run, write_run
 
-    from harness.runner import continued_record
+    from harness.run.runner import continued_record
 
     raw = simulate_run(np.random.default_rng(0), World(arms=2, rounds=2))
     root = write_run(raw, tmp_path / "sim" / "run")
@@ -615,7 +615,7 @@ def test_a_continued_run_adds_rounds_to_its_complete_arms(
     assert [start for start, _ in order] == [0, 0, 1, 1]
     more, _, later = _rounds_runner(tmp_path, monkeypatch, set(), server_starts={"min": 2, "max": 4}, run=run)
     more.continuing = True
-    monkeypatch.setattr("harness.runner.standing", lambda summary, asked=(): _standing(0.9, 1.2))
+    monkeypatch.setattr("harness.run.runner.standing", lambda summary, asked=(): _standing(0.9, 1.2))
     more._run_arms(run)
     assert later == [(2, "baseline"), (2, "ngram_k4"), (3, "ngram_k4"), (3, "baseline")]
     for arm in ("baseline", "ngram_k4"):
@@ -636,7 +636,7 @@ def test_a_window_asked_about_must_name_a_workload_of_the_regime(tmp_path: Path)
 def test_the_outlook_counts_only_the_rounds_the_budget_lets_begin(tmp_path: Path) -> None:
     """A deciding design of 2 to 6 rounds with a budget of 2.5 rounds' minutes: the outlook plans
     for the 2 rounds the budget lets begin, and says the budget."""
-    from harness.plan import outlook_text
+    from harness.run.plan import outlook_text
 
     regime = plan_regime(_regime(tmp_path, server_starts={"min": 2, "max": 6, "budget_minutes": 25})).regime
     text = outlook_text(regime, pace=(10.0, "an earlier run"))

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import get_adapter
-from harness.engines.sglang import request_counters, served_from_server_info, server_figures_from_info
-from harness.probes.acceptance import acceptance
-from harness.regime import load_regime
-from harness.validation import check_served
+from harness.config.engines import get_adapter
+from harness.config.engines.sglang import request_counters, served_from_server_info, server_figures_from_info
+from harness.config.regime import load_regime
+from harness.core.probes.acceptance import acceptance
+from harness.run.validation import check_served
 
 ROOT = Path(__file__).resolve().parent.parent
 REGIME = load_regime(ROOT / "regimes" / "h200_tp1_qwen3_8b_sglang.yaml")
@@ -92,8 +92,8 @@ def test_the_active_steps_gauge_is_read_from_metrics() -> None:
     metrics_collector.py: a Gauge, mode mostrecent): read from a real exposition of that gauge."""
     from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-    from harness.engines import ACTIVE_STEPS
-    from harness.engines.sglang import active_steps_from_metrics
+    from harness.config.engines import ACTIVE_STEPS
+    from harness.config.engines.sglang import active_steps_from_metrics
 
     registry = CollectorRegistry()
     labels = ["model_name", "engine_type", "tp_rank", "pp_rank"]
@@ -126,8 +126,8 @@ def test_chat_template_kwargs_on_chat_requests() -> None:
 
 
 def test_sglext_fills_the_record_and_the_window_counts_from_it() -> None:
-    from harness.client import _absorb_chunk
     from harness.results.records import RequestRecord, WindowRecord
+    from harness.run.client import _absorb_chunk
 
     adapter = get_adapter("sglang")
     record = RequestRecord("w", "p", 1, "chat")
@@ -157,8 +157,8 @@ def test_a_tuned_adaptive_arm_names_a_file_sglang_can_read(tmp_path) -> None:
 
     import pytest
 
-    from harness.errors import UserError
-    from harness.plan import plan_regime
+    from harness.core.errors import UserError
+    from harness.run.plan import plan_regime
 
     root = Path(__file__).resolve().parent.parent
     text = (

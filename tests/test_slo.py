@@ -1,4 +1,4 @@
-"""SLO attainment and goodput (harness.probes.slo): the formula on constructed requests, then the
+"""SLO attainment and goodput (harness.core.probes.slo): the formula on constructed requests, then the
 summary, tables, report and gates of the stored fixture run with SLO targets added to its regime."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness.gates import RunView, evaluate
-from harness.probes.slo import attainment_pct, goodput_rps, meets
-from harness.regime import Slo
+from harness.config.regime import Slo
+from harness.core.probes.slo import attainment_pct, goodput_rps, meets
+from harness.derive.gates import RunView, evaluate
+from harness.derive.summary import summarize
+from harness.present.table import minilab_tables
 from harness.results import RequestRecord, read_jsonl
-from harness.summary import summarize
-from harness.table import minilab_tables
 
 GOLDEN = Path(__file__).parent / "fixtures" / "run_v1"
 
@@ -89,7 +89,7 @@ def test_the_summary_derives_slo_share_and_goodput_from_the_samples(tmp_path: Pa
 
 
 def test_tables_report_and_gates_carry_the_slo(tmp_path: Path) -> None:
-    from harness.analysis import analyze
+    from harness.derive.analysis import analyze
     from tests.views import render_report
 
     gates = {"rules": [{"arm": "ngram_k4", "metric": "slo_pct", "min": 50}]}
@@ -126,9 +126,9 @@ def test_tables_report_and_gates_carry_the_slo(tmp_path: Path) -> None:
 def test_slo_capacity_is_the_highest_rate_that_still_met_the_target() -> None:
     """From open-loop cells: interpolated between the last rate that met the target share and the first
     that missed it; a bound when every rate (or none) met it."""
-    from harness.analysis import analyze
-    from harness.verdict import slo_capacity
-    from harness.verdict_text import capacity_lines, capacity_text
+    from harness.derive.analysis import analyze
+    from harness.derive.verdict import slo_capacity
+    from harness.present.verdict_text import capacity_lines, capacity_text
 
     base = summarize(GOLDEN)
 
@@ -199,7 +199,7 @@ def test_open_loop_slo_attainment_counts_the_queue() -> None:
 
 
 def test_the_send_based_ttft_is_registered_beside_the_due_based_one() -> None:
-    from harness.metrics import GATED, METRICS, shown
+    from harness.core.metrics import GATED, METRICS, shown
 
     assert METRICS["ttft_ms_p50"].sample_field == "scheduled_ttft_s"
     assert METRICS["ttft_ms_p90"].sample_field == "scheduled_ttft_s"

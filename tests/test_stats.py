@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from harness import stats
-from harness.gates import Check, _relative
-from harness.regime import Gates
+from harness.config.regime import Gates
+from harness.core import stats
+from harness.derive.gates import Check, _relative
 
 GATES = Gates()
 
@@ -84,7 +84,7 @@ def test_bootstrap_is_deterministic_and_covers_the_point() -> None:
 
 
 def test_rank_correlation_known_values() -> None:
-    from harness.stats import rank_correlation, ranks
+    from harness.core.stats import rank_correlation, ranks
 
     assert ranks([10, 30, 20, 20]) == [1.0, 4.0, 2.5, 2.5]  # ties share their average rank
     assert rank_correlation([1, 2, 3, 4], [10, 20, 30, 45]) == pytest.approx(1.0)  # monotone, not linear

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import analysis as cache
-from harness import verdict as verdicts_of
-from harness.analysis import (
+from harness.cli import main
+from harness.derive import analysis as cache
+from harness.derive import verdict as verdicts_of
+from harness.derive.analysis import (
     ANALYSIS_FILE,
     ANALYSIS_VERSION,
     analyze,
@@ -31,8 +32,7 @@ from harness.analysis import (
     raw_digest,
     write_analysis,
 )
-from harness.cli import main
-from harness.summary import summarize
+from harness.derive.summary import summarize
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN = FIXTURES / "run_v14_default"  # one window: ngram_k4 1.18x [1.05, 1.32] pays, 4 rounds

@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from harness import stats
-from harness.intervals import Estimate
-from harness.study_analysis.analysis import (
+from harness.core import stats
+from harness.derive.intervals import Estimate
+from harness.derive.study.analysis import (
     Observation,
     best_k,
     best_set,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.study_analysis.collect import load_study
-from harness.study_pages.tables import best_k_rows, break_even_rows, markdown, recommendation_rows
+from harness.derive.study.collect import load_study
+from harness.present.study.tables import best_k_rows, break_even_rows, markdown, recommendation_rows
 from tests.browser import CHROMIUM, chromium
 from tests.conftest import STUDY_REGIME, bench
 

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness.errors import UserError
-from harness.sensors.devices import visible_indices
-from harness.study import run as study_run
-from harness.study.executors import JobOutcome, JobSpec, outcome_of, slurm_parameters
-from harness.study.placement import Demand, plan_lines, plan_placement
-from harness.study.run import Dispatcher, study_record
-from harness.study.sweep import plan_study
-from harness.study_records.record import ExecutorOptions, PointAttempt, StudyDir
+from harness.core.errors import UserError
+from harness.results.study.record import ExecutorOptions, PointAttempt, StudyDir
+from harness.run.sensors.devices import visible_indices
+from harness.run.study import run as study_run
+from harness.run.study.executors import JobOutcome, JobSpec, outcome_of, slurm_parameters
+from harness.run.study.placement import Demand, plan_lines, plan_placement
+from harness.run.study.run import Dispatcher, study_record
+from harness.run.study.sweep import plan_study
 from tests.conftest import ROOT, bench
 
 CLUSTER_REGIME = ROOT / "tests" / "regimes" / "cpu_cluster_e2e.yaml"
@@ -388,8 +388,8 @@ def test_executor_options_are_for_studies_only() -> None:
 
 
 def test_a_study_spanning_two_gpu_models_says_so(tmp_path: Path) -> None:
-    from harness.study_analysis.collect import StudyResults
-    from harness.study_pages.tables import caveats
+    from harness.derive.study.collect import StudyResults
+    from harness.present.study.tables import caveats
 
     study, _ = plan_study(CLUSTER_REGIME)
     record = study_record(study, ExecutorOptions(name="slurm"))
@@ -458,7 +458,7 @@ def test_a_job_slurm_ended_reads_in_slurms_words_not_as_its_commands_exit(
 ) -> None:
     """The point's command stops on Slurm's SIGTERM like a Ctrl-C (exit 130: "interrupted");
     what happened is Slurm's to say, once the job has left the queue (its processes gone)."""
-    from harness.study import executors
+    from harness.run.study import executors
 
     asked: list[str] = []
     queued = [True]
@@ -483,14 +483,14 @@ def test_a_job_slurm_ended_reads_in_slurms_words_not_as_its_commands_exit(
 
 
 def _clock(monkeypatch, step: float) -> None:
-    from harness.study import executors
+    from harness.run.study import executors
 
     clock = itertools.count()
     monkeypatch.setattr(executors.time, "monotonic", lambda: float(next(clock)) * step)
 
 
 def test_a_job_whose_end_accounting_has_not_recorded_yet_is_waited_for(monkeypatch) -> None:
-    from harness.study import executors
+    from harness.run.study import executors
 
     _clock(monkeypatch, 10)  # ten seconds a call: well within SETTLE_S, every call forces sacct
     job = executors.SlurmJob(
@@ -501,7 +501,7 @@ def test_a_job_whose_end_accounting_has_not_recorded_yet_is_waited_for(monkeypat
 
 
 def test_a_suspended_job_is_waited_for_and_an_unknown_one_given_up(monkeypatch) -> None:
-    from harness.study import executors
+    from harness.run.study import executors
 
     _clock(monkeypatch, 100)
     suspended = executors.SlurmJob(SubmititJobStandIn(["SUSPENDED"], result=0), False, True)
@@ -513,7 +513,7 @@ def test_a_suspended_job_is_waited_for_and_an_unknown_one_given_up(monkeypatch) 
 
 
 def test_submitits_local_cluster_reads_the_commands_exit() -> None:
-    from harness.study.executors import SlurmJob
+    from harness.run.study.executors import SlurmJob
 
     job = SlurmJob(SubmititJobStandIn(["FINISHED"], result=3), cancel_on_interrupt=True, real_slurm=False)
     assert job.poll() == JobOutcome(

@@ -22,9 +22,9 @@ import json
 
 import pytest
 
-from harness.probes.acceptance import SpecCounters, mean_acceptance_length
+from harness.core.probes.acceptance import SpecCounters, mean_acceptance_length
+from harness.derive.study.collect import load_study
 from harness.results import read_jsonl
-from harness.study_analysis.collect import load_study
 from tests.conftest import NODE, STUDY_REGIME, bench, engine_processes
 
 pytestmark = pytest.mark.engine

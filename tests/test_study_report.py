@@ -11,8 +11,8 @@ import pytest
 
 from harness.cli import main
 from harness.commands.report import study_page as render_study
-from harness.study_analysis.collect import load_study
-from harness.study_pages.tables import markdown
+from harness.derive.study.collect import load_study
+from harness.present.study.tables import markdown
 from tests.browser import chromium, measured_page, needs_browser
 from tests.views import write_study
 
@@ -81,7 +81,7 @@ def test_study_page_in_headless_chromium(study: Path, tmp_path: Path) -> None:
 
 
 def test_observations_carry_each_rounds_speedup_and_the_stored_interval(study: Path) -> None:
-    from harness.study_analysis.collect import point_observations, round_speedups
+    from harness.derive.study.collect import point_observations, round_speedups
 
     loaded = load_study(study)
     summary = loaded.summaries["p0"]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.errors import UserError
-from harness.regime import load_regime
-from harness.study.sweep import expand
+from harness.config.regime import load_regime
+from harness.core.errors import UserError
+from harness.run.study.sweep import expand
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_STUDY = ROOT / "regimes" / "h200_tp_study.yaml"
@@ -115,7 +115,7 @@ def test_validate_prints_every_point_and_its_commands() -> None:
 def test_a_study_regime_never_runs_unexpanded(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from harness.plan import plan_regime, prepare_run
+    from harness.run.plan import plan_regime, prepare_run
 
     plan = plan_regime(GPU_STUDY)
     with pytest.raises(UserError, match="is a study"):

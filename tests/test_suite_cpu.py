@@ -17,7 +17,7 @@ def test_each_kind_of_process_the_suite_starts() -> None:
     assert suite_cpu.kind_of(server, "VLLM::EngineCore") == "vllm engine core"  # forked, renamed
     spawned = [python, "-c", "from multiprocessing.spawn import spawn_main; spawn_main()", "vllm"]
     assert suite_cpu.kind_of(spawned, "python") == "vllm engine core"
-    stage = [python, "-m", "harness.drafters.train_stages", "train", "/tmp/w"]
+    stage = [python, "-m", "harness.run.drafters.train_stages", "train", "/tmp/w"]
     assert suite_cpu.kind_of(stage, "python") == "drafter torch stage"
     assert suite_cpu.kind_of([python, "-m", "harness.cli", "run", "r.yaml"], "python") == "bench command"
     assert suite_cpu.kind_of([python, "-m", "pytest", "-n", "2"], "python").startswith("pytest")
@@ -28,7 +28,7 @@ def test_each_kind_of_process_the_suite_starts() -> None:
     assert suite_cpu.kind_of([*zygote, "vllm.entrypoints.openai.api_server", "#"], "python").startswith(
         "vllm zygote"
     )
-    assert suite_cpu.kind_of([*zygote, "harness.drafters.train_stages", "#"], "python").startswith(
+    assert suite_cpu.kind_of([*zygote, "harness.run.drafters.train_stages", "#"], "python").startswith(
         "stage zygote"
     )
 

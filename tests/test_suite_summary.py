@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.sensors.environment import describe_cpu
+from harness.run.sensors.environment import describe_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -32,15 +32,15 @@ from typing import Any
 import pytest
 import yaml
 
-import harness.study.run
+import harness.run.study.run
 from harness.cli import main
-from harness.engines import get_adapter
-from harness.engines.vllm import _synthetic_problems
-from harness.probes.acceptance import SpecCounters
+from harness.config.engines import get_adapter
+from harness.config.engines.vllm import _synthetic_problems
+from harness.core.probes.acceptance import SpecCounters
 from harness.results import RunDir, Summary, read_json, read_records
 from harness.results.records import WindowRecord
-from harness.study.executors import JobOutcome, JobSpec, outcome_of
-from harness.study.sweep import plan_study
+from harness.run.study.executors import JobOutcome, JobSpec, outcome_of
+from harness.run.study.sweep import plan_study
 from tests import engine_parsers
 from tests.gpu_stand_ins.stand_in_engine import SERVED_K_ENV, STEP_S, step_seconds, steps, synthetic_rates
 from tests.test_gpu_arm_devices import ARM_GPU, fake_nvml
@@ -246,7 +246,7 @@ def _h200_node(monkeypatch: pytest.MonkeyPatch) -> None:
     vLLM 0.34.0 installed; points run in it."""
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(["NVIDIA H200"] * 8, processes=_ServersOnTheirGpu()))
     monkeypatch.setattr(get_adapter("vllm"), "installed_version", lambda: "vllm 0.34.0")
-    monkeypatch.setattr(harness.study.run, "open_executor", lambda options, root: _InProcessExecutor())
+    monkeypatch.setattr(harness.run.study.run, "open_executor", lambda options, root: _InProcessExecutor())
     monkeypatch.setattr("harness.cli.signal.signal", lambda *args: None)  # pytest keeps its own handlers
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", str(ARM_GPU))
     monkeypatch.setenv("COLUMNS", "200")
@@ -362,10 +362,10 @@ def test_the_step_time_grows_with_k_as_the_stand_in_s_engine(study: dict[str, An
 
 
 def test_the_cost_model_recovers_the_stand_in_s_step_cost(study: dict[str, Any]) -> None:
-    """harness.cost_model on the run: each arm's relative step cost is the stand-in's c(K) (within
+    """harness.derive.cost_model on the run: each arm's relative step cost is the stand-in's c(K) (within
     15%), whatever its acceptance, and the line it fits over K is c(K) = 1 + 0.5 K (its intercept
     within 0.15 of 1, its slope within 15% of DRAFT_STEP_S / STEP_S); one start-up: unverified."""
-    from harness.cost_model import cost_model
+    from harness.derive.cost_model import cost_model
 
     model = cost_model(study["summary"])
     assert sorted(c.arm for c in model.costs) == sorted(ARMS)
@@ -381,8 +381,8 @@ def test_the_cost_model_recovers_the_stand_in_s_step_cost(study: dict[str, Any])
 def test_a_forced_acceptance_is_never_a_choice_nor_a_predictions_source(study: dict[str, Any]) -> None:
     """Synthetic arms measure a step's cost at a chosen acceptance: the study makes no best K,
     recommendation or policy of them, and the cost model predicts nothing from their acceptance."""
-    from harness.cost_model import cost_model
-    from harness.study_analysis.collect import load_study
+    from harness.derive.cost_model import cost_model
+    from harness.derive.study.collect import load_study
 
     assert cost_model(study["summary"]).predictions == ()
     results = load_study(study["root"])
@@ -393,8 +393,8 @@ def test_a_forced_acceptance_is_never_a_choice_nor_a_predictions_source(study: d
 
 def test_the_studys_analysis_shows_each_points_step_costs(study: dict[str, Any]) -> None:
     """analysis.md gives each point's step costs beside break-even tau, from the points' runs."""
-    from harness.study_analysis.collect import load_study
-    from harness.study_pages.tables import markdown
+    from harness.derive.study.collect import load_study
+    from harness.present.study.tables import markdown
 
     text = markdown(load_study(study["root"]))
     section = text.split("## Step cost and break-even acceptance", 1)[1].split("## Flips", 1)[0]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.terminal import wrap
+from harness.present.width import wrap
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("run_v1", "run_v3_smoke")
@@ -91,7 +91,7 @@ def test_the_answer_is_last_with_the_command_that_would_decide_it() -> None:
 def test_every_shipped_regime_states_what_it_takes_to_decide() -> None:
     """`bench validate`'s outlook for every shipped regime: the expected rounds and minutes to decide
     an arm at its effect, and none that cannot decide."""
-    from harness.plan import outlook_text, plan_regime
+    from harness.run.plan import outlook_text, plan_regime
 
     regimes = sorted((ROOT / "regimes").glob("*.yaml"))
     said = {}

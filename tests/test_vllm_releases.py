@@ -15,9 +15,9 @@ import tomllib
 import yaml
 
 from harness.cli import main
-from harness.engines import get_adapter
-from harness.engines.vllm import COMPILE_CACHE_ENV, SPECULATIVE_KEYS, removed_in
-from harness.regime import load_regime
+from harness.config.engines import get_adapter
+from harness.config.engines.vllm import COMPILE_CACHE_ENV, SPECULATIVE_KEYS, removed_in
+from harness.config.regime import load_regime
 
 ROOT = Path(__file__).resolve().parent.parent
 DEEPSEEK = ROOT / "regimes" / "h200_tp8_deepseek_mtp.yaml"  # a suffix arm (arms[4]) on vLLM 0.34.0
@@ -218,7 +218,7 @@ def test_the_vllm_extra_is_the_release_the_gpu_regimes_pin() -> None:
 def test_an_unpinned_regime_is_held_to_the_installed_release(tmp_path: Path) -> None:
     """No pin: the release checks use the installed engine's (0.34 here: its dead keys refused,
     suffix without arctic-inference)."""
-    from harness.validation import check_environment
+    from harness.run.validation import check_environment
 
     regime = load_regime(DEEPSEEK)
     unpinned = regime.model_copy(update={"engine": regime.engine.model_copy(update={"version": None})})
@@ -247,7 +247,7 @@ def test_an_unpinned_regime_is_held_to_the_installed_release(tmp_path: Path) -> 
 def test_a_variable_exported_where_bench_runs_is_checked_too() -> None:
     """Every server inherits bench's environment: VLLM_USE_V2_MODEL_RUNNER=0 exported (0.33's advice)
     would stop every 0.34 start-up; it is a mismatch before anything starts."""
-    from harness.validation import check_environment
+    from harness.run.validation import check_environment
 
     regime = load_regime(DEEPSEEK)
     record = {"engine_version": "vllm 0.34.0", "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}}

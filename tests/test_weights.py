@@ -1,4 +1,4 @@
-"""The decode floor's numerator (harness/sensors/weights.py): parameters counted exactly from tiny
+"""The decode floor's numerator (harness/run/sensors/weights.py): parameters counted exactly from tiny
 safetensors files written here (headers only: one test's file has no data at all), the KV bytes per
 token from a config, the Hugging Face cache lookup (never the network), and the real SmolLM2-135M
 where the model cache has it."""
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from harness.sensors.weights import (
+from harness.run.sensors.weights import (
     TargetFootprint,
     count_parameters,
     kv_bytes_per_token,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
-from harness.workloads import load_workload
+from harness.config.workloads import load_workload
+from harness.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -169,8 +169,8 @@ def test_sharegpt_first_human_turn(tmp_path: Path) -> None:
 
 
 def test_jsonl_messages_are_sent_as_the_conversation(tmp_path: Path) -> None:
-    from harness.client import request_body
-    from harness.regime import load_regime
+    from harness.config.regime import load_regime
+    from harness.run.client import request_body
 
     workload = load_workload(_source(tmp_path, "jsonl", "messages.jsonl"), 2)
     prompts = {p.prompt_id: p for p in workload.prompts}
@@ -194,7 +194,7 @@ def test_chat_settings_are_part_of_what_was_sent(tmp_path: Path) -> None:
     """A workload's chat settings (and a regime's on top) change its content hash, so runs that
     asked differently are never compared as equal; without any, the hash is the one runs had
     before chat settings existed. On a raw workload they are an error naming the field."""
-    from harness.workloads import ChatTemplate
+    from harness.config.workloads import ChatTemplate
 
     chat_file = ROOT / "workloads" / "chat_mtbench.yaml"
     plain = load_workload(chat_file, 4)
@@ -225,7 +225,7 @@ def _conversation(
 def test_mtbench_conversations_carry_their_own_second_turn(tmp_path: Path) -> None:
     """MT-Bench's second question is turn 2's user message; the model's answer is put before it, and
     the turn's id names the conversation and a hash of everything it carries."""
-    from harness.workloads import next_turn
+    from harness.config.workloads import next_turn
 
     workload = load_workload(_conversation(tmp_path, "mtbench", "mtbench_question.jsonl", "{turns: 2}"), 2)
     assert workload.turns == 2 and workload.name == "w"
@@ -257,7 +257,7 @@ def test_mtbench_conversations_carry_their_own_second_turn(tmp_path: Path) -> No
 def test_a_follow_up_makes_a_self_refinement_loop(tmp_path: Path) -> None:
     """Every later turn sends the follow-up after the model's own last answer; a later turn keeps the
     whole conversation (and a workload's system prompt still comes first)."""
-    from harness.workloads import ChatTemplate, next_turn
+    from harness.config.workloads import ChatTemplate, next_turn
 
     path = _conversation(tmp_path, "jsonl", "messages.jsonl", "{turns: 3, follow_up: Fix it.}")
     workload = load_workload(path, 2)
@@ -334,7 +334,7 @@ def test_context_pads_a_prompt_with_its_workloads_own_records() -> None:
     """load.context_tokens: other HumanEval problems, whole (stub and canonical solution), before the
     stub to complete, to about that many tokens (3 characters each); the same text on every load,
     another content hash than the unpadded prompts; a prompt already that long is left as it is."""
-    from harness.workloads import CHARS_PER_TOKEN, prompt_sha256, with_context
+    from harness.config.workloads import CHARS_PER_TOKEN, prompt_sha256, with_context
 
     path = ROOT / "workloads" / "code_humaneval.yaml"
     plain = load_workload(path, 4)
@@ -351,7 +351,7 @@ def test_context_pads_a_prompt_with_its_workloads_own_records() -> None:
 
 
 def test_context_goes_before_a_chat_prompts_question(tmp_path: Path) -> None:
-    from harness.workloads import with_context
+    from harness.config.workloads import with_context
 
     workload = load_workload(_source(tmp_path, "jsonl", "messages.jsonl"), 2)
     prompts = {p.prompt_id: p for p in workload.prompts}

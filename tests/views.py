@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.analysis import load_analysis
-from harness.report import render_comparison as _compare
-from harness.report import render_report as _render
+from harness.derive.analysis import load_analysis
+from harness.present.report import render_comparison as _compare
+from harness.present.report import render_report as _render
 
 
 def render_report(run_dir: Path) -> str:
@@ -22,9 +22,9 @@ def write_study(root: Path, points: dict[str, Path], families: dict[str, str]) -
     ``p1``: False, ...), as ``bench run`` leaves one."""
     import shutil
 
-    from harness.regime import Regime
+    from harness.config.regime import Regime
     from harness.results.files import read_json
-    from harness.study_records.record import StudyDir, StudyPointRecord, StudyRecord
+    from harness.results.study.record import StudyDir, StudyPointRecord, StudyRecord
 
     for point, run in points.items():
         shutil.copytree(run, root / "points" / point)

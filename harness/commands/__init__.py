@@ -4,7 +4,7 @@
   ``--help``), ``INTERRUPTED`` (what Ctrl-C leaves behind, said after "interrupted:");
 - ``add_arguments(parser)``: its arguments;
 - ``run(args, console) -> int``: the command, returning its exit code; errors are raised
-  (``harness.errors.UserError``, ``EngineError``) and become messages in ``harness.cli`` only;
+  (``harness.core.errors.UserError``, ``EngineError``) and become messages in ``harness.cli`` only;
 - optionally ``ended(args, code)``: told the final exit code, whatever ended the command.
 
 ``harness.cli`` assembles the parser from these modules; what several share is in ``common``

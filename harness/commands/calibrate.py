@@ -1,5 +1,5 @@
 """`bench calibrate REGIME`: measure this machine's start-up spread for a regime and store it, so a
-run with one start-up per arm gets an interval (``harness.calibration``)."""
+run with one start-up per arm gets an interval (``harness.run.calibration``)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ INTERRUPTED = "servers stopped; nothing was stored in the calibration store (the
 
 
 def _rounds(text: str) -> int:
-    from harness.calibration import MIN_ROUNDS
+    from harness.run.calibration import MIN_ROUNDS
 
     value = _positive(text)
     if value < MIN_ROUNDS:
@@ -115,16 +115,16 @@ def calibrate(
 ) -> tuple[RunDir, Summary, Calibration, Path]:
     """Run the calibration regime of ``regime_path`` as a normal run, measure its spread and store
     it: the run, its summary, the calibration and the file it went to."""
-    from harness.calibration import (
+    from harness.config.regime import load_regime
+    from harness.results import read_json
+    from harness.run.calibration import (
         CalibrationSource,
         calibration_regime,
         measure_calibration,
         write_calibration,
     )
-    from harness.plan import plan_regime, prepare_run
-    from harness.regime import load_regime
-    from harness.results import read_json
-    from harness.runner import Runner
+    from harness.run.plan import plan_regime, prepare_run
+    from harness.run.runner import Runner
 
     regime = load_regime(regime_path)
     calibrating = calibration_regime(regime, rounds, num_prompts, max_output_tokens)
@@ -143,7 +143,7 @@ def calibrate(
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from harness.calibration import calibration_text, one_start_up_interval
+    from harness.run.calibration import calibration_text, one_start_up_interval
 
     run_dir, summary, calibration, path = calibrate(
         args.regime,

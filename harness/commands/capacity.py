@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.capacity_analysis import ArmCapacity, CapacityAnalysis
 from harness.commands.common import EXIT_ENGINE, EXIT_OK, add_override_flags, overrides_from, read_regime
-from harness.errors import UserError
+from harness.core.errors import UserError
+from harness.derive.capacity import ArmCapacity, CapacityAnalysis
 
 NAME = "capacity"
 SUMMARY = "search each arm's highest request rate within the regime's SLO (TTFT/TPOT/E2E targets)"
@@ -93,12 +93,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from harness.capacity_analysis import analyze_capacity
-    from harness.capacity_search import STOP_RULE, CapacitySearch
-    from harness.overrides import record as overrides_record
-    from harness.plan import plan_regime, prepare_run
+    from harness.core.overrides import record as overrides_record
+    from harness.derive.capacity import analyze_capacity
     from harness.results.capacity import CAPACITY_FILE, CapacityRecord, SearchSettings
     from harness.results.files import create_exclusive, new_run_id, write_json_atomic
+    from harness.run.capacity_search import STOP_RULE, CapacitySearch
+    from harness.run.plan import plan_regime, prepare_run
 
     _check_flags(args)
     overrides = overrides_from(args)

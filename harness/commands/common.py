@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 
 if TYPE_CHECKING:
-    from harness.overrides import Override
+    from harness.core.overrides import Override
 
-EXIT_OK, EXIT_USAGE, EXIT_ENGINE, EXIT_INTERRUPTED = 0, 2, 3, 130  # 1: a regression (harness.gates)
-RUN_RECORD = "regime.json"  # what makes a directory a run (the study's marker: harness.study_records.record)
+EXIT_OK, EXIT_USAGE, EXIT_ENGINE, EXIT_INTERRUPTED = 0, 2, 3, 130  # 1: a regression (harness.derive.gates)
+RUN_RECORD = "regime.json"  # what makes a directory a run (the study's marker: harness.results.study.record)
 
 Kind = Literal["run", "study"]
 
@@ -42,7 +42,7 @@ def subcommand(
 
 def metric_definitions(names: tuple[str, ...]) -> str:
     """The registry's definitions as a help list, so no help text restates a formula."""
-    from harness.metrics import METRICS
+    from harness.core.metrics import METRICS
 
     return "\n".join(f"- {name} ({METRICS[name].unit}): {METRICS[name].description}" for name in names)
 
@@ -57,7 +57,7 @@ def _fill(paragraph: str, width: int) -> str:
 def kind_of(path: Path) -> Kind:
     """What a directory given on the command line holds: a run or a study; anything else is refused
     here, with what each would have held."""
-    from harness.study_records.record import is_study_dir
+    from harness.results.study.record import is_study_dir
 
     if is_study_dir(path):
         return "study"
@@ -120,7 +120,7 @@ def add_executor_flags(parser: argparse.ArgumentParser) -> None:
 
 def executor_options(args: argparse.Namespace, base: Any = None) -> Any:
     """The executor flags over ``base`` (a resumed study's own options); None when none was given."""
-    from harness.study_records.record import ExecutorOptions
+    from harness.results.study.record import ExecutorOptions
 
     flags = {
         "name": args.executor,
@@ -145,14 +145,14 @@ def read_regime(path: Path, overrides: Sequence[Override] = ()) -> Any:
     """A regime file, validated, with the command line's ``overrides`` set in it and each arm's
     ``k_schedule: {from: STUDY}`` resolved to that study's schedule: what `bench run` and `bench
     validate` work from."""
-    from harness.regime import load_regime
-    from harness.study_records.policy_file import resolve_schedules
+    from harness.config.regime import load_regime
+    from harness.results.study.policy_file import resolve_schedules
 
     return resolve_schedules(load_regime(path, overrides), path)
 
 
 def add_override_flags(parser: argparse.ArgumentParser) -> None:
-    """``--set PATH=VALUE`` and the common overrides as flags (harness.overrides)."""
+    """``--set PATH=VALUE`` and the common overrides as flags (harness.core.overrides)."""
     group = parser.add_argument_group(
         "changing the regime from the command line",
         "set in the regime file's data before it is validated (the same checks, naming the flag); the "
@@ -195,7 +195,7 @@ def add_override_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def overrides_from(args: argparse.Namespace) -> list[Override]:
-    from harness.overrides import flag_overrides, parse_set
+    from harness.core.overrides import flag_overrides, parse_set
 
     found = flag_overrides(args.num_prompts, args.concurrency, args.request_rate, args.arms, args.endpoints)
     return found + [parse_set(text) for text in args.set_values]

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.commands.common import EXIT_OK, subcommand
-from harness.errors import UserError
+from harness.core.errors import UserError
 
 NAME = "drafter"
 SUMMARY = "build the drafters a regime trains itself (self-distilled EAGLE-3 / DFlash heads)"
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """`drafter build` (the only action)."""
-    from harness.plan import plan_regime
+    from harness.run.plan import plan_regime
 
     if args.continue_epochs is not None and args.continue_epochs < 1:
         raise UserError(

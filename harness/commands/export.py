@@ -46,13 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from harness.analysis import load_analysis
     from harness.commands.report import print_note
-    from harness.frames import Run, export, write_table
+    from harness.derive.analysis import load_analysis
+    from harness.derive.frames import Run, export, write_table
 
     out_dir = args.output or args.run_dir / "export"
     if kind_of(args.run_dir) == "study":
-        from harness.study_analysis.collect import load_study
+        from harness.derive.study.collect import load_study
 
         table = load_study(args.run_dir).cells()
         path = write_table(table, out_dir / f"study_cells.{args.format}", args.format)

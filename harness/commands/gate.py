@@ -11,13 +11,13 @@ from rich.markup import escape
 
 from harness.commands.common import metric_definitions, require_run
 from harness.commands.terminal import print_unread
-from harness.errors import UserError
-from harness.metrics import GATED
+from harness.core.errors import UserError
+from harness.core.metrics import GATED
 
 if TYPE_CHECKING:
-    from harness.gate_report import Confirmation
-    from harness.gates import Check, HistoryGate, RunView
-    from harness.regime import Regime
+    from harness.config.regime import Regime
+    from harness.derive.gates import Check, HistoryGate, RunView
+    from harness.present.gate_report import Confirmation
 
 NAME = "gate"
 SUMMARY = "check a run against its regime's gates (and a baseline run); exit 1 on a regression"
@@ -47,7 +47,7 @@ Writes a JUnit XML file (one test case per gate and cell) and a Markdown summary
 $GITHUB_STEP_SUMMARY when set) into the output folder, and the verdicts into RUN_DIR/gate/checks.json
 for the report.
 
-Metrics a gate may name (harness.metrics):
+Metrics a gate may name (harness.core.metrics):
 
 {metric_definitions(GATED)}
 
@@ -127,8 +127,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from harness.gate_report import GateFiles, outcome_line, verdict_table, write_gate
-    from harness.gates import evaluate, exit_code, open_views
+    from harness.derive.gates import evaluate, exit_code, open_views
+    from harness.present.gate_report import GateFiles, outcome_line, verdict_table, write_gate
 
     for directory in filter(None, (args.run_dir, args.baseline)):
         require_run(directory, "gate")
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     for opened in filter(None, (view, baseline)):
         print_unread(opened.summary, console)
     if args.gates is not None:
-        from harness.regime import load_regime
+        from harness.config.regime import load_regime
 
         view.use_gates_from(load_regime(args.gates), str(args.gates))
     if not view.regime.gates.rules and not view.regime.gates.golden_tau:
@@ -170,10 +170,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def _history(args: argparse.Namespace, view: RunView, console: Console) -> HistoryGate:
     """The nights this run's relative gates compare with, said in one line (or why it falls back)."""
-    from harness.gates import history_gate
-    from harness.history.store import open_history
-    from harness.history_analysis.collect import history_run
-    from harness.history_analysis.reference import MIN_NIGHTS, comparable_nights
+    from harness.derive.gates import history_gate
+    from harness.derive.history.collect import history_run
+    from harness.derive.history.reference import MIN_NIGHTS, comparable_nights
+    from harness.results.history.store import open_history
 
     if args.nights < 2:
         raise UserError(f"--nights {args.nights}: a prediction interval needs 2 nights or more")
@@ -213,8 +213,15 @@ def _confirm(
 ) -> tuple[list[Check], int, Confirmation]:
     """Re-measure the failing arms on fresh start-ups, gate that run against the same baseline and
     keep a failure only where both runs fail; the confirmation run gets its own gate files."""
-    from harness.gate_report import Confirmation, GateFiles, verdict_table, write_gate
-    from harness.gates import arms_to_confirm, confirm, confirmation_regime, evaluate, exit_code, open_views
+    from harness.derive.gates import (
+        arms_to_confirm,
+        confirm,
+        confirmation_regime,
+        evaluate,
+        exit_code,
+        open_views,
+    )
+    from harness.present.gate_report import Confirmation, GateFiles, verdict_table, write_gate
 
     arms = arms_to_confirm(checks, view.regime)
     console.print(
@@ -240,9 +247,9 @@ def confirmation_run(view: RunView, regime: Regime, run_dir: Path, console: Cons
     """Run ``regime`` (the run's own, restricted to some arms) as ``bench run`` would, from the
     regime file the run recorded, into ``RUN_DIR-confirm`` (``-confirm-2``, ... when taken) beside
     the run; the prompts must still be the ones the run measured."""
-    from harness.plan import changed_workload, plan_regime, prepare_run
-    from harness.regime import recorded_source, stored_regime
-    from harness.runner import Runner
+    from harness.config.regime import recorded_source, stored_regime
+    from harness.run.plan import changed_workload, plan_regime, prepare_run
+    from harness.run.runner import Runner
 
     record = view.record
     source = recorded_source(record["source_path"], run_dir)

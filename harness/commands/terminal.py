@@ -1,5 +1,6 @@
 """What `bench run` and `bench show` print of a run or a study (the tables themselves are
-harness.table's and harness.study_pages.tables'), and the notes every reading command prints first."""
+harness.present.table's and harness.present.study.tables'), and the notes every reading command
+prints first."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness.commands.common import EXIT_ENGINE, EXIT_OK
-from harness.formats import inert
+from harness.core.formats import inert
 
 if TYPE_CHECKING:
-    from harness.analysis import RunAnalysis
+    from harness.derive.analysis import RunAnalysis
+    from harness.derive.study.collect import StudyResults
     from harness.results import Summary
-    from harness.study_analysis.collect import StudyResults
 
-# Printed under every run's tables; the registry's own definitions: harness.metrics.METRICS.
+# Printed under every run's tables; the registry's own definitions: harness.core.metrics.METRICS.
 LEGEND = (
     "tau = 1 + accepted/drafts from the engine's counters over each window; TPOT = (E2E - TTFT)/(tokens "
     "- 1) per request; same % = prompts whose greedy token ids equal the baseline's (for the baseline: "
@@ -46,8 +47,8 @@ def print_results(analysis: RunAnalysis, console: Console, run_dir: str | None =
     """A run's tables, categories, drafters, exactness and notes, then the answer last (the verdict
     per window, the command that would decide an undecided one, with ``run_dir``, and the report's);
     exit 3 when an arm failed."""
-    from harness.ramp_table import ramp_tables
-    from harness.table import (
+    from harness.present.ramp_table import ramp_tables
+    from harness.present.table import (
         answer_lines,
         category_table,
         drafter_lines,
@@ -56,7 +57,7 @@ def print_results(analysis: RunAnalysis, console: Console, run_dir: str | None =
         minilab_tables,
         schedule_tables,
     )
-    from harness.verdict_text import continue_lines
+    from harness.present.verdict_text import continue_lines
 
     summary = analysis.summary
     print_overrides(summary, console)
@@ -91,7 +92,7 @@ def print_results(analysis: RunAnalysis, console: Console, run_dir: str | None =
 
 def _print_notes(summary: Summary, console: Console) -> None:
     """The notes under the tables: precision, whose power, where the time went, the legend."""
-    from harness.table import SPEEDUP_NOTE, power_line, precision_line, timing_line
+    from harness.present.table import SPEEDUP_NOTE, power_line, precision_line, timing_line
 
     precision = precision_line(summary.cells)
     if precision:
@@ -108,8 +109,8 @@ def _print_notes(summary: Summary, console: Console) -> None:
 def print_study(results: StudyResults, console: Console) -> int:
     """A study's tables and its arms without results (failed or interrupted); exit 3 when there is
     one or a point is missing."""
-    from harness.study_pages.analysis_md import ANALYSIS_FILE
-    from harness.study_pages.tables import terminal_tables
+    from harness.present.study.analysis_md import ANALYSIS_FILE
+    from harness.present.study.tables import terminal_tables
 
     for summary in results.summaries.values():
         print_unread(summary, console)

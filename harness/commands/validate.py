@@ -18,7 +18,7 @@ from harness.commands.common import (
     executor_options,
     overrides_from,
 )
-from harness.errors import UserError
+from harness.core.errors import UserError
 
 NAME = "validate"
 SUMMARY = "check a regime file and print each arm's exact launch command; starts nothing"
@@ -66,15 +66,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _defects(plan: Any, allow: bool, console: Console) -> None:
     """The regime against the known defects of the engine release it pins (or, unpinned, the
     installed one): ``bench run`` would refuse what this refuses."""
-    from harness.plan import refuse_known_defects
+    from harness.run.plan import refuse_known_defects
 
     version = plan.regime.engine.version or plan.adapter.installed_version()
     refuse_known_defects(plan, version, allow, console)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from harness.engines import engine_requirement
-    from harness.plan import plan_regime
+    from harness.config.engines import engine_requirement
+    from harness.run.plan import plan_regime
 
     overrides = overrides_from(args)
     pending: list[str] = []  # the arms whose policy a study beside the regime has not written yet
@@ -103,8 +103,8 @@ def _read(path: Path, overrides: Any, pending: list[str]) -> Any:
     ...}`` names a policy that a study regime beside it has not written yet: left unresolved, and
     said in ``pending`` (the file is valid; `bench run` refuses it, naming that study). A study's
     arms are resolved as `bench run` resolves them: its points' commands need the schedule."""
-    from harness.regime import load_regime
-    from harness.study_records.policy_file import resolve_schedules
+    from harness.config.regime import load_regime
+    from harness.results.study.policy_file import resolve_schedules
 
     loaded = load_regime(path, overrides)
     return resolve_schedules(loaded, path, pending if loaded.sweep is None else None)
@@ -113,11 +113,11 @@ def _read(path: Path, overrides: Any, pending: list[str]) -> Any:
 def _under_release(path: Path, regime: Any, version: str, console: Console) -> int:
     """Every problem the regime would have pinned to ``version`` of its engine (not only the first,
     as a run refuses): what breaks on an upgrade."""
-    from harness.config_file import located
-    from harness.engines import get_adapter
-    from harness.engines.defects import known_defects
-    from harness.errors import FieldError
-    from harness.sensors.engine_facts import installed_facts
+    from harness.config.engines import get_adapter
+    from harness.config.engines.defects import known_defects
+    from harness.core.config_file import located
+    from harness.core.errors import FieldError
+    from harness.run.sensors.engine_facts import installed_facts
 
     moved = regime.model_copy(update={"engine": regime.engine.model_copy(update={"version": version})})
     adapter = get_adapter(moved.engine.name)
@@ -142,8 +142,8 @@ def _under_release(path: Path, regime: Any, version: str, console: Console) -> i
 
 
 def _validate_study(path: Path, regime: Any, options: Any, console: Console, allow_defect: bool) -> int:
-    from harness.study.sweep import plan_study
-    from harness.study_records.record import ExecutorOptions
+    from harness.results.study.record import ExecutorOptions
+    from harness.run.study.sweep import plan_study
 
     options = options or ExecutorOptions()
     study, plans = plan_study(path, regime)
@@ -169,8 +169,8 @@ def _validate_study(path: Path, regime: Any, options: Any, console: Console, all
 
 def _print_placement(ids: list[str], plans: list[Any], options: Any, regime: Any, console: Console) -> None:
     """Where the points would run: slots on this node (local), or one job per point."""
-    from harness.study.placement import plan_lines
-    from harness.study.run import placement
+    from harness.run.study.placement import plan_lines
+    from harness.run.study.run import placement
 
     node = "this node"
     try:
@@ -202,7 +202,7 @@ def _print_placement(ids: list[str], plans: list[Any], options: Any, regime: Any
                 for line in _sbatch_lines(demand, plan, options, regime):
                     console.print(f"    {line}", highlight=False, markup=False)
         if options.name == "slurm":
-            from harness.study.executors import unpinned_cpu_note
+            from harness.run.study.executors import unpinned_cpu_note
 
             note = unpinned_cpu_note([d.point for d in wanted], plans)
             if note:
@@ -212,7 +212,7 @@ def _print_placement(ids: list[str], plans: list[Any], options: Any, regime: Any
 def _sbatch_lines(demand: Any, plan: Any, options: Any, regime: Any) -> list[str]:
     """The point's ``#SBATCH`` lines as submitit will write them (its output files under the study
     directory, which does not exist yet)."""
-    from harness.study.executors import JobSpec, sbatch_options
+    from harness.run.study.executors import JobSpec, sbatch_options
 
     folder = Path("results") / regime.name / "study-<id>" / "slurm"
     spec = JobSpec(
@@ -230,7 +230,7 @@ def _sbatch_lines(demand: Any, plan: Any, options: Any, regime: Any) -> list[str
 
 
 def _print_endpoints(plan: Any, console: Console) -> None:
-    from harness.secrets import redact_url
+    from harness.core.secrets import redact_url
 
     console.print(
         "Every arm is an existing server: nothing is started here, and its hardware, target and engine "
@@ -246,10 +246,10 @@ def _print_endpoints(plan: Any, console: Console) -> None:
 
 def _print_plan(plan: Any, console: Console) -> None:
     """What `bench validate` shows of one concrete regime: the plan, this machine against it, commands."""
-    from harness.plan import describe_plan, earlier_round_minutes, outlook_text
-    from harness.regime import KScheduleSource
-    from harness.sensors.environment import collect_environment
-    from harness.validation import no_gpu_here, prompt_warnings, window_warnings
+    from harness.config.regime import KScheduleSource
+    from harness.run.plan import describe_plan, earlier_round_minutes, outlook_text
+    from harness.run.sensors.environment import collect_environment
+    from harness.run.validation import no_gpu_here, prompt_warnings, window_warnings
 
     console.print(describe_plan(plan), highlight=False)
     # what the design is expected to take to decide, at the pace of this regime's last run under
@@ -302,7 +302,7 @@ def _print_plan(plan: Any, console: Console) -> None:
 
 
 def _print_fit(fit: Any, console: Console) -> None:
-    """An arm's drafter against the arm and the target (harness.drafters.fit)."""
+    """An arm's drafter against the arm and the target (harness.run.drafters.fit)."""
     if fit.unchecked:
         console.print(f"  [yellow]drafter fit not checked:[/] {escape(fit.unchecked)}", soft_wrap=True)
     for problem in fit.problems:

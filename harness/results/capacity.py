@@ -37,7 +37,7 @@ class SearchSettings(_Finite):
     """How the highest rate within the SLO is searched: bracketing from ``start_rps`` (doubling
     while the SLO holds, up to ``max_rps``; halving while it does not), then bisection (geometric)
     until the bracket's ends are within ``resolution`` of each other or ``max_probes`` windows were
-    sent (the stop rules: ``harness.capacity_analysis.next_step``)."""
+    sent (the stop rules: ``harness.derive.capacity.next_step``)."""
 
     workload: str
     start_rps: float
@@ -73,7 +73,7 @@ class CapacityProbe(_Finite):
     index: int  # the probe's order within the arm's search
     rate_rps: float
     sent: int
-    met: int  # requests that met every SLO target (harness.probes.slo.meets)
+    met: int  # requests that met every SLO target (harness.core.probes.slo.meets)
     failed: int  # requests that failed outright (an error: they miss the SLO too)
     duration_s: float  # first send to last completion
     holds: bool  # attainment >= the target

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 from harness.results import migrations
 from harness.results.migrations import run_record as run_record_steps
 from harness.results.migrations import status as status_steps

@@ -11,7 +11,7 @@ Levels, from the finest:
 
 ``summary.json`` is ``Summary.model_dump(mode="json")``; ``load_summary`` reads every earlier version
 too (``harness.results.migrations.summary``). Metric names carry their units; what each metric
-means, its direction and its samples are in ``harness.metrics``.
+means, its direction and its samples are in ``harness.core.metrics``.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from harness.errors import UserError
-from harness.probes import distribution
-from harness.probes.exactness import Status
-from harness.regime import LoadLevel, PublishedFigure, Slo, VerdictSettings
+from harness.config.regime import LoadLevel, PublishedFigure, Slo, VerdictSettings
+from harness.core.errors import UserError
+from harness.core.probes import distribution
+from harness.core.probes.exactness import Status
 from harness.results import migrations
 from harness.results.files import SCHEMA_VERSION, read_json
 from harness.results.migrations import summary as summary_steps
@@ -113,7 +113,7 @@ class CellMetrics(ResultModel):
     draft_tokens: float
     accepted_tokens: float
     # the engine's steps over the cell's windows and their time per step, ms (version 14 on): the
-    # step cost model's samples (harness.cost_model); None where a window's engine did not count them
+    # step cost model's samples (harness.derive.cost_model); None where a window's engine did not count them
     engine_step_count: float | None = None
     step_ms: float | None = None
     # output n-grams that occur in the prompt (probes.copying); None where no prompt ids were returned
@@ -144,7 +144,7 @@ class CellMetrics(ResultModel):
     throttled: bool | None
     energy_usd_per_mtok: float | None
     per_repeat: list[RepeatMetrics]
-    # the arms x rounds model's estimate (harness.intervals): the geometric mean of the per-round
+    # the arms x rounds model's estimate (harness.derive.intervals): the geometric mean of the per-round
     # ratios of start-up mean tok/s; the baseline's is 1
     speedup: float | None
     # its 95% t interval (None: unverified, one start-up per arm and no calibration), the rounds and
@@ -167,7 +167,7 @@ class CellMetrics(ResultModel):
     speedup_df: int | None = None
     speedup_log_se: float | None = None
     # the intervals the run's design could look at before it stopped (load.server_starts decide);
-    # the interval is corrected for them (harness.intervals). None: 1, a fixed number of rounds
+    # the interval is corrected for them (harness.derive.intervals). None: 1, a fixed number of rounds
     speedup_looks: int | None = None
     # the rounds at that design's first look (server_starts.min; version 12 on): the looks' level
     # is fitted to them. None: one look, or a summary before version 12 (Bonferroni over the looks)
@@ -244,7 +244,7 @@ class CellMetrics(ResultModel):
 
     def startup_step_rate(self) -> dict[int, float]:
         """Each server start-up's mean engine steps per second over its repeats: the step cost
-        model's data (harness.cost_model), as ``startup_tok_s`` is the speedup's."""
+        model's data (harness.derive.cost_model), as ``startup_tok_s`` is the speedup's."""
         found: dict[int, list[float]] = {}
         for r in self.per_repeat:
             if r.engine_step_count and r.duration_s > 0:
@@ -263,7 +263,7 @@ class CellMetrics(ResultModel):
 
 
 class SpeedupFields(ResultModel):
-    """A speedup as the arms x rounds model estimated it (``harness.intervals.Estimate.stored``), for
+    """A speedup as the arms x rounds model estimated it (``harness.derive.intervals.Estimate.stored``), for
     a record that is not a cell: a category (the model over its per-start-up tok/s) or a ramp span.
     The fields mean what a cell's ``speedup_*`` fields mean (``CellMetrics``)."""
 
@@ -299,7 +299,7 @@ class CategoryMetrics(SpeedupFields):
     identical_pct: float | None
     exactness_pairs: int
     # the arms x rounds model over the category's per-start-up tok/s (its workloads' tokens over
-    # their time, per start-up; harness.intervals), stored as a cell's: for a category of one
+    # their time, per start-up; harness.derive.intervals), stored as a cell's: for a category of one
     # workload, the cell's own estimate. A summary before this field: the pooled tok/s ratio
     copy_share_pct: float | None = None
     context_share_pct: float | None = None
@@ -312,7 +312,7 @@ class CategoryMetrics(SpeedupFields):
 
 class RampStageMetrics(SpeedupFields):
     """One arm's ramp (``load.ramp``) on one workload: one stage, or the whole ramp (``stage``
-    None), pooled over the server start-ups (``harness.ramp``; formulas in ``probes.ramp``)."""
+    None), pooled over the server start-ups (``harness.derive.ramp``; formulas in ``probes.ramp``)."""
 
     arm: str
     workload: str
@@ -415,7 +415,7 @@ class ExactnessSection(ResultModel):
 
 class DistributionTest(ResultModel):
     """One statistic of the distribution check: the arm's sequences against the baseline's, compared
-    within each prompt (harness.probes.distribution). Summaries from before the equivalence test hold
+    within each prompt (harness.core.probes.distribution). Summaries from before the equivalence test hold
     a pooled Mann-Whitney p-value and delta, and no interval."""
 
     statistic: str  # mean_logprob | output_tokens | top1_share (probes.distribution)
@@ -496,7 +496,7 @@ class Summary(ResultModel):
     lossy_settings: list[str]
     # known engine defects the run was forced through (--allow-known-defect), one line each
     known_defects: list[str]
-    # the engine patches the servers ran with (harness.engines.patches): upstream issue, name@hash
+    # the engine patches the servers ran with (harness.config.engines.patches): upstream issue, name@hash
     engine_patches: list[str]
     # what the command line set in the regime file, as typed (--set load.concurrency=[2]); in the
     # regime as run and its fingerprint

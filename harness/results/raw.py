@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.errors import UserError
-from harness.regime import Regime
+from harness.config.regime import Regime
+from harness.core.errors import UserError
 from harness.results.calibration import CALIBRATION_FILE, Calibration
 from harness.results.files import RunDir, UnreadLines, read_json, read_records, read_run_record
 from harness.results.records import ArmStatus, RampWindowRecord, RequestRecord, RunTiming, WindowRecord

@@ -18,10 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, with_config
 
-from harness.probes.acceptance import SpecCounters
-from harness.probes.latency import e2e_s, from_due_s, itl_s, tpot_s, ttft_s
-from harness.probes.schedule import queueing_s
-from harness.regime import LoadLevel, RampStage
+from harness.config.regime import LoadLevel, RampStage
+from harness.core.probes.acceptance import SpecCounters
+from harness.core.probes.latency import e2e_s, from_due_s, itl_s, tpot_s, ttft_s
+from harness.core.probes.schedule import queueing_s
 
 
 class ResultModel(BaseModel):
@@ -32,7 +32,7 @@ class ResultModel(BaseModel):
 
 
 # A slotted dataclass, not a ResultModel: the client fills it in once per streamed chunk
-# (``harness.client._absorb_chunk``), where a pydantic model's attribute assignment costs ~0.4 us
+# (``harness.run.client._absorb_chunk``), where a pydantic model's attribute assignment costs ~0.4 us
 # against a slot's ~0.07 (benchmarks/client_overhead.py measures that loop). It is validated, as strictly as
 # a ResultModel (unknown keys are errors), when it is read back (``from_json``).
 @with_config(ConfigDict(extra="forbid"))
@@ -164,7 +164,7 @@ class WindowPrecision(ResultModel):
 
 
 class WindowCpu(ResultModel):
-    """CPU seconds during the window, by whom (``harness.probes.cpu``)."""
+    """CPU seconds during the window, by whom (``harness.core.probes.cpu``)."""
 
     engine_s: float  # the engine server's process group
     client_s: float  # the harness process
@@ -174,7 +174,7 @@ class WindowCpu(ResultModel):
 
 
 class GpuNeighbour(ResultModel):
-    """Another process on one of the engine's GPUs during a window (``harness.probes.gpu``)."""
+    """Another process on one of the engine's GPUs during a window (``harness.core.probes.gpu``)."""
 
     device: int  # NVML index
     pid: int  # as NVML reports it (the host's pid namespace)
@@ -223,7 +223,7 @@ class WindowRecord(ResultModel):
     # metrics have no such counter (then nobody can tell)
     others_tokens: float | None = None
     # why its counter scrapes are no count of the window (a counter fell: the server restarted or
-    # reset; harness.probes.acceptance.counter_breaks): never summed; [] a count to trust
+    # reset; harness.core.probes.acceptance.counter_breaks): never summed; [] a count to trust
     counters_broken: list[str] = []
     # an existing server: the model id it served as the window ended (None: a server the harness
     # started, which serves "target", or a window recorded before it was)
@@ -331,7 +331,7 @@ class Invocation(ResultModel):
 
 class Round(ResultModel):
     """One round of server start-ups (``load.server_starts``): the next start-up of every arm, in
-    the order they ran (alternating between rounds, ABBA: ``harness.rounds.round_order``)."""
+    the order they ran (alternating between rounds, ABBA: ``harness.derive.rounds.round_order``)."""
 
     order: list[str]  # the arms, in the order their servers were started this round
     # each one's start-up index: its own count (an arm retried on resume restarts at 0)

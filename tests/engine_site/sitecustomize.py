@@ -13,11 +13,11 @@ system CPU to readiness): 43 s as users' servers start, 29.5 s forked, 26.5 s wi
   many long-lived objects and next to no garbage); on again once the server's config is made,
   before the engine core is forked.
 - Where the session runs the tests' zygote (``zygote.py``, ``BENCH_TEST_ZYGOTE``: tests/conftest.py
-  starts it), a ``bench`` process's ``harness.server`` starts vLLM's API server as a fork of it,
+  starts it), a ``bench`` process's ``harness.run.server`` starts vLLM's API server as a fork of it,
   which imported vLLM once for the whole session (~11 of a start-up's ~14 core-seconds on the
   AVX-512 EPYC); a Slurm job's, of a zygote of the job's own, inside the job; a server refused
   (another environment) starts as below. Likewise a drafter build's torch stages
-  (``harness.drafters.distill``): forks of the ``bench`` process's own stage zygote, which imported
+  (``harness.run.drafters.distill``): forks of the ``bench`` process's own stage zygote, which imported
   torch, transformers and speculators' trainer once for all the build's stages (~10 of a stage's
   ~13 core-seconds there).
 
@@ -99,7 +99,7 @@ def _with_popen(module, popen) -> None:
 
 
 def _servers_from_the_zygote(module) -> None:
-    """harness.server starts vLLM's API server as a fork of the session's zygote (zygote.py) where
+    """harness.run.server starts vLLM's API server as a fork of the session's zygote (zygote.py) where
     one runs and takes it; anything else, or a refusal, starts as it always does."""
     import subprocess
 
@@ -127,7 +127,7 @@ def _servers_from_the_zygote(module) -> None:
 
 
 def _stages_from_a_zygote(module) -> None:
-    """harness.drafters.distill starts a build's torch stages as forks of this bench process's own
+    """harness.run.drafters.distill starts a build's torch stages as forks of this bench process's own
     stage zygote (zygote.fork_stage: torch, transformers and speculators' trainer imported once for
     the build's stages); a refusal starts them as they always start."""
     import subprocess
@@ -157,8 +157,8 @@ if __name__ == "sitecustomize":  # at interpreter start; not when a test imports
     argv = getattr(sys, "orig_argv", ())
     bench = "harness.cli" in argv or any(os.path.basename(arg) == "bench" for arg in argv[1:2])
     if bench and os.environ.get("BENCH_TEST_ZYGOTE", "0") != "0":  # zygote.ZYGOTE_ENV: a bench process
-        sys.meta_path.insert(0, _AfterImport("harness.server", _servers_from_the_zygote))
-        sys.meta_path.insert(0, _AfterImport("harness.drafters.distill", _stages_from_a_zygote))
+        sys.meta_path.insert(0, _AfterImport("harness.run.server", _servers_from_the_zygote))
+        sys.meta_path.insert(0, _AfterImport("harness.run.drafters.distill", _stages_from_a_zygote))
     if SERVER in getattr(sys, "orig_argv", ()):
         # Python's cyclic garbage collector took ~17% of the API server's import of vLLM (which
         # creates many long-lived objects and no garbage to speak of): off until the server's

@@ -12,9 +12,9 @@ process group (the harness signals the group), the log files and stdin it was gi
 working directory it was given (``/proc/PID/cmdline`` shows the argv: the tests find servers by
 it), the environment it was given, Python's start-up signal dispositions, the interpreter's exit
 sequence (threads joined, ``atexit``), and a SIGTERM when the bench process that asked for it dies
-(what ``harness.server`` asks of the kernel with ``PR_SET_PDEATHSIG``: here a pidfd watches the
+(what ``harness.run.server`` asks of the kernel with ``PR_SET_PDEATHSIG``: here a pidfd watches the
 bench process, since this process is the server's parent). Its exit status reaches the bench
-process over the request's connection (``Forked``, what ``harness.server`` holds instead of
+process over the request's connection (``Forked``, what ``harness.run.server`` holds instead of
 a ``subprocess.Popen``).
 
 A fork is only as good as the environment the import saw: a request whose environment differs
@@ -47,7 +47,7 @@ from pathlib import Path
 
 ZYGOTE_ENV = "BENCH_TEST_ZYGOTE"  # the zygote's socket: set for the processes of a test session ("0": none)
 SERVER = "vllm.entrypoints.openai.api_server"
-STAGES = "harness.drafters.train_stages"  # a drafter build's torch stages (python -m STAGES STAGE WORK)
+STAGES = "harness.run.drafters.train_stages"  # a drafter build's torch stages (python -m STAGES STAGE WORK)
 # What a zygote of each ``python -m`` module imports before it forks: all that module's own run
 # would import. A torch stage imports its libraries inside its functions (the bench process that
 # starts it never imports torch): torch, transformers, datasets and speculators' trainer, ~10

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 
 Step = Callable[[dict[str, Any]], dict[str, Any]]
 

@@ -2,7 +2,7 @@
 their hashes, the drafters' provenance), by the run's ``schema_version``. The resolved regime inside
 needs no step yet: no regime field has been renamed or removed since version 1 and each one added
 since has a default (the steps below say which version added which), so today's strict
-``harness.regime.Regime`` reads every version's. A step goes here the day one is renamed."""
+``harness.config.regime.Regime`` reads every version's. A step goes here the day one is renamed."""
 
 from __future__ import annotations
 

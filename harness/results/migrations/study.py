@@ -1,4 +1,4 @@
-"""Migrations of a study's ``study.json`` (``harness.study_records.record.StudyRecord``), by the
+"""Migrations of a study's ``study.json`` (``harness.results.study.record.StudyRecord``), by the
 ``schema_version`` it holds (numbered apart from runs)."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def migrate_v5(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def migrate_v6(summary: dict[str, Any]) -> dict[str, Any]:
-    """Version 7: one model for every speedup (``harness.intervals``: arms x rounds on log start-up
+    """Version 7: one model for every speedup (``harness.derive.intervals``: arms x rounds on log start-up
     tok/s, a t interval). A version-6 interval was a percentile bootstrap over repeats or requests,
     which cannot see the start-up spread: it is dropped (the speedup reads as unverified; ``bench``
     re-derives the new interval from the raw files). Cells gained ``mean_in_flight`` (absent: not
@@ -37,7 +37,7 @@ def migrate_v6(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def migrate_v7(summary: dict[str, Any]) -> dict[str, Any]:
-    """Version 8: what the run knew of its engine (``harness.engines.defects``, ``.patches``):
+    """Version 8: what the run knew of its engine (``harness.config.engines.defects``, ``.patches``):
     ``known_defects``, the known engine defects a run was forced through (--allow-known-defect), and
     ``engine_patches``, the upstream fixes its servers ran with. A version-7 run had neither."""
     return {**summary, "schema_version": 8, "known_defects": [], "engine_patches": []}
@@ -99,7 +99,8 @@ MIGRATIONS = Migrations(
         13: (
             "Version 14: cells and repeats gained ``engine_step_count`` (the engine's steps in their "
             "windows) and ``step_ms`` (window time per step), the step cost model's samples "
-            "(``harness.cost_model``). Absent: not recorded (a window before version 14 has no step count)."
+            "(``harness.derive.cost_model``). Absent: not recorded (a window before version 14 has no step "
+            "count)."
         ),
     },
 )

@@ -1,0 +1,1 @@
+"""The config layer (docs/development.md#layout)."""

@@ -1,0 +1,1 @@
+"""The foundations layer (docs/development.md#layout)."""

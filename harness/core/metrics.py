@@ -1,0 +1,790 @@
+"""The metric registry: every metric a result carries, defined once.
+
+Each entry says what a reader needs to use a metric without knowing it: the summary field it
+lives in (``CellMetrics.<name>``), its unit, which direction is better, the statistic a cell
+reports, and where its samples come from when a gate needs more than one number:
+
+- ``repeat``: one value per repeat of the window (``CellMetrics.per_repeat``), statistic = mean;
+- ``request``: one value per successful request (``RequestRecord.<sample_field>``, in seconds,
+  shown in ms), statistic = the percentile itself, pooled over repeats;
+- ``chunk``: one value per streamed chunk after a successful request's first (``RequestRecord.
+  <sample_field>``, a list per request: ITL), statistic = the mean or a percentile, pooled over the
+  cell's requests and repeats (vLLM's pooling); gated as a request metric is, its start-ups the unit;
+- ``prompt``: one 0/100 value per prompt compared with the baseline, statistic = mean.
+
+The gates, the terminal table (``harness.present.table``), the report's tables and highlighting
+(``harness.present.report``), the comparison view and the export's data dictionary (``columns.csv``,
+``harness.derive.frames``) look metrics up here; the formulas themselves live in
+``harness.core.probes``. A new metric is a formula, a ``CellMetrics`` field and an entry below: the
+views iterate the registry in its order, so they show it without being touched.
+
+Names carry their unit as a suffix: ``_s`` / ``_ms`` seconds / milliseconds, ``_pct`` percent,
+``_rps`` requests per second, ``_tok_s`` tokens per second (``output_tok_s``), ``_w`` watts,
+``_j`` joules; ``acceptance_pos_<i>`` in the export is 0-based (draft position i + 1).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Statistic = Literal["mean", "p50", "p90", "p99"]
+SampleSource = Literal["repeat", "request", "chunk", "prompt"]
+# when a view shows a metric's column: always, or only where the run measured what it needs
+Shown = Literal["always", "slo", "power", "copy", "open_loop", "turns", "never"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # the summary field, units in the name
+    label: str  # a short column header
+    unit: str
+    higher_is_better: bool
+    statistic: Statistic
+    samples: SampleSource
+    description: str
+    # request and chunk metrics: the RequestRecord field, in seconds (a chunk metric's: a list per request)
+    sample_field: str | None = None
+    scale: float = 1.0  # sample value -> metric unit (s -> ms)
+    gated: bool = True  # may appear in a regime's gates
+    highlighted: bool = True  # the report marks the best arm's value per table
+    compared: bool = True  # a column of the two-run comparison
+    # measured with a clock, so a busy neighbour moves it (the gate calls its change inconclusive
+    # there); counts the engine keeps (tau) and token comparisons do not depend on who else ran
+    timed: bool = True
+    fmt: str = ".2f"  # format spec of a value in every view
+    field: str | None = None  # where a cell holds it when not ``CellMetrics.<name>`` (dotted path)
+    shown: Shown = "always"  # the report's mini-lab tables show it (see Shown)
+    terminal: bool = False  # the terminal's mini-lab tables show it too (they must fit 80 columns)
+    baseline_text: str | None = None  # what the baseline's row shows instead (tau: 1 by definition)
+    ratio: bool = False  # a ratio to the baseline: above 1 is a gain, below a loss (coloured)
+    interval: tuple[str, str] | None = None  # the cell fields of its 95% interval, shown with it
+    flag: tuple[str, str] | None = None  # a cell's bool field that qualifies the value, and its text
+
+    def value(self, cell: Any) -> float | None:
+        """The metric's value in one cell (``CellMetrics``), None where not measured (a section such
+        as ``exactness`` absent); a misspelt field raises."""
+        value = cell
+        for part in (self.field or self.name).split("."):
+            value = getattr(value, part) if value is not None else None
+        return value
+
+    def format(self, value: float | None) -> str:
+        return "-" if value is None else format(value, self.fmt)
+
+    @property
+    def direction(self) -> str:
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+
+# entries the views show but the gates, the highlighting and the comparison leave alone
+_VIEW_ONLY: dict[str, Any] = {"gated": False, "highlighted": False, "compared": False}
+
+_ALL = (
+    Metric(
+        name="tau",
+        label="tau",
+        unit="tokens/step",
+        higher_is_better=True,
+        statistic="mean",
+        samples="repeat",
+        description="mean acceptance length: 1 + accepted / drafts over the window (baseline: 1)",
+        timed=False,
+        terminal=True,
+        baseline_text="1",
+    ),
+    Metric(
+        name="tokens_per_forward",
+        label="tok/fwd",
+        unit="tokens/forward",
+        higher_is_better=True,
+        statistic="mean",
+        samples="repeat",
+        description="output tokens per forward pass of the target, prefill token excluded: engine-neutral, "
+        "unlike tau "
+        "(baseline: 1)",
+        timed=False,
+        terminal=True,
+    ),
+    Metric(
+        name="output_tok_s",
+        label="tok/s",
+        unit="tokens/s",
+        higher_is_better=True,
+        statistic="mean",
+        samples="repeat",
+        description="output tokens of successful requests / window wall time",
+        fmt=".1f",
+        terminal=True,
+    ),
+    Metric(
+        name="speedup",
+        label="speedup",
+        unit="x",
+        higher_is_better=True,
+        statistic="mean",
+        samples="repeat",
+        description="arm tok/s / baseline tok/s, same prompts and concurrency",
+        terminal=True,
+        ratio=True,
+        interval=("speedup_low", "speedup_high"),
+    ),
+    Metric(
+        name="ttft_ms_p50",
+        label="TTFT p50",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p50",
+        samples="request",
+        description="median time to first token (open loop: from when the request was due, its wait for a "
+        "max_concurrency slot inside)",
+        sample_field="scheduled_ttft_s",
+        scale=1000.0,
+        fmt=".0f",
+        terminal=True,
+    ),
+    Metric(
+        name="ttft_ms_p90",
+        label="TTFT p90",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p90",
+        samples="request",
+        description="90th percentile time to first token (open loop: from when the request was due)",
+        sample_field="scheduled_ttft_s",
+        scale=1000.0,
+        fmt=".0f",
+    ),
+    # the tails and ITL are the report's and the export's: the terminal's table must fit 80 columns
+    Metric(
+        name="ttft_ms_p99",
+        label="TTFT p99",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p99",
+        samples="request",
+        description="99th percentile time to first token (open loop: from when the request was due)",
+        sample_field="scheduled_ttft_s",
+        scale=1000.0,
+        fmt=".0f",
+    ),
+    Metric(
+        name="tpot_ms_p50",
+        label="TPOT p50",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p50",
+        samples="request",
+        description="median time per output token after the first",
+        sample_field="tpot_s",
+        scale=1000.0,
+        fmt=".1f",
+        terminal=True,
+    ),
+    Metric(
+        name="tpot_ms_p90",
+        label="TPOT p90",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p90",
+        samples="request",
+        description="90th percentile time per output token after the first",
+        sample_field="tpot_s",
+        scale=1000.0,
+        fmt=".1f",
+        terminal=True,
+    ),
+    Metric(
+        name="tpot_ms_p99",
+        label="TPOT p99",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p99",
+        samples="request",
+        description="99th percentile time per output token after the first",
+        sample_field="tpot_s",
+        scale=1000.0,
+        fmt=".1f",
+    ),
+    # vLLM's ITL: per streamed chunk, which carries ~tau tokens under speculation (never TPOT)
+    Metric(
+        name="itl_ms_mean",
+        label="ITL mean",
+        unit="ms",
+        higher_is_better=False,
+        statistic="mean",
+        samples="chunk",
+        description="mean inter-token latency (vLLM's ITL): the gap between successive streamed chunks after "
+        "a request's first, pooled over the cell's chunks; one chunk carries ~tau tokens, so it is not TPOT",
+        sample_field="itl_s",
+        scale=1000.0,
+        fmt=".1f",
+    ),
+    Metric(
+        name="itl_ms_p50",
+        label="ITL p50",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p50",
+        samples="chunk",
+        description="median inter-token latency (vLLM's ITL): gap between successive streamed chunks, "
+        "pooled over the cell's chunks",
+        sample_field="itl_s",
+        scale=1000.0,
+        fmt=".1f",
+    ),
+    Metric(
+        name="itl_ms_p99",
+        label="ITL p99",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p99",
+        samples="chunk",
+        description="99th percentile inter-token latency (vLLM's ITL): gap between successive streamed "
+        "chunks, pooled over the cell's chunks",
+        sample_field="itl_s",
+        scale=1000.0,
+        fmt=".1f",
+    ),
+    Metric(
+        name="e2e_ms_p50",
+        label="E2E p50",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p50",
+        samples="request",
+        description="median end-to-end latency, send to the end of the stream (vLLM's E2EL; open loop: from "
+        "when the request was due)",
+        sample_field="scheduled_e2e_s",
+        scale=1000.0,
+        fmt=".0f",
+    ),
+    Metric(
+        name="e2e_ms_p90",
+        label="E2E p90",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p90",
+        samples="request",
+        description="90th percentile end-to-end latency (open loop: from when the request was due)",
+        sample_field="scheduled_e2e_s",
+        scale=1000.0,
+        fmt=".0f",
+    ),
+    Metric(
+        name="e2e_ms_p99",
+        label="E2E p99",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p99",
+        samples="request",
+        description="99th percentile end-to-end latency (open loop: from when the request was due)",
+        sample_field="scheduled_e2e_s",
+        scale=1000.0,
+        fmt=".0f",
+    ),
+    Metric(
+        name="usd_per_mtok",
+        label="$/Mtok",
+        unit="USD/Mtok",
+        higher_is_better=False,
+        statistic="mean",
+        samples="repeat",
+        description="hardware price per hour / (output tok/s x 3600) x 1e6",
+        terminal=True,
+    ),
+    Metric(
+        name="slo_pct",
+        label="in SLO %",
+        unit="%",
+        higher_is_better=True,
+        statistic="mean",
+        samples="repeat",
+        description="requests that succeeded within every SLO target of the regime (TTFT, TPOT, E2E) / "
+        "requests sent",
+        fmt=".0f",
+        shown="slo",
+        terminal=True,
+    ),
+    Metric(
+        name="goodput_rps",
+        label="goodput",
+        unit="requests/s",
+        higher_is_better=True,
+        statistic="mean",
+        samples="repeat",
+        description="requests within every SLO target / window wall time",
+        shown="slo",
+        terminal=True,
+    ),
+    # shown only in the report (the terminal's table must fit 80 columns), never gated
+    Metric(
+        name="energy_usd_per_mtok",
+        label="energy $/Mtok",
+        unit="USD/Mtok",
+        higher_is_better=False,
+        statistic="mean",
+        samples="repeat",
+        description="measured joules per output token x the regime's electricity price, per million tokens",
+        fmt=".4f",
+        shown="power",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="mean_w",
+        label="W mean",
+        unit="W",
+        higher_is_better=False,
+        statistic="mean",
+        samples="repeat",
+        description="mean power over the cell's windows (NVML, or RAPL on a CPU machine)",
+        fmt=".0f",
+        shown="power",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="peak_w",
+        label="W peak",
+        unit="W",
+        higher_is_better=False,
+        statistic="mean",
+        samples="repeat",
+        description="highest power sample of the cell's windows",
+        fmt=".0f",
+        shown="power",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="j_per_token",
+        label="J/token",
+        unit="J/token",
+        higher_is_better=False,
+        statistic="mean",
+        samples="repeat",
+        description="energy over the windows / output tokens (throttled: the chip slowed for heat or power)",
+        fmt=".3f",
+        shown="power",
+        flag=("throttled", "throttled"),
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="copy_share_pct",
+        label="copy %",
+        unit="%",
+        higher_is_better=True,
+        statistic="mean",
+        samples="request",
+        description="output 3-token n-grams that occur in the prompt / output 3-grams, pooled over the "
+        "cell's requests",
+        fmt=".0f",
+        shown="copy",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="prompt_tokens_mean",
+        label="prompt tok",
+        unit="tokens",
+        higher_is_better=False,
+        statistic="mean",
+        samples="request",
+        description="prompt tokens per request as the engine counted them (chat template included), mean "
+        "over the "
+        "cell's requests: a later turn carries the turns before it",
+        fmt=".0f",
+        shown="turns",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="prefix_cache_hit_pct",
+        label="prefix hit %",
+        unit="%",
+        higher_is_better=True,
+        statistic="mean",
+        samples="repeat",
+        description="prompt tokens the engine served from its prefix cache / prompt tokens looked up, over "
+        "the cell's "
+        "windows (probes.prefix_cache): emptied before a conversation's first turn, kept between its turns",
+        fmt=".0f",
+        shown="turns",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="identical_pct",
+        label="same %",
+        unit="%",
+        higher_is_better=True,
+        statistic="mean",
+        samples="prompt",
+        description="prompts whose greedy output token ids equal the baseline's",
+        highlighted=False,
+        compared=False,
+        timed=False,
+        fmt=".0f",
+        field="exactness.identical_pct",
+        terminal=True,
+    ),
+    Metric(
+        name="diverged_pct",
+        label="diverged %",
+        unit="%",
+        higher_is_better=False,
+        statistic="mean",
+        samples="prompt",
+        description="prompts whose greedy output left the baseline's where the baseline's top-2 margin "
+        "exceeded the "
+        "near-tie margin: a suspected bug, not numerics (near ties are not counted)",
+        highlighted=False,
+        compared=False,
+        timed=False,
+        fmt=".0f",
+        field="exactness.diverged_pct",
+        shown="never",
+    ),
+    # open-loop windows (load.request_rate): did the client keep to its schedule
+    Metric(
+        name="achieved_rate_rps",
+        label="sent req/s",
+        unit="requests/s",
+        higher_is_better=True,
+        statistic="mean",
+        samples="repeat",
+        description="requests sent / window wall time (behind schedule: the client, not the server, set the "
+        "load)",
+        shown="open_loop",
+        terminal=True,
+        flag=("behind_schedule", "behind schedule"),
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="schedule_lag_ms_p90",
+        label="client lag p90",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p90",
+        samples="request",
+        description="90th percentile of how late the client sent a request after its scheduled time",
+        fmt=".1f",
+        shown="open_loop",
+        **_VIEW_ONLY,
+    ),
+    # the send-based TTFT beside the due-based one (probes.latency): the difference is the queue
+    Metric(
+        name="ttft_ms_p50_sent",
+        label="TTFT p50 sent",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p50",
+        samples="request",
+        description="open loop: median time to first token from the send, the wait for a max_concurrency "
+        "slot left out",
+        sample_field="ttft_s",
+        scale=1000.0,
+        fmt=".0f",
+        shown="open_loop",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="ttft_ms_p90_sent",
+        label="TTFT p90 sent",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p90",
+        samples="request",
+        description="open loop: 90th percentile time to first token from the send (the slot's wait left out)",
+        sample_field="ttft_s",
+        scale=1000.0,
+        fmt=".0f",
+        shown="open_loop",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="ttft_ms_p99_sent",
+        label="TTFT p99 sent",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p99",
+        samples="request",
+        description="open loop: 99th percentile time to first token from the send (the slot's wait left out)",
+        sample_field="ttft_s",
+        scale=1000.0,
+        fmt=".0f",
+        shown="open_loop",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="queueing_ms_p50",
+        label="queueing p50",
+        unit="ms",
+        higher_is_better=False,
+        statistic="p50",
+        samples="request",
+        description="median wait of a request for a max_concurrency slot before it was sent",
+        fmt=".0f",
+        shown="open_loop",
+        **_VIEW_ONLY,
+    ),
+)
+
+# prompt-sourced metrics: the exactness status each 100-valued sample counts
+PROMPT_STATUS = {"identical_pct": "identical", "diverged_pct": "diverged"}
+
+METRICS: dict[str, Metric] = {metric.name: metric for metric in _ALL}
+GATED = tuple(name for name, metric in METRICS.items() if metric.gated)
+HIGHLIGHTED = tuple(name for name, metric in METRICS.items() if metric.highlighted)
+COMPARED = tuple(name for name, metric in METRICS.items() if metric.compared)
+
+
+def shown(view: Literal["terminal", "report"], measured: set[str]) -> list[Metric]:
+    """The metric columns of a view's mini-lab table, in registry order: those the view shows whose
+    condition (``Metric.shown``) the run meets; ``measured`` holds the conditions met (slo, power,
+    copy, open_loop, turns). Read at call time, so an entry added to ``METRICS`` appears in every view."""
+    return [
+        metric
+        for metric in METRICS.values()
+        if (metric.terminal or view == "report")
+        and metric.shown != "never"
+        and (metric.shown == "always" or metric.shown in measured)
+    ]
+
+
+def best(name: str, values: list[float]) -> float:
+    """The best of several values of one metric, in the metric's direction."""
+    return max(values) if METRICS[name].higher_is_better else min(values)
+
+
+@dataclass(frozen=True)
+class ColumnDoc:
+    """An exported column that is no metric (identity, configuration, counts): its unit and meaning,
+    for the export's data dictionary (``columns.csv``)."""
+
+    unit: str
+    definition: str
+
+
+# What every other exported column means; the metrics above document themselves. ``test_export``
+# fails on a column missing from both, so a new column cannot ship undocumented.
+COLUMN_DOCS: dict[str, ColumnDoc] = {
+    name: ColumnDoc(unit, definition)
+    for name, unit, definition in (
+        ("run_id", "", "the run's id (its directory name under results/)"),
+        ("regime", "", "the regime's name"),
+        (
+            "regime_fingerprint",
+            "",
+            "hash of the resolved regime: runs with different ones are not comparable",
+        ),
+        ("environment_fingerprint", "", "hash of the measured machine and software (not recorded: empty)"),
+        (
+            "verdict",
+            "",
+            "on the row of the window's fastest speculative arm only: the window's verdict on it, corrected "
+            "for the number of arms it was picked from: pays, loses, equivalent (within 3% of the baseline), "
+            "indistinguishable (too noisy to tell), or unverified (one start-up per arm, no calibration); "
+            "empty on every other row",
+        ),
+        (
+            "deploy",
+            "",
+            "true on the row of the arm to deploy here: the best speculative arm where it pays, else the "
+            "baseline",
+        ),
+        ("arm", "", "the arm's name in the regime"),
+        ("method", "", "speculative method: baseline, ngram, eagle3, dflash, draft_model, ..."),
+        ("num_speculative_tokens", "tokens", "draft depth K (empty for the baseline)"),
+        ("drafter", "", "the drafter's label (provenance in regime.json)"),
+        ("workload", "", "the workload's name in the regime"),
+        ("workloads", "", "the category's workloads, comma-separated"),
+        ("category", "", "the workload's category (code, chat, ...)"),
+        ("prompt_format", "", "raw or chat prompts"),
+        ("concurrency", "requests", "closed loop: requests in flight; open loop: at most in flight"),
+        ("request_rate", "requests/s", "open loop: the offered request rate (empty: closed loop)"),
+        ("repeats", "count", "repeats of the window pooled into the cell"),
+        ("repeat", "", "the repeat's index within its cell, from 0"),
+        ("requests_total", "count", "requests sent in the cell's windows"),
+        ("requests_ok", "count", "requests that succeeded"),
+        ("requests_errored", "count", "requests that failed"),
+        ("output_tokens", "tokens", "output tokens of successful requests, counted from token ids"),
+        ("prompt_tokens", "tokens", "the prompt's tokens as the engine counted them"),
+        ("duration_s", "s", "wall time of the measured window(s)"),
+        ("acceptance_source", "", "where tau came from: the engine's counters, per-response fields, or none"),
+        ("acceptance_rate", "fraction", "accepted draft tokens / draft tokens"),
+        (
+            "acceptance_pos_<i>",
+            "fraction",
+            "accepted at draft position i + 1 / drafts (i counts from 0; the "
+            "findings and the report's figure count positions from 1)",
+        ),
+        (
+            "conditional_pos_<i>",
+            "fraction",
+            "accepted at draft position i + 1 / drafts that got that far: acceptance_pos_<i> / "
+            "acceptance_pos_<i-1> (position 0: its marginal)",
+        ),
+        (
+            "acceptance_checks",
+            "",
+            "the acceptance counters' consistency checks that failed (tau = 1 + the sum of the "
+            "acceptance_pos columns; those never rising); empty (null): both passed",
+        ),
+        ("drafts", "count", "draft steps over the window (the engine's own counting: tau's denominator)"),
+        ("draft_tokens", "tokens", "tokens proposed by the drafter"),
+        ("accepted_tokens", "tokens", "draft tokens the target accepted"),
+        (
+            "accepted_past_stop",
+            "tokens",
+            "of accepted_tokens, drafts accepted past a request's stop, at least: counted in tau, never "
+            "output (probes.acceptance.ACCEPTED_PAST_STOP); empty: nothing accepted",
+        ),
+        (
+            "request_tau",
+            "tokens/step",
+            "the request's own tau, from the acceptance its response reported (SGLang's spec details, "
+            "vLLM 0.33's per-request metrics); empty where the engine reports none",
+        ),
+        (
+            "context_share_pct",
+            "%",
+            "output 3-grams found in the prompt or earlier in the output (what a "
+            "prompt-lookup drafter can match)",
+        ),
+        ("output_ngrams", "count", "output 3-grams: the copy shares' denominator"),
+        (
+            "turn",
+            "",
+            "conversation workloads: the turn the cell measured (1 = the first; the workload is "
+            "<name>.turn<t>); empty: a single-turn workload",
+        ),
+        ("power_source", "", "nvml or rapl (empty: power not measured)"),
+        ("power_note", "", "why power was not measured, as the run recorded it"),
+        ("energy_j", "J", "energy over the cell's windows"),
+        ("throttled", "", "the GPU slowed its clocks for heat or power during a window"),
+        ("speedup_low", "x", "lower bound of the speedup's 95% interval"),
+        ("speedup_high", "x", "upper bound of the speedup's 95% interval"),
+        (
+            "speedup_interval",
+            "",
+            "where the interval's spread is from: server_starts (+prior: with the half-normal prior on "
+            "it), calibration or both",
+        ),
+        ("speedup_rounds", "count", "rounds of server start-ups the speedup's model used"),
+        ("speedup_df", "count", "degrees of freedom of the speedup's t interval"),
+        ("speedup_log_se", "", "standard error of log(speedup) in the arms x rounds model"),
+        (
+            "speedup_looks",
+            "count",
+            "looks at the interval a run that adds rounds until decided could take; the interval is "
+            "at the level fitted to them (empty: 1, a fixed number of rounds)",
+        ),
+        (
+            "speedup_first_look",
+            "count",
+            "rounds at that run's first look (server_starts.min); empty: one look, or before version 12 "
+            "(then the looks' level is Bonferroni's 1 - 0.05/looks)",
+        ),
+        (
+            "speedup_model_arms",
+            "count",
+            "arms with the baseline in the model the speedup was fitted in; the winner of several is "
+            "corrected at max-t where they all shared it, else Bonferroni (empty: before version 12)",
+        ),
+        (
+            "speedup_prompts",
+            "count",
+            "prompts whose sampling the interval holds (a jackknife over them): the interval is about the "
+            "workload they were sampled from (empty: about these prompts, or before version 13)",
+        ),
+        ("speedup_prompt_log_se", "", "the prompts' sampling's part of the speedup's log standard error"),
+        (
+            "speedup_own_spread",
+            "",
+            "true: the interval's start-up term is the arm's own paired differences with the baseline (it "
+            "varies more than the other arms)",
+        ),
+        (
+            "speedup_calibration_refused",
+            "",
+            "true: the run varied more than its calibration, which was not pooled",
+        ),
+        ("mean_in_flight", "requests", "requests in flight on average in the cell's windows (Little's law)"),
+        (
+            "engine_step_count",
+            "steps",
+            "the engine's own steps in the window(s) (vLLM's tokens-per-step histogram count; empty: not "
+            "counted)",
+        ),
+        (
+            "step_ms",
+            "ms",
+            "window time per engine step: the step cost model's sample (harness.derive.cost_model)",
+        ),
+        ("client_cpu_cores", "cores", "CPU the harness client used during the windows"),
+        ("stage", "", "ramp: the stage's index in load.ramp (from 0); empty: the whole ramp"),
+        ("label", "", "ramp: the stage's load (@4: 4 in flight; @2req/s: open loop); ramp: the whole"),
+        ("start_s", "s", "ramp: when the stage begins, on the ramp window's clock (planned)"),
+        ("end_s", "s", "ramp: when the stage ends, on the ramp window's clock (planned)"),
+        ("start_ups", "", "ramp: the server start-ups (one ramp window each) pooled in the row"),
+        ("requests_sent", "", "ramp: requests sent inside the stage, over every start-up"),
+        ("tpot_ms_p50_inside", "ms", "ramp: median TPOT of the requests sent and finished inside the stage"),
+        ("tpot_ms_p90_inside", "ms", "ramp: p90 TPOT of the requests sent and finished inside the stage"),
+        (
+            "tpot_ms_p90_across",
+            "ms",
+            "ramp: p90 TPOT of the requests in flight as the stage began (they crossed its boundary)",
+        ),
+        ("requests_across", "", "ramp: the requests in flight as the stage began, over every start-up"),
+        (
+            "engine_steps",
+            "steps",
+            "ramp: the steps an adaptive engine ran at the stage's end (SGLang's gauge), start-ups' mean",
+        ),
+        (
+            "drafted_per_draft",
+            "tokens",
+            "drafted tokens per draft in the span, from the engine's counters: the K it ran (0: no draft)",
+        ),
+        ("engine_cpu_cores", "cores", "CPU the engine's processes used during the windows"),
+        ("others_cpu_cores", "cores", "CPU every other process used during the windows"),
+        ("steal_share", "fraction", "share of the windows' time the hypervisor took"),
+        (
+            "gpu_others_sm_pct",
+            "%",
+            "SM utilisation of other processes on the engine's GPUs (the most of any window)",
+        ),
+        ("gpu_other_processes", "count", "other processes on the engine's GPUs"),
+        ("noisy_neighbour", "", "another process or the hypervisor took enough to move the numbers"),
+        ("client_busy", "", "the client used most of a core: its numbers may be the client's"),
+        ("precision_metric", "", "adaptive repeats: the metric whose interval decided when to stop"),
+        ("rel_half_width", "fraction", "adaptive repeats: the relative half-width reached"),
+        ("precision_target", "fraction", "adaptive repeats: the relative half-width asked for"),
+        ("extra_repeat_s", "s", "engine time spent on repeats beyond the minimum"),
+        ("behind_schedule", "", "open loop: the client fell behind its schedule, so it set the load"),
+        ("exactness_compared", "count", "prompts compared with the baseline"),
+        ("exactness_pairs", "count", "prompt pairs compared with the baseline"),
+        ("near_tie_pct", "%", "prompts that left the baseline's output at a near tie (numerics)"),
+        ("unknown_pct", "%", "prompts that left the baseline's output where no logprob tells why"),
+        ("prompt_id", "", "the prompt's id in its workload"),
+        ("ok", "", "the request succeeded"),
+        ("error", "", "the request's error (empty when it succeeded)"),
+        ("finish_reason", "", "why the engine stopped: length, stop, ..."),
+        ("t_scheduled_s", "s", "open loop: when the request was due, from the window's start"),
+        ("client_lag_ms", "ms", "how late the client sent the request after it was due"),
+        ("queueing_ms", "ms", "how long the request waited for a max_concurrency slot"),
+        ("t_send_s", "s", "when the request was sent, from the window's start"),
+        ("ttft_ms", "ms", "time to first token: first token time - send time"),
+        ("tpot_ms", "ms", "time per output token: (E2E - TTFT) / (output tokens - 1)"),
+        ("e2e_ms", "ms", "end-to-end latency: send to the end of the stream"),
+        ("within_slo", "", "the request met every SLO target (empty: the regime sets none)"),
+    )
+}
+
+
+def column_doc(name: str) -> tuple[str, str, str]:
+    """(unit, definition, direction) of an exported column, from the registry; ``KeyError`` for an
+    undocumented one. Spread list columns (``acceptance_pos_3``) share their pattern's entry."""
+    if name in METRICS:
+        metric = METRICS[name]
+        return metric.unit, metric.description, metric.direction
+    spread = name.startswith(("acceptance_pos_", "conditional_pos_"))
+    doc = COLUMN_DOCS[re.sub(r"_\d+$", "_<i>", name) if spread else name]
+    return doc.unit, doc.definition, ""

@@ -1,0 +1,1 @@
+"""The derive layer (docs/development.md#layout)."""

@@ -1,0 +1,1 @@
+"""The present layer (docs/development.md#layout)."""

@@ -1,0 +1,1 @@
+"""The run side layer (docs/development.md#layout)."""

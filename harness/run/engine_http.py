@@ -1,0 +1,167 @@
+"""The HTTP the adapters share: scraping a metrics endpoint, resetting the prefix cache, reading
+JSON routes. Each adapter names its own paths."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from harness.core.errors import EngineError
+from harness.core.formats import inert
+from harness.core.probes.acceptance import SpecCounters
+from harness.core.secrets import scrub, sent_credentials
+
+# Every request the harness sends to a server it started. trust_env=False: the server is on this
+# machine, and a proxy from the environment (HTTP_PROXY on a cluster node, without NO_PROXY for
+# 127.0.0.1) would carry the harness's requests elsewhere, or fail them.
+MAX_RESPONSE_BYTES = 16 * 2**20  # a metrics page or a JSON route; more is not the engine's answer
+# A server on a Unix socket (``EngineAdapter.unix_socket``) is addressed as ``unix:/path/to.sock``:
+# requests go to http://localhost through that socket.
+UNIX = "unix:"
+
+
+# The per-start API key of each keyed server the harness runs (``harness.run.server``), by base URL:
+# every request the harness sends it carries the key.
+_KEYS: dict[str, str] = {}
+
+
+def register_key(base_url: str, key: str | None) -> None:
+    """Send ``key`` with every request to ``base_url`` (None: no more)."""
+    if key is None:
+        _KEYS.pop(base_url, None)
+    else:
+        _KEYS[base_url] = key
+
+
+def auth_headers(base_url: str) -> dict[str, str]:
+    key = _KEYS.get(base_url)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def sent_secrets(base_url: str) -> frozenset[str]:
+    """What every request to ``base_url`` carries that a server's error may echo (its key, the
+    URL's credentials, their headers: ``secrets.sent_credentials``), to scrub from what is stored."""
+    return frozenset(sent_credentials(base_url, _KEYS.get(base_url)))
+
+
+def error_text(base_url: str, text: str) -> str:
+    """An error about the server at ``base_url`` as it may be stored or printed: what it was sent
+    scrubbed (``sent_secrets``), control characters inert."""
+    return inert(scrub(text, sent_secrets(base_url)))
+
+
+def unix_socket(base_url: str) -> str | None:
+    """The socket path of a ``unix:`` base URL, or None for a TCP one."""
+    return base_url[len(UNIX) :] if base_url.startswith(UNIX) else None
+
+
+def http_base(base_url: str) -> str:
+    """The URL requests are written against: ``http://localhost`` through a socket, else itself."""
+    return "http://localhost" if unix_socket(base_url) else base_url
+
+
+def client(timeout: float, base_url: str = "") -> httpx.Client:
+    """A client for the server at ``base_url`` (through its socket when it has one)."""
+    uds = unix_socket(base_url)
+    transport = httpx.HTTPTransport(uds=uds) if uds else None
+    return httpx.Client(timeout=timeout, trust_env=False, transport=transport, headers=auth_headers(base_url))
+
+
+def async_client(timeout: httpx.Timeout, base_url: str) -> httpx.AsyncClient:
+    uds = unix_socket(base_url)
+    transport = httpx.AsyncHTTPTransport(uds=uds) if uds else None
+    return httpx.AsyncClient(
+        base_url=http_base(base_url),
+        timeout=timeout,
+        trust_env=False,
+        transport=transport,
+        headers=auth_headers(base_url),
+    )
+
+
+def _get(base_url: str, path: str, timeout: float) -> tuple[int, bytes]:
+    """Status and body (to ``MAX_RESPONSE_BYTES``) of a GET."""
+    with client(timeout, base_url) as http, http.stream("GET", http_base(base_url) + path) as response:
+        body = bytearray()
+        for part in response.iter_bytes():
+            body += part
+            if len(body) > MAX_RESPONSE_BYTES:
+                raise httpx.DecodingError(f"{path}: a response over {MAX_RESPONSE_BYTES // 2**20} MiB")
+        return response.status_code, bytes(body)
+
+
+def scrape_spec_counters(
+    base_url: str, metrics_path: str, parse: Callable[[str], SpecCounters]
+) -> SpecCounters:
+    """The engine's cumulative draft counters from its metrics endpoint, right now."""
+    try:
+        status, body = _get(base_url, metrics_path, 10.0)
+    except httpx.HTTPError as exc:
+        raise EngineError(error_text(base_url, f"could not read {metrics_path}: {exc}")) from None
+    if status != 200:
+        raise EngineError(f"could not read {metrics_path}: HTTP {status}")
+    return parse(body.decode(errors="replace"))
+
+
+def read_total(base_url: str, metrics_path: str, name: str) -> float | None:
+    """A counter's value summed over its label sets, right now; None when it cannot be read or the
+    server has no such counter."""
+    from harness.core.probes.acceptance import parse_prometheus
+
+    text = get_text(base_url, metrics_path)
+    if text is None:
+        return None
+    values = [s.value for s in parse_prometheus(text) if s.name == name and math.isfinite(s.value)]
+    return sum(values) if values else None
+
+
+def post_prefix_cache_reset(base_url: str, path: str) -> bool:
+    """POST the engine's prefix-cache reset so a window does not reuse the previous one's prompts;
+    False when the route is missing or refused (the window records it)."""
+    try:
+        with client(30.0, base_url) as http:
+            response = http.post(http_base(base_url) + path)
+    except httpx.HTTPError:
+        return False
+    if response.status_code != 200:
+        return False
+    try:  # vLLM answers JSON, SGLang plain text ("Cache flushed.")
+        answer = response.json()
+    except ValueError:
+        return True
+    return not (isinstance(answer, dict) and answer.get("success") is False)
+
+
+def get_text(base_url: str, path: str) -> str | None:
+    """The route's body as text; None when it cannot be read."""
+    try:
+        status, body = _get(base_url, path, 10.0)
+    except httpx.HTTPError:
+        return None
+    return body.decode(errors="replace") if status == 200 else None
+
+
+def get_json(base_url: str, path: str) -> Any:
+    """The route's decoded JSON, every string in it inert (``/version``, ``/v1/models``,
+    ``/server_info``: what a server reports of itself is stored with the run and printed); None
+    when it cannot be read (an engine without the route: nothing to check against)."""
+    try:
+        status, body = _get(base_url, path, 10.0)
+        return _inert_strings(json.loads(body)) if status == 200 else None
+    except (httpx.HTTPError, ValueError, RecursionError):
+        return None
+
+
+def _inert_strings(value: Any) -> Any:
+    """``value`` (decoded JSON) with its strings, keys included, made inert (``formats.inert``)."""
+    if isinstance(value, str):
+        return inert(value)
+    if isinstance(value, dict):
+        return {inert(k): _inert_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_inert_strings(item) for item in value]
+    return value

