@@ -40,13 +40,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from harness.config.methods import names
 from harness.config.regime import LoadLevel
 from harness.core import stats
 from harness.derive.intervals import CONFIDENCE, Estimate, cell_estimates
 from harness.results.model import CellMetrics, Summary
 
 # drafters whose proposal at K' < K is the first K' tokens of their proposal at K
-CHAIN_METHODS = frozenset({"ngram", "suffix", "draft_model", "eagle3", "mtp"})
+CHAIN_METHODS = frozenset(names("chain"))
 # the measured tau against the break-even interval; never "pays" or "loses", which are the verdict's:
 # the step cost's interval is about these prompts, the verdict's speedup about the workload
 Outcome = Literal["clears it", "falls short", "too close to tell", "unverified"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.config.methods import names
 from harness.core import stats
 from harness.core.probes.copying import COPY_NGRAM
 from harness.derive import pooling
@@ -51,11 +52,11 @@ def _speculative_arms(summary: Summary) -> list[str]:
 
 
 def _lookup_arm(summary: Summary) -> str | None:
-    """The arm whose acceptance copying explains: ngram (prompt lookup), else the highest tau."""
+    """The arm whose acceptance copying explains: a prompt-lookup one (ngram), else the highest tau."""
     arms = _speculative_arms(summary)
-    ngram = [a for a in arms if summary.arm(a).method == "ngram"]  # type: ignore[union-attr]
-    if ngram:
-        return ngram[0]
+    lookup = [a for a in arms if summary.arm(a).method in names("prompt_lookup")]  # type: ignore[union-attr]
+    if lookup:
+        return lookup[0]
     ranked = [(t, a) for a in arms if (t := pooling.tau(summary.cells_of(a))) is not None]
     return max(ranked)[1] if ranked else None
 

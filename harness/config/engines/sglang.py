@@ -50,6 +50,8 @@ from harness.config.engines.flags import (
     Managed,
     managed_flag_problems,
 )
+from harness.config.methods import METHODS as METHODS_TABLE
+from harness.config.methods import names
 from harness.core.config_file import did_you_mean
 from harness.core.probes.acceptance import SpecCounters, histogram_counters, parse_prometheus
 from harness.core.probes.prefix_cache import PrefixCacheCounts
@@ -60,13 +62,7 @@ if TYPE_CHECKING:
 
 # mtp: NEXTN, SGLang's name for a model's own next-n-token heads (an alias of its EAGLE worker, with
 # the target's MTP layers as the draft: ``srt/speculative/spec_info.py``). SGLang has no suffix decoding.
-ALGORITHMS = {
-    "ngram": "NGRAM",
-    "eagle3": "EAGLE3",
-    "dflash": "DFLASH",
-    "draft_model": "STANDALONE",
-    "mtp": "NEXTN",
-}
+ALGORITHMS = {name: row.sglang for name, row in METHODS_TABLE.items() if row.sglang is not None}
 # what /server_info reports back: SGLang resolves NEXTN to EAGLE before it serves
 # (``srt/arg_groups/speculative_hook.py``), and no other arm of the harness launches EAGLE
 METHODS = {algorithm: method for method, algorithm in ALGORITHMS.items()} | {"EAGLE": "mtp"}
@@ -110,7 +106,7 @@ MANAGED_FLAGS = {
 # --speculative-adaptive (sglang/srt/speculative/adaptive_spec_params.py): EAGLE/EAGLE3 at topk 1
 # only, which is how speculative_args launches them; its config file maps the first batch size of
 # each tier ("1", "8", ...) to the steps it may choose from ({"candidate_steps": [...]}).
-ADAPTIVE_METHODS = ("eagle3",)
+ADAPTIVE_METHODS = names("sglang_adaptive")
 ADAPTIVE_CONFIG_FILE = "sglang_adaptive_config.json"
 
 

@@ -33,6 +33,7 @@ from harness.config.engines.flags import (
 )
 from harness.config.engines.patches import APPLIED_MARK
 from harness.config.engines.patches import launch_env as patch_env
+from harness.config.methods import names
 from harness.core.config_file import did_you_mean
 from harness.core.probes.acceptance import SpecCounters, histogram_counters, parse_prometheus
 from harness.core.probes.prefix_cache import PrefixCacheCounts
@@ -442,7 +443,7 @@ def _no_op(key: str, version: str | None, regime: Regime, arm: Arm) -> str | Non
     return why
 
 
-DRAFTER_MODEL_METHODS = ("draft_model", "eagle3", "dflash", "mtp")  # a model drafts: its graphs can be off
+DRAFTER_MODEL_METHODS = names("model_drafts")  # a model drafts: its graphs can be off
 
 
 def _drafter_eager_problem(version: str | None, regime: Regime, arm: Arm) -> str | None:

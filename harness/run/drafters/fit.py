@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.methods import names
 from harness.config.models import is_local_reference
 from harness.config.regime import Arm
 
@@ -92,7 +93,7 @@ def drafter_fit(arm: Arm, drafter: str | None, target: str, tensor_parallel_size
     """The checks for one arm (None for arms without a drafter: baseline, ngram, suffix)."""
     if arm.method == "mtp":
         return _mtp_fit(arm, target)
-    if arm.method not in ("eagle3", "dflash", "draft_model") or drafter is None:
+    if arm.method not in names("draft_model") or drafter is None:
         return None
     for which, reference in (("drafter", drafter), ("target", target)):
         if not is_local_reference(reference):
