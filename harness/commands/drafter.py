@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.commands.common import EXIT_OK, subcommand
+from harness.config.methods import names
 from harness.core.errors import UserError
 
 NAME = "drafter"
@@ -43,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     build.add_argument("regime", type=Path, help="regime YAML file, e.g. regimes/cpu_trained_drafters.yaml")
     build.add_argument("--arm", help="only this arm's drafter")
-    build.add_argument("--method", choices=("eagle3", "dflash"), help="only the arms of this method")
+    build.add_argument("--method", choices=names("built"), help="only the arms of this method")
     build.add_argument(
         "--continue-epochs",
         type=int,
