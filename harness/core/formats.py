@@ -29,6 +29,16 @@ def speedup_text(point: float, low: float | None = None, high: float | None = No
     return head if low is None or high is None else f"{head} {interval_text(low, high)}"
 
 
+def k_text(k: int | None, without: str = "") -> str:
+    """An arm's draft depth, ``K=4``, wherever it is shown; ``without`` where it drafts nothing."""
+    return f"K={k}" if k else without
+
+
+def arm_label(method: str, k: int | None) -> str:
+    """``eagle3 K=4``: an arm's method and draft depth (the method alone where it drafts nothing)."""
+    return f"{method} {k_text(k)}" if k else method
+
+
 def range_text(low: float, high: float) -> str:
     """An interval in words for the plain verdict: ``1.22-1.33x``."""
     return f"{bound_text(low)}-{bound_text(high)}x"

@@ -73,7 +73,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, Protocol, get_args
 
 from harness.core import stats
-from harness.core.formats import interval_text
+from harness.core.formats import speedup_text
 
 CONFIDENCE = 0.95
 # a speedup whose whole interval lies within this of 1 (on the log scale) is decided: "equivalent"
@@ -282,7 +282,7 @@ class Estimate:
             side = "faster" if self.point > 1.0 else "slower" if self.point < 1.0 else "no change"
             why = "start-up spread not measured" if self.rounds <= 1 else "no interval"
             return f"{self.point:.2f}x ({side}, unverified: {why})"
-        return f"{self.point:.2f}x {interval_text(self.low, self.high)}"
+        return speedup_text(self.point, self.low, self.high)
 
 
 class StoredSpeedup(Protocol):

@@ -3,7 +3,7 @@ each level, over every level, and on a ramp (``harness.derive.schedule`` derives
 
 from __future__ import annotations
 
-from harness.core.formats import interval_text
+from harness.core.formats import speedup_text
 from harness.derive.schedule import LevelCheck, RampCheck, ScheduleCheck
 
 
@@ -13,8 +13,8 @@ def level_verdict(level: LevelCheck) -> str:
     if found is None:
         return "no static arm measured"
     if found.low is None or found.high is None:
-        return f"{found.point:.2f}x the best static ({level.best_static}), unverified: no interval"
-    bounds = f"{found.point:.2f}x {interval_text(found.low, found.high)}"
+        return f"{speedup_text(found.point)} the best static ({level.best_static}), unverified: no interval"
+    bounds = speedup_text(found.point, found.low, found.high)
     if found.high < 1:
         return f"loses to the best static ({level.best_static}) by {100 * (1 - found.point):.0f}%: {bounds}"
     if found.low > 1:
@@ -28,12 +28,11 @@ def schedule_lines(check: ScheduleCheck) -> list[str]:
     out = []
     for static, found in sorted(check.over.items()):
         if found.low is None or found.high is None:
-            out.append(
-                f"{check.arm} / {static} over the levels: {found.point:.2f}x (unverified: no interval)"
-            )
+            point = speedup_text(found.point)
+            out.append(f"{check.arm} / {static} over the levels: {point} (unverified: no interval)")
             continue
         word = "beats" if found.low > 1 else "loses to" if found.high < 1 else "is within noise of"
-        bounds = f"{found.point:.2f}x {interval_text(found.low, found.high)}"
+        bounds = speedup_text(found.point, found.low, found.high)
         out.append(f"{check.arm} {word} {static} over the levels (geometric mean): {bounds}")
     losing = [
         lv

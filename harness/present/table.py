@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.config.regime import LoadLevel
+from harness.config.level import LoadLevel
 from harness.core.errors import UserError
-from harness.core.formats import interval_text, speedup_text
+from harness.core.formats import arm_label, k_text, speedup_text
 from harness.core.machine import gpus_text
 from harness.core.metrics import METRICS, Metric, shown
 from harness.core.probes.acceptance import mean_acceptance_length
@@ -100,7 +100,7 @@ def minilab_tables(analysis: RunAnalysis) -> list[FitTable]:
         for row in rows:
             table.add_row(
                 row.arm,
-                row.method + (f" K={row.num_speculative_tokens}" if row.num_speculative_tokens else ""),
+                arm_label(row.method, row.num_speculative_tokens),
                 f"{row.requests_ok}/{row.requests_total}",
                 *(metric_text(m, row, analysis) for m in metrics),
             )
@@ -504,11 +504,7 @@ def timing_line(summary: Summary) -> str | None:
 
 
 def _ratio(found: Any) -> str:
-    if found is None:
-        return "-"
-    if found.low is None or found.high is None:
-        return f"{found.point:.2f}x"
-    return f"{found.point:.2f}x {interval_text(found.low, found.high)}"
+    return "-" if found is None else speedup_text(found.point, found.low, found.high)
 
 
 def schedule_sections(analysis: RunAnalysis) -> list[dict[str, Any]]:
@@ -518,7 +514,7 @@ def schedule_sections(analysis: RunAnalysis) -> list[dict[str, Any]]:
     out = []
     for check in analysis.schedule_checks:
         statics = sorted({s for level in check.levels for s in level.against})
-        schedule = ", ".join(f"{a}-{b}: {f'K={k}' if k else 'off'}" for a, b, k in check.schedule)
+        schedule = ", ".join(f"{a}-{b}: {k_text(k, 'off')}" for a, b, k in check.schedule)
         source = f" from {check.source}" if check.source else ""
         rows = [
             [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.core.formats import bound_text, interval_text, range_text
+from harness.core.formats import bound_text, interval_text, range_text, speedup_text
 from harness.derive.analysis import IntervalBasis, RunAnalysis
 from harness.derive.findings import Fact
 from harness.derive.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate
@@ -159,7 +159,8 @@ def _said(v: WindowVerdict) -> str:
         return f"{arm} loses: {bound_text(e.point)}x, slower than the baseline ({_own(e)}) {scope}"
     if outcome == Outcome.EQUIVALENT:
         margin = f"{100 * EQUIVALENCE_MARGIN:.0f}%"
-        return f"no difference: {arm} within {margin} of the baseline, {e.point:.2f}x ({_own(e)}) {scope}"
+        point = speedup_text(e.point)
+        return f"no difference: {arm} within {margin} of the baseline, {point} ({_own(e)}) {scope}"
     if outcome == Outcome.INDISTINGUISHABLE:
         low, high = d.low, d.high
         assert low is not None and high is not None
@@ -173,27 +174,29 @@ def _said(v: WindowVerdict) -> str:
             )
         elif v.to_decide is not None:
             hint = (
-                f"{v.to_decide} rounds in all would decide it if {e.point:.2f}x holds (bench run --resume "
-                f"RUN_DIR --rounds {v.to_decide})"
+                f"{v.to_decide} rounds in all would decide it if {speedup_text(e.point)} holds "
+                f"(bench run --resume RUN_DIR --rounds {v.to_decide})"
             )
         else:
             hint = "more rounds alone would not decide it: more prompts (load.num_prompts) in a new run"
         return (
-            f"too noisy to tell: {arm} {e.point:.2f}x ({_own(e)}), anywhere from {bound_text(low)}x to "
-            f"{bound_text(high)}x{picked} {scope}; {hint}"
+            f"too noisy to tell: {arm} {speedup_text(e.point)} ({_own(e)}), anywhere from "
+            f"{bound_text(low)}x to {bound_text(high)}x{picked} {scope}; {hint}"
         )
     side = "faster" if round(e.point, 2) > 1.0 else "slower" if round(e.point, 2) < 1.0 else "about the same"
     why = "one start-up per arm: its spread was not measured" if e.rounds <= 1 else "no interval"
-    return f"unverified: {arm} {e.point:.2f}x ({side}) {scope}; {why}"
+    return f"unverified: {arm} {speedup_text(e.point)} ({side}) {scope}; {why}"
 
 
 def _rivals(v: WindowVerdict) -> str:
     """The arms beside a paying choice: faster but undecided, or paying too and not told apart."""
     said = [
-        f"{r.arm} may be faster ({r.estimate.point:.2f}x) but is too noisy to tell"
+        f"{r.arm} may be faster ({speedup_text(r.estimate.point)}) but is too noisy to tell"
         for r in v.faster_undecided
     ]
-    said += [f"{r.arm} pays too ({r.estimate.point:.2f}x): which is faster is not decided" for r in v.tied]
+    said += [
+        f"{r.arm} pays too ({speedup_text(r.estimate.point)}): which is faster is not decided" for r in v.tied
+    ]
     return "".join(f"; {s}" for s in said)
 
 
@@ -275,7 +278,7 @@ def statistics_line(v: WindowVerdict) -> str | None:
             )
         else:
             parts.append(f"held over the {v.candidates} arms at once: no interval")
-    return f"{e.point:.2f}x {interval_text(e.low, e.high)}: " + "; ".join(parts)
+    return f"{speedup_text(e.point, e.low, e.high)}: " + "; ".join(parts)
 
 
 def design_line(v: WindowVerdict, precision_pct: float) -> str | None:
@@ -377,7 +380,7 @@ def continue_lines(analysis: RunAnalysis, run_dir: str) -> list[str]:
         took = f"about {_minutes(minutes)} min more" if minutes is not None else "more rounds"
         lines.append(
             f"To decide {v.workload} {v.level.short()}: bench run --resume {run_dir} --rounds {v.to_decide} "
-            f"({took}, if {v.estimate.point:.2f}x holds)"
+            f"({took}, if {speedup_text(v.estimate.point)} holds)"
         )
     return lines
 
@@ -395,7 +398,7 @@ PUBLISHED_WORDS = {
 
 
 def _figure(quantity: str, value: float) -> str:
-    return f"{value:.2f}x" if quantity == "speedup" else f"{value:.2f}"
+    return speedup_text(value) if quantity == "speedup" else f"{value:.2f}"
 
 
 def published_text(check: PublishedCheck) -> str:
@@ -499,7 +502,7 @@ def _speed(speedup: float, state: str) -> str:
         "provisional": "provisional: measured beside a busy neighbour",
         "indistinguishable": "too noisy to tell",
     }.get(state, state)
-    return f"{speedup:.2f}x" + (f" ({said})" if said else "")
+    return speedup_text(speedup) + (f" ({said})" if said else "")
 
 
 def _rho(value: float | None) -> str:

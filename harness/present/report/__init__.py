@@ -13,14 +13,13 @@ from typing import Any
 
 import jinja2
 
-from harness.config.regime import LoadLevel
+from harness.config.level import LoadLevel
 from harness.core.errors import UserError
-from harness.core.formats import bound_text, interval_text, speedup_text
+from harness.core.formats import bound_text, interval_text, k_text, speedup_text
 from harness.core.machine import gpus_text, machine_differences
 from harness.core.metrics import COMPARED, HIGHLIGHTED, Metric, best, shown
 from harness.core.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD
 from harness.derive.analysis import AnalyzedRun, RunAnalysis
-from harness.derive.gates import StoredGate
 from harness.derive.intervals import EQUIVALENCE_MARGIN
 from harness.derive.verdict import Outcome
 from harness.present.cost_text import CEILING_NOTE, COST_NOTE, ceiling_lines, cost_rows, prediction_rows
@@ -56,6 +55,7 @@ from harness.present.verdict_text import (
     statistics_line,
     verdict_line,
 )
+from harness.results.gate import StoredGate
 from harness.results.model import CellMetrics, Summary
 from harness.results.raw import RawRun
 
@@ -113,7 +113,8 @@ def _metric_cell(
         )
         mark = "*" if analysis.pooled_ratio_differs(row) else ""
         css = OUTCOME_CLASS.get(Outcome(analysis.outcome(row) or estimate.verdict), "")
-        return {"text": f"{estimate.point:.2f}x{mark}", "class": css, "interval": interval, "note": note}
+        text = speedup_text(estimate.point) + mark
+        return {"text": text, "class": css, "interval": interval, "note": note}
     value = metric.value(row)
     text = "–" if value is None else format(value, metric.fmt)
     css = "best" if best_values.get(metric.name) is not None and value == best_values[metric.name] else ""
@@ -208,7 +209,7 @@ def _fingerprint(raw: RawRun, summary: Summary) -> list[tuple[str, str]]:
     drafters = record.get("drafters") or {}
     arms = ", ".join(
         f"{a.name} ({a.method}"
-        + (f", K={a.num_speculative_tokens}" if a.num_speculative_tokens else "")
+        + (f", {k_text(a.num_speculative_tokens)}" if a.num_speculative_tokens else "")
         + (f", drafter {drafter_note(drafters[a.name])}" if a.name in drafters else "")
         + ")"
         for a in regime.arms

@@ -10,7 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from harness.core.formats import interval_text
+from harness.core.formats import k_text, speedup_text
 from harness.derive.study.analysis import BestK, BreakEven, Recommendation
 from harness.derive.study.collect import StudyResults
 from harness.derive.study.policy import RULE as POLICY_RULE
@@ -36,9 +36,9 @@ def _short(rec: Recommendation | None) -> str:
     if rec is None or rec.best_arm is None:
         return "-"
     if rec.arm is None:
-        return f"none ({rec.best_arm} {rec.speedup.point:.2f}x, {rec.status()})"  # type: ignore[union-attr]
+        return f"none ({rec.best_arm} {speedup_text(rec.speedup.point)}, {rec.status()})"  # type: ignore[union-attr]
     saving = f", -{rec.saving_pct:.0f}% $/Mtok" if rec.saving_pct is not None else ""
-    return f"{rec.arm} {rec.speedup.point:.2f}x ({rec.status()}){saving}"  # type: ignore[union-attr]
+    return f"{rec.arm} {speedup_text(rec.speedup.point)} ({rec.status()}){saving}"  # type: ignore[union-attr]
 
 
 def recommendation_rows(study: StudyResults) -> tuple[list[str], list[list[str]]]:
@@ -64,9 +64,7 @@ def _number(value: float | None, fmt: str) -> str:
 def _speedup_text(cell: CellMetrics) -> str:
     if cell.speedup is None:
         return "-"
-    if cell.speedup_low is None or cell.speedup_high is None:
-        return f"{cell.speedup:.2f}x"
-    return f"{cell.speedup:.2f}x {interval_text(cell.speedup_low, cell.speedup_high)}"
+    return speedup_text(cell.speedup, cell.speedup_low, cell.speedup_high)
 
 
 def point_rows(study: StudyResults) -> tuple[list[str], list[list[str]]]:
@@ -108,20 +106,16 @@ def best_k_rows(study: StudyResults) -> tuple[list[str], list[list[str]]]:
             b.workload,
             str(b.concurrency),
             b.text(),
-            ", ".join(f"K={k}: {s:.2f}x" for k, s in b.by_k),
+            ", ".join(f"{k_text(k)}: {speedup_text(s)}" for k, s in b.by_k),
         ]
         for b in found
     ]
     return ["point", "family", "workload", "concurrency", "best K", "all K"], rows
 
 
-def _k(k: int) -> str:
-    return f"K={k}" if k else "off"
-
-
 def schedule_text(schedule: PolicySchedule) -> str:
     """``1-2: K=4, 3-1024: off``."""
-    return ", ".join(f"{a}-{b}: {_k(k)}" for a, b, k in schedule.ranges)
+    return ", ".join(f"{a}-{b}: {k_text(k, 'off')}" for a, b, k in schedule.ranges)
 
 
 def _level_text(schedule: PolicySchedule) -> str:
