@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import harness.run.client  # noqa: E402
-from harness.config.regime import Load, Sampling  # noqa: E402
+from harness.config.load import Load, Sampling  # noqa: E402
 from harness.config.workloads import LoadedWorkload, Prompt, Workload  # noqa: E402
 from harness.run.server import free_port  # noqa: E402
 

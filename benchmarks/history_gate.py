@@ -302,7 +302,7 @@ def simulate_history(
 def simulate_floor(startups: int, runs: int, seed: int = 0, spread: float = SHIPPED_SPREAD) -> float:
     """A tok/s floor (``gates._absolute``, the regime's 95%) on a run of ``startups`` start-ups whose
     true mean is the floor: how often it fails (nominal 2.5%, one-sided)."""
-    from harness.config.regime import Gates
+    from harness.config.checks import Gates
     from harness.derive.gates import Check, _absolute
 
     gates, rng, fails = Gates.model_validate({}), np.random.default_rng([seed, startups, 11]), 0

@@ -468,7 +468,7 @@ class RunDesign:
     prior_sd: float | None = 0.1
 
     def server_starts(self) -> object:
-        from harness.config.regime import DecidedStarts
+        from harness.config.load import DecidedStarts
 
         return self.most if self.first == self.most else DecidedStarts(min=self.first, max=self.most)
 
@@ -487,7 +487,7 @@ def stopped_run(rng: np.random.Generator, world: World, design: RunDesign) -> tu
     first decided look, else the last) and the rounds it took, as the runner's summaries say."""
     from simulated_runs import first_rounds
 
-    from harness.config.regime import VerdictSettings
+    from harness.config.checks import VerdictSettings
     from harness.derive.summary import summarize
     from harness.derive.verdict import estimate_of
 

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.config.regime import Exactness, Regime, VerdictSettings, load_regime
+from harness.config.checks import Exactness, VerdictSettings
+from harness.config.regime import Regime, load_regime
 from harness.derive.intervals import residual_spread
 from harness.results.calibration import Calibration
 from harness.results.files import RunDir

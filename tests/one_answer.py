@@ -17,7 +17,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-from harness.config.regime import LoadLevel
+from harness.config.level import LoadLevel
 from harness.core.formats import bound_text
 from harness.derive.summary import summarize
 from harness.results.model import Summary

@@ -120,7 +120,7 @@ def stream_server() -> str:
 def _window(url: str, fmt: str, count: int, concurrency: int, **kwargs):
     import asyncio
 
-    from harness.config.regime import Load, Sampling
+    from harness.config.load import Load, Sampling
     from harness.config.workloads import LoadedWorkload, Workload
     from harness.run.client import run_window
 

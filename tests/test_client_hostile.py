@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness.config.engines import get_adapter
-from harness.config.regime import Load, Sampling
+from harness.config.load import Load, Sampling
 from harness.config.workloads import LoadedWorkload, Prompt, Workload
 from harness.run.client import (
     MAX_EVENT_BYTES,

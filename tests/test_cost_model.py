@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from scipy.optimize import curve_fit
 
-from harness.config.regime import LoadLevel
+from harness.config.level import LoadLevel
 from harness.core.probes.acceptance import length_histogram
 from harness.derive.analysis import analyze
 from harness.derive.ceiling import decode_ceiling, floor_step_ms

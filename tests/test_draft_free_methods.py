@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.arms import Arm
 from harness.config.engines import get_adapter
 from harness.config.engines.sglang import served_from_server_info
-from harness.config.regime import Arm, load_regime
+from harness.config.regime import load_regime
 from harness.run.drafters.fit import drafter_fit, mtp_layers
 from harness.run.validation import check_environment, check_served
 

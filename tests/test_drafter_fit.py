@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.regime import Arm
+from harness.config.arms import Arm
 from harness.run.drafters.fit import drafter_fit
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.arms import SpecMethod
 from harness.config.engines import get_adapter
 from harness.config.engines.sglang import request_counters, served_from_server_info
 from harness.config.engines.vllm import per_request_spec_metrics
-from harness.config.regime import SpecMethod, load_regime
+from harness.config.regime import load_regime
 from harness.core.errors import UserError
 from harness.core.probes.acceptance import acceptance
 from harness.derive.schedule import scheduled_k

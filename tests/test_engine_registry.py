@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from harness.config import engines
+from harness.config.arms import Arm
 from harness.config.engines import LaunchSpec, get_adapter
-from harness.config.regime import Arm, Regime, load_regime
+from harness.config.regime import Regime, load_regime
 from harness.core.errors import UserError
 from harness.core.probes.acceptance import SpecCounters
 
@@ -155,7 +156,7 @@ def test_the_plan_launches_the_registered_engine(tmp_path: Path, toy: ToyAdapter
 
 
 def test_requests_chunks_and_counters_route_to_the_registered_engine(toy: ToyAdapter) -> None:
-    from harness.config.regime import Load, Sampling
+    from harness.config.load import Load, Sampling
     from harness.config.workloads import ChatTemplate, Prompt
     from harness.derive.summary import cell_metrics
     from harness.results.records import RequestRecord, WindowRecord

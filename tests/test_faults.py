@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.regime import Load, Sampling
+from harness.config.load import Load, Sampling
 from harness.config.workloads import LoadedWorkload, Prompt, Workload
 from harness.core.errors import UserError
 from harness.results import RunDir

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.config.regime import Gates
+from harness.config.checks import Gates
 from harness.core import stats
 from harness.derive.gates import NIGHT_UNKNOWN, Check, _absolute, _relative, history_check, relative_check
 

@@ -104,7 +104,7 @@ def test_the_speedup_figure_draws_each_estimate_with_its_interval(monkeypatch: p
 def test_a_speedup_floor_gate_reads_the_estimate(tmp_path: Path) -> None:
     """A speedup floor holds the cell's one estimate to the floor (its point, and its interval at the
     gate's confidence), not a bootstrap of its own."""
-    from harness.config.regime import Gate
+    from harness.config.checks import Gate
     from harness.derive.gates import RunView, evaluate
 
     view = RunView(TWO_ROUNDS)

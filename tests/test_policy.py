@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config.regime import KScheduleSource, load_regime, schedule_problems
+from harness.config.arms import KScheduleSource, schedule_problems
+from harness.config.regime import load_regime
 from harness.core.errors import UserError
 from harness.derive.study.analysis import crossing
 from harness.derive.study.policy import MIX, TOP_BATCH_SIZE, document, mixed, policies

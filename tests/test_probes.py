@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.config.regime import Arm
+from harness.config.arms import Arm
 from harness.core.probes.acceptance import SpecCounters, acceptance
 from harness.core.probes.cost import usd_per_mtok
 from harness.core.probes.latency import itl_s, tpot_s, ttft_s

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config.regime import PublishedFigure, load_regime
+from harness.config.arms import PublishedFigure
+from harness.config.regime import load_regime
 from harness.core.errors import UserError
 from harness.derive.analysis import analyze
 from harness.derive.summary import summarize

@@ -11,7 +11,7 @@ import pytest
 from conftest import local_server
 
 from harness.config.engines import ACTIVE_STEPS
-from harness.config.regime import Load, RampStage, Sampling
+from harness.config.load import Load, RampStage, Sampling
 from harness.config.workloads import LoadedWorkload, Prompt, Workload
 from harness.core.probes import ramp as formulas
 from harness.results.records import RequestRecord

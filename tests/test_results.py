@@ -18,7 +18,7 @@ from rich.console import Console
 
 import harness
 from harness.cli import main
-from harness.config.regime import LoadLevel
+from harness.config.level import LoadLevel
 from harness.core.errors import UserError
 from harness.core.probes.acceptance import SpecCounters
 from harness.derive.analysis import analyze

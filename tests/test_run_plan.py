@@ -17,8 +17,9 @@ import pytest
 import yaml
 from rich.console import Console
 
+from harness.config.arms import Arm
 from harness.config.engines import LaunchSpec, get_adapter
-from harness.config.regime import Arm, Regime
+from harness.config.regime import Regime
 from harness.core.errors import UserError
 from harness.core.probes.acceptance import SpecCounters
 from harness.run.drafters.fit import Fit

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness.config.regime import Slo
+from harness.config.load import Slo
 from harness.core.probes.slo import attainment_pct, goodput_rps, meets
 from harness.derive.gates import RunView, evaluate
 from harness.derive.summary import summarize

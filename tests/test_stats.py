@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from harness.config.regime import Gates
+from harness.config.checks import Gates
 from harness.core import stats
 from harness.derive.gates import Check, _relative
 

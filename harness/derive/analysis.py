@@ -29,7 +29,8 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from harness.config.regime import LoadLevel, VerdictSettings
+from harness.config.checks import VerdictSettings
+from harness.config.level import LoadLevel
 from harness.core.probes.acceptance import conditional_rates
 from harness.core.probes.throughput import speedup
 from harness.derive import pooling

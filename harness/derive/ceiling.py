@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.config.regime import LoadLevel
+from harness.config.level import LoadLevel
 from harness.derive.cost_model import yield_per_step
 from harness.results.model import Summary
 

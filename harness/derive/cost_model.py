@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from harness.config.level import LoadLevel
 from harness.config.methods import names
-from harness.config.regime import LoadLevel
 from harness.core import stats
 from harness.derive.intervals import CONFIDENCE, Estimate, cell_estimates
 from harness.results.model import CellMetrics, Summary

@@ -46,7 +46,9 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from harness.config.regime import Gate, Gates, LoadLevel, Regime
+from harness.config.checks import Gate, Gates
+from harness.config.level import LoadLevel
+from harness.config.regime import Regime
 from harness.core import stats
 from harness.core.errors import UserError
 from harness.core.formats import inert, interval_text

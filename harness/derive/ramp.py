@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness.config.engines import ACTIVE_STEPS, get_adapter
-from harness.config.regime import RampStage
+from harness.config.load import RampStage
 from harness.core import stats
 from harness.core.probes import ramp as formulas
 from harness.core.probes.acceptance import SpecCounters, mean_acceptance_length

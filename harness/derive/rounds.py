@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.config.regime import window_parts
+from harness.config.level import window_parts
 from harness.core.formats import interval_text
 from harness.derive.intervals import Estimate
 from harness.derive.verdict import estimate_of, window_verdicts

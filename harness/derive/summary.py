@@ -14,8 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from harness.config.arms import Arm
 from harness.config.engines import get_adapter
-from harness.config.regime import Arm, Regime, Slo
+from harness.config.load import Slo
+from harness.config.regime import Regime
 from harness.core.probes import distribution
 from harness.core.probes.acceptance import (
     SpecCounters,

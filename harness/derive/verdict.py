@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from harness.config.regime import LoadLevel, PublishedFigure, VerdictSettings, endpoint_address
+from harness.config.arms import PublishedFigure, endpoint_address
+from harness.config.checks import VerdictSettings
+from harness.config.level import LoadLevel
 from harness.core import stats
 from harness.core.formats import inert
 from harness.derive import pooling

@@ -21,7 +21,10 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from harness.config.regime import LoadLevel, PublishedFigure, Slo, VerdictSettings
+from harness.config.arms import PublishedFigure
+from harness.config.checks import VerdictSettings
+from harness.config.level import LoadLevel
+from harness.config.load import Slo
 from harness.core.errors import UserError
 from harness.core.probes import distribution
 from harness.core.probes.exactness import Status

@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, with_config
 
-from harness.config.regime import LoadLevel, RampStage
+from harness.config.level import LoadLevel
+from harness.config.load import RampStage
 from harness.core.probes.acceptance import SpecCounters
 from harness.core.probes.latency import e2e_s, from_due_s, itl_s, tpot_s, ttft_s
 from harness.core.probes.schedule import queueing_s

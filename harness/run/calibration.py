@@ -22,7 +22,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.config.regime import LoadLevel, Regime
+from harness.config.level import LoadLevel
+from harness.config.regime import Regime
 from harness.core.errors import UserError
 from harness.core.machine import environment_fingerprint, identity_differences, machine_identity
 from harness.derive.intervals import (

@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from harness.config.regime import Arm
+from harness.config.arms import Arm
 from harness.config.workloads import LoadedWorkload
 from harness.core.arrivals import arrival_offsets
 from harness.core.errors import EngineError

@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 
 from harness.config.engines import SERVED_MODEL_NAME
-from harness.config.regime import Load, RampStage, Sampling
+from harness.config.load import Load, RampStage, Sampling
 from harness.config.workloads import ChatTemplate, LoadedWorkload, Prompt
 from harness.core.formats import inert
 from harness.core.secrets import scrub

@@ -27,20 +27,15 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from harness.config.arms import Arm
+from harness.config.checks import Power
 from harness.config.engines import EngineAdapter, LaunchSpec, get_adapter
 from harness.config.engines.defects import known_defects, release_of
 from harness.config.engines.patches import patches
+from harness.config.level import window_parts
+from harness.config.load import Load, Sampling
 from harness.config.models import converted_dir, is_local_reference, resolve_model_path
-from harness.config.regime import (
-    Arm,
-    Load,
-    Power,
-    Regime,
-    Sampling,
-    load_regime,
-    window_parts,
-    workload_paths,
-)
+from harness.config.regime import Regime, load_regime, workload_paths
 from harness.config.workloads import ChatTemplate, LoadedWorkload, load_workload
 from harness.core.config_file import existing_path, located
 from harness.core.errors import EngineError, FieldError, UserError

@@ -30,7 +30,9 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from harness.config.regime import Arm, LoadLevel, Regime, recorded_source, stored_regime
+from harness.config.arms import Arm
+from harness.config.level import LoadLevel
+from harness.config.regime import Regime, recorded_source, stored_regime
 from harness.config.workloads import LoadedWorkload, Prompt, next_turn
 from harness.core import stats
 from harness.core.arrivals import arrival_offsets, ramp_dues

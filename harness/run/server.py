@@ -43,8 +43,9 @@ from harness.results.files import lock_held
 from harness.run import engine_http as http
 
 if TYPE_CHECKING:
+    from harness.config.arms import Arm
     from harness.config.engines import EngineAdapter
-    from harness.config.regime import Arm, Regime
+    from harness.config.regime import Regime
 
 _LIVE_GROUPS: set[int] = set()
 PGID_FILE = "server.pgid"

@@ -17,10 +17,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config.arms import Arm
 from harness.config.engines import get_adapter
 from harness.config.engines.cuda import cuda_needed, cuda_older
 from harness.config.engines.defects import release_of
-from harness.config.regime import Arm, Regime
+from harness.config.regime import Regime
 from harness.core.config_file import located
 from harness.core.errors import FieldError
 from harness.run.sensors.devices import choose_gpus

@@ -27,7 +27,8 @@ from harness.core.probes.acceptance import SpecCounters
 from harness.core.probes.prefix_cache import PrefixCacheCounts
 
 if TYPE_CHECKING:  # types only (the regime reads the engine names from engines/names.py)
-    from harness.config.regime import Arm, Regime
+    from harness.config.arms import Arm
+    from harness.config.regime import Regime
     from harness.results.records import RequestRecord, WindowRecord
 
 

@@ -39,7 +39,8 @@ from harness.core.probes.acceptance import SpecCounters, histogram_counters, par
 from harness.core.probes.prefix_cache import PrefixCacheCounts
 
 if TYPE_CHECKING:
-    from harness.config.regime import Arm, Regime
+    from harness.config.arms import Arm
+    from harness.config.regime import Regime
     from harness.results.records import RequestRecord, WindowRecord
 
 _COUNTER_PREFIX = "vllm:spec_decode_num_"

@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from harness.config.regime import Arm
+from harness.config.arms import Arm
 from harness.core import stats
 from harness.derive.intervals import design_level
 from harness.derive.study import analysis

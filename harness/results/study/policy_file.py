@@ -15,7 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import ValidationError
 
-from harness.config.regime import Arm, KScheduleSource, Regime
+from harness.config.arms import Arm, KScheduleSource
+from harness.config.regime import Regime
 from harness.core.errors import UserError
 from harness.results.files import read_json
 from harness.results.records import ResultModel

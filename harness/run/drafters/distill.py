@@ -41,9 +41,10 @@ import httpx
 from rich.console import Console
 from rich.progress import Progress
 
+from harness.config.arms import Arm, TrainedDrafter
 from harness.config.engines import SERVED_MODEL_NAME, get_adapter
 from harness.config.models import cache_root
-from harness.config.regime import Arm, Regime, TrainedDrafter, workload_paths
+from harness.config.regime import Regime, workload_paths
 from harness.config.workloads import ChatTemplate, LoadedWorkload, Prompt, load_prompt_pool, prompt_sha256
 from harness.core.config_file import existing_path
 from harness.core.errors import EngineError, UserError

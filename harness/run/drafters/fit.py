@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.arms import Arm
 from harness.config.methods import names
 from harness.config.models import is_local_reference
-from harness.config.regime import Arm
 
 
 @dataclass

@@ -27,8 +27,9 @@ from typing import Any
 
 from rich.console import Console
 
+from harness.config.arms import Arm, DraftModel
 from harness.config.models import converted_dir, is_local_reference, resolve_model_path
-from harness.config.regime import Arm, DraftModel, Regime
+from harness.config.regime import Regime
 from harness.config.workloads import LoadedWorkload, prompt_sha256
 from harness.run.drafters import distill
 from harness.run.drafters.manifest import TRAINING_PROMPTS_NAME, read_manifest
