@@ -98,7 +98,7 @@ def test_a_failed_turn_ends_its_conversation_and_the_cell_counts_it(
     failed request of each later turn (the cell says 2/3), the others go on carrying their own
     answers, each keeping its due time in the open-loop schedule."""
     from harness.core.arrivals import arrival_offsets
-    from harness.run import runner
+    from harness.run import sending
     from harness.run.client import run_window as real_window
 
     sent: dict[str, list] = {}
@@ -113,7 +113,7 @@ def test_a_failed_turn_ends_its_conversation_and_the_cell_counts_it(
 
         return await real_window(base_url, workload, prompts, concurrency, sampling, load, done, *args)
 
-    monkeypatch.setattr(runner, "run_window", failing)
+    monkeypatch.setattr(sending, "run_window", failing)
     monkeypatch.setattr("harness.run.plan.get_adapter", lambda name: StandIn())
     console, out = _console()
     regime = _regime(tmp_path, concurrency=[], request_rate=[20], max_concurrency=2)

@@ -298,9 +298,9 @@ def test_the_runner_writes_its_window_as_a_window_record(
         [SpecCounters(drafts=3, accepted_tokens=2), SpecCounters(drafts=4, accepted_tokens=4), final, final]
     )
     monkeypatch.setattr(adapter, "read_spec_counters", lambda url: next(scrapes))
-    monkeypatch.setattr("harness.run.runner.SETTLE_INTERVAL_S", 0.0)
+    monkeypatch.setattr("harness.run.window.SETTLE_INTERVAL_S", 0.0)
     cpu_used = {"engine_s": 1.5, "client_s": 0.25, "others_s": 0.0, "steal_s": 0.0, "cores": 2.0}
-    monkeypatch.setattr("harness.run.runner.window_cpu", lambda before, after: cpu_used)
+    monkeypatch.setattr("harness.run.window.window_cpu", lambda before, after: cpu_used)
     monkeypatch.setattr(runner, "_check_alive", lambda server, result: None)
     sent = []
 

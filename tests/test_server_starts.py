@@ -586,7 +586,7 @@ def test_a_finished_run_is_continued_to_more_rounds(tmp_path: Path) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from simulated_runs import World, simulate_run, write_run
 
-    from harness.run.runner import continued_record
+    from harness.run.run_record import continued_record
 
     raw = simulate_run(np.random.default_rng(0), World(arms=2, rounds=2))
     root = write_run(raw, tmp_path / "sim" / "run")
@@ -636,7 +636,7 @@ def test_a_window_asked_about_must_name_a_workload_of_the_regime(tmp_path: Path)
 def test_the_outlook_counts_only_the_rounds_the_budget_lets_begin(tmp_path: Path) -> None:
     """A deciding design of 2 to 6 rounds with a budget of 2.5 rounds' minutes: the outlook plans
     for the 2 rounds the budget lets begin, and says the budget."""
-    from harness.run.plan import outlook_text
+    from harness.run.outlook import outlook_text
 
     regime = plan_regime(_regime(tmp_path, server_starts={"min": 2, "max": 6, "budget_minutes": 25})).regime
     text = outlook_text(regime, pace=(10.0, "an earlier run"))

@@ -91,7 +91,8 @@ def test_the_answer_is_last_with_the_command_that_would_decide_it() -> None:
 def test_every_shipped_regime_states_what_it_takes_to_decide() -> None:
     """`bench validate`'s outlook for every shipped regime: the expected rounds and minutes to decide
     an arm at its effect, and none that cannot decide."""
-    from harness.run.plan import outlook_text, plan_regime
+    from harness.run.outlook import outlook_text
+    from harness.run.plan import plan_regime
 
     regimes = sorted((ROOT / "regimes").glob("*.yaml"))
     said = {}

@@ -247,7 +247,8 @@ def _print_endpoints(plan: Any, console: Console) -> None:
 def _print_plan(plan: Any, console: Console) -> None:
     """What `bench validate` shows of one concrete regime: the plan, this machine against it, commands."""
     from harness.config.arms import KScheduleSource
-    from harness.run.plan import describe_plan, earlier_round_minutes, outlook_text
+    from harness.run.outlook import earlier_round_minutes, outlook_text
+    from harness.run.plan import describe_plan
     from harness.run.sensors.environment import collect_environment
     from harness.run.validation import no_gpu_here, prompt_warnings, window_warnings
 

