@@ -64,8 +64,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from harness.core.metrics import METRICS  # noqa: E402
-from harness.derive.gates import NIGHT_FALSE_ALARM, RunView, _night_term, history_check, relative_check  # noqa: E402
+from harness.derive.gates.relative import _night_term, relative_check  # noqa: E402
+from harness.derive.history.gate import NIGHT_FALSE_ALARM, history_check  # noqa: E402
 from harness.derive.history.reference import MIN_NIGHTS, WINDOWS  # noqa: E402
+from harness.derive.samples import RunView  # noqa: E402
 from harness.results.history.store import load_history  # noqa: E402
 
 Cell = tuple[str, str, int, str]  # arm, workload, concurrency, metric
@@ -303,7 +305,8 @@ def simulate_floor(startups: int, runs: int, seed: int = 0, spread: float = SHIP
     """A tok/s floor (``gates._absolute``, the regime's 95%) on a run of ``startups`` start-ups whose
     true mean is the floor: how often it fails (nominal 2.5%, one-sided)."""
     from harness.config.checks import Gates
-    from harness.derive.gates import Check, _absolute
+    from harness.derive.gates.limits import _absolute
+    from harness.results.gate import Check
 
     gates, rng, fails = Gates.model_validate({}), np.random.default_rng([seed, startups, 11]), 0
     for _ in range(runs):
@@ -322,7 +325,7 @@ def simulate_two_run(
     history), and with the start-ups pooled as independent (the gate before: no night term, a
     failure on the start-ups' spread alone)."""
     from harness.core.stats import log_ratio_interval
-    from harness.derive.gates import _decide, _night_term, relative_check
+    from harness.derive.gates.relative import _decide, _night_term, relative_check
 
     rng = np.random.default_rng([seed, startups, 12])
     with_night = pooled = 0

@@ -229,7 +229,7 @@ def gate_lines(sds: list[float], rounds: list[int], runs: int, seed: int) -> Ite
     """A relative tok/s gate (``harness.derive.gates.relative_check``, limit 5%) between two runs of the
     same regime with no real change, each with its own start-ups: how often its interval of the
     change holds 0, and how often it fails."""
-    from harness.derive.gates import relative_check
+    from harness.derive.gates.relative import relative_check
 
     for sd in sds:
         for n in rounds:
@@ -254,7 +254,7 @@ def calibrated_gate_lines(
     machine with a calibration (6 rounds beforehand): the spread it uses is the calibration's of one
     arm across rounds (``intervals.arm_spread``, the round's drift included); ``arm=False`` uses the
     residual sd instead (``residual_spread``, the drift taken out), what a version-1 calibration had."""
-    from harness.derive.gates import relative_check
+    from harness.derive.gates.relative import relative_check
     from harness.derive.intervals import arm_spread
 
     spread_of = arm_spread if arm else residual_spread

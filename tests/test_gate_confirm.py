@@ -15,19 +15,11 @@ from rich.console import Console
 from harness.commands import gate as gate_command
 from harness.core import stats
 from harness.core.errors import UserError
-from harness.derive.gates import (
-    ONE_STARTUP,
-    Check,
-    arms_to_confirm,
-    confirm,
-    confirmation_regime,
-    evaluate,
-    exit_code,
-    open_views,
-    read_gate,
-    relative_check,
-)
+from harness.derive.gates.confirm import arms_to_confirm, confirm, confirmation_regime
+from harness.derive.gates.evaluate import evaluate, exit_code
+from harness.derive.gates.relative import ONE_STARTUP, open_views, relative_check
 from harness.present.gate_report import markdown, ordered
+from harness.results.gate import Check, read_gate
 from tests.test_gates import _calibrate, _copy, _scale_ngram_acceptance, _startups
 
 T_975_2 = 4.302652729749464  # Student's t, 0.975 quantile, 2 and 8 degrees of freedom (scipy's)

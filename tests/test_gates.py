@@ -15,7 +15,9 @@ import pytest
 
 from harness.core import stats
 from harness.core.errors import UserError
-from harness.derive.gates import RunView, evaluate, exit_code, open_views
+from harness.derive.gates.evaluate import evaluate, exit_code
+from harness.derive.gates.relative import open_views
+from harness.derive.samples import RunView
 from harness.results import RunDir, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,10 @@ import pytest
 
 from harness.config.checks import Gates
 from harness.core import stats
-from harness.derive.gates import NIGHT_UNKNOWN, Check, _absolute, _relative, history_check, relative_check
+from harness.derive.gates.limits import _absolute
+from harness.derive.gates.relative import NIGHT_UNKNOWN, _relative, relative_check
+from harness.derive.history.gate import history_check
+from harness.results.gate import Check
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -114,7 +117,7 @@ def test_the_history_band_holds_heavy_tailed_and_drifting_nights(scenario: str) 
 def test_the_history_gate_names_nights_that_drift_together() -> None:
     """Nights on a slow drift (each close to the last): the band counts fewer independent nights
     and the gate's message says so."""
-    from harness.derive.gates import _historic
+    from harness.derive.history.gate import _historic
 
     nights = [[100 * math.exp(0.03 * math.sin(i / 3) + d)] for i, d in enumerate([0.001, -0.001] * 7)]
     found = history_check([100.0], nights, 5, True, 0.99)

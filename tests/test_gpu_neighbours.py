@@ -158,7 +158,7 @@ def test_the_watch_polls_until_stopped() -> None:
 def test_the_texts_name_a_gpu_neighbour() -> None:
     from pathlib import Path
 
-    from harness.derive.gates import RunView
+    from harness.derive.samples import RunView
     from harness.derive.verdict import neighbour
     from harness.present.table import cpu_line
     from harness.present.verdict_text import neighbour_text

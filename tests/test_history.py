@@ -16,8 +16,8 @@ import pytest
 
 import harness
 from harness.core.errors import UserError
-from harness.derive.gates import RunView
 from harness.derive.history.collect import history_entry, machine_key
+from harness.derive.samples import RunView
 from harness.results.history.store import SCHEMA_VERSION, open_history
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,7 +141,7 @@ from datetime import datetime, timedelta  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from harness.derive.gates import history_check  # noqa: E402
+from harness.derive.history.gate import history_check  # noqa: E402
 from harness.derive.history.reference import comparable_nights  # noqa: E402
 
 
@@ -180,7 +180,7 @@ def test_false_alarms_and_detection_on_simulated_nights() -> None:
     with no change a night fails at most about 1% of the time; a -10% step with a 3% spread is found
     within 3 nights almost always, and a step that persists keeps failing (its nights are not the
     reference)."""
-    from harness.derive.gates import NIGHT_FALSE_ALARM
+    from harness.derive.history.gate import NIGHT_FALSE_ALARM
     from harness.derive.history.reference import WINDOWS
 
     confidence = 1 - 2 * NIGHT_FALSE_ALARM / len(WINDOWS)

@@ -364,7 +364,7 @@ def test_the_lossy_string_threshold_is_flagged_and_bench_validate_names_the_fiel
 
 
 def _check(text: str, verdict: str = "fail"):
-    from harness.derive.gates import Check
+    from harness.results.gate import Check
 
     return Check(
         name=f"ngram_k4 tau >= 2 [{text}]",

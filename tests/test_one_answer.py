@@ -105,7 +105,8 @@ def test_a_speedup_floor_gate_reads_the_estimate(tmp_path: Path) -> None:
     """A speedup floor holds the cell's one estimate to the floor (its point, and its interval at the
     gate's confidence), not a bootstrap of its own."""
     from harness.config.checks import Gate
-    from harness.derive.gates import RunView, evaluate
+    from harness.derive.gates.evaluate import evaluate
+    from harness.derive.samples import RunView
 
     view = RunView(TWO_ROUNDS)
     view.regime = view.regime.model_copy(

@@ -12,7 +12,8 @@ from rich.console import Console
 
 from harness.config.load import Slo
 from harness.core.probes.slo import attainment_pct, goodput_rps, meets
-from harness.derive.gates import RunView, evaluate
+from harness.derive.gates.evaluate import evaluate
+from harness.derive.samples import RunView
 from harness.derive.summary import summarize
 from harness.present.table import minilab_tables
 from harness.results import RequestRecord, read_jsonl

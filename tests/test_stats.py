@@ -8,7 +8,8 @@ import pytest
 
 from harness.config.checks import Gates
 from harness.core import stats
-from harness.derive.gates import Check, _relative
+from harness.derive.gates.relative import _relative
+from harness.results.gate import Check
 
 GATES = Gates()
 

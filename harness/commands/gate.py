@@ -16,8 +16,10 @@ from harness.core.metrics import GATED
 
 if TYPE_CHECKING:
     from harness.config.regime import Regime
-    from harness.derive.gates import Check, HistoryGate, RunView
+    from harness.derive.history.gate import HistoryGate
+    from harness.derive.samples import RunView
     from harness.present.gate_report import Confirmation
+    from harness.results.gate import Check
 
 NAME = "gate"
 SUMMARY = "check a run against its regime's gates (and a baseline run); exit 1 on a regression"
@@ -127,7 +129,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from harness.derive.gates import evaluate, exit_code, open_views
+    from harness.derive.gates.evaluate import evaluate, exit_code
+    from harness.derive.gates.relative import open_views
     from harness.present.gate_report import GateFiles, outcome_line, verdict_table, write_gate
 
     for directory in filter(None, (args.run_dir, args.baseline)):
@@ -170,8 +173,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def _history(args: argparse.Namespace, view: RunView, console: Console) -> HistoryGate:
     """The nights this run's relative gates compare with, said in one line (or why it falls back)."""
-    from harness.derive.gates import history_gate
     from harness.derive.history.collect import history_run
+    from harness.derive.history.gate import history_gate
     from harness.derive.history.reference import MIN_NIGHTS, comparable_nights
     from harness.results.history.store import open_history
 
@@ -213,14 +216,9 @@ def _confirm(
 ) -> tuple[list[Check], int, Confirmation]:
     """Re-measure the failing arms on fresh start-ups, gate that run against the same baseline and
     keep a failure only where both runs fail; the confirmation run gets its own gate files."""
-    from harness.derive.gates import (
-        arms_to_confirm,
-        confirm,
-        confirmation_regime,
-        evaluate,
-        exit_code,
-        open_views,
-    )
+    from harness.derive.gates.confirm import arms_to_confirm, confirm, confirmation_regime
+    from harness.derive.gates.evaluate import evaluate, exit_code
+    from harness.derive.gates.relative import open_views
     from harness.present.gate_report import Confirmation, GateFiles, verdict_table, write_gate
 
     arms = arms_to_confirm(checks, view.regime)

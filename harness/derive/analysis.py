@@ -38,7 +38,6 @@ from harness.derive import verdict as verdicts_of
 from harness.derive.ceiling import Ceiling, decode_ceiling
 from harness.derive.cost_model import CostModel, cost_model
 from harness.derive.findings import Fact, findings
-from harness.derive.gates import StoredGate, read_gate
 from harness.derive.intervals import Estimate, design_level, rounds_to_decide, stored_estimate
 from harness.derive.schedule import RampCheck, ScheduleCheck, ramp_checks, schedule_checks
 from harness.derive.summary import summarize
@@ -54,6 +53,7 @@ from harness.derive.verdict import (
     slo_capacity,
 )
 from harness.results.files import write_text_atomic
+from harness.results.gate import StoredGate, read_gate
 from harness.results.model import CategoryMetrics, CellMetrics, Summary
 from harness.results.raw import RawRun, read_raw
 

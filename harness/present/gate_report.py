@@ -16,8 +16,9 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from harness.derive.gates import GATE_FILE, Check, RunView, StoredGate
+from harness.derive.samples import RunView
 from harness.results import write_json_atomic, write_text_atomic
+from harness.results.gate import GATE_FILE, Check, StoredGate
 
 _COLOURS = {"pass": "green", "fail": "red", "error": "red", "inconclusive": "yellow", "skipped": "dim"}
 _ICONS = {

@@ -1,6 +1,6 @@
 """A run directory as a history entry: the run's identity, and per arm and cell the start-up-level
 samples of every metric the gates know (``harness.core.metrics``), read the way a relative gate reads
-them (``gates.RunView.startup_samples``: one value per server start-up, one per prompt for a
+them (``samples.RunView.startup_samples``: one value per server start-up, one per prompt for a
 prompt-level metric), and the cell's speedup with its interval and the verdict that interval
 supports (the arm's own, not corrected for a selection among arms). Pure: files in, models out."""
 
@@ -15,8 +15,8 @@ from harness.core.errors import UserError
 from harness.core.machine import environment_fingerprint, machine_identity
 from harness.core.metrics import METRICS
 from harness.derive.analysis import RAW_ARM_FILES
-from harness.derive.gates import RunView
 from harness.derive.intervals import stored_estimate
+from harness.derive.samples import RunView
 from harness.results.history.entry import HistoryCell, HistoryEntry, HistoryRun, HistorySample
 
 GATED = [name for name, metric in METRICS.items() if metric.gated]  # what a gate can read, by the registry

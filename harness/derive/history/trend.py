@@ -18,8 +18,8 @@ import pandas as pd
 
 from harness.core import stats
 from harness.core.metrics import METRICS
-from harness.derive.gates import NIGHT_FALSE_ALARM
 from harness.derive.history.changes import SERIES, ChangePoint, SeriesKey, change_points
+from harness.derive.history.gate import NIGHT_FALSE_ALARM
 from harness.derive.history.reference import DEFAULT_NIGHTS, night_summary, prediction
 
 # the level of the band: ``bench gate --history`` fails a night alone at 1 - 2 x 1% / (checks x 2
