@@ -272,6 +272,11 @@ class Estimate:
             "speedup_calibration_refused": self.calibration_refused or None,
         }
 
+    @classmethod
+    def from_stored(cls, stored: StoredSpeedup, rounds: int | None = None) -> Estimate | None:
+        """``stored_estimate``: the estimate a summary stored, for a view that holds the fields."""
+        return stored_estimate(stored, rounds)
+
     def text(self) -> str:
         if self.low is None or self.high is None:
             side = "faster" if self.point > 1.0 else "slower" if self.point < 1.0 else "no change"

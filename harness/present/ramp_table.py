@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.derive.analysis import RunAnalysis
-from harness.derive.intervals import stored_estimate
+from harness.derive.intervals import Estimate
 from harness.present.schedule_text import level_verdict, ramp_line
 from harness.present.table import section_tables
 from harness.present.width import FitTable
@@ -32,10 +32,14 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _estimate(metrics: RampStageMetrics) -> Estimate | None:
+    return Estimate.from_stored(metrics)
+
+
 def _speedup_text(metrics: RampStageMetrics, baseline: str) -> str:
     if metrics.arm == baseline:
         return "1.00x" if metrics.speedup else "-"
-    found = stored_estimate(metrics)
+    found = _estimate(metrics)
     return found.text() if found is not None else "-"
 
 
