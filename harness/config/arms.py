@@ -10,16 +10,14 @@ from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from harness.config.methods import BASELINE, METHODS
 from harness.config.target import PackageFile
 from harness.core.config_file import StrictModel
 from harness.core.errors import FieldError
 
-SpecMethod = Literal["baseline", "ngram", "suffix", "draft_model", "eagle3", "dflash", "mtp"]
-# Draft-free methods (ngram: the prompt's n-grams; suffix: a suffix tree over the prompt and earlier
-# outputs, Arctic Inference's) and mtp (the target's own multi-token-prediction layers) take no
-# draft_model.
-METHODS_WITH_DRAFT_MODEL = ("draft_model", "eagle3", "dflash")
-BUILT_DRAFTER_METHODS = ("eagle3", "dflash")  # drafters the harness builds itself (untrained or trained)
+# the baseline and every method of the table (harness.config.methods), in its order: a method
+# added there is one the regime accepts
+SpecMethod = Literal[(BASELINE, *METHODS)]  # type: ignore[valid-type]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
@@ -331,7 +329,7 @@ class Arm(StrictModel):
     @model_validator(mode="after")
     def _method_fields(self) -> Arm:
         self._check_endpoint()
-        if self.method == "baseline":
+        if self.method == BASELINE:
             given = [
                 k
                 for k in ("num_speculative_tokens", "draft_model", "options", "k_schedule", "published")
@@ -349,35 +347,32 @@ class Arm(StrictModel):
                 "num_speculative_tokens",
                 f"method '{self.method}' needs num_speculative_tokens (K), or a k_schedule with a K above 0",
             )
-        if self.method == "suffix" and self.k_schedule is not None:
-            # vllm/v1/spec_decode/suffix_decoding.py (0.32, 0.33): propose() asserts the K it is asked
-            # for equals the configured one, so a per-batch-size K would stop the engine mid-run
+        row = METHODS[self.method]
+        if row.one_k and self.k_schedule is not None:
+            # suffix: vllm/v1/spec_decode/suffix_decoding.py (0.32, 0.33): propose() asserts the K it is
+            # asked for equals the configured one, so a per-batch-size K would stop the engine mid-run
             raise FieldError(
                 "k_schedule",
-                "vLLM's suffix proposer drafts a fixed K (it asserts it on every step): no k_schedule for "
-                "method 'suffix'",
+                f"method '{self.method}' drafts a fixed K (vLLM's suffix proposer asserts it on every step): "
+                "no k_schedule",
             )
         self._check_schedule()
-        needs_draft = self.method in METHODS_WITH_DRAFT_MODEL
-        if needs_draft and self.draft_model is None:
+        if row.draft_model and self.draft_model is None:
             raise FieldError("draft_model", f"method '{self.method}' needs draft_model")
-        if not needs_draft and self.draft_model is not None:
-            why = " (the target's own multi-token-prediction layers draft)" if self.method == "mtp" else ""
-            raise FieldError("draft_model", f"method '{self.method}' takes no draft_model{why}")
+        if not row.draft_model and self.draft_model is not None:
+            raise FieldError(
+                "draft_model", f"method '{self.method}' takes no draft_model{row.no_draft_model}"
+            )
         draft = self.draft_model
         for kind in ("untrained", "trained"):
-            if (
-                draft is not None
-                and getattr(draft, kind) is not None
-                and self.method not in BUILT_DRAFTER_METHODS
-            ):
+            if draft is not None and getattr(draft, kind) is not None and not row.built:
                 raise FieldError(
                     ("draft_model", kind),
                     f"builds EAGLE-3 or DFlash drafters only (method '{self.method}'); for draft_model "
                     "give a path or package",
                 )
         trained = draft.trained if draft is not None else None
-        if trained is not None and self.method != "dflash" and (trained.block_size or trained.max_anchors):
+        if trained is not None and row.chain and (trained.block_size or trained.max_anchors):  # a block's
             raise FieldError(
                 ("draft_model", "trained", "block_size" if trained.block_size else "max_anchors"),
                 "block_size and max_anchors apply to DFlash only",
