@@ -18,12 +18,12 @@ default; a step of a speculative arm's tok/s moves its speedup over the unchange
 The baseline's speedup (1 by definition) is not gated. Two gates judge
 each night with the rule ``max_regression_pct: --limit`` on every arm, cell and metric:
 
-- the history gate (``harness.derive.gates.history_check``, as ``bench gate --history`` runs it): every
+- the history gate (``harness.derive.history.gate.history_check``, as ``bench gate --history`` runs it): every
   night from the 6th against all the nights before it (its reference: the last 14 good ones; the
   night alone and the mean of the last 3), each check at the Bonferroni-corrected confidence of a
   night (``gates.NIGHT_FALSE_ALARM`` over the checks and their windows);
-- the two-run gate (``harness.derive.gates.relative_check``, as ``bench gate --baseline``): against the
-  night before (the last good run), at the regime's 95%, with its night term from the nights
+- the two-run gate (``harness.derive.gates.relative.relative_check``, as ``bench gate --baseline``):
+  against the night before (the last good run), at the regime's 95%, with its night term from the nights
   before that one (``gates._night_term``; none before the 3rd night: no failure then).
 
 ``--starts N`` draws N start-ups per arm a replayed night from the same real deviations: what a

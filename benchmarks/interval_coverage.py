@@ -2,8 +2,8 @@
 
 ``--simulate``: the harness's own estimators (``harness.derive.intervals.cell_estimates`` for a cell's
 speedup and the winner's correction, ``harness.derive.study.analysis`` for best K and break-even,
-``harness.derive.gates.relative_check`` for a relative gate, ``harness.derive.rounds.Standing`` for a run that
-adds rounds until decided) on simulated runs whose truth is known.
+``harness.derive.gates.relative.relative_check`` for a relative gate, ``harness.derive.rounds.Standing``
+for a run that adds rounds until decided) on simulated runs whose truth is known.
 A simulated run: every arm's server starts once per round; each start-up has its own effect
 (log-normal, sd 3% or 6%: this project measured 3.5-6% per server), each round a drift shared by
 its start-ups (sd 2%), each request its own jitter (sd 5%: windows of 16 prompts vary by 1-2%; 2
@@ -226,8 +226,8 @@ def break_even_lines(
 
 
 def gate_lines(sds: list[float], rounds: list[int], runs: int, seed: int) -> Iterator[tuple[str, float]]:
-    """A relative tok/s gate (``harness.derive.gates.relative_check``, limit 5%) between two runs of the
-    same regime with no real change, each with its own start-ups: how often its interval of the
+    """A relative tok/s gate (``harness.derive.gates.relative.relative_check``, limit 5%) between two
+    runs of the same regime with no real change, each with its own start-ups: how often its interval of the
     change holds 0, and how often it fails."""
     from harness.derive.gates.relative import relative_check
 

@@ -264,7 +264,7 @@ _PACKAGES = {"pynvml": "nvidia-ml-py"}
 
 def readable_note(note: str) -> str:
     """A stored power note in words: "nvml: No module named 'pynvml'" (an ImportError's text, as
-    harness.power recorded it) becomes "no NVML on this machine: nvidia-ml-py not installed"."""
+    harness.run.sensors.power recorded it) becomes "no NVML on this machine: nvidia-ml-py not installed"."""
 
     def missing(match: re.Match[str]) -> str:
         source, module = match.group(1), match.group(2)

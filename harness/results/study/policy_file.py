@@ -2,7 +2,7 @@
 policy ``harness.derive.study.policy`` derived, with the exact engine configuration that runs it.
 
 Written beside ``study.json`` when a study ends and by ``bench show STUDY``; read back by an arm's
-``k_schedule: {from: STUDY_DIR}`` (``harness.run.plan.resolve_schedules``). ``schema_version`` is this
+``k_schedule: {from: STUDY_DIR}`` (``resolve_schedules`` below). ``schema_version`` is this
 file's own; a file of another version is refused, never half-read.
 """
 
