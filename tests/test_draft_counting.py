@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.engines.sglang import served_from_server_info
-from harness.config.engines.vllm import _from_log, draft_counting
+from harness.config.engines.vllm_log import draft_counting, served_from_log
 from harness.core.probes.acceptance import streamed_steps, tokens_per_forward
 
 SMOKE = Path(__file__).parent / "fixtures" / "run_v3_smoke"
@@ -36,7 +36,7 @@ def test_tokens_per_forward_counts_decode_steps_from_tokens_and_accepted_drafts(
 
 
 def test_vllm_draft_counting_follows_the_model_runner() -> None:
-    cpu = _from_log(V1_FALLBACK)
+    cpu = served_from_log(V1_FALLBACK)
     assert cpu["v1_runner_fallback"] == "Model Runner V2 requires Triton"  # the log's reason
     assert draft_counting("0.32.0", cpu["v1_runner_fallback"]) == {
         "semantics": "proposing_steps",
@@ -44,7 +44,7 @@ def test_vllm_draft_counting_follows_the_model_runner() -> None:
     }
     assert draft_counting("0.32.0", True)["source"] == "server log: fell back to the V1 model runner"
     assert draft_counting("0.33.0", True)["semantics"] == "proposing_steps"  # a GPU run that fell back
-    no_fallback = _from_log("INFO Using FLASH_ATTN attention backend.")["v1_runner_fallback"]
+    no_fallback = served_from_log("INFO Using FLASH_ATTN attention backend.")["v1_runner_fallback"]
     gpu = draft_counting("0.33.0", no_fallback)
     assert gpu["semantics"] == "every_step" and "Model Runner V2" in gpu["source"]
     assert draft_counting("0.34.1rc1", False)["semantics"] == "every_step"

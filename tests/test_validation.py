@@ -265,7 +265,7 @@ def test_model_identity_and_environment_fingerprint(tmp_path: Path) -> None:
 
 def test_attention_backend_is_read_from_the_engines_own_words() -> None:
     from harness.config.engines.sglang import served_from_server_info
-    from harness.config.engines.vllm import attention_backend_from_log
+    from harness.config.engines.vllm_log import attention_backend_from_log
 
     # vLLM 0.33 on CUDA (platforms/cuda.py): an automatic choice, then a different one for a drafter
     auto = (
