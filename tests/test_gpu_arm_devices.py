@@ -393,3 +393,29 @@ def test_without_chosen_gpus_the_process_view_names_the_visible_ones_by_nvml_ind
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
     assert NvmlProcessReader(None)._devices == [6, 2]
     assert NvmlProcessReader([3])._devices == [3]
+
+
+@pytest.mark.parametrize("without", [0, 1], ids=["first-gpu", "second-gpu"])
+def test_a_gpu_without_an_energy_counter_loses_only_the_energy(
+    without: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TP=2 arm on a VM or MIG slice where one GPU has no energy counter: its watts are still the
+    two GPUs' sum and the sample is kept; only the energy, which a part of the GPUs cannot give, is
+    absent (it once raised on the next GPU, and the sampler lost every sample of the arm)."""
+    from harness.run.sensors.power import NvmlReader
+
+    nvml = fake_nvml()
+    counted = nvml.nvmlDeviceGetTotalEnergyConsumption
+
+    def energy(handle: int) -> int:
+        if handle == without:
+            raise nvml.NVMLError(3)  # NVML_ERROR_NOT_SUPPORTED
+        return counted(handle)
+
+    nvml.nvmlDeviceGetTotalEnergyConsumption = energy
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    reading = NvmlReader([0, 1]).read()
+    assert reading.watts == pytest.approx(2 * IDLE_WATTS)
+    assert reading.energy_j is None
+    whole = NvmlReader([2, 3]).read()
+    assert whole.energy_j is not None and whole.watts == pytest.approx(IDLE_WATTS + ARM_WATTS)

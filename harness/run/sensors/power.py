@@ -78,17 +78,19 @@ class NvmlReader:
         self._mask = sum(getattr(self._nvml, name, 0) for name in _THROTTLE_MASK_NAMES)
 
     def read(self) -> PowerReading:
-        nvml, watts, energy, throttled = self._nvml, 0.0, 0.0, False
+        nvml, watts, throttled = self._nvml, 0.0, False
+        joules: list[float | None] = []
         for handle in self._handles:
             watts += nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
             try:
-                energy += nvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0
-            except nvml.NVMLError:
-                energy = None  # type: ignore[assignment]
+                joules.append(nvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0)
+            except nvml.NVMLError:  # VMs and MIG slices lack the counter: only the energy is lost
+                joules.append(None)
             try:
                 throttled |= bool(nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle) & self._mask)
             except nvml.NVMLError:
                 pass
+        energy = None if None in joules else sum(j for j in joules if j is not None)  # a part is not the sum
         return PowerReading(time.perf_counter(), watts, energy, throttled)
 
     def close(self) -> None:
