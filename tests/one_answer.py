@@ -2,10 +2,11 @@
 ``tests/test_one_answer.py`` (the stored runs) and the end-to-end test (a fresh run).
 
 What each cell's speedup is comes from the run's summary (``harness.derive.intervals``' one estimate per
-cell, stored as ``speedup``, ``speedup_low``, ``speedup_high``); each view is rendered the way a
-user gets it (``bench show``, ``bench show --minilab``, ``bench report``, ``bench export``) and
-parsed with nothing but the text it printed. A view that writes a cell's speedup must write that
-point (two decimals) and, where the cell has one, that interval (``formats.bound_text``)."""
+cell, stored as ``speedup`` and its ``estimate``, exported as ``speedup``, ``speedup_low``,
+``speedup_high``); each view is rendered the way a user gets it (``bench show``, ``bench show
+--minilab``, ``bench report``, ``bench export``) and parsed with nothing but the text it printed. A
+view that writes a cell's speedup must write that point (two decimals) and, where the cell has one,
+that interval (``formats.bound_text``)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def expected(summary: Summary) -> dict[tuple[str, str, str], Shown]:
     for cell in summary.cells:
         if cell.arm == summary.baseline_arm or cell.speedup is None:
             continue
-        low, high = cell.speedup_low, cell.speedup_high
+        low, high = (cell.estimate.low, cell.estimate.high) if cell.estimate else (None, None)
         interval = (
             (bound_text(low), bound_text(high)) if low is not None and high is not None else (None, None)
         )

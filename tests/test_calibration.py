@@ -397,10 +397,10 @@ def test_calibrate_then_run_with_one_start_up_gets_the_calibrations_interval(
     )
     assert json.loads((again.root / CALIBRATION_FILE).read_text()) == calibration.model_dump(mode="json")
     speedup = measured.cell("ngram_k4", "code_humaneval", 2)
-    assert speedup is not None and speedup.speedup_interval == "calibration"
+    assert speedup is not None and speedup.estimate.source == "calibration"
     # the calibration's 4 df for the start-ups, combined with the prompts' sampling (a jackknife)
-    assert speedup.speedup_prompts and 1 <= speedup.speedup_df <= 4 + speedup.speedup_prompts - 1
-    assert speedup.speedup_low is not None
+    assert speedup.estimate.prompts and 1 <= speedup.estimate.df <= 4 + speedup.estimate.prompts - 1
+    assert speedup.estimate.low is not None
     assert "Intervals from this machine's calibration of" in out.getvalue()
 
 

@@ -28,6 +28,7 @@ from harness.derive.intervals import Estimate
 from harness.derive.summary import summarize
 from harness.results import SCHEMA_VERSION, RunDir, load_summary, parse_summary, read_run_record
 from harness.results.migrations import Migrations, run_record, status, study, summary, upgrade
+from harness.results.model import SpeedupEstimate
 from harness.results.study.record import StudyDir, StudyRecord
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -161,7 +162,8 @@ def test_summary_v5_as_the_v5_harness_wrote_it_reads_as_todays_derivation() -> N
     assert migrated.arms == [a.model_copy(update=unrecorded) for a in derived.arms]
     assert migrated.exactness.applicable
     for old in stored["cells"]:  # today's numbers are version 5's, to the last bit
-        today = derived.cell(old["arm"], old["workload"], old["concurrency"]).model_dump(mode="json")
+        cell = derived.cell(old["arm"], old["workload"], old["concurrency"])
+        today = cell.model_dump(mode="json") | SpeedupEstimate.columns(cell.estimate)  # version 14's layout
         assert _as_old(today, old) == old
 
 
@@ -172,6 +174,31 @@ def _as_old(new: Any, old: Any) -> Any:
     if isinstance(old, list) and isinstance(new, list):
         return [_as_old(n, o) for n, o in zip(new, old, strict=True)]
     return new
+
+
+SUMMARIES = sorted(FIXTURES.rglob("summary*.json"))
+
+
+@pytest.mark.parametrize("path", SUMMARIES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_every_stored_summary_migrates_to_nested_estimates(path: Path) -> None:
+    """Version 15: every fixture's ``summary.json`` reaches the current version with no flat
+    ``speedup_*`` field left beside the point, validates, and keeps each stored value in its
+    ``estimate`` (``SpeedupEstimate.columns`` gives version 14's fields back)."""
+    stored = _json(path)
+    current = _stepwise(summary.MIGRATIONS, stored, stored.get("schema_version"))
+    assert current["schema_version"] == SCHEMA_VERSION == 15
+    parsed = parse_summary(current, str(path))
+    for kind in ("cells", "categories", "ramp"):
+        for record in current.get(kind, []):
+            assert not [key for key in record if key.startswith("speedup_")]
+    if stored["schema_version"] == 14:
+        step = _pure(summary.migrate_v14, stored)
+        for kind in ("cells", "categories", "ramp"):
+            for old, new in zip(stored.get(kind, []), getattr(parsed, kind), strict=True):
+                today = SpeedupEstimate.columns(new.estimate) | {"speedup": new.speedup}
+                assert {key for key in old if key.startswith("speedup")} <= set(today)
+                assert today == {key: old.get(key) for key in today}
+        assert step["schema_version"] == 15
 
 
 def test_study_v1_reads_as_a_local_study_without_jobs() -> None:
@@ -205,6 +232,7 @@ def test_v10_files_read_as_one_look() -> None:
     assert upgrade(v10, summary.MIGRATIONS, "summary.json") == {
         **v10,
         "schema_version": SCHEMA_VERSION,
+        "cells": [{"arm": "a", "estimate": {"df": 2}}],  # nested by version 15
     }  # as it is
     assert upgrade({"status": "ok"}, status.MIGRATIONS, "status.json", 10) == {"status": "ok"}
     assert (
@@ -221,6 +249,7 @@ def test_v11_files_read_with_bonferroni_looks() -> None:
     assert upgrade(v11, summary.MIGRATIONS, "summary.json") == {
         **v11,
         "schema_version": SCHEMA_VERSION,
+        "cells": [{"arm": "a", "estimate": {"looks": 5}}],  # nested by version 15
     }  # as it is
     assert upgrade({"status": "ok"}, status.MIGRATIONS, "status.json", 11) == {"status": "ok"}
     assert (

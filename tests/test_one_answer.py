@@ -244,7 +244,7 @@ def test_a_slower_arm_that_pays_is_deployed_and_coloured_alike_in_every_view(tmp
     analysis = load_analysis(SLOWER_PAYS).analysis
     a1, a2 = (analysis.summary.cell(arm, "w0", 1) for arm in ("a1", "a2"))
     assert a1 is not None and a2 is not None
-    assert a2.speedup > a1.speedup and a2.speedup_low > 1.0  # faster, and its own 95% clears 1
+    assert a2.speedup > a1.speedup and a2.estimate.low > 1.0  # faster, and its own 95% clears 1
     (verdict,) = analysis.verdicts
     assert (verdict.deploy, verdict.outcome, verdict.fastest) == ("a1", "pays", "a2")
     assert [r.arm for r in verdict.faster_undecided] == ["a2"] and not verdict.tied

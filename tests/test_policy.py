@@ -98,7 +98,7 @@ def test_the_mix_is_the_weighted_geometric_mean_with_the_conservative_error() ->
     one = next(o for o in merged if o.concurrency == 1 and o.k == 4)
     assert one.workload == MIX
     assert one.speedup == pytest.approx(math.exp(0.75 * math.log(1.5) + 0.25 * math.log(1.2)))
-    assert one.speedup_log_se == pytest.approx(0.02)  # 0.75 * 0.02 + 0.25 * 0.02: the sum, not the root
+    assert one.stored.log_se == pytest.approx(0.02)  # 0.75 * 0.02 + 0.25 * 0.02: the sum, not the root
     found = policies(code + chat, {"code": 3.0, "chat": 1.0})
     assert [s.workload for s in found] == ["chat", "code", MIX]
     mix = found[-1]

@@ -46,8 +46,10 @@ def _speedup(low: float, high: float) -> dict:
 
 def test_the_measured_interval_the_checks_read(summary: Summary) -> None:
     cell = summary.cell("ngram_k4", "code_humaneval", 1)
-    assert cell is not None and (cell.speedup_low, cell.speedup_high) == pytest.approx(
-        (1.091, 1.500), abs=1e-3
+    assert (
+        cell is not None
+        and cell.estimate
+        and (cell.estimate.low, cell.estimate.high) == pytest.approx((1.091, 1.500), abs=1e-3)
     )
 
 
@@ -95,7 +97,10 @@ def test_a_figure_covers_its_workload_and_concurrency_only(summary: Summary) -> 
 def test_a_point_without_an_interval_is_shown_never_judged(summary: Summary) -> None:
     cells = [
         c.model_copy(
-            update={"speedup_low": None, "speedup_high": None, "speedup_log_se": None, "speedup_df": None}
+            update={
+                "estimate": c.estimate
+                and c.estimate.model_copy(update=dict.fromkeys(("low", "high", "log_se", "df")))
+            }
         )
         for c in summary.cells
     ]

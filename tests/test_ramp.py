@@ -254,12 +254,12 @@ def test_a_stage_s_speedup_is_the_one_model_over_its_start_ups() -> None:
     assert first.output_tok_s == pytest.approx(40 * sum([1.0, 1.05, 0.97]) / 3, rel=0.02)
     table = {m.arm: dict(enumerate(m.startup_tok_s)) for m in found if (m.workload, m.stage) == ("code", 0)}
     expected = cell_estimates(table, baseline)[other]
-    assert (first.speedup, first.speedup_low, first.speedup_high) == (
+    assert (first.speedup, first.estimate.low, first.estimate.high) == (
         expected.point,
         expected.low,
         expected.high,
     )
-    assert first.speedup == pytest.approx(2.0, rel=0.03) and first.speedup_low > 1.5  # it pays at 1
+    assert first.speedup == pytest.approx(2.0, rel=0.03) and first.estimate.low > 1.5  # it pays at 1
     second = next(m for m in found if (m.arm, m.stage) == (other, 1))
     assert second.speedup == pytest.approx(1.0, rel=0.03)  # the same at 4
     assert (first.engine_steps, second.engine_steps) == (3, 1)

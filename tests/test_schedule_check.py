@@ -12,7 +12,7 @@ from harness.core import stats
 from harness.derive.intervals import Estimate
 from harness.derive.schedule import over_levels, ratio, schedule_checks, scheduled_k
 from harness.present.schedule_text import level_verdict, schedule_lines
-from harness.results.model import ArmSummary
+from harness.results.model import ArmSummary, SpeedupEstimate
 from tests.test_probes import _cell
 
 SCHEDULE = [(1, 2, 4), (3, 5, 2), (6, 1024, 0)]
@@ -39,11 +39,13 @@ def _speed(
         level,
         10.0 * speedup,
         speedup=speedup,
-        speedup_low=speedup * math.exp(-q * log_se),
-        speedup_high=speedup * math.exp(q * log_se),
-        speedup_rounds=3,
-        speedup_df=4,
-        speedup_log_se=log_se,
+        estimate=SpeedupEstimate(
+            low=speedup * math.exp(-q * log_se),
+            high=speedup * math.exp(q * log_se),
+            rounds=3,
+            df=4,
+            log_se=log_se,
+        ),
         drafts=drafts,
         draft_tokens=tokens,
     )

@@ -12,6 +12,7 @@ import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -27,7 +28,7 @@ from harness.derive.summary import summarize
 from harness.derive.verdict import run_caveats
 from harness.present.verdict_text import basis_line, caveat_text
 from harness.results import RunDir, RunTiming, append_jsonl, read_jsonl
-from harness.results.model import CellMetrics, RepeatMetrics
+from harness.results.model import CellMetrics, RepeatMetrics, SpeedupEstimate
 from harness.results.records import ArmStatus, Round
 from harness.run.plan import describe_plan, plan_regime, run_plan
 from harness.run.runner import Runner
@@ -110,22 +111,22 @@ def test_the_interval_resamples_start_ups(tmp_path: Path) -> None:
     # paired t's on the log ratios (two arms in the model: 1 df, se log(1.25) / 2), the prompts'
     # sampling added to it (a jackknife over the window's prompts)
     point = first / math.sqrt(1.25)
-    assert cell.speedup == pytest.approx(point) and cell.speedup_interval == "server_starts"
-    assert cell.speedup_prompts == 6 and cell.speedup_prompt_log_se > 0
+    assert cell.speedup == pytest.approx(point) and cell.estimate.source == "server_starts"
+    assert cell.estimate.prompts == 6 and cell.estimate.prompt_log_se > 0
     startup_se = math.log(1.25) / 2
-    assert cell.speedup_log_se == pytest.approx(math.hypot(startup_se, cell.speedup_prompt_log_se))
-    assert cell.speedup_rounds == 2 and 1 <= cell.speedup_df <= 1 + 6 - 1
-    half = stats.t_quantile(0.975, cell.speedup_df) * cell.speedup_log_se
-    assert (cell.speedup_low, cell.speedup_high) == pytest.approx(
+    assert cell.estimate.log_se == pytest.approx(math.hypot(startup_se, cell.estimate.prompt_log_se))
+    assert cell.estimate.rounds == 2 and 1 <= cell.estimate.df <= 1 + 6 - 1
+    half = stats.t_quantile(0.975, cell.estimate.df) * cell.estimate.log_se
+    assert (cell.estimate.low, cell.estimate.high) == pytest.approx(
         (point * math.exp(-half), point * math.exp(half)), rel=1e-6
     )
-    assert before.speedup_interval is None and before.speedup_low is None  # one start-up: unverified
+    assert before.estimate.source is None and before.estimate.low is None  # one start-up: unverified
     assert "2 rounds of server start-ups" in interval_note(two)
     assert interval_note(one).startswith("unverified: 1 start-up per arm, no calibration")
     # arms measured on one start-up get a model of their own with the baseline: one round, no interval
     untrained = next(c for c in two.cells if c.arm == "eagle3_untrained_k3")
-    assert untrained.server_starts == 1 and untrained.speedup_interval is None
-    assert untrained.speedup_rounds == 1
+    assert untrained.server_starts == 1 and untrained.estimate.source is None
+    assert untrained.estimate.rounds == 1
 
 
 def _two_start_ups(
@@ -153,17 +154,19 @@ def test_the_prior_on_the_start_up_spread_narrows_a_two_round_interval(tmp_path:
         run = _two_start_ups(tmp_path / f"run-{prior}", 2, 1.1, {"startup_prior_sd": prior})
         runs[prior] = next(c for c in summarize(run).cells if c.arm == "ngram_k4" and c.concurrency == 1)
     plain, prior = runs[None], runs[0.1]
-    assert (plain.speedup_interval, prior.speedup_interval) == ("server_starts", "server_starts+prior")
+    assert (plain.estimate.source, prior.estimate.source) == ("server_starts", "server_starts+prior")
     assert prior.speedup == pytest.approx(plain.speedup)
-    assert prior.speedup_prompt_log_se == pytest.approx(plain.speedup_prompt_log_se)
+    assert prior.estimate.prompt_log_se == pytest.approx(plain.estimate.prompt_log_se)
     # 2 arms x 2 rounds: the residual sum of squares is half the squared difference of the log ratios
     variance, _ = stats.halfnormal_posterior_t(math.log(1.1) ** 2 / 4, 1, 1.0, 0.1)
-    assert prior.speedup_log_se == pytest.approx(math.hypot(math.sqrt(variance), prior.speedup_prompt_log_se))
-    assert prior.speedup_low > plain.speedup_low and prior.speedup_high < plain.speedup_high
+    assert prior.estimate.log_se == pytest.approx(
+        math.hypot(math.sqrt(variance), prior.estimate.prompt_log_se)
+    )
+    assert prior.estimate.low > plain.estimate.low and prior.estimate.high < plain.estimate.high
     # a 25% spread exceeds the prior's scale: that run gets the plain t
     run = _two_start_ups(tmp_path / "run-wide", 2, 1.25)
     wide = next(c for c in summarize(run).cells if c.arm == "ngram_k4" and c.concurrency == 1)
-    assert wide.speedup_interval == "server_starts"
+    assert wide.estimate.source == "server_starts"
 
 
 def test_a_run_that_decides_corrects_its_intervals_for_its_looks(tmp_path: Path) -> None:
@@ -174,12 +177,12 @@ def test_a_run_that_decides_corrects_its_intervals_for_its_looks(tmp_path: Path)
     run = _two_start_ups(tmp_path / "run", {"min": 2, "max": 6, "decide": True}, 1.25)
     summary = summarize(run)
     cell = next(c for c in summary.cells if c.arm == "ngram_k4" and c.concurrency == 1)
-    assert (cell.speedup_rounds, cell.speedup_looks, cell.speedup_first_look) == (2, 5, 2)
+    assert (cell.estimate.rounds, cell.estimate.looks, cell.estimate.first_look) == (2, 5, 2)
     level = stats.repeated_level(1, 2, 5)
     assert level == pytest.approx(0.986, abs=0.001)
     # at that level, on the model's standard error (the start-ups' and the prompts' terms)
-    half = stats.t_quantile(1 - (1 - level) / 2, cell.speedup_df) * cell.speedup_log_se
-    assert (cell.speedup_low, cell.speedup_high) == pytest.approx(
+    half = stats.t_quantile(1 - (1 - level) / 2, cell.estimate.df) * cell.estimate.log_se
+    assert (cell.estimate.low, cell.estimate.high) == pytest.approx(
         (cell.speedup * math.exp(-half), cell.speedup * math.exp(half)), rel=1e-6
     )
     # every view rebuilds it from what the summary stored: the winner's correction composes with it
@@ -218,8 +221,8 @@ def test_an_arm_retried_in_rounds_of_its_own_gets_no_interval(tmp_path: Path) ->
     assert timing.model_copy(update={"rounds": rounds[:2]}).unpaired_arms("baseline") == []
     summary = summarize(run)
     cell = next(c for c in summary.cells if c.arm == "ngram_k4" and c.concurrency == 1)
-    assert cell.speedup is not None and cell.speedup_rounds == 2
-    assert (cell.speedup_low, cell.speedup_high, cell.speedup_df, cell.speedup_interval) == (None,) * 4
+    assert cell.speedup is not None and cell.estimate.rounds == 2
+    assert (cell.estimate.low, cell.estimate.high, cell.estimate.df, cell.estimate.source) == (None,) * 4
     assert [c.arm for c in run_caveats(summary) if c.code == "unpaired"] == ["ngram_k4"]
     assert caveat_text(next(c for c in run_caveats(summary) if c.code == "unpaired")).startswith(
         "arm ngram_k4: its start-ups ran in other rounds"
@@ -399,17 +402,23 @@ def test_undecided_rounds_stop_at_the_maximum(tmp_path: Path, monkeypatch: pytes
     assert [r.order for r in _rounds(run)][-1] == ["baseline", "ngram_k4"]
 
 
+def _stored(cell: CellMetrics, point: float, **fields: Any) -> CellMetrics:
+    """The cell with its point and some of its stored estimate's fields changed."""
+    stored = (cell.estimate or SpeedupEstimate()).model_copy(update=fields)
+    return cell.model_copy(update={"speedup": point, "estimate": stored})
+
+
 def test_what_a_round_bought_and_whether_the_cells_are_decided() -> None:
     summary = summarize(SMOKE)
     cells = [c for c in summary.cells if c.method != "baseline"]
     first, second = cells[0], cells[1]
-    wide = first.model_copy(update={"speedup": 1.02, "speedup_low": 0.88, "speedup_high": 1.19})
-    narrow = first.model_copy(update={"speedup": 1.02, "speedup_low": 0.95, "speedup_high": 1.09})
-    pays = second.model_copy(update={"speedup": 1.2, "speedup_low": 1.1, "speedup_high": 1.3})
-    unverified = second.model_copy(update={"speedup": 1.2, "speedup_low": None, "speedup_high": None})
+    wide = _stored(first, 1.02, low=0.88, high=1.19)
+    narrow = _stored(first, 1.02, low=0.95, high=1.09)
+    pays = _stored(second, 1.2, low=1.1, high=1.3)
+    unverified = _stored(second, 1.2, low=None, high=None)
     baseline = next(c for c in summary.cells if c.method == "baseline")
     assert cell_estimate(baseline) is None
-    estimate = cell_estimate(pays.model_copy(update={"speedup_rounds": 3, "speedup_df": 2}))
+    estimate = cell_estimate(_stored(pays, 1.2, rounds=3, df=2))
     assert estimate is not None and estimate.decided and (estimate.rounds, estimate.df) == (3, 2)
 
     def of(*found: CellMetrics) -> Standing:

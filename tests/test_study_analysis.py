@@ -22,6 +22,7 @@ from harness.derive.study.analysis import (
     flips,
     recommend,
 )
+from harness.results.model import SpeedupEstimate
 
 DTYPE_BF16 = (("target.dtype", "bfloat16"),)
 DTYPE_FP32 = (("target.dtype", "float32"),)
@@ -66,13 +67,15 @@ def obs(
         baseline_usd_per_mtok=1.0,
         identical_pct=100.0,
         round_speedups=tuple(enumerate(rounds)) if rounds is not None else (),
-        speedup_low=low,
-        speedup_high=high,
-        speedup_log_se=log_se,
-        speedup_df=df if log_se is not None else None,
-        speedup_rounds=n,
-        speedup_interval="server_starts" if log_se is not None else None,
-        speedup_model_arms=model_arms,
+        stored=SpeedupEstimate(
+            low=low,
+            high=high,
+            log_se=log_se,
+            df=df if log_se is not None else None,
+            rounds=n,
+            source="server_starts" if log_se is not None else None,
+            model_arms=model_arms,
+        ),
     )
 
 

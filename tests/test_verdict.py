@@ -19,7 +19,7 @@ from harness.derive.summary import summarize
 from harness.derive.verdict import run_caveats, window_verdicts
 from harness.present.table import answer_lines, lab_markdown
 from harness.present.verdict_text import caveat_text, findings_text, provisional_text, verdict_line
-from harness.results.model import CellMetrics, Summary
+from harness.results.model import CellMetrics, SpeedupEstimate, Summary
 from harness.run.client import RequestRecord, _absorb_chunk
 
 
@@ -40,6 +40,9 @@ def with_cells(summary: Summary, **updates_by_key: dict) -> Summary:
     cells = []
     for cell in summary.cells:
         update = updates_by_key.get(f"{cell.arm}/{cell.workload}/{cell.concurrency}")
+        if update and "estimate" in update:  # the stored estimate's fields it changes
+            stored = cell.estimate or SpeedupEstimate()
+            update = {**update, "estimate": stored.model_copy(update=update["estimate"])}
         cells.append(cell.model_copy(update=update) if update else cell)
     return summary.model_copy(update={"cells": cells})
 
@@ -87,23 +90,16 @@ def test_verdict_follows_the_interval(summary: Summary) -> None:
         **{
             "ngram_k4/code_humaneval/1": {
                 "speedup": 1.6,
-                "speedup_low": 1.4,
-                "speedup_high": 1.8,
-                "speedup_interval": "server_starts",
-                "speedup_df": 4,
+                "estimate": {"low": 1.4, "high": 1.8, "source": "server_starts", "df": 4},
                 "usd_per_mtok": 2.0,
             },
             "ngram_k4/code_humaneval/2": {
                 "speedup": 0.8,
-                "speedup_low": 0.7,
-                "speedup_high": 0.9,
-                "speedup_interval": "server_starts",
+                "estimate": {"low": 0.7, "high": 0.9, "source": "server_starts"},
             },
             "ngram_k4/chat_mtbench/1": {
                 "speedup": 1.05,
-                "speedup_low": 0.95,
-                "speedup_high": 1.15,
-                "speedup_interval": "server_starts",
+                "estimate": {"low": 0.95, "high": 1.15, "source": "server_starts"},
             },
         },
     )
@@ -263,8 +259,7 @@ def test_findings_name_the_chain_break_the_load_trend_and_the_cost(summary: Summ
         **{
             "ngram_k4/code_humaneval/1": {
                 "speedup": 1.6,
-                "speedup_low": 1.4,
-                "speedup_high": 1.8,
+                "estimate": {"low": 1.4, "high": 1.8},
                 "usd_per_mtok": 2.1,
             }
         },
@@ -380,12 +375,14 @@ def test_a_finding_says_what_the_window_decided_of_its_fastest_arm(summary: Summ
         **{
             "ngram_k4/code_humaneval/1": {
                 "speedup": 1.3,
-                "speedup_low": 1.01,
-                "speedup_high": 1.67,
-                "speedup_interval": "server_starts",
-                "speedup_df": 2,
-                "speedup_log_se": 0.06,
-                "speedup_rounds": 2,
+                "estimate": {
+                    "low": 1.01,
+                    "high": 1.67,
+                    "source": "server_starts",
+                    "df": 2,
+                    "log_se": 0.06,
+                    "rounds": 2,
+                },
             }
         },
     )

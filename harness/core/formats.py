@@ -29,6 +29,16 @@ def speedup_text(point: float, low: float | None = None, high: float | None = No
     return head if low is None or high is None else f"{head} {interval_text(low, high)}"
 
 
+def estimate_text(point: float, low: float | None, high: float | None, rounds: int) -> str:
+    """A stored speedup estimate in words: ``speedup_text`` with its interval, else the point, its
+    side of 1 and why it is unverified (``rounds`` of start-ups: 1 never measured their spread)."""
+    if low is None or high is None:
+        side = "faster" if point > 1.0 else "slower" if point < 1.0 else "no change"
+        why = "start-up spread not measured" if rounds <= 1 else "no interval"
+        return f"{point:.2f}x ({side}, unverified: {why})"
+    return speedup_text(point, low, high)
+
+
 def k_text(k: int | None, without: str = "") -> str:
     """An arm's draft depth, ``K=4``, wherever it is shown; ``without`` where it drafts nothing."""
     return f"K={k}" if k else without

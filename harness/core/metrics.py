@@ -35,6 +35,14 @@ SampleSource = Literal["repeat", "request", "chunk", "prompt"]
 Shown = Literal["always", "slo", "power", "copy", "open_loop", "turns", "never"]
 
 
+def _at(record: Any, path: str) -> Any:
+    """The value at a dotted path of a record, None past a section that is absent."""
+    value = record
+    for part in path.split("."):
+        value = getattr(value, part) if value is not None else None
+    return value
+
+
 @dataclass(frozen=True)
 class Metric:
     name: str  # the summary field, units in the name
@@ -59,16 +67,19 @@ class Metric:
     terminal: bool = False  # the terminal's mini-lab tables show it too (they must fit 80 columns)
     baseline_text: str | None = None  # what the baseline's row shows instead (tau: 1 by definition)
     ratio: bool = False  # a ratio to the baseline: above 1 is a gain, below a loss (coloured)
-    interval: tuple[str, str] | None = None  # the cell fields of its 95% interval, shown with it
+    interval: tuple[str, str] | None = (
+        None  # the cell fields of its 95% interval (dotted paths), shown with it
+    )
     flag: tuple[str, str] | None = None  # a cell's bool field that qualifies the value, and its text
 
     def value(self, cell: Any) -> float | None:
         """The metric's value in one cell (``CellMetrics``), None where not measured (a section such
         as ``exactness`` absent); a misspelt field raises."""
-        value = cell
-        for part in (self.field or self.name).split("."):
-            value = getattr(value, part) if value is not None else None
-        return value
+        return _at(cell, self.field or self.name)
+
+    def bounds(self, cell: Any) -> list[float | None]:
+        """Its 95% interval in one cell (``interval``; [] without one): None where not stored."""
+        return [_at(cell, path) for path in self.interval] if self.interval else []
 
     def format(self, value: float | None) -> str:
         return "-" if value is None else format(value, self.fmt)
@@ -128,7 +139,7 @@ _ALL = (
         description="arm tok/s / baseline tok/s, same prompts and concurrency",
         terminal=True,
         ratio=True,
-        interval=("speedup_low", "speedup_high"),
+        interval=("estimate.low", "estimate.high"),
     ),
     Metric(
         name="ttft_ms_p50",

@@ -54,7 +54,7 @@ from harness.derive.verdict import (
 )
 from harness.results.files import write_text_atomic
 from harness.results.gate import StoredGate, read_gate
-from harness.results.model import CategoryMetrics, CellMetrics, Summary
+from harness.results.model import CategoryMetrics, CellMetrics, SpeedupEstimate, Summary
 from harness.results.raw import RawRun, read_raw
 
 
@@ -130,7 +130,7 @@ class RunAnalysis:
     def category_estimate(self, row: CategoryMetrics) -> Estimate | None:
         """A category row's speedup with its interval, from the same model over the category's
         per-start-up tok/s (``summary.category_rows``)."""
-        return None if row.arm == self.summary.baseline_arm else stored_estimate(row)
+        return None if row.arm == self.summary.baseline_arm else stored_estimate(row.speedup, row.estimate)
 
     def category_outcome(self, row: CategoryMetrics) -> str | None:
         """What a category row's interval decides, held over the speculative arms measured at its
@@ -254,19 +254,20 @@ def _chance_pays(verdicts: tuple[WindowVerdict, ...]) -> float:
 
 def _basis(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> IntervalBasis:
     cells = [c for c in summary.cells if c.arm != summary.baseline_arm and c.speedup is not None]
-    looks = max((c.speedup_looks or 1 for c in cells), default=1)
-    first_look = next((c.speedup_first_look for c in cells if (c.speedup_looks or 1) == looks), None)
-    sources = tuple(sorted({c.speedup_interval for c in cells if c.speedup_interval}))
+    stored = [(c, c.estimate or SpeedupEstimate()) for c in cells]
+    looks = max((e.looks or 1 for _, e in stored), default=1)
+    first_look = next((e.first_look for _, e in stored if (e.looks or 1) == looks), None)
+    sources = tuple(sorted({e.source for _, e in stored if e.source}))
     return IntervalBasis(
         sources=sources,
-        rounds=max((c.speedup_rounds or c.server_starts for c in cells), default=1),
-        dfs=tuple(sorted({c.speedup_df for c in cells if c.speedup_df})),
+        rounds=max((e.rounds or c.server_starts for c, e in stored), default=1),
+        dfs=tuple(sorted({e.df for _, e in stored if e.df})),
         calibration=summary.calibration if any("calibration" in s for s in sources) else None,
         looks=looks,
         look_level=design_level(looks, first_look=first_look),
-        prompts=tuple(sorted({c.speedup_prompts for c in cells if c.speedup_prompts})),
-        own_spread=tuple(f"{c.arm} {c.workload} {c.level.short()}" for c in cells if c.speedup_own_spread),
-        calibration_refused=any(c.speedup_calibration_refused for c in cells),
+        prompts=tuple(sorted({e.prompts for _, e in stored if e.prompts})),
+        own_spread=tuple(f"{c.arm} {c.workload} {c.level.short()}" for c, e in stored if e.own_spread),
+        calibration_refused=any(e.calibration_refused for _, e in stored),
         windows=len(verdicts),
         familywise=bool(summary.verdict and summary.verdict.familywise),
         chance_pays=_chance_pays(verdicts),
@@ -310,7 +311,7 @@ def _assemble(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> RunAnaly
 
 
 ANALYSIS_FILE = "analysis.json"
-ANALYSIS_VERSION = 4  # of analysis.json's layout; a reader of another version derives it again
+ANALYSIS_VERSION = 5  # of analysis.json's layout; a reader of another version derives it again
 # the raw files derive reads (arms/<arm>/...): warm-ups, server logs and what derive writes are not
 RAW_FILES = ("regime.json", "environment.json", "timing.json", "calibration.json")
 RAW_ARM_FILES = (

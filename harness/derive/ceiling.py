@@ -90,7 +90,9 @@ def decode_ceiling(summary: Summary) -> Ceiling | None:
     context = (base.prompt_tokens_mean or 0.0) + base.output_tokens / base.requests_ok / 2
     footprint, bandwidth = inputs.footprint, inputs.bandwidth
     arms = tuple(
-        ArmCeiling(c.arm, c.workload, c.speedup, c.speedup_low, c.speedup_high, ceiling)
+        ArmCeiling(
+            c.arm, c.workload, c.speedup, e.low if (e := c.estimate) else None, e.high if e else None, ceiling
+        )
         for c in summary.cells
         if c.arm != summary.baseline_arm
         and c.level == one

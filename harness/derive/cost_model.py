@@ -44,7 +44,7 @@ from harness.config.level import LoadLevel
 from harness.config.methods import names
 from harness.core import stats
 from harness.derive.intervals import CONFIDENCE, Estimate, cell_estimates
-from harness.results.model import CellMetrics, Summary
+from harness.results.model import CellMetrics, SpeedupEstimate, Summary
 
 # drafters whose proposal at K' < K is the first K' tokens of their proposal at K
 CHAIN_METHODS = frozenset(names("chain"))
@@ -368,18 +368,18 @@ def _predict(
 def _checked(prediction: Prediction, cell: CellMetrics) -> Prediction:
     """Beside the arm that ran at its K: consistent where the log difference lies within the two
     standard errors' combined 95% t interval (the smaller of their degrees of freedom)."""
-    inside = None
-    if prediction.log_se is not None and cell.speedup_log_se and cell.speedup and cell.speedup_df:
-        se = math.hypot(prediction.log_se, cell.speedup_log_se)
-        df = min(prediction.df, cell.speedup_df)
+    inside, stored = None, cell.estimate or SpeedupEstimate()
+    if prediction.log_se is not None and stored.log_se and cell.speedup and stored.df:
+        se = math.hypot(prediction.log_se, stored.log_se)
+        df = min(prediction.df, stored.df)
         t = abs(math.log(cell.speedup / prediction.speedup)) / se
         inside = t <= stats.t_quantile(1 - (1 - CONFIDENCE) / 2, df)
     return replace(
         prediction,
         measured_arm=cell.arm,
         measured_speedup=cell.speedup,
-        measured_low=cell.speedup_low,
-        measured_high=cell.speedup_high,
+        measured_low=stored.low,
+        measured_high=stored.high,
         measured_tau=cell.tau,
         inside=inside,
     )

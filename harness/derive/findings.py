@@ -164,7 +164,7 @@ def _state(cell: CellMetrics, verdicts: list[WindowVerdict]) -> str:
     if window is not None and window.best is not None and window.best.arm == cell.arm:
         # the window's own verdict, its interval held over the window's arms: what was decided of it
         return "" if window.outcome in ("pays", "loses", "equivalent") else str(window.outcome)
-    estimate = stored_estimate(cell, rounds=cell.server_starts)
+    estimate = stored_estimate(cell.speedup, cell.estimate, rounds=cell.server_starts)
     if estimate is not None and window is not None:  # every arm read as the verdict reads them
         estimate = estimate.selected_from(window.candidates, window.windows)
     if estimate is None or not estimate.decided:

@@ -48,7 +48,7 @@ from harness.core.probes.slo import meets
 from harness.derive.analysis import RunAnalysis, load_analysis
 from harness.derive.cost_model import CHAIN_METHODS
 from harness.derive.verdict import Outcome
-from harness.results.model import RampStageMetrics, Summary
+from harness.results.model import RampStageMetrics, SpeedupEstimate, Summary
 from harness.results.raw import RawRun
 
 ExportFormat = Literal["csv", "parquet", "jsonl"]
@@ -107,16 +107,19 @@ class Run:
         rows, positions = [], max((len(c.per_position_acceptance) for c in self.summary.cells), default=0)
         verdicts = self._verdicts()
         for cell in self.summary.cells:
-            row = self.identity() | cell.model_dump(
-                exclude={
-                    "per_repeat",
-                    "per_position_acceptance",
-                    "conditional_acceptance",
-                    "acceptance_checks",
-                    "prompt_tau",  # per prompt: the requests() frame has request_tau
-                    "exactness",
-                    "server_reported",
-                }
+            row = self.identity() | _flat(
+                cell.model_dump(
+                    exclude={
+                        "per_repeat",
+                        "per_position_acceptance",
+                        "conditional_acceptance",
+                        "acceptance_checks",
+                        "prompt_tau",  # per prompt: the requests() frame has request_tau
+                        "exactness",
+                        "server_reported",
+                    }
+                ),
+                cell.estimate,
             )
             for index in range(positions):
                 for prefix, values in (
@@ -250,11 +253,13 @@ class Run:
     def categories(self) -> pd.DataFrame:
         """One row per (arm, category, concurrency), pooled over the category's workloads."""
         fields = (
-            list(self.summary.categories[0].model_dump()) if self.summary.categories else ["arm", "category"]
+            list(_flat(self.summary.categories[0].model_dump(), None))
+            if self.summary.categories
+            else ["arm", "category"]
         )
         columns, rows = [*IDENTITY, *fields], []
         for category in self.summary.categories:
-            row = self.identity() | category.model_dump()
+            row = self.identity() | _flat(category.model_dump(), category.estimate)
             row["workloads"] = ",".join(row["workloads"])
             rows.append(row)
         return _frame(rows, columns)
@@ -263,13 +268,24 @@ class Run:
         """One row per (arm, workload, ramp stage) and per arm's whole ramp (``load.ramp``), pooled
         over the server start-ups; empty for a run without a ramp."""
         fields = [f for f in RampStageMetrics.model_fields if f != "startup_tok_s"]  # a list: per start-up
-        rows = (self.identity() | m.model_dump(include=set(fields)) for m in self.summary.ramp)
-        return _frame(rows, [*IDENTITY, *fields])
+        rows = [
+            self.identity() | _flat(m.model_dump(include=set(fields)), m.estimate) for m in self.summary.ramp
+        ]
+        return _frame(rows, [*IDENTITY, *_flat(dict.fromkeys(fields), None)])
 
     def table(self, name: str) -> pd.DataFrame:
         if name not in TABLES:
             raise ValueError(f"unknown table {name!r} (tables: {', '.join(TABLES)})")
         return getattr(self, name)()
+
+
+def _flat(row: dict[str, Any], estimate: SpeedupEstimate | None) -> dict[str, Any]:
+    """A record's dump with its nested ``estimate`` spread in its place into the flat ``speedup_*``
+    columns the export has always had (``SpeedupEstimate.columns``)."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        out |= SpeedupEstimate.columns(estimate) if key == "estimate" else {key: value}
+    return out
 
 
 def load_run(path: str | Path) -> Run:

@@ -60,9 +60,9 @@ Outside that model, three things a user decides on (docs/statistics.md, "the wor
   (``calibration_refused``), and one older than ``CALIBRATION_MAX_AGE_H`` is not used at all
   (``harness.derive.summary``): one start-up then stays unverified.
 
-Every view reads the interval this module computed and the summary stored (``speedup_low``,
-``speedup_high``, ``speedup_log_se``, ``speedup_df``), so a run, a study, a gate and an export
-always show the same interval for the same cell.
+Every view reads the interval this module computed and the summary stored (a record's ``speedup``
+and its ``estimate``: ``harness.results.model.SpeedupEstimate``), so a run, a study, a gate and an
+export always show the same interval for the same cell.
 """
 
 from __future__ import annotations
@@ -70,10 +70,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol, get_args
+from typing import Any, Literal, get_args
 
 from harness.core import stats
-from harness.core.formats import speedup_text
+from harness.core.formats import estimate_text
+from harness.results.model import SpeedupEstimate
 
 CONFIDENCE = 0.95
 # a speedup whose whole interval lies within this of 1 (on the log scale) is decided: "equivalent"
@@ -252,78 +253,58 @@ class Estimate:
         last = (self.first_look or 0) + self.looks - 1
         return self.looks > 1 and self.first_look is not None and self.rounds >= last
 
-    def stored(self) -> dict[str, object]:
-        """The fields a summary stores for it (a cell's or a ramp span's ``speedup_*``), which
-        ``stored_estimate`` reads back."""
+    def stored(self) -> dict[str, Any]:
+        """What a summary stores for it (a cell's, a category's or a ramp span's ``speedup`` and
+        ``estimate``), which ``stored_estimate`` reads back."""
         return {
             "speedup": self.point,
-            "speedup_low": self.low,
-            "speedup_high": self.high,
-            "speedup_interval": self.source,
-            "speedup_rounds": self.rounds,
-            "speedup_df": self.df or None,
-            "speedup_log_se": self.log_se,
-            "speedup_looks": self.looks if self.looks > 1 else None,
-            "speedup_first_look": self.first_look if self.looks > 1 else None,
-            "speedup_model_arms": self.model_arms or None,
-            "speedup_prompts": self.prompts or None,
-            "speedup_prompt_log_se": self.prompt_log_se,
-            "speedup_own_spread": self.own_spread or None,
-            "speedup_calibration_refused": self.calibration_refused or None,
+            "estimate": SpeedupEstimate(
+                low=self.low,
+                high=self.high,
+                source=self.source,
+                rounds=self.rounds,
+                df=self.df or None,
+                log_se=self.log_se,
+                looks=self.looks if self.looks > 1 else None,
+                first_look=self.first_look if self.looks > 1 else None,
+                model_arms=self.model_arms or None,
+                prompts=self.prompts or None,
+                prompt_log_se=self.prompt_log_se,
+                own_spread=self.own_spread or None,
+                calibration_refused=self.calibration_refused or None,
+            ),
         }
 
-    @classmethod
-    def from_stored(cls, stored: StoredSpeedup, rounds: int | None = None) -> Estimate | None:
-        """``stored_estimate``: the estimate a summary stored, for a view that holds the fields."""
-        return stored_estimate(stored, rounds)
-
     def text(self) -> str:
-        if self.low is None or self.high is None:
-            side = "faster" if self.point > 1.0 else "slower" if self.point < 1.0 else "no change"
-            why = "start-up spread not measured" if self.rounds <= 1 else "no interval"
-            return f"{self.point:.2f}x ({side}, unverified: {why})"
-        return speedup_text(self.point, self.low, self.high)
+        return estimate_text(self.point, self.low, self.high, self.rounds)
 
 
-class StoredSpeedup(Protocol):
-    """What holds an estimate's stored fields (``Estimate.stored``): a cell, a ramp span, a study's
-    observation."""
-
-    speedup: float | None
-    speedup_low: float | None
-    speedup_high: float | None
-    speedup_rounds: int | None
-    speedup_df: int | None
-    speedup_log_se: float | None
-    speedup_interval: str | None
-    speedup_looks: int | None
-    speedup_first_look: int | None
-    speedup_model_arms: int | None
-
-
-def stored_estimate(stored: StoredSpeedup, rounds: int | None = None) -> Estimate | None:
-    """The estimate a summary stored (``Estimate.stored``'s fields), never re-computed: every view,
-    the study and the gates show the interval the summary holds; a source of an older version is
-    dropped. ``rounds``: where the stored count is absent (an older version)."""
-    if stored.speedup is None:
+def stored_estimate(
+    point: float | None, stored: SpeedupEstimate | None, rounds: int | None = None
+) -> Estimate | None:
+    """The estimate a summary stored (a record's ``speedup`` and ``estimate``: ``Estimate.stored``),
+    never re-computed: every view, the study and the gates show the interval the summary holds; a
+    source of an older version is dropped. ``rounds``: where the stored count is absent (an older
+    version)."""
+    if point is None:
         return None
-    source = stored.speedup_interval if stored.speedup_interval in get_args(IntervalSource) else None
+    found = stored or SpeedupEstimate()
+    source = found.source if found.source in get_args(IntervalSource) else None
     return Estimate(
-        point=stored.speedup,
-        low=stored.speedup_low,
-        high=stored.speedup_high,
-        rounds=stored.speedup_rounds or rounds or 1,
-        df=stored.speedup_df or 0,
-        log_se=stored.speedup_log_se,
+        point=point,
+        low=found.low,
+        high=found.high,
+        rounds=found.rounds or rounds or 1,
+        df=found.df or 0,
+        log_se=found.log_se,
         source=source,  # type: ignore[arg-type]
-        looks=stored.speedup_looks or 1,
-        first_look=stored.speedup_first_look,
-        model_arms=stored.speedup_model_arms or 0,
-        # version 13 on (absent in an older summary, and in a study observation before it)
-        prompts=getattr(stored, "speedup_prompts", None) or 0,
-        prompt_log_se=getattr(stored, "speedup_prompt_log_se", None),
-        own_spread=bool(getattr(stored, "speedup_own_spread", None)),
-        calibration_refused=bool(getattr(stored, "speedup_calibration_refused", None)),
+        looks=found.looks or 1,
+        first_look=found.first_look,
+        model_arms=found.model_arms or 0,
+        prompts=found.prompts or 0,  # version 13 on (absent in an older summary)
+        prompt_log_se=found.prompt_log_se,
+        own_spread=bool(found.own_spread),
+        calibration_refused=bool(found.calibration_refused),
     )
 
 

@@ -36,7 +36,7 @@ def scheduled_k(schedule: Sequence[Sequence[int]], batch_size: int) -> int:
 
 
 def _estimate(cell: CellMetrics | RampStageMetrics) -> Estimate | None:
-    return stored_estimate(cell)
+    return stored_estimate(cell.speedup, cell.estimate)
 
 
 def _with_interval(

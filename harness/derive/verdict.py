@@ -301,7 +301,7 @@ def load_caveat(baseline: CellMetrics, best: CellMetrics | None) -> list[Caveat]
 
 def estimate_of(cell: CellMetrics) -> Estimate | None:
     """A cell's speedup with the interval the summary stored (``harness.derive.intervals``' model)."""
-    return stored_estimate(cell, rounds=cell.server_starts)
+    return stored_estimate(cell.speedup, cell.estimate, rounds=cell.server_starts)
 
 
 def _design(estimate: Estimate | None, settings: VerdictSettings) -> Design | None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.core.formats import estimate_text
 from harness.derive.analysis import RunAnalysis
-from harness.derive.intervals import Estimate
 from harness.present.schedule_text import level_verdict, ramp_line
 from harness.present.table import section_tables
 from harness.present.width import FitTable
-from harness.results.model import RampStageMetrics, Summary
+from harness.results.model import RampStageMetrics, SpeedupEstimate, Summary
 
 HEADER = [
     "stage",
@@ -32,15 +32,13 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _estimate(metrics: RampStageMetrics) -> Estimate | None:
-    return Estimate.from_stored(metrics)
-
-
 def _speedup_text(metrics: RampStageMetrics, baseline: str) -> str:
     if metrics.arm == baseline:
         return "1.00x" if metrics.speedup else "-"
-    found = _estimate(metrics)
-    return found.text() if found is not None else "-"
+    if metrics.speedup is None:
+        return "-"
+    stored = metrics.estimate or SpeedupEstimate()
+    return estimate_text(metrics.speedup, stored.low, stored.high, stored.rounds or 1)
 
 
 def _drafted(metrics: RampStageMetrics) -> str:

@@ -48,7 +48,7 @@ from harness.results.migrations import status as status_steps
 from harness.results.records import ArmStatus, RequestRecord
 
 # The version this harness writes, and the versions it reads (the steps of harness.results.migrations).
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 READABLE_VERSIONS = tuple(range(1, SCHEMA_VERSION + 1))
 RecordT = TypeVar("RecordT", bound=BaseModel | RequestRecord)
 

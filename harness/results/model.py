@@ -62,6 +62,57 @@ class ExactnessShares(ResultModel):
     unknown_pct: float | None
 
 
+class SpeedupEstimate(ResultModel):
+    """What the arms x rounds model (``harness.derive.intervals``) stored with a speedup besides its
+    point (the record's ``speedup``): its interval, the model's rounds and degrees of freedom, and the
+    design it was corrected for. ``harness.derive.intervals.stored_estimate`` reads it back as an
+    ``Estimate``; ``bench export`` and the history flatten it into ``speedup_*`` columns (``columns``)."""
+
+    # its 95% t interval (None: unverified, one start-up per arm and no calibration), the rounds and
+    # degrees of freedom it has and its standard error on the log scale (version 7 on); "repeats" and
+    # "requests" are version 6's sources, dropped by its migration
+    low: float | None = None
+    high: float | None = None
+    source: (
+        Literal[
+            "server_starts",
+            "server_starts+prior",
+            "calibration",
+            "server_starts+calibration",
+            "repeats",
+            "requests",
+        ]
+        | None
+    ) = None
+    rounds: int | None = None
+    df: int | None = None
+    log_se: float | None = None
+    # the intervals the run's design could look at before it stopped (load.server_starts decide);
+    # the interval is corrected for them (harness.derive.intervals). None: 1, a fixed number of rounds
+    looks: int | None = None
+    # the rounds at that design's first look (server_starts.min; version 12 on): the looks' level
+    # is fitted to them. None: one look, or a summary before version 12 (Bonferroni over the looks)
+    first_look: int | None = None
+    # the arms (with the baseline) of the model the speedup was fitted in (version 12 on): the
+    # winner of several is corrected at max-t only where they all shared it. None: before version 12
+    model_arms: int | None = None
+    # the workload (version 13 on): the prompts the interval's prompt-sampling term counts and that
+    # term's standard error on the log scale (inside log_se); the start-up term from the arm's own
+    # paired differences (its spread differs); the calibration left out (the run's own residual is
+    # the larger). None: none of these, or a summary before version 13
+    prompts: int | None = None
+    prompt_log_se: float | None = None
+    own_spread: bool | None = None
+    calibration_refused: bool | None = None
+
+    @staticmethod
+    def columns(estimate: SpeedupEstimate | None) -> dict[str, Any]:
+        """Its flat ``speedup_*`` columns (``bench export``, the history's table), in field order;
+        every one None where there is none."""
+        found = estimate.model_dump() if estimate is not None else dict.fromkeys(SpeedupEstimate.model_fields)
+        return {f"speedup_{'interval' if name == 'source' else name}": value for name, value in found.items()}
+
+
 class CellMetrics(ResultModel):
     """One arm on one workload at one concurrency level, pooled over the cell's repeats."""
 
@@ -150,42 +201,8 @@ class CellMetrics(ResultModel):
     # the arms x rounds model's estimate (harness.derive.intervals): the geometric mean of the per-round
     # ratios of start-up mean tok/s; the baseline's is 1
     speedup: float | None
-    # its 95% t interval (None: unverified, one start-up per arm and no calibration), the rounds and
-    # degrees of freedom it has and its standard error on the log scale (version 7 on); "repeats" and
-    # "requests" are version 6's sources, dropped by its migration
-    speedup_low: float | None = None
-    speedup_high: float | None = None
-    speedup_interval: (
-        Literal[
-            "server_starts",
-            "server_starts+prior",
-            "calibration",
-            "server_starts+calibration",
-            "repeats",
-            "requests",
-        ]
-        | None
-    ) = None
-    speedup_rounds: int | None = None
-    speedup_df: int | None = None
-    speedup_log_se: float | None = None
-    # the intervals the run's design could look at before it stopped (load.server_starts decide);
-    # the interval is corrected for them (harness.derive.intervals). None: 1, a fixed number of rounds
-    speedup_looks: int | None = None
-    # the rounds at that design's first look (server_starts.min; version 12 on): the looks' level
-    # is fitted to them. None: one look, or a summary before version 12 (Bonferroni over the looks)
-    speedup_first_look: int | None = None
-    # the arms (with the baseline) of the model the speedup was fitted in (version 12 on): the
-    # winner of several is corrected at max-t only where they all shared it. None: before version 12
-    speedup_model_arms: int | None = None
-    # the workload (version 13 on): the prompts the interval's prompt-sampling term counts and that
-    # term's standard error on the log scale (inside speedup_log_se); the start-up term from the
-    # arm's own paired differences (its spread differs); the calibration left out (the run's own
-    # residual is the larger). None: none of these, or a summary before version 13
-    speedup_prompts: int | None = None
-    speedup_prompt_log_se: float | None = None
-    speedup_own_spread: bool | None = None
-    speedup_calibration_refused: bool | None = None
+    # its interval and design (version 15 on; None: unverified, no interval or design stored)
+    estimate: SpeedupEstimate | None = None
     # requests in flight on average over the cell's windows (version 7 on): a window that drains
     # (num_prompts near the concurrency) runs below its stated load
     mean_in_flight: float | None = None
@@ -265,29 +282,14 @@ class CellMetrics(ResultModel):
         return [sum(m := [v for s, v in values if s == start]) / len(m) for start in starts]
 
 
-class SpeedupFields(ResultModel):
-    """A speedup as the arms x rounds model estimated it (``harness.derive.intervals.Estimate.stored``), for
-    a record that is not a cell: a category (the model over its per-start-up tok/s) or a ramp span.
-    The fields mean what a cell's ``speedup_*`` fields mean (``CellMetrics``)."""
-
-    speedup: float | None = None
-    speedup_low: float | None = None
-    speedup_high: float | None = None
-    speedup_interval: str | None = None
-    speedup_rounds: int | None = None
-    speedup_df: int | None = None
-    speedup_log_se: float | None = None
-    speedup_looks: int | None = None
-    speedup_first_look: int | None = None
-    speedup_model_arms: int | None = None
-    speedup_prompts: int | None = None
-    speedup_prompt_log_se: float | None = None
-    speedup_own_spread: bool | None = None
-    speedup_calibration_refused: bool | None = None
-
-
-class CategoryMetrics(SpeedupFields):
+class CategoryMetrics(ResultModel):
     """One arm on one category at one concurrency level, pooled over the category's workloads."""
+
+    # the arms x rounds model over the category's per-start-up tok/s (its workloads' tokens over
+    # their time, per start-up; harness.derive.intervals), stored as a cell's: for a category of one
+    # workload, the cell's own estimate. A summary before this field: the pooled tok/s ratio
+    speedup: float | None = None
+    estimate: SpeedupEstimate | None = None
 
     arm: str
     method: str
@@ -301,9 +303,6 @@ class CategoryMetrics(SpeedupFields):
     accepted_tokens: float
     identical_pct: float | None
     exactness_pairs: int
-    # the arms x rounds model over the category's per-start-up tok/s (its workloads' tokens over
-    # their time, per start-up; harness.derive.intervals), stored as a cell's: for a category of one
-    # workload, the cell's own estimate. A summary before this field: the pooled tok/s ratio
     copy_share_pct: float | None = None
     context_share_pct: float | None = None
     request_rate: float | None = None  # open-loop windows: requests/s
@@ -313,9 +312,12 @@ class CategoryMetrics(SpeedupFields):
         return LoadLevel(self.concurrency, self.request_rate)
 
 
-class RampStageMetrics(SpeedupFields):
+class RampStageMetrics(ResultModel):
     """One arm's ramp (``load.ramp``) on one workload: one stage, or the whole ramp (``stage``
     None), pooled over the server start-ups (``harness.derive.ramp``; formulas in ``probes.ramp``)."""
+
+    speedup: float | None = None  # the arms x rounds model over the span's per-start-up tok/s, as a cell's
+    estimate: SpeedupEstimate | None = None
 
     arm: str
     workload: str
@@ -490,7 +492,7 @@ class DecodeFloorInputs(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[14] = SCHEMA_VERSION
+    schema_version: Literal[15] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str

@@ -80,7 +80,11 @@ def _rule_checks(
         check = _check(name, where, arm, gate.metric, workload, level)
         if gate.max_regression_pct is None and gate.metric == "speedup":
             found = view.summary.cell(arm, workload, level)
-            estimate = stored_estimate(found, rounds=found.server_starts) if found is not None else None
+            estimate = (
+                stored_estimate(found.speedup, found.estimate, rounds=found.server_starts)
+                if found is not None
+                else None
+            )
             checks.append(speedup_limit(check, estimate, gates.confidence, gate.min, gate.max))
         elif gate.max_regression_pct is None:
             checks.append(limit_check(view, arm, (workload, level), gate.metric, check, (gate.min, gate.max)))

@@ -18,6 +18,7 @@ from harness.derive.analysis import RAW_ARM_FILES
 from harness.derive.intervals import stored_estimate
 from harness.derive.samples import RunView
 from harness.results.history.entry import HistoryCell, HistoryEntry, HistoryRun, HistorySample
+from harness.results.model import SpeedupEstimate
 
 GATED = [name for name, metric in METRICS.items() if metric.gated]  # what a gate can read, by the registry
 # the machine, not its software: a new engine or torch on the same machine is a change the history
@@ -114,7 +115,7 @@ def history_entry(run_dir: Path, engine_commit: str | None = None, study: str | 
                 HistorySample(**where, metric=name, sample=index, value=value)
                 for index, value in enumerate(values)
             ]
-        estimate = stored_estimate(cell)
+        estimate, stored = stored_estimate(cell.speedup, cell.estimate), cell.estimate or SpeedupEstimate()
         baseline = cell.arm == view.summary.baseline_arm
         cells.append(
             HistoryCell(
@@ -122,10 +123,10 @@ def history_entry(run_dir: Path, engine_commit: str | None = None, study: str | 
                 server_starts=cell.server_starts,
                 verdict=None if baseline or estimate is None else estimate.verdict,
                 speedup=cell.speedup,
-                speedup_low=cell.speedup_low,
-                speedup_high=cell.speedup_high,
-                speedup_log_se=cell.speedup_log_se,
-                speedup_df=cell.speedup_df,
+                speedup_low=stored.low,
+                speedup_high=stored.high,
+                speedup_log_se=stored.log_se,
+                speedup_df=stored.df,
                 noisy_neighbour=bool(cell.noisy_neighbour),
             )
         )

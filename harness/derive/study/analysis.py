@@ -29,6 +29,7 @@ from harness.core import stats
 from harness.core.formats import interval_text
 from harness.derive import pooling
 from harness.derive.intervals import CONFIDENCE, Estimate, stored_estimate
+from harness.results.model import SpeedupEstimate
 
 
 @dataclass(frozen=True)
@@ -53,15 +54,7 @@ class Observation:
     # what pairs load levels (break-even) and arms (best K) by round
     round_speedups: tuple[tuple[int, float], ...] = ()
     # the interval the point's own run stored (harness.derive.intervals); None: unverified
-    speedup_low: float | None = None
-    speedup_high: float | None = None
-    speedup_log_se: float | None = None
-    speedup_df: int | None = None
-    speedup_rounds: int | None = None
-    speedup_interval: str | None = None  # its source: server_starts, calibration or both
-    speedup_looks: int | None = None  # the looks its run's design could take (Estimate.looks); None: 1
-    speedup_first_look: int | None = None  # the rounds at its first look (Estimate.first_look)
-    speedup_model_arms: int | None = None  # the arms of its model (Estimate.model_arms)
+    stored: SpeedupEstimate | None = None
     scheduled: bool = False  # the arm runs a K per batch size (k_schedule): not one K of its family
     # its acceptance is forced (synthetic verification: a calibration arm, lossy): measured, shown,
     # never a choice (no best K, recommendation, flip or policy is made of it)
@@ -70,7 +63,7 @@ class Observation:
     def estimate(self) -> Estimate | None:
         """Its speedup with the interval its run stored (never resampled): a study and its runs
         always show the same interval."""
-        return stored_estimate(self, rounds=len(self.round_speedups))
+        return stored_estimate(self.speedup, self.stored, rounds=len(self.round_speedups))
 
 
 def estimate(observation: Observation) -> Estimate | None:

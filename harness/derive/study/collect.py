@@ -68,15 +68,7 @@ def point_observations(
                 baseline_usd_per_mtok=reference.usd_per_mtok if reference else None,
                 identical_pct=cell.exactness.identical_pct if cell.exactness else None,
                 round_speedups=round_speedups(cell, reference),
-                speedup_low=cell.speedup_low,
-                speedup_high=cell.speedup_high,
-                speedup_log_se=cell.speedup_log_se,
-                speedup_df=cell.speedup_df,
-                speedup_rounds=cell.speedup_rounds,
-                speedup_interval=cell.speedup_interval,
-                speedup_looks=cell.speedup_looks,
-                speedup_first_look=cell.speedup_first_look,
-                speedup_model_arms=cell.speedup_model_arms,
+                stored=cell.estimate,
             )
         )
     return out

@@ -32,6 +32,7 @@ from harness.core import stats
 from harness.derive.intervals import design_level
 from harness.derive.study import analysis
 from harness.derive.study.analysis import Observation
+from harness.results.model import SpeedupEstimate
 from harness.results.study.policy_file import PolicyBoundary, PolicyFile, PolicyLevel, PolicySchedule
 
 MIX = "mix"  # the workload name of the weighted mix's schedule
@@ -213,13 +214,18 @@ def mixed(observations: Sequence[Observation], weights: Mapping[str, float]) -> 
                 workload=MIX,
                 speedup=speedup,
                 round_speedups=per_round,
-                speedup_low=low,
-                speedup_high=high,
-                speedup_log_se=log_se,
-                speedup_df=df,
-                speedup_rounds=min(f.rounds for f in found if f is not None),
-                speedup_looks=looks if looks > 1 else None,
-                speedup_first_look=first_look if looks > 1 else None,
+                # the first member's source and model arms, the mix's own interval and design
+                stored=(first.stored or SpeedupEstimate()).model_copy(
+                    update={
+                        "low": low,
+                        "high": high,
+                        "log_se": log_se,
+                        "df": df,
+                        "rounds": min(f.rounds for f in found if f is not None),
+                        "looks": looks if looks > 1 else None,
+                        "first_look": first_look if looks > 1 else None,
+                    }
+                ),
                 tau=None,
                 output_tok_s=None,
                 usd_per_mtok=None,

@@ -118,7 +118,7 @@ def _metric_cell(
     value = metric.value(row)
     text = "–" if value is None else format(value, metric.fmt)
     css = "best" if best_values.get(metric.name) is not None and value == best_values[metric.name] else ""
-    bounds = [getattr(row, name) for name in metric.interval] if metric.interval else []
+    bounds = metric.bounds(row)
     interval = [format(b, metric.fmt) for b in bounds] if bounds and bounds[0] is not None else None
     return {"text": text, "class": css, "interval": interval, "note": note}
 

@@ -64,7 +64,8 @@ def _number(value: float | None, fmt: str) -> str:
 def _speedup_text(cell: CellMetrics) -> str:
     if cell.speedup is None:
         return "-"
-    return speedup_text(cell.speedup, cell.speedup_low, cell.speedup_high)
+    stored = cell.estimate
+    return speedup_text(cell.speedup, stored.low if stored else None, stored.high if stored else None)
 
 
 def point_rows(study: StudyResults) -> tuple[list[str], list[list[str]]]:

@@ -27,7 +27,7 @@ def migrate_v3(record: dict[str, Any]) -> dict[str, Any]:
 
 
 MIGRATIONS = Migrations(
-    current=14,
+    current=15,
     steps={1: migrate_v1, 3: migrate_v3},
     # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
     history={
@@ -90,5 +90,6 @@ MIGRATIONS = Migrations(
             "``engine_steps``, the engine's steps so far (vLLM's ``iteration_tokens_total`` count), for the "
             "step cost model; absent: the engine did not say. The record is otherwise unchanged."
         ),
+        14: "Version 15 nested the summary's speedup estimates (``summary.migrate_v14``): unchanged.",
     },
 )

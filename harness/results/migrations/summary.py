@@ -43,9 +43,45 @@ def migrate_v7(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "schema_version": 8, "known_defects": [], "engine_patches": []}
 
 
+# a version-14 record's flat speedup fields, by the nested estimate's field each became
+_FLAT_ESTIMATE = {
+    "speedup_low": "low",
+    "speedup_high": "high",
+    "speedup_interval": "source",
+    "speedup_rounds": "rounds",
+    "speedup_df": "df",
+    "speedup_log_se": "log_se",
+    "speedup_looks": "looks",
+    "speedup_first_look": "first_look",
+    "speedup_model_arms": "model_arms",
+    "speedup_prompts": "prompts",
+    "speedup_prompt_log_se": "prompt_log_se",
+    "speedup_own_spread": "own_spread",
+    "speedup_calibration_refused": "calibration_refused",
+}
+
+
+def _nest_estimate(record: dict[str, Any]) -> dict[str, Any]:
+    """A cell, category or ramp span with its flat ``speedup_*`` fields (but the point) in one
+    ``estimate``; none where every one was absent or None (it reads as None)."""
+    found = {nested: record[flat] for flat, nested in _FLAT_ESTIMATE.items() if record.get(flat) is not None}
+    kept = {key: value for key, value in record.items() if key not in _FLAT_ESTIMATE}
+    return {**kept, "estimate": found} if found else kept
+
+
+def migrate_v14(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 15: a speedup's interval and design are one nested ``estimate``
+    (``harness.results.model.SpeedupEstimate``) in cells, categories and ramp spans, in place of
+    the 13 flat ``speedup_*`` fields beside the point (``speedup`` stays): the same values, moved."""
+    nested = {
+        key: [_nest_estimate(r) for r in summary.get(key, [])] for key in ("cells", "categories", "ramp")
+    }
+    return {**summary, "schema_version": 15, **{key: rows for key, rows in nested.items() if key in summary}}
+
+
 MIGRATIONS = Migrations(
-    current=14,
-    steps={1: migrate_v1, 5: migrate_v5, 6: migrate_v6, 7: migrate_v7},
+    current=15,
+    steps={1: migrate_v1, 5: migrate_v5, 6: migrate_v6, 7: migrate_v7, 14: migrate_v14},
     # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
     history={
         2: (
