@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from harness.core.errors import EngineError
-from harness.core.formats import inert
+from harness.core.formats import inert, inert_tree
 from harness.core.probes.acceptance import SpecCounters
 from harness.core.secrets import scrub, sent_credentials
 
@@ -151,17 +151,6 @@ def get_json(base_url: str, path: str) -> Any:
     when it cannot be read (an engine without the route: nothing to check against)."""
     try:
         status, body = _get(base_url, path, 10.0)
-        return _inert_strings(json.loads(body)) if status == 200 else None
+        return inert_tree(json.loads(body)) if status == 200 else None
     except (httpx.HTTPError, ValueError, RecursionError):
         return None
-
-
-def _inert_strings(value: Any) -> Any:
-    """``value`` (decoded JSON) with its strings, keys included, made inert (``formats.inert``)."""
-    if isinstance(value, str):
-        return inert(value)
-    if isinstance(value, dict):
-        return {inert(k): _inert_strings(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_inert_strings(item) for item in value]
-    return value
