@@ -31,9 +31,9 @@ from harness.config.checks import Exactness, VerdictSettings
 from harness.config.regime import Regime, load_regime
 from harness.derive.intervals import residual_spread
 from harness.results.calibration import Calibration
-from harness.results.files import RunDir
+from harness.results.files import SCHEMA_VERSION, RunDir
 from harness.results.raw import RawArm, RawRun
-from harness.results.records import ArmStatus, RequestRecord, WindowRecord
+from harness.results.records import ArmStatus, RequestRecord, RunRecord, WindowRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIFT_SD = 0.02
@@ -150,7 +150,16 @@ def simulate_run(
         )
         for a, arm in enumerate(regime.arms)
     }
-    record = {"price_per_hour": 0.1, "fingerprint": "simulated", "drafters": {}}
+    record = RunRecord(
+        schema_version=SCHEMA_VERSION,
+        source_path="regimes/cpu_default.yaml",
+        fingerprint="simulated",
+        price_per_hour=0.1,
+        near_tie_margin=regime.near_tie_margin(),
+        resolved_model="simulated",
+        regime=regime.model_dump(mode="json"),
+        workloads=[],
+    )
     return RawRun(
         run=RunDir(Path("/nonexistent") / name),
         record=record,
@@ -209,11 +218,9 @@ def calibration_of(rng: np.random.Generator, world: World, rounds: int = 6) -> C
 
 def write_run(raw: RawRun, root: Path) -> Path:
     """Store a simulated run as a run directory (the files ``read_raw`` reads)."""
-    from harness.results.files import SCHEMA_VERSION
-
     root.mkdir(parents=True)
-    record = {**raw.record, "schema_version": SCHEMA_VERSION, "regime": raw.regime.model_dump(mode="json")}
-    (root / "regime.json").write_text(json.dumps(record))
+    record = raw.record.model_copy(update={"regime": raw.regime.model_dump(mode="json")})
+    (root / "regime.json").write_text(record.model_dump_json())
     for name, arm in raw.arms.items():
         folder = root / "arms" / name
         folder.mkdir(parents=True)

@@ -141,8 +141,8 @@ def test_what_a_confirmation_runs(tmp_path: Path) -> None:
     assert [a.name for a in only_baseline.arms] == ["baseline"]
     assert [g.arm for g in only_baseline.gates.rules] == ["baseline"]  # a rule naming a dropped arm goes
     record = view.record
-    assert only_baseline.conditions_fingerprint(record["workloads"]) == view.regime.conditions_fingerprint(
-        record["workloads"]
+    assert only_baseline.conditions_fingerprint(record.prompts()) == view.regime.conditions_fingerprint(
+        record.prompts()
     )
 
 

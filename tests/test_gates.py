@@ -521,10 +521,7 @@ def test_the_gate_engine_tests_gates_are_a_regime_of_the_study_points_conditions
     from harness.run.study.sweep import plan_study
 
     def conditions(plan) -> str:
-        prompts = [
-            {"name": w.name, "prompt_format": w.definition.prompt_format, "content_sha256": w.content_sha256}
-            for w in plan.workloads
-        ]
+        prompts = sorted((w.name, w.definition.prompt_format, w.content_sha256) for w in plan.workloads)
         return plan.regime.conditions_fingerprint(prompts)
 
     study, plans = plan_study(ROOT / "tests" / "regimes" / "cpu_study_e2e.yaml")

@@ -38,6 +38,9 @@ def test_a_run_is_added_once(tmp_path: Path) -> None:
     assert len(samples[samples.run_id == "run_v3_smoke"]) == len(entry.samples)
     with open_history(path) as history:  # reopened: the file kept them, once
         assert len(history.runs()) == 2 and history.add(entry) is False
+    # the conditions the arms ran in, as the two-run gate compares them (absent before: never recorded)
+    view = RunView(SMOKE)
+    assert entry.run.conditions_fingerprint == view.regime.conditions_fingerprint(view.record.prompts())
 
 
 def test_the_samples_are_the_start_ups_the_gates_read(tmp_path: Path) -> None:

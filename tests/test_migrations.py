@@ -107,7 +107,7 @@ def test_regime_json_v1_gains_its_drafters() -> None:
         k: v for k, v in stored.items() if k != "schema_version"
     }
     current = _stepwise(run_record.MIGRATIONS, stored, 1)
-    assert current == read_run_record(RunDir(RUN_V1))
+    assert current == read_run_record(RunDir(RUN_V1)).model_dump(mode="json", exclude_unset=True)
     assert all(w["chat"] is None for w in current["workloads"])  # migrate_v3 ran too
     Regime.model_validate(current["regime"])  # today's strict model reads the migrated regime
 
@@ -120,7 +120,7 @@ def test_regime_json_v3_workloads_record_that_they_sent_no_chat_settings() -> No
     assert [{k: v for k, v in w.items() if k != "chat"} for w in step["workloads"]] == stored["workloads"]
     assert step["drafters"] == stored["drafters"] and step["drafters"]  # kept, not replaced
     current = _stepwise(run_record.MIGRATIONS, stored, 3)
-    assert current == read_run_record(RunDir(RUN_V3))
+    assert current == read_run_record(RunDir(RUN_V3)).model_dump(mode="json", exclude_unset=True)
     Regime.model_validate(current["regime"])
 
 
@@ -289,3 +289,18 @@ def test_summary_v7_gains_what_it_knew_of_its_engine() -> None:
         "known_defects": [],
         "engine_patches": [],
     }
+
+
+def test_a_run_record_that_is_not_one_is_refused_naming_its_field(tmp_path: Path) -> None:
+    """``regime.json`` is a typed record: a hand-edited value is an error naming the file and field,
+    not a ``KeyError`` or a wrong number later (a margin read as text, a workload without its hash)."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN_V3, run)
+    stored = _json(run / "regime.json")
+    (run / "regime.json").write_text(json.dumps({**stored, "near_tie_margin": "wide"}))
+    with pytest.raises(UserError, match=r"regime.json: near_tie_margin: Input should be a valid number"):
+        read_run_record(RunDir(run))
+    workloads = [{k: v for k, v in w.items() if k != "content_sha256"} for w in stored["workloads"]]
+    (run / "regime.json").write_text(json.dumps({**stored, "workloads": workloads}))
+    with pytest.raises(UserError, match=r"regime.json: workloads.0.content_sha256: Field required"):
+        read_run_record(RunDir(run))

@@ -607,10 +607,10 @@ def test_a_finished_run_is_continued_to_more_rounds(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="already allows 2 rounds"):
         continued_record(run, 2)
     continued = continued_record(run, 5)
-    assert continued["regime"]["load"]["server_starts"] == {"min": 2, "max": 5, "decide": True}
-    assert continued["overrides"][-1]["given"] == "--rounds 5"
+    assert continued.regime["load"]["server_starts"] == {"min": 2, "max": 5, "decide": True}
+    assert continued.overrides[-1]["given"] == "--rounds 5"
     assert json.loads((root / "regime.json").read_text()) == record  # not written yet
-    regime = stored_regime(continued["regime"], ROOT / "regimes" / "cpu_default.yaml")
+    regime = stored_regime(continued.regime, ROOT / "regimes" / "cpu_default.yaml")
     assert (regime.load.looks(), regime.load.first_look()) == (4, 2)  # looks at rounds 2, 3, 4 and 5
 
 

@@ -250,7 +250,7 @@ def confirmation_run(view: RunView, regime: Regime, run_dir: Path, console: Cons
     from harness.run.runner import Runner
 
     record = view.record
-    source = recorded_source(record["source_path"], run_dir)
+    source = recorded_source(record.source_path, run_dir)
     plan = plan_regime(source, stored_regime(regime.model_dump(mode="json"), source))  # its secrets back
     changed = changed_workload(record, plan)
     if changed is not None:

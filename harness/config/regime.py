@@ -310,15 +310,16 @@ class Regime(StrictModel):
             unset["distribution_check"] = fields
         return unset
 
-    def conditions_fingerprint(self, workloads: list[dict[str, Any]]) -> str:
+    def conditions_fingerprint(self, prompts: list[tuple[str, str, str]]) -> str:
         """The conditions the arms are measured in (hardware, engine, target, TP, sampling, load, cost,
-        and the prompts: ``workloads`` as stored with a run, by name, format and content hash, not
-        by file path), without the arms themselves: two runs with equal conditions can be gated
-        against each other arm by arm, even when an arm's configuration changed between them."""
+        and the prompts: ``prompts`` as stored with a run, (name, format, content hash) per workload,
+        sorted, not by file path: ``RunRecord.prompts``), without the arms themselves: two runs with
+        equal conditions can be gated against each other arm by arm, even when an arm's configuration
+        changed between them."""
         fields = self.redacted().model_dump(
             mode="json", exclude=_excluded(_NOT_CONDITIONS | {"arms", "workloads"}) | self._unset()
         )
-        fields["prompts"] = sorted((w["name"], w["prompt_format"], w["content_sha256"]) for w in workloads)
+        fields["prompts"] = [list(p) for p in prompts]  # as JSON writes tuples
         if self.engine.patches:
             fields["engine"]["patches"] = self.engine.patch_labels()
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]

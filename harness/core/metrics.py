@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from harness.core.stats import STATISTICS
+
 Statistic = Literal["mean", "p50", "p90", "p99"]
 SampleSource = Literal["repeat", "request", "chunk", "prompt"]
 # when a view shows a metric's column: always, or only where the run measured what it needs
@@ -44,7 +46,23 @@ def _at(record: Any, path: str) -> Any:
 
 
 @dataclass(frozen=True)
+class Column:
+    """A column the harness writes (the export's tables, the history): its unit and meaning, for the
+    export's data dictionary (``columns.csv``). A metric (``Metric``) is one with a direction too."""
+
+    name: str  # units in the name
+    unit: str
+    description: str
+
+    @property
+    def direction(self) -> str:
+        return ""  # identity, configuration and counts have none
+
+
+@dataclass(frozen=True)
 class Metric:
+    """A column with a direction and a statistic: what the gates judge and the views compare."""
+
     name: str  # the summary field, units in the name
     label: str  # a short column header
     unit: str
@@ -83,6 +101,18 @@ class Metric:
 
     def format(self, value: float | None) -> str:
         return "-" if value is None else format(value, self.fmt)
+
+    def record_values(self, record: Any) -> list[float]:
+        """A request or chunk metric's raw samples in one request record (``sample_field``, before
+        ``scale``): the request's value (none where undefined), or one per streamed chunk after the first."""
+        value = getattr(record, self.sample_field)  # type: ignore[arg-type]
+        return value if self.samples == "chunk" else [] if value is None else [value]
+
+    def of_records(self, records: list[Any]) -> float | None:
+        """The metric's statistic over the records' pooled samples, in its unit (a cell's value); None
+        without any sample."""
+        values = [v for r in records for v in self.record_values(r)]
+        return STATISTICS[self.statistic](values) * self.scale if values else None
 
     @property
     def direction(self) -> str:
@@ -564,20 +594,15 @@ def best(name: str, values: list[float]) -> float:
     return max(values) if METRICS[name].higher_is_better else min(values)
 
 
-@dataclass(frozen=True)
-class ColumnDoc:
-    """An exported column that is no metric (identity, configuration, counts): its unit and meaning,
-    for the export's data dictionary (``columns.csv``)."""
+# request and chunk metrics: a cell computes each from its requests' samples (``Metric.of_records``)
+PER_REQUEST = tuple(metric for metric in METRICS.values() if metric.sample_field is not None)
 
-    unit: str
-    definition: str
-
-
-# What every other exported column means; the metrics above document themselves. ``test_export``
-# fails on a column missing from both, so a new column cannot ship undocumented.
-COLUMN_DOCS: dict[str, ColumnDoc] = {
-    name: ColumnDoc(unit, definition)
-    for name, unit, definition in (
+# Every other column the harness writes (identity, configuration, counts), as (name, unit, meaning):
+# the metrics above document themselves. ``test_export`` fails on an exported column missing from
+# ``COLUMNS``, so a new column cannot ship undocumented.
+_OTHER_COLUMNS = tuple(
+    Column(name, unit, description)
+    for name, unit, description in (
         ("run_id", "", "the run's id (its directory name under results/)"),
         ("regime", "", "the regime's name"),
         (
@@ -787,15 +812,17 @@ COLUMN_DOCS: dict[str, ColumnDoc] = {
         ("e2e_ms", "ms", "end-to-end latency: send to the end of the stream"),
         ("within_slo", "", "the request met every SLO target (empty: the regime sets none)"),
     )
-}
+)
+
+# the registry's other columns by name; ``column_doc`` reads METRICS at call time, so a metric added
+# to it is documented without being listed here
+OTHER_COLUMNS: dict[str, Column] = {column.name: column for column in _OTHER_COLUMNS}
 
 
 def column_doc(name: str) -> tuple[str, str, str]:
-    """(unit, definition, direction) of an exported column, from the registry; ``KeyError`` for an
+    """(unit, description, direction) of an exported column, from the registry; ``KeyError`` for an
     undocumented one. Spread list columns (``acceptance_pos_3``) share their pattern's entry."""
-    if name in METRICS:
-        metric = METRICS[name]
-        return metric.unit, metric.description, metric.direction
     spread = name.startswith(("acceptance_pos_", "conditional_pos_"))
-    doc = COLUMN_DOCS[re.sub(r"_\d+$", "_<i>", name) if spread else name]
-    return doc.unit, doc.definition, ""
+    key = re.sub(r"_\d+$", "_<i>", name) if spread else name
+    column = METRICS.get(key) or OTHER_COLUMNS[key]
+    return column.unit, column.description, column.direction

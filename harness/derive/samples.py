@@ -113,9 +113,7 @@ PER_RECORD = ("request", "chunk")
 def _record_samples(metric: Metric, record: RequestRecord) -> list[float]:
     """A request or chunk metric's samples in one record, in the metric's unit: the request's value
     (none where undefined), or one per streamed chunk after the first."""
-    value = getattr(record, metric.sample_field)  # type: ignore[arg-type]
-    values = value if metric.samples == "chunk" else [] if value is None else [value]
-    return [v * metric.scale for v in values]
+    return [v * metric.scale for v in metric.record_values(record)]
 
 
 def _covers(gate: Gate, workload: str, level: LoadLevel) -> bool:

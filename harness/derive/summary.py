@@ -18,6 +18,7 @@ from harness.config.arms import Arm
 from harness.config.engines import get_adapter
 from harness.config.load import Slo
 from harness.config.regime import Regime
+from harness.core.metrics import PER_REQUEST
 from harness.core.probes import distribution
 from harness.core.probes.acceptance import (
     SpecCounters,
@@ -160,13 +161,6 @@ def cell_metrics(
     cell's repeats: tokens and time add up, counters add up, latencies are pooled per request."""
     ok = [r for r in records if r.ok]
     output_tokens = sum(r.output_tokens for r in ok)
-    # open loop: from when the request was due (its wait for a max_concurrency slot inside: no
-    # coordinated omission); the send-based figure is kept beside it
-    ttfts = [r.scheduled_ttft_s for r in ok if r.scheduled_ttft_s is not None]
-    sent = [r.ttft_s for r in ok if r.ttft_s is not None] if windows[0].request_rate else []
-    tpots = [r.tpot_s for r in ok if r.tpot_s is not None]
-    itls = [gap for r in ok for gap in r.itl_s]  # every chunk gap of every request (vLLM's pooling)
-    e2es = [r.scheduled_e2e_s for r in ok if r.scheduled_e2e_s is not None]
     duration = sum(w.duration_s for w in windows)
     tok_s = output_tokens_per_s(output_tokens, duration)
     counters, per_repeat, power = _repeats(windows, records, price_per_hour, slo, engine)
@@ -194,21 +188,14 @@ def cell_metrics(
         output_tokens=output_tokens,
         duration_s=duration,
         output_tok_s=tok_s,
-        ttft_ms_p50=_ms_quantile(ttfts, 0.5),
-        ttft_ms_p90=_ms_quantile(ttfts, 0.9),
-        ttft_ms_p99=_ms_quantile(ttfts, 0.99),
-        ttft_ms_p50_sent=_ms_quantile(sent, 0.5),
-        ttft_ms_p90_sent=_ms_quantile(sent, 0.9),
-        ttft_ms_p99_sent=_ms_quantile(sent, 0.99),
-        tpot_ms_p50=_ms_quantile(tpots, 0.5),
-        tpot_ms_p90=_ms_quantile(tpots, 0.9),
-        tpot_ms_p99=_ms_quantile(tpots, 0.99),
-        itl_ms_mean=mean(itls) * 1000.0 if itls else None,
-        itl_ms_p50=_ms_quantile(itls, 0.5),
-        itl_ms_p99=_ms_quantile(itls, 0.99),
-        e2e_ms_p50=_ms_quantile(e2es, 0.5),
-        e2e_ms_p90=_ms_quantile(e2es, 0.9),
-        e2e_ms_p99=_ms_quantile(e2es, 0.99),
+        # the request and chunk percentiles as the registry defines them (the gates' too): TTFT and E2E
+        # from when a request was due (open loop: its wait for a max_concurrency slot inside, no
+        # coordinated omission), ITL every chunk gap of every request (vLLM's pooling); the open-loop
+        # figures (the send-based TTFT beside it) exist only where the load was open loop
+        **{
+            metric.name: metric.of_records(ok) if metric.shown != "open_loop" or first.request_rate else None
+            for metric in PER_REQUEST
+        },
         acceptance_source=first.acceptance_source,
         server_reported=windows[-1].server_reported,  # the engine's own figure after the cell's last window
         tau=acc.tau,
@@ -378,7 +365,7 @@ def exactness(raw: RawRun) -> ExactnessSection:
         return ExactnessSection(
             applicable=False, reason="exactness is disabled or the regime does not decode greedily"
         )
-    margin = raw.record["near_tie_margin"]
+    margin = raw.record.near_tie_margin
     second = raw.arms[baseline].noise_floor  # the unmeasured pass with logprobs
     reference = with_logprobs_from(raw.arms[baseline].samples, second)
     arms = {
@@ -459,7 +446,7 @@ def prompt_tables(raw: RawRun) -> tuple[PromptTables, PromptTables]:
 
 
 def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
-    regime, drafter = raw.regime, (raw.record.get("drafters") or {}).get(arm.name)
+    regime, drafter = raw.regime, raw.record.drafters.get(arm.name)
     label = drafter["label"] if drafter else None
     cells: dict[tuple[str, int], list[WindowRecord]] = {}
     for window in raw.arms[arm.name].windows:  # a cell's repeats, in the order measured
@@ -471,7 +458,7 @@ def _arm_cells(raw: RawRun, arm: Arm) -> list[CellMetrics]:
             label,
             windows,
             [s for s in samples if (s.workload, s.level) == key],
-            raw.record["price_per_hour"],
+            raw.record.price_per_hour,
             regime.cost.usd_per_kwh,
             None if isinstance(regime.load.repeats, int) else regime.load.repeats.min,
             regime.slo,
@@ -545,7 +532,7 @@ def _others_tokens(windows: list[WindowRecord]) -> float | None:
 
 
 def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
-    drafter = (raw.record.get("drafters") or {}).get(arm.name)
+    drafter = raw.record.drafters.get(arm.name)
     status = raw.arms[arm.name].status
     return ArmSummary(
         name=arm.name,
@@ -586,13 +573,13 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
     return Summary(
         run_id=raw.run.root.name,
         regime_name=raw.regime.name,
-        regime_fingerprint=raw.record["fingerprint"],
+        regime_fingerprint=raw.record.fingerprint,
         baseline_arm=baseline,
-        mismatches=raw.record.get("mismatches", []),
-        lossy_settings=raw.record.get("lossy_settings", []),
-        known_defects=raw.record.get("known_defects", []),
-        engine_patches=raw.record.get("engine_patches", []),
-        overrides=list(dict.fromkeys(o["given"] for o in raw.record.get("overrides", []))),
+        mismatches=raw.record.mismatches,
+        lossy_settings=raw.record.lossy_settings,
+        known_defects=raw.record.known_defects,
+        engine_patches=raw.record.engine_patches,
+        overrides=list(dict.fromkeys(o["given"] for o in raw.record.overrides)),
         arms=[_arm_summary(raw, arm) for arm in raw.regime.arms],
         cells=cells,
         categories=category_rows(cells, baseline, estimates, category_prompts),

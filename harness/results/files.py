@@ -45,7 +45,7 @@ from harness.core.errors import UserError
 from harness.results import migrations
 from harness.results.migrations import run_record as run_record_steps
 from harness.results.migrations import status as status_steps
-from harness.results.records import ArmStatus, RequestRecord
+from harness.results.records import ArmStatus, RequestRecord, RunRecord
 
 # The version this harness writes, and the versions it reads (the steps of harness.results.migrations).
 SCHEMA_VERSION = 15
@@ -327,7 +327,13 @@ def lock_held(path: Path) -> bool:
     return False
 
 
-def read_run_record(run: RunDir) -> dict[str, Any]:
-    """A run's ``regime.json`` as the current version; versions this harness does not know are refused."""
+def read_run_record(run: RunDir) -> RunRecord:
+    """A run's ``regime.json`` as the current version; versions this harness does not know, and a
+    record that is not one (a hand-edited file), are refused naming the file and field."""
     path = run.root / "regime.json"
-    return migrations.upgrade(read_json(path), run_record_steps.MIGRATIONS, str(path))
+    record = migrations.upgrade(read_json(path), run_record_steps.MIGRATIONS, str(path))
+    try:
+        return RunRecord.model_validate(record)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UserError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None

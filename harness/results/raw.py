@@ -13,7 +13,14 @@ from harness.config.regime import Regime
 from harness.core.errors import UserError
 from harness.results.calibration import CALIBRATION_FILE, Calibration
 from harness.results.files import RunDir, UnreadLines, read_json, read_records, read_run_record
-from harness.results.records import ArmStatus, RampWindowRecord, RequestRecord, RunTiming, WindowRecord
+from harness.results.records import (
+    ArmStatus,
+    RampWindowRecord,
+    RequestRecord,
+    RunRecord,
+    RunTiming,
+    WindowRecord,
+)
 
 
 @dataclass
@@ -31,7 +38,7 @@ class RawArm:
 @dataclass
 class RawRun:
     run: RunDir
-    record: dict[str, Any]  # regime.json: the resolved regime, its fingerprint, workloads, drafters
+    record: RunRecord  # regime.json: the resolved regime, its fingerprint, workloads, drafters
     regime: Regime
     environment: dict[str, Any]
     arms: dict[str, RawArm]  # in the regime's arm order
@@ -62,7 +69,7 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
         raise UserError(f"{run.root}: not a run directory (no regime.json)")
     record = read_run_record(run)
     try:
-        regime = Regime.model_validate(record["regime"])
+        regime = Regime.model_validate(record.regime)
     except ValidationError as exc:
         raise UserError(f"{run.root / 'regime.json'}: regime: {exc.errors()[0]['msg']}") from None
     environment_path = run.root / "environment.json"

@@ -5,7 +5,8 @@
   with its TTFT, TPOT, E2E and ITL computed from it (one formula each, ``probes.latency``);
 - ``WindowRecord``: one line of ``windows.jsonl`` (one measured window: its duration, the counter
   scrapes around it, its power samples), built by the runner and read back by the summary;
-- ``ArmStatus``: an arm's ``status.json``.
+- ``ArmStatus``: an arm's ``status.json``;
+- ``RunRecord``: the run's ``regime.json``, what it measured under (written as it begins).
 
 Older files are brought to the current version by ``harness.results.migrations`` before these
 models read them.
@@ -379,3 +380,41 @@ class RunTiming(ResultModel):
         """Wall time / (start-ups + measured windows): 1.0 is a harness that costs nothing."""
         core = self.total("startup_s") + self.total("measured_s")
         return self.total("wall_s") / core if core > 0 else None
+
+
+class WorkloadRecord(ResultModel):
+    """One workload as the run measured it: its definition and the hash of its prompts' content (a
+    resume or a gate refuses other prompts under the same name)."""
+
+    name: str
+    category: str
+    prompt_format: str
+    definition: dict[str, Any]
+    content_sha256: str
+    prompt_ids: list[str]
+    chat: dict[str, Any] | None = None  # chat workloads: what every request carried besides its messages
+
+
+class RunRecord(ResultModel):
+    """A run's ``regime.json``: what it measured under, written before any arm (``harness.run.
+    run_record``), read back as the current version (``harness.results.files.read_run_record``)."""
+
+    schema_version: int
+    source_path: str  # the regime file, resolved (a resume may start in another directory)
+    overrides: list[dict[str, Any]] = []  # what the command line set (already in ``regime``)
+    fingerprint: str  # the regime's (and what existing servers serve)
+    served_endpoints: dict[str, dict[str, Any]] = {}  # per endpoint arm: what it said it serves
+    price_per_hour: float
+    near_tie_margin: float
+    resolved_model: str
+    regime: dict[str, Any]  # the regime as run, no secret in it (``RawRun.regime`` validates it)
+    drafters: dict[str, dict[str, Any]] = {}  # per arm: its drafter's path and provenance
+    workloads: list[WorkloadRecord]
+    mismatches: list[str] = []  # allowed by --allow-mismatch
+    lossy_settings: list[str] = []
+    known_defects: list[str] = []  # known engine defects the run was forced through
+    engine_patches: list[str] = []
+
+    def prompts(self) -> list[tuple[str, str, str]]:
+        """The prompts measured, by workload: (name, format, content hash), sorted (not the files' paths)."""
+        return sorted((w.name, w.prompt_format, w.content_sha256) for w in self.workloads)

@@ -44,6 +44,7 @@ from harness.core.overrides import Override, describe
 from harness.core.secrets import redact_args, redact_env, redact_url
 from harness.derive.intervals import design_level
 from harness.results.calibration import Calibration
+from harness.results.records import RunRecord
 from harness.run.calibration import CalibrationSource, chosen_calibration
 from harness.run.deployment import served_before
 from harness.run.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, resolve_drafters
@@ -251,10 +252,10 @@ def _show_port(part: str, twin: str) -> str:
     return part if part == twin else part.replace(str(_SHOWN_PORTS[0]), "PORT")
 
 
-def changed_workload(record: dict[str, Any], plan: Plan) -> str | None:
+def changed_workload(record: RunRecord, plan: Plan) -> str | None:
     """The first of ``plan``'s workloads whose prompts are not the ones the run ``record`` measured
     (by content hash); None when every one is the same."""
-    stored = {w["name"]: w["content_sha256"] for w in record["workloads"]}
+    stored = {w.name: w.content_sha256 for w in record.workloads}
     return next((w.name for w in plan.workloads if stored.get(w.name) != w.content_sha256), None)
 
 

@@ -6,51 +6,51 @@ contents, the drafters' provenance, and what the plan found before anything star
 
 from __future__ import annotations
 
-from typing import Any
+import copy
 
 from harness.core.errors import UserError
 from harness.core.overrides import record as overrides_record
 from harness.results import SCHEMA_VERSION, RunDir, read_run_record
+from harness.results.records import RunRecord, WorkloadRecord
 from harness.run.plan import RunPlan
 
 
-def regime_record(plan: RunPlan) -> dict[str, Any]:
+def regime_record(plan: RunPlan) -> RunRecord:
     """The run's ``regime.json``, written before any arm: the regime as run (no secret in it), where
     it came from, what the command line set, and what the plan found before anything started."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "source_path": str(plan.regime_path.resolve()),  # a resume may start in another directory
-        # what the command line set in that file (already in "regime", the regime as run)
-        "overrides": overrides_record(plan.overrides),
-        "fingerprint": plan.fingerprint(),  # the regime's (and what existing servers serve)
-        "served_endpoints": plan.served_endpoints,
-        "price_per_hour": plan.regime.price_per_hour(),
-        "near_tie_margin": plan.regime.near_tie_margin(),
-        "resolved_model": plan.model,
-        "regime": plan.regime.redacted().model_dump(mode="json"),  # no secret on disk
+    return RunRecord(
+        schema_version=SCHEMA_VERSION,
+        source_path=str(plan.regime_path.resolve()),
+        overrides=overrides_record(plan.overrides),
+        fingerprint=plan.fingerprint(),
+        served_endpoints=plan.served_endpoints,
+        price_per_hour=plan.regime.price_per_hour(),
+        near_tie_margin=plan.regime.near_tie_margin(),
+        resolved_model=plan.model,
+        regime=plan.regime.redacted().model_dump(mode="json"),  # no secret on disk
         # Per arm: where its drafter came from (untrained / published / trained here); tau depends on it.
-        "drafters": {name: {"path": d.path, **d.provenance} for name, d in plan.drafters.items()},
-        "workloads": [
-            {
-                "name": w.name,
-                "category": w.definition.category,
-                "prompt_format": w.definition.prompt_format,
-                "definition": w.definition.model_dump(mode="json"),
-                "content_sha256": w.content_sha256,
-                "prompt_ids": [p.prompt_id for p in w.prompts],
+        drafters={name: {"path": d.path, **d.provenance} for name, d in plan.drafters.items()},
+        workloads=[
+            WorkloadRecord(
+                name=w.name,
+                category=w.definition.category,
+                prompt_format=w.definition.prompt_format,
+                definition=w.definition.model_dump(mode="json"),
+                content_sha256=w.content_sha256,
+                prompt_ids=[p.prompt_id for p in w.prompts],
                 # chat workloads: what every request carried besides its messages (regime over workload)
-                "chat": w.chat.model_dump(mode="json") if w.chat else None,
-            }
+                chat=w.chat.model_dump(mode="json") if w.chat else None,
+            )
             for w in plan.workloads
         ],
-        "mismatches": plan.mismatches,
-        "lossy_settings": plan.lossy,
-        "known_defects": plan.known_defects,
-        "engine_patches": [f"{p['upstream']} ({p['label']})" for p in plan.engine_patches],
-    }
+        mismatches=list(plan.mismatches),
+        lossy_settings=list(plan.lossy),
+        known_defects=list(plan.known_defects),
+        engine_patches=[f"{p['upstream']} ({p['label']})" for p in plan.engine_patches],
+    )
 
 
-def continued_record(run: RunDir, rounds: int) -> dict[str, Any]:
+def continued_record(run: RunDir, rounds: int) -> RunRecord:
     """The run's record continued to ``rounds`` rounds in all (``bench run --resume RUN --rounds N``),
     not yet written: its design becomes a deciding one from its first look to ``rounds``
     (``load.server_starts: {min: its first look, max: rounds, decide: true}``, its windows kept, its
@@ -64,7 +64,8 @@ def continued_record(run: RunDir, rounds: int) -> dict[str, Any]:
             f"writes {SCHEMA_VERSION}); continue it with that version, or start a new run"
         )
     record = read_run_record(run)
-    starts = record["regime"]["load"]["server_starts"]
+    regime = copy.deepcopy(record.regime)
+    starts = regime["load"]["server_starts"]
     if isinstance(starts, int):
         first, most, kept = starts, starts, {}
     else:
@@ -75,7 +76,6 @@ def continued_record(run: RunDir, rounds: int) -> dict[str, Any]:
             f"{run.root}: its design already allows {most} rounds; --rounds must be more than that"
         )
     design = {**kept, "min": first, "max": rounds, "decide": True}
-    record["regime"]["load"]["server_starts"] = design
+    regime["load"]["server_starts"] = design
     given = {"given": f"--rounds {rounds}", "path": "load.server_starts", "value": design}
-    record["overrides"] = [*record.get("overrides", []), given]
-    return record
+    return record.model_copy(update={"regime": regime, "overrides": [*record.overrides, given]})

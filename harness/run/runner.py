@@ -54,7 +54,7 @@ from harness.results import (
     write_json_atomic,
 )
 from harness.results.calibration import CALIBRATION_FILE
-from harness.results.records import Round
+from harness.results.records import Round, RunRecord
 from harness.run.calibration import CalibrationSource
 from harness.run.client import RampResult, WindowResult
 from harness.run.deployment import deployment_change, served_now
@@ -124,7 +124,7 @@ class Runner:
             self.on_created(run.root)
         with run.lock():
             self._reap(run.root.parent)  # the regime's earlier runs, this one's lock held
-            write_json_atomic(run.root / "regime.json", regime_record(plan))
+            write_json_atomic(run.root / "regime.json", regime_record(plan).model_dump(mode="json"))
             drafts = {name: model_identity(drafter.path) for name, drafter in plan.drafters.items()}
             write_json_atomic(
                 run.root / "environment.json",
@@ -151,7 +151,7 @@ class Runner:
             regime.hardware.kind, self.plan.model, regime.target.dtype, regime.tensor_parallel_size, names
         )
 
-    def resume(self, run: RunDir, continued: dict[str, Any] | None = None) -> tuple[RunDir, Summary]:
+    def resume(self, run: RunDir, continued: RunRecord | None = None) -> tuple[RunDir, Summary]:
         """Continue a run from its first arm without complete results; completed arms are kept
         as they are, an incomplete arm's earlier files are moved aside (never deleted). With
         ``continued`` (``continued_record``: the run's record with more rounds), it is written first
@@ -159,7 +159,7 @@ class Runner:
         with run.lock():
             self.console.print(f"Resuming [bold]{escape(str(run.root))}[/]")
             if continued is not None:
-                write_json_atomic(run.root / "regime.json", continued)
+                write_json_atomic(run.root / "regime.json", continued.model_dump(mode="json"))
                 self.continuing = True
             self._reap(run.root)
             # a bench killed mid-run stopped no server, so none of its logs was scrubbed: now
@@ -799,8 +799,8 @@ def resume_run(
     only once every check has passed."""
     run = RunDir(run_dir)
     record = continued_record(run, rounds) if rounds is not None else read_run_record(run)
-    source = recorded_source(record["source_path"], run_dir)
-    plan = plan_regime(source, stored_regime(record["regime"], source))
+    source = recorded_source(record.source_path, run_dir)
+    plan = plan_regime(source, stored_regime(record.regime, source))
     changed = changed_workload(record, plan)
     if changed is not None:
         raise UserError(
@@ -808,8 +808,8 @@ def resume_run(
             "changed); resuming would mix two workloads. Start a new run instead."
         )
     # a run forced through a known engine defect stays forced: its arms so far measured the defect
-    forced = bool(record.get("known_defects"))
+    forced = bool(record.known_defects)
     ready = prepare_run(
-        plan, console, allow_mismatch, resumed_model=record["resolved_model"], allow_known_defect=forced
+        plan, console, allow_mismatch, resumed_model=record.resolved_model, allow_known_defect=forced
     )
     return Runner(ready, run_dir.parent.parent, console).resume(run, record if rounds is not None else None)

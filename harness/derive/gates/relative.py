@@ -316,8 +316,8 @@ def open_views(run_dir: Any, baseline_dir: Any | None, force: bool = False) -> t
             f"{baseline_dir}: the baseline is the run itself ({run_dir}, run id {run_identity(view)}); a run "
             "gated against itself passes whatever it measured. Give an earlier run as --baseline"
         )
-    mine = view.regime.conditions_fingerprint(view.record["workloads"])
-    theirs = baseline.regime.conditions_fingerprint(baseline.record["workloads"])
+    mine = view.regime.conditions_fingerprint(view.record.prompts())
+    theirs = baseline.regime.conditions_fingerprint(baseline.record.prompts())
     if mine != theirs:
         raise UserError(
             f"{run_dir} and {baseline_dir} were measured under different conditions (regime fingerprints "

@@ -188,7 +188,7 @@ class StudyResults:
         def compute() -> PolicyFile:
             arms = {}
             for point_id, run_dir in self.run_dirs.items():
-                regime = Regime.model_validate(read_run_record(RunDir(run_dir))["regime"])
+                regime = Regime.model_validate(read_run_record(RunDir(run_dir)).regime)
                 arms |= {(point_id, arm.name): arm for arm in regime.arms}
             engine = self.record.regime["engine"]["name"]
             return policy.document(self.policies(), self.root.name, self.record.name, engine, arms)

@@ -58,6 +58,7 @@ from harness.present.verdict_text import (
 from harness.results.gate import StoredGate
 from harness.results.model import CellMetrics, Summary
 from harness.results.raw import RawRun
+from harness.results.records import RunRecord
 
 # a verdict's colour on the page: from the outcome, never from the point estimate
 OUTCOME_CLASS = {Outcome.PAYS: "gain", Outcome.LOSES: "loss"}
@@ -206,7 +207,7 @@ def _fingerprint(raw: RawRun, summary: Summary) -> list[tuple[str, str]]:
     hardware = regime.hardware
     pinned = f"{hardware.gpu_count} x {hardware.gpu_model}" if hardware.kind == "gpu" else "CPU"
     gpus = ", ".join(g["name"] for g in environment.get("gpus") or []) or "none"
-    drafters = record.get("drafters") or {}
+    drafters = record.drafters
     arms = ", ".join(
         f"{a.name} ({a.method}"
         + (f", {k_text(a.num_speculative_tokens)}" if a.num_speculative_tokens else "")
@@ -216,14 +217,14 @@ def _fingerprint(raw: RawRun, summary: Summary) -> list[tuple[str, str]]:
     )
     target, load = regime.target, regime.load
     return [
-        ("regime", f"{regime.name} (fingerprint {record['fingerprint']})"),
+        ("regime", f"{regime.name} (fingerprint {record.fingerprint})"),
         ("set on the command line", "; ".join(summary.overrides) or "nothing (the regime file as written)"),
         ("hardware pinned", pinned),
         ("measured on", f"CPU {environment.get('cpu_model')} x {environment.get('cpu_count')}; GPUs: {gpus}"),
         ("tensor parallel", str(regime.tensor_parallel_size)),
         (
             "target",
-            f"{record['resolved_model']} ({target.dtype}, quantization {target.quantization or 'none'}, max "
+            f"{record.resolved_model} ({target.dtype}, quantization {target.quantization or 'none'}, max "
             f"len {target.max_model_len})",
         ),
         (
@@ -323,11 +324,11 @@ def _categories(analysis: RunAnalysis) -> dict[str, Any]:
     return {"arms": arms, "levels": levels, "order": list(analysis.category_order), "cells": cells}
 
 
-def _trained_drafters(record: dict[str, Any]) -> list[dict[str, Any]]:
+def _trained_drafters(record: RunRecord) -> list[dict[str, Any]]:
     """Per arm with a drafter trained here: what a reviewer asks before trusting its tau (what it
     was trained on, whether the measured prompts were held out, how far training got)."""
     rows = []
-    for arm, drafter in (record.get("drafters") or {}).items():
+    for arm, drafter in record.drafters.items():
         manifest = drafter.get("manifest") or {}
         if manifest.get("kind") != "trained":
             continue
