@@ -54,7 +54,7 @@ def test_vllm_draft_counting_follows_the_model_runner() -> None:
 
 def test_sglang_counts_verify_steps() -> None:
     served = served_from_server_info({"version": "0.5.23", "speculative_algorithm": "NGRAM"})
-    assert served["draft_counting"]["semantics"] == "verify_steps"
+    assert served.draft_counting.semantics == "verify_steps"
 
 
 def test_summary_and_texts_carry_both(tmp_path: Path) -> None:

@@ -569,7 +569,7 @@ def test_pinned_attention_backend_passes_both_real_parsers(resolved, vllm_parser
     assert unknown == [] and args.attention_backend == "fa3"
     info = {**args.resolved_dict(), "version": pinned.regime.engine.version}
     served = served_from_server_info(info)
-    assert served["attention_backend"]["target"] == "fa3"
+    assert served.attention_backend.target == "fa3"
     assert check_served(pinned.regime, served, arm) == []
     wrong, _ = _argv(_pinned(plan, "fa9"), "eagle3_k3", model)
     with pytest.raises((SystemExit, Exception)):  # not one of SGLang's choices

@@ -20,6 +20,7 @@ import yaml
 from harness.config.engines.defects import DEFECTS, known_defects
 from harness.config.engines.patches import APPLIED_MARK, ENV_VAR, SITE_DIR, patches
 from harness.config.engines.patches.vllm_55005_cpu_expand import expand
+from harness.config.engines.served import ServedConfig
 from harness.config.regime import load_regime
 from harness.core.errors import UserError
 from harness.run.validation import check_served
@@ -110,10 +111,10 @@ def test_the_patch_is_in_the_fingerprint_and_unpatched_fingerprints_hold() -> No
 def test_the_server_must_say_it_applied_the_patch() -> None:
     regime = load_regime(PRODUCTION)
     label = patches()[PATCH].label()
-    assert check_served(regime, {"engine_patches": [label]}) == []
-    (found,) = check_served(regime, {"engine_patches": []})
+    assert check_served(regime, ServedConfig(engine_patches=[label])) == []
+    (found,) = check_served(regime, ServedConfig(engine_patches=[]))
     assert found.field == "engine.patches" and found.expected == label
-    assert check_served(regime, {}) == []  # an engine that cannot say: nothing to compare
+    assert check_served(regime, ServedConfig()) == []  # an engine that cannot say: nothing to compare
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int32", "int64"])

@@ -17,6 +17,7 @@ import pytest
 from harness.config import engines
 from harness.config.arms import Arm
 from harness.config.engines import LaunchSpec, get_adapter
+from harness.config.engines.served import ServedConfig
 from harness.config.regime import Regime, load_regime
 from harness.core.errors import UserError
 from harness.core.probes.acceptance import SpecCounters
@@ -68,8 +69,8 @@ class ToyAdapter:
             argv += ["--toy-spec", f"{arm.method}:{arm.num_speculative_tokens}"]
         return LaunchSpec(argv=argv, env={"TOY_SEED": str(regime.sampling.seed)})
 
-    def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
-        return {}
+    def served_config(self, base_url: str, log_path: Path | None = None) -> ServedConfig:
+        return ServedConfig()
 
     def reset_prefix_cache(self, base_url: str) -> bool:
         return True

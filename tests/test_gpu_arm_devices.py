@@ -29,6 +29,7 @@ from rich.console import Console
 
 from harness.config.engines import get_adapter
 from harness.config.engines.cuda import CUDA_NEEDED, cuda_older
+from harness.config.engines.served import ServedConfig
 from harness.config.regime import load_regime
 from harness.core.errors import UserError
 from harness.results import RequestRecord, RunDir, read_json, read_records
@@ -176,8 +177,8 @@ class _Adapter:
 
         return getattr(get_adapter("vllm"), name)
 
-    def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
-        return {}
+    def served_config(self, base_url: str, log_path: Path | None = None) -> ServedConfig:
+        return ServedConfig()
 
     def reset_prefix_cache(self, base_url: str) -> bool:
         return False

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from harness.config.arms import Arm
 from harness.config.engines import LaunchSpec, get_adapter
+from harness.config.engines.served import ServedConfig
 from harness.config.regime import Regime
 from harness.core.errors import UserError
 from harness.core.probes.acceptance import SpecCounters
@@ -172,8 +173,8 @@ class StandIn:
     def installed_version(self) -> str:
         return "vllm 0.31.0"  # the regime's pin
 
-    def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
-        return {}
+    def served_config(self, base_url: str, log_path: Path | None = None) -> ServedConfig:
+        return ServedConfig()
 
 
 def stand_in_run(

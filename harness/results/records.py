@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, with_config
 
+from harness.config.engines.served import AttentionBackend, DraftCounting, ServedRuntime
 from harness.config.level import LoadLevel
 from harness.config.load import RampStage
 from harness.core.probes.acceptance import SpecCounters
@@ -209,6 +210,10 @@ class WindowRecord(ResultModel):
     schedule: list[float] = []  # open loop: each request's due time, seconds from the window's start
     duration_s: float  # first send to last completion
     prefix_cache_reset: bool = False
+    # the resets asked for as the window began (each refusal asked again, up to 5 times); with
+    # prefix_cache_reset false after some, the engine kept refusing and the window may have run on a
+    # warm cache. 0: none asked (a conversation's later turn), or recorded before it was counted
+    prefix_cache_reset_attempts: int = 0
     # the prefix cache's lookups and hits in the window, prompt tokens (probes.prefix_cache); None: not
     # reported by the engine, or recorded before version 10
     prefix_cache: dict[str, float] | None = None
@@ -259,6 +264,7 @@ class RampWindowRecord(ResultModel):
     stage_ends_s: list[float]  # when the client left each stage (seconds from the window's start)
     duration_s: float  # first send to the last completion (the drain after the last stage inside)
     prefix_cache_reset: bool = False
+    prefix_cache_reset_attempts: int = 0  # as WindowRecord's
     acceptance_source: Literal["server_counters", "per_request"] = "server_counters"
     counters: list[dict[str, Any] | None] = []  # SpecCounters.to_json(): at the start, then after each stage
     # the engine's own figures as each stage ended (SGLang: the speculative steps its adaptive mode ran)
@@ -286,21 +292,6 @@ class RampWindowRecord(ResultModel):
 ArmState = Literal["not_run", "running", "ok", "failed", "interrupted"]
 
 
-class AttentionBackend(ResultModel):
-    """The attention backend the engine selected for the arm's server, in the engine's spelling."""
-
-    target: str | None
-    drafter: str | None = None  # where the engine reports a separate one for the draft
-    source: str  # where it was read (server log, /server_info), or how it was inferred
-
-
-class DraftCounting(ResultModel):
-    """How the arm's engine counted a draft: tau's denominator (``probes.acceptance.DRAFT_COUNTING``)."""
-
-    semantics: Literal["proposing_steps", "every_step", "verify_steps"]
-    source: str  # the evidence: a server log line, the engine and version
-
-
 class ArmStatus(ResultModel):
     """An arm's ``status.json``: where it got to, and why it stopped if it did not finish."""
 
@@ -315,6 +306,9 @@ class ArmStatus(ResultModel):
     mismatches: list[str] = []  # regime mismatches recorded with --allow-mismatch
     attention_backend: AttentionBackend | None = None  # None: the engine did not say
     draft_counting: DraftCounting | None = None  # None: recorded before version 4
+    # how the engine ran the steps (async scheduling, captured graph sizes, running cap), as its
+    # first start-up reported it; None: not reported, or before version 16
+    runtime: ServedRuntime | None = None
     # the start-ups measured again, each with why (its counters broke: a server restart or reset);
     # the first attempt's files are kept beside the arm's (arms/<arm>.attempt-N)
     remeasured: list[str] = []
@@ -328,6 +322,9 @@ class Invocation(ResultModel):
     startup_s: float  # engine servers starting, until healthy
     measured_s: float  # measured windows, the baseline's noise-floor pass included
     warmup_s: float  # warm-up requests (never measured)
+    # waiting, after a server on GPUs stopped, for its GPUs' memory to be freed (bounded; 0: no GPU,
+    # or recorded before it was waited for)
+    gpu_release_s: float = 0.0
     interrupted: bool = False
 
 

@@ -6,7 +6,6 @@ differs in what names a deployment stops the arm: another deployment is another 
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ from typing import Any
 from harness.config.arms import Arm
 from harness.config.engines import EngineAdapter
 from harness.core.errors import EngineError, UserError
-from harness.core.formats import inert_tree
 from harness.core.secrets import redact_url
 from harness.run import engine_http as http
 from harness.run.server import ExternalServer, Server
@@ -22,11 +20,6 @@ from harness.run.server import ExternalServer, Server
 # what names a deployment behind an endpoint: another value of any of them mid-run is another
 # deployment, and the arm stops
 DEPLOYMENT = ("model", "version", "max_model_len")
-
-
-def _as_recorded(served: dict[str, Any]) -> dict[str, Any]:
-    # inert: a server's strings are printed (bench run, bench show) and compared after each window
-    return inert_tree(json.loads(json.dumps(served, sort_keys=True, default=str)))
 
 
 def served_before(adapter: EngineAdapter, arm: Arm, startup_timeout_s: float) -> dict[str, Any]:
@@ -39,10 +32,10 @@ def served_before(adapter: EngineAdapter, arm: Arm, startup_timeout_s: float) ->
     ):
         try:
             server.wait_ready(startup_timeout_s)
+            served = adapter.served_config(server.base_url, None)
         except EngineError as exc:
             raise UserError(f"arms.{arm.name}.endpoint: {exc}") from None
-        served = adapter.served_config(server.base_url, None)
-    return _as_recorded({"model": server.served_model, **served})
+    return served.model_copy(update={"model": server.served_model}).recorded()
 
 
 def served_now(adapter: EngineAdapter, server: Server | ExternalServer) -> dict[str, Any]:
@@ -50,7 +43,8 @@ def served_now(adapter: EngineAdapter, server: Server | ExternalServer) -> dict[
     listed = http.get_json(server.base_url, "/v1/models")
     models = listed.get("data") if isinstance(listed, dict) else None
     first = models[0] if isinstance(models, list) and models and isinstance(models[0], dict) else {}
-    return _as_recorded({"model": first.get("id"), **adapter.served_config(server.base_url, None)})
+    model = first.get("id") if isinstance(first.get("id"), str) else None
+    return adapter.served_config(server.base_url, None).model_copy(update={"model": model}).recorded()
 
 
 def deployment_change(began: dict[str, Any], base_url: str, now: dict[str, Any], when: str) -> str | None:

@@ -39,8 +39,6 @@ from harness.derive.rounds import Standing, completed_starts, round_line, round_
 from harness.derive.summary import summarize
 from harness.results import (
     ArmStatus,
-    AttentionBackend,
-    DraftCounting,
     Invocation,
     RequestRecord,
     RunDir,
@@ -558,11 +556,11 @@ class Runner:
                 + "\n  ".join(found)
                 + "\nPass --allow-mismatch to run anyway (every mismatch is recorded)."
             )
-        backend, counting = served.get("attention_backend"), served.get("draft_counting")
         return {
             "mismatches": found,
-            "attention_backend": AttentionBackend.model_validate(backend) if backend else None,
-            "draft_counting": DraftCounting.model_validate(counting) if counting else None,
+            "attention_backend": served.attention_backend,
+            "draft_counting": served.draft_counting,
+            "runtime": served.runtime,
         }
 
     @contextmanager

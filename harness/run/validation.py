@@ -21,6 +21,7 @@ from harness.config.arms import Arm
 from harness.config.engines import get_adapter
 from harness.config.engines.cuda import cuda_needed, cuda_older
 from harness.config.engines.defects import release_of
+from harness.config.engines.served import ServedConfig, ServedSpeculation
 from harness.config.regime import Regime
 from harness.core.config_file import located
 from harness.core.errors import FieldError
@@ -256,45 +257,43 @@ def no_gpu_here(regime: Regime, environment: dict[str, Any]) -> str | None:
     )
 
 
-def check_served(regime: Regime, served: dict[str, Any], arm: Arm | None = None) -> list[Mismatch]:
+def check_served(regime: Regime, served: ServedConfig, arm: Arm | None = None) -> list[Mismatch]:
     """After start-up: what the server says it runs (version, max length, dtype, quantization,
     and for ``arm`` its speculative method and K). Fields the engine did not report are skipped."""
     found: list[Mismatch] = []
     target = regime.target
-    if target.dtype != "auto" and served.get("dtype") not in (None, target.dtype):
-        found.append(Mismatch("target.dtype", target.dtype, f"server reports {served['dtype']}"))
-    if "quantization" in served and served["quantization"] != target.quantization:
+    if target.dtype != "auto" and served.dtype not in (None, target.dtype):
+        found.append(Mismatch("target.dtype", target.dtype, f"server reports {served.dtype}"))
+    if served.reported("quantization") and served.quantization != target.quantization:
         found.append(
-            Mismatch(
-                "target.quantization", str(target.quantization), f"server reports {served['quantization']}"
-            )
+            Mismatch("target.quantization", str(target.quantization), f"server reports {served.quantization}")
         )
-    if arm is not None and "speculative" in served:
-        spec = served["speculative"]
+    if arm is not None and served.reported("speculative"):
+        spec = served.speculative
         index = regime.arms.index(arm)
         if arm.method == "baseline" and spec is not None:
             found.append(
-                Mismatch(f"arms[{index}].method", "baseline", f"server speculates with {spec['method']}")
+                Mismatch(f"arms[{index}].method", "baseline", f"server speculates with {spec.method}")
             )
         elif arm.method != "baseline":
-            reported = spec or {"method": "none", "num_speculative_tokens": None}
-            if reported["method"] != arm.method:
+            reported = spec or ServedSpeculation(method="none", num_speculative_tokens=None)
+            if reported.method != arm.method:
                 found.append(
-                    Mismatch(f"arms[{index}].method", arm.method, f"server reports {reported['method']}")
+                    Mismatch(f"arms[{index}].method", arm.method, f"server reports {reported.method}")
                 )
-            elif reported["num_speculative_tokens"] != arm.num_speculative_tokens:
+            elif reported.num_speculative_tokens != arm.num_speculative_tokens:
                 found.append(
                     Mismatch(
                         f"arms[{index}].num_speculative_tokens",
                         str(arm.num_speculative_tokens),
-                        f"server reports {reported['num_speculative_tokens']}",
+                        f"server reports {reported.num_speculative_tokens}",
                     )
                 )
     found += _attention_backend_mismatch(regime, served) + _patch_mismatch(regime, served)
     pin = regime.engine.version
-    if pin and served.get("version") and not _version_matches(pin, served["version"]):
-        found.append(Mismatch("engine.version", pin, f"server reports {served['version']}"))
-    max_len = served.get("max_model_len")
+    if pin and served.version and not _version_matches(pin, served.version):
+        found.append(Mismatch("engine.version", pin, f"server reports {served.version}"))
+    max_len = served.max_model_len
     if max_len is not None and max_len != regime.target.max_model_len:
         found.append(
             Mismatch("target.max_model_len", str(regime.target.max_model_len), f"server reports {max_len}")
@@ -302,21 +301,21 @@ def check_served(regime: Regime, served: dict[str, Any], arm: Arm | None = None)
     return found
 
 
-def _attention_backend_mismatch(regime: Regime, served: dict[str, Any]) -> list[Mismatch]:
+def _attention_backend_mismatch(regime: Regime, served: ServedConfig) -> list[Mismatch]:
     """A pinned attention backend the engine did not select (names compared case-insensitively:
     vLLM spells FLASH_ATTN, SGLang fa3)."""
     pin = regime.engine.attention_backend
-    selected = (served.get("attention_backend") or {}).get("target")
+    selected = served.attention_backend.target if served.attention_backend else None
     if pin and selected and selected.lower() != pin.lower():
         return [Mismatch("engine.attention_backend", pin, f"server selected {selected}")]
     return []
 
 
-def _patch_mismatch(regime: Regime, served: dict[str, Any]) -> list[Mismatch]:
+def _patch_mismatch(regime: Regime, served: ServedConfig) -> list[Mismatch]:
     """An engine patch the server's processes did not say they applied (when the adapter reads that)."""
-    if "engine_patches" not in served:
+    if served.engine_patches is None:
         return []
-    applied = served["engine_patches"]
+    applied = served.engine_patches
     return [
         Mismatch("engine.patches", label, f"the server log shows applied: {', '.join(applied) or 'none'}")
         for label in regime.engine.patch_labels()

@@ -28,6 +28,7 @@ from harness.core.probes.prefix_cache import PrefixCacheCounts
 
 if TYPE_CHECKING:  # types only (the regime reads the engine names from engines/names.py)
     from harness.config.arms import Arm
+    from harness.config.engines.served import ServedConfig
     from harness.config.regime import Regime
     from harness.results.records import RequestRecord, WindowRecord
 
@@ -130,9 +131,10 @@ class EngineAdapter(Protocol):
         ``uds`` (given only to an adapter with ``unix_socket``), with the API key in ``key_file``
         (only to a ``keyed`` adapter); the draft path already resolved."""
 
-    def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
+    def served_config(self, base_url: str, log_path: Path | None = None) -> ServedConfig:
         """What the running server reports about itself (version, max_model_len, dtype,
-        quantization, speculative method and K, attention backend, ``draft_counting``)."""
+        quantization, speculative method and K, attention backend, ``draft_counting``, and how it
+        runs its steps: ``ServedRuntime``); an ill-formed report is an ``EngineError``."""
 
     def reset_prefix_cache(self, base_url: str) -> bool:
         """Empty the prefix cache; False when the engine would not (the window records it)."""

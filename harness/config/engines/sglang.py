@@ -50,6 +50,8 @@ from harness.config.engines.flags import (
     Managed,
     managed_flag_problems,
 )
+from harness.config.engines.served import ServedConfig
+from harness.config.engines.served import served as served_record
 from harness.config.methods import METHODS as METHODS_TABLE
 from harness.config.methods import names
 from harness.core.config_file import did_you_mean
@@ -403,12 +405,12 @@ class SglangAdapter:
             return figures
         return {**(figures or {}), **steps}
 
-    def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
+    def served_config(self, base_url: str, log_path: Path | None = None) -> ServedConfig:
         """``/server_info``: the resolved server arguments, as the engine applied them."""
         from harness.run import engine_http as http  # I/O: only the run side calls this method
 
         info = http.get_json(base_url, "/server_info")
-        return {} if info is None else served_from_server_info(info)
+        return served_from_server_info(info if isinstance(info, dict) else {}, f"{base_url}/server_info")
 
     def installed_version(self) -> str | None:
         try:
@@ -476,7 +478,10 @@ def server_figures_from_info(info: dict) -> dict | None:
     }
 
 
-def served_from_server_info(info: dict) -> dict:
+def served_from_server_info(info: dict, where: str = "/server_info") -> ServedConfig:
+    """What ``/server_info`` (SGLang's resolved server arguments) says the server runs."""
+    if not info:
+        return ServedConfig()
     served: dict = {
         "version": info.get("version"),
         "max_model_len": info.get("context_length"),
@@ -504,7 +509,13 @@ def served_from_server_info(info: dict) -> dict:
                 "num_speculative_tokens": draft_tokens - 1 if isinstance(draft_tokens, int) else None,
             }
         )
-    return served
+    if isinstance(info.get("max_running_requests"), int):
+        # resolved: 48 for speculation unless --max-running-requests is set (speculative_hook.py)
+        served["runtime"] = {
+            "running_cap": info["max_running_requests"],
+            "running_cap_source": "/server_info max_running_requests",
+        }
+    return served_record(served, where)
 
 
 ADAPTER = SglangAdapter()

