@@ -247,17 +247,22 @@ def _print_endpoints(plan: Any, console: Console) -> None:
 def _print_plan(plan: Any, console: Console) -> None:
     """What `bench validate` shows of one concrete regime: the plan, this machine against it, commands."""
     from harness.config.arms import KScheduleSource
-    from harness.run.outlook import earlier_round_minutes, outlook_text
+    from harness.run.outlook import earlier_round_minutes, night_plan
     from harness.run.plan import describe_plan
     from harness.run.sensors.environment import collect_environment
     from harness.run.validation import no_gpu_here, prompt_warnings, window_warnings
 
     console.print(describe_plan(plan), highlight=False)
-    # what the design is expected to take to decide, at the pace of this regime's last run under
-    # results/ (the default --results-dir), else at a stated assumption
-    pace = earlier_round_minutes(Path("results"), plan.regime)
-    console.print(outlook_text(plan.regime, pace), highlight=False)
-    warnings = window_warnings(plan.regime, plan.regime_path) + prompt_warnings(plan.regime, plan.regime_path)
+    # what the design is expected to take to decide and the night it takes (start-ups, windows,
+    # passes, wall time and $), at the pace and start-ups of this regime's last run under results/
+    # (the default --results-dir), else at stated assumptions; a design that cannot decide: a warning
+    night = night_plan(plan.regime, earlier_round_minutes(Path("results"), plan.regime))
+    shown = night.lines if night.cannot is not None else (night.outlook, *night.lines)
+    console.print("\n".join(shown), highlight=False, markup=False)
+    warnings = [night.cannot] if night.cannot is not None else []
+    warnings += window_warnings(plan.regime, plan.regime_path) + prompt_warnings(
+        plan.regime, plan.regime_path
+    )
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if plan.regime.endpoints():  # nothing is launched here, and this machine is only the client's
