@@ -37,6 +37,7 @@ from harness.derive import pooling
 from harness.derive import verdict as verdicts_of
 from harness.derive.ceiling import Ceiling, decode_ceiling
 from harness.derive.cost_model import CostModel, cost_model
+from harness.derive.engine_runtime import runtime_caveats
 from harness.derive.findings import Fact, findings
 from harness.derive.intervals import Estimate, design_level, rounds_to_decide, stored_estimate
 from harness.derive.schedule import RampCheck, ScheduleCheck, ramp_checks, schedule_checks
@@ -292,7 +293,7 @@ def _assemble(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> RunAnaly
     return RunAnalysis(
         summary=summary,
         verdicts=verdicts,
-        caveats=tuple(run_caveats(summary)),
+        caveats=tuple(run_caveats(summary) + runtime_caveats(summary)),
         findings=tuple(findings(summary, verdicts, cost)),
         capacities=tuple(slo_capacity(summary)),
         schedule_checks=tuple(schedule_checks(summary.arms, summary.cells)),

@@ -58,6 +58,7 @@ class ServedRuntime(_Served):
     # requests the engine runs at once (SGLang: max_running_requests, 48 for speculation unless set)
     running_cap: int | None = None
     running_cap_source: str | None = None
+    release: str | None = None  # the engine release that reported it (its defects are by release)
 
     @property
     def capture_ceiling(self) -> int | None:

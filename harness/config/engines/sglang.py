@@ -52,6 +52,7 @@ from harness.config.engines.flags import (
 )
 from harness.config.engines.served import ServedConfig
 from harness.config.engines.served import served as served_record
+from harness.config.engines.step_limits import running_cap_problems
 from harness.config.methods import METHODS as METHODS_TABLE
 from harness.config.methods import names
 from harness.core.config_file import did_you_mean
@@ -189,6 +190,7 @@ class SglangAdapter:
                 regime.engine.extra_args, MANAGED_FLAGS, RESERVED_PREFIXES
             )
         ]
+        found += running_cap_problems(regime)
         if regime.engine.eager_speculation:  # vLLM's drafter-only switch: SGLang has no such setting
             found.append((("engine", "eager_speculation"), "SGLang has no drafter-only eager mode"))
         for index, arm in enumerate(regime.arms):
@@ -514,6 +516,7 @@ def served_from_server_info(info: dict, where: str = "/server_info") -> ServedCo
         served["runtime"] = {
             "running_cap": info["max_running_requests"],
             "running_cap_source": "/server_info max_running_requests",
+            "release": info.get("version") if isinstance(info.get("version"), str) else None,
         }
     return served_record(served, where)
 

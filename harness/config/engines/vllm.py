@@ -34,6 +34,7 @@ from harness.config.engines.flags import (
 from harness.config.engines.patches import launch_env as patch_env
 from harness.config.engines.served import ServedConfig
 from harness.config.engines.served import served as served_record
+from harness.config.engines.step_limits import capture_problems
 from harness.config.engines.vllm_log import draft_counting, served_from_log
 from harness.config.methods import names
 from harness.core.config_file import did_you_mean
@@ -587,7 +588,7 @@ class VllmAdapter:
             regime = regime.model_copy(
                 update={"engine": regime.engine.model_copy(update={"version": version})}
             )
-        found += _env_problems(regime)
+        found += _env_problems(regime) + capture_problems(regime)
         release = f"vLLM {version}" if version else "any vLLM release"
         eager = regime.engine.eager_speculation
         if eager and not any(a.method in DRAFTER_MODEL_METHODS for a in regime.arms):
@@ -814,6 +815,8 @@ class VllmAdapter:
                 served["max_model_len"] = models[0].get("max_model_len") if models else None
         fallback = served.pop("v1_runner_fallback", False)
         served["draft_counting"] = draft_counting(served.get("version"), fallback)
+        if "runtime" in served:
+            served["runtime"]["release"] = served.get("version")
         return served_record(served, f"{base_url} and its log")
 
     def installed_version(self) -> str | None:
