@@ -7,12 +7,14 @@ at concurrency 1 measured 1.28x [1.09, 1.50], tau 2.98) with published figures a
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from harness.config.arms import PublishedFigure
+from harness.config.arms import Arm, PublishedFigure
 from harness.config.regime import load_regime
 from harness.core.errors import UserError
 from harness.derive.analysis import analyze
@@ -173,13 +175,17 @@ def test_published_is_outside_the_fingerprint_but_k_is_not() -> None:
     assert regime.model_copy(update={"arms": other_k}).fingerprint() != regime.fingerprint()
 
 
-def _error(tmp_path: Path, mutate) -> str:
+def _write(tmp_path: Path, mutate) -> Path:
     data = yaml.safe_load((ROOT / "regimes" / "h100_tp1_llama31_8b.yaml").read_text())
     mutate(data)
     path = tmp_path / "regime.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False).replace("../workloads/", f"{ROOT}/workloads/"))
+    return path
+
+
+def _error(tmp_path: Path, mutate) -> str:
     with pytest.raises(UserError) as info:
-        load_regime(path)
+        load_regime(_write(tmp_path, mutate))
     return str(info.value)
 
 
@@ -197,6 +203,14 @@ def _figure(**changes) -> dict:
         (_figure(concurrency=64), "arms[3].published[1].concurrency", "not one of load.concurrency"),
         (_figure(seen_on="H100"), "arms[3].published[1].seen_on", "unknown key"),
         ({k: v for k, v in _figure().items() if k != "source"}, "arms[3].published[1].source", "required"),
+        (_figure(shape="star"), "arms[3].published[1].shape", "'chain' or 'tree'"),
+        (_figure(temperature=-1), "arms[3].published[1].temperature", "greater than or equal to 0"),
+        (_figure(model_runner="v3"), "arms[3].published[1].model_runner", "'v1' or 'v2'"),
+        (_figure(another_regime=True), "arms[3].published[1].another_regime", "records how it differs"),
+        # another regime than the arm's: refused unless marked as a reference
+        (_figure(temperature=1), "arms[3].published[1].temperature", "published at temperature 1, the "),
+        (_figure(shape="tree"), "arms[3].published[1].shape", "the arm drafts a chain"),
+        (_figure(method="eagle2"), "arms[3].published[1].method", "the arm is 'eagle3'"),
     ],
 )
 def test_a_bad_entry_names_its_field_path_and_line(
@@ -223,3 +237,140 @@ def test_the_report_shows_the_figure_beside_the_measured_value(summary: Summary)
     assert '<td>1.28x [1.09, 1.50]</td><td>1.6-2x</td><td class="text">a paper, table 2</td>' in html
     assert "entirely outside it (a caveat)" in html
     assert 'id="published"' not in render_report(run)
+
+
+# ---- the source's regime against the arm's ------------------------------------------------------
+
+
+def test_a_figure_of_another_temperature_is_refused_by_bench_validate(tmp_path: Path) -> None:
+    """The figure the shipped regimes carried before issue 72: the EAGLE-3 authors' tau, measured at
+    temperature 1, on a greedy regime."""
+    sampled = _figure(low=2.77, high=2.77, temperature=1, engine="EAGLE reference code")
+    path = _write(tmp_path, lambda d: d["arms"][3]["published"].insert(0, sampled))
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", str(path)], capture_output=True, text=True, cwd=ROOT
+    )
+    said = " ".join((out.stdout + out.stderr).split())
+    assert out.returncode == 2 and "Traceback" not in said, said
+    assert "regime.yaml:" in said and "arms[3].published[0].temperature:" in said, said
+    assert "published at temperature 1, the regime samples at 0 (sampling.temperature)" in said
+    assert "set another_regime: true" in said  # the way to keep it on purpose
+
+
+def test_a_reference_from_another_regime_is_accepted_when_marked(tmp_path: Path) -> None:
+    reference = _figure(temperature=1, shape="tree", engine="sglang", another_regime=True)
+    regime = load_regime(_write(tmp_path, lambda d: d["arms"][3]["published"].append(reference)))
+    figure = regime.arms[3].published[-1]
+    assert figure.another_regime and figure.conditions() == {
+        "temperature": 1,
+        "shape": "tree",
+        "engine": "sglang",
+    }
+
+
+def test_an_sglang_tree_arm_takes_a_tree_figure_and_refuses_a_chain(tmp_path: Path) -> None:
+    def tree(data: dict, shape: str) -> None:
+        data["arms"][3]["options"] = {"speculative_eagle_topk": 4}
+        data["arms"][3]["published"] = [_figure(shape=shape, temperature=0)]
+
+    arm = Arm.model_validate(
+        {
+            "name": "e",
+            "method": "eagle3",
+            "num_speculative_tokens": 7,
+            "draft_model": "d",
+            "options": {"speculative_eagle_topk": 4},
+            "published": [_figure(shape="tree")],
+        }
+    )
+    assert arm.drafting_shape() == "tree"
+    message = _error(tmp_path, lambda d: tree(d, "chain"))
+    assert "arms[3].published[0].shape" in message and "the arm drafts a tree" in message, message
+
+
+def _caveat(summary: Summary, **regime) -> str:
+    figure = {**_speedup(1.6, 2.0), **regime}
+    (found,) = [
+        c for c in run_caveats(_published(summary, "ngram_k4", figure)) if c.code == "published_outside"
+    ]
+    return " ".join(caveat_text(found).split())
+
+
+def test_the_caveat_states_the_regimes_difference_instead_of_a_fault(summary: Summary) -> None:
+    """ngram_k4 ran greedy at K=4; the figure was published at temperature 1 with SGLang's tree at
+    K=7, kept as a reference."""
+    text = _caveat(
+        summary, temperature=1, shape="tree", engine="sglang", num_speculative_tokens=7, another_regime=True
+    )
+    assert "lies entirely below the published 1.6-2 (a paper, table 2)" in text, text
+    assert (
+        "; published at temperature 1, SGLang tree, K=7; measured greedy, K=4 (a reference from another "
+        "regime): the regimes differ in temperature, K, shape, so the gap is that difference, not by "
+        "itself a fault"
+    ) in text, text
+    assert "something is wrong" not in text
+
+
+def test_the_caveat_names_a_k_that_differs_on_an_otherwise_matching_figure(summary: Summary) -> None:
+    text = _caveat(summary, temperature=0, shape="chain", engine="vllm", num_speculative_tokens=5)
+    assert "; published greedy, vLLM chain, K=5; measured greedy, chain, K=4: the regimes differ in K" in text
+    assert "something is wrong" not in text
+
+
+def test_the_caveat_of_matching_conditions_says_what_they_leave_out(summary: Summary) -> None:
+    text = _caveat(summary, temperature=0, shape="chain", engine="vllm", model_runner="v1")
+    assert (
+        "; published greedy, vLLM chain, Model Runner V1; measured greedy, chain, K=4: the conditions" in text
+    )
+    assert "what they leave out (hardware, engine release, prompts, counting), or something is wrong" in text
+
+
+def test_a_figure_that_records_no_regime_keeps_the_general_words(summary: Summary) -> None:
+    text = _caveat(summary)
+    assert text.endswith(
+        "(a paper, table 2): this run is not the publication's regime (hardware, engine, K, prompts, "
+        "counting), or something is wrong"
+    ), text
+
+
+GPU_REGIMES = sorted(
+    path.name
+    for path in (ROOT / "regimes").glob("*.yaml")
+    if yaml.safe_load(path.read_text())["hardware"]["kind"] == "gpu"
+)
+
+
+@pytest.mark.parametrize("name", GPU_REGIMES)
+def test_every_shipped_figure_is_of_its_arms_regime(name: str) -> None:
+    """No shipped regime carries a figure of another temperature, shape, method or engine than its
+    arm's, nor one marked as a reference from another regime; each records the shape and engine it
+    was measured with, and the temperature where its source states one."""
+    regime = load_regime(ROOT / "regimes" / name)
+    for arm in regime.arms:
+        for figure in arm.published:
+            where = f"{name} {arm.name} {figure.quantity} {figure.low:g}-{figure.high:g}"
+            assert not figure.another_regime, where
+            assert figure.shape == arm.drafting_shape() and figure.engine == regime.engine.name, where
+            assert figure.method in (None, arm.method), where
+            assert figure.temperature in (None, regime.sampling.temperature), where
+            if figure.temperature is None:  # the source does not say: its text says so
+                assert "states neither the temperature" in figure.source, where
+            if figure.num_speculative_tokens not in (None, arm.num_speculative_tokens):
+                assert f"K={figure.num_speculative_tokens}" in figure.source, where
+
+
+def test_the_shipped_figures_are_the_greedy_chain_ones() -> None:
+    """Issue 72: the EAGLE-3 authors' 2.77 (temperature 1) and SGLang's 2.36x (a tree) are gone; vLLM's
+    greedy chain at K=7 measured 3.53-3.54, and DFlash-b16's 4.24 was asserted at K=16."""
+    carried = {
+        (name, arm.name, f.quantity): (f.low, f.high, f.temperature, f.num_speculative_tokens)
+        for name in GPU_REGIMES
+        for arm in load_regime(ROOT / "regimes" / name).arms
+        for f in arm.published
+    }
+    assert not any(low in (2.77, 2.36) for low, *_ in carried.values())
+    for name in SHIPPED:
+        assert carried[(name, "eagle3_k7", "tau")] == (3.53, 3.54, 0, None)
+    assert carried[("h100_tp1_llama31_8b.yaml", "eagle3_k7", "speedup")][:2] == (1.65, 1.65)
+    assert carried[("h100_tp1_llama31_8b.yaml", "eagle3_k3", "speedup")][:2] == (1.73, 1.73)
+    assert carried[("h200_tp1_qwen3_8b.yaml", "dflash_b16_k15", "tau")] == (4.03, 4.24, 0, 16)

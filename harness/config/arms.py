@@ -197,12 +197,24 @@ def schedule_problems(entries: list[ScheduleEntry], k_max: int) -> list[tuple[tu
     return found
 
 
+# how a method drafts: one sequence of tokens per step, verified in order (vLLM always; SGLang at topk 1,
+# as the harness launches it), or a tree of candidates per position verified at once (SGLang's topk > 1,
+# the EAGLE papers' own code)
+DraftShape = Literal["chain", "tree"]
+
+
 class PublishedFigure(StrictModel):
     """A figure someone published for this arm's method and target (a paper, an engine's docs or CI),
     as the range a healthy run of the arm is expected to land in. Not a condition of the measurement
     (not in the fingerprint): the views show it beside the measured value, and the verdict's
     ``published_outside`` caveat names its source when the measured 95% interval lies entirely
-    outside it."""
+    outside it.
+
+    The source's own regime is recorded in typed fields where it is known (temperature, drafting
+    shape, engine, K, vLLM's model runner): ``bench validate`` refuses a figure whose temperature is
+    not the regime's or whose shape or method is not the arm's, unless ``another_regime`` marks it
+    as a reference from another regime, and the caveat states the difference instead of implying a
+    fault."""
 
     quantity: Literal["speedup", "tau"] = Field(
         description="What was published: speedup (tok/s against the baseline) or tau (mean acceptance "
@@ -212,8 +224,8 @@ class PublishedFigure(StrictModel):
     high: float = Field(gt=0, description="The range's high end.")
     source: str = Field(
         min_length=1,
-        description="Where it was published and under which conditions, e.g. 'EAGLE-3 paper, MT-Bench, "
-        "T=0, K=7'.",
+        description="Where it was published and under which conditions, e.g. 'vLLM #26191: MT-Bench, 80 "
+        "prompts, offline'; say there what the source does not state.",
     )
     concurrency: int | None = Field(
         default=None,
@@ -225,6 +237,49 @@ class PublishedFigure(StrictModel):
         min_length=1,
         description="The workload (by name) it compares with, e.g. chat_mtbench; unset: every workload.",
     )
+    temperature: float | None = Field(
+        default=None,
+        ge=0,
+        description="The sampling temperature the source measured at (0: greedy); unset: the source does "
+        "not say. Must be the regime's sampling.temperature unless another_regime.",
+    )
+    shape: DraftShape | None = Field(
+        default=None,
+        description="How the source drafted: chain (one draft sequence per step: vLLM, SGLang at topk 1) "
+        "or tree (several candidates per position: SGLang at topk > 1, the EAGLE authors' code); unset: "
+        "not known. Must be the arm's (a chain unless its SGLang options set speculative_eagle_topk > 1) "
+        "unless another_regime.",
+    )
+    engine: str | None = Field(
+        default=None,
+        min_length=1,
+        description="What ran it: an engine name as the regime writes it (vllm, sglang) or the source's "
+        "own code (e.g. 'EAGLE reference code'); unset: not known. Stated by the caveat, not checked.",
+    )
+    method: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The source's speculative method, by the regime's name (eagle3, dflash, ...) or its "
+        "own (eagle2); unset: the arm's. Must be the arm's method unless another_regime.",
+    )
+    num_speculative_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        description="The K the source measured at, where it is not the arm's (e.g. 16 for a DFlash figure "
+        "measured with a block of 16 beside an arm at 15); unset: the arm's K. Stated by the caveat.",
+    )
+    model_runner: Literal["v1", "v2"] | None = Field(
+        default=None,
+        description="vLLM only: the model runner generation the source ran (v2 is the only one from vLLM "
+        "0.34; EAGLE-3 acceptance is reported lower on v2, vLLM #40551); unset: not known. Stated by the "
+        "caveat.",
+    )
+    another_regime: bool = Field(
+        default=False,
+        description="True: a reference measured under another regime than this arm's (another "
+        "temperature, drafting shape or method), kept on purpose: bench validate accepts it, and the "
+        "caveat states the difference instead of implying a fault. Give the fields that differ.",
+    )
 
     @model_validator(mode="after")
     def _range(self) -> PublishedFigure:
@@ -232,7 +287,54 @@ class PublishedFigure(StrictModel):
             raise FieldError("high", f"the range's high end {self.high:g} is below its low end {self.low:g}")
         if self.quantity == "tau" and self.low < 1:
             raise FieldError("low", f"tau counts the bonus token: at least 1 (got {self.low:g})")
+        if self.another_regime and not self.conditions():
+            raise FieldError(
+                "another_regime",
+                "a reference from another regime records how it differs: give its temperature, shape, "
+                "method or num_speculative_tokens",
+            )
         return self
+
+    def conditions(self) -> dict[str, Any]:
+        """The source's regime as recorded: each regime field given, by name ({} when none is)."""
+        names = ("temperature", "shape", "engine", "method", "num_speculative_tokens", "model_runner")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
+def published_problems(
+    figures: list[PublishedFigure], method: str, shape: DraftShape, temperature: float | None = None
+) -> list[tuple[tuple[int, str], str]]:
+    """Where an arm's published figures were measured under another regime than the arm's, by
+    (entry, field): a temperature other than the regime's (``temperature``; None: not checked here),
+    a drafting shape or a method other than the arm's. A figure marked ``another_regime`` is a
+    reference on purpose and is not refused."""
+    found: list[tuple[tuple[int, str], str]] = []
+    for entry, figure in enumerate(figures):
+        if figure.another_regime:
+            continue
+        mark = "; if it is kept as a reference from another regime on purpose, set another_regime: true"
+        if temperature is not None and figure.temperature is not None and figure.temperature != temperature:
+            found.append(
+                (
+                    (entry, "temperature"),
+                    f"published at temperature {figure.temperature:g}, the regime samples at "
+                    f"{temperature:g} (sampling.temperature): tau and speedup move with temperature, so a "
+                    f"figure of another temperature is not this arm's expected range{mark}",
+                )
+            )
+        if figure.shape is not None and figure.shape != shape:
+            found.append(
+                (
+                    (entry, "shape"),
+                    f"published with a {figure.shape} of drafts, the arm drafts a {shape}: a tree accepts "
+                    f"more per step than a chain of the same head{mark}",
+                )
+            )
+        if figure.method is not None and figure.method != method:
+            found.append(
+                ((entry, "method"), f"published for method '{figure.method}', the arm is '{method}'{mark}")
+            )
+    return found
 
 
 class Arm(StrictModel):
@@ -357,6 +459,8 @@ class Arm(StrictModel):
                 "no k_schedule",
             )
         self._check_schedule()
+        for (entry, field), message in published_problems(self.published, self.method, self.drafting_shape()):
+            raise FieldError(("published", entry, field), message)
         if row.draft_model and self.draft_model is None:
             raise FieldError("draft_model", f"method '{self.method}' needs draft_model")
         if not row.draft_model and self.draft_model is not None:
@@ -389,6 +493,14 @@ class Arm(StrictModel):
                 f"{trained.block_size - 1} tokens, the arm asks K={self.num_speculative_tokens}",
             )
         return self
+
+    def drafting_shape(self) -> DraftShape:
+        """How the arm drafts: a chain (vLLM always; SGLang as the harness launches it, topk 1), or a
+        tree where its SGLang options set speculative_eagle_topk above 1."""
+        try:
+            return "tree" if int(self.options.get("speculative_eagle_topk", 1)) > 1 else "chain"
+        except (TypeError, ValueError):  # not a number: the engine's adapter refuses it
+            return "chain"
 
     def _check_schedule(self) -> None:
         if isinstance(self.k_schedule, list):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
-from harness.config.arms import NAME_PATTERN, Arm, endpoint_address
+from harness.config.arms import NAME_PATTERN, Arm, endpoint_address, published_problems
 from harness.config.checks import DistributionCheck, Exactness, Gate, Gates, Power, VerdictSettings
 from harness.config.engine_settings import Engine
 from harness.config.hardware import Cost, Hardware
@@ -122,6 +122,11 @@ class Regime(StrictModel):
                         ("arms", index, "published", entry, "concurrency"),
                         f"{figure.concurrency} is not one of load.concurrency",
                     )
+            temperature = self.sampling.temperature
+            for (entry, field), message in published_problems(
+                arm.published, arm.method, arm.drafting_shape(), temperature
+            ):
+                raise FieldError(("arms", index, "published", entry, field), message)
         if self.sampling.temperature > 0 and self.exactness.near_tie_margin is not None:
             raise FieldError(
                 ("exactness", "near_tie_margin"),

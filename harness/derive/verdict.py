@@ -530,55 +530,93 @@ def _measured(
     return cell.tau, found[0] if found else None, found[1] if found else None
 
 
+def _check(arm: str, figure: PublishedFigure, cell: CellMetrics) -> PublishedCheck:
+    measured, interval, basis = _measured(figure, cell)
+    return PublishedCheck(
+        arm=arm,
+        workload=cell.workload,
+        level=cell.level,
+        quantity=figure.quantity,
+        low=figure.low,
+        high=figure.high,
+        source=figure.source,
+        measured=measured,
+        measured_low=interval.low if interval else None,
+        measured_high=interval.high if interval else None,
+        basis=basis,
+    )
+
+
 def published_checks(summary: Summary) -> list[PublishedCheck]:
     """Every published figure of every arm against each cell of that arm it covers (its workload and
     concurrency, where given), in the order the arms and cells were measured."""
+    return [
+        _check(arm.name, figure, cell)
+        for arm in summary.arms
+        for figure in arm.published
+        for cell in summary.cells_of(arm.name)
+        if _covers(figure, cell)
+    ]
+
+
+def _sampling_of(summary: Summary) -> str | None:
+    """How the run sampled, as far as its summary says: "greedy" (exactness was compared), "sampled"
+    (the distribution check ran), or None (neither ran: not known here)."""
+    if summary.exactness.applicable:
+        return "greedy"
+    return "sampled" if summary.distribution is not None else None
+
+
+def _regime_values(summary: Summary, arm: str, figure: PublishedFigure) -> dict[str, Any]:
+    """A figure's recorded regime beside the arm's, as the caveat's values (the words are
+    ``verdict_text``'s): the source's temperature, shape, engine, method, K and model runner where
+    recorded, whether it is a reference from another regime, and what the summary knows of the arm
+    (its method, its K, greedy or sampled). {} for a figure that records no regime."""
+    recorded = figure.conditions()
+    if not recorded:
+        return {}
+    found = summary.arm(arm)
+    return {
+        **{f"source_{name}": value for name, value in recorded.items()},
+        "another_regime": int(figure.another_regime),
+        "arm_method": found.method if found else None,
+        "arm_k": found.num_speculative_tokens if found else None,
+        "arm_sampling": _sampling_of(summary),
+    }
+
+
+def published_caveats(summary: Summary) -> list[Caveat]:
+    """A measured 95% interval that lies entirely outside the range its arm's published figure
+    gives: the caveat names the source and, where the figure records the regime it was measured in,
+    that regime beside the arm's, so the words state the difference (another temperature, a tree, K)
+    rather than imply a fault. A range its interval overlaps, or a point with no interval, is shown,
+    never a caveat."""
     found = []
     for arm in summary.arms:
         for figure in arm.published:
             for cell in summary.cells_of(arm.name):
                 if not _covers(figure, cell):
                     continue
-                measured, interval, basis = _measured(figure, cell)
+                check = _check(arm.name, figure, cell)
+                if check.outcome != "outside":
+                    continue
                 found.append(
-                    PublishedCheck(
-                        arm=arm.name,
-                        workload=cell.workload,
-                        level=cell.level,
-                        quantity=figure.quantity,
-                        low=figure.low,
-                        high=figure.high,
-                        source=figure.source,
-                        measured=measured,
-                        measured_low=interval.low if interval else None,
-                        measured_high=interval.high if interval else None,
-                        basis=basis,
+                    caveat(
+                        "published_outside",
+                        check.arm,
+                        quantity=check.quantity,
+                        where=f"{check.workload} {check.level.short()}",
+                        point=check.measured,
+                        low=check.measured_low,
+                        high=check.measured_high,
+                        published_low=check.low,
+                        published_high=check.high,
+                        source=check.source,
+                        side="below" if (check.measured_high or 0.0) < check.low else "above",
+                        **_regime_values(summary, arm.name, figure),
                     )
                 )
     return found
-
-
-def published_caveats(summary: Summary) -> list[Caveat]:
-    """A measured 95% interval that lies entirely outside the range its arm's published figure
-    gives: the run is not the publication's regime, or something is wrong; the caveat names the
-    source. A range its interval overlaps, or a point with no interval, is shown, never a caveat."""
-    return [
-        caveat(
-            "published_outside",
-            check.arm,
-            quantity=check.quantity,
-            where=f"{check.workload} {check.level.short()}",
-            point=check.measured,
-            low=check.measured_low,
-            high=check.measured_high,
-            published_low=check.low,
-            published_high=check.high,
-            source=check.source,
-            side="below" if (check.measured_high or 0.0) < check.low else "above",
-        )
-        for check in published_checks(summary)
-        if check.outcome == "outside"
-    ]
 
 
 def compiled_divergence(summary: Summary) -> list[Caveat]:

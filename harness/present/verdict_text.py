@@ -113,17 +113,93 @@ CAVEAT_TEXT: dict[str, str] = {
         "{arm}: one server with {arms} (allow_shared_endpoints): their comparison is that server against "
         "itself, and any difference between them is the windows' noise or their order"
     ),
+    # {regime}: published_regime_text, the source's recorded regime beside the arm's
     "published_outside": (
         "{arm} {where}: its {quantity}'s 95% interval [{low:.2f}, {high:.2f}] lies entirely {side} the "
-        "published {published_low:g}-{published_high:g} ({source}): this run is not the publication's "
-        "regime (hardware, engine, K, prompts, counting), or something is wrong"
+        "published {published_low:g}-{published_high:g} ({source}){regime}"
     ),
 }
+
+ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def _temperature_words(temperature: float) -> str:
+    return "greedy" if temperature == 0 else f"at temperature {temperature:g}"
+
+
+def _source_regime(values: dict) -> str:
+    """The source's recorded regime: ``at temperature 1, SGLang tree, K=7``."""
+    engine = values.get("source_engine")
+    drafting = " ".join(
+        str(part)
+        for part in (ENGINE_WORDS.get(str(engine), engine), values.get("source_shape"))
+        if part is not None
+    )
+    k, runner, method = (
+        values.get(f"source_{name}") for name in ("num_speculative_tokens", "model_runner", "method")
+    )
+    parts = [
+        _temperature_words(values["source_temperature"]) if "source_temperature" in values else None,
+        drafting or None,
+        f"method {method}" if method is not None else None,
+        f"K={k}" if k is not None else None,
+        f"Model Runner {str(runner).upper()}" if runner is not None else None,
+    ]
+    return ", ".join(part for part in parts if part)
+
+
+def _differences(values: dict) -> list[str]:
+    """What the summary can tell differs between the source's recorded regime and the arm's."""
+    found = []
+    sampling, temperature = values.get("arm_sampling"), values.get("source_temperature")
+    if sampling is not None and temperature is not None and (temperature == 0) != (sampling == "greedy"):
+        found.append("temperature")
+    k, arm_k = values.get("source_num_speculative_tokens"), values.get("arm_k")
+    if k is not None and arm_k is not None and k != arm_k:
+        found.append("K")
+    if values.get("another_regime"):
+        found += [name for name in ("shape", "method") if f"source_{name}" in values]
+    return list(dict.fromkeys(found))
+
+
+def published_regime_text(values: dict) -> str:
+    """The end of a ``published_outside`` caveat: where the figure records the regime it was
+    measured in, that regime beside the arm's and what differs (``; published at temperature 1,
+    SGLang tree; measured greedy, K=7: ...``), so a gap between regimes reads as that difference,
+    not as a fault; without one, the general words."""
+    published = _source_regime(values)
+    if not published:
+        return (
+            ": this run is not the publication's regime (hardware, engine, K, prompts, counting), or "
+            "something is wrong"
+        )
+    shape = values.get("source_shape") if not values.get("another_regime") else None
+    arm_k = values.get("arm_k")
+    measured = ", ".join(
+        str(part) for part in (values.get("arm_sampling"), shape, f"K={arm_k}" if arm_k else None) if part
+    )
+    text = f"; published {published}" + (f"; measured {measured}" if measured else "")
+    differs = _differences(values)
+    if values.get("another_regime") or differs:
+        what = f" in {', '.join(differs)}" if differs else ""
+        reference = " (a reference from another regime)" if values.get("another_regime") else ""
+        return (
+            f"{text}{reference}: the regimes differ{what}, so the gap is that difference, not by "
+            "itself a fault"
+        )
+    return (
+        f"{text}: the conditions the figure records are this arm's, so this run differs from the "
+        "publication in what they leave out (hardware, engine release, prompts, counting), or something "
+        "is wrong"
+    )
 
 
 def caveat_text(found: Caveat) -> str:
     # "why": a value analyses stored before it was recorded do not hold
-    return CAVEAT_TEXT[found.code].format(arm=found.arm, **{"why": "", **dict(found.values)})
+    values = {"why": "", **dict(found.values)}
+    if found.code == "published_outside":
+        values["regime"] = published_regime_text(values)
+    return CAVEAT_TEXT[found.code].format(arm=found.arm, **values)
 
 
 def neighbour_text(found: Neighbour) -> str:
