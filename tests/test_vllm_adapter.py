@@ -43,6 +43,15 @@ def test_baseline_argv(adapter) -> None:
     assert _flag(argv, "--tensor-parallel-size") == "1" and _flag(argv, "--seed") == "0"
     assert "--speculative-config" not in argv
     assert "--disable-log-stats" not in argv  # it would turn the spec counters off
+
+
+def test_a_gpu_server_starts_with_vllm_serve(adapter) -> None:
+    """``vllm serve MODEL`` on a GPU (the API server module is deprecated in 0.34); the CPU build
+    keeps the module, whose flags are the same (its CLI cannot start: no "vllm" distribution)."""
+    argv = _argv(adapter, "h200_tp8.yaml", "dflash_k9", draft="/models/d")
+    assert argv[:5] == ["/py", "-m", "vllm.entrypoints.cli.main", "serve", "/models/m"]
+    assert "--model" not in argv  # vllm serve refuses it beside the positional model
+    assert _flag(argv, "--tensor-parallel-size") == "8"
     assert "--enforce-eager" not in argv
 
 

@@ -2,7 +2,8 @@
 "model" and a speculative decoder with a known acceptance pattern, streamed over aiohttp.
 
 tests/test_gpu_rehearsal.py puts this directory first on a GPU regime's ``engine.env.PYTHONPATH``,
-so the harness's real adapters launch ``python -m vllm.entrypoints.openai.api_server ...`` and
+so the harness's real adapters launch ``vllm serve MODEL ...`` (``python -m vllm.entrypoints.cli.main
+serve``, which hands the flags to ``vllm/entrypoints/openai/api_server.py``) and
 ``python -m sglang.launch_server ...`` exactly as on a GPU machine, and these modules answer: no
 model, no GPU, only the protocol each engine speaks (its routes, counters, log lines and served
 configuration), each read from the engine's own argv.

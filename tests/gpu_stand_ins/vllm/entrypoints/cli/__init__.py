@@ -1,0 +1,1 @@
+"""The stand-in vLLM's command line (``vllm serve``)."""
