@@ -148,7 +148,10 @@ def test_run_stores_raw_samples_per_arm(finished_run) -> None:
         # tokens counted from token ids agree with the engine's own usage count
         assert all(len(s["token_ids"]) == s["usage_completion_tokens"] for s in samples)
         assert all(s["t_send"] <= s["t_first_token"] <= s["t_done"] for s in samples)
-        assert len(read_jsonl(run / "arms" / arm / "warmup.jsonl")) == 1  # kept apart
+        # kept apart: every workload warmed at every level before its first window (1 at 1, 2 at 2)
+        warmed = [(w["workload"], w["concurrency"]) for w in read_jsonl(run / "arms" / arm / "warmup.jsonl")]
+        workloads = ("code_humaneval", "chat_mtbench")
+        assert sorted(warmed) == sorted([(w, 1) for w in workloads] + [(w, 2) for w in workloads] * 2)
         windows = read_jsonl(run / "arms" / arm / "windows.jsonl")
         assert len(windows) == 4 and all(w["prefix_cache_reset"] for w in windows)  # each window starts cold
         for window in windows:  # power: measured where a source exists, else said to be absent

@@ -13,6 +13,10 @@ from harness.config.level import LoadLevel, window_parts
 from harness.core.config_file import StrictModel
 from harness.core.errors import FieldError
 
+# the most warm-up requests a load level gets above ``warmup_requests``: a level of concurrency c
+# is warmed with min(c, WARMUP_BATCH) in flight (``Load.warmup_level``)
+WARMUP_BATCH = 8
+
 
 class Sampling(StrictModel):
     """Sampling sent with every request. Temperature is required: greedy must be explicit."""
@@ -293,7 +297,9 @@ class Load(StrictModel):
     warmup_requests: int = Field(
         default=2,
         ge=0,
-        description="Requests sent after start-up and before measuring; kept apart from results.",
+        description="Warm-up requests after each start-up, before measuring, at every workload and load "
+        f"level the start-up measures: at least this many at each, a level's concurrency (up to "
+        f"{WARMUP_BATCH}) if more; kept apart from results; 0: no warm-up.",
     )
     request_timeout_s: float = Field(
         default=600, gt=0, description="Total time one request may take, in seconds."
@@ -369,6 +375,25 @@ class Load(StrictModel):
         """Every window's load level, in the order measured: closed loop first, then the rates."""
         cap = min(self.max_concurrency or self.num_prompts, self.num_prompts)
         return [LoadLevel(c) for c in self.concurrency] + [LoadLevel(cap, r) for r in self.request_rate]
+
+    def warmup_levels(self) -> list[tuple[LoadLevel, int]]:
+        """One workload's warm-up before a start-up's windows, as (closed-loop level, requests) for
+        every load level in the order measured, then the ramp's closed-loop stages ([] with
+        ``warmup_requests: 0``): the level's concurrency in flight, up to ``WARMUP_BATCH`` (an open-loop
+        level's cap), and ``warmup_requests`` requests or that many, whichever is more; a size already
+        warmed is not warmed again. Each level's first batches then pay their one-time costs (Triton
+        autotune, JIT, the scheduler's first batches of that size) unmeasured and alike for every arm;
+        larger decode batches are what a GPU engine's start-up already ran (CUDA graph capture)."""
+        if self.warmup_requests == 0:
+            return []
+        sizes = [level.concurrency for level in self.levels()]
+        sizes += [stage.concurrency for stage in self.ramp if stage.concurrency is not None]
+        flights = dict.fromkeys(min(size, WARMUP_BATCH) for size in sizes)  # in order, once each
+        return [(LoadLevel(flight), max(self.warmup_requests, flight)) for flight in flights]
+
+    def warmup_count(self, workloads: int) -> int:
+        """Warm-up requests per server start-up, over ``workloads`` workloads."""
+        return workloads * sum(count for _, count in self.warmup_levels())
 
     def ramp_duration_s(self) -> float:
         """A ramp window's planned length (0: no ramp)."""

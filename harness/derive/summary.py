@@ -63,7 +63,7 @@ from harness.results.model import (
     Summary,
 )
 from harness.results.raw import RawRun, read_raw
-from harness.results.records import PowerGpu, RequestRecord, WindowGpu, WindowRecord
+from harness.results.records import PowerGpu, RampWindowRecord, RequestRecord, WindowGpu, WindowRecord
 
 # per key (a window, or a category at a level): the arms' start-up tok/s and their windows prompt
 # by prompt, to every arm's estimate
@@ -531,6 +531,11 @@ def _others_tokens(windows: list[WindowRecord]) -> float | None:
     return None if not seen or any(v is None for v in seen) else sum(v for v in seen if v is not None)
 
 
+def _cache_reset_failed(windows: list[WindowRecord] | list[RampWindowRecord]) -> int:
+    """The windows whose prefix-cache reset was asked for and refused every time."""
+    return sum(1 for w in windows if w.prefix_cache_reset_attempts > 0 and not w.prefix_cache_reset)
+
+
 def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
     drafter = raw.record.drafters.get(arm.name)
     status = raw.arms[arm.name].status
@@ -544,6 +549,8 @@ def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
         published=list(arm.published),
         endpoint=redact_url(arm.endpoint) if arm.endpoint else None,
         others_tokens=_others_tokens(raw.arms[arm.name].windows) if arm.endpoint else None,
+        cache_reset_failed=_cache_reset_failed(raw.arms[arm.name].windows)
+        + _cache_reset_failed(raw.arms[arm.name].ramp_windows),
         **get_adapter(raw.regime.engine.name).sampling_settings(arm),
         **status.model_dump(),
     )

@@ -657,6 +657,7 @@ def run_caveats(summary: Summary) -> list[Caveat]:
         for arm in (summary.timing.unpaired_arms(summary.baseline_arm) if summary.timing else [])
     ]
     found += failed_requests(summary)
+    found += cache_reset_caveats(summary)
     mechanics = [a.name for a in summary.arms if "mechanics only" in str((a.drafter or {}).get("label", ""))]
     if mechanics:
         found.append(caveat("mechanics_only", arms=", ".join(mechanics)))
@@ -668,6 +669,16 @@ def run_caveats(summary: Summary) -> list[Caveat]:
     found += published_caveats(summary)
     found += endpoint_caveats(summary)
     return found
+
+
+def cache_reset_caveats(summary: Summary) -> list[Caveat]:
+    """An arm whose engine refused the prefix-cache reset before some windows, every retry
+    (``ArmSummary.cache_reset_failed``): those windows may have run warm."""
+    return [
+        caveat("cache_reset_failed", arm.name, windows=arm.cache_reset_failed)
+        for arm in summary.arms
+        if arm.cache_reset_failed
+    ]
 
 
 def endpoint_caveats(summary: Summary) -> list[Caveat]:

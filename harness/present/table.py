@@ -496,10 +496,13 @@ def timing_line(summary: Summary) -> str | None:
     other = wall - startup - measured
     resumed = f" over {len(timing.invocations)} invocations" if len(timing.invocations) > 1 else ""
     prepare, warmup = timing.total("prepare_s"), timing.total("warmup_s")
+    release = timing.total("gpu_release_s")  # waiting for stopped servers' GPU memory to be freed
+    freed = f"waiting for GPU memory to be freed {release:.0f} s, " if release >= 0.5 else ""
     return _wrapped(
         f"Run time{resumed}: {wall / 60:.1f} min = {startup / 60:.1f} min of server start-ups + "
         f"{measured / 60:.1f} min measuring + {other / 60:.1f} min else (preparation {prepare:.0f} s, "
-        f"warm-up {warmup:.0f} s, scrapes and shutdowns): {timing.overhead_ratio:.2f}x start-ups + measuring."
+        f"warm-up {warmup:.0f} s, {freed}scrapes and shutdowns): {timing.overhead_ratio:.2f}x start-ups + "
+        "measuring."
     )
 
 

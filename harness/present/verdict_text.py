@@ -44,21 +44,6 @@ CAVEAT_TEXT: dict[str, str] = {
     ),
     "regime_mismatch": "regime mismatch (run with --allow-mismatch): {detail}",
     "lossy": "lossy acceptance allowed: {detail}",
-    "uncaptured": (
-        "{arm}: {cells}: more tokens a step than the {ceiling} the engine captured as CUDA graphs, so "
-        "those steps ran uncaptured: the cells measure the fallback, not the method; raise the ceiling "
-        "(vLLM: --compilation-config '{{\"max_cudagraph_capture_size\": {needed}}}')"
-    ),
-    "running_cap": (
-        "{arm}: the engine runs at most {cap} requests at once ({source}), so at {levels} the rest "
-        "queued while the baseline's did not; set the cap above the concurrency (SGLang: "
-        "--max-running-requests, vLLM: --max-num-seqs)"
-    ),
-    "async_speculation": (
-        "{arm}: async scheduling was on with this method at {levels} on vLLM {release}, where vLLM "
-        "#46669 (open) reports garbage outputs above concurrency 1: read its exactness first "
-        "(--no-async-scheduling avoids it)"
-    ),
     "known_defect": "known engine defect, forced (--allow-known-defect): {detail}",
     "engine_patched": "engine patched: {detail}",
     "arm_mismatch": "arm {arm}: regime mismatch: {detail}",
@@ -112,6 +97,26 @@ CAVEAT_TEXT: dict[str, str] = {
     "endpoint_same_server": (
         "{arm}: one server with {arms} (allow_shared_endpoints): their comparison is that server against "
         "itself, and any difference between them is the windows' noise or their order"
+    ),
+    "uncaptured": (
+        "{arm}: {cells}: more tokens a step than the {ceiling} the engine captured as CUDA graphs, so "
+        "those steps ran uncaptured: the cells measure the fallback, not the method; raise the ceiling "
+        "(vLLM: --compilation-config '{{\"max_cudagraph_capture_size\": {needed}}}')"
+    ),
+    "running_cap": (
+        "{arm}: the engine runs at most {cap} requests at once ({source}), so at {levels} the rest "
+        "queued while the baseline's did not; set the cap above the concurrency (SGLang: "
+        "--max-running-requests, vLLM: --max-num-seqs)"
+    ),
+    "async_speculation": (
+        "{arm}: async scheduling was on with this method at {levels} on vLLM {release}, where vLLM "
+        "#46669 (open) reports garbage outputs above concurrency 1: read its exactness first "
+        "(--no-async-scheduling avoids it)"
+    ),
+    "cache_reset_failed": (
+        "{arm}: the engine refused to empty its prefix cache before {windows} of its windows, every time "
+        "it was asked: those windows may have run on the previous window's cached prompts (faster "
+        "prefills than a cold start)"
     ),
     # {regime}: published_regime_text, the source's recorded regime beside the arm's
     "published_outside": (

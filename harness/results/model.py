@@ -370,6 +370,10 @@ class ArmSummary(ArmStatus):
     # an endpoint's windows: output tokens it generated for others while they ran, summed; None where
     # its metrics have no generation counter (nobody can tell) or it is not an endpoint
     others_tokens: float | None = None
+    # windows (the ramp's included) whose prefix-cache reset the engine still refused after every retry
+    # (WindowRecord.prefix_cache_reset_attempts): they may have run on a warm cache; 0 in summaries
+    # from before it was counted
+    cache_reset_failed: int = 0
 
 
 class ExactnessEntry(ResultModel):

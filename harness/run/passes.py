@@ -16,7 +16,7 @@ from harness.config.workloads import LoadedWorkload, Prompt
 from harness.results import RequestRecord, RunDir, append_jsonl
 from harness.run.plan import RunPlan
 from harness.run.server import Server
-from harness.run.window import TurnSender, converse, turn_schedule
+from harness.run.window import TurnSender, converse, reset_prefix_cache, turn_schedule
 
 # a pass's requests to the start-up's server: (workload, prompts, level, label, where each record goes
 # as it ends, and what else it asks: measured=False, logprobs, schedule, seeds) -> its records
@@ -24,17 +24,20 @@ PassSender = Callable[..., list[RequestRecord]]
 
 
 def warm_up(plan: RunPlan, run: RunDir, arm: Arm, send: PassSender) -> None:
-    """``load.warmup_requests`` of the first workload's prompts, one at a time, into ``warmup``."""
-    count = plan.load.warmup_requests
-    if count == 0:
-        return
-    workload = plan.workloads[0]
-    prompts = (workload.prompts * count)[:count]
+    """Every workload at every load level the start-up measures, before its first window
+    (``Load.warmup_levels``: ``warmup_requests`` or the level's concurrency up to 8, that many in
+    flight), into ``warmup``: no arm's first window at a workload or a batch size pays the engine's
+    one-time costs there while another arm's does not."""
+    levels = plan.load.warmup_levels()
 
     def keep(record: RequestRecord) -> None:
         append_jsonl(run.warmup(arm.name), record.to_json())
 
-    send(workload, prompts, LoadLevel(1), f"warm-up ({count} requests)", keep, measured=False)
+    for workload in plan.workloads if levels else []:
+        for level, count in levels:
+            prompts = (workload.prompts * count)[:count]
+            label = f"warm-up ({count} requests): {workload.name} @ {level.label()}"
+            send(workload, prompts, level, label, keep, measured=False)
 
 
 def reference_pass(
@@ -56,7 +59,7 @@ def reference_pass(
         ) -> list[RequestRecord]:
             label = f"reference pass (logprobs, noise floor): {workload.name} @ {level.label()}"
             if (workload.turn or 1) == 1:  # the same cold start as the first pass
-                plan.adapter.reset_prefix_cache(server.base_url)
+                reset_prefix_cache(plan.adapter, server.base_url)
             schedule = turn_schedule(plan, workload, level, 0, prompts)
             return send(workload, prompts, level, label, keep, logprobs=True, schedule=schedule)
 

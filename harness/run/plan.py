@@ -464,13 +464,27 @@ def describe_plan(plan: Plan) -> str:
         + f"; {load.num_prompts} prompts per window"
         + (f" padded to about {load.context_tokens} tokens" if load.context_tokens else "")
         + f", max {load.max_output_tokens} "
-        f"output tokens, {sampling}, seed {regime.sampling.seed}, {load.warmup_requests} warm-up requests "
-        f"per server (not measured); engine mode {mode}; dtype {regime.target.dtype}, TP "
+        f"output tokens, {sampling}, seed {regime.sampling.seed}, {_warmup_text(load, len(plan.workloads))}"
+        f"; engine mode {mode}; dtype {regime.target.dtype}, TP "
         f"{regime.tensor_parallel_size}; {exactness}"
         + (f"; SLO {regime.slo.describe()} (SLO share and goodput per cell)" if regime.slo else "")
         + _patches_text(regime)
         + (f"; set on the command line: {describe(plan.overrides)}" if plan.overrides else "")
         + "."
+    )
+
+
+def _warmup_text(load: Load, workloads: int) -> str:
+    """The warm-up every server start-up gets (``Load.warmup_levels``), in words."""
+    levels = load.warmup_levels()
+    if not levels:
+        return "no warm-up"
+    each = ", ".join(f"{count} at concurrency {level.concurrency}" for level, count in levels)
+    where = "per workload " if workloads > 1 else ""
+    total = load.warmup_count(workloads)
+    return (
+        f"{total} warm-up request{'' if total == 1 else 's'} per server start-up (not measured; {where}"
+        f"{each}, before the first window)"
     )
 
 

@@ -97,7 +97,13 @@ class Runner:
         self.sender = Sender(plan, console)
         # where this invocation's wall time goes (timing.json): seconds per phase, from preparing on
         self.started = plan.started
-        self.clock = {"prepare_s": 0.0, "startup_s": 0.0, "measured_s": 0.0, "warmup_s": 0.0}
+        self.clock = {
+            "prepare_s": 0.0,
+            "startup_s": 0.0,
+            "measured_s": 0.0,
+            "warmup_s": 0.0,
+            "gpu_release_s": 0.0,
+        }
         # the servers' own GPUs (RunPlan.gpus): power, energy and neighbours are read on them only; None
         # where none was chosen (a CPU regime): NVML, if any, reads every visible GPU
         self.devices = [g["index"] for g in plan.gpus] or None
@@ -412,10 +418,11 @@ class Runner:
         the kept start-ups' logs and launch whole."""
         load = self.plan.load
         first = load.repeat_index(kept, 0)
+        warmups = load.warmup_count(len(self.plan.workloads))  # per start-up
         keep: dict[Path, Callable[[int, dict[str, Any]], bool]] = {
             run.windows(arm): lambda _, w: w.get("server_start", 0) < kept,
             run.samples(arm): lambda _, s: s.get("repeat", 0) < first,
-            run.warmup(arm): lambda number, _: number < kept * load.warmup_requests,
+            run.warmup(arm): lambda number, _: number < kept * warmups,
             run.noise_floor(arm): lambda _, __: True,
             run.distribution(arm): lambda _, __: True,
             run.ramp(arm): lambda _, s: s.get("repeat", 0) < kept,  # a ramp's repeat is its start-up
@@ -569,18 +576,43 @@ class Runner:
         port another process took before the engine bound it (``PortTaken``) is given up for a
         fresh one, up to ``PORT_ATTEMPTS`` times: the start-up is the same, on another port."""
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            with self._server(run, arm, start) as server:
-                try:
-                    startup_s = self._wait_ready(server)
-                except PortTaken as exc:
-                    if attempt == PORT_ATTEMPTS:
-                        raise
-                    self.console.print(
-                        f"[yellow]{escape(str(exc))}[/]: starting on another port", highlight=False
-                    )
-                    continue
-                yield server, startup_s
-                return
+            before = gpu.memory_used(self.devices) if self.devices and arm.endpoint is None else None
+            interrupted = False
+            try:
+                with self._server(run, arm, start) as server:
+                    try:
+                        startup_s = self._wait_ready(server)
+                    except PortTaken as exc:
+                        if attempt == PORT_ATTEMPTS:
+                            raise
+                        self.console.print(
+                            f"[yellow]{escape(str(exc))}[/]: starting on another port", highlight=False
+                        )
+                        continue
+                    yield server, startup_s
+                    return
+            except BaseException as exc:
+                interrupted = not isinstance(exc, Exception)  # Ctrl-C: no wait
+                raise
+            finally:
+                if before is not None and not interrupted:
+                    self._gpus_released(before)
+
+    def _gpus_released(self, before: list[int]) -> None:
+        """After a server on GPUs stopped: wait (bounded) until its GPUs hold no more memory than before
+        it started, so the next start-up finds it free; the wait is counted and said."""
+        assert self.devices is not None
+        release = gpu.wait_released(self.devices, before)
+        self.clock["gpu_release_s"] += release.waited_s
+        if release.held:
+            held = ", ".join(f"GPU {device} {gib:.1f} GiB" for device, gib in release.held)
+            self.console.print(
+                f"[yellow]GPU memory still held {release.waited_s:.0f} s after the server stopped ({held} "
+                "more than before it started): the next start-up may find too little free[/]",
+                soft_wrap=True,
+            )
+        elif release.waited_s >= 1.0:
+            self.console.print(f"GPU memory released {release.waited_s:.1f} s after the server stopped")
 
     def _wait_ready(self, server: Server) -> float:
         timeout = self.plan.startup_timeout_s

@@ -44,6 +44,25 @@ from harness.run.server import ExternalServer, Server
 SETTLE_READS = 20
 SETTLE_INTERVAL_S = 0.1
 
+# a prefix-cache reset the engine refuses (vLLM answers success: false while a finished request's
+# blocks are still held, and says callers may retry; SGLang refuses while requests run) is asked
+# again, RESET_ATTEMPTS times in all, RESET_BACKOFF_S apart and doubling: at most 1.5 s a window
+RESET_ATTEMPTS = 5
+RESET_BACKOFF_S = 0.1
+
+
+def reset_prefix_cache(adapter: EngineAdapter, base_url: str) -> tuple[bool, int]:
+    """Empty the engine's prefix cache, asking again while it refuses: (emptied, the attempts made).
+    Still refused after ``RESET_ATTEMPTS``, the window runs on whatever the cache holds, and its
+    record says so (``prefix_cache_reset`` false after ``prefix_cache_reset_attempts``)."""
+    for attempt in range(1, RESET_ATTEMPTS + 1):
+        if adapter.reset_prefix_cache(base_url):
+            return True, attempt
+        if attempt < RESET_ATTEMPTS:
+            time.sleep(RESET_BACKOFF_S * 2 ** (attempt - 1))
+    return False, RESET_ATTEMPTS
+
+
 # the precision the adaptive repeats reached after a window, from its repeat and its tok/s
 Precision = Callable[[int, float | None], dict[str, Any]]
 
@@ -134,16 +153,21 @@ class PrefixCache:
 
     def __init__(self, adapter: EngineAdapter, base_url: str, keeps: bool):
         self.adapter, self.base_url, self.keeps = adapter, base_url, keeps
-        self.reset, self.start = False, None
+        self.reset, self.attempts, self.start = False, 0, None
 
     def before(self) -> None:
-        self.reset = False if self.keeps else self.adapter.reset_prefix_cache(self.base_url)
+        if not self.keeps:
+            self.reset, self.attempts = reset_prefix_cache(self.adapter, self.base_url)
         self.start = self.adapter.read_prefix_cache(self.base_url)
 
     def after(self, records: list[RequestRecord]) -> dict[str, Any]:
         end = self.adapter.read_prefix_cache(self.base_url) if self.start is not None else None
         cache = end.minus(self.start).to_json() if end and self.start else None
-        return {"prefix_cache_reset": self.reset, "prefix_cache": cache}
+        return {
+            "prefix_cache_reset": self.reset,
+            "prefix_cache_reset_attempts": self.attempts,
+            "prefix_cache": cache,
+        }
 
 
 class SpecCounterReads:
@@ -472,7 +496,7 @@ def measure_ramp(
     """The ramp (``load.ramp``) as one continuous window on this start-up: its requests into
     ``ramp.jsonl`` as they end, the counters read at its start and as each stage ends."""
     load, adapter = plan.load, plan.adapter
-    cache_reset = adapter.reset_prefix_cache(server.base_url)
+    cache_reset, reset_attempts = reset_prefix_cache(adapter, server.base_url)
     first = adapter.read_spec_counters(server.base_url)  # None: counted per request
     counters: list[dict[str, Any] | None] = [first.to_json() if first is not None else None]
     counters += [None] * len(load.ramp)
@@ -511,6 +535,7 @@ def measure_ramp(
         stage_ends_s=result.stage_ends_s,
         duration_s=result.duration_s,
         prefix_cache_reset=cache_reset,
+        prefix_cache_reset_attempts=reset_attempts,
         acceptance_source=adapter.acceptance_source,
         counters=counters,
         stage_reported=reported,

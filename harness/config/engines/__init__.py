@@ -137,7 +137,8 @@ class EngineAdapter(Protocol):
         runs its steps: ``ServedRuntime``); an ill-formed report is an ``EngineError``."""
 
     def reset_prefix_cache(self, base_url: str) -> bool:
-        """Empty the prefix cache; False when the engine would not (the window records it)."""
+        """Empty the prefix cache, one request; False when the engine would not (the run side asks
+        again a few times, ``harness.run.window.reset_prefix_cache``, and the window records it)."""
 
     def read_prefix_cache(self, base_url: str) -> PrefixCacheCounts | None:
         """The prefix cache's cumulative lookups and hits right now, in prompt tokens; None where the

@@ -82,6 +82,64 @@ def open_process_reader(devices: list[int] | None = None) -> NvmlProcessReader |
         return None
 
 
+# a stopped server's GPUs count as released once each holds at most what it held before the server
+# started plus this (another tool's CUDA context, the driver's own)
+RELEASE_SLACK_BYTES = 2**30
+RELEASE_TIMEOUT_S = 60.0
+RELEASE_POLL_S = 0.25
+
+
+def memory_used(devices: list[int]) -> list[int] | None:
+    """Each GPU's used memory (bytes) at the NVML indices ``devices``, now; None where NVML cannot
+    say (no NVML or no GPU: a CPU machine)."""
+    try:
+        nvml, handles = open_nvml(devices)
+    except Exception:  # ImportError, NVMLError, RuntimeError: all mean "no GPU to read"
+        return None
+    try:
+        return [int(nvml.nvmlDeviceGetMemoryInfo(handle).used) for handle in handles]
+    except Exception:
+        return None
+    finally:
+        nvml.nvmlShutdown()
+
+
+@dataclass(frozen=True)
+class Release:
+    """How a stopped server's GPUs let go of their memory: the seconds waited, and the GPUs (NVML
+    index, GiB above what they held before the server started) still holding it at the bound."""
+
+    waited_s: float
+    held: list[tuple[int, float]]
+
+
+def wait_released(
+    devices: list[int],
+    before: list[int],
+    timeout_s: float = RELEASE_TIMEOUT_S,
+    poll_s: float = RELEASE_POLL_S,
+) -> Release:
+    """Wait, at most ``timeout_s``, until every GPU of a stopped server holds no more memory than it
+    did before the server started (``before``, from ``memory_used``) plus ``RELEASE_SLACK_BYTES``: a
+    SIGKILLed worker's memory is freed by the driver some seconds after the process is gone, and the
+    next server (vLLM: ``gpu_memory_utilization`` x the total, free at start-up) refuses to start
+    below it."""
+    started = time.monotonic()
+    while True:
+        used = memory_used(devices)
+        if used is None:  # NVML went away: nothing to wait for
+            return Release(time.monotonic() - started, [])
+        held = [
+            (device, (now - then) / 2**30)
+            for device, now, then in zip(devices, used, before, strict=True)
+            if now > then + RELEASE_SLACK_BYTES
+        ]
+        waited = time.monotonic() - started
+        if not held or waited >= timeout_s:
+            return Release(waited, held)
+        time.sleep(poll_s)
+
+
 def _named(samples: list[ProcessSample]) -> list[ProcessSample]:
     """The samples with each process's command name, read now: a process that leaves before the
     window ends keeps the name it had while it ran."""

@@ -19,6 +19,8 @@ for tests/test_gpu_rehearsal.py: what the harness reads of vLLM, from the argv i
 - A deployment that changes under the harness (tests/test_endpoint_trust.py), by environment:
   ``STAND_IN_RESTART_AFTER=N[,M...]`` restarts it (every counter back to 0) as its N-th request ends;
   ``STAND_IN_MODEL_AFTER=N:NAME`` serves model NAME from then on (another model behind the URL).
+- ``STAND_IN_RESET_FAILS=N``: the first N prefix-cache resets answer ``{"success": false}``, as
+  vLLM 0.34 does while a request's blocks are still held (its route says callers may retry).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from vllm import __version__
 
 RESTART_AFTER_ENV = "STAND_IN_RESTART_AFTER"
 MODEL_AFTER_ENV = "STAND_IN_MODEL_AFTER"
+RESET_FAILS_ENV = "STAND_IN_RESET_FAILS"
 BACKENDS = ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"]
 NO_DRAFT_MODEL = ("ngram", "suffix", "extract_hidden_states")  # SpeculativeConfig.__repr__ shows model=None
 
@@ -90,6 +93,7 @@ class VllmStandIn:
         self.rates = synthetic_rates(self.k, spec) if spec else None
         self.model = args.served_model_name
         self.ended = 0  # requests answered, for the changes the environment asks for
+        self.resets_asked = 0  # prefix-cache resets asked for (STAND_IN_RESET_FAILS refuses the first)
         self._restart()
 
     def _restart(self) -> None:
@@ -153,6 +157,9 @@ class VllmStandIn:
         return web.json_response({"object": "list", "data": [model]})
 
     async def reset_prefix_cache(self, _: web.Request) -> web.Response:
+        self.resets_asked += 1
+        if self.resets_asked <= int(os.environ.get(RESET_FAILS_ENV, "0")):
+            return web.json_response({"success": False})  # blocks still held: the caller may retry
         self.cached.clear()
         return web.json_response({"success": True})
 
