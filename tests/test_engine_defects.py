@@ -192,7 +192,7 @@ def test_verification_and_draft_sampling_values_are_the_releases_own() -> None:
     import vllm.config as installed_config
     from engine_parsers import PINNED_SOURCES
 
-    from harness.config.engines.vllm import SAMPLING_OPTIONS
+    from harness.config.engines.vllm_releases import SAMPLING_OPTIONS
 
     sources = {
         "0.32": (Path(installed_config.__file__).parent / "speculative.py").read_text(),
@@ -280,7 +280,7 @@ def test_the_keys_0_34_ignores_are_the_ones_its_sources_say() -> None:
     Model Runner V2 builds the drafter with the target's enforce_eager)."""
     from engine_parsers import PINNED_SOURCES
 
-    from harness.config.engines.vllm import NO_OP_KEYS
+    from harness.config.engines.vllm_releases import NO_OP_KEYS
 
     root = PINNED_SOURCES / "vllm-0.34.0" / "vllm"
     config = (root / "config" / "speculative.py").read_text()
@@ -321,7 +321,7 @@ def test_the_options_only_some_0_34_methods_take_are_its_sources() -> None:
     and the supported_options of the EAGLE and MTP speculators (MTP's adds to EAGLE's)."""
     from engine_parsers import PINNED_SOURCES
 
-    from harness.config.engines.vllm import METHOD_SPECIFIC_OPTIONS
+    from harness.config.engines.vllm_releases import METHOD_SPECIFIC_OPTIONS
 
     root = PINNED_SOURCES / "vllm-0.34.0" / "vllm"
     config = (root / "config" / "speculative.py").read_text()

@@ -115,7 +115,7 @@ def test_every_arm_of_the_shipped_study_is_one_vllm_0_34_takes() -> None:
     model = plan.resolve_models(build=False, build_trained=False)
     cases = [
         {
-            "argv": plan.launch_spec(arm, model, port=8000).argv[3:],
+            "argv": engine_parsers.vllm_server_args(plan.launch_spec(arm, model, port=8000).argv),
             "k": arm.num_speculative_tokens,
             "length": arm.options["synthetic_acceptance_length"],
         }

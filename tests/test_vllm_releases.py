@@ -16,7 +16,8 @@ import yaml
 
 from harness.cli import main
 from harness.config.engines import get_adapter
-from harness.config.engines.vllm import COMPILE_CACHE_ENV, SPECULATIVE_KEYS, removed_in
+from harness.config.engines.vllm import COMPILE_CACHE_ENV, removed_in
+from harness.config.engines.vllm_releases import SPECULATIVE_KEYS
 from harness.config.regime import load_regime
 
 ROOT = Path(__file__).resolve().parent.parent
