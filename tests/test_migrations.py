@@ -186,7 +186,7 @@ def test_every_stored_summary_migrates_to_nested_estimates(path: Path) -> None:
     ``estimate`` (``SpeedupEstimate.columns`` gives version 14's fields back)."""
     stored = _json(path)
     current = _stepwise(summary.MIGRATIONS, stored, stored.get("schema_version"))
-    assert current["schema_version"] == SCHEMA_VERSION == 15
+    assert current["schema_version"] == SCHEMA_VERSION == 16
     parsed = parse_summary(current, str(path))
     for kind in ("cells", "categories", "ramp"):
         for record in current.get(kind, []):

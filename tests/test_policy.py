@@ -270,8 +270,9 @@ FINGERPRINTS_BEFORE = {
     "h200_tp1_qwen3_8b": "8a24a3a023755c40",  # issue 69 (was f9e94b2edb8d1e64)
     "h200_tp1_qwen3_8b_sglang": "7ab84aaecbf09619",  # issue 69 (was 607861b6cd24d3e8)
     "h200_tp1_synthetic": "b553e686c39062ae",  # issue 69 (was 3cc7bb132185af99)
-    "h200_tp8": "3b0695b8ff5e3f07",  # issue 72: concurrency 64 a ramp stage (was 8385b4b8c51c978d)
-    "h200_tp_study": "58ff46c0e841c08b",  # issue 69 (was 04118e55230f8d6b)
+    # issue 72: concurrency 64 a ramp stage, the capture ceiling raised to 640 (was 8385b4b8c51c978d)
+    "h200_tp8": "ae3a0e2db962040e",
+    "h200_tp_study": "1b4e1d8798d84d6d",  # issue 72: the capture ceiling raised to 1024 (was 58ff46c0e841c08b)
 }
 
 

@@ -101,7 +101,7 @@ def _as_old(new: object, old: object) -> object:
 def test_current_summary_round_trips_and_is_frozen() -> None:
     summary = summarize(GOLDEN)
     dumped = summary.model_dump(mode="json")
-    assert dumped["schema_version"] == SCHEMA_VERSION == 15 and "cells" in dumped and "windows" not in dumped
+    assert dumped["schema_version"] == SCHEMA_VERSION == 16 and "cells" in dumped and "windows" not in dumped
     assert parse_summary(json.loads(json.dumps(dumped)), "test") == summary
     with pytest.raises(ValidationError):
         summary.cells[0].tau = 9.0  # type: ignore[misc]

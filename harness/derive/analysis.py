@@ -312,7 +312,7 @@ def _assemble(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> RunAnaly
 
 
 ANALYSIS_FILE = "analysis.json"
-ANALYSIS_VERSION = 5  # of analysis.json's layout; a reader of another version derives it again
+ANALYSIS_VERSION = 6  # of analysis.json's layout; a reader of another version derives it again
 # the raw files derive reads (arms/<arm>/...): warm-ups, server logs and what derive writes are not
 RAW_FILES = ("regime.json", "environment.json", "timing.json", "calibration.json")
 RAW_ARM_FILES = (

@@ -48,7 +48,7 @@ from harness.results.migrations import status as status_steps
 from harness.results.records import ArmStatus, RequestRecord, RunRecord
 
 # The version this harness writes, and the versions it reads (the steps of harness.results.migrations).
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 READABLE_VERSIONS = tuple(range(1, SCHEMA_VERSION + 1))
 RecordT = TypeVar("RecordT", bound=BaseModel | RequestRecord)
 

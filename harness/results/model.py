@@ -496,7 +496,7 @@ class DecodeFloorInputs(ResultModel):
 
 
 class Summary(ResultModel):
-    schema_version: Literal[15] = SCHEMA_VERSION
+    schema_version: Literal[16] = SCHEMA_VERSION
     run_id: str
     regime_name: str
     regime_fingerprint: str

@@ -307,7 +307,7 @@ class ArmStatus(ResultModel):
     attention_backend: AttentionBackend | None = None  # None: the engine did not say
     draft_counting: DraftCounting | None = None  # None: recorded before version 4
     # how the engine ran the steps (async scheduling, captured graph sizes, running cap), as its
-    # first start-up reported it; None: not reported, or before version 16
+    # latest start-up reported it; None: not reported, or before version 16
     runtime: ServedRuntime | None = None
     # the start-ups measured again, each with why (its counters broke: a server restart or reset);
     # the first attempt's files are kept beside the arm's (arms/<arm>.attempt-N)

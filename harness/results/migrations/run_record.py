@@ -27,7 +27,7 @@ def migrate_v3(record: dict[str, Any]) -> dict[str, Any]:
 
 
 MIGRATIONS = Migrations(
-    current=15,
+    current=16,
     steps={1: migrate_v1, 3: migrate_v3},
     # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
     history={
@@ -91,5 +91,11 @@ MIGRATIONS = Migrations(
             "step cost model; absent: the engine did not say. The record is otherwise unchanged."
         ),
         14: "Version 15 nested the summary's speedup estimates (``summary.migrate_v14``): unchanged.",
+        15: (
+            "Version 16: arm statuses carry ``runtime`` (how the engine ran its steps: async "
+            "scheduling, the captured CUDA-graph sizes, the running cap), windows "
+            "``prefix_cache_reset_attempts``, timing ``gpu_release_s``, the summary's arms "
+            "``cache_reset_failed``; absent, each reads as not recorded."
+        ),
     },
 )

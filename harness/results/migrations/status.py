@@ -17,7 +17,7 @@ def migrate_v5(status: dict[str, Any]) -> dict[str, Any]:
 
 
 MIGRATIONS = Migrations(
-    current=15,
+    current=16,
     steps={5: migrate_v5},
     # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
     history={
@@ -40,5 +40,11 @@ MIGRATIONS = Migrations(
         12: "Version 13 made the summary's intervals about the workload: unchanged.",
         13: "Version 14 added the engine's step count to the windows' counters: unchanged.",
         14: "Version 15 nested the summary's speedup estimates (``summary.migrate_v14``): unchanged.",
+        15: (
+            "Version 16: arm statuses carry ``runtime`` (how the engine ran its steps: async "
+            "scheduling, the captured CUDA-graph sizes, the running cap), windows "
+            "``prefix_cache_reset_attempts``, timing ``gpu_release_s``, the summary's arms "
+            "``cache_reset_failed``; absent, each reads as not recorded."
+        ),
     },
 )

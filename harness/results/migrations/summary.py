@@ -80,7 +80,7 @@ def migrate_v14(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 MIGRATIONS = Migrations(
-    current=15,
+    current=16,
     steps={1: migrate_v1, 5: migrate_v5, 6: migrate_v6, 7: migrate_v7, 14: migrate_v14},
     # the versions that changed nothing this file holds: each reads as it is (what they added, in words)
     history={
@@ -137,6 +137,11 @@ MIGRATIONS = Migrations(
             "windows) and ``step_ms`` (window time per step), the step cost model's samples "
             "(``harness.derive.cost_model``). Absent: not recorded (a window before version 14 has no step "
             "count)."
+        ),
+        15: (
+            "Version 16: arms gained ``runtime`` (how the engine ran its steps: async scheduling, the "
+            "captured CUDA-graph sizes, the running cap) and ``cache_reset_failed``; published figures "
+            "the source's regime. Absent: not recorded."
         ),
     },
 )
