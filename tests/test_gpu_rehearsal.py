@@ -248,3 +248,127 @@ def test_a_server_with_another_k_is_a_served_config_mismatch(
     assert (status.status, status.error, status.mismatches) == ("failed", "regime mismatch", [expected])
     assert not run.windows("eagle3_k3").exists()
     assert run.read_status("baseline").mismatches == []  # the baseline speculates with nothing either way
+
+
+# ---- h200_tp8 itself: the user's command at TP=8, every arm, DFlash included ---------------------
+
+TP8 = ROOT / "regimes" / "h200_tp8.yaml"
+STARTUP_S = 0.3  # each stand-in's start-up (a GPU's minutes, scaled down)
+
+
+class _ServersOnEveryGpu(dict):
+    """NVML's compute processes: the running servers on all eight GPUs (TP=8 takes the node)."""
+
+    def get(self, device: int, default: Any = None) -> Any:
+        return sorted(_LIVE_GROUPS)
+
+    def __getitem__(self, device: int) -> Any:
+        return sorted(_LIVE_GROUPS)
+
+
+def _tp8_regime(tmp_path: Path) -> Path:
+    """regimes/h200_tp8.yaml as shipped (its five arms, TP 8, its engine flags: remote code and the
+    capture ceiling) but for the load: two prompts a workload, a few tokens, concurrency 1 and its
+    ramp's 64 in flight for a second, one start-up; the stand-ins first on the path, each refusing
+    its first prefix-cache reset and taking a moment to start."""
+    data = yaml.safe_load(TP8.read_text())
+    data["name"] = "rehearsal_h200_tp8"
+    data["workloads"] = [str((TP8.parent / w).resolve()) for w in data["workloads"]]
+    data["load"] = {
+        "concurrency": [1],
+        "num_prompts": 2,
+        "max_output_tokens": MAX_TOKENS,
+        "warmup_requests": 0,
+        "server_starts": 1,
+        "ramp": [{"concurrency": 64, "duration_s": 1.0}],
+    }
+    data["power"] = {"sample_period_s": 0.02}
+    data["engine"]["env"] = {
+        "PYTHONPATH": str(STAND_INS),
+        "STAND_IN_RESET_FAILS": "1",
+        "STAND_IN_STARTUP_S": str(STARTUP_S),
+    }
+    path = tmp_path / "rehearsal_h200_tp8.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tp8(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp_path = tmp_path_factory.mktemp("rehearsal_tp8")
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        nvml = fake_nvml(["NVIDIA H200"] * 8, processes=_ServersOnEveryGpu())
+        monkeypatch.setitem(sys.modules, "pynvml", nvml)
+        monkeypatch.setattr(get_adapter("vllm"), "installed_version", lambda: "vllm 0.34.0")
+        monkeypatch.setenv("HF_TOKEN", "hf_rehearsal_stand_in")
+        monkeypatch.setenv("COLUMNS", "200")
+        monkeypatch.delenv("BENCH_EXECUTOR", raising=False)
+        monkeypatch.delenv(SERVED_K_ENV, raising=False)
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        with redirect_stdout(printed):
+            code, run = _bench_run(_tp8_regime(tmp_path), tmp_path)
+    from harness.derive.analysis import load_analysis
+
+    analysis = load_analysis(run.root).analysis  # the run as bench show derives it
+    return {"code": code, "run": run, "printed": printed.getvalue(), "analysis": analysis}
+
+
+def test_h200_tp8_runs_end_to_end_at_tp8_with_dflash(tp8: dict[str, Any]) -> None:
+    run = tp8["run"]
+    assert tp8["code"] == 0, tp8["printed"][-4000:]
+    arms = ("baseline", "ngram_k4", "eagle3_k3", "dflash_k9", "draft_llama32_1b_k4")
+    for arm in arms:
+        status = run.read_status(arm)
+        assert (status.status, status.mismatches, status.error) == ("ok", [], None), arm
+        launch = read_json(run.arm_dir(arm) / "launch.json")
+        argv = " ".join(launch["argv"])
+        assert "-m vllm.entrypoints.cli.main serve meta-llama/Llama-3.1-8B-Instruct" in argv  # vllm serve
+        assert "--tensor-parallel-size 8" in argv and "--trust-remote-code" in argv
+        assert launch["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+        # what the server said it ran: the raised ceiling, async scheduling on (0.34's default)
+        runtime = status.runtime
+        assert runtime is not None and runtime.capture_ceiling == 640 and runtime.release == "0.34.0"
+        assert runtime.async_scheduling is True
+        assert status.startup_s is not None and status.startup_s >= STARTUP_S
+    ramp = [r for r in tp8["analysis"].summary.ramp if r.arm == "dflash_k9" and r.stage == 0]
+    assert {r.concurrency for r in ramp} == {64} and all(r.requests_sent > 0 for r in ramp)
+
+
+def test_power_is_summed_over_the_arms_eight_gpus(tp8: dict[str, Any]) -> None:
+    for cell in tp8["analysis"].summary.cells:
+        assert cell.power_source == "nvml"
+        assert cell.mean_w == pytest.approx(NODE_WATTS, rel=0.05)  # GPU 3's 100 W and seven 600 W
+    for window in read_records(tp8["run"].windows("dflash_k9"), WindowRecord):
+        assert [g.index for g in window.power.gpus or []] == list(range(8))
+
+
+def test_the_refused_prefix_cache_reset_is_asked_again_and_recorded(tp8: dict[str, Any]) -> None:
+    for arm in ("baseline", "dflash_k9"):
+        first, *others = read_records(tp8["run"].windows(arm), WindowRecord)
+        assert (first.prefix_cache_reset, first.prefix_cache_reset_attempts) == (True, 2)
+        assert all(w.prefix_cache_reset_attempts == 1 for w in others)
+    assert "cache_reset_failed" not in {c.code for c in tp8["analysis"].caveats}  # the retry got it
+
+
+def test_the_dflash_cell_at_64_is_flagged_only_past_the_ceiling(tp8: dict[str, Any]) -> None:
+    """h200_tp8 raises the ceiling to 640 (DFlash K=9 x 64 in flight): nothing runs uncaptured. The
+    same run read as if the servers had captured vLLM's default 512 flags that one cell, by name;
+    and async scheduling with DFlash above concurrency 1 on 0.34 names vLLM #46669."""
+    from harness.derive.engine_runtime import runtime_caveats
+    from harness.present.verdict_text import caveat_text
+
+    caveats = tp8["analysis"].caveats
+    assert "uncaptured" not in {c.code for c in caveats}
+    (async_defect,) = [c for c in caveats if c.code == "async_speculation"]
+    assert async_defect.arm == "dflash_k9" and "#46669" in caveat_text(async_defect)
+    summary = tp8["analysis"].summary
+    default = [
+        a.model_copy(update={"runtime": a.runtime.model_copy(update={"cudagraph_capture_sizes": [512]})})
+        for a in summary.arms
+    ]
+    found = [
+        c for c in runtime_caveats(summary.model_copy(update={"arms": default})) if c.code == "uncaptured"
+    ]
+    assert [(c.arm, c["needed"]) for c in found] == [("dflash_k9", 640)]
+    assert "ramp @64 (640 tokens)" in found[0]["cells"]

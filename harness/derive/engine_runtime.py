@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from harness.derive.verdict import Caveat, caveat
-from harness.results.model import CellMetrics, Summary
+from harness.results.model import Summary
 
 # vLLM #46669 (open as of 0.34.0, 2026-12-07): MTP and DFlash outputs go wrong with async scheduling
 # above concurrency 1; releases after the newest one read are not judged
@@ -24,9 +24,25 @@ ASYNC_DEFECT_METHODS = ("mtp", "dflash")
 ASYNC_DEFECT_THROUGH = (0, 34)
 
 
-def step_tokens(cell: CellMetrics) -> int:
-    """Tokens one decode step of the cell verifies at full load: concurrency x (K + 1)."""
-    return cell.concurrency * ((cell.num_speculative_tokens or 0) + 1)
+def step_tokens(concurrency: int, k: int | None) -> int:
+    """Tokens one decode step verifies at full load: concurrency x (K + 1)."""
+    return concurrency * ((k or 0) + 1)
+
+
+def _loads(summary: Summary, arm: str) -> list[tuple[str, int]]:
+    """Where the arm ran at a known number in flight, by name: its closed-loop cells and its ramp's
+    closed-loop stages (a ramp holds the concurrency a fixed window could not: h200_tp8's 64)."""
+    cells = [
+        (f"{c.workload} @{c.concurrency}", c.concurrency)
+        for c in summary.cells_of(arm)
+        if c.request_rate is None
+    ]
+    stages = [
+        (f"{r.workload} ramp {r.label}", r.concurrency)
+        for r in summary.ramp
+        if r.arm == arm and r.stage is not None and r.concurrency is not None
+    ]
+    return cells + stages
 
 
 def runtime_caveats(summary: Summary) -> list[Caveat]:
@@ -35,50 +51,45 @@ def runtime_caveats(summary: Summary) -> list[Caveat]:
         runtime = arm.runtime
         if runtime is None:
             continue
-        cells = [c for c in summary.cells_of(arm.name) if c.request_rate is None]  # closed loop: a known load
+        loads, k = _loads(summary, arm.name), arm.num_speculative_tokens
         ceiling = runtime.capture_ceiling
-        if ceiling is not None:
-            above = [c for c in cells if step_tokens(c) > ceiling]
-            if above:
-                needed = max(step_tokens(c) for c in above)
-                found.append(
-                    caveat(
-                        "uncaptured",
-                        arm.name,
-                        cells=", ".join(
-                            f"{c.workload} @{c.concurrency} ({step_tokens(c)} tokens)" for c in above
-                        ),
-                        ceiling=ceiling,
-                        needed=needed,
-                    )
+        above = [(name, n) for name, n in loads if ceiling is not None and step_tokens(n, k) > ceiling]
+        if above:
+            found.append(
+                caveat(
+                    "uncaptured",
+                    arm.name,
+                    cells=", ".join(f"{name} ({step_tokens(n, k)} tokens)" for name, n in above),
+                    ceiling=ceiling,
+                    needed=max(step_tokens(n, k) for _, n in above),
                 )
-        if runtime.running_cap is not None:
-            queued = [c for c in cells if c.concurrency > runtime.running_cap]
-            if queued:
-                found.append(
-                    caveat(
-                        "running_cap",
-                        arm.name,
-                        levels=", ".join(sorted({f"@{c.concurrency}" for c in queued})),
-                        cap=runtime.running_cap,
-                        source=runtime.running_cap_source or "the engine",
-                    )
+            )
+        queued = sorted({n for _, n in loads if runtime.running_cap is not None and n > runtime.running_cap})
+        if queued:
+            found.append(
+                caveat(
+                    "running_cap",
+                    arm.name,
+                    levels=", ".join(f"@{n}" for n in queued),
+                    cap=runtime.running_cap,
+                    source=runtime.running_cap_source or "the engine",
                 )
+            )
         release = tuple(int(p) for p in re.findall(r"\d+", runtime.release or "")[:2])
+        levels = sorted({n for _, n in loads if n > 1})
         if (
             runtime.async_scheduling
             and arm.method in ASYNC_DEFECT_METHODS
             and release
             and release <= ASYNC_DEFECT_THROUGH
+            and levels
         ):
-            levels = sorted({c.concurrency for c in cells if c.concurrency > 1})
-            if levels:
-                found.append(
-                    caveat(
-                        "async_speculation",
-                        arm.name,
-                        levels=", ".join(f"@{n}" for n in levels),
-                        release=runtime.release,
-                    )
+            found.append(
+                caveat(
+                    "async_speculation",
+                    arm.name,
+                    levels=", ".join(f"@{n}" for n in levels),
+                    release=runtime.release,
                 )
+            )
     return found

@@ -26,7 +26,10 @@ configuration), each read from the engine's own argv.
 - The vLLM stand-in's engine (``EngineLoop``) runs one forward pass at a time for every request
   waiting on one (a batch), each ``step_seconds(K)``: ``STEP_S`` plus ``DRAFT_STEP_S`` per draft
   token, so the relative step cost is known, c(K) = 1 + K DRAFT_STEP_S / STEP_S = 1 + 0.5 K, and
-  it counts its steps as vLLM's tokens-per-step histogram does (one observation per step).
+  it counts its steps as vLLM's tokens-per-step histogram does (one observation per step). A
+  step whose batch verifies more tokens than the largest captured CUDA graph (``ceiling``: batch x
+  (K + 1)) runs uncaptured, ``UNCAPTURED_SLOWDOWN`` times slower, as vLLM's fallback does.
+- ``STAND_IN_STARTUP_S``: seconds the server takes to start (a GPU start-up, scaled down).
 """
 
 from __future__ import annotations
@@ -251,6 +254,15 @@ async def forward_pass() -> None:
     await asyncio.sleep(STEP_S)
 
 
+UNCAPTURED_SLOWDOWN = 1.5  # a step past the capture ceiling (eager fallback), relative to a captured one
+STARTUP_ENV = "STAND_IN_STARTUP_S"
+
+
+def slow_start() -> None:
+    """Take ``STAND_IN_STARTUP_S`` seconds to start, as an engine loading, compiling and capturing."""
+    time.sleep(float(os.environ.get(STARTUP_ENV, "0")))
+
+
 class EngineLoop:
     """An engine core in miniature: one forward pass at a time for every request waiting on one
     (a batch: a request that asks during a pass waits for the next), each ``step_s`` long. It counts
@@ -258,8 +270,10 @@ class EngineLoop:
 
     BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)  # vLLM's, to 8192
 
-    def __init__(self, step_s: float) -> None:
+    def __init__(self, step_s: float, width: int = 1, ceiling: int | None = None) -> None:
         self.step_s = step_s
+        self.width, self.ceiling = width, ceiling  # tokens a request verifies a step; the capture ceiling
+        self.uncaptured = 0  # steps run past the ceiling
         self.steps = 0
         self.tokens = 0
         self.buckets = [0] * len(self.BUCKETS)  # steps with at most BUCKETS[i] tokens
@@ -277,7 +291,9 @@ class EngineLoop:
     async def _run(self) -> None:
         while self._waiting:
             batch, self._waiting = self._waiting, []
-            await asyncio.sleep(self.step_s)
+            past = self.ceiling is not None and len(batch) * self.width > self.ceiling
+            self.uncaptured += past
+            await asyncio.sleep(self.step_s * (UNCAPTURED_SLOWDOWN if past else 1.0))
             tokens = sum(n for _, n in batch)
             self.steps += 1
             self.tokens += tokens

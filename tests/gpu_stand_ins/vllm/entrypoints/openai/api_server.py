@@ -21,6 +21,11 @@ for tests/test_gpu_rehearsal.py: what the harness reads of vLLM, from the argv i
   ``STAND_IN_MODEL_AFTER=N:NAME`` serves model NAME from then on (another model behind the URL).
 - ``STAND_IN_RESET_FAILS=N``: the first N prefix-cache resets answer ``{"success": false}``, as
   vLLM 0.34 does while a request's blocks are still held (its route says callers may retry).
+- A GPU server's runtime as vLLM 0.34 logs it: the flags given (``non-default args``: async
+  scheduling, ``--max-num-seqs``), the decode sizes captured as CUDA graphs up to the ceiling
+  (``--compilation-config``'s ``max_cudagraph_capture_size``, else 512, Hopper's default; none with
+  ``--enforce-eager``), a step past the ceiling slower (``EngineLoop``); ``--trust-remote-code``
+  and any ``--tensor-parallel-size`` taken; ``STAND_IN_STARTUP_S`` seconds to start.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from stand_in_engine import (
     requested_top,
     serve,
     served_k,
+    slow_start,
     step_seconds,
     steps,
     stream,
@@ -79,7 +85,24 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--speculative-config", type=json.loads)
     parser.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary", "detailed"))
+    parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--compilation-config", type=json.loads, default={})
+    parser.add_argument("--max-num-seqs", type=int)
+    parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction)
     return parser.parse_args(argv)
+
+
+DEFAULT_CEILING = 512  # vLLM's largest captured step on Hopper (config/vllm.py, _set_cudagraph_sizes)
+
+
+def capture_sizes(args: argparse.Namespace, k: int) -> list[int]:
+    """The step sizes (tokens) captured as CUDA graphs: vLLM's grid to the ceiling and each uniform
+    decode batch of K + 1 tokens a request that fits; none when eager."""
+    if args.enforce_eager:
+        return []
+    ceiling = args.compilation_config.get("max_cudagraph_capture_size") or DEFAULT_CEILING
+    grid = {1, 2, 4, *range(8, ceiling + 1, 8)}
+    return sorted(grid | {n * (k + 1) for n in range(1, ceiling // (k + 1) + 1)})
 
 
 class VllmStandIn:
@@ -99,7 +122,8 @@ class VllmStandIn:
     def _restart(self) -> None:
         """Everything a process keeps in memory, fresh: what a restarted server reports."""
         self.counts = Acceptance(self.k) if self.k else None
-        self.engine = EngineLoop(step_seconds(self.k))
+        sizes = capture_sizes(self.args, self.k)
+        self.engine = EngineLoop(step_seconds(self.k), self.k + 1, max(sizes) if sizes else None)
         self.queries = self.hits = self.generated = 0
         self.cached: set[str] = set()
 
@@ -122,6 +146,18 @@ class VllmStandIn:
                 f"SpeculativeConfig(method={self.method!r}, model={model!r}, num_spec_tokens={self.k})"
             )
         dtype = "bfloat16" if args.dtype == "auto" else args.dtype
+        given = {"model": args.model}
+        if args.async_scheduling is not None:
+            given["async_scheduling"] = args.async_scheduling
+        if args.max_num_seqs is not None:
+            given["max_num_seqs"] = args.max_num_seqs
+        log(f"INFO [api_utils.py:286] non-default args: {given!r}")
+        sizes = capture_sizes(args, self.k)
+        mode = "<CUDAGraphMode.NONE: 0>" if not sizes else "<CUDAGraphMode.FULL_AND_PIECEWISE: 2>"
+        compilation = (
+            f"{{'cudagraph_mode': {mode}, 'cudagraph_capture_sizes': {sizes}, "
+            f"'max_cudagraph_capture_size': {max(sizes) if sizes else None}}}"
+        )
         log(f"stand-in vLLM: {device_line()}")
         log(
             f"INFO [core.py:154] Initializing a V1 LLM engine (v{__version__}) with config: "
@@ -129,7 +165,8 @@ class VllmStandIn:
             f"skip_tokenizer_init=False, dtype=torch.{dtype}, max_seq_len={args.max_model_len}, "
             f"tensor_parallel_size={args.tensor_parallel_size}, quantization={args.quantization}, "
             f"enforce_eager={args.enforce_eager}, device_config=cuda, seed={args.seed}, "
-            f"served_model_name={args.served_model_name}, enable_prefix_caching=True"
+            f"served_model_name={args.served_model_name}, enable_prefix_caching=True, "
+            f"compilation_config={compilation}"
         )
         backend = args.attention_backend or BACKENDS[0]
         log(f"INFO [cuda.py:550] Using {backend} attention backend out of potential backends: {BACKENDS}.")
@@ -270,6 +307,7 @@ def main(argv: list[str]) -> None:
     except ValueError as exc:  # SpeculativeConfig's own refusal, before the engine starts
         sys.exit(f"ValueError: {exc}")
     engine.startup_log()
+    slow_start()
     serve(engine.app(), args.host, args.port, args.uds)
 
 
