@@ -272,7 +272,8 @@ FINGERPRINTS_BEFORE = {
     "h200_tp1_synthetic": "b553e686c39062ae",  # issue 69 (was 3cc7bb132185af99)
     # issue 72: concurrency 64 a ramp stage, the capture ceiling raised to 640 (was 8385b4b8c51c978d)
     "h200_tp8": "ae3a0e2db962040e",
-    "h200_tp_study": "1b4e1d8798d84d6d",  # issue 72: the capture ceiling raised to 1024 (was 58ff46c0e841c08b)
+    # issue 72: the capture ceiling raised to 1024 (was 58ff46c0e841c08b)
+    "h200_tp_study": "1b4e1d8798d84d6d",
 }
 
 
