@@ -306,7 +306,7 @@ def test_provenance_lines_show_the_held_out_check() -> None:
     leaked = {**trained, "held_out": {"measured_prompts": 16, "trained_on": 2}}
     assert "its tau is flattered" in drafter_note(leaked)
     assert drafter_note(untrained) == "untrained, mechanics only (seed 0)"
-    (row,) = _trained_drafters({"drafters": {"eagle3_trained": trained, "eagle3_untrained": untrained}})
+    (row,) = _trained_drafters({"eagle3_trained": trained, "eagle3_untrained": untrained})
     assert row["arm"] == "eagle3_trained" and row["accuracy"] == "0.400 / 0.200 / 0.100"
     assert row["held_out"] == "trained on 0 of the 16 measured prompts" and row["workloads"] == "chat (70)"
 

@@ -35,6 +35,7 @@ class ToyAdapter:
     fake_acceptance_env = ("TOY_FAKE_ACCEPTANCE",)
     unix_socket = False
     keyed = False
+    compiles = False
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         return f"toy-serve-{hardware_kind}=={version}"

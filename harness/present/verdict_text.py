@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from harness.config.engines.names import LABELS
 from harness.core.formats import bound_text, interval_text, range_text, speedup_text
 from harness.derive.analysis import IntervalBasis, RunAnalysis
 from harness.derive.findings import Fact
@@ -125,8 +126,6 @@ CAVEAT_TEXT: dict[str, str] = {
     ),
 }
 
-ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang"}
-
 
 def _temperature_words(temperature: float) -> str:
     return "greedy" if temperature == 0 else f"at temperature {temperature:g}"
@@ -137,7 +136,7 @@ def _source_regime(values: dict) -> str:
     engine = values.get("source_engine")
     drafting = " ".join(
         str(part)
-        for part in (ENGINE_WORDS.get(str(engine), engine), values.get("source_shape"))
+        for part in (LABELS.get(str(engine), engine), values.get("source_shape"))
         if part is not None
     )
     k, runner, method = (

@@ -119,14 +119,17 @@ def read_total(base_url: str, metrics_path: str, name: str) -> float | None:
     return sum(values) if values else None
 
 
-def post_prefix_cache_reset(base_url: str, path: str) -> bool:
-    """POST the engine's prefix-cache reset so a window does not reuse the previous one's prompts;
-    False when the route is missing or refused (the window records it)."""
+def post_prefix_cache_reset(base_url: str, path: str) -> bool | None:
+    """POST the engine's prefix-cache reset so a window does not reuse the previous one's prompts:
+    True emptied, False refused (asked again), None when the server has no such route (404 or 405:
+    an endpoint without vLLM's dev mode; asking again would not help)."""
     try:
         with client(30.0, base_url) as http:
             response = http.post(http_base(base_url) + path)
     except httpx.HTTPError:
         return False
+    if response.status_code in (404, 405):
+        return None
     if response.status_code != 200:
         return False
     try:  # vLLM answers JSON, SGLang plain text ("Cache flushed.")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from harness.config.engines import get_adapter
 from harness.config.regime import Regime
 from harness.core.errors import UserError
 from harness.derive.intervals import ASSUMED_STARTUP_SPREAD, REFERENCE_PROMPT_SPREAD, decision_outlook
@@ -242,7 +243,7 @@ def _startup_figures(regime: Regime, earlier: EarlierRun | None) -> tuple[Figure
         return none, none
     row = published_startup(regime)
     compiled = not regime.engine.enforce_eager
-    compiles = regime.engine.name == "vllm"  # SGLang does not torch.compile unless told to
+    compiles = get_adapter(regime.engine.name).compiles  # SGLang does not torch.compile unless told to
     size = params_billions(regime.target_reference())
     shape = f"{size:g}B" if size is not None else "a size its name does not give (the largest row)"
     engine = "" if compiles else f"; {regime.engine.name} does not torch.compile: load and capture only"
@@ -378,7 +379,7 @@ def _plan_lines(regime: Regime, night: _Night, lowest: int, expected: float, mos
     elif cold.source == warm.source:
         why = (
             "every speculative arm compiles cold in its own VLLM_CACHE_ROOT on the first night"
-            if regime.engine.name == "vllm" and not regime.engine.enforce_eager
+            if get_adapter(regime.engine.name).compiles and not regime.engine.enforce_eager
             else "nothing compiled is kept between start-ups"
         )
         lines.append(

@@ -28,6 +28,7 @@ from harness.core.arrivals import arrival_offsets, ramp_dues
 from harness.core.errors import EngineError
 from harness.core.probes.acceptance import SpecCounters, counter_breaks
 from harness.core.probes.cpu import CpuSnapshot, window_cpu
+from harness.core.probes.prefix_cache import RESET_ATTEMPTS
 from harness.core.probes.throughput import output_tokens_per_s
 from harness.results import PowerGpu, RequestRecord, RunDir, WindowPower, WindowRecord, append_jsonl
 from harness.results.records import RampWindowRecord
@@ -44,10 +45,8 @@ from harness.run.server import ExternalServer, Server
 SETTLE_READS = 20
 SETTLE_INTERVAL_S = 0.1
 
-# a prefix-cache reset the engine refuses (vLLM answers success: false while a finished request's
-# blocks are still held, and says callers may retry; SGLang refuses while requests run) is asked
-# again, RESET_ATTEMPTS times in all, RESET_BACKOFF_S apart and doubling: at most 1.5 s a window
-RESET_ATTEMPTS = 5
+# a refused prefix-cache reset is asked again (probes.prefix_cache.RESET_ATTEMPTS times in all),
+# RESET_BACKOFF_S apart and doubling: at most 1.5 s a window
 RESET_BACKOFF_S = 0.1
 
 
@@ -56,7 +55,10 @@ def reset_prefix_cache(adapter: EngineAdapter, base_url: str) -> tuple[bool, int
     Still refused after ``RESET_ATTEMPTS``, the window runs on whatever the cache holds, and its
     record says so (``prefix_cache_reset`` false after ``prefix_cache_reset_attempts``)."""
     for attempt in range(1, RESET_ATTEMPTS + 1):
-        if adapter.reset_prefix_cache(base_url):
+        emptied = adapter.reset_prefix_cache(base_url)
+        if emptied is None:  # the server has no reset (no route: an endpoint without dev mode)
+            return False, attempt
+        if emptied:
             return True, attempt
         if attempt < RESET_ATTEMPTS:
             time.sleep(RESET_BACKOFF_S * 2 ** (attempt - 1))

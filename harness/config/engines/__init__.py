@@ -76,6 +76,9 @@ class EngineAdapter(Protocol):
     # Whether its server takes a per-start API key from a file (``launch_spec(key_file=...)``): the
     # harness sends it with every request, and readiness checks it (``harness.run.server``).
     keyed: bool
+    # Whether its server compiles at start-up when not eager (torch.compile, then graph capture), so a
+    # first start-up with a cold compile cache is slower than later ones (the night's plan).
+    compiles: bool
     # The cumulative output-token counter on its metrics endpoint (every request's): an existing
     # server's window is alone on it when this grows by the window's own tokens only.
     generation_counter: str
@@ -136,9 +139,10 @@ class EngineAdapter(Protocol):
         quantization, speculative method and K, attention backend, ``draft_counting``, and how it
         runs its steps: ``ServedRuntime``); an ill-formed report is an ``EngineError``."""
 
-    def reset_prefix_cache(self, base_url: str) -> bool:
-        """Empty the prefix cache, one request; False when the engine would not (the run side asks
-        again a few times, ``harness.run.window.reset_prefix_cache``, and the window records it)."""
+    def reset_prefix_cache(self, base_url: str) -> bool | None:
+        """Empty the prefix cache, one request; False when the engine refused (the run side asks
+        again a few times, ``harness.run.window.reset_prefix_cache``, and the window records it);
+        None when this server has no reset at all (asked once)."""
 
     def read_prefix_cache(self, base_url: str) -> PrefixCacheCounts | None:
         """The prefix cache's cumulative lookups and hits right now, in prompt tokens; None where the

@@ -7,3 +7,5 @@ the regime's types)."""
 from __future__ import annotations
 
 ENGINES: dict[str, str] = {"vllm": "harness.config.engines.vllm", "sglang": "harness.config.engines.sglang"}
+# how each is written in prose (a published figure's source, a caveat)
+LABELS: dict[str, str] = {"vllm": "vLLM", "sglang": "SGLang"}

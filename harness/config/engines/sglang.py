@@ -171,6 +171,7 @@ class SglangAdapter:
     # the file's keys into its arguments; on the command line the key would be readable by every
     # local user): every route but /health* and /metrics then refuses a request without it.
     keyed = True
+    compiles = False  # SGLang does not torch.compile unless told to: it loads and captures graphs
 
     def pip_requirement(self, version: str, hardware_kind: str) -> str:
         return f"sglang=={version}"
@@ -387,7 +388,7 @@ class SglangAdapter:
     def window_counters(self, window: WindowRecord, records: list[RequestRecord]) -> SpecCounters:
         return request_counters([r.spec_details for r in records if r.spec_details])
 
-    def reset_prefix_cache(self, base_url: str) -> bool:
+    def reset_prefix_cache(self, base_url: str) -> bool | None:
         from harness.run import engine_http as http  # I/O: only the run side calls this method
 
         return http.post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)

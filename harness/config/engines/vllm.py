@@ -375,6 +375,7 @@ class VllmAdapter:
     # middleware guards /v1 only), and no port means no other listener can answer in its place.
     unix_socket = True
     keyed = False  # its socket is the key
+    compiles = True  # torch.compile unless --enforce-eager; each speculative arm its own cache root
     fake_acceptance_env: tuple[str, ...] = ()  # vLLM fakes acceptance only through its config
 
     def method_packages(self, version: str | None) -> dict[str, str]:
@@ -586,7 +587,7 @@ class VllmAdapter:
     def window_counters(self, window: WindowRecord, records: list[RequestRecord]) -> SpecCounters:
         return window.counter_delta()  # the scrapes right before and after the window
 
-    def reset_prefix_cache(self, base_url: str) -> bool:
+    def reset_prefix_cache(self, base_url: str) -> bool | None:
         from harness.run import engine_http as http  # I/O: only the run side calls this method
 
         return http.post_prefix_cache_reset(base_url, self.reset_prefix_cache_path)

@@ -15,6 +15,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+# a reset the engine refuses (vLLM: success false while a finished request's blocks are still held,
+# "callers may retry"; SGLang: while requests run) is asked for this many times in all before the
+# window runs on whatever the cache holds (harness.run.window.reset_prefix_cache)
+RESET_ATTEMPTS = 5
+
+
+def refused_every_time(reset: bool, attempts: int) -> bool:
+    """A window whose reset the engine refused at every attempt (not one whose server has no reset:
+    that is asked once)."""
+    return not reset and attempts >= RESET_ATTEMPTS
+
 
 class PrefixCacheCounts(NamedTuple):
     queries: float  # prompt tokens looked up in the cache

@@ -58,7 +58,6 @@ from harness.present.verdict_text import (
 from harness.results.gate import StoredGate
 from harness.results.model import CellMetrics, Summary
 from harness.results.raw import RawRun
-from harness.results.records import RunRecord
 
 # a verdict's colour on the page: from the outcome, never from the point estimate
 OUTCOME_CLASS = {Outcome.PAYS: "gain", Outcome.LOSES: "loss"}
@@ -324,11 +323,11 @@ def _categories(analysis: RunAnalysis) -> dict[str, Any]:
     return {"arms": arms, "levels": levels, "order": list(analysis.category_order), "cells": cells}
 
 
-def _trained_drafters(record: RunRecord) -> list[dict[str, Any]]:
+def _trained_drafters(drafters: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per arm with a drafter trained here: what a reviewer asks before trusting its tau (what it
     was trained on, whether the measured prompts were held out, how far training got)."""
     rows = []
-    for arm, drafter in record.drafters.items():
+    for arm, drafter in drafters.items():
         manifest = drafter.get("manifest") or {}
         if manifest.get("kind") != "trained":
             continue
@@ -443,7 +442,7 @@ def report_context(run: AnalyzedRun) -> dict[str, Any]:
         "categories": _categories(analysis),
         "schedules": schedule_sections(analysis),
         "ramps": ramp_sections(summary) + ramp_schedule_sections(analysis),
-        "trained_drafters": _trained_drafters(record),
+        "trained_drafters": _trained_drafters(record.drafters),
         "figures": [
             f
             for f in (
