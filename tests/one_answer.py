@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -276,7 +277,16 @@ def every_view(run_dir: Path, tmp_path: Path) -> dict[str, dict[tuple[str, str, 
 
 
 def disagreements(run_dir: Path, tmp_path: Path) -> list[str]:
-    """Every cell a view shows with another speedup or interval than the run's one estimate."""
+    """Every cell a view shows with another speedup or interval than the run's one estimate. The views
+    read a copy of the run with its ``analysis.json`` as a finished run has it (the runner writes
+    it; each command checks it against the raw files), so the verdicts' simulations run once here,
+    not once per command (tests/test_one_answer.py derives without it)."""
+    from harness.derive.analysis import analyze, write_analysis
+
+    copy = tmp_path / "runs" / run_dir.name
+    shutil.copytree(run_dir, copy)
+    write_analysis(copy, analyze(summarize(copy)))
+    run_dir = copy
     truth = expected(summarize(run_dir))
     problems = []
     for view, cells in every_view(run_dir, tmp_path).items():

@@ -93,3 +93,24 @@ def test_rank_correlation_known_values() -> None:
     # scipy.stats.spearmanr([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) = 0.8
     assert rank_correlation([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)
     assert rank_correlation([1, 2, 3], [5, 5, 5]) is None  # a constant side: undefined
+
+
+def test_a_simulated_level_is_kept_for_the_next_process(tmp_path, monkeypatch) -> None:
+    """``repeated_level`` simulates for a second; the next process reads the same number from the
+    cache, keyed by everything it depends on, and a file holding another key is computed again."""
+    import json
+
+    from harness.core import stats
+
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path))
+    stats.repeated_level.cache_clear()
+    first = stats.repeated_level(1, 2, 3)
+    (kept,) = (tmp_path / "levels").glob("*.json")
+    assert json.loads(kept.read_text())["value"] == first
+    assert "numpy" in json.loads(kept.read_text())["key"]
+    stats.repeated_level.cache_clear()
+    assert stats.repeated_level(1, 2, 3) == first  # read back
+    kept.write_text(json.dumps({"key": "another design", "value": 0.5}))
+    stats.repeated_level.cache_clear()
+    assert stats.repeated_level(1, 2, 3) == first  # not another key's number
+    stats.repeated_level.cache_clear()

@@ -15,19 +15,13 @@ imports torch/transformers in a child process, is ``harness.run.model_build``'s 
 from __future__ import annotations
 
 import importlib.metadata
-import os
 from pathlib import Path
 
+from harness.core.cache import cache_root
 from harness.core.errors import UserError
 
 # Bump when the conversion itself changes, so old cache entries are not reused.
 CONVERSION_VERSION = 1
-
-
-def cache_root() -> Path:
-    """Where converted models live; ``BENCH_CACHE_DIR`` overrides the default."""
-    env = os.environ.get("BENCH_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "spec-bench"
 
 
 def is_local_reference(reference: str) -> bool:

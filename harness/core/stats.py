@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from harness.core.cache import kept_number
+
 Statistic = Callable[[Sequence[float]], float]
 
 
@@ -265,6 +267,8 @@ def many_to_one_level(others: int, df: int, confidence: float = 0.95) -> float:
 
 # Simulated runs behind ``repeated_level``: a Monte Carlo standard error of ~0.0007 on the 95%.
 REPEATED_SIMULATIONS = 100_000
+# bump when the simulation changes, so a level kept on disk (core.cache) is not reused
+REPEATED_LEVEL_VERSION = 1
 
 
 @lru_cache(maxsize=64)
@@ -294,11 +298,27 @@ def repeated_level(
     (tests/test_intervals.py), so the default, the fewest, is the conservative one. The candidates
     must share one fit (``intervals.design_level`` checks it)."""
     import numpy as np
-    from scipy import special
 
     arms = others + 1 if arms is None else arms
     if others < 1 or looks < 1 or arms < others + 1 or (first_rounds < 2 and not calibration_df):
         raise ValueError("the model needs the baseline, the compared arms, a look and degrees of freedom")
+    # a second to simulate, the same for one design and one numpy: kept on disk for the next process
+    key = (
+        f"repeated_level v{REPEATED_LEVEL_VERSION} numpy {np.__version__} {REPEATED_SIMULATIONS} runs: "
+        f"{others} {first_rounds} {looks} {confidence!r} {arms} {calibration_df}"
+    )
+    return kept_number(
+        "levels", key, lambda: _simulated_level(others, first_rounds, looks, confidence, arms, calibration_df)
+    )
+
+
+def _simulated_level(
+    others: int, first_rounds: int, looks: int, confidence: float, arms: int, calibration_df: int
+) -> float:
+    """``repeated_level`` by simulation (its docstring says how)."""
+    import numpy as np
+    from scipy import special
+
     last = first_rounds + looks - 1
     rng = np.random.default_rng([first_rounds, looks, others, arms, calibration_df])
     smallest: list[np.ndarray] = []
