@@ -20,12 +20,20 @@ repeats (one row per repeat of each cell) and ramp (arm x workload x stage of lo
 arm's whole ramp; empty without one). Column names carry their units.
 
 Given a study, write one table of every point's cells, with the point and its axis values.
+
+`--format vllm` writes the run's cells in the shape vLLM's sweep tools read (a folder per arm and
+window holding `summary.json`, `vllm bench serve --save-result`'s keys, vLLM 0.32.0, with the arm,
+method and K as parameters: `vllm bench sweep plot DIR --var-x max_concurrency --var-y
+output_throughput --curve-by arm`); `--format aiperf` one `profile_export_aiperf.json` (AIPerf's
+schema 1.5) per arm and window. Their numbers are the summary's cells, renamed.
 """
 EXAMPLES = """
 bench export results/cpu_default/20261201-093000-a1b2c3                  # CSV into RUN_DIR/export/
 bench export results/cpu_default/20261201-093000-a1b2c3 --format parquet -o tables/
+bench export results/cpu_default/20261201-093000-a1b2c3 --format vllm   # RUN_DIR/export/vllm/
 """
 INTERRUPTED = "files written whole so far stay; run it again for the rest"
+PEER_FORMATS = ("vllm", "aiperf")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "run_dir", type=Path, help="a run directory, results/<regime>/<run-id> (or a study directory)"
     )
     parser.add_argument(
-        "--format", choices=("csv", "parquet", "jsonl"), default="csv", help="file format (default: csv)"
+        "--format",
+        choices=("csv", "parquet", "jsonl", *PEER_FORMATS),
+        default="csv",
+        help="file format (default: csv); vllm, aiperf: the peers' files (in RUN_DIR/export/FORMAT)",
     )
     parser.add_argument(
         "-o",
@@ -51,6 +62,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from harness.derive.frames import Run, export, write_table
 
     out_dir = args.output or args.run_dir / "export"
+    if args.format in PEER_FORMATS:
+        return _peer_format(args, console)
     if kind_of(args.run_dir) == "study":
         from harness.derive.study.collect import load_study
 
@@ -68,4 +81,31 @@ def run(args: argparse.Namespace, console: Console) -> int:
     print_unread(run_record.summary, console)
     for path in export(run_record, out_dir, args.format):
         console.print(f"wrote {path}", highlight=False, markup=False)
+    return EXIT_OK
+
+
+def _peer_format(args: argparse.Namespace, console: Console) -> int:
+    """The run's cells as vLLM's sweep tools or AIPerf read them (``harness.present.peer_formats``)."""
+    from harness.commands.report import print_note
+    from harness.core.errors import UserError
+    from harness.derive.analysis import load_analysis
+    from harness.present.peer_formats import write_aiperf, write_vllm
+
+    if kind_of(args.run_dir) == "study":
+        raise UserError(f"--format {args.format} takes a run directory, not a study: export each point's run")
+    found = load_analysis(args.run_dir)
+    print_note(found)
+    print_unread(found.analysis.summary, console)
+    out_dir = args.output or args.run_dir / "export" / args.format
+    write = write_vllm if args.format == "vllm" else write_aiperf
+    paths = write(found.analysis.summary, out_dir)
+    for path in paths:
+        console.print(f"wrote {path}", highlight=False, markup=False)
+    if args.format == "vllm":
+        console.print(
+            f"plot it: vllm bench sweep plot {out_dir} --var-x max_concurrency --var-y output_throughput "
+            "--curve-by arm --row-by workload",
+            highlight=False,
+            markup=False,
+        )
     return EXIT_OK
