@@ -52,6 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="the load level of the --minilab table (default: the lowest measured)",
     )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="print only each window as vllm bench serve and AIPerf report it: request, output and total "
+        "token throughput, token totals, duration, acceptance length and rate, drafts, and TTFT, TTST, "
+        "TPOT, ITL and E2E as mean/median/p99 (the report and the export add min, max, std, p90)",
+    )
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -68,6 +75,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     run = load_analysis(args.run_dir.resolve() if args.minilab else args.run_dir)
     if run.note:  # the stored analysis.json was not used, and why: stderr, so a piped table stays clean
         print(run.note, file=sys.stderr)
+    if args.peers:
+        from harness.present.peers import peers_tables
+
+        for table in peers_tables(run.analysis.summary):
+            console.print(table)
+        return EXIT_OK
     if args.minilab:
         from harness.present.table import lab_markdown
 

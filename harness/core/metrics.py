@@ -31,10 +31,10 @@ from typing import Any, Literal
 
 from harness.core.stats import STATISTICS
 
-Statistic = Literal["mean", "p50", "p90", "p99"]
+Statistic = Literal["mean", "p50", "p90", "p99", "min", "max", "std"]
 SampleSource = Literal["repeat", "request", "chunk", "prompt"]
 # when a view shows a metric's column: always, or only where the run measured what it needs
-Shown = Literal["always", "slo", "power", "copy", "open_loop", "turns", "never"]
+Shown = Literal["always", "slo", "power", "copy", "open_loop", "turns", "peers", "never"]
 
 
 def _at(record: Any, path: str) -> Any:
@@ -565,7 +565,81 @@ _ALL = (
         shown="open_loop",
         **_VIEW_ONLY,
     ),
+    # the peers' throughputs (vllm bench serve's request and total token throughput)
+    Metric(
+        name="request_rps",
+        label="req/s",
+        unit="requests/s",
+        higher_is_better=True,
+        statistic="mean",
+        samples="repeat",
+        description="successful requests / window wall time (vLLM's request throughput)",
+        fmt=".2f",
+        shown="peers",
+        **_VIEW_ONLY,
+    ),
+    Metric(
+        name="total_tok_s",
+        label="total tok/s",
+        unit="tokens/s",
+        higher_is_better=True,
+        statistic="mean",
+        samples="repeat",
+        description="(prompt + output tokens of successful requests) / window wall time (vLLM's total "
+        "token throughput; the prompt tokens as the engine counted them)",
+        fmt=".1f",
+        shown="peers",
+        **_VIEW_ONLY,
+    ),
 )
+
+# The peers' block: each latency as ``vllm bench serve`` and AIPerf print it (mean, median, min, max,
+# std, p90, p99), beside the harness's own columns; the entries the registry has not already are
+# made here, one per statistic, view-only (``shown="peers"``: the block's tables, the export, never
+# a gate). The throughputs of the block are entries above this.
+PEER_STATISTICS: tuple[Statistic, ...] = ("mean", "p50", "min", "max", "std", "p90", "p99")
+_STATISTIC_WORDS = {
+    "mean": "mean",
+    "p50": "median",
+    "min": "least",
+    "max": "greatest",
+    "std": "standard deviation (n in the denominator, as vLLM's and AIPerf's)",
+    "p90": "90th percentile",
+    "p99": "99th percentile",
+}
+# (name prefix, label, the request record's field in seconds, request or chunk, what it is)
+PEER_LATENCIES = (
+    ("ttft_ms", "TTFT", "scheduled_ttft_s", "request", "time to first token (from when it was due)"),
+    ("ttst_ms", "TTST", "ttst_s", "request", "time to second token: the chunk carrying it - send (AIPerf's)"),
+    ("tpot_ms", "TPOT", "tpot_s", "request", "time per output token after the first"),
+    ("itl_ms", "ITL", "itl_s", "chunk", "gap between streamed chunks after the first (vLLM's ITL)"),
+    ("e2e_ms", "E2E", "scheduled_e2e_s", "request", "end-to-end latency (from when it was due)"),
+)
+
+
+def _peer_entries(present: set[str]) -> tuple[Metric, ...]:
+    return tuple(
+        Metric(
+            name=f"{prefix}_{statistic}",
+            label=f"{label} {statistic}",
+            unit="ms",
+            higher_is_better=False,
+            statistic=statistic,
+            samples=samples,  # type: ignore[arg-type]
+            description=f"{_STATISTIC_WORDS[statistic]} {what}, per request (ITL: per chunk)",
+            sample_field=field,
+            scale=1000.0,
+            fmt=".1f",
+            shown="peers",
+            **_VIEW_ONLY,
+        )
+        for prefix, label, field, samples, what in PEER_LATENCIES
+        for statistic in PEER_STATISTICS
+        if f"{prefix}_{statistic}" not in present
+    )
+
+
+_ALL = _ALL + _peer_entries({metric.name for metric in _ALL})
 
 # prompt-sourced metrics: the exactness status each 100-valued sample counts
 PROMPT_STATUS = {"identical_pct": "identical", "diverged_pct": "diverged"}
@@ -641,6 +715,12 @@ _OTHER_COLUMNS = tuple(
         ("requests_ok", "count", "requests that succeeded"),
         ("requests_errored", "count", "requests that failed"),
         ("output_tokens", "tokens", "output tokens of successful requests, counted from token ids"),
+        (
+            "input_tokens",
+            "tokens",
+            "prompt tokens of successful requests, as the engine counted them (empty: "
+            "it did not say for every request)",
+        ),
         ("prompt_tokens", "tokens", "the prompt's tokens as the engine counted them"),
         ("duration_s", "s", "wall time of the measured window(s)"),
         ("acceptance_source", "", "where tau came from: the engine's counters, per-response fields, or none"),
@@ -755,6 +835,22 @@ _OTHER_COLUMNS = tuple(
             "window time per engine step: the step cost model's sample (harness.derive.cost_model)",
         ),
         ("client_cpu_cores", "cores", "CPU the harness client used during the windows"),
+        (
+            "step_cost",
+            "x",
+            "the cost model's step cost: the arm's engine step over the baseline's in the same window, "
+            "geometric mean over rounds (harness.derive.cost_model); empty for the baseline",
+        ),
+        ("step_cost_low", "x", "lower bound of the step cost's 95% interval (empty: one round, unverified)"),
+        ("step_cost_high", "x", "upper bound of the step cost's 95% interval"),
+        (
+            "break_even_tau",
+            "tokens/step",
+            "the tau at which the arm's step cost would break even against the baseline: 1 + (cost / "
+            "occupancy - 1) / proposing share",
+        ),
+        ("break_even_tau_low", "tokens/step", "lower bound of the break-even tau's 95% interval"),
+        ("break_even_tau_high", "tokens/step", "upper bound of the break-even tau's 95% interval"),
         ("stage", "", "ramp: the stage's index in load.ramp (from 0); empty: the whole ramp"),
         ("label", "", "ramp: the stage's load (@4: 4 in flight; @2req/s: open loop); ramp: the whole"),
         ("start_s", "s", "ramp: when the stage begins, on the ramp window's clock (planned)"),

@@ -57,8 +57,23 @@ def p99(values: Sequence[float]) -> float:
     return quantile(values, 0.99)
 
 
+def population_std(values: Sequence[float]) -> float:
+    """The standard deviation with n in the denominator: ``vllm bench serve``'s ``std_*_ms`` (numpy's
+    ``std``) and AIPerf's ``std``, for their block (an interval uses the sample's, n - 1)."""
+    centre = mean(values)
+    return math.sqrt(sum((v - centre) ** 2 for v in values) / len(values))
+
+
 # The statistic a metric reports (``harness.core.metrics.Metric.statistic``) as a function.
-STATISTICS: dict[str, Statistic] = {"mean": mean, "p50": median, "p90": p90, "p99": p99}
+STATISTICS: dict[str, Statistic] = {
+    "mean": mean,
+    "p50": median,
+    "p90": p90,
+    "p99": p99,
+    "min": min,
+    "max": max,
+    "std": population_std,
+}
 
 
 @dataclass(frozen=True)

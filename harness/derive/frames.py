@@ -46,7 +46,7 @@ from harness.core.probes.copying import copied_ngrams, share_pct
 from harness.core.probes.schedule import client_lag_s, queueing_s
 from harness.core.probes.slo import meets
 from harness.derive.analysis import RunAnalysis, load_analysis
-from harness.derive.cost_model import CHAIN_METHODS
+from harness.derive.cost_model import CHAIN_METHODS, StepCost
 from harness.derive.verdict import Outcome
 from harness.results.model import RampStageMetrics, SpeedupEstimate, Summary
 from harness.results.raw import RawRun
@@ -135,6 +135,7 @@ class Run:
             # a metric the registry adds as a computed property of the cell, not a stored field
             row.update({m.name: m.value(cell) for m in METRICS.values() if m.name not in row and not m.field})
             row.update(verdicts.get((cell.arm, cell.workload, cell.level), {"verdict": None, "deploy": None}))
+            row.update(_step_cost_columns(self.analysis.cost.cost_of(cell)))
             rows.append(row)
         if not rows:
             return pd.DataFrame(columns=[*IDENTITY, "arm", "workload", "concurrency"])
@@ -277,6 +278,21 @@ class Run:
         if name not in TABLES:
             raise ValueError(f"unknown table {name!r} (tables: {', '.join(TABLES)})")
         return getattr(self, name)()
+
+
+def _step_cost_columns(cost: StepCost | None) -> dict[str, float | None]:
+    """The cost model's reading of a speculative cell beside its ``step_ms`` (``harness.derive.
+    cost_model``): its step cost relative to the baseline's and the tau where it would break even,
+    each with its 95% interval; empty for the baseline and where no engine counted its steps."""
+    found = {
+        "step_cost": cost.cost if cost else None,
+        "step_cost_low": cost.low if cost else None,
+        "step_cost_high": cost.high if cost else None,
+        "break_even_tau": cost.break_even_tau if cost else None,
+        "break_even_tau_low": cost.break_even_low if cost else None,
+        "break_even_tau_high": cost.break_even_high if cost else None,
+    }
+    return found
 
 
 def _flat(row: dict[str, Any], estimate: SpeedupEstimate | None) -> dict[str, Any]:

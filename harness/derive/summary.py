@@ -40,7 +40,13 @@ from harness.core.probes.power import combine_power, summarize_power
 from harness.core.probes.prefix_cache import PrefixCacheCounts, hit_pct, refused_every_time
 from harness.core.probes.schedule import achieved_rate_rps, behind_schedule, lag_p90_s, queueing_s
 from harness.core.probes.slo import attainment_pct, goodput_rps
-from harness.core.probes.throughput import mean_in_flight, output_tokens_per_s, speedup, step_ms
+from harness.core.probes.throughput import (
+    mean_in_flight,
+    output_tokens_per_s,
+    requests_per_s,
+    speedup,
+    step_ms,
+)
 from harness.core.secrets import redact_url
 from harness.core.stats import mean, quantile
 from harness.derive import pooling
@@ -188,6 +194,9 @@ def cell_metrics(
         output_tokens=output_tokens,
         duration_s=duration,
         output_tok_s=tok_s,
+        request_rps=requests_per_s(len(ok), duration),
+        input_tokens=(prompt := _prompt_tokens(ok)),
+        total_tok_s=output_tokens_per_s(output_tokens + prompt, duration) if prompt is not None else None,
         # the request and chunk percentiles as the registry defines them (the gates' too): TTFT and E2E
         # from when a request was due (open loop: its wait for a max_concurrency slot inside, no
         # coordinated omission), ITL every chunk gap of every request (vLLM's pooling); the open-loop
@@ -237,6 +246,12 @@ def cell_metrics(
         **_precision(windows, min_repeats),
         **(_cpu(windows) | _gpu(windows)),  # a GPU neighbour sets noisy_neighbour, never clears it
     )
+
+
+def _prompt_tokens(ok: list[RequestRecord]) -> int | None:
+    """The successful requests' prompt tokens as the engine counted them; None unless it counted all."""
+    counts = [r.prompt_token_count for r in ok]
+    return None if not counts or any(c is None for c in counts) else sum(counts)  # type: ignore[misc]
 
 
 def _prompt_tokens_mean(ok: list[RequestRecord]) -> float | None:

@@ -145,6 +145,34 @@ class CellMetrics(ResultModel):
     e2e_ms_p50: float | None = None
     e2e_ms_p90: float | None = None
     e2e_ms_p99: float | None = None
+    # the peers' block (vllm bench serve's and AIPerf's statistics: core.metrics.PEER_LATENCIES) and
+    # their throughputs; None in a summary from before version 16
+    ttft_ms_mean: float | None = None
+    ttft_ms_min: float | None = None
+    ttft_ms_max: float | None = None
+    ttft_ms_std: float | None = None
+    ttst_ms_mean: float | None = None
+    ttst_ms_p50: float | None = None
+    ttst_ms_min: float | None = None
+    ttst_ms_max: float | None = None
+    ttst_ms_std: float | None = None
+    ttst_ms_p90: float | None = None
+    ttst_ms_p99: float | None = None
+    tpot_ms_mean: float | None = None
+    tpot_ms_min: float | None = None
+    tpot_ms_max: float | None = None
+    tpot_ms_std: float | None = None
+    itl_ms_min: float | None = None
+    itl_ms_max: float | None = None
+    itl_ms_std: float | None = None
+    itl_ms_p90: float | None = None
+    e2e_ms_mean: float | None = None
+    e2e_ms_min: float | None = None
+    e2e_ms_max: float | None = None
+    e2e_ms_std: float | None = None
+    request_rps: float | None = None
+    total_tok_s: float | None = None
+    input_tokens: int | None = None  # None: the engine did not count every request's prompt
     acceptance_source: str
     server_reported: dict[str, Any] | None  # the engine's own server-wide figure, labelled, never tau
     tau: float | None  # None for the baseline and where nothing was drafted

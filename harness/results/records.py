@@ -23,7 +23,7 @@ from harness.config.engines.served import AttentionBackend, DraftCounting, Serve
 from harness.config.level import LoadLevel
 from harness.config.load import RampStage
 from harness.core.probes.acceptance import SpecCounters
-from harness.core.probes.latency import e2e_s, from_due_s, itl_s, tpot_s, ttft_s
+from harness.core.probes.latency import e2e_s, from_due_s, itl_s, tpot_s, ttft_s, ttst_s
 from harness.core.probes.schedule import queueing_s
 
 
@@ -94,6 +94,11 @@ class RequestRecord:
     def tpot_s(self) -> float | None:
         """(E2E - TTFT) / (output tokens - 1) (``probes.latency.tpot_s``)."""
         return tpot_s(self.t_send, self.t_first_token, self.t_done, self.output_tokens)
+
+    @property
+    def ttst_s(self) -> float | None:
+        """The chunk carrying the second output token - send (``probes.latency.ttst_s``)."""
+        return ttst_s(self.t_send, self.chunks)
 
     @property
     def e2e_s(self) -> float | None:

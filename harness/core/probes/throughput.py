@@ -23,6 +23,11 @@ def output_tokens_per_s(total_output_tokens: int, duration_s: float) -> float | 
     return total_output_tokens / duration_s if duration_s > 0 and total_output_tokens > 0 else None
 
 
+def requests_per_s(requests_ok: int, duration_s: float) -> float | None:
+    """Successful requests / window wall time: ``vllm bench serve``'s request throughput."""
+    return requests_ok / duration_s if duration_s > 0 and requests_ok > 0 else None
+
+
 def speedup(arm_tok_s: float | None, baseline_tok_s: float | None) -> float | None:
     if arm_tok_s is None or not baseline_tok_s:
         return None

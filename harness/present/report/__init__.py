@@ -23,6 +23,7 @@ from harness.derive.analysis import AnalyzedRun, RunAnalysis
 from harness.derive.intervals import EQUIVALENCE_MARGIN
 from harness.derive.verdict import Outcome
 from harness.present.cost_text import CEILING_NOTE, COST_NOTE, ceiling_lines, cost_rows, prediction_rows
+from harness.present.peers import peers_context
 from harness.present.ramp_table import ramp_schedule_sections, ramp_sections
 from harness.present.report import figures
 from harness.present.table import (
@@ -443,6 +444,7 @@ def report_context(run: AnalyzedRun) -> dict[str, Any]:
         "schedules": schedule_sections(analysis),
         "ramps": ramp_sections(summary) + ramp_schedule_sections(analysis),
         "trained_drafters": _trained_drafters(record.drafters),
+        "peers": peers_context(summary),
         "figures": [
             f
             for f in (

@@ -141,7 +141,8 @@ MIGRATIONS = Migrations(
         15: (
             "Version 16: arms gained ``runtime`` (how the engine ran its steps: async scheduling, the "
             "captured CUDA-graph sizes, the running cap) and ``cache_reset_failed``; published figures "
-            "the source's regime. Absent: not recorded."
+            "the source's regime; cells the peers' statistics (each latency's mean, min, max, std, TTST, "
+            "request and total token throughput, input tokens). Absent: not recorded."
         ),
     },
 )
