@@ -613,3 +613,28 @@ def test_torn_and_corrupt_lines_are_said_and_never_stored(tmp_path: Path) -> Non
     with open_history(clean) as store:
         store.add(history_entry(SMOKE))
     assert len(stored) == len(harness.load_history(clean).samples())  # nothing of the torn line
+
+
+def test_the_trend_page_draws_a_band_only_where_the_gate_would() -> None:
+    """Two nights' t interval is a band wide enough to flatten the series into a line (0-3,000 tok/s
+    around values of 20-50): below the gate's MIN_NIGHTS the page draws none and says why."""
+    from harness.derive.history.reference import MIN_NIGHTS
+    from harness.derive.history.trend import _band
+
+    assert _band([[20.0, 21.0], [48.0, 50.0]]) is None
+    nights = [[20.0 + i, 20.5 + i] for i in range(MIN_NIGHTS)]
+    low, high = _band(nights)
+    assert low < 20.0 + MIN_NIGHTS and high > 20.0
+
+
+def test_a_two_night_trend_page_says_why_it_has_no_band(tmp_path: Path) -> None:
+    from harness.commands.history import trend_page as render_history
+
+    path = tmp_path / "h.duckdb"
+    entry = history_entry(SMOKE)
+    with open_history(path) as history:
+        for index in (0, 1):
+            history.add(_night(entry, index))
+    page = render_history(path)
+    assert "no band yet: 2 night(s); the history gate draws one (and judges a night) from 5" in page
+    assert "no band yet" not in render_history(_stepped(tmp_path / "stepped"))

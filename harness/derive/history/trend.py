@@ -20,7 +20,7 @@ from harness.core import stats
 from harness.core.metrics import METRICS
 from harness.derive.history.changes import SERIES, ChangePoint, SeriesKey, change_points
 from harness.derive.history.gate import NIGHT_FALSE_ALARM
-from harness.derive.history.reference import DEFAULT_NIGHTS, night_summary, prediction
+from harness.derive.history.reference import DEFAULT_NIGHTS, MIN_NIGHTS, night_summary, prediction
 
 # the level of the band: ``bench gate --history`` fails a night alone at 1 - 2 x 1% / (checks x 2
 # windows) two-sided, so one check's band is 99%; a night with more checks is held to a wider one
@@ -80,8 +80,11 @@ def _stored(run_id: str, started: str, cell: pd.DataFrame) -> Night | None:
 def _band(values: list[list[float]]) -> tuple[float, float] | None:
     """Where a night with no change falls at ``BAND_CONFIDENCE`` (the gate's level for one check),
     from the last ``DEFAULT_NIGHTS`` nights (all of them: the page shows the series as it is; the
-    gate's own reference leaves failed nights out)."""
+    gate's own reference leaves failed nights out). None below ``MIN_NIGHTS`` nights, where the gate
+    itself draws none: two nights' t interval is wide enough to flatten the series into a line."""
     nights = [v for v in values[-DEFAULT_NIGHTS:] if v]
+    if len(nights) < MIN_NIGHTS:
+        return None
     positive = min((x for v in nights for x in v), default=0) > 0
     found = prediction([night_summary(v, positive) for v in nights], positive, BAND_CONFIDENCE)
     if found is None:

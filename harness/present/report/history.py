@@ -13,7 +13,7 @@ import pandas as pd
 
 from harness.core.metrics import METRICS
 from harness.derive.history.changes import MAX_PVALUE
-from harness.derive.history.reference import DEFAULT_NIGHTS
+from harness.derive.history.reference import DEFAULT_NIGHTS, MIN_NIGHTS
 from harness.derive.history.trend import BAND_CONFIDENCE, Series
 from harness.present.report import figures, template_environment
 
@@ -34,6 +34,11 @@ def history_context(path: Path, runs: pd.DataFrame, series: list[Series]) -> dic
                     "metric": metric,
                     "figure": figures.trend_figure(lines, f"{arm}: {label}", DEFAULT_NIGHTS, BAND_CONFIDENCE),
                     "changes": [c for line in lines for c in line.changes],
+                    # why a panel has no band: the gate needs MIN_NIGHTS nights before it draws one
+                    "no_band": None
+                    if any(line.band is not None for line in lines)
+                    else f"no band yet: {max(len(line.nights) for line in lines)} night(s); the history gate "
+                    f"draws one (and judges a night) from {MIN_NIGHTS}",
                 }
             )
         groups.append(
