@@ -162,3 +162,34 @@ def test_missing_power_source_is_said_in_words() -> None:
     assert readable_note("nvml: No module named 'pynvml'; rapl: none") == (
         "no NVML on this machine: nvidia-ml-py not installed; rapl: none"
     )
+
+
+def test_the_speedup_figure_has_ticks_to_read_and_keeps_its_intervals_in_the_frame(monkeypatch) -> None:
+    """A ratio range of 0.9-1.3 on a log axis got one tick ("1x"); an interval past the frame left it.
+    Now at least three ticks, and an interval cut at the frame is marked there."""
+    from dataclasses import replace
+
+    from harness.derive.analysis import load_analysis
+    from harness.present.report import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "_png", lambda fig: drawn.append(fig) or "data:image/png;base64,")
+    analysis = load_analysis(TWO_ROUNDS).analysis
+    cells = [
+        (c, e, analysis.outcome(c))
+        for c in analysis.summary.cells
+        if (e := analysis.estimate(c)) is not None and c.arm != analysis.summary.baseline_arm
+    ]
+    assert cells
+    figures.speedup_figure(cells, 0.03, "baseline")
+    ax = drawn[-1].axes[0]
+    low, high = ax.get_ylim()
+    assert len([t for t in ax.get_yticks() if low <= t <= high]) >= 3
+    wide = [(c, replace(e, low=e.point / 100, high=e.point * 100), o) for c, e, o in cells[:1]] + cells[1:]
+    figures.speedup_figure(wide, 0.03, "baseline")
+    ax = drawn[-1].axes[0]
+    low, high = ax.get_ylim()
+    assert high < cells[0][1].point * 100 and low > cells[0][1].point / 100  # cut at the frame
+    markers = {line.get_marker() for line in ax.get_lines()}
+    assert {"^", "v"} <= markers  # and marked there
+    assert ax.get_legend() is not None and ax.get_legend().get_bbox_to_anchor() is not None

@@ -72,8 +72,16 @@ def speedup_figure(
     closed = [(c, e, o) for c, e, o in cells if c.request_rate is None]
     if not closed:
         return None
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    fig, ax = plt.subplots(figsize=(9.6, 3.8))  # the report's column width
     series: dict[tuple[str, str], list[tuple[float, Estimate, str]]] = {}
+    # the frame holds every point and every interval within a factor of 2 beyond the points; an
+    # interval past that is cut at the frame and marked there (a triangle pointing on)
+    points_at = [e.point for _, e, _ in closed]
+    floor = min(min(points_at), math.exp(-equivalence)) / 2
+    ceiling = max(max(points_at), math.exp(equivalence)) * 2
+    bounds = [b for _, e, _ in closed for b in (e.low, e.high) if b is not None]
+    bottom = max(floor, min([*points_at, *bounds, math.exp(-equivalence)]) / 1.05)
+    top = min(ceiling, max([*points_at, *bounds, math.exp(equivalence)]) * 1.05)
     for cell, estimate, outcome in closed:
         series.setdefault((cell.arm, cell.workload), []).append((cell.concurrency, estimate, outcome))
     for index, ((arm, workload), points) in enumerate(series.items()):
@@ -85,14 +93,18 @@ def speedup_figure(
         for x, e, outcome in points:
             colour = VERDICT_COLOURS.get(outcome)
             if e.low is not None and e.high is not None:
+                low, high = max(e.low, bottom), min(e.high, top)
                 ax.errorbar(
                     [x],
                     [e.point],
-                    yerr=[[e.point - e.low], [e.high - e.point]],
+                    yerr=[[e.point - low], [high - e.point]],
                     color=line.get_color(),
                     capsize=3,
                     linewidth=1.0,
                 )
+                for cut, end, marker in ((e.low < bottom, bottom, "v"), (e.high > top, top, "^")):
+                    if cut:
+                        ax.plot([x], [end], marker=marker, markersize=6, color=line.get_color())
             ax.plot(
                 [x],
                 [e.point],
@@ -106,7 +118,10 @@ def speedup_figure(
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     # a ratio on a log axis: 0.5x and 2x sit equally far from 1, and a wide interval does not flatten the rest
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}x"))
+    ax.set_ylim(bottom, top)
+    # evenly spaced ticks, at least three: a log locator gives a ratio range of 0.9-1.3 a single "1x"
+    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=6, min_n_ticks=3))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:.3g}x"))
     ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     levels = sorted({c.concurrency for c, _, _ in closed})
     ax.set_xscale("log", base=2)
@@ -115,10 +130,11 @@ def speedup_figure(
     ax.set_xlabel("concurrency")
     ax.set_ylabel(f"speedup vs {baseline_label}")
     ax.set_title(
-        "speedup vs concurrency, 95% intervals (grey band: within 3%; filled: pays, green, or loses, red)",
+        "speedup vs concurrency, 95% intervals (grey band: within 3%; filled: pays, green, or loses, red; "
+        "a triangle: the interval goes on past the frame)",
         fontsize=9,
     )
-    _legend(ax)
+    ax.legend(fontsize=8, loc="best", framealpha=0.8)  # inside the axes: the figure keeps the column's width
     return _png(fig)
 
 
