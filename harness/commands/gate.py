@@ -167,7 +167,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         checks, code, confirmation = _confirm(args, view, checks, console, history)
         console.print(verdict_table(checks))
     write_gate(checks, code, view, args.run_dir, args.baseline, files, confirmation)
-    console.print(outcome_line(code, files))
+    console.print(outcome_line(code, files, checks), highlight=False, soft_wrap=True)
     return code
 
 

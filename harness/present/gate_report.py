@@ -188,7 +188,20 @@ def write_gate(
             step_summary.write(summary_md)
 
 
-def outcome_line(code: int, files: GateFiles) -> str:
-    """The command's last line: the verdict, its exit code, where the files went (rich markup)."""
+def outcome_line(code: int, files: GateFiles, checks: Sequence[Check] = ()) -> str:
+    """The command's last line: the verdict, its exit code, how many checks were decided which way
+    (a pass with checks inconclusive says how many: those were not decided, not passed), where the
+    files went (rich markup)."""
     outcome = {0: "[green]pass[/]", 1: "[red]REGRESSION[/]", 3: "[red]INFRASTRUCTURE FAILURE[/]"}[code]
-    return f"gate: {outcome} (exit {code}); JUnit {files.junit}, Markdown {files.markdown}"
+    tally = counts(checks)
+    said = {
+        "fail": "failed",
+        "error": "errors",
+        "inconclusive": "inconclusive (not decided, not passed: the table says why)",
+        "skipped": "skipped",
+    }
+    parts = [f"{tally['pass']} of {len(checks)} checks passed"] if checks else []
+    parts += [f"{tally[verdict]} {word}" for verdict, word in said.items() if tally[verdict]]
+    tallied = f": {', '.join(parts)}" if parts else ""
+    files_said = f"JUnit {escape(str(files.junit))}, Markdown {escape(str(files.markdown))}"
+    return f"gate: {outcome} (exit {code}){tallied}; {files_said}"
