@@ -39,6 +39,18 @@ def estimate_text(point: float, low: float | None, high: float | None, rounds: i
     return speedup_text(point, low, high)
 
 
+def change_text(change: float, higher_is_better: bool) -> str:
+    """A relative change against a reference in words, its direction read for the metric:
+    ``2.6% lower (better)`` for a latency, ``2.6% lower (worse)`` for a throughput; never a signed
+    "worse" that a minus sign turns into "better"."""
+    if round(100 * change, 1) == 0:
+        return "no change (0.0%)"
+    better = (change > 0) == higher_is_better
+    return (
+        f"{abs(100 * change):.1f}% {'higher' if change > 0 else 'lower'} ({'better' if better else 'worse'})"
+    )
+
+
 def k_text(k: int | None, without: str = "") -> str:
     """An arm's draft depth, ``K=4``, wherever it is shown; ``without`` where it drafts nothing."""
     return f"K={k}" if k else without

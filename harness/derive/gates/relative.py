@@ -28,6 +28,7 @@ from harness.config.checks import Gate, Gates
 from harness.config.level import LoadLevel
 from harness.core import stats
 from harness.core.errors import UserError
+from harness.core.formats import change_text
 from harness.core.machine import machine_differences
 from harness.core.metrics import METRICS
 from harness.derive.gates.limits import calibrated_spread
@@ -156,7 +157,10 @@ def _decide(interval: stats.Interval, tolerance_pct: float, higher_is_better: bo
     if worse_high <= tolerance:  # the interval rules out a regression beyond the limit, however wide
         return RelativeResult("pass", *found, "")
     if (worse_high - worse_low) / 2 > tolerance:
-        limit = f"interval {100 * worse_low:+.1f}..{100 * worse_high:+.1f}% worse, limit {tolerance_pct:g}%"
+        limit = (
+            f"the change's interval {100 * interval.low:+.1f}..{100 * interval.high:+.1f}%, half-width "
+            f"{100 * (worse_high - worse_low) / 2:.1f}% > limit {tolerance_pct:g}%"
+        )
         return RelativeResult("inconclusive", *found, f"cannot detect a regression of this size ({limit})")
     if worse > tolerance:
         return RelativeResult("inconclusive", *found, "within noise")
@@ -249,14 +253,13 @@ def _relative(
         check.message = f"{result.reason}: {check.value:.4g} vs {check.baseline_value:.4g} ({counts})"
         return check
     sign = -1.0 if metric.higher_is_better else 1.0
-    worse = sign * result.change
     check.low, check.high = sorted((sign * result.low, sign * result.high))  # type: ignore[operator]
     source = f"; spread from {calibration.label()}" if spread is not None and calibration else ""
     if unit == "start-up":
         source += f"; {night_said}" if night is not None else "; night term unknown: within-run spread only"
     described = (
-        f"{check.value:.4g} vs {check.baseline_value:.4g}: {100 * worse:+.1f}% worse (interval "
-        f"{100 * check.low:+.1f}..{100 * check.high:+.1f}%, Mann-Whitney p={check.p_value:.3g}, "
+        f"{check.value:.4g} vs {check.baseline_value:.4g}: {change_text(result.change, metric.higher_is_better)} "
+        f"(interval {100 * result.low:+.1f}..{100 * result.high:+.1f}%, Mann-Whitney p={check.p_value:.3g}, "
         f"{counts}; limit {tolerance_pct:g}%{source})"
     )
     check.verdict = result.verdict

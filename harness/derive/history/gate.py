@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from harness.config.checks import Gate
 from harness.config.level import LoadLevel
+from harness.core.formats import change_text
 from harness.core.metrics import METRICS
 from harness.derive.history.reference import (
     DEFAULT_NIGHTS,
@@ -137,8 +138,8 @@ def _historic(
     what = "tonight" if result.window == 1 else f"the last {result.window} nights' mean"
     described = (
         f"{what} {check.value if result.window == 1 else _back(result, positive):.4g} vs the good nights' "
-        f"{check.baseline_value:.4g}: {100 * sign * result.change:+.1f}% worse (with no change it falls "
-        f"within {100 * check.low:+.1f}..{100 * check.high:+.1f}% at {100 * confidence:.2f}%, from the last "
+        f"{check.baseline_value:.4g}: {change_text(result.change, metric.higher_is_better)} (with no change "
+        f"it falls within {100 * result.low:+.1f}..{100 * result.high:+.1f}% at {100 * confidence:.2f}%, from the last "
         f"{result.nights} good nights of {len(nights)} of this fingerprint and machine; "
         f"limit {tolerance_pct:g}%)"
     )
