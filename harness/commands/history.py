@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -227,10 +228,13 @@ def _show(history_path: Path, console: Console) -> int:
 
     with open_history(history_path, read_only=True) as history:
         runs, cells, accepted = history.runs(), history.cells(), history.accepted()
-    table = Table(title=f"{escape(str(history_path))}: {len(runs)} run(s)")
+    table = Table(title=f"{escape(str(history_path))}: {len(runs)} run(s)", box=box.SIMPLE_HEAD)
     reasons = dict(zip(accepted.run_id, accepted.reason, strict=True))
+    # the run id is what `bench history accept` takes: never cut, the other columns fold to make room
+    longest = max((len(inert(str(r))) for r in runs.run_id), default=3)
+    least = {"run": longest, "started": len("2026-12-07")}  # the date whole, its time below it
     for header in ("started", "run", "regime", "fingerprint", "machine", "engine", "cells", "accepted"):
-        table.add_column(header)
+        table.add_column(header, no_wrap=header == "run", min_width=least.get(header), overflow="fold")
     counts = cells.groupby("run_id").size() if len(cells) else {}
     for row in runs.itertuples():
         table.add_row(
