@@ -77,7 +77,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if kind_of(run_dir) == "study":
         if other is not None:
             raise UserError(f"{run_dir} is a study: its page already compares its points; report one study")
-        out_dir = args.output or Path("reports") / f"{run_dir.parent.name}-{run_dir.name}"
+        from harness.results.study.record import StudyDir
+
+        regime = StudyDir(run_dir).read().name  # the study regime's name, wherever the folder is
+        out_dir = args.output or Path("reports") / f"{regime}-{run_dir.name}"
         console.print(f"Report: {study_page(run_dir, out_dir)}", markup=False)
         return EXIT_OK
     html, default = _render(run_dir, other, args.force, console)
@@ -115,7 +118,8 @@ def _render(run_dir: Path, other: Path | None, force: bool, console: Console) ->
     print_note(run)
     if other is None:
         print_unread(run.analysis.summary, console)
-        return render_report(run), Path("reports") / f"{run_dir.parent.name}-{run_dir.name}.html"
+        # named after the regime the run measured (its regime.json), not the folder it is kept in
+        return render_report(run), Path("reports") / f"{run.raw.regime.name}-{run_dir.name}.html"
     base = load_analysis(other)
     print_note(base)
     html = render_comparison(run, base, force)
