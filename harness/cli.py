@@ -31,7 +31,14 @@ from harness.commands import (
     study_point,
     validate,
 )
-from harness.commands.common import EXIT_ENGINE, EXIT_INTERRUPTED, EXIT_USAGE, subcommand
+from harness.commands.common import (
+    EXIT_ENGINE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    add_alias_help,
+    resolve_run_aliases,
+    subcommand,
+)
 from harness.core.config_file import did_you_mean
 from harness.core.errors import EngineError, UserError
 from harness.core.formats import inert
@@ -71,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
             examples=command.EXAMPLES,
         )
         command.add_arguments(sub)
+        add_alias_help(sub)  # `latest` for a run directory: resolved in main, the same for every command
         sub.set_defaults(handler=command)
     return parser
 
@@ -138,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     from harness.run.server import kill_all_started
 
     try:
+        for given, run_dir in resolve_run_aliases(args):  # on stderr: a piped table stays clean
+            print(f"{given}: {run_dir}", file=sys.stderr)
         code = command.run(args, console)
     except (UserError, EngineError, KeyboardInterrupt) as exc:
         code = report_error(exc, command, console)

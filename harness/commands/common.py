@@ -69,6 +69,68 @@ def kind_of(path: Path) -> Kind:
     )
 
 
+# `latest` in place of a run directory (bench show latest, bench report latest, bench gate latest
+# --baseline ..., bench run --resume latest): the newest run under ./results; DIR/latest, under DIR
+RUN_ALIAS = "latest"
+RUN_ARGS = ("run_dir", "other_run_dir", "baseline", "resume", "paths")  # the arguments that name a run
+ALIAS_HELP = (
+    "; 'latest': the newest run under ./results ('DIR/latest': under DIR), by the start time its run id "
+    "begins with (a study's points and confirmation runs are not counted)"
+)
+_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")  # harness.results.files.new_run_id
+
+
+def newest_run(root: Path) -> Path:
+    """The newest run directly under ``root`` or under its regime folders (``root/<regime>/<run-id>``,
+    or ``root/<run-id>``): the largest start time its run id begins with (UTC, to the second), then
+    the latest written record; a study's points and a ``-confirm`` run are not named by a run id."""
+    found = [
+        record.parent
+        for pattern in (f"*/{RUN_RECORD}", f"*/*/{RUN_RECORD}")
+        for record in root.glob(pattern)
+        if _RUN_ID.fullmatch(record.parent.name)
+    ]
+    if not found:
+        raise UserError(
+            f"{RUN_ALIAS}: no run under {root} (runs are stored as {root}/<regime>/<run-id>); "
+            f"name a run directory, or DIR/{RUN_ALIAS} for the newest under DIR"
+        )
+    return max(found, key=lambda run: (run.name[:15], (run / RUN_RECORD).stat().st_mtime))
+
+
+def resolve_alias(path: Path) -> Path:
+    """``path``, or for ``latest`` (``DIR/latest``) that is no directory, the newest run under
+    ./results (under DIR)."""
+    if path.name != RUN_ALIAS or path.exists():
+        return path
+    return newest_run(Path("results") if path == Path(RUN_ALIAS) else path.parent)
+
+
+def resolve_run_aliases(args: argparse.Namespace) -> list[tuple[Path, Path]]:
+    """Every run argument of a parsed command line given as ``latest`` resolved in place
+    (``RUN_ARGS``); what each was resolved to, for the command to say."""
+    resolved = []
+    for name in RUN_ARGS:
+        value = getattr(args, name, None)
+        values = value if isinstance(value, list) else [value]
+        found = [resolve_alias(v) if isinstance(v, Path) else v for v in values]
+        resolved += [(given, run) for given, run in zip(values, found, strict=True) if given is not run]
+        if value is not None:
+            setattr(args, name, found if isinstance(value, list) else found[0])
+    return resolved
+
+
+def add_alias_help(parser: argparse.ArgumentParser) -> None:
+    """``ALIAS_HELP`` after the help of every run argument (``RUN_ARGS``) a subcommand (and its
+    actions: bench history add) takes as a path."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                add_alias_help(sub)
+        elif action.dest in RUN_ARGS and action.type is Path and action.help:
+            action.help += ALIAS_HELP
+
+
 def require_run(path: Path, purpose: str) -> Path:
     """A path that must be a run: a study is refused with the way to name one of its points."""
     if kind_of(path) == "study":
