@@ -302,7 +302,7 @@ def test_table_printed_and_no_process_left(finished_run) -> None:
     last_table = proc.stdout.rindex("chat_mtbench (chat, chat prompts) @ concurrency")
     verdict, findings = proc.stdout.rindex("Verdict:"), proc.stdout.index("Findings: ")
     assert last_table < proc.stdout.index("greedy exactness vs baseline") < findings < verdict
-    assert proc.stdout.rstrip().splitlines()[-1].startswith("Report: bench report ")
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("next: bench report ")  # one line, last
     assert "Attention backend: CPU_ATTN for every arm" in proc.stdout
     assert _engine_pids(run) == []
     shown = subprocess.run(BENCH + ["show", str(run)], capture_output=True, text=True, cwd=ROOT)

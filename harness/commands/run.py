@@ -204,10 +204,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from harness.derive.analysis import analyze
 
     console.print(f"Results: {inert(str(run_dir.root))}", markup=False)
-    code = print_results(analyze(summary), console, str(run_dir.root))
+    code = print_results(analyze(summary), console, str(run_dir.root), report=False)
     if args.history is not None:
         _append_history(args.history, run_dir.root, console)
+    print_next(run_dir.root, console)
     return code
+
+
+def print_next(directory: Path, console: Console) -> None:
+    """The command's last line: what to run next on what it made (one HTML page of it)."""
+    console.print(
+        f"next: bench report {inert(str(directory))}", markup=False, highlight=False, soft_wrap=True
+    )
 
 
 def _append_history(history: Path, directory: Path, console: Console) -> None:
@@ -246,6 +254,7 @@ def _run_study(
     code = print_study(results, console)
     if args.history is not None:
         _append_history(args.history, results.root, console)
+    print_next(results.root, console)
     return code
 
 

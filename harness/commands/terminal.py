@@ -43,10 +43,13 @@ def print_overrides(summary: Summary, console: Console) -> None:
         console.print(f"Set on the command line: {said('; '.join(summary.overrides))}", highlight=False)
 
 
-def print_results(analysis: RunAnalysis, console: Console, run_dir: str | None = None) -> int:
+def print_results(
+    analysis: RunAnalysis, console: Console, run_dir: str | None = None, report: bool = True
+) -> int:
     """A run's tables, categories, drafters, exactness and notes, then the answer last (the verdict
-    per window, the command that would decide an undecided one, with ``run_dir``, and the report's);
-    exit 3 when an arm failed."""
+    per window, the command that would decide an undecided one, with ``run_dir``, and the report's
+    unless ``report`` is False: `bench run` says it last, as its "next:" line); exit 3 when an arm
+    failed."""
     from harness.present.ramp_table import ramp_tables
     from harness.present.table import (
         answer_lines,
@@ -86,7 +89,8 @@ def print_results(analysis: RunAnalysis, console: Console, run_dir: str | None =
     if run_dir is not None:
         for line in continue_lines(analysis, run_dir):
             console.print(said(line), highlight=False, soft_wrap=True)
-        console.print(f"Report: bench report {said(run_dir)}", highlight=False, soft_wrap=True)
+        if report:
+            console.print(f"Report: bench report {said(run_dir)}", highlight=False, soft_wrap=True)
     return EXIT_ENGINE if failed else EXIT_OK
 
 
