@@ -151,8 +151,8 @@ class Regime(StrictModel):
             if arm.endpoint is None:
                 raise FieldError(
                     ("arms", index, "endpoint"),
-                    "every arm is an existing server (endpoint) or none is: give this arm the server to "
-                    "measure (bench run --endpoint NAME=URL), or measure started servers only",
+                    f"every arm is an existing server (endpoint) or none is: {self._endpoint_ways(arm)}, or "
+                    "measure started servers only",
                 )
         if self.engine.patches:
             raise FieldError(
@@ -168,6 +168,17 @@ class Regime(StrictModel):
                     "compare it with itself; give each arm its own server, or set allow_shared_endpoints: "
                     "true if that is what you mean (each such arm is then flagged)",
                 )
+
+    def _endpoint_ways(self, missing: Arm) -> str:
+        """What an arm without a server can do when others have one: get its server, or be left out
+        with ``--arms`` naming exactly the arms that have one (the baseline always runs, so it
+        cannot be left out that way)."""
+        given = f"give this arm the server to measure (bench run --endpoint {missing.name}=URL"
+        if missing.method == "baseline":
+            return f"{given}; the baseline always runs: --arms cannot leave it out)"
+        kept = [arm.name for arm in self.arms if arm.endpoint is not None and arm.method != "baseline"]
+        keep = f", or measure only the arms with a server (bench run --arms {','.join(kept)})" if kept else ""
+        return f"{given}){keep}"
 
     def _check_hardware_fits(self) -> None:
         """TP and the price match the hardware kind."""
