@@ -257,8 +257,9 @@ def _relative(
     source = f"; spread from {calibration.label()}" if spread is not None and calibration else ""
     if unit == "start-up":
         source += f"; {night_said}" if night is not None else "; night term unknown: within-run spread only"
+    change = change_text(result.change, metric.higher_is_better)
     described = (
-        f"{check.value:.4g} vs {check.baseline_value:.4g}: {change_text(result.change, metric.higher_is_better)} "
+        f"{check.value:.4g} vs {check.baseline_value:.4g}: {change} "
         f"(interval {100 * result.low:+.1f}..{100 * result.high:+.1f}%, Mann-Whitney p={check.p_value:.3g}, "
         f"{counts}; limit {tolerance_pct:g}%{source})"
     )

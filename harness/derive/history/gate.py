@@ -139,7 +139,8 @@ def _historic(
     described = (
         f"{what} {check.value if result.window == 1 else _back(result, positive):.4g} vs the good nights' "
         f"{check.baseline_value:.4g}: {change_text(result.change, metric.higher_is_better)} (with no change "
-        f"it falls within {100 * result.low:+.1f}..{100 * result.high:+.1f}% at {100 * confidence:.2f}%, from the last "
+        f"it falls within {100 * result.low:+.1f}..{100 * result.high:+.1f}% at {100 * confidence:.2f}%, "
+        "from the last "
         f"{result.nights} good nights of {len(nights)} of this fingerprint and machine; "
         f"limit {tolerance_pct:g}%)"
     )
