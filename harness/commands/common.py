@@ -249,10 +249,11 @@ def add_override_flags(parser: argparse.ArgumentParser) -> None:
         "--endpoint",
         action="append",
         default=[],
-        metavar="ARM=URL",
+        metavar="ARM=URL|URL",
         dest="endpoints",
         help="measure an existing server for that arm (arms.ARM.endpoint): the harness never starts or "
-        "stops it; every arm must then be one (repeatable)",
+        "stops it; every arm must then be one (repeatable). A URL alone: that one server as the "
+        "regime's baseline arm, compared with nothing (its numbers and their spread over rounds)",
     )
 
 

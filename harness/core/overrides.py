@@ -120,11 +120,21 @@ def flag_overrides(
             found.append(
                 Override(path=path, value=[] if text is None else _numbers(text, flag, kind), given=given)
             )
+    alone = [text for text in endpoints if re.match(r"https?://", text.strip())]
+    if alone and len(endpoints) > 1:
+        raise UserError(
+            f"--endpoint {redact_url(alone[0].strip())}: one server alone (no ARM=), or every arm's server "
+            "(--endpoint ARM=URL each), not both"
+        )
+    if alone:  # --endpoint URL: that one server, measured as the regime's baseline arm, alone
+        url = alone[0].strip()
+        return [*found, Override(path="arms", value=url, given=f"--endpoint {redact_url(url)}")]
     for text in endpoints:  # --endpoint NAME=URL: that arm is an existing server
         name, equals, url = text.partition("=")
         if not equals or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name.strip()) or not url.strip():
             raise UserError(
-                f"--endpoint {text}: expected ARM=URL, e.g. --endpoint ngram_k4=http://10.0.0.5:8000"
+                f"--endpoint {text}: expected ARM=URL, e.g. --endpoint ngram_k4=http://10.0.0.5:8000, or a "
+                "URL alone to measure that one server (http://10.0.0.5:8000)"
             )
         path = f"arms.{name.strip()}.endpoint"
         found.append(
@@ -206,6 +216,27 @@ def _keep_arms(data: dict[str, Any], override: Override) -> Loc:
     return ("arms",)
 
 
+def _one_server(data: dict[str, Any], override: Override) -> Loc:
+    """``--endpoint URL``: the regime's baseline arm alone, measured on that running server: one
+    server, compared with nothing (no speedup, no verdict; its numbers and their spread over rounds).
+    The sweep's arm axes and the gates of the arms left out go with them."""
+    arms = data.get("arms")
+    if not isinstance(arms, list):
+        raise UserError(f"{override.given}: the regime has no arms: list")
+    baseline = [arm for arm in arms if isinstance(arm, dict) and arm.get("method") == "baseline"]
+    if len(baseline) != 1:
+        raise UserError(f"{override.given}: the regime needs one baseline arm to measure the server as")
+    data["arms"] = [{**baseline[0], "endpoint": override.value}]
+    sweep = data.get("sweep")
+    if isinstance(sweep, dict) and isinstance(sweep.get("arms"), dict):
+        sweep["arms"] = {}
+    gates = data.get("gates")
+    if isinstance(gates, dict) and isinstance(gates.get("rules"), list):
+        kept = {"*", baseline[0].get("name")}
+        gates["rules"] = [r for r in gates["rules"] if not isinstance(r, dict) or r.get("arm") in kept]
+    return ("arms",)
+
+
 def apply_overrides(data: Any, overrides: Sequence[Override]) -> list[tuple[str, Loc]]:
     """Set each override in the file's ``data`` (in place, in order); each as typed, with the field
     it set (``config_file.load_model``'s ``edit``)."""
@@ -215,6 +246,9 @@ def apply_overrides(data: Any, overrides: Sequence[Override]) -> list[tuple[str,
     for override in overrides:
         if override.path == "arms" and override.given.startswith("--arms"):
             placed.append((shown(override), _keep_arms(data, override)))
+            continue
+        if override.path == "arms" and override.given.startswith("--endpoint"):
+            placed.append((shown(override), _one_server(data, override)))
             continue
         container, loc = _resolve(data, override)
         value = override.value

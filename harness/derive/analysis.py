@@ -82,6 +82,7 @@ class IntervalBasis:
     precision_pct: float = VerdictSettings().precision_pct  # verdict.precision_pct
     # the half-normal prior's scale on the start-up spread, where some interval used it
     prior_sd: float | None = None
+    alone: bool = False  # one arm, one server: nothing compared, no speedup (bench run --endpoint URL)
 
 
 @dataclass(frozen=True)
@@ -276,6 +277,7 @@ def _basis(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> IntervalBas
         prior_sd=(summary.verdict or VerdictSettings()).startup_prior_sd
         if any(s.endswith("+prior") for s in sources)
         else None,
+        alone=len(summary.arms) == 1,
     )
 
 

@@ -123,6 +123,9 @@ class WindowVerdict:
     # undecided: the rounds in all a continued run would need to decide it, were its point to hold
     # (intervals.rounds_to_decide; None: decided, or not within reach by rounds)
     to_decide: int | None = None
+    # one server and nothing compared with it (bench run --endpoint URL): its tok/s over the rounds
+    # with the 95% t interval (None: an arm is compared, or one round)
+    alone: stats.Interval | None = None
 
     @property
     def faster_undecided(self) -> tuple[Rival, ...]:
@@ -364,9 +367,17 @@ def window_verdicts(summary: Summary, to_decide: ToDecide | None = None) -> list
                 design=_design(estimate, settings),
                 rivals=rivals,
                 to_decide=rounds(workload, level, estimate, max(1, len(speculative)), windows),
+                alone=_alone(baseline) if len(summary.arms) == 1 else None,
             )
         )
     return verdicts
+
+
+def _alone(cell: CellMetrics) -> stats.Interval | None:
+    """One server's tok/s over its rounds (a geometric mean with its t interval): the spread a run
+    that compares nothing can still give."""
+    rounds = cell.independent_samples("output_tok_s")
+    return stats.mean_interval(rounds, CONFIDENCE) if len(rounds) >= 2 and min(rounds) > 0 else None
 
 
 def _to_decide(

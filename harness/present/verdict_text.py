@@ -338,6 +338,9 @@ def verdict_line(v: WindowVerdict) -> str:
     where = f"{v.workload} {v.level.short()}"
     if v.best is None or v.estimate is None:
         tok_s = "-" if v.baseline.output_tok_s is None else f"{v.baseline.output_tok_s:.1f}"
+        if v.alone is not None:
+            spread = f"{v.alone.point:.1f} tok/s [{v.alone.low:.1f}, {v.alone.high:.1f}]"
+            return f"{where}: one server, compared with nothing: {spread} (95% over its rounds)"
         return f"{where}: no speculative arm measured; baseline {tok_s} tok/s"
     head = f"{where}: {_said(v)}"
     if v.provisional:
@@ -410,6 +413,11 @@ def chance_line(basis: IntervalBasis) -> str | None:
 
 def basis_line(basis: IntervalBasis) -> str:
     """Where every verdict's interval comes from, in one line."""
+    if basis.alone:
+        return (
+            "one server, nothing to compare it with: no speedup and no verdict; each window's tok/s with "
+            "its 95% interval over the rounds (the tables pool them)"
+        )
     if not basis.sources and basis.rounds > 1:
         return (
             f"no interval from {basis.rounds} rounds: no speculative arm's start-ups were paired with "
