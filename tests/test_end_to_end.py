@@ -21,7 +21,7 @@ import pytest
 
 import harness
 from harness.config.engines.patches import APPLIED_MARK
-from harness.core.metrics import column_doc
+from harness.core.columns import column_doc
 from harness.derive.summary import summarize
 from harness.results import SCHEMA_VERSION, load_summary, read_jsonl
 from harness.results.records import RequestRecord

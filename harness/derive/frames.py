@@ -35,7 +35,8 @@ from typing import Any, Literal
 import pandas as pd
 
 from harness.config.engines import get_adapter
-from harness.core.metrics import METRICS, column_doc
+from harness.core.columns import column_doc
+from harness.core.metrics import METRICS
 from harness.core.probes.acceptance import (
     SpecCounters,
     acceptance_problems,
