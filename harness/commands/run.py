@@ -19,6 +19,7 @@ from harness.commands.common import (
     overrides_from,
     read_regime,
 )
+from harness.commands.dataset_flags import add_dataset_flags, dataset_overrides_from
 from harness.commands.terminal import print_results, print_study
 from harness.core.errors import UserError
 from harness.core.formats import inert
@@ -48,6 +49,7 @@ bench run regimes/h200_tp8.yaml --results-dir /data/results --json run.json
 bench run --resume results/cpu_default/20261201-093000-a1b2c3  # continue an interrupted run
 bench run regimes/cpu_default.yaml --concurrency 2 --num-prompts 8  # one level, fewer prompts
 bench run regimes/cpu_default.yaml --set arms.ngram_k4.num_speculative_tokens=3 --arms ngram_k4
+bench run regimes/cpu_default.yaml --dataset random --input-len 128 --output-len 64
 bench run regimes/cpu_default.yaml --no-calibration  # ignore this machine's calibration
 bench run regimes/cpu_default.yaml --calibration ~/calibrations/cpu_default-0123456789ab-ba9876543210.json
 bench run regimes/h200_tp_study.yaml --executor slurm --partition gpu
@@ -137,6 +139,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="use no calibration: with one start-up per arm every speedup stays unverified",
     )
     add_override_flags(parser)
+    add_dataset_flags(parser)
     add_executor_flags(parser)
 
 
@@ -154,7 +157,7 @@ def calibration_source(args: argparse.Namespace) -> CalibrationSource | None:
 def run(args: argparse.Namespace, console: Console) -> int:
     if (args.regime is None) == (args.resume is None):
         raise UserError("give a regime file to start a run, or --resume RUN_DIR to continue one (not both)")
-    overrides = overrides_from(args)
+    overrides = dataset_overrides_from(args) + overrides_from(args)
     if args.rounds is not None and (args.resume is None or args.rounds < 2):
         raise UserError("--rounds N continues a finished run: give it with --resume RUN_DIR, N >= 2")
     if overrides and args.resume is not None:
@@ -248,7 +251,7 @@ def _run_study(
             args.allow_mismatch,
             announce,
             regime=regime,
-            overrides=overrides_from(args),
+            overrides=dataset_overrides_from(args) + overrides_from(args),
         )
     write_analysis(results)  # analysis.md beside study.json: what the run derived, in prose
     code = print_study(results, console)

@@ -18,6 +18,7 @@ from harness.commands.common import (
     executor_options,
     overrides_from,
 )
+from harness.commands.dataset_flags import add_dataset_flags, dataset_overrides_from
 from harness.core.errors import UserError
 
 NAME = "validate"
@@ -32,6 +33,7 @@ the points on the node (or their jobs on the chosen executor) is shown.
 """
 EXAMPLES = """
 bench validate regimes/cpu_default.yaml
+bench validate regimes/cpu_default.yaml --dataset random --input-len 128 --output-len 64
 bench validate regimes/h200_tp_study.yaml --executor slurm --partition gpu
 pip install "$(bench validate regimes/h200_tp8.yaml --engine-requirement)"
 bench validate regimes/h200_tp8.yaml --engine-version 0.35.0   # what an upgrade would break
@@ -60,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="as for bench run: report a known engine defect the regime meets instead of refusing it",
     )
     add_override_flags(parser)
+    add_dataset_flags(parser)
     add_executor_flags(parser)
 
 
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from harness.config.engines import engine_requirement
     from harness.run.plan import plan_regime
 
-    overrides = overrides_from(args)
+    overrides = dataset_overrides_from(args) + overrides_from(args)
     pending: list[str] = []  # the arms whose policy a study beside the regime has not written yet
     regime = _read(args.regime, overrides, pending)
     if args.engine_requirement:

@@ -27,7 +27,7 @@ from harness.config.hardware import Cost, Hardware
 from harness.config.load import DecidedStarts, Load, Sampling, Slo
 from harness.config.study import PolicySettings, Sweep, check_sweep
 from harness.config.target import TargetModel
-from harness.config.workloads import ChatTemplate
+from harness.config.workloads import ChatTemplate, RandomPrompts
 from harness.core.config_file import StrictModel, existing_path, load_model
 from harness.core.errors import FieldError, UserError
 from harness.core.probes.exactness import DEFAULT_NEAR_TIE_MARGIN
@@ -87,7 +87,12 @@ class Regime(StrictModel):
         "a comparison is the server against itself (an A/A check of the harness's noise, or a server "
         "that is told per request what to do); every such arm carries a caveat.",
     )
-    workloads: list[str] = Field(min_length=1, description="Workload files, relative to this regime file.")
+    workloads: list[str | RandomPrompts] = Field(
+        min_length=1,
+        description="Workload files, relative to this regime file: a workload YAML, or a .jsonl prompt file "
+        "itself; or {dataset: random, input_len: N}, random prompts of N tokens of the target's tokenizer "
+        "(bench run --dataset).",
+    )
     arms: list[Arm] = Field(min_length=1, description="Arms; exactly one must be the baseline.")
     gates: Gates = Field(default_factory=Gates, description="Regression gates checked by `bench gate`.")
     policy: PolicySettings = Field(
@@ -454,8 +459,10 @@ def _endpoints_in(source: Path) -> dict[str, str]:
 
 def workload_paths(regime: Regime, regime_path: Path) -> list[Path]:
     """Workload files resolve relative to the regime file, so a regime directory can move as a unit;
-    each must exist (else the error names the regime file, ``workloads[i]`` and its line)."""
+    each must exist (else the error names the regime file, ``workloads[i]`` and its line). Random
+    prompts (``{dataset: random}``) have no file: ``harness.run.datasets`` makes them."""
     return [
         existing_path(regime_path, ("workloads", index), entry, "workload file")
         for index, entry in enumerate(regime.workloads)
+        if isinstance(entry, str)
     ]

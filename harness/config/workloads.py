@@ -17,6 +17,11 @@ files next to the workload definition; nothing is downloaded. Formats users alre
 - ``jsonl``: one object per line with a ``prompt`` string or a ``messages`` list of
   ``{"role", "content"}`` (chat only), and an optional ``id``.
 
+A regime's ``workloads:`` entry may also name a ``.jsonl`` (or ``.jsonl.gz``) file of that last
+format directly (no workload YAML: named after the file, raw unless a record has ``messages``), or be
+``{dataset: random, input_len: N}``: random prompts of exactly N tokens of the target's tokenizer
+(``harness.config.datasets``; what ``bench run --dataset`` sets).
+
 ``source.category`` keeps only the records of one category (MT-Bench, Spec-Bench), so a
 multi-category file becomes one workload per category and every result is per category.
 
@@ -74,6 +79,20 @@ class WorkloadSource(StrictModel):
         default=None,
         description="Keep only records of this category (mtbench, specbench: their 'category' field).",
     )
+
+
+class RandomPrompts(StrictModel):
+    """A regime's workload of random prompts, like vLLM's ``--dataset-name random``: each exactly
+    ``input_len`` tokens of the target's tokenizer as the engine counts them, seeded by the regime's
+    ``sampling.seed`` (``harness.config.datasets``)."""
+
+    dataset: Literal["random"] = Field(description="random: prompts of random tokens (no file).")
+    input_len: int = Field(ge=1, le=1_000_000, description="Tokens per prompt, as the engine counts them.")
+
+    @property
+    def name(self) -> str:
+        """The workload's name in results."""
+        return f"random-in{self.input_len}"
 
 
 class Conversation(StrictModel):
@@ -431,12 +450,38 @@ def _prompts_from_rows(
     return prompts
 
 
+def is_prompt_file(path: Path | str) -> bool:
+    """A workload entry naming a prompt file itself (``jsonl``), not a workload YAML."""
+    return str(path).endswith((".jsonl", ".jsonl.gz"))
+
+
+def _file_definition(file: Path, rows: list[dict[str, Any]]) -> Workload:
+    """The workload of a bare ``.jsonl`` file: named after it, chat when a record has ``messages``."""
+    stem = file.name.removesuffix(".gz").removesuffix(".jsonl")
+    name = "".join(c if c.isalnum() or c in "_.-" else "_" for c in stem).lstrip("_.-") or "prompts"
+    chat = any("messages" in row for row in rows)
+    return Workload(
+        name=name,
+        category="dataset",
+        description=f"the prompt file {file}",
+        source=WorkloadSource(path=str(file), format="jsonl"),
+        prompt_format="chat" if chat else "raw",
+    )
+
+
 def load_prompt_pool(path: Path) -> tuple[Workload, list[Prompt]]:
     """A workload's definition and EVERY prompt of its source, in file order (drafter training
-    draws from the whole pool; a measured window samples from it)."""
-    definition = load_model(path, Workload)
-    file = _source_file(definition, path)
-    rows = _read_json_array(file) if definition.source.format == "sharegpt" else _read_jsonl(file)
+    draws from the whole pool; a measured window samples from it). ``path``: a workload YAML, or a
+    ``.jsonl`` prompt file itself."""
+    if is_prompt_file(path):
+        rows = _read_jsonl(path)
+        if not rows:
+            raise UserError(f"{path}: no prompts (expected one JSON object per line)")
+        definition, file = _file_definition(path, rows), path
+    else:
+        definition = load_model(path, Workload)
+        file = _source_file(definition, path)
+        rows = _read_json_array(file) if definition.source.format == "sharegpt" else _read_jsonl(file)
     prompts = _prompts_from_rows(definition.source, rows, file, definition.conversation)
     category = definition.source.category
     if category is not None and not any(row.get("category") == category for row in rows):
@@ -511,6 +556,13 @@ def load_workload(
     effective = None
     if definition.prompt_format == "chat":
         effective = (chat or ChatTemplate()).over(definition.chat)
+    return loaded_workload(definition, chosen, effective)
+
+
+def loaded_workload(
+    definition: Workload, chosen: list[Prompt], effective: ChatTemplate | None
+) -> LoadedWorkload:
+    """The workload as measured, with the hash of its prompts as sent (chat settings included)."""
     sent = [definition.prompt_format] + [
         [p.prompt_id, p.text]
         + ([p.messages] if p.messages else [])

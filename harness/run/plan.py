@@ -35,8 +35,8 @@ from harness.config.engines.patches import patches
 from harness.config.level import window_parts
 from harness.config.load import Load, Sampling
 from harness.config.models import converted_dir, is_local_reference, resolve_model_path
-from harness.config.regime import Regime, load_regime, workload_paths
-from harness.config.workloads import ChatTemplate, LoadedWorkload, load_workload
+from harness.config.regime import Regime, load_regime
+from harness.config.workloads import ChatTemplate, LoadedWorkload
 from harness.core.config_file import existing_path, located
 from harness.core.errors import FieldError, UserError
 from harness.core.machine import gpus_text
@@ -46,6 +46,7 @@ from harness.derive.intervals import design_level
 from harness.results.calibration import Calibration
 from harness.results.records import RunRecord
 from harness.run.calibration import CalibrationSource, chosen_calibration
+from harness.run.datasets import load_workloads
 from harness.run.deployment import served_before
 from harness.run.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, resolve_drafters
 from harness.run.drafters.fit import Fit, drafter_fit
@@ -288,10 +289,8 @@ def _plan_regime(regime_path: Path, regime: Regime | None, overrides: Sequence[O
             location = tuple(int(p) if p.isdecimal() else p for p in re.findall(r"[^.\[\]]+", where))
             message = f"lossy or fake acceptance settings: {what} (allow_lossy_acceptance: true measures it)"
             raise located(regime_path, FieldError(location, message))
-    paths = workload_paths(regime, regime_path)
-    load = regime.load
     _check_context(regime, regime_path)
-    workloads = [load_workload(path, load.num_prompts, regime.chat, load.context_tokens) for path in paths]
+    workloads = load_workloads(regime, regime_path)  # files, and random prompts (--dataset random)
     names: list[str] = []  # the names the cells carry: a conversation's one per turn
     for index, workload in enumerate(workloads):
         for name in workload.cell_names():
