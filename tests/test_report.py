@@ -134,7 +134,9 @@ def test_report_fits_the_window(tmp_path: Path, window: int, run: str) -> None:
     workload)."""
     source = _gated_smoke(tmp_path) if run == "smoke" else TWO_ROUNDS
     html = render_report(source)
-    found = measured_page(html, tmp_path, window, ("table.verdict", "table.lab"))
+    found = measured_page(
+        html, tmp_path, window, ("table.verdict", "table.lab", "table.minilab", "table[class^=minilab-]")
+    )
     rendered = found["dom"]  # the page opens with the answer, as Chromium lays it out
     assert (
         rendered.index('<h2 id="verdict">')
@@ -144,7 +146,7 @@ def test_report_fits_the_window(tmp_path: Path, window: int, run: str) -> None:
     assert found["scroll-width"] <= window, (
         f"the page is {found['scroll-width']} px wide at a {window} px window"
     )
-    assert found["tables"] >= 2
+    assert found["tables"] >= 2 + 4 * rendered.count('<table class="minilab"')  # each window in groups
     assert found["over"] == 0, found
     shot = tmp_path / f"report-{window}.png"
     page = tmp_path / f"measured-{window}.html"
@@ -193,3 +195,82 @@ def test_the_speedup_figure_has_ticks_to_read_and_keeps_its_intervals_in_the_fra
     markers = {line.get_marker() for line in ax.get_lines()}
     assert {"^", "v"} <= markers  # and marked there
     assert ax.get_legend() is not None and ax.get_legend().get_bbox_to_anchor() is not None
+
+
+# ---- two runs: a verdict per cell, only the regime rows that differ ------------------------------
+# run_v12_default and run_v12_provisional: one regime (cpu_default, 2 start-ups per arm), two nights
+PAIR = (Path(__file__).parent / "fixtures" / "run_v12_default", TWO_ROUNDS)
+
+
+def _cell_texts(html: str, kind: str) -> list[list[list[str]]]:
+    from tests.one_answer import _Tables
+
+    parser = _Tables()
+    parser.feed(html)
+    return [rows for attrs, rows in parser.tables if attrs.get("class") == kind]
+
+
+def test_the_comparison_verdicts_are_the_two_run_gates() -> None:
+    """Each cell's verdict and interval is what `bench gate B --baseline A` computes for it
+    (``against_baseline``, the gate's own path), and the page writes exactly that."""
+    from harness.config.checks import Gate
+    from harness.derive.gates.compare import compare_runs
+    from harness.derive.gates.relative import against_baseline
+    from harness.derive.samples import RunView
+    from harness.results.gate import Check
+
+    first, second = PAIR
+    found = compare_runs(first, second)
+    reference, view = RunView(first), RunView(second)
+    verdicts = {"changed": 0, "not changed": 0}
+    for cell in found.cells:
+        for change in cell.changes:
+            if change.verdict == "not measured":
+                continue
+            gate = Gate(arm=cell.arm, metric=change.metric, max_regression_pct=5.0)
+            check = Check(
+                "c", "rules[0]", cell.arm, change.metric, cell.workload, cell.level.concurrency, "pass", ""
+            )
+            check = against_baseline(view, reference, cell.arm, (cell.workload, cell.level), gate, check, [])
+            assert check.low is not None and check.high is not None and change.low is not None
+            worse = sorted(-v for v in (change.low, change.high)) if gate_higher(change.metric) else [
+                change.low, change.high]  # fmt: skip
+            assert worse == pytest.approx([check.low, check.high])
+            assert change.verdict == ("changed" if check.low > 0 or check.high < 0 else "not changed")
+            verdicts[change.verdict] += 1
+    assert verdicts["changed"] >= 1 and verdicts["not changed"] >= 1  # the pair has both
+    html = render_comparison(first, second, force=False)
+    [table] = _cell_texts(html, "compare-verdict")
+    header, body = table[0], table[1:]
+    assert header[:2] == ["arm", "workload @ load"] and len(body) == len(found.cells)
+    for row, cell in zip(body, found.cells, strict=True):
+        assert row[0] == cell.arm
+        for text, change in zip(row[2:], cell.changes, strict=True):
+            if change.verdict in ("changed", "not changed"):
+                assert text.startswith(change.verdict) and f"[{100 * change.low:+.1f}, " in text
+
+
+def gate_higher(metric: str) -> bool:
+    from harness.core.metrics import METRICS
+
+    return METRICS[metric].higher_is_better
+
+
+def test_the_comparison_lists_only_the_regime_rows_that_differ() -> None:
+    html = render_comparison(*PAIR, force=False)
+    [rows] = _cell_texts(html, "fingerprints")
+    assert [r[0] for r in rows[1:]] == ["harness"]  # the git commit: the one row that differs
+    assert "18 other rows are the same in both runs" in html
+    same = render_comparison(GOLDEN, GOLDEN, force=False)
+    assert '<table class="fingerprints">' not in same and "regime rows are the same in both runs" in same
+
+
+@needs_browser
+@pytest.mark.parametrize("window", [800, 1280])
+def test_the_comparison_fits_the_window(tmp_path: Path, window: int) -> None:
+    """The verdict table, the differing regime rows and each cell's metric table show every column."""
+    html = render_comparison(*PAIR, force=False)
+    selectors = ("table.compare-verdict", "table.fingerprints", "table.comparison")
+    found = measured_page(html, tmp_path, window, selectors)
+    assert found["scroll-width"] <= window and found["over"] == 0, found
+    assert found["tables"] == 2 + html.count('<table class="comparison"')

@@ -14,7 +14,9 @@ def render_report(run_dir: Path) -> str:
 
 
 def render_comparison(run_a: Path, run_b: Path, force: bool) -> str:
-    return _compare(load_analysis(run_a), load_analysis(run_b), force)
+    from harness.derive.gates.compare import compare_runs
+
+    return _compare(load_analysis(run_a), load_analysis(run_b), force, compare_runs(run_a, run_b))
 
 
 def write_study(root: Path, points: dict[str, Path], families: dict[str, str]) -> Path:

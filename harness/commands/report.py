@@ -120,7 +120,10 @@ def _render(run_dir: Path, other: Path | None, force: bool, console: Console) ->
         print_unread(run.analysis.summary, console)
         # named after the regime the run measured (its regime.json), not the folder it is kept in
         return render_report(run), Path("reports") / f"{run.raw.regime.name}-{run_dir.name}.html"
+    from harness.derive.gates.compare import compare_runs
+
     base = load_analysis(other)
     print_note(base)
-    html = render_comparison(run, base, force)
+    # B (the second run) against A as `bench gate B --baseline A` computes it
+    html = render_comparison(run, base, force, compare_runs(run.root, base.root))
     return html, Path("reports") / f"compare-{run_dir.name}-vs-{other.name}.html"
