@@ -99,11 +99,13 @@ class _ServersOnTheirGpu(dict):
         return sorted(_LIVE_GROUPS) if device == ARM_GPU else super().__getitem__(device)
 
 
-def _gpu_node(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def _gpu_node(
+    engine: str, monkeypatch: pytest.MonkeyPatch, gpu: str | None = None, processes: dict | None = None
+) -> None:
     """This process as the GPU machine it stands in for: an 8-GPU NVML (GPU 3 at 100 W, the others at
     600 W, a driver with CUDA 13.0), the engine installed at the regime's release, a hub token (the
     Llama target is gated). SGLang's arm gets GPU 3 as the first of a user's CUDA_VISIBLE_DEVICES."""
-    nvml = fake_nvml([ENGINES[engine]["gpu"]] * 8, processes=_ServersOnTheirGpu())
+    nvml = fake_nvml([gpu or ENGINES[engine]["gpu"]] * 8, processes=processes or _ServersOnTheirGpu())
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     version = f"{engine} {ENGINES[engine]['version']}"
     monkeypatch.setattr(get_adapter(engine), "installed_version", lambda: version)
@@ -298,14 +300,7 @@ def tp8(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp_path = tmp_path_factory.mktemp("rehearsal_tp8")
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as monkeypatch:
-        nvml = fake_nvml(["NVIDIA H200"] * 8, processes=_ServersOnEveryGpu())
-        monkeypatch.setitem(sys.modules, "pynvml", nvml)
-        monkeypatch.setattr(get_adapter("vllm"), "installed_version", lambda: "vllm 0.34.0")
-        monkeypatch.setenv("HF_TOKEN", "hf_rehearsal_stand_in")
-        monkeypatch.setenv("COLUMNS", "200")
-        monkeypatch.delenv("BENCH_EXECUTOR", raising=False)
-        monkeypatch.delenv(SERVED_K_ENV, raising=False)
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        _gpu_node("vllm", monkeypatch, gpu="NVIDIA H200", processes=_ServersOnEveryGpu())
         with redirect_stdout(printed):
             code, run = _bench_run(_tp8_regime(tmp_path), tmp_path)
     from harness.derive.analysis import load_analysis
