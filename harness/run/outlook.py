@@ -7,17 +7,19 @@ measured, and in which run."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from harness.config.engines import get_adapter
+from harness.config.model_sizes import gb, model_params_b, params_from_name, weight_size
 from harness.config.regime import Regime
 from harness.core.errors import UserError
 from harness.derive.intervals import ASSUMED_STARTUP_SPREAD, REFERENCE_PROMPT_SPREAD, decision_outlook
+from harness.run.sensors.bandwidth import published_gpu_bandwidth
 
 if TYPE_CHECKING:
     from harness.results import RunDir
@@ -39,6 +41,7 @@ class PublishedStartup:
     capture_s: float  # CUDA-graph capture, every compiled start-up
     warm_s: float  # a compiled start-up with a warm cache, all in
     sources: str
+    load_source: str = ""  # where load_s is from, where the target's weights do not size it (``_loading``)
 
     def seconds(self, compiled: bool, compiles: bool, cold: bool) -> float:
         """A start-up's seconds: ``compiled`` (graphs captured; not enforce_eager), ``compiles`` (the
@@ -62,8 +65,8 @@ STARTUP_COSTS = (
         compile_s=25,
         capture_s=15,
         warm_s=35,
-        sources="vLLM #10460, #11005 (an 8B at TP 1: 15-40 s of torch.compile and graph capture; "
-        "loading 20 s assumed)",
+        sources="vLLM #10460, #11005 (an 8B at TP 1: 15-40 s of torch.compile and graph capture)",
+        load_source="loading 20 s assumed",
     ),
     PublishedStartup(
         "gpu",
@@ -75,7 +78,8 @@ STARTUP_COSTS = (
         capture_s=60,
         warm_s=59,
         sources="vLLM #19824 (a 70B FP8 at TP 8: ~60 s P2P check, ~70 s torch.compile, ~60 s graph "
-        "capture; loading 20 s assumed), #20264 (59 s to the first response with a warm compile cache)",
+        "capture), #20264 (59 s to the first response with a warm compile cache)",
+        load_source="loading 20 s assumed",
     ),
     PublishedStartup(
         "gpu",
@@ -87,7 +91,8 @@ STARTUP_COSTS = (
         capture_s=60,
         warm_s=90,
         sources="vLLM #19824's compile and capture (a 70B at TP 8; no TP 1 figure is published for a "
-        "model this size; loading 60 s and warm 90 s assumed)",
+        "model this size; warm 90 s assumed)",
+        load_source="loading 60 s assumed",
     ),
     PublishedStartup(
         "cpu",
@@ -103,23 +108,31 @@ STARTUP_COSTS = (
     ),
 )
 # a token's time a sequence while windows run: the CPU default's measured at concurrency 1 (run
-# 20261207-062347); an 8B at batch 1 on an H100, stated, not measured
+# 20261207-062347); an 8B at batch 1 on an H100, stated, not measured (a GPU regime whose weights or
+# GPU the estimate below cannot size takes it)
 ASSUMED_TOKEN_S = {"cpu": 0.021, "gpu": 0.008}
 TEARDOWN_S = 5.0  # a server stopped and its process group gone
+# The GPU estimate (issue 78, item 6): a decode step reads every weight once, from each GPU's share at
+# this fraction of the published bandwidth, plus a fixed part a step (launches, sampling, TP's
+# all-reduces). An 8B in bf16 on an H100 SXM: 16 GB / (0.8 x 3,350 GB/s) + 1 ms = 7.0 ms, where vLLM
+# #20780 measured a TPOT of 7.07 ms at batch 1. A start-up loads the stored weights at LOAD_GB_S
+# after ENGINE_INIT_S (an 8B: 12 + 8 = 20 s, the table's assumed loading).
+BANDWIDTH_FRACTION = 0.8
+STEP_OVERHEAD_S = 0.001
+LOAD_GB_S = 2.0  # a local NVMe's sequential read; network storage is slower, the page cache faster
+ENGINE_INIT_S = 12.0
 
 
 def params_billions(target: str) -> float | None:
     """The model's size from its name (``Llama-3.1-8B-Instruct``: 8, ``SmolLM2-135M``: 0.135); None
-    where the name does not say (``DeepSeek-V3-0324``)."""
-    found = re.search(r"(?<![\d.])(\d+(?:\.\d+)?)([BM])(?![A-Za-z])", target.rsplit("/", 1)[-1])
-    if found is None:
-        return None
-    return float(found[1]) / (1000 if found[2] == "M" else 1)
+    where the name does not say (``DeepSeek-V3-0324``: ``model_sizes.KNOWN_MODELS`` knows it)."""
+    return params_from_name(target)
 
 
 def published_startup(regime: Regime) -> PublishedStartup:
-    """The ``STARTUP_COSTS`` row that covers the regime's hardware, TP and model size."""
-    size = params_billions(regime.target_reference())
+    """The ``STARTUP_COSTS`` row that covers the regime's hardware, TP and model size (the name's,
+    or ``model_sizes.KNOWN_MODELS``'s)."""
+    size = model_params_b(regime.target_reference())
     tp = regime.tensor_parallel_size
     rows = [r for r in STARTUP_COSTS if r.kind == regime.hardware.kind and r.tp[0] <= tp <= r.tp[1]]
     return next(
@@ -197,11 +210,13 @@ def _startups(run: RunDir, regime: Regime) -> EarlierRun | None:
 class NightPlan:
     """The outlook and the night it takes: ``outlook`` (the Outlook line), ``lines`` (the plan:
     start-ups, windows, unmeasured passes, wall time and $), ``cannot`` (why the design can never
-    decide: one start-up per arm and no calibration; None where it can)."""
+    decide: one start-up per arm and no calibration; None where it can), ``warnings`` (what the
+    plan expects to go wrong: a start-up past its timeout)."""
 
     outlook: str
     lines: tuple[str, ...]
     cannot: str | None
+    warnings: tuple[str, ...] = ()
 
     def text(self) -> str:
         return "\n".join((self.outlook, *self.lines))
@@ -225,29 +240,72 @@ class _Night:
         return self.first_s + max(rounds - 1, 0) * self.later_s
 
 
-def _window_s(regime: Regime) -> float:
-    """One workload's fixed windows once (no repeat, no ramp) at ``ASSUMED_TOKEN_S``: a window's
-    requests run ``min(concurrency, prompts)`` at a time, each ``max_output_tokens`` long."""
+def _window_s(regime: Regime, token_s: float) -> float:
+    """One workload's fixed windows once (no repeat, no ramp) at ``token_s`` (``token_pace``): a
+    window's requests run ``min(concurrency, prompts)`` at a time, each ``max_output_tokens`` long."""
     load = regime.load
-    token_s = ASSUMED_TOKEN_S[regime.hardware.kind]
     return sum(
         load.num_prompts / min(level.concurrency, load.num_prompts) * load.max_output_tokens * token_s
         for level in load.levels()
     )
 
 
+def token_pace(regime: Regime) -> Figure:
+    """A token's seconds a sequence while windows run, and where from: on a GPU, an estimate from the
+    target's weights and the GPUs' published bandwidth (``BANDWIDTH_FRACTION``, ``STEP_OVERHEAD_S``);
+    where either is not known here, and on a CPU, ``ASSUMED_TOKEN_S``."""
+    kind = regime.hardware.kind
+    if kind == "cpu":
+        return Figure(
+            ASSUMED_TOKEN_S[kind], "assumed: 21 ms a token a sequence (run 20261207-062347, the CPU default)"
+        )
+    size = weight_size(regime)
+    bandwidth = published_gpu_bandwidth(regime.hardware.gpu_model or "")
+    if size is None or bandwidth is None:
+        unknown = "the weights' size" if size is None else f"{regime.hardware.gpu_model}'s bandwidth"
+        return Figure(
+            ASSUMED_TOKEN_S[kind],
+            f"assumed: 8 ms a token a sequence (an 8B at batch 1 on an H100; {unknown} is not known here)",
+        )
+    tp = regime.tensor_parallel_size
+    seconds = size.served / (BANDWIDTH_FRACTION * bandwidth.gb_s * 1e9 * tp) + STEP_OVERHEAD_S
+    return Figure(
+        seconds,
+        f"estimate: {1000 * seconds:.1f} ms a token a sequence, the weights' {gb(size.served)} read once a "
+        f"step at {100 * BANDWIDTH_FRACTION:.0f}% of {tp} x {bandwidth.gb_s:,.0f} GB/s ({bandwidth.source}) "
+        f"plus {1000 * STEP_OVERHEAD_S:g} ms",
+    )
+
+
+def _loading(regime: Regime, row: PublishedStartup) -> tuple[PublishedStartup, str]:
+    """The row with its loading sized from the target's stored weights (GPU regimes whose weights are
+    known), and the words that say so."""
+    size = weight_size(regime) if regime.hardware.kind == "gpu" else None
+    if size is None:
+        return row, f"; {row.load_source}" if row.load_source else ""
+    load_s = ENGINE_INIT_S + size.stored / (LOAD_GB_S * 1e9)
+    sized = dataclasses.replace(row, load_s=load_s, warm_s=row.warm_s - row.load_s + load_s)
+    return sized, (
+        f"; loading {load_s:.0f} s, an estimate: {ENGINE_INIT_S:g} s of engine start plus the weights' "
+        f"{gb(size.stored)} at {LOAD_GB_S:g} GB/s"
+    )
+
+
 def _startup_figures(regime: Regime, earlier: EarlierRun | None) -> tuple[Figure, Figure]:
-    """(cold, warm) start-up seconds: an earlier run's, else ``STARTUP_COSTS``'s."""
+    """(cold, warm) start-up seconds: an earlier run's, else ``STARTUP_COSTS``'s (its loading sized
+    from the target's weights where they are known)."""
     if regime.endpoints():
         none = Figure(0.0, "none: every arm is an existing server")
         return none, none
-    row = published_startup(regime)
+    row, loading = _loading(regime, published_startup(regime))
     compiled = not regime.engine.enforce_eager
     compiles = get_adapter(regime.engine.name).compiles  # SGLang does not torch.compile unless told to
-    size = params_billions(regime.target_reference())
+    size = model_params_b(regime.target_reference())
     shape = f"{size:g}B" if size is not None else "a size its name does not give (the largest row)"
     engine = "" if compiles else f"; {regime.engine.name} does not torch.compile: load and capture only"
-    assumed = f"assumed: published, {shape} at TP {regime.tensor_parallel_size}: {row.sources}{engine}"
+    assumed = (
+        f"assumed: published, {shape} at TP {regime.tensor_parallel_size}: {row.sources}{engine}{loading}"
+    )
     cold = Figure(row.seconds(compiled, compiles, cold=True), assumed)
     warm = Figure(row.seconds(compiled, compiles, cold=False), assumed)
     if earlier is not None and earlier.first_startup_s is not None:
@@ -263,16 +321,20 @@ def _night(regime: Regime, earlier: EarlierRun | None) -> _Night:
     the distribution pass once."""
     load, arms = regime.load, len(regime.arms)
     cold, warm = _startup_figures(regime, earlier)
-    token_s = ASSUMED_TOKEN_S[regime.hardware.kind]
+    pace = token_pace(regime)
+    token_s = pace.seconds
     warmup_s = len(regime.workloads) * sum(  # each level's warm-up: count requests, level.concurrency at once
         count / level.concurrency * load.max_output_tokens * token_s for level, count in load.warmup_levels()
     )
-    windows_s = (_window_s(regime) * load.max_repeats() + load.ramp_duration_s()) * len(regime.workloads)
-    pace = f"assumed: {1000 * token_s:g} ms a token a sequence ({'an 8B at batch 1 on an H100' if regime.hardware.kind == 'gpu' else 'run 20261207-062347, the CPU default'})"  # noqa: E501
-    per_start = Figure(warmup_s + windows_s + TEARDOWN_S, pace)
+    windows_s = (_window_s(regime, token_s) * load.max_repeats() + load.ramp_duration_s()) * len(
+        regime.workloads
+    )
+    per_start = Figure(warmup_s + windows_s + TEARDOWN_S, pace.source)
     reference = None
     if regime.exactness_applies():  # the baseline's windows once more, with logprobs, no repeats
-        reference = Figure(_window_s(regime) * len(regime.workloads), f"{pace}, as the baseline's windows")
+        reference = Figure(
+            _window_s(regime, token_s) * len(regime.workloads), f"{pace.source}, as the baseline's windows"
+        )
     distribution_s = 0.0
     if regime.distribution_applies():  # every prompt samples_per_prompt times at the top level
         top = max(load.concurrency, default=min(8, load.num_prompts))
@@ -334,7 +396,7 @@ def night_plan(
             "load.server_starts to {min: 2, max: 4} (rounds until decided), or bench calibrate this machine"
         )
         lines = _plan_lines(regime, night, found.most, float(found.most), found.most)
-        return NightPlan(f"Outlook: {cannot}", lines, cannot)
+        return NightPlan(f"Outlook: {cannot}", lines, cannot, _plan_warnings(regime, night))
     expected, at_most = night.seconds(found.expected_rounds) / 60, night.seconds(found.most) / 60
     bound = f", the budget {budget:g} min" if budget is not None else ""
     if load.decides():
@@ -364,7 +426,8 @@ def night_plan(
         f"{100 * REFERENCE_PROMPT_SPREAD:.0f}% (this project's, ngram on code)."
     )
     lowest = load.min_server_starts() if load.decides() else found.most
-    return NightPlan(outlook, _plan_lines(regime, night, lowest, found.expected_rounds, found.most), None)
+    lines = _plan_lines(regime, night, lowest, found.expected_rounds, found.most)
+    return NightPlan(outlook, lines, None, _plan_warnings(regime, night))
 
 
 def _plan_lines(regime: Regime, night: _Night, lowest: int, expected: float, most: int) -> tuple[str, ...]:
@@ -373,6 +436,9 @@ def _plan_lines(regime: Regime, night: _Night, lowest: int, expected: float, mos
     load, arms = regime.load, len(regime.arms)
     rounds = f"{lowest} to {most} rounds" if lowest != most else f"{most} round" + ("s" if most != 1 else "")
     lines = [f"Night's plan ({arms} arms x {rounds}; downloads and drafter builds not counted):"]
+    weights = _weights_line(regime)
+    if weights:
+        lines.append(weights)
     cold, warm = night.cold, night.warm
     if regime.endpoints():
         lines.append(f"  start-ups: {cold.source}")
@@ -424,6 +490,44 @@ def _plan_lines(regime: Regime, night: _Night, lowest: int, expected: float, mos
         f"({unit}){at_most}"
     )
     return tuple(lines)
+
+
+def _weights_line(regime: Regime) -> str | None:
+    """The target's weights, estimated (``model_sizes.weight_size``), and how they get here before the
+    night: a GPU regime's servers download a hub id inside the first start-up's timeout otherwise."""
+    from harness.config.models import is_local_reference
+
+    size = weight_size(regime) if regime.hardware.kind == "gpu" and not regime.endpoints() else None
+    if size is None:
+        return None
+    line = f"  the target's weights: {size.text()}"
+    if regime.target.path and not is_local_reference(regime.target.path):
+        line += (
+            "; fetch them and the drafters before the night (bench validate REGIME --download), or the first "
+            f"start-up downloads them within engine.startup_timeout_s ({regime.engine.startup_timeout_s:g} s)"
+        )
+    return line
+
+
+def _plan_warnings(regime: Regime, night: _Night) -> tuple[str, ...]:
+    """What the plan expects to go wrong: a first start-up past ``engine.startup_timeout_s``, the
+    rounds always run (``load.server_starts.min``) past the night's budget."""
+    found = []
+    limit = regime.engine.startup_timeout_s
+    if not regime.endpoints() and night.cold.seconds > limit:
+        found.append(
+            f"the first start-up is expected to take {night.cold.seconds:.0f} s ({night.cold.source}), past "
+            f"engine.startup_timeout_s ({limit:g} s): raise it, or the night's first start-ups time out"
+        )
+    load = regime.load
+    budget, lowest = load.budget_minutes(), load.min_server_starts()
+    if budget is not None and night.seconds(lowest) > 60 * budget:
+        found.append(
+            f"the {_count(lowest, 'round')} always run (load.server_starts.min) are expected to take "
+            f"{night.seconds(lowest) / 60:.0f} min, past the night's budget of {budget:g} min "
+            "(load.server_starts.budget_minutes): fewer prompts, fewer output tokens or fewer arms fit it"
+        )
+    return tuple(found)
 
 
 def _count(number: int, noun: str) -> str:
