@@ -30,12 +30,19 @@ launch command. Nothing is started and nothing is written.
 
 A regime with a sweep: section is a study: every point is checked and printed, and the placement of
 the points on the node (or their jobs on the chosen executor) is shown.
+
+It says which engines this Python environment holds (vLLM and SGLang need one environment each). On
+the machine a regime runs on (its GPUs visible; a CPU regime: any machine), a regime whose engine is
+not installed here is refused (exit 2) with the command that makes its environment; elsewhere the
+file is checked and the command is printed. --download fetches the target and the drafters into the
+Hugging Face cache before the night, after checking the cache's disk holds them.
 """
 EXAMPLES = """
 bench validate regimes/cpu_default.yaml
 bench validate regimes/cpu_default.yaml --dataset random --input-len 128 --output-len 64
 bench validate regimes/h200_tp_study.yaml --executor slurm --partition gpu
 pip install "$(bench validate regimes/h200_tp8.yaml --engine-requirement)"
+bench validate regimes/h200_tp8_deepseek_mtp.yaml --download   # ~690 GB into the HF cache, before the night
 bench validate regimes/h200_tp8.yaml --engine-version 0.35.0   # what an upgrade would break
 """
 INTERRUPTED = "nothing was started or written"
@@ -55,6 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="check the regime's arms and engine settings against another release of its engine instead "
         "of the one it pins, and list everything that would break there (removed keys, keys that release "
         "ignores, flags, known defects); exit status 2 when something breaks",
+    )
+    parser.add_argument(
+        "--download",
+        action="store_true",
+        help="fetch the regime's target and drafters (those given as hub ids) into the Hugging Face cache "
+        "the servers read (HF_HOME), after checking its disk has room for them (their size from the hub, "
+        "else the regime's estimate); nothing else is checked or printed. Run it before the night: a first "
+        "start-up that downloads spends its engine.startup_timeout_s on it",
     )
     parser.add_argument(
         "--allow-known-defect",
@@ -87,6 +102,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return EXIT_OK
     if args.engine_version:
         return _under_release(args.regime, regime, args.engine_version, console)
+    if args.download:
+        return _download(args.regime, regime, console)
     if regime.sweep is not None:
         return _validate_study(args.regime, regime, executor_options(args), console, args.allow_known_defect)
     plan = plan_regime(args.regime, regime, overrides)
@@ -232,6 +249,67 @@ def _sbatch_lines(demand: Any, plan: Any, options: Any, regime: Any) -> list[str
     return sbatch_options(spec, options, folder)
 
 
+def _download(path: Path, regime: Any, console: Console) -> int:
+    """``--download``: the regime checked as ``bench run`` reads it, then its hub models fetched (a
+    study: every point's)."""
+    from harness.run.weights import download
+
+    if regime.sweep is not None:
+        from harness.run.study.sweep import plan_study
+
+        regimes = [plan.regime for plan in plan_study(path, regime)[1]]
+    else:
+        from harness.run.plan import plan_regime
+
+        regimes = [plan_regime(path, regime).regime]
+    console.print(f"[green]{path}: valid[/]; its models, into the Hugging Face cache:", highlight=False)
+    seen: set[tuple[Any, ...]] = set()
+    fetched = []
+    for chosen in regimes:  # a study's points: each distinct target and drafters once
+        key = (chosen.target.path, *(a.draft_model.path if a.draft_model else None for a in chosen.arms))
+        if key not in seen:
+            seen.add(key)
+            fetched += download(chosen, console)
+    if fetched:
+        console.print("[green]downloaded[/]: the first start-ups load them from the cache")
+    return EXIT_OK
+
+
+def _engine_here(plan: Any, environment: dict[str, Any]) -> str:
+    """The engines this environment holds, in a line; refuses (``UserError``) a regime whose engine
+    it cannot run where this machine is the regime's (its GPUs visible, or a CPU regime), naming the
+    command that makes the right environment; elsewhere that command is part of the line."""
+    from harness.config.engine_environment import (
+        engines_line,
+        environment_command,
+        installed_engines,
+        runs_here,
+    )
+    from harness.config.engines import engine_requirement
+
+    regime = plan.regime
+    found = installed_engines()
+    line = engines_line(found)
+    mine = next((e for e in found if e.engine == regime.engine.name), None)
+    if mine is None or runs_here(regime, mine):
+        return line
+    requirement = engine_requirement(regime, plan.regime_path) if regime.engine.version else None
+    command = environment_command(regime, requirement)
+    if mine.distribution is None:
+        what = f"{regime.engine.name} is not installed in this environment"
+    elif mine.broken:
+        what = f"this environment's {mine.text()}"
+    else:
+        what = f"this environment holds {mine.text()}, not the GPU build"
+    wanted = requirement or regime.engine.name
+    if regime.hardware.kind == "cpu" or environment.get("gpus"):
+        raise UserError(
+            f"{plan.regime_path}: the regime runs {wanted}, and {what} (vLLM and SGLang need one each): "
+            f"make it with: {command}; then bench validate {plan.regime_path} again"
+        )
+    return f"{line} The regime runs {wanted}; on its machine, make its environment: {command}"
+
+
 def _print_endpoints(plan: Any, console: Console) -> None:
     from harness.core.secrets import redact_url
 
@@ -252,9 +330,13 @@ def _print_plan(plan: Any, console: Console) -> None:
     from harness.config.arms import KScheduleSource
     from harness.run.outlook import earlier_round_minutes, night_plan
     from harness.run.plan import describe_plan
-    from harness.run.sensors.environment import collect_environment
+    from harness.run.sensors import environment as sensors
     from harness.run.validation import no_gpu_here, prompt_warnings, window_warnings
 
+    environment = None
+    if not plan.regime.endpoints():  # the engine's environment first: refused here before the plan
+        environment = sensors.collect_environment(plan.adapter.installed_version())
+        engines = _engine_here(plan, environment)
     console.print(describe_plan(plan), highlight=False)
     # what the design is expected to take to decide and the night it takes (start-ups, windows,
     # passes, wall time and $), at the pace and start-ups of this regime's last run under results/
@@ -272,7 +354,6 @@ def _print_plan(plan: Any, console: Console) -> None:
         _print_endpoints(plan, console)
         return
     model = plan.resolve_models(build=False)
-    environment = collect_environment(plan.adapter.installed_version())
     preflight = plan.preflight(environment)
     for problem in preflight.lossy:
         console.print(f"[yellow]lossy acceptance setting:[/] {escape(problem)}", soft_wrap=True)
@@ -288,6 +369,7 @@ def _print_plan(plan: Any, console: Console) -> None:
             console.print(f"{escape(no_gpu)}; the file itself is valid.", soft_wrap=True, highlight=False)
     else:
         console.print("This machine matches the regime's pins.")
+    console.print(escape(engines), highlight=False, soft_wrap=True)
     fits = plan.drafter_fits(model)
     # an arm whose schedule's policy is not there yet has no command yet (``_read``)
     ready = [arm for arm in plan.regime.arms if not isinstance(arm.k_schedule, KScheduleSource)]
