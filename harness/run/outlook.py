@@ -119,6 +119,8 @@ TEARDOWN_S = 5.0  # a server stopped and its process group gone
 # after ENGINE_INIT_S (an 8B: 12 + 8 = 20 s, the table's assumed loading).
 BANDWIDTH_FRACTION = 0.8
 STEP_OVERHEAD_S = 0.001
+# at TP > 1, a step's all-reduces besides: two a layer over NVLink, ~15 us each (~1 ms for 32 layers)
+TP_OVERHEAD_S = 0.001
 LOAD_GB_S = 2.0  # a local NVMe's sequential read; network storage is slower, the page cache faster
 ENGINE_INIT_S = 12.0
 
@@ -268,12 +270,14 @@ def token_pace(regime: Regime) -> Figure:
             f"assumed: 8 ms a token a sequence (an 8B at batch 1 on an H100; {unknown} is not known here)",
         )
     tp = regime.tensor_parallel_size
-    seconds = size.served / (BANDWIDTH_FRACTION * bandwidth.gb_s * 1e9 * tp) + STEP_OVERHEAD_S
+    fixed = STEP_OVERHEAD_S + (TP_OVERHEAD_S if tp > 1 else 0.0)
+    seconds = size.served / (BANDWIDTH_FRACTION * bandwidth.gb_s * 1e9 * tp) + fixed
+    fixed_text = f"{1000 * fixed:g} ms" + (" (TP's all-reduces included)" if tp > 1 else "")
     return Figure(
         seconds,
         f"estimate: {1000 * seconds:.1f} ms a token a sequence, the weights' {gb(size.served)} read once a "
         f"step at {100 * BANDWIDTH_FRACTION:.0f}% of {tp} x {bandwidth.gb_s:,.0f} GB/s ({bandwidth.source}) "
-        f"plus {1000 * STEP_OVERHEAD_S:g} ms",
+        f"plus {fixed_text}",
     )
 
 
@@ -541,3 +545,13 @@ def outlook_text(
 ) -> str:
     """The outlook and the night's plan (``night_plan``) as the run prints them before it starts."""
     return night_plan(regime, pace, spread).text()
+
+
+def start_up_seconds(regime: Regime, pace: EarlierRun | None = None) -> tuple[float, str]:
+    """One arm's start-up after the first round (warm, with its warm-up and windows) in seconds at
+    the night's pace (``_night``: an earlier run's round over its arms, else the stated assumptions),
+    and where that is from: what a run that stopped early says it did not spend."""
+    night = _night(regime, pace)
+    if night.measured_pace is not None:
+        return night.later_s / len(regime.arms), f"at the pace of run {night.measured_pace}"
+    return night.later_s / len(regime.arms), "at the night plan's assumed pace (bench validate)"
