@@ -345,6 +345,7 @@ def _print_plan(plan: Any, console: Console) -> None:
     shown = night.lines if night.cannot is not None else (night.outlook, *night.lines)
     console.print("\n".join(shown), highlight=False, markup=False)
     warnings = [night.cannot] if night.cannot is not None else []
+    warnings += night.warnings  # a start-up past its timeout, the minimum rounds past the budget
     warnings += window_warnings(plan.regime, plan.regime_path) + prompt_warnings(
         plan.regime, plan.regime_path
     )

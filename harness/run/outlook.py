@@ -221,7 +221,7 @@ class NightPlan:
     warnings: tuple[str, ...] = ()
 
     def text(self) -> str:
-        return "\n".join((self.outlook, *self.lines))
+        return "\n".join((self.outlook, *self.lines, *(f"warning: {w}" for w in self.warnings)))
 
 
 @dataclass(frozen=True)
@@ -547,11 +547,13 @@ def outlook_text(
     return night_plan(regime, pace, spread).text()
 
 
-def start_up_seconds(regime: Regime, pace: EarlierRun | None = None) -> tuple[float, str]:
-    """One arm's start-up after the first round (warm, with its warm-up and windows) in seconds at
-    the night's pace (``_night``: an earlier run's round over its arms, else the stated assumptions),
-    and where that is from: what a run that stopped early says it did not spend."""
+def start_up_seconds(regime: Regime, pace: EarlierRun | None = None) -> tuple[float, float, str]:
+    """An arm's first start-up (cold) and a later one (warm), each with its warm-up and windows, in
+    seconds at the night's pace (``_night``: an earlier run's round over its arms, else the stated
+    assumptions), and where that is from: what a run that stopped early says it did not spend."""
     night = _night(regime, pace)
     if night.measured_pace is not None:
-        return night.later_s / len(regime.arms), f"at the pace of run {night.measured_pace}"
-    return night.later_s / len(regime.arms), "at the night plan's assumed pace (bench validate)"
+        each = night.later_s / len(regime.arms)
+        return each, each, f"at the pace of run {night.measured_pace}"
+    windows = night.per_start.seconds
+    return night.cold.seconds + windows, night.warm.seconds + windows, "at the night plan's assumed pace"
