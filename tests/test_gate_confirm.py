@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from harness.commands import gate as gate_command
+from harness.config.regime import load_regime
 from harness.core import stats
 from harness.core.errors import UserError
 from harness.derive.gates.confirm import arms_to_confirm, confirm, confirmation_regime
@@ -123,8 +124,34 @@ def test_confirm_fails_only_what_fails_twice() -> None:
         "not confirmed by the confirmation run run-confirm (pass: pass first)"
     )
     assert "has no such check" in combined[5].message
-    assert exit_code(combined) == 3 and exit_code(combined[:3]) == 1 and exit_code(combined[1:3]) == 0
+    assert exit_code(combined) == 3 and exit_code(combined[:3]) == 1 and exit_code(combined[1:3]) == 4
+    assert exit_code(combined[2:3]) == 0
     assert first[1].verdict == "fail"  # the first run's checks are kept as they were
+
+
+def test_confirm_decides_what_the_first_run_left_inconclusive() -> None:
+    """An inconclusive check's arm is re-measured too (issue 78: the nightly confirms on
+    inconclusive), and the fresh start-ups' verdict stands, whichever it is."""
+    first = [
+        _check("a tau", "ngram_k4", "inconclusive"),
+        _check("b tau", "ngram_k4", "inconclusive"),
+        _check("c tau", "eagle", "inconclusive"),
+        _check("d tau", "eagle", "inconclusive"),
+        _check("e tau", "dflash", "pass"),
+    ]
+    regime = load_regime(Path(__file__).parent.parent / "regimes" / "cpu_default.yaml")
+    names = [a.name for a in regime.arms]
+    assert arms_to_confirm([_check("x", names[1], "inconclusive")], regime) == names[:2]
+    second = [
+        _check("a tau", "ngram_k4", "pass"),
+        _check("b tau", "ngram_k4", "fail"),
+        _check("c tau", "eagle", "inconclusive"),
+    ]
+    combined = confirm(first, second, "run-confirm")
+    assert [c.verdict for c in combined] == ["pass", "fail", "inconclusive", "inconclusive", "pass"]
+    said = "inconclusive first; re-measured in the confirmation run run-confirm: fail first"
+    assert combined[1].message == said
+    assert combined[3].message.endswith("no such check there")
 
 
 def test_what_a_confirmation_runs(tmp_path: Path) -> None:

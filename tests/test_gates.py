@@ -124,13 +124,15 @@ def _calibrate(run: Path, **fields: object) -> Path:
     return run
 
 
-def test_a_copy_of_the_run_passes_or_is_inconclusive_with_one_case_per_gate_and_cell(tmp_path: Path) -> None:
+def test_a_copy_of_the_run_is_inconclusive_with_one_case_per_gate_and_cell(tmp_path: Path) -> None:
     """The same measurements under another run id: nothing regressed, but with one start-up per
-    side the relative gates cannot see the start-up spread, so they are inconclusive, not passes."""
+    side the relative gates cannot see the start-up spread, so they are inconclusive, not passes:
+    exit 4, and JUnit writes them as skipped (not passed)."""
     run = _copy(tmp_path, "run", GATES)
     twin = _copy(tmp_path, "twin", GATES)
     out = _gate(str(run), "--baseline", str(twin))
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.returncode == 4, out.stdout + out.stderr
+    assert "gate: INCONCLUSIVE (exit 4): 16 checks: 6 inconclusive" in " ".join(out.stdout.split())
     checks = json.loads((run / "gate" / "checks.json").read_text())["checks"]
     verdicts = {c["name"]: c["verdict"] for c in checks}
     assert (
@@ -144,8 +146,22 @@ def test_a_copy_of_the_run_passes_or_is_inconclusive_with_one_case_per_gate_and_
     assert {v for n, v in verdicts.items() if "regression" not in n} == {"pass"}
     suite = ET.parse(run / "gate" / "junit.xml").getroot()
     assert suite.get("tests") == str(len(checks)) and suite.get("failures") == "0"
+    assert suite.get("skipped") == "6"  # the inconclusive ones: not counted as passed
+    skipped = [c.find("skipped") for c in suite.iter("testcase") if c.find("skipped") is not None]
+    assert all(s.get("message", "").startswith("inconclusive (not cleared, not failed)") for s in skipped)
     markdown = (run / "gate" / "summary.md").read_text()
-    assert "passed" in markdown and "10 passed, 0 failed, 0 errors, 6 inconclusive" in markdown
+    assert "INCONCLUSIVE (exit 4)" in markdown and "16 checks: 6 inconclusive" in markdown
+    assert json.loads((run / "gate" / "checks.json").read_text())["exit_code"] == 4
+    # chosen otherwise, and said so: a pass (exit 0, JUnit still skipped) or a regression (a failure)
+    chosen = _gate(str(run), "--baseline", str(twin), "--inconclusive", "pass")
+    assert chosen.returncode == 0 and "(--inconclusive pass)" in chosen.stdout, chosen.stdout
+    stored = json.loads((run / "gate" / "checks.json").read_text())
+    assert stored["inconclusive"] == "pass" and stored["exit_code"] == 0
+    assert ET.parse(run / "gate" / "junit.xml").getroot().get("skipped") == "6"
+    red = _gate(str(run), "--baseline", str(twin), "--inconclusive", "fail")
+    assert red.returncode == 1, red.stdout
+    failures = [c.find("failure") for c in ET.parse(run / "gate" / "junit.xml").getroot().iter("testcase")]
+    assert sum(f is not None and f.get("type") == "inconclusive" for f in failures) == 6
 
 
 def test_regression_is_called_with_exit_1_and_named_in_junit(tmp_path: Path) -> None:
@@ -201,7 +217,8 @@ def test_relative_gate_compares_startups(tmp_path: Path) -> None:
 
     view, baseline = open_views(repeated("worse2", 0.5), repeated("good2", 1))
     checks = evaluate(view, baseline)
-    assert {c.verdict for c in checks} == {"inconclusive"} and exit_code(checks) == 0
+    assert {c.verdict for c in checks} == {"inconclusive"} and exit_code(checks) == 4
+    assert exit_code(checks, "pass") == 0 and exit_code(checks, "fail") == 1
     assert all(c.n == 1 and c.n_baseline == 1 and c.low is None for c in checks)
 
     good = _startups(_copy(tmp_path, "good", rules), [1.0, 1.03, 0.98])
@@ -507,7 +524,7 @@ def test_an_arm_configured_differently_in_the_baseline_run_is_said(tmp_path: Pat
     arm["num_speculative_tokens"] = 1
     (worse / "regime.json").write_text(json.dumps(record))
     out = _gate(str(worse), "--baseline", str(good))
-    assert out.returncode in (0, 1), out.stdout + out.stderr
+    assert out.returncode in (0, 1, 4), out.stdout + out.stderr
     assert "arm ngram_k4 is configured differently from the baseline run's" in out.stdout
     unchanged = _gate(str(good), "--baseline", str(_copy(tmp_path, "again", GATES)))
     assert "configured differently" not in unchanged.stdout

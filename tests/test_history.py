@@ -302,6 +302,16 @@ def test_accepting_a_change_moves_where_the_nights_start_and_old_files_migrate(t
     nights = comparable_nights(runs, samples, tonight, accepted=accepted)
     assert nights.run_ids == [f"night-{i}" for i in range(3, 8)] and nights.accepted == "2026-11-04 00:00"
     assert comparable_nights(runs, samples, tonight).run_ids == [f"night-{i}" for i in range(8)]
+    # a night whose own gate was inconclusive (schema 4) is no reference; an accepted one stays
+    with open_history(path) as history:
+        assert history.record_gate(_night(entry, 5).run, "inconclusive")
+        assert history.record_gate(_night(entry, 3).run, "inconclusive")
+        assert not history.record_gate(
+            entry.run.model_copy(update={"run_id": "nope", "content_digest": None}), "pass"
+        )
+        runs = history.runs()
+    nights = comparable_nights(runs, samples, tonight, accepted=accepted)
+    assert nights.run_ids == ["night-3", "night-4", "night-6", "night-7"]
 
     old = tmp_path / "schema1.duckdb"
     with duckdb.connect(str(old)) as con:
@@ -310,12 +320,14 @@ def test_accepting_a_change_moves_where_the_nights_start_and_old_files_migrate(t
 
         for name in ("runs", "samples", "cells"):  # as schema 1 made them: no noisy_neighbour, no env
             columns = TABLES[name].replace(",\n        noisy_neighbour BOOLEAN", "")
-            columns = columns.replace(", env VARCHAR, content_digest VARCHAR", "")
+            columns = columns.replace(
+                ", env VARCHAR, content_digest VARCHAR,\n        gate_outcome VARCHAR", ""
+            )
             con.execute(f"CREATE TABLE {name} ({columns})")
         con.execute("INSERT INTO meta VALUES ('schema_version', '1')")
     loaded = harness.load_history(old)  # read: migrated first
     assert loaded.accepted().empty and "noisy_neighbour" in loaded.cells().columns and "env" in loaded.runs()
-    assert loaded.runs().columns[-1] == "content_digest"  # schema 3, by way of 2
+    assert list(loaded.runs().columns[-2:]) == ["content_digest", "gate_outcome"]  # schema 4, by 2 and 3
     with duckdb.connect(str(old), read_only=True) as con:
         assert con.execute("SELECT value FROM meta").fetchone() == (str(SCHEMA_VERSION),)
 

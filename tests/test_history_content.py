@@ -84,6 +84,7 @@ def test_an_older_history_is_migrated_and_its_runs_get_their_digest(tmp_path: Pa
     with open_history(history) as store:
         store.add(history_entry(original))
     with duckdb.connect(str(history)) as con:  # as schema 2 left it
+        con.execute("ALTER TABLE runs DROP COLUMN gate_outcome")
         con.execute("ALTER TABLE runs DROP COLUMN content_digest")
         con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     assert harness.load_history(history).runs().content_digest.isna().all()  # migrated on reading

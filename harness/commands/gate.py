@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from harness.results.gate import Check
 
 NAME = "gate"
-SUMMARY = "check a run against its regime's gates (and a baseline run); exit 1 on a regression"
+SUMMARY = "check a run against its regime's gates (and a baseline run); exit 1 regression, 4 inconclusive"
 DESCRIPTION = f"""
 Evaluate the gates of the run's regime (gates: floors, ceilings, golden tau, and with --baseline the
 maximum regression against an earlier run) per arm, workload and concurrency, on the stored
@@ -30,7 +30,15 @@ per-request and per-repeat samples. A regression is called only when it exceeds 
 the interval of the change excludes zero. A relative gate compares one value per server start-up
 (load.server_starts >= 2 on both runs, or a machine calibration for output_tok_s); a check whose
 interval is wider than its limit is inconclusive, never a pass. The baseline cannot be the run
-itself.
+itself. A rule for arm "*" checks every speculative arm, and the baseline too for its own timed
+figures (tok/s, TTFT, TPOT, ITL, E2E, $/Mtok, SLO): an engine regression shows there first.
+
+Three outcomes, each with its exit code: pass (every check cleared, or skipped: a relative rule with
+nothing to compare with), regression (a check failed), inconclusive (a check neither cleared nor
+failed: the change was beyond the limit but within the noise, or the noise too wide to see the
+limit). Inconclusive is never a pass: it exits 4, and JUnit writes each such check as skipped with
+the reason, so a dashboard does not count it as passed. --inconclusive pass|fail counts them as
+that instead, said in every output and recorded in RUN_DIR/gate/checks.json.
 
 With --history FILE (a history database: bench history), the relative rules compare the run with
 the nights before it instead: the last --nights GOOD runs of the same regime fingerprint on the
@@ -41,9 +49,11 @@ the mean of the last 3 nights (a step that persists, with less noise), each chec
 corrected for the night's number of checks (a night with nothing changed fails at most 1% of the
 time), plus the rule's tolerance; with fewer than 5 such nights it says so and uses --baseline.
 
-With --confirm, a gate that would fail first re-runs the failing arms (with the baseline arm) on
-fresh server start-ups into a new run directory beside the run, gates that run against the same
-baseline, and fails only the checks that fail in both.
+With --confirm, a gate that would fail or be inconclusive first re-runs the arms of those checks
+(with the baseline arm) on fresh server start-ups into a new run directory beside the run, gates
+that run against the same baseline, and fails only the checks that fail in both; a check that was
+inconclusive takes the confirmation run's verdict (its fresh start-ups decide what the first could
+not).
 
 Writes a JUnit XML file (one test case per gate and cell) and a Markdown summary (also appended to
 $GITHUB_STEP_SUMMARY when set) into the output folder, and the verdicts into RUN_DIR/gate/checks.json
@@ -53,8 +63,12 @@ Metrics a gate may name (harness.core.metrics):
 
 {metric_definitions(GATED)}
 
+With --history, the outcome is recorded with the run in the history (a run that is there): a night
+that was inconclusive is never one of the nights a later gate is measured against.
+
 Exit codes: 0 pass, 1 regression, 2 usage or configuration error, 3 infrastructure failure (an
-engine did not start).
+engine did not start), 4 inconclusive (no check failed, some could not be cleared; --inconclusive
+pass|fail chooses otherwise).
 """
 EXAMPLES = """
 bench gate results/cpu_default/20261201-093000-a1b2c3
@@ -62,6 +76,7 @@ bench gate RUN_DIR --baseline LAST_GOOD_RUN_DIR -o ci/gate/          # nightly C
 bench gate RUN_DIR --gates regimes/cpu_default.yaml --junit junit.xml  # gates tuned after the run
 bench gate RUN_DIR --baseline LAST_GOOD_RUN_DIR --confirm           # re-measure before "regression"
 bench gate RUN_DIR --history results/history.duckdb --baseline LAST_GOOD_RUN_DIR  # nightly, vs the nights
+bench gate RUN_DIR --baseline OTHER --inconclusive fail             # a pre-merge check: undecided is red
 """
 INTERRUPTED = "the gate's files are written whole or not at all; run it again"
 
@@ -111,6 +126,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "run, gate that run against the same --baseline, and fail only the checks that fail in both",
     )
     parser.add_argument(
+        "--inconclusive",
+        choices=("pass", "fail"),
+        help="count an inconclusive check (not cleared, not failed) as a pass (exit 0) or a regression (exit "
+        "1) instead of its own outcome (default: exit 4, never a pass); said in every output and recorded",
+    )
+    parser.add_argument(
         "-o",
         "--output",
         type=Path,
@@ -132,6 +153,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from harness.derive.gates.evaluate import evaluate, exit_code
     from harness.derive.gates.relative import open_views
     from harness.present.gate_report import GateFiles, outcome_line, verdict_table, write_gate
+    from harness.results.gate import EXIT_INCONCLUSIVE, EXIT_REGRESSION
 
     for directory in filter(None, (args.run_dir, args.baseline)):
         require_run(directory, "gate")
@@ -158,17 +180,40 @@ def run(args: argparse.Namespace, console: Console) -> int:
             f"[yellow]arm {arm} is configured differently from the baseline run's[/]", highlight=False
         )
     history = _history(args, view, console) if args.history is not None else None
+    policy = args.inconclusive or "inconclusive"
     checks = evaluate(view, baseline, history)
-    code = exit_code(checks)
+    code = exit_code(checks, policy)
     console.print(verdict_table(checks))
     files = GateFiles.of(args.run_dir, args.output, args.junit, args.markdown)
     confirmation = None
-    if args.confirm and code == 1:
-        checks, code, confirmation = _confirm(args, view, checks, console, history)
+    if args.confirm and exit_code(checks) in (EXIT_REGRESSION, EXIT_INCONCLUSIVE):
+        checks, confirmation = _confirm(args, view, checks, console, history)
+        code = exit_code(checks, policy)
         console.print(verdict_table(checks))
-    write_gate(checks, code, view, args.run_dir, args.baseline, files, confirmation)
-    console.print(outcome_line(code, files, checks), highlight=False, soft_wrap=True)
+    write_gate(checks, code, view, args.run_dir, args.baseline, files, confirmation, policy)
+    if args.history is not None:
+        _record_outcome(args.history, view, args.run_dir, code, console)
+    console.print(outcome_line(code, files, checks, policy), highlight=False, soft_wrap=True)
     return code
+
+
+def _record_outcome(path: Path, view: RunView, run_dir: Path, code: int, console: Console) -> None:
+    """The gate's outcome kept with the run in the history, so that an inconclusive night is never
+    a later night's reference (``comparable_nights``); a run the history lacks is said, not added."""
+    from harness.derive.history.collect import history_run
+    from harness.results.gate import OUTCOMES
+    from harness.results.history.store import open_history
+
+    run = history_run(view, run_dir)
+    with open_history(path) as history:
+        recorded = history.record_gate(run, OUTCOMES[code])
+    if not recorded:
+        console.print(
+            f"[yellow]{escape(run.run_id)} is not in {escape(str(path))}:[/] its gate outcome is not "
+            "recorded there (bench history add RUN_DIR, or bench run --history, adds it)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _history(args: argparse.Namespace, view: RunView, console: Console) -> HistoryGate:
@@ -213,9 +258,10 @@ def _confirm(
     checks: list[Check],
     console: Console,
     history: HistoryGate | None,
-) -> tuple[list[Check], int, Confirmation]:
-    """Re-measure the failing arms on fresh start-ups, gate that run against the same baseline and
-    keep a failure only where both runs fail; the confirmation run gets its own gate files."""
+) -> tuple[list[Check], Confirmation]:
+    """Re-measure the arms of the failing and inconclusive checks on fresh start-ups, gate that run
+    against the same baseline, keep a failure only where both runs fail and give an inconclusive
+    check the confirmation's verdict; the confirmation run gets its own gate files."""
     from harness.derive.gates.confirm import arms_to_confirm, confirm, confirmation_regime
     from harness.derive.gates.evaluate import evaluate, exit_code
     from harness.derive.gates.relative import open_views
@@ -238,7 +284,7 @@ def _confirm(
     own = GateFiles.of(run_dir, None, None, None)
     write_gate(second, second_code, again, run_dir, args.baseline, own)
     combined = confirm(checks, second, run_dir.name)
-    return combined, exit_code(combined), Confirmation(run_dir, second, second_code)
+    return combined, Confirmation(run_dir, second, second_code)
 
 
 def confirmation_run(view: RunView, regime: Regime, run_dir: Path, console: Console) -> Path:

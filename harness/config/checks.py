@@ -123,7 +123,11 @@ GateMetric = Literal[GATED]  # the registry's gated metrics (harness.core.metric
 class Gate(StrictModel):
     """One gate: a floor (min), a ceiling (max), or a maximum regression against a baseline run."""
 
-    arm: str = Field(description="Arm name, or '*' for every speculative arm.")
+    arm: str = Field(
+        description="Arm name, or '*' for every arm the metric applies to: every speculative arm, and the "
+        "baseline too for its own timed figures (output_tok_s, TTFT, TPOT, ITL, E2E, usd_per_mtok, slo_pct, "
+        "goodput_rps), where an engine regression shows."
+    )
     metric: GateMetric = Field(
         description="A gated metric of harness.core.metrics: tau, tokens_per_forward, speedup, output_tok_s, "
         "usd_per_mtok, ttft/tpot/e2e_ms_p50/p90/p99, itl_ms_mean/p50/p99, slo_pct, goodput_rps, "

@@ -103,6 +103,13 @@ class Metric:
     def direction(self) -> str:
         return "higher is better" if self.higher_is_better else "lower is better"
 
+    @property
+    def of_baseline(self) -> bool:
+        """Whether the baseline arm has this metric to gate: a timed figure of its own (tok/s, TTFT,
+        TPOT, ITL, E2E, $/Mtok, SLO), where an engine regression shows; not a ratio to itself, an
+        engine count that is 1 by definition (tau) or a comparison with itself (exactness)."""
+        return self.timed and not self.ratio
+
 
 # entries the views show but the gates, the highlighting and the comparison leave alone
 _VIEW_ONLY: dict[str, Any] = {"gated": False, "highlighted": False, "compared": False}

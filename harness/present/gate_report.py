@@ -18,7 +18,7 @@ from rich.table import Table
 
 from harness.derive.samples import RunView
 from harness.results import write_json_atomic, write_text_atomic
-from harness.results.gate import GATE_FILE, Check, StoredGate
+from harness.results.gate import GATE_FILE, Check, InconclusivePolicy, StoredGate
 
 _COLOURS = {"pass": "green", "fail": "red", "error": "red", "inconclusive": "yellow", "skipped": "dim"}
 _ICONS = {
@@ -56,29 +56,28 @@ def _xml(text: str) -> str:
     return _NOT_XML.sub("\ufffd", text)
 
 
-def junit_xml(checks: Sequence[Check], suite: str) -> bytes:
-    """JUnit XML as CI systems read it: failures for regressions, errors for infrastructure,
-    skipped for gates that could not be evaluated; inconclusive gates pass with a note. Text XML
-    cannot hold is replaced (U+FFFD), so the file always parses."""
+def junit_xml(
+    checks: Sequence[Check], suite: str, inconclusive: InconclusivePolicy = "inconclusive"
+) -> bytes:
+    """JUnit XML as CI systems read it: failures for regressions, errors for infrastructure, and
+    skipped for what was not cleared: a gate that could not be evaluated, and an inconclusive one
+    (``<skipped message="inconclusive: ...">``: a JUnit reader counts it neither as passed nor as a
+    regression, which is what it is; ``--inconclusive fail`` writes it as a failure of type
+    "inconclusive", ``--inconclusive pass`` still as skipped: it was chosen to pass the job, not
+    cleared). Text XML cannot hold is replaced (U+FFFD), so the file always parses."""
     tally = counts(checks)
+    failed_inconclusive = inconclusive == "fail"
+    failures = tally["fail"] + (tally["inconclusive"] if failed_inconclusive else 0)
+    skipped = tally["skipped"] + (0 if failed_inconclusive else tally["inconclusive"])
     suite = _xml(suite)
-    root = ET.Element(
-        "testsuites",
-        name="bench gate",
-        tests=str(len(checks)),
-        failures=str(tally["fail"]),
-        errors=str(tally["error"]),
-        skipped=str(tally["skipped"]),
-    )
-    testsuite = ET.SubElement(
-        root,
-        "testsuite",
-        name=suite,
-        tests=str(len(checks)),
-        failures=str(tally["fail"]),
-        errors=str(tally["error"]),
-        skipped=str(tally["skipped"]),
-    )
+    tallied = {
+        "tests": str(len(checks)),
+        "failures": str(failures),
+        "errors": str(tally["error"]),
+        "skipped": str(skipped),
+    }
+    root = ET.Element("testsuites", name="bench gate", **tallied)
+    testsuite = ET.SubElement(root, "testsuite", name=suite, **tallied)
     for check in checks:
         name, message = _xml(check.name), _xml(check.message)
         case = ET.SubElement(testsuite, "testcase", classname=_xml(f"{suite}.{check.arm}"), name=name)
@@ -86,6 +85,11 @@ def junit_xml(checks: Sequence[Check], suite: str) -> bytes:
             ET.SubElement(case, "failure", message=message, type=_xml(check.gate)).text = message
         elif check.verdict == "error":
             ET.SubElement(case, "error", message=message, type="infrastructure").text = message
+        elif check.verdict == "inconclusive" and failed_inconclusive:
+            said = f"inconclusive (counted as a failure: --inconclusive fail): {message}"
+            ET.SubElement(case, "failure", message=said, type="inconclusive").text = said
+        elif check.verdict == "inconclusive":
+            ET.SubElement(case, "skipped", message=f"inconclusive (not cleared, not failed): {message}")
         elif check.verdict == "skipped":
             ET.SubElement(case, "skipped", message=message)
         else:
@@ -110,14 +114,40 @@ def ordered(checks: Sequence[Check]) -> list[Check]:
     return sorted(checks, key=lambda c: _ORDER[c.verdict])
 
 
-def markdown(checks: Sequence[Check], title: str, code: int) -> str:
+_OUTCOME_WORDS = {0: "passed", 1: "REGRESSION", 3: "INFRASTRUCTURE FAILURE", 4: "INCONCLUSIVE"}
+
+
+def tally_text(checks: Sequence[Check]) -> str:
+    """How many checks went which way, the ones that were not cleared first: "4 of 10 checks
+    inconclusive (not cleared, not failed), 6 passed"."""
     tally = counts(checks)
-    outcome = {0: "passed", 1: "REGRESSION", 3: "INFRASTRUCTURE FAILURE"}.get(code, "error")
+    said = {
+        "fail": "failed",
+        "error": "errors",
+        "inconclusive": "inconclusive (not cleared, not failed: the table says why)",
+        "skipped": "skipped",
+        "pass": "passed",
+    }
+    parts = [f"{tally[verdict]} {word}" for verdict, word in said.items() if tally[verdict]]
+    return f"{len(checks)} checks: {', '.join(parts)}" if parts else "no checks"
+
+
+def policy_text(inconclusive: InconclusivePolicy, checks: Sequence[Check]) -> str:
+    """What ``--inconclusive`` made of the inconclusive checks, where it changed the outcome."""
+    if inconclusive == "inconclusive" or not counts(checks)["inconclusive"]:
+        return ""
+    counted = "passed" if inconclusive == "pass" else "failed"
+    return f"inconclusive checks counted as {counted} (--inconclusive {inconclusive})"
+
+
+def markdown(
+    checks: Sequence[Check], title: str, code: int, inconclusive: InconclusivePolicy = "inconclusive"
+) -> str:
+    policy = policy_text(inconclusive, checks)
     lines = [
-        f"### bench gate: {_cell(title)}: {outcome}",
+        f"### bench gate: {_cell(title)}: {_OUTCOME_WORDS.get(code, 'error')} (exit {code})",
         "",
-        f"{tally['pass']} passed, {tally['fail']} failed, {tally['error']} errors, {tally['inconclusive']} "
-        f"inconclusive (not decided: see why), {tally['skipped']} skipped.",
+        f"{tally_text(checks)}." + (f" **{policy}.**" if policy else ""),
         "",
     ]
     shown = ordered([c for c in checks if c.verdict != "pass"] or list(checks))
@@ -159,12 +189,13 @@ def write_gate(
     baseline: Path | None,
     files: GateFiles,
     confirmation: Confirmation | None = None,
+    inconclusive: InconclusivePolicy = "inconclusive",
 ) -> None:
     """Every file of one gate, each written whole; the Markdown also goes to ``$GITHUB_STEP_SUMMARY``.
     With a confirmation, ``checks`` are the combined verdicts and the Markdown shows the
     confirmation run's own table below them."""
     title = f"{view.regime.name} run {run_dir.name}" + (f" vs {baseline.name}" if baseline else "")
-    summary_md = markdown(checks, title, code)
+    summary_md = markdown(checks, title, code, inconclusive)
     if confirmation is not None:
         summary_md += (
             f"\nA check fails only if it also failed in the confirmation run {confirmation.run_dir} "
@@ -173,11 +204,12 @@ def write_gate(
         )
     if view.machine_differences:
         summary_md += "\n**Forced across machines:** " + "; ".join(view.machine_differences) + "\n"
-    write_text_atomic(files.junit, junit_xml(checks, view.regime.name).decode())
+    write_text_atomic(files.junit, junit_xml(checks, view.regime.name, inconclusive).decode())
     write_text_atomic(files.markdown, summary_md)
     stored = StoredGate(
         baseline_run=str(baseline) if baseline else None,
         exit_code=code,
+        inconclusive=inconclusive,
         checks=list(checks),
         confirmation_run=str(confirmation.run_dir) if confirmation else None,
         confirmation_checks=list(confirmation.checks) if confirmation else [],
@@ -188,20 +220,21 @@ def write_gate(
             step_summary.write(summary_md)
 
 
-def outcome_line(code: int, files: GateFiles, checks: Sequence[Check] = ()) -> str:
-    """The command's last line: the verdict, its exit code, how many checks were decided which way
-    (a pass with checks inconclusive says how many: those were not decided, not passed), where the
-    files went (rich markup)."""
-    outcome = {0: "[green]pass[/]", 1: "[red]REGRESSION[/]", 3: "[red]INFRASTRUCTURE FAILURE[/]"}[code]
-    tally = counts(checks)
-    said = {
-        "fail": "failed",
-        "error": "errors",
-        "inconclusive": "inconclusive (not decided, not passed: the table says why)",
-        "skipped": "skipped",
-    }
-    parts = [f"{tally['pass']} of {len(checks)} checks passed"] if checks else []
-    parts += [f"{tally[verdict]} {word}" for verdict, word in said.items() if tally[verdict]]
-    tallied = f": {', '.join(parts)}" if parts else ""
+def outcome_line(
+    code: int,
+    files: GateFiles,
+    checks: Sequence[Check] = (),
+    inconclusive: InconclusivePolicy = "inconclusive",
+) -> str:
+    """The command's last line: the outcome and its exit code, how many checks went which way (the
+    ones not cleared first), what ``--inconclusive`` made of them, where the files went (rich markup)."""
+    outcome = {
+        0: "[green]pass[/]",
+        1: "[red]REGRESSION[/]",
+        3: "[red]INFRASTRUCTURE FAILURE[/]",
+        4: "[yellow]INCONCLUSIVE[/]",
+    }[code]
+    policy = policy_text(inconclusive, checks)
+    tallied = f": {tally_text(checks)}" if checks else ""
     files_said = f"JUnit {escape(str(files.junit))}, Markdown {escape(str(files.markdown))}"
-    return f"gate: {outcome} (exit {code}){tallied}; {files_said}"
+    return f"gate: {outcome} (exit {code}){tallied}{f' ({policy})' if policy else ''}; {files_said}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -14,6 +15,18 @@ from harness.results.files import read_json
 from harness.results.records import ResultModel
 
 Verdict = str  # "pass" | "fail" | "inconclusive" | "skipped" | "error"
+# What an inconclusive check makes of the gate (``bench gate --inconclusive``): by default its own
+# outcome and exit code (never a pass: the check was not cleared), or, chosen and recorded, a pass
+# or a regression.
+InconclusivePolicy = Literal["inconclusive", "pass", "fail"]
+EXIT_PASS, EXIT_REGRESSION, EXIT_INFRASTRUCTURE, EXIT_INCONCLUSIVE = 0, 1, 3, 4
+# each exit code's outcome, as the history keeps it (``runs.gate_outcome``)
+OUTCOMES = {
+    EXIT_PASS: "pass",
+    EXIT_REGRESSION: "regression",
+    EXIT_INFRASTRUCTURE: "infrastructure failure",
+    EXIT_INCONCLUSIVE: "inconclusive",
+}
 
 
 @dataclass
@@ -44,8 +57,11 @@ class StoredGate(ResultModel):
     """``RUN_DIR/gate/checks.json``: the last ``bench gate`` of a run (the report shows its checks)."""
 
     baseline_run: str | None
-    exit_code: int
+    exit_code: int  # 0 pass, 1 regression, 3 infrastructure, 4 inconclusive
     checks: list[Check]
+    # what an inconclusive check counted as (``bench gate --inconclusive``): "inconclusive" (its own
+    # outcome, exit 4: the default), or "pass" / "fail" as chosen
+    inconclusive: InconclusivePolicy = "inconclusive"
     # ``bench gate --confirm``: the run that re-measured the failing arms on fresh start-ups, and its
     # own checks against the same baseline (``checks`` then holds the combined verdicts)
     confirmation_run: str | None = None

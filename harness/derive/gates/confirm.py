@@ -1,5 +1,6 @@
-"""``bench gate --confirm``: the failing arms measured again on fresh start-ups, and a check failing
-only if it fails in both runs (one run's start-ups may have been unlucky)."""
+"""``bench gate --confirm``: the arms of the failing and inconclusive checks measured again on fresh
+start-ups; a check fails only if it fails in both runs (one run's start-ups may have been unlucky),
+and one the first run could not decide takes the confirmation's verdict."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from harness.results.gate import Check
 
 def arms_to_confirm(checks: Sequence[Check], regime: Regime) -> list[str]:
     """The arms a confirmation run measures again, in the regime's order: the baseline arm (the
-    speedup and exactness of the others are against it) and every arm with a failing check."""
-    failing = {c.arm for c in checks if c.verdict == "fail"}
+    speedup and exactness of the others are against it) and every arm with a failing or
+    inconclusive check."""
+    failing = {c.arm for c in checks if c.verdict in ("fail", "inconclusive")}
     baseline = regime.baseline_arm.name
     return [a.name for a in regime.arms if a.name == baseline or a.name in failing]
 
@@ -34,16 +36,25 @@ def confirm(first: Sequence[Check], second: Sequence[Check], confirmation_run: s
     """The verdicts after a confirmation run: a check fails only if it fails in both runs (a failure
     the fresh start-ups do not repeat is inconclusive: one run's start-ups may have been unlucky);
     an arm that broke in the confirmation keeps its failure, or is an infrastructure error when
-    its engine did not start. Every other check is the first run's."""
+    its engine did not start. A check the first run left inconclusive takes the confirmation's
+    verdict: its fresh start-ups decide what the first run's could not (still inconclusive where
+    they cannot either). Every other check is the first run's."""
     by_name = {c.name: c for c in second}
     broken = {c.arm: c for c in second if c.gate == "arm"}
     combined = []
     for check in first:
+        again = by_name.get(check.name) or broken.get(check.arm)
+        where = f"the confirmation run {confirmation_run}"
+        if check.verdict == "inconclusive":
+            verdict, said = (
+                ("inconclusive", "no such check there") if again is None else (again.verdict, again.message)
+            )
+            message = f"{check.message}; re-measured in {where}: {said}"
+            combined.append(replace(check, verdict=verdict, message=message))
+            continue
         if check.verdict != "fail":
             combined.append(check)
             continue
-        again = by_name.get(check.name) or broken.get(check.arm)
-        where = f"the confirmation run {confirmation_run}"
         if again is None and check.gate == "arm":  # broke in this run, ran in the confirmation
             failing = [c for c in second if c.arm == check.arm and c.verdict == "fail"]
             verdict, why = (

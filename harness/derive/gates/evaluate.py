@@ -4,24 +4,35 @@ Every gate is evaluated per (arm, workload, load level) cell on SAMPLES, never o
 which samples and which statistic is the metric registry's (``harness.core.metrics``, read through
 ``harness.derive.samples.RunView``). A floor or ceiling is the run's own (``limits``); a maximum
 regression is judged against the nights before in a history when there are enough of them
-(``harness.derive.history.gate``), else against a baseline run (``relative``). "Inconclusive" is
-shown, never failing. A failed or missing arm is a regression; an engine that never started is an
-infrastructure error (exit 3), not a regression.
+(``harness.derive.history.gate``), else against a baseline run (``relative``). "Inconclusive" (not
+cleared, not failed) is an outcome of its own, exit 4, never a pass. A failed or missing arm is a
+regression; an engine that never started is an infrastructure error (exit 3), not a regression.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from harness.config.checks import Gate
 from harness.config.level import LoadLevel
+from harness.config.regime import Regime
 from harness.core.formats import inert
+from harness.core.metrics import METRICS
 from harness.derive.gates.limits import limit_check, speedup_limit
 from harness.derive.gates.relative import against_baseline
 from harness.derive.history.gate import HistoryGate, against_nights
 from harness.derive.history.reference import MIN_NIGHTS
 from harness.derive.intervals import stored_estimate
 from harness.derive.samples import RunView
-from harness.results.gate import Check, Verdict
+from harness.results.gate import (
+    EXIT_INCONCLUSIVE,
+    EXIT_INFRASTRUCTURE,
+    EXIT_PASS,
+    EXIT_REGRESSION,
+    Check,
+    InconclusivePolicy,
+    Verdict,
+)
 
 
 def _cell_name(workload: str, level: LoadLevel) -> str:
@@ -134,6 +145,16 @@ def _golden_checks(view: RunView, index: int, arm: str) -> list[Check]:
     return checks
 
 
+def gated_arms(regime: Regime, gate: Gate) -> list[str]:
+    """The arms one rule checks: the arm it names; for ``"*"`` every speculative arm, and the
+    baseline too where the metric is its own timed figure (``Metric.of_baseline``): the engine
+    regression a nightly exists to catch shows there first."""
+    if gate.arm != "*":
+        return [gate.arm]
+    baseline = METRICS[gate.metric].of_baseline
+    return [a.name for a in regime.arms if a.method != "baseline" or baseline]
+
+
 def evaluate(
     view: RunView, baseline: RunView | None = None, history: HistoryGate | None = None
 ) -> list[Check]:
@@ -141,7 +162,6 @@ def evaluate(
     Relative gates compare with the history's nights when there are enough of them, else with
     ``baseline``."""
     regime, gates = view.regime, view.regime.gates
-    speculative = [a.name for a in regime.arms if a.method != "baseline"]
     checks: list[Check] = []
     reported: set[str] = set()
 
@@ -155,7 +175,7 @@ def evaluate(
         return False
 
     for index, gate in enumerate(gates.rules):
-        for arm in speculative if gate.arm == "*" else [gate.arm]:
+        for arm in gated_arms(regime, gate):
             if arm_ok(arm, gate.metric):
                 checks += _rule_checks(view, baseline, index, arm, history)
     target = regime.target_reference()
@@ -170,11 +190,15 @@ def evaluate(
     return checks
 
 
-def exit_code(checks: Sequence[Check]) -> int:
-    """3 infrastructure error, 1 regression, 0 pass (inconclusive and skipped gates pass)."""
+def exit_code(checks: Sequence[Check], inconclusive: InconclusivePolicy = "inconclusive") -> int:
+    """3 infrastructure error, 1 regression, 4 inconclusive (a check neither cleared nor failed;
+    ``inconclusive`` "pass" or "fail" counts it as that instead), 0 pass: every check cleared, or
+    skipped (a relative rule with nothing to compare with, said in its row)."""
     verdicts = {c.verdict for c in checks}
     if "error" in verdicts:
-        return 3
+        return EXIT_INFRASTRUCTURE
     if "fail" in verdicts:
-        return 1
-    return 0
+        return EXIT_REGRESSION
+    if "inconclusive" in verdicts:
+        return {"inconclusive": EXIT_INCONCLUSIVE, "fail": EXIT_REGRESSION, "pass": EXIT_PASS}[inconclusive]
+    return EXIT_PASS

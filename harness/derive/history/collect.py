@@ -17,6 +17,7 @@ from harness.core.metrics import METRICS
 from harness.derive.analysis import RAW_ARM_FILES
 from harness.derive.intervals import stored_estimate
 from harness.derive.samples import RunView
+from harness.results.gate import OUTCOMES, read_gate
 from harness.results.history.entry import HistoryCell, HistoryEntry, HistoryRun, HistorySample
 from harness.results.model import SpeedupEstimate
 
@@ -81,7 +82,14 @@ def history_run(
         point=run_dir.name if study else None,
         source=str(run_dir),
         content_digest=content_digest(run_dir),
+        gate_outcome=gate_outcome(run_dir),
     )
+
+
+def gate_outcome(run_dir: Path) -> str | None:
+    """The outcome of the run's last ``bench gate`` (RUN_DIR/gate/checks.json), None when not gated."""
+    stored = read_gate(run_dir)
+    return None if stored is None else OUTCOMES.get(stored.exit_code)
 
 
 class IncompleteRun(UserError):

@@ -32,6 +32,9 @@ class HistoryRun(ResultModel):
     # a digest of the run's raw samples, not of where they lie (schema 3): a copy of the run under
     # another name or folder has the same, and is the same night (None: not known, keyed by run id)
     content_digest: str | None = None
+    # the run's last ``bench gate`` as it stored it (RUN_DIR/gate/checks.json) or as ``bench gate
+    # --history`` recorded it (schema 4): pass, regression, inconclusive, infrastructure failure
+    gate_outcome: str | None = None
 
 
 class HistorySample(ResultModel):

@@ -16,6 +16,9 @@ text is made inert where it is printed.
               + runs.env
     schema 3: + runs.content_digest (NULL for the runs of an older file until their directory is
               read again: ``History.fill_digests``)
+    schema 4: + runs.gate_outcome (the run's last ``bench gate``: pass, regression, inconclusive,
+              infrastructure failure; NULL: not gated, or added before it was kept). A night whose
+              gate was inconclusive is never a later night's reference.
 
 Reads come back as DataFrames (``History.runs()``, ``.samples()``, ``.cells()``), the same columns
 as the typed models of ``harness.results.history.entry``.
@@ -37,7 +40,7 @@ from harness.core.errors import UserError
 from harness.core.formats import inert
 from harness.results.history.entry import HistoryEntry, HistoryRun
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_PATH = Path("results") / "history.duckdb"
 # DuckDB lets one process hold a file for writing: another writer (a second `bench history add`, a
 # nightly `bench run --history`) waits this long for it, then is told who holds it
@@ -50,7 +53,8 @@ TABLES = {
         environment_fingerprint VARCHAR, engine VARCHAR NOT NULL, engine_version VARCHAR,
         engine_patches VARCHAR NOT NULL, harness_commit VARCHAR, engine_commit VARCHAR,
         started_at TIMESTAMP NOT NULL, study VARCHAR, point VARCHAR, source VARCHAR NOT NULL,
-        added_at TIMESTAMP NOT NULL DEFAULT current_timestamp, env VARCHAR, content_digest VARCHAR""",
+        added_at TIMESTAMP NOT NULL DEFAULT current_timestamp, env VARCHAR, content_digest VARCHAR,
+        gate_outcome VARCHAR""",
     "samples": """
         run_id VARCHAR NOT NULL, arm VARCHAR NOT NULL, method VARCHAR NOT NULL, workload VARCHAR NOT NULL,
         concurrency INTEGER NOT NULL, request_rate DOUBLE, metric VARCHAR NOT NULL, sample INTEGER NOT NULL,
@@ -77,8 +81,16 @@ def _schema_3(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE runs ADD COLUMN content_digest VARCHAR")  # unknown (NULL) for older runs
 
 
+def _schema_4(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("ALTER TABLE runs ADD COLUMN gate_outcome VARCHAR")  # unknown (NULL) for older runs
+
+
 # schema N -> N + 1, run in order on an older file
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _schema_2, 2: _schema_3}
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {
+    1: _schema_2,
+    2: _schema_3,
+    3: _schema_4,
+}
 
 
 class History:
@@ -171,6 +183,15 @@ class History:
             "VALUES (?, ?, ?, ?, ?)",
             [run_id, *found, inert(reason)],
         )
+        return True
+
+    def record_gate(self, run: HistoryRun, outcome: str) -> bool:
+        """Keep a run's gate outcome (``bench gate --history``), on the run the history holds it as
+        (``stored_as``); False when it holds no such run."""
+        run_id = self.stored_as(run)
+        if run_id is None:
+            return False
+        self.connection.execute("UPDATE runs SET gate_outcome = ? WHERE run_id = ?", [outcome, run_id])
         return True
 
     def accepted(self) -> pd.DataFrame:
