@@ -15,6 +15,7 @@ end; what the engines themselves do on a GPU stays unmeasured (docs/gpu.md)."""
 from __future__ import annotations
 
 import io
+import re
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -25,10 +26,15 @@ import yaml
 
 from harness.cli import main
 from harness.config.engines import get_adapter
-from harness.results import RunDir, Summary, read_json, read_records
+from harness.results import RunDir, RunTiming, Summary, read_json, read_records
 from harness.results.records import WindowRecord
 from harness.run.server import _LIVE_GROUPS  # the server groups this process started and has not stopped
-from tests.gpu_stand_ins.stand_in_engine import ACCEPTED_PER_STEP, SERVED_K_ENV
+from tests.gpu_stand_ins.stand_in_engine import (
+    ACCEPTED_PER_STEP,
+    FAIL_LAUNCHES_ENV,
+    LAUNCH_DIR_ENV,
+    SERVED_K_ENV,
+)
 from tests.test_gpu_arm_devices import ARM_GPU, ARM_WATTS, IDLE_WATTS, fake_nvml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -367,3 +373,114 @@ def test_the_dflash_cell_at_64_is_flagged_only_past_the_ceiling(tp8: dict[str, A
     ]
     assert [(c.arm, c["needed"]) for c in found] == [("dflash_k9", 640)]
     assert "ramp @64 (640 tokens)" in found[0]["cells"]
+
+
+# ---- h200_tp8 under fire: servers that do not start (issue 78, item 5) ---------------------------
+
+
+def _tp8_fault_regime(tmp_path: Path, fails: str, server_starts: int = 3) -> Path:
+    """``_tp8_regime`` cut to the baseline and DFlash (no ramp), ``server_starts`` rounds, the
+    stand-ins failing the launches ``fails`` names (``STAND_IN_FAIL_LAUNCHES``), counted over the run
+    and its resume under ``tmp_path/launches``."""
+    path = _tp8_regime(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["arms"] = [arm for arm in data["arms"] if arm["name"] in ("baseline", "dflash_k9")]
+    data["load"]["server_starts"] = server_starts
+    del data["load"]["ramp"]
+    data["engine"]["env"][FAIL_LAUNCHES_ENV] = fails
+    data["engine"]["env"][LAUNCH_DIR_ENV] = str(tmp_path / "launches")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _launches(tmp_path: Path) -> dict[str, int]:
+    """How many times each method's stand-in was launched (``stand_in_engine.launches``)."""
+    folder = tmp_path / "launches"
+    return {p.stem: len(p.read_text().splitlines()) for p in sorted(folder.glob("*.launches"))}
+
+
+def _said(capsys: pytest.CaptureFixture[str]) -> str:
+    out = capsys.readouterr()
+    return " ".join((out.out + out.err).split())
+
+
+def test_a_baseline_that_fails_its_start_up_twice_stops_the_night(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The baseline's first start-up fails, and again when started once more: the run stops there
+    (DFlash never started: nothing could be compared with it), exit 3, saying what it did not spend;
+    ``bench run --resume`` continues it once the fault is gone (here: the stand-in's next launch)."""
+    _gpu_node("vllm", monkeypatch, gpu="NVIDIA H200", processes=_ServersOnEveryGpu())
+    code, run = _bench_run(_tp8_fault_regime(tmp_path, "baseline:1,2"), tmp_path)
+    said = _said(capsys)
+    assert code == 3, said[-3000:]
+    assert _launches(tmp_path) == {"baseline": 2}  # within one start-up (and its retry): nothing else
+    status = run.read_status("baseline")
+    assert (status.status, status.phase) == ("failed", "startup")
+    assert [n.split(" (")[0] for n in status.remeasured] == ["start-up 1: the server did not start"]
+    first = run.root / "arms" / "baseline.attempt-1" / run.server_log("baseline", 0).name
+    assert "NCCL error" in first.read_text()  # the first failure's log kept
+    assert "NCCL error" in run.server_log("baseline", 0).read_text()  # and the retry's
+    assert "starting it once more" in said
+    assert not (run.arm_dir("dflash_k9") / "launch.json").exists()
+    assert "the baseline (baseline) failed on start-up 1 twice" in said
+    # 3 rounds x 2 arms not run, at the night plan's pace and 8 x $3.50 an hour
+    assert re.search(r"Not spent: 6 start-ups of 2 arms, about \d+ min and \$\d+\.\d\d at \$28\.00/h", said)
+    assert f"bench run --resume {run.root} continues it" in said
+    assert read_json(tmp_path / "outcome.json")["exit_code"] == 3
+
+    resumed = main(["run", "--resume", str(run.root)])
+    said = _said(capsys)
+    assert resumed == 0, said[-3000:]
+    assert _launches(tmp_path) == {"baseline": 5, "dflash": 3}
+    for arm in ("baseline", "dflash_k9"):
+        assert run.read_status(arm).status == "ok"
+        starts = sorted({w.server_start for w in read_records(run.windows(arm), WindowRecord)})
+        assert starts == [0, 1, 2], arm
+    rounds = RunTiming.model_validate(read_json(run.root / "timing.json")).rounds
+    assert [sorted(r.done) for r in rounds] == [["baseline", "dflash_k9"]] * 3  # paired, round by round
+
+
+def test_a_baseline_that_fails_once_is_started_again_and_the_night_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _gpu_node("vllm", monkeypatch, gpu="NVIDIA H200", processes=_ServersOnEveryGpu())
+    code, run = _bench_run(_tp8_fault_regime(tmp_path, "baseline:1", server_starts=2), tmp_path)
+    said = _said(capsys)
+    assert code == 0, said[-3000:]
+    assert "arm baseline: start-up 1: the server did not start" in said and "starting it once more" in said
+    assert _launches(tmp_path) == {"baseline": 3, "dflash": 2}
+    status = run.read_status("baseline")
+    assert status.status == "ok" and len(status.startups_s) == 2
+    assert [n.split(" (")[0] for n in status.remeasured] == ["start-up 1: the server did not start"]
+    assert "NCCL error" in (run.root / "arms" / "baseline.attempt-1" / "server.log").read_text()
+    assert "NCCL error" not in run.server_log("baseline", 0).read_text()
+
+
+def test_dflash_failing_its_third_start_up_keeps_its_two_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DFlash's third start-up fails, and again when started once more: its two complete rounds stay
+    in its verdicts (fewer rounds, said), its later start-ups are not run, the baseline's third is."""
+    from harness.derive.analysis import load_analysis
+    from harness.present.verdict_text import caveat_text
+
+    _gpu_node("vllm", monkeypatch, gpu="NVIDIA H200", processes=_ServersOnEveryGpu())
+    code, run = _bench_run(_tp8_fault_regime(tmp_path, "dflash:3,4"), tmp_path)
+    said = _said(capsys)
+    assert code == 3, said[-3000:]  # an arm failed
+    assert _launches(tmp_path) == {"baseline": 3, "dflash": 4}
+    status = run.read_status("dflash_k9")
+    assert (status.status, len(status.startups_s)) == ("failed", 2)
+    analysis = load_analysis(run.root).analysis
+    assert analysis.verdicts
+    for verdict in analysis.verdicts:
+        assert verdict.best is not None and verdict.best.arm == "dflash_k9"
+        assert (verdict.best.server_starts, verdict.baseline.server_starts) == (2, 3)
+        assert verdict.estimate is not None and verdict.estimate.rounds == 2
+        (fewer,) = [c for c in verdict.caveats if c.code == "fewer_rounds"]
+        assert caveat_text(fewer).startswith(
+            "dflash_k9: 2 of the baseline's 3 rounds (it failed on start-up 3)"
+        )
+    codes = {c.code: c for c in analysis.caveats}
+    assert "arm_not_ok" not in codes and codes["arm_failed_late"]["failed"] == 3

@@ -341,7 +341,7 @@ def window_verdicts(summary: Summary, to_decide: ToDecide | None = None) -> list
             and c.arm != summary.baseline_arm
             and c.speedup is not None
             and (arm := summary.arm(c.arm)) is not None
-            and arm.status == "ok"  # a failed arm is in no verdict (run_caveats says so)
+            and _in_verdicts(summary, arm, c)  # a failed arm: its complete start-ups (run_caveats says so)
         ]
         best, rivals = _choose(speculative, windows)
         estimate = estimate_of(best) if best else None
@@ -356,6 +356,7 @@ def window_verdicts(summary: Summary, to_decide: ToDecide | None = None) -> list
                     (arm_caveats(summary.arm(best.arm)) if best else [])
                     + cpu_caveats([baseline] + ([best] if best else []))
                     + load_caveat(baseline, best)
+                    + fewer_rounds(summary, baseline, best)
                 ),
                 distribution=_distribution_verdict(summary, best.arm) if best else None,
                 candidates=max(1, len(speculative)),
@@ -371,6 +372,45 @@ def window_verdicts(summary: Summary, to_decide: ToDecide | None = None) -> list
             )
         )
     return verdicts
+
+
+def failed_on(summary: Summary, arm: ArmSummary) -> int | None:
+    """The start-up a failed arm failed on, counted from 0: the start-ups before it are complete
+    (the runner keeps only those in its files) and stay in its verdicts; its last start-up in a
+    round's ``done`` (``RunTiming.rounds``) is that one. None: not failed, or no rounds recorded."""
+    if arm.status != "failed" or summary.timing is None:
+        return None
+    started = [r.server_starts[arm.name] for r in summary.timing.rounds if arm.name in r.done]
+    return started[-1] if started else None
+
+
+def _in_verdicts(summary: Summary, arm: ArmSummary, cell: CellMetrics) -> bool:
+    """Whether an arm's cell enters its window's verdict: a finished arm's, and a failed arm's that
+    rests on start-ups it completed before the one it failed on (a run written before the runner set
+    a failed start-up's windows aside may still hold them: that cell stays out)."""
+    if arm.status == "ok":
+        return True
+    failed = failed_on(summary, arm)
+    return failed is not None and failed > 0 and cell.server_starts <= failed
+
+
+def fewer_rounds(summary: Summary, baseline: CellMetrics, best: CellMetrics | None) -> list[Caveat]:
+    """The chosen arm failed on a later start-up: its verdict rests on fewer rounds than the
+    baseline's (the rounds both have: ``intervals.cell_estimates``' two-arm model), and its later
+    start-ups were not run."""
+    arm = summary.arm(best.arm) if best is not None else None
+    failed = failed_on(summary, arm) if arm is not None else None
+    if best is None or failed is None or best.server_starts >= baseline.server_starts:
+        return []
+    return [
+        caveat(
+            "fewer_rounds",
+            best.arm,
+            rounds=best.server_starts,
+            baseline_rounds=baseline.server_starts,
+            failed=failed + 1,
+        )
+    ]
 
 
 def _alone(cell: CellMetrics) -> stats.Interval | None:
@@ -661,7 +701,14 @@ def run_caveats(summary: Summary) -> list[Caveat]:
     found += [
         caveat("arm_not_ok", a.name, status=a.status, why=f" ({inert(a.error[:300])})" if a.error else "")
         for a in summary.arms
-        if a.status != "ok"
+        if a.status != "ok" and not failed_on(summary, a)
+    ]
+    found += [  # failed after complete start-ups: those stay in its verdicts (fewer_rounds)
+        caveat(
+            "arm_failed_late", a.name, failed=failed + 1, why=f" ({inert(a.error[:300])})" if a.error else ""
+        )
+        for a in summary.arms
+        if (failed := failed_on(summary, a))
     ]
     found += [
         caveat("unpaired", arm)

@@ -49,6 +49,14 @@ CAVEAT_TEXT: dict[str, str] = {
     "engine_patched": "engine patched: {detail}",
     "arm_mismatch": "arm {arm}: regime mismatch: {detail}",
     "arm_not_ok": "arm {arm} is {status}: not in any verdict{why}",
+    "arm_failed_late": (
+        "arm {arm} failed on start-up {failed}{why}: the start-ups it completed before it are in its "
+        "verdicts, its later ones were not run"
+    ),
+    "fewer_rounds": (
+        "{arm}: {rounds} of the baseline's {baseline_rounds} rounds (it failed on start-up {failed}): its "
+        "interval rests on the rounds both completed"
+    ),
     "unpaired": (
         "arm {arm}: its start-ups ran in other rounds than the baseline's (retried on resume), so they are "
         "not paired by round: its speedup has no interval (drift between those rounds would be in it); a new "

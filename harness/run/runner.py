@@ -5,7 +5,10 @@ Data flows one way: regime -> engine adapter (argv/env) -> server -> client (raw
 -> result files. Metrics are derived from the stored raw files afterwards (``summary``), so a
 crash never loses what was already measured: every request is on disk as soon as it ends.
 
-An arm whose engine fails is recorded as failed (with its log tail) and the next arm runs.
+A server that fails to start is started once more, fresh (``Runner._start_again``). An arm whose
+engine still fails is recorded as failed (with its log tail) and sits out the rounds after; the
+start-ups it completed stay in its verdicts. A baseline that fails stops the run at once
+(``Runner._baseline_stop``): nothing could be compared with the start-ups left, so none is begun.
 An interrupt stops the current server (the ``Server`` context manager) and propagates.
 """
 
@@ -56,7 +59,7 @@ from harness.results.records import Round, RunRecord
 from harness.run.calibration import CalibrationSource
 from harness.run.client import RampResult, WindowResult
 from harness.run.deployment import deployment_change, served_now
-from harness.run.outlook import earlier_round_minutes, outlook_text
+from harness.run.outlook import earlier_round_minutes, outlook_text, start_up_seconds
 from harness.run.passes import PassSender, distribution_pass, reference_pass, warm_up
 from harness.run.plan import RunPlan, changed_workload, plan_regime, prepare_run
 from harness.run.run_record import continued_record, regime_record
@@ -115,6 +118,7 @@ class Runner:
         # None on a machine without NVML, or with endpoints: nothing of theirs to watch here
         self.gpu_reader = None if plan.regime.endpoints() else gpu.open_process_reader(self.devices)
         self.on_created: Callable[[Path], None] | None = None  # told the new run directory (bench run --json)
+        self.start_up_s: list[float] = []  # each start-up this invocation measured, all in (seconds)
 
     def run(self, run_root: Path | None = None) -> tuple[RunDir, Summary]:
         """A new run: under ``results_dir/<regime>/<run-id>``, or exactly at ``run_root`` (a study's
@@ -213,6 +217,8 @@ class Runner:
                     rounds[-1] = rounds[-1].model_copy(update={"done": [*rounds[-1].done, name]})
                     self._write_rounds(run, rounds)
                     self.latest = _write_summary(run)
+                    if name == self.plan.baseline and name not in active:
+                        raise self._baseline_stop(run, done, active)
                 if len(left) == len(rounds[-1].order):  # a whole round: its pace plans the next
                     self.round_s.append(time.monotonic() - began)
                 if self.plan.load.decides():
@@ -254,6 +260,8 @@ class Runner:
                 )
             else:
                 done[arm.name] = self._resume_arm(run, arm, rounds)
+        if rounds:
+            self._write_rounds(run, rounds)  # a failed arm's start-up taken out of its round (_reopen)
         return done
 
     def _next_round(
@@ -292,17 +300,20 @@ class Runner:
         active: list[str],
         startups: dict[str, list[float]],
     ) -> None:
-        """The arm's next start-up; one that fails leaves ``active`` (its status says why)."""
+        """The arm's next start-up; one that fails leaves ``active`` (its status says why). The
+        seconds of each that ended well are the pace a stopped run's cost is said at."""
         arms = self.plan.regime.arms
         index, arm = next((i, a) for i, a in enumerate(arms, start=1) if a.name == name)
         self.console.rule(
             self._start_label(done[name]) + f"arm {index}/{len(arms)}: {arm.name} ({arm.method})"
         )
+        began = time.monotonic()
         self._run_start_up(run, arm, done[name], startups[name])
         if run.read_status(name).status == "failed":
             active.remove(name)
         else:
             done[name] += 1
+            self.start_up_s.append(time.monotonic() - began)
 
     def _start_label(self, start: int) -> str:
         load = self.plan.load
@@ -395,11 +406,12 @@ class Runner:
 
     def _resume_arm(self, run: RunDir, arm: Arm, rounds: list[Round]) -> int:
         """Ready an arm without complete results to run (again); returns its start-ups kept. A new
-        arm, a failed one, or one whose run recorded no rounds (before version 7) starts over, its
-        earlier files moved aside. One interrupted after some start-ups keeps those: its files are
-        moved aside whole, and the complete start-ups' lines copied back (nothing is deleted)."""
+        arm, or one whose run recorded no rounds (before version 7) starts over, its earlier files
+        moved aside. One interrupted or failed after some start-ups keeps those (a failed one: those
+        before the start-up it failed on, which runs again, ``_reopen``): its files are moved aside
+        whole, and the complete start-ups' lines copied back (nothing is deleted)."""
         status = run.read_status(arm.name)
-        kept = 0 if status.status == "failed" else completed_starts(arm.name, rounds)
+        kept = _reopen(arm.name, rounds) if status.status == "failed" else completed_starts(arm.name, rounds)
         aside = run.set_aside(arm.name)
         if kept == 0 or aside is None:  # nothing to keep (or its directory is gone)
             return 0
@@ -446,7 +458,8 @@ class Runner:
         unmeasured passes (the baseline's reference pass, the distribution check) run on the first
         start-up only. The arm is ``ok`` after its last start-up (``startups``: the earlier ones' times).
         A start-up whose counters broke (``CountersBroken``: the server restarted or reset them) is
-        measured again once (``again``), its first attempt's files kept aside; twice, the arm fails."""
+        measured again once (``again``), its first attempt's files kept aside; twice, the arm fails. So
+        is one whose server did not start (``_start_again``)."""
         phase = "startup"  # a failure before the server is ready is infrastructure, not a regression
         remeasured = run.read_status(arm.name).remeasured
         try:
@@ -488,32 +501,117 @@ class Runner:
             self._set_aside_start_up(run, arm, start, startups, [*remeasured, why])
             self._run_start_up(run, arm, start, startups, again=True)
         except EngineError as exc:
-            self._arm_failed(run, arm, phase, str(exc), startups)
+            self._engine_failed(run, arm, start, startups, phase, str(exc), again)
         except UserError:
             raise  # a refused regime: the check that raised has already written the arm's status
         except BaseException:
             run.write_status(arm.name, ArmStatus(status="interrupted", startups_s=startups))
             raise
 
-    def _arm_failed(self, run: RunDir, arm: Arm, phase: str, error: str, startups: list[float]) -> None:
+    def _engine_failed(
+        self, run: RunDir, arm: Arm, start: int, startups: list[float], phase: str, error: str, again: bool
+    ) -> None:
+        """Start-up ``start`` failed: a server the harness started that did not start is started once
+        more (``_start_again``; ``again``: this was that once more); else the arm fails."""
+        if phase == "startup" and not again and arm.endpoint is None:
+            self._start_again(run, arm, start, startups, error)
+        else:
+            self._arm_failed(run, arm, phase, error, startups, start)
+
+    def _start_again(self, run: RunDir, arm: Arm, start: int, startups: list[float], error: str) -> None:
+        """A server that did not start (it exited, or was not ready within ``startup_timeout_s``: a
+        full disk, an NCCL hang, a GPU not yet released) is started once more, fresh; the failed
+        attempt's files (its log) are kept aside whole and the retry recorded (``remeasured``). A
+        second failure fails the arm."""
+        why = f"start-up {start + 1}: the server did not start ({error.splitlines()[0].rstrip(':')})"
+        remeasured = [*run.read_status(arm.name).remeasured, f"{why}: started again"]
+        aside = self._set_aside_start_up(run, arm, start, startups, remeasured)
+        kept = f" (its files kept in {aside.relative_to(run.root)})" if aside is not None else ""
+        self.console.print(
+            f"[yellow]arm {arm.name}: {escape(inert(why))}[/]{kept}: starting it once more, fresh",
+            soft_wrap=True,
+        )
+        self._run_start_up(run, arm, start, startups, again=True)
+
+    def _arm_failed(
+        self, run: RunDir, arm: Arm, phase: str, error: str, startups: list[float], start: int = 0
+    ) -> None:
+        """The arm fails on start-up ``start``: it sits out the rounds after. A start-up that failed
+        while measuring, after complete ones, is moved aside whole (its log copied back beside the
+        arm's, where the error names it), so the arm's files hold the start-ups it completed: those
+        stay in its verdicts (``verdict.window_verdicts``)."""
         self.console.print(f"[red]arm {arm.name} failed:[/] {escape(inert(error))}", soft_wrap=True)
         remeasured = run.read_status(arm.name).remeasured
+        if phase == "measuring" and start > 0:
+            aside = run.set_aside(arm.name)
+            if aside is not None:
+                self._copy_back(run, arm.name, aside, start)
+                log = run.server_log(arm.name, start)
+                if (aside / log.name).is_file():
+                    shutil.copy2(aside / log.name, log)
+            del startups[start:]
         status = ArmStatus(
             status="failed", phase=phase, error=error, startups_s=startups, remeasured=remeasured
         )
         run.write_status(arm.name, status)
 
+    def _baseline_stop(self, run: RunDir, done: dict[str, int], active: list[str]) -> EngineError:
+        """The run stopped where its baseline failed for good: every later start-up would measure arms
+        with nothing to compare them with. Says what was not spent (the start-ups the design still
+        wanted, their minutes at the run's pace and $ at the regime's price), that what was measured
+        is kept, and the command that continues the run once the fault is fixed."""
+        baseline, load, regime = self.plan.baseline, self.plan.load, self.plan.regime
+        status, start = run.read_status(baseline), done[baseline]
+        arms = [baseline, *active]
+        least = sum(max(0, load.min_server_starts() - done[n]) for n in arms)
+        most = sum(max(0, load.max_server_starts() - done[n]) for n in arms)
+        cold, warm, where = self._start_up_seconds()
+        seconds = sum(  # an arm's first start-up is its cold one
+            (cold + (left - 1) * warm if done[n] == 0 else left * warm)
+            for n in arms
+            if (left := load.min_server_starts() - done[n]) > 0
+        )
+        price = regime.price_per_hour()
+        unit = (
+            f"cost.usd_per_gpu_hour {regime.cost.usd_per_gpu_hour:g} x {regime.tensor_parallel_size} GPUs"
+            if regime.cost.usd_per_gpu_hour is not None
+            else "cost.usd_per_machine_hour"
+        )
+        hours = seconds / 3600
+        upto = f" (up to {most}, were its verdicts to stay undecided)" if most > least else ""
+        twice = any(note.startswith(f"start-up {start + 1}:") for note in status.remeasured)
+        error = status.error.splitlines()[0].rstrip(":") if status.error else "no error recorded"
+        return EngineError(
+            f"the baseline ({baseline}) failed on start-up {start + 1}"
+            + (" twice (started once more, fresh)" if twice else "")
+            + f": {error}\nNo arm can be compared without it: the run stopped, no further start-up begun. "
+            f"Not spent: {least} start-up{'s' if least != 1 else ''} of {len(arms)} arm"
+            f"{'s' if len(arms) != 1 else ''}{upto}, about {60 * hours:.0f} min and ${hours * price:.2f} "
+            f"at ${price:.2f}/h ({unit}), {where}. What was measured is kept in {run.root}; after the fix, "
+            f"bench run --resume {run.root} continues it from the baseline's start-up {start + 1}."
+        )
+
+    def _start_up_seconds(self) -> tuple[float, float, str]:
+        """An arm's first (cold) and later start-ups' seconds at this invocation's pace (its start-ups
+        that ended well), else the night plan's (an earlier run's rounds, else its stated
+        assumptions); where the figures are from."""
+        if self.start_up_s:
+            each = sum(self.start_up_s) / len(self.start_up_s)
+            return each, each, "at this run's pace"
+        return start_up_seconds(self.plan.regime, earlier_round_minutes(self.results_dir, self.plan.regime))
+
     def _set_aside_start_up(
         self, run: RunDir, arm: Arm, start: int, startups: list[float], remeasured: list[str]
-    ) -> None:
+    ) -> Path | None:
         """The arm's files as they were before start-up ``start``: the whole directory moved aside
-        (nothing measured is deleted), the earlier start-ups' lines copied back."""
+        (nothing measured is deleted; returned), the earlier start-ups' lines copied back."""
         aside = run.set_aside(arm.name)
         if aside is not None and start > 0:
             self._copy_back(run, arm.name, aside, start)
         del startups[start:]
         status = ArmStatus(status="running", startups_s=startups, remeasured=remeasured)
         run.write_status(arm.name, status)
+        return aside
 
     def _check_deployment(self, arm: Arm, server: Server | ExternalServer, when: str) -> None:
         """Stop the arm if the endpoint it reaches serves another deployment than the run began on."""
@@ -769,6 +867,19 @@ class Runner:
             )
         if result.records and all(not r.ok for r in result.records):
             raise EngineError(f"every request failed (first error: {result.records[0].error})")
+
+
+def _reopen(arm: str, rounds: list[Round]) -> int:
+    """A failed arm's last start-up (the one it failed on) taken back out of its round's ``done``
+    (``rounds`` changed in place), so that a resume runs it again: in that round where it is the last
+    (still paired with the round's other start-ups), else in a new one. Returns the start-ups it
+    completed before it (0: none, or a run that recorded no rounds)."""
+    for index in range(len(rounds) - 1, -1, -1):
+        entry = rounds[index]
+        if arm in entry.done:
+            rounds[index] = entry.model_copy(update={"done": [n for n in entry.done if n != arm]})
+            return entry.server_starts[arm]
+    return 0
 
 
 def _timing(run: RunDir) -> RunTiming:

@@ -30,6 +30,10 @@ configuration), each read from the engine's own argv.
   step whose batch verifies more tokens than the largest captured CUDA graph (``ceiling``: batch x
   (K + 1)) runs uncaptured, ``UNCAPTURED_SLOWDOWN`` times slower, as vLLM's fallback does.
 - ``STAND_IN_STARTUP_S``: seconds the server takes to start (a GPU start-up, scaled down).
+- ``STAND_IN_FAIL_LAUNCHES`` (``"baseline:1,2;dflash:3,4"``): the launches of the baseline (no
+  speculation) or of a speculative method that fail, counted from 1 over the run in files under
+  ``STAND_IN_LAUNCH_DIR``: such a launch takes its start-up time, then exits with an NCCL error, as a
+  server that does not start (``launch_fault``).
 """
 
 from __future__ import annotations
@@ -261,6 +265,33 @@ STARTUP_ENV = "STAND_IN_STARTUP_S"
 def slow_start() -> None:
     """Take ``STAND_IN_STARTUP_S`` seconds to start, as an engine loading, compiling and capturing."""
     time.sleep(float(os.environ.get(STARTUP_ENV, "0")))
+
+
+FAIL_LAUNCHES_ENV, LAUNCH_DIR_ENV = "STAND_IN_FAIL_LAUNCHES", "STAND_IN_LAUNCH_DIR"
+
+
+def launches(method: str) -> int:
+    """This launch's number among ``method``'s (1: its first), counted in ``STAND_IN_LAUNCH_DIR``."""
+    folder = os.environ.get(LAUNCH_DIR_ENV)
+    if not folder:
+        return 0
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{method}.launches"), "a+") as handle:
+        handle.write("launch\n")
+        handle.seek(0)
+        return len(handle.read().splitlines())
+
+
+def launch_fault(method: str) -> None:
+    """Exit as a server that does not start, on the launches of ``method`` (``baseline``, or the
+    speculative method) that ``STAND_IN_FAIL_LAUNCHES`` names: after its start-up time, as an NCCL
+    hang or a crash in CUDA-graph capture ends a GPU start-up."""
+    parts = (part.partition(":") for part in os.environ.get(FAIL_LAUNCHES_ENV, "").split(";"))
+    told = {name.strip(): {int(n) for n in numbers.split(",") if n.strip()} for name, _, numbers in parts}
+    number = launches(method)
+    if number in told.get(method, set()):
+        log(f"RuntimeError: NCCL error: unhandled system error (stand-in: {method}'s launch {number} fails)")
+        sys.exit(1)
 
 
 class EngineLoop:

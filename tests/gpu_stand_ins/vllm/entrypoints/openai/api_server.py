@@ -43,6 +43,7 @@ from stand_in_engine import (
     Streamer,
     chunk_id,
     device_line,
+    launch_fault,
     log,
     logprobs,
     output_ids,
@@ -308,6 +309,7 @@ def main(argv: list[str]) -> None:
         sys.exit(f"ValueError: {exc}")
     engine.startup_log()
     slow_start()
+    launch_fault((args.speculative_config or {}).get("method", "baseline"))
     serve(engine.app(), args.host, args.port, args.uds)
 
 
