@@ -97,7 +97,7 @@ class Run:
                     continue
                 about = v.best is not None and v.best.arm == cell.arm and v.outcome != Outcome.NO_ARM
                 found[(cell.arm, v.workload, v.level)] = {
-                    "verdict": str(v.outcome) if about else None,
+                    "verdict": v.answer if about else None,
                     "deploy": v.deploy == cell.arm,
                 }
         return found

@@ -12,7 +12,11 @@ A pure function of the typed ``Summary``. Per (workload, load level) window:
   ("equivalent"), or spanning 1 ("indistinguishable from the baseline"); with no interval it is
   "unverified";
 - $/Mtok at the baseline and at that arm, and the saving;
-- whether its greedy outputs stayed identical to the baseline's;
+- whether its greedy outputs stayed identical to the baseline's: an arm whose outputs left the
+  baseline's beyond near ties on a larger share of prompts than the baseline left its own (its noise
+  floor), or whose sampled outputs failed the distribution check's equivalence test, is not lossless
+  here (``Divergence``) and is never deployed, however fast: the deploy falls to the fastest lossless
+  arm that pays, else the baseline;
 - the caveats that qualify it, never hidden: a drafter that only exercises the mechanics, a
   drafter trained on the measured prompts, a failed arm, regime mismatches, lossy settings, and a
   baseline that does not reproduce itself (noise floor below 100%).
@@ -84,9 +88,42 @@ class Neighbour:
     gpu_others_sm_pct: float | None
 
 
+NOT_LOSSLESS = "pays, not lossless"  # the answer of a window whose chosen arm pays but diverged
 EFFECTIVE_LOAD_GAP = (
     0.10  # two arms whose mean requests in flight differ more were compared at different load
 )
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A speculative arm that is not lossless in a window: its greedy outputs left the baseline's
+    beyond a near tie (a wide top-2 margin: a real correctness difference, not numerics) on a larger
+    share of the compared prompts than the baseline's own reference pass left it (its noise floor),
+    or, sampling, its output distribution failed the equivalence test ("shifted")."""
+
+    arm: str
+    diverged: int  # prompt comparisons whose first difference was beyond a near tie (greedy)
+    compared: int
+    floor: int  # the baseline's own such comparisons against its reference pass
+    floor_compared: int
+    shifted: str | None = None  # sampled (T > 0): the distribution check's verdict
+
+
+def divergence(summary: Summary, cell: CellMetrics, baseline: CellMetrics) -> Divergence | None:
+    """Whether ``cell``'s arm is not lossless in its window (``Divergence``); None: lossless as far as
+    the run compared (not compared at all is said by the exactness text, not here)."""
+    if summary.distribution is not None:
+        said = _distribution_verdict(summary, cell.arm)
+        return Divergence(cell.arm, 0, 0, 0, 0, said) if said and said.startswith("shifted") else None
+    shares, floor = cell.exactness, baseline.exactness
+    if shares is None or not shares.compared:
+        return None
+    diverged = shares.count(shares.diverged_pct)
+    floor_diverged, floor_compared = (floor.count(floor.diverged_pct), floor.compared) if floor else (0, 0)
+    floor_share = floor_diverged / floor_compared if floor_compared else 0.0
+    if diverged / shares.compared <= floor_share:
+        return None
+    return Divergence(cell.arm, diverged, shares.compared, floor_diverged, floor_compared)
 
 
 @dataclass(frozen=True)
@@ -126,6 +163,21 @@ class WindowVerdict:
     # one server and nothing compared with it (bench run --endpoint URL): its tok/s over the rounds
     # with the 95% t interval (None: an arm is compared, or one round)
     alone: stats.Interval | None = None
+    # the window's speculative arms that are not lossless here, fastest first: never deployed
+    not_lossless: tuple[Divergence, ...] = ()
+
+    @property
+    def lossy(self) -> Divergence | None:
+        """The chosen arm's divergence, where it is not lossless here."""
+        return next((d for d in self.not_lossless if self.best and d.arm == self.best.arm), None)
+
+    @property
+    def answer(self) -> str:
+        """The outcome as the stored views word it: "pays, not lossless" where the chosen arm pays but
+        is not lossless here (it is not deployed), else the outcome's own value."""
+        if self.outcome == Outcome.PAYS and self.lossy is not None:
+            return NOT_LOSSLESS
+        return str(self.outcome)
 
     @property
     def faster_undecided(self) -> tuple[Rival, ...]:
@@ -180,8 +232,11 @@ class WindowVerdict:
 
     @property
     def deploy(self) -> str:
-        """The arm to deploy: the chosen speculative arm only where it pays, else the baseline."""
-        return self.best.arm if self.best is not None and self.outcome == "pays" else self.baseline.arm
+        """The arm to deploy: the chosen speculative arm only where it pays and stayed lossless (the
+        choice prefers a lossless arm that pays: ``_choose``), else the baseline."""
+        if self.best is not None and self.outcome == Outcome.PAYS and self.lossy is None:
+            return self.best.arm
+        return self.baseline.arm
 
     @property
     def saving_pct(self) -> float | None:
@@ -343,7 +398,8 @@ def window_verdicts(summary: Summary, to_decide: ToDecide | None = None) -> list
             and (arm := summary.arm(c.arm)) is not None
             and _in_verdicts(summary, arm, c)  # a failed arm: its complete start-ups (run_caveats says so)
         ]
-        best, rivals = _choose(speculative, windows)
+        diverged = [d for c in speculative if (d := divergence(summary, c, baseline)) is not None]
+        best, rivals = _choose(speculative, windows, {d.arm for d in diverged})
         estimate = estimate_of(best) if best else None
         verdicts.append(
             WindowVerdict(
@@ -369,6 +425,7 @@ def window_verdicts(summary: Summary, to_decide: ToDecide | None = None) -> list
                 rivals=rivals,
                 to_decide=rounds(workload, level, estimate, max(1, len(speculative)), windows),
                 alone=_alone(baseline) if len(summary.arms) == 1 else None,
+                not_lossless=tuple(sorted(diverged, key=lambda d: -(_speedup_of(speculative, d.arm)))),
             )
         )
     return verdicts
@@ -430,10 +487,17 @@ def _to_decide(
     return rounds_to_decide(estimate, candidates)
 
 
-def _choose(speculative: list[CellMetrics], windows: int) -> tuple[CellMetrics | None, tuple[Rival, ...]]:
+def _speedup_of(cells: list[CellMetrics], arm: str) -> float:
+    return next((c.speedup or 0.0 for c in cells if c.arm == arm), 0.0)
+
+
+def _choose(
+    speculative: list[CellMetrics], windows: int, lossy: frozenset[str] | set[str] = frozenset()
+) -> tuple[CellMetrics | None, tuple[Rival, ...]]:
     """The arm a window's verdict is about, and the others beside it: each arm's interval held
     over all of them at once (``Estimate.selected_from``); the fastest of those whose interval lies
-    above 1, else the fastest. A rival is shown slower where the chosen arm's log speedup exceeds
+    above 1 and that stayed lossless (``lossy``: not), else the fastest that pays, else the fastest.
+    A rival is shown slower where the chosen arm's log speedup exceeds
     its by Hsu's one-sided margin (``stats.best_of_quantile``) on the larger of their standard errors:
     under the arms x rounds model a difference of two arms has the start-up variance of a speedup,
     and its prompt term is taken as the larger one's."""
@@ -443,7 +507,8 @@ def _choose(speculative: list[CellMetrics], windows: int) -> tuple[CellMetrics |
     estimates = {c.arm: e for c in speculative if (e := estimate_of(c)) is not None}
     pays = {arm: e.selected_from(candidates, windows).verdict == "pays" for arm, e in estimates.items()}
     ordered = sorted(speculative, key=lambda c: c.speedup or 0.0, reverse=True)
-    best = next((c for c in ordered if pays.get(c.arm)), ordered[0])
+    paying = [c for c in ordered if pays.get(c.arm)]
+    best = next((c for c in paying if c.arm not in lossy), paying[0] if paying else ordered[0])
     chosen = estimates.get(best.arm)
     rivals = []
     for cell in ordered:

@@ -21,6 +21,7 @@ from harness.present.verdict_text import (
     distribution_lines,
     findings_text,
     identical_counts,
+    outcome_words,
     published_lines,
     verdict_lines,
 )
@@ -288,7 +289,7 @@ def _lab_verdict(analysis: RunAnalysis, cell: CellMetrics) -> str:
         return "deploy" if found.deploy == cell.arm and found.best is not None else ""
     if found.best is None or found.best.arm != cell.arm:
         return ""
-    return OUTCOME_WORD[found.outcome]
+    return outcome_words(found)
 
 
 def lab_rows(analysis: RunAnalysis, level: LoadLevel) -> tuple[list[str], list[list[str]]]:

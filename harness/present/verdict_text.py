@@ -15,7 +15,15 @@ from harness.core.formats import bound_text, interval_text, range_text, speedup_
 from harness.derive.analysis import IntervalBasis, RunAnalysis
 from harness.derive.findings import Fact
 from harness.derive.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate
-from harness.derive.verdict import Caveat, Neighbour, Outcome, PublishedCheck, SloCapacity, WindowVerdict
+from harness.derive.verdict import (
+    Caveat,
+    Divergence,
+    Neighbour,
+    Outcome,
+    PublishedCheck,
+    SloCapacity,
+    WindowVerdict,
+)
 from harness.results.model import CellMetrics, Summary
 
 OUTCOME_WORDS = {
@@ -256,10 +264,18 @@ def _said(v: WindowVerdict) -> str:
     assert e is not None and d is not None
     scope = f"{scope_text(v)} at {v.level.label()}"
     outcome = v.outcome
+    if outcome == Outcome.PAYS and v.lossy is not None:
+        return (
+            f"{arm} pays, but is {lossy_text(v.lossy)}: {bound_text(e.point)}x faster ({_own(e)}) {scope}; "
+            f"not deployed: deploy {v.deploy}{_rivals(v)}"
+        )
     if outcome == Outcome.PAYS:
         return f"{arm} pays: {bound_text(e.point)}x faster ({_own(e)}) {scope}{_rivals(v)}"
     if outcome == Outcome.LOSES:
-        return f"{arm} loses: {bound_text(e.point)}x, slower than the baseline ({_own(e)}) {scope}"
+        return (
+            f"{arm} loses: {bound_text(e.point)}x, slower than the baseline ({_own(e)}) {scope}"
+            f"{_not_lossless(v)}{_rivals(v)}"
+        )
     if outcome == Outcome.EQUIVALENT:
         margin = f"{100 * EQUIVALENCE_MARGIN:.0f}%"
         point = speedup_text(e.point)
@@ -291,16 +307,53 @@ def _said(v: WindowVerdict) -> str:
     return f"unverified: {arm} {speedup_text(e.point)} ({side}) {scope}; {why}"
 
 
+def outcome_words(v: WindowVerdict) -> str:
+    """A window's outcome in a word or two: "pays, not lossless" where the chosen arm pays but is
+    not lossless here (not deployed), else the outcome's own words."""
+    return "pays, not lossless" if v.outcome == Outcome.PAYS and v.lossy else OUTCOME_WORDS[v.outcome]
+
+
+def lossy_text(d: Divergence) -> str:
+    """Why an arm is not lossless here, in numbers."""
+    if d.shifted is not None:
+        return f"not lossless here: its output distribution {d.shifted}"
+    floor = f"{d.floor} of {d.floor_compared}" if d.floor_compared else "none compared"
+    return (
+        f"not lossless here: {d.diverged} of {d.compared} prompt outputs diverged beyond a near tie "
+        f"(the baseline's own: {floor})"
+    )
+
+
+def _not_lossless(v: WindowVerdict) -> str:
+    """The chosen arm's divergence where its outcome is not "pays" (a paying one says it first)."""
+    if v.lossy is None or v.outcome == Outcome.PAYS:
+        return ""
+    return f"; {v.lossy.arm} is {lossy_text(v.lossy)}"
+
+
 def _rivals(v: WindowVerdict) -> str:
-    """The arms beside a paying choice: faster but undecided, or paying too and not told apart."""
+    """The arms beside the choice: not lossless here (never deployed, whatever their speed); beside a
+    paying choice, faster but undecided, or paying too and not told apart."""
+    chosen = v.best.arm if v.best else None
     said = [
+        f"{d.arm} ({speedup_text(_point(v, d.arm))}) is {lossy_text(d)}: not deployed"
+        for d in v.not_lossless
+        if d.arm != chosen
+    ]
+    said += [
         f"{r.arm} may be faster ({speedup_text(r.estimate.point)}) but is too noisy to tell"
         for r in v.faster_undecided
     ]
     said += [
-        f"{r.arm} pays too ({speedup_text(r.estimate.point)}): which is faster is not decided" for r in v.tied
+        f"{r.arm} pays too ({speedup_text(r.estimate.point)}): which is faster is not decided"
+        for r in v.tied
+        if r.arm not in {d.arm for d in v.not_lossless}
     ]
     return "".join(f"; {s}" for s in said)
+
+
+def _point(v: WindowVerdict, arm: str) -> float:
+    return next((r.estimate.point for r in v.rivals if r.arm == arm), 1.0)
 
 
 def _cost(v: WindowVerdict) -> str:
@@ -351,6 +404,8 @@ def verdict_line(v: WindowVerdict) -> str:
             return f"{where}: one server, compared with nothing: {spread} (95% over its rounds)"
         return f"{where}: no speculative arm measured; baseline {tok_s} tok/s"
     head = f"{where}: {_said(v)}"
+    if v.best is not None and v.outcome not in (Outcome.PAYS, Outcome.LOSES):
+        head += _not_lossless(v) + _rivals(v)  # what is not lossless, whatever the outcome
     if v.provisional:
         head = f"PROVISIONAL ({provisional_text(v)}): {head}"
     line = "; ".join([head, _cost(v), outputs_text(v)])

@@ -61,6 +61,10 @@ class ExactnessShares(ResultModel):
     diverged_pct: float | None
     unknown_pct: float | None
 
+    def count(self, pct: float | None) -> int:
+        """How many of the compared prompts one of these shares is (they are stored as percentages)."""
+        return round(self.compared * (pct or 0.0) / 100)
+
 
 class SpeedupEstimate(ResultModel):
     """What the arms x rounds model (``harness.derive.intervals``) stored with a speedup besides its

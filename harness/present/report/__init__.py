@@ -45,7 +45,6 @@ from harness.present.table import (
     verification_line,
 )
 from harness.present.verdict_text import (
-    OUTCOME_WORDS,
     PUBLISHED_WORDS,
     basis_line,
     capacity_text,
@@ -53,6 +52,7 @@ from harness.present.verdict_text import (
     chance_line,
     design_line,
     findings_text,
+    outcome_words,
     outputs_text,
     provisional_text,
     statistics_line,
@@ -220,8 +220,8 @@ def _verdicts(analysis: RunAnalysis) -> list[dict[str, Any]]:
                 "statistics": statistics_line(verdict),
                 "design": design_line(verdict, analysis.basis.precision_pct),
                 "answer": verdict.deploy,
-                "outcome": OUTCOME_WORDS[verdict.outcome],
-                "class": OUTCOME_CLASS.get(verdict.outcome, ""),
+                "outcome": outcome_words(verdict),
+                "class": "" if verdict.lossy else OUTCOME_CLASS.get(verdict.outcome, ""),
                 "speedup": speedup_text(estimate.point, estimate.low, estimate.high) if estimate else "–",
                 "best": best.arm if best else "–",
                 "usd_before": verdict.baseline.usd_per_mtok,
