@@ -451,6 +451,13 @@ def _in_verdicts(summary: Summary, arm: ArmSummary, cell: CellMetrics) -> bool:
     return failed is not None and failed > 0 and cell.server_starts <= failed
 
 
+def failed_late(summary: Summary, arm: ArmSummary) -> int | None:
+    """``failed_on`` for an arm with cells of the start-ups before it (in its verdicts), else None."""
+    failed = failed_on(summary, arm)
+    cells = [c for c in summary.cells if c.arm == arm.name and _in_verdicts(summary, arm, c)]
+    return failed if failed and cells else None
+
+
 def fewer_rounds(summary: Summary, baseline: CellMetrics, best: CellMetrics | None) -> list[Caveat]:
     """The chosen arm failed on a later start-up: its verdict rests on fewer rounds than the
     baseline's (the rounds both have: ``intervals.cell_estimates``' two-arm model), and its later
@@ -766,14 +773,14 @@ def run_caveats(summary: Summary) -> list[Caveat]:
     found += [
         caveat("arm_not_ok", a.name, status=a.status, why=f" ({inert(a.error[:300])})" if a.error else "")
         for a in summary.arms
-        if a.status != "ok" and not failed_on(summary, a)
+        if a.status != "ok" and not failed_late(summary, a)
     ]
     found += [  # failed after complete start-ups: those stay in its verdicts (fewer_rounds)
         caveat(
             "arm_failed_late", a.name, failed=failed + 1, why=f" ({inert(a.error[:300])})" if a.error else ""
         )
         for a in summary.arms
-        if (failed := failed_on(summary, a))
+        if (failed := failed_late(summary, a))
     ]
     found += [
         caveat("unpaired", arm)

@@ -536,13 +536,15 @@ class Runner:
     def _arm_failed(
         self, run: RunDir, arm: Arm, phase: str, error: str, startups: list[float], start: int = 0
     ) -> None:
-        """The arm fails on start-up ``start``: it sits out the rounds after. A start-up that failed
-        while measuring, after complete ones, is moved aside whole (its log copied back beside the
-        arm's, where the error names it), so the arm's files hold the start-ups it completed: those
-        stay in its verdicts (``verdict.window_verdicts``)."""
+        """The arm fails on start-up ``start``: it sits out the rounds after. A started server's
+        start-up that failed while measuring, after complete ones, is moved aside whole (its log
+        copied back beside the arm's, where the error names it), so the arm's files hold the
+        start-ups it completed: those stay in its verdicts (``verdict.window_verdicts``). An existing
+        server's windows stay where they are (the one that saw another deployment is the evidence);
+        its cells that hold the failed round's stay out of the verdicts."""
         self.console.print(f"[red]arm {arm.name} failed:[/] {escape(inert(error))}", soft_wrap=True)
         remeasured = run.read_status(arm.name).remeasured
-        if phase == "measuring" and start > 0:
+        if phase == "measuring" and start > 0 and arm.endpoint is None:
             aside = run.set_aside(arm.name)
             if aside is not None:
                 self._copy_back(run, arm.name, aside, start)
