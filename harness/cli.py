@@ -3,7 +3,8 @@ the only place that turns errors into messages and exit codes.
 
 Exit codes: 0 success; 1 a gate found a regression; 2 bad input (regime, workload, missing
 package); 3 engine/infrastructure failure (an arm's server would not start or died; results are
-still written); 130 interrupted.
+still written); 4 a gate was inconclusive (``bench gate``: a check neither cleared nor failed); 130
+interrupted.
 """
 
 from __future__ import annotations

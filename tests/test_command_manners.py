@@ -50,11 +50,11 @@ def test_a_change_is_worded_by_the_metrics_direction() -> None:
         assert not re.search(r"-\d+(\.\d+)?% worse", check.message), check.message
 
 
-def test_a_pass_says_how_many_checks_were_inconclusive(
+def test_an_inconclusive_gate_leads_with_how_many_checks_were_not_cleared(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One start-up per side: the relative gates cannot see the spread, so they are inconclusive;
-    the exit is still 0, and the last line says so beside "pass"."""
+    """One start-up per side: the relative gates cannot see the spread, so they are inconclusive:
+    never a pass (issue 78), exit 4, and the last line leads with the outcome and the count."""
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     monkeypatch.setenv("COLUMNS", "200")
     gates = {"rules": [{"arm": "*", "metric": "tau", "max_regression_pct": 10}]}
@@ -66,13 +66,14 @@ def test_a_pass_says_how_many_checks_were_inconclusive(
         record["regime"]["gates"] = gates
         (run / "regime.json").write_text(json.dumps(record))
         runs.append(run)
-    assert main(["gate", str(runs[0]), "--baseline", str(runs[1])]) == 0
+    assert main(["gate", str(runs[0]), "--baseline", str(runs[1])]) == 4
     last = capsys.readouterr().out.strip().splitlines()[-1]
     checks = json.loads((runs[0] / "gate" / "checks.json").read_text())["checks"]
     inconclusive = sum(c["verdict"] == "inconclusive" for c in checks)
     assert inconclusive > 0
-    assert last.startswith("gate: pass (exit 0)"), last
-    assert f"{len(checks) - inconclusive} of {len(checks)} checks passed, {inconclusive} inconclusive" in last
+    assert last.startswith(
+        f"gate: INCONCLUSIVE (exit 4): {len(checks)} checks: {inconclusive} inconclusive"
+    ), last
 
 
 def test_history_show_keeps_the_whole_run_id_at_100_columns(
