@@ -31,6 +31,7 @@ from harness.results.records import WindowRecord
 from harness.run.server import _LIVE_GROUPS  # the server groups this process started and has not stopped
 from tests.gpu_stand_ins.stand_in_engine import (
     ACCEPTED_PER_STEP,
+    DIVERGE_ENV,
     FAIL_LAUNCHES_ENV,
     LAUNCH_DIR_ENV,
     SERVED_K_ENV,
@@ -484,3 +485,39 @@ def test_dflash_failing_its_third_start_up_keeps_its_two_rounds(
         )
     codes = {c.code: c for c in analysis.caveats}
     assert "arm_not_ok" not in codes and codes["arm_failed_late"]["failed"] == 3
+
+
+def test_dflash_that_diverges_above_concurrency_1_is_not_lossless_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM #46669 in miniature (``STAND_IN_DIVERGE_ABOVE``): DFlash's outputs are garbled whenever
+    more than one request is in flight. At concurrency 1 it stays lossless; at 4 every window's
+    verdict says it is not lossless there, with the counts, and it is never the arm to deploy
+    (issue 78, items 4 and 7)."""
+    from harness.derive.analysis import load_analysis
+    from harness.present.verdict_text import verdict_line
+
+    _gpu_node("vllm", monkeypatch, gpu="NVIDIA H200", processes=_ServersOnEveryGpu())
+    path = _tp8_fault_regime(tmp_path, "", server_starts=2)
+    data = yaml.safe_load(path.read_text())
+    data["load"]["concurrency"] = [1, 4]
+    data["load"]["num_prompts"] = 8
+    data["engine"]["env"][DIVERGE_ENV] = "dflash:1"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, run = _bench_run(path, tmp_path)
+    said = _said(capsys)
+    assert code == 0, said[-3000:]
+    verdicts = {v.level.concurrency: v for v in load_analysis(run.root).analysis.verdicts}
+    assert set(verdicts) == {1, 4}
+    for verdict in verdicts.values():
+        assert verdict.deploy != "dflash_k9" or verdict.level.concurrency == 1
+    assert not any(
+        d.arm == "dflash_k9" for v in verdicts.values() if v.concurrency == 1 for d in v.not_lossless
+    )
+    for verdict in (v for v in verdicts.values() if v.concurrency == 4):
+        (lossy,) = verdict.not_lossless
+        assert lossy.arm == "dflash_k9" and lossy.diverged > 0 and lossy.floor == 0
+        assert "dflash_k9 is not lossless here" in verdict_line(
+            verdict
+        ) or "pays, but is not lossless" in verdict_line(verdict)
+    assert "not lossless here" in said

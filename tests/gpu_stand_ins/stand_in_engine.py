@@ -34,6 +34,10 @@ configuration), each read from the engine's own argv.
   speculation) or of a speculative method that fail, counted from 1 over the run in files under
   ``STAND_IN_LAUNCH_DIR``: such a launch takes its start-up time, then exits with an NCCL error, as a
   server that does not start (``launch_fault``).
+- ``STAND_IN_DIVERGE_ABOVE`` (``"dflash:1"``): a stand-in of that speculative method answers a
+  request that arrives while more than that many are in flight with its third output token wrong
+  (where the baseline's top-2 margin is wide: a real divergence, not a near tie), as vLLM #46669's
+  DFlash/MTP with async scheduling above concurrency 1 does (``diverges``).
 """
 
 from __future__ import annotations
@@ -268,6 +272,19 @@ def slow_start() -> None:
 
 
 FAIL_LAUNCHES_ENV, LAUNCH_DIR_ENV = "STAND_IN_FAIL_LAUNCHES", "STAND_IN_LAUNCH_DIR"
+DIVERGE_ENV = "STAND_IN_DIVERGE_ABOVE"
+
+
+def diverges(method: str | None, in_flight: int) -> bool:
+    """Whether a request of a ``method`` stand-in that arrived with ``in_flight`` requests in flight
+    (itself included) gets a wrong token (``STAND_IN_DIVERGE_ABOVE``)."""
+    named, _, above = os.environ.get(DIVERGE_ENV, "").partition(":")
+    return bool(method) and named == method and in_flight > int(above or 1)
+
+
+def garbled(ids: list[int]) -> list[int]:
+    """The answer with its third token replaced: what a broken verify step streams."""
+    return [(t + 1) % VOCAB if i == 2 else t for i, t in enumerate(ids)]
 
 
 def launches(method: str) -> int:

@@ -43,6 +43,8 @@ from stand_in_engine import (
     Streamer,
     chunk_id,
     device_line,
+    diverges,
+    garbled,
     launch_fault,
     log,
     logprobs,
@@ -118,6 +120,7 @@ class VllmStandIn:
         self.model = args.served_model_name
         self.ended = 0  # requests answered, for the changes the environment asks for
         self.resets_asked = 0  # prefix-cache resets asked for (STAND_IN_RESET_FAILS refuses the first)
+        self.in_flight = 0  # requests being answered (STAND_IN_DIVERGE_ABOVE reads it)
         self._restart()
 
     def _restart(self) -> None:
@@ -234,6 +237,9 @@ class VllmStandIn:
         chat = request.path == "/v1/chat/completions"
         text = prompt_text(body)
         ids, prompt = output_ids(text, int(body["max_tokens"])), prompt_ids(text)
+        self.in_flight += 1
+        if diverges(self.method, self.in_flight):
+            ids = garbled(ids)
         self._prefix(text, len(prompt))
         top = requested_top(body, chat)
         own = Acceptance(self.k) if self.k else None
@@ -258,7 +264,10 @@ class VllmStandIn:
             await out.send("[DONE]")
             self._request_ended()
 
-        return await stream(request, produce)
+        try:
+            return await stream(request, produce)
+        finally:
+            self.in_flight -= 1
 
     def _choice(self, body: dict, chat: bool, tokens: list[int], top: int, last: bool) -> dict[str, Any]:
         text = "".join(token_text(t) for t in tokens)
