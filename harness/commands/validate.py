@@ -351,6 +351,7 @@ def _print_plan(plan: Any, console: Console) -> None:
     )
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    _print_detectable(plan.regime, console)
     if plan.regime.endpoints():  # nothing is launched here, and this machine is only the client's
         _print_endpoints(plan, console)
         return
@@ -391,6 +392,16 @@ def _print_plan(plan: Any, console: Console) -> None:
         fit = fits.get(arm.name)
         if fit is not None:
             _print_fit(fit, console)
+
+
+def _print_detectable(regime: Any, console: Console) -> None:
+    """Each relative rule's detectable change at the regime's design, a rule whose limit the design
+    cannot resolve in yellow with the start-ups that would (harness.derive.gates.detectable)."""
+    from harness.derive.gates.detectable import design_lines
+
+    for line, flagged in design_lines(regime):
+        shown = f"[yellow]{escape(line)}[/]" if flagged else escape(line)
+        console.print(shown, soft_wrap=True, highlight=False)
 
 
 def _print_fit(fit: Any, console: Console) -> None:

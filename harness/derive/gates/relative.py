@@ -31,6 +31,7 @@ from harness.core.errors import UserError
 from harness.core.formats import change_text
 from harness.core.machine import machine_differences
 from harness.core.metrics import METRICS
+from harness.derive.gates.detectable import check_text
 from harness.derive.gates.limits import calibrated_spread
 from harness.derive.samples import RunView
 from harness.results.calibration import Calibration
@@ -257,6 +258,9 @@ def _relative(
     source = f"; spread from {calibration.label()}" if spread is not None and calibration else ""
     if unit == "start-up":
         source += f"; {night_said}" if night is not None else "; night term unknown: within-run spread only"
+        source += "; " + check_text(
+            values, reference, tolerance_pct, metric.higher_is_better, gates.confidence, spread, night
+        )  # the smallest regression it fails with 80% (issue 78, item 2)
     change = change_text(result.change, metric.higher_is_better)
     described = (
         f"{check.value:.4g} vs {check.baseline_value:.4g}: {change} "
