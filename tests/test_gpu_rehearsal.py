@@ -425,8 +425,8 @@ def test_a_baseline_that_fails_its_start_up_twice_stops_the_night(
     assert "starting it once more" in said
     assert not (run.arm_dir("dflash_k9") / "launch.json").exists()
     assert "the baseline (baseline) failed on start-up 1 twice" in said
-    # 3 rounds x 2 arms not run, at the night plan's pace and 8 x $3.50 an hour
-    assert re.search(r"Not spent: 6 start-ups of 2 arms, about \d+ min and \$\d+\.\d\d at \$28\.00/h", said)
+    # 3 rounds x 2 arms but the baseline's first, at the night plan's pace and 8 x $3.50 an hour
+    assert re.search(r"Not spent: 5 start-ups not begun, about \d+ min and \$\d+\.\d\d at \$28\.00/h", said)
     assert f"bench run --resume {run.root} continues it" in said
     assert read_json(tmp_path / "outcome.json")["exit_code"] == 3
 

@@ -36,14 +36,14 @@ def test_a_failed_baseline_stops_the_run_and_a_resume_continues_it(
     begins), the error says what was not spent, ngram waits as interrupted; the resume runs the
     baseline's start-up 2 in round 2 (paired with ngram's), then round 3."""
     runner, run, order = _rounds_runner(tmp_path, monkeypatch, fail={(1, "baseline")})
-    monkeypatch.setattr(runner, "_start_up_seconds", lambda: (60.0, 60.0, "at this run's pace"))
+    monkeypatch.setattr(runner, "_start_up_seconds", lambda: (600.0, 600.0, "at this run's pace"))
     with pytest.raises(EngineError) as stopped:
         runner._run_arms(run)
     assert order == [(0, "baseline"), (0, "ngram_k4"), (1, "ngram_k4"), (1, "baseline")]
     said = " ".join(str(stopped.value).split())
     assert said.startswith("the baseline (baseline) failed on start-up 2")
-    # the baseline's start-ups 2 and 3, ngram's 3: three minutes at $0.10 an hour (cpu_e2e's price)
-    assert "Not spent: 3 start-ups of 2 arms, about 3 min and $0.01 at $0.10/h" in said
+    # the baseline's start-up 3 and ngram's: 20 minutes at $0.10 an hour (cpu_e2e's price)
+    assert "Not spent: 2 start-ups not begun, about 20 min and $0.03 at $0.10/h" in said
     assert f"bench run --resume {run.root} continues it from the baseline's start-up 2" in said
     assert run.read_status("baseline").status == "failed"
     assert run.read_status("ngram_k4").status == "interrupted"

@@ -560,18 +560,19 @@ class Runner:
     def _baseline_stop(self, run: RunDir, done: dict[str, int], active: list[str]) -> EngineError:
         """The run stopped where its baseline failed for good: every later start-up would measure arms
         with nothing to compare them with. Says what was not spent (the start-ups the design still
-        wanted, their minutes at the run's pace and $ at the regime's price), that what was measured
-        is kept, and the command that continues the run once the fault is fixed."""
+        wanted that were not begun, their minutes at the run's pace and $ at the regime's price),
+        that what was measured is kept, and the command that continues the run once the fault is
+        fixed."""
         baseline, load, regime = self.plan.baseline, self.plan.load, self.plan.regime
         status, start = run.read_status(baseline), done[baseline]
-        arms = [baseline, *active]
-        least = sum(max(0, load.min_server_starts() - done[n]) for n in arms)
-        most = sum(max(0, load.max_server_starts() - done[n]) for n in arms)
+        begun = {**{n: done[n] for n in active}, baseline: start + 1}  # start-ups begun, each arm
+        least = sum(max(0, load.min_server_starts() - n) for n in begun.values())
+        most = sum(max(0, load.max_server_starts() - n) for n in begun.values())
         cold, warm, where = self._start_up_seconds()
         seconds = sum(  # an arm's first start-up is its cold one
-            (cold + (left - 1) * warm if done[n] == 0 else left * warm)
-            for n in arms
-            if (left := load.min_server_starts() - done[n]) > 0
+            (cold + (left - 1) * warm if n == 0 else left * warm)
+            for n in begun.values()
+            if (left := load.min_server_starts() - n) > 0
         )
         price = regime.price_per_hour()
         unit = (
@@ -587,8 +588,8 @@ class Runner:
             f"the baseline ({baseline}) failed on start-up {start + 1}"
             + (" twice (started once more, fresh)" if twice else "")
             + f": {error}\nNo arm can be compared without it: the run stopped, no further start-up begun. "
-            f"Not spent: {least} start-up{'s' if least != 1 else ''} of {len(arms)} arm"
-            f"{'s' if len(arms) != 1 else ''}{upto}, about {60 * hours:.0f} min and ${hours * price:.2f} "
+            f"Not spent: {least} start-up{'s' if least != 1 else ''} not begun{upto}, about "
+            f"{60 * hours:.0f} min and ${hours * price:.2f} "
             f"at ${price:.2f}/h ({unit}), {where}. What was measured is kept in {run.root}; after the fix, "
             f"bench run --resume {run.root} continues it from the baseline's start-up {start + 1}."
         )
