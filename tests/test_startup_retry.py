@@ -7,14 +7,17 @@ unverified. The servers' side (a start-up that fails, started once more) is the 
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from harness.core.errors import EngineError
 from harness.derive.analysis import analyze
+from harness.derive.intervals import Estimate
+from harness.derive.rounds import Standing
 from harness.derive.summary import summarize
 from harness.derive.verdict import run_caveats, window_verdicts
 from harness.present.verdict_text import caveat_text
@@ -179,3 +182,32 @@ def test_a_failed_start_up_still_in_the_files_keeps_its_cells_out() -> None:
     summary = summarize(_failed_late(completed=2, partial=True))
     arms = {v.workload: {v.best.arm, *(r.arm for r in v.rivals)} for v in window_verdicts(summary)}
     assert arms == {"w0": {"a1"}, "w1": {"a1", "a2"}}  # it died in w1's windows of its third start-up
+
+
+@dataclass(frozen=True)
+class _Cells:
+    """A summary as the stop rule reads it: its cells (each with its arm)."""
+
+    cells: list[SimpleNamespace]
+
+    def model_copy(self, update: dict) -> _Cells:
+        return _Cells(update["cells"])
+
+
+def test_a_deciding_run_adds_no_round_for_an_arm_that_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ngram's cell is undecided after round 2, where ngram failed: no round can decide it (ngram sits
+    out the rest), so the run stops at min instead of running the baseline alone to max."""
+    decide = {"min": 2, "max": 4, "decide": True}
+    runner, run, order = _rounds_runner(tmp_path, monkeypatch, fail={(1, "ngram_k4")}, server_starts=decide)
+    monkeypatch.setattr(
+        "harness.run.runner._write_summary", lambda run: _Cells([SimpleNamespace(arm="ngram_k4")])
+    )
+    undecided = Standing({"chat @4 ngram_k4": Estimate(1.0, 0.9, 1.2, rounds=2, df=1)})
+    monkeypatch.setattr(
+        "harness.run.runner.standing", lambda summary, asked=(): undecided if summary.cells else Standing({})
+    )
+    runner._run_arms(run)
+    assert order == [(0, "baseline"), (0, "ngram_k4"), (1, "ngram_k4"), (1, "baseline")]
+    assert run.read_status("baseline").status == "ok" and run.read_status("ngram_k4").status == "failed"

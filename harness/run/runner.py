@@ -119,6 +119,7 @@ class Runner:
         self.gpu_reader = None if plan.regime.endpoints() else gpu.open_process_reader(self.devices)
         self.on_created: Callable[[Path], None] | None = None  # told the new run directory (bench run --json)
         self.start_up_s: list[float] = []  # each start-up this invocation measured, all in (seconds)
+        self.failed: set[str] = set()  # the arms that failed in this invocation: they sit out the rest
 
     def run(self, run_root: Path | None = None) -> tuple[RunDir, Summary]:
         """A new run: under ``results_dir/<regime>/<run-id>``, or exactly at ``run_root`` (a study's
@@ -311,6 +312,7 @@ class Runner:
         self._run_start_up(run, arm, done[name], startups[name])
         if run.read_status(name).status == "failed":
             active.remove(name)
+            self.failed.add(name)
         else:
             done[name] += 1
             self.start_up_s.append(time.monotonic() - began)
@@ -332,10 +334,19 @@ class Runner:
             return all(done[n] >= load.max_server_starts() for n in active)
         if any(done[n] < load.min_server_starts() for n in active):
             return False
-        asked = load.decided_windows()
-        if (after if after is not None else standing(_write_summary(run), asked)).all_decided:
+        if (after if after is not None else self._standing(_write_summary(run))).all_decided:
             return True
         return self._over_budget(done, active)
+
+    def _standing(self, summary: Summary | None) -> Standing:
+        """Where the verdicts stand for the stop rule (``rounds.standing``), over the arms that can still
+        take rounds: one that failed in this invocation sits out the rest, so no round can decide its
+        cells (they stay in the verdicts, said)."""
+        if self.failed and summary is not None:
+            summary = summary.model_copy(
+                update={"cells": [c for c in summary.cells if c.arm not in self.failed]}
+            )
+        return standing(summary, self.plan.load.decided_windows())
 
     def _over_budget(self, done: dict[str, int], active: list[str]) -> bool:
         """Whether another round would end past ``load.server_starts.budget_minutes``, at the pace of
@@ -376,7 +387,7 @@ class Runner:
         """The line saying what round ``number`` bought (from ``min`` on), the windows still undecided
         and the most time left; the verdicts after it."""
         load = self.plan.load
-        now = standing(self.latest, load.decided_windows())
+        now = self._standing(self.latest)
         if number >= load.min_server_starts():
             line = round_line(number, before, now)
             left = now.undecided_windows()
