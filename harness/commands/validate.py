@@ -263,13 +263,9 @@ def _download(path: Path, regime: Any, console: Console) -> int:
 
         regimes = [plan_regime(path, regime).regime]
     console.print(f"[green]{path}: valid[/]; its models, into the Hugging Face cache:", highlight=False)
-    seen: set[tuple[Any, ...]] = set()
-    fetched = []
-    for chosen in regimes:  # a study's points: each distinct target and drafters once
-        key = (chosen.target.path, *(a.draft_model.path if a.draft_model else None for a in chosen.arms))
-        if key not in seen:
-            seen.add(key)
-            fetched += download(chosen, console)
+    fetched: dict[str, str] = {}
+    for chosen in regimes:  # a study's points: each repository once
+        fetched |= download(chosen, console, done=frozenset(fetched))
     if fetched:
         console.print("[green]downloaded[/]: the first start-ups load them from the cache")
     return EXIT_OK

@@ -88,13 +88,15 @@ def _sizes(repo_id: str, hub: Any) -> tuple[float, float]:
     return size, missing
 
 
-def plan_fetches(regime: Regime, hub: Any = None) -> list[Fetch]:
-    """What ``--download`` would fetch, each with its size: the hub's, else (the hub unreachable) the
-    target's estimated weights, else not known."""
+def plan_fetches(regime: Regime, hub: Any = None, done: frozenset[str] = frozenset()) -> list[Fetch]:
+    """What ``--download`` would fetch (less the repositories in ``done``), each with its size: the
+    hub's, else (the hub unreachable) the target's estimated weights, else not known."""
     hub = hub or _hub()
     estimate = weight_size(regime)
     fetches = []
     for repo_id, roles in hub_references(regime).items():
+        if repo_id in done:
+            continue
         try:
             size, missing = _sizes(repo_id, hub)
             fetches.append(Fetch(repo_id, tuple(roles), size, missing, "the hub's file list"))
@@ -138,28 +140,32 @@ def download(
     console: Console,
     hub: Any = None,
     downloader: Callable[..., str] | None = None,
-) -> list[str]:
-    """Fetch every hub repository the regime names into the cache, after checking the cache's disk
-    holds them; the local paths they are at."""
+    done: frozenset[str] = frozenset(),
+) -> dict[str, str]:
+    """Fetch every hub repository the regime names (but those in ``done``: a study's earlier point
+    fetched them) into the cache, after checking the cache's disk holds them: each repository's local
+    path."""
     hub = hub or _hub()
     downloader = downloader or hub.snapshot_download
-    fetches = plan_fetches(regime, hub)
+    fetches = plan_fetches(regime, hub, done)
+    if not fetches and done:
+        return {}
     if not fetches:
         console.print("Nothing to download: the target and every drafter are local or built here.")
-        return []
+        return {}
     folder = Path(hub.constants.HF_HUB_CACHE)
     for fetch in fetches:
         console.print(f"  {fetch.text()}", highlight=False, markup=False, soft_wrap=True)
     console.print(check_space(fetches, folder), highlight=False, markup=False)
-    paths = []
+    paths = {}
     for fetch in fetches:
         console.print(f"Fetching {fetch.repo_id}...", highlight=False, markup=False)
         try:
-            paths.append(downloader(fetch.repo_id))
+            paths[fetch.repo_id] = downloader(fetch.repo_id)
         except Exception as exc:
             token = "" if "token" in str(exc).casefold() else " (a gated model needs HF_TOKEN set)"
             raise UserError(
                 f"downloading {fetch.repo_id} failed: {type(exc).__name__}: {exc}{token}"
             ) from None
-        console.print(f"  {fetch.repo_id}: at {paths[-1]}", highlight=False, markup=False)
+        console.print(f"  {fetch.repo_id}: at {paths[fetch.repo_id]}", highlight=False, markup=False)
     return paths
