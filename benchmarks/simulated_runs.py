@@ -87,9 +87,17 @@ REGIMES = _Regimes()
 
 
 def simulate_run(
-    rng: np.random.Generator, world: World, calibration: Calibration | None = None, name: str = "sim"
+    rng: np.random.Generator,
+    world: World,
+    calibration: Calibration | None = None,
+    name: str = "sim",
+    prompts: np.random.Generator | None = None,
 ) -> RawRun:
-    """One run of ``world`` as raw records (arm ``a0`` is the baseline)."""
+    """One run of ``world`` as raw records (arm ``a0`` is the baseline). ``prompts``: where the
+    workload's prompts and their gains are drawn from (default ``rng``: a fresh sample each run); a
+    generator seeded the same for every run gives every run the same prompts, as a nightly's
+    workload file does."""
+    drawn = rng if prompts is None else prompts
     regime = REGIMES.get(world.arms, world.familywise)
     startup = rng.normal(0.0, world.startup_sd, (world.arms, world.rounds))
     startup *= np.array([world.factor(a) for a in range(world.arms)])[:, None]
@@ -103,9 +111,9 @@ def simulate_run(
     windows: dict[int, list[WindowRecord]] = {a: [] for a in range(world.arms)}
     for w in range(world.windows):
         workload = f"w{w}"
-        base_time = rng.lognormal(0.0, BASE_TIME_SD, world.prompts)
+        base_time = drawn.lognormal(0.0, BASE_TIME_SD, world.prompts)
         gains = [np.ones(world.prompts)] + [
-            np.exp(rng.normal(centre, world.prompt_sd, world.prompts)) for _ in range(1, world.arms)
+            np.exp(drawn.normal(centre, world.prompt_sd, world.prompts)) for _ in range(1, world.arms)
         ]
         for a in range(world.arms):
             for r in range(world.rounds):

@@ -192,21 +192,22 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(verdict_table(checks))
     write_gate(checks, code, view, args.run_dir, args.baseline, files, confirmation, policy)
     if args.history is not None:
-        _record_outcome(args.history, view, args.run_dir, code, console)
+        _record_outcome(args.history, view, args.run_dir, checks, console)
     console.print(outcome_line(code, files, checks, policy), highlight=False, soft_wrap=True)
     return code
 
 
-def _record_outcome(path: Path, view: RunView, run_dir: Path, code: int, console: Console) -> None:
-    """The gate's outcome kept with the run in the history, so that an inconclusive night is never
-    a later night's reference (``comparable_nights``); a run the history lacks is said, not added."""
+def _record_outcome(path: Path, view: RunView, run_dir: Path, checks: list[Check], console: Console) -> None:
+    """The gate's outcome kept with the run in the history (``night_outcome``: its checks as they
+    are, whatever --inconclusive chose), so that a night with a suspected regression is never a
+    later night's reference (``comparable_nights``); a run the history lacks is said, not added."""
+    from harness.derive.gates.evaluate import night_outcome
     from harness.derive.history.collect import history_run
-    from harness.results.gate import OUTCOMES
     from harness.results.history.store import open_history
 
     run = history_run(view, run_dir)
     with open_history(path) as history:
-        recorded = history.record_gate(run, OUTCOMES[code])
+        recorded = history.record_gate(run, night_outcome(checks, view.regime.gates))
     if not recorded:
         console.print(
             f"[yellow]{escape(run.run_id)} is not in {escape(str(path))}:[/] its gate outcome is not "

@@ -20,7 +20,10 @@ Verdict = str  # "pass" | "fail" | "inconclusive" | "skipped" | "error"
 # or a regression.
 InconclusivePolicy = Literal["inconclusive", "pass", "fail"]
 EXIT_PASS, EXIT_REGRESSION, EXIT_INFRASTRUCTURE, EXIT_INCONCLUSIVE = 0, 1, 3, 4
-# each exit code's outcome, as the history keeps it (``runs.gate_outcome``)
+# a night whose gate was inconclusive only for want of power: every check it could not clear had its
+# point within the limit (``harness.derive.gates.evaluate.night_outcome``); exit 4 all the same
+UNDERPOWERED = "underpowered"
+# each exit code's outcome, as the history keeps it (``runs.gate_outcome``, with UNDERPOWERED)
 OUTCOMES = {
     EXIT_PASS: "pass",
     EXIT_REGRESSION: "regression",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.config.checks import Gate
+from harness.config.checks import Gate, Gates
 from harness.config.level import LoadLevel
 from harness.config.regime import Regime
 from harness.core.formats import inert
@@ -29,6 +29,8 @@ from harness.results.gate import (
     EXIT_INFRASTRUCTURE,
     EXIT_PASS,
     EXIT_REGRESSION,
+    OUTCOMES,
+    UNDERPOWERED,
     Check,
     InconclusivePolicy,
     Verdict,
@@ -202,3 +204,35 @@ def exit_code(checks: Sequence[Check], inconclusive: InconclusivePolicy = "incon
     if "inconclusive" in verdicts:
         return {"inconclusive": EXIT_INCONCLUSIVE, "fail": EXIT_REGRESSION, "pass": EXIT_PASS}[inconclusive]
     return EXIT_PASS
+
+
+def night_outcome(checks: Sequence[Check], gates: Gates) -> str:
+    """What a night's gate says of it as a later night's reference (``runs.gate_outcome``): its
+    checks' outcome as they are (``--inconclusive`` aside), an inconclusive one told apart.
+    "inconclusive": some check it could not clear had its point beyond the limit (a suspected
+    regression, never a reference: a regression the noise hid must not become the normal it is
+    judged by). "underpowered": every such check had its point within the limit, and only the
+    noise (too few start-ups or nights) kept it from being cleared: the night stays a reference,
+    judged like every night by the history's own check (``judge_series``). Keeping these out
+    too would keep a young history young: in this project's rehearsal of seven simulated nights
+    (tests/test_nightly_workflow.py) nights 3-6 were each inconclusive on a band from 2 earlier
+    nights (a night term on 1 degree of freedom), and the history never reached the 5 nights its
+    own gate needs."""
+    code = exit_code(checks)
+    inconclusive = [c for c in checks if c.verdict == "inconclusive"]
+    if code == EXIT_INCONCLUSIVE and not any(_suspect(c, gates) for c in inconclusive):
+        return UNDERPOWERED
+    return OUTCOMES[code]
+
+
+def _suspect(check: Check, gates: Gates) -> bool:
+    """An inconclusive check whose point lies beyond its limit: a relative rule's change worse than
+    its tolerance; a floor, ceiling or golden tau (inconclusive only with the point beyond it), or a
+    check without a point, always."""
+    index = check.gate.removeprefix("rules[").removesuffix("]")
+    rule = gates.rules[int(index)] if check.gate.startswith("rules[") and index.isdigit() else None
+    if rule is None or rule.max_regression_pct is None or check.value is None or not check.baseline_value:
+        return True
+    change = check.value / check.baseline_value - 1
+    worse = -change if METRICS[check.metric].higher_is_better else change
+    return worse > rule.max_regression_pct / 100

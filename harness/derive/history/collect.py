@@ -11,13 +11,15 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harness.config.checks import Gates
 from harness.core.errors import UserError
 from harness.core.machine import environment_fingerprint, machine_identity
 from harness.core.metrics import METRICS
 from harness.derive.analysis import RAW_ARM_FILES
+from harness.derive.gates.evaluate import night_outcome
 from harness.derive.intervals import stored_estimate
 from harness.derive.samples import RunView
-from harness.results.gate import OUTCOMES, read_gate
+from harness.results.gate import read_gate
 from harness.results.history.entry import HistoryCell, HistoryEntry, HistoryRun, HistorySample
 from harness.results.model import SpeedupEstimate
 
@@ -82,14 +84,15 @@ def history_run(
         point=run_dir.name if study else None,
         source=str(run_dir),
         content_digest=content_digest(run_dir),
-        gate_outcome=gate_outcome(run_dir),
+        gate_outcome=gate_outcome(run_dir, view.regime.gates),
     )
 
 
-def gate_outcome(run_dir: Path) -> str | None:
-    """The outcome of the run's last ``bench gate`` (RUN_DIR/gate/checks.json), None when not gated."""
+def gate_outcome(run_dir: Path, gates: Gates) -> str | None:
+    """The outcome of the run's last ``bench gate`` (RUN_DIR/gate/checks.json) as the history keeps it
+    (``night_outcome``), None when not gated."""
     stored = read_gate(run_dir)
-    return None if stored is None else OUTCOMES.get(stored.exit_code)
+    return None if stored is None else night_outcome(stored.checks, gates)
 
 
 class IncompleteRun(UserError):

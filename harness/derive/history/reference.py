@@ -87,7 +87,8 @@ def comparable_nights(
 ) -> Nights:
     """Every run before ``run`` with its regime fingerprint and machine key, from the latest change
     accepted for them (``accepted``: the history's ``accepted`` rows) on, but a run whose own gate
-    was inconclusive (``runs.gate_outcome``; an accepted run is kept); the gate's reference is the
+    was inconclusive with a check's point beyond its limit (``runs.gate_outcome`` "inconclusive":
+    ``night_outcome``; an accepted run is kept); the gate's reference is the
     last ``nights`` good ones among them (``judge_series``)."""
     same = runs[
         (runs.regime_fingerprint == run.regime_fingerprint)
@@ -98,7 +99,7 @@ def comparable_nights(
     since = accepted_since(accepted, run, same)
     if since is not None:
         same = same[same.started_at >= since]
-    if "gate_outcome" in same:  # a night its gate could not clear is no evidence of normal
+    if "gate_outcome" in same:  # a night with a suspected regression is no evidence of normal
         taken = set(accepted.run_id) if accepted is not None and not accepted.empty else set()
         same = same[(same.gate_outcome.fillna("") != "inconclusive") | same.run_id.isin(taken)]
     chosen = list(same.run_id)
