@@ -111,7 +111,9 @@ def test_gate_across_machines_is_refused_unless_forced(tmp_path: Path) -> None:
     assert "measured on different machines (this run vs the baseline: cpu_model: Intel" in refused.stdout
     assert "vs AMD EPYC" in refused.stdout and "--force" in refused.stdout
     forced = _bench("gate", str(xeon), "--baseline", str(epyc), "--force")
-    assert forced.returncode in (0, 1), forced.stdout
+    # 48.7% slower on another machine, within what two runs without a night term can see: never a
+    # pass (issue 78: it exited 0 before), a regression or inconclusive
+    assert forced.returncode in (1, 4), forced.stdout
     assert (
         "gating against a run from a different machine (--force; this run vs the baseline)" in forced.stdout
     )

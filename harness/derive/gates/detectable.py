@@ -77,16 +77,19 @@ def design_se(
     return math.sqrt(sum(v for v, _ in parts)), stats.satterthwaite_df(parts)
 
 
-def of_samples(
+def two_run_parts(
     values: Sequence[float],
     reference: Sequence[float],
+    positive: bool,
     spread: tuple[float, int] | None,
     night: tuple[float, float] | None,
-) -> tuple[float, float] | None:
-    """A start-up check's own standard error and df (the variance ``relative._between_runs`` gives
-    its interval), on the logs where every value is positive, else on the difference relative to
-    the reference's mean; None where there is none (one start-up and no spread, a zero baseline)."""
-    positive = min([*values, *reference]) > 0
+) -> tuple[list[list[float]], list[tuple[float, float]]] | None:
+    """Both runs' start-ups on the gate's scale (the logs where ``positive``), reference first, and
+    the variance of the change between their means in parts with their degrees of freedom (for
+    Welch-Satterthwaite): the start-ups' spread within a run over their counts (pooled over both
+    runs, or ``spread``'s where a side has one start-up), and each run's night term, 2 night_sd^2.
+    None: no within-run spread to use. The one variance of a two-run check: its interval
+    (``relative``) and its detectable change (``of_samples``) both read it."""
     to = math.log if positive else (lambda v: v)
     sides = [[to(v) for v in reference], [to(v) for v in values]]
     counts = [len(side) for side in sides]
@@ -100,6 +103,23 @@ def of_samples(
     parts = [(within * (1 / counts[0] + 1 / counts[1]), float(df_w))]
     if night is not None:
         parts.append((2 * night[0] ** 2, float(night[1])))
+    return sides, parts
+
+
+def of_samples(
+    values: Sequence[float],
+    reference: Sequence[float],
+    spread: tuple[float, int] | None,
+    night: tuple[float, float] | None,
+) -> tuple[float, float] | None:
+    """A start-up check's own standard error and df (the variance ``relative._between_runs`` gives
+    its interval), on the logs where every value is positive, else on the difference relative to
+    the reference's mean; None where there is none (one start-up and no spread, a zero baseline)."""
+    positive = min([*values, *reference]) > 0
+    found = two_run_parts(values, reference, positive, spread, night)
+    if found is None:
+        return None
+    sides, parts = found
     se = math.sqrt(sum(v for v, _ in parts))
     if not positive:
         scale = abs(stats.mean(sides[0]))
@@ -157,7 +177,8 @@ def design_lines(regime: Any) -> list[tuple[str, bool]]:
     confidence = regime.gates.confidence
     lines: list[tuple[str, bool]] = [
         (
-            f"Relative gates (--baseline RUN; from 5 nights in a --history the history gate decides instead) at "
+            "Relative gates (--baseline RUN; from 5 nights in a --history the history gate decides "
+            f"instead) at "
             f"{design}, {SPREAD_SAID}; detectable = failed with 80%:",
             False,
         )

@@ -31,7 +31,7 @@ from harness.core.errors import UserError
 from harness.core.formats import change_text
 from harness.core.machine import machine_differences
 from harness.core.metrics import METRICS
-from harness.derive.gates.detectable import check_text
+from harness.derive.gates.detectable import check_text, two_run_parts
 from harness.derive.gates.limits import calibrated_spread
 from harness.derive.samples import RunView
 from harness.results.calibration import Calibration
@@ -68,19 +68,10 @@ def _between_runs(
     t interval whose variance holds each run's night: per run night_sd^2 + s_w^2 / n, s_w the
     start-ups' spread within a run (pooled over both, or ``spread`` where a side has one start-up),
     Welch-Satterthwaite's degrees of freedom. None: no within-run spread to use."""
-    to = math.log if positive else (lambda v: v)
-    sides = [[to(v) for v in reference], [to(v) for v in values]]
-    counts = [len(side) for side in sides]
-    if min(counts) >= 2:
-        df_w = sum(n - 1 for n in counts)
-        within = sum(sum((v - stats.mean(side)) ** 2 for v in side) for side in sides) / df_w
-    elif spread is not None:
-        within, df_w = spread[0] ** 2, spread[1]
-    else:
+    found = two_run_parts(values, reference, positive, spread, night)
+    if found is None:
         return None
-    parts = [(within * (1 / counts[0] + 1 / counts[1]), float(df_w))]
-    if night is not None:
-        parts.append((2 * night[0] ** 2, float(night[1])))
+    sides, parts = found
     variance = sum(v for v, _ in parts)
     if not positive and stats.mean(sides[0]) == 0:
         raise ValueError("the baseline's mean is 0: no relative change")
