@@ -86,3 +86,17 @@ def test_the_noise_floor_sets_what_counts_as_a_divergence(floor: float, lossy: b
     assert (found is not None) == lossy
     analysis = analyze(summary)  # the unchanged run: one answer, deployed
     assert analysis.verdicts[0].deploy == "ngram_k4"
+
+
+def test_a_study_never_chooses_an_arm_that_was_not_lossless(tmp_path: Path) -> None:
+    """A study point's observation of the diverging arm is marked, and no choice (recommendation,
+    best K, flip, policy) is made of it, as its run's verdict never deploys it."""
+    from types import SimpleNamespace
+
+    from harness.derive.study.collect import point_observations
+
+    point = SimpleNamespace(id="p0", axes=())
+    garbled = {o.arm: o for o in point_observations(point, summarize(_diverging(tmp_path)), {})}  # type: ignore[arg-type]
+    assert garbled["ngram_k4"].diverged and not garbled["baseline"].diverged
+    clean = {o.arm: o for o in point_observations(point, summarize(FIXTURE), {})}  # type: ignore[arg-type]
+    assert not clean["ngram_k4"].diverged

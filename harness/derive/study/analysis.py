@@ -59,6 +59,11 @@ class Observation:
     # its acceptance is forced (synthetic verification: a calibration arm, lossy): measured, shown,
     # never a choice (no best K, recommendation, flip or policy is made of it)
     lossy: bool = False
+    # its outputs were not lossless in this window (``harness.derive.verdict.divergence``: greedy
+    # outputs that left the baseline's beyond near ties more often than its own noise floor, or a
+    # shifted distribution): measured, shown, never a choice either, as its run's verdict never
+    # deploys it
+    diverged: bool = False
 
     def estimate(self) -> Estimate | None:
         """Its speedup with the interval its run stored (never resampled): a study and its runs

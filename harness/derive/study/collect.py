@@ -16,6 +16,7 @@ from harness.derive.cost_model import CostModel
 from harness.derive.findings import Fact
 from harness.derive.study import analysis, policy
 from harness.derive.summary import summarize
+from harness.derive.verdict import divergence
 from harness.results.files import RunDir, read_json, read_run_record
 from harness.results.model import CellMetrics, Summary
 from harness.results.study.policy_file import PolicyFile
@@ -59,6 +60,9 @@ def point_observations(
                 k=cell.num_speculative_tokens,
                 scheduled=cell.arm in scheduled,
                 lossy=cell.arm in lossy,
+                diverged=cell.arm != summary.baseline_arm
+                and reference is not None
+                and divergence(summary, cell, reference) is not None,
                 workload=cell.workload,
                 concurrency=cell.concurrency,
                 speedup=cell.speedup,
@@ -128,8 +132,9 @@ class StudyResults:
         return self._derived[name]
 
     def deployable(self) -> list[analysis.Observation]:
-        """The observations a choice may be made of: every arm but those whose acceptance was forced."""
-        return [o for o in self.observations if not o.lossy]
+        """The observations a choice may be made of: every arm but those whose acceptance was forced
+        and those whose outputs were not lossless in their window."""
+        return [o for o in self.observations if not o.lossy and not o.diverged]
 
     def recommendations(self) -> list[analysis.Recommendation]:
         return self._once("recommendations", lambda: analysis.recommend(self.deployable()))
