@@ -13,7 +13,9 @@ sends for ``/v1/completions`` depends on the request's prompt.
   client goes away;
 - ``echo-auth``: status 401 whose body echoes the request's ``Authorization`` header (a Bearer key,
   or the Basic form of a URL's ``user:pass``), as a careless gateway's error page does;
-  ``echo-auth-late``: the same after 490 characters, where a 500-character cut falls inside it.
+  ``echo-auth-late``: the same after 490 characters, where a 500-character cut falls inside it;
+  ``echo-auth-first``: ``echo-auth`` for the server's first request, ``good`` after it (a gateway
+  that refused once: the arm measures, its one failed request's error stored).
 
 ``/version`` and ``/v1/models`` answer as an existing vLLM server's would, with a version and a model
 id that carry terminal escapes (``HOSTILE_VERSION``, ``HOSTILE_MODEL``: an erase, an OSC title).
@@ -63,6 +65,9 @@ MALFORMED = {
 
 async def completions(request: web.Request) -> web.StreamResponse:
     prompt = request.app["every"] or (await request.json())["prompt"]
+    if prompt == "echo-auth-first":
+        request.app["answered"] = answered = request.app.get("answered", 0) + 1
+        prompt = "echo-auth" if answered == 1 else "good"
     if prompt in ("echo-auth", "echo-auth-late"):
         pad = "." * 490 if prompt == "echo-auth-late" else ""
         return web.Response(status=401, text=f"{pad}refused: {request.headers.get('Authorization', 'none')}")

@@ -226,11 +226,11 @@ def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
     )
 
 
-def endpoint_run(folder: Path, mode: str) -> tuple[Path, str]:
+def endpoint_run(folder: Path, mode: str, baseline_mode: str | None = None) -> tuple[Path, str]:
     """A whole ``bench run`` whose two arms are existing servers (tests/hostile_server.py with
-    ``--every mode``, one each, no engine): the baseline reached through ``us3r:PASSWORD@``, ngram_k4 with a
-    key (``api_key_env``), and a secret set in ``engine.env`` by --set's mapping form. The run's
-    directory and everything it printed."""
+    ``--every mode``, one each, no engine; the baseline's ``baseline_mode`` where given): the baseline
+    reached through ``us3r:PASSWORD@``, ngram_k4 with a key (``api_key_env``), and a secret set in
+    ``engine.env`` by --set's mapping form. The run's directory and everything it printed."""
     from tests.conftest import local_server
 
     data = yaml.safe_load((ROOT / "tests" / "regimes" / "cpu_e2e.yaml").read_text())
@@ -241,7 +241,8 @@ def endpoint_run(folder: Path, mode: str) -> tuple[Path, str]:
     regime = folder / "endpoints.yaml"
     regime.write_text(yaml.safe_dump(data, sort_keys=False))
     server = (ROOT / "tests" / "hostile_server.py", "--every", mode)
-    with local_server(*server) as plain, local_server(*server) as url:
+    baseline_server = (ROOT / "tests" / "hostile_server.py", "--every", baseline_mode or mode)
+    with local_server(*baseline_server) as plain, local_server(*server) as url:
         where = plain.removeprefix("http://")
         out = bench(
             "run",
@@ -267,8 +268,9 @@ def test_no_secret_of_the_command_line_or_an_endpoint_reaches_a_file_or_the_term
     """Issue 70, item 7: the mapping form of --set redacted like the dotted form, and a key or a
     URL's credentials that an endpoint echoes in an error body scrubbed from every stored error:
     samples.jsonl, the arm's status, summary.json, analysis.json, the export, the report, the
-    terminal of bench run and bench show."""
-    run, printed = endpoint_run(tmp_path, "echo-auth")
+    terminal of bench run and bench show. The baseline's gateway refuses its first request only (a
+    baseline whose every request fails stops the run before ngram_k4 starts: issue 78)."""
+    run, printed = endpoint_run(tmp_path, "echo-auth", baseline_mode="echo-auth-first")
     assert "arm ngram_k4 failed" in printed, printed[-3000:]
     shown = bench("show", str(run))
     exported = bench("export", str(run))

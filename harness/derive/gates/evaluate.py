@@ -214,10 +214,10 @@ def night_outcome(checks: Sequence[Check], gates: Gates) -> str:
     judged by). "underpowered": every such check had its point within the limit, and only the
     noise (too few start-ups or nights) kept it from being cleared: the night stays a reference,
     judged like every night by the history's own check (``judge_series``). Keeping these out
-    too would keep a young history young: in this project's rehearsal of seven simulated nights
-    (tests/test_nightly_workflow.py) nights 3-6 were each inconclusive on a band from 2 earlier
-    nights (a night term on 1 degree of freedom), and the history never reached the 5 nights its
-    own gate needs."""
+    too would keep a young history young: in this project's rehearsal over simulated nights at
+    cpu_nightly's design (tests/test_nightly_workflow.py), every quiet night from the third on was
+    inconclusive on a band from 2 earlier nights (a night term on 1 degree of freedom), and the
+    history never reached the 5 nights its own gate needs."""
     code = exit_code(checks)
     inconclusive = [c for c in checks if c.verdict == "inconclusive"]
     if code == EXIT_INCONCLUSIVE and not any(_suspect(c, gates) for c in inconclusive):
