@@ -346,9 +346,10 @@ def test_attention_backend_and_copy_share_recorded(finished_run) -> None:
 
 
 def _engine_that_cannot_start(tmp_path: Path) -> None:
-    """The server rejects a bogus flag: the arm is recorded as failed, exit code 3, nothing left
-    running. One arm (the baseline): each failed start still imports vLLM (~15 s here), and that a
-    run goes on to its next arm after one fails is tests/test_engine_faults.py's."""
+    """The server rejects a bogus flag: the arm is recorded as failed at once (not started again),
+    exit code 3, nothing left running. One arm (the baseline): each failed start still imports vLLM
+    (~15 s here), and that a run goes on to its next arm after one fails is
+    tests/test_engine_faults.py's."""
     regime = tmp_path / "broken.yaml"
     text = REGIME.read_text().replace(
         "extra_args: [--distributed-executor-backend, uni,", "extra_args: [--no-such-flag,"
@@ -367,6 +368,10 @@ def _engine_that_cannot_start(tmp_path: Path) -> None:
     run = _run_dirs(tmp_path / "results")[0]
     status = json.loads((run / "arms" / "baseline" / "status.json").read_text())
     assert status["status"] == "failed" and "--no-such-flag" in status["error"]
+    # refused by its own argument parser (exit 2): the same argv would be refused again, so it is not
+    # started once more (issue 78's retry is for a server that did not start, not for a usage error)
+    assert status["error"].startswith("engine exited with status 2") and not status.get("remeasured")
+    assert not (run / "arms" / "baseline.attempt-1").exists()
     assert json.loads((run / "summary.json").read_text())["cells"] == []
     assert _engine_pids(run) == []
 

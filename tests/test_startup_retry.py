@@ -211,3 +211,13 @@ def test_a_deciding_run_adds_no_round_for_an_arm_that_failed(
     runner._run_arms(run)
     assert order == [(0, "baseline"), (0, "ngram_k4"), (1, "ngram_k4"), (1, "baseline")]
     assert run.read_status("baseline").status == "ok" and run.read_status("ngram_k4").status == "failed"
+
+
+def test_a_server_that_refused_its_own_arguments_is_not_started_again() -> None:
+    """Only a start-up that failed where another try may not (an NCCL hang, a timeout, a crash) is
+    started once more; the argument parser's usage error (exit 2) refuses the same argv again."""
+    from harness.run.runner import refused_its_arguments
+
+    assert refused_its_arguments("engine exited with status 2 during start-up; log x:\nerror: unrecognized")
+    assert not refused_its_arguments("engine exited with status 1 during start-up; log x:\nNCCL error")
+    assert not refused_its_arguments("engine not ready after 600 s; log x:\n")

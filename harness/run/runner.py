@@ -91,6 +91,14 @@ from harness.run.window import (
 PORT_ATTEMPTS = 3
 
 
+def refused_its_arguments(error: str) -> bool:
+    """A start-up that failed on its own command line: the engine's argument parser exited with
+    status 2 (argparse's usage error: an unknown or malformed flag). The same argv is refused the
+    same way again, so it is not started once more (a GPU night's retry would only spend its
+    import and say the same)."""
+    return error.startswith("engine exited with status 2 during start-up")
+
+
 class Runner:
     def __init__(self, plan: RunPlan, results_dir: Path, console: Console):
         self.plan = plan
@@ -524,7 +532,7 @@ class Runner:
     ) -> None:
         """Start-up ``start`` failed: a server the harness started that did not start is started once
         more (``_start_again``; ``again``: this was that once more); else the arm fails."""
-        if phase == "startup" and not again and arm.endpoint is None:
+        if phase == "startup" and not again and arm.endpoint is None and not refused_its_arguments(error):
             self._start_again(run, arm, start, startups, error)
         else:
             self._arm_failed(run, arm, phase, error, startups, start)
