@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from harness.config.workloads import load_workload
 from harness.core.errors import UserError
+from tests.conftest import bench
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -358,3 +360,35 @@ def test_context_goes_before_a_chat_prompts_question(tmp_path: Path) -> None:
     padded = with_context(prompts["m1"], workload.prompts, 64, seed=0)
     assert padded.messages[0] == prompts["m1"].messages[0] and padded.messages[-1] == ("user", padded.text)
     assert padded.text == "Say hello.\n\nCapital of Peru?"
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        # two prompts under one id: the exactness diff would compare each with the other's output
+        (
+            '{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y"}\n{"id": "a", "prompt": "z"}\n',
+            "'a' on records 1, 3",
+        ),
+        ('{"id": null, "prompt": "x"}\n{"id": null, "prompt": "y"}\n', "record 1: 'id' must be a non-empty"),
+        ('{"id": "", "prompt": "x"}\n', "record 1: 'id' must be a non-empty"),
+        ('{"id": [1], "prompt": "x"}\n', "record 1: 'id' must be a non-empty"),
+        # an id given as a number and as text is one prompt to the diff (both are stored as text)
+        ('{"id": 7, "prompt": "x"}\n{"id": "7", "prompt": "y"}\n', "'7' on records 1, 2"),
+        # a position's default id taken by another record's own
+        ('{"id": "line-2", "prompt": "x"}\n{"prompt": "y"}\n', "'line-2' on records 1, 2"),
+    ],
+)
+def test_prompt_ids_are_unique_or_refused(tmp_path: Path, data: str, expected: str) -> None:
+    with pytest.raises(UserError, match=re.escape(expected)):
+        load_workload(_workload(tmp_path, LOCAL, data), 1)
+
+
+def test_a_dataset_with_repeated_ids_is_refused_by_the_cli(tmp_path: Path) -> None:
+    """``bench validate --dataset FILE`` as a user runs it: exit 2, the file and its records, no traceback."""
+    prompts = tmp_path / "dup.jsonl"
+    prompts.write_text("".join(f'{{"id": "p{i % 3}", "prompt": "prompt {i}"}}\n' for i in range(8)))
+    out = bench("validate", str(ROOT / "regimes" / "cpu_default.yaml"), "--dataset", str(prompts))
+    assert out.returncode == 2, out.stdout
+    assert f"{prompts}: prompt ids must be unique" in out.stdout and "'p0' on records 1, 4, 7" in out.stdout
+    assert "Traceback" not in out.stdout

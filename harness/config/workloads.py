@@ -49,6 +49,7 @@ from pydantic import Field, model_validator
 from harness.config.models import package_file
 from harness.core.config_file import StrictModel, existing_path, load_model, located
 from harness.core.errors import FieldError, UserError
+from harness.core.formats import inert
 
 PromptFormat = Literal["raw", "chat"]
 # load.context_tokens: a token is taken as this many characters, what SmolLM2's tokenizer makes of
@@ -411,7 +412,7 @@ def _prompts_from_rows(
 ) -> list[Prompt]:
     """The records' prompts; for a conversation workload each with the user messages of its later
     turns (its own, or the follow-up repeated), leaving out records with fewer turns than asked."""
-    fmt, prompts = source.format, []
+    fmt, prompts, numbers = source.format, [], []
     for number, row in enumerate(rows, start=1):
         messages, turns, as_context = None, [], None
         if source.category is not None and row.get("category") != source.category:
@@ -425,19 +426,20 @@ def _prompts_from_rows(
             prompt_id, text = f"{fmt}-{_field(row, 'question_id', file, number)}", turns[0]
         elif fmt == "sharegpt":
             turns = _sharegpt_turns(row, file, number)
-            prompt_id, text = row.get("id", f"conversation-{number}"), turns[0]
+            prompt_id, text = _given_id(row, "id", f"conversation-{number}", file, number), turns[0]
         elif "messages" in row:
             messages = _messages(row, file, number)
-            prompt_id, text = row.get("id", f"line-{number}"), messages[-1][1]
+            prompt_id, text = _given_id(row, "id", f"line-{number}", file, number), messages[-1][1]
         else:
             if "prompt" not in row:
                 raise UserError(f"{file}: record {number}: needs a 'prompt' string or a 'messages' list")
-            prompt_id, text = row.get("id", f"line-{number}"), row["prompt"]
+            prompt_id, text = _given_id(row, "id", f"line-{number}", file, number), row["prompt"]
         if not isinstance(text, str) or not text:
             raise UserError(f"{file}: record {number}: the prompt must be a non-empty string")
         later = _later_turns(conversation, turns, file, number)
         if later is None:
             continue  # this conversation is shorter than the workload's
+        numbers.append(number)
         prompts.append(
             Prompt(
                 prompt_id=str(prompt_id),
@@ -447,7 +449,42 @@ def _prompts_from_rows(
                 as_context=as_context,
             )
         )
+    _refuse_repeated_ids(prompts, numbers, file)
     return prompts
+
+
+def _given_id(row: dict[str, Any], key: str, by_position: str, file: Path, number: int) -> str:
+    """A record's own id, or ``by_position`` where it has none. An id that is there must be a
+    non-empty string or an integer: a null, a list or "" would name several prompts alike."""
+    if key not in row:
+        return by_position
+    given = row[key]
+    if isinstance(given, bool) or not isinstance(given, (str, int)) or given == "":
+        raise UserError(
+            f"{file}: record {number}: '{key}' must be a non-empty string or an integer, not "
+            f"{json.dumps(given)[:60]} (leave it out to number the record by its position)"
+        )
+    return str(given)
+
+
+def _refuse_repeated_ids(prompts: list[Prompt], numbers: list[int], file: Path) -> None:
+    """Refuse a file whose prompts share an id. The exactness diff, the prompt counts and the
+    interval's prompt sample all key on the id: two prompts under one id would be compared with
+    each other's outputs, and counted as one."""
+    records: dict[str, list[int]] = {}
+    for prompt, number in zip(prompts, numbers, strict=True):
+        records.setdefault(prompt.prompt_id, []).append(number)
+    repeated = [(pid, lines) for pid, lines in records.items() if len(lines) > 1]
+    if not repeated:
+        return
+    shown = "; ".join(
+        f"'{inert(pid)[:60]}' on records {', '.join(map(str, lines[:5]))}{' ...' if len(lines) > 5 else ''}"
+        for pid, lines in repeated[:3]
+    )
+    more = f" (and {len(repeated) - 3} more repeated ids)" if len(repeated) > 3 else ""
+    raise UserError(
+        f"{file}: prompt ids must be unique (the exactness diff and the counts key on them): {shown}{more}"
+    )
 
 
 def is_prompt_file(path: Path | str) -> bool:
