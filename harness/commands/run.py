@@ -84,6 +84,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "command an undecided verdict prints",
     )
     parser.add_argument(
+        "--remeasure-damaged",
+        action="store_true",
+        help="with --resume: a run whose raw files lost, gained or changed lines since written is "
+        "refused; with this, each damaged arm is measured again from its first start-up (its files "
+        "kept aside as arms/<arm>.attempt-N, where every reader still names the damage)",
+    )
+    parser.add_argument(
         "--allow-mismatch",
         action="store_true",
         help="run even when the machine or the started engine does not match the regime's pins; every "
@@ -154,12 +161,19 @@ def calibration_source(args: argparse.Namespace) -> CalibrationSource | None:
     )
 
 
+def _check_continuation_flags(args: argparse.Namespace) -> None:
+    """The flags that only continue a run, refused without --resume."""
+    if args.rounds is not None and (args.resume is None or args.rounds < 2):
+        raise UserError("--rounds N continues a finished run: give it with --resume RUN_DIR, N >= 2")
+    if args.remeasure_damaged and args.resume is None:
+        raise UserError("--remeasure-damaged continues a run: give it with --resume RUN_DIR")
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     if (args.regime is None) == (args.resume is None):
         raise UserError("give a regime file to start a run, or --resume RUN_DIR to continue one (not both)")
     overrides = dataset_overrides_from(args) + overrides_from(args)
-    if args.rounds is not None and (args.resume is None or args.rounds < 2):
-        raise UserError("--rounds N continues a finished run: give it with --resume RUN_DIR, N >= 2")
+    _check_continuation_flags(args)
     if overrides and args.resume is not None:
         raise UserError(
             "a resumed run keeps the regime it started with: --set and the load flags apply to a new run"
@@ -191,7 +205,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from harness.run.runner import resume_run, run_regime
 
     if args.resume is not None:
-        run_dir, summary = resume_run(args.resume, console, args.allow_mismatch, args.rounds)
+        run_dir, summary = resume_run(
+            args.resume, console, args.allow_mismatch, args.rounds, args.remeasure_damaged
+        )
     else:
         run_dir, summary = run_regime(
             args.regime,

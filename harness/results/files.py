@@ -11,14 +11,17 @@ Layout of one run (``results/<regime-name>/<run-id>/``)::
     arms/<arm>/noise_floor.jsonl baseline only, with exactness.noise_floor: the same windows again
     arms/<arm>/distribution.jsonl temperature > 0: N seeded samples per prompt (distribution check)
     arms/<arm>/windows.jsonl     one line per measured window: duration, counter scrapes
+    arms/<arm>/<file>.jsonl.sums one digest per line of <file>.jsonl, appended as each line is written
     arms/<arm>/status.json       an ArmStatus: running | ok | failed | interrupted, with the error
     arms/<arm>.attempt-N/        an incomplete arm's files, moved aside by ``bench run --resume``
     run.lock                     flock of the bench process writing the run, with its pid (while it runs)
     summary.json                 metrics derived from all of the above (``bench`` rewrites it)
 
 JSON files are replaced atomically (temp file + ``os.replace``); JSONL files are appended one
-flushed line at a time. On reading, a torn last line (a crash mid-write: no newline after it) is
-skipped and reported by every command that reads the run; any other bad line is an error. A run
+flushed line at a time, each line's digest appended to ``<file>.sums`` right after it (``check_lines``
+names any line missing, edited or added since). On reading, a torn last line (a crash mid-write: no
+newline after it) is skipped and reported by every command that reads the run; any other bad line is
+an error. A run
 directory is created exclusively and never overwritten. The record types are ``records.py``'s
 models; the summary is ``model.py``'s ``Summary``.
 
@@ -29,12 +32,15 @@ own). Older files are read through ``harness.results.migrations``, whose steps a
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from difflib import SequenceMatcher
 from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
@@ -75,12 +81,143 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+SUMS_SUFFIX = ".sums"
+# a sums file's first line where its JSONL file had lines before any digest (a run written before
+# lines were counted, continued since): that many lines cannot be checked
+UNCHECKED = "unchecked "
+
+
+def sums_path(path: Path) -> Path:
+    """Where a JSONL file's line digests are kept: ``samples.jsonl`` -> ``samples.jsonl.sums``."""
+    return path.with_name(path.name + SUMS_SUFFIX)
+
+
+def line_digest(line: str) -> str:
+    """A line's digest as its sums file holds it (64 bits: against damage and edits, not forgery)."""
+    return hashlib.sha256(line.encode()).hexdigest()[:16]
+
+
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """One line, on disk before it returns, then its digest. The digest comes after: a crash between
+    the two leaves a line without a digest (read: a crash's), never a digest without its line. The
+    digest is not fsynced: a process crash keeps it (the page cache), and a per-request second fsync
+    would sit in the client's event loop; a power cut may leave trailing lines uncounted (named)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, sort_keys=True)
+    sums = sums_path(path)
+    if not sums.exists() and path.exists():
+        _adopt(path)
     with open(path, "a") as handle:
-        handle.write(json.dumps(record, sort_keys=True) + "\n")
+        handle.write(line + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+    with open(sums, "a") as handle:
+        handle.write(line_digest(line) + "\n")
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]], unchecked: int = 0) -> None:
+    """A JSONL file of ``records`` at once, with its sums (``unchecked``: how many of its first lines
+    were written before lines were counted, so copying them keeps that said)."""
+    lines = [json.dumps(record, sort_keys=True) for record in records]
+    with open(path, "w") as handle:
+        handle.writelines(line + "\n" for line in lines)
+        handle.flush()
+        os.fsync(handle.fileno())
+    head = f"{UNCHECKED}{unchecked}\n" if unchecked else ""
+    write_text_atomic(sums_path(path), head + "".join(line_digest(line) + "\n" for line in lines))
+
+
+def _adopt(path: Path) -> None:
+    """A JSONL file written before lines were counted, about to be appended to: its lines as they are
+    now are digested, and said to be unchecked (the sums file's first line), so the notice stays."""
+    lines = [line for _, line in _complete_lines(_read_utf8(path))]
+    digests = "".join(line_digest(line) + "\n" for line in lines)
+    write_text_atomic(sums_path(path), f"{UNCHECKED}{len(lines)}\n{digests}")
+
+
+def _complete_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of every non-blank line read as a record: each one ended by a newline, and
+    a last one without if it is whole JSON (read as ``read_jsonl`` reads it)."""
+    pieces = text.split("\n")
+    found = [(number, line) for number, line in enumerate(pieces[:-1], start=1) if line.strip()]
+    last = pieces[-1]
+    if last.strip() and _whole(last):
+        found.append((len(pieces), last))
+    return found
+
+
+def _whole(line: str) -> bool:
+    try:
+        json.loads(line, parse_constant=_no_constant)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+def _numbers(numbers: list[int]) -> str:
+    """Line numbers as ranges: ``line 5``, ``lines 3-4, 9``."""
+    spans: list[list[int]] = []
+    for number in numbers:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+    return f"line{'s' if len(numbers) > 1 else ''} {text}"
+
+
+@dataclass(frozen=True)
+class LineCheck:
+    """A JSONL file against its sums (``check_lines``)."""
+
+    unchecked: int = 0  # lines written before lines were counted (no sums, or its first line says so)
+    damage: tuple[str, ...] = ()  # lines missing, edited or added since written, each said with its numbers
+    uncounted: str | None = None  # trailing whole lines without a digest: a crash (or a power cut) between
+    torn: str | None = None  # a last line cut short (no newline, not whole JSON)
+
+    def problems(self, finished: bool) -> list[str]:
+        """What is wrong with the file: its damage, and for an arm that finished (no crash could have
+        left them) its uncounted and torn lines too."""
+        tail = [self.uncounted, self.torn] if finished else []
+        return [*self.damage, *filter(None, tail)]
+
+
+def check_lines(path: Path) -> LineCheck:
+    """A JSONL file's lines against the digests written with them (``append_jsonl``): each line
+    missing (numbered as written), edited or added (numbered as found) named. No sums file: the
+    file was written before lines were counted (an older run), all its lines unchecked."""
+    sums = sums_path(path)
+    text = _read_utf8(path) if path.exists() else ""
+    found = _complete_lines(text)
+    torn = None
+    pieces = text.split("\n")
+    if pieces[-1].strip() and not _whole(pieces[-1]):
+        torn = f"line {len(pieces)} torn (cut short)"
+    if not sums.exists():
+        return LineCheck(unchecked=len(found), torn=torn)
+    # a digest cut short (no newline) is none: its line reads as uncounted
+    entries = _read_utf8(sums).split("\n")[:-1]
+    unchecked = 0
+    if entries and entries[0].startswith(UNCHECKED):
+        head = entries.pop(0).removeprefix(UNCHECKED)
+        unchecked = int(head) if head.isdigit() else 0
+    digests = [line_digest(line) for _, line in found]
+    damage: list[str] = []
+    uncounted = None
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, entries, digests, autojunk=False).get_opcodes():
+        edited = min(i2 - i1, j2 - j1) if tag == "replace" else 0
+        if edited:
+            damage.append(f"{_numbers([n for n, _ in found[j1 : j1 + edited]])} edited since written")
+        if tag in ("delete", "replace") and i2 - i1 > edited:
+            numbers = list(range(i1 + edited + 1, i2 + 1))
+            damage.append(f"{_numbers(numbers)} of {len(entries)} written missing")
+        if tag in ("insert", "replace") and j2 - j1 > edited:
+            added = _numbers([n for n, _ in found[j1 + edited : j2]])
+            if i2 == len(entries) and j2 == len(digests) and tag == "insert":
+                uncounted = f"{added} without a digest (written as the run was cut, or added since)"
+            else:
+                damage.append(f"{added} not written by the harness (added since)")
+    return LineCheck(unchecked=unchecked, damage=tuple(damage), uncounted=uncounted, torn=torn)
 
 
 class UnreadLines:
@@ -92,6 +229,10 @@ class UnreadLines:
 
     def add(self, path: Path, number: int) -> None:
         self.notes.append(f"{path}: line {number} not read (a torn last line: a write cut by a crash)")
+
+    def damaged(self, path: Path, problems: list[str], consequence: str) -> None:
+        """Lines of ``path`` missing, edited, added or torn since written (``check_lines``)."""
+        self.notes.append(f"{path}: {'; '.join(problems)}: {consequence}")
 
     def missing(self, path: Path) -> None:
         """A file a finished arm must have written, missing or empty (deleted, truncated since)."""
@@ -245,7 +386,11 @@ class RunDir:
 
     def read_status(self, arm: str) -> ArmStatus:
         """The arm's status; ``not_run`` when it never started."""
-        path = self.status(arm)
+        return self.read_status_at(self.arm_dir(arm))
+
+    def read_status_at(self, arm_dir: Path) -> ArmStatus:
+        """The status in an arm's directory (its own, or an attempt set aside)."""
+        path = arm_dir / "status.json"
         if not path.exists():
             return ArmStatus(status="not_run")
         data = migrations.upgrade(read_json(path), status_steps.MIGRATIONS, str(path), self.schema_version)

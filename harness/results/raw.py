@@ -12,7 +12,16 @@ from pydantic import ValidationError
 from harness.config.regime import Regime
 from harness.core.errors import UserError
 from harness.results.calibration import CALIBRATION_FILE, Calibration
-from harness.results.files import RunDir, UnreadLines, read_json, read_records, read_run_record
+from harness.results.files import (
+    UNCHECKED,
+    RunDir,
+    UnreadLines,
+    check_lines,
+    read_json,
+    read_records,
+    read_run_record,
+    sums_path,
+)
 from harness.results.records import (
     ArmStatus,
     RampWindowRecord,
@@ -88,11 +97,15 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
         )
         for arm in regime.arms
     }
+    damaged = {name: _leave_out_damaged(run, arm, unread) for name, arm in arms.items()}
     for name, arm in arms.items():  # a finished arm wrote both: one gone is said, not shown as 0/0
-        if arm.status.status == "ok":
+        if arm.status.status == "ok" and "samples.jsonl" not in damaged[name]:
             for path, rows in ((run.samples(name), arm.samples), (run.windows(name), arm.windows)):
                 if not rows:
                     unread.missing(path)
+    for aside in sorted((run.root / "arms").glob("*.attempt-*")):
+        for path, problems in _damage(aside, run.read_status_at(aside)):
+            unread.damaged(path, problems, "set aside, its start-ups measured again")
     timing_path = run.root / "timing.json"
     timing = _validated(RunTiming, timing_path) if timing_path.exists() else None
     calibration_path = run.root / CALIBRATION_FILE
@@ -106,4 +119,90 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
         unread=unread,
         timing=timing,
         calibration=calibration,
+    )
+
+
+# The files read together: a window's line and its requests' lines (a ramp's likewise) are summed
+# together, so damage to either leaves out both.
+FAMILIES = (
+    (("samples.jsonl", "windows.jsonl"), ("samples", "windows"), "windows and requests"),
+    (("ramp.jsonl", "ramp_windows.jsonl"), ("ramp", "ramp_windows"), "ramp"),
+    (("noise_floor.jsonl",), ("noise_floor",), "second pass (the noise floor)"),
+    (("distribution.jsonl",), ("distribution",), "distribution samples"),
+)
+CHECKED_FILES = tuple(name for names, _, _ in FAMILIES for name in names)
+
+
+def _damage(arm_dir: Path, status: ArmStatus) -> list[tuple[Path, list[str]]]:
+    """Each raw file of an arm's directory with lines missing, edited, added or (a finished arm's)
+    torn since written (``check_lines``)."""
+    found = []
+    for name in CHECKED_FILES:
+        path = arm_dir / name
+        if problems := check_lines(path).problems(finished=status.status == "ok"):
+            found.append((path, problems))
+    return found
+
+
+def _leave_out_damaged(run: RunDir, arm: RawArm, unread: UnreadLines) -> set[str]:
+    """Checks the arm's raw files against their sums; a damaged file and the files summed with it are
+    left out of every figure (the arm reads as if it had none), each one named with its lines.
+    Returns the names of the files left out."""
+    arm_dir = run.arm_dir(arm.name)
+    damage = dict(_damage(arm_dir, arm.status))
+    left_out: set[str] = set()
+    for names, fields, what in FAMILIES:
+        paths = [arm_dir / name for name in names]
+        if not any(path in damage for path in paths):
+            continue
+        for path in paths:
+            if path in damage:
+                unread.damaged(path, damage[path], f"arm {arm.name}'s {what} left out of every figure")
+        for field_name in fields:
+            setattr(arm, field_name, [])
+        left_out.update(names)
+    return left_out
+
+
+def raw_damage(run: RunDir) -> list[str]:
+    """Every damaged raw file of the run's arms, as a line naming it and its lines: what a
+    continuation refuses to build on (``bench run --resume``)."""
+    lines = []
+    for arm_dir in sorted(p for p in (run.root / "arms").glob("*") if ".attempt-" not in p.name):
+        for path, problems in _damage(arm_dir, run.read_status_at(arm_dir)):
+            lines.append(f"{path}: {'; '.join(problems)}")
+    return lines
+
+
+def damaged_arms(run: RunDir) -> list[str]:
+    """The arms with a damaged raw file (``raw_damage``)."""
+    return sorted(
+        p.name
+        for p in (run.root / "arms").glob("*")
+        if ".attempt-" not in p.name and p.is_dir() and _damage(p, run.read_status_at(p))
+    )
+
+
+def unchecked_note(run_dir: Path) -> str | None:
+    """One line for a run whose raw lines were (some of them) written before lines were counted (a
+    run of an older harness, or continued from one): they load as they are, unchecked. Reads only
+    the first line of each sums file."""
+    unchecked = []
+    for arm_dir in sorted(p for p in (run_dir / "arms").glob("*") if ".attempt-" not in p.name):
+        for path in (arm_dir / name for name in CHECKED_FILES):
+            sums = sums_path(path)
+            if not path.is_file() or path.stat().st_size == 0:
+                continue
+            if not sums.is_file():
+                unchecked.append(path)
+                continue
+            with sums.open(encoding="utf-8", errors="replace") as handle:
+                if handle.readline().startswith(UNCHECKED):
+                    unchecked.append(path)
+    if not unchecked:
+        return None
+    count = len(unchecked)
+    return (
+        f"{run_dir}: {count} raw file{'s' if count != 1 else ''} written before the harness counted "
+        "their lines: a line missing or edited there cannot be named"
     )

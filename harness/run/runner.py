@@ -14,7 +14,6 @@ An interrupt stops the current server (the ``Server`` context manager) and propa
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -55,6 +54,8 @@ from harness.results import (
     write_json_atomic,
 )
 from harness.results.calibration import CALIBRATION_FILE
+from harness.results.files import check_lines, write_jsonl
+from harness.results.raw import damaged_arms, raw_damage
 from harness.results.records import Round, RunRecord
 from harness.run.calibration import CalibrationSource
 from harness.run.client import RampResult, WindowResult
@@ -168,16 +169,21 @@ class Runner:
             regime.hardware.kind, self.plan.model, regime.target.dtype, regime.tensor_parallel_size, names
         )
 
-    def resume(self, run: RunDir, continued: RunRecord | None = None) -> tuple[RunDir, Summary]:
+    def resume(
+        self, run: RunDir, continued: RunRecord | None = None, damaged: Sequence[str] = ()
+    ) -> tuple[RunDir, Summary]:
         """Continue a run from its first arm without complete results; completed arms are kept
         as they are, an incomplete arm's earlier files are moved aside (never deleted). With
         ``continued`` (``continued_record``: the run's record with more rounds), it is written first
-        and complete arms take the rounds they lack, every start-up measured so far kept."""
+        and complete arms take the rounds they lack, every start-up measured so far kept. The
+        ``damaged`` arms (``--remeasure-damaged``) are measured again from their first start-up."""
         with run.lock():
             self.console.print(f"Resuming [bold]{escape(str(run.root))}[/]")
             if continued is not None:
                 write_json_atomic(run.root / "regime.json", continued.model_dump(mode="json"))
                 self.continuing = True
+            for arm in damaged:
+                self._remeasure_damaged(run, arm)
             self._reap(run.root)
             # a bench killed mid-run stopped no server, so none of its logs was scrubbed: now
             engine = self.plan.regime.engine
@@ -185,6 +191,22 @@ class Runner:
             for log in sorted(run.root.glob("arms/*/*.log")) if secrets else []:
                 scrub_file(log, secrets)
             return run, self._run_arms(run)
+
+    def _remeasure_damaged(self, run: RunDir, arm: str) -> None:
+        """An arm whose raw lines were damaged since written, made to run again from its first
+        start-up: its start-ups taken out of the rounds' ``done``, its status interrupted with why, so
+        ``_resume_arm`` moves its files aside whole (where every reader still names the damage)."""
+        status = run.read_status(arm)
+        why = "its raw lines were damaged since written: measured again from its first start-up"
+        self.console.print(f"[yellow]arm {escape(arm)}: {why}[/]", soft_wrap=True)
+        update = {"status": "interrupted", "pgid": None, "remeasured": [*status.remeasured, why]}
+        run.write_status(arm, status.model_copy(update=update))
+        rounds = [
+            entry.model_copy(update={"done": [n for n in entry.done if n != arm]})
+            for entry in self._read_rounds(run)
+        ]
+        if rounds:
+            self._write_rounds(run, rounds)
 
     def _reap(self, directory: Path) -> None:
         """Stop the servers a killed ``bench`` left running under ``directory`` (its run, or the
@@ -464,7 +486,11 @@ class Runner:
         for path, wanted in keep.items():
             lines = read_jsonl(aside / path.name)
             if lines:
-                _write_lines(path, [line for number, line in enumerate(lines) if wanted(number, line)])
+                # lines written before lines were counted stay said to be (``check_lines``)
+                before = check_lines(aside / path.name).unchecked
+                unchecked = sum(1 for number, line in enumerate(lines[:before]) if wanted(number, line))
+                kept_lines = [line for number, line in enumerate(lines) if wanted(number, line)]
+                write_jsonl(path, kept_lines, unchecked)
         names = ["launch.json", *(run.server_log(arm, start).name for start in range(kept))]
         for name in names:
             if (aside / name).is_file():
@@ -910,14 +936,6 @@ def _timing(run: RunDir) -> RunTiming:
     return RunTiming.model_validate(read_json(path)) if path.exists() else RunTiming(invocations=[])
 
 
-def _write_lines(path: Path, lines: list[dict[str, Any]]) -> None:
-    """A JSONL file of ``lines`` at once, as ``append_jsonl`` writes each (on disk before it returns)."""
-    with open(path, "w") as handle:
-        handle.writelines(json.dumps(line, sort_keys=True) + "\n" for line in lines)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
 def _write_summary(run: RunDir) -> Summary:
     """The run's summary and its analysis, stored beside the raw files (what ``bench show`` reads)."""
     summary = summarize(run)
@@ -955,12 +973,25 @@ def run_regime(
 
 
 def resume_run(
-    run_dir: Path, console: Console, allow_mismatch: bool = False, rounds: int | None = None
+    run_dir: Path,
+    console: Console,
+    allow_mismatch: bool = False,
+    rounds: int | None = None,
+    remeasure_damaged: bool = False,
 ) -> tuple[RunDir, Summary]:
-    """Resume with the regime stored in the run, refusing if its workloads changed since; with
-    ``rounds``, continue a finished run to that many rounds in all (``continued_record``), written
-    only once every check has passed."""
+    """Resume with the regime stored in the run, refusing if its workloads changed since, or if a
+    raw file lost, gained or changed lines since written (``raw_damage``: its start-ups would be
+    kept, or copied back, as they are now) unless ``remeasure_damaged``; with ``rounds``, continue
+    a finished run to that many rounds in all (``continued_record``), written only once every check
+    has passed."""
     run = RunDir(run_dir)
+    damage = raw_damage(run)
+    if damage and not remeasure_damaged:
+        raise UserError(
+            f"{run_dir}: raw lines damaged since written ({'; '.join(damage)}); continuing would keep "
+            "them: --remeasure-damaged measures each damaged arm again from its first start-up (its "
+            "files kept aside as arms/<arm>.attempt-N)"
+        )
     record = continued_record(run, rounds) if rounds is not None else read_run_record(run)
     source = recorded_source(record.source_path, run_dir)
     plan = plan_regime(source, stored_regime(record.regime, source))
@@ -975,4 +1006,5 @@ def resume_run(
     ready = prepare_run(
         plan, console, allow_mismatch, resumed_model=record.resolved_model, allow_known_defect=forced
     )
-    return Runner(ready, run_dir.parent.parent, console).resume(run, record if rounds is not None else None)
+    runner = Runner(ready, run_dir.parent.parent, console)
+    return runner.resume(run, record if rounds is not None else None, damaged_arms(run) if damage else [])
