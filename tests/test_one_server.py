@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.results import read_json
-from tests.test_endpoint_trust import bench, stand_in
+from tests.test_endpoint_trust import _regime, bench, stand_in
 
 SHORT = ["--num-prompts", "2", "--set", "load.server_starts=2", "--set", "load.warmup_requests=0"]
 
@@ -39,3 +41,72 @@ def test_a_url_alone_and_arms_servers_together_are_refused(tmp_path: Path) -> No
         "--endpoint", "http://127.0.0.1:1", "--endpoint", "ngram_k4=http://127.0.0.1:2",
     )  # fmt: skip
     assert code == 2 and "one server alone (no ARM=), or every arm's server" in said
+
+
+LOOPBACK_SPELLINGS = [
+    "http://localhost:8000",
+    "http://LOCALHOST:8000",
+    "http://127.1:8000",
+    "http://0x7f000001:8000",
+    "http://2130706433:8000",
+    "http://[::1]:8000",
+    "https://127.0.0.2:8000",
+]
+
+
+@pytest.mark.parametrize("spelling", LOOPBACK_SPELLINGS)
+def test_every_spelling_of_this_machine_is_one_server(tmp_path: Path, spelling: str) -> None:
+    """127.0.0.1 and its other spellings (a name, a case, IPv4's short and numeric forms, IPv6's
+    loopback, another address of 127/8) are one server on one port: two arms on it are refused as
+    one server, however the second is written (issue 79, item 6)."""
+    from harness.config.arms import endpoint_address
+    from harness.config.regime import load_regime
+    from harness.core.errors import UserError
+    from harness.core.overrides import flag_overrides
+
+    assert endpoint_address(spelling) == endpoint_address("http://127.0.0.1:8000")
+    same = flag_overrides(endpoints=["baseline=http://127.0.0.1:8000", f"ngram_k4={spelling}"])
+    with pytest.raises(UserError, match=r"arms\[1\]\.endpoint: the same server as arms\[0\] \(baseline\)"):
+        load_regime(_regime(tmp_path), same)
+
+
+def test_other_ports_and_hosts_are_other_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another port of this machine, or another machine, is another server; a name the resolver
+    cannot answer is compared as written (validation never waits on, or fails with, DNS)."""
+    import socket
+
+    from harness.config.arms import endpoint_address
+    from harness.config.regime import load_regime
+    from harness.core.overrides import flag_overrides
+
+    def down(*_: object, **__: object) -> None:
+        raise socket.gaierror("no DNS here")
+
+    monkeypatch.setattr(socket, "getaddrinfo", down)
+    assert endpoint_address("http://127.0.0.1:8000") != endpoint_address("http://127.0.0.1:8001")
+    assert endpoint_address("http://10.0.0.1:80") == endpoint_address("http://10.0.0.1")
+    assert endpoint_address("http://Gpu-Node-3:80") == endpoint_address("http://gpu-node-3")
+    assert endpoint_address("http://gpu-node-3") != endpoint_address("http://gpu-node-4")
+    two = flag_overrides(endpoints=["baseline=http://gpu-node-3:8000", "ngram_k4=http://gpu-node-4:8000"])
+    assert load_regime(_regime(tmp_path), two).arms[1].endpoint == "http://gpu-node-4:8000"
+
+
+def test_two_names_the_resolver_gives_one_address_are_one_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from harness.config.regime import load_regime
+    from harness.core.errors import UserError
+    from harness.core.overrides import flag_overrides
+
+    def resolve(host: str, *_: object, **__: object) -> list[tuple]:
+        address = {"gpu-node-3": "10.0.0.3", "node3.cluster": "10.0.0.3"}.get(host)
+        if address is None:
+            raise socket.gaierror(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    same = flag_overrides(endpoints=["baseline=http://gpu-node-3:8000", "ngram_k4=http://node3.cluster:8000"])
+    with pytest.raises(UserError, match=r"the same server as arms\[0\]"):
+        load_regime(_regime(tmp_path), same)

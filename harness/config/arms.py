@@ -4,7 +4,10 @@ published for it, or an existing server to measure instead."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
+import threading
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -512,9 +515,21 @@ class Arm(StrictModel):
                 raise FieldError(("k_schedule", *where), message)
 
 
-def endpoint_address(url: str) -> str:
-    """One server however its URL is written: scheme, host (lower case) and port, or a socket's
-    path; never its credentials or a trailing slash."""
+# what this machine is called: every one of them reaches the servers bound to all its addresses
+LOOPBACK = "loopback"
+_LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+RESOLVE_TIMEOUT_S = 2.0  # a resolver that does not answer by then: the name is compared as written
+
+
+def endpoint_address(url: str, resolve: bool = False) -> str:
+    """One server however its URL is written: its host and port (a server serves one scheme on a
+    port), or a socket's path; never its credentials or a trailing slash. The host in one spelling
+    without the network: case folded, IPv4's short and numeric forms (127.1, 0x7f000001,
+    2130706433) as dotted quads, IPv6 compressed, and this machine by any name or address
+    (localhost, 127.0.0.0/8, ::1, 0.0.0.0) as one loopback host, since a server bound to all of its
+    addresses answers on each. ``resolve``: a host name also by its first address from the resolver
+    where it answers within ``RESOLVE_TIMEOUT_S`` (the regime's check; what derives from a stored
+    run never asks the network)."""
     if url.startswith("unix:"):
         return url.rstrip("/")
     parts = urlsplit(url)
@@ -523,4 +538,51 @@ def endpoint_address(url: str) -> str:
     except ValueError:  # not a port: the URL's own check says so
         port = None
     default = 443 if parts.scheme == "https" else 80
-    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port or default}"
+    return f"{_host(parts.hostname or '', resolve)}:{port or default}"
+
+
+def _host(name: str, resolve: bool) -> str:
+    name = name.lower().rstrip(".")
+    if name in _LOOPBACK_NAMES or name.endswith(".localhost"):  # RFC 6761: *.localhost is this machine
+        return LOOPBACK
+    address = _ip(name)
+    if address is None and resolve:
+        address = _ip(_resolved(name) or "")
+    if address is None:
+        return name
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return LOOPBACK if address.is_loopback or address.is_unspecified else address.compressed
+
+
+def _ip(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a host written as one stands for; inet_aton reads IPv4's every form (127.1,
+    0x7f000001, 2130706433, octal) as a socket would connect to it."""
+    try:
+        return ipaddress.ip_address(name)
+    except ValueError:
+        pass
+    if not name or not all(c in "0123456789abcdefx." for c in name):
+        return None  # a name: inet_aton would not read it anyway
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(name))
+    except OSError:
+        return None
+
+
+def _resolved(name: str) -> str | None:
+    """The first address the resolver gives ``name``; None where it fails or takes too long (a
+    thread of its own: getaddrinfo has no timeout, and validation never waits on DNS)."""
+    found: list[str] = []
+
+    def ask() -> None:
+        try:
+            answers = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+            found.extend(str(answer[4][0]) for answer in answers)
+        except (OSError, UnicodeError):
+            pass
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    asking.join(RESOLVE_TIMEOUT_S)
+    return found[0] if found else None
