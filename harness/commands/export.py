@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 from rich.console import Console
@@ -54,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the folder this command writes (default: RUN_DIR/export)",
     )
     parser.add_argument("--output-dir", type=Path, dest="output", help=argparse.SUPPRESS)  # the old name
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="export into a folder that is not empty: clear what is inside it first (never /, the home "
+        "folder, or a folder holding the run)",
+    )
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -64,6 +71,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     out_dir = args.output or args.run_dir / "export"
     if args.format in PEER_FORMATS:
         return _peer_format(args, console)
+    fresh_folder(out_dir, args.run_dir, args.force)
     if kind_of(args.run_dir) == "study":
         from harness.derive.study.collect import load_study
 
@@ -84,6 +92,34 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def fresh_folder(out_dir: Path, run_dir: Path, force: bool) -> None:
+    """The folder an export writes, empty: a used one is refused (its old files would lie beside
+    the new ones, and vLLM's sweep plot reads every one), unless ``force``, which clears what is
+    inside it. Never cleared: a path that is not a folder, /, the home folder, or a folder that
+    holds the run itself."""
+    from harness.core.errors import UserError
+
+    if not out_dir.exists() and not out_dir.is_symlink():
+        return
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        raise UserError(f"{out_dir}: not a folder; the export writes a folder of files")
+    if not any(out_dir.iterdir()):
+        return
+    if not force:
+        raise UserError(
+            f"{out_dir}: not empty; the export's files would lie beside the old ones. Give an empty "
+            "or new folder (-o DIR), or --force to clear this one first"
+        )
+    target, run = out_dir.resolve(), run_dir.resolve()
+    if target in (Path("/"), Path.home().resolve()) or run.is_relative_to(target):
+        raise UserError(f"{out_dir}: --force will not clear it (/, the home folder, or it holds {run_dir})")
+    for child in target.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
 def _peer_format(args: argparse.Namespace, console: Console) -> int:
     """The run's cells as vLLM's sweep tools or AIPerf read them (``harness.present.peer_formats``)."""
     from harness.commands.report import print_note
@@ -97,6 +133,7 @@ def _peer_format(args: argparse.Namespace, console: Console) -> int:
     print_note(found)
     print_unread(found.analysis.summary, console)
     out_dir = args.output or args.run_dir / "export" / args.format
+    fresh_folder(out_dir, args.run_dir, args.force)
     write = write_vllm if args.format == "vllm" else write_aiperf
     paths = write(found.analysis.summary, out_dir)
     for path in paths:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from rich.markup import escape
 from harness.commands.common import metric_definitions, require_run
 from harness.commands.terminal import print_unread
 from harness.core.errors import UserError
+from harness.core.formats import inert
 from harness.core.metrics import GATED
 
 if TYPE_CHECKING:
@@ -154,6 +156,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from harness.derive.gates.relative import open_views
     from harness.present.gate_report import GateFiles, outcome_line, verdict_table, write_gate
     from harness.results.gate import EXIT_INCONCLUSIVE, EXIT_REGRESSION
+    from harness.results.raw import unchecked_note
 
     for directory in filter(None, (args.run_dir, args.baseline)):
         require_run(directory, "gate")
@@ -167,6 +170,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         )
     for opened in filter(None, (view, baseline)):
         print_unread(opened.summary, console)
+        if note := unchecked_note(opened.raw.run.root):  # on stderr, as bench show says it
+            print(inert(note), file=sys.stderr)
     if args.gates is not None:
         from harness.config.regime import load_regime
 

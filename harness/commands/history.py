@@ -171,9 +171,11 @@ def add_to_history(paths: list[Path], history_path: Path, engine_commit: str | N
     added, the others are; exit 2 then."""
     from harness.derive.history.collect import IncompleteRun, content_digest, history_entry
     from harness.results.history.store import open_history
+    from harness.results.raw import unchecked_note
 
     runs = [found for path in paths for found in _run_dirs(path)]
     entries, notes, unreadable = [], [], 0
+    unchecked: dict[int, str | None] = {}  # per entry: its raw lines written before they were counted
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     # read every run first: the history file is held (other writers wait) only while it is written
     with Progress(*columns, console=console, transient=True) as bar:
@@ -188,6 +190,7 @@ def add_to_history(paths: list[Path], history_path: Path, engine_commit: str | N
                 unreadable += 1
             else:
                 entries.append(entry)
+                unchecked[id(entry)] = unchecked_note(run_dir)
             bar.advance(task)
     added = kept = 0
     with open_history(history_path) as history:
@@ -197,7 +200,8 @@ def add_to_history(paths: list[Path], history_path: Path, engine_commit: str | N
             stored = history.stored_as(run)
             if stored is None and history.add(entry):
                 added += 1
-                notes += [f"[yellow]{_text(run.run_id)} added;[/] {_text(n)}" for n in entry.unread_lines]
+                said = [*entry.unread_lines, *filter(None, [unchecked[id(entry)]])]
+                notes += [f"[yellow]{_text(run.run_id)} added;[/] {_text(n)}" for n in said]
                 continue
             kept += 1
             if stored is not None and stored != run.run_id:  # a copy: said, with what it is a copy of

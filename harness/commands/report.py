@@ -104,9 +104,13 @@ def study_page(study_dir: Path, out_dir: Path) -> Path:
 
 
 def print_note(run: AnalyzedRun, label: str | None = None) -> None:
-    """Why a run's stored analysis.json was not used, where that is news: one line on stderr."""
-    if run.note:
-        print(f"{label}: {run.note}" if label else run.note, file=sys.stderr)
+    """Why a run's stored analysis.json was not used, where that is news, and whether its raw lines
+    could not be checked (written before they were counted): a line each on stderr."""
+    from harness.core.formats import inert
+    from harness.results.raw import unchecked_note
+
+    for note in filter(None, (run.note, unchecked_note(run.root))):
+        print(inert(f"{label}: {note}" if label else note), file=sys.stderr)
 
 
 def _render(run_dir: Path, other: Path | None, force: bool, console: Console) -> tuple[str, Path]:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from rich.console import Console
 
 from harness.commands.common import EXIT_OK, kind_of, metric_definitions
+from harness.commands.report import print_note
 from harness.commands.terminal import print_results, print_study
 from harness.core.metrics import METRICS
 
@@ -73,8 +73,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return print_study(results, console)
     # resolved for --minilab: the run id is the directory's name, and `.` has none
     run = load_analysis(args.run_dir.resolve() if args.minilab else args.run_dir)
-    if run.note:  # the stored analysis.json was not used, and why: stderr, so a piped table stays clean
-        print(run.note, file=sys.stderr)
+    # why the stored analysis.json was not used, lines that cannot be checked: stderr, so a piped
+    # table stays clean
+    print_note(run)
     if args.peers:
         from harness.present.peers import peers_tables
 
