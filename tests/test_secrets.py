@@ -213,6 +213,7 @@ SET_SECRET = "sekrit-value-42"
 ENDPOINT_KEY = "key-0123456789abcdef"
 URL_PASSWORD = "pa55word-xyz"
 BASIC = "dXMzcjpwYTU1d29yZC14eXo="  # base64 of us3r:pa55word-xyz, as a Basic header carries it
+PASSPHRASE = "passphrase-value-79"  # issue 79: a name whose secret word is not the last-word rule's
 
 
 def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -258,6 +259,8 @@ def endpoint_run(folder: Path, mode: str, baseline_mode: str | None = None) -> t
             "arms.ngram_k4.api_key_env=BENCH_ENDPOINT_KEY",
             "--set",
             f"engine.env={{MY_API_KEY: {SET_SECRET}, OMP_NUM_THREADS: '1'}}",
+            "--set",
+            f"engine.env.SIGNING_PASSPHRASE={PASSPHRASE}",
             env={"BENCH_ENDPOINT_KEY": ENDPOINT_KEY},
         )
     (run,) = (folder / "results").glob("*/*")
@@ -268,8 +271,10 @@ def test_no_secret_of_the_command_line_or_an_endpoint_reaches_a_file_or_the_term
     """Issue 70, item 7: the mapping form of --set redacted like the dotted form, and a key or a
     URL's credentials that an endpoint echoes in an error body scrubbed from every stored error:
     samples.jsonl, the arm's status, summary.json, analysis.json, the export, the report, the
-    terminal of bench run and bench show. The baseline's gateway refuses its first request only (a
-    baseline whose every request fails stops the run before ngram_k4 starts: issue 78)."""
+    terminal of bench run and bench show; issue 79, item 10: a SIGNING_PASSPHRASE set by the dotted
+    form the same (regime.json, summary.json, analysis.json, launch.json). The baseline's gateway
+    refuses its first request only (a baseline whose every request fails stops the run before
+    ngram_k4 starts: issue 78)."""
     run, printed = endpoint_run(tmp_path, "echo-auth", baseline_mode="echo-auth-first")
     assert "arm ngram_k4 failed" in printed, printed[-3000:]
     shown = bench("show", str(run))
@@ -278,14 +283,109 @@ def test_no_secret_of_the_command_line_or_an_endpoint_reaches_a_file_or_the_term
     assert exported.returncode == 0 and report.returncode == 0, exported.stderr + report.stderr
     outputs = printed + shown.stdout + shown.stderr + exported.stdout + report.stdout
     files = {path: path.read_text(errors="replace") for path in run.rglob("*") if path.is_file()}
-    assert {"samples.jsonl", "requests.csv", "summary.json", "analysis.json", "report.html"} <= {
-        path.name for path in files
-    }
-    for secret in (SET_SECRET, ENDPOINT_KEY, URL_PASSWORD, BASIC):
+    assert {
+        "samples.jsonl",
+        "requests.csv",
+        "summary.json",
+        "analysis.json",
+        "report.html",
+        "regime.json",
+        "launch.json",
+    } <= {path.name for path in files}
+    for secret in (SET_SECRET, ENDPOINT_KEY, URL_PASSWORD, BASIC, PASSPHRASE):
         assert secret not in outputs, secret
         assert [path.name for path, text in files.items() if secret in text] == [], secret
     # what was set and what the server said are still there, the secrets in them redacted
     assert f"engine.env={{MY_API_KEY: {REDACTED}, OMP_NUM_THREADS: '1'}}" in " ".join(printed.split())
+    assert f"engine.env.SIGNING_PASSPHRASE={REDACTED}" in " ".join(printed.split())
     samples = (run / "arms" / "ngram_k4" / "samples.jsonl").read_text()
     assert f"HTTP 401: refused: Bearer {REDACTED}" in samples
     assert f"HTTP 401: refused: Basic {REDACTED}" in (run / "arms" / "baseline" / "samples.jsonl").read_text()
+
+
+# Issue 79, item 10: names the last-word rule missed, and the names that must stay public.
+SECRET_NAMES = (
+    "SIGNING_PASSPHRASE",
+    "API_TOKENS",
+    "PRIVATE_KEY_PEM",
+    "PGPASSWORD",
+    "MYSQL_PWD",
+    "GITHUB_PAT",
+    "JWT",
+    "SESSION_COOKIE",
+    "AUTH_HEADER",
+    "--db-passphrase",
+    "SERVICE_CREDENTIAL",
+    "X-Amz-Signature",
+    "apiKey",
+    "accessToken",
+)
+PUBLIC_NAMES = (
+    "MAX_TOKENS",
+    "NUM_SPECULATIVE_TOKENS",
+    "--max-num-batched-tokens",
+    "--speculative-num-draft-tokens",
+    "HF_TOKEN_PATH",
+    "FAKE_TOKEN_SLEEP",
+    "TOKENIZERS_PARALLELISM",
+    "PWD",
+    "--mask-token-id",
+    "--allow-credentials",
+    "--auth-root-authentication-method",
+    "CHARS_PER_TOKEN",
+)
+
+
+def test_a_secret_word_in_any_position_makes_a_name_secret() -> None:
+    assert [name for name in SECRET_NAMES if not secret_name(name)] == []
+    assert [name for name in PUBLIC_NAMES if secret_name(name)] == []
+    assert redact_env(dict.fromkeys(SECRET_NAMES, "v-1234")) == dict.fromkeys(SECRET_NAMES, REDACTED)
+
+
+def _engine_and_regime_names() -> set[str]:
+    """Every flag the engines' modules name and every variable a shipped or test regime sets."""
+    import re
+
+    names = {
+        flag
+        for path in (ROOT / "harness" / "config" / "engines").rglob("*.py")
+        for flag in re.findall(r"[\"'](--[a-z][a-z0-9-]+)", path.read_text())
+    }
+    for path in [*(ROOT / "regimes").rglob("*.yaml"), *(ROOT / "tests" / "regimes").rglob("*.yaml")]:
+        engine = (yaml.safe_load(path.read_text()) or {}).get("engine") or {}
+        names |= set(engine.get("env") or {})
+        names |= {arg.partition("=")[0] for arg in engine.get("extra_args") or [] if arg.startswith("--")}
+    return names
+
+
+def test_no_engine_flag_or_regime_variable_is_taken_for_a_secret() -> None:
+    """The rule reads a secret word anywhere: the engines' own flags and the regimes' variables that
+    name numbers, paths and switches (--max-num-batched-tokens, VLLM_CPU_KVCACHE_SPACE) stay public
+    (a redacted number would be a regime no one can read back), the credentials stay secret."""
+    names = _engine_and_regime_names()
+    assert len(names) > 40 and "--max-num-batched-tokens" in names
+    assert sorted(name for name in names if secret_name(name)) == ["--api-key"]
+
+
+def test_a_secret_query_parameter_is_scrubbed() -> None:
+    url = "http://127.0.0.1:8000?api_key=K1234&max_tokens=8&access_token=T1234&sig=S1234&x=1"
+    assert redact_url(url) == (
+        f"http://127.0.0.1:8000?api_key={REDACTED}&max_tokens=8&access_token={REDACTED}&sig={REDACTED}&x=1"
+    )
+    assert redact_url(redact_url(url)) == redact_url(url)  # a second pass adds nothing
+    assert redact_url("https://h/p?password=p%40ss-1&amp;token=t-99") == (
+        f"https://h/p?password={REDACTED}&amp;token={REDACTED}"
+    )
+    assert secret_values({"HF_ENDPOINT": "https://h?token=t%2B123"}, []) == {"t%2B123", "t+123"}
+    from harness.core.secrets import sent_credentials
+
+    assert sent_credentials("http://h:1?key=k-5678&n=2", None) == {"k-5678"}
+
+
+def test_an_endpoints_query_key_is_never_echoed(tmp_path: Path) -> None:
+    """The endpoint's refusal named the whole URL, ?api_key= and all."""
+    regime = ROOT / "tests" / "regimes" / "cpu_e2e.yaml"
+    for endpoint in ("ngram_k4=http://127.0.0.1:9?api_key=qk-planted-1", "other=http://h?token=qk-planted-1"):
+        out = bench("validate", str(regime), "--endpoint", endpoint)
+        assert out.returncode == 2 and "Traceback" not in out.stdout + out.stderr, out.stdout + out.stderr
+        assert "qk-planted-1" not in out.stdout + out.stderr and f"={REDACTED}" in out.stdout
