@@ -151,3 +151,45 @@ def test_open_loop_keeps_only_the_send_based_ttft() -> None:
     assert pf._value(cell, "ttft_ms_mean_sent") is None
     assert pf._latency_field(cell, "e2e_ms", "p50") is None
     assert pf._latency_field(cell, "tpot_ms", "p50") == "tpot_ms_p50"
+
+
+# Exports into a fresh folder (issue 79, item 9): an old export's files never lie beside a new one's.
+
+
+def test_export_into_a_used_folder_is_refused_naming_it_and_force(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "used"
+    out.mkdir()
+    (out / "old_cells.csv").write_text("from an earlier export\n")
+    assert main(["export", str(RUN), "--format", "vllm", "-o", str(out)]) == 2
+    said = "".join(capsys.readouterr())
+    assert str(out) in said and "--force" in said
+    assert [p.name for p in out.iterdir()] == ["old_cells.csv"]  # nothing written beside it
+
+
+def test_force_clears_the_folder_first(tmp_path: Path) -> None:
+    out = tmp_path / "used"
+    (out / "stale_arm").mkdir(parents=True)
+    (out / "stale_arm" / "summary.json").write_text("{}")
+    (out / "old.csv").write_text("x\n")
+    assert main(["export", str(RUN), "--format", "csv", "-o", str(out), "--force"]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert "old.csv" not in names and "stale_arm" not in names
+    assert "cells.csv" in names
+
+
+@pytest.mark.parametrize("where", ["file", "run", "parent_of_run"])
+def test_force_never_clears_a_file_or_a_folder_holding_the_run(tmp_path: Path, capsys, where: str) -> None:
+    run = tmp_path / "results" / "run"
+    run.mkdir(parents=True)
+    for path in RUN.rglob("*"):  # a copy of the stored run: --force must leave it whole
+        if path.is_file():
+            target = run / path.relative_to(RUN)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    out = {"file": tmp_path / "a_file", "run": run, "parent_of_run": tmp_path / "results"}[where]
+    if where == "file":
+        out.write_text("not a folder\n")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["export", str(run), "-o", str(out), "--force"]) == 2
+    assert str(out) in "".join(capsys.readouterr())
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

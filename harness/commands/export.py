@@ -129,11 +129,11 @@ def _peer_format(args: argparse.Namespace, console: Console) -> int:
 
     if kind_of(args.run_dir) == "study":
         raise UserError(f"--format {args.format} takes a run directory, not a study: export each point's run")
+    out_dir = args.output or args.run_dir / "export" / args.format
+    fresh_folder(out_dir, args.run_dir, args.force)
     found = load_analysis(args.run_dir)
     print_note(found)
     print_unread(found.analysis.summary, console)
-    out_dir = args.output or args.run_dir / "export" / args.format
-    fresh_folder(out_dir, args.run_dir, args.force)
     write = write_vllm if args.format == "vllm" else write_aiperf
     paths = write(found.analysis.summary, out_dir)
     for path in paths:
