@@ -11,6 +11,10 @@ sends for ``/v1/completions`` depends on the request's prompt.
 - ``control-error``: status 500 whose body holds NUL, \x01 and an ESC colour sequence;
 - ``token-flood``: well-formed events of 200,000 token ids each, without a finish_reason, until the
   client goes away;
+- ``abort``: 2 tokens, the second with finish_reason "abort" (an engine that dropped the request);
+  ``overrun``: 60 tokens more than the request's max_tokens (under the client's memory guard), then
+  "length"; ``no-ids``: ``good``'s text without token ids; ``error-event``: 2 tokens, then vLLM's
+  error event (``{"error": {...}}``) and ``[DONE]`` without a finish_reason;
 - ``echo-auth``: status 401 whose body echoes the request's ``Authorization`` header (a Bearer key,
   or the Basic form of a URL's ``user:pass``), as a careless gateway's error page does;
   ``echo-auth-late``: the same after 490 characters, where a 500-character cut falls inside it;
@@ -63,6 +67,29 @@ MALFORMED = {
 }
 
 
+def _tokens(ids: list[int], last: str | None, with_ids: bool = True) -> list[bytes]:
+    """One event per token id, the last with ``last`` as its finish_reason, then usage and [DONE]."""
+    chunks = []
+    for n, i in enumerate(ids):
+        choice = {"index": 0, "text": f" t{i}", "finish_reason": last if n == len(ids) - 1 else None}
+        chunks.append({"choices": [choice | ({"token_ids": [i]} if with_ids else {})]})
+    usage = {"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": len(ids)}}
+    return [_event(c) for c in [*chunks, usage]] + [b"data: [DONE]\n\n"]
+
+
+# streams that end without a finished answer, by mode, from the request's max_tokens
+UNFINISHED = {
+    "abort": lambda asked: _tokens([0, 1], "abort"),
+    "overrun": lambda asked: _tokens(list(range(asked + 60)), "length"),
+    "no-ids": lambda asked: _tokens([0, 1, 2, 3], "length", with_ids=False),
+    "error-event": lambda asked: (
+        _tokens([0, 1], None)[:2]
+        + [_event({"error": {"message": "engine core died", "type": "InternalServerError", "code": 500}})]
+        + [b"data: [DONE]\n\n"]
+    ),
+}
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
     prompt = request.app["every"] or (await request.json())["prompt"]
     if prompt == "echo-auth-first":
@@ -93,11 +120,16 @@ async def completions(request: web.Request) -> web.StreamResponse:
         while True:  # each event under the client's event cap; the stream under no cap of its own
             await response.write(flood)
             await asyncio.sleep(0)
-    if prompt in MALFORMED:
-        await response.write(_event(MALFORMED[prompt]))
-    for chunk in good_chunks():
+    for chunk in await _answer(request, prompt):
         await response.write(chunk)
     return response
+
+
+async def _answer(request: web.Request, prompt: str) -> list[bytes]:
+    """What a mode that streams a whole answer sends: an unfinished one, a malformed event first, or good."""
+    if prompt in UNFINISHED:
+        return UNFINISHED[prompt]((await request.json()).get("max_tokens") or 4)
+    return ([_event(MALFORMED[prompt])] if prompt in MALFORMED else []) + good_chunks()
 
 
 def main() -> None:

@@ -98,11 +98,10 @@ def test_window_metrics_uses_token_ids_and_excludes_errors() -> None:
     records = [
         _record(0.0, 0.5, 2.5, 21),
         _record(0.0, 1.0, 4.0, 31),
-        _record(0.0, 0.1, 0.2, 0, error="timeout"),
+        _record(0.0, 0.1, 0.2, 0, error="timeout", repeat=1),  # its window, all failed, is not summed
     ]
-    metrics = cell_metrics(
-        ARM, None, [_window(0, 4.0, after)], records, price_per_hour=0.36, usd_per_kwh=None, engine="vllm"
-    )
+    windows = [_window(0, 4.0, after), _window(1, 1.0, after)]
+    metrics = cell_metrics(ARM, None, windows, records, price_per_hour=0.36, usd_per_kwh=None, engine="vllm")
     assert (metrics.requests_total, metrics.requests_ok, metrics.requests_errored) == (3, 2, 1)
     assert metrics.output_tokens == 52
     assert metrics.output_tok_s == pytest.approx(13.0)
@@ -111,7 +110,11 @@ def test_window_metrics_uses_token_ids_and_excludes_errors() -> None:
     assert metrics.tau == pytest.approx(3.0)
     assert metrics.per_position_acceptance == pytest.approx([1.0, 1.0])
     assert metrics.usd_per_mtok == pytest.approx(0.36 / (13.0 * 3600) * 1e6)
-    assert metrics.repeats == 1 and metrics.per_repeat[0].tau == pytest.approx(3.0)
+    assert (
+        metrics.repeats == 2
+        and len(metrics.per_repeat) == 1
+        and metrics.per_repeat[0].tau == pytest.approx(3.0)
+    )
 
 
 def test_repeats_pool_into_one_cell_and_stay_apart_per_repeat() -> None:

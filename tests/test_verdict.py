@@ -180,7 +180,8 @@ def test_failed_requests_are_a_caveat_of_the_run(summary: Summary) -> None:
     caveats = [caveat_text(c) for c in run_caveats(summary.model_copy(update={"cells": cells}))]
     assert (
         f"arm ngram_k4: 2 of {total} requests failed ({cell.workload} {cell.level.short()}: 2); its figures "
-        "count only the completed ones (the errors are in its samples.jsonl)"
+        "count only the completed ones, and no window where more than 10% of the requests failed (the "
+        "errors are in its samples.jsonl)"
     ) in caveats
 
 

@@ -80,6 +80,23 @@ PromptTables = dict[Any, dict[str, list[WindowPrompts]]]
 PAIRING = "same workload, same prompt, same concurrency level; greedy, same seed and max tokens"
 
 
+# A window where more than this share of its requests failed is not summed (not in a cell's tokens,
+# time, latencies or counters, nor in its speedup's start-ups): a failed request held its slot for
+# part of the window's time and counted no tokens, so the window's tok/s is the failures' as much as
+# the arm's. Its requests still count in requests_errored (the failed_requests caveat says the rule).
+MAX_FAILED_SHARE = 0.10
+
+
+def summed_windows(windows: list[WindowRecord], records: list[RequestRecord]) -> list[WindowRecord]:
+    """The windows of one cell that are summed: at most ``MAX_FAILED_SHARE`` of their requests failed."""
+    kept = []
+    for window in windows:
+        mine = [r for r in records if r.repeat == window.repeat]
+        if sum(1 for r in mine if not r.ok) <= MAX_FAILED_SHARE * len(mine):
+            kept.append(window)
+    return kept
+
+
 def _ms_quantile(values: list[float], q: float) -> float | None:
     return quantile(values, q) * 1000.0 if values else None
 
@@ -164,18 +181,23 @@ def cell_metrics(
     engine: str,
 ) -> CellMetrics:
     """One (arm, workload, concurrency) cell from its raw records and windows, pooled over the
-    cell's repeats: tokens and time add up, counters add up, latencies are pooled per request."""
-    ok = [r for r in records if r.ok]
+    cell's repeats: tokens and time add up, counters add up, latencies are pooled per request. Only
+    the summed windows (``summed_windows``) and their requests enter the figures; every request
+    counts in requests_total, _ok and _errored."""
+    summed = summed_windows(windows, records)
+    counted = [r for r in records if r.repeat in {w.repeat for w in summed}]  # the summed windows' requests
+    ok = [r for r in counted if r.ok]
     output_tokens = sum(r.output_tokens for r in ok)
-    duration = sum(w.duration_s for w in windows)
+    duration = sum(w.duration_s for w in summed)
     tok_s = output_tokens_per_s(output_tokens, duration)
-    counters, per_repeat, power = _repeats(windows, records, price_per_hour, slo, engine)
+    counters, per_repeat, power = _repeats(summed, counted, price_per_hour, slo, engine)
     acc = acceptance(counters)
     steps = sum(streamed_steps(r.chunks) for r in ok)
     own = _request_acceptance(ok, engine)
     copies = [copied_ngrams(r.prompt_token_ids, r.token_ids) for r in ok]
     power_stats = combine_power(power, output_tokens)
     engine_steps = _engine_steps(per_repeat)
+    answered = sum(1 for r in records if r.ok)
     first = windows[0]
     return CellMetrics(
         arm=arm.name,
@@ -186,11 +208,11 @@ def cell_metrics(
         category=first.category,
         prompt_format=first.prompt_format,
         concurrency=first.concurrency,
-        **_open_loop(first.request_rate, records, schedule_tolerance_s),
+        **_open_loop(first.request_rate, counted, schedule_tolerance_s),
         repeats=len(windows),
         requests_total=len(records),
-        requests_ok=len(ok),
-        requests_errored=len(records) - len(ok),
+        requests_ok=answered,
+        requests_errored=len(records) - answered,
         output_tokens=output_tokens,
         duration_s=duration,
         output_tok_s=tok_s,
@@ -221,17 +243,16 @@ def cell_metrics(
         output_ngrams=sum(c.total for c in copies),
         turn=first.turn,
         prompt_tokens_mean=_prompt_tokens_mean(ok),
-        prefix_cache_hit_pct=hit_pct(
-            [PrefixCacheCounts(**w.prefix_cache) for w in windows if w.prefix_cache]
-        ),
+        prefix_cache_hit_pct=hit_pct([PrefixCacheCounts(**w.prefix_cache) for w in summed if w.prefix_cache]),
         drafts=acc.drafts,
         draft_tokens=acc.draft_tokens,
         accepted_tokens=acc.accepted_tokens,
         engine_step_count=engine_steps,
         step_ms=step_ms(duration, engine_steps),
         usd_per_mtok=usd_per_mtok(price_per_hour, tok_s),
-        mean_in_flight=mean_in_flight(records, duration),
-        **_slo_metrics(records, duration, slo),
+        mean_in_flight=mean_in_flight(counted, duration),
+        # a failed request missed its targets: the SLO counts every window's requests, over their time
+        **_slo_metrics(records, sum(w.duration_s for w in windows), slo),
         power_source=first.power.source if first.power else None,
         power_note=first.power.note if first.power else "not recorded",
         mean_w=power_stats["mean_w"],
@@ -244,7 +265,7 @@ def cell_metrics(
         speedup=None,
         exactness=None,
         **_precision(windows, min_repeats),
-        **(_cpu(windows) | _gpu(windows)),  # a GPU neighbour sets noisy_neighbour, never clears it
+        **(_cpu(summed) | _gpu(summed)),  # a GPU neighbour sets noisy_neighbour, never clears it
     )
 
 
@@ -440,10 +461,11 @@ def prompt_tables(raw: RawRun) -> tuple[PromptTables, PromptTables]:
             by_cell.setdefault((window.workload, window.level), []).append(window)
         for (workload, level), windows in by_cell.items():
             records = [r for r in arm.samples if (r.workload, r.level) == (workload, level)]
-            measured = _window_prompts(windows, records)
+            summed = summed_windows(windows, records)
+            measured = _window_prompts(summed, records)
             cells.setdefault((workload, level), {})[name] = measured
             merged = categories.setdefault((windows[0].category, level), {}).setdefault(name, {})
-            for window, prompts in zip(windows, measured, strict=True):
+            for window, prompts in zip(summed, measured, strict=True):
                 duration, pooled = merged.get((window.server_start, window.repeat), (0.0, {}))
                 named = {f"{workload}/{p}": v for p, v in prompts.prompts.items()}
                 merged[(window.server_start, window.repeat)] = (duration + window.duration_s, pooled | named)
@@ -539,11 +561,24 @@ def _with_speedups(
     return out
 
 
-def _others_tokens(windows: list[WindowRecord]) -> float | None:
+def _others_tokens(windows: list[WindowRecord], records: list[RequestRecord]) -> float | None:
     """What an endpoint generated for others during the arm's windows; None when any window could
-    not tell."""
-    seen = [w.others_tokens for w in windows]
-    return None if not seen or any(v is None for v in seen) else sum(v for v in seen if v is not None)
+    not tell. The run side took the window's own tokens from its requests' token ids, so a request
+    that streamed text without ids (a failed one) left its tokens in the others' count: they are
+    taken back out by the engine's own count of them (usage), and where it gave none the window
+    cannot tell, never blaming another client for the window's own tokens."""
+    seen = []
+    for window in windows:
+        mine = [
+            r
+            for r in records
+            if (r.workload, r.level, r.repeat) == (window.workload, window.level, window.repeat)
+        ]
+        uncounted = [r.usage_completion_tokens for r in mine if r.text and not r.token_ids]
+        if window.others_tokens is None or None in uncounted:
+            return None
+        seen.append(max(0.0, window.others_tokens - sum(n for n in uncounted if n is not None)))
+    return sum(seen) if seen else None
 
 
 def _cache_reset_failed(windows: list[WindowRecord] | list[RampWindowRecord]) -> int:
@@ -563,7 +598,9 @@ def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
         k_schedule_source=arm.k_schedule_source,
         published=list(arm.published),
         endpoint=redact_url(arm.endpoint) if arm.endpoint else None,
-        others_tokens=_others_tokens(raw.arms[arm.name].windows) if arm.endpoint else None,
+        others_tokens=_others_tokens(raw.arms[arm.name].windows, raw.arms[arm.name].samples)
+        if arm.endpoint
+        else None,
         cache_reset_failed=_cache_reset_failed(raw.arms[arm.name].windows)
         + _cache_reset_failed(raw.arms[arm.name].ramp_windows),
         **get_adapter(raw.regime.engine.name).sampling_settings(arm),

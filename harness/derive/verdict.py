@@ -556,18 +556,29 @@ def self_draft_expectations(summary: Summary) -> list[Caveat]:
 
 def failed_requests(summary: Summary) -> list[Caveat]:
     """Per arm, the requests that ended in an error (a timeout, a refused request, a response the
-    client could not read): its figures count only the others."""
+    client could not read, an abort, more tokens than max_tokens, output without token ids): its
+    figures count only the others, and none of a window where too many failed
+    (``summary.MAX_FAILED_SHARE``): each cell says how many of its windows were left out (a cell's
+    repeats are its windows, its per-repeat figures the summed ones)."""
     found = []
     for arm in summary.arms:
         cells = summary.cells_of(arm.name)
         failed = sum(c.requests_errored for c in cells)
         if failed:
             where = ", ".join(
-                f"{c.workload} {c.level.short()}: {c.requests_errored}" for c in cells if c.requests_errored
+                f"{c.workload} {c.level.short()}: {c.requests_errored}" + _left_out(c)
+                for c in cells
+                if c.requests_errored
             )
             total = sum(c.requests_total for c in cells)
             found.append(caveat("failed_requests", arm.name, failed=failed, total=total, where=where))
     return found
+
+
+def _left_out(cell: CellMetrics) -> str:
+    """``, 1 of 2 windows left out``: the cell's windows over the share of failures; "" for none."""
+    left_out = cell.repeats - len(cell.per_repeat)
+    return f", {left_out} of {cell.repeats} windows left out" if left_out > 0 else ""
 
 
 PublishedOutcome = Literal["inside", "overlaps", "outside", "no interval"]

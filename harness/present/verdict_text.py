@@ -15,6 +15,7 @@ from harness.core.formats import bound_text, interval_text, range_text, speedup_
 from harness.derive.analysis import IntervalBasis, RunAnalysis
 from harness.derive.findings import Fact
 from harness.derive.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate
+from harness.derive.summary import MAX_FAILED_SHARE
 from harness.derive.verdict import (
     Caveat,
     Divergence,
@@ -71,8 +72,9 @@ CAVEAT_TEXT: dict[str, str] = {
         "run measures it with the baseline"
     ),
     "failed_requests": (
-        "arm {arm}: {failed} of {total} requests failed ({where}); its figures count only the completed ones "
-        "(the errors are in its samples.jsonl)"
+        "arm {arm}: {failed} of {total} requests failed ({where}); its figures count only the completed "
+        f"ones, and no window where more than {MAX_FAILED_SHARE:.0%} of the requests failed (the errors "
+        "are in its samples.jsonl)"
     ),
     "mechanics_only": (
         "mechanics only: {arms} draft with untrained weights or the target itself; their speed is what the "
@@ -109,7 +111,8 @@ CAVEAT_TEXT: dict[str, str] = {
     ),
     "endpoint_alone_unknown": (
         "{arms}: whether each window was alone on its server is unknown (its metrics report no generated-"
-        "token counter)"
+        "token counter, or the window's own output tokens were not all counted: text streamed without "
+        "token ids and no usage)"
     ),
     "endpoint_same_server": (
         "{arm}: one server with {arms} (allow_shared_endpoints): their comparison is that server against "

@@ -3,7 +3,8 @@
 Each request streams (``stream: true`` with ``stream_options.include_usage``) and asks the
 engine for token ids (the adapter's ``request_fields``), so output tokens are COUNTED FROM TOKEN
 IDS, never from chunks: under speculation one chunk carries several tokens, and chunk gaps are
-not per-token latencies.
+not per-token latencies. A request either finished (``FINISHED``, within its max_tokens, its output
+counted by ids) or failed with its reason (``unfinished``): nothing in between is measured.
 
 Times are ``time.perf_counter()`` seconds relative to the start of the measured window.
 """
@@ -125,6 +126,10 @@ class UnreadableResponse(Exception):
     """A response this client cannot take: recorded as the request's error, never raised past it."""
 
 
+class StreamError(Exception):
+    """The server said in the stream that the request failed: recorded as its error, as said."""
+
+
 # The adapter's ``absorb_chunk``: what a chunk carries outside the OpenAI fields (SGLang's sglext).
 ChunkExtras = Callable[[RequestRecord, dict[str, Any]], None]
 
@@ -153,6 +158,8 @@ def _absorb_chunk(
     either way the request's error (``send_request``), never a wrong value stored."""
     if extras is not None:
         extras(record, chunk)
+    if chunk.get("error") is not None:  # vLLM's and SGLang's error event mid-stream: not finished
+        raise StreamError(f"error event: {str(chunk['error'])[:MAX_ERROR_CHARS]}")
     usage = chunk.get("usage")
     if usage:
         record.usage_completion_tokens = usage.get("completion_tokens")
@@ -217,10 +224,41 @@ def _check_limit(record: RequestRecord, limit: int | None, body: dict[str, Any])
         )
 
 
-def token_limit(body: dict[str, Any]) -> int | None:
-    """The most tokens a response to ``body`` may stream; None where it names no max_tokens."""
+def asked_tokens(body: dict[str, Any]) -> int | None:
+    """The most output tokens ``body`` asks for (max_tokens); None where it names none."""
     asked = body.get("max_tokens") or body.get("max_completion_tokens")
-    return TOKEN_MARGIN * asked + EXTRA_TOKENS if isinstance(asked, int) and asked > 0 else None
+    return asked if isinstance(asked, int) and asked > 0 else None
+
+
+def token_limit(body: dict[str, Any]) -> int | None:
+    """The most tokens a response to ``body`` may stream before the client stops reading it (the
+    memory guard; a finished answer must still stay within max_tokens: ``unfinished``); None where
+    it names no max_tokens."""
+    asked = asked_tokens(body)
+    return TOKEN_MARGIN * asked + EXTRA_TOKENS if asked is not None else None
+
+
+# The finish reasons of a request that finished: the engine stopped it (a stop token or string) or it
+# reached max_tokens. Any other ("abort" when the engine dropped it, an engine's own) is a failure.
+FINISHED = ("stop", "length")
+
+
+def unfinished(record: RequestRecord, body: dict[str, Any]) -> str | None:
+    """Why a stream that ended is not a finished answer to ``body``, in its kind's words first (the
+    views count failures by them); None: it finished. An engine stops at max_tokens, so a token more
+    is another request's or a broken engine's; output text without a token id has no count (the
+    client counts tokens from ids, never from text)."""
+    if record.finish_reason is None:
+        return "stream ended without a finish_reason"
+    _well_typed(record)
+    if record.finish_reason not in FINISHED:
+        return f"finish_reason {record.finish_reason[:80]!r}"
+    asked = asked_tokens(body)
+    if asked is not None and len(record.token_ids) > asked:
+        return f"over max_tokens: {len(record.token_ids)} tokens for max_tokens {asked}"
+    if record.text and not record.token_ids:
+        return f"output without token ids: {len(record.text)} characters streamed, no token id"
+    return None
 
 
 def sse_events(buffer: bytes | bytearray) -> tuple[list[bytes], bytes]:
@@ -297,14 +335,14 @@ async def send_request(
                 _check_limit(record, limit, body)
                 if done:
                     break
-        if record.finish_reason is None:
-            record.error = "stream ended without a finish_reason"
-        else:
-            _well_typed(record)
+        failure = unfinished(record, body)
+        if failure is not None:
+            record.error = _error(failure, hidden)
     except TimeoutError:  # aiohttp's read timeout (asyncio.TimeoutError is TimeoutError)
         record.error = "timeout"
-    except (aiohttp.ClientError, orjson.JSONDecodeError, UnreadableResponse) as exc:
-        record.error = _error(f"{type(exc).__name__}: {exc}", hidden)
+    except (aiohttp.ClientError, orjson.JSONDecodeError, UnreadableResponse, StreamError) as exc:
+        said = str(exc) if isinstance(exc, StreamError) else f"{type(exc).__name__}: {exc}"
+        record.error = _error(said, hidden)
     except Exception as exc:  # a chunk of another shape ({"choices": [null]}): this request's error only
         record.error = _error(f"unreadable response ({type(exc).__name__}: {exc})", hidden)
     finally:
