@@ -12,7 +12,7 @@ import httpx
 
 from harness.core.errors import EngineError
 from harness.core.formats import inert, inert_tree
-from harness.core.probes.acceptance import SpecCounters
+from harness.core.probes.acceptance import SpecCounters, parse_prometheus, served_samples
 from harness.core.secrets import scrub, sent_credentials
 
 # Every request the harness sends to a server it started. trust_env=False: the server is on this
@@ -27,6 +27,39 @@ UNIX = "unix:"
 # The per-start API key of each keyed server the harness runs (``harness.run.server``), by base URL:
 # every request the harness sends it carries the key.
 _KEYS: dict[str, str] = {}
+
+
+# The model each server serves (``register_served_model``), by base URL: its /metrics counters are
+# read for that model's label only, and the other models its metrics count are kept to be named.
+_SERVED: dict[str, str] = {}
+_OTHERS: dict[str, dict[str, bool]] = {}  # base URL -> another model its /metrics count -> said yet
+
+
+def register_served_model(base_url: str, model: str) -> None:
+    """Read ``base_url``'s /metrics for ``model``'s samples only (``acceptance.served_samples``)."""
+    _SERVED[base_url] = model
+
+
+def other_models(base_url: str, unsaid: bool = False) -> list[str]:
+    """The other models whose samples ``base_url``'s /metrics carried (left out of every count);
+    ``unsaid``: only those not asked for before, so each is named once."""
+    seen = _OTHERS.get(base_url, {})
+    found = [model for model, said in seen.items() if not (unsaid and said)]
+    for model in found:
+        seen[model] = True
+    return sorted(found)
+
+
+def _served_metrics(base_url: str, text: str) -> str:
+    """The metrics ``text`` of ``base_url`` with only its served model's samples (all of them where
+    no model was registered for it)."""
+    model = _SERVED.get(base_url)
+    if model is None:
+        return text
+    kept, others = served_samples(text, model)
+    for other in others:
+        _OTHERS.setdefault(base_url, {}).setdefault(other, False)
+    return kept
 
 
 def register_key(base_url: str, key: str | None) -> None:
@@ -97,25 +130,25 @@ def _get(base_url: str, path: str, timeout: float) -> tuple[int, bytes]:
 def scrape_spec_counters(
     base_url: str, metrics_path: str, parse: Callable[[str], SpecCounters]
 ) -> SpecCounters:
-    """The engine's cumulative draft counters from its metrics endpoint, right now."""
+    """The engine's cumulative draft counters from its metrics endpoint, right now: the served
+    model's (``register_served_model``)."""
     try:
         status, body = _get(base_url, metrics_path, 10.0)
     except httpx.HTTPError as exc:
         raise EngineError(error_text(base_url, f"could not read {metrics_path}: {exc}")) from None
     if status != 200:
         raise EngineError(f"could not read {metrics_path}: HTTP {status}")
-    return parse(body.decode(errors="replace"))
+    return parse(_served_metrics(base_url, body.decode(errors="replace")))
 
 
 def read_total(base_url: str, metrics_path: str, name: str) -> float | None:
-    """A counter's value summed over its label sets, right now; None when it cannot be read or the
-    server has no such counter."""
-    from harness.core.probes.acceptance import parse_prometheus
-
+    """A counter's value summed over its label sets, the served model's (``register_served_model``),
+    right now; None when it cannot be read or the server has no such counter."""
     text = get_text(base_url, metrics_path)
     if text is None:
         return None
-    values = [s.value for s in parse_prometheus(text) if s.name == name and math.isfinite(s.value)]
+    samples = parse_prometheus(_served_metrics(base_url, text))
+    values = [s.value for s in samples if s.name == name and math.isfinite(s.value)]
     return sum(values) if values else None
 
 

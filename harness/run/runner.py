@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness.config.arms import Arm
+from harness.config.engines import SERVED_MODEL_NAME
 from harness.config.level import LoadLevel
 from harness.config.regime import Regime, recorded_source, stored_regime
 from harness.config.workloads import LoadedWorkload, Prompt
@@ -57,6 +58,7 @@ from harness.results.calibration import CALIBRATION_FILE
 from harness.results.files import check_lines, write_jsonl
 from harness.results.raw import damaged_arms, raw_damage
 from harness.results.records import Round, RunRecord
+from harness.run import engine_http as http
 from harness.run.calibration import CalibrationSource
 from harness.run.client import RampResult, WindowResult
 from harness.run.deployment import deployment_change, served_now
@@ -84,6 +86,7 @@ from harness.run.window import (
     converse,
     measure_ramp,
     measure_window,
+    never_drafted,
     turn_schedule,
     window_label,
 )
@@ -256,6 +259,7 @@ class Runner:
                     after = self._report_round(len(rounds), after)
                 else:
                     self._report_fixed_round(len(rounds))
+            self._fail_non_speculating(run, active)
             for name in active:  # every start-up it was to get is measured
                 status = run.read_status(name)
                 if status.status in ("running", "interrupted"):  # interrupted: by an earlier invocation
@@ -270,6 +274,20 @@ class Runner:
             raise
         self._write_timing(run, interrupted=False)
         return _write_summary(run)
+
+    def _fail_non_speculating(self, run: RunDir, active: list[str]) -> None:
+        """A speculative arm whose server drafted nothing over all of its windows fails: "this server
+        does not speculate" (``window.never_drafted``), its other models' counters named."""
+        for arm in self.plan.regime.arms:
+            if arm.name not in active:
+                continue
+            windows = read_records(run.windows(arm.name), WindowRecord)
+            records = read_records(run.samples(arm.name), RequestRecord)
+            others = http.other_models(arm.endpoint.rstrip("/")) if arm.endpoint else []
+            if why := never_drafted(self.plan.adapter, arm, windows, records, others):
+                self._arm_failed(run, arm, "measuring", why, run.read_status(arm.name).startups_s)
+                active.remove(arm.name)
+                self.failed.add(arm.name)
 
     def _outlook(self) -> str:
         """What the design is expected to take to decide (``outlook.outlook_text``), at the pace of this
@@ -849,9 +867,18 @@ class Runner:
         def send(window: Window) -> WindowResult:
             return self._send(server, workload, sent, level, label, window.keep, repeat, schedule=schedule)
 
-        return measure_window(
+        measured = measure_window(
             window, self.plan, self._samplers(server), send, partial(self._check_alive, server), precision
         )
+        served = server.served_model or SERVED_MODEL_NAME
+        for model in http.other_models(server.base_url, unsaid=True):  # once each: not counted, named
+            self.console.print(
+                f"[yellow]arm {escape(arm.name)}: its server's /metrics also count model "
+                f"{escape(repr(model))}[/] (label model_name): left out; only {escape(repr(served))}'s "
+                "counters are read",
+                soft_wrap=True,
+            )
+        return measured
 
     def _samplers(self, server: Server) -> list[Sampler]:
         """This machine's sensors through a window: power, and a started server's GPU processes and

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness.config.arms import Arm
-from harness.config.engines import EngineAdapter
+from harness.config.engines import SERVED_MODEL_NAME, EngineAdapter
 from harness.config.level import LoadLevel
 from harness.config.workloads import LoadedWorkload, Prompt, next_turn
 from harness.core.arrivals import arrival_offsets, ramp_dues
@@ -414,6 +414,7 @@ def measure_window(
     for conversation, turn in window.ended.items():
         window.keep(window.not_sent(conversation, turn))
     adapter, server = plan.adapter, window.server
+    serves(server)
     spec = SpecCounterReads(adapter, server.base_url)
     deployment = Deployment(adapter, server, began_on(plan, window.arm, server))
     keeps = (window.workload.turn or 1) > 1 or server.process is None
@@ -458,6 +459,54 @@ def measure_window(
     return reached, result.records
 
 
+def serves(server: Server | ExternalServer) -> None:
+    """Read the server's counters for the model it serves (an endpoint's from /v1/models; a started
+    one serves the harness's own name): another model's samples on its /metrics count nothing."""
+    http.register_served_model(server.base_url, server.served_model or SERVED_MODEL_NAME)
+
+
+def never_drafted(
+    adapter: EngineAdapter,
+    arm: Arm,
+    windows: list[WindowRecord],
+    records: list[RequestRecord],
+    other_models: list[str],
+) -> str | None:
+    """Why a speculative arm's server is no speculative one, if it is not: not one draft over all of
+    the arm's windows, in its counters or (an engine that counts per request) its requests' own,
+    windows whose counters broke left out. Over the whole arm, not a window: vLLM's ngram drafts
+    only where it finds a match (its V1 runner counts only the steps that proposed), so a window of
+    a few short answers can hold none. Counters absent and counters at zero are one answer: vLLM
+    registers them only when it speculates, so an absent one never drafted, and a registered one
+    still at zero after every window drafted nothing either. ``other_models``: the models whose
+    samples its /metrics carried besides the one it serves (their drafts are not its own)."""
+    if arm.method == "baseline":
+        return None
+    ok = [r for r in records if r.ok]
+    drafted, tokens = False, 0
+    for window in windows:
+        if window.counters_broken:
+            continue
+        key = (window.workload, window.concurrency, window.request_rate, window.repeat)
+        mine = [r for r in ok if (r.workload, r.concurrency, r.request_rate, r.repeat) == key]
+        tokens += sum(r.output_tokens for r in mine)
+        delta = adapter.window_counters(window, mine)
+        drafted = drafted or delta.drafts > 0 or delta.draft_tokens > 0
+    if drafted or tokens == 0:  # nothing generated: the arm's requests failed, and it says so
+        return None
+    elsewhere = (
+        f"; its /metrics count drafts for {', '.join(repr(m) for m in other_models)}, not for the model "
+        "it serves"
+        if other_models
+        else ""
+    )
+    return (
+        f"this server does not speculate: not one draft in arm {arm.name}'s {len(windows)} windows "
+        f"({tokens:,} output tokens), yet it is method: {arm.method}{elsewhere}; a speculative arm "
+        "needs a server that drafts (serve it with speculative decoding, or declare the arm method: baseline)"
+    )
+
+
 def _broken(label: str, broken: list[str]) -> CountersBroken:
     return CountersBroken(f"{label}: {'; '.join(broken)} (the server restarted or reset its counters)")
 
@@ -498,6 +547,7 @@ def measure_ramp(
     """The ramp (``load.ramp``) as one continuous window on this start-up: its requests into
     ``ramp.jsonl`` as they end, the counters read at its start and as each stage ends."""
     load, adapter = plan.load, plan.adapter
+    serves(server)
     cache_reset, reset_attempts = reset_prefix_cache(adapter, server.base_url)
     first = adapter.read_spec_counters(server.base_url)  # None: counted per request
     counters: list[dict[str, Any] | None] = [first.to_json() if first is not None else None]

@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from harness.core.formats import inert
+
 # How the engine counted a "draft" (tau's denominator), by the key ArmStatus.draft_counting records.
 DRAFT_COUNTING = {
     "proposing_steps": "one draft per request per decode step in which the drafter proposed tokens; a step "
@@ -124,6 +126,34 @@ def parse_prometheus(text: str) -> list[Sample]:
         labels = dict(_LABEL.findall(match["labels"] or ""))
         samples.append(Sample(match["name"], labels, value))
     return samples
+
+
+# the label vLLM and SGLang put on every sample with the model it counts for (the served name)
+MODEL_LABEL = "model_name"
+
+
+def _label_value(escaped: str) -> str:
+    """A label value as written in the exposition, its escapes (backslash, quote, newline) undone."""
+    return re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], escaped)
+
+
+def served_samples(text: str, model: str) -> tuple[str, list[str]]:
+    """The exposition ``text`` with only the samples of the served ``model`` (and those without a
+    model label, as every engine's own are where it serves one model), and the other models' names
+    it counts too: a server whose /metrics also count another model (a second deployment behind one
+    router, a gateway's sum) would add that model's drafts and tokens to this one's. Names are
+    compared inert, as the served model's id is read (``ExternalServer``)."""
+    kept, others = [], set()
+    for line in text.splitlines():
+        match = _SAMPLE.match(line) if line and not line.startswith("#") else None
+        labels = dict(_LABEL.findall(match["labels"] or "")) if match else {}
+        if MODEL_LABEL in labels:
+            named = inert(_label_value(labels[MODEL_LABEL]))
+            if named != model:
+                others.add(named)
+                continue
+        kept.append(line)
+    return "\n".join(kept) + "\n", sorted(others)
 
 
 @dataclass(frozen=True)
