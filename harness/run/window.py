@@ -472,15 +472,18 @@ def never_drafted(
     records: list[RequestRecord],
     other_models: list[str],
 ) -> str | None:
-    """Why a speculative arm's server is no speculative one, if it is not: not one draft over all of
-    the arm's windows, in its counters or (an engine that counts per request) its requests' own,
-    windows whose counters broke left out. Over the whole arm, not a window: vLLM's ngram drafts
-    only where it finds a match (its V1 runner counts only the steps that proposed), so a window of
-    a few short answers can hold none. Counters absent and counters at zero are one answer: vLLM
-    registers them only when it speculates, so an absent one never drafted, and a registered one
-    still at zero after every window drafted nothing either. ``other_models``: the models whose
-    samples its /metrics carried besides the one it serves (their drafts are not its own)."""
-    if arm.method == "baseline":
+    """Why a speculative arm's existing server (an endpoint) is no speculative one, if it is not:
+    not one draft over all of the arm's windows, in its counters or (an engine that counts per
+    request) its requests' own, windows whose counters broke left out. Over the whole arm, not a
+    window: vLLM's ngram drafts only where it finds a match (its V1 runner counts only the steps that
+    proposed), so a window of a few short answers can hold none. Counters absent and counters at
+    zero are one answer: vLLM registers them only when it speculates, so an absent one never drafted,
+    and a registered one still at zero after every window drafted nothing either. A server the
+    harness started is launched with the arm's speculative config, which the served check reads back
+    from its log (``validation.check_served``): only an endpoint's counters are all there is to say
+    it speculates. ``other_models``: the models whose samples its /metrics carried besides the one
+    it serves (their drafts are not its own)."""
+    if arm.method == "baseline" or arm.endpoint is None:
         return None
     ok = [r for r in records if r.ok]
     drafted, tokens = False, 0
