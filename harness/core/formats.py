@@ -86,3 +86,27 @@ def inert_tree(value: Any) -> Any:
     if isinstance(value, list):
         return [inert_tree(v) for v in value]
     return value
+
+
+# A spreadsheet reads a cell that starts with one of these as a formula (=HYPERLINK(...), +cmd|'...',
+# @SUM(...)), a tab or carriage return before one too: OWASP's CSV injection
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text == text.strip()
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell: text ``inert``, and prefixed with a single quote where a spreadsheet would read it
+    as a formula (OWASP); a number, a text that is one (``-1.5``) and a lone ``-`` stay as they are,
+    so that a negative number is still a number."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith(_FORMULA_START) and value != "-" and not _is_number(value):
+        value = "'" + value
+    return inert(value)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
+
 from harness.config.level import LoadLevel
 from harness.core.errors import UserError
-from harness.core.formats import arm_label, k_text, speedup_text
+from harness.core.formats import arm_label, inert, k_text, speedup_text
 from harness.core.machine import gpus_text
 from harness.core.metrics import METRICS, Metric, shown
 from harness.core.probes.acceptance import mean_acceptance_length
@@ -34,6 +36,13 @@ SPEEDUP_NOTE = (
     "round's drift cancels), with its 95% interval; the tok/s column pools every start-up, so their "
     "ratio differs where the start-ups disagree (marked *)"
 )
+
+
+def outside(text: str) -> str:
+    """Text from a dataset, a server or a user (a prompt id, a category) for a table's cell, which
+    rich reads as markup: its markup escaped and its control characters ``inert``, so that an id
+    carrying an ESC sequence is shown, never acted on by the terminal."""
+    return escape(inert(text))
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -93,8 +102,9 @@ def minilab_tables(analysis: RunAnalysis) -> list[FitTable]:
         metrics = shown("terminal", conditions | ({"open_loop"} if level.request_rate is not None else set()))
         first = rows[0]
         table = FitTable(
-            f"{workload} ({first.category}, {first.prompt_format} prompts) @ {level.label()}; "
-            "times in ms" + (f"; SLO {summary.slo.describe()}, goodput in requests/s" if summary.slo else ""),
+            inert(f"{workload} ({first.category}, {first.prompt_format} prompts) @ {level.label()}; ")
+            + "times in ms"
+            + (f"; SLO {summary.slo.describe()}, goodput in requests/s" if summary.slo else ""),
             keys=[Column("arm", text=True), Column("method", text=True)],
             columns=[Column("ok"), *(Column(_header(m)) for m in metrics)],
         )
@@ -130,7 +140,7 @@ def category_table(analysis: RunAnalysis) -> FitTable | None:
             tau, identical = pooled
             members = {r.level: r for r in rows if (r.category, r.arm) == (category, arm)}
             table.add_row(
-                category,
+                outside(category),
                 arm,
                 _fmt(tau, ".2f"),
                 _fmt(identical, ".0f"),
@@ -196,7 +206,8 @@ def exactness_table(summary: Summary) -> FitTable | None:
         ],
     )
     for name, block in blocks:
-        firsts = [f"{e.prompt_id}@{e.position}({e.status})" for e in block.prompts if e.status != "identical"]
+        diverged = [e for e in block.prompts if e.status != "identical"]
+        firsts = [outside(f"{e.prompt_id}@{e.position}({e.status})") for e in diverged]
         table.add_row(
             name,
             str(block.compared),

@@ -12,10 +12,11 @@ from importlib.resources import files
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 
 from harness.config.level import LoadLevel
 from harness.core.errors import UserError
-from harness.core.formats import bound_text, interval_text, k_text, speedup_text
+from harness.core.formats import bound_text, inert, interval_text, k_text, speedup_text
 from harness.core.machine import gpus_text, machine_differences
 from harness.core.metrics import HIGHLIGHTED, Metric, best, shown
 from harness.core.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD
@@ -66,8 +67,18 @@ from harness.results.raw import RawRun
 OUTCOME_CLASS = {Outcome.PAYS: "gain", Outcome.LOSES: "loss"}
 
 
+def _inert_output(value: Any) -> Any:
+    """Every value a template writes, its control characters ``inert`` (autoescaping leaves them):
+    a prompt id or a server's text with an ESC sequence is shown as ``\\x1b``, never written as the
+    bytes a terminal that shows the file (``cat``, a log viewer) would act on."""
+    if isinstance(value, Markup):  # already HTML (a figure): its text made inert, its tags kept
+        return Markup(inert(str(value)))
+    return inert(value) if isinstance(value, str) else value
+
+
 def template_environment() -> jinja2.Environment:
     env = jinja2.Environment(
+        finalize=_inert_output,
         loader=jinja2.FunctionLoader(
             lambda name: files("harness.present.report").joinpath("templates", name).read_text()
         ),
