@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import socket
-import threading
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -518,18 +516,15 @@ class Arm(StrictModel):
 # what this machine is called: every one of them reaches the servers bound to all its addresses
 LOOPBACK = "loopback"
 _LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
-RESOLVE_TIMEOUT_S = 2.0  # a resolver that does not answer by then: the name is compared as written
 
 
-def endpoint_address(url: str, resolve: bool = False) -> str:
+def endpoint_address(url: str) -> str:
     """One server however its URL is written: its host and port (a server serves one scheme on a
-    port), or a socket's path; never its credentials or a trailing slash. The host in one spelling
-    without the network: case folded, IPv4's short and numeric forms (127.1, 0x7f000001,
-    2130706433) as dotted quads, IPv6 compressed, and this machine by any name or address
-    (localhost, 127.0.0.0/8, ::1, 0.0.0.0) as one loopback host, since a server bound to all of its
-    addresses answers on each. ``resolve``: a host name also by its first address from the resolver
-    where it answers within ``RESOLVE_TIMEOUT_S`` (the regime's check; what derives from a stored
-    run never asks the network)."""
+    port), or a socket's path; never its credentials or a trailing slash. The host in one spelling,
+    without the network (the config layer asks no resolver: a name and its address are two): case
+    folded, IPv4's short and numeric forms (127.1, 0x7f000001, 2130706433) as dotted quads, IPv6
+    compressed, and this machine by any name or address (localhost, 127.0.0.0/8, ::1, 0.0.0.0) as
+    one loopback host, since a server bound to all of its addresses answers on each."""
     if url.startswith("unix:"):
         return url.rstrip("/")
     parts = urlsplit(url)
@@ -538,51 +533,47 @@ def endpoint_address(url: str, resolve: bool = False) -> str:
     except ValueError:  # not a port: the URL's own check says so
         port = None
     default = 443 if parts.scheme == "https" else 80
-    return f"{_host(parts.hostname or '', resolve)}:{port or default}"
+    return f"{_host(parts.hostname or '')}:{port or default}"
 
 
-def _host(name: str, resolve: bool) -> str:
+def _host(name: str) -> str:
     name = name.lower().rstrip(".")
     if name in _LOOPBACK_NAMES or name.endswith(".localhost"):  # RFC 6761: *.localhost is this machine
         return LOOPBACK
-    address = _ip(name)
-    if address is None and resolve:
-        address = _ip(_resolved(name) or "")
-    if address is None:
-        return name
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(name)
+    except ValueError:
+        numeric = _inet_aton(name)
+        if numeric is None:
+            return name
+        address = ipaddress.IPv4Address(numeric)
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return LOOPBACK if address.is_loopback or address.is_unspecified else address.compressed
 
 
-def _ip(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """The address a host written as one stands for; inet_aton reads IPv4's every form (127.1,
-    0x7f000001, 2130706433, octal) as a socket would connect to it."""
-    try:
-        return ipaddress.ip_address(name)
-    except ValueError:
-        pass
-    if not name or not all(c in "0123456789abcdefx." for c in name):
-        return None  # a name: inet_aton would not read it anyway
-    try:
-        return ipaddress.IPv4Address(socket.inet_aton(name))
-    except OSError:
+def _inet_aton(name: str) -> int | None:
+    """An IPv4 address in any form a socket connects to (inet_aton's): one to four parts, each
+    decimal, hex (0x) or octal (a leading 0), the last filling the bytes left (127.1, 0x7f000001,
+    2130706433); None for anything else (a name)."""
+    parts = name.split(".")
+    if not 1 <= len(parts) <= 4:
         return None
-
-
-def _resolved(name: str) -> str | None:
-    """The first address the resolver gives ``name``; None where it fails or takes too long (a
-    thread of its own: getaddrinfo has no timeout, and validation never waits on DNS)."""
-    found: list[str] = []
-
-    def ask() -> None:
+    values = []
+    for part in parts:
+        base = 16 if part.startswith("0x") else 8 if len(part) > 1 and part.startswith("0") else 10
+        digits = part[2:] if base == 16 else part
         try:
-            answers = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
-            found.extend(str(answer[4][0]) for answer in answers)
-        except (OSError, UnicodeError):
-            pass
-
-    asking = threading.Thread(target=ask, daemon=True)
-    asking.start()
-    asking.join(RESOLVE_TIMEOUT_S)
-    return found[0] if found else None
+            values.append(int(digits, base) if digits else None)
+        except ValueError:
+            return None
+    if None in values:
+        return None
+    *head, last = values
+    room = 256 ** (4 - len(head))
+    if any(v >= 256 for v in head) or last >= room:
+        return None
+    number = last
+    for index, value in enumerate(head):
+        number += value * 256 ** (3 - index)
+    return number

@@ -165,7 +165,7 @@ class Regime(StrictModel):
             )
         seen: dict[str, int] = {}
         for index, arm in enumerate(self.arms):
-            first = seen.setdefault(endpoint_address(arm.endpoint or "", resolve=True), index)
+            first = seen.setdefault(endpoint_address(arm.endpoint or ""), index)
             if first != index and not self.allow_shared_endpoints:
                 raise FieldError(
                     ("arms", index, "endpoint"),
