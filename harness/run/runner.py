@@ -26,7 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from harness.config.arms import Arm
+from harness.config.arms import Arm, endpoint_address
 from harness.config.engines import SERVED_MODEL_NAME
 from harness.config.level import LoadLevel
 from harness.config.regime import Regime, recorded_source, stored_regime
@@ -278,8 +278,13 @@ class Runner:
     def _fail_non_speculating(self, run: RunDir, active: list[str]) -> None:
         """A speculative arm whose existing server drafted nothing over all of its windows fails: "this
         server does not speculate" (``window.never_drafted``), its other models' counters named."""
-        for arm in self.plan.regime.arms:
-            if arm.name not in active:
+        regime = self.plan.regime
+        # an A/A check (allow_shared_endpoints): an arm on the baseline's own server is meant not to draft
+        plain = {endpoint_address(a.endpoint) for a in regime.arms if a.method == "baseline" and a.endpoint}
+        for arm in regime.arms:
+            if arm.name not in active or (
+                regime.allow_shared_endpoints and endpoint_address(arm.endpoint or "") in plain
+            ):
                 continue
             windows = read_records(run.windows(arm.name), WindowRecord)
             records = read_records(run.samples(arm.name), RequestRecord)
