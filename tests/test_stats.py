@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +116,68 @@ def test_a_simulated_level_is_kept_for_the_next_process(tmp_path, monkeypatch) -
     stats.repeated_level.cache_clear()
     assert stats.repeated_level(1, 2, 3) == first  # not another key's number
     stats.repeated_level.cache_clear()
+
+
+@pytest.mark.parametrize("tampered", ["0.5", "NaN", "Infinity", "0.9999", "0.9"])
+def test_a_kept_level_outside_what_the_simulation_gives_is_computed_again(
+    tampered, tmp_path, monkeypatch, capsys
+) -> None:
+    """A kept level under the right key is still a file anyone can edit: one below the nominal
+    level, above Bonferroni's bound for its looks and arms, or not finite is refused with a line
+    naming the file, and the simulation's level is used and kept anew."""
+    import json
+
+    from harness.core import stats
+
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path))
+    stats.repeated_level.cache_clear()
+    first = stats.repeated_level(2, 2, 3)
+    (kept,) = (tmp_path / "levels").glob("*.json")
+    low, high = stats.repeated_level_bounds(2, 3, 0.95)
+    assert low < first < high
+    capsys.readouterr()
+    kept.write_text(kept.read_text().replace(repr(first), tampered))
+    stats.repeated_level.cache_clear()
+    assert stats.repeated_level(2, 2, 3) == first
+    assert f"{kept}: held {float(tampered)!r}" in capsys.readouterr().err
+    assert json.loads(kept.read_text())["value"] == first  # kept anew
+    stats.repeated_level.cache_clear()
+
+
+def test_a_tampered_level_cache_changes_no_verdict(tmp_path) -> None:
+    """``bench show`` of a run that decided over 4 looks, its kept levels set to 0.5 (which narrowed
+    its intervals enough to flip code_humaneval @4 from "too noisy" to "pays") and NaN (which removed
+    every interval), alternately: it prints what a sound cache gives, and names each file. The
+    sound cache starts as a copy of this machine's (the golden views fill it), so only the
+    tampered levels, those of the run's own looks, are simulated here (~1 s each)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from harness.core.cache import cache_root
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "COLUMNS": "200", "BENCH_CACHE_DIR": str(tmp_path)}
+    if (cache_root() / "levels").is_dir():
+        shutil.copytree(cache_root() / "levels", tmp_path / "levels")
+
+    def show() -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "harness.cli", "show", "tests/fixtures/run_v12_decide"]
+        return subprocess.run(command, capture_output=True, text=True, cwd=root, env=env, timeout=600)
+
+    sound = show()
+    assert sound.returncode == 0 and "too noisy" in sound.stdout, sound.stdout + sound.stderr
+    own = []  # the levels of the run's own looks (3): the outlook's later looks do not decide its verdicts
+    for path in sorted((tmp_path / "levels").glob("*.json")):
+        others, first, looks = map(int, json.loads(path.read_text())["key"].split(": ")[1].split()[:3])
+        own += [path] if looks <= 4 else []
+    for tampered in ("0.5", "NaN"):
+        for path in own:
+            record = json.loads(path.read_text())
+            path.write_text(f'{{"key": {json.dumps(record["key"])}, "value": {tampered}}}')
+        again = show()
+        assert again.stdout == sound.stdout
+        named = [path for path in own if f"{path}: held {float(tampered)!r}" in again.stderr]
+        assert named, again.stderr  # those this run reads: each named, computed again and kept anew
+        assert all(0.95 < json.loads(path.read_text())["value"] < 1 for path in named)
