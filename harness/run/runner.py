@@ -282,13 +282,16 @@ class Runner:
         # an A/A check (allow_shared_endpoints): an arm on the baseline's own server is meant not to draft
         plain = {endpoint_address(a.endpoint) for a in regime.arms if a.method == "baseline" and a.endpoint}
         for arm in regime.arms:
-            if arm.name not in active or (
-                regime.allow_shared_endpoints and endpoint_address(arm.endpoint or "") in plain
+            if (
+                arm.name not in active
+                or arm.endpoint is None  # a started server runs what it was given (checked from its log)
+                or arm.method == "baseline"
+                or (regime.allow_shared_endpoints and endpoint_address(arm.endpoint) in plain)
             ):
                 continue
             windows = read_records(run.windows(arm.name), WindowRecord)
             records = read_records(run.samples(arm.name), RequestRecord)
-            others = http.other_models(arm.endpoint.rstrip("/")) if arm.endpoint else []
+            others = http.other_models(arm.endpoint.rstrip("/"))
             if why := never_drafted(self.plan.adapter, arm, windows, records, others):
                 self._arm_failed(run, arm, "measuring", why, run.read_status(arm.name).startups_s)
                 active.remove(arm.name)
