@@ -96,3 +96,36 @@ def test_requests_csv_writes_a_formula_as_text(tmp_path: Path) -> None:
     frame = pd.DataFrame({"prompt_id": ['=HYPERLINK("http://evil","x")', "ok"], "delta": [-1.5, 2.0]})
     text = write_table(frame, tmp_path / "requests.csv", "csv").read_text()
     assert text.splitlines() == ["prompt_id,delta", '"\'=HYPERLINK(""http://evil"",""x"")",-1.5', "ok,2.0"]
+
+
+# Issue 79, item 12: every numeric flag of `bench validate` (the same parser as `bench run`) with a
+# value outside its range, or no number at all: exit 2 and an error naming the flag, never a
+# traceback; the dataset flags (read here, not by argparse) in one line.
+REGIME = str(ROOT / "tests" / "regimes" / "cpu_e2e.yaml")
+OUT_OF_RANGE = ("0", "-1", "10000000", "nan", "1e400")
+ONE_LINE = {
+    "--input-len": ["--dataset", "random", "--input-len"],
+    "--output-len": ["--dataset", "random", "--input-len", "8", "--output-len"],
+}
+FLAGS = {**ONE_LINE, "--num-prompts": ["--num-prompts"], "--concurrency": ["--concurrency"]}
+
+
+@pytest.mark.parametrize("value", OUT_OF_RANGE)
+@pytest.mark.parametrize("flag", FLAGS)
+def test_a_value_out_of_range_is_one_line_and_exit_2(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import main
+
+    if flag == "--concurrency" and value == "10000000":
+        pytest.skip("a closed loop of 10 million is within load.concurrency's range")
+    try:
+        code = main(["validate", REGIME, *FLAGS[flag], value])
+    except SystemExit as exc:  # argparse's own refusal: usage, then the error
+        code = exc.code
+    captured = capsys.readouterr()
+    said = (captured.out + captured.err).strip()
+    assert code == 2 and "Traceback" not in said, said
+    assert flag in said.splitlines()[-1], said
+    if flag in ONE_LINE:
+        assert len(said.splitlines()) == 1 and said.startswith("error: "), said
