@@ -124,7 +124,11 @@ def test_a_window_with_too_many_failed_requests_is_not_summed_and_the_caveat_say
             return [cell]
 
     (said,) = [caveat_text(c) for c in failed_requests(Run())]  # type: ignore[arg-type]
-    assert said.startswith("arm ng: 2 of 20 requests failed (w @1: 2, 1 of 2 windows left out)"), said
+    # why they failed, by kind, in every view that renders the caveat
+    assert cell.requests_failed_by == {"finish_reason 'abort'": 2}
+    assert said.startswith(
+        "arm ng: 2 of 20 requests failed (w @1: 2 (2 finish_reason 'abort'), 1 of 2 windows left out)"
+    ), said
     assert "no window where more than 10% of the requests failed" in said
 
 
@@ -159,3 +163,15 @@ def test_bench_run_names_the_abort_in_the_terminal(tmp_path: Path, monkeypatch, 
     said = " ".join((captured.out + captured.err).split())
     assert "Traceback" not in said and code == 3, said[-3000:]
     assert "arm ngram_k4 is failed" in said and "finish_reason 'abort'" in said, said[-3000:]
+
+
+def test_a_stored_abort_without_an_error_is_a_failed_request() -> None:
+    """A record stored before the client refused other finish reasons (no error, finish_reason
+    "abort") is read as failed too, and one stored before finish reasons were kept (None) as finished."""
+    from harness.results.records import RequestRecord
+
+    stored = RequestRecord(
+        workload="w", prompt_id="p", concurrency=1, prompt_format="raw", finish_reason="abort"
+    )
+    assert not stored.ok and stored.failure == "finish_reason 'abort'"
+    assert RequestRecord(workload="w", prompt_id="p", concurrency=1, prompt_format="raw").ok

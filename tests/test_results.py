@@ -319,7 +319,9 @@ def test_the_runner_writes_its_window_as_a_window_record(
     monkeypatch.setattr(runner, "_send", send)
     run, level = RunDir.create_at(tmp_path / "run"), LoadLevel(2, 4.0)
     precision = {"metric": "output_tok_s", "rel_half_width": 0.1, "target": 0.05}
-    server = SimpleNamespace(base_url="http://127.0.0.1:1", process=SimpleNamespace(pid=os.getpid()))
+    server = SimpleNamespace(
+        base_url="http://127.0.0.1:1", process=SimpleNamespace(pid=os.getpid()), served_model=None
+    )
     arm = runner.plan.regime.arms[1]
     runner._measure_window(run, arm, server, workload, level, 3, lambda repeat, tok_s: precision, start=1)
     (window,) = read_records(run.windows(arm.name), WindowRecord)

@@ -116,6 +116,7 @@ class Run:
                         "conditional_acceptance",
                         "acceptance_checks",
                         "prompt_tau",  # per prompt: the requests() frame has request_tau
+                        "requests_failed_by",  # per kind: the requests() frame has each error
                         "exactness",
                         "server_reported",
                     }

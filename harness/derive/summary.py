@@ -7,6 +7,7 @@ workload x concurrency, over repeats) and categories (over a category's workload
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -69,7 +70,14 @@ from harness.results.model import (
     Summary,
 )
 from harness.results.raw import RawRun, read_raw
-from harness.results.records import PowerGpu, RampWindowRecord, RequestRecord, WindowGpu, WindowRecord
+from harness.results.records import (
+    PowerGpu,
+    RampWindowRecord,
+    RequestRecord,
+    WindowGpu,
+    WindowRecord,
+    failure_kind,
+)
 
 # per key (a window, or a category at a level): the arms' start-up tok/s and their windows prompt
 # by prompt, to every arm's estimate
@@ -213,6 +221,7 @@ def cell_metrics(
         requests_total=len(records),
         requests_ok=answered,
         requests_errored=len(records) - answered,
+        requests_failed_by=_failed_by(records),
         output_tokens=output_tokens,
         duration_s=duration,
         output_tok_s=tok_s,
@@ -559,6 +568,12 @@ def _with_speedups(
             update |= estimate.stored()
         out.append(cell.model_copy(update=update))
     return out
+
+
+def _failed_by(records: list[RequestRecord]) -> dict[str, int]:
+    """The failed requests by kind (``records.failure_kind``), most first."""
+    kinds = Counter(failure_kind(r.failure) for r in records if r.failure is not None)
+    return dict(kinds.most_common())
 
 
 def _others_tokens(windows: list[WindowRecord], records: list[RequestRecord]) -> float | None:

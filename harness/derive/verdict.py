@@ -566,13 +566,21 @@ def failed_requests(summary: Summary) -> list[Caveat]:
         failed = sum(c.requests_errored for c in cells)
         if failed:
             where = ", ".join(
-                f"{c.workload} {c.level.short()}: {c.requests_errored}" + _left_out(c)
+                f"{c.workload} {c.level.short()}: {c.requests_errored}" + _kinds(c) + _left_out(c)
                 for c in cells
                 if c.requests_errored
             )
             total = sum(c.requests_total for c in cells)
             found.append(caveat("failed_requests", arm.name, failed=failed, total=total, where=where))
     return found
+
+
+def _kinds(cell: CellMetrics) -> str:
+    """`` (3 finish_reason 'abort', 1 over max_tokens)``: why a cell's requests failed, most first;
+    "" for a summary stored before the kinds were."""
+    if not cell.requests_failed_by:
+        return ""
+    return " (" + ", ".join(f"{n} {inert(kind)}" for kind, n in cell.requests_failed_by.items()) + ")"
 
 
 def _left_out(cell: CellMetrics) -> str:

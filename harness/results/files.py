@@ -193,8 +193,8 @@ def check_lines(path: Path) -> LineCheck:
     pieces = text.split("\n")
     if pieces[-1].strip() and not _whole(pieces[-1]):
         torn = f"line {len(pieces)} torn (cut short)"
-    if not sums.exists():
-        return LineCheck(unchecked=len(found), torn=torn)
+    if not sums.exists():  # nothing to check against: a torn last line stays the crash's note
+        return LineCheck(unchecked=len(found))
     # a digest cut short (no newline) is none: its line reads as uncounted
     entries = _read_utf8(sums).split("\n")[:-1]
     unchecked = 0
@@ -231,7 +231,10 @@ class UnreadLines:
         self.notes.append(f"{path}: line {number} not read (a torn last line: a write cut by a crash)")
 
     def damaged(self, path: Path, problems: list[str], consequence: str) -> None:
-        """Lines of ``path`` missing, edited, added or torn since written (``check_lines``)."""
+        """Lines of ``path`` missing, edited, added or torn since written (``check_lines``): this
+        note replaces a torn last line's, which a finished arm's file cannot owe to a crash."""
+        crash = f"{path}: line "
+        self.notes = [n for n in self.notes if not (n.startswith(crash) and n.endswith("cut by a crash)"))]
         self.notes.append(f"{path}: {'; '.join(problems)}: {consequence}")
 
     def missing(self, path: Path) -> None:

@@ -195,6 +195,8 @@ class CellMetrics(ResultModel):
     # tau per prompt over the cell's repeats, from each request's own acceptance (SGLang's details,
     # vLLM 0.33's per-request metrics); None where the engine reports none (version 9 on)
     prompt_tau: dict[str, float] | None = None
+    # failed requests by kind (records.failure_kind), most first: what the failed_requests caveat says
+    requests_failed_by: dict[str, int] = {}
     drafts: float
     draft_tokens: float
     accepted_tokens: float

@@ -34,6 +34,17 @@ class ResultModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# The finish reasons of a request that finished: the engine stopped it (a stop token or string) or it
+# reached max_tokens. Any other ("abort" when the engine dropped it, an engine's own) is a failure.
+FINISHED = ("stop", "length")
+
+
+def failure_kind(failure: str) -> str:
+    """A failure's kind, for counting: its words before the first colon ("over max_tokens",
+    "finish_reason 'abort'", "timeout"), at most 60 characters."""
+    return failure.split(":", 1)[0].strip()[:60] or "unknown"
+
+
 # A slotted dataclass, not a ResultModel: the client fills it in once per streamed chunk
 # (``harness.run.client._absorb_chunk``), where a pydantic model's attribute assignment costs ~0.4 us
 # against a slot's ~0.07 (benchmarks/client_overhead.py measures that loop). It is validated, as strictly as
@@ -73,8 +84,18 @@ class RequestRecord:
     error: str | None = None
 
     @property
+    def failure(self) -> str | None:
+        """Why this request is no finished answer: its error, or a finish reason other than
+        ``FINISHED`` (a record stored before the client refused those itself); None: it finished."""
+        if self.error is not None:
+            return self.error
+        if self.finish_reason is not None and self.finish_reason not in FINISHED:
+            return f"finish_reason {self.finish_reason[:80]!r}"
+        return None
+
+    @property
     def ok(self) -> bool:
-        return self.error is None
+        return self.failure is None
 
     @property
     def level(self) -> LoadLevel:

@@ -25,7 +25,7 @@ from harness.config.load import Load, RampStage, Sampling
 from harness.config.workloads import ChatTemplate, LoadedWorkload, Prompt
 from harness.core.formats import inert
 from harness.core.secrets import scrub
-from harness.results.records import RequestRecord  # the one request record: the store's type
+from harness.results.records import FINISHED, RequestRecord  # the one request record: the store's type
 from harness.run.engine_http import auth_headers, http_base, sent_secrets, unix_socket
 
 T = TypeVar("T")
@@ -236,11 +236,6 @@ def token_limit(body: dict[str, Any]) -> int | None:
     it names no max_tokens."""
     asked = asked_tokens(body)
     return TOKEN_MARGIN * asked + EXTRA_TOKENS if asked is not None else None
-
-
-# The finish reasons of a request that finished: the engine stopped it (a stop token or string) or it
-# reached max_tokens. Any other ("abort" when the engine dropped it, an engine's own) is a failure.
-FINISHED = ("stop", "length")
 
 
 def unfinished(record: RequestRecord, body: dict[str, Any]) -> str | None:
