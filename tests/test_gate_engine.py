@@ -3,8 +3,9 @@
 (a regime of p0's conditions: `--gates` takes a regime's gates section). Gated without a baseline
 it passes (its relative gates skipped) and against itself it is refused. Gated against a copy of
 itself under another run id, the relative tau gate, one start-up per side, cannot see the start-up
-spread and is inconclusive (JUnit: skipped), while a tau floor K=4 cannot reach (tau = 1 + accepted / drafts <= 5)
-is a regression: exit code 1 and a JUnit file naming the failed gates. No speed is asserted.
+spread and is inconclusive (JUnit: skipped), while a tau floor K=4 cannot reach (tau = 1 + accepted
+/ drafts <= 5) is a regression: exit code 1 and a JUnit file naming the failed gates. No speed is
+asserted.
 
 A copy, not a second run of p0's conditions: that cost two start-ups (~67 core-seconds on the
 AVX-512 EPYC, about twice that on the AVX2-only one) for what tests/test_gates.py checks on stored
