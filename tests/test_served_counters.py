@@ -107,3 +107,27 @@ def test_an_ngram_arm_on_a_server_that_does_not_speculate_fails_saying_so(tmp_pa
     status = run.read_status("ngram_k4")
     assert status.status == "failed" and "this server does not speculate" in (status.error or ""), status
     assert "arm ngram_k4 failed" in said and run.read_status("baseline").status == "ok"
+
+
+def test_another_model_counted_on_the_metrics_is_named_in_every_view(tmp_path: Path) -> None:
+    """The windows say which other models their server's /metrics counted (``other_models``); the
+    summary and the run's caveats name them, so a stored run says it, not only the live terminal."""
+    import json
+    import shutil
+
+    from harness.derive.summary import summarize
+    from harness.derive.verdict import run_caveats
+    from harness.present.verdict_text import caveat_text
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "run_v12_default", run)
+    windows = run / "arms" / "ngram_k4" / "windows.jsonl"
+    lines = [json.loads(line) for line in windows.read_text().splitlines()]
+    windows.write_text("".join(json.dumps({**w, "other_models": ["model-B\x1b[2J"]}) + "\n" for w in lines))
+    summary = summarize(run)
+    assert summary.arm("ngram_k4").metrics_other_models == ["model-B\x1b[2J"]
+    said = [caveat_text(c) for c in run_caveats(summary) if c.code == "metrics_other_models"]
+    assert said == [
+        "ngram_k4: its server's /metrics also count the model(s) 'model-B\\x1b[2J' (label model_name): "
+        "left out, only the served model's counters are read"
+    ]

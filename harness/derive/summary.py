@@ -618,6 +618,7 @@ def _arm_summary(raw: RawRun, arm: Arm) -> ArmSummary:
         else None,
         cache_reset_failed=_cache_reset_failed(raw.arms[arm.name].windows)
         + _cache_reset_failed(raw.arms[arm.name].ramp_windows),
+        metrics_other_models=sorted({m for w in raw.arms[arm.name].windows for m in w.other_models}),
         **get_adapter(raw.regime.engine.name).sampling_settings(arm),
         **status.model_dump(),
     )

@@ -807,6 +807,11 @@ def run_caveats(summary: Summary) -> list[Caveat]:
     ]
     found += failed_requests(summary)
     found += cache_reset_caveats(summary)
+    found += [
+        caveat("metrics_other_models", arm.name, models=", ".join(repr(m) for m in arm.metrics_other_models))
+        for arm in summary.arms
+        if arm.metrics_other_models
+    ]
     mechanics = [a.name for a in summary.arms if "mechanics only" in str((a.drafter or {}).get("label", ""))]
     if mechanics:
         found.append(caveat("mechanics_only", arms=", ".join(mechanics)))

@@ -133,6 +133,10 @@ CAVEAT_TEXT: dict[str, str] = {
         "#46669 (open) reports garbage outputs above concurrency 1: read its exactness first "
         "(--no-async-scheduling avoids it)"
     ),
+    "metrics_other_models": (
+        "{arm}: its server's /metrics also count the model(s) {models} (label model_name): left out, "
+        "only the served model's counters are read"
+    ),
     "cache_reset_failed": (
         "{arm}: the engine refused to empty its prefix cache before {windows} of its windows, every time "
         "it was asked: those windows may have run on the previous window's cached prompts (faster "

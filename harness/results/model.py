@@ -408,6 +408,9 @@ class ArmSummary(ArmStatus):
     # (WindowRecord.prefix_cache_reset_attempts): they may have run on a warm cache; 0 in summaries
     # from before it was counted
     cache_reset_failed: int = 0
+    # other models the server's /metrics counted beside the served one (WindowRecord.other_models):
+    # their samples were left out; [] in summaries from before they were named
+    metrics_other_models: list[str] = []
 
 
 class ExactnessEntry(ResultModel):

@@ -258,6 +258,9 @@ class WindowRecord(ResultModel):
     # why its counter scrapes are no count of the window (a counter fell: the server restarted or
     # reset; harness.core.probes.acceptance.counter_breaks): never summed; [] a count to trust
     counters_broken: list[str] = []
+    # other models whose samples the server's /metrics carried (label model_name), left out of every
+    # counter read (engine_http.served_samples); [] in windows written before they were named
+    other_models: list[str] = []
     # an existing server: the model id it served as the window ended (None: a server the harness
     # started, which serves "target", or a window recorded before it was)
     served_model: str | None = None

@@ -448,6 +448,7 @@ def measure_window(
         duration_s=result.duration_s,
         turn=workload.turn,
         precision=reached,
+        other_models=http.other_models(server.base_url),
         **fields,
     )
     append_jsonl(window.run.windows(window.arm.name), record.model_dump(mode="json"))
