@@ -84,10 +84,6 @@ def test_a_csv_cell_is_never_a_formula(value: object, written: object) -> None:
     assert csv_cell(value) == written
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="harness/derive/frames.py write_table must write CSV cells through harness.core.formats.csv_cell",
-)
 def test_requests_csv_writes_a_formula_as_text(tmp_path: Path) -> None:
     import pandas as pd
 

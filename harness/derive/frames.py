@@ -36,6 +36,7 @@ import pandas as pd
 
 from harness.config.engines import get_adapter
 from harness.core.columns import column_doc
+from harness.core.formats import csv_cell
 from harness.core.metrics import METRICS
 from harness.core.probes.acceptance import (
     SpecCounters,
@@ -405,7 +406,7 @@ def _write_bytes(body: bytes, path: Path) -> Path:
 def write_table(frame: pd.DataFrame, path: Path, fmt: ExportFormat) -> Path:
     """``frame`` at ``path`` in ``fmt`` (``_write_bytes``)."""
     if fmt == "csv":
-        body = frame.to_csv(index=False).encode()
+        body = frame.map(csv_cell).to_csv(index=False).encode()  # a text cell is never a formula
     elif fmt == "parquet":
         body = frame.to_parquet(index=False)
     else:
