@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from types import ModuleType
+from typing import NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -60,8 +61,16 @@ COMMANDS: tuple[ModuleType, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's refusals (a value of the wrong type or outside its choices) in one line, exit 2,
+    pointing at --help instead of printing the usage block (subcommands' parsers are of this class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="bench",
         description="Benchmark speculative decoding (baseline, ngram, draft model, EAGLE-3, DFlash) in an "
         "exact regime on a real engine.",
