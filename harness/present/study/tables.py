@@ -10,7 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from harness.core.formats import k_text, speedup_text
+from harness.core.formats import inert, k_text, speedup_text
 from harness.derive.study.analysis import BestK, BreakEven, Recommendation
 from harness.derive.study.collect import StudyResults
 from harness.derive.study.policy import RULE as POLICY_RULE
@@ -167,9 +167,9 @@ def _rich(title: str, header: list[str], rows: list[list[str]]) -> Table:
         title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
     )
     for column in header:
-        table.add_column(escape(column), overflow="fold")
+        table.add_column(escape(inert(column)), overflow="fold")
     for row in rows:
-        table.add_row(*(escape(cell) for cell in row))
+        table.add_row(*(escape(inert(cell)) for cell in row))
     return table
 
 
@@ -203,14 +203,14 @@ def terminal_tables(study: StudyResults) -> list[Table | str]:
     header, rows = policy_rows(study)
     if rows:
         out.append(_rich(f"speculation policy ({POLICY_YAML}): {POLICY_RULE}", header, rows))
-        out += [f"  {escape(line)}" for line in engine_lines(study)]
+        out += [f"  {escape(inert(line))}" for line in engine_lines(study)]
     flips = study.flips()
     out.append(
         "flips between points that differ in one axis (decided on both sides):"
         if flips
         else "flips: none between the points measured"
     )
-    out += [f"  - {escape(f.text)}" for f in flips]
+    out += [f"  - {escape(inert(f.text))}" for f in flips]
     precision = precision_line([c for s in study.summaries.values() for c in s.cells])
     if precision:
         out.append(precision)
@@ -218,7 +218,7 @@ def terminal_tables(study: StudyResults) -> list[Table | str]:
         out.append(
             f"points without results yet: {', '.join(study.missing)} (bench run --resume {study.root})"
         )
-    out += [f"[yellow]caveat[/]: {escape(line)}" for line in caveats(study)]
+    out += [f"[yellow]caveat[/]: {escape(inert(line))}" for line in caveats(study)]
     return out
 
 
