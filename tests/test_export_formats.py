@@ -193,3 +193,18 @@ def test_force_never_clears_a_file_or_a_folder_holding_the_run(tmp_path: Path, c
     assert main(["export", str(run), "-o", str(out), "--force"]) == 2
     assert str(out) in "".join(capsys.readouterr())
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_the_default_folder_is_the_runs_own_and_each_export_replaces_the_last(tmp_path: Path) -> None:
+    """RUN_DIR/export is the harness's: exported again in another format, the old format's tables
+    are gone (never beside the new ones) and a peer format's folder inside it is kept."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    assert main(["export", str(run), "--format", "vllm"]) == 0
+    assert main(["export", str(run), "--format", "csv"]) == 0
+    assert main(["export", str(run), "--format", "jsonl"]) == 0
+    names = {p.name for p in (run / "export").iterdir()}
+    assert "cells.jsonl" in names and "cells.csv" not in names and "vllm" in names
+    assert main(["export", str(run), "--format", "vllm"]) == 0  # its own folder, replaced

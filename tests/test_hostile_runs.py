@@ -186,8 +186,8 @@ def test_a_nan_in_a_run_file_is_named_not_shown(tmp_path: Path, capsys) -> None:
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "jsonl"])
 def test_export_never_writes_through_a_link(tmp_path: Path, fmt: str) -> None:
-    """A link placed at DIR/cells.<fmt> (to a file of someone else's) is replaced by the export,
-    never written through."""
+    """A link placed at DIR/cells.<fmt> (to a file of someone else's) is removed by the export's
+    --force (a used folder is refused without it), never written through or followed."""
     out = tmp_path / "export"
     out.mkdir()
     victim = tmp_path / "victim.txt"
@@ -196,6 +196,7 @@ def test_export_never_writes_through_a_link(tmp_path: Path, fmt: str) -> None:
     assert (
         main(
             ["export", str(ROOT / "tests" / "fixtures" / "run_v12_default"), "-o", str(out), "--format", fmt]
+            + ["--force"]
         )
         == 0
     )

@@ -71,7 +71,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     out_dir = args.output or args.run_dir / "export"
     if args.format in PEER_FORMATS:
         return _peer_format(args, console)
-    fresh_folder(out_dir, args.run_dir, args.force)
+    # the default folder is the run's own: each export replaces the last one's files (the peer
+    # formats' folders inside it are theirs); a folder the user names is cleared only with --force
+    fresh_folder(out_dir, args.run_dir, args.force or args.output is None, keep_folders=args.output is None)
     if kind_of(args.run_dir) == "study":
         from harness.derive.study.collect import load_study
 
@@ -92,18 +94,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def fresh_folder(out_dir: Path, run_dir: Path, force: bool) -> None:
+def fresh_folder(out_dir: Path, run_dir: Path, force: bool, keep_folders: bool = False) -> None:
     """The folder an export writes, empty: a used one is refused (its old files would lie beside
     the new ones, and vLLM's sweep plot reads every one), unless ``force``, which clears what is
-    inside it. Never cleared: a path that is not a folder, /, the home folder, or a folder that
-    holds the run itself."""
+    inside it (``keep_folders``: its files only). Never cleared: a path that is not a folder, /, the
+    home folder, or a folder that holds the run itself."""
     from harness.core.errors import UserError
 
     if not out_dir.exists() and not out_dir.is_symlink():
         return
     if out_dir.is_symlink() or not out_dir.is_dir():
         raise UserError(f"{out_dir}: not a folder; the export writes a folder of files")
-    if not any(out_dir.iterdir()):
+    if not any(c for c in out_dir.iterdir() if not (keep_folders and c.is_dir() and not c.is_symlink())):
         return
     if not force:
         raise UserError(
@@ -115,9 +117,10 @@ def fresh_folder(out_dir: Path, run_dir: Path, force: bool) -> None:
         raise UserError(f"{out_dir}: --force will not clear it (/, the home folder, or it holds {run_dir})")
     for child in target.iterdir():
         if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
+            if not keep_folders:
+                shutil.rmtree(child)
         else:
-            child.unlink()
+            child.unlink()  # a link is removed, never followed
 
 
 def _peer_format(args: argparse.Namespace, console: Console) -> int:
@@ -130,7 +133,7 @@ def _peer_format(args: argparse.Namespace, console: Console) -> int:
     if kind_of(args.run_dir) == "study":
         raise UserError(f"--format {args.format} takes a run directory, not a study: export each point's run")
     out_dir = args.output or args.run_dir / "export" / args.format
-    fresh_folder(out_dir, args.run_dir, args.force)
+    fresh_folder(out_dir, args.run_dir, args.force or args.output is None)  # the default: the run's own
     found = load_analysis(args.run_dir)
     print_note(found)
     print_unread(found.analysis.summary, console)
