@@ -212,7 +212,9 @@ def _rehearsal_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine_pi
         for private in {server.uds.parent if server.uds else None, server.private_dir} - {None}:
             shutil.rmtree(private, ignore_errors=True)  # made for a start-up that never comes
         process = SimpleNamespace(pid=engine_pid)
-        fake = SimpleNamespace(process=process, base_url="http://fake", log_path=server.log_path)
+        fake = SimpleNamespace(
+            process=process, base_url="http://fake", log_path=server.log_path, served_model=None
+        )
         yield SimpleNamespace(**vars(fake), exit_code=lambda: None), 1.0
 
     def send(

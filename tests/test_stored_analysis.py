@@ -33,6 +33,7 @@ from harness.derive.analysis import (
     write_analysis,
 )
 from harness.derive.summary import summarize
+from harness.results.files import line_digest, sums_path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN = FIXTURES / "run_v14_default"  # one window: ngram_k4 1.18x [1.05, 1.32] pays, 4 rounds
@@ -40,10 +41,20 @@ MISMATCH = "analysis.json did not match the raw files: derived again"
 
 
 def _stored(tmp_path: Path, source: Path = RUN) -> Path:
-    """A copy of a stored run with a fresh ``analysis.json`` (as the runner leaves one)."""
+    """A copy of a stored run with a fresh ``analysis.json`` and its raw lines counted (as the
+    runner leaves them: this file's tests read every line on stderr)."""
+    run = _counted(tmp_path, source)
+    write_analysis(run, analyze(summarize(run)))
+    return run
+
+
+def _counted(tmp_path: Path, source: Path = RUN) -> Path:
+    """A copy of a stored run with its raw lines counted, as the runner now writes them."""
     run = tmp_path / "run"
     shutil.copytree(source, run)
-    write_analysis(run, analyze(summarize(run)))
+    for path in run.glob("arms/*/*.jsonl"):
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        sums_path(path).write_text("".join(line_digest(line) + "\n" for line in lines))
     return run
 
 
@@ -63,7 +74,7 @@ def _views(run: Path, tmp_path: Path, capsys) -> tuple[dict[str, str], str]:
         ("show", ["show", str(run)]),
         ("minilab", ["show", str(run), "--minilab"]),
         ("report", ["report", str(run), "-o", str(tmp_path / "page.html")]),
-        ("export", ["export", str(run), "-o", str(tmp_path / "export")]),
+        ("export", ["export", str(run), "-o", str(tmp_path / "export"), "--force"]),
     ):
         assert main(args) == 0
         out = capsys.readouterr()
@@ -142,8 +153,7 @@ def test_a_3gb_analysis_is_derived_again_never_read_whole(
 ) -> None:
     """A 3 GB ``analysis.json`` (sparse: a valid head, then zeros; nothing of 3 GB is allocated)
     is not read: its size is looked at first and the analysis derived again, with the line."""
-    run = tmp_path / "run"
-    shutil.copytree(RUN, run)
+    run = _counted(tmp_path)
     path = run / ANALYSIS_FILE
     head = f'{{"analysis_version": {ANALYSIS_VERSION}, "digest": "{raw_digest(run)}", "analysis": '
     with path.open("w") as handle:
