@@ -75,7 +75,9 @@ def test_a_floor_the_run_cannot_reach_is_a_regression(runs, tmp_path: Path) -> N
     assert len(relative) == 2
     # inconclusive is skipped (neither passed nor a regression), with the reason it could not decide
     assert all(
-        case.find("skipped").get("message").startswith(
+        case.find("skipped")
+        .get("message")
+        .startswith(
             "inconclusive (not cleared, not failed): one start-up per side cannot see the start-up spread"
         )
         for case in relative
