@@ -181,3 +181,19 @@ def test_a_tampered_level_cache_changes_no_verdict(tmp_path) -> None:
         named = [path for path in own if f"{path}: held {float(tampered)!r}" in again.stderr]
         assert named, again.stderr  # those this run reads: each named, computed again and kept anew
         assert all(0.95 < json.loads(path.read_text())["value"] < 1 for path in named)
+
+
+def test_a_kept_dunnett_quantile_outside_its_bounds_is_computed_again(tmp_path, monkeypatch, capsys) -> None:
+    """The many-to-one quantile (a second of quadrature) is kept on disk too, and used only between
+    the one comparison's t quantile and Bonferroni's over the comparisons."""
+    from harness.core import stats
+
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path))
+    first = stats._many_to_one_quantile(3, 6, 0.95, True)
+    assert stats.t_quantile(0.975, 6) < first < stats.t_quantile(1 - 0.05 / 6, 6)
+    (kept,) = (tmp_path / "quantiles").glob("*.json")
+    assert stats._many_to_one_quantile(3, 6, 0.95, True) == first  # read back
+    for tampered in ("0.5", "NaN", "99.0"):
+        kept.write_text(kept.read_text().replace(repr(first), tampered))
+        assert stats._many_to_one_quantile(3, 6, 0.95, True) == first
+        assert f"{kept}: held {float(tampered)!r}" in capsys.readouterr().err
