@@ -475,11 +475,11 @@ def _combined_df(parts: Sequence[tuple[float, float]], confidence: float = CONFI
 
 def _f_larger(variance: float, df: int, reference: float, reference_df: int, alpha: float) -> bool:
     """Is ``variance`` larger than ``reference`` at p < ``alpha`` (one-sided F test)?"""
-    from scipy.stats import f
+    from scipy.special import fdtrc  # F's survival function, as scipy.stats.f.sf computes it
 
     if reference <= 0:
         return variance > 0
-    return float(f.sf(variance / reference, df, reference_df)) < alpha
+    return float(fdtrc(df, reference_df, variance / reference)) < alpha
 
 
 # a residual variance below this is start-ups that agree to the last digit: copies, not a spread
