@@ -115,9 +115,10 @@ def kill_group(pgid: int, grace_s: float = 20.0) -> None:
     except ProcessLookupError:
         _LIVE_GROUPS.discard(pgid)
         return
-    deadline = time.monotonic() + grace_s
+    deadline, pause = time.monotonic() + grace_s, 0.01
     while time.monotonic() < deadline and group_alive(pgid):
-        time.sleep(0.2)
+        time.sleep(pause)  # from 10 ms: most servers are gone within one (a fixed 0.2 s cost every stop)
+        pause = min(0.2, pause * 2)
     if group_alive(pgid):
         try:
             os.killpg(pgid, signal.SIGKILL)
