@@ -93,10 +93,15 @@ class Metric:
         value = getattr(record, self.sample_field)  # type: ignore[arg-type]
         return value if self.samples == "chunk" else [] if value is None else [value]
 
-    def of_records(self, records: list[Any]) -> float | None:
-        """The metric's statistic over the records' pooled samples, in its unit (a cell's value); None
-        without any sample."""
-        values = [v for r in records for v in self.record_values(r)]
+    def pooled(self, records: list[Any]) -> list[float]:
+        """The records' samples of this metric, pooled (``record_values``): shared by the metrics of
+        one ``sample_field`` (a cell's p50, p90 and p99 of TTFT pool the same values)."""
+        return [v for r in records for v in self.record_values(r)]
+
+    def of_records(self, records: list[Any], pooled: list[float] | None = None) -> float | None:
+        """The metric's statistic over the records' pooled samples (``pooled``, where already read),
+        in its unit (a cell's value); None without any sample."""
+        values = self.pooled(records) if pooled is None else pooled
         return STATISTICS[self.statistic](values) * self.scale if values else None
 
     @property

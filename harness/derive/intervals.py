@@ -70,6 +70,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, Literal, get_args
 
 from harness.core import stats
@@ -389,6 +390,12 @@ class WindowPrompts:
     duration_s: float
     prompts: Mapping[str, tuple[int, float]]
 
+    @cached_property
+    def totals(self) -> tuple[int, float]:
+        """Its output tokens and its requests' seconds, every prompt's: once, not once per prompt
+        the jackknife leaves out."""
+        return sum(t for t, _ in self.prompts.values()), sum(b for _, b in self.prompts.values())
+
 
 PromptTable = Mapping[str, Sequence[WindowPrompts]]  # arm -> its windows in one cell
 
@@ -410,8 +417,7 @@ def _log_point(
         for window in windows[name]:
             if window.server_start != start:
                 continue
-            tokens = sum(t for t, _ in window.prompts.values())
-            busy = sum(b for _, b in window.prompts.values())
+            tokens, busy = window.totals
             if left_out is not None and left_out in window.prompts:
                 own_tokens, own_busy = window.prompts[left_out]
                 tokens, kept = tokens - own_tokens, 1 - own_busy / busy if busy > 0 else 1.0

@@ -232,10 +232,7 @@ def cell_metrics(
         # from when a request was due (open loop: its wait for a max_concurrency slot inside, no
         # coordinated omission), ITL every chunk gap of every request (vLLM's pooling); the open-loop
         # figures (the send-based TTFT beside it) exist only where the load was open loop
-        **{
-            metric.name: metric.of_records(ok) if metric.shown != "open_loop" or first.request_rate else None
-            for metric in PER_REQUEST
-        },
+        **_request_metrics(ok, open_loop=bool(first.request_rate)),
         acceptance_source=first.acceptance_source,
         server_reported=windows[-1].server_reported,  # the engine's own figure after the cell's last window
         tau=acc.tau,
@@ -568,6 +565,23 @@ def _with_speedups(
             update |= estimate.stored()
         out.append(cell.model_copy(update=update))
     return out
+
+
+def _request_metrics(ok: list[RequestRecord], open_loop: bool) -> dict[str, float | None]:
+    """Every request and chunk metric of a cell (``PER_REQUEST``) over its answered requests, each
+    field's samples read once for the metrics that share it; the open-loop figures only where the
+    load was open loop."""
+    pooled: dict[str, list[float]] = {}
+    found: dict[str, float | None] = {}
+    for metric in PER_REQUEST:
+        if metric.shown == "open_loop" and not open_loop:
+            found[metric.name] = None
+            continue
+        key = f"{metric.sample_field}/{metric.samples}"
+        if key not in pooled:
+            pooled[key] = metric.pooled(ok)
+        found[metric.name] = metric.of_records(ok, pooled[key])
+    return found
 
 
 def _failed_by(records: list[RequestRecord]) -> dict[str, int]:
