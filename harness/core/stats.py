@@ -660,6 +660,7 @@ def _mixture_tail(x: float, scales: Any, weights: Any) -> float:
     return float(2 * (weights * ndtr(-x / scales)).sum())
 
 
+@lru_cache(maxsize=4096)  # a summary asks again for the same cell's term (its verdict, rival, outlook)
 def halfnormal_posterior_t(ss: float, df: int, factor: float, prior_sd: float) -> tuple[float, int]:
     """The error of an estimate whose variance is ``factor`` x sigma^2, where ``ss / sigma^2`` is
     chi-squared with ``df`` degrees of freedom (the arms x rounds model's residual) and sigma has a
