@@ -67,6 +67,9 @@ def test_the_run_side_reads_only_the_served_models_counters(monkeypatch: pytest.
     generated = re.search(r'^vllm:generation_tokens_total\{[^}]*"target"\} (\S+)$', METRICS, re.M)
     assert generated is not None
     assert http.read_total(url, "/metrics", adapter.generation_counter) == float(generated[1])
+    # the prefix cache's counts too: the window's hit rate is the served model's
+    assert adapter.read_prefix_cache(url) == adapter.parse_prefix_cache(METRICS) is not None
+    assert adapter.parse_prefix_cache(both) != adapter.parse_prefix_cache(METRICS)
     assert http.other_models(url, unsaid=True) == ["model-B"]
     assert http.other_models(url, unsaid=True) == [] and http.other_models(url) == ["model-B"]
 

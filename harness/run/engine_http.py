@@ -158,13 +158,20 @@ def scrape_spec_counters(
     return parse(_served_metrics(base_url, body.decode(errors="replace")))
 
 
+def get_metrics(base_url: str, metrics_path: str) -> str | None:
+    """The metrics text with only the served model's samples (``register_served_model``; every
+    reader of a count takes it from here); None when it cannot be read."""
+    text = get_text(base_url, metrics_path)
+    return None if text is None else _served_metrics(base_url, text)
+
+
 def read_total(base_url: str, metrics_path: str, name: str) -> float | None:
     """A counter's value summed over its label sets, the served model's (``register_served_model``),
     right now; None when it cannot be read or the server has no such counter."""
-    text = get_text(base_url, metrics_path)
+    text = get_metrics(base_url, metrics_path)
     if text is None:
         return None
-    samples = parse_prometheus(_served_metrics(base_url, text))
+    samples = parse_prometheus(text)
     values = [s.value for s in samples if s.name == name and math.isfinite(s.value)]
     return sum(values) if values else None
 

@@ -402,7 +402,7 @@ class SglangAdapter:
 
         info = http.get_json(base_url, "/server_info")
         figures = None if info is None else server_figures_from_info(info)
-        metrics = http.get_text(base_url, self.metrics_path)
+        metrics = http.get_metrics(base_url, self.metrics_path)  # the served model's samples only
         steps = None if metrics is None else active_steps_from_metrics(metrics)
         if steps is None:
             return figures

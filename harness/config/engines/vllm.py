@@ -595,7 +595,7 @@ class VllmAdapter:
     def read_prefix_cache(self, base_url: str) -> PrefixCacheCounts | None:
         from harness.run import engine_http as http  # I/O: only the run side calls this method
 
-        text = http.get_text(base_url, self.metrics_path)
+        text = http.get_metrics(base_url, self.metrics_path)  # the served model's counts only
         return None if text is None else self.parse_prefix_cache(text)
 
     def parse_prefix_cache(self, metrics_text: str) -> PrefixCacheCounts | None:
