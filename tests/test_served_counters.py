@@ -16,7 +16,7 @@ from harness.core.probes.acceptance import acceptance, served_samples
 from harness.results import RequestRecord, WindowRecord, read_records
 from harness.run import engine_http as http
 from harness.run.window import never_drafted
-from tests.test_endpoint_trust import run_on, stand_in
+from tests.test_endpoint_trust import TAU, run_on, stand_in
 
 ROOT = Path(__file__).resolve().parent.parent
 # a real vLLM CPU server's /metrics (0.32.0, ngram), serving "target"
@@ -134,3 +134,22 @@ def test_another_model_counted_on_the_metrics_is_named_in_every_view(tmp_path: P
         "ngram_k4: its server's /metrics also count the model(s) 'model-B\\x1b[2J' (label model_name): "
         "left out, only the served model's counters are read"
     ]
+
+
+def test_a_run_on_a_server_that_counts_another_model_reads_only_its_own(tmp_path: Path) -> None:
+    """The ngram server's /metrics also count model-B (the stand-in's ``STAND_IN_OTHER_MODEL``),
+    with another tau: the run's tau is the served model's alone, and the stored run names model-B."""
+    import json
+
+    with (
+        stand_in(tmp_path, "baseline", speculates=False) as base,
+        stand_in(tmp_path, "ngram", speculates=True, STAND_IN_OTHER_MODEL="model-B") as ngram,
+    ):
+        code, said, run = run_on(tmp_path, {"baseline": base, "ngram_k4": ngram}, server_starts=1)
+    assert run is not None and "model-B" in said, said[-3000:]
+    summary = json.loads((run.root / "summary.json").read_text())
+    (cell,) = [c for c in summary["cells"] if c["arm"] == "ngram_k4"]
+    assert cell["tau"] == pytest.approx(TAU)
+    (arm,) = [a for a in summary["arms"] if a["name"] == "ngram_k4"]
+    assert arm["metrics_other_models"] == ["model-B"]
+    assert all(w.other_models == ["model-B"] for w in read_records(run.windows("ngram_k4"), WindowRecord))

@@ -19,6 +19,9 @@ for tests/test_gpu_rehearsal.py: what the harness reads of vLLM, from the argv i
 - A deployment that changes under the harness (tests/test_endpoint_trust.py), by environment:
   ``STAND_IN_RESTART_AFTER=N[,M...]`` restarts it (every counter back to 0) as its N-th request ends;
   ``STAND_IN_MODEL_AFTER=N:NAME`` serves model NAME from then on (another model behind the URL).
+- ``STAND_IN_OTHER_MODEL=NAME``: its ``/metrics`` also count model NAME (a server shared by two
+  models): every counter of its own once more under NAME's label, 10 times the drafts and 25 times
+  the rest (another tau).
 - ``STAND_IN_RESET_FAILS=N``: the first N prefix-cache resets answer ``{"success": false}``, as
   vLLM 0.34 does while a request's blocks are still held (its route says callers may retry).
 - A GPU server's runtime as vLLM 0.34 logs it: the flags given (``non-default args``: async
@@ -224,6 +227,13 @@ class VllmStandIn:
                 for p, n in enumerate(counts.per_position)
             ]
         lines += self.engine.histogram("vllm:iteration_tokens_total", labels)  # registered always
+        other = os.environ.get("STAND_IN_OTHER_MODEL")
+        if other:  # another model's counts on the same endpoint, under its own label
+            mine, theirs = f'model_name="{self.model}"', f'model_name="{other}"'
+            for line in [line for line in lines if not line.startswith("#") and mine in line]:
+                name, value = line.rsplit(" ", 1)
+                scale = 10 if "num_drafts" in name or "num_draft_tokens" in name else 25  # another tau
+                lines.append(f"{name.replace(mine, theirs)} {float(value) * scale}")
         return web.Response(text="\n".join(lines) + "\n")
 
     def _prefix(self, text: str, tokens: int) -> None:
