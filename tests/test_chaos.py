@@ -14,19 +14,15 @@ from pathlib import Path
 
 import yaml
 
+from tests.test_run_plan import stand_in_regime
+
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 2**30
 
 
 def _regime(tmp_path: Path) -> Path:
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    data = yaml.safe_load((ROOT / "tests" / "regimes" / "cpu_e2e.yaml").read_text())
-    data["target"] = {"path": str(model), "dtype": "bfloat16", "max_model_len": 1024}
-    data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
-    data["load"] |= {"concurrency": [2], "warmup_requests": 0, "num_prompts": 6}
-    data["load"].pop("ramp", None)
+    data = stand_in_regime(tmp_path)
+    data["load"]["num_prompts"] = 6
     ngram = next(arm for arm in data["arms"] if arm["name"] == "ngram_k4")
     data["arms"] += [
         {**ngram, "name": name, "num_speculative_tokens": k}

@@ -137,7 +137,7 @@ def test_bench_run_names_the_abort_in_the_terminal(tmp_path: Path, monkeypatch, 
     0.67x, every request "ok"; the arm now fails, its reason in the caveat."""
     from harness.cli import main
     from harness.config.engines import LaunchSpec
-    from tests.test_run_plan import StandIn
+    from tests.test_run_plan import StandIn, stand_in_regime
 
     class Aborting(StandIn):
         def launch_spec(self, regime, arm, model, port, python, draft_model=None) -> LaunchSpec:
@@ -145,14 +145,8 @@ def test_bench_run_names_the_abort_in_the_terminal(tmp_path: Path, monkeypatch, 
                 return super().launch_spec(regime, arm, model, port, python, draft_model)
             return LaunchSpec([python, str(HOSTILE), "--port", str(port), "--every", "abort"])
 
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    data = yaml.safe_load((ROOT / "tests" / "regimes" / "cpu_e2e.yaml").read_text())
-    data["target"] = {"path": str(model), "dtype": "bfloat16", "max_model_len": 1024}
-    data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
-    data["load"] |= {"concurrency": [2], "warmup_requests": 0, "num_prompts": 4}
-    data["load"].pop("ramp", None)
+    data = stand_in_regime(tmp_path)
+    data["load"]["num_prompts"] = 4
     data["arms"] = [a for a in data["arms"] if a["name"] in ("baseline", "ngram_k4")]
     regime = tmp_path / "abort.yaml"
     regime.write_text(yaml.safe_dump(data, sort_keys=False))

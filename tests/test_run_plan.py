@@ -177,6 +177,22 @@ class StandIn:
         return ServedConfig()
 
 
+def stand_in_regime(tmp_path: Path, regime_file: Path = REGIME) -> dict:
+    """``regime_file``'s data for the stand-in engine: a model folder of its own (no weights), the
+    humaneval workload, concurrency 2, no warm-up and no ramp (against the stand-in it streams
+    hundreds of requests a second for its 5 s, ~10 s of this process's CPU for nothing these tests
+    read: tests/test_ramp.py tests the ramp)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    data = yaml.safe_load(regime_file.read_text())
+    data["target"] = {"path": str(model), "dtype": "bfloat16", "max_model_len": 1024}
+    data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
+    data["load"] |= {"concurrency": [2], "warmup_requests": 0}
+    data["load"].pop("ramp", None)
+    return data
+
+
 def stand_in_run(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -190,16 +206,7 @@ def stand_in_run(
     """A whole run through the runner with the stand-in engine (baseline and ngram_k4, one window
     each and no ramp, unless ``edit`` changes the regime's data): (the run, its summary, what it printed); the
     console stays for a resume."""
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    data = yaml.safe_load(regime_file.read_text())
-    data["target"] = {"path": str(model), "dtype": "bfloat16", "max_model_len": 1024}
-    data["workloads"] = [str(ROOT / "workloads" / "code_humaneval.yaml")]
-    data["load"] |= {"concurrency": [2], "warmup_requests": 0}
-    # no ramp: against the stand-in it streams hundreds of requests a second for its 5 s, ~10 s of
-    # this process's CPU for nothing these tests read (tests/test_ramp.py tests the ramp)
-    data["load"].pop("ramp", None)
+    data = stand_in_regime(tmp_path, regime_file)
     data["engine"]["env"] = {**data["engine"].get("env", {}), "BENCH_TEST_TOKEN": "planted-token-123"}
     if edit is not None:
         edit(data)
