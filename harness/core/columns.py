@@ -67,6 +67,7 @@ _OTHER_COLUMNS = tuple(
         ("requests_total", "count", "requests sent in the cell's windows"),
         ("requests_ok", "count", "requests that succeeded"),
         ("requests_errored", "count", "requests that failed"),
+        ("requests_odd", "count", "finished requests whose stream was not decoding (requests' odd)"),
         ("output_tokens", "tokens", "output tokens of successful requests, counted from token ids"),
         (
             "input_tokens",
@@ -259,6 +260,7 @@ _OTHER_COLUMNS = tuple(
         ("ttft_ms", "ms", "time to first token: first token time - send time"),
         ("tpot_ms", "ms", "time per output token: (E2E - TTFT) / (output tokens - 1)"),
         ("e2e_ms", "ms", "end-to-end latency: send to the end of the stream"),
+        ("odd", "", "why the stream was not decoding (its TPOT is a burst's): empty for a normal one"),
         ("within_slo", "", "the request met every SLO target (empty: the regime sets none)"),
     )
 )

@@ -68,7 +68,9 @@ class Metric:
     field: str | None = None  # where a cell holds it when not ``CellMetrics.<name>`` (dotted path)
     shown: Shown = "always"  # the report's mini-lab tables show it (see Shown)
     terminal: bool = False  # the terminal's mini-lab tables show it too (they must fit 80 columns)
-    baseline_text: str | None = None  # what the baseline's row shows instead (tau: 1 by definition)
+    # the baseline's value by definition where its cells measure none (tau: 1): every view and the
+    # export's tables show it
+    baseline_value: float | None = None
     ratio: bool = False  # a ratio to the baseline: above 1 is a gain, below a loss (coloured)
     interval: tuple[str, str] | None = (
         None  # the cell fields of its 95% interval (dotted paths), shown with it
@@ -83,6 +85,11 @@ class Metric:
     def bounds(self, cell: Any) -> list[float | None]:
         """Its 95% interval in one cell (``interval``; [] without one): None where not stored."""
         return [_at(cell, path) for path in self.interval] if self.interval else []
+
+    @property
+    def baseline_text(self) -> str | None:
+        """What the baseline's row shows (``baseline_value``, shortest form), None: its own value."""
+        return None if self.baseline_value is None else f"{self.baseline_value:g}"
 
     def format(self, value: float | None) -> str:
         return "-" if value is None else format(value, self.fmt)
@@ -130,7 +137,7 @@ _ALL = (
         description="mean acceptance length: 1 + accepted / drafts over the window (baseline: 1)",
         timed=False,
         terminal=True,
-        baseline_text="1",
+        baseline_value=1.0,
     ),
     Metric(
         name="tokens_per_forward",

@@ -25,6 +25,9 @@ in the order the sentences appear:
 5. **Load**: how the best arm's speedup moves between the lowest and highest concurrency (and
    request rate, for open-loop windows).
 6. **Cost**: per workload and load level, $/Mtok at the baseline against the fastest arm.
+7. **Odd requests**: per arm, the finished requests whose stream was not decoding
+   (``harness.derive.odd_requests``: all tokens in one chunk, or a burst faster than an engine
+   step), by kind and cell: their TPOT is the time to read a burst, and it is in the cell's.
 """
 
 from __future__ import annotations
@@ -328,4 +331,27 @@ def findings(
     for arm in arms:
         found += step_facts(summary, arm, verdicts, cost)
     found += k_limit_facts(summary, cost, verdicts) if cost is not None else []
-    return found + load_facts(summary, verdicts) + cost_facts(verdicts)
+    return found + load_facts(summary, verdicts) + cost_facts(verdicts) + odd_request_facts(summary)
+
+
+def odd_request_facts(summary: Summary) -> list[Fact]:
+    """Per arm with any, its odd requests: how many of its finished ones, by kind, and where."""
+    found = []
+    for arm in summary.arms:
+        cells = [c for c in summary.cells_of(arm.name) if c.requests_odd_by]
+        if not cells:
+            continue
+        kinds: dict[str, int] = {}
+        for cell in cells:
+            for kind, n in cell.requests_odd_by.items():
+                kinds[kind] = kinds.get(kind, 0) + n
+        values = {
+            "odd": sum(kinds.values()),
+            "finished": sum(c.requests_ok for c in summary.cells_of(arm.name)),
+            "kinds": ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1])),
+            "where": ", ".join(
+                f"{c.workload} {c.level.short()}: {sum(c.requests_odd_by.values())}" for c in cells
+            ),
+        }
+        found.append(fact("odd_requests", arm.name, **values))
+    return found

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from harness.config.engines import get_adapter
+from harness.config.level import LoadLevel
 from harness.core.columns import column_doc
 from harness.core.formats import csv_cell
 from harness.core.metrics import METRICS
@@ -49,9 +50,11 @@ from harness.core.probes.schedule import client_lag_s, queueing_s
 from harness.core.probes.slo import meets
 from harness.derive.analysis import RunAnalysis, load_analysis
 from harness.derive.cost_model import CHAIN_METHODS, StepCost
+from harness.derive.odd_requests import odd_kinds, tokens_per_step
 from harness.derive.verdict import Outcome
 from harness.results.model import RampStageMetrics, SpeedupEstimate, Summary
 from harness.results.raw import RawRun
+from harness.results.records import RequestRecord
 
 ExportFormat = Literal["csv", "parquet", "jsonl"]
 TABLES = ("cells", "requests", "categories", "repeats", "ramp")
@@ -61,9 +64,19 @@ PROFILE = "speculation_profile.json"
 PROFILE_VERSION = 1
 
 
-def _frame(rows: Iterable[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
-    """A frame with a fixed column order, also when there are no rows."""
-    return pd.DataFrame(list(rows), columns=columns)
+def _frame(rows: Iterable[dict[str, Any]], columns: list[str] | None = None) -> pd.DataFrame:
+    """A frame (with a fixed column order, also when there are no rows), a column of counts kept
+    whole where some rows have none (pandas would make it float: K=4 written as 4.0)."""
+    rows = list(rows)
+    frame = pd.DataFrame(rows, columns=columns)
+    counts = [
+        name
+        for name in frame.columns
+        if (values := [r[name] for r in rows if r.get(name) is not None])
+        and all(type(v) is int for v in values)
+        and len(values) < len(rows)
+    ]
+    return frame.astype(dict.fromkeys(counts, "Int64"))
 
 
 def _request_tau(own: SpecCounters | None) -> float | None:
@@ -118,6 +131,7 @@ class Run:
                         "acceptance_checks",
                         "prompt_tau",  # per prompt: the requests() frame has request_tau
                         "requests_failed_by",  # per kind: the requests() frame has each error
+                        "requests_odd_by",  # per kind: the requests() frame has each one's (odd)
                         "exactness",
                         "server_reported",
                     }
@@ -131,19 +145,22 @@ class Run:
                 ):
                     row[f"{prefix}_{index}"] = values[index] if index < len(values) else None
             row["acceptance_checks"] = "; ".join(cell.acceptance_checks) or None  # None: both passed
+            row["requests_odd"] = sum(cell.requests_odd_by.values())
             shares = cell.exactness.model_dump() if cell.exactness else {}
             row["exactness_compared"] = shares.get("compared", 0)
             for status in ("identical", "near_tie", "diverged", "unknown"):
                 row[f"{status}_pct"] = shares.get(f"{status}_pct")
             # a metric the registry adds as a computed property of the cell, not a stored field
             row.update({m.name: m.value(cell) for m in METRICS.values() if m.name not in row and not m.field})
+            if cell.method == "baseline":  # a value by definition (tau: 1), as every view shows it
+                row.update({m.name: m.baseline_value for m in METRICS.values() if m.baseline_value})
             row.update(verdicts.get((cell.arm, cell.workload, cell.level), {"verdict": None, "deploy": None}))
             row.update(_step_cost_columns(self.analysis.cost.cost_of(cell)))
             rows.append(row)
         if not rows:
             return pd.DataFrame(columns=[*IDENTITY, "arm", "workload", "concurrency"])
         # typed, so that a column with no value in this run keeps its type in parquet
-        return pd.DataFrame(rows).astype({"verdict": "string", "deploy": "boolean"})
+        return _frame(rows).astype({"verdict": "string", "deploy": "boolean"})
 
     def repeats(self) -> pd.DataFrame:
         """One row per repeat of each cell: the window-level samples the gates test."""
@@ -207,6 +224,7 @@ class Run:
             "ttft_ms",
             "tpot_ms",
             "e2e_ms",
+            "odd",
             "within_slo",
             "copy_share_pct",
             "context_share_pct",
@@ -216,9 +234,20 @@ class Run:
         categories = {c.workload: c.category for c in self.summary.cells}
         adapter = get_adapter(self.raw.regime.engine.name)
         methods = {a.name: a.method for a in self.raw.regime.arms}
+        speculative = {a.name: a.num_speculative_tokens for a in self.raw.regime.arms}
 
         def ms(value: float | None) -> float | None:
             return None if value is None else value * 1000.0
+
+        # each request's odd kind (derive.odd_requests), judged within its cell as the summary judges it
+        odd: dict[int, str | None] = {}
+        for name, arm in self.raw.arms.items():
+            step = tokens_per_step(speculative[name])
+            cells: dict[tuple[str, LoadLevel], list[RequestRecord]] = {}
+            for s in arm.samples:
+                cells.setdefault((s.workload, s.level), []).append(s)
+            for records in cells.values():
+                odd.update(zip(map(id, records), odd_kinds(records, step), strict=True))
 
         rows = (
             {
@@ -244,6 +273,7 @@ class Run:
                 "ttft_ms": ms(s.ttft_s),
                 "tpot_ms": ms(s.tpot_s),
                 "e2e_ms": ms(s.e2e_s),
+                "odd": odd.get(id(s)),
                 "within_slo": None if slo is None else meets(s, slo),
                 "copy_share_pct": share_pct([copied := copied_ngrams(s.prompt_token_ids, s.token_ids)]),
                 "context_share_pct": share_pct([copied], "from_context"),

@@ -52,6 +52,7 @@ from harness.core.secrets import redact_url
 from harness.core.stats import mean, quantile
 from harness.derive import pooling
 from harness.derive.intervals import Estimate, PromptTable, Spread, WindowPrompts, cell_estimates
+from harness.derive.odd_requests import odd_counts, tokens_per_step
 from harness.derive.ramp import ramp_metrics
 from harness.results.files import RunDir
 from harness.results.model import (
@@ -222,6 +223,7 @@ def cell_metrics(
         requests_ok=answered,
         requests_errored=len(records) - answered,
         requests_failed_by=_failed_by(records),
+        requests_odd_by=odd_counts(records, tokens_per_step(arm.num_speculative_tokens)),  # every window's
         output_tokens=output_tokens,
         duration_s=duration,
         output_tok_s=tok_s,

@@ -197,6 +197,9 @@ class CellMetrics(ResultModel):
     prompt_tau: dict[str, float] | None = None
     # failed requests by kind (records.failure_kind), most first: what the failed_requests caveat says
     requests_failed_by: dict[str, int] = {}
+    # finished requests whose stream was not decoding, by kind (derive.odd_requests), most first: kept
+    # in every figure, named in the findings
+    requests_odd_by: dict[str, int] = {}
     drafts: float
     draft_tokens: float
     accepted_tokens: float
