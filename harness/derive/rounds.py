@@ -24,10 +24,19 @@ from dataclasses import dataclass, field
 
 from harness.config.level import window_parts
 from harness.core.formats import interval_text
-from harness.derive.intervals import Estimate
+from harness.derive.intervals import CONFIDENCE, Estimate
 from harness.derive.verdict import estimate_of, window_verdicts
 from harness.results.model import CellMetrics, Summary
 from harness.results.records import Round
+
+# a verdict's false "pays" at a true 1.00x, whatever its design: one side of its 95% interval
+FALSE_PAYS = (1 - CONFIDENCE) / 2
+# over a run continued because its verdict was undecided (bench run --resume RUN --rounds N: stop if
+# decided, else continue), at most the first design's side and the continued looks' (held at 95%
+# among themselves, not with the look that chose to continue): a union bound, for every design. The
+# default's simulated: 1.0% at its first look, 1.7% with the continuation to 8 rounds
+# (docs/generated/statistics-tables.md)
+CONTINUED_FALSE_PAYS = 2 * FALSE_PAYS
 
 
 def round_order(arms: Sequence[str], index: int) -> list[str]:

@@ -299,11 +299,14 @@ def _said(v: WindowVerdict) -> str:
                 "bench calibrate"
             )
         elif v.to_decide is not None:
+            from harness.derive.rounds import CONTINUED_FALSE_PAYS, FALSE_PAYS  # constants (the cost's bound)
+
             hint = (
-                f"{v.to_decide} rounds in all would decide it if {speedup_text(e.point)} holds "
-                f"(bench run --resume RUN_DIR --rounds {v.to_decide})"
+                f"continuing to {v.to_decide} rounds in all may decide it (bench run --resume RUN_DIR "
+                f'--rounds {v.to_decide}; false "pays" over the whole run then at most '
+                f"{100 * CONTINUED_FALSE_PAYS:.0f}% instead of {100 * FALSE_PAYS:.1f}%)"
             )
-        else:
+        else:  # not even if more start-ups moved its point by their own chance (verdict._to_decide)
             hint = "more rounds alone would not decide it: more prompts (load.num_prompts) in a new run"
         return (
             f"too noisy to tell: {arm} {speedup_text(e.point)} ({_own(e)}), anywhere from "
