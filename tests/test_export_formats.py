@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,7 @@ def test_the_printed_vllm_plot_command_runs_as_printed_and_draws_the_curves(tmp_
     out = tmp_path / "vllm out"  # a space: the printed command quotes the folder
     assert main(["export", str(RUN), "--format", "vllm", "-o", str(out)]) == 0
     command = shlex.split(_printed(capsys, "plot it: "))
-    assert command[:3] == [os.sys.executable, "-m", "vllm.benchmarks.sweep.plot"] and command[3] == str(out)
+    assert command[:3] == [sys.executable, "-m", "vllm.benchmarks.sweep.plot"] and command[3] == str(out)
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "No data to plot" not in done.stdout

@@ -8,12 +8,15 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from harness.commands.common import EXIT_OK, kind_of
 from harness.commands.terminal import print_unread
-from harness.results.model import Summary
+
+if TYPE_CHECKING:
+    from harness.results.model import Summary
 
 NAME = "export"
 SUMMARY = "write a run's results as tables (cells, requests, categories, repeats, ramp) for pandas"
