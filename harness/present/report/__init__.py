@@ -18,7 +18,7 @@ from harness.config.level import LoadLevel
 from harness.core.errors import UserError
 from harness.core.formats import bound_text, inert, interval_text, k_text, speedup_text
 from harness.core.machine import gpus_text, machine_differences
-from harness.core.metrics import HIGHLIGHTED, Metric, best, shown
+from harness.core.metrics import Metric, shown
 from harness.core.probes.acceptance import DRAFT_COUNTING, TOKENS_PER_FORWARD
 from harness.derive.analysis import AnalyzedRun, RunAnalysis
 from harness.derive.gates.compare import RunComparison
@@ -29,6 +29,7 @@ from harness.present.peers import peers_context
 from harness.present.ramp_table import ramp_schedule_sections, ramp_sections
 from harness.present.report import figures
 from harness.present.report.comparison import comparison_context
+from harness.present.report.outcomes import OUTCOME_CLASS, OUTCOME_STYLE, outcome_key
 from harness.present.table import (
     LAB_COLUMNS,
     SPEEDUP_NOTE,
@@ -46,6 +47,7 @@ from harness.present.table import (
     verification_line,
 )
 from harness.present.verdict_text import (
+    OUTCOME_WORDS,
     PUBLISHED_WORDS,
     basis_line,
     capacity_text,
@@ -62,9 +64,6 @@ from harness.present.verdict_text import (
 from harness.results.gate import StoredGate
 from harness.results.model import CellMetrics, Summary
 from harness.results.raw import RawRun
-
-# a verdict's colour on the page: from the outcome, never from the point estimate
-OUTCOME_CLASS = {Outcome.PAYS: "gain", Outcome.LOSES: "loss"}
 
 
 def _inert_output(value: Any) -> Any:
@@ -89,29 +88,19 @@ def template_environment() -> jinja2.Environment:
     )
     env.filters["num"] = lambda value, spec=".2f": "–" if value is None else format(value, spec)
     env.globals["zip"] = zip
+    # the style sheet's verdict colours: the figures' (one mapping, harness.present.report.outcomes)
+    env.globals["outcome_colour"] = {o.value: s.colour for o, s in OUTCOME_STYLE.items()}
     return env
 
 
-def _best(rows: list[CellMetrics]) -> dict[str, Any]:
-    """The best value of each highlighted metric among the arms of one table (the registry says
-    which way is better); the baseline's tau (1 by definition) does not compete."""
-    found = {}
-    for key in HIGHLIGHTED:
-        values = [
-            getattr(r, key)
-            for r in rows
-            if getattr(r, key) is not None and not (key == "tau" and r.method == "baseline")
-        ]
-        if len(values) > 1:
-            found[key] = best(key, values)
-    return found
-
-
 def _metric_cell(
-    metric: Metric, row: CellMetrics, best_values: dict[str, Any], analysis: RunAnalysis
+    metric: Metric, row: CellMetrics, decided: dict[str, float], analysis: RunAnalysis
 ) -> dict[str, Any]:
     """One metric of one row as the page shows it: text, CSS class, interval, qualifying note. A
-    speedup is the cell's one estimate, coloured by what its interval decides."""
+    speedup is the cell's one estimate, coloured by what its interval decides; another value is
+    marked best only where ``decided`` holds it, a column's best that the analysis tells apart from
+    every other arm's (empty today: the analysis decides no difference between arms outside the
+    speedup, and a "best" 222 ms beside 224 ms would mark noise)."""
     if metric.baseline_text is not None and row.method == "baseline":
         return {"text": metric.baseline_text, "class": "", "interval": None, "note": None}
     note = metric.flag[1] if metric.flag and getattr(row, metric.flag[0], False) else None
@@ -131,9 +120,9 @@ def _metric_cell(
         return {"text": text, "class": css, "interval": interval, "note": note}
     value = metric.value(row)
     text = "–" if value is None else format(value, metric.fmt)
-    css = "best" if best_values.get(metric.name) is not None and value == best_values[metric.name] else ""
     bounds = metric.bounds(row)
     interval = [format(b, metric.fmt) for b in bounds] if bounds and bounds[0] is not None else None
+    css = "best" if metric.name in decided and value == decided[metric.name] else ""
     return {"text": text, "class": css, "interval": interval, "note": note}
 
 
@@ -174,7 +163,6 @@ def _tables(analysis: RunAnalysis, gate: StoredGate | None) -> list[dict[str, An
     for workload, level in summary.window_keys():
         rows = [c for c in summary.cells if (c.workload, c.level) == (workload, level)]
         metrics = shown("report", conditions | ({"open_loop"} if level.request_rate is not None else set()))
-        best_values = _best(rows)
         tables.append(
             {
                 "workload": workload,
@@ -184,7 +172,7 @@ def _tables(analysis: RunAnalysis, gate: StoredGate | None) -> list[dict[str, An
                 "rows": rows,
                 # the registry's columns (harness.core.metrics.shown), one table per group
                 "groups": _groups(
-                    metrics, [[_metric_cell(m, row, best_values, analysis) for m in metrics] for row in rows]
+                    metrics, [[_metric_cell(m, row, {}, analysis) for m in metrics] for row in rows]
                 ),
                 # the gate's checks of these cells, next to them
                 "checks": [
@@ -444,6 +432,36 @@ def _speedup_points(analysis: RunAnalysis) -> list[tuple[CellMetrics, Any, str]]
     ]
 
 
+def _outcomes(analysis: RunAnalysis) -> dict[tuple[str, str, LoadLevel], str | None]:
+    """Each cell's outcome as its window's verdict reads it (None for the baseline's), for the figures."""
+    return {(c.arm, c.workload, c.level): analysis.outcome(c) for c in analysis.summary.cells}
+
+
+# what each outcome means, in the verdict's words (OUTCOME_WORDS), for the definitions and the key
+# under the verdict table; the interval itself is named by the analysis (``basis_line``)
+OUTCOME_MEANING = {
+    Outcome.PAYS: "the whole interval lies above 1",
+    Outcome.LOSES: "the whole interval lies below 1",
+    Outcome.EQUIVALENT: f"the whole interval lies within {EQUIVALENCE_MARGIN:.0%} of 1 (on the log scale)",
+    Outcome.INDISTINGUISHABLE: f"the interval spans 1 and reaches more than {EQUIVALENCE_MARGIN:.0%} from it",
+    Outcome.UNVERIFIED: "no interval: one start-up per arm and no machine calibration",
+}
+
+
+def _outcome_key() -> list[dict[str, str]]:
+    """Each outcome: its words (the verdict's), what it means, how the figures draw it."""
+    return [
+        {
+            "words": OUTCOME_WORDS[o],
+            "meaning": OUTCOME_MEANING[o],
+            "shape": OUTCOME_STYLE[o].shape,
+            "hue": OUTCOME_STYLE[o].hue,
+            "class": OUTCOME_CLASS.get(o, ""),
+        }  # fmt: skip
+        for o in OUTCOME_MEANING
+    ]
+
+
 def report_context(run: AnalyzedRun) -> dict[str, Any]:
     raw, analysis, gate = run.raw, run.analysis, run.gate
     summary = analysis.summary
@@ -456,6 +474,7 @@ def report_context(run: AnalyzedRun) -> dict[str, Any]:
     sources = sorted({c.power_source for c in rows if c.power_source})
     notes = sorted({readable_note(c.power_note) for c in rows if c.power_note})
     verdicts, verdict_notes = _verdicts(analysis)
+    outcomes = _outcomes(analysis)
     # the GPUs read (the servers' own), named where the power figures are
     on = f" on {gpus_text([g.model_dump() for g in summary.power_gpus])}" if summary.power_gpus else ""
     return {
@@ -477,6 +496,7 @@ def report_context(run: AnalyzedRun) -> dict[str, Any]:
         "capacity": [capacity_text(c) for c in analysis.capacities],
         "published": _published(analysis),
         "interval_note": basis_line(analysis.basis),
+        "outcome_key": _outcome_key(),
         "chance_note": chance_line(analysis.basis),
         "findings": findings_text(analysis.findings),
         "cost_rows": cost_rows(analysis.cost),
@@ -496,21 +516,21 @@ def report_context(run: AnalyzedRun) -> dict[str, Any]:
             for f in (
                 ("tau per arm and workload", figures.tau_figure(analysis.taus(), arms, workloads)),
                 (
-                    "speedup vs concurrency, with 95% intervals",
+                    f"speedup vs concurrency, with 95% intervals; {outcome_key()}",
                     figures.speedup_figure(
                         _speedup_points(analysis), EQUIVALENCE_MARGIN, summary.baseline_arm
                     ),
                 ),
                 (
-                    "throughput per user vs per server (Pareto)",
-                    figures.pareto_figure(list(analysis.pareto), "server", summary.baseline_arm),
+                    f"throughput per user vs per server (Pareto); {outcome_key()}",
+                    figures.pareto_figure(list(analysis.pareto), "server", summary.baseline_arm, outcomes),
                 ),
                 (
                     "goodput vs request rate" if summary.slo else "throughput vs request rate",
                     figures.rate_figure(rows, arms, workloads, summary.slo is not None),
                 ),
                 ("per-position acceptance", figures.per_position_figure(analysis.per_position)),
-                ("step cost vs K", figures.step_cost_figure(analysis.cost)),
+                (f"step cost vs K; {outcome_key()}", figures.step_cost_figure(analysis.cost, outcomes)),
                 ("TPOT distribution", figures.tpot_figure(samples)),
                 ("power over time", figures.power_figure(power_windows)),
                 (
@@ -579,6 +599,6 @@ def render_comparison(first: AnalyzedRun, second: AnalyzedRun, force: bool, chan
             b=b,
             same_regime=fp_a == fp_b,
             machine_differences=machines,
-            **comparison_context(a, b, changes),
+            **comparison_context(a, b, changes, first.analysis, second.analysis),
         )
     )

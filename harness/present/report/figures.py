@@ -15,13 +15,21 @@ import matplotlib
 matplotlib.use("Agg")  # no display; also the only backend whose PNGs are byte-stable
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
+from cycler import cycler  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
+from harness.config.level import LoadLevel  # noqa: E402
 from harness.core.probes import ramp  # noqa: E402
 from harness.derive.cost_model import CostModel  # noqa: E402
 from harness.derive.history.trend import Series  # noqa: E402
 from harness.derive.intervals import Estimate  # noqa: E402
+from harness.present.report.outcomes import IDENTITY, OUTCOME_STYLE, style_of  # noqa: E402
+from harness.present.verdict_text import OUTCOME_WORDS  # noqa: E402
 from harness.results.model import CellMetrics  # noqa: E402
 from harness.results.records import RampWindowRecord, RequestRecord, WindowRecord  # noqa: E402
+
+# arms and workloads told apart by colours that are no outcome's: green and red mean pays and loses
+matplotlib.rcParams["axes.prop_cycle"] = cycler(color=list(IDENTITY))
 
 
 def _png(fig: plt.Figure) -> str:
@@ -58,24 +66,57 @@ def tau_figure(taus: dict[tuple[str, str], float], arms: list[str], workloads: l
     return _png(fig)
 
 
-# a point's colour follows what its interval decides, never the point itself
-VERDICT_COLOURS = {"pays": "tab:green", "loses": "tab:red"}
+def _cell_point(ax: plt.Axes, x: float, y: float, outcome: str | None, size: float = 7) -> None:
+    """One cell drawn as its outcome says (``OUTCOME_STYLE``): colour, marker, filled or hollow; its
+    gid names the outcome, so a test reads what each point says without decoding the PNG."""
+    style = style_of(outcome)
+    (point,) = ax.plot(
+        [x],
+        [y],
+        linestyle="none",
+        marker=style.marker,
+        markersize=size,
+        color=style.colour,
+        markerfacecolor=style.colour if style.filled else "white",
+        markeredgecolor=style.colour,
+        zorder=3,
+    )
+    point.set_gid(f"outcome:{outcome}")
+
+
+def _outcome_legend(ax: plt.Axes, outcomes: set[str], **where) -> None:
+    """The legend: the series (their lines' labels), then each outcome drawn, in the verdict's words."""
+    handles, labels = ax.get_legend_handles_labels()
+    for outcome in (o for o in OUTCOME_STYLE if o.value in outcomes):
+        style = OUTCOME_STYLE[outcome]
+        handles.append(
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker=style.marker,
+                color=style.colour,
+                markerfacecolor=style.colour if style.filled else "white",
+            )  # fmt: skip
+        )
+        labels.append(OUTCOME_WORDS[outcome])
+    ax.legend(handles, labels, **where)
 
 
 def speedup_figure(
     cells: list[tuple[CellMetrics, Estimate, str]], equivalence: float, baseline_label: str
 ) -> str | None:
-    """Per speculative arm and workload, its speedup against concurrency with its 95% interval as
-    bars, and the band within which it is "no different" from the baseline; a point is filled green
-    (pays) or red (loses) where its window's verdict decides it (each cell's outcome, over the
-    window's arms at once), hollow where it does not."""
+    """Per speculative arm and workload, its speedup against concurrency with its interval as bars,
+    and the band within which it is "no different" from the baseline. Each point and its bar are
+    drawn as its outcome says (``OUTCOME_STYLE``: each cell's outcome, over the window's arms at
+    once); the line joining an arm's points only says which arm it is, in a colour no outcome has."""
     closed = [(c, e, o) for c, e, o in cells if c.request_rate is None]
     if not closed:
         return None
     fig, ax = plt.subplots(figsize=(9.6, 3.8))  # the report's column width
     series: dict[tuple[str, str], list[tuple[float, Estimate, str]]] = {}
     # the frame holds every point and every interval within a factor of 2 beyond the points; an
-    # interval past that is cut at the frame and marked there (a triangle pointing on)
+    # interval past that is cut at the frame and marked there (a caret pointing on)
     points_at = [e.point for _, e, _ in closed]
     floor = min(min(points_at), math.exp(-equivalence)) / 2
     ceiling = max(max(points_at), math.exp(equivalence)) * 2
@@ -89,31 +130,17 @@ def speedup_figure(
         dodge = 2 ** (0.05 * (index - (len(series) - 1) / 2))  # side by side, so the bars do not overlap
         points = [(c * dodge, e, o) for c, e, o in points]
         xs, ys = [c for c, _, _ in points], [e.point for _, e, _ in points]
-        (line,) = ax.plot(xs, ys, linewidth=1.0, label=f"{arm} / {workload}")
+        ax.plot(xs, ys, linewidth=1.0, label=f"{arm} / {workload}")
         for x, e, outcome in points:
-            colour = VERDICT_COLOURS.get(outcome)
+            colour = style_of(outcome).colour
             if e.low is not None and e.high is not None:
                 low, high = max(e.low, bottom), min(e.high, top)
-                ax.errorbar(
-                    [x],
-                    [e.point],
-                    yerr=[[e.point - low], [high - e.point]],
-                    color=line.get_color(),
-                    capsize=3,
-                    linewidth=1.0,
-                )
-                for cut, end, marker in ((e.low < bottom, bottom, "v"), (e.high > top, top, "^")):
-                    if cut:
-                        ax.plot([x], [end], marker=marker, markersize=6, color=line.get_color())
-            ax.plot(
-                [x],
-                [e.point],
-                marker="o",
-                markersize=6,
-                color=line.get_color(),
-                markerfacecolor=colour or "white",
-                markeredgecolor=line.get_color(),
-            )
+                ax.errorbar([x], [e.point], yerr=[[e.point - low], [high - e.point]], color=colour,
+                            capsize=3, linewidth=1.0)  # fmt: skip
+                for cut, end, marker in ((e.low < bottom, bottom, 7), (e.high > top, top, 6)):
+                    if cut:  # matplotlib's carets: 6 up, 7 down
+                        ax.plot([x], [end], marker=marker, markersize=7, color=colour, linestyle="none")
+            _cell_point(ax, x, e.point, outcome)
     ax.axhspan(math.exp(-equivalence), math.exp(equivalence), color="grey", alpha=0.2, linewidth=0)
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     # a ratio on a log axis: 0.5x and 2x sit equally far from 1, and a wide interval does not flatten the rest
@@ -130,21 +157,28 @@ def speedup_figure(
     ax.set_xlabel("concurrency")
     ax.set_ylabel(f"speedup vs {baseline_label}")
     ax.set_title(
-        "speedup vs concurrency, 95% intervals (grey band: within 3%; filled: pays, green, or loses, red; "
-        "a triangle: the interval goes on past the frame)",
+        f"speedup vs concurrency (grey band: within {equivalence:.0%} of 1; each point drawn as its verdict, "
+        "see the legend; a caret: the interval goes on past the frame)",
         fontsize=9,
     )
-    ax.legend(fontsize=8, loc="best", framealpha=0.8)  # inside the axes: the figure keeps the column's width
+    # inside the axes: the figure keeps the column's width
+    _outcome_legend(ax, {o for _, _, o in closed}, fontsize=8, loc="best", framealpha=0.8)
     return _png(fig)
 
 
-def step_cost_figure(model: CostModel) -> str | None:
+# a cell's outcome by (arm, workload, level): what its window's verdict decides of it
+Outcomes = dict[tuple[str, str, LoadLevel], str | None]
+
+
+def step_cost_figure(model: CostModel, outcomes: Outcomes) -> str | None:
     """The speculative step's cost (x the baseline's step) against K, one line per method and load
-    level, each point with its 95% interval and the fitted line c(K) = a + b K dashed; the
-    baseline's step is 1. None below two K values of one method."""
+    level, each point (a cell, drawn as its outcome says) with its 95% interval and the fitted line
+    c(K) = a + b K dashed in the line's colour; the baseline's step is 1. None below two K values of
+    one method."""
     if not model.lines:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    drawn_outcomes: set[str] = set()
     for line in model.lines:
         points = sorted(
             (
@@ -158,34 +192,36 @@ def step_cost_figure(model: CostModel) -> str | None:
         )
         label = f"{line.method} {line.workload} {line.level.short()}"
         ks = [c.k or 0 for c in points]
-        (drawn,) = ax.plot(ks, [c.cost for c in points], marker="o", linewidth=0, label=label)
-        for c in points:
-            if c.low is not None and c.high is not None:
-                ax.errorbar(
-                    [c.k],
-                    [c.cost],
-                    yerr=[[c.cost - c.low], [c.high - c.cost]],
-                    color=drawn.get_color(),
-                    capsize=3,
-                    linewidth=1.0,
-                )
         span = [min(ks), max(ks)]
-        ax.plot(span, [line.at(k)[0] for k in span], linestyle="--", linewidth=1.0, color=drawn.get_color())
+        ax.plot(span, [line.at(k)[0] for k in span], linestyle="--", linewidth=1.0, label=label)
+        for c in points:
+            outcome = outcomes.get((c.arm, c.workload, c.level))
+            if c.low is not None and c.high is not None:
+                ax.errorbar([c.k], [c.cost], yerr=[[c.cost - c.low], [c.high - c.cost]],
+                            color=style_of(outcome).colour, capsize=3, linewidth=1.0)  # fmt: skip
+            _cell_point(ax, c.k or 0, c.cost, outcome, size=6)
+            if outcome:
+                drawn_outcomes.add(outcome)
     ax.axhline(1.0, color="grey", linewidth=0.8)
     # a linear K axis: the fitted line is linear in K, and drawn straight only on one
     every_k = sorted({k for line in model.lines for k in line.ks})
     ax.set_xticks(every_k, [str(k) for k in every_k])
     ax.set_xlabel("K (draft tokens per step)")
     ax.set_ylabel("step cost (x the baseline's step)")
-    ax.set_title("speculative step cost vs K, 95% intervals (dashed: the fitted line)", fontsize=9)
-    _legend(ax)
+    ax.set_title("speculative step cost vs K, 95% intervals (dashed: the fitted line; points: the verdict)",
+                 fontsize=9)  # fmt: skip
+    _outcome_legend(ax, drawn_outcomes, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                    borderaxespad=0.0)  # fmt: skip
     return _png(fig)
 
 
-def pareto_figure(points: list[tuple[str, str, int, float, float]], per: str, baseline: str) -> str | None:
+def pareto_figure(
+    points: list[tuple[str, str, int, float, float]], per: str, baseline: str, outcomes: Outcomes
+) -> str | None:
     """Throughput per user against throughput per machine (or GPU), one curve per arm and workload
     over the load levels (vLLM's ``bench sweep plot_pareto``, AIPerf's Pareto plot); the baseline's
     front drawn dashed: an arm's point above and right of it serves more at the same per-user speed.
+    Each point is a cell, drawn as its outcome says (the baseline's hollow black).
     ``points``: (arm, workload, concurrency, tok/s per user, tok/s per ``per``)."""
     curves: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
     for arm, workload, level, user, machine in points:
@@ -193,24 +229,26 @@ def pareto_figure(points: list[tuple[str, str, int, float, float]], per: str, ba
     if not any(len(c) >= 2 for c in curves.values()):
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    drawn_outcomes: set[str] = set()
     for (arm, workload), curve in curves.items():
         curve.sort()
         style = {"linestyle": "--", "color": "black"} if arm == baseline else {}
-        ax.plot(
-            [u for _, u, _ in curve],
-            [m for _, _, m in curve],
-            marker="o",
-            label=f"{arm} / {workload}",
-            **style,
-        )
+        ax.plot([u for _, u, _ in curve], [m for _, _, m in curve], label=f"{arm} / {workload}", **style)
         for level, user, machine in curve:
+            outcome = outcomes.get((arm, workload, LoadLevel(level)))
+            _cell_point(ax, user, machine, outcome, size=5)
+            if outcome:
+                drawn_outcomes.add(outcome)
             ax.annotate(str(level), (user, machine), fontsize=6, textcoords="offset points", xytext=(3, 3))
     ax.set_xlabel("output tok/s per user (per request in flight)")
     ax.set_ylabel(f"output tok/s per {per}")
     ax.set_title(
-        f"throughput per user vs per {per}, by concurrency (dashed: the baseline's front)", fontsize=9
+        f"throughput per user vs per {per}, by concurrency (dashed: the baseline's front; points: the "
+        "verdict)",
+        fontsize=9,
     )
-    _legend(ax)
+    _outcome_legend(ax, drawn_outcomes, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                    borderaxespad=0.0)  # fmt: skip
     return _png(fig)
 
 
