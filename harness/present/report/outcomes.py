@@ -34,8 +34,8 @@ OUTCOME_STYLE: dict[Outcome, OutcomeStyle] = {
     Outcome.UNVERIFIED: OutcomeStyle("#4a4a4a", "grey", "D", "diamond", False),
 }
 
-# a point that is no speculative cell (the baseline's own, drawn for reference)
-NEUTRAL = OutcomeStyle("#000000", "black", "o", "circle", False)
+# a point that is no speculative cell (the baseline's own, drawn for reference): a shape no outcome has
+NEUTRAL = OutcomeStyle("#000000", "black", "x", "cross", True)
 
 # the colours that tell arms and workloads apart: no green, no red, no orange or pink near them
 IDENTITY = ("#1f77b4", "#9467bd", "#8c564b", "#17becf", "#7f7f7f", "#e6ab02", "#000080")
