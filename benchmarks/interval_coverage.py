@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,6 +45,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+import statistics_tables  # noqa: E402
 from simulated_runs import World, calibration_of, simulate_run  # noqa: E402
 
 from harness.derive.intervals import Spread, cell_estimates, residual_spread  # noqa: E402
@@ -450,8 +452,13 @@ def windows_lines(runs: int, seed: int, windows: int = 9) -> Iterator[tuple[str,
 
 # the default's variance components, measured on its real runs on a 2-core AMD EPYC with AVX-512 BF16
 # (issue 69): start-up residual sd 0.049 (20 df pooled over five runs), prompt-by-arm sd 0.18 at
-# concurrency 1; the machine's drift between start-up slots -2.6% in the worst run
-DEFAULT_WORLD = World(arms=2, rounds=6, prompts=20, startup_sd=0.049, prompt_sd=0.18, repeats=1)
+# concurrency 1; the machine's drift between start-up slots -2.6% in the worst run; a prompt's
+# baseline time log sd 0.09-0.11 (tests/fixtures/run_v14_default: 30 prompts x 20 tokens, so the
+# prompts weigh about alike in the window's tok/s; the simulation's generic 0.5 weighs them unequally
+# and costs the design 3-4 points of power the outlook does not model)
+DEFAULT_WORLD = World(
+    arms=2, rounds=6, prompts=20, startup_sd=0.049, prompt_sd=0.18, repeats=1, base_time_sd=0.1
+)
 DESIGN_TRUTHS = (1.0, 1.10, 1.15, 1.20, 1.30)
 
 
@@ -479,6 +486,7 @@ DESIGN_SCENARIOS = {
     "drift -2.6% a slot": {"slot_drift": 0.026},
     "arm 2x the spread": {"spread": (2.0,)},
     "prompt spread 0.31": {"prompt_sd": 0.31},
+    "prompts' times log sd 0.5": {"base_time_sd": 0.5},
 }
 
 
@@ -553,7 +561,14 @@ def default_design_lines(
 
     quarter = max(runs // 4, 100)
     design = shipped_design(HERE.parent / "regimes" / "cpu_default.yaml")
-    yield from ((label, value, quarter) for label, value in design_lines(design, quarter, seed))
+    for lines in (
+        design_lines(design, quarter, seed),
+        power_lines(design, quarter, seed),
+        outlook_lines(outlook_designs(), quarter, seed),
+        continuation_lines(design, quarter, seed),
+    ):
+        # an outlook's line is the normal approximation, no simulated runs
+        yield from ((label, value, 0 if "(outlook)" in label else quarter) for label, value in lines)
     for path in sorted((HERE.parent / "regimes").glob("*.yaml")):
         try:
             found = shipped_design(path)
@@ -565,6 +580,130 @@ def default_design_lines(
                 found.arms, found.prompts, found.first, found.most, truth, prior_sd=found.prior_sd
             )
             yield f"pays (outlook)  {found.name}  {shape}  truth {truth:.2f}", o.power, 0
+
+
+# the prompt-to-prompt spreads a user may meet (0.18-0.21 measured at concurrency 1, 0.29-0.35 at 4)
+PROMPT_SPREADS = (0.18, 0.20, 0.25, 0.30)
+
+
+def power_lines(design: RunDesign, runs: int, seed: int) -> Iterator[tuple[str, float]]:
+    """The design's "pays" at each prompt spread and true speedup (the default's measured world
+    otherwise), beside the outlook the plan line states for it (``intervals.decision_outlook`` at
+    the world's start-up and prompt spreads)."""
+    from harness.derive.intervals import decision_outlook
+
+    for s, spread in enumerate(PROMPT_SPREADS):
+        world = replace(DEFAULT_WORLD, prompt_sd=spread)
+        for t, truth in enumerate(DESIGN_TRUTHS):
+            rng = np.random.default_rng([seed, s, t, 80])
+            pays = sum(
+                stopped_run(rng, replace(world, truth=truth), design)[0].verdict == "pays"
+                for _ in range(runs)
+            )
+            label = f"{design.name}  prompt spread {spread:.2f}  truth {truth:.2f}"
+            yield f"pays  power  {label}", pays / runs
+            if truth != 1.0:
+                o = decision_outlook(
+                    design.arms, design.prompts, design.first, design.most, truth,
+                    world.startup_sd, spread, prior_sd=design.prior_sd,
+                )  # fmt: skip
+                yield f"pays (outlook)  power  {label}", o.power
+
+
+def outlook_designs() -> list[RunDesign]:
+    """The default's design and the same arms and prompts adding rounds from 2 to 6 until decided:
+    the outlook against the simulation at a fixed and at a deciding design."""
+    default = shipped_design(HERE.parent / "regimes" / "cpu_default.yaml")
+    return [default, replace(default, name="cpu_default rounds 2-6 decide", first=2, most=6)]
+
+
+def outlook_lines(
+    designs: list[RunDesign], runs: int, seed: int, truth: float = 1.2
+) -> Iterator[tuple[str, float]]:
+    """Per design: the share of simulated runs (the default's measured world) that say "pays" at
+    ``truth``, their mean rounds, and what the plan's outlook states for both."""
+    from harness.derive.intervals import decision_outlook
+
+    world = replace(DEFAULT_WORLD, truth=truth)
+    for d, design in enumerate(designs):
+        rng = np.random.default_rng([seed, d, 81])
+        pays = rounds_used = 0
+        for _ in range(runs):
+            found, rounds = stopped_run(rng, world, design)
+            pays += found.verdict == "pays"
+            rounds_used += rounds
+        o = decision_outlook(
+            design.arms, design.prompts, design.first, design.most, truth,
+            world.startup_sd, world.prompt_sd, prior_sd=design.prior_sd,
+        )  # fmt: skip
+        label = f"{design.name}  truth {truth:.2f}"
+        yield f"pays  outlook check  {label}", pays / runs
+        yield f"pays (outlook)  outlook check  {label}", o.power
+        yield f"mean rounds  outlook check  {label}", rounds_used / runs
+        yield f"mean rounds (outlook)  outlook check  {label}", o.expected_rounds
+
+
+CONTINUE_TO = 8  # the rounds an undecided default run is continued to (bench run --resume --rounds 8)
+
+
+def continuation_lines(design: RunDesign, runs: int, seed: int) -> Iterator[tuple[str, float]]:
+    """The default's design, and where its verdict is undecided, the run continued to
+    ``CONTINUE_TO`` rounds (``bench run --resume RUN --rounds 8``: looks from its first on,
+    ``{min: first, max: 8, decide: true}``), stopping at the first decided look. At a true 1.00x:
+    false "pays" at the first look alone and over the whole procedure (stop if decided, else
+    continue). At each truth: the share undecided at the first look, how many of those the verdict
+    said "more rounds alone would not decide" (``WindowVerdict.to_decide`` None) and how many of
+    those, and of the others, the continuation decided."""
+    from simulated_runs import first_rounds
+
+    from harness.config.checks import VerdictSettings
+    from harness.config.load import DecidedStarts
+    from harness.derive.summary import summarize
+    from harness.derive.verdict import estimate_of, window_verdicts
+
+    continued = DecidedStarts(min=design.first, max=CONTINUE_TO)
+    for t, truth in enumerate((1.0, 1.1, 1.2)):
+        rng = np.random.default_rng([seed, t, 82])
+        world = replace(
+            DEFAULT_WORLD, truth=truth, arms=design.arms, prompts=design.prompts, rounds=CONTINUE_TO
+        )
+        first_pays = pays = undecided = hopeless = hopeless_decided = hopeful_decided = 0
+        for _ in range(runs):
+            raw = simulate_run(rng, world)
+            verdict = VerdictSettings(startup_prior_sd=design.prior_sd)
+            raw = replace(raw, regime=raw.regime.model_copy(update={"verdict": verdict}))
+            summary = summarize(first_rounds(raw, design.first, design.server_starts()))
+            found = estimate_of(summary.cell("a1", "w0", 1))  # type: ignore[arg-type]
+            assert found is not None
+            first_pays += found.verdict == "pays"
+            if found.decided:
+                pays += found.verdict == "pays"
+                continue
+            undecided += 1
+            stuck = window_verdicts(summary)[0].to_decide is None
+            hopeless += stuck
+            for rounds in range(design.first + 1, CONTINUE_TO + 1):
+                found = estimate_of(summarize(first_rounds(raw, rounds, continued)).cell("a1", "w0", 1))  # type: ignore[arg-type]
+                if found is not None and found.decided:
+                    break
+            assert found is not None
+            pays += found.verdict == "pays"
+            hopeless_decided += stuck and found.decided
+            hopeful_decided += not stuck and found.decided
+        label = f"{design.name}  to {CONTINUE_TO} rounds  truth {truth:.2f}"
+        if truth == 1.0:
+            yield f"false pays  first look alone  {label}", first_pays / runs
+            yield f"false pays  continued if undecided  {label}", pays / runs
+        else:
+            yield f"pays  first look alone  {label}", first_pays / runs
+            yield f"pays  continued if undecided  {label}", pays / runs
+        yield f"undecided  first look  {label}", undecided / runs
+        yield f"said more rounds would not decide  {label}", hopeless / max(undecided, 1)
+        yield f"of those, decided when continued  {label}", hopeless_decided / max(hopeless, 1)
+        yield (
+            f"of the others, decided when continued  {label}",
+            hopeful_decided / max(undecided - hopeless, 1),
+        )
 
 
 def pipeline_scenarios(quick: bool = False) -> list[Scenario]:
@@ -630,11 +769,32 @@ def main() -> int:
         action="store_true",
         help="every run on the regime's own prompts (default: run i on the i-th disjoint sample of them)",
     )
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        default=statistics_tables.PAGE,
+        help="with --simulate: the generated page it writes (default docs/generated/statistics-tables.md)",
+    )
     args = parser.parse_args()
     if args.simulate:
-        for label, value, *runs in run_simulation(args.runs, args.seed):
+        started = time.monotonic()
+        found = run_simulation(args.runs, args.seed)
+        for label, value, *runs in found:
             count = runs[0] if runs else args.runs
             print(f"{label}  {value:.3f}  ({f'{count} runs' if count else 'normal approximation'})")
+        shape = {
+            "truths": DESIGN_TRUTHS,
+            "scenarios": list(DESIGN_SCENARIOS),
+            "spreads": PROMPT_SPREADS,
+            "designs": [d.name for d in outlook_designs()],
+            "continue_to": CONTINUE_TO,
+        }
+        took = time.monotonic() - started
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(
+            statistics_tables.page(found, args.runs, args.seed, took, cpu_model(), shape)
+        )
+        print(f"wrote {args.markdown} ({took / 60:.1f} min)")
         return 0
     return real_coverage(args.regime, args.runs, args.results_dir, args.reuse, not args.same_prompts)
 

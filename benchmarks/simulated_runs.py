@@ -57,6 +57,10 @@ class World:
     # the machine drifting over a run: log speed lost per start-up slot, in the order they ran
     # (rounds in ABBA order): a drift within a round that the round's term cannot absorb whole
     slot_drift: float = 0.0
+    # the log sd of a prompt's baseline time: prompts differ in length and difficulty, and the
+    # window's tok/s (its tokens over its summed time) weighs each prompt's gain by its share of
+    # that time: a wider spread leaves fewer effective prompts (exp(sd^2): 1.28x the variance at 0.5)
+    base_time_sd: float = BASE_TIME_SD
 
     def factor(self, arm: int) -> float:
         """Arm ``arm``'s start-up spread factor (0: the baseline)."""
@@ -111,7 +115,7 @@ def simulate_run(
     windows: dict[int, list[WindowRecord]] = {a: [] for a in range(world.arms)}
     for w in range(world.windows):
         workload = f"w{w}"
-        base_time = drawn.lognormal(0.0, BASE_TIME_SD, world.prompts)
+        base_time = drawn.lognormal(0.0, world.base_time_sd, world.prompts)
         gains = [np.ones(world.prompts)] + [
             np.exp(drawn.normal(centre, world.prompt_sd, world.prompts)) for _ in range(1, world.arms)
         ]
