@@ -25,6 +25,7 @@ from harness.config.checks import DistributionCheck, Exactness, Gate, Gates, Pow
 from harness.config.engine_settings import Engine
 from harness.config.hardware import Cost, Hardware
 from harness.config.load import DecidedStarts, Load, Sampling, Slo
+from harness.config.reference import PaceReference
 from harness.config.study import PolicySettings, Sweep, check_sweep
 from harness.config.target import TargetModel
 from harness.config.workloads import ChatTemplate, RandomPrompts
@@ -75,6 +76,12 @@ class Regime(StrictModel):
         description="At temperature > 0: the output-distribution check that replaces greedy exactness.",
     )
     power: Power = Field(default_factory=Power, description="Power probe settings.")
+    reference: PaceReference | None = Field(
+        default=None,
+        description="The run the regime's figures were measured in and its baseline's pace there: a run "
+        "elsewhere says how much faster or slower it ran, and which CPU features it lacks. Not a "
+        "condition (not fingerprinted). Unset: the newest earlier run of the regime on another machine.",
+    )
     allow_lossy_acceptance: bool = Field(
         default=False,
         description="Allow settings that make acceptance lossy or fake (vLLM rejection_sample_method "
@@ -352,7 +359,16 @@ class Regime(StrictModel):
         return self.target.path or ""
 
 
-_NOT_CONDITIONS = {"name", "description", "gates", "sweep", "policy", "verdict", "allow_shared_endpoints"}
+_NOT_CONDITIONS = {
+    "name",
+    "description",
+    "gates",
+    "sweep",
+    "policy",
+    "verdict",
+    "allow_shared_endpoints",
+    "reference",
+}
 
 
 def _excluded(names: set[str]) -> dict[str, Any]:

@@ -53,6 +53,7 @@ from harness.core.stats import mean, quantile
 from harness.derive import pooling
 from harness.derive.intervals import Estimate, PromptTable, Spread, WindowPrompts, cell_estimates
 from harness.derive.odd_requests import odd_counts, tokens_per_step
+from harness.derive.pace import compare_pace
 from harness.derive.ramp import ramp_metrics
 from harness.results.files import RunDir
 from harness.results.model import (
@@ -67,6 +68,7 @@ from harness.results.model import (
     ExactnessEntry,
     ExactnessSection,
     ExactnessShares,
+    PaceComparison,
     RepeatMetrics,
     Summary,
 )
@@ -684,7 +686,16 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         ramp=ramp_metrics(raw, spread, looks, first_look),
         power_gpus=_power_gpus(raw),
         decode_floor=_decode_floor(raw),
+        pace=_pace(raw, [c for c in cells if c.arm == baseline]),
     )
+
+
+def _pace(raw: RawRun, baseline: list[CellMetrics]) -> PaceComparison | None:
+    """The baseline's pace against the regime's reference (``derive.pace``); None where the
+    baseline is an endpoint (its machine is not the one environment.json describes)."""
+    if raw.regime.baseline_arm.endpoint is not None:
+        return None
+    return compare_pace(raw.regime.reference, baseline, raw.environment)
 
 
 def _decode_floor(raw: RawRun) -> DecodeFloorInputs | None:

@@ -44,6 +44,7 @@ from harness.derive.intervals import (
     rounds_to_decide,
     stored_estimate,
 )
+from harness.derive.pace import off_pace
 from harness.results.model import ArmSummary, CellMetrics, Summary
 
 
@@ -833,7 +834,30 @@ def run_caveats(summary: Summary) -> list[Caveat]:
     found += compiled_divergence(summary)
     found += published_caveats(summary)
     found += endpoint_caveats(summary)
+    found += pace_caveats(summary)
     return found
+
+
+def pace_caveats(summary: Summary) -> list[Caveat]:
+    """The machine ran beyond ``pace.SAME_PACE`` of the regime's reference run, slower or faster
+    (``Summary.pace``), with the CPU features it lacks or has beyond the reference's."""
+    pace = summary.pace
+    if pace is None or not off_pace(pace):
+        return []
+    slower = pace.slower >= 1
+    return [
+        caveat(
+            "slower_machine" if slower else "faster_machine",
+            times=pace.slower if slower else 1 / pace.slower,
+            tok_s=pace.tok_s,
+            reference_tok_s=pace.reference_tok_s,
+            window=f"{pace.workload} @{pace.concurrency}",
+            reference_run=pace.reference_run,
+            source=pace.source,
+            reference_machine=pace.reference_machine,
+            features=", ".join(pace.missing_features if slower else pace.extra_features),
+        )
+    ]
 
 
 def cache_reset_caveats(summary: Summary) -> list[Caveat]:

@@ -133,6 +133,17 @@ CAVEAT_TEXT: dict[str, str] = {
         "#46669 (open) reports garbage outputs above concurrency 1: read its exactness first "
         "(--no-async-scheduling avoids it)"
     ),
+    # {features}: the reference CPU's features this one lacks (slower) or has beyond it (faster)
+    "slower_machine": (
+        "this machine ran {times:.1f}x slower than the reference{features_said}: the baseline made "
+        "{tok_s:.1f} tok/s on {window} against {reference_tok_s:.1f} in run {reference_run} ({source}) on "
+        "{reference_machine}; this run's minutes and $/Mtok are this machine's"
+    ),
+    "faster_machine": (
+        "this machine ran {times:.1f}x faster than the reference{features_said}: the baseline made "
+        "{tok_s:.1f} tok/s on {window} against {reference_tok_s:.1f} in run {reference_run} ({source}) on "
+        "{reference_machine}; this run's minutes and $/Mtok are this machine's"
+    ),
     "metrics_other_models": (
         "{arm}: its server's /metrics also count the model(s) {models} (label model_name): left out, "
         "only the served model's counters are read"
@@ -226,6 +237,9 @@ def caveat_text(found: Caveat) -> str:
     values = {"why": "", **dict(found.values)}
     if found.code == "published_outside":
         values["regime"] = published_regime_text(values)
+    if found.code in ("slower_machine", "faster_machine"):
+        side = "absent" if found.code == "slower_machine" else "present"
+        values["features_said"] = f" ({values['features']} {side} here)" if values.get("features") else ""
     return CAVEAT_TEXT[found.code].format(arm=found.arm, **values)
 
 
@@ -821,4 +835,11 @@ def findings_text(facts: Sequence[Fact]) -> list[str]:
     cost = [f for f in facts if f.kind in ("cost_pays", "cost_stays")]
     if cost:
         sentences.append(_cost_sentence(cost))
+    sentences += [
+        f"{f['odd']} of {f.arm}'s {f['finished']} finished requests did not stream as decoding "
+        f"({f['kinds']}; {f['where']}): their TPOT, in the cells', is a burst's (the export's requests "
+        "table marks each: odd)."
+        for f in facts
+        if f.kind == "odd_requests"
+    ]
     return sentences

@@ -535,6 +535,24 @@ class DecodeFloorInputs(ResultModel):
     tensor_parallel: int = 1
 
 
+class PaceComparison(ResultModel):
+    """This run's baseline pace against the regime's reference run's (``harness.derive.pace``), in
+    the reference's window: how many times slower this machine ran (below 1: faster), and the CPU
+    features one machine has and the other lacks."""
+
+    reference_run: str
+    source: str  # where the reference is from: the regime's reference: block, or an earlier run here
+    workload: str
+    concurrency: int
+    reference_tok_s: float
+    tok_s: float
+    slower: float  # reference tok/s / this run's: 2.0 = half the reference's pace
+    reference_machine: str  # its CPU model (and features), or its GPUs
+    machine: str
+    missing_features: list[str]  # the reference CPU's that this one lacks (avx_vnni)
+    extra_features: list[str]  # this CPU's that the reference's lacked
+
+
 class Summary(ResultModel):
     schema_version: Literal[16] = SCHEMA_VERSION
     run_id: str
@@ -570,6 +588,8 @@ class Summary(ResultModel):
     power_gpus: list[PowerGpu] | None = None
     # what the decode floor is computed from (version 14 on); None: not recorded, or an endpoint run
     decode_floor: DecodeFloorInputs | None = None
+    # the baseline's pace against the regime's reference run's; None: no reference, or not measured
+    pace: PaceComparison | None = None
 
     def cell(
         self, arm: str, workload: str, concurrency: int | LoadLevel, request_rate: float | None = None

@@ -19,6 +19,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ from harness.run.calibration import CalibrationSource
 from harness.run.client import RampResult, WindowResult
 from harness.run.deployment import deployment_change, served_now
 from harness.run.outlook import earlier_round_minutes, outlook_text, start_up_seconds
+from harness.run.pace_reference import earlier_reference, pace_line
 from harness.run.passes import PassSender, distribution_pass, reference_pass, warm_up
 from harness.run.plan import RunPlan, changed_workload, plan_regime, prepare_run
 from harness.run.run_record import continued_record, regime_record
@@ -136,6 +138,13 @@ class Runner:
     def run(self, run_root: Path | None = None) -> tuple[RunDir, Summary]:
         """A new run: under ``results_dir/<regime>/<run-id>``, or exactly at ``run_root`` (a study's
         point); the directory is created exclusively either way."""
+        if self.plan.regime.reference is None and not self.plan.regime.endpoints():
+            # no published pace: the newest earlier run of the regime on another machine, recorded with it
+            found = earlier_reference(self.results_dir, self.plan.regime, self.plan.environment)
+            if found is not None:
+                self.plan = replace(
+                    self.plan, regime=self.plan.regime.model_copy(update={"reference": found})
+                )
         plan, regime = self.plan, self.plan.regime
         run = RunDir.create(self.results_dir, regime.name) if run_root is None else RunDir.create_at(run_root)
         self.console.print(
@@ -302,7 +311,10 @@ class Runner:
         regime's last run in the results directory and the spread of this machine's calibration."""
         regime, calibration = self.plan.regime, self.plan.calibration
         spread = (calibration.sd, calibration.df, calibration.label()) if calibration is not None else None
-        return outlook_text(regime, earlier_round_minutes(self.results_dir, regime), spread)
+        outlook = outlook_text(regime, earlier_round_minutes(self.results_dir, regime), spread)
+        if regime.endpoints():  # a server elsewhere: this machine's pace is not its
+            return outlook
+        return f"{outlook}\n{pace_line(regime, self.plan.environment)}"
 
     def _to_run(self, run: RunDir, rounds: list[Round]) -> dict[str, int]:
         """The arms without complete results, each readied to run (``_resume_arm``), with the
