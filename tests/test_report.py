@@ -268,9 +268,10 @@ def test_the_comparison_lists_only_the_regime_rows_that_differ() -> None:
 @needs_browser
 @pytest.mark.parametrize("window", [800, 1280])
 def test_the_comparison_fits_the_window(tmp_path: Path, window: int) -> None:
-    """The verdict table, the differing regime rows and each cell's metric table show every column."""
+    """The decisions in A and B, the verdict table, the differing regime rows and each cell's metric
+    table show every column."""
     html = render_comparison(*PAIR, force=False)
-    selectors = ("table.compare-verdict", "table.fingerprints", "table.comparison")
+    selectors = ("table.compare-decisions", "table.compare-verdict", "table.fingerprints", "table.comparison")
     found = measured_page(html, tmp_path, window, selectors)
     assert found["scroll-width"] <= window and found["over"] == 0, found
-    assert found["tables"] == 2 + html.count('<table class="comparison"')
+    assert found["tables"] == 3 + html.count('<table class="comparison"')

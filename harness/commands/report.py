@@ -23,10 +23,12 @@ DESCRIPTION = """
 Render stored results into one HTML file that needs nothing from the network: the regime and
 environment, the mini-lab tables, figures, greedy-exactness detail and metric definitions.
 
-With a baseline run, put the two side by side with the ratio of each metric, the run over its
-baseline: `bench report RUN_DIR --baseline BASE_DIR` (as in `bench gate RUN_DIR --baseline
-BASE_DIR`), or the older positional form `bench report A B`, which shows B / A (refused across
-regimes or machines unless --force). Given a study, write a folder: index.html and one page per point.
+With a baseline run, put the two side by side: each speculative cell's verdict in both runs with
+its interval and whether the decision changed, each metric's change read better or worse in its
+direction, and the ratio of each metric, the run over its baseline: `bench report RUN_DIR
+--baseline BASE_DIR` (as in `bench gate RUN_DIR --baseline BASE_DIR`), or the older positional
+form `bench report A B`, which shows B / A (refused across regimes or machines unless --force).
+Given a study, write a folder: index.html and one page per point.
 """
 EXAMPLES = """
 bench report results/cpu_default/20261201-093000-a1b2c3
