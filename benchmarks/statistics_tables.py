@@ -193,7 +193,13 @@ def _scenario_rows(lines: dict[str, tuple[float, int]]) -> list[str]:
 
 
 def page(
-    found: Sequence[tuple[Any, ...]], runs: int, seed: int, took_s: float, machine: str, shape: dict[str, Any]
+    found: Sequence[tuple[Any, ...]],
+    runs: int,
+    seed: int,
+    took_s: float,
+    machine: str,
+    shape: dict[str, Any],
+    digest: str,
 ) -> str:
     """The generated page: header, the tables to read, then every line."""
     lines = {label: (value, extra[0] if extra else runs) for label, value, *extra in found}
@@ -214,7 +220,7 @@ def page(
         f"- Runs: {runs} a setting in the model; the default's design, its power, the outlook and the "
         "continuation a quarter of that (each line says its own)",
         f"- Took: {took_s / 60:.1f} min on {machine}, one process",
-        f"- Code digest: {code_digest()} (sha256 of {', '.join(f'`{n}`' for n in DIGESTED)}: syntax trees "
+        f"- Code digest: {digest} (sha256 of {', '.join(f'`{n}`' for n in DIGESTED)}: syntax trees "
         "without docstrings, the YAML parsed)",
         "",
         "## The default's design, by scenario",
