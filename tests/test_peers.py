@@ -24,10 +24,12 @@ RUN = ROOT / "tests" / "fixtures" / "run_v14_default"
 COST = ROOT / "tests" / "fixtures" / "run_v14_cost_model"
 
 
-def test_time_to_second_token_is_the_chunk_that_carries_it() -> None:
-    assert ttst_s(1.0, [(1.2, 1, "a"), (1.5, 1, "b"), (1.7, 1, "c")]) == pytest.approx(0.5)
-    assert ttst_s(1.0, [(1.2, 3, "abc"), (1.5, 1, "d")]) == pytest.approx(0.2)  # speculation: TTST = TTFT
-    assert ttst_s(1.0, [(1.2, 1, "a")]) is None
+def test_time_to_second_token_is_aiperfs_the_first_two_chunks_gap() -> None:
+    # AIPerf 0.13's TTSTMetric: the second content response's timestamp - the first's
+    assert ttst_s([(1.2, 1, "a"), (1.5, 1, "b"), (1.7, 1, "c")]) == pytest.approx(0.3)
+    assert ttst_s([(1.2, 3, "abc"), (1.5, 1, "d")]) == pytest.approx(0.3)  # however many each carried
+    assert ttst_s([(1.1, 0, ""), (1.2, 1, "a"), (1.5, 1, "b")]) == pytest.approx(0.3)  # content only
+    assert ttst_s([(1.2, 1, "a")]) is None
 
 
 def test_the_statistics_are_numpys_on_the_raw_records() -> None:

@@ -614,7 +614,7 @@ _STATISTIC_WORDS = {
 # (name prefix, label, the request record's field in seconds, request or chunk, what it is)
 PEER_LATENCIES = (
     ("ttft_ms", "TTFT", "scheduled_ttft_s", "request", "time to first token (from when it was due)"),
-    ("ttst_ms", "TTST", "ttst_s", "request", "time to second token: the chunk carrying it - send (AIPerf's)"),
+    ("ttst_ms", "TTST", "ttst_s", "request", "time to second token: the first two chunks' gap (AIPerf's)"),
     ("tpot_ms", "TPOT", "tpot_s", "request", "time per output token after the first"),
     ("itl_ms", "ITL", "itl_s", "chunk", "gap between streamed chunks after the first (vLLM's ITL)"),
     ("e2e_ms", "E2E", "scheduled_e2e_s", "request", "end-to-end latency (from when it was due)"),

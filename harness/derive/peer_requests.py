@@ -9,7 +9,7 @@ warm-up left out), in AIPerf's definitions where they differ from the harness's:
 - every latency is timed from the send (AIPerf's), also in open loop, where the cell counts TTFT
   and E2E from when the request was due;
 - AIPerf's ``time_to_second_token`` is the gap between the first two streamed chunks (its
-  ``TTSTMetric``: second response - first response), not the harness's send-to-second-token TTST;
+  ``TTSTMetric``: second response - first response), the harness's TTST (``probes.latency.ttst_s``);
 - its ``output_token_throughput_per_user`` is 1 / its ITL, the harness's TPOT, per request.
 
 A distribution pools the successful requests' values (a chunk metric: every chunk gap), and its
@@ -70,7 +70,7 @@ class RequestValues:
     ttft_ms: float | None
     e2e_ms: float | None
     tpot_ms: float | None
-    first_gap_ms: float | None  # AIPerf's TTST: the first two chunks' gap
+    ttst_ms: float | None  # AIPerf's TTST: the first two chunks' gap
     chunk_gaps_ms: tuple[float, ...]  # vLLM's ITL, AIPerf's inter_chunk_latency
     tok_s_per_user: float | None  # AIPerf's output_token_throughput_per_user: 1 / TPOT
     input_tokens: int | None
@@ -107,7 +107,7 @@ def _values(record: RequestRecord) -> RequestValues:
         ttft_ms=_ms(record.ttft_s),
         e2e_ms=_ms(record.e2e_s),
         tpot_ms=_ms(tpot),
-        first_gap_ms=_ms(gaps[0]) if gaps else None,
+        ttst_ms=_ms(record.ttst_s),
         chunk_gaps_ms=tuple(g * MS for g in gaps),
         tok_s_per_user=1.0 / tpot if tpot else None,
         input_tokens=record.prompt_token_count,
@@ -120,7 +120,7 @@ DISTRIBUTIONS = (
     "ttft_ms",
     "e2e_ms",
     "tpot_ms",
-    "first_gap_ms",
+    "ttst_ms",
     "chunk_gaps_ms",
     "tok_s_per_user",
     "input_tokens",

@@ -79,7 +79,7 @@ VLLM_COUNTS = {"spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decod
 # AIPerf record metric (a distribution over the cell's requests) -> (RequestValues field, unit)
 AIPERF_RECORD_METRICS = {
     "time_to_first_token": ("ttft_ms", "ms"),
-    "time_to_second_token": ("first_gap_ms", "ms"),  # AIPerf's: the first two chunks' gap
+    "time_to_second_token": ("ttst_ms", "ms"),  # AIPerf's: the first two chunks' gap
     "inter_token_latency": ("tpot_ms", "ms"),  # AIPerf's ITL: (latency - TTFT) / (OSL - 1), per request
     "inter_chunk_latency": ("chunk_gaps_ms", "ms"),
     "request_latency": ("e2e_ms", "ms"),

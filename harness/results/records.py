@@ -118,8 +118,8 @@ class RequestRecord:
 
     @property
     def ttst_s(self) -> float | None:
-        """The chunk carrying the second output token - send (``probes.latency.ttst_s``)."""
-        return ttst_s(self.t_send, self.chunks)
+        """The first two token-carrying chunks' gap, AIPerf's TTST (``probes.latency.ttst_s``)."""
+        return ttst_s(self.chunks)
 
     @property
     def e2e_s(self) -> float | None:

@@ -1,7 +1,7 @@
 """Per-request latency: TTFT, TPOT, E2E and ITL (percentiles: ``harness.core.stats.quantile``).
 
     TTFT = time of the first token - time the request was sent
-    TTST = arrival of the chunk carrying the second output token - send (AIPerf's)
+    TTST = the second streamed chunk with content - the first (AIPerf 0.13's ``TTSTMetric``)
     TPOT = (E2E - TTFT) / (output_tokens - 1), output tokens counted from token ids
     E2E  = end of the stream - time the request was sent
     ITL  = the gaps between successive streamed chunks after the first, one per chunk
@@ -43,16 +43,13 @@ def tpot_s(
     return (t_done - t_first_token) / (output_tokens - 1)
 
 
-def ttst_s(t_send: float, chunks: list[tuple[float, int, str]]) -> float | None:
-    """Time to second token (AIPerf's): the arrival of the chunk that carries the second output token
-    - send; None for fewer than two tokens. Under speculation the first chunk may carry both (TTST =
-    TTFT): what a user sees, unlike TTFT + the first chunk gap."""
-    tokens = 0
-    for time, count, _ in chunks:
-        tokens += count
-        if tokens >= 2:
-            return time - t_send
-    return None
+def ttst_s(chunks: list[tuple[float, int, str]]) -> float | None:
+    """Time to second token as AIPerf 0.13 defines it (``aiperf/metrics/types/ttst_metric.py``: the
+    second content response's timestamp - the first's): the gap between the first two chunks that
+    carried tokens, however many each carried; None for fewer than two such chunks. Under
+    speculation the first chunk after the prefill's carries the accepted drafts too."""
+    times = [time for time, count, _ in chunks if count > 0]
+    return times[1] - times[0] if len(times) >= 2 else None
 
 
 def e2e_s(t_send: float, t_done: float | None) -> float | None:
