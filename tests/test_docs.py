@@ -128,3 +128,16 @@ def test_quoted_outputs_are_what_bench_show_prints(where: str, run: str, block: 
 
 def test_the_docs_quote_a_stored_fixture() -> None:
     assert any(run.endswith("run_v12_provisional") for _, run, _, _ in _quoted_outputs())
+
+
+def test_the_metrics_page_is_the_registry() -> None:
+    """docs/metrics.md is written from harness.core.metrics (what `bench show --help` and `bench gate
+    --help` point to): a metric added, renamed or redefined is a stale page until it is rewritten."""
+    import os
+
+    from harness.commands.common import METRICS_PAGE, metrics_page
+
+    page = ROOT / METRICS_PAGE
+    if os.environ.get("BENCH_UPDATE_DOCS"):
+        page.write_text(metrics_page())
+    assert page.read_text() == metrics_page(), f"{METRICS_PAGE} is stale: BENCH_UPDATE_DOCS=1 rewrites it"

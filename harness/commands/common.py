@@ -40,11 +40,27 @@ def subcommand(
     )
 
 
-def metric_definitions(names: tuple[str, ...]) -> str:
-    """The registry's definitions as a help list, so no help text restates a formula."""
+METRICS_PAGE = "docs/metrics.md"  # every metric's definition, written from the registry (metrics_page)
+
+
+def metrics_page() -> str:
+    """docs/metrics.md: the registry's metrics (``harness.core.metrics``), one row each, so no help
+    text or page restates a formula; ``tests/test_docs.py`` checks the page is this."""
     from harness.core.metrics import METRICS
 
-    return "\n".join(f"- {name} ({METRICS[name].unit}): {METRICS[name].description}" for name in names)
+    rows = "\n".join(
+        f"| `{name}` | {m.unit} | {m.direction} | {'yes' if m.gated else ''} | {m.description} |"
+        for name, m in METRICS.items()
+    )
+    return (
+        "# Every metric\n\n"
+        "Written from the registry (`harness.core.metrics`; `BENCH_UPDATE_DOCS=1 .venv/bin/python -m "
+        "pytest tests/test_docs.py -k metrics_page` rewrites it): every view, gate and export reads "
+        "these names, units and definitions. The export's other columns are in `columns.csv` "
+        "([Results as data](results.md)).\n\n"
+        "| metric | unit | direction | a gate may name it | definition |\n|---|---|---|---|---|\n"
+        f"{rows}\n"
+    )
 
 
 def _fill(paragraph: str, width: int) -> str:

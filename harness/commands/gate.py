@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 
-from harness.commands.common import metric_definitions, require_run
+from harness.commands.common import METRICS_PAGE, require_run
 from harness.commands.terminal import print_unread
 from harness.core.errors import UserError
 from harness.core.formats import inert
@@ -61,9 +61,7 @@ Writes a JUnit XML file (one test case per gate and cell) and a Markdown summary
 $GITHUB_STEP_SUMMARY when set) into the output folder, and the verdicts into RUN_DIR/gate/checks.json
 for the report.
 
-Metrics a gate may name (harness.core.metrics):
-
-{metric_definitions(GATED)}
+Metrics a gate may name: {", ".join(GATED)} (each one's unit and definition: {METRICS_PAGE}).
 
 With --history, the outcome is recorded with the run in the history (a run that is there): a night
 that was inconclusive is never one of the nights a later gate is measured against.

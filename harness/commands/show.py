@@ -7,10 +7,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.commands.common import EXIT_OK, kind_of, metric_definitions
+from harness.commands.common import EXIT_OK, METRICS_PAGE, kind_of
 from harness.commands.report import print_note
 from harness.commands.terminal import print_results, print_study
-from harness.core.metrics import METRICS
 
 NAME = "show"
 SUMMARY = "re-derive and print the mini-lab tables, verdict and findings of a stored run (or a study)"
@@ -25,9 +24,7 @@ print its recommendation, break-even loads, best K and flips, and refresh its an
 the speedup with its 95% interval, the window's verdict word (on the row of the arm it is about),
 tau, tok/s, TPOT, $/Mtok and how many outputs stayed identical to the baseline's.
 
-The metrics (harness.core.metrics):
-
-{metric_definitions(tuple(METRICS))}
+Every metric's unit and definition: {METRICS_PAGE} (the registry, harness.core.metrics).
 """
 EXAMPLES = """
 bench show results/cpu_default/20261201-093000-a1b2c3
