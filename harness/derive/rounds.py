@@ -33,9 +33,8 @@ from harness.results.records import Round
 FALSE_PAYS = (1 - CONFIDENCE) / 2
 # over a run continued because its verdict was undecided (bench run --resume RUN --rounds N: stop if
 # decided, else continue), at most the first design's side and the continued looks' (held at 95%
-# among themselves, not with the look that chose to continue): a union bound, for every design. The
-# default's simulated: 1.0% at its first look, 1.7% with the continuation to 8 rounds
-# (docs/generated/statistics-tables.md)
+# among themselves, not with the look that chose to continue): a union bound, for every design (the
+# default's simulated figures: docs/generated/statistics-tables.md)
 CONTINUED_FALSE_PAYS = 2 * FALSE_PAYS
 
 

@@ -492,9 +492,10 @@ def _to_decide(
     the interval it is decided by (held over the window's arms): at its point, else where more
     start-ups could still move it (the point one-sided 95% of its start-ups' term away from 1: more
     rounds average that term out, the prompts' stays). None: not even there. The point alone said
-    "more rounds alone would not decide" for 47% of the default's undecided runs at a true 1.20x,
-    and 32% of those decided when continued to 8 rounds (benchmarks/interval_coverage.py
-    --simulate: docs/generated/statistics-tables.md has the rule's own figures)."""
+    "more rounds alone would not decide" for 19 of the default's 40 undecided runs at a true 1.20x
+    (of 300 simulated), and 6 of those decided when continued to 8 rounds
+    (benchmarks/interval_coverage.py --simulate: docs/generated/statistics-tables.md has this
+    rule's own figures)."""
     if estimate is None or estimate.selected_from(candidates, windows).decided:
         return None
     found = rounds_to_decide(estimate, candidates)
