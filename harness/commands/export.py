@@ -90,7 +90,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         table = load_study(args.run_dir).cells()
         path = write_table(table, out_dir / f"study_cells.{args.format}", args.format)
         console.print(
-            f"wrote {path} (every point's cells, with the point and its axis values)", highlight=False
+            f"wrote {path} (every point's cells, with the point and its axis values)",
+            highlight=False,
+            soft_wrap=True,
         )
         return EXIT_OK
     found = load_analysis(args.run_dir)  # as load_run reads it, and why analysis.json was not used
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     )
     print_unread(run_record.summary, console)
     for path in export(run_record, out_dir, args.format):
-        console.print(f"wrote {path}", highlight=False, markup=False)
+        console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)  # a path copies whole
     return EXIT_OK
 
 
@@ -156,7 +158,7 @@ def _peer_format(args: argparse.Namespace, console: Console) -> int:
         model = target.path or (f"{target.package.name}/{target.package.file}" if target.package else None)
         paths = write_aiperf(summary, cell_requests(summary, found.raw), out_dir, model)
     for path in paths:
-        console.print(f"wrote {path}", highlight=False, markup=False)
+        console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)  # a path copies whole
     # soft_wrap: the command stays one line, to copy whole
     if args.format == "vllm":
         console.print(vllm_plot_line(summary, out_dir), highlight=False, markup=False, soft_wrap=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -221,28 +220,35 @@ def add_to_history(paths: list[Path], history_path: Path, engine_commit: str | N
 def _text(value: object) -> str:
     """Text a run, a server or a user wrote (a run id, a regime name, a version, a reason), as rich
     markup that prints it as it is: control characters as visible escapes (an ESC[2J or an OSC title
-    in it would clear or retitle the terminal), square brackets as text."""
+    in it would clear or retitle the terminal), square brackets as text; "-" for none (a null the
+    history's frame holds as NaN)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
     return escape(inert(str(value)))
 
 
 def _show(history_path: Path, console: Console) -> int:
-    from rich.table import Table
-
+    from harness.present.width import Column, FitTable
     from harness.results.history.store import open_history
 
     with open_history(history_path, read_only=True) as history:
         runs, cells, accepted = history.runs(), history.cells(), history.accepted()
-    table = Table(title=f"{escape(str(history_path))}: {len(runs)} run(s)", box=box.SIMPLE_HEAD)
     reasons = dict(zip(accepted.run_id, accepted.reason, strict=True))
-    # the run id is what `bench history accept` takes: never cut, the other columns fold to make room
-    longest = max((len(inert(str(r))) for r in runs.run_id), default=3)
-    least = {"run": longest, "started": len("2026-12-07")}  # the date whole, its time below it
-    for header in ("started", "run", "regime", "fingerprint", "machine", "engine", "cells", "accepted"):
-        table.add_column(header, no_wrap=header == "run", min_width=least.get(header), overflow="fold")
+    # every value whole (the run id is what `bench history accept` takes): a table too wide for the
+    # terminal is stacked, the night and the run repeated on each part
+    table = FitTable(
+        f"{escape(str(history_path))}: {len(runs)} run(s)",
+        keys=[Column("started", text=True), Column("run", text=True)],
+        columns=[
+            *(Column(h, text=True) for h in ("regime", "fingerprint", "machine", "engine")),
+            Column("cells"),
+            Column("accepted", wraps=True),
+        ],
+    )
     counts = cells.groupby("run_id").size() if len(cells) else {}
     for row in runs.itertuples():
         table.add_row(
-            str(row.started_at)[:19],
+            str(row.started_at)[:16],
             _text(row.run_id),
             _text(row.regime),
             _text(row.regime_fingerprint),
@@ -274,9 +280,8 @@ def _accept(history_path: Path, run_id: str, reason: str, console: Console) -> i
 
 
 def _changes(history_path: Path, metrics: list[str] | None, console: Console) -> int:
-    from rich.table import Table
-
     from harness.derive.history.changes import MAX_PVALUE, MIN_NIGHTS, change_points
+    from harness.present.width import Column, FitTable
     from harness.results.history.store import open_history
 
     with open_history(history_path, read_only=True) as history:
@@ -289,12 +294,16 @@ def _changes(history_path: Path, metrics: list[str] | None, console: Console) ->
             soft_wrap=True,
         )
         return EXIT_OK
-    table = Table(
-        title=f"{escape(str(history_path))}: {len(found)} change point(s), Apache Otava E-Divisive, "
-        f"p < {MAX_PVALUE:g}"
+    table = FitTable(
+        f"{escape(str(history_path))}: {len(found)} change point(s), Apache Otava E-Divisive, "
+        f"p < {MAX_PVALUE:g}",
+        keys=[Column("night", text=True), Column("run", text=True)],
+        columns=[
+            Column("series", text=True),
+            *(Column(h) for h in ("before", "after", "change [95%]", "p")),
+            Column("what else changed", wraps=True),
+        ],
     )
-    for header in ("night", "run", "series", "before", "after", "change [95%]", "p", "what else changed"):
-        table.add_column(header, overflow="fold")
     for point in found:
         table.add_row(
             point.started_at,

@@ -93,7 +93,9 @@ class FitTable:
 
     def _groups(self, max_width: int) -> list[list[int]]:
         """Value columns packed in order into groups that fit ``max_width`` next to the keys; a
-        wrapping column only needs room for its longest word."""
+        wrapping column only needs room for its longest word. A last group of one column takes the
+        one before it from the group before (where it still fits): a continued table of a single
+        column reads as a stray, not as the rest of the table."""
         groups: list[list[int]] = [[]]
         for index in range(len(self.columns)):
             candidate = [*groups[-1], index]
@@ -101,6 +103,10 @@ class FitTable:
                 groups.append([index])
             else:
                 groups[-1] = candidate
+        if len(groups) > 1 and len(groups[-1]) == 1 and len(groups[-2]) > 2:
+            moved = [groups[-2][-1], *groups[-1]]
+            if self._width(moved) <= max_width:
+                groups[-2:] = [groups[-2][:-1], moved]
         return groups
 
     def _width(self, group: list[int]) -> int:
