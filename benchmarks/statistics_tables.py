@@ -192,6 +192,122 @@ def _scenario_rows(lines: dict[str, tuple[float, int]]) -> list[str]:
     return rows
 
 
+def _grid(lines: dict[str, tuple[float, int]], head: list[str], rows: list[list[str]]) -> list[str]:
+    """A table whose cells name lines (``label`` or ``label%`` for a percentage); other text as is."""
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = []
+        for cell in row:
+            percent = cell.endswith("%") and cell[:-1] in lines
+            label = cell[:-1] if percent else cell
+            # a label (two spaces apart, as every line's) the page lacks: no such setting, blank
+            cells.append(_cell(lines, label, percent) if label in lines or "  " in label else cell)
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+SDS, ROUNDS = ("3%", "6%"), (2, 3, 5)
+
+
+def _model_tables(lines: dict[str, tuple[float, int]]) -> list[str]:
+    """The in-model settings: a cell's speedup, best K, break-even, the relative gate, a deciding run."""
+    cell = [
+        [sd, str(n)]
+        + [
+            f"coverage  cell speedup          sd {sd}  {n} rounds  2 arms  truth 1.00",
+            f"false pays  cell speedup        sd {sd}  {n} rounds  2 arms  truth 1.00%",
+            f"coverage  cell speedup          sd {sd}  {n} rounds  7 arms  truth 1.00",
+            f"false pays  cell speedup        sd {sd}  {n} rounds  7 arms  truth 1.00%",
+            f"false pays  winner, corrected   sd {sd}  {n} rounds  7 arms  truth 1.00%",
+        ]
+        for sd in SDS
+        for n in ROUNDS
+    ]
+    study = [
+        [sd, str(n)]
+        + [
+            f"coverage  best-K set            sd {sd}  {n} rounds  3 equal K",
+            f"false better-than-every-other-K sd {sd}  {n} rounds  3 equal K%",
+            f"coverage  break-even set        sd {sd}  {n} rounds  crossing at 6",
+            f"coverage  relative gate         sd {sd}  {n} start-ups a side  no change",
+            f"false fail  relative gate       sd {sd}  {n} start-ups a side  no change%",
+        ]
+        for sd in SDS
+        for n in ROUNDS
+    ]
+    decide = []
+    for sd in SDS:
+        for arms in (2, 3):
+            label = f"sd {sd}  decide 2-6 rounds  {arms} arms  truth"
+            decide.append(
+                [sd, str(arms)]
+                + [
+                    f"coverage  cell speedup, decide  {label} 1.00",
+                    f"false pays  cell, decide        {label} 1.00%",
+                    f"false pays  winner, decide      {label} 1.00%",
+                    f"pays  cell, decide              {label} 1.10",
+                    f"rounds used  decide             {label} 1.10",
+                ]
+            )
+    return [
+        "## Within the model",
+        "",
+        "Start-up sd 3% or 6%, a round's drift 2%, request jitter 5%, per-prompt gain log sd 0.2, 2 repeats "
+        "a start-up (`intervals.cell_estimates` on the start-ups' tok/s). **A cell's speedup**: coverage of "
+        'the true speedup (the same at 1.00x and 1.10x: the seeds are shared), "pays" at a true 1.00x, and '
+        "the winner of 6 speculative arms all truly 1.00x, corrected for the selection:",
+        "",
+        *_grid(
+            lines,
+            [
+                "start-up sd",
+                "rounds",
+                "2 arms: coverage",
+                'false "pays"',
+                "7 arms: coverage",
+                'false "pays" (one arm)',
+                'the winner\'s false "pays" (max-t)',
+            ],
+            cell,
+        ),  # fmt: skip
+        "",
+        "**Best K** (Hsu's MCB, three truly equal K), **break-even** (a curve crossing 1 at concurrency 6) "
+        "and **a relative gate** (limit 5%, two runs with no change, no night term):",
+        "",
+        *_grid(
+            lines,
+            [
+                "start-up sd",
+                "rounds (start-ups a side)",
+                "best-K set",
+                'false "better than every other K"',
+                "break-even set",
+                "relative gate",
+                "gate's false fail",
+            ],
+            study,
+        ),  # fmt: skip
+        "",
+        "**Rounds added until decided** (`{min: 2, max: 6, decide: true}`, the harness's stop rule; 3 arms: "
+        "every cell and the window's winner decided):",
+        "",
+        *_grid(
+            lines,
+            [
+                "start-up sd",
+                "arms",
+                "coverage at 1.00x",
+                'false "pays" at 1.00x',
+                "the winner's",
+                '"pays" at 1.10x',
+                "rounds used at 1.10x",
+            ],
+            decide,
+        ),  # fmt: skip
+        "",
+    ]
+
+
 def page(
     found: Sequence[tuple[Any, ...]],
     runs: int,
@@ -251,6 +367,7 @@ def page(
         "",
         *_continuation_table(lines, shape["continue_to"]),
         "",
+        *_model_tables(lines),
         "## Out of the model, through the summary",
         "",
         *_scenario_rows(lines),
@@ -263,3 +380,31 @@ def page(
     for label, (value, count) in lines.items():
         out.append(f"| `{label}` | {value:.4f} | {count if count else 'normal approximation'} |")
     return "\n".join(out) + "\n"
+
+
+def rerender(path: Path = PAGE) -> None:
+    """Lay the page out again from its own lines and header (the numbers as they are: a change of
+    layout needs no new simulation, and this file is not in the digest)."""
+    import interval_coverage as coverage
+
+    text = path.read_text()
+    header = read_header(text)
+    lines = read_lines(text)
+    runs, seed = int(header["Runs"].split()[0]), int(header["Seed"])
+    took, _, machine = header["Took"].partition(" min on ")
+    shape = {
+        "truths": coverage.DESIGN_TRUTHS,
+        "scenarios": list(coverage.DESIGN_SCENARIOS),
+        "spreads": coverage.PROMPT_SPREADS,
+        "designs": [d.name for d in coverage.outlook_designs()],
+        "continue_to": coverage.CONTINUE_TO,
+    }
+    found = [(label, value, count) for label, (value, count) in lines.items()]
+    digest = header["Code digest"].split()[0]
+    path.write_text(
+        page(found, runs, seed, 60 * float(took), machine.removesuffix(", one process"), shape, digest)
+    )
+
+
+if __name__ == "__main__":
+    rerender()
