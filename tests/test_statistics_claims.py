@@ -169,3 +169,19 @@ def test_docs_statistics_quotes_the_tables() -> None:
         if not ok:
             wrong.append(f"{m['label'].strip()}: {said}")
     assert not wrong, "docs/statistics.md quotes numbers the tables no longer give:\n" + "\n".join(wrong)
+
+
+def test_the_continue_hint_states_the_continuations_cost() -> None:
+    """Where the verdict prints the command that continues an undecided run, it says what the
+    continuation costs in false "pays" (the bound ``bench run --help`` states)."""
+    import dataclasses
+
+    from harness.derive.summary import summarize
+    from harness.derive.verdict import Outcome, window_verdicts
+    from harness.present.verdict_text import verdict_line
+
+    verdicts = window_verdicts(summarize(ROOT / "tests" / "fixtures" / "run_v12_default"))
+    undecided = next(v for v in verdicts if v.outcome == Outcome.INDISTINGUISHABLE and not v.provisional)
+    line = " ".join(verdict_line(dataclasses.replace(undecided, to_decide=6)).split())
+    assert "bench run --resume RUN_DIR --rounds 6" in line
+    assert 'false "pays" over the whole run then at most 5% instead of 2.5%' in line
