@@ -396,7 +396,7 @@ def rerender(path: Path = PAGE) -> None:
         "truths": coverage.DESIGN_TRUTHS,
         "scenarios": list(coverage.DESIGN_SCENARIOS),
         "spreads": coverage.PROMPT_SPREADS,
-        "designs": [d.name for d in coverage.outlook_designs()],
+        "designs": [d.name for d in coverage.outlook_designs()] + [coverage.UNEQUAL_TIMES],
         "continue_to": coverage.CONTINUE_TO,
     }
     found = [(label, value, count) for label, (value, count) in lines.items()]
