@@ -7,6 +7,8 @@ out to read, and every line it measured (label, value, runs), which ``read_lines
 The digest is of the code's syntax trees (comments and docstrings left out: rewording a comment
 does not make the tables stale) and of the default regime's parsed YAML (its comments are prose
 that quotes the tables); ``tests/test_statistics_claims.py`` fails when it no longer matches.
+This file is not in the digest: it lays the numbers out and computes none, and
+``.venv/bin/python benchmarks/statistics_tables.py`` lays the page out again from its own lines.
 """
 
 from __future__ import annotations
