@@ -127,3 +127,27 @@ def test_without_a_reference_the_newest_run_on_another_machine_is_taken(tmp_path
 def test_the_reference_is_not_a_condition() -> None:
     regime = load_regime(DEFAULT)
     assert regime.fingerprint() == regime.model_copy(update={"reference": None}).fingerprint()
+
+
+SLOWER = FIXTURES / "run_v15_slower_machine"  # a real default run on a 2-core AMD EPYC without avx_vnni
+
+
+def test_a_recorded_run_on_a_slower_machine_says_so_in_the_verdict_show_and_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.cli import main
+
+    run = tmp_path / SLOWER.name
+    shutil.copytree(SLOWER, run)
+    summary = load_analysis(run).analysis.summary
+    environment = json.loads((run / "environment.json").read_text())
+    assert "avx_vnni" not in environment["cpu_flags"] and "avx512_bf16" in environment["cpu_flags"]
+    assert summary.pace is not None and summary.pace.missing_features == ["avx_vnni"]
+    assert 1.8 <= summary.pace.slower <= 2.2  # 20.2 tok/s against the README's 39.7
+    said = "this machine ran 2.0x slower than the reference (avx_vnni absent here)"
+    assert caveat_text(pace_caveats(summary)[0]).startswith(said)
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["show", str(run)]) == 0
+    assert said in capsys.readouterr().out
+    assert main(["report", str(run), "-o", str(tmp_path / "report.html")]) == 0
+    assert said in (tmp_path / "report.html").read_text()

@@ -15,6 +15,7 @@ from harness.core.formats import bound_text, interval_text, range_text, speedup_
 from harness.derive.analysis import IntervalBasis, RunAnalysis
 from harness.derive.findings import Fact
 from harness.derive.intervals import EQUIVALENCE_MARGIN, FEW_DF, Estimate
+from harness.derive.rounds import CONTINUED_FALSE_PAYS, FALSE_PAYS  # constants: the continuation's bound
 from harness.derive.summary import MAX_FAILED_SHARE
 from harness.derive.verdict import (
     Caveat,
@@ -313,8 +314,6 @@ def _said(v: WindowVerdict) -> str:
                 "bench calibrate"
             )
         elif v.to_decide is not None:
-            from harness.derive.rounds import CONTINUED_FALSE_PAYS, FALSE_PAYS  # constants (the cost's bound)
-
             hint = (
                 f"continuing to {v.to_decide} rounds in all may decide it (bench run --resume RUN_DIR "
                 f'--rounds {v.to_decide}; false "pays" over the whole run then at most '
@@ -570,7 +569,8 @@ def continue_lines(analysis: RunAnalysis, run_dir: str) -> list[str]:
         took = f"about {_minutes(minutes)} min more" if minutes is not None else "more rounds"
         lines.append(
             f"To decide {v.workload} {v.level.short()}: bench run --resume {run_dir} --rounds {v.to_decide} "
-            f"({took}, if {speedup_text(v.estimate.point)} holds)"
+            f'({took}; it may decide it, with false "pays" over the whole run then at most '
+            f"{100 * CONTINUED_FALSE_PAYS:.0f}%)"
         )
     return lines
 
