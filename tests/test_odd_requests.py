@@ -89,7 +89,9 @@ def test_a_real_stalled_run_is_flagged_in_cells_findings_and_export(tmp_path: Pa
     assert cells["requests_odd"].sum() == len(flagged)
 
 
-@pytest.mark.parametrize("fixture", ["run_v1", "run_v14_default", "run_v13_default", "run_v15_slower_machine"])
+@pytest.mark.parametrize(
+    "fixture", ["run_v1", "run_v14_default", "run_v13_default", "run_v15_slower_machine"]
+)
 def test_runs_that_streamed_normally_have_no_odd_request(fixture: str, tmp_path: Path) -> None:
     run = tmp_path / fixture
     shutil.copytree(FIXTURES / fixture, run)

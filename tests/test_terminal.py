@@ -77,7 +77,8 @@ def test_the_answer_is_last_with_the_command_that_would_decide_it() -> None:
     decide = lines[-2]
     assert re.fullmatch(
         r"To decide w0 @1: bench run --resume tests/fixtures/run_v14_undecided --rounds \d+ "
-        r"\(about [0-9.]+ min more; it may decide it, with false \"pays\" over the whole run then at most 5%\)",
+        r"\(about [0-9.]+ min more; it may decide it, with false \"pays\" over the whole run then "
+        r"at most 5%\)",
         decide,
     ), decide
     verdict = max(i for i, line in enumerate(lines) if line == "Verdict:")

@@ -83,9 +83,7 @@ def pace_line(regime: Regime, environment: dict[str, Any]) -> str:
     missing = [f for f in reference.cpu_flags if f not in flags]
     extra = [f for f in CPU_FEATURES if f in flags and f not in reference.cpu_flags]
     if missing:
-        return (
-            f"{said}; this CPU lacks {', '.join(missing)}: expect it slower (the verdict says how much)"
-        )
+        return f"{said}; this CPU lacks {', '.join(missing)}: expect it slower (the verdict says how much)"
     if extra:
         return f"{said}; this CPU has {', '.join(extra)} beyond it: expect it faster"
     return f"{said}; this CPU has the same features"
