@@ -147,3 +147,12 @@ def test_an_earlier_run_of_the_regime_replaces_the_assumed_figures(tmp_path: Pat
     assert "assumed: published" not in text
     found = re.search(r"expected: (\d+) min \(([\d.]+) rounds\)", text)
     assert found is not None and int(found[1]) == round(12.0 * float(found[2]))
+
+
+def test_two_rounds_with_three_arms_warn_that_an_unequal_spread_goes_unseen() -> None:
+    from harness.run.outlook import UNEQUAL_SPREAD
+
+    smoke = night_plan(load_regime(ROOT / "regimes" / "cpu_smoke.yaml"))  # 2 rounds, 5 arms
+    assert UNEQUAL_SPREAD in smoke.warnings and f"warning: {UNEQUAL_SPREAD}" in smoke.text()
+    default = night_plan(load_regime(ROOT / "regimes" / "cpu_default.yaml"))  # 4 rounds, 2 arms
+    assert UNEQUAL_SPREAD not in default.warnings

@@ -187,3 +187,26 @@ def test_the_continue_hint_states_the_continuations_cost() -> None:
     line = " ".join(verdict_line(dataclasses.replace(undecided, to_decide=6)).split())
     assert "bench run --resume RUN_DIR --rounds 6" in line
     assert 'false "pays" over the whole run then at most 5% instead of 2.5%' in line
+
+
+def test_the_two_round_warning_quotes_the_unequal_spread_rows() -> None:
+    """`bench validate`'s warning for 2 rounds with 3 or more arms (``outlook.UNEQUAL_SPREAD``)
+    quotes the page's rows of an arm 3x as spread at 2 rounds, with 3 and 5 arms."""
+    from harness.run.outlook import UNEQUAL_SPREAD
+
+    found = re.search(
+        r"covers (?P<c_low>[\d.]+)-(?P<c_high>[\d.]+) and says \"pays\" at a true 1\.00x in "
+        r"(?P<f_low>[\d.]+)-(?P<f_high>[\d.]+)% of runs",
+        UNEQUAL_SPREAD,
+    )
+    assert found, UNEQUAL_SPREAD
+    row = "unequal spread  16 prompts  sd 5%  a1 spread x3  2 rounds  {arms} arms  truth 1.00"
+    coverage = {a: f"coverage  workload speedup      {row.format(arms=a)}" for a in (3, 5)}
+    false = {a: f"false pays  workload speedup    {row.format(arms=a)}" for a in (3, 5)}
+    checks = [
+        _agrees(found["c_low"], False, coverage[5]),
+        _agrees(found["c_high"], False, coverage[3]),
+        _agrees(found["f_low"], True, false[5]),
+        _agrees(found["f_high"], True, false[3]),
+    ]
+    assert all(ok for ok, _ in checks), [said for _, said in checks]

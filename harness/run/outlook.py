@@ -531,7 +531,20 @@ def _plan_warnings(regime: Regime, night: _Night) -> tuple[str, ...]:
             f"{night.seconds(lowest) / 60:.0f} min, past the night's budget of {budget:g} min "
             "(load.server_starts.budget_minutes): fewer prompts, fewer output tokens or fewer arms fit it"
         )
+    arms = len([a for a in regime.arms if a.method != "baseline"])
+    if load.max_server_starts() == 2 and arms >= 2:
+        found.append(UNEQUAL_SPREAD)
     return tuple(found)
+
+
+# 2 rounds give each arm's start-up spread 1 degree of freedom: no test can tell an arm much noisier
+# than the others, so its interval is too narrow (docs/generated/statistics-tables.md, "unequal
+# spread"; tests/test_statistics_claims.py holds these figures to that page)
+UNEQUAL_SPREAD = (
+    "2 rounds with 3 or more arms: an arm far noisier than the others cannot be told apart at 2 rounds "
+    '(simulated, one 3x as spread covers 0.90-0.92 and says "pays" at a true 1.00x in 4.7-4.8% of runs, '
+    "not 2.5%): 3 rounds or more (load.server_starts) tell it apart"
+)
 
 
 def _count(number: int, noun: str) -> str:
