@@ -96,3 +96,18 @@ def test_runs_that_streamed_normally_have_no_odd_request(fixture: str, tmp_path:
     run = tmp_path / fixture
     shutil.copytree(FIXTURES / fixture, run)
     assert odd_request_facts(load_analysis(run).analysis.summary) == []
+
+
+def test_a_stream_of_text_alone_is_judged_by_its_text_chunks() -> None:
+    """SGLang's chat streams text with no token ids (0 tokens a chunk) and gives the ids at the end:
+    its chunks with text are what arrived."""
+
+    def text_only(record: RequestRecord) -> RequestRecord:
+        record.chunks = [(t, 0, text) for t, _, text in record.chunks]
+        return record
+
+    normal = [text_only(_normal(f"p{i}")) for i in range(4)]
+    one_chunk = text_only(_streamed("stalled", 0.843, [], [20]))
+    burst = text_only(_streamed("burst", 0.9, [1e-5] * 19, [1] * 20))
+    assert odd_kinds([*normal, one_chunk, burst], 1) == [None] * 4 + [ONE_CHUNK, FASTER_THAN_A_STEP]
+    assert normal[0].ttst_s == pytest.approx(0.05)

@@ -15,7 +15,7 @@ from harness.config.regime import load_regime
 from harness.derive.analysis import load_analysis
 from harness.derive.verdict import pace_caveats
 from harness.present.verdict_text import caveat_text
-from harness.run.pace_reference import earlier_reference, pace_line
+from harness.run.pace_reference import earlier_reference, pace_line, reference_for
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -106,7 +106,9 @@ def test_the_plan_line_names_the_reference_and_the_missing_feature() -> None:
         "39.7 tok/s on code_humaneval @1 on AMD EPYC (avx2, avx512f, avx512_bf16, avx512_vnni, avx_vnni)"
         in line
     )
-    assert line.endswith("this CPU lacks avx_vnni: expect it slower (the verdict says how much)")
+    assert line.endswith(
+        "this CPU lacks avx_vnni: expect it slower (the verdict says so beyond 1.2x of its pace)"
+    )
     assert pace_line(regime, {"cpu_flags": [*WITHOUT_VNNI, "avx_vnni"]}).endswith("the same features")
     unset = regime.model_copy(update={"reference": None})
     assert "no reference run" in pace_line(unset, {"cpu_flags": WITHOUT_VNNI})
@@ -117,8 +119,11 @@ def test_without_a_reference_the_newest_run_on_another_machine_is_taken(tmp_path
     results = tmp_path / "results"
     shutil.copytree(README_RUN, results / "cpu_default" / "20261207-070931-9274be")
     here = json.loads((README_RUN / "environment.json").read_text())
-    assert earlier_reference(results, regime, here) is None  # the same machine: no reference
-    found = earlier_reference(results, regime, {**here, "cpu_flags": WITHOUT_VNNI})
+    fingerprint = regime.fingerprint()
+    assert earlier_reference(results, regime, fingerprint, here) is None  # the same machine: no reference
+    elsewhere = {**here, "cpu_flags": WITHOUT_VNNI}
+    assert earlier_reference(results, regime, "0123456789abcdef", elsewhere) is None  # other settings
+    found = earlier_reference(results, regime, fingerprint, elsewhere)
     assert isinstance(found, PaceReference)
     assert (found.run, found.workload, found.concurrency) == ("20261207-070931-9274be", "code_humaneval", 1)
     assert found.baseline_tok_s == pytest.approx(39.7, abs=0.05) and "avx_vnni" in found.cpu_flags
@@ -151,3 +156,20 @@ def test_a_recorded_run_on_a_slower_machine_says_so_in_the_verdict_show_and_repo
     assert said in capsys.readouterr().out
     assert main(["report", str(run), "-o", str(tmp_path / "report.html")]) == 0
     assert said in (tmp_path / "report.html").read_text()
+
+
+def test_a_run_under_other_settings_is_not_read_against_the_reference(tmp_path: Path) -> None:
+    """bench run regimes/cpu_default.yaml --set target.dtype=bfloat16 on the README's machine is not
+    "a faster machine": its conditions are not the reference's (the regime fingerprint)."""
+    from harness.core.overrides import parse_set
+
+    regime = load_regime(DEFAULT)
+    here = {"cpu_flags": WITHOUT_VNNI}
+    assert reference_for(regime, regime.fingerprint(), tmp_path, here) == (regime.reference, None)
+    other = load_regime(DEFAULT, [parse_set("target.dtype=bfloat16")])
+    found, why = reference_for(other, other.fingerprint(), tmp_path, here)
+    assert found is None and why is not None and "(other settings)" in why
+    assert (
+        pace_line(other.model_copy(update={"reference": None}), here, why)
+        == f"Pace: compared with none: {why}"
+    )

@@ -17,6 +17,10 @@ class PaceReference(StrictModel):
     """Where the regime's published figures were measured, and the baseline's pace there."""
 
     run: str = Field(description="The reference run's id (its directory name under results/<regime>/).")
+    fingerprint: str = Field(
+        description="The regime fingerprint the reference ran under (bench show prints it): a run under "
+        "other conditions (another dtype, --set, prompts) is not read against it."
+    )
     source: str = Field(
         description="Where the run is published or came from, e.g. 'README, docs/measured.md'."
     )

@@ -79,6 +79,14 @@ def _frame(rows: Iterable[dict[str, Any]], columns: list[str] | None = None) -> 
     return frame.astype(dict.fromkeys(counts, "Int64"))
 
 
+def _by_definition(row: dict[str, Any], baseline: bool) -> dict[str, Any]:
+    """A baseline's row with the values it has by definition (``Metric.baseline_value``: tau 1)
+    where it measured none, as every view shows them; any other row as it is."""
+    if baseline:
+        row.update({m.name: m.baseline_value for m in METRICS.values() if m.baseline_value and m.name in row})
+    return row
+
+
 def _request_tau(own: SpecCounters | None) -> float | None:
     return None if own is None else mean_acceptance_length(own.drafts, own.accepted_tokens)
 
@@ -152,8 +160,7 @@ class Run:
                 row[f"{status}_pct"] = shares.get(f"{status}_pct")
             # a metric the registry adds as a computed property of the cell, not a stored field
             row.update({m.name: m.value(cell) for m in METRICS.values() if m.name not in row and not m.field})
-            if cell.method == "baseline":  # a value by definition (tau: 1), as every view shows it
-                row.update({m.name: m.baseline_value for m in METRICS.values() if m.baseline_value})
+            _by_definition(row, cell.method == "baseline")
             row.update(verdicts.get((cell.arm, cell.workload, cell.level), {"verdict": None, "deploy": None}))
             row.update(_step_cost_columns(self.analysis.cost.cost_of(cell)))
             rows.append(row)
@@ -184,15 +191,18 @@ class Run:
         ]
         return _frame(
             (
-                {
-                    **self.identity(),
-                    "arm": c.arm,
-                    "workload": c.workload,
-                    "category": c.category,
-                    "concurrency": c.concurrency,
-                    "request_rate": c.request_rate,
-                    **r.model_dump(),
-                }
+                _by_definition(
+                    {
+                        **self.identity(),
+                        "arm": c.arm,
+                        "workload": c.workload,
+                        "category": c.category,
+                        "concurrency": c.concurrency,
+                        "request_rate": c.request_rate,
+                        **r.model_dump(),
+                    },
+                    c.method == "baseline",
+                )
                 for c in self.summary.cells
                 for r in c.per_repeat
             ),
@@ -295,7 +305,7 @@ class Run:
         for category in self.summary.categories:
             row = self.identity() | _flat(category.model_dump(), category.estimate)
             row["workloads"] = ",".join(row["workloads"])
-            rows.append(row)
+            rows.append(_by_definition(row, category.arm == self.summary.baseline_arm))
         return _frame(rows, columns)
 
     def ramp(self) -> pd.DataFrame:

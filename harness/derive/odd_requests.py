@@ -22,7 +22,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
-from harness.core.probes.latency import itl_s
+from harness.core.probes.latency import content_times, itl_s
 from harness.results.records import RequestRecord
 
 ONE_CHUNK = "all tokens in one chunk"
@@ -33,8 +33,9 @@ STEP_SHARE = 0.5  # a TPOT below this share of the fastest a step allows is flag
 
 
 def token_chunks(record: RequestRecord) -> list[float]:
-    """The arrival times of the chunks that carried tokens."""
-    return [time for time, tokens, _ in record.chunks if tokens > 0]
+    """The arrival times of the chunks that carried content (``probes.latency.content_times``:
+    tokens, or text where an engine streams text alone)."""
+    return content_times(record.chunks)
 
 
 def tpot_floor_s(records: Sequence[RequestRecord], tokens_per_step: int) -> float | None:

@@ -27,7 +27,8 @@ def machine_text(cpu_model: str | None, flags: list[str] | None, gpu: str | None
     return f"{cpu_model or 'an unknown CPU'} ({', '.join(features) or 'no recorded features'})"
 
 
-def _gpus(environment: dict[str, Any]) -> str | None:
+def gpus_text(environment: dict[str, Any]) -> str | None:
+    """An environment's GPUs as the pace names them ('8 x NVIDIA H200'); None without any."""
     names = [g.get("name") for g in environment.get("gpus") or [] if g.get("name")]
     return ", ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names)) or None
 
@@ -36,8 +37,9 @@ def compare_pace(
     reference: PaceReference | None, baseline: list[CellMetrics], environment: dict[str, Any]
 ) -> PaceComparison | None:
     """This run's baseline against ``reference`` in its window; None without a reference, or where
-    this run did not measure that window (or measured it from an endpoint's machine: ``environment``
-    is then the client's, and its pace says nothing of the CPU here)."""
+    this run did not measure that window. The run side records a reference only for a run under
+    its conditions (``harness.run.pace_reference.reference_for``: the same regime fingerprint), so a
+    difference here is the machine's."""
     if reference is None:
         return None
     level = LoadLevel(reference.concurrency, None)
@@ -47,7 +49,9 @@ def compare_pace(
     flags = environment.get("cpu_flags") or []
     here = [f for f in CPU_FEATURES if f in flags]
     there = [f for f in CPU_FEATURES if f in reference.cpu_flags]
-    compare_features = bool(flags) and bool(reference.cpu_flags)
+    gpus = gpus_text(environment)
+    # the CPU's features name the cause of a CPU engine's pace only: a GPU run's is its GPUs'
+    compare_features = bool(flags) and bool(reference.cpu_flags) and not gpus and not reference.gpu
     return PaceComparison(
         reference_run=reference.run,
         source=reference.source,
@@ -57,7 +61,7 @@ def compare_pace(
         tok_s=cell.output_tok_s,
         slower=reference.baseline_tok_s / cell.output_tok_s,
         reference_machine=machine_text(reference.cpu_model, reference.cpu_flags, reference.gpu),
-        machine=machine_text(environment.get("cpu_model"), flags, _gpus(environment)),
+        machine=machine_text(environment.get("cpu_model"), flags, gpus),
         missing_features=[f for f in there if f not in here] if compare_features else [],
         extra_features=[f for f in here if f not in there] if compare_features else [],
     )

@@ -543,7 +543,7 @@ def _plan_warnings(regime: Regime, night: _Night) -> tuple[str, ...]:
 UNEQUAL_SPREAD = (
     "2 rounds with 3 or more arms: an arm far noisier than the others cannot be told apart at 2 rounds "
     '(simulated, one 3x as spread covers 0.90-0.92 and says "pays" at a true 1.00x in 4.7-4.8% of runs, '
-    "not 2.5%): 3 rounds or more (load.server_starts) tell it apart"
+    "not 2.5%): its spread has 1 degree of freedom; more rounds (load.server_starts) give it more"
 )
 
 

@@ -64,7 +64,7 @@ from harness.run.calibration import CalibrationSource
 from harness.run.client import RampResult, WindowResult
 from harness.run.deployment import deployment_change, served_now
 from harness.run.outlook import earlier_round_minutes, outlook_text, start_up_seconds
-from harness.run.pace_reference import earlier_reference, pace_line
+from harness.run.pace_reference import pace_line, reference_for
 from harness.run.passes import PassSender, distribution_pass, reference_pass, warm_up
 from harness.run.plan import RunPlan, changed_workload, plan_regime, prepare_run
 from harness.run.run_record import continued_record, regime_record
@@ -134,14 +134,17 @@ class Runner:
         self.on_created: Callable[[Path], None] | None = None  # told the new run directory (bench run --json)
         self.start_up_s: list[float] = []  # each start-up this invocation measured, all in (seconds)
         self.failed: set[str] = set()  # the arms that failed in this invocation: they sit out the rest
+        self.pace_note: str | None = None  # why no reference pace is read (pace_reference.reference_for)
 
     def run(self, run_root: Path | None = None) -> tuple[RunDir, Summary]:
         """A new run: under ``results_dir/<regime>/<run-id>``, or exactly at ``run_root`` (a study's
         point); the directory is created exclusively either way."""
-        if self.plan.regime.reference is None and not self.plan.regime.endpoints():
-            # no published pace: the newest earlier run of the regime on another machine, recorded with it
-            found = earlier_reference(self.results_dir, self.plan.regime, self.plan.environment)
-            if found is not None:
+        if not self.plan.regime.endpoints():
+            # the run recorded with the reference it is read against: one under its own conditions
+            found, self.pace_note = reference_for(
+                self.plan.regime, self.plan.fingerprint(), self.results_dir, self.plan.environment
+            )
+            if found != self.plan.regime.reference:
                 self.plan = replace(
                     self.plan, regime=self.plan.regime.model_copy(update={"reference": found})
                 )
@@ -314,7 +317,7 @@ class Runner:
         outlook = outlook_text(regime, earlier_round_minutes(self.results_dir, regime), spread)
         if regime.endpoints():  # a server elsewhere: this machine's pace is not its
             return outlook
-        return f"{outlook}\n{pace_line(regime, self.plan.environment)}"
+        return f"{outlook}\n{pace_line(regime, self.plan.environment, self.pace_note)}"
 
     def _to_run(self, run: RunDir, rounds: list[Round]) -> dict[str, int]:
         """The arms without complete results, each readied to run (``_resume_arm``), with the

@@ -45,11 +45,18 @@ def tpot_s(
 
 def ttst_s(chunks: list[tuple[float, int, str]]) -> float | None:
     """Time to second token as AIPerf 0.13 defines it (``aiperf/metrics/types/ttst_metric.py``: the
-    second content response's timestamp - the first's): the gap between the first two chunks that
-    carried tokens, however many each carried; None for fewer than two such chunks. Under
-    speculation the first chunk after the prefill's carries the accepted drafts too."""
-    times = [time for time, count, _ in chunks if count > 0]
+    second content response's timestamp - the first's): the gap between the first two chunks with
+    content, however many tokens each carried; None for fewer than two such chunks. Content: token
+    ids, or text where the engine streams text alone and gives the ids at the end (SGLang's chat).
+    Under speculation the first chunk after the prefill's carries the accepted drafts too."""
+    times = content_times(chunks)
     return times[1] - times[0] if len(times) >= 2 else None
+
+
+def content_times(chunks: list[tuple[float, int, str]]) -> list[float]:
+    """The arrival times of the streamed chunks that carried content: tokens, or text (an engine
+    that streams text alone counts 0 tokens in each chunk)."""
+    return [time for time, count, text in chunks if count > 0 or text]
 
 
 def e2e_s(t_send: float, t_done: float | None) -> float | None:
