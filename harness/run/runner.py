@@ -140,9 +140,10 @@ class Runner:
         """A new run: under ``results_dir/<regime>/<run-id>``, or exactly at ``run_root`` (a study's
         point); the directory is created exclusively either way."""
         if not self.plan.regime.endpoints():
-            # the run recorded with the reference it is read against: one under its own conditions
+            # the run recorded with the reference it is read against: one under its own conditions (the
+            # regime's fingerprint: the plan's differs only for existing servers, never read here)
             found, self.pace_note = reference_for(
-                self.plan.regime, self.plan.fingerprint(), self.results_dir, self.plan.environment
+                self.plan.regime, self.plan.regime.fingerprint(), self.results_dir, self.plan.environment
             )
             if found != self.plan.regime.reference:
                 self.plan = replace(
