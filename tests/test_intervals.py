@@ -260,7 +260,8 @@ def test_the_prompt_term_is_the_jackknife_of_the_cells_own_estimator() -> None:
         ]
 
     table = {"baseline": windows(base, 1.0), "arm": windows(arm, 1.0)}
-    variance, count = prompt_variance(table, "arm", "baseline", [0, 1])
+    term = prompt_variance(table, "arm", "baseline", [0, 1])
+    variance, count = term.variance, term.prompts
     left_out = [
         math.log(
             sum(s for q, (_, s) in base.items() if q != p) / sum(s for q, (_, s) in arm.items() if q != p)

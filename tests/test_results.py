@@ -60,7 +60,15 @@ def test_golden_v1_summary_loads_and_equals_the_rederived_one() -> None:
     derived = summarize(GOLDEN)
     # JSON floats round-trip exactly; cells gained fields since v1 (compared key by key below)
     # (and the summary its regime's verdict settings, version 13: absent from a v1 file, the defaults)
-    update = {"cells": stored.cells, "arms": stored.arms, "categories": stored.categories, "verdict": None}
+    # (and, issue 81, each workload's covariate or why none: absent from a v1 file)
+    update = {
+        "cells": stored.cells,
+        "arms": stored.arms,
+        "categories": stored.categories,
+        "verdict": None,
+        "covariates": [],
+    }
+    assert {c.missing for c in derived.covariates} == {"no workload pass"}
     # the exactness section gained the servers' compile mode (issue 61): absent from a v1 file
     exactness = derived.exactness.model_copy(update={"compile_mode": None})
     assert derived.exactness.compile_mode in ("eager", "compiled")

@@ -176,6 +176,18 @@ _OTHER_COLUMNS = tuple(
             "",
             "true: the run varied more than its calibration, which was not pooled",
         ),
+        (
+            "speedup_covariate_r2",
+            "",
+            "the share of the prompts' spread in the speedup that the copy share of the baseline's answers "
+            "explained (the regression estimator; empty: no covariate)",
+        ),
+        (
+            "speedup_covariate_shift",
+            "",
+            "how far the covariate moved the log speedup: from these prompts' mean copy share to the "
+            "workload's (empty: no covariate)",
+        ),
         ("mean_in_flight", "requests", "requests in flight on average in the cell's windows (Little's law)"),
         (
             "engine_step_count",

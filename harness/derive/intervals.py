@@ -42,7 +42,12 @@ Outside that model, three things a user decides on (docs/statistics.md, "the wor
   share of the requests' time taken out) gives the prompt-sampling variance, added to the start-ups'
   (``prompt_log_se``); the degrees of freedom combine the two terms' (prompts - 1 for the
   jackknife's: ``_combined_df``). The interval is then about the workload the prompts were drawn
-  from.
+  from. Where a covariate known before any arm speculates is measured for every prompt of the
+  workload (``harness.derive.covariate``: the copy share of the baseline's greedy answers), the
+  jackknife's pseudo-values are regressed on it (the survey statistician's regression estimator):
+  the point moves by the slope times the sample's mean share less the workload's, and the prompt
+  term keeps only the residual spread (prompts - 2 degrees of freedom; ``covariate_r2`` says how
+  much it explained).
 - **Arms with unequal spread.** The pooled residual hides one noisy arm among quiet ones. Each arm's
   own paired differences with the baseline (n - 1 df) are tested against the residual variance of
   the model without it (an F test); where its own is the larger at p < 0.05 (``OWN_SPREAD_ALPHA``),
@@ -75,6 +80,7 @@ from typing import Any, Literal, get_args
 
 from harness.core import stats
 from harness.core.formats import estimate_text
+from harness.derive.covariate import FEWEST_PROMPTS, Covariates
 from harness.results.model import SpeedupEstimate
 
 CONFIDENCE = 0.95
@@ -180,6 +186,10 @@ class Estimate:
     prompt_log_se: float | None = None
     own_spread: bool = False  # the start-up term from this arm's own paired differences
     calibration_refused: bool = False  # the run's residual disagreed with its calibration's
+    # the covariate (``harness.derive.covariate``): the share of the prompts' spread it explained,
+    # and how far it moved the log point (the sample's mean share to the workload's); None: not used
+    covariate_r2: float | None = None
+    covariate_shift: float | None = None
 
     def level(self, candidates: int = 1) -> float:
         """The confidence of each interval behind a 95% claim about this arm as one of
@@ -273,6 +283,8 @@ class Estimate:
                 prompt_log_se=self.prompt_log_se,
                 own_spread=self.own_spread or None,
                 calibration_refused=self.calibration_refused or None,
+                covariate_r2=self.covariate_r2,
+                covariate_shift=self.covariate_shift,
             ),
         }
 
@@ -306,6 +318,8 @@ def stored_estimate(
         prompt_log_se=found.prompt_log_se,
         own_spread=bool(found.own_spread),
         calibration_refused=bool(found.calibration_refused),
+        covariate_r2=found.covariate_r2,
+        covariate_shift=found.covariate_shift,
     )
 
 
@@ -436,13 +450,31 @@ def _log_point(
     return sum(logs) / len(logs)
 
 
+@dataclass(frozen=True)
+class PromptTerm:
+    """The prompts' sampling part of a speedup's log variance, its degrees of freedom and prompts;
+    with a covariate, how far it moved the log point (``shift``) and the share of the prompts'
+    spread it explained (``r2``)."""
+
+    variance: float
+    prompts: int
+    df: int
+    shift: float | None = None
+    r2: float | None = None
+
+
 def prompt_variance(
-    prompts: PromptTable, arm: str, baseline: str, rounds: list[int]
-) -> tuple[float, int] | None:
+    prompts: PromptTable,
+    arm: str,
+    baseline: str,
+    rounds: list[int],
+    covariate: Covariates | None = None,
+) -> PromptTerm | None:
     """The prompt-sampling variance of the cell's log speedup: the delete-one-prompt jackknife of
-    its own estimator over the prompts both arms answered (``(variance, prompts)``; None with
-    fewer than 2 prompts or windows that lack a round). It also holds each prompt's own
-    window-to-window noise, already in the start-ups' term: conservative by that much."""
+    its own estimator over the prompts both arms answered (None with fewer than 2 prompts or
+    windows that lack a round). It also holds each prompt's own window-to-window noise, already in
+    the start-ups' term: conservative by that much. With a ``covariate`` for every such prompt, the
+    regression estimator on the jackknife's pseudo-values (``_regressed``)."""
     if arm not in prompts or baseline not in prompts:
         return None
     answered = [set().union(*(w.prompts for w in prompts[name])) for name in (arm, baseline)]
@@ -450,12 +482,37 @@ def prompt_variance(
     if len(common) < 2:
         return None
     leave_one = [_log_point(prompts, arm, baseline, rounds, p) for p in common]
-    if any(v is None for v in leave_one):
+    whole = _log_point(prompts, arm, baseline, rounds, None)
+    if any(v is None for v in leave_one) or whole is None:
         return None
     values = [v for v in leave_one if v is not None]
-    centre = sum(values) / len(values)
     count = len(values)
-    return (count - 1) / count * sum((v - centre) ** 2 for v in values), count
+    # pseudo-values: each prompt's own contribution, whose mean is the estimate and whose variance
+    # over count is the jackknife's (the same number as (n - 1) / n * the leave-one-outs' spread)
+    pseudo = [count * whole - (count - 1) * v for v in values]
+    if covariate is not None and count >= FEWEST_PROMPTS and all(p in covariate.values for p in common):
+        regressed = _regressed(pseudo, [covariate.values[p] for p in common], covariate.mean)
+        if regressed is not None:
+            return regressed
+    centre = sum(pseudo) / count
+    return PromptTerm(sum((v - centre) ** 2 for v in pseudo) / (count - 1) / count, count, count - 1)
+
+
+def _regressed(pseudo: Sequence[float], shares: Sequence[float], mean: float) -> PromptTerm | None:
+    """The regression estimator: the pseudo-values' least-squares line on the prompts' covariate,
+    read at the workload's mean covariate; its variance the residual's (prompts - 2 degrees of
+    freedom) with the slope's own uncertainty at that distance (None where the covariate does not
+    vary over the prompts)."""
+    count = len(pseudo)
+    x_bar, y_bar = sum(shares) / count, sum(pseudo) / count
+    sxx = sum((x - x_bar) ** 2 for x in shares)
+    syy = sum((y - y_bar) ** 2 for y in pseudo)
+    if sxx <= 0 or syy <= 0:
+        return None
+    slope = sum((x - x_bar) * (y - y_bar) for x, y in zip(shares, pseudo, strict=True)) / sxx
+    residual = syy - slope**2 * sxx
+    variance = residual / (count - 2) * (1 / count + (x_bar - mean) ** 2 / sxx)
+    return PromptTerm(variance, count, count - 2, -slope * (x_bar - mean), 1 - residual / syy)
 
 
 def _combined_df(parts: Sequence[tuple[float, float]], confidence: float = CONFIDENCE) -> int:
@@ -572,6 +629,7 @@ def _estimate(
     others: list[str],
     prompts: PromptTable | None,
     prior_sd: float | None = None,
+    covariate: Covariates | None = None,
 ) -> Estimate:
     looks, first_look, model_arms = design
     n = len(rounds)
@@ -584,18 +642,21 @@ def _estimate(
     if term.own_spread:  # its own two-arm model: a winner's correction cannot lean on a shared variance
         bare = replace(bare, model_arms=2)
     parts = [(term.variance, float(term.df))]
-    sampled = prompt_variance(prompts, arm, baseline, rounds) if prompts else None
+    sampled = prompt_variance(prompts, arm, baseline, rounds, covariate) if prompts else None
     if sampled is not None:
-        parts.append((sampled[0], float(sampled[1] - 1)))
+        parts.append((sampled.variance, float(sampled.df)))
+    if sampled is not None and sampled.shift is not None:
+        bare = replace(bare, point=point * math.exp(sampled.shift), covariate_shift=sampled.shift)
     found = replace(
         bare,
         df=_combined_df(parts) if sampled is not None else term.df,
         log_se=math.sqrt(sum(v for v, _ in parts)),
         source=term.source,
-        prompts=sampled[1] if sampled is not None else 0,
-        prompt_log_se=math.sqrt(sampled[0]) if sampled is not None else None,
+        prompts=sampled.prompts if sampled is not None else 0,
+        prompt_log_se=math.sqrt(sampled.variance) if sampled is not None else None,
         own_spread=term.own_spread,
         calibration_refused=term.calibration_refused,
+        covariate_r2=sampled.r2 if sampled is not None else None,
     )
     low, high = found.bounds()  # type: ignore[misc]
     return replace(found, low=low, high=high)
@@ -609,6 +670,7 @@ def cell_estimates(
     first_look: int | None = None,
     prompts: PromptTable | None = None,
     prior_sd: float | None = None,
+    covariate: Covariates | None = None,
 ) -> dict[str, Estimate]:
     """Every arm's speedup against ``baseline`` in one (workload, load level) from its table of
     per-round start-up mean tok/s (``arm -> round -> tok/s``; a non-positive or missing value is
@@ -616,7 +678,8 @@ def cell_estimates(
     intervals the run's design may look at before it stops (``Load.looks``), the first after
     ``first_look`` rounds (``Load.first_look``). ``prompts``: each arm's windows prompt by prompt,
     for the prompt-sampling term (None: the interval is about these prompts). ``prior_sd``: the scale of
-    the half-normal prior on the start-up spread (``verdict.startup_prior_sd``; None: none)."""
+    the half-normal prior on the start-up spread (``verdict.startup_prior_sd``; None: none).
+    ``covariate``: the workload's (``harness.derive.covariate``) for the regression estimator."""
     logs = {a: {r: math.log(v) for r, v in by_round.items() if v and v > 0} for a, by_round in table.items()}
     rounds = sorted(logs.get(baseline, {}))
     if not rounds:
@@ -630,7 +693,7 @@ def cell_estimates(
         for a in complete:
             rest = [o for o in complete if o != a]
             found[a] = _estimate(
-                table, logs, a, baseline, rounds, ss, df, spread, design, rest, prompts, prior_sd
+                table, logs, a, baseline, rounds, ss, df, spread, design, rest, prompts, prior_sd, covariate
             )
     for arm in others:
         if arm in found:
@@ -641,7 +704,7 @@ def cell_estimates(
         ss, df = _balanced(logs, [baseline, arm], common)
         design = (looks, first_look, 2)
         found[arm] = _estimate(
-            table, logs, arm, baseline, common, ss, df, spread, design, [], prompts, prior_sd
+            table, logs, arm, baseline, common, ss, df, spread, design, [], prompts, prior_sd, covariate
         )
     return found
 

@@ -51,6 +51,7 @@ from harness.core.probes.throughput import (
 from harness.core.secrets import redact_url
 from harness.core.stats import mean, quantile
 from harness.derive import pooling
+from harness.derive.covariate import Covariates, CovariateState, covariates
 from harness.derive.intervals import Estimate, PromptTable, Spread, WindowPrompts, cell_estimates
 from harness.derive.odd_requests import odd_counts, tokens_per_step
 from harness.derive.pace import compare_pace
@@ -525,14 +526,20 @@ def _model_estimates(
     unpaired: Collection[str],
     first_look: int | None,
     prior_sd: float | None = None,
+    covariates: Mapping[str, Covariates] | None = None,
 ) -> dict[tuple[Any, str], Estimate]:
     """Per key (a window, or a category at a level) and arm: the arms x rounds model's estimate
     (``harness.derive.intervals``) over its table of per-start-up mean tok/s. An ``unpaired`` arm
     (``RunTiming.unpaired_arms``: its start-ups ran in other rounds than the baseline's) keeps its
-    point but no interval: the model's pairing by round does not hold for it."""
+    point but no interval: the model's pairing by round does not hold for it. ``covariates``: per
+    workload, its covariate (a window's key names its workload; a category's pools several and
+    keeps the jackknife alone)."""
     found = {}
     for key, table in tables.items():
-        found_here = cell_estimates(table, baseline, spread, looks, first_look, prompts.get(key), prior_sd)
+        covariate = (covariates or {}).get(key[0])
+        found_here = cell_estimates(
+            table, baseline, spread, looks, first_look, prompts.get(key), prior_sd, covariate
+        )
         for arm, estimate in found_here.items():
             if arm in unpaired:
                 estimate = replace(estimate, low=None, high=None, df=0, log_se=None, source=None)
@@ -659,8 +666,17 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
     ) -> dict[tuple[Any, str], Estimate]:
         return _model_estimates(tables, prompts, baseline, spread, looks, unpaired, first_look, prior_sd)
 
+    covariate = _covariates(raw)
+
+    def cell_estimates_with_covariate(
+        tables: dict[Any, dict[str, dict[int, float]]], prompts: Mapping[Any, PromptTable]
+    ) -> dict[tuple[Any, str], Estimate]:
+        return _model_estimates(
+            tables, prompts, baseline, spread, looks, unpaired, first_look, prior_sd, covariate.by_workload
+        )
+
     cell_prompts, category_prompts = prompt_tables(raw)
-    cells = _with_speedups(cells, baseline, estimates, cell_prompts)
+    cells = _with_speedups(cells, baseline, cell_estimates_with_covariate, cell_prompts)
     section = exactness(raw)
     cells = [c.model_copy(update={"exactness": _cell_exactness(c, section, baseline)}) for c in cells]
     return Summary(
@@ -687,7 +703,20 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
         power_gpus=_power_gpus(raw),
         decode_floor=_decode_floor(raw),
         pace=_pace(raw, [c for c in cells if c.arm == baseline]),
+        covariates=covariate.uses(),
     )
+
+
+def _covariates(raw: RawRun) -> CovariateState:
+    """Each workload's covariate from the baseline's workload pass (``harness.derive.covariate``),
+    or why it has none: a run not greedy, or whose regime asks for none, keeps the jackknife alone."""
+    workloads = [w.name for w in raw.record.workloads]
+    if raw.regime.verdict.covariate == "none":
+        return CovariateState({}, dict.fromkeys(workloads, "verdict.covariate: none"))
+    if raw.regime.sampling.temperature != 0:
+        return CovariateState({}, dict.fromkeys(workloads, "sampling is not greedy"))
+    base = raw.arms[raw.baseline_arm]
+    return covariates(getattr(base, "workload_pass", []), base.samples, workloads)
 
 
 def _pace(raw: RawRun, baseline: list[CellMetrics]) -> PaceComparison | None:

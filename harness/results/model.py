@@ -108,6 +108,10 @@ class SpeedupEstimate(ResultModel):
     prompt_log_se: float | None = None
     own_spread: bool | None = None
     calibration_refused: bool | None = None
+    # the covariate (version 16 on, issue 81): the share of the prompts' spread the copy share of the
+    # baseline's answers explained, and how far it moved the log point. None: not used
+    covariate_r2: float | None = None
+    covariate_shift: float | None = None
 
     @staticmethod
     def columns(estimate: SpeedupEstimate | None) -> dict[str, Any]:
@@ -553,6 +557,16 @@ class PaceComparison(ResultModel):
     extra_features: list[str]  # this CPU's that the reference's lacked
 
 
+class CovariateUse(ResultModel):
+    """One workload's covariate (``harness.derive.covariate``): its mean over the workload's prompts
+    from the workload pass, or why the workload's intervals have none (the jackknife alone)."""
+
+    workload: str
+    mean: float | None = None  # the copy share's mean over every prompt of the workload
+    pool: int | None = None  # the prompts that mean is over
+    missing: str | None = None  # why there is none
+
+
 class Summary(ResultModel):
     schema_version: Literal[16] = SCHEMA_VERSION
     run_id: str
@@ -590,6 +604,8 @@ class Summary(ResultModel):
     decode_floor: DecodeFloorInputs | None = None
     # the baseline's pace against the regime's reference run's; None: no reference, or not measured
     pace: PaceComparison | None = None
+    # per workload, the covariate its intervals used, or why none (issue 81); [] before it existed
+    covariates: list[CovariateUse] = []
 
     def cell(
         self, arm: str, workload: str, concurrency: int | LoadLevel, request_rate: float | None = None
