@@ -111,12 +111,13 @@ class VerdictSettings(StrictModel):
     )
     covariate: Literal["copy_share", "none"] = Field(
         default="copy_share",
-        description="Remove most of the prompts' sampling spread from a speedup's interval with a covariate "
-        "measured before any arm speculates: copy_share, the share of the baseline's greedy output that copies "
-        "from its own prompt or earlier output (what prompt lookup and drafters find easy). Its workload-wide "
-        "mean comes from one baseline pass over every prompt of the workload on the baseline's first start-up, "
-        "kept per model, workload and machine for later runs. Applies to greedy runs; none: the prompts' "
-        "jackknife alone (docs/statistics.md).",
+        description="Remove most of the prompts' sampling spread from a speedup's interval with a "
+        "covariate measured before any arm speculates: copy_share, the share of the baseline's greedy "
+        "output that copies from its own prompt or earlier output (what prompt lookup and drafters find "
+        "easy). Its workload-wide mean comes from one baseline pass over every prompt of the workload on "
+        "the baseline's first start-up, kept per model, workload and machine for later runs. Applies to "
+        "greedy runs; none: the prompts' "
+"jackknife alone (docs/statistics.md).",
     )
     familywise: bool = Field(
         default=False,
