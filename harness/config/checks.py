@@ -117,7 +117,7 @@ class VerdictSettings(StrictModel):
         "easy). Its workload-wide mean comes from one baseline pass over every prompt of the workload on "
         "the baseline's first start-up, kept per model, workload and machine for later runs. Applies to "
         "greedy runs; none: the prompts' "
-"jackknife alone (docs/statistics.md).",
+        "jackknife alone (docs/statistics.md).",
     )
     familywise: bool = Field(
         default=False,
