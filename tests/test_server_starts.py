@@ -451,6 +451,44 @@ def test_what_a_round_bought_and_whether_the_cells_are_decided() -> None:
     assert set(standing(summary).winners) == windows
 
 
+def test_a_run_stops_when_the_answer_is_settled_not_when_every_arm_is() -> None:
+    """Issue 81: a clear winner beside an arm near 1.00x settles the window (the near arm is shown
+    slower and can never decide); none paying settles it only where every arm loses or is
+    equivalent; two paying arms, neither shown slower, leave the choice open."""
+    summary = summarize(SMOKE)
+    baseline = next(c for c in summary.cells if c.method == "baseline")
+    first = next(c for c in summary.cells if c.method != "baseline")
+    key = (first.workload, first.level)
+    second = next(
+        c for c in summary.cells if c.method != "baseline" and c is not first and (c.workload, c.level) == key
+    )
+    baseline = next(c for c in summary.cells if c.method == "baseline" and (c.workload, c.level) == key)
+    window = f"{first.workload} {first.level.short()}"
+
+    def cell(base: CellMetrics, point: float, log_se: float) -> CellMetrics:
+        found = Estimate(point, rounds=4, df=6, log_se=log_se, looks=3, first_look=2, model_arms=3)
+        low, high = found.bounds()  # type: ignore[misc]
+        return _stored(base, point, **replace(found, low=low, high=high).stored()["estimate"].model_dump())
+
+    def of(*found: CellMetrics) -> Standing:
+        return standing(summary.model_copy(update={"cells": [baseline, *found]}))
+
+    near_one = cell(second, 1.01, 0.03)
+    clear = of(cell(first, 1.30, 0.03), near_one)
+    assert not near_one.estimate or not cell_estimate(near_one).decided  # type: ignore[union-attr]
+    assert window in clear.settled and clear.all_decided and clear.undecided_windows() == []
+    assert f"answer settled in {window}" in round_line(2, None, clear)
+    # two arms that both pay, neither shown slower: which to deploy is open (the run still stops
+    # once both are decided, as before: the verdict names the tie)
+    tie = of(cell(first, 1.30, 0.03), cell(second, 1.28, 0.03))
+    assert window not in tie.settled and tie.all_decided
+    assert window not in of(cell(first, 1.30, 0.03), cell(second, 1.22, 0.06)).settled
+    # none pays: settled where each loses or is equivalent, not where one is indistinguishable
+    assert of(cell(first, 1.005, 0.004), cell(second, 0.80, 0.03)).all_decided
+    undecided = of(cell(first, 1.02, 0.03), cell(second, 0.80, 0.03))
+    assert not undecided.all_decided and undecided.undecided_windows() == [window]
+
+
 def test_completed_start_ups_from_the_rounds() -> None:
     rounds = [
         Round(order=["a", "b"], server_starts={"a": 0, "b": 0}, done=["a", "b"]),

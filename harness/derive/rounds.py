@@ -6,11 +6,13 @@ still buy anything.
   the machine over a round (it warms up, a neighbour comes and goes) then lands on the arms'
   positions in turn: over two rounds every arm has sat early and late, so a linear drift cancels
   from every speedup instead of always favouring the arm that runs first.
-- Deciding: a round is added while any speculative cell's estimate (``harness.derive.intervals``, read
-  back from the summary the runner writes after every start-up) is undecided, or any window's
-  verdict is (its chosen arm held over the window's arms at once: what the verdict says), among the
-  windows the regime asks about (``load.server_starts.windows``; by default every one: a cell near
-  1.00x that can never decide would otherwise keep a run going to ``max`` for nothing);
+- Deciding: a round is added while the answer of any window the regime asks about
+  (``load.server_starts.windows``; by default every one) is unsettled (``WindowVerdict.settled``:
+  the chosen arm pays and every other deployable arm is shown slower, or none pays and every arm
+  loses or is equivalent), read back from the summary the runner writes after every start-up. A
+  window whose answer is not settled still stops once every cell of it and its verdict are decided
+  (its arms' own intervals: two arms that both pay, neither shown slower). An arm near 1.00x beside
+  a clear winner, which can never decide, no longer keeps a run going to ``max`` (issue 81);
   each added round is reported with what it bought: how many cells are decided, and how the widest
   undecided interval moved. The intervals are corrected for the looks this stop rule takes
   (``Estimate.looks``), so stopping on the first decided one does not make a lucky one pay.
@@ -78,6 +80,8 @@ class Standing:
     estimates: dict[str, Estimate]  # "<workload> @<level> <arm>" -> its estimate
     winners: dict[str, Estimate] = field(default_factory=dict)  # "<workload> @<level>" -> decision
     asked: tuple[str, ...] = ()  # the windows the run stops on (load.server_starts.windows; all)
+    # the windows whose answer is settled (``WindowVerdict.settled``), whatever their cells' own
+    settled: frozenset[str] = frozenset()
 
     @property
     def decided(self) -> int:
@@ -85,21 +89,27 @@ class Standing:
 
     @property
     def all_decided(self) -> bool:
-        """Every speculative cell of the windows asked about decided, and each such window's verdict
-        after the selection correction (a run without one has nothing to decide: also True)."""
-        cells = [e for key, e in self.estimates.items() if asked_about(key.rpartition(" ")[0], self.asked)]
-        return all(e.decided for e in cells) and not self.undecided_winner()
+        """Every window asked about settled: its answer (``settled``), or every speculative cell of it
+        decided and its verdict after the selection correction (a run without one has nothing to
+        decide: also True)."""
+        return not self.undecided_windows()
 
     def undecided_windows(self) -> list[str]:
-        """The windows asked about with a cell or a verdict still undecided, in order."""
+        """The windows asked about whose answer is not settled and with a cell or a verdict still
+        undecided, in order."""
         found = [key.rpartition(" ")[0] for key, e in self.estimates.items() if not e.decided]
         found += [key for key, e in self.winners.items() if not e.decided]
-        return [w for w in dict.fromkeys(found) if asked_about(w, self.asked)]
+        return [w for w in dict.fromkeys(found) if asked_about(w, self.asked) and w not in self.settled]
 
     def undecided_winner(self) -> str | None:
         """A window asked about whose chosen arm is undecided, its interval held over the window's arms."""
         return next(
-            (key for key, e in self.winners.items() if not e.decided and asked_about(key, self.asked)), None
+            (
+                key
+                for key, e in self.winners.items()
+                if not e.decided and asked_about(key, self.asked) and key not in self.settled
+            ),
+            None,
         )
 
     def widest_undecided(self) -> str | None:
@@ -119,12 +129,14 @@ def standing(summary: Summary, asked: Sequence[str] = ()) -> Standing:
     """The speculative cells' estimates as the summary stored them; ``asked``: the windows the run
     stops on (none: every one)."""
     found = {_key(c): e for c in summary.cells if (e := cell_estimate(c)) is not None}
+    verdicts = window_verdicts(summary)
     winners = {
         f"{v.workload} {v.level.short()}": v.decision
-        for v in window_verdicts(summary)
+        for v in verdicts
         if v.decision is not None and v.candidates > 1
     }
-    return Standing(found, winners, tuple(asked))
+    settled = frozenset(f"{v.workload} {v.level.short()}" for v in verdicts if v.settled)
+    return Standing(found, winners, tuple(asked), settled)
 
 
 def _interval(estimate: Estimate | None) -> str:
@@ -140,6 +152,9 @@ def round_line(rounds: int, before: Standing | None, after: Standing) -> str:
     cells decided; chat @4 ngram_k4 [0.88, 1.19] -> [0.95, 1.09]``: the cell followed is the one that
     was the widest undecided before the round (after it, where there was none before)."""
     head = f"round {rounds}: {after.decided}/{len(after.estimates)} cells decided"
+    open_cells = {key.rpartition(" ")[0] for key, e in after.estimates.items() if not e.decided}
+    if settled := sorted(w for w in after.settled if w in open_cells):
+        head += f"; answer settled in {', '.join(settled)} (its undecided arms cannot change it)"
     key = (before.widest_undecided() if before else None) or after.widest_undecided()
     if key is None:
         window = after.undecided_winner()

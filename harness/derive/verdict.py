@@ -195,6 +195,24 @@ class WindowVerdict:
         return tuple(r for r in self.rivals if r.pays and not r.slower)
 
     @property
+    def settled(self) -> bool:
+        """Whether the answer this window was asked for is decided, whatever its other arms' own
+        intervals say (a deciding design stops on it, ``harness.derive.rounds``): the chosen arm pays
+        and every other arm that could be deployed (lossless here) is shown slower than it; or none
+        pays, and every arm loses or is equivalent within ``intervals.EQUIVALENCE_MARGIN`` ("no
+        difference worth deploying"). An arm near 1.00x beside a clear winner then no longer keeps a
+        run going to its last round."""
+        if self.decision is None or not self.decision.decided:
+            return False
+        if self.outcome == Outcome.PAYS:
+            lossy = {d.arm for d in self.not_lossless}
+            return all(r.slower or r.arm in lossy for r in self.rivals)
+        return all(
+            r.estimate.selected_from(self.candidates, self.windows).verdict in ("loses", "equivalent")
+            for r in self.rivals
+        )
+
+    @property
     def provisional(self) -> bool:
         """Measured beside a busy neighbour: the window's verdict is provisional."""
         return bool(self.neighbours)
