@@ -1,0 +1,146 @@
+"""The covariate estimator (issue 81): the copy share of the baseline's answers, the regression
+estimator on the jackknife's pseudo-values, and when a workload pass is not used."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from harness.core.probes.copying import copied_ngrams
+from harness.derive.covariate import Covariates, copy_share, covariates
+from harness.derive.intervals import WindowPrompts, _log_point, prompt_variance
+from harness.derive.summary import summarize
+from harness.results.raw import read_raw
+
+FIXTURES = Path(__file__).parent / "fixtures"
+DEFAULT = FIXTURES / "run_v14_default"  # a real cpu_default run: 30 code prompts, ngram K=4
+
+
+def test_the_copy_share_is_the_context_share_of_one_answer() -> None:
+    prompt, output = [1, 2, 3, 4, 5], [3, 4, 5, 9, 3, 4, 5, 7]
+    counts = copied_ngrams(prompt, output)
+    assert copy_share(prompt, output) == counts.from_context / counts.total == 2 / 6
+    assert copy_share([], output) is None and copy_share(prompt, [1, 2]) is None
+
+
+def _table(gains: np.ndarray, rounds: int = 2) -> dict[str, list[WindowPrompts]]:
+    """Two arms' windows, prompt by prompt: 20 tokens each, the arm's time the baseline's over each
+    prompt's gain, every round at the same pace."""
+    base = {f"p{i}": (20, 1.0 + 0.1 * (i % 3)) for i in range(len(gains))}
+    arm = {p: (t, s / math.exp(g)) for (p, (t, s)), g in zip(base.items(), gains, strict=True)}
+
+    def windows(prompts: dict[str, tuple[int, float]]) -> list[WindowPrompts]:
+        return [WindowPrompts(r, sum(s for _, s in prompts.values()), prompts) for r in range(rounds)]
+
+    return {"baseline": windows(base), "arm": windows(arm)}
+
+
+def test_the_regression_estimator_is_the_fitted_line_at_the_workload_mean() -> None:
+    """The prompt term with a covariate is the least-squares line of the jackknife's pseudo-values
+    on the covariate, read at the workload's mean: its variance and slope as scipy's linregress
+    gives them; without the covariate, the jackknife's own."""
+    rng = np.random.default_rng(0)
+    shares = rng.uniform(0.1, 0.8, 30)
+    gains = 0.6 * shares + rng.normal(0, 0.05, 30)
+    table = _table(gains)
+    values = {f"p{i}": float(x) for i, x in enumerate(shares)}
+    mean = 0.3  # the workload's, below these prompts' 0.45: they were lucky
+    term = prompt_variance(table, "arm", "baseline", [0, 1], Covariates(values, mean, 164))
+    plain = prompt_variance(table, "arm", "baseline", [0, 1])
+    assert term is not None and plain is not None and plain.shift is None and plain.r2 is None
+
+    whole = _log_point(table, "arm", "baseline", [0, 1], None)
+    pseudo = [
+        30 * whole - 29 * _log_point(table, "arm", "baseline", [0, 1], p)  # type: ignore[operator]
+        for p in values
+    ]
+    fit = scipy_stats.linregress(shares, pseudo)
+    # the fitted mean at x = mean: var(a + b mean) = var(a) + mean^2 var(b) + 2 mean cov(a, b)
+    at_mean = fit.intercept_stderr**2 + mean**2 * fit.stderr**2 - 2 * mean * np.mean(shares) * fit.stderr**2
+    assert term.variance == pytest.approx(at_mean, rel=1e-9)
+    assert term.shift == pytest.approx(-fit.slope * (np.mean(shares) - mean), rel=1e-9)
+    assert term.r2 == pytest.approx(fit.rvalue**2, rel=1e-9)
+    assert (term.df, plain.df, term.prompts) == (28, 29, 30)
+    assert plain.variance == pytest.approx(np.var(pseudo, ddof=1) / 30, rel=1e-9)
+    # the share explained most of the spread: a much narrower prompt term, and a lucky sample moved down
+    assert term.r2 > 0.9 and term.variance < plain.variance / 5 and term.shift < 0
+
+
+def test_a_covariate_missing_for_a_prompt_or_flat_keeps_the_jackknife() -> None:
+    table = _table(np.linspace(0.0, 0.3, 10))
+    missing = Covariates({f"p{i}": 0.1 * i for i in range(9)}, 0.4, 10)
+    flat = Covariates({f"p{i}": 0.5 for i in range(10)}, 0.5, 10)
+    for covariate in (missing, flat):
+        term = prompt_variance(table, "arm", "baseline", [0, 1], covariate)
+        assert term is not None and term.shift is None and term.df == 9
+
+
+def _with_pass(records: list) -> tuple:
+    raw = read_raw(DEFAULT)
+    raw.arms[raw.baseline_arm].workload_pass = records  # type: ignore[attr-defined]
+    return raw, summarize(raw)
+
+
+def _first_answers(raw) -> list:
+    seen, found = set(), []
+    for record in raw.arms[raw.baseline_arm].samples:
+        if record.prompt_id not in seen:
+            seen.add(record.prompt_id)
+            found.append(record)
+    return found
+
+
+def test_a_real_run_with_its_workload_pass_narrows_the_prompt_term() -> None:
+    """The stored default run with a workload pass of its own baseline's answers (the prompts are
+    the whole workload here, so the point does not move): the copy share explains most of the
+    prompts' spread (R^2 0.95 on this machine's run) and the prompt term shrinks."""
+    raw = read_raw(DEFAULT)
+    plain = summarize(raw).cell("ngram_k4", "code_humaneval", 1)
+    _, summary = _with_pass(_first_answers(raw))
+    cell = summary.cell("ngram_k4", "code_humaneval", 1)
+    assert plain is not None and cell is not None and plain.estimate and cell.estimate
+    assert cell.estimate.covariate_r2 is not None and cell.estimate.covariate_r2 > 0.8
+    assert cell.estimate.covariate_shift == pytest.approx(0.0, abs=1e-12)
+    assert cell.speedup == pytest.approx(plain.speedup, rel=1e-12)
+    assert cell.estimate.prompt_log_se < plain.estimate.prompt_log_se / 2  # type: ignore[operator]
+    (use,) = summary.covariates
+    assert use.missing is None and use.pool == 30 and use.mean is not None
+
+
+def test_a_workload_wider_than_the_sample_moves_the_point_to_its_mean() -> None:
+    """Prompts outside the run that copy nothing pull the workload's mean share down: a sample that
+    copies more than the workload gains more than it would, and the point moves down."""
+    raw = read_raw(DEFAULT)
+    answers = _first_answers(raw)
+    plain = summarize(raw).cell("ngram_k4", "code_humaneval", 1)
+    others = [
+        replace(r, prompt_id=f"other/{i}", token_ids=list(range(90_000, 90_000 + len(r.token_ids))))
+        for i, r in enumerate(answers)
+    ]
+    _, summary = _with_pass(answers + others)
+    cell = summary.cell("ngram_k4", "code_humaneval", 1)
+    assert cell is not None and plain is not None and cell.estimate is not None
+    assert cell.estimate.covariate_shift is not None and cell.estimate.covariate_shift < 0
+    assert cell.speedup < plain.speedup  # type: ignore[operator]
+    assert summary.covariates[0].pool == 60
+
+
+def test_a_pass_that_disagrees_with_the_runs_baseline_is_not_used() -> None:
+    """A pass whose answers differ from the run's own baseline answers (an edited file, another
+    engine state) is said and left out: the jackknife alone."""
+    raw = read_raw(DEFAULT)
+    answers = _first_answers(raw)
+    edited = [replace(r, token_ids=[*r.token_ids[:-1], 7]) if i < 4 else r for i, r in enumerate(answers)]
+    _, summary = _with_pass(edited)
+    (use,) = summary.covariates
+    assert use.mean is None and use.missing is not None and "on 4 of 30 prompts" in use.missing
+    cell = summary.cell("ngram_k4", "code_humaneval", 1)
+    assert cell is not None and cell.estimate is not None and cell.estimate.covariate_r2 is None
+    assert covariates([], answers, ["code_humaneval"], why_none="verdict.covariate: none").missing == {
+        "code_humaneval": "verdict.covariate: none"
+    }
