@@ -47,7 +47,8 @@ Outside that model, three things a user decides on (docs/statistics.md, "the wor
   jackknife's pseudo-values are regressed on it (the survey statistician's regression estimator):
   the point moves by the slope times the sample's mean share less the workload's, and the prompt
   term keeps only the residual spread (prompts - 2 degrees of freedom; ``covariate_r2`` says how
-  much it explained).
+  much it explained), corrected for sampling without replacement from the workload the pass measured
+  whole (1 - prompts / its prompts).
 - **Arms with unequal spread.** The pooled residual hides one noisy arm among quiet ones. Each arm's
   own paired differences with the baseline (n - 1 df) are tested against the residual variance of
   the model without it (an F test); where its own is the larger at p < 0.05 (``OWN_SPREAD_ALPHA``),
@@ -491,18 +492,20 @@ def prompt_variance(
     # over count is the jackknife's (the same number as (n - 1) / n * the leave-one-outs' spread)
     pseudo = [count * whole - (count - 1) * v for v in values]
     if covariate is not None and count >= FEWEST_PROMPTS and all(p in covariate.values for p in common):
-        regressed = _regressed(pseudo, [covariate.values[p] for p in common], covariate.mean)
+        regressed = _regressed(pseudo, [covariate.values[p] for p in common], covariate.mean, covariate.pool)
         if regressed is not None:
             return regressed
     centre = sum(pseudo) / count
     return PromptTerm(sum((v - centre) ** 2 for v in pseudo) / (count - 1) / count, count, count - 1)
 
 
-def _regressed(pseudo: Sequence[float], shares: Sequence[float], mean: float) -> PromptTerm | None:
+def _regressed(pseudo: Sequence[float], shares: Sequence[float], mean: float, pool: int) -> PromptTerm | None:
     """The regression estimator: the pseudo-values' least-squares line on the prompts' covariate,
     read at the workload's mean covariate; its variance the residual's (prompts - 2 degrees of
-    freedom) with the slope's own uncertainty at that distance (None where the covariate does not
-    vary over the prompts)."""
+    freedom) with the slope's own uncertainty at that distance, times the finite population
+    correction 1 - prompts / ``pool``: the workload pass measured every one of the workload's
+    ``pool`` prompts, so the interval is about exactly those (None where the covariate does not vary
+    over the prompts)."""
     count = len(pseudo)
     x_bar, y_bar = sum(shares) / count, sum(pseudo) / count
     sxx = sum((x - x_bar) ** 2 for x in shares)
@@ -511,7 +514,8 @@ def _regressed(pseudo: Sequence[float], shares: Sequence[float], mean: float) ->
         return None
     slope = sum((x - x_bar) * (y - y_bar) for x, y in zip(shares, pseudo, strict=True)) / sxx
     residual = syy - slope**2 * sxx
-    variance = residual / (count - 2) * (1 / count + (x_bar - mean) ** 2 / sxx)
+    sampled = max(0.0, 1 - count / pool) if pool else 1.0
+    variance = sampled * residual / (count - 2) * (1 / count + (x_bar - mean) ** 2 / sxx)
     return PromptTerm(variance, count, count - 2, -slope * (x_bar - mean), 1 - residual / syy)
 
 

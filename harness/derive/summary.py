@@ -710,7 +710,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
 def _covariates(raw: RawRun) -> CovariateState:
     """Each workload's covariate from the baseline's workload pass (``harness.derive.covariate``),
     or why it has none: a run not greedy, or whose regime asks for none, keeps the jackknife alone."""
-    workloads = [w.name for w in raw.record.workloads]
+    workloads = list(dict.fromkeys(w.workload for w in raw.arms[raw.baseline_arm].windows))
     if raw.regime.verdict.covariate == "none":
         return CovariateState({}, dict.fromkeys(workloads, "verdict.covariate: none"))
     if raw.regime.sampling.temperature != 0:
