@@ -15,14 +15,20 @@ The world a run samples (concurrency 1, requests back to back):
 - each arm's server start-up its own speed (log-normal, ``startup_sd`` times the arm's own factor:
   one arm may spread 2x or 3x the others), each round a drift shared by its start-ups (2%), each
   request a jitter of its own (5%);
-- the same prompts go to every start-up of a window, in the same order, ``repeats`` times.
+- the same prompts go to every start-up of a window, in the same order, ``repeats`` times;
+- with ``covariate_r2`` (issue 81): the workload is a file of ``pool`` prompts drawn from that
+  population, its gains scaled so that the file's own speedup is exactly the truth, each run's
+  prompts a sample of the file; each prompt's baseline answer copies a share of its 3-grams from its
+  prompt (``TOKENS`` tokens, the share in steps of 1/22) that explains ``covariate_r2`` of the
+  prompts' log gains, and the baseline's first start-up answers every prompt of the file once more
+  (the workload pass: its answers are the windows').
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +57,7 @@ class World:
     spread: tuple[float, ...] = ()  # each speculative arm's start-up spread factor (default 1)
     prompt_sd: float = 0.2
     truth: float = 1.0  # every speculative arm's true workload speedup
+    truths: tuple[float, ...] = ()  # each speculative arm's own, where given (else ``truth``)
     windows: int = 1
     repeats: int = 2
     familywise: bool = False
@@ -61,6 +68,14 @@ class World:
     # window's tok/s (its tokens over its summed time) weighs each prompt's gain by its share of
     # that time: a wider spread leaves fewer effective prompts (exp(sd^2): 1.28x the variance at 0.5)
     base_time_sd: float = BASE_TIME_SD
+    # the share of the prompts' log gains their copy share explains; None: no covariate, no pass,
+    # and the prompts are a sample of an endless population (as before issue 81)
+    covariate_r2: float | None = None
+    pool: int = 164  # with a covariate: the workload file's prompts (HumanEval's 164)
+
+    def truth_of(self, arm: int) -> float:
+        """Speculative arm ``arm``'s true workload speedup (counted from 1)."""
+        return self.truths[arm - 1] if 0 < arm <= len(self.truths) else self.truth
 
     def factor(self, arm: int) -> float:
         """Arm ``arm``'s start-up spread factor (0: the baseline)."""
@@ -110,15 +125,22 @@ def simulate_run(
         for position, a in enumerate(order):
             startup[a, r] -= world.slot_drift * (r * world.arms + position)
     drift = rng.normal(0.0, DRIFT_SD, world.rounds)
-    centre = math.log(world.truth) + world.prompt_sd**2 / 2  # the workload's speedup is the truth
+    # the workload's speedup is the truth
+    centres = [math.log(world.truth_of(a)) + world.prompt_sd**2 / 2 for a in range(world.arms)]
     samples: dict[int, list[RequestRecord]] = {a: [] for a in range(world.arms)}
     windows: dict[int, list[WindowRecord]] = {a: [] for a in range(world.arms)}
+    workload_pass: list[RequestRecord] = []
     for w in range(world.windows):
         workload = f"w{w}"
-        base_time = drawn.lognormal(0.0, world.base_time_sd, world.prompts)
-        gains = [np.ones(world.prompts)] + [
-            np.exp(drawn.normal(centre, world.prompt_sd, world.prompts)) for _ in range(1, world.arms)
-        ]
+        answers: list[tuple[list[int], list[int]]] = [([], [1] * TOKENS)] * world.prompts
+        if world.covariate_r2 is None:
+            base_time = drawn.lognormal(0.0, world.base_time_sd, world.prompts)
+            gains = [np.ones(world.prompts)] + [
+                np.exp(drawn.normal(centres[a], world.prompt_sd, world.prompts)) for a in range(1, world.arms)
+            ]
+            ids = [f"p{p}" for p in range(world.prompts)]
+        else:
+            base_time, gains, ids, answers = _sampled_from_file(drawn, world, workload, workload_pass)
         for a in range(world.arms):
             for r in range(world.rounds):
                 pace = math.exp(-(startup[a, r] + drift[r]))
@@ -130,14 +152,15 @@ def simulate_run(
                         samples[a].append(
                             RequestRecord(
                                 workload=workload,
-                                prompt_id=f"p{p}",
+                                prompt_id=ids[p],
                                 concurrency=1,
                                 prompt_format="raw",
                                 repeat=repeat,
                                 t_send=clock,
                                 t_first_token=clock + 0.1 * seconds,
                                 t_done=clock + seconds,
-                                token_ids=[1] * TOKENS,
+                                prompt_token_ids=answers[p][0],
+                                token_ids=answers[p][1],
                             )
                         )
                         clock += float(seconds)
@@ -162,6 +185,8 @@ def simulate_run(
         )
         for a, arm in enumerate(regime.arms)
     }
+    if workload_pass:
+        arms[regime.arms[0].name] = replace(arms[regime.arms[0].name], workload_pass=workload_pass)
     record = RunRecord(
         schema_version=SCHEMA_VERSION,
         source_path="regimes/cpu_default.yaml",
@@ -182,10 +207,66 @@ def simulate_run(
     )
 
 
+# the copy share's steps: an answer of TOKENS tokens has TOKENS - 2 3-grams
+_GRAMS = TOKENS - 2
+
+
+def _answer(prompt: int, copied: int) -> tuple[list[int], list[int]]:
+    """A prompt and a baseline answer of ``TOKENS`` tokens whose copy share is ``copied`` / 22: the
+    answer copies ``copied + 2`` tokens of its prompt in a row (``copied`` 3-grams found there), the
+    rest tokens of its own."""
+    own = [100_000 + prompt * TOKENS + i for i in range(TOKENS)]
+    text = [10_000 + prompt * 40 + i for i in range(40)]
+    if copied == 0:
+        return text, own
+    run = copied + 2
+    return text, text[3 : 3 + run] + own[: TOKENS - run]
+
+
+def _sampled_from_file(
+    drawn: np.random.Generator, world: World, workload: str, workload_pass: list[RequestRecord]
+) -> tuple[np.ndarray, list[np.ndarray], list[str], list[tuple[list[int], list[int]]]]:
+    """A workload file of ``world.pool`` prompts, each with its baseline time, its copy share and
+    every arm's gain on it (the share explaining ``covariate_r2`` of the log gains' spread; the gains
+    scaled so that the file's speedup, its tokens over its summed time, is the truth); the baseline's
+    answers to all of them into ``workload_pass``; the run's ``world.prompts`` sampled from the file
+    (its times, gains, ids and answers)."""
+    base_time = drawn.lognormal(0.0, world.base_time_sd, world.pool)
+    copied = np.clip(np.rint(drawn.normal(_GRAMS / 2, _GRAMS / 5, world.pool)), 0, _GRAMS).astype(int)
+    share = (copied - _GRAMS / 2) / (_GRAMS / 5)  # about standard: the population's share, scaled
+    r2 = world.covariate_r2 or 0.0
+    gains = [np.ones(world.pool)]
+    for arm in range(1, world.arms):
+        log_gain = world.prompt_sd * (
+            math.sqrt(r2) * share + math.sqrt(1 - r2) * drawn.normal(0, 1, world.pool)
+        )
+        gain = np.exp(log_gain)
+        gains.append(gain * world.truth_of(arm) * (base_time / gain).sum() / base_time.sum())
+    answers = [_answer(p, int(k)) for p, k in enumerate(copied)]
+    for p, (prompt, tokens) in enumerate(answers):
+        workload_pass.append(
+            RequestRecord(
+                workload=workload,
+                prompt_id=f"p{p}",
+                concurrency=1,
+                prompt_format="raw",
+                t_done=1.0,
+                prompt_token_ids=prompt,
+                token_ids=tokens,
+            )
+        )
+    chosen = drawn.choice(world.pool, world.prompts, replace=False)
+    return (
+        base_time[chosen],
+        [g[chosen] for g in gains],
+        [f"p{p}" for p in chosen],
+        [answers[p] for p in chosen],
+    )
+
+
 def first_rounds(raw: RawRun, rounds: int, server_starts: object) -> RawRun:
     """The run as it stood after its first ``rounds`` rounds, its regime's design ``server_starts``
     (a deciding run's looks: what the runner's summary sees after each round)."""
-    from dataclasses import replace
 
     repeats = raw.regime.load.max_repeats()
     load = raw.regime.load.model_copy(update={"server_starts": server_starts})

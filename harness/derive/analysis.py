@@ -83,6 +83,10 @@ class IntervalBasis:
     # the half-normal prior's scale on the start-up spread, where some interval used it
     prior_sd: float | None = None
     alone: bool = False  # one arm, one server: nothing compared, no speedup (bench run --endpoint URL)
+    # the covariate (issue 81): the least and most of the prompts' spread it explained over the cells
+    # that used it; and per workload without one, why ("code_humaneval: no workload pass")
+    covariate_r2: tuple[float, float] | None = None
+    no_covariate: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -260,6 +264,7 @@ def _basis(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> IntervalBas
     looks = max((e.looks or 1 for _, e in stored), default=1)
     first_look = next((e.first_look for _, e in stored if (e.looks or 1) == looks), None)
     sources = tuple(sorted({e.source for _, e in stored if e.source}))
+    explained = [e.covariate_r2 for _, e in stored if e.covariate_r2 is not None]
     return IntervalBasis(
         sources=sources,
         rounds=max((e.rounds or c.server_starts for c, e in stored), default=1),
@@ -278,6 +283,8 @@ def _basis(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> IntervalBas
         if any(s.endswith("+prior") for s in sources)
         else None,
         alone=len(summary.arms) == 1,
+        covariate_r2=(min(explained), max(explained)) if explained else None,
+        no_covariate=tuple(f"{u.workload}: {u.missing}" for u in summary.covariates if u.missing),
     )
 
 

@@ -103,6 +103,12 @@ CALIBRATION_MAX_AGE_H = 24.0
 # on code_humaneval, run 20261206-042904-e78784, 0.19-0.21 at concurrency 1 (0.34-0.35 at 4); what
 # bench validate assumes before a run has measured its own
 REFERENCE_PROMPT_SPREAD = 0.2
+# the share of that spread the covariate explains (``harness.derive.covariate``, the copy share of
+# the baseline's answers) that bench validate assumes: the lower of this project's two measurements
+# (ngram K=4 on code at concurrency 1: R^2 0.76 of the jackknife's pseudo-values on an AMD EPYC
+# without avx_vnni, 0.95 with it; tests/fixtures/run_v15_slower_machine, run_v14_default), rounded
+# down. Not measured for drafters other than prompt lookup: a run states its own
+REFERENCE_COVARIATE_R2 = 0.7
 
 
 def prompts_for(precision_pct: float, spread: float = REFERENCE_PROMPT_SPREAD) -> int:
@@ -254,6 +260,11 @@ class Estimate:
         if self.prompt_log_se is None:
             return None
         return 100 * math.expm1(stats.normal_quantile(1 - (1 - CONFIDENCE) / 2) * self.prompt_log_se)
+
+    @property
+    def covariate_moved_pct(self) -> float:
+        """How far the covariate moved the point, in % (0: not used)."""
+        return 100 * math.expm1(self.covariate_shift or 0.0)
 
     @property
     def decided(self) -> bool:
@@ -785,6 +796,8 @@ def decision_outlook(
     prompt_spread: float = REFERENCE_PROMPT_SPREAD,
     prior_sd: float | None = None,
     calibration_df: int = 0,
+    covariate_r2: float = 0.0,
+    pool: int = 0,
 ) -> Outlook:
     """The outlook of a design of ``arms`` arms (the baseline included), ``prompts`` per window and
     rounds from ``first`` to ``most`` (a fixed design: ``first == most``), at a start-up spread and a
@@ -794,7 +807,9 @@ def decision_outlook(
     ``prior_sd`` at a residual of its expected size, where given), and the chance it lies clear of 1
     is the normal's at the effect; a design stops at its first decided look. ``calibration_df``: a
     calibration of ``spread`` pooled in (its degrees of freedom; no prior then), which gives one
-    round an interval; without one, a look at one round has none."""
+    round an interval; without one, a look at one round has none. ``covariate_r2``: the share of the
+    prompt spread a covariate explains (the regression estimator: the rest, prompts - 2 degrees of
+    freedom, sampled without replacement from the workload's ``pool`` prompts)."""
     if arms < 2:
         return Outlook(effect, first, most, float(first), 0.0, "no speculative arm to decide")
     if most < 2 and not calibration_df:
@@ -812,7 +827,7 @@ def decision_outlook(
                 spread**2 * residual_df, residual_df, 2 / rounds, prior_sd
             )
             startup = (variance, float(df))
-        parts = [startup, (prompt_spread**2 / prompts, float(prompts - 1))]
+        parts = [startup, _prompt_part(prompts, prompt_spread, covariate_r2, pool)]
         df = _combined_df(parts)
         level = design_level(looks, arms - 1, df, first if looks > 1 else None, arms)
         quantile = stats.t_quantile(1 - (1 - level) / 2, df)
@@ -821,3 +836,13 @@ def decision_outlook(
         if rounds < most:
             expected += 1 - stop_by
     return Outlook(effect, first, most, expected, stop_by)
+
+
+def _prompt_part(prompts: int, spread: float, covariate_r2: float, pool: int) -> tuple[float, float]:
+    """The prompts' term of an outlook, ``(variance, df)``: the jackknife's, or with a covariate the
+    regression estimator's (``_regressed``: the unexplained share, prompts - 2 df, the finite
+    population correction over the workload's ``pool`` prompts)."""
+    if covariate_r2 <= 0 or prompts < FEWEST_PROMPTS:
+        return spread**2 / prompts, float(prompts - 1)
+    sampled = max(0.0, 1 - prompts / pool) if pool else 1.0
+    return sampled * (1 - covariate_r2) * spread**2 / prompts, float(prompts - 2)

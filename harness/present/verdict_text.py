@@ -443,8 +443,15 @@ def statistics_line(v: WindowVerdict) -> str | None:
     parts = [f"{e.rounds} rounds" if e.rounds > 1 else "1 start-up per arm and a calibration"]
     if e.prompts and e.prompt_log_se is not None:
         spread = e.prompt_half_pct
+        covariate = ""
+        if e.covariate_r2 is not None:
+            covariate = (
+                f"; copy share R^2 {e.covariate_r2:.2f}, moved {e.covariate_moved_pct:+.1f}% to the "
+                "workload's mean"
+            )
         parts.append(
-            f"{e.prompts} prompts as a sample of the workload (their sampling alone +-{spread:.0f}%)"
+            f"{e.prompts} prompts as a sample of the workload (their sampling alone +-{spread:.0f}%"
+            f"{covariate})"
         )
     if e.own_spread:
         parts.append("its own start-up spread (it varies more than the other arms: F test)")
@@ -528,6 +535,15 @@ def basis_line(basis: IntervalBasis) -> str:
         if basis.prompts
         else " (about these prompts only)"
     )
+    if basis.prompts and basis.covariate_r2 is not None:
+        low, high = basis.covariate_r2
+        explained = f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}"
+        workload += (
+            f" (their copy share of the baseline's answers explaining R^2 {explained} of their spread, "
+            "read at the workload's mean)"
+        )
+    if basis.prompts and basis.no_covariate:
+        workload += f" (no covariate: {'; '.join(basis.no_covariate)})"
     own = f"; on their own spread: {', '.join(basis.own_spread)}" if basis.own_spread else ""
     prior = (
         f" with a half-normal prior (scale {100 * basis.prior_sd:.0f}%) on the start-up spread"
