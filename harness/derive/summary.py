@@ -18,7 +18,6 @@ from pydantic import ValidationError
 from harness.config.arms import Arm
 from harness.config.engines import get_adapter
 from harness.config.load import Slo
-from harness.config.regime import Regime
 from harness.core.metrics import PER_REQUEST
 from harness.core.probes import distribution
 from harness.core.probes.acceptance import (
@@ -35,7 +34,6 @@ from harness.core.probes.acceptance import (
 from harness.core.probes.copying import copied_ngrams, share_pct
 from harness.core.probes.cost import energy_usd_per_mtok, usd_per_mtok
 from harness.core.probes.cpu import BUSY_CLIENT_CORES, NOISY_OTHERS_CORES, NOISY_STEAL
-from harness.core.probes.exactness import compare_records, shares, with_logprobs_from
 from harness.core.probes.gpu import NOISY_GPU_SM_PCT
 from harness.core.probes.power import combine_power, summarize_power
 from harness.core.probes.prefix_cache import PrefixCacheCounts, hit_pct, refused_every_time
@@ -52,6 +50,7 @@ from harness.core.secrets import redact_url
 from harness.core.stats import mean, quantile
 from harness.derive import pooling
 from harness.derive.covariate import Covariates, CovariateState, covariates
+from harness.derive.exactness import cell_exactness, exactness
 from harness.derive.intervals import Estimate, PromptTable, Spread, WindowPrompts, cell_estimates
 from harness.derive.odd_requests import odd_counts, tokens_per_step
 from harness.derive.pace import compare_pace
@@ -65,10 +64,6 @@ from harness.results.model import (
     DistributionArm,
     DistributionSection,
     DistributionTest,
-    ExactnessBlock,
-    ExactnessEntry,
-    ExactnessSection,
-    ExactnessShares,
     PaceComparison,
     RepeatMetrics,
     Summary,
@@ -89,7 +84,6 @@ ModelEstimates = Callable[
     [dict[Any, dict[str, dict[int, float]]], Mapping[Any, PromptTable]], dict[tuple[Any, str], Estimate]
 ]
 PromptTables = dict[Any, dict[str, list[WindowPrompts]]]
-PAIRING = "same workload, same prompt, same concurrency level; greedy, same seed and max tokens"
 
 
 # A window where more than this share of its requests failed is not summed (not in a cell's tokens,
@@ -398,54 +392,6 @@ def _precision(windows: list[WindowRecord], min_repeats: int | None) -> dict[str
     }
 
 
-def _block(
-    reference: list[RequestRecord], candidate: list[RequestRecord], margin: float, label: str
-) -> ExactnessBlock:
-    entries = [ExactnessEntry.model_validate(e) for e in compare_records(reference, candidate, margin)]
-    return ExactnessBlock(reference=label, **shares([e.status for e in entries]), prompts=entries)
-
-
-def exactness(raw: RawRun) -> ExactnessSection:
-    """Per speculative arm: its outputs vs the baseline's; plus the baseline's own noise floor."""
-    regime, baseline = raw.regime, raw.baseline_arm
-    if not regime.exactness_applies():
-        return ExactnessSection(
-            applicable=False, reason="exactness is disabled or the regime does not decode greedily"
-        )
-    margin = raw.record.near_tie_margin
-    second = raw.arms[baseline].noise_floor  # the unmeasured pass with logprobs
-    reference = with_logprobs_from(raw.arms[baseline].samples, second)
-    arms = {
-        name: _block(reference, arm.samples, margin, baseline)
-        for name, arm in raw.arms.items()
-        if name != baseline
-    }
-    noise = _block(reference, second, margin, f"{baseline} (first pass)") if second else None
-    return ExactnessSection(
-        applicable=True,
-        near_tie_margin=margin,
-        pairing=PAIRING,
-        arms=arms,
-        noise_floor=noise,
-        compile_mode=compile_mode(regime),
-    )
-
-
-def compile_mode(regime: Regime) -> str:
-    """The mode the arms' servers run in (the noise floor's pass runs on the baseline's server):
-    "eager" (engine.enforce_eager) or "compiled"; the drafter-only switch leaves the target's
-    verify pass, whose argmax is the output, compiled."""
-    return "eager" if regime.engine.enforce_eager else "compiled"
-
-
-def _cell_exactness(cell: CellMetrics, section: ExactnessSection, baseline: str) -> ExactnessShares | None:
-    block = section.block(cell.arm, baseline)
-    entries = [
-        e for e in (block.prompts if block else []) if (e.workload, e.level) == (cell.workload, cell.level)
-    ]
-    return ExactnessShares(**shares([e.status for e in entries])) if entries else None
-
-
 def _window_prompts(windows: list[WindowRecord], records: list[RequestRecord]) -> list[WindowPrompts]:
     """Each window of one arm's cell, prompt by prompt: the tokens its answered requests produced
     and the seconds they took (send to last token), the prompt term's data."""
@@ -678,7 +624,7 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
     cell_prompts, category_prompts = prompt_tables(raw)
     cells = _with_speedups(cells, baseline, cell_estimates_with_covariate, cell_prompts)
     section = exactness(raw)
-    cells = [c.model_copy(update={"exactness": _cell_exactness(c, section, baseline)}) for c in cells]
+    cells = [c.model_copy(update={"exactness": cell_exactness(c, section, baseline)}) for c in cells]
     return Summary(
         run_id=raw.run.root.name,
         regime_name=raw.regime.name,
