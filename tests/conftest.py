@@ -278,6 +278,7 @@ ENGINE_MODULES = frozenset(
         "test_slurm.py",
         "test_study_engine.py",
         "test_study_executors_engine.py",
+        "test_workload_pass.py",  # one run of the baseline alone: the workload pass on a pool of 10
     }
 )
 # the modules that read the session's study, or use its Slurm cluster (one cluster a session: a

@@ -166,6 +166,7 @@ def _regime(tmp_path: Path) -> Path:
     data["arms"] = [arm for arm in data["arms"] if arm["name"] in ("baseline", "ngram_k4")]
     data.pop("gates", None)
     data["power"] = {"sample_period_s": 0.05}
+    data["verdict"] = {**data.get("verdict", {}), "covariate": "none"}  # no workload pass: a pool's time
     data["engine"]["env"] = {"PYTHONPATH": str(STAND_INS), "STAND_IN_RESET_FAILS": str(RESET_FAILS)}
     data["hardware"]["devices"] = [ARM_GPU]
     path = tmp_path / "fair_measuring.yaml"

@@ -109,6 +109,7 @@ def _regime(tmp_path: Path, **hardware: Any) -> Path:
         "sampling": {"temperature": 0, "seed": 0},
         "load": {"concurrency": [1], "num_prompts": 2, "max_output_tokens": 8, "warmup_requests": 0},
         "exactness": {"enabled": False},
+        "verdict": {"covariate": "none"},  # no workload pass: a pool's time
         "power": {"sample_period_s": 0.05},
         "cost": {"usd_per_gpu_hour": 3.5},
         "workloads": [str(ROOT / "workloads" / "code_humaneval.yaml")],

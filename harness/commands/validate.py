@@ -328,6 +328,7 @@ def _print_plan(plan: Any, console: Console) -> None:
     from harness.run.plan import describe_plan
     from harness.run.sensors import environment as sensors
     from harness.run.validation import no_gpu_here, prompt_warnings, window_warnings
+    from harness.run.workload_pass import workload_pass_plan
 
     environment = None
     if not plan.regime.endpoints():  # the engine's environment first: refused here before the plan
@@ -337,8 +338,13 @@ def _print_plan(plan: Any, console: Console) -> None:
     # what the design is expected to take to decide and the night it takes (start-ups, windows,
     # passes, wall time and $), at the pace and start-ups of this regime's last run under results/
     # (the default --results-dir), else at stated assumptions; a design that cannot decide: a warning
-    night = night_plan(plan.regime, earlier_round_minutes(Path("results"), plan.regime))
+    # the baseline's workload pass (verdict.covariate), as bench run on this machine would make it
+    version = (environment or {}).get("engine_version") or ""
+    planned = workload_pass_plan(plan.regime, plan.regime_path, plan.workloads, version, environment or {})
+    earlier = earlier_round_minutes(Path("results"), plan.regime)
+    night = night_plan(plan.regime, earlier, workload_pass=planned)
     shown = night.lines if night.cannot is not None else (night.outlook, *night.lines)
+    shown = (*shown, planned.line())
     console.print("\n".join(shown), highlight=False, markup=False)
     warnings = [night.cannot] if night.cannot is not None else []
     warnings += night.warnings  # a start-up past its timeout, the minimum rounds past the budget

@@ -10,6 +10,8 @@ Layout of one run (``results/<regime-name>/<run-id>/``)::
     arms/<arm>/samples.jsonl     one RequestRecord per measured request
     arms/<arm>/noise_floor.jsonl baseline only, with exactness.noise_floor: the same windows again
     arms/<arm>/distribution.jsonl temperature > 0: N seeded samples per prompt (distribution check)
+    arms/<arm>/workload_pass.jsonl baseline only, verdict.covariate: every prompt of each workload's pool once
+    workload_pass.json           what the workload pass did: measured, copied from the cache, or skipped (why)
     arms/<arm>/windows.jsonl     one line per measured window: duration, counter scrapes
     arms/<arm>/<file>.jsonl.sums one digest per line of <file>.jsonl, appended as each line is written
     arms/<arm>/status.json       an ArmStatus: running | ok | failed | interrupted, with the error
@@ -361,6 +363,11 @@ class RunDir:
     def distribution(self, arm: str) -> Path:
         """Temperature > 0: the arm's unmeasured samples for the distribution check."""
         return self.arm_dir(arm) / "distribution.jsonl"
+
+    def workload_pass(self, arm: str) -> Path:
+        """The baseline's workload pass (``verdict.covariate``): every prompt of each workload's pool
+        once, greedy and unmeasured, on its first start-up (or copied from a pass kept earlier)."""
+        return self.arm_dir(arm) / "workload_pass.jsonl"
 
     def windows(self, arm: str) -> Path:
         return self.arm_dir(arm) / "windows.jsonl"

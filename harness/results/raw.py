@@ -30,6 +30,7 @@ from harness.results.records import (
     RunTiming,
     WindowRecord,
 )
+from harness.results.workload_pass import WORKLOAD_PASS_FILE, WorkloadPassRecord
 
 
 @dataclass
@@ -42,6 +43,8 @@ class RawArm:
     distribution: list[RequestRecord] = field(default_factory=list)  # temperature > 0: seeded samples
     ramp: list[RequestRecord] = field(default_factory=list)  # load.ramp: the ramp windows' requests
     ramp_windows: list[RampWindowRecord] = field(default_factory=list)  # load.ramp: one per window
+    # the baseline's pass over every prompt of each workload's pool (verdict.covariate); [] elsewhere
+    workload_pass: list[RequestRecord] = field(default_factory=list)
 
 
 @dataclass
@@ -54,6 +57,8 @@ class RawRun:
     unread: UnreadLines = field(default_factory=UnreadLines)
     timing: RunTiming | None = None  # timing.json; None for runs made before it was recorded
     calibration: Calibration | None = None  # calibration.json: the machine calibration the run used
+    # workload_pass.json: what the workload pass did (measured, cached, skipped); None: a run before it
+    workload_pass_record: WorkloadPassRecord | None = None
 
     @property
     def baseline_arm(self) -> str:
@@ -94,6 +99,7 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
             distribution=read_records(run.distribution(arm.name), RequestRecord, unread),
             ramp=read_records(run.ramp(arm.name), RequestRecord, unread),
             ramp_windows=read_records(run.ramp_windows(arm.name), RampWindowRecord, unread),
+            workload_pass=read_records(run.workload_pass(arm.name), RequestRecord, unread),
         )
         for arm in regime.arms
     }
@@ -110,6 +116,8 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
     timing = _validated(RunTiming, timing_path) if timing_path.exists() else None
     calibration_path = run.root / CALIBRATION_FILE
     calibration = _validated(Calibration, calibration_path) if calibration_path.exists() else None
+    pass_path = run.root / WORKLOAD_PASS_FILE
+    pass_record = _validated(WorkloadPassRecord, pass_path) if pass_path.exists() else None
     return RawRun(
         run=run,
         record=record,
@@ -119,6 +127,7 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
         unread=unread,
         timing=timing,
         calibration=calibration,
+        workload_pass_record=pass_record,
     )
 
 
@@ -129,6 +138,7 @@ FAMILIES = (
     (("ramp.jsonl", "ramp_windows.jsonl"), ("ramp", "ramp_windows"), "ramp"),
     (("noise_floor.jsonl",), ("noise_floor",), "second pass (the noise floor)"),
     (("distribution.jsonl",), ("distribution",), "distribution samples"),
+    (("workload_pass.jsonl",), ("workload_pass",), "workload pass (the covariate's workload mean)"),
 )
 CHECKED_FILES = tuple(name for names, _, _ in FAMILIES for name in names)
 

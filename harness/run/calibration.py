@@ -63,8 +63,8 @@ def calibration_regime(
     """The regime that calibrates ``regime``: the same engine, target, arms, workloads and load
     levels, every arm's server started ``rounds`` times, each window once, on a small window
     (``num_prompts``, ``max_output_tokens``: by default the regime's, at most 8 and 32); no ramp, no
-    exactness or distribution check (they measure load that moves and outputs, not the spread). Its name is
-    ``<name>-calibration``, so its run does not sit among the regime's own."""
+    exactness or distribution check, no workload pass (they measure load that moves and outputs, not
+    the spread). Its name is ``<name>-calibration``, so its run does not sit among the regime's own."""
     if regime.sweep is not None:
         raise UserError(
             f"regime '{regime.name}' is a study (a sweep: section): calibrate one of its points' regimes"
@@ -95,6 +95,8 @@ def calibration_regime(
     }
     data["exactness"] = {**data["exactness"], "enabled": False}
     data["distribution_check"] = {**data["distribution_check"], "enabled": False}
+    # nor the workload pass (the covariate's mean: an interval's, not the spread's)
+    data["verdict"] = {**data["verdict"], "covariate": "none"}
     data["gates"] = {}  # nothing gates a calibration run
     try:
         return Regime.model_validate(data)

@@ -23,6 +23,7 @@ from harness.run.sensors.bandwidth import published_gpu_bandwidth
 
 if TYPE_CHECKING:
     from harness.results import RunDir
+    from harness.run.workload_pass import WorkloadPassPlan
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,7 @@ class _Night:
     first_s: float
     later_s: float
     measured_pace: str | None  # the run whose pace every round takes
+    workload_pass_s: float = 0.0  # the baseline's workload pass, once (its pools not kept already)
 
     def seconds(self, rounds: float) -> float:
         return self.first_s + max(rounds - 1, 0) * self.later_s
@@ -319,10 +321,13 @@ def _startup_figures(regime: Regime, earlier: EarlierRun | None) -> tuple[Figure
     return cold, warm
 
 
-def _night(regime: Regime, earlier: EarlierRun | None) -> _Night:
+def _night(
+    regime: Regime, earlier: EarlierRun | None, workload_pass: WorkloadPassPlan | None = None
+) -> _Night:
     """The night's parts at an earlier run's pace where one completed a round, else at the stated
-    assumptions: the first round's start-ups cold, the later rounds' warm, the reference pass and
-    the distribution pass once."""
+    assumptions: the first round's start-ups cold, the later rounds' warm, the reference pass, the
+    distribution pass and the workload pass (its requests not kept already: ``workload_pass``) once,
+    the workload pass on top of an earlier run's first round too (it may have copied its own)."""
     load, arms = regime.load, len(regime.arms)
     cold, warm = _startup_figures(regime, earlier)
     pace = token_pace(regime)
@@ -344,29 +349,46 @@ def _night(regime: Regime, earlier: EarlierRun | None) -> _Night:
         top = max(load.concurrency, default=min(8, load.num_prompts))
         per_arm = load.num_prompts * regime.distribution_check.samples_per_prompt / top
         distribution_s = arms * per_arm * load.max_output_tokens * token_s * len(regime.workloads)
+    pass_s = 0.0
+    if workload_pass is not None and workload_pass.requests:  # each request up to max_output_tokens
+        pass_s = workload_pass.requests / workload_pass.concurrency * load.max_output_tokens * token_s
     if earlier is not None and earlier.minutes is not None:
         round_s = 60 * earlier.minutes
         return _Night(
-            cold, warm, per_start, warmup_s, reference, distribution_s, round_s, round_s, earlier.run_id
+            cold,
+            warm,
+            per_start,
+            warmup_s,
+            reference,
+            distribution_s,
+            round_s + pass_s,
+            round_s,
+            earlier.run_id,
+            pass_s,
         )
     later = arms * (warm.seconds + per_start.seconds)
     first = (
-        arms * (cold.seconds + per_start.seconds) + (reference.seconds if reference else 0) + distribution_s
+        arms * (cold.seconds + per_start.seconds)
+        + (reference.seconds if reference else 0)
+        + distribution_s
+        + pass_s
     )
-    return _Night(cold, warm, per_start, warmup_s, reference, distribution_s, first, later, None)
+    return _Night(cold, warm, per_start, warmup_s, reference, distribution_s, first, later, None, pass_s)
 
 
 def night_plan(
     regime: Regime,
     pace: EarlierRun | tuple[float, str] | None = None,
     spread: tuple[float, int, str] | None = None,
+    workload_pass: WorkloadPassPlan | None = None,
 ) -> NightPlan:
     """What the design is expected to take to decide an arm at ``load.server_starts.effect`` (1.20x
     for a fixed design): rounds and minutes (``intervals.decision_outlook``), at ``pace`` (an
     earlier run: its minutes a round and start-ups; a ``(minutes, where from)`` pair; else the stated
     assumptions) and ``spread`` (the start-up spread, its degrees of freedom and where it is from: a
     calibration, pooled; else the project's measured 5%); and the night's plan: start-ups, windows,
-    the unmeasured passes, the expected wall time and $ at the regime's price."""
+    the unmeasured passes (``workload_pass``: the baseline's pass over every prompt of each pool, as
+    planned), the expected wall time and $ at the regime's price."""
     earlier = EarlierRun(*pace) if pace is not None and not isinstance(pace, EarlierRun) else pace
     load = regime.load
     starts = load.server_starts
@@ -378,7 +400,7 @@ def night_plan(
         "assumed: this project's measured 5%; bench calibrate measures this machine's",
     )
     sd, calibration_df, sd_from = spread or assumed
-    night = _night(regime, earlier)
+    night = _night(regime, earlier, workload_pass)
     most = load.max_server_starts()
     budget = load.budget_minutes()
     if budget is not None and load.decides():  # the rounds the budget lets begin (min are always run)
@@ -474,6 +496,12 @@ def _plan_lines(regime: Regime, night: _Night, lowest: int, expected: float, mos
             f"  the baseline's reference pass (greedy exactness: its windows again, with logprobs), once, "
             f"on its first start-up: ~{night.reference.seconds / 60:.1f} min ({night.reference.source})"
         )
+    if night.workload_pass_s:
+        lines.append(
+            "  the baseline's workload pass (every prompt of each workload's pool once, the covariate's "
+            f"workload mean), once, on its first start-up: ~{night.workload_pass_s / 60:.1f} min (assumed, "
+            "the token pace above)"
+        )
     if night.distribution_s:
         lines.append(
             f"  the distribution check, every arm once: ~{night.distribution_s / 60:.1f} min (assumed, "
@@ -555,9 +583,10 @@ def outlook_text(
     regime: Regime,
     pace: EarlierRun | tuple[float, str] | None = None,
     spread: tuple[float, int, str] | None = None,
+    workload_pass: WorkloadPassPlan | None = None,
 ) -> str:
     """The outlook and the night's plan (``night_plan``) as the run prints them before it starts."""
-    return night_plan(regime, pace, spread).text()
+    return night_plan(regime, pace, spread, workload_pass).text()
 
 
 def start_up_seconds(regime: Regime, pace: EarlierRun | None = None) -> tuple[float, float, str]:

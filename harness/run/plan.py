@@ -56,6 +56,7 @@ from harness.run.sensors.engine_facts import installed_facts
 from harness.run.sensors.environment import collect_environment
 from harness.run.server import SOCKET_DIR_PREFIX
 from harness.run.validation import check_environment, cuda_check, lossy_settings, no_gpu_here, server_gpus
+from harness.run.workload_pass import WorkloadPassPlan, workload_pass_plan
 
 
 @dataclass(frozen=True)
@@ -537,6 +538,9 @@ class RunPlan:
     overrides: tuple[Override, ...] = ()  # what the command line set in the regime file, recorded
     # an endpoint regime: what each arm's server said it serves before the run (in its fingerprint)
     served_endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the baseline's workload pass (verdict.covariate): each workload's pool, its cache key and whether
+    # it is kept already, or why there is none; None: not planned (a plan made without it)
+    workload_pass: WorkloadPassPlan | None = None
 
     def fingerprint(self) -> str:
         """The run's fingerprint: the regime's, and for existing servers what each one serves."""
@@ -596,6 +600,9 @@ def run_plan(
         gpus=tuple(gpus or ()),
         overrides=plan.overrides,
         served_endpoints=served_endpoints or {},
+        workload_pass=workload_pass_plan(
+            regime, plan.regime_path, plan.workloads, engine_version, environment or {}
+        ),
     )
 
 

@@ -65,7 +65,15 @@ from harness.run.client import RampResult, WindowResult
 from harness.run.deployment import deployment_change, served_now
 from harness.run.outlook import earlier_round_minutes, outlook_text, start_up_seconds
 from harness.run.pace_reference import pace_line, reference_for
-from harness.run.passes import PassSender, distribution_pass, reference_pass, warm_up
+from harness.run.passes import (
+    PassSender,
+    distribution_pass,
+    pass_line,
+    reference_pass,
+    warm_up,
+    workload_pass,
+    write_skipped_pass,
+)
 from harness.run.plan import RunPlan, changed_workload, plan_regime, prepare_run
 from harness.run.run_record import continued_record, regime_record
 from harness.run.sending import Sender
@@ -172,6 +180,7 @@ class Runner:
             )
             if plan.calibration is not None:  # before any arm: re-deriving the run gives its intervals
                 write_json_atomic(run.root / CALIBRATION_FILE, plan.calibration.model_dump(mode="json"))
+            write_skipped_pass(plan, run)  # none to make: why, for the views
             return run, self._run_arms(run)
 
     def _decode_floor(self) -> dict[str, Any] | None:
@@ -246,7 +255,7 @@ class Runner:
         start-up that was cut short is moved aside and measured again."""
         self.clock["prepare_s"] = time.monotonic() - self.started
         self.console.print(self.plan.description, highlight=False)
-        self.console.print(self._outlook(), highlight=False)
+        self.console.print(self._outlook(run), highlight=False)
         for warning in window_warnings(self.plan.regime, self.plan.regime_path):
             self.console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
         rounds = self._read_rounds(run)
@@ -310,15 +319,18 @@ class Runner:
                 active.remove(arm.name)
                 self.failed.add(arm.name)
 
-    def _outlook(self) -> str:
+    def _outlook(self, run: RunDir) -> str:
         """What the design is expected to take to decide (``outlook.outlook_text``), at the pace of this
-        regime's last run in the results directory and the spread of this machine's calibration."""
+        regime's last run in the results directory and the spread of this machine's calibration; the
+        workload pass (``passes.pass_line``: a resumed run's, made already, is not counted again)."""
         regime, calibration = self.plan.regime, self.plan.calibration
         spread = (calibration.sd, calibration.df, calibration.label()) if calibration is not None else None
-        outlook = outlook_text(regime, earlier_round_minutes(self.results_dir, regime), spread)
+        said, planned = pass_line(self.plan, run)
+        outlook = outlook_text(regime, earlier_round_minutes(self.results_dir, regime), spread, planned)
+        said = f"\n{said}" if said else ""
         if regime.endpoints():  # a server elsewhere: this machine's pace is not its
-            return outlook
-        return f"{outlook}\n{pace_line(regime, self.plan.environment, self.pace_note)}"
+            return outlook + said
+        return f"{outlook}\n{pace_line(regime, self.plan.environment, self.pace_note)}{said}"
 
     def _to_run(self, run: RunDir, rounds: list[Round]) -> dict[str, int]:
         """The arms without complete results, each readied to run (``_resume_arm``), with the
@@ -520,6 +532,7 @@ class Runner:
             run.warmup(arm): lambda number, _: number < kept * warmups,
             run.noise_floor(arm): lambda _, __: True,
             run.distribution(arm): lambda _, __: True,
+            run.workload_pass(arm): lambda _, __: True,
             run.ramp(arm): lambda _, s: s.get("repeat", 0) < kept,  # a ramp's repeat is its start-up
             run.ramp_windows(arm): lambda _, w: w.get("server_start", 0) < kept,
         }
@@ -571,10 +584,8 @@ class Runner:
                         self._measure_cell(run, arm, server, workload, level, start)
                 for workload in self.plan.workloads if self.plan.load.ramp else []:
                     self._measure_ramp(run, arm, server, workload, start)
-                if start == 0 and arm.method == "baseline" and self.plan.reference_pass:
-                    reference_pass(self.plan, self.console, run, arm, server, unmeasured)
-                if start == 0 and self.plan.distribution_samples is not None:
-                    distribution_pass(self.plan, run, arm, unmeasured)
+                if start == 0:
+                    self._first_passes(run, arm, server, unmeasured)
             # "ok" once the run has every start-up it wants (_run_arms: with decide, only it knows when)
             run.write_status(arm.name, ArmStatus(status="running", **served))
         except CountersBroken as exc:
@@ -594,6 +605,17 @@ class Runner:
         except BaseException:
             run.write_status(arm.name, ArmStatus(status="interrupted", startups_s=startups))
             raise
+
+    def _first_passes(self, run: RunDir, arm: Arm, server: Server, unmeasured: PassSender) -> None:
+        """The unmeasured passes of an arm's first start-up, after its windows: the baseline's
+        reference pass (logprobs, noise floor) and workload pass (every prompt of each pool: the
+        covariate's workload mean); every arm's distribution check."""
+        if arm.method == "baseline" and self.plan.reference_pass:
+            reference_pass(self.plan, self.console, run, arm, server, unmeasured)
+        if arm.name == self.plan.baseline:
+            workload_pass(self.plan, self.console, run, arm, unmeasured)
+        if self.plan.distribution_samples is not None:
+            distribution_pass(self.plan, run, arm, unmeasured)
 
     def _engine_failed(
         self, run: RunDir, arm: Arm, start: int, startups: list[float], phase: str, error: str, again: bool
