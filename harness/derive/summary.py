@@ -655,14 +655,16 @@ def summarize(run: RunDir | Path | RawRun) -> Summary:
 
 def _covariates(raw: RawRun) -> CovariateState:
     """Each workload's covariate from the baseline's workload pass (``harness.derive.covariate``),
-    or why it has none: a run not greedy, or whose regime asks for none, keeps the jackknife alone."""
-    workloads = list(dict.fromkeys(w.workload for w in raw.arms[raw.baseline_arm].windows))
+    or why it has none (the run side's reason where it made no pass: not greedy, an endpoint, ...;
+    a regime that asks for none keeps the jackknife alone)."""
+    base = raw.arms[raw.baseline_arm]
+    workloads = list(dict.fromkeys(w.workload for w in base.windows))
     if raw.regime.verdict.covariate == "none":
         return CovariateState({}, dict.fromkeys(workloads, "verdict.covariate: none"))
-    if raw.regime.sampling.temperature != 0:
-        return CovariateState({}, dict.fromkeys(workloads, "sampling is not greedy"))
-    base = raw.arms[raw.baseline_arm]
-    return covariates(getattr(base, "workload_pass", []), base.samples, workloads)
+    record = raw.workload_pass_record
+    why = record.reason if record is not None and record.status == "skipped" else None
+    pools = {part.workload: part.prompts for part in record.workloads} if record is not None else None
+    return covariates(base.workload_pass, base.samples, workloads, pools, why)
 
 
 def _pace(raw: RawRun, baseline: list[CellMetrics]) -> PaceComparison | None:
