@@ -284,8 +284,16 @@ def _basis(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> IntervalBas
         else None,
         alone=len(summary.arms) == 1,
         covariate_r2=(min(explained), max(explained)) if explained else None,
-        no_covariate=tuple(f"{u.workload}: {u.missing}" for u in summary.covariates if u.missing),
+        no_covariate=_no_covariate(summary),
     )
+
+
+def _no_covariate(summary: Summary) -> tuple[str, ...]:
+    """Why workloads have no covariate: the one reason where all share it, else per workload."""
+    missing = [(u.workload, u.missing) for u in summary.covariates if u.missing]
+    if len({why for _, why in missing}) == 1 and len(missing) == len(summary.covariates):
+        return (missing[0][1],)
+    return tuple(f"{workload}: {why}" for workload, why in missing)
 
 
 def analyze(summary: Summary) -> RunAnalysis:

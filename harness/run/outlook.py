@@ -18,7 +18,12 @@ from harness.config.engines import get_adapter
 from harness.config.model_sizes import gb, model_params_b, params_from_name, weight_size
 from harness.config.regime import Regime
 from harness.core.errors import UserError
-from harness.derive.intervals import ASSUMED_STARTUP_SPREAD, REFERENCE_PROMPT_SPREAD, decision_outlook
+from harness.derive.intervals import (
+    ASSUMED_STARTUP_SPREAD,
+    REFERENCE_COVARIATE_R2,
+    REFERENCE_PROMPT_SPREAD,
+    decision_outlook,
+)
 from harness.run.sensors.bandwidth import published_gpu_bandwidth
 
 if TYPE_CHECKING:
@@ -406,6 +411,10 @@ def night_plan(
     if budget is not None and load.decides():  # the rounds the budget lets begin (min are always run)
         fits = [r for r in range(1, most + 1) if night.seconds(r) <= 60 * budget]
         most = max(load.min_server_starts(), max(fits, default=0))
+    # the covariate (issue 81) where the workload pass applies: the share of the prompts' spread it is
+    # assumed to explain, over the smallest pool (the workload whose sample is the largest share of it)
+    covariate = workload_pass is not None and workload_pass.applies and bool(workload_pass.pools)
+    pool = min((len(p.pool.prompts) for p in workload_pass.pools), default=0) if covariate else 0
     found = decision_outlook(
         arms,
         load.num_prompts,
@@ -415,6 +424,8 @@ def night_plan(
         sd,
         prior_sd=regime.verdict.startup_prior_sd,
         calibration_df=calibration_df,
+        covariate_r2=REFERENCE_COVARIATE_R2 if covariate else 0.0,
+        pool=pool,
     )
     if found.cannot is not None:
         cannot = (
@@ -447,9 +458,15 @@ def night_plan(
         rounds = (
             f"at {night.later_s / 60:.1f} min a round (assumed; an earlier run of this regime replaces it)"
         )
+    explained = (
+        f", {100 * REFERENCE_COVARIATE_R2:.0f}% of it explained by the copy share (assumed: this project "
+        "measured 76-95% for ngram on code; a run states its own)"
+        if covariate
+        else ""
+    )
     outlook = (
         f"Outlook: {head}; {rounds}, start-up spread {100 * sd:.1f}% ({sd_from}), prompt spread "
-        f"{100 * REFERENCE_PROMPT_SPREAD:.0f}% (this project's, ngram on code)."
+        f"{100 * REFERENCE_PROMPT_SPREAD:.0f}% (this project's, ngram on code){explained}."
     )
     lowest = load.min_server_starts() if load.decides() else found.most
     lines = _plan_lines(regime, night, lowest, found.expected_rounds, found.most)
