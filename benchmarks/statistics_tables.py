@@ -140,6 +140,55 @@ def _power_table(
     return rows
 
 
+def _compared_table(
+    lines: dict[str, tuple[float, int]], designs: Sequence[str], spreads: Sequence[float]
+) -> list[str]:
+    head = [
+        "design",
+        "prompts' term",
+        "prompt spread",
+        '"pays" at 1.20x',
+        'false "pays" (1.00x)',
+        "coverage",
+        "mean rounds at 1.20x",
+    ]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in designs:
+        for model in ("covariate", "jackknife alone"):
+            for spread in spreads:
+                label = f"{name}  {model}  prompt spread {spread:.2f}"
+                cells = [
+                    name,
+                    model,
+                    f"{spread:.2f}",
+                    _cell(lines, f"pays  compared  {label}  truth 1.20"),
+                    _cell(lines, f"false pays  compared  {label}  truth 1.00", True),
+                    _cell(lines, f"coverage  compared  {label}"),
+                    _cell(lines, f"mean rounds  compared  {label}  truth 1.20"),
+                ]
+                rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def _stop_rule_table(lines: dict[str, tuple[float, int]], design: str, worlds: Sequence[str]) -> list[str]:
+    rows = [
+        "| world | stop when | mean rounds | deploys an arm | deploys the arm at 1.20x |",
+        "|---|---|---|---|---|",
+    ]
+    for world in worlds:
+        for rule, said in (("settled", "the answer is settled"), ("every arm", "every arm is decided")):
+            label = f"{design}  {world}  stop when {rule} decided"
+            cells = [
+                world,
+                said,
+                _cell(lines, f"mean rounds  stop rule  {label}"),
+                _cell(lines, f"deploys an arm  stop rule  {label}"),
+                _cell(lines, f"deploys a1  stop rule  {label}"),
+            ]
+            rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
 def _outlook_table(lines: dict[str, tuple[float, int]], designs: Sequence[str]) -> list[str]:
     rows = [
         '| design | "pays" at 1.20x: simulated | outlook | mean rounds: simulated | outlook |',
@@ -312,6 +361,20 @@ def _model_tables(lines: dict[str, tuple[float, int]]) -> list[str]:
     ]
 
 
+def _issue_81_shape() -> dict[str, Any]:
+    """The rows of the designs compared and of the stop rule, as the simulation names them."""
+    import interval_coverage as coverage
+
+    return {
+        "compared": [d.name for d in coverage.compared_designs()],
+        "compared_spreads": coverage.COMPARED_SPREADS,
+        "covariate_r2": coverage.REFERENCE_COVARIATE_R2,
+        "pool": coverage.DEFAULT_WORLD.pool,
+        "stop_rule_design": coverage.STOP_RULE_DESIGN.name,
+        "stop_rule_worlds": list(coverage.STOP_RULE_WORLDS),
+    }
+
+
 def page(
     found: Sequence[tuple[Any, ...]],
     runs: int,
@@ -322,6 +385,7 @@ def page(
     digest: str,
 ) -> str:
     """The generated page: header, the tables to read, then every line."""
+    shape = {**_issue_81_shape(), **shape}
     lines = {label: (value, extra[0] if extra else runs) for label, value, *extra in found}
     out = [
         GENERATED,
@@ -357,6 +421,23 @@ def page(
         "(`intervals.decision_outlook` at the same start-up and prompt spreads):",
         "",
         *_power_table(lines, shape["spreads"], shape["truths"]),
+        "",
+        "## Designs compared (issue 81)",
+        "",
+        "The default's candidate designs (2 arms), each with the covariate (the copy share explaining "
+        f"{shape['covariate_r2']:.2f} of the prompts' log gains, the workload a file of "
+        f"{shape['pool']} prompts) and with the prompts' jackknife alone, in the default's measured world "
+        "otherwise; coverage pools the truths 1.00 and 1.20:",
+        "",
+        *_compared_table(lines, shape["compared"], shape["compared_spreads"]),
+        "",
+        "## The stop rule with several arms (issue 81)",
+        "",
+        f"A GPU regime's deciding design ({shape['stop_rule_design']}; start-up sd 5%, prompt spread "
+        "0.2, the covariate as above): stopping when the window's answer is settled against waiting "
+        "for every arm's own interval:",
+        "",
+        *_stop_rule_table(lines, shape["stop_rule_design"], shape["stop_rule_worlds"]),
         "",
         "## The outlook against the simulation",
         "",
