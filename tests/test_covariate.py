@@ -146,3 +146,30 @@ def test_a_pass_that_disagrees_with_the_runs_baseline_is_not_used() -> None:
     assert covariates([], answers, ["code_humaneval"], why_none="verdict.covariate: none").missing == {
         "code_humaneval": "verdict.covariate: none"
     }
+
+
+def test_the_outlook_counts_the_covariate_where_the_pass_applies() -> None:
+    """The plan's outlook narrows the prompts' term by the share the covariate is assumed to explain
+    (over the workload's pool: a sample of all of it leaves none), and says so only where the workload
+    pass applies."""
+    import os
+    import subprocess
+    import sys
+
+    from harness.derive.intervals import REFERENCE_COVARIATE_R2, decision_outlook
+
+    plain = decision_outlook(2, 30, 4, 4, 1.2, prompt_spread=0.3, prior_sd=0.1)
+    covariate = decision_outlook(
+        2, 30, 4, 4, 1.2, prompt_spread=0.3, prior_sd=0.1, covariate_r2=REFERENCE_COVARIATE_R2, pool=164
+    )
+    whole = decision_outlook(2, 30, 4, 4, 1.2, prompt_spread=3.0, prior_sd=0.1, covariate_r2=0.1, pool=30)
+    assert plain.power < covariate.power and whole.power > 0.9  # the whole pool: no prompt sampling
+
+    def outlook(*extra: str) -> str:
+        env = {**os.environ, "COLUMNS": "1000", "TERM": "dumb", "NO_COLOR": "1"}
+        args = [sys.executable, "-m", "harness.cli", "validate", "regimes/cpu_default.yaml", *extra]
+        printed = subprocess.run(args, capture_output=True, text=True, cwd=DEFAULT.parents[2], env=env)
+        return next(line for line in printed.stdout.splitlines() if line.startswith("Outlook:"))
+
+    assert "70% of it explained by the copy share" in outlook()
+    assert "copy share" not in outlook("--set", "verdict.covariate=none")
