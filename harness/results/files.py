@@ -9,6 +9,8 @@ Layout of one run (``results/<regime-name>/<run-id>/``)::
     arms/<arm>/warmup.jsonl      warm-up requests (kept apart; never in metrics)
     arms/<arm>/samples.jsonl     one RequestRecord per measured request
     arms/<arm>/noise_floor.jsonl baseline only, with exactness.noise_floor: the same windows again
+    arms/<arm>/margins.jsonl     baseline only, greedy exactness over 2+ start-ups: the logprobs of the
+                                 prompts an output diverged on, asked on its later start-ups
     arms/<arm>/distribution.jsonl temperature > 0: N seeded samples per prompt (distribution check)
     arms/<arm>/workload_pass.jsonl baseline only, verdict.covariate: every prompt of each workload's pool once
     workload_pass.json           what the workload pass did: measured, copied from the cache, or skipped (why)
@@ -359,6 +361,11 @@ class RunDir:
 
     def noise_floor(self, arm: str) -> Path:
         return self.arm_dir(arm) / "noise_floor.jsonl"
+
+    def margins(self, arm: str) -> Path:
+        """The baseline's targeted logprob pass (greedy exactness over two or more start-ups): on each
+        later start-up, only the prompts an output diverged on and no logprob record answers yet."""
+        return self.arm_dir(arm) / "margins.jsonl"
 
     def distribution(self, arm: str) -> Path:
         """Temperature > 0: the arm's unmeasured samples for the distribution check."""

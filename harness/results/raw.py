@@ -45,6 +45,9 @@ class RawArm:
     ramp_windows: list[RampWindowRecord] = field(default_factory=list)  # load.ramp: one per window
     # the baseline's pass over every prompt of each workload's pool (verdict.covariate); [] elsewhere
     workload_pass: list[RequestRecord] = field(default_factory=list)
+    # the baseline's targeted logprob pass (margins.jsonl): only the prompts an output diverged on,
+    # asked on its later start-ups; [] elsewhere, and in runs that made the full pass (noise_floor)
+    margins: list[RequestRecord] = field(default_factory=list)
 
 
 @dataclass
@@ -100,6 +103,7 @@ def read_raw(run_dir: Path | RunDir) -> RawRun:
             ramp=read_records(run.ramp(arm.name), RequestRecord, unread),
             ramp_windows=read_records(run.ramp_windows(arm.name), RampWindowRecord, unread),
             workload_pass=read_records(run.workload_pass(arm.name), RequestRecord, unread),
+            margins=read_records(run.margins(arm.name), RequestRecord, unread),
         )
         for arm in regime.arms
     }
@@ -139,6 +143,7 @@ FAMILIES = (
     (("noise_floor.jsonl",), ("noise_floor",), "second pass (the noise floor)"),
     (("distribution.jsonl",), ("distribution",), "distribution samples"),
     (("workload_pass.jsonl",), ("workload_pass",), "workload pass (the covariate's workload mean)"),
+    (("margins.jsonl",), ("margins",), "margins (logprobs of the prompts that diverged)"),
 )
 CHECKED_FILES = tuple(name for names, _, _ in FAMILIES for name in names)
 

@@ -238,12 +238,13 @@ class _Night:
     warm: Figure
     per_start: Figure  # warm-up and windows of one start-up, teardown included
     warmup_s: float
-    reference: Figure | None  # the baseline's reference pass, once
+    reference: Figure | None  # the baseline's full reference pass, once (a design of one round)
     distribution_s: float  # every arm's distribution pass, once
     first_s: float
     later_s: float
     measured_pace: str | None  # the run whose pace every round takes
     workload_pass_s: float = 0.0  # the baseline's workload pass, once (its pools not kept already)
+    margins: bool = False  # greedy exactness over 2+ start-ups: logprobs only where an output diverged
 
     def seconds(self, rounds: float) -> float:
         return self.first_s + max(rounds - 1, 0) * self.later_s
@@ -326,13 +327,22 @@ def _startup_figures(regime: Regime, earlier: EarlierRun | None) -> tuple[Figure
     return cold, warm
 
 
+def margins_only(regime: Regime) -> bool:
+    """Whether greedy exactness needs no full reference pass: the baseline starts two or more times
+    (``load.min_server_starts``), so its own start-ups are the noise floor, and its later start-ups ask
+    logprobs only for the prompts an output diverged on (``harness.run.passes.margins_pass``). A
+    design of one round keeps the full pass: nothing else gives the noise floor or the margins then."""
+    return regime.exactness_applies() and regime.load.min_server_starts() >= 2
+
+
 def _night(
     regime: Regime, earlier: EarlierRun | None, workload_pass: WorkloadPassPlan | None = None
 ) -> _Night:
     """The night's parts at an earlier run's pace where one completed a round, else at the stated
-    assumptions: the first round's start-ups cold, the later rounds' warm, the reference pass, the
-    distribution pass and the workload pass (its requests not kept already: ``workload_pass``) once,
-    the workload pass on top of an earlier run's first round too (it may have copied its own)."""
+    assumptions: the first round's start-ups cold, the later rounds' warm, the reference pass (a
+    design of one round; the targeted margins of more are counted as none), the distribution pass
+    and the workload pass (its requests not kept already: ``workload_pass``) once, the workload pass
+    on top of an earlier run's first round too (it may have copied its own)."""
     load, arms = regime.load, len(regime.arms)
     cold, warm = _startup_figures(regime, earlier)
     pace = token_pace(regime)
@@ -345,7 +355,8 @@ def _night(
     )
     per_start = Figure(warmup_s + windows_s + TEARDOWN_S, pace.source)
     reference = None
-    if regime.exactness_applies():  # the baseline's windows once more, with logprobs, no repeats
+    margins = margins_only(regime)  # a targeted pass: counted as none (only the prompts that diverged)
+    if regime.exactness_applies() and not margins:  # the baseline's windows once more, with logprobs
         reference = Figure(
             _window_s(regime, token_s) * len(regime.workloads), f"{pace.source}, as the baseline's windows"
         )
@@ -370,6 +381,7 @@ def _night(
             round_s,
             earlier.run_id,
             pass_s,
+            margins,
         )
     later = arms * (warm.seconds + per_start.seconds)
     first = (
@@ -378,7 +390,9 @@ def _night(
         + distribution_s
         + pass_s
     )
-    return _Night(cold, warm, per_start, warmup_s, reference, distribution_s, first, later, None, pass_s)
+    return _Night(
+        cold, warm, per_start, warmup_s, reference, distribution_s, first, later, None, pass_s, margins
+    )
 
 
 def night_plan(
@@ -474,8 +488,8 @@ def night_plan(
 
 
 def _plan_lines(regime: Regime, night: _Night, lowest: int, expected: float, most: int) -> tuple[str, ...]:
-    """The night's plan in lines: start-ups, each start-up's passes and windows, the reference pass,
-    the wall time and $ expected and at most."""
+    """The night's plan in lines: start-ups, each start-up's passes and windows, the reference pass (or
+    the targeted margins), the wall time and $ expected and at most."""
     load, arms = regime.load, len(regime.arms)
     rounds = f"{lowest} to {most} rounds" if lowest != most else f"{most} round" + ("s" if most != 1 else "")
     lines = [f"Night's plan ({arms} arms x {rounds}; downloads and drafter builds not counted):"]
@@ -511,7 +525,14 @@ def _plan_lines(regime: Regime, night: _Night, lowest: int, expected: float, mos
     if night.reference is not None:
         lines.append(
             f"  the baseline's reference pass (greedy exactness: its windows again, with logprobs), once, "
-            f"on its first start-up: ~{night.reference.seconds / 60:.1f} min ({night.reference.source})"
+            f"on its first start-up: ~{night.reference.seconds / 60:.1f} min ({night.reference.source}; "
+            "one round: no later start-up of the baseline gives the noise floor or the margins)"
+        )
+    if night.margins:
+        lines.append(
+            "  margins (greedy exactness): logprobs only for the prompts an arm diverged on, on the "
+            "baseline's later start-ups; its own start-ups are the noise floor: not counted (none where "
+            "every output is the baseline's, a few requests where some diverge)"
         )
     if night.workload_pass_s:
         lines.append(

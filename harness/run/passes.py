@@ -1,5 +1,7 @@
-"""A start-up's unmeasured passes: the warm-up, the baseline's reference pass, the distribution check,
-the baseline's workload pass (every prompt of each workload's pool once: the covariate's mean).
+"""A start-up's unmeasured passes: the warm-up, the baseline's reference pass (a design of one round)
+or its targeted margins (later start-ups of two or more: logprobs only for the prompts that
+diverged), the distribution check, the baseline's workload pass (every prompt of each workload's pool
+once: the covariate's mean).
 
 Each is stored apart from the measured windows and never mixed into throughput or latency; each
 sends through ``PassSender`` (the runner's: its seconds counted, the engine checked alive after).
@@ -8,7 +10,8 @@ sends through ``PassSender`` (the runner's: its seconds counted, the engine chec
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -17,6 +20,7 @@ from rich.markup import escape
 from harness.config.arms import Arm
 from harness.config.level import LoadLevel
 from harness.config.workloads import LoadedWorkload, Prompt
+from harness.derive.exactness import MarginPrompt
 from harness.results import RequestRecord, RunDir, append_jsonl, read_json, read_records, write_json_atomic
 from harness.results.workload_pass import WORKLOAD_PASS_FILE, WorkloadPassPart, WorkloadPassRecord
 from harness.run.plan import RunPlan
@@ -74,6 +78,60 @@ def reference_pass(
     for workload in plan.workloads:
         for level in plan.load.levels():
             converse(console, workload, at(level))
+
+
+def margins_pass(
+    plan: RunPlan,
+    console: Console,
+    run: RunDir,
+    arm: Arm,
+    server: Server,
+    send: PassSender,
+    wanted: Sequence[MarginPrompt],
+) -> None:
+    """The baseline's targeted logprob pass, on its later start-ups (greedy exactness over two or
+    more: ``RunPlan.margins_pass``), after the start-up's windows: only the ``wanted`` prompts (an
+    output diverged there and no logprob record answers it yet: ``derive.exactness.prompts_to_margin``),
+    each at its own level, sent as the reference pass sends (the same schedule's due times, a cold
+    prefix cache before a first turn), into ``margins.jsonl``. A conversation's turn is reached
+    through its conversation, from the first turn (its later turns carry this server's answers)."""
+    if not wanted:
+        console.print(
+            "margins: none wanted (every output so far is the baseline's, or has its logprobs already)",
+            highlight=False,
+        )
+        return
+
+    def keep(record: RequestRecord) -> None:
+        append_jsonl(run.margins(arm.name), record.to_json())
+
+    def at(full: LoadedWorkload, level: LoadLevel) -> TurnSender:
+        def turn(
+            workload: LoadedWorkload, prompts: list[Prompt], ended: dict[str, int]
+        ) -> list[RequestRecord]:
+            whole = full.at_turn(workload.turn or 1)  # the schedule and the name are the whole workload's
+            label = f"margins (logprobs, {len(prompts)} diverged): {whole.name} @ {level.label()}"
+            if (workload.turn or 1) == 1:  # the same cold start as the windows
+                reset_prefix_cache(plan.adapter, server.base_url)
+            schedule = turn_schedule(plan, whole, level, 0, prompts)
+            return send(whole, prompts, level, label, keep, logprobs=True, schedule=schedule)
+
+        return turn
+
+    for workload in plan.workloads:
+        cells = set(workload.cell_names())
+        for level in plan.load.levels():
+            here = (level.concurrency, level.request_rate)
+            ids = [w.prompt_id for w in wanted if w.workload in cells and w.level == here]
+            prompts = [p for p in workload.prompts if any(_of_conversation(i, p.prompt_id) for i in ids)]
+            if prompts:
+                converse(console, replace(workload, prompts=prompts), at(workload, level))
+
+
+def _of_conversation(prompt_id: str, first: str) -> bool:
+    """Whether ``prompt_id`` is the prompt ``first`` or a later turn of its conversation
+    (``workloads.next_turn``: ``<first>~t<turn>-<digest>``)."""
+    return prompt_id == first or prompt_id.startswith(f"{first}~t")
 
 
 def distribution_pass(plan: RunPlan, run: RunDir, arm: Arm, send: PassSender) -> None:

@@ -51,6 +51,7 @@ from harness.run.deployment import served_before
 from harness.run.drafters import MANIFEST_NAME, ResolvedDrafter, resolve_drafter, resolve_drafters
 from harness.run.drafters.fit import Fit, drafter_fit
 from harness.run.model_build import resolve_package_gguf
+from harness.run.outlook import margins_only
 from harness.run.sensors.devices import server_env
 from harness.run.sensors.engine_facts import installed_facts
 from harness.run.sensors.environment import collect_environment
@@ -526,7 +527,10 @@ class RunPlan:
     power: Power
     baseline: str  # the baseline arm's name
     startup_timeout_s: float
-    reference_pass: bool  # the baseline's unmeasured logprob pass (greedy exactness applies)
+    # greedy exactness: the baseline's full unmeasured logprob pass on its first start-up (a design of
+    # one round), or, over two or more start-ups, ``margins_pass``: logprobs only for the prompts an
+    # output diverged on, on its later start-ups (``outlook.margins_only``)
+    reference_pass: bool
     distribution_samples: int | None  # seeded samples per prompt of the distribution check; None: none
     # this machine's calibration of the regime (the runner copies it into the run as calibration.json);
     # None: none found, --no-calibration, or a resumed run (it keeps the one in its directory)
@@ -541,6 +545,7 @@ class RunPlan:
     # the baseline's workload pass (verdict.covariate): each workload's pool, its cache key and whether
     # it is kept already, or why there is none; None: not planned (a plan made without it)
     workload_pass: WorkloadPassPlan | None = None
+    margins_pass: bool = False  # greedy exactness over 2+ start-ups: the baseline's targeted logprob pass
 
     def fingerprint(self) -> str:
         """The run's fingerprint: the regime's, and for existing servers what each one serves."""
@@ -592,7 +597,8 @@ def run_plan(
         power=regime.power,
         baseline=regime.baseline_arm.name,
         startup_timeout_s=regime.engine.startup_timeout_s,
-        reference_pass=regime.exactness_applies(),
+        reference_pass=regime.exactness_applies() and not margins_only(regime),
+        margins_pass=margins_only(regime),
         distribution_samples=(
             regime.distribution_check.samples_per_prompt if regime.distribution_applies() else None
         ),

@@ -39,6 +39,7 @@ from harness.core.overrides import Override
 from harness.core.probes.throughput import output_tokens_per_s
 from harness.core.secrets import redact_args, redact_env, redact_url, scrub_file, secret_values
 from harness.derive.analysis import analyze, write_analysis
+from harness.derive.exactness import prompts_to_margin
 from harness.derive.rounds import Standing, completed_starts, round_line, round_order, standing
 from harness.derive.summary import summarize
 from harness.results import (
@@ -57,7 +58,7 @@ from harness.results import (
 )
 from harness.results.calibration import CALIBRATION_FILE
 from harness.results.files import check_lines, write_jsonl
-from harness.results.raw import damaged_arms, raw_damage
+from harness.results.raw import damaged_arms, raw_damage, read_raw
 from harness.results.records import Round, RunRecord
 from harness.run import engine_http as http
 from harness.run.calibration import CalibrationSource
@@ -68,6 +69,7 @@ from harness.run.pace_reference import pace_line, reference_for
 from harness.run.passes import (
     PassSender,
     distribution_pass,
+    margins_pass,
     pass_line,
     reference_pass,
     warm_up,
@@ -531,6 +533,7 @@ class Runner:
             run.samples(arm): lambda _, s: s.get("repeat", 0) < first,
             run.warmup(arm): lambda number, _: number < kept * warmups,
             run.noise_floor(arm): lambda _, __: True,
+            run.margins(arm): lambda _, __: True,  # logprobs of the baseline's greedy path, any start-up's
             run.distribution(arm): lambda _, __: True,
             run.workload_pass(arm): lambda _, __: True,
             run.ramp(arm): lambda _, s: s.get("repeat", 0) < kept,  # a ramp's repeat is its start-up
@@ -556,7 +559,9 @@ class Runner:
     ) -> None:
         """One start-up of the arm's server: warmed up, then every window ``repeats`` times. The
         unmeasured passes (the baseline's reference pass, the distribution check) run on the first
-        start-up only. The arm is ``ok`` after its last start-up (``startups``: the earlier ones' times).
+        start-up only; the baseline's later ones ask logprobs for the prompts that diverged
+        (``margins_pass``, over two or more start-ups instead of the reference pass). The arm is
+        ``ok`` after its last start-up (``startups``: the earlier ones' times).
         A start-up whose counters broke (``CountersBroken``: the server restarted or reset them) is
         measured again once (``again``), its first attempt's files kept aside; twice, the arm fails. So
         is one whose server did not start (``_start_again``)."""
@@ -586,6 +591,8 @@ class Runner:
                     self._measure_ramp(run, arm, server, workload, start)
                 if start == 0:
                     self._first_passes(run, arm, server, unmeasured)
+                else:
+                    self._later_passes(run, arm, server, unmeasured)
             # "ok" once the run has every start-up it wants (_run_arms: with decide, only it knows when)
             run.write_status(arm.name, ArmStatus(status="running", **served))
         except CountersBroken as exc:
@@ -608,14 +615,22 @@ class Runner:
 
     def _first_passes(self, run: RunDir, arm: Arm, server: Server, unmeasured: PassSender) -> None:
         """The unmeasured passes of an arm's first start-up, after its windows: the baseline's
-        reference pass (logprobs, noise floor) and workload pass (every prompt of each pool: the
-        covariate's workload mean); every arm's distribution check."""
+        reference pass (logprobs, noise floor; a design of one round, else its later start-ups ask
+        logprobs for the prompts that diverged: ``margins_pass``) and workload pass (every prompt of
+        each pool: the covariate's workload mean); every arm's distribution check."""
         if arm.method == "baseline" and self.plan.reference_pass:
             reference_pass(self.plan, self.console, run, arm, server, unmeasured)
         if arm.name == self.plan.baseline:
             workload_pass(self.plan, self.console, run, arm, unmeasured)
         if self.plan.distribution_samples is not None:
             distribution_pass(self.plan, run, arm, unmeasured)
+
+    def _later_passes(self, run: RunDir, arm: Arm, server: Server, unmeasured: PassSender) -> None:
+        """The unmeasured pass of the baseline's later start-ups (greedy exactness over two or more):
+        logprobs for the prompts an output has diverged on so far, read from the run's raw files."""
+        if arm.name == self.plan.baseline and self.plan.margins_pass:
+            wanted = prompts_to_margin(read_raw(run))
+            margins_pass(self.plan, self.console, run, arm, server, unmeasured, wanted)
 
     def _engine_failed(
         self, run: RunDir, arm: Arm, start: int, startups: list[float], phase: str, error: str, again: bool

@@ -3,14 +3,16 @@
 Per prompt, the candidate's output token ids are compared with the reference's (the baseline
 arm, same prompt, same concurrency level, same regime). Where they differ, the first divergent
 position is found and classified by the REFERENCE's margin between its top-1 and top-2
-logprobs at that position (taken from the baseline's unmeasured second pass, where it saw the same
-prefix: ``with_logprobs_from``):
+logprobs at that position (taken from the baseline's unmeasured logprob pass, where it saw the same
+prefix: ``with_logprobs_from``; the full second pass of a design of one round, else the targeted
+``margins.jsonl`` of its later start-ups, only for the prompts that diverged):
 
     identical  the token sequences are equal
     near_tie   margin < threshold: the reference itself almost chose the other token, so a flip
                is what floating-point noise does (verify shape M=K+1 vs decode M=1, bf16, compile)
     diverged   margin >= threshold: the reference was confident; a suspected correctness bug
-    unknown    no logprob at that position (not requested, or the reference ended there)
+    unknown    no logprob at that position (not requested: a divergence first seen after the
+               baseline's last start-up has no margin; or the reference ended there)
 
 The EOS token is part of the token ids (vLLM returns it), so "one side stopped earlier" is an
 ordinary divergence at the position where one side chose EOS.
