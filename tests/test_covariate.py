@@ -173,3 +173,20 @@ def test_the_outlook_counts_the_covariate_where_the_pass_applies() -> None:
 
     assert "70% of it explained by the copy share" in outlook()
     assert "copy share" not in outlook("--set", "verdict.covariate=none")
+
+
+def test_docs_state_the_h200_outlook_as_the_outlook_computes_it() -> None:
+    """docs/statistics.md's "Not reached": h200_tp8's outlook (5 arms, 64 prompts, rounds 2-4, the
+    covariate over chat_mtbench's 80 prompts) with and without the covariate, calibrated, and 2-3."""
+    from harness.derive.intervals import REFERENCE_COVARIATE_R2, decision_outlook
+
+    covariate = {"covariate_r2": REFERENCE_COVARIATE_R2, "pool": 80}
+    plain = decision_outlook(5, 64, 2, 4, 1.2, prior_sd=0.1)
+    shipped = decision_outlook(5, 64, 2, 4, 1.2, prior_sd=0.1, **covariate)
+    calibrated = decision_outlook(5, 64, 2, 4, 1.2, calibration_df=8, **covariate)
+    shorter = decision_outlook(5, 64, 2, 3, 1.2, prior_sd=0.1, **covariate)
+    text = " ".join((DEFAULT.parents[2] / "docs" / "statistics.md").read_text().split())
+    assert f"still expects {shipped.expected_rounds:.1f} rounds at 1.20x" in text
+    assert f"by round 4 ({plain.power:.2f} to {shipped.power:.2f})" in text
+    assert f"brings the outlook to {calibrated.expected_rounds:.1f} rounds" in text
+    assert f"2 to 3 rounds to {shorter.expected_rounds:.1f} rounds at {shorter.power:.2f}" in text
