@@ -218,3 +218,19 @@ def test_a_stale_analysis_is_derived_again_quietly(tmp_path: Path, capsys) -> No
     assert main(["show", str(run)]) == 0
     out = capsys.readouterr()
     assert (out.out, out.err) == (truth, "")
+
+
+@pytest.mark.parametrize(
+    "name", ["workload_pass.json", "arms/baseline/workload_pass.jsonl", "arms/baseline/margins.jsonl"]
+)
+def test_the_covariates_and_the_margins_files_are_raw_files_of_the_analysis(
+    tmp_path: Path, name: str
+) -> None:
+    """The workload pass (issue 81: the covariate's workload mean) and the margins' logprobs change
+    what derive says: a stored analysis is not kept where one of them was written or edited."""
+    from harness.derive.analysis import raw_digest
+
+    run = _stored(tmp_path)
+    before = raw_digest(run)
+    (run / name).write_text("{}\n")
+    assert raw_digest(run) != before

@@ -331,11 +331,13 @@ def _assemble(summary: Summary, verdicts: tuple[WindowVerdict, ...]) -> RunAnaly
 ANALYSIS_FILE = "analysis.json"
 ANALYSIS_VERSION = 6  # of analysis.json's layout; a reader of another version derives it again
 # the raw files derive reads (arms/<arm>/...): warm-ups, server logs and what derive writes are not
-RAW_FILES = ("regime.json", "environment.json", "timing.json", "calibration.json")
+RAW_FILES = ("regime.json", "environment.json", "timing.json", "calibration.json", "workload_pass.json")
 RAW_ARM_FILES = (
     "status.json",
     "samples.jsonl",
     "noise_floor.jsonl",
+    "margins.jsonl",
+    "workload_pass.jsonl",
     "distribution.jsonl",
     "windows.jsonl",
     "ramp.jsonl",

@@ -99,13 +99,14 @@ EFFECTIVE_LOAD_GAP = (
 class Divergence:
     """A speculative arm that is not lossless in a window: its greedy outputs left the baseline's
     beyond a near tie (a wide top-2 margin: a real correctness difference, not numerics) on a larger
-    share of the compared prompts than the baseline's own reference pass left it (its noise floor),
-    or, sampling, its output distribution failed the equivalence test ("shifted")."""
+    share of the compared prompts than the baseline left itself (its noise floor: its later start-ups
+    against its first, or, in a run of one round or from before issue 81, its reference pass), or,
+    sampling, its output distribution failed the equivalence test ("shifted")."""
 
     arm: str
     diverged: int  # prompt comparisons whose first difference was beyond a near tie (greedy)
     compared: int
-    floor: int  # the baseline's own such comparisons against its reference pass
+    floor: int  # the baseline's own such comparisons (its noise floor)
     floor_compared: int
     shifted: str | None = None  # sampled (T > 0): the distribution check's verdict
 
@@ -805,7 +806,10 @@ def compiled_divergence(summary: Summary) -> list[Caveat]:
         for arm, block in exactness.arms.items()
         if block.identical_pct is not None and block.identical_pct < floor.identical_pct
     ]
-    return [caveat("compiled_divergence", arms=", ".join(below), floor=floor.identical_pct)] if below else []
+    # the floor's source: a reference pass ("<baseline> (first pass)") or the baseline's later start-ups
+    source = "2nd pass" if floor.reference.endswith("(first pass)") else "later start-ups"
+    found = caveat("compiled_divergence", arms=", ".join(below), floor=floor.identical_pct, source=source)
+    return [found] if below else []
 
 
 def run_caveats(summary: Summary) -> list[Caveat]:

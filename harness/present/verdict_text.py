@@ -91,7 +91,7 @@ CAVEAT_TEXT: dict[str, str] = {
         "rejection sampler accepts them all, tau near K + 1 = {top}; well below it, suspect the engine"
     ),
     "compiled_divergence": (
-        "compiled: outputs identical to the baseline's on fewer prompts than the baseline's own 2nd pass "
+        "compiled: outputs identical to the baseline's on fewer prompts than the baseline's own {source} "
         "({floor:.0f}%): {arms}; with the engine compiled (engine.enforce_eager: false) the noise floor "
         "cannot tell a divergence of the compiled verify pass from one of speculation: a run with "
         "engine.enforce_eager: true tells them apart"
