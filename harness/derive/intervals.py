@@ -386,7 +386,9 @@ def rounds_to_decide(estimate: Estimate, candidates: int = 1, most_rounds: int =
     for rounds in range(estimate.rounds + 1, most_rounds + 1):
         parts = [(startup_v / rounds, float((arms - 1) * (rounds - 1)))]
         if estimate.prompts > 1 and prompt_v > 0:
-            parts.append((prompt_v, float(estimate.prompts - 1)))
+            # the regression estimator's residual has a degree of freedom less than the jackknife's
+            fitted = 2 if estimate.covariate_r2 is not None else 1
+            parts.append((prompt_v, float(max(estimate.prompts - fitted, 1))))
         df = _combined_df(parts)
         level = design_level(rounds - first + 1, candidates, df, first, arms)
         half = stats.t_quantile(1 - (1 - level) / 2, df) * math.sqrt(sum(v for v, _ in parts))
