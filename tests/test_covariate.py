@@ -190,3 +190,25 @@ def test_docs_state_the_h200_outlook_as_the_outlook_computes_it() -> None:
     assert f"by round 4 ({plain.power:.2f} to {shipped.power:.2f})" in text
     assert f"brings the outlook to {calibrated.expected_rounds:.1f} rounds" in text
     assert f"2 to 3 rounds to {shorter.expected_rounds:.1f} rounds at {shorter.power:.2f}" in text
+
+
+COVARIATE_RUN = FIXTURES / "run_v16_covariate"  # a real default run with its workload pass (issue 81)
+
+
+def test_a_real_run_reads_its_prompts_through_the_workload_pass() -> None:
+    """The stored default run made on a 2-core AMD EPYC without avx_vnni after issue 81: its pass
+    answered all 164 HumanEval prompts on the baseline's first start-up, the copy share explained
+    most of the prompts' spread, and its noise floor came from the baseline's own start-ups (no
+    reference pass: no output diverged, so no margins were asked for)."""
+    raw = read_raw(COVARIATE_RUN)
+    record = raw.workload_pass_record
+    assert record is not None and record.status == "measured" and record.prompts == 164
+    assert len(raw.arms["baseline"].workload_pass) == 164 and not raw.arms["baseline"].noise_floor
+    summary = summarize(raw)
+    (use,) = summary.covariates
+    assert use.missing is None and use.pool == 164 and 0 < use.mean < 1  # type: ignore[operator]
+    cell = summary.cell("ngram_k4", "code_humaneval", 1)
+    assert cell is not None and cell.estimate is not None and cell.estimate.covariate_r2 is not None
+    assert cell.estimate.covariate_r2 > 0.5 and cell.estimate.covariate_shift is not None
+    floor = summary.exactness.noise_floor
+    assert floor is not None and floor.reference == "baseline (start-up 1)" and floor.compared == 90
